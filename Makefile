@@ -1,0 +1,24 @@
+# Two entry points that do all set-up on a fresh machine (see README.md):
+#   make run    - the daemon on its built-in default (tcp:16381 on 127.0.0.1)
+#   make test   - lint, the test suite and the interop suite, through tox
+
+PYTHON ?= python3
+VENV   := .venv
+
+.PHONY: run test clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet '.[test,dev]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet --no-deps --force-reinstall .
+	$(VENV)/bin/twistd -n --pidfile= quicx $(ARGS)
+
+test: $(VENV)/.installed
+	$(VENV)/bin/tox run -e lint,py311,interop
+
+clean:
+	rm -rf $(VENV) .tox build *.egg-info

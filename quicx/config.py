@@ -1,0 +1,267 @@
+"""
+Configuration: C{quicx.conf} and the built-in default.
+
+The file format is the reference product's: C{[section]} headers and
+C{key = value} lines, C{#} or C{;} comments, and the C{class} key repeated
+once per size class.  It is parsed here rather than with L{configparser}
+because keys repeat and every error must name the file and line.
+
+Files written for the reference product (C{[server] port}, C{[allocator]
+pool_size} and C{class}) work unchanged; the other keys are additions
+documented in C{docs/configuration.md}.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from attrs import field, frozen
+
+from quicx import pmad
+from quicx.wire import MAX_TYPE_LENGTH
+
+DEFAULT_PORT = 16381
+DEFAULT_HEARTBEAT_INTERVAL = 30.0
+DEFAULT_HEARTBEAT_TIMEOUT = 90.0
+
+
+class ConfigError(Exception):
+    """
+    The configuration cannot be used; the message names where and why.
+    """
+
+
+@frozen
+class Config:
+    """
+    Everything the daemon is configured with.
+
+    @ivar listen: endpoint descriptions to listen on; when empty, the daemon
+        listens on C{tcp:PORT:interface=127.0.0.1}.
+    @ivar allowed_types: the task types a SUBMIT may name, or C{None} for any.
+    @ivar source: where the configuration came from, for the start-up log.
+    """
+
+    port: int = DEFAULT_PORT
+    listen: tuple[str, ...] = ()
+    pool_size: int = pmad.DEFAULT_POOL_SIZE
+    classes: tuple[pmad.SizeClass, ...] = field(factory=lambda: tuple(pmad.default_classes()))
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+    allowed_types: frozenset[bytes] | None = None
+    source: str = "built-in default"
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return self.listen or (f"tcp:{self.port}:interface=127.0.0.1",)
+
+
+_SIZE = re.compile(r"(?i)^\s*(\d+)\s*(k|kb|kib|m|mb|mib|g|gb|gib)?\s*$")
+_MULTIPLIERS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Parse C{8388608}, C{8M}, C{8MiB} (binary multiples) into bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size in bytes (like 8388608 or 8MiB)")
+    number, unit = match.groups()
+    return int(number) * (_MULTIPLIERS[unit[0].lower()] if unit else 1)
+
+
+def parse_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < 1e9:
+        raise ValueError(f"{text} seconds is out of range")
+    return value
+
+
+def _parse_port(text: str) -> int:
+    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+        raise ValueError(f"{text!r} is not a port number (0 to 65535)")
+    return int(text)
+
+
+def _parse_class(text: str) -> pmad.SizeClass:
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2:
+        raise ValueError(f"{text!r} is not SIZE,PERCENT")
+    try:
+        size = parse_size(parts[0])
+        percent = Decimal(parts[1].rstrip("%"))
+    except (ValueError, InvalidOperation):
+        raise ValueError(f"{text!r} is not SIZE,PERCENT") from None
+    return pmad.SizeClass(size, percent)
+
+
+def _parse_task_type(text: str) -> bytes:
+    encoded = text.encode("utf-8")
+    if not 0 < len(encoded) <= MAX_TYPE_LENGTH:
+        raise ValueError(f"a task type is 1 to {MAX_TYPE_LENGTH} bytes")
+    return encoded
+
+
+_Setter = Callable[[str], object]
+
+# (section, key) -> (parser, repeatable)
+_KEYS: dict[tuple[str, str], tuple[_Setter, bool]] = {
+    ("server", "port"): (_parse_port, False),
+    ("server", "listen"): (str.strip, True),
+    ("server", "heartbeat_interval"): (parse_seconds, False),
+    ("server", "heartbeat_timeout"): (parse_seconds, False),
+    ("allocator", "pool_size"): (parse_size, False),
+    ("allocator", "class"): (_parse_class, True),
+    ("tasks", "allow"): (_parse_task_type, True),
+}
+
+
+@frozen
+class _Entry:
+    value: object
+    line: int
+
+
+def parse(text: str, source: str = "<string>") -> Config:
+    """
+    Parse the text of a C{quicx.conf}.
+
+    @raise ConfigError: with C{source:line:} and the reason.
+    """
+    entries: dict[tuple[str, str], list[_Entry]] = {}
+    section: str | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        where = f"{source}:{number}"
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            if not line.endswith("]"):
+                raise ConfigError(f"{where}: malformed section header {line!r}")
+            section = line[1:-1].strip().lower()
+            if section not in {s for s, _ in _KEYS}:
+                raise ConfigError(f"{where}: unknown section [{section}]")
+            continue
+        key, equals, value = line.partition("=")
+        key = key.strip().lower()
+        if not equals:
+            raise ConfigError(f"{where}: expected 'key = value', got {line!r}")
+        if section is None:
+            raise ConfigError(f"{where}: '{key}' appears before any [section]")
+        if (section, key) not in _KEYS:
+            raise ConfigError(f"{where}: unknown key '{key}' in [{section}]")
+        parser, repeatable = _KEYS[section, key]
+        previous = entries.setdefault((section, key), [])
+        if previous and not repeatable:
+            raise ConfigError(
+                f"{where}: '{key}' is set again (first set on line {previous[0].line})"
+            )
+        try:
+            previous.append(_Entry(parser(value.strip()), number))
+        except ValueError as e:
+            raise ConfigError(f"{where}: {key}: {e}") from None
+    return _build(entries, source)
+
+
+def _build(entries: dict[tuple[str, str], list[_Entry]], source: str) -> Config:
+    def one(section: str, key: str, default: object) -> object:
+        found = entries.get((section, key))
+        return found[0].value if found else default
+
+    def many(section: str, key: str) -> list[_Entry]:
+        return entries.get((section, key), [])
+
+    defaults = Config()
+    class_entries = many("allocator", "class")
+    classes = (
+        tuple(e.value for e in class_entries) if class_entries else defaults.classes  # type: ignore[misc]
+    )
+    pool_size = one("allocator", "pool_size", defaults.pool_size)
+    allowed = many("tasks", "allow")
+    config = Config(
+        port=one("server", "port", defaults.port),  # type: ignore[arg-type]
+        listen=tuple(e.value for e in many("server", "listen")),  # type: ignore[misc]
+        pool_size=pool_size,  # type: ignore[arg-type]
+        classes=classes,  # type: ignore[arg-type]
+        heartbeat_interval=one("server", "heartbeat_interval", defaults.heartbeat_interval),  # type: ignore[arg-type]
+        heartbeat_timeout=one("server", "heartbeat_timeout", defaults.heartbeat_timeout),  # type: ignore[arg-type]
+        allowed_types=frozenset(e.value for e in allowed) if allowed else None,  # type: ignore[misc]
+        source=source,
+    )
+
+    def line_of(section: str, key: str, index: int = 0) -> str:
+        found = entries.get((section, key))
+        return f"{source}:{found[index].line}" if found else source
+
+    try:
+        validate(config)
+    except pmad.LayoutError as e:
+        if e.index is not None and class_entries:
+            where = line_of("allocator", "class", min(e.index, len(class_entries) - 1))
+        elif class_entries:
+            where = line_of("allocator", "class")
+        else:
+            where = line_of("allocator", "pool_size")
+        raise ConfigError(f"{where}: {e}") from None
+    except _HeartbeatError as e:
+        raise ConfigError(f"{line_of('server', 'heartbeat_timeout')}: {e}") from None
+    return config
+
+
+class _HeartbeatError(ValueError):
+    pass
+
+
+def validate(config: Config) -> None:
+    """
+    Check a configuration as a whole, building (and releasing) its pool so
+    that a layout that does not fit is refused before the daemon starts.
+
+    @raise pmad.LayoutError: the allocator layout is unusable.
+    @raise ValueError: the heartbeat settings contradict each other.
+    """
+    if config.heartbeat_interval and config.heartbeat_timeout <= config.heartbeat_interval:
+        raise _HeartbeatError(
+            f"heartbeat_timeout ({config.heartbeat_timeout:g} s) must be longer than"
+            f" heartbeat_interval ({config.heartbeat_interval:g} s)"
+        )
+    pmad.Pmad(config.pool_size, list(config.classes)).close()
+
+
+def load(path: str | Path) -> Config:
+    """
+    Read and parse C{path}.
+
+    @raise ConfigError: the file cannot be read or is invalid.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read configuration: {e}") from None
+    return parse(text, str(path))
+
+
+def render(config: Config) -> str:
+    """The text of a C{quicx.conf} equivalent to C{config} (C{quicx init})."""
+    lines = [
+        "# quicx.conf -- see docs/configuration.md",
+        "",
+        "[server]",
+        f"port = {config.port}",
+        *(f"listen = {endpoint}" for endpoint in config.listen),
+        f"heartbeat_interval = {config.heartbeat_interval:g}",
+        f"heartbeat_timeout = {config.heartbeat_timeout:g}",
+        "",
+        "[allocator]",
+        f"pool_size = {config.pool_size}",
+        *(f"class = {c.size},{c.percent}" for c in config.classes),
+    ]
+    if config.allowed_types is not None:
+        lines += ["", "[tasks]"]
+        lines += [f"allow = {t.decode()}" for t in sorted(config.allowed_types)]
+    return "\n".join(lines) + "\n"

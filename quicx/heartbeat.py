@@ -1,0 +1,71 @@
+"""
+Heartbeats: keeping idle connections alive and dropping dead peers.
+
+Every C{interval / 4} seconds the L{HeartbeatService} looks at each session:
+one silent for C{interval} seconds is sent a HEARTBEAT (again every
+C{interval} while it stays silent), and one silent for C{timeout} seconds is
+disconnected -- its task, if it holds one, goes back to the queue.
+
+A worker that holds a task is never dropped for silence: the reference worker
+runs its handler on the thread that reads the socket, so a healthy worker busy
+with a long task cannot answer.  A dead worker holding a task is found when
+TCP reports the connection lost (or, later, by a per-task timeout).
+"""
+
+from __future__ import annotations
+
+from twisted.application.service import Service
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from quicx.queue import QueueService
+from quicx.wire import HEARTBEAT_FRAME
+
+
+class HeartbeatService(Service):
+    """
+    Sends HEARTBEAT to silent peers and drops those silent past the timeout.
+
+    @ivar interval: seconds of silence before a HEARTBEAT; 0 disables.
+    @ivar timeout: seconds of silence before the peer is dropped.
+    """
+
+    log = Logger(namespace="quicx.heartbeat")
+
+    def __init__(
+        self, queue: QueueService, interval: float, timeout: float, clock: IReactorTime
+    ) -> None:
+        self.queue = queue
+        self.interval = interval
+        self.timeout = timeout
+        self.clock = clock
+        self._loop: LoopingCall | None = None
+
+    def startService(self) -> None:
+        super().startService()
+        if self.interval > 0:
+            self._loop = LoopingCall(self.check)
+            self._loop.clock = self.clock
+            self._loop.start(self.interval / 4, now=False)
+
+    def stopService(self) -> None:
+        super().stopService()
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
+    def check(self) -> None:
+        """One pass over every session."""
+        now = self.clock.seconds()
+        for session in list(self.queue.sessions.values()):
+            silent = now - session.last_received
+            if silent >= self.timeout and session.task is None:
+                self.log.info(
+                    "dropping {peer}: silent for {silent:.1f} s",
+                    peer=session.peer.peer_name,
+                    silent=silent,
+                )
+                session.peer.disconnect()
+            elif silent >= self.interval and now - session.heartbeat_sent >= self.interval:
+                session.heartbeat_sent = now
+                session.peer.sendFrame(HEARTBEAT_FRAME)

@@ -1,0 +1,403 @@
+"""
+The queue: the one owner of the daemon's state.
+
+L{QueueService} holds the PMAD pool, the FIFO of queued tasks, the idle
+workers, the task each worker holds, and the counters.  It speaks in frames
+(built with L{quicx.wire}) to L{IPeer}s but knows nothing of sockets: the
+server protocol feeds it decoded messages and it answers through the peer.
+
+Each connection is a L{Session}, created and owned here; the protocol only
+holds a reference to pass back in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from enum import Enum
+
+from attrs import define, frozen
+from twisted.application.service import Service
+from twisted.logger import Logger
+from zope.interface import Attribute, Interface, implementer
+
+from quicx import pmad, wire
+from quicx.wire import ErrorCode
+
+
+class IPeer(Interface):
+    """The far end of a connection, as the queue sees it."""
+
+    peer_name = Attribute("A short description of the peer for logs.")
+
+    def sendFrame(data: bytes) -> None:
+        """Send one or more encoded frames."""
+
+    def disconnect() -> None:
+        """Close the connection; L{QueueService.close_session} follows."""
+
+
+class Role(Enum):
+    """What a connection is, decided by its first frame."""
+
+    NEW = "new"
+    PRODUCER = "producer"
+    WORKER = "worker"
+    MONITOR = "monitor"
+
+
+@define(eq=False)
+class Task:
+    """
+    A live task: queued, or held by a worker.
+
+    The payload is not here: it lives in PMAD block C{block}.
+
+    @ivar producer: the session that submitted it, told of the outcome.
+    @ivar attempts: how many times it has been handed to a worker.
+    """
+
+    task_id: int
+    task_type: bytes
+    block: int
+    size: int
+    producer: Session
+    attempts: int = 0
+
+
+@define(eq=False)
+class Session:
+    """
+    One connection's state.
+
+    @ivar task: the task this worker holds, or C{None}.
+    @ivar idle: whether this worker is waiting for a task.
+    @ivar last_received: when anything last arrived from the peer.
+    @ivar heartbeat_sent: when the daemon last sent it a HEARTBEAT.
+    """
+
+    session_id: int
+    peer: IPeer
+    last_received: float
+    role: Role = Role.NEW
+    task: Task | None = None
+    idle: bool = False
+    heartbeat_sent: float = 0.0
+    connected: bool = True
+
+
+@frozen
+class Counters:
+    """Totals since start, for the status view."""
+
+    submitted: int
+    completed: int
+    failed: int
+    rejected: int
+    requeued: int
+
+
+class ITaskObserver(Interface):
+    """
+    Told of every step of a task's life, synchronously and in order.
+
+    The seam for lifecycle events and a write-ahead journal: an observer must
+    not block the reactor.
+    """
+
+    def submitted(task: Task, payload: bytes) -> None:
+        """C{task} was accepted; its OK is about to be sent."""
+
+    def rejected(session: Session, code: ErrorCode, reason: str) -> None:
+        """A SUBMIT from C{session} was refused with C{code}."""
+
+    def dispatched(task: Task, worker: Session) -> None:
+        """C{task} was sent to C{worker}."""
+
+    def completed(task: Task, worker: Session) -> None:
+        """C{worker} reported C{task} done; its block is already free."""
+
+    def failed(task: Task, worker: Session, reason: str) -> None:
+        """C{worker} reported C{task} failed with C{reason}."""
+
+    def requeued(task: Task, cause: str) -> None:
+        """C{task} went back to the head of the queue."""
+
+    def dropped(task: Task, cause: str) -> None:
+        """C{task} was discarded (the daemon stopped with it still live)."""
+
+
+@implementer(ITaskObserver)
+class FailureLog:
+    """Logs every FAILED reason, as the protocol page says the daemon does."""
+
+    log = Logger(namespace="quicx.tasks")
+
+    def submitted(self, task: Task, payload: bytes) -> None:
+        pass
+
+    def rejected(self, session: Session, code: ErrorCode, reason: str) -> None:
+        pass
+
+    def dispatched(self, task: Task, worker: Session) -> None:
+        pass
+
+    def completed(self, task: Task, worker: Session) -> None:
+        pass
+
+    def failed(self, task: Task, worker: Session, reason: str) -> None:
+        self.log.info(
+            "task {task_id} ({task_type}) failed on {worker}: {reason}",
+            task_id=task.task_id,
+            task_type=task.task_type.decode("utf-8", "replace"),
+            worker=worker.peer.peer_name,
+            reason=reason,
+        )
+
+    def requeued(self, task: Task, cause: str) -> None:
+        self.log.info("task {task_id} requeued: {cause}", task_id=task.task_id, cause=cause)
+
+    def dropped(self, task: Task, cause: str) -> None:
+        pass
+
+
+class ProtocolViolation(Exception):
+    """A well-formed message that is not allowed now (answered ERROR 0x02)."""
+
+
+class QueueService(Service):
+    """
+    The task queue.
+
+    @ivar pool: the allocator every payload lives in.
+    @ivar allowed_types: task types a SUBMIT may name (C{None}: any).
+    @ivar observers: told of each step of every task's life.
+    @ivar sessions: the open connections by session id.
+    """
+
+    log = Logger(namespace="quicx.queue")
+
+    def __init__(
+        self,
+        pool: pmad.Pmad,
+        allowed_types: frozenset[bytes] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pool = pool
+        self.allowed_types = allowed_types
+        self.clock = clock
+        self.observers: list[ITaskObserver] = []
+        self.sessions: dict[int, Session] = {}
+        self.started_at = clock()
+        self._queue: deque[Task] = deque()
+        self._idle: OrderedDict[int, Session] = OrderedDict()
+        self._live: dict[int, Task] = {}
+        self._workers = 0
+        self._last_task_id = 0
+        self._last_session_id = 0
+        self._submitted = 0
+        self._completed = 0
+        self._failed = 0
+        self._rejected = 0
+        self._requeued = 0
+
+    # -- sessions -----------------------------------------------------------
+
+    def open_session(self, peer: IPeer) -> Session:
+        self._last_session_id += 1
+        session = Session(self._last_session_id, peer, self.clock())
+        self.sessions[session.session_id] = session
+        return session
+
+    def close_session(self, session: Session) -> None:
+        """Forget a connection; a task it held goes back to the queue's head."""
+        session.connected = False
+        self.sessions.pop(session.session_id, None)
+        self._idle.pop(session.session_id, None)
+        if session.role is Role.WORKER:
+            self._workers -= 1
+        task = session.task
+        if task is not None:
+            session.task = None
+            self._requeue(task, f"worker {session.peer.peer_name} disconnected")
+            self._dispatch()
+
+    def claim_role(self, session: Session, role: Role) -> None:
+        """
+        Give a new connection its role, or check it has C{role} already.
+
+        @raise ProtocolViolation: the connection has another role.
+        """
+        if session.role is role:
+            return
+        if session.role is not Role.NEW:
+            raise ProtocolViolation(
+                f"a {session.role.value} connection cannot act as a {role.value}"
+            )
+        session.role = role
+        if role is Role.WORKER:
+            self._workers += 1
+
+    # -- producers ------------------------------------------------------------
+
+    def submit(self, session: Session, task_type: bytes, payload: bytes) -> None:
+        """Accept a task and answer OK, or answer the ERROR that says why not."""
+        if self.allowed_types is not None and task_type not in self.allowed_types:
+            self._reject(
+                session,
+                ErrorCode.UNKNOWN_TASK_TYPE,
+                f"unknown task type: {task_type.decode('utf-8', 'replace')}",
+            )
+            return
+        pool = self.pool
+        try:
+            # An empty payload still takes the smallest block: every live task
+            # holds a block, so the pool bounds how many tasks there are.
+            block = pool.allocate(len(payload) or 1)
+        except pmad.AllocationTooLarge as e:
+            self._reject(session, ErrorCode.PAYLOAD_TOO_LARGE, str(e))
+            return
+        except pmad.PoolExhausted as e:
+            self._reject(session, ErrorCode.QUEUE_FULL, f"queue full: {e}")
+            return
+        pool.write(block, payload)
+        task = Task(self._next_task_id(), task_type, block, len(payload), session)
+        self._live[task.task_id] = task
+        self._submitted += 1
+        for observer in self.observers:
+            observer.submitted(task, payload)
+        session.peer.sendFrame(wire.encode_ok(task.task_id))
+        self._queue.append(task)
+        if self._idle:
+            self._dispatch()
+
+    def _reject(self, session: Session, code: ErrorCode, reason: str) -> None:
+        self._rejected += 1
+        for observer in self.observers:
+            observer.rejected(session, code, reason)
+        session.peer.sendFrame(wire.encode_error(code, reason))
+
+    def _next_task_id(self) -> int:
+        # Ids increase and wrap after 2**32 - 1, skipping ids still live.
+        task_id = self._last_task_id
+        while True:
+            task_id = task_id + 1 if task_id < wire.MAX_TASK_ID else 1
+            if task_id not in self._live:
+                self._last_task_id = task_id
+                return task_id
+
+    # -- workers ----------------------------------------------------------------
+
+    def ready(self, session: Session) -> None:
+        """A worker asks for work: TASK if one is queued, else WAIT."""
+        if session.task is not None:
+            # Already busy: not an error, and no second task.
+            return
+        self._idle[session.session_id] = session
+        session.idle = True
+        if self._queue:
+            self._dispatch()
+        else:
+            session.peer.sendFrame(wire.WAIT_FRAME)
+
+    def done(self, session: Session, task_id: int) -> None:
+        task = self._finish(session, task_id)
+        self._completed += 1
+        for observer in self.observers:
+            observer.completed(task, session)
+        if task.producer.connected:
+            task.producer.peer.sendFrame(wire.encode_done(task_id))
+        self._become_idle(session)
+
+    def failed(self, session: Session, task_id: int, reason: str) -> None:
+        task = self._finish(session, task_id)
+        self._failed += 1
+        for observer in self.observers:
+            observer.failed(task, session, reason)
+        if task.producer.connected:
+            task.producer.peer.sendFrame(wire.encode_failed(task_id, reason))
+        self._become_idle(session)
+
+    def _finish(self, session: Session, task_id: int) -> Task:
+        """Take back the task C{session} holds and free its block."""
+        if session.role is not Role.WORKER:
+            raise ProtocolViolation(
+                f"a {session.role.value} connection reported task {task_id};"
+                " only the worker holding a task may"
+            )
+        task = session.task
+        if task is None or task.task_id != task_id:
+            held = "no task" if task is None else f"task {task.task_id}"
+            raise ProtocolViolation(f"task {task_id} is not held by this worker ({held})")
+        session.task = None
+        del self._live[task_id]
+        # Free before the producer hears of the outcome: the protocol promises
+        # the slot is back in PMAD by then.
+        self.pool.free(task.block)
+        return task
+
+    def _become_idle(self, session: Session) -> None:
+        # After DONE/FAILED a worker is idle without a new READY.
+        self._idle[session.session_id] = session
+        session.idle = True
+        if self._queue:
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand queued tasks to idle workers, oldest first on both sides."""
+        queue, idle, pool = self._queue, self._idle, self.pool
+        while queue and idle:
+            _, worker = idle.popitem(last=False)
+            worker.idle = False
+            task = queue.popleft()
+            task.attempts += 1
+            worker.task = task
+            worker.peer.sendFrame(
+                wire.encode_task(task.task_id, task.task_type, pool.read(task.block))
+            )
+            for observer in self.observers:
+                observer.dispatched(task, worker)
+
+    def _requeue(self, task: Task, cause: str) -> None:
+        self._queue.appendleft(task)
+        self._requeued += 1
+        for observer in self.observers:
+            observer.requeued(task, cause)
+
+    # -- everyone -----------------------------------------------------------------
+
+    def stats(self) -> wire.StatsResponse:
+        return wire.StatsResponse(
+            queue_depth=len(self._queue),
+            workers_total=self._workers,
+            workers_idle=len(self._idle),
+            pmad_bytes_used=self.pool.bytes_used,
+            pmad_bytes_total=self.pool.bytes_total,
+        )
+
+    def counters(self) -> Counters:
+        return Counters(
+            self._submitted, self._completed, self._failed, self._rejected, self._requeued
+        )
+
+    @property
+    def tasks_running(self) -> int:
+        """Tasks held by workers right now."""
+        return len(self._live) - len(self._queue)
+
+    def stopService(self) -> None:
+        super().stopService()
+        queued, running = len(self._queue), self.tasks_running
+        for task in self._live.values():
+            for observer in self.observers:
+                observer.dropped(task, "daemon stopped")
+        if queued or running:
+            self.log.warn(
+                "stopping with {queued} queued and {running} running tasks;"
+                " without a journal they are dropped",
+                queued=queued,
+                running=running,
+            )
+        else:
+            self.log.info("stopping with no live tasks")

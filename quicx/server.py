@@ -1,0 +1,138 @@
+"""
+The server protocol: a thin Twisted shell around L{QueueService}.
+
+Each connection decodes its frames, checks that the message suits the
+connection's role (taken from its first frame: SUBMIT makes a producer, READY
+a worker, STATS a monitor), and hands the message to the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import suppress
+
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from quicx import wire
+from quicx.framing import FrameReceiver
+from quicx.queue import IPeer, ProtocolViolation, QueueService, Role, Session
+from quicx.wire import ErrorCode, MessageType
+
+
+@implementer(IPeer)
+class QuicxServerProtocol(FrameReceiver):
+    """One client connection to the daemon."""
+
+    log = Logger(namespace="quicx.server")
+    factory: QuicxServerFactory
+    session: Session
+
+    def connectionMade(self) -> None:
+        self.maxLength = self.factory.max_length
+        super().connectionMade()
+        peer = self.transport.getPeer()  # type: ignore[union-attr]
+        host = getattr(peer, "host", None)
+        self.peer_name = f"{host}:{peer.port}" if host else str(peer)
+        # Replies are small and latency matters: never wait for Nagle.  UNIX
+        # sockets have no such option.
+        with suppress(AttributeError, OSError):
+            self.transport.setTcpNoDelay(True)  # type: ignore[union-attr]
+        self.queue = self.factory.queue
+        self.session = self.queue.open_session(self)
+        self._clock = self.queue.clock
+
+    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+        self.queue.close_session(self.session)
+
+    # -- IPeer -------------------------------------------------------------------
+
+    def sendFrame(self, data: bytes) -> None:
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    def disconnect(self) -> None:
+        self.transport.abortConnection()  # type: ignore[union-attr]
+
+    # -- frames --------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        self.session.last_received = self._clock()
+        super().dataReceived(data)
+
+    def frameRejected(self, code: ErrorCode, reason: str) -> None:
+        self.sendFrame(wire.encode_error(code, reason))
+
+    def frameReceived(self, message_type: int, payload: bytes) -> None:
+        handler = _HANDLERS.get(message_type)
+        if handler is None:
+            self.frameRejected(
+                ErrorCode.INVALID_MESSAGE,
+                f"{MessageType(message_type).name} is sent by the daemon, not to it",
+            )
+            return
+        try:
+            handler(self, payload)
+        except (wire.MalformedMessage, ProtocolViolation) as e:
+            self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
+
+    def _submit(self, payload: bytes) -> None:
+        message = wire.decode_submit(payload)
+        self.queue.claim_role(self.session, Role.PRODUCER)
+        self.queue.submit(self.session, message.task_type, message.payload)
+
+    def _ready(self, payload: bytes) -> None:
+        wire.decode_ready(payload)
+        self.queue.claim_role(self.session, Role.WORKER)
+        self.queue.ready(self.session)
+
+    def _done(self, payload: bytes) -> None:
+        message = wire.decode_done(payload)
+        self.queue.done(self.session, message.task_id)
+
+    def _failed(self, payload: bytes) -> None:
+        message = wire.decode_failed(payload)
+        self.queue.failed(self.session, message.task_id, message.reason)
+
+    def _heartbeat(self, payload: bytes) -> None:
+        wire.decode_heartbeat(payload)
+        self.sendFrame(wire.PONG_FRAME)
+
+    def _pong(self, payload: bytes) -> None:
+        # Its arrival already counted as a sign of life.
+        wire.decode_pong(payload)
+
+    def _stats(self, payload: bytes) -> None:
+        wire.decode_stats(payload)
+        # Any connection may ask; a new one becomes a monitor.
+        if self.session.role is Role.NEW:
+            self.queue.claim_role(self.session, Role.MONITOR)
+        self.sendFrame(wire.encode_stats_response(self.queue.stats()))
+
+
+_HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
+    MessageType.SUBMIT: QuicxServerProtocol._submit,
+    MessageType.READY: QuicxServerProtocol._ready,
+    MessageType.DONE: QuicxServerProtocol._done,
+    MessageType.FAILED: QuicxServerProtocol._failed,
+    MessageType.HEARTBEAT: QuicxServerProtocol._heartbeat,
+    MessageType.PONG: QuicxServerProtocol._pong,
+    MessageType.STATS: QuicxServerProtocol._stats,
+}
+
+
+class QuicxServerFactory(Factory):
+    """
+    Builds L{QuicxServerProtocol}s that share one L{QueueService}.
+
+    @ivar max_length: the largest frame payload accepted: a SUBMIT of the
+        largest size class with the longest task type.
+    """
+
+    protocol = QuicxServerProtocol
+    noisy = False
+
+    def __init__(self, queue: QueueService) -> None:
+        self.queue = queue
+        self.max_length = queue.pool.max_size + wire.SUBMIT_TYPE_OVERHEAD

@@ -1,0 +1,229 @@
+"""
+The daemon as a Twisted application: C{twistd -n quicx}.
+
+L{Options} parses the command line, L{makeService} builds the service tree:
+
+    QuicxDaemon (MultiService)
+      +- QueueService        the state
+      +- HeartbeatService    liveness
+      +- ListenerService...  one per endpoint string
+
+Services stop in reverse order, so on SIGTERM the listeners close first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from twisted.application.service import IService, MultiService, Service
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IListeningPort, IReactorCore
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger
+from twisted.python import usage
+from twisted.python.failure import Failure
+
+from quicx import __version__, pmad, wire
+from quicx import config as configuration
+from quicx.heartbeat import HeartbeatService
+from quicx.queue import FailureLog, QueueService
+from quicx.server import QuicxServerFactory
+
+
+def human_bytes(count: float) -> str:
+    """C{8388608} -> C{'8.0 MiB'}."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+class Options(usage.Options):
+    synopsis = "[options]"
+    longdesc = (
+        "Run the Quicx task-queue daemon. Without --config it runs on the"
+        " built-in default: tcp:16381 on 127.0.0.1, an 8 MiB pool of 64 size"
+        " classes from 16 to 1024 bytes."
+    )
+    optParameters = [
+        ["config", "c", None, "Read the configuration from this quicx.conf."],
+        [
+            "heartbeat-interval",
+            None,
+            None,
+            "Seconds of silence before a HEARTBEAT (0: off).",
+            configuration.parse_seconds,
+        ],
+        [
+            "heartbeat-timeout",
+            None,
+            None,
+            "Seconds of silence before a peer is dropped.",
+            configuration.parse_seconds,
+        ],
+        [
+            "pool-size",
+            None,
+            None,
+            "PMAD pool size in bytes (suffixes K, M, G).",
+            configuration.parse_size,
+        ],
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self["listen"] = []
+        self["allow"] = []
+
+    def opt_listen(self, endpoint: str) -> None:
+        """Listen on this endpoint string, e.g. tcp:16381 (repeatable; replaces the config's)."""
+        self["listen"].append(endpoint)
+
+    def opt_allow(self, task_type: str) -> None:
+        """Accept SUBMITs of this task type only (repeatable)."""
+        self["allow"].append(task_type.encode("utf-8"))
+
+    def opt_version(self) -> None:
+        """Print the version and exit."""
+        print(f"quicx {__version__} protocol {wire.PROTOCOL_VERSION}")
+        raise SystemExit(0)
+
+    def load_config(self) -> configuration.Config:
+        """
+        The file's (or built-in) configuration with the flags applied.
+
+        @raise configuration.ConfigError: the result is unusable.
+        """
+        base = configuration.load(self["config"]) if self["config"] else configuration.Config()
+        overrides: dict[str, Any] = {}
+        if self["listen"]:
+            overrides["listen"] = tuple(self["listen"])
+        if self["allow"]:
+            overrides["allowed_types"] = frozenset(self["allow"])
+        for option, name in (
+            ("heartbeat-interval", "heartbeat_interval"),
+            ("heartbeat-timeout", "heartbeat_timeout"),
+            ("pool-size", "pool_size"),
+        ):
+            if self[option] is not None:
+                overrides[name] = self[option]
+        result = attrs.evolve(base, **overrides)
+        if overrides:
+            try:
+                configuration.validate(result)
+            except (ValueError, pmad.LayoutError) as e:
+                raise configuration.ConfigError(f"command line: {e}") from None
+        return result
+
+
+class ListenerService(Service):
+    """
+    Listens on one endpoint string and logs the address actually bound (so
+    C{tcp:0} reports its port).  A failure to listen stops start-up with a
+    one-line error, as C{strports} services do with a traceback.
+    """
+
+    log = Logger(namespace="quicx.daemon")
+
+    def __init__(self, reactor: IReactorCore, description: str, factory: Factory) -> None:
+        self.reactor = reactor
+        self.description = description
+        self.factory = factory
+        self.port: IListeningPort | None = None
+
+    def privilegedStartService(self) -> None:
+        super().privilegedStartService()
+        outcome: list[Any] = []
+        try:
+            endpoint = serverFromString(self.reactor, self.description)
+            endpoint.listen(self.factory).addBoth(outcome.append)
+        except ValueError as e:
+            raise SystemExit(f"quicx: bad listen address {self.description!r}: {e}") from None
+        if isinstance(outcome[0], Failure):
+            raise SystemExit(
+                f"quicx: cannot listen on {self.description}: {outcome[0].getErrorMessage()}"
+            )
+        self.port = outcome[0]
+        host = self.port.getHost()  # type: ignore[union-attr]
+        address = f"{host.host}:{host.port}" if hasattr(host, "port") else str(host.name)
+        self.log.info(
+            "listening on {address} ({description})",
+            address=address,
+            description=self.description,
+        )
+
+    def stopService(self) -> Any:
+        super().stopService()
+        if self.port is not None:
+            port, self.port = self.port, None
+            return port.stopListening()
+        return None
+
+
+class QuicxDaemon(MultiService):
+    """The whole daemon; logs its configuration as it starts."""
+
+    log = Logger(namespace="quicx.daemon")
+
+    def __init__(self, config: configuration.Config, queue: QueueService) -> None:
+        super().__init__()
+        self.config = config
+        self.queue = queue
+
+    def privilegedStartService(self) -> None:
+        config, pool = self.config, self.queue.pool
+        self.log.info(
+            "Quicx {version} (protocol v{protocol}); config: {source}",
+            version=__version__,
+            protocol=wire.PROTOCOL_VERSION,
+            source=config.source,
+        )
+        self.log.info(
+            "port {port}; pool {pool} ({pool_bytes} bytes) in {count} size classes,"
+            " {metadata} bytes of metadata",
+            port=config.port,
+            pool=human_bytes(pool.pool_size),
+            pool_bytes=pool.pool_size,
+            count=len(pool.classes),
+            metadata=pool.metadata_bytes,
+        )
+        for size_class, blocks in zip(pool.classes, pool.blocks_total, strict=True):
+            self.log.info(
+                "  class {size:>7} B  {percent:>5}%  {blocks:>8} blocks",
+                size=size_class.size,
+                percent=str(size_class.percent),
+                blocks=blocks,
+            )
+        types = config.allowed_types
+        self.log.info(
+            "heartbeat every {interval:g} s of silence, drop after {timeout:g} s;"
+            " task types: {types}",
+            interval=config.heartbeat_interval,
+            timeout=config.heartbeat_timeout,
+            types=", ".join(sorted(t.decode() for t in types)) if types else "any",
+        )
+        super().privilegedStartService()
+
+
+def makeService(options: Options, reactor: Any = None) -> IService:
+    """Build the daemon from parsed options."""
+    if reactor is None:
+        from twisted.internet import reactor  # type: ignore[no-redef]
+    try:
+        config = options.load_config()
+    except configuration.ConfigError as e:
+        raise SystemExit(f"quicx: {e}") from None
+    pool = pmad.Pmad(config.pool_size, list(config.classes))
+    queue = QueueService(pool, config.allowed_types, clock=reactor.seconds)
+    queue.observers.append(FailureLog())
+    daemon = QuicxDaemon(config, queue)
+    queue.setServiceParent(daemon)
+    HeartbeatService(
+        queue, config.heartbeat_interval, config.heartbeat_timeout, reactor
+    ).setServiceParent(daemon)
+    factory = QuicxServerFactory(queue)
+    for description in config.endpoints:
+        ListenerService(reactor, description, factory).setServiceParent(daemon)
+    return daemon

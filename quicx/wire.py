@@ -1,0 +1,367 @@
+"""
+The Quicx wire format: constants and pure encode/decode functions.
+
+Every frame is a 6-byte header -- version (u8), message type (u8), payload
+length (big-endian u32) -- followed by exactly C{length} payload bytes.  This
+module knows nothing of sockets or reactors; the daemon, every client and the
+tests share it.
+
+Encoders return a whole frame (header included) as C{bytes}.  Decoders take a
+payload (header already stripped by the framer) and return a message object,
+or raise L{MalformedMessage}.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from enum import IntEnum
+
+from attrs import frozen
+
+PROTOCOL_VERSION = 1
+
+HEADER = struct.Struct(">BBI")
+HEADER_SIZE = HEADER.size
+TASK_ID = struct.Struct(">I")
+STATS_BODY = struct.Struct(">IIIQQ")
+
+MAX_TASK_ID = 0xFFFFFFFF
+MAX_TYPE_LENGTH = 255
+SUBMIT_TYPE_OVERHEAD = 1 + MAX_TYPE_LENGTH
+"""The most bytes a SUBMIT spends on its task type (length byte + type)."""
+
+
+class MessageType(IntEnum):
+    """The message opcodes of protocol version 1."""
+
+    SUBMIT = 0x01
+    OK = 0x02
+    ERROR = 0x03
+    READY = 0x04
+    TASK = 0x05
+    DONE = 0x06
+    FAILED = 0x07
+    WAIT = 0x08
+    HEARTBEAT = 0x09
+    PONG = 0x0A
+    STATS = 0x0B
+    STATS_RESPONSE = 0x0C
+
+
+KNOWN_TYPES = frozenset(MessageType)
+
+
+class ErrorCode(IntEnum):
+    """The codes an ERROR frame carries."""
+
+    QUEUE_FULL = 0x01
+    INVALID_MESSAGE = 0x02
+    PAYLOAD_TOO_LARGE = 0x03
+    UNKNOWN_TASK_TYPE = 0x04
+
+
+class MalformedMessage(ValueError):
+    """
+    A payload does not have the layout its message type requires.
+
+    The daemon answers it with ERROR 0x02 (invalid message).
+
+    @ivar message_type: the type of the offending frame.
+    """
+
+    def __init__(self, message_type: int, text: str) -> None:
+        super().__init__(text)
+        self.message_type = message_type
+
+
+# -- message objects -------------------------------------------------------
+
+
+@frozen
+class Submit:
+    task_type: bytes
+    payload: bytes
+
+
+@frozen
+class Ok:
+    task_id: int
+
+
+@frozen
+class Error:
+    code: int
+    message: str
+
+
+@frozen
+class Ready:
+    pass
+
+
+@frozen
+class Task:
+    task_id: int
+    task_type: bytes
+    payload: bytes
+
+
+@frozen
+class Done:
+    task_id: int
+
+
+@frozen
+class Failed:
+    task_id: int
+    reason: str
+
+
+@frozen
+class Wait:
+    pass
+
+
+@frozen
+class Heartbeat:
+    pass
+
+
+@frozen
+class Pong:
+    pass
+
+
+@frozen
+class StatsRequest:
+    pass
+
+
+@frozen
+class StatsResponse:
+    queue_depth: int
+    workers_total: int
+    workers_idle: int
+    pmad_bytes_used: int
+    pmad_bytes_total: int
+
+
+Message = (
+    Submit
+    | Ok
+    | Error
+    | Ready
+    | Task
+    | Done
+    | Failed
+    | Wait
+    | Heartbeat
+    | Pong
+    | StatsRequest
+    | StatsResponse
+)
+
+
+# -- encoders ---------------------------------------------------------------
+
+
+def frame(message_type: int, payload: bytes = b"") -> bytes:
+    """Prefix C{payload} with the version-1 header for C{message_type}."""
+    return HEADER.pack(PROTOCOL_VERSION, message_type, len(payload)) + payload
+
+
+def _type_header(task_type: bytes) -> bytes:
+    if not 0 < len(task_type) <= MAX_TYPE_LENGTH:
+        raise ValueError(f"a task type is 1 to {MAX_TYPE_LENGTH} bytes, not {len(task_type)}")
+    return bytes((len(task_type),)) + task_type
+
+
+def encode_submit(task_type: bytes, payload: bytes) -> bytes:
+    return frame(MessageType.SUBMIT, _type_header(task_type) + payload)
+
+
+def encode_ok(task_id: int) -> bytes:
+    return frame(MessageType.OK, TASK_ID.pack(task_id))
+
+
+def encode_error(code: int, message: str) -> bytes:
+    return frame(MessageType.ERROR, bytes((code,)) + message.encode("utf-8"))
+
+
+def encode_ready() -> bytes:
+    return READY_FRAME
+
+
+def encode_task(task_id: int, task_type: bytes, payload: bytes) -> bytes:
+    return frame(MessageType.TASK, TASK_ID.pack(task_id) + _type_header(task_type) + payload)
+
+
+def encode_done(task_id: int) -> bytes:
+    return frame(MessageType.DONE, TASK_ID.pack(task_id))
+
+
+def encode_failed(task_id: int, reason: str | bytes) -> bytes:
+    if isinstance(reason, str):
+        reason = reason.encode("utf-8")
+    return frame(MessageType.FAILED, TASK_ID.pack(task_id) + reason)
+
+
+def encode_wait() -> bytes:
+    return WAIT_FRAME
+
+
+def encode_heartbeat() -> bytes:
+    return HEARTBEAT_FRAME
+
+
+def encode_pong() -> bytes:
+    return PONG_FRAME
+
+
+def encode_stats() -> bytes:
+    return STATS_FRAME
+
+
+def encode_stats_response(stats: StatsResponse) -> bytes:
+    return frame(
+        MessageType.STATS_RESPONSE,
+        STATS_BODY.pack(
+            stats.queue_depth,
+            stats.workers_total,
+            stats.workers_idle,
+            stats.pmad_bytes_used,
+            stats.pmad_bytes_total,
+        ),
+    )
+
+
+READY_FRAME = frame(MessageType.READY)
+WAIT_FRAME = frame(MessageType.WAIT)
+HEARTBEAT_FRAME = frame(MessageType.HEARTBEAT)
+PONG_FRAME = frame(MessageType.PONG)
+STATS_FRAME = frame(MessageType.STATS)
+
+
+# -- decoders ---------------------------------------------------------------
+
+
+def _task_id(message_type: int, payload: bytes) -> int:
+    if len(payload) < TASK_ID.size:
+        raise MalformedMessage(
+            message_type,
+            f"{MessageType(message_type).name} needs a 4-byte task id, got {len(payload)} bytes",
+        )
+    return TASK_ID.unpack_from(payload)[0]
+
+
+def _split_type(message_type: int, payload: bytes, start: int) -> tuple[bytes, bytes]:
+    """Split C{[type_len][type][rest]} found at C{payload[start:]}."""
+    name = MessageType(message_type).name
+    if len(payload) <= start:
+        raise MalformedMessage(message_type, f"{name} has no task type length")
+    type_length = payload[start]
+    if type_length == 0:
+        raise MalformedMessage(message_type, f"{name} has an empty task type")
+    type_end = start + 1 + type_length
+    if type_end > len(payload):
+        raise MalformedMessage(
+            message_type,
+            f"{name} task type of {type_length} bytes runs past the {len(payload)}-byte payload",
+        )
+    return payload[start + 1 : type_end], payload[type_end:]
+
+
+def _exact(message_type: int, payload: bytes, size: int) -> None:
+    if len(payload) != size:
+        raise MalformedMessage(
+            message_type,
+            f"{MessageType(message_type).name} payload must be {size} bytes, got {len(payload)}",
+        )
+
+
+def decode_submit(payload: bytes) -> Submit:
+    return Submit(*_split_type(MessageType.SUBMIT, payload, 0))
+
+
+def decode_ok(payload: bytes) -> Ok:
+    _exact(MessageType.OK, payload, TASK_ID.size)
+    return Ok(TASK_ID.unpack(payload)[0])
+
+
+def decode_error(payload: bytes) -> Error:
+    if not payload:
+        raise MalformedMessage(MessageType.ERROR, "ERROR has no error code")
+    return Error(payload[0], payload[1:].decode("utf-8", errors="replace"))
+
+
+def decode_task(payload: bytes) -> Task:
+    task_id = _task_id(MessageType.TASK, payload)
+    task_type, body = _split_type(MessageType.TASK, payload, TASK_ID.size)
+    return Task(task_id, task_type, body)
+
+
+def decode_done(payload: bytes) -> Done:
+    _exact(MessageType.DONE, payload, TASK_ID.size)
+    return Done(TASK_ID.unpack(payload)[0])
+
+
+def decode_failed(payload: bytes) -> Failed:
+    task_id = _task_id(MessageType.FAILED, payload)
+    try:
+        reason = payload[TASK_ID.size :].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MalformedMessage(
+            MessageType.FAILED, f"FAILED reason is not UTF-8 ({e.reason} at byte {e.start})"
+        ) from None
+    return Failed(task_id, reason)
+
+
+def decode_stats_response(payload: bytes) -> StatsResponse:
+    _exact(MessageType.STATS_RESPONSE, payload, STATS_BODY.size)
+    return StatsResponse(*STATS_BODY.unpack(payload))
+
+
+def _empty(message_type: MessageType, message: Message) -> Callable[[bytes], Message]:
+    def decode_empty(payload: bytes) -> Message:
+        _exact(message_type, payload, 0)
+        return message
+
+    decode_empty.__name__ = f"decode_{message_type.name.lower()}"
+    return decode_empty
+
+
+decode_ready = _empty(MessageType.READY, Ready())
+decode_wait = _empty(MessageType.WAIT, Wait())
+decode_heartbeat = _empty(MessageType.HEARTBEAT, Heartbeat())
+decode_pong = _empty(MessageType.PONG, Pong())
+decode_stats = _empty(MessageType.STATS, StatsRequest())
+
+DECODERS: dict[int, Callable[[bytes], Message]] = {
+    MessageType.SUBMIT: decode_submit,
+    MessageType.OK: decode_ok,
+    MessageType.ERROR: decode_error,
+    MessageType.READY: decode_ready,
+    MessageType.TASK: decode_task,
+    MessageType.DONE: decode_done,
+    MessageType.FAILED: decode_failed,
+    MessageType.WAIT: decode_wait,
+    MessageType.HEARTBEAT: decode_heartbeat,
+    MessageType.PONG: decode_pong,
+    MessageType.STATS: decode_stats,
+    MessageType.STATS_RESPONSE: decode_stats_response,
+}
+
+
+def decode(message_type: int, payload: bytes) -> Message:
+    """
+    Decode the payload of a frame of C{message_type}.
+
+    @raise MalformedMessage: the type is unknown or the payload has the wrong
+        layout for it.
+    """
+    try:
+        decoder = DECODERS[message_type]
+    except KeyError:
+        raise MalformedMessage(message_type, f"unknown message type 0x{message_type:02x}") from None
+    return decoder(payload)

@@ -1,0 +1,155 @@
+"""The framer: any split of the stream, many frames per read, oversize skipping."""
+
+from __future__ import annotations
+
+import struct
+
+from twisted.internet.testing import StringTransport
+
+from quicx import wire
+from quicx.framing import Frame, FrameParser, FrameReceiver, RejectedFrame
+from quicx.wire import ErrorCode
+
+STREAM = b"".join(
+    [
+        wire.encode_submit(b"send_email", b'{"to":"user@gmail.com"}'),
+        wire.encode_ready(),
+        wire.encode_done(42),
+        wire.encode_failed(43, "boom"),
+        wire.encode_stats(),
+        wire.encode_submit(b"t", b"x" * 300),
+    ]
+)
+EXPECTED = [
+    (1, b'\x0asend_email{"to":"user@gmail.com"}'),
+    (4, b""),
+    (6, b"\x00\x00\x00\x2a"),
+    (7, b"\x00\x00\x00\x2bboom"),
+    (11, b""),
+    (1, b"\x01t" + b"x" * 300),
+]
+
+
+def frames(events: list) -> list[tuple[int, bytes]]:
+    return [(e.message_type, e.payload) for e in events if isinstance(e, Frame)]
+
+
+def test_byte_at_a_time() -> None:
+    parser = FrameParser(1024)
+    events = []
+    for i in range(len(STREAM)):
+        events += parser.feed(STREAM[i : i + 1])
+    assert frames(events) == EXPECTED
+    assert parser.buffered == 0
+
+
+def test_many_frames_in_one_read() -> None:
+    parser = FrameParser(1024)
+    assert frames(parser.feed(STREAM * 50)) == EXPECTED * 50
+
+
+def test_every_split_point() -> None:
+    for cut in range(len(STREAM) + 1):
+        parser = FrameParser(1024)
+        assert frames(parser.feed(STREAM[:cut]) + parser.feed(STREAM[cut:])) == EXPECTED
+
+
+def test_large_frame_in_many_reads_holds_only_that_frame() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    data = wire.encode_submit(b"big", payload)
+    parser = FrameParser(len(payload) + 256)
+    events = []
+    for start in range(0, len(data), 1000):
+        events += parser.feed(data[start : start + 1000])
+        assert parser.buffered <= len(data)
+    assert frames(events) == [(1, b"\x03big" + payload)]
+    assert parser.buffered == 0
+
+
+def test_oversized_frame_is_rejected_and_skipped_without_buffering() -> None:
+    parser = FrameParser(100)
+    header = struct.pack(">BBI", 1, 1, 10_000_000)
+    events = parser.feed(header)
+    assert events == [
+        RejectedFrame(
+            ErrorCode.PAYLOAD_TOO_LARGE, "payload of 10000000 bytes exceeds the limit of 100"
+        )
+    ]
+    chunk = b"\xaa" * 65536
+    sent = 0
+    while sent + len(chunk) <= 10_000_000:
+        assert parser.feed(chunk) == []
+        assert parser.buffered == 0
+        sent += len(chunk)
+    rest = 10_000_000 - sent
+    # The tail of the skipped payload and a good frame arrive in one read.
+    assert frames(parser.feed(b"\xaa" * rest + wire.encode_done(5))) == [(6, b"\x00\x00\x00\x05")]
+
+
+def test_oversized_frame_wholly_in_one_read_is_skipped() -> None:
+    parser = FrameParser(4)
+    data = wire.encode_submit(b"t", b"12345") + wire.encode_done(1)
+    events = parser.feed(data)
+    assert isinstance(events[0], RejectedFrame)
+    assert events[0].code is ErrorCode.PAYLOAD_TOO_LARGE
+    assert frames(events) == [(6, b"\x00\x00\x00\x01")]
+
+
+def test_bad_version_and_unknown_type_are_invalid_messages() -> None:
+    parser = FrameParser(100)
+    events = parser.feed(
+        struct.pack(">BBI", 2, 1, 3)
+        + b"abc"
+        + struct.pack(">BBI", 1, 0x42, 2)
+        + b"zz"
+        + wire.encode_stats()
+    )
+    assert [(e.code, e.reason) for e in events[:2]] == [
+        (ErrorCode.INVALID_MESSAGE, "unsupported protocol version 2"),
+        (ErrorCode.INVALID_MESSAGE, "unknown message type 0x42"),
+    ]
+    assert frames(events) == [(11, b"")]
+
+
+def test_clients_may_pass_unknown_types_through() -> None:
+    parser = FrameParser(100, check_types=False)
+    assert frames(parser.feed(struct.pack(">BBI", 1, 0x42, 0))) == [(0x42, b"")]
+
+
+def test_length_exactly_at_the_limit_is_accepted() -> None:
+    parser = FrameParser(10)
+    assert frames(parser.feed(wire.frame(1, b"\x01t" + b"x" * 8))) == [(1, b"\x01t" + b"x" * 8)]
+    assert isinstance(parser.feed(wire.frame(1, b"\x01t" + b"x" * 9))[0], RejectedFrame)
+
+
+class Recorder(FrameReceiver):
+    maxLength = 50
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+
+    def frameReceived(self, message_type: int, payload: bytes) -> None:
+        self.events.append(("frame", message_type, payload))
+        if payload == b"\x00\x00\x00\x63":
+            self.transport.loseConnection()
+
+    def frameRejected(self, code: ErrorCode, reason: str) -> None:
+        self.events.append(("rejected", code))
+
+
+def test_receiver_routes_frames_and_rejections() -> None:
+    receiver = Recorder()
+    receiver.makeConnection(StringTransport())
+    receiver.dataReceived(wire.encode_done(1) + wire.frame(1, b"x" * 51) + wire.encode_ready())
+    assert receiver.events == [
+        ("frame", 6, b"\x00\x00\x00\x01"),
+        ("rejected", ErrorCode.PAYLOAD_TOO_LARGE),
+        ("frame", 4, b""),
+    ]
+
+
+def test_receiver_stops_delivering_after_losing_the_connection() -> None:
+    receiver = Recorder()
+    receiver.makeConnection(StringTransport())
+    receiver.dataReceived(wire.encode_done(0x63) + wire.encode_ready())
+    assert receiver.events == [("frame", 6, b"\x00\x00\x00\x63")]

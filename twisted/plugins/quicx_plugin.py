@@ -1,0 +1,12 @@
+"""
+The C{twistd quicx} plugin: C{twistd -n quicx --help} lists the options.
+"""
+
+from twisted.application.service import ServiceMaker
+
+quicx = ServiceMaker(
+    "Quicx",
+    "quicx.tap",
+    "The Quicx task-queue daemon.",
+    "quicx",
+)
