@@ -6,10 +6,12 @@ one silent for C{interval} seconds is sent a HEARTBEAT (again every
 C{interval} while it stays silent), and one silent for C{timeout} seconds is
 disconnected -- its task, if it holds one, goes back to the queue.
 
-A worker that holds a task is never dropped for silence: the reference worker
-runs its handler on the thread that reads the socket, so a healthy worker busy
-with a long task cannot answer.  A dead worker holding a task is found when
-TCP reports the connection lost (or, later, by a per-task timeout).
+A connection with work outstanding is never dropped for silence: a worker
+that holds a task (the reference worker runs its handler on the thread that
+reads the socket, so a healthy worker busy with a long task cannot answer),
+nor a producer still owed an outcome (it may be blocked waiting for it, and
+dropping it would lose the outcome).  A dead worker holding a task is found
+when TCP reports the connection lost (or, later, by a per-task timeout).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class HeartbeatService(Service):
         now = self.clock.seconds()
         for session in list(self.queue.sessions.values()):
             silent = now - session.last_received
-            if silent >= self.timeout and session.task is None:
+            if silent >= self.timeout and not self.queue.awaits_outcome(session):
                 self.log.info(
                     "dropping {peer}: silent for {silent:.1f} s",
                     peer=session.peer.peer_name,

@@ -72,6 +72,7 @@ class Session:
     One connection's state.
 
     @ivar task: the task this worker holds, or C{None}.
+    @ivar outstanding: how many of this producer's tasks have no outcome yet.
     @ivar idle: whether this worker is waiting for a task.
     @ivar last_received: when anything last arrived from the peer.
     @ivar heartbeat_sent: when the daemon last sent it a HEARTBEAT.
@@ -82,6 +83,7 @@ class Session:
     last_received: float
     role: Role = Role.NEW
     task: Task | None = None
+    outstanding: int = 0
     idle: bool = False
     heartbeat_sent: float = 0.0
     connected: bool = True
@@ -267,6 +269,7 @@ class QueueService(Service):
         self._submitted += 1
         for observer in self.observers:
             observer.submitted(task, payload)
+        session.outstanding += 1
         session.peer.sendFrame(wire.encode_ok(task.task_id))
         self._queue.append(task)
         if self._idle:
@@ -331,6 +334,7 @@ class QueueService(Service):
             held = "no task" if task is None else f"task {task.task_id}"
             raise ProtocolViolation(f"task {task_id} is not held by this worker ({held})")
         session.task = None
+        task.producer.outstanding -= 1
         del self._live[task_id]
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
@@ -358,6 +362,10 @@ class QueueService(Service):
             )
             for observer in self.observers:
                 observer.dispatched(task, worker)
+
+    def awaits_outcome(self, session: Session) -> bool:
+        """Whether C{session} holds a task or waits for a task's outcome."""
+        return session.task is not None or session.outstanding > 0
 
     def _requeue(self, task: Task, cause: str) -> None:
         self._queue.appendleft(task)

@@ -13,6 +13,8 @@ Services stop in reverse order, so on SIGTERM the listeners close first.
 
 from __future__ import annotations
 
+import sys
+from contextlib import suppress
 from typing import Any
 
 import attrs
@@ -146,7 +148,14 @@ class ListenerService(Service):
                 f"quicx: cannot listen on {self.description}: {outcome[0].getErrorMessage()}"
             )
         self.port = outcome[0]
-        host = self.port.getHost()  # type: ignore[union-attr]
+        # Announce once the reactor runs: by then SIGTERM is handled, so the
+        # line means "ready" to whoever waits for it.
+        self.reactor.callWhenRunning(self._announce)
+
+    def _announce(self) -> None:
+        if self.port is None:
+            return
+        host = self.port.getHost()
         address = f"{host.host}:{host.port}" if hasattr(host, "port") else str(host.name)
         self.log.info(
             "listening on {address} ({description})",
@@ -211,6 +220,11 @@ def makeService(options: Options, reactor: Any = None) -> IService:
     """Build the daemon from parsed options."""
     if reactor is None:
         from twisted.internet import reactor  # type: ignore[no-redef]
+    # twistd -n logs to stdout, and a signalled twistd ends itself with
+    # os.kill, which skips flushing: line buffering keeps the shutdown lines
+    # (and every other) when stdout is a file or a supervisor's pipe.
+    with suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     try:
         config = options.load_config()
     except configuration.ConfigError as e:
