@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet.testing import StringTransport
 
 from quicx import wire
@@ -153,3 +155,31 @@ def test_receiver_stops_delivering_after_losing_the_connection() -> None:
     receiver.makeConnection(StringTransport())
     receiver.dataReceived(wire.encode_done(0x63) + wire.encode_ready())
     assert receiver.events == [("frame", 6, b"\x00\x00\x00\x63")]
+
+
+frames_strategy = st.lists(
+    st.tuples(st.integers(1, 12), st.binary(max_size=300)), min_size=1, max_size=20
+)
+
+
+@given(frames_strategy, st.lists(st.integers(0, 10_000), max_size=30))
+def test_any_split_of_any_stream_yields_the_same_frames(frame_list, cuts) -> None:
+    stream = b"".join(wire.frame(t, p) for t, p in frame_list)
+    points = sorted({c % (len(stream) + 1) for c in cuts})
+    parser = FrameParser(200)
+    events = []
+    for start, end in zip([0, *points], [*points, len(stream)], strict=True):
+        events += parser.feed(stream[start:end])
+        assert parser.buffered <= 6 + 200 + len(stream[start:end])
+    expected = [(t, p) for t, p in frame_list if len(p) <= 200]
+    assert frames(events) == expected
+    assert len(events) == len(frame_list)
+    assert parser.buffered == 0
+
+
+@given(st.binary(max_size=2000), st.integers(1, 64))
+def test_garbage_never_grows_the_buffer_past_one_frame(garbage, chunk) -> None:
+    parser = FrameParser(100)
+    for start in range(0, len(garbage), chunk):
+        parser.feed(garbage[start : start + chunk])
+        assert parser.buffered < 6 + 100 + chunk
