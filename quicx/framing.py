@@ -16,6 +16,8 @@ matter for a server facing untrusted peers:
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from attrs import frozen
 from twisted.internet.protocol import Protocol
 
@@ -124,6 +126,15 @@ class FrameParser:
         elif offset < end:
             buffer += data[offset:]
         return events
+
+
+def set_no_delay(transport: object) -> None:
+    """
+    Turn Nagle's algorithm off: frames are small and latency matters.  UNIX
+    sockets have no such option.
+    """
+    with suppress(AttributeError, OSError):
+        transport.setTcpNoDelay(True)  # type: ignore[attr-defined]
 
 
 class FrameReceiver(Protocol):

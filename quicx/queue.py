@@ -39,12 +39,14 @@ class IPeer(Interface):
 
 
 class Role(Enum):
-    """What a connection is, decided by its first frame."""
+    """
+    What a connection is, decided by its first SUBMIT or READY.  A connection
+    that has sent neither (a monitor that only asks STATS) stays NEW.
+    """
 
     NEW = "new"
     PRODUCER = "producer"
     WORKER = "worker"
-    MONITOR = "monitor"
 
 
 @define(eq=False)

@@ -2,14 +2,14 @@
 The server protocol: a thin Twisted shell around L{QueueService}.
 
 Each connection decodes its frames, checks that the message suits the
-connection's role (taken from its first frame: SUBMIT makes a producer, READY
-a worker, STATS a monitor), and hands the message to the queue.
+connection's role (taken from its first SUBMIT or READY: a producer or a
+worker), and hands the message to the queue.  STATS, HEARTBEAT and PONG suit
+any connection and fix no role.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import suppress
 
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
@@ -17,7 +17,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from quicx import wire
-from quicx.framing import FrameReceiver
+from quicx.framing import FrameReceiver, set_no_delay
 from quicx.queue import IPeer, ProtocolViolation, QueueService, Role, Session
 from quicx.wire import ErrorCode, MessageType
 
@@ -36,10 +36,7 @@ class QuicxServerProtocol(FrameReceiver):
         peer = self.transport.getPeer()  # type: ignore[union-attr]
         host = getattr(peer, "host", None)
         self.peer_name = f"{host}:{peer.port}" if host else str(peer)
-        # Replies are small and latency matters: never wait for Nagle.  UNIX
-        # sockets have no such option.
-        with suppress(AttributeError, OSError):
-            self.transport.setTcpNoDelay(True)  # type: ignore[union-attr]
+        set_no_delay(self.transport)
         self.queue = self.factory.queue
         self.session = self.queue.open_session(self)
         self._clock = self.queue.clock
@@ -105,9 +102,8 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _stats(self, payload: bytes) -> None:
         wire.decode_stats(payload)
-        # Any connection may ask; a new one becomes a monitor.
-        if self.session.role is Role.NEW:
-            self.queue.claim_role(self.session, Role.MONITOR)
+        # Any connection may ask, and asking does not fix its role: a client
+        # may look at the queue before it submits.
         self.sendFrame(wire.encode_stats_response(self.queue.stats()))
 
 

@@ -377,11 +377,13 @@ def test_roles_are_enforced(daemon: DaemonProcess) -> None:
             "is not held by this worker (no task)",
         )
     with Peer(daemon.address) as monitor:
+        # STATS fixes no role: a client may look before it submits.
         monitor.stats()
+        assert isinstance(monitor.submit(b"t", b"p"), wire.Ok)
         expect_error(
-            monitor.request(wire.encode_submit(b"t", b"p")),
+            monitor.request(wire.encode_ready()),
             ErrorCode.INVALID_MESSAGE,
-            "a monitor connection cannot act as a producer",
+            "a producer connection cannot act as a worker",
         )
 
 

@@ -1,0 +1,99 @@
+"""
+Exceptions clients raise, and the mapping from ERROR codes to them.
+"""
+
+from __future__ import annotations
+
+from quicx import wire
+from quicx.wire import ErrorCode
+
+
+class QuicxError(Exception):
+    """Base class of every error a Quicx client raises."""
+
+
+class DaemonError(QuicxError):
+    """
+    The daemon answered ERROR.
+
+    @ivar code: the protocol's error code.
+    @ivar message: the daemon's explanation.
+    """
+
+    code: int = 0
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class QueueFull(DaemonError):
+    """ERROR 0x01: the daemon's pool has no room for the payload right now."""
+
+    code = ErrorCode.QUEUE_FULL
+
+
+class InvalidMessage(DaemonError):
+    """ERROR 0x02: the daemon refused a message as malformed or out of place."""
+
+    code = ErrorCode.INVALID_MESSAGE
+
+
+class PayloadTooLarge(DaemonError):
+    """ERROR 0x03: the payload exceeds the daemon's largest size class."""
+
+    code = ErrorCode.PAYLOAD_TOO_LARGE
+
+
+class UnknownTaskType(DaemonError):
+    """ERROR 0x04: the daemon does not accept this task type."""
+
+    code = ErrorCode.UNKNOWN_TASK_TYPE
+
+
+_BY_CODE: dict[int, type[DaemonError]] = {
+    cls.code: cls for cls in (QueueFull, InvalidMessage, PayloadTooLarge, UnknownTaskType)
+}
+
+
+def error_from(reply: wire.Error) -> DaemonError:
+    """The exception for an ERROR reply (a plain L{DaemonError} for unknown codes)."""
+    return _BY_CODE.get(reply.code, DaemonError)(reply.message, reply.code)
+
+
+class TaskFailed(QuicxError):
+    """
+    A worker reported the task FAILED.
+
+    @ivar task_id: the task.
+    @ivar reason: the worker's reason, verbatim.
+    """
+
+    def __init__(self, task_id: int, reason: str) -> None:
+        super().__init__(f"task {task_id} failed: {reason}")
+        self.task_id = task_id
+        self.reason = reason
+
+
+class OutcomeUnknown(QuicxError):
+    """
+    The connection closed before the task's outcome arrived.
+
+    The task itself is not lost: the daemon still holds it and a worker will
+    run it (at least once), but its outcome can no longer reach this client.
+    """
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(f"connection closed before the outcome of task {task_id} arrived")
+        self.task_id = task_id
+
+
+class ConnectionLost(QuicxError):
+    """
+    The connection closed before the daemon answered a request.
+
+    A SUBMIT that was sent but not answered may or may not have been
+    accepted: resubmitting it can run the task twice.
+    """

@@ -1,0 +1,79 @@
+"""
+Outcome bookkeeping shared by the Twisted and blocking producer clients.
+
+A producer's connection receives DONE and FAILED for the tasks it submitted,
+whenever the workers finish them, interleaved with its other replies.  An
+L{OutcomeBook} remembers which tasks still owe an outcome and keeps outcomes
+that arrived before anyone asked for them, up to a bound (the oldest are
+forgotten first), so a producer that never asks does not grow without limit.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from quicx import wire
+from quicx.errors import OutcomeUnknown, QuicxError, TaskFailed
+
+Outcome = QuicxError | None
+"""C{None} for DONE, L{TaskFailed} for FAILED, L{OutcomeUnknown} if it never came."""
+
+DEFAULT_KEEP = 100_000
+
+
+class OutcomeBook:
+    """
+    @ivar keep: how many unclaimed outcomes are kept.
+    """
+
+    def __init__(self, keep: int = DEFAULT_KEEP) -> None:
+        self.keep = keep
+        self._open: set[int] = set()
+        self._arrived: OrderedDict[int, Outcome] = OrderedDict()
+
+    def expect(self, task_id: int) -> None:
+        """C{task_id} was accepted: its outcome will come."""
+        self._open.add(task_id)
+
+    def pending(self, task_id: int) -> bool:
+        """Whether the outcome of C{task_id} has yet to arrive."""
+        return task_id in self._open
+
+    def arrived(self, task_id: int, outcome: Outcome) -> None:
+        """Keep an outcome nobody is waiting for yet."""
+        self._open.discard(task_id)
+        self._arrived[task_id] = outcome
+        while len(self._arrived) > self.keep:
+            self._arrived.popitem(last=False)
+
+    def settle(self, task_id: int) -> None:
+        """The outcome arrived and was handed straight to a waiter."""
+        self._open.discard(task_id)
+
+    def take(self, task_id: int) -> Outcome:
+        """
+        Remove and return an outcome that has arrived.
+
+        @raise KeyError: it has not arrived (see L{pending}), or it was
+            never expected, already taken, or forgotten.
+        """
+        return self._arrived.pop(task_id)
+
+    def lose_all(self) -> list[int]:
+        """
+        The connection closed: every pending outcome is now unknown, and is
+        filed as an L{OutcomeUnknown}.  Returns the task ids concerned.
+        """
+        lost = sorted(self._open)
+        for task_id in lost:
+            self.arrived(task_id, OutcomeUnknown(task_id))
+        return lost
+
+
+def outcome_of(message: object) -> tuple[int, Outcome] | None:
+    """The task id and outcome a DONE or FAILED message carries, else C{None}."""
+    if isinstance(message, wire.Done):
+        return message.task_id, None
+    if isinstance(message, wire.Failed):
+        return message.task_id, TaskFailed(message.task_id, message.reason)
+    return None

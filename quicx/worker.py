@@ -1,0 +1,264 @@
+"""
+The worker runner.
+
+    worker = Worker()
+
+    @worker.handler("send_email")
+    def send_email(payload: bytes) -> None:
+        ...
+
+    worker.start(reactor, "tcp:127.0.0.1:16381")
+
+Handlers take the task's payload (C{bytes}).  Returning normally means DONE;
+raising means FAILED with the exception's message.  Plain functions run in a
+thread pool, so the reactor stays free to answer heartbeats while they work;
+C{async def} handlers, and handlers registered with C{thread=False} (which
+may return a L{Deferred}), run on the reactor thread.
+
+Each of C{concurrency} slots is one connection with at most one task in
+flight, as the protocol has it.  Slots reconnect with backoff (at most 3 s
+apart, as the reference worker waits) whenever the daemon goes away.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from attrs import frozen
+from twisted.internet.defer import (
+    CancelledError,
+    Deferred,
+    DeferredList,
+    ensureDeferred,
+    maybeDeferred,
+)
+from twisted.internet.endpoints import connectProtocol
+from twisted.internet.interfaces import IReactorCore, IStreamClientEndpoint
+from twisted.internet.task import deferLater
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from quicx import wire
+from quicx.client import CLIENT_MAX_LENGTH, endpoint_for
+from quicx.framing import FrameReceiver, set_no_delay
+from quicx.wire import ErrorCode
+
+Handler = Callable[[bytes], Any]
+
+RETRY_FIRST = 0.1
+RETRY_MAX = 3.0
+"""Reconnect delays double from RETRY_FIRST up to RETRY_MAX (the reference's 3 s)."""
+
+
+@frozen
+class Registration:
+    """A handler and where it runs."""
+
+    function: Handler
+    in_thread: bool
+
+
+def failure_reason(failure: Failure) -> str:
+    """The FAILED reason for a handler's exception: its message, else its type."""
+    error = failure.value
+    return str(error) or type(error).__name__
+
+
+class WorkerProtocol(FrameReceiver):
+    """One worker connection: READY once, then one task at a time."""
+
+    log = Logger(namespace="quicx.worker")
+    maxLength = CLIENT_MAX_LENGTH
+    checkTypes = False
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.busy = False
+        self.stopping = False
+        self.closed: Deferred[None] = Deferred()
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        set_no_delay(self.transport)
+        self.worker._slots.add(self)
+        # Once only: after DONE/FAILED the daemon treats the worker as idle,
+        # and after WAIT it pushes the next task without being asked again.
+        self.transport.write(wire.READY_FRAME)  # type: ignore[union-attr]
+
+    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+        self.worker._slots.discard(self)
+        self.closed.callback(None)
+
+    def frameRejected(self, code: ErrorCode, reason: str) -> None:
+        self.log.error("daemon sent a frame this worker refuses: {reason}", reason=reason)
+        self.transport.loseConnection()  # type: ignore[union-attr]
+
+    def frameReceived(self, message_type: int, payload: bytes) -> None:
+        if message_type == wire.MessageType.TASK:
+            task = wire.decode_task(payload)
+            if self.busy:
+                self.log.error("daemon sent task {id} while one is running", id=task.task_id)
+                return
+            self.busy = True
+            self.worker.run(task).addBoth(self._finished, task.task_id)
+        elif message_type == wire.MessageType.HEARTBEAT:
+            self.transport.write(wire.PONG_FRAME)  # type: ignore[union-attr]
+        elif message_type == wire.MessageType.ERROR:
+            error = wire.decode_error(payload)
+            self.log.error("daemon error: {message}", message=error.message)
+
+    def _finished(self, result: object, task_id: int) -> None:
+        self.busy = False
+        if isinstance(result, Failure):
+            reply = wire.encode_failed(task_id, failure_reason(result))
+        else:
+            reply = wire.encode_done(task_id)
+        if self.transport is not None and self.connected:
+            self.transport.write(reply)
+        if self.stopping:
+            self.transport.loseConnection()  # type: ignore[union-attr]
+
+    def stop(self) -> Deferred[None]:
+        """Finish the task in hand, if any, then disconnect."""
+        self.stopping = True
+        if not self.busy:
+            self.transport.loseConnection()  # type: ignore[union-attr]
+        return self.closed
+
+
+class Worker:
+    """
+    Runs handlers for tasks from one daemon.
+
+    @ivar concurrency: how many tasks may run at once (one connection each).
+    """
+
+    log = Logger(namespace="quicx.worker")
+
+    def __init__(self, handlers: Mapping[str, Handler] | None = None, concurrency: int = 1) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.concurrency = concurrency
+        self._handlers: dict[bytes, Registration] = {}
+        for name, function in (handlers or {}).items():
+            self.register(name, function)
+        self._loops: list[Deferred[None]] = []
+        self._waiting: set[Deferred[Any]] = set()
+        self._stopping = False
+        self._slots: set[WorkerProtocol] = set()
+        self._threads: ThreadPool | None = None
+        self._reactor: IReactorCore | None = None
+
+    def register(self, task_type: str, function: Handler, thread: bool | None = None) -> None:
+        """
+        Run C{function} for tasks of C{task_type}.
+
+        @param thread: run it in the thread pool; by default, yes unless it is
+            an C{async def} function.
+        """
+        in_thread = not inspect.iscoroutinefunction(function) if thread is None else thread
+        self._handlers[task_type.encode("utf-8")] = Registration(function, in_thread)
+
+    def handler(self, task_type: str, thread: bool | None = None) -> Callable[[Handler], Handler]:
+        """Decorator form of L{register}."""
+
+        def decorate(function: Handler) -> Handler:
+            self.register(task_type, function, thread)
+            return function
+
+        return decorate
+
+    def run(self, task: wire.Task) -> Deferred[Any]:
+        """Run the handler for C{task}; fails if there is none or it raises."""
+        registration = self._handlers.get(task.task_type)
+        if registration is None:
+            name = task.task_type.decode("utf-8", "replace")
+            return maybeDeferred(_raise, LookupError(f"no handler for: {name}"))
+        if registration.in_thread:
+            assert self._threads is not None and self._reactor is not None
+            return deferToThreadPool(
+                self._reactor, self._threads, registration.function, task.payload
+            )
+        return maybeDeferred(_call_on_reactor, registration.function, task.payload)
+
+    def start(self, reactor: Any, address: str = "tcp:127.0.0.1:16381") -> None:
+        """Connect C{concurrency} slots to the daemon at C{address}."""
+        self._reactor = reactor
+        self._stopping = False
+        self._threads = ThreadPool(minthreads=0, maxthreads=self.concurrency, name="quicx-worker")
+        self._threads.start()
+        endpoint = endpoint_for(reactor, address)
+        self._loops = [
+            ensureDeferred(self._keep_connected(endpoint, address)) for _ in range(self.concurrency)
+        ]
+
+    async def _keep_connected(self, endpoint: IStreamClientEndpoint, address: str) -> None:
+        """One slot: connect, serve until the connection ends, reconnect."""
+        delay = RETRY_FIRST
+        while not self._stopping:
+            attempt = connectProtocol(endpoint, WorkerProtocol(self))
+            try:
+                slot = await self._cancellable(attempt)
+            except CancelledError:
+                return
+            except Exception as e:
+                self.log.warn(
+                    "cannot reach {address} ({error}); retrying in {delay:.1f} s",
+                    address=address,
+                    error=e,
+                    delay=delay,
+                )
+            else:
+                delay = RETRY_FIRST
+                await slot.closed
+                if self._stopping:
+                    return
+                self.log.warn("lost the daemon at {address}; reconnecting", address=address)
+            try:
+                await self._cancellable(deferLater(self._reactor, delay, lambda: None))
+            except CancelledError:
+                return
+            delay = min(delay * 2, RETRY_MAX)
+
+    def _cancellable(self, waiting: Deferred[Any]) -> Deferred[Any]:
+        """Track C{waiting} so that L{stop} can cancel it."""
+        self._waiting.add(waiting)
+        return waiting.addBoth(_passthrough_after, self._waiting.discard, waiting)
+
+    async def stop(self) -> None:
+        """
+        Stop gracefully: every slot finishes its task in hand and reports it,
+        then disconnects.  Tasks are not interrupted.
+        """
+        self._stopping = True
+        for waiting in list(self._waiting):
+            waiting.cancel()
+        await DeferredList([slot.stop() for slot in list(self._slots)])
+        await DeferredList(self._loops)
+        self._loops = []
+        if self._threads is not None:
+            threads, self._threads = self._threads, None
+            threads.stop()
+
+    @property
+    def busy(self) -> int:
+        """How many slots are running a task."""
+        return sum(slot.busy for slot in self._slots)
+
+
+def _passthrough_after(result: object, forget: Callable[[Any], None], item: object) -> object:
+    forget(item)
+    return result
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+def _call_on_reactor(function: Handler, payload: bytes) -> Any:
+    result = function(payload)
+    return ensureDeferred(result) if inspect.isawaitable(result) else result

@@ -1,0 +1,178 @@
+"""The blocking client against a real daemon."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from quicx import wire
+from quicx.blocking import QuicxClient, parse_address
+from quicx.errors import (
+    ConnectionLost,
+    OutcomeUnknown,
+    PayloadTooLarge,
+    QueueFull,
+    TaskFailed,
+    UnknownTaskType,
+)
+from tests.conftest import DaemonProcess
+from tests.peer import Peer
+
+
+def address(daemon: DaemonProcess) -> str:
+    return f"tcp:127.0.0.1:{daemon.port}"
+
+
+def serve(daemon: DaemonProcess, count: int, fail: set[int] = frozenset()) -> threading.Thread:
+    """A raw worker in a thread that finishes C{count} tasks."""
+
+    def work() -> None:
+        with Peer(daemon.address) as worker:
+            worker.send(wire.encode_ready())
+            done = 0
+            while done < count:
+                message = worker.receive(timeout=30)
+                if isinstance(message, wire.Wait):
+                    continue
+                if message.task_id in fail:
+                    worker.send(wire.encode_failed(message.task_id, f"no {message.payload!r}"))
+                else:
+                    worker.send(wire.encode_done(message.task_id))
+                done += 1
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_submit_wait_done_and_failed(daemon: DaemonProcess) -> None:
+    with QuicxClient(address(daemon)) as client:
+        first = client.submit("send_email", '{"to":"user@gmail.com"}')
+        second = client.submit(b"send_email", b"x")
+        worker = serve(daemon, 2, fail={second})
+        client.wait(first, timeout=10)
+        with pytest.raises(TaskFailed) as failed:
+            client.wait(second, timeout=10)
+        assert (failed.value.task_id, failed.value.reason) == (second, "no b'x'")
+        worker.join(10)
+        with pytest.raises(KeyError):
+            client.wait(first)
+
+
+def test_pipelined_ten_thousand_submits_on_one_connection(daemon: DaemonProcess) -> None:
+    with QuicxClient(address(daemon)) as client:
+        assert client.submit("t", b"first") == 1
+        connection = client._sock
+        ids = client.submit_many(("t", b"%d" % i) for i in range(10_000))
+        assert ids == list(range(2, 10_002))
+        assert client.stats().queue_depth == 10_001
+        # Never reconnected: the same socket carried every SUBMIT.
+        assert client._sock is connection
+    with Peer(daemon.address) as worker:
+        worker.send(wire.encode_ready())
+        assert worker.receive().payload == b"first"
+
+
+def test_submit_many_reports_refusals_in_place(tmp_path: Path, start_daemon) -> None:
+    conf = tmp_path / "q.conf"
+    conf.write_text("[allocator]\npool_size = 4096\nclass = 64,100\n")
+    daemon = start_daemon(f"--config={conf}", "--listen=tcp:0:interface=127.0.0.1")
+    with QuicxClient(address(daemon)) as client:
+        results = client.submit_many((("t", b"p") for _ in range(100)), return_exceptions=True)
+        accepted = [r for r in results if isinstance(r, int)]
+        refused = [r for r in results if not isinstance(r, int)]
+        assert accepted and refused
+        assert all(isinstance(r, QueueFull) and r.code == 1 for r in refused)
+        assert results == accepted + refused  # accepted until full, then refused
+        with pytest.raises(QueueFull) as raised:
+            client.submit_many([("t", b"p")])
+        assert "queue full" in raised.value.message
+        assert raised.value.results == [raised.value]
+
+
+def test_typed_errors(start_daemon) -> None:
+    daemon = start_daemon("--allow=send_email")
+    with QuicxClient(address(daemon)) as client:
+        with pytest.raises(UnknownTaskType, match="unknown task type: mine"):
+            client.submit("mine", b"")
+        with pytest.raises(PayloadTooLarge, match="exceeds the largest size class"):
+            client.submit("send_email", b"x" * 1100)
+        with pytest.raises(PayloadTooLarge, match="exceeds the limit of 1280"):
+            client.submit("send_email", b"x" * 2000)
+        assert client.submit("send_email", b"ok") == 1
+
+
+def test_wait_times_out_and_can_wait_again(daemon: DaemonProcess) -> None:
+    with QuicxClient(address(daemon)) as client:
+        task_id = client.submit("t", b"p")
+        with pytest.raises(TimeoutError):
+            client.wait(task_id, timeout=0.3)
+        serve(daemon, 1).join(10)
+        client.wait(task_id, timeout=10)
+
+
+def test_daemon_restart_loses_outcomes_not_the_client(start_daemon) -> None:
+    daemon = start_daemon()
+    client = QuicxClient(address(daemon), timeout=5)
+    task_id = client.submit("t", b"p")
+    daemon.stop()
+    with pytest.raises(OutcomeUnknown):
+        client.wait(task_id)
+    with pytest.raises(ConnectionLost, match="cannot connect"):
+        client.submit("t", b"p")
+    client.close()
+
+
+def test_unreachable_daemon(tmp_path: Path) -> None:
+    client = QuicxClient(f"unix:{tmp_path / 'nothing.sock'}", timeout=1)
+    with pytest.raises(ConnectionLost, match="cannot connect to unix:"):
+        client.stats()
+
+
+def test_heartbeats_are_answered_while_waiting(start_daemon) -> None:
+    daemon = start_daemon("--heartbeat-interval=0.2", "--heartbeat-timeout=0.6")
+    with QuicxClient(address(daemon)) as client:
+        # A monitor owes nothing, so only its PONGs keep it connected.
+        for _ in range(3):
+            stats = client.stats()
+            with pytest.raises(TimeoutError):
+                client.wait(client.submit("t", b"p"), timeout=0.5)
+        assert stats.queue_depth == 2
+
+
+def test_shared_by_threads(daemon: DaemonProcess) -> None:
+    ids: list[int] = []
+    with QuicxClient(address(daemon)) as client:
+
+        def submit_some() -> None:
+            for _ in range(200):
+                ids.append(client.submit("t", b"p"))
+
+        threads = [threading.Thread(target=submit_some) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert sorted(ids) == list(range(1, 801))
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("tcp:127.0.0.1:16381", ("127.0.0.1", 16381)),
+        ("tcp:host=example.org:port=7", ("example.org", 7)),
+        ("localhost:9", ("localhost", 9)),
+        ("unix:/run/q.sock", "/run/q.sock"),
+        ("unix:path=/run/q.sock", "/run/q.sock"),
+    ],
+)
+def test_parse_address(text: str, parsed: object) -> None:
+    assert parse_address(text)[1] == parsed
+
+
+@pytest.mark.parametrize("text", ["tcp:host", "tcp:h:port", "unix:", "nonsense"])
+def test_parse_address_refuses(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_address(text)
