@@ -13,7 +13,9 @@ documented in C{docs/configuration.md}.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -42,6 +44,9 @@ class Config:
     @ivar listen: endpoint descriptions to listen on; when empty, the daemon
         listens on C{tcp:PORT:interface=127.0.0.1}.
     @ivar allowed_types: the task types a SUBMIT may name, or C{None} for any.
+    @ivar control: the control socket's path (C{quicx status}); C{""} for
+        the default, C{"none"} for no control socket.
+    @ivar pid_file: where C{quicx start} records its pid; C{""} for the default.
     @ivar source: where the configuration came from, for the start-up log.
     """
 
@@ -52,11 +57,30 @@ class Config:
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
     heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
     allowed_types: frozenset[bytes] | None = None
+    control: str = ""
+    pid_file: str = ""
     source: str = "built-in default"
 
     @property
     def endpoints(self) -> tuple[str, ...]:
         return self.listen or (f"tcp:{self.port}:interface=127.0.0.1",)
+
+    @property
+    def control_path(self) -> str | None:
+        """The control socket's path, or C{None} when it is turned off."""
+        if self.control.lower() == "none":
+            return None
+        return self.control or default_runtime_path(self.port, "sock")
+
+    @property
+    def pid_path(self) -> str:
+        return self.pid_file or default_runtime_path(self.port, "pid")
+
+
+def default_runtime_path(port: int, suffix: str) -> str:
+    """C{$XDG_RUNTIME_DIR/quicx-PORT.SUFFIX}, or under the temporary directory."""
+    directory = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return os.path.join(directory, f"quicx-{port}.{suffix}")
 
 
 _SIZE = re.compile(r"(?i)^\s*(\d+)\s*(k|kb|kib|m|mb|mib|g|gb|gib)?\s*$")
@@ -115,6 +139,8 @@ _KEYS: dict[tuple[str, str], tuple[_Setter, bool]] = {
     ("server", "listen"): (str.strip, True),
     ("server", "heartbeat_interval"): (parse_seconds, False),
     ("server", "heartbeat_timeout"): (parse_seconds, False),
+    ("server", "control"): (str.strip, False),
+    ("server", "pid_file"): (str.strip, False),
     ("allocator", "pool_size"): (parse_size, False),
     ("allocator", "class"): (_parse_class, True),
     ("tasks", "allow"): (_parse_task_type, True),
@@ -191,6 +217,8 @@ def _build(entries: dict[tuple[str, str], list[_Entry]], source: str) -> Config:
         heartbeat_interval=one("server", "heartbeat_interval", defaults.heartbeat_interval),  # type: ignore[arg-type]
         heartbeat_timeout=one("server", "heartbeat_timeout", defaults.heartbeat_timeout),  # type: ignore[arg-type]
         allowed_types=frozenset(e.value for e in allowed) if allowed else None,  # type: ignore[misc]
+        control=one("server", "control", defaults.control),  # type: ignore[arg-type]
+        pid_file=one("server", "pid_file", defaults.pid_file),  # type: ignore[arg-type]
         source=source,
     )
 
@@ -256,6 +284,8 @@ def render(config: Config) -> str:
         *(f"listen = {endpoint}" for endpoint in config.listen),
         f"heartbeat_interval = {config.heartbeat_interval:g}",
         f"heartbeat_timeout = {config.heartbeat_timeout:g}",
+        *([f"control = {config.control}"] if config.control else []),
+        *([f"pid_file = {config.pid_file}"] if config.pid_file else []),
         "",
         "[allocator]",
         f"pool_size = {config.pool_size}",

@@ -13,7 +13,9 @@ Services stop in reverse order, so on SIGTERM the listeners close first.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections import Counter
 from contextlib import suppress
 from typing import Any
 
@@ -28,6 +30,7 @@ from twisted.python.failure import Failure
 
 from quicx import __version__, pmad, wire
 from quicx import config as configuration
+from quicx.control import STATUS_FORMAT, ControlFactory
 from quicx.heartbeat import HeartbeatService
 from quicx.queue import FailureLog, QueueService
 from quicx.server import QuicxServerFactory
@@ -51,6 +54,7 @@ class Options(usage.Options):
     )
     optParameters = [
         ["config", "c", None, "Read the configuration from this quicx.conf."],
+        ["control", None, None, "Control socket path for `quicx status` ('none': off)."],
         [
             "heartbeat-interval",
             None,
@@ -105,6 +109,7 @@ class Options(usage.Options):
         if self["allow"]:
             overrides["allowed_types"] = frozenset(self["allow"])
         for option, name in (
+            ("control", "control"),
             ("heartbeat-interval", "heartbeat_interval"),
             ("heartbeat-timeout", "heartbeat_timeout"),
             ("pool-size", "pool_size"),
@@ -129,10 +134,17 @@ class ListenerService(Service):
 
     log = Logger(namespace="quicx.daemon")
 
-    def __init__(self, reactor: IReactorCore, description: str, factory: Factory) -> None:
+    def __init__(
+        self,
+        reactor: IReactorCore,
+        description: str,
+        factory: Factory,
+        announcement: str = "listening",
+    ) -> None:
         self.reactor = reactor
         self.description = description
         self.factory = factory
+        self.announcement = announcement
         self.port: IListeningPort | None = None
 
     def privilegedStartService(self) -> None:
@@ -152,16 +164,25 @@ class ListenerService(Service):
         # line means "ready" to whoever waits for it.
         self.reactor.callWhenRunning(self._announce)
 
-    def _announce(self) -> None:
+    @property
+    def address(self) -> str:
+        """The address bound (C{HOST:PORT} or a socket path), or C{""}."""
         if self.port is None:
-            return
+            return ""
         host = self.port.getHost()
-        address = f"{host.host}:{host.port}" if hasattr(host, "port") else str(host.name)
-        self.log.info(
-            "listening on {address} ({description})",
-            address=address,
-            description=self.description,
-        )
+        if hasattr(host, "port"):
+            return f"{host.host}:{host.port}"
+        name = host.name
+        return name.decode() if isinstance(name, bytes) else str(name)
+
+    def _announce(self) -> None:
+        if self.port is not None:
+            self.log.info(
+                "{what} on {address} ({description})",
+                what=self.announcement,
+                address=self.address,
+                description=self.description,
+            )
 
     def stopService(self) -> Any:
         super().stopService()
@@ -180,6 +201,49 @@ class QuicxDaemon(MultiService):
         super().__init__()
         self.config = config
         self.queue = queue
+
+    def status(self) -> dict[str, Any]:
+        """Everything C{quicx status} shows (see docs/operations.md)."""
+        queue, pool = self.queue, self.queue.pool
+        counters = queue.counters()
+        stats = queue.stats()
+        roles = Counter(session.role.value for session in queue.sessions.values())
+        now = queue.clock()
+        return {
+            "format": STATUS_FORMAT,
+            "version": __version__,
+            "protocol": wire.PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "started_at": queue.started_at,
+            "uptime": now - queue.started_at,
+            "config": self.config.source,
+            "listening": [
+                listener.address
+                for listener in self
+                if isinstance(listener, ListenerService) and listener.announcement == "listening"
+            ],
+            "control": self.config.control_path,
+            "tasks": {
+                "submitted": counters.submitted,
+                "completed": counters.completed,
+                "failed": counters.failed,
+                "rejected": counters.rejected,
+                "requeued": counters.requeued,
+                "queued": stats.queue_depth,
+                "running": queue.tasks_running,
+            },
+            "connections": {
+                "total": len(queue.sessions),
+                "producers": roles["producer"],
+                "workers": stats.workers_total,
+                "idle_workers": stats.workers_idle,
+            },
+            "memory": {"used": stats.pmad_bytes_used, "total": stats.pmad_bytes_total},
+            "classes": [
+                {"size": u.size, "blocks_used": u.blocks_used, "blocks_total": u.blocks_total}
+                for u in pool.usage()
+            ],
+        }
 
     def privilegedStartService(self) -> None:
         config, pool = self.config, self.queue.pool
@@ -240,4 +304,18 @@ def makeService(options: Options, reactor: Any = None) -> IService:
     factory = QuicxServerFactory(queue)
     for description in config.endpoints:
         ListenerService(reactor, description, factory).setServiceParent(daemon)
+    if config.control_path is not None:
+        # lockfile: a socket left behind by a crashed daemon is replaced; one
+        # held by a live daemon is not.
+        ListenerService(
+            reactor,
+            f"unix:{quote_endpoint(config.control_path)}:mode=600:lockfile=1",
+            ControlFactory(daemon.status),
+            announcement="control socket",
+        ).setServiceParent(daemon)
     return daemon
+
+
+def quote_endpoint(value: str) -> str:
+    """Escape C{:} and C{=} for an endpoint string."""
+    return value.replace("\\", "\\\\").replace(":", "\\:").replace("=", "\\=")

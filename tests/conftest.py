@@ -32,6 +32,7 @@ class DaemonProcess:
     def __init__(self, directory: Path, args: list[str]) -> None:
         self.directory = directory
         self.log_path = directory / "quicx.log"
+        self.control_path = directory / "control.sock"
         self.args = args
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
@@ -43,8 +44,10 @@ class DaemonProcess:
     def start(self, timeout: float = 20.0) -> DaemonProcess:
         self.log_path.write_bytes(b"")
         command = [TWISTD, "-n", "--pidfile=", "quicx", *self.args]
-        if not any(a.startswith("--listen") or a == "--config" for a in self.args):
+        if not any(a.startswith(("--listen", "--config")) for a in self.args):
             command.append("--listen=tcp:0:interface=127.0.0.1")
+        if not any(a.startswith("--control") for a in self.args):
+            command.append(f"--control={self.control_path}")
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory

@@ -1,0 +1,437 @@
+"""
+The C{quicx} command.
+
+    quicx start [--config FILE] [--listen ENDPOINT ...]    run the daemon
+    quicx stop                                             stop it (SIGTERM)
+    quicx status [--json]                                  what it is doing
+    quicx submit TYPE PAYLOAD|- [--wait]                   submit a task
+    quicx worker MODULE:OBJECT [--concurrency N]           run handlers
+    quicx version | quicx init
+
+Mistakes users make (daemon down, bad address, bad configuration) end in one
+line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from quicx import __version__, wire
+from quicx import config as configuration
+from quicx.blocking import DEFAULT_ADDRESS, QuicxClient, parse_address
+from quicx.control import StatusUnavailable, fetch_status
+from quicx.errors import QuicxError, TaskFailed
+
+ADDRESS_ENV = "QUICX_ADDRESS"
+
+
+class CommandError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def thousands(value: int) -> str:
+    return f"{value:,}"
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    days, seconds = divmod(seconds, 86400)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    if days:
+        return f"{days}d {hours:02d}h {minutes:02d}m"
+    if hours:
+        return f"{hours}h {minutes:02d}m {seconds:02d}s"
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def bar(used: int, total: int, width: int = 20) -> str:
+    filled = round(width * used / total) if total else 0
+    if used and not filled:
+        filled = 1  # never show a used resource as empty
+    return "[" + "█" * filled + "░" * (width - filled) + "]"
+
+
+def load_config(path: str | None) -> configuration.Config:
+    try:
+        return configuration.load(path) if path else configuration.Config()
+    except configuration.ConfigError as e:
+        raise CommandError(str(e)) from None
+
+
+def control_path(args: argparse.Namespace) -> str:
+    if args.control:
+        return args.control
+    path = load_config(args.config).control_path
+    if path is None:
+        raise CommandError("the configuration turns the control socket off (control = none)")
+    return path
+
+
+def client_address(args: argparse.Namespace) -> str:
+    address = args.connect or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
+    try:
+        parse_address(address)
+    except ValueError as e:
+        raise CommandError(f"bad address: {e}") from None
+    return address
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    print(f"quicx {__version__} protocol {wire.PROTOCOL_VERSION}")
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    sys.stdout.write(configuration.render(configuration.Config()))
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from twisted.internet import reactor
+    from twisted.logger import globalLogBeginner, textFileLogObserver
+    from twisted.python import usage
+
+    from quicx import tap
+
+    options = tap.Options()
+    forwarded = [f"--config={args.config}"] if args.config else []
+    forwarded += [f"--listen={endpoint}" for endpoint in args.listen]
+    if args.control:
+        forwarded.append(f"--control={args.control}")
+    try:
+        options.parseOptions(forwarded)
+        config = options.load_config()
+    except (configuration.ConfigError, usage.UsageError) as e:
+        raise CommandError(str(e)) from None
+    pid_path = args.pid_file or config.pid_path
+    claim_pid_file(pid_path)
+    try:
+        try:
+            service = tap.makeService(options, reactor)
+        except SystemExit as e:
+            raise CommandError(str(e.code).removeprefix("quicx: ")) from None
+        globalLogBeginner.beginLoggingTo(
+            [textFileLogObserver(sys.stdout)], redirectStandardIO=False
+        )
+        try:
+            service.privilegedStartService()
+        except SystemExit as e:
+            raise CommandError(str(e.code).removeprefix("quicx: ")) from None
+        reactor.callWhenRunning(service.startService)
+        reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
+        reactor.run()
+    finally:
+        with_pid_file_removed(pid_path)
+    return 0
+
+
+def claim_pid_file(path: str) -> None:
+    """Write our pid to C{path}, unless a live daemon already owns it."""
+    existing = read_pid(path)
+    if existing is not None and process_alive(existing):
+        raise CommandError(f"a daemon is already running (pid {existing}, from {path})")
+    try:
+        with open(path, "w") as f:
+            f.write(f"{os.getpid()}\n")
+    except OSError as e:
+        raise CommandError(f"cannot write pid file {path}: {e.strerror}") from None
+
+
+def with_pid_file_removed(path: str) -> None:
+    if read_pid(path) == os.getpid():
+        os.unlink(path)
+
+
+def read_pid(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether C{pid} runs; a zombie (exited, not yet reaped) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    path = args.pid_file or load_config(args.config).pid_path
+    pid = read_pid(path)
+    if pid is None:
+        raise CommandError(f"no daemon to stop: no pid file at {path}")
+    if not process_alive(pid):
+        os.unlink(path)
+        raise CommandError(f"no daemon to stop: pid {pid} (from {path}) is not running")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + args.timeout
+    while process_alive(pid):
+        if time.monotonic() > deadline:
+            raise CommandError(f"pid {pid} did not exit within {args.timeout:g} s")
+        time.sleep(0.05)
+    print(f"stopped quicx (pid {pid})")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        status = fetch_status(control_path(args), timeout=args.timeout)
+    except StatusUnavailable as e:
+        raise CommandError(str(e)) from None
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        sys.stdout.write(render_status(status))
+    return 0
+
+
+def render_status(status: Mapping[str, Any]) -> str:
+    """The human view of a status document."""
+    tasks, connections, memory = status["tasks"], status["connections"], status["memory"]
+    used, total = memory["used"], memory["total"]
+    lines = [
+        f"Quicx {status['version']} (protocol {status['protocol']})   pid {status['pid']}"
+        f"   up {human_duration(status['uptime'])}",
+        f"  listening   {', '.join(status['listening']) or '-'}",
+        f"  config      {status['config']}",
+        "",
+        "Tasks",
+        f"  submitted   {thousands(tasks['submitted']):>14}",
+        f"  completed   {thousands(tasks['completed']):>14}",
+        f"  failed      {thousands(tasks['failed']):>14}",
+        f"  rejected    {thousands(tasks['rejected']):>14}",
+        f"  requeued    {thousands(tasks['requeued']):>14}",
+        f"  in flight   {thousands(tasks['queued'] + tasks['running']):>14}"
+        f"   ({thousands(tasks['queued'])} queued + {thousands(tasks['running'])} running)",
+        "",
+        "Connections",
+        f"  workers     {thousands(connections['workers']):>14}"
+        f"   ({thousands(connections['idle_workers'])} idle)",
+        f"  producers   {thousands(connections['producers']):>14}",
+        f"  total       {thousands(connections['total']):>14}",
+        "",
+        "Memory",
+        f"  {bar(used, total)}  {human_bytes(used)} / {human_bytes(total)}"
+        f"  ({100 * used / total:.1f}%)",
+        "",
+        "Size classes      blocks used / total",
+    ]
+    for size_class in status["classes"]:
+        used_blocks, total_blocks = size_class["blocks_used"], size_class["blocks_total"]
+        lines.append(
+            f"  {thousands(size_class['size']):>9} B  {bar(used_blocks, total_blocks)}"
+            f"  {thousands(used_blocks):>9} / {thousands(total_blocks)}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    payload: bytes = sys.stdin.buffer.read() if args.payload == "-" else args.payload.encode()
+    with QuicxClient(client_address(args), timeout=args.timeout) as client:
+        try:
+            task_id = client.submit(args.type, payload)
+            print(task_id, flush=True)
+            if args.wait:
+                client.wait(task_id, timeout=args.timeout)
+                print(f"task {task_id} done")
+        except TaskFailed as e:
+            print(f"task {e.task_id} failed: {e.reason}")
+            return 1
+        except TimeoutError:
+            raise CommandError(f"no outcome within {args.timeout:g} s") from None
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from twisted.internet import reactor
+    from twisted.internet.defer import ensureDeferred
+    from twisted.logger import globalLogBeginner, textFileLogObserver
+
+    from quicx.worker import Worker
+
+    target = import_object(args.target)
+    if isinstance(target, Worker):
+        worker = target
+        if args.concurrency:
+            worker.concurrency = args.concurrency
+    elif isinstance(target, Mapping):
+        worker = Worker(target, concurrency=args.concurrency or 1)
+    else:
+        raise CommandError(
+            f"{args.target} is a {type(target).__name__}, not a Worker or a mapping"
+            " of task types to handlers"
+        )
+    address = client_address(args)
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
+    worker.start(reactor, address)
+    # SIGTERM / Ctrl-C: finish the tasks in hand, then exit.
+    reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
+    reactor.run()
+    return 0
+
+
+def import_object(target: str) -> object:
+    module_name, colon, attribute = target.partition(":")
+    if not colon or not module_name or not attribute:
+        raise CommandError(f"{target!r} is not MODULE:OBJECT")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise CommandError(f"cannot import {module_name}: {e}") from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise CommandError(f"{module_name} has no {attribute!r}") from None
+
+
+# -- the parser ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="quicx", description="The Quicx task queue: daemon, status, submit, worker."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=description)
+        return sub
+
+    def connect_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--connect",
+            metavar="ADDRESS",
+            help=f"the daemon: tcp:HOST:PORT or unix:PATH (default ${ADDRESS_ENV},"
+            f" else {DEFAULT_ADDRESS})",
+        )
+
+    def config_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--config", "-c", metavar="FILE", help="the daemon's quicx.conf")
+
+    start = command(
+        "start",
+        "run the daemon in the foreground",
+        "Run the daemon in the foreground, logging to stdout, until SIGTERM or"
+        " Ctrl-C. Without --config it runs on the built-in default"
+        " (tcp:16381 on 127.0.0.1, 8 MiB pool).",
+    )
+    config_options(start)
+    start.add_argument(
+        "--listen",
+        metavar="ENDPOINT",
+        action="append",
+        default=[],
+        help="listen on this endpoint string (repeatable), e.g. tcp:16381",
+    )
+    start.add_argument("--control", metavar="PATH", help="control socket for `quicx status`")
+    start.add_argument("--pid-file", metavar="PATH", help="where to record the pid")
+    start.set_defaults(run=cmd_start)
+
+    stop = command(
+        "stop",
+        "stop a running daemon",
+        "Send SIGTERM to the daemon named by the pid file and wait for it to exit.",
+    )
+    config_options(stop)
+    stop.add_argument("--pid-file", metavar="PATH", help="the pid file `quicx start` wrote")
+    stop.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (30)")
+    stop.set_defaults(run=cmd_stop)
+
+    status = command(
+        "status",
+        "show what the daemon is doing",
+        "Show version, pid, uptime, task totals, memory and size-class use from"
+        " the daemon's control socket. Exits 1 if no daemon answers.",
+    )
+    config_options(status)
+    status.add_argument("--control", metavar="PATH", help="the daemon's control socket")
+    status.add_argument("--json", action="store_true", help="print the status document as JSON")
+    status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (5)")
+    status.set_defaults(run=cmd_status)
+
+    submit = command(
+        "submit",
+        "submit a task and print its id",
+        "Submit one task and print its id. PAYLOAD '-' reads the payload from"
+        " stdin. With --wait, also wait for the outcome: exit 0 on DONE, 1 on FAILED.",
+    )
+    submit.add_argument("type", help="the task type, e.g. send_email")
+    submit.add_argument("payload", help="the payload, or - for stdin")
+    submit.add_argument("--wait", action="store_true", help="wait for the outcome")
+    submit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (30)")
+    connect_option(submit)
+    submit.set_defaults(run=cmd_submit)
+
+    worker = command(
+        "worker",
+        "run task handlers",
+        "Run the handlers of MODULE:OBJECT -- a quicx.worker.Worker, or a mapping"
+        " of task types to functions -- until SIGTERM or Ctrl-C, which lets the"
+        " tasks in hand finish.",
+    )
+    worker.add_argument("target", metavar="MODULE:OBJECT")
+    worker.add_argument("--concurrency", "-n", type=int, help="tasks at once (default 1)")
+    connect_option(worker)
+    worker.set_defaults(run=cmd_worker)
+
+    command("version", "print the version", "Print 'quicx VERSION protocol N'.").set_defaults(
+        run=cmd_version
+    )
+    command(
+        "init", "print the default quicx.conf", "Print the built-in default configuration."
+    ).set_defaults(run=cmd_init)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except CommandError as e:
+        print(f"quicx: {e}", file=sys.stderr)
+        return 1
+    except QuicxError as e:
+        print(f"quicx: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

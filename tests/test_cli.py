@@ -1,0 +1,270 @@
+"""The `quicx` command and the examples, run as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from quicx import config
+from quicx.blocking import QuicxClient
+from tests.conftest import DaemonProcess
+
+QUICX = str(Path(sys.executable).with_name("quicx"))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def quicx(*args: str, timeout: float = 60, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([QUICX, *args], capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def env_for(daemon: DaemonProcess) -> dict[str, str]:
+    return {
+        **os.environ,
+        "QUICX_ADDRESS": f"tcp:127.0.0.1:{daemon.port}",
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+class Background:
+    """A long-running quicx subprocess whose output goes to a file."""
+
+    def __init__(self, log: Path, *args: str, **kwargs) -> None:
+        self.log_path = log
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [QUICX, *args], stdout=out, stderr=subprocess.STDOUT, **kwargs
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for(self, pattern: str, timeout: float = 20) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if match := re.search(pattern, self.log()):
+                return match
+            assert self.process.poll() is None, self.log()
+            time.sleep(0.05)
+        raise AssertionError(f"{pattern!r} not in:\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(15)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def background(tmp_path: Path):
+    started: list[Background] = []
+
+    def start(*args: str, **kwargs) -> Background:
+        process = Background(tmp_path / f"bg{len(started)}.log", *args, **kwargs)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def test_version_is_one_parsable_line() -> None:
+    result = quicx("version")
+    assert result.returncode == 0
+    assert re.fullmatch(r"quicx \d+\.\d+\.\d+ protocol 1\n", result.stdout)
+
+
+def test_init_prints_the_built_in_default(tmp_path: Path) -> None:
+    result = quicx("init")
+    path = tmp_path / "quicx.conf"
+    path.write_text(result.stdout)
+    assert config.load(path) == config.Config(source=str(path))
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["start"], ["stop"], ["status"], ["submit"], ["worker"], ["version"], ["init"]]
+)
+def test_every_command_has_help(command: list[str]) -> None:
+    result = quicx(*command, "--help")
+    assert result.returncode == 0
+    assert "usage: quicx" in result.stdout
+    assert len(result.stdout.splitlines()) > 3
+
+
+def test_start_status_stop(tmp_path: Path, background) -> None:
+    control, pid_file = tmp_path / "c.sock", tmp_path / "q.pid"
+    daemon = background(
+        "start",
+        "--listen=tcp:0:interface=127.0.0.1",
+        f"--control={control}",
+        f"--pid-file={pid_file}",
+    )
+    port = int(daemon.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+    daemon.wait_for("control socket on")
+    assert int(pid_file.read_text()) == daemon.process.pid
+    with QuicxClient(f"tcp:127.0.0.1:{port}") as client:
+        client.submit_many(("t", b"x" * 100) for _ in range(1234))
+        table = quicx("status", f"--control={control}")
+        document = quicx("status", f"--control={control}", "--json")
+    assert table.returncode == 0, table.stderr
+    assert f"pid {daemon.process.pid}" in table.stdout
+    assert re.search(r"submitted\s+1,234", table.stdout)
+    assert re.search(r"in flight\s+1,234\s+\(1,234 queued \+ 0 running\)", table.stdout)
+    assert re.search(r"producers\s+1", table.stdout)
+    assert re.search(r"112 B  \[█+░*\]\s+655 / 655", table.stdout)  # that class is full
+    # 655 tasks fill the 112-byte class; the other 579 spill into the 128-byte
+    # class. Blocks carry 16-byte headers; the metadata carve-out is 80 bytes.
+    used = 80 + 655 * (112 + 16) + 579 * (128 + 16)
+    assert f"{used / 1024:.1f} KiB / 8.0 MiB" in table.stdout
+    assert re.search(r"128 B  \[█+░*\]\s+579 / 582", table.stdout)
+    assert re.search(r"1,024 B  \[░+\]\s+0 / 161", table.stdout)
+    status = json.loads(document.stdout)
+    assert status["tasks"]["queued"] == 1234
+    assert status["memory"] == {"used": used, "total": 8 << 20}
+    assert sum(c["blocks_used"] for c in status["classes"]) == 1234
+    assert status["listening"] == [f"127.0.0.1:{port}"]
+
+    stopped = quicx("stop", f"--pid-file={pid_file}")
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped quicx (pid {daemon.process.pid})" in stopped.stdout
+    assert daemon.process.wait(5) == 0
+    assert "stopping with 1234 queued and 0 running tasks" in daemon.log()
+    assert not pid_file.exists()
+    again = quicx("stop", f"--pid-file={pid_file}")
+    assert (again.returncode, again.stderr) == (
+        1,
+        f"quicx: no daemon to stop: no pid file at {pid_file}\n",
+    )
+
+
+def test_second_start_with_the_same_pid_file_is_refused(tmp_path: Path, background) -> None:
+    pid_file = tmp_path / "q.pid"
+    first = background(
+        "start",
+        "--listen=tcp:0:interface=127.0.0.1",
+        f"--control={tmp_path / 'c'}",
+        f"--pid-file={pid_file}",
+    )
+    first.wait_for("listening on")
+    second = quicx("start", "--listen=tcp:0:interface=127.0.0.1", f"--pid-file={pid_file}")
+    assert second.returncode == 1
+    assert f"a daemon is already running (pid {first.process.pid}" in second.stderr
+
+
+def test_submit_and_worker_round_trip(daemon: DaemonProcess, background) -> None:
+    env = env_for(daemon)
+    worker = background("worker", "examples.send_email:worker", "-n", "2", env=env, cwd=ROOT)
+    done = quicx("submit", "send_email", '{"to":"user@gmail.com"}', "--wait", env=env)
+    assert done.returncode == 0, done.stderr
+    task_id = int(done.stdout.splitlines()[0])
+    assert done.stdout.splitlines()[1] == f"task {task_id} done"
+    failed = quicx("submit", "send_email", "-", "--wait", input='{"to":"nobody"}', env=env)
+    assert failed.returncode == 1
+    assert failed.stdout.splitlines()[1] == f"task {task_id + 1} failed: cannot send to 'nobody'"
+    worker.wait_for("sent mail to user@gmail.com")
+    assert worker.stop() == 0  # graceful: finished, then exited
+
+
+def test_worker_from_a_plain_mapping(daemon: DaemonProcess, background, tmp_path: Path) -> None:
+    (tmp_path / "handlers.py").write_text(
+        "def shout(payload):\n    print(payload.decode().upper(), flush=True)\n"
+        "handlers = {'shout': shout}\n"
+    )
+    env = {**env_for(daemon), "PYTHONPATH": str(tmp_path)}
+    worker = background("worker", "handlers:handlers", env=env)
+    assert quicx("submit", "shout", "hello", "--wait", env=env).returncode == 0
+    worker.wait_for("HELLO")
+
+
+@pytest.mark.parametrize("example", ["blocking_producer.py", "twisted_producer.py"])
+def test_examples(daemon: DaemonProcess, background, example: str) -> None:
+    env = env_for(daemon)
+    background("worker", "examples.send_email:worker", env=env, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / example), "user@gmail.com", "nobody"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 1, result.stderr  # one of the two fails
+    assert "mail to user@gmail.com sent" in result.stdout
+    assert "cannot send to 'nobody'" in result.stdout
+
+
+def test_twisted_worker_example(daemon: DaemonProcess, background) -> None:
+    env = env_for(daemon)
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "twisted_worker.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    try:
+        with QuicxClient(env["QUICX_ADDRESS"]) as client:
+            client.wait(client.submit("send_email", '{"to":"a@b.c"}'), timeout=30)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=15)
+    assert "sent mail to a@b.c" in output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["status", "--control=/nonexistent/quicx.sock"], "no daemon: control socket"),
+        (["submit", "t", "p", "--connect=tcp:127.0.0.1:1"], "cannot connect to tcp:127.0.0.1:1"),
+        (["submit", "t", "p", "--connect=nowhere"], "bad address"),
+        (["worker", "no_such_module:x"], "cannot import no_such_module"),
+        (["worker", "json"], "'json' is not MODULE:OBJECT"),
+        (["worker", "json:dumps"], "json:dumps is a function, not a Worker"),
+        (["start", "--config=/nonexistent.conf"], "cannot read configuration"),
+        (
+            ["start", "--listen=bogus:1", "--pid-file=/tmp/quicx-test-bogus.pid"],
+            "bad listen address",
+        ),
+    ],
+)
+def test_user_errors_are_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    # Default pid files and control sockets go to a directory of the test's.
+    result = quicx(*args, timeout=30, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
+    assert result.returncode == 1
+    assert result.stderr.startswith("quicx: ")
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_status_detects_another_format(tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    path = tmp_path / "odd.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        conn.recv(100)
+        conn.sendall(b'{"format": "quicx-status/9"}\n')
+        conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    result = quicx("status", f"--control={path}")
+    server.close()
+    assert result.returncode == 1
+    assert "speaks another status format ('quicx-status/9'" in result.stderr

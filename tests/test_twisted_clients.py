@@ -1,0 +1,194 @@
+"""
+The Twisted producer client and the worker runner, together, against a real
+C{twistd -n quicx} process (pytest-twisted drives this process's reactor).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer, reactor
+from twisted.internet.task import deferLater
+
+from quicx.client import ProducerService, QuicxClientFactory, connect, endpoint_for
+from quicx.errors import ConnectionLost, OutcomeUnknown, QueueFull, TaskFailed
+from quicx.worker import Worker
+from tests.conftest import DaemonProcess
+
+
+def address(daemon: DaemonProcess) -> str:
+    return f"tcp:127.0.0.1:{daemon.port}"
+
+
+async def eventually(check, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await deferLater(reactor, 0.05, lambda: None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_producer_and_worker_round_trip(daemon: DaemonProcess) -> None:
+    seen: list[tuple[str, bytes]] = []
+    worker = Worker(concurrency=2)
+
+    @worker.handler("send_email")
+    def send_email(payload: bytes) -> None:
+        seen.append((threading.current_thread().name, payload))
+
+    @worker.handler("explode")
+    def explode(payload: bytes) -> None:
+        raise RuntimeError(f"cannot handle {payload.decode()}")
+
+    async def fetch(payload: bytes) -> None:
+        await deferLater(reactor, 0.01, lambda: None)
+
+    worker.register("fetch", fetch)
+    worker.start(reactor, address(daemon))
+    client = await connect(reactor, address(daemon))
+    try:
+        ids = await defer.gatherResults([client.submit("send_email", b"%d" % i) for i in range(50)])
+        assert ids == list(range(1, 51))
+        await defer.gatherResults([client.outcome(i) for i in ids])
+        assert sorted(p for _, p in seen) == sorted(b"%d" % i for i in range(50))
+        assert all("quicx-worker" in name for name, _ in seen)  # the thread pool
+
+        assert await client.submit_and_wait("fetch", b"") == 51
+        failing = await client.submit("explode", "boom")
+        with pytest.raises(TaskFailed, match="cannot handle boom") as failed:
+            await client.outcome(failing)
+        assert failed.value.reason == "cannot handle boom"
+        unknown = await client.submit("no_such_type", b"")
+        with pytest.raises(TaskFailed) as failed:
+            await client.outcome(unknown)
+        assert failed.value.reason == "no handler for: no_such_type"
+
+        stats = await client.stats()
+        assert (stats.queue_depth, stats.workers_total, stats.workers_idle) == (0, 2, 2)
+    finally:
+        client.close()
+        await worker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_outcome_that_arrived_before_it_was_asked_for(daemon: DaemonProcess) -> None:
+    worker = Worker({"t": lambda payload: None})
+    worker.start(reactor, address(daemon))
+    client = await connect(reactor, address(daemon))
+    try:
+        task_id = await client.submit("t", b"")
+        await eventually(lambda: defer.succeed(not client._book.pending(task_id)))
+        await client.outcome(task_id)  # kept until asked for
+        with pytest.raises(KeyError):
+            client.outcome(task_id)  # and handed out once
+    finally:
+        client.close()
+        await worker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_queue_full_is_a_typed_error(tmp_path, start_daemon) -> None:
+    conf = tmp_path / "q.conf"
+    conf.write_text("[allocator]\npool_size = 2048\nclass = 32,100\n")
+    daemon = start_daemon(f"--config={conf}", "--listen=tcp:0:interface=127.0.0.1")
+    client = await connect(reactor, address(daemon))
+    results = await defer.DeferredList(
+        [client.submit("t", b"p") for _ in range(100)], consumeErrors=True
+    )
+    refused = [r.value for ok, r in results if not ok]
+    assert refused and all(isinstance(e, QueueFull) for e in refused)
+    assert all(ok for ok, _ in results[: len(results) - len(refused)])
+    client.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_connection_loss_fails_what_is_pending(start_daemon) -> None:
+    daemon = start_daemon()
+    client = await connect(reactor, address(daemon))
+    task_id = await client.submit("t", b"p")
+    outcome = client.outcome(task_id)
+    daemon.kill()
+    with pytest.raises(OutcomeUnknown):
+        await outcome
+    with pytest.raises(ConnectionLost):
+        await client.submit("t", b"p")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_worker_and_producer_service_reconnect_after_restart(start_daemon) -> None:
+    port = free_port()
+    listen = f"--listen=tcp:{port}:interface=127.0.0.1"
+    daemon = start_daemon(listen)
+    handled: list[bytes] = []
+    worker = Worker({"t": handled.append})
+    worker.start(reactor, f"tcp:127.0.0.1:{port}")
+    producer = ProducerService(reactor, f"tcp:127.0.0.1:{port}")
+    producer.startService()
+    try:
+        await producer.submit_and_wait("t", b"before")
+        daemon.stop()
+        daemon = start_daemon(listen)
+        # This test blocked the reactor while it restarted the daemon: let it
+        # see the old connections close.  (A submit racing that would fail
+        # with ConnectionLost, as documented.)
+        await deferLater(reactor, 0.3, lambda: None)
+        # Both reconnect by themselves (the worker within its 3 s backoff cap).
+        assert await producer.submit_and_wait("t", b"after") == 1
+        assert handled == [b"before", b"after"]
+    finally:
+        await producer.stopService()
+        await worker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_graceful_stop_finishes_the_task_in_hand(daemon: DaemonProcess) -> None:
+    started = threading.Event()
+
+    def slow(payload: bytes) -> None:
+        started.set()
+        time.sleep(0.5)
+
+    worker = Worker({"slow": slow})
+    worker.start(reactor, address(daemon))
+    client = await connect(reactor, address(daemon))
+    task_id = await client.submit("slow", b"")
+    outcome = client.outcome(task_id)
+    await eventually(lambda: defer.succeed(started.is_set()))
+    await worker.stop()
+    await outcome  # DONE reached the producer: the task was not cut short
+    stats = await client.stats()
+    assert (stats.workers_total, stats.queue_depth) == (0, 0)
+    client.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_threaded_handler_keeps_heartbeats_answered(start_daemon) -> None:
+    daemon = start_daemon("--heartbeat-interval=0.2", "--heartbeat-timeout=0.6")
+    worker = Worker({"sleep": lambda payload: time.sleep(float(payload))}, concurrency=2)
+    worker.start(reactor, address(daemon))
+    client = await connect(reactor, address(daemon))
+    try:
+        await client.submit_and_wait("sleep", b"1.5")
+        # Both slots -- the busy one and the idle one -- answered every
+        # heartbeat: neither was dropped.
+        stats = await client.stats()
+        assert (stats.workers_total, stats.workers_idle) == (2, 2)
+        assert "silent for" not in daemon.log()
+    finally:
+        client.close()
+        await worker.stop()
+
+
+def test_endpoint_strings() -> None:
+    assert endpoint_for(reactor, "127.0.0.1:9")._port == 9
+    assert QuicxClientFactory(keep_outcomes=5).buildProtocol(None)._book.keep == 5
