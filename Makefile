@@ -1,5 +1,6 @@
 # Two entry points that do all set-up on a fresh machine (see README.md):
-#   make run    - the daemon on its built-in default (tcp:16381 on 127.0.0.1)
+#   make run    - the daemon on its built-in default (tcp:16381 on 127.0.0.1);
+#                 ARGS="--config quicx.conf" passes flags to `quicx start`
 #   make test   - lint, the test suite and the interop suite, through tox
 
 PYTHON ?= python3
@@ -15,7 +16,7 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 
 run: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet --no-deps --force-reinstall .
-	$(VENV)/bin/twistd -n --pidfile= quicx $(ARGS)
+	$(VENV)/bin/quicx start $(ARGS)
 
 test: $(VENV)/.installed
 	$(VENV)/bin/tox run -e lint,py311,interop

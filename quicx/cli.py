@@ -330,8 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help, description=description)
-        return sub
+        return commands.add_parser(name, help=help, description=description)
 
     def connect_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(

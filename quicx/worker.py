@@ -34,8 +34,8 @@ from twisted.internet.defer import (
     ensureDeferred,
     maybeDeferred,
 )
-from twisted.internet.endpoints import connectProtocol
 from twisted.internet.interfaces import IReactorCore, IStreamClientEndpoint
+from twisted.internet.protocol import Factory
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -200,7 +200,7 @@ class Worker:
         """One slot: connect, serve until the connection ends, reconnect."""
         delay = RETRY_FIRST
         while not self._stopping:
-            attempt = connectProtocol(endpoint, WorkerProtocol(self))
+            attempt = endpoint.connect(_SlotFactory(self))
             try:
                 slot = await self._cancellable(attempt)
             except CancelledError:
@@ -248,6 +248,18 @@ class Worker:
     def busy(self) -> int:
         """How many slots are running a task."""
         return sum(slot.busy for slot in self._slots)
+
+
+class _SlotFactory(Factory):
+    """Builds one slot's connection (quietly: no log line per connection)."""
+
+    noisy = False
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def buildProtocol(self, addr: Any) -> WorkerProtocol:
+        return WorkerProtocol(self.worker)
 
 
 def _passthrough_after(result: object, forget: Callable[[Any], None], item: object) -> object:
