@@ -27,6 +27,7 @@ from typing import Any
 from quicx import __version__, wire
 from quicx import config as configuration
 from quicx.blocking import DEFAULT_ADDRESS, QuicxClient, parse_address
+from quicx.config import format_size
 from quicx.control import StatusUnavailable, fetch_status
 from quicx.errors import QuicxError, TaskFailed
 
@@ -42,14 +43,6 @@ class CommandError(Exception):
 
 def thousands(value: int) -> str:
     return f"{value:,}"
-
-
-def human_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
 
 
 def human_duration(seconds: float) -> str:
@@ -245,7 +238,7 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"  total       {thousands(connections['total']):>14}",
         "",
         "Memory",
-        f"  {bar(used, total)}  {human_bytes(used)} / {human_bytes(total)}"
+        f"  {bar(used, total)}  {format_size(used)} / {format_size(total)}"
         f"  ({100 * used / total:.1f}%)",
         "",
         "Size classes      blocks used / total",

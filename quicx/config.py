@@ -19,7 +19,9 @@ import tempfile
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
+import attrs
 from attrs import field, frozen
 
 from quicx import pmad
@@ -96,6 +98,15 @@ def parse_size(text: str) -> int:
     return int(number) * (_MULTIPLIERS[unit[0].lower()] if unit else 1)
 
 
+def format_size(count: float) -> str:
+    """C{8388608} -> C{'8.0 MiB'}: the human reading of a byte count."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
 def parse_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -131,19 +142,30 @@ def _parse_task_type(text: str) -> bytes:
     return encoded
 
 
-_Setter = Callable[[str], object]
+@frozen
+class _Key:
+    """
+    One key of the file: the L{Config} field it sets and how.
 
-# (section, key) -> (parser, repeatable)
-_KEYS: dict[tuple[str, str], tuple[_Setter, bool]] = {
-    ("server", "port"): (_parse_port, False),
-    ("server", "listen"): (str.strip, True),
-    ("server", "heartbeat_interval"): (parse_seconds, False),
-    ("server", "heartbeat_timeout"): (parse_seconds, False),
-    ("server", "control"): (str.strip, False),
-    ("server", "pid_file"): (str.strip, False),
-    ("allocator", "pool_size"): (parse_size, False),
-    ("allocator", "class"): (_parse_class, True),
-    ("tasks", "allow"): (_parse_task_type, True),
+    @ivar collect: for a repeatable key, turns the list of its values into
+        the field's value; C{None} for a key that may appear once.
+    """
+
+    field: str
+    parse: Callable[[str], object]
+    collect: Callable[[list[Any]], object] | None = None
+
+
+_KEYS: dict[tuple[str, str], _Key] = {
+    ("server", "port"): _Key("port", _parse_port),
+    ("server", "listen"): _Key("listen", str.strip, tuple),
+    ("server", "heartbeat_interval"): _Key("heartbeat_interval", parse_seconds),
+    ("server", "heartbeat_timeout"): _Key("heartbeat_timeout", parse_seconds),
+    ("server", "control"): _Key("control", str.strip),
+    ("server", "pid_file"): _Key("pid_file", str.strip),
+    ("allocator", "pool_size"): _Key("pool_size", parse_size),
+    ("allocator", "class"): _Key("classes", _parse_class, tuple),
+    ("tasks", "allow"): _Key("allowed_types", _parse_task_type, frozenset),
 }
 
 
@@ -181,46 +203,27 @@ def parse(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{where}: '{key}' appears before any [section]")
         if (section, key) not in _KEYS:
             raise ConfigError(f"{where}: unknown key '{key}' in [{section}]")
-        parser, repeatable = _KEYS[section, key]
+        spec = _KEYS[section, key]
         previous = entries.setdefault((section, key), [])
-        if previous and not repeatable:
+        if previous and spec.collect is None:
             raise ConfigError(
                 f"{where}: '{key}' is set again (first set on line {previous[0].line})"
             )
         try:
-            previous.append(_Entry(parser(value.strip()), number))
+            previous.append(_Entry(spec.parse(value.strip()), number))
         except ValueError as e:
             raise ConfigError(f"{where}: {key}: {e}") from None
     return _build(entries, source)
 
 
 def _build(entries: dict[tuple[str, str], list[_Entry]], source: str) -> Config:
-    def one(section: str, key: str, default: object) -> object:
-        found = entries.get((section, key))
-        return found[0].value if found else default
-
-    def many(section: str, key: str) -> list[_Entry]:
-        return entries.get((section, key), [])
-
-    defaults = Config()
-    class_entries = many("allocator", "class")
-    classes = (
-        tuple(e.value for e in class_entries) if class_entries else defaults.classes  # type: ignore[misc]
-    )
-    pool_size = one("allocator", "pool_size", defaults.pool_size)
-    allowed = many("tasks", "allow")
-    config = Config(
-        port=one("server", "port", defaults.port),  # type: ignore[arg-type]
-        listen=tuple(e.value for e in many("server", "listen")),  # type: ignore[misc]
-        pool_size=pool_size,  # type: ignore[arg-type]
-        classes=classes,  # type: ignore[arg-type]
-        heartbeat_interval=one("server", "heartbeat_interval", defaults.heartbeat_interval),  # type: ignore[arg-type]
-        heartbeat_timeout=one("server", "heartbeat_timeout", defaults.heartbeat_timeout),  # type: ignore[arg-type]
-        allowed_types=frozenset(e.value for e in allowed) if allowed else None,  # type: ignore[misc]
-        control=one("server", "control", defaults.control),  # type: ignore[arg-type]
-        pid_file=one("server", "pid_file", defaults.pid_file),  # type: ignore[arg-type]
-        source=source,
-    )
+    overrides: dict[str, Any] = {}
+    for where, found in entries.items():
+        spec = _KEYS[where]
+        values = [entry.value for entry in found]
+        overrides[spec.field] = spec.collect(values) if spec.collect else values[0]
+    config = attrs.evolve(Config(source=source), **overrides)
+    class_entries = entries.get(("allocator", "class"), [])
 
     def line_of(section: str, key: str, index: int = 0) -> str:
         found = entries.get((section, key))

@@ -76,8 +76,11 @@ class PoolExhausted(PmadError):
     """No class that can hold the request has a free block."""
 
 
-class InvalidFree(PmadError):
-    """The offset is not a live block (double free, or not a block at all)."""
+class InvalidBlock(PmadError):
+    """
+    The offset is not a live block (a double free, or not a block at all), or
+    the data does not fit the block.
+    """
 
 
 @frozen
@@ -260,7 +263,7 @@ class Pmad:
         """Store C{data} in the block C{handle}, replacing what it held."""
         _, _, index, state = BLOCK_HEADER.unpack_from(self._pool, handle)
         if state != _USED or len(data) > self._stride[index] - BLOCK_HEADER_SIZE:
-            raise InvalidFree(f"cannot write {len(data)} bytes to block {handle}")
+            raise InvalidBlock(f"cannot write {len(data)} bytes to block {handle}")
         _LENGTH.pack_into(self._pool, handle + 8, len(data))
         start = handle + BLOCK_HEADER_SIZE
         self._pool[start : start + len(data)] = data
@@ -281,17 +284,17 @@ class Pmad:
         """
         Return block C{handle} to its class.
 
-        @raise InvalidFree: the block is not live.
+        @raise InvalidBlock: the block is not live.
         """
         if not self.metadata_bytes <= handle < self.pool_size - BLOCK_HEADER_SIZE:
-            raise InvalidFree(f"offset {handle} is outside the block area")
+            raise InvalidBlock(f"offset {handle} is outside the block area")
         _, _, index, state = BLOCK_HEADER.unpack_from(self._pool, handle)
         if (
             state != _USED
             or index >= len(self._stride)
             or (handle - self._start[index]) % self._stride[index]
         ):
-            raise InvalidFree(f"offset {handle} is not a live block")
+            raise InvalidBlock(f"offset {handle} is not a live block")
         BLOCK_HEADER.pack_into(self._pool, handle, self._free_head[index], 0, index, _FREE)
         self._free_head[index] = handle + 1
         self.blocks_used[index] -= 1

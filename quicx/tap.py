@@ -36,15 +36,6 @@ from quicx.queue import FailureLog, QueueService
 from quicx.server import QuicxServerFactory
 
 
-def human_bytes(count: float) -> str:
-    """C{8388608} -> C{'8.0 MiB'}."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
-
-
 class Options(usage.Options):
     synopsis = "[options]"
     longdesc = (
@@ -257,7 +248,7 @@ class QuicxDaemon(MultiService):
             "port {port}; pool {pool} ({pool_bytes} bytes) in {count} size classes,"
             " {metadata} bytes of metadata",
             port=config.port,
-            pool=human_bytes(pool.pool_size),
+            pool=configuration.format_size(pool.pool_size),
             pool_bytes=pool.pool_size,
             count=len(pool.classes),
             metadata=pool.metadata_bytes,

@@ -10,7 +10,7 @@ from quicx import pmad
 from quicx.pmad import (
     BLOCK_HEADER_SIZE,
     AllocationTooLarge,
-    InvalidFree,
+    InvalidBlock,
     LayoutError,
     Pmad,
     PoolExhausted,
@@ -135,13 +135,13 @@ def test_double_free_and_bogus_offsets_are_refused() -> None:
     pool = Pmad(1 << 16, classes((32, 100)))
     handle = pool.allocate(5)
     pool.free(handle)
-    with pytest.raises(InvalidFree):
+    with pytest.raises(InvalidBlock):
         pool.free(handle)
-    with pytest.raises(InvalidFree):
+    with pytest.raises(InvalidBlock):
         pool.free(handle + 1)
-    with pytest.raises(InvalidFree):
+    with pytest.raises(InvalidBlock):
         pool.free(0)
-    with pytest.raises(InvalidFree):
+    with pytest.raises(InvalidBlock):
         pool.free(1 << 20)
     assert pool.bytes_used == pool.metadata_bytes
 
@@ -149,7 +149,7 @@ def test_double_free_and_bogus_offsets_are_refused() -> None:
 def test_write_beyond_the_block_is_refused() -> None:
     pool = Pmad(1 << 16, classes((32, 100)))
     handle = pool.allocate(1)
-    with pytest.raises(InvalidFree):
+    with pytest.raises(InvalidBlock):
         pool.write(handle, b"x" * 33)
     pool.write(handle, b"x" * 32)
     assert pool.read(handle) == b"x" * 32
