@@ -98,7 +98,6 @@ class ClassUsage:
     size: int
     blocks_total: int
     blocks_used: int
-    block_bytes: int
 
 
 def check_classes(classes: list[SizeClass]) -> None:
@@ -214,9 +213,9 @@ class Pmad:
     def usage(self) -> list[ClassUsage]:
         """Per-class block counts."""
         return [
-            ClassUsage(c.size, total, used, stride)
-            for c, total, used, stride in zip(
-                self.classes, self.blocks_total, self.blocks_used, self._stride, strict=True
+            ClassUsage(c.size, total, used)
+            for c, total, used in zip(
+                self.classes, self.blocks_total, self.blocks_used, strict=True
             )
         ]
 

@@ -75,7 +75,6 @@ class Session:
 
     @ivar task: the task this worker holds, or C{None}.
     @ivar outstanding: how many of this producer's tasks have no outcome yet.
-    @ivar idle: whether this worker is waiting for a task.
     @ivar last_received: when anything last arrived from the peer.
     @ivar heartbeat_sent: when the daemon last sent it a HEARTBEAT.
     """
@@ -86,7 +85,6 @@ class Session:
     role: Role = Role.NEW
     task: Task | None = None
     outstanding: int = 0
-    idle: bool = False
     heartbeat_sent: float = 0.0
     connected: bool = True
 
@@ -300,7 +298,6 @@ class QueueService(Service):
             # Already busy: not an error, and no second task.
             return
         self._idle[session.session_id] = session
-        session.idle = True
         if self._queue:
             self._dispatch()
         else:
@@ -346,7 +343,6 @@ class QueueService(Service):
     def _become_idle(self, session: Session) -> None:
         # After DONE/FAILED a worker is idle without a new READY.
         self._idle[session.session_id] = session
-        session.idle = True
         if self._queue:
             self._dispatch()
 
@@ -355,7 +351,6 @@ class QueueService(Service):
         queue, idle, pool = self._queue, self._idle, self.pool
         while queue and idle:
             _, worker = idle.popitem(last=False)
-            worker.idle = False
             task = queue.popleft()
             task.attempts += 1
             worker.task = task
