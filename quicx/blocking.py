@@ -22,12 +22,11 @@ from collections import deque
 from collections.abc import Iterable
 
 from quicx import wire
-from quicx.client import CLIENT_MAX_LENGTH, as_bytes
+from quicx.client import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, as_bytes, normalize_address
 from quicx.errors import ConnectionLost, DaemonError, QuicxError, error_from
 from quicx.framing import Frame, FrameParser
 from quicx.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
 
-DEFAULT_ADDRESS = "tcp:127.0.0.1:16381"
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
 
@@ -39,9 +38,9 @@ def parse_address(address: str) -> tuple[int, object]:
 
     @raise ValueError: the address is not one of those forms.
     """
-    kind, _, rest = address.partition(":")
+    kind, _, rest = normalize_address(address).partition(":")
     if kind not in {"tcp", "unix"}:
-        kind, rest = "tcp", address
+        raise ValueError(f"{address!r}: this client speaks tcp: and unix: addresses")
     fields = rest.split(":")
     named = dict(f.split("=", 1) for f in fields if "=" in f)
     plain = [f for f in fields if "=" not in f]

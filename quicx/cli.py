@@ -24,9 +24,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from quicx import __version__, wire
 from quicx import config as configuration
-from quicx.blocking import DEFAULT_ADDRESS, QuicxClient, parse_address
+from quicx import version_line
+from quicx.blocking import QuicxClient, parse_address
+from quicx.client import DEFAULT_ADDRESS
 from quicx.config import format_size
 from quicx.control import StatusUnavailable, fetch_status
 from quicx.errors import QuicxError, TaskFailed
@@ -93,7 +94,7 @@ def client_address(args: argparse.Namespace) -> str:
 
 
 def cmd_version(args: argparse.Namespace) -> int:
-    print(f"quicx {__version__} protocol {wire.PROTOCOL_VERSION}")
+    print(version_line())
     return 0
 
 

@@ -32,6 +32,9 @@ from quicx.framing import FrameReceiver, set_no_delay
 from quicx.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
 from quicx.wire import ErrorCode
 
+DEFAULT_ADDRESS = "tcp:127.0.0.1:16381"
+ENDPOINT_KINDS = frozenset({"tcp", "unix", "tls", "ssl"})
+
 CLIENT_MAX_LENGTH = pmad.MAX_CLASS_SIZE + wire.TASK_ID.size + wire.SUBMIT_TYPE_OVERHEAD
 """The largest frame a client accepts: a TASK of the largest possible class."""
 
@@ -187,17 +190,20 @@ class QuicxClientFactory(Factory):
         return QuicxClientProtocol(self.keep_outcomes)
 
 
+def normalize_address(address: str) -> str:
+    """An endpoint string as given, or C{tcp:HOST:PORT} for a bare C{HOST:PORT}."""
+    return address if address.partition(":")[0] in ENDPOINT_KINDS else f"tcp:{address}"
+
+
 def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
     """
     A client endpoint for C{address}: an endpoint string (C{tcp:HOST:PORT},
     C{unix:PATH}, C{tls:HOST:PORT}) or a bare C{HOST:PORT}.
     """
-    if ":" in address and address.split(":", 1)[0] not in {"tcp", "unix", "tls", "ssl"}:
-        address = f"tcp:{address}"
-    return clientFromString(reactor, address)
+    return clientFromString(reactor, normalize_address(address))
 
 
-async def connect(reactor: Any, address: str = "tcp:127.0.0.1:16381") -> QuicxClientProtocol:
+async def connect(reactor: Any, address: str = DEFAULT_ADDRESS) -> QuicxClientProtocol:
     """Connect a producer to the daemon at C{address}."""
     return await connectProtocol(endpoint_for(reactor, address), QuicxClientProtocol())
 
@@ -213,7 +219,7 @@ class ProducerService(ClientService):
     Resubmitting after L{ConnectionLost} is safe only for idempotent tasks.
     """
 
-    def __init__(self, reactor: Any, address: str = "tcp:127.0.0.1:16381") -> None:
+    def __init__(self, reactor: Any, address: str = DEFAULT_ADDRESS) -> None:
         super().__init__(
             endpoint_for(reactor, address),
             QuicxClientFactory(),

@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from twisted.python import usage
 from twisted.python.failure import Failure
 
-from quicx import __version__, pmad, wire
+from quicx import __version__, pmad, version_line, wire
 from quicx import config as configuration
 from quicx.control import STATUS_FORMAT, ControlFactory
 from quicx.heartbeat import HeartbeatService
@@ -84,7 +84,7 @@ class Options(usage.Options):
 
     def opt_version(self) -> None:
         """Print the version and exit."""
-        print(f"quicx {__version__} protocol {wire.PROTOCOL_VERSION}")
+        print(version_line())
         raise SystemExit(0)
 
     def load_config(self) -> configuration.Config:

@@ -43,7 +43,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from quicx import wire
-from quicx.client import CLIENT_MAX_LENGTH, endpoint_for
+from quicx.client import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, endpoint_for
 from quicx.framing import FrameReceiver, set_no_delay
 from quicx.wire import ErrorCode
 
@@ -185,7 +185,7 @@ class Worker:
             )
         return maybeDeferred(_call_on_reactor, registration.function, task.payload)
 
-    def start(self, reactor: Any, address: str = "tcp:127.0.0.1:16381") -> None:
+    def start(self, reactor: Any, address: str = DEFAULT_ADDRESS) -> None:
         """Connect C{concurrency} slots to the daemon at C{address}."""
         self._reactor = reactor
         self._stopping = False
@@ -243,11 +243,6 @@ class Worker:
         if self._threads is not None:
             threads, self._threads = self._threads, None
             threads.stop()
-
-    @property
-    def busy(self) -> int:
-        """How many slots are running a task."""
-        return sum(slot.busy for slot in self._slots)
 
 
 class _SlotFactory(Factory):
