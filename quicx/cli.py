@@ -123,10 +123,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     pid_path = args.pid_file or config.pid_path
     claim_pid_file(pid_path)
     try:
-        try:
-            service = tap.makeService(options, reactor)
-        except SystemExit as e:
-            raise CommandError(str(e.code).removeprefix("quicx: ")) from None
+        service = tap.build_daemon(config, reactor)
         globalLogBeginner.beginLoggingTo(
             [textFileLogObserver(sys.stdout)], redirectStandardIO=False
         )

@@ -272,7 +272,16 @@ class QuicxDaemon(MultiService):
 
 
 def makeService(options: Options, reactor: Any = None) -> IService:
-    """Build the daemon from parsed options."""
+    """Build the daemon from parsed options (the twistd plugin's entry point)."""
+    try:
+        config = options.load_config()
+    except configuration.ConfigError as e:
+        raise SystemExit(f"quicx: {e}") from None
+    return build_daemon(config, reactor)
+
+
+def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaemon:
+    """Build the daemon from a configuration already loaded and checked."""
     if reactor is None:
         from twisted.internet import reactor  # type: ignore[no-redef]
     # twistd -n logs to stdout, and a signalled twistd ends itself with
@@ -280,10 +289,6 @@ def makeService(options: Options, reactor: Any = None) -> IService:
     # (and every other) when stdout is a file or a supervisor's pipe.
     with suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    try:
-        config = options.load_config()
-    except configuration.ConfigError as e:
-        raise SystemExit(f"quicx: {e}") from None
     pool = pmad.Pmad(config.pool_size, list(config.classes))
     queue = QueueService(pool, config.allowed_types, clock=reactor.seconds)
     queue.observers.append(FailureLog())
