@@ -172,7 +172,16 @@ def test_parse_address(text: str, parsed: object) -> None:
     assert parse_address(text)[1] == parsed
 
 
-@pytest.mark.parametrize("text", ["tcp:host", "tcp:h:port", "unix:", "nonsense"])
-def test_parse_address_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tcp:host", "is not tcp:HOST:PORT"),
+        ("tcp:h:port", "is not tcp:HOST:PORT"),
+        ("unix:", "names no socket path"),
+        ("nonsense", "is not tcp:HOST:PORT"),
+        ("tls:example.org:16381", "this client speaks tcp: and unix: addresses"),
+    ],
+)
+def test_parse_address_refuses(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
         parse_address(text)
