@@ -25,6 +25,7 @@ import attrs
 from attrs import field, frozen
 
 from quicx import pmad
+from quicx.journal import DEFAULT_COMPACT_FACTOR, DEFAULT_COMPACT_MIN_SIZE, FsyncPolicy
 from quicx.wire import MAX_TYPE_LENGTH
 
 DEFAULT_PORT = 16381
@@ -49,6 +50,11 @@ class Config:
     @ivar control: the control socket's path (C{quicx status}); C{""} for
         the default, C{"none"} for no control socket.
     @ivar pid_file: where C{quicx start} records its pid; C{""} for the default.
+    @ivar journal: the write-ahead journal's path; C{""} for no journal.
+    @ivar fsync: when journal records are synced to disk.
+    @ivar compact_factor: the journal is compacted when it is this many times
+        the size of its live tasks' records...
+    @ivar compact_min_size: ...and at least this many bytes.
     @ivar source: where the configuration came from, for the start-up log.
     """
 
@@ -61,6 +67,10 @@ class Config:
     allowed_types: frozenset[bytes] | None = None
     control: str = ""
     pid_file: str = ""
+    journal: str = ""
+    fsync: FsyncPolicy = FsyncPolicy.EVERYSEC
+    compact_factor: float = DEFAULT_COMPACT_FACTOR
+    compact_min_size: int = DEFAULT_COMPACT_MIN_SIZE
     source: str = "built-in default"
 
     @property
@@ -117,6 +127,23 @@ def parse_seconds(text: str) -> float:
     return value
 
 
+def parse_fsync(text: str) -> FsyncPolicy:
+    try:
+        return FsyncPolicy(text.strip().lower())
+    except ValueError:
+        raise ValueError(f"{text!r} is not one of always, everysec, no") from None
+
+
+def _parse_compact_factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if not 1.5 <= value <= 1000:
+        raise ValueError(f"{text} is out of range (1.5 to 1000)")
+    return value
+
+
 def _parse_port(text: str) -> int:
     if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
         raise ValueError(f"{text!r} is not a port number (0 to 65535)")
@@ -166,6 +193,10 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("allocator", "pool_size"): _Key("pool_size", parse_size),
     ("allocator", "class"): _Key("classes", _parse_class, tuple),
     ("tasks", "allow"): _Key("allowed_types", _parse_task_type, frozenset),
+    ("journal", "path"): _Key("journal", str.strip),
+    ("journal", "fsync"): _Key("fsync", parse_fsync),
+    ("journal", "compact_factor"): _Key("compact_factor", _parse_compact_factor),
+    ("journal", "compact_min_size"): _Key("compact_min_size", parse_size),
 }
 
 
@@ -297,4 +328,13 @@ def render(config: Config) -> str:
     if config.allowed_types is not None:
         lines += ["", "[tasks]"]
         lines += [f"allow = {t.decode()}" for t in sorted(config.allowed_types)]
+    if config.journal:
+        lines += [
+            "",
+            "[journal]",
+            f"path = {config.journal}",
+            f"fsync = {config.fsync.value}",
+            f"compact_factor = {config.compact_factor:g}",
+            f"compact_min_size = {config.compact_min_size}",
+        ]
     return "\n".join(lines) + "\n"

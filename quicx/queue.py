@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 
 from attrs import define, frozen
@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
 
 from quicx import pmad, wire
+from quicx.journal import Journal, Recovery
 from quicx.wire import ErrorCode
 
 
@@ -56,7 +57,8 @@ class Task:
 
     The payload is not here: it lives in PMAD block C{block}.
 
-    @ivar producer: the session that submitted it, told of the outcome.
+    @ivar producer: the session that submitted it, told of the outcome;
+        C{None} for a task recovered from the journal.
     @ivar attempts: how many times it has been handed to a worker.
     """
 
@@ -64,7 +66,7 @@ class Task:
     task_type: bytes
     block: int
     size: int
-    producer: Session
+    producer: Session | None
     attempts: int = 0
 
 
@@ -74,7 +76,8 @@ class Session:
     One connection's state.
 
     @ivar task: the task this worker holds, or C{None}.
-    @ivar outstanding: how many of this producer's tasks have no outcome yet.
+    @ivar outstanding: how many of this producer's tasks have no outcome yet
+        (counting those still waiting for their OK).
     @ivar last_received: when anything last arrived from the peer.
     @ivar heartbeat_sent: when the daemon last sent it a HEARTBEAT.
     """
@@ -108,8 +111,8 @@ class ITaskObserver(Interface):
     not block the reactor.
     """
 
-    def submitted(task: Task, payload: bytes) -> None:
-        """C{task} was accepted; its OK is about to be sent."""
+    def submitted(task: Task) -> None:
+        """C{task} was accepted (and journaled); its OK is about to be sent."""
 
     def rejected(session: Session, code: ErrorCode, reason: str) -> None:
         """A SUBMIT from C{session} was refused with C{code}."""
@@ -136,7 +139,7 @@ class FailureLog:
 
     log = Logger(namespace="quicx.tasks")
 
-    def submitted(self, task: Task, payload: bytes) -> None:
+    def submitted(self, task: Task) -> None:
         pass
 
     def rejected(self, session: Session, code: ErrorCode, reason: str) -> None:
@@ -174,6 +177,7 @@ class QueueService(Service):
 
     @ivar pool: the allocator every payload lives in.
     @ivar allowed_types: task types a SUBMIT may name (C{None}: any).
+    @ivar journal: where accepted tasks and outcomes are recorded, or C{None}.
     @ivar observers: told of each step of every task's life.
     @ivar sessions: the open connections by session id.
     """
@@ -185,13 +189,18 @@ class QueueService(Service):
         pool: pmad.Pmad,
         allowed_types: frozenset[bytes] | None = None,
         clock: Callable[[], float] = time.time,
+        journal: Journal | None = None,
     ) -> None:
         self.pool = pool
         self.allowed_types = allowed_types
         self.clock = clock
+        self.journal = journal
+        if journal is not None:
+            journal.bind(self._accept_all, self._refuse_unwritten, self._snapshot)
         self.observers: list[ITaskObserver] = []
         self.sessions: dict[int, Session] = {}
         self.started_at = clock()
+        # Tasks in the order they arrive; with a journal, only once durable.
         self._queue: deque[Task] = deque()
         self._idle: OrderedDict[int, Session] = OrderedDict()
         self._live: dict[int, Task] = {}
@@ -244,13 +253,22 @@ class QueueService(Service):
     # -- producers ------------------------------------------------------------
 
     def submit(self, session: Session, task_type: bytes, payload: bytes) -> None:
-        """Accept a task and answer OK, or answer the ERROR that says why not."""
+        """
+        Accept a task and answer OK, or answer the ERROR that says why not.
+
+        With a journal that syncs each record, the OK (and the task's place in
+        the queue) waits until the record is on disk; see L{_accept_all}.
+        """
         if self.allowed_types is not None and task_type not in self.allowed_types:
             self._reject(
                 session,
                 ErrorCode.UNKNOWN_TASK_TYPE,
                 f"unknown task type: {task_type.decode('utf-8', 'replace')}",
             )
+            return
+        journal = self.journal
+        if journal is not None and journal.broken:
+            self._reject(session, ErrorCode.QUEUE_FULL, f"journal unavailable: {journal.broken}")
             return
         pool = self.pool
         try:
@@ -266,14 +284,58 @@ class QueueService(Service):
         pool.write(block, payload)
         task = Task(self._next_task_id(), task_type, block, len(payload), session)
         self._live[task.task_id] = task
+        session.outstanding += 1
+        if journal is None or journal.record_submit(task, payload):
+            self._accept(task)
+
+    def _accept(self, task: Task) -> None:
+        """Answer OK for C{task} and queue it."""
         self._submitted += 1
         for observer in self.observers:
-            observer.submitted(task, payload)
-        session.outstanding += 1
-        session.peer.sendFrame(wire.encode_ok(task.task_id))
+            observer.submitted(task)
+        producer = task.producer
+        if producer is not None and producer.connected:
+            producer.peer.sendFrame(wire.encode_ok(task.task_id))
         self._queue.append(task)
         if self._idle:
             self._dispatch()
+
+    def _accept_all(self, tasks: list[Task]) -> None:
+        """(The journal.) These tasks' records are on disk."""
+        for task in tasks:
+            self._accept(task)
+
+    def _refuse_unwritten(self, tasks: list[Task], reason: str) -> None:
+        """(The journal.) These tasks' records could not be written."""
+        for task in tasks:
+            del self._live[task.task_id]
+            self.pool.free(task.block)
+            producer = task.producer
+            assert producer is not None
+            producer.outstanding -= 1
+            if producer.connected:
+                self._reject(producer, ErrorCode.QUEUE_FULL, f"journal write failed: {reason}")
+
+    def _snapshot(self) -> tuple[int, Iterator[tuple[int, bytes, bytes]]]:
+        """(The journal.) The id counter and the live tasks, oldest first."""
+        read = self.pool.read
+        live = ((t.task_id, t.task_type, read(t.block)) for t in self._live.values())
+        return self._last_task_id, live
+
+    def restore(self, recovery: Recovery) -> None:
+        """
+        Queue the tasks a journal kept, in their order and with their ids.
+
+        @raise pmad.PmadError: they do not fit this pool.
+        """
+        for recovered in recovery.tasks:
+            payload = recovered.payload
+            block = self.pool.allocate(len(payload) or 1)
+            self.pool.write(block, payload)
+            task = Task(recovered.task_id, recovered.task_type, block, len(payload), None)
+            self._live[task.task_id] = task
+            self._queue.append(task)
+        self._last_task_id = recovery.last_task_id
 
     def _reject(self, session: Session, code: ErrorCode, reason: str) -> None:
         self._rejected += 1
@@ -304,25 +366,27 @@ class QueueService(Service):
             session.peer.sendFrame(wire.WAIT_FRAME)
 
     def done(self, session: Session, task_id: int) -> None:
-        task = self._finish(session, task_id)
+        task = self._finish(session, task_id, failed=False)
         self._completed += 1
         for observer in self.observers:
             observer.completed(task, session)
-        if task.producer.connected:
-            task.producer.peer.sendFrame(wire.encode_done(task_id))
+        producer = task.producer
+        if producer is not None and producer.connected:
+            producer.peer.sendFrame(wire.encode_done(task_id))
         self._become_idle(session)
 
     def failed(self, session: Session, task_id: int, reason: str) -> None:
-        task = self._finish(session, task_id)
+        task = self._finish(session, task_id, failed=True)
         self._failed += 1
         for observer in self.observers:
             observer.failed(task, session, reason)
-        if task.producer.connected:
-            task.producer.peer.sendFrame(wire.encode_failed(task_id, reason))
+        producer = task.producer
+        if producer is not None and producer.connected:
+            producer.peer.sendFrame(wire.encode_failed(task_id, reason))
         self._become_idle(session)
 
-    def _finish(self, session: Session, task_id: int) -> Task:
-        """Take back the task C{session} holds and free its block."""
+    def _finish(self, session: Session, task_id: int, failed: bool) -> Task:
+        """Take back the task C{session} holds, journal its end, free its block."""
         if session.role is not Role.WORKER:
             raise ProtocolViolation(
                 f"a {session.role.value} connection reported task {task_id};"
@@ -333,8 +397,11 @@ class QueueService(Service):
             held = "no task" if task is None else f"task {task.task_id}"
             raise ProtocolViolation(f"task {task_id} is not held by this worker ({held})")
         session.task = None
-        task.producer.outstanding -= 1
+        if task.producer is not None:
+            task.producer.outstanding -= 1
         del self._live[task_id]
+        if self.journal is not None:
+            self.journal.record_outcome(task, failed)
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
         self.pool.free(task.block)
@@ -389,20 +456,29 @@ class QueueService(Service):
     @property
     def tasks_running(self) -> int:
         """Tasks held by workers right now."""
-        return len(self._live) - len(self._queue)
+        return sum(1 for session in self.sessions.values() if session.task is not None)
 
     def stopService(self) -> None:
         super().stopService()
+        live = len(self._live)
         queued, running = len(self._queue), self.tasks_running
-        for task in self._live.values():
-            for observer in self.observers:
-                observer.dropped(task, "daemon stopped")
-        if queued or running:
+        if not live:
+            self.log.info("stopping with no live tasks")
+        elif self.journal is not None:
+            self.log.info(
+                "stopping with {queued} queued and {running} running tasks;"
+                " the journal {path} keeps them",
+                queued=queued,
+                running=running,
+                path=self.journal.path,
+            )
+        else:
+            for task in self._live.values():
+                for observer in self.observers:
+                    observer.dropped(task, "daemon stopped")
             self.log.warn(
                 "stopping with {queued} queued and {running} running tasks;"
                 " without a journal they are dropped",
                 queued=queued,
                 running=running,
             )
-        else:
-            self.log.info("stopping with no live tasks")

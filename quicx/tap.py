@@ -4,6 +4,7 @@ The daemon as a Twisted application: C{twistd -n quicx}.
 L{Options} parses the command line, L{makeService} builds the service tree:
 
     QuicxDaemon (MultiService)
+      +- Journal             the write-ahead journal (when configured)
       +- QueueService        the state
       +- HeartbeatService    liveness
       +- ListenerService...  one per endpoint string
@@ -32,6 +33,7 @@ from quicx import __version__, pmad, version_line, wire
 from quicx import config as configuration
 from quicx.control import STATUS_FORMAT, ControlFactory
 from quicx.heartbeat import HeartbeatService
+from quicx.journal import Journal, JournalCorrupt, recover
 from quicx.queue import FailureLog, QueueService
 from quicx.server import QuicxServerFactory
 
@@ -66,6 +68,14 @@ class Options(usage.Options):
             None,
             "PMAD pool size in bytes (suffixes K, M, G).",
             configuration.parse_size,
+        ],
+        ["journal", None, None, "Keep accepted tasks in this write-ahead journal file."],
+        [
+            "fsync",
+            None,
+            None,
+            "When journal records reach the disk: always, everysec or no.",
+            configuration.parse_fsync,
         ],
     ]
 
@@ -104,6 +114,8 @@ class Options(usage.Options):
             ("heartbeat-interval", "heartbeat_interval"),
             ("heartbeat-timeout", "heartbeat_timeout"),
             ("pool-size", "pool_size"),
+            ("journal", "journal"),
+            ("fsync", "fsync"),
         ):
             if self[option] is not None:
                 overrides[name] = self[option]
@@ -234,6 +246,22 @@ class QuicxDaemon(MultiService):
                 {"size": u.size, "blocks_used": u.blocks_used, "blocks_total": u.blocks_total}
                 for u in pool.usage()
             ],
+            "journal": self._journal_status(),
+        }
+
+    def _journal_status(self) -> dict[str, Any] | None:
+        journal = self.queue.journal
+        if journal is None:
+            return None
+        stats = journal.stats
+        return {
+            "path": journal.path,
+            "fsync": journal.policy.value,
+            "file_bytes": stats.file_bytes,
+            "live_bytes": stats.live_bytes,
+            "syncs": stats.syncs,
+            "compactions": stats.compactions,
+            "broken": journal.broken or None,
         }
 
     def privilegedStartService(self) -> None:
@@ -290,9 +318,14 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     with suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     pool = pmad.Pmad(config.pool_size, list(config.classes))
-    queue = QueueService(pool, config.allowed_types, clock=reactor.seconds)
+    journal = open_journal(config, reactor) if config.journal else None
+    queue = QueueService(pool, config.allowed_types, clock=reactor.seconds, journal=journal)
     queue.observers.append(FailureLog())
     daemon = QuicxDaemon(config, queue)
+    if journal is not None:
+        restore(queue, journal)
+        # Added first, stopped last: every record is written before exit.
+        journal.setServiceParent(daemon)
     queue.setServiceParent(daemon)
     HeartbeatService(
         queue, config.heartbeat_interval, config.heartbeat_timeout, reactor
@@ -310,6 +343,50 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             announcement="control socket",
         ).setServiceParent(daemon)
     return daemon
+
+
+def open_journal(config: configuration.Config, reactor: Any) -> Journal:
+    return Journal(
+        config.journal, config.fsync, reactor, config.compact_factor, config.compact_min_size
+    )
+
+
+def restore(queue: QueueService, journal: Journal) -> None:
+    """
+    Queue what the journal kept and open it for appending.
+
+    @raise SystemExit: the journal is damaged or its tasks do not fit the pool;
+        the daemon does not start.
+    """
+    log = QuicxDaemon.log
+    try:
+        recovery = recover(journal.path)
+    except JournalCorrupt as e:
+        raise SystemExit(f"quicx: journal {e}; the daemon will not start on it") from None
+    if recovery.torn_bytes:
+        log.warn(
+            "journal {path}: cut a torn tail of {torn} bytes at offset {offset}",
+            path=journal.path,
+            torn=recovery.torn_bytes,
+            offset=recovery.valid_length,
+        )
+    try:
+        queue.restore(recovery)
+        journal.open(recovery)
+    except pmad.PmadError as e:
+        raise SystemExit(
+            f"quicx: journal {journal.path}: its {len(recovery.tasks)} tasks do not fit"
+            f" the pool ({e}); raise pool_size"
+        ) from None
+    except OSError as e:
+        raise SystemExit(f"quicx: journal {journal.path}: {e.strerror}") from None
+    log.info(
+        "journal {path} (fsync {policy}): {records} records, {tasks} tasks recovered",
+        path=journal.path,
+        policy=journal.policy.value,
+        records=recovery.records,
+        tasks=len(recovery.tasks),
+    )
 
 
 def quote_endpoint(value: str) -> str:

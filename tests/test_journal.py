@@ -1,0 +1,164 @@
+"""
+The journal's file format and recovery, on real files: torn tails are cut,
+damage in the middle is refused with the offset, replay is idempotent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quicx import config as configuration
+from quicx import journal
+from quicx.journal import MAGIC, FsyncPolicy, JournalCorrupt, RecoveredTask, recover
+
+
+def write(path: Path, *records: bytes) -> list[int]:
+    """Write a journal; return each record's start offset."""
+    offsets, offset = [], len(MAGIC)
+    for record in records:
+        offsets.append(offset)
+        offset += len(record)
+    path.write_bytes(MAGIC + b"".join(records))
+    return offsets
+
+
+def test_live_tasks_are_submits_without_outcome_in_submit_order(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    write(
+        path,
+        journal.encode_submit(1, b"a", b"one"),
+        journal.encode_submit(2, b"b", b""),
+        journal.encode_submit(3, b"c", bytes(range(256))),
+        journal.encode_done(1),
+        journal.encode_submit(4, b"d", b"four"),
+        journal.encode_failed(3),
+        journal.encode_done(99),  # an outcome for an id not live: ignored
+    )
+    recovery = recover(str(path))
+    assert recovery.tasks == (RecoveredTask(2, b"b", b""), RecoveredTask(4, b"d", b"four"))
+    assert recovery.last_task_id == 4
+    assert recovery.records == 7
+    assert recovery.torn_bytes == 0
+    assert recovery.valid_length == path.stat().st_size
+
+
+def test_checkpoint_carries_the_id_counter_and_replay_is_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    write(
+        path,
+        journal.encode_checkpoint(700),
+        journal.encode_submit(5, b"t", b"x"),
+        journal.encode_submit(6, b"t", b"y"),
+        # What a compaction racing new records may leave: the same SUBMIT twice.
+        journal.encode_submit(5, b"t", b"x"),
+    )
+    recovery = recover(str(path))
+    assert [t.task_id for t in recovery.tasks] == [6, 5]
+    assert recovery.last_task_id == 5
+    write(path, journal.encode_checkpoint(700))
+    assert recover(str(path)).last_task_id == 700
+
+
+def test_missing_file_is_an_empty_journal(tmp_path: Path) -> None:
+    recovery = recover(str(tmp_path / "absent"))
+    assert recovery.tasks == () and recovery.last_task_id == 0
+
+
+def test_every_torn_tail_is_cut_at_the_last_whole_record(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    records = [journal.encode_submit(n, b"t", b"payload %d" % n) for n in (1, 2, 3)]
+    offsets = write(path, *records)
+    whole = path.read_bytes()
+    last = offsets[-1]
+    for cut in range(last + 1, len(whole)):
+        path.write_bytes(whole[:cut])
+        recovery = recover(str(path))
+        assert [t.task_id for t in recovery.tasks] == [1, 2], cut
+        assert recovery.valid_length == last
+        assert recovery.torn_bytes == cut - last
+
+
+def test_a_zero_filled_tail_is_torn_not_corrupt(tmp_path: Path) -> None:
+    # What a power cut can leave: the file grew, its last pages never came.
+    path = tmp_path / "j"
+    offsets = write(path, journal.encode_submit(1, b"t", b"kept"))
+    path.write_bytes(path.read_bytes() + bytes(4096))
+    recovery = recover(str(path))
+    assert [t.task_id for t in recovery.tasks] == [1]
+    assert recovery.valid_length == offsets[0] + len(journal.encode_submit(1, b"t", b"kept"))
+
+
+def test_a_torn_magic_is_an_empty_journal(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    path.write_bytes(MAGIC[:3])
+    assert recover(str(path)).torn_bytes == 3
+
+
+@pytest.mark.parametrize("flip", [0, 4, 8, 10, 20])
+def test_damage_before_good_records_is_refused_with_its_offset(tmp_path: Path, flip: int) -> None:
+    path = tmp_path / "j"
+    records = [journal.encode_submit(n, b"type", b"payload %d" % n) for n in range(1, 6)]
+    offsets = write(path, *records)
+    data = bytearray(path.read_bytes())
+    data[offsets[2] + flip] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalCorrupt) as raised:
+        recover(str(path))
+    assert raised.value.offset == offsets[2]
+    assert raised.value.path == str(path)
+    assert f"{path}: offset {offsets[2]}:" in str(raised.value)
+    assert f"good records from offset {offsets[3]}" in str(raised.value)
+
+
+def test_damage_in_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    offsets = write(path, *(journal.encode_submit(n, b"t", b"x" * 50) for n in (1, 2)))
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    recovery = recover(str(path))
+    assert [t.task_id for t in recovery.tasks] == [1]
+    assert recovery.valid_length == offsets[1]
+
+
+def test_not_a_journal(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    path.write_bytes(b"[server]\nport = 1\n")
+    with pytest.raises(JournalCorrupt, match="offset 0: not a Quicx journal"):
+        recover(str(path))
+    with pytest.raises(JournalCorrupt, match="not a regular file"):
+        recover(str(tmp_path))
+
+
+def test_record_size_matches_the_encoding() -> None:
+    record = journal.encode_submit(7, b"abc", b"x" * 100)
+    assert len(record) == journal.submit_record_size(3, 100)
+
+
+def test_journal_section_of_the_configuration() -> None:
+    config = configuration.parse(
+        "[journal]\npath = /var/lib/quicx/journal\nfsync = always\n"
+        "compact_factor = 3\ncompact_min_size = 1M\n"
+    )
+    assert config.journal == "/var/lib/quicx/journal"
+    assert config.fsync is FsyncPolicy.ALWAYS
+    assert config.compact_factor == 3
+    assert config.compact_min_size == 1 << 20
+    assert configuration.parse(configuration.render(config)).fsync is FsyncPolicy.ALWAYS
+    assert configuration.Config().fsync is FsyncPolicy.EVERYSEC
+    assert configuration.Config().journal == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[journal]\nfsync = sometimes\n", "<string>:2: fsync: 'sometimes' is not one of"),
+        ("[journal]\n\ncompact_factor = 1\n", "<string>:3: compact_factor: 1 is out of range"),
+        ("[journal]\ncompact_min_size = lots\n", "<string>:2: compact_min_size: 'lots'"),
+    ],
+)
+def test_bad_journal_settings_name_the_line(text: str, message: str) -> None:
+    with pytest.raises(configuration.ConfigError, match=message):
+        configuration.parse(text)
