@@ -113,8 +113,9 @@ def cmd_start(args: argparse.Namespace) -> int:
     options = tap.Options()
     forwarded = [f"--config={args.config}"] if args.config else []
     forwarded += [f"--listen={endpoint}" for endpoint in args.listen]
-    if args.control:
-        forwarded.append(f"--control={args.control}")
+    for flag in ("control", "journal", "fsync"):
+        if getattr(args, flag):
+            forwarded.append(f"--{flag}={getattr(args, flag)}")
     try:
         options.parseOptions(forwarded)
         config = options.load_config()
@@ -123,11 +124,11 @@ def cmd_start(args: argparse.Namespace) -> int:
     pid_path = args.pid_file or config.pid_path
     claim_pid_file(pid_path)
     try:
-        service = tap.build_daemon(config, reactor)
         globalLogBeginner.beginLoggingTo(
             [textFileLogObserver(sys.stdout)], redirectStandardIO=False
         )
         try:
+            service = tap.build_daemon(config, reactor)
             service.privilegedStartService()
         except SystemExit as e:
             raise CommandError(str(e.code).removeprefix("quicx: ")) from None
@@ -239,6 +240,7 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"  {bar(used, total)}  {format_size(used)} / {format_size(total)}"
         f"  ({100 * used / total:.1f}%)",
         "",
+        *_journal_lines(status.get("journal")),
         "Size classes      blocks used / total",
     ]
     for size_class in status["classes"]:
@@ -248,6 +250,19 @@ def render_status(status: Mapping[str, Any]) -> str:
             f"  {thousands(used_blocks):>9} / {thousands(total_blocks)}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _journal_lines(journal: Mapping[str, Any] | None) -> list[str]:
+    if journal is None:
+        return ["Journal     none: live tasks do not survive a restart", ""]
+    lines = [
+        f"Journal     {journal['path']}   (fsync {journal['fsync']})",
+        f"  {format_size(journal['file_bytes'])} on disk, {format_size(journal['live_bytes'])}"
+        f" live; {thousands(journal['syncs'])} syncs, {journal['compactions']} compactions",
+    ]
+    if journal["broken"]:
+        lines.append(f"  BROKEN: {journal['broken']} (new tasks are refused)")
+    return [*lines, ""]
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -351,6 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--control", metavar="PATH", help="control socket for `quicx status`")
     start.add_argument("--pid-file", metavar="PATH", help="where to record the pid")
+    start.add_argument("--journal", metavar="FILE", help="keep accepted tasks in this journal")
+    start.add_argument(
+        "--fsync", choices=["always", "everysec", "no"], help="when journal records reach disk"
+    )
     start.set_defaults(run=cmd_start)
 
     stop = command(

@@ -6,7 +6,6 @@ or starved of disk) and restarted; every task that got its OK comes back.
 from __future__ import annotations
 
 import hashlib
-import json
 import resource
 import signal
 import subprocess
@@ -21,6 +20,8 @@ from quicx.control import fetch_status
 from quicx.wire import ErrorCode
 from tests.conftest import TWISTD, DaemonProcess
 from tests.peer import Peer
+
+QUICX = str(Path(TWISTD).with_name("quicx"))
 
 
 def payload_for(seq: int) -> bytes:
@@ -307,4 +308,30 @@ def test_status_shows_the_journal(tmp_path: Path, start_daemon) -> None:
         journal.submit_record_size(1, len(payload_for(n))) for n in range(3)
     )
     assert status["journal"]["syncs"] >= 1
-    assert json.dumps(status)
+    assert status["journal"]["broken"] is None
+    table = subprocess.run(
+        [QUICX, "status", f"--control={daemon.control_path}"], capture_output=True, text=True
+    )
+    assert f"Journal     {tmp_path / 'j'}   (fsync always)" in table.stdout
+
+
+def test_quicx_start_takes_a_journal(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    path.write_bytes(journal.MAGIC + journal.encode_submit(41, b"t", b"kept"))
+    log = tmp_path / "start.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [QUICX, "start", f"--journal={path}", "--fsync=always", "--control=none",
+             "--listen=tcp:0:interface=127.0.0.1", f"--pid-file={tmp_path / 'pid'}"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        _wait_listening(log)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) == 0
+    finally:
+        process.kill()
+        process.wait()
+    text = log.read_text()
+    assert f"journal {path} (fsync always): 1 records, 1 tasks recovered" in text
+    assert "1 queued and 0 running tasks; the journal" in text
