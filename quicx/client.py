@@ -203,9 +203,16 @@ def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
     return clientFromString(reactor, normalize_address(address))
 
 
-async def connect(reactor: Any, address: str = DEFAULT_ADDRESS) -> QuicxClientProtocol:
-    """Connect a producer to the daemon at C{address}."""
-    return await connectProtocol(endpoint_for(reactor, address), QuicxClientProtocol())
+async def connect(
+    reactor: Any, address: str = DEFAULT_ADDRESS, keep_outcomes: int = DEFAULT_KEEP
+) -> QuicxClientProtocol:
+    """
+    Connect a producer to the daemon at C{address}.
+
+    @param keep_outcomes: how many outcomes nobody has asked for yet to keep.
+    """
+    protocol = QuicxClientProtocol(keep_outcomes)
+    return await connectProtocol(endpoint_for(reactor, address), protocol)
 
 
 class ProducerService(ClientService):

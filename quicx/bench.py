@@ -1,0 +1,506 @@
+"""
+The benchmark: C{python -m quicx.bench}.  Not part of the test run.
+
+Every workload starts a fresh daemon (C{twistd -n quicx}) on a loopback port,
+with worker processes running C{quicx worker} on a no-op handler, and stops
+every process it started.  Each prints a line of figures and a JSON line.
+With C{--peers}, the same run also drives the peer harness in
+C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
+
+    python -m quicx.bench                      # everything, with peers
+    python -m quicx.bench e2e latency --quick  # a subset, smaller N
+    python -m quicx.bench journal              # e2e per journal fsync policy
+
+See docs/performance.md for the figures and how to read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from quicx import __version__
+from quicx.blocking import QuicxClient
+from quicx.control import fetch_status
+from quicx.worker import Worker
+
+BENCH_TYPE = "bench"
+
+noop_worker = Worker()
+"""The workers' target: a no-op handler run on the reactor (no thread hop)."""
+
+
+@noop_worker.handler(BENCH_TYPE, thread=False)
+def noop(payload: bytes) -> None:
+    return None
+
+
+# A pool that holds 500,000 queued 100-byte tasks and 64 KiB payloads.
+BENCH_CONFIG = """\
+[server]
+listen = tcp:0:interface=127.0.0.1
+[allocator]
+pool_size = 1G
+class = 32,2
+class = 128,38
+class = 1024,10
+class = 65536,50
+"""
+
+LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+BIN = Path(sys.executable).parent
+
+
+def payload_of(size: int) -> bytes:
+    return (b"0123456789abcdef" * (size // 16 + 1))[:size]
+
+
+class Daemon:
+    """A C{twistd -n quicx} process for one workload."""
+
+    def __init__(self, directory: Path, extra: list[str]) -> None:
+        self.directory = directory
+        config = directory / "quicx.conf"
+        config.write_text(BENCH_CONFIG)
+        self.control = str(directory / "control.sock")
+        self.log = directory / "quicx.log"
+        command = [str(BIN / "twistd"), "-n", "--pidfile=", "quicx", f"--config={config}"]
+        command += [f"--control={self.control}", *extra]
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not (match := LISTENING.search(self.log.read_text())):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit(f"quicx.bench: the daemon did not start:\n{self.log.read_text()}")
+            time.sleep(0.05)
+        self.address = f"tcp:127.0.0.1:{match.group(1)}"
+
+    def status(self) -> dict[str, Any]:
+        return fetch_status(self.control)
+
+    def rss(self) -> int:
+        """Resident memory in bytes."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class Workers:
+    """C{count} C{quicx worker} processes with C{slots} connections each."""
+
+    def __init__(self, daemon: Daemon, count: int, slots: int) -> None:
+        self.processes = [
+            subprocess.Popen(
+                [str(BIN / "quicx"), "worker", "quicx.bench:noop_worker", f"-n{slots}"]
+                + [f"--connect={daemon.address}"],
+                stdout=subprocess.DEVNULL,
+                stderr=(daemon.directory / f"worker{n}.log").open("wb"),
+            )
+            for n in range(count)
+        ]
+        deadline = time.monotonic() + 30
+        while daemon.status()["connections"]["idle_workers"] < count * slots:
+            if time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit("quicx.bench: the workers did not connect")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@contextmanager
+def running(
+    extra: list[str] | None = None, workers: int = 0, slots: int = 16
+) -> Iterator[Daemon]:
+    with tempfile.TemporaryDirectory(prefix="quicx-bench-") as directory:
+        daemon = Daemon(Path(directory), extra or [])
+        pool = None
+        try:
+            if workers:
+                pool = Workers(daemon, workers, slots)
+            yield daemon
+        finally:
+            if pool is not None:
+                pool.stop()
+            daemon.stop()
+
+
+# -- workloads -----------------------------------------------------------------------
+
+
+def submit_workload(n: int) -> dict[str, Any]:
+    """One producer pipelines C{n} SUBMITs on one connection."""
+    payload = payload_of(100)
+    with running() as daemon, QuicxClient(daemon.address) as client:
+        client.submit_many((BENCH_TYPE, payload) for _ in range(1000))  # warm-up
+        started = time.perf_counter()
+        client.submit_many((BENCH_TYPE, payload) for _ in range(n))
+        seconds = time.perf_counter() - started
+    return {"n": n, "seconds": seconds, "oks_per_s": n / seconds}
+
+
+def _produce_and_wait(address: str, n: int, payload: bytes) -> float:
+    """Pipeline C{n} tasks, wait for every DONE; the seconds it took."""
+    with QuicxClient(address, keep_outcomes=n + 1) as client:
+        started = time.perf_counter()
+        ids = client.submit_many((BENCH_TYPE, payload) for _ in range(n))
+        for task_id in ids:
+            client.wait(task_id)  # type: ignore[arg-type]
+        return time.perf_counter() - started
+
+
+def e2e_workload(
+    n: int, payload_size: int = 100, extra: list[str] | None = None, slots: int = 16
+) -> dict[str, Any]:
+    """One producer pipelines C{n} tasks; 2 worker processes run them."""
+    with running(extra, workers=2, slots=slots) as daemon:
+        cpu = daemon.cpu_seconds()
+        seconds = _produce_and_wait(daemon.address, n, payload_of(payload_size))
+        daemon_cpu = daemon.cpu_seconds() - cpu
+        completed = daemon.status()["tasks"]["completed"]
+    if completed != n:
+        raise SystemExit(f"quicx.bench: {completed} of {n} tasks completed")
+    return {
+        "n": n,
+        "payload": payload_size,
+        "seconds": seconds,
+        "tasks_per_s": n / seconds,
+        "daemon_cpu_us_per_task": 1e6 * daemon_cpu / n,
+    }
+
+
+def latency_workload(n: int) -> dict[str, Any]:
+    """One task at a time: submit, run, DONE back at the producer."""
+    payload = payload_of(100)
+    with running(workers=2, slots=1) as daemon, QuicxClient(daemon.address) as client:
+        for _ in range(50):
+            client.submit_and_wait(BENCH_TYPE, payload)
+        samples = []
+        for _ in range(n):
+            started = time.perf_counter_ns()
+            client.submit_and_wait(BENCH_TYPE, payload)
+            samples.append(time.perf_counter_ns() - started)
+    return {"n": n, **percentiles(samples)}
+
+
+def percentiles(samples_ns: list[int]) -> dict[str, float]:
+    ordered = sorted(samples_ns)
+
+    def at(fraction: float) -> float:
+        return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] / 1000
+
+    return {
+        "p50_us": at(0.50),
+        "p90_us": at(0.90),
+        "p99_us": at(0.99),
+        "max_us": ordered[-1] / 1000,
+        "mean_us": statistics.fmean(ordered) / 1000,
+    }
+
+
+def fanin_workload(connections: int, per_connection: int) -> dict[str, Any]:
+    """Many producer connections at once (one Twisted process), 4 workers."""
+    with running(workers=4, slots=8) as daemon:
+        result = subprocess.run(
+            [sys.executable, "-m", "quicx.bench", "_fanin", daemon.address]
+            + [str(connections), str(per_connection)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    seconds = float(result.stdout)
+    n = connections * per_connection
+    return {"connections": connections, "n": n, "seconds": seconds, "tasks_per_s": n / seconds}
+
+
+def _fanin_producer(address: str, connections: int, per_connection: int) -> None:
+    """(Its own process.) Submit from every connection at once; print the seconds."""
+    from twisted.internet import defer
+    from twisted.internet.task import react
+
+    from quicx.client import connect
+
+    payload = payload_of(100)
+
+    async def one(reactor: Any) -> None:
+        protocol = await connect(reactor, address, keep_outcomes=per_connection + 1)
+        ids = await defer.gatherResults(
+            [protocol.submit(BENCH_TYPE, payload) for _ in range(per_connection)]
+        )
+        await defer.gatherResults([protocol.outcome(task_id) for task_id in ids])
+        protocol.close()
+
+    async def main(reactor: Any) -> None:
+        started = time.perf_counter()
+        await defer.gatherResults(
+            [defer.ensureDeferred(one(reactor)) for _ in range(connections)]
+        )
+        print(time.perf_counter() - started)
+
+    react(lambda reactor: defer.ensureDeferred(main(reactor)))
+
+
+def memory_workload(n: int) -> dict[str, Any]:
+    """Resident memory with no tasks and with C{n} queued 100-byte tasks."""
+    payload = payload_of(100)
+    with running() as daemon, QuicxClient(daemon.address) as client:
+        client.submit_many((BENCH_TYPE, payload) for _ in range(1000))
+        client.close()
+        time.sleep(0.5)
+        empty = daemon.rss()
+        with QuicxClient(daemon.address) as loaded:
+            loaded.submit_many((BENCH_TYPE, payload) for _ in range(n - 1000))
+        time.sleep(0.5)
+        full = daemon.rss()
+        pool_used = daemon.status()["memory"]["used"]
+    return {
+        "n": n,
+        "rss_empty": empty,
+        "rss_full": full,
+        "pmad_used": pool_used,
+        "bytes_per_task": (full - empty) / n,
+        "bytes_per_task_beyond_pool": (full - empty - pool_used) / n,
+    }
+
+
+def journal_workload(n: int, journal_dir: Path) -> dict[str, Any]:
+    """End-to-end throughput without a journal and with each fsync policy."""
+    results = {}
+    for policy in ("none", "no", "everysec", "always"):
+        extra = []
+        if policy != "none":
+            path = journal_dir / f"bench-{policy}.journal"
+            path.unlink(missing_ok=True)
+            extra = [f"--journal={path}", f"--fsync={policy}"]
+        results[policy] = e2e_workload(n, extra=extra)["tasks_per_s"]
+        if policy != "none":
+            path.unlink(missing_ok=True)
+    base = results["none"]
+    return {"n": n, "tasks_per_s": results, "ratio": {k: v / base for k, v in results.items()}}
+
+
+# -- peers ---------------------------------------------------------------------------
+
+PEERS = Path(__file__).resolve().parents[1] / ".." / "shared" / "bench" / "peers"
+
+
+def find_peers(explicit: str | None) -> Path | None:
+    for candidate in [explicit, os.environ.get("QUICX_PEERS"), str(PEERS), "../shared/bench/peers"]:
+        if candidate and (Path(candidate) / "harness" / "core.py").exists():
+            return Path(candidate).resolve()
+    return None
+
+
+def peer_python(peers: Path) -> str:
+    """The harness's virtualenv, set up as its run_all.sh does (idempotent)."""
+    venv = peers.parent / ".venv"
+    if shutil.which("beanstalkd") is None:
+        subprocess.run(["apt-get", "update", "-q"], check=True)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "beanstalkd"],
+            check=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r"]
+            + [str(peers / "requirements.txt")],
+            check=True,
+        )
+    return str(venv / "bin" / "python")
+
+
+def peer_run(
+    peers: Path, python: str, adapter: str, workload: str, n: int, payload: int = 100
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="quicx-bench-peer-") as directory:
+        out = Path(directory) / "result.json"
+        subprocess.run(
+            [python, str(peers / "adapters" / f"{adapter}.py"), "bench", "--workload", workload]
+            + ["--n", str(n), "--payload-bytes", str(payload), "--workers", "2"]
+            + ["--max-seconds", "300", "--out", str(out), "--log-dir", directory],
+            check=False,
+            capture_output=True,
+        )
+        if not out.exists():
+            return {"error": "no result"}
+        result = json.loads(out.read_text())
+    return result.get("result", result)
+
+
+# -- the command ---------------------------------------------------------------------
+
+WORKLOADS = ("submit", "e2e", "latency", "fanin", "sweep", "memory", "journal")
+
+
+def emit(name: str, line: str, figures: dict[str, Any], table: list[dict[str, Any]]) -> None:
+    print(f"{name:<22} {line}", flush=True)
+    record = {"workload": name, **figures}
+    print(json.dumps(record), flush=True)
+    table.append(record)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m quicx.bench", description="Quicx benchmark (see docs/performance.md)"
+    )
+    parser.add_argument("workloads", nargs="*", help=f"any of {', '.join(WORKLOADS)}")
+    parser.add_argument("--quick", action="store_true", help="smaller N everywhere")
+    parser.add_argument("--peers", metavar="DIR", help="the peer harness (../shared/bench/peers)")
+    parser.add_argument("--no-peers", action="store_true", help="Quicx only")
+    parser.add_argument("--json-out", metavar="FILE", help="write every result here")
+    parser.add_argument("--journal-dir", default=".", help="where the journal workload writes")
+    args = parser.parse_args(argv)
+    unknown = set(args.workloads) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workload {', '.join(sorted(unknown))}")
+    chosen = args.workloads or [w for w in WORKLOADS if w != "journal"]
+    scale = 10 if args.quick else 1
+    peers = None if args.no_peers else find_peers(args.peers)
+    python = peer_python(peers) if peers else ""
+    table: list[dict[str, Any]] = []
+    print(
+        f"Quicx {__version__} benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},"
+        f" {platform.machine()} x{os.cpu_count()}, Python {platform.python_version()},"
+        f" peers: {peers or 'none'}",
+        flush=True,
+    )
+
+    def peer(workload: str, n: int, payload: int = 100) -> dict[str, Any] | None:
+        return peer_run(peers, python, "beanstalkd", workload, n, payload) if peers else None
+
+    def ratio(ours: float, theirs: dict[str, Any] | None, key: str) -> str:
+        if not theirs or key not in theirs:
+            return ""
+        return f"   beanstalkd {theirs[key]:,.0f}, ratio {ours / theirs[key]:.2f}x"
+
+    runners: dict[str, Callable[[], None]] = {}
+
+    def run_submit() -> None:
+        ours = submit_workload(200_000 // scale)
+        theirs = peer("enqueue", 200_000 // scale)
+        emit(
+            "submit",
+            f"{ours['oks_per_s']:,.0f} OKs/s" + ratio(ours["oks_per_s"], theirs, "jobs_per_s"),
+            {**ours, "peer": theirs},
+            table,
+        )
+
+    def run_e2e() -> None:
+        ours = e2e_workload(200_000 // scale)
+        theirs = peer("e2e", 200_000 // scale)
+        emit(
+            "e2e",
+            f"{ours['tasks_per_s']:,.0f} tasks/s" + ratio(ours["tasks_per_s"], theirs, "jobs_per_s"),
+            {**ours, "peer": theirs},
+            table,
+        )
+
+    def run_latency() -> None:
+        ours = latency_workload(5000 // scale)
+        theirs = peer("latency", 5000 // scale)
+        line = " ".join(f"{k[:-3]} {ours[k]:,.0f}" for k in ("p50_us", "p90_us", "p99_us", "max_us"))
+        if theirs and "p50_us" in theirs:
+            line += (
+                f" µs   beanstalkd p50 {theirs['p50_us']:,.0f} p99 {theirs['p99_us']:,.0f},"
+                f" p50 ratio {ours['p50_us'] / theirs['p50_us']:.2f}x"
+            )
+        emit("latency", line, {**ours, "peer": theirs}, table)
+
+    def run_fanin() -> None:
+        ours = fanin_workload(50, 2000 // scale)
+        emit("fan-in", f"{ours['tasks_per_s']:,.0f} tasks/s", ours, table)
+
+    def run_sweep() -> None:
+        for size, n in ((16, 200_000), (1024, 100_000), (65536, 20_000)):
+            ours = e2e_workload(n // scale, size)
+            # beanstalkd refuses jobs over 65,535 bytes by default.
+            theirs = peer("e2e", n // scale, size) if size < 65536 else None
+            emit(
+                f"e2e {size} B",
+                f"{ours['tasks_per_s']:,.0f} tasks/s"
+                + ratio(ours["tasks_per_s"], theirs, "jobs_per_s"),
+                {**ours, "peer": theirs},
+                table,
+            )
+
+    def run_memory() -> None:
+        ours = memory_workload(500_000 // scale)
+        emit(
+            "memory",
+            f"RSS {ours['rss_empty'] / 2**20:.1f} MiB empty, {ours['rss_full'] / 2**20:.1f} MiB"
+            f" with {ours['n']:,} tasks: {ours['bytes_per_task']:.0f} B/task,"
+            f" {ours['bytes_per_task_beyond_pool']:.0f} B/task beyond the pool",
+            ours,
+            table,
+        )
+
+    def run_journal() -> None:
+        ours = journal_workload(100_000 // scale, Path(args.journal_dir))
+        rates, ratios = ours["tasks_per_s"], ours["ratio"]
+        emit(
+            "journal e2e",
+            "  ".join(f"{k} {rates[k]:,.0f}/s ({ratios[k]:.2f})" for k in rates),
+            ours,
+            table,
+        )
+
+    runners.update(
+        submit=run_submit,
+        e2e=run_e2e,
+        latency=run_latency,
+        fanin=run_fanin,
+        sweep=run_sweep,
+        memory=run_memory,
+        journal=run_journal,
+    )
+    for workload in chosen:
+        runners[workload]()
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(table, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "_fanin":
+        _fanin_producer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        raise SystemExit(main())
