@@ -120,8 +120,13 @@ class Workers:
     def __init__(self, daemon: Daemon, count: int, slots: int) -> None:
         self.processes = [
             subprocess.Popen(
-                [str(BIN / "quicx"), "worker", "quicx.bench:noop_worker", f"-n{slots}"]
-                + [f"--connect={daemon.address}"],
+                [
+                    str(BIN / "quicx"),
+                    "worker",
+                    "quicx.bench:noop_worker",
+                    f"-n{slots}",
+                    f"--connect={daemon.address}",
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=(daemon.directory / f"worker{n}.log").open("wb"),
             )
@@ -146,9 +151,7 @@ class Workers:
 
 
 @contextmanager
-def running(
-    extra: list[str] | None = None, workers: int = 0, slots: int = 16
-) -> Iterator[Daemon]:
+def running(extra: list[str] | None = None, workers: int = 0, slots: int = 16) -> Iterator[Daemon]:
     with tempfile.TemporaryDirectory(prefix="quicx-bench-") as directory:
         daemon = Daemon(Path(directory), extra or [])
         pool = None
@@ -239,8 +242,15 @@ def fanin_workload(connections: int, per_connection: int) -> dict[str, Any]:
     """Many producer connections at once (one Twisted process), 4 workers."""
     with running(workers=4, slots=8) as daemon:
         result = subprocess.run(
-            [sys.executable, "-m", "quicx.bench", "_fanin", daemon.address]
-            + [str(connections), str(per_connection)],
+            [
+                sys.executable,
+                "-m",
+                "quicx.bench",
+                "_fanin",
+                daemon.address,
+                str(connections),
+                str(per_connection),
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -269,9 +279,7 @@ def _fanin_producer(address: str, connections: int, per_connection: int) -> None
 
     async def main(reactor: Any) -> None:
         started = time.perf_counter()
-        await defer.gatherResults(
-            [defer.ensureDeferred(one(reactor)) for _ in range(connections)]
-        )
+        await defer.gatherResults([defer.ensureDeferred(one(reactor)) for _ in range(connections)])
         print(time.perf_counter() - started)
 
     react(lambda reactor: defer.ensureDeferred(main(reactor)))
@@ -341,8 +349,15 @@ def peer_python(peers: Path) -> str:
     if not (venv / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run(
-            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-r"]
-            + [str(peers / "requirements.txt")],
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "-r",
+                str(peers / "requirements.txt"),
+            ],
             check=True,
         )
     return str(venv / "bin" / "python")
@@ -354,9 +369,25 @@ def peer_run(
     with tempfile.TemporaryDirectory(prefix="quicx-bench-peer-") as directory:
         out = Path(directory) / "result.json"
         subprocess.run(
-            [python, str(peers / "adapters" / f"{adapter}.py"), "bench", "--workload", workload]
-            + ["--n", str(n), "--payload-bytes", str(payload), "--workers", "2"]
-            + ["--max-seconds", "300", "--out", str(out), "--log-dir", directory],
+            [
+                python,
+                str(peers / "adapters" / f"{adapter}.py"),
+                "bench",
+                "--workload",
+                workload,
+                "--n",
+                str(n),
+                "--payload-bytes",
+                str(payload),
+                "--workers",
+                "2",
+                "--max-seconds",
+                "300",
+                "--out",
+                str(out),
+                "--log-dir",
+                directory,
+            ],
             check=False,
             capture_output=True,
         )
@@ -429,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         theirs = peer("e2e", 200_000 // scale)
         emit(
             "e2e",
-            f"{ours['tasks_per_s']:,.0f} tasks/s" + ratio(ours["tasks_per_s"], theirs, "jobs_per_s"),
+            f"{ours['tasks_per_s']:,.0f} tasks/s"
+            + ratio(ours["tasks_per_s"], theirs, "jobs_per_s"),
             {**ours, "peer": theirs},
             table,
         )
@@ -437,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     def run_latency() -> None:
         ours = latency_workload(5000 // scale)
         theirs = peer("latency", 5000 // scale)
-        line = " ".join(f"{k[:-3]} {ours[k]:,.0f}" for k in ("p50_us", "p90_us", "p99_us", "max_us"))
+        keys = ("p50_us", "p90_us", "p99_us", "max_us")
+        line = " ".join(f"{k[:-3]} {ours[k]:,.0f}" for k in keys)
         if theirs and "p50_us" in theirs:
             line += (
                 f" µs   beanstalkd p50 {theirs['p50_us']:,.0f} p99 {theirs['p99_us']:,.0f},"
