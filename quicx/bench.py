@@ -65,6 +65,12 @@ LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 BIN = Path(sys.executable).parent
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process C{pid}."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def payload_of(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
@@ -89,6 +95,7 @@ class Daemon:
                 raise SystemExit(f"quicx.bench: the daemon did not start:\n{self.log.read_text()}")
             time.sleep(0.05)
         self.address = f"tcp:127.0.0.1:{match.group(1)}"
+        self.workers: Workers | None = None
 
     def status(self) -> dict[str, Any]:
         return fetch_status(self.control)
@@ -101,8 +108,7 @@ class Daemon:
         raise RuntimeError("no VmRSS")
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.process.pid)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -139,6 +145,9 @@ class Workers:
                 raise SystemExit("quicx.bench: the workers did not connect")
             time.sleep(0.05)
 
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(process.pid) for process in self.processes)
+
     def stop(self) -> None:
         for process in self.processes:
             process.send_signal(signal.SIGTERM)
@@ -157,7 +166,7 @@ def running(extra: list[str] | None = None, workers: int = 0, slots: int = 16) -
         pool = None
         try:
             if workers:
-                pool = Workers(daemon, workers, slots)
+                pool = daemon.workers = Workers(daemon, workers, slots)
             yield daemon
         finally:
             if pool is not None:
@@ -190,13 +199,16 @@ def _produce_and_wait(address: str, n: int, payload: bytes) -> float:
 
 
 def e2e_workload(
-    n: int, payload_size: int = 100, extra: list[str] | None = None, slots: int = 16
+    n: int, payload_size: int = 100, extra: list[str] | None = None, slots: int = 32
 ) -> dict[str, Any]:
     """One producer pipelines C{n} tasks; 2 worker processes run them."""
     with running(extra, workers=2, slots=slots) as daemon:
-        cpu = daemon.cpu_seconds()
+        assert daemon.workers is not None
+        cpu = daemon.cpu_seconds(), daemon.workers.cpu_seconds(), time.process_time()
         seconds = _produce_and_wait(daemon.address, n, payload_of(payload_size))
-        daemon_cpu = daemon.cpu_seconds() - cpu
+        daemon_cpu = daemon.cpu_seconds() - cpu[0]
+        workers_cpu = daemon.workers.cpu_seconds() - cpu[1]
+        producer_cpu = time.process_time() - cpu[2]
         completed = daemon.status()["tasks"]["completed"]
     if completed != n:
         raise SystemExit(f"quicx.bench: {completed} of {n} tasks completed")
@@ -205,7 +217,11 @@ def e2e_workload(
         "payload": payload_size,
         "seconds": seconds,
         "tasks_per_s": n / seconds,
-        "daemon_cpu_us_per_task": 1e6 * daemon_cpu / n,
+        "cpu_us_per_task": {
+            "daemon": 1e6 * daemon_cpu / n,
+            "workers": 1e6 * workers_cpu / n,
+            "producer": 1e6 * producer_cpu / n,
+        },
     }
 
 

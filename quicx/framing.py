@@ -17,6 +17,7 @@ matter for a server facing untrusted peers:
 from __future__ import annotations
 
 from contextlib import suppress
+from typing import Any
 
 from attrs import frozen
 from twisted.internet.protocol import Protocol
@@ -135,6 +136,83 @@ def set_no_delay(transport: object) -> None:
     """
     with suppress(AttributeError, OSError):
         transport.setTcpNoDelay(True)  # type: ignore[attr-defined]
+
+
+def write_now(transport: Any, data: bytes) -> None:
+    """
+    Write C{data}, sending it at once when the transport has nothing queued.
+
+    C{transport.write} always queues and registers the socket with the
+    reactor for writability, and unregisters it once sent: two C{epoll_ctl}
+    calls per write, a third of the daemon's time under load.  A plain TCP or
+    UNIX transport with an empty buffer can take a direct C{send} instead;
+    whatever the kernel does not take goes through C{transport.write} as
+    usual, so ordering and back-pressure are unchanged.  TLS transports and
+    others always use C{transport.write}.
+    """
+    if (
+        getattr(transport, "TLS", True) is False
+        and transport.connected
+        and not transport.disconnecting
+        and not transport.dataBuffer
+        and not transport._tempDataBuffer
+    ):
+        try:
+            sent = transport.socket.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            sent = 0  # transport.write meets the error and closes properly
+        if sent == len(data):
+            return
+        data = data[sent:]
+    transport.write(data)
+
+
+class OutputBatcher:
+    """
+    Gathers the frames written to many connections during one reactor
+    iteration, then writes each connection's frames with one call.
+
+    A burst of SUBMITs read in one go gets its OKs in one C{send}, and every
+    DONE that reached a producer in one iteration travels together.  The
+    flush runs as a C{callLater(0)}: right after the reactor has handled
+    every socket that was ready, before it polls again.
+    """
+
+    def __init__(self, reactor: Any) -> None:
+        self._reactor = reactor
+        self._dirty: list[BatchedOutput] = []
+
+    def flush(self) -> None:
+        dirty, self._dirty = self._dirty, []
+        for output in dirty:
+            frames, output.frames = output.frames, []
+            write_now(output.transport, frames[0] if len(frames) == 1 else b"".join(frames))
+
+    def output(self, transport: Any) -> BatchedOutput:
+        """A sender of frames to C{transport}, batched by this batcher."""
+        return BatchedOutput(self, transport)
+
+
+class BatchedOutput:
+    """One connection's frames waiting for the end of the iteration."""
+
+    __slots__ = ("batcher", "frames", "transport")
+
+    def __init__(self, batcher: OutputBatcher, transport: Any) -> None:
+        self.batcher = batcher
+        self.transport = transport
+        self.frames: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        frames = self.frames
+        if not frames:
+            batcher = self.batcher
+            if not batcher._dirty:
+                batcher._reactor.callLater(0, batcher.flush)
+            batcher._dirty.append(self)
+        frames.append(data)
 
 
 class FrameReceiver(Protocol):

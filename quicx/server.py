@@ -10,6 +10,7 @@ any connection and fix no role.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
@@ -17,7 +18,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from quicx import wire
-from quicx.framing import FrameReceiver, set_no_delay
+from quicx.framing import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.queue import IPeer, ProtocolViolation, QueueService, Role, Session
 from quicx.wire import ErrorCode, MessageType
 
@@ -37,6 +38,7 @@ class QuicxServerProtocol(FrameReceiver):
         host = getattr(peer, "host", None)
         self.peer_name = f"{host}:{peer.port}" if host else str(peer)
         set_no_delay(self.transport)
+        self._output = self.factory.batcher.output(self.transport)
         self.queue = self.factory.queue
         self.session = self.queue.open_session(self)
         self._clock = self.queue.clock
@@ -47,7 +49,9 @@ class QuicxServerProtocol(FrameReceiver):
     # -- IPeer -------------------------------------------------------------------
 
     def sendFrame(self, data: bytes) -> None:
-        self.transport.write(data)  # type: ignore[union-attr]
+        # Sent at the end of this reactor iteration, with the connection's
+        # other frames (see OutputBatcher).
+        self._output.send(data)
 
     def disconnect(self) -> None:
         self.transport.abortConnection()  # type: ignore[union-attr]
@@ -129,6 +133,9 @@ class QuicxServerFactory(Factory):
     protocol = QuicxServerProtocol
     noisy = False
 
-    def __init__(self, queue: QueueService) -> None:
+    def __init__(self, queue: QueueService, reactor: Any = None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor  # type: ignore[no-redef]
         self.queue = queue
+        self.batcher = OutputBatcher(reactor)
         self.max_length = queue.pool.max_size + wire.SUBMIT_TYPE_OVERHEAD

@@ -330,7 +330,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     HeartbeatService(
         queue, config.heartbeat_interval, config.heartbeat_timeout, reactor
     ).setServiceParent(daemon)
-    factory = QuicxServerFactory(queue)
+    factory = QuicxServerFactory(queue, reactor)
     for description in config.endpoints:
         ListenerService(reactor, description, factory).setServiceParent(daemon)
     if config.control_path is not None:

@@ -14,9 +14,12 @@ from quicx.framing import Frame, FrameParser
 class Peer:
     """One connection to a daemon, read with timeouts."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(address, timeout=10)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, address: tuple[str, int] | socket.socket) -> None:
+        if isinstance(address, socket.socket):
+            self.sock = address
+        else:
+            self.sock = socket.create_connection(address, timeout=10)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.parser = FrameParser(1 << 30, check_types=False)
         self.pending: list[Frame] = []
         self.closed = False

@@ -461,3 +461,19 @@ def test_unix_endpoint(start_daemon, tmp_path: Path) -> None:
     raw.sendall(wire.encode_stats())
     assert raw.recv(100)[:2] == b"\x01\x0c"
     raw.close()
+
+
+def test_replies_survive_a_reader_that_falls_behind(daemon: DaemonProcess) -> None:
+    # The daemon sends directly while the socket takes data and queues in
+    # Twisted once the kernel is full: every reply still arrives, in order.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(daemon.address)
+    count = 100_000
+    requests = wire.encode_stats() * 1000
+    for _ in range(count // 1000):
+        sock.sendall(requests)
+    with Peer(sock) as peer:
+        for _ in range(count):
+            assert isinstance(peer.receive(10), wire.StatsResponse)
+        assert peer.nothing_for(0.2)
