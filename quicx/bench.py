@@ -342,11 +342,10 @@ def journal_workload(n: int, journal_dir: Path) -> dict[str, Any]:
 
 # -- peers ---------------------------------------------------------------------------
 
-PEERS = Path(__file__).resolve().parents[1] / ".." / "shared" / "bench" / "peers"
-
 
 def find_peers(explicit: str | None) -> Path | None:
-    for candidate in [explicit, os.environ.get("QUICX_PEERS"), str(PEERS), "../shared/bench/peers"]:
+    """The peer harness: C{--peers}, C{$QUICX_PEERS}, or C{../shared/bench/peers}."""
+    for candidate in [explicit, os.environ.get("QUICX_PEERS"), "../shared/bench/peers"]:
         if candidate and (Path(candidate) / "harness" / "core.py").exists():
             return Path(candidate).resolve()
     return None

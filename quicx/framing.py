@@ -17,7 +17,7 @@ matter for a server facing untrusted peers:
 from __future__ import annotations
 
 from contextlib import suppress
-from typing import Any
+from typing import Any, NamedTuple
 
 from attrs import frozen
 from twisted.internet.protocol import Protocol
@@ -25,9 +25,11 @@ from twisted.internet.protocol import Protocol
 from quicx.wire import HEADER, HEADER_SIZE, KNOWN_TYPES, PROTOCOL_VERSION, ErrorCode
 
 
-@frozen
-class Frame:
-    """A well-formed frame: its type and payload."""
+class Frame(NamedTuple):
+    """
+    A well-formed frame: its type and payload.  (A named tuple, not an attrs
+    class: the parser makes one per frame, and a tuple is built in C.)
+    """
 
     message_type: int
     payload: bytes

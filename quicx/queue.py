@@ -20,7 +20,7 @@ from enum import Enum
 from attrs import define, frozen
 from twisted.application.service import Service
 from twisted.logger import Logger
-from zope.interface import Attribute, Interface, implementer
+from zope.interface import Attribute, Interface
 
 from quicx import pmad, wire
 from quicx.journal import Journal, Recovery
@@ -103,70 +103,6 @@ class Counters:
     requeued: int
 
 
-class ITaskObserver(Interface):
-    """
-    Told of every step of a task's life, synchronously and in order.
-
-    The seam for lifecycle events and a write-ahead journal: an observer must
-    not block the reactor.
-    """
-
-    def submitted(task: Task) -> None:
-        """C{task} was accepted (and journaled); its OK is about to be sent."""
-
-    def rejected(session: Session, code: ErrorCode, reason: str) -> None:
-        """A SUBMIT from C{session} was refused with C{code}."""
-
-    def dispatched(task: Task, worker: Session) -> None:
-        """C{task} was sent to C{worker}."""
-
-    def completed(task: Task, worker: Session) -> None:
-        """C{worker} reported C{task} done; its block is already free."""
-
-    def failed(task: Task, worker: Session, reason: str) -> None:
-        """C{worker} reported C{task} failed with C{reason}."""
-
-    def requeued(task: Task, cause: str) -> None:
-        """C{task} went back to the head of the queue."""
-
-    def dropped(task: Task, cause: str) -> None:
-        """C{task} was discarded (the daemon stopped with it still live)."""
-
-
-@implementer(ITaskObserver)
-class FailureLog:
-    """Logs every FAILED reason, as the protocol page says the daemon does."""
-
-    log = Logger(namespace="quicx.tasks")
-
-    def submitted(self, task: Task) -> None:
-        pass
-
-    def rejected(self, session: Session, code: ErrorCode, reason: str) -> None:
-        pass
-
-    def dispatched(self, task: Task, worker: Session) -> None:
-        pass
-
-    def completed(self, task: Task, worker: Session) -> None:
-        pass
-
-    def failed(self, task: Task, worker: Session, reason: str) -> None:
-        self.log.info(
-            "task {task_id} ({task_type}) failed on {worker}: {reason}",
-            task_id=task.task_id,
-            task_type=task.task_type.decode("utf-8", "replace"),
-            worker=worker.peer.peer_name,
-            reason=reason,
-        )
-
-    def requeued(self, task: Task, cause: str) -> None:
-        self.log.info("task {task_id} requeued: {cause}", task_id=task.task_id, cause=cause)
-
-    def dropped(self, task: Task, cause: str) -> None:
-        pass
-
-
 class ProtocolViolation(Exception):
     """A well-formed message that is not allowed now (answered ERROR 0x02)."""
 
@@ -178,11 +114,11 @@ class QueueService(Service):
     @ivar pool: the allocator every payload lives in.
     @ivar allowed_types: task types a SUBMIT may name (C{None}: any).
     @ivar journal: where accepted tasks and outcomes are recorded, or C{None}.
-    @ivar observers: told of each step of every task's life.
     @ivar sessions: the open connections by session id.
     """
 
     log = Logger(namespace="quicx.queue")
+    task_log = Logger(namespace="quicx.tasks")
 
     def __init__(
         self,
@@ -197,7 +133,6 @@ class QueueService(Service):
         self.journal = journal
         if journal is not None:
             journal.bind(self._accept_all, self._refuse_unwritten, self._snapshot)
-        self.observers: list[ITaskObserver] = []
         self.sessions: dict[int, Session] = {}
         self.started_at = clock()
         # Tasks in the order they arrive; with a journal, only once durable.
@@ -291,8 +226,6 @@ class QueueService(Service):
     def _accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
         self._submitted += 1
-        for observer in self.observers:
-            observer.submitted(task)
         producer = task.producer
         if producer is not None and producer.connected:
             producer.peer.sendFrame(wire.encode_ok(task.task_id))
@@ -339,8 +272,6 @@ class QueueService(Service):
 
     def _reject(self, session: Session, code: ErrorCode, reason: str) -> None:
         self._rejected += 1
-        for observer in self.observers:
-            observer.rejected(session, code, reason)
         session.peer.sendFrame(wire.encode_error(code, reason))
 
     def _next_task_id(self) -> int:
@@ -368,8 +299,6 @@ class QueueService(Service):
     def done(self, session: Session, task_id: int) -> None:
         task = self._finish(session, task_id, failed=False)
         self._completed += 1
-        for observer in self.observers:
-            observer.completed(task, session)
         producer = task.producer
         if producer is not None and producer.connected:
             producer.peer.sendFrame(wire.encode_done(task_id))
@@ -378,8 +307,14 @@ class QueueService(Service):
     def failed(self, session: Session, task_id: int, reason: str) -> None:
         task = self._finish(session, task_id, failed=True)
         self._failed += 1
-        for observer in self.observers:
-            observer.failed(task, session, reason)
+        # The protocol page has the daemon log every FAILED reason.
+        self.task_log.info(
+            "task {task_id} ({task_type}) failed on {worker}: {reason}",
+            task_id=task_id,
+            task_type=task.task_type.decode("utf-8", "replace"),
+            worker=session.peer.peer_name,
+            reason=reason,
+        )
         producer = task.producer
         if producer is not None and producer.connected:
             producer.peer.sendFrame(wire.encode_failed(task_id, reason))
@@ -424,8 +359,6 @@ class QueueService(Service):
             worker.peer.sendFrame(
                 wire.encode_task(task.task_id, task.task_type, pool.read(task.block))
             )
-            for observer in self.observers:
-                observer.dispatched(task, worker)
 
     def awaits_outcome(self, session: Session) -> bool:
         """Whether C{session} holds a task or waits for a task's outcome."""
@@ -434,8 +367,7 @@ class QueueService(Service):
     def _requeue(self, task: Task, cause: str) -> None:
         self._queue.appendleft(task)
         self._requeued += 1
-        for observer in self.observers:
-            observer.requeued(task, cause)
+        self.task_log.info("task {task_id} requeued: {cause}", task_id=task.task_id, cause=cause)
 
     # -- everyone -----------------------------------------------------------------
 
@@ -473,9 +405,6 @@ class QueueService(Service):
                 path=self.journal.path,
             )
         else:
-            for task in self._live.values():
-                for observer in self.observers:
-                    observer.dropped(task, "daemon stopped")
             self.log.warn(
                 "stopping with {queued} queued and {running} running tasks;"
                 " without a journal they are dropped",

@@ -79,9 +79,11 @@ class QuicxServerProtocol(FrameReceiver):
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
 
     def _submit(self, payload: bytes) -> None:
-        message = wire.decode_submit(payload)
-        self.queue.claim_role(self.session, Role.PRODUCER)
-        self.queue.submit(self.session, message.task_type, message.payload)
+        task_type, body = wire.submit_fields(payload)
+        session = self.session
+        if session.role is not Role.PRODUCER:
+            self.queue.claim_role(session, Role.PRODUCER)
+        self.queue.submit(session, task_type, body)
 
     def _ready(self, payload: bytes) -> None:
         wire.decode_ready(payload)
@@ -89,8 +91,7 @@ class QuicxServerProtocol(FrameReceiver):
         self.queue.ready(self.session)
 
     def _done(self, payload: bytes) -> None:
-        message = wire.decode_done(payload)
-        self.queue.done(self.session, message.task_id)
+        self.queue.done(self.session, wire.done_task_id(payload))
 
     def _failed(self, payload: bytes) -> None:
         message = wire.decode_failed(payload)

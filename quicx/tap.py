@@ -34,7 +34,7 @@ from quicx import config as configuration
 from quicx.control import STATUS_FORMAT, ControlFactory
 from quicx.heartbeat import HeartbeatService
 from quicx.journal import Journal, JournalCorrupt, recover
-from quicx.queue import FailureLog, QueueService
+from quicx.queue import QueueService
 from quicx.server import QuicxServerFactory
 
 
@@ -320,7 +320,6 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     pool = pmad.Pmad(config.pool_size, list(config.classes))
     journal = open_journal(config, reactor) if config.journal else None
     queue = QueueService(pool, config.allowed_types, clock=reactor.seconds, journal=journal)
-    queue.observers.append(FailureLog())
     daemon = QuicxDaemon(config, queue)
     if journal is not None:
         restore(queue, journal)

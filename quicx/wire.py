@@ -257,19 +257,21 @@ def _task_id(message_type: int, payload: bytes) -> int:
 
 def _split_type(message_type: int, payload: bytes, start: int) -> tuple[bytes, bytes]:
     """Split C{[type_len][type][rest]} found at C{payload[start:]}."""
+    if len(payload) > start:
+        type_length = payload[start]
+        type_end = start + 1 + type_length
+        if type_length and type_end <= len(payload):
+            return payload[start + 1 : type_end], payload[type_end:]
+    # Only a malformed message pays for the enum lookup.
     name = MessageType(message_type).name
     if len(payload) <= start:
         raise MalformedMessage(message_type, f"{name} has no task type length")
-    type_length = payload[start]
-    if type_length == 0:
+    if payload[start] == 0:
         raise MalformedMessage(message_type, f"{name} has an empty task type")
-    type_end = start + 1 + type_length
-    if type_end > len(payload):
-        raise MalformedMessage(
-            message_type,
-            f"{name} task type of {type_length} bytes runs past the {len(payload)}-byte payload",
-        )
-    return payload[start + 1 : type_end], payload[type_end:]
+    raise MalformedMessage(
+        message_type,
+        f"{name} task type of {payload[start]} bytes runs past the {len(payload)}-byte payload",
+    )
 
 
 def _exact(message_type: int, payload: bytes, size: int) -> None:
@@ -280,8 +282,13 @@ def _exact(message_type: int, payload: bytes, size: int) -> None:
         )
 
 
+def submit_fields(payload: bytes) -> tuple[bytes, bytes]:
+    """A SUBMIT's task type and payload, without building a L{Submit}."""
+    return _split_type(MessageType.SUBMIT, payload, 0)
+
+
 def decode_submit(payload: bytes) -> Submit:
-    return Submit(*_split_type(MessageType.SUBMIT, payload, 0))
+    return Submit(*submit_fields(payload))
 
 
 def decode_ok(payload: bytes) -> Ok:
@@ -301,9 +308,15 @@ def decode_task(payload: bytes) -> Task:
     return Task(task_id, task_type, body)
 
 
+def done_task_id(payload: bytes) -> int:
+    """A DONE's task id, without building a L{Done}."""
+    if len(payload) != TASK_ID.size:
+        _exact(MessageType.DONE, payload, TASK_ID.size)
+    return TASK_ID.unpack(payload)[0]  # type: ignore[no-any-return]
+
+
 def decode_done(payload: bytes) -> Done:
-    _exact(MessageType.DONE, payload, TASK_ID.size)
-    return Done(TASK_ID.unpack(payload)[0])
+    return Done(done_task_id(payload))
 
 
 def decode_failed(payload: bytes) -> Failed:

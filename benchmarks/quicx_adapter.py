@@ -1,0 +1,81 @@
+"""
+Quicx as an adapter of the peer harness (../shared/bench/peers), so that it
+runs the harness's own workloads under the harness's rules, beside beanstalkd.
+
+Run by C{python -m quicx.bench} with this project's Python (the harness
+itself needs only the standard library):
+
+    python benchmarks/quicx_adapter.py bench --workload e2e --n 20000
+
+Server : twistd -n quicx on 127.0.0.1:11391, 256 MiB pool, no journal
+put    : QuicxClient.submit(): one SUBMIT, returns when its OK arrives
+worker : the stock `quicx worker` on a no-op handler, 32 connections each
+latency: QuicxClient.submit_and_wait(): SUBMIT, then block until DONE arrives
+ready  : idle worker connections (control socket) // 32
+done   : tasks completed (control socket)
+"""
+
+import os
+import sys
+from pathlib import Path
+
+HARNESS = os.environ.get("QUICX_PEERS", str(Path(__file__).resolve().parents[2] / "shared/bench/peers"))
+sys.path.insert(0, HARNESS)
+from harness.core import HOST, Adapter, main  # noqa: E402
+
+from quicx import __version__  # noqa: E402
+from quicx.blocking import QuicxClient  # noqa: E402
+from quicx.control import fetch_status  # noqa: E402
+
+SLOTS = 32
+BIN = Path(sys.executable).parent
+
+
+class Quicx(Adapter):
+    name = "quicx"
+    port = 11391
+    description = (
+        "QuicxClient.submit (waits for OK); stock `quicx worker` (32 connections per process,"
+        " no-op handler on the reactor); latency = submit_and_wait; done = completed in status"
+    )
+
+    def versions(self):
+        return {"quicx": __version__}
+
+    def server_argv(self, workdir):
+        self.control = str(Path(workdir) / "quicx-bench.sock")
+        return [str(BIN / "twistd"), "-n", "--pidfile=", "quicx",
+                f"--listen=tcp:{self.port}:interface={HOST}", f"--control={self.control}",
+                "--pool-size=256M"]  # fmt: skip
+
+    def worker_argv(self, index, max_jobs, max_seconds, workdir):
+        return [str(BIN / "quicx"), "worker", "quicx.bench:noop_worker", f"-n{SLOTS}",
+                f"--connect=tcp:{HOST}:{self.port}"]  # fmt: skip
+
+    def connect(self):
+        self.client = QuicxClient(f"tcp:{HOST}:{self.port}")
+
+    def close(self):
+        self.client.close()
+
+    def put(self, payload):
+        self.client.submit("bench", payload)
+
+    def roundtrip(self, payload, timeout_s):
+        self.client.submit_and_wait("bench", payload, timeout=timeout_s)
+
+    def _status(self):
+        return fetch_status(self.control)
+
+    def ready_workers(self):
+        return self._status()["connections"]["idle_workers"] // SLOTS
+
+    def completed(self):
+        return self._status()["tasks"]["completed"]
+
+    def failed(self):
+        return self._status()["tasks"]["failed"]
+
+
+if __name__ == "__main__":
+    main(Quicx)
