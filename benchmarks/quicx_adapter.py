@@ -19,7 +19,9 @@ import os
 import sys
 from pathlib import Path
 
-HARNESS = os.environ.get("QUICX_PEERS", str(Path(__file__).resolve().parents[2] / "shared/bench/peers"))
+HARNESS = os.environ.get(
+    "QUICX_PEERS", str(Path(__file__).resolve().parents[2] / "shared/bench/peers")
+)
 sys.path.insert(0, HARNESS)
 from harness.core import HOST, Adapter, main  # noqa: E402
 

@@ -173,32 +173,55 @@ def write_now(transport: Any, data: bytes) -> None:
 
 class OutputBatcher:
     """
-    Gathers the frames written to many connections during one reactor
-    iteration, then writes each connection's frames with one call.
+    Gathers the frames written to many connections while the reactor handles
+    one round of ready sockets, then writes each connection's frames with
+    one call.
 
     A burst of SUBMITs read in one go gets its OKs in one C{send}, and every
-    DONE that reached a producer in one iteration travels together.  The
-    flush runs as a C{callLater(0)}: right after the reactor has handled
-    every socket that was ready, before it polls again.
+    DONE that reached a producer in one round travels together.  The flush
+    runs as a C{callLater(0)}: right after the reactor has handled every
+    socket that was ready, before it polls again.  While a connection's
+    input is handled (between L{hold} and L{release}) nothing is scheduled,
+    so a request whose only reply is flushed at once costs no extra round.
     """
 
     def __init__(self, reactor: Any) -> None:
         self._reactor = reactor
-        self._dirty: list[BatchedOutput] = []
-
-    def flush(self) -> None:
-        dirty, self._dirty = self._dirty, []
-        for output in dirty:
-            frames, output.frames = output.frames, []
-            write_now(output.transport, frames[0] if len(frames) == 1 else b"".join(frames))
+        # Insertion-ordered, and an output that flushes early leaves in O(1).
+        self._dirty: dict[BatchedOutput, None] = {}
+        self._held = False
+        self._scheduled = False
 
     def output(self, transport: Any) -> BatchedOutput:
         """A sender of frames to C{transport}, batched by this batcher."""
         return BatchedOutput(self, transport)
 
+    def hold(self) -> None:
+        self._held = True
+
+    def release(self) -> None:
+        self._held = False
+        if self._dirty and not self._scheduled:
+            self._schedule()
+
+    def _mark(self, output: BatchedOutput) -> None:
+        self._dirty[output] = None
+        if not self._held and not self._scheduled:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        self._scheduled = True
+        self._reactor.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, {}
+        for output in dirty:
+            output.write()
+
 
 class BatchedOutput:
-    """One connection's frames waiting for the end of the iteration."""
+    """One connection's frames waiting for the end of the round."""
 
     __slots__ = ("batcher", "frames", "transport")
 
@@ -210,11 +233,20 @@ class BatchedOutput:
     def send(self, data: bytes) -> None:
         frames = self.frames
         if not frames:
-            batcher = self.batcher
-            if not batcher._dirty:
-                batcher._reactor.callLater(0, batcher.flush)
-            batcher._dirty.append(self)
+            self.batcher._mark(self)
         frames.append(data)
+
+    def flush(self) -> None:
+        """Write what is waiting now, ahead of the batcher's flush."""
+        if self.frames:
+            self.batcher._dirty.pop(self, None)
+            self.write()
+
+    def write(self) -> None:
+        frames = self.frames
+        if frames:
+            self.frames = []
+            write_now(self.transport, frames[0] if len(frames) == 1 else b"".join(frames))
 
 
 class FrameReceiver(Protocol):

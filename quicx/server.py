@@ -38,7 +38,8 @@ class QuicxServerProtocol(FrameReceiver):
         host = getattr(peer, "host", None)
         self.peer_name = f"{host}:{peer.port}" if host else str(peer)
         set_no_delay(self.transport)
-        self._output = self.factory.batcher.output(self.transport)
+        self._batcher = self.factory.batcher
+        self._output = self._batcher.output(self.transport)
         self.queue = self.factory.queue
         self.session = self.queue.open_session(self)
         self._clock = self.queue.clock
@@ -60,7 +61,16 @@ class QuicxServerProtocol(FrameReceiver):
 
     def dataReceived(self, data: bytes) -> None:
         self.session.last_received = self._clock()
-        super().dataReceived(data)
+        batcher = self._batcher
+        batcher.hold()
+        try:
+            super().dataReceived(data)
+        finally:
+            # This peer's own replies (OKs, PONGs) go at once: a client
+            # waiting for them is not kept for the rest of the round.  Frames
+            # for other connections (TASKs, outcomes) go out together at its end.
+            self._output.flush()
+            batcher.release()
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
         self.sendFrame(wire.encode_error(code, reason))
