@@ -378,15 +378,24 @@ def peer_python(peers: Path) -> str:
     return str(venv / "bin" / "python")
 
 
+QUICX_ADAPTER = Path("benchmarks") / "quicx_adapter.py"
+"""Quicx as a harness adapter (run from the repository root, with this Python)."""
+
+
 def peer_run(
     peers: Path, python: str, adapter: str, workload: str, n: int, payload: int = 100
 ) -> dict[str, Any]:
+    """One run of the harness: C{adapter} is a file in its adapters/, or "quicx"."""
+    if adapter == "quicx":
+        python, script = sys.executable, QUICX_ADAPTER.resolve()
+    else:
+        script = peers / "adapters" / f"{adapter}.py"
     with tempfile.TemporaryDirectory(prefix="quicx-bench-peer-") as directory:
         out = Path(directory) / "result.json"
         subprocess.run(
             [
                 python,
-                str(peers / "adapters" / f"{adapter}.py"),
+                str(script),
                 "bench",
                 "--workload",
                 workload,
@@ -405,6 +414,7 @@ def peer_run(
             ],
             check=False,
             capture_output=True,
+            env={**os.environ, "QUICX_PEERS": str(peers)},
         )
         if not out.exists():
             return {"error": "no result"}
@@ -414,7 +424,7 @@ def peer_run(
 
 # -- the command ---------------------------------------------------------------------
 
-WORKLOADS = ("submit", "e2e", "latency", "fanin", "sweep", "memory", "journal")
+WORKLOADS = ("submit", "e2e", "latency", "fanin", "sweep", "memory", "harness", "journal")
 
 
 def emit(name: str, line: str, figures: dict[str, Any], table: list[dict[str, Any]]) -> None:
@@ -531,7 +541,32 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def run_harness() -> None:
+        # The harness's own workloads and rules (one job per put, no
+        # pipelining), Quicx and beanstalkd interleaved.
+        if not peers:
+            print("harness                (skipped: no peer harness)", flush=True)
+            return
+        if not QUICX_ADAPTER.exists():
+            raise SystemExit(f"quicx.bench: run from the repository root ({QUICX_ADAPTER})")
+        for workload, n in (("enqueue", 20_000), ("e2e", 20_000), ("latency", 2_000)):
+            ours = peer_run(peers, python, "quicx", workload, n // scale)
+            theirs = peer_run(peers, python, "beanstalkd", workload, n // scale)
+            key = "p50_us" if workload == "latency" else "jobs_per_s"
+            if key not in ours or key not in theirs:
+                emit(f"harness {workload}", "failed", {"quicx": ours, "peer": theirs}, table)
+                continue
+            emit(
+                f"harness {workload}",
+                f"quicx {ours[key]:,.0f}  beanstalkd {theirs[key]:,.0f}"
+                f"  ({'µs p50' if workload == 'latency' else 'jobs/s'}),"
+                f" ratio {ours[key] / theirs[key]:.2f}x",
+                {"quicx": ours, "peer": theirs},
+                table,
+            )
+
     runners.update(
+        harness=run_harness,
         submit=run_submit,
         e2e=run_e2e,
         latency=run_latency,

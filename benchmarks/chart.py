@@ -1,0 +1,93 @@
+"""
+Draw docs/performance.png from a C{python -m quicx.bench --json-out} file.
+
+    python benchmarks/chart.py bench.json docs/performance.png
+
+Needs matplotlib (C{pip install 'quicx[bench]'}).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+QUICX, PEER = "#1f6f8b", "#b5651d"
+
+
+def by_workload(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {result["workload"]: result for result in results}
+
+
+def throughput_bars(
+    results: dict[str, dict[str, Any]],
+) -> tuple[list[str], list[float], list[float]]:
+    """End-to-end tasks/s: Quicx and beanstalkd, per workload run in both."""
+    labels, ours, theirs = [], [], []
+    for name, label in (
+        ("e2e", "Quicx pipelined\n100 B"),
+        ("e2e 16 B", "Quicx pipelined\n16 B"),
+        ("e2e 1024 B", "Quicx pipelined\n1 KiB"),
+        ("harness e2e", "both: one put\nper round trip"),
+    ):
+        result = results.get(name)
+        if not result:
+            continue
+        quicx = result.get("quicx", result)
+        peer = result.get("peer") or {}
+        rate = quicx.get("tasks_per_s", quicx.get("jobs_per_s"))
+        if rate is None or "jobs_per_s" not in peer:
+            continue
+        labels.append(label)
+        ours.append(rate)
+        theirs.append(peer["jobs_per_s"])
+    return labels, ours, theirs
+
+
+def main(source: str, target: str) -> None:
+    results = by_workload(json.loads(Path(source).read_text()))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), width_ratios=[3, 2])
+
+    labels, ours, theirs = throughput_bars(results)
+    positions = range(len(labels))
+    left.bar([p - 0.2 for p in positions], ours, 0.4, label="Quicx", color=QUICX)
+    left.bar(
+        [p + 0.2 for p in positions],
+        theirs,
+        0.4,
+        label="beanstalkd (harness: one put per round trip)",
+        color=PEER,
+    )
+    for p, a, b in zip(positions, ours, theirs, strict=True):
+        left.annotate(f"{a / b:.2f}x", (p - 0.2, a), ha="center", va="bottom", fontsize=9)
+    left.set_xticks(list(positions), labels)
+    left.set_ylabel("tasks per second (higher is better)")
+    left.set_title("End-to-end throughput, 2 worker processes")
+    left.legend()
+
+    latency = results.get("latency", {})
+    peer = latency.get("peer") or {}
+    marks = ["p50_us", "p90_us", "p99_us"]
+    if peer and all(m in peer for m in marks):
+        positions = range(len(marks))
+        right.bar([p - 0.2 for p in positions], [latency[m] for m in marks], 0.4,
+                  label="Quicx", color=QUICX)  # fmt: skip
+        right.bar([p + 0.2 for p in positions], [peer[m] for m in marks], 0.4,
+                  label="beanstalkd", color=PEER)  # fmt: skip
+        right.set_xticks(list(positions), ["p50", "p90", "p99"])
+    right.set_ylabel("µs (lower is better)")
+    right.set_title("Round trip: submit → worker → outcome")
+    right.legend()
+
+    figure.tight_layout()
+    figure.savefig(target, dpi=110)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
