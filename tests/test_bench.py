@@ -1,0 +1,33 @@
+"""
+The benchmark command runs end to end (figures are not checked: they belong
+to the benchmark, not to the tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "quicx.bench", "e2e", "latency", "--quick", "--no-peers",
+         f"--json-out={out}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "tasks/s" in result.stdout and "p50" in result.stdout
+    records = json.loads(out.read_text())
+    e2e, latency = records
+    assert e2e["workload"] == "e2e" and e2e["n"] == 20_000 and e2e["tasks_per_s"] > 0
+    assert latency["n"] == 500 and 0 < latency["p50_us"] <= latency["p99_us"] <= latency["max_us"]
+
+
+def test_bench_refuses_an_unknown_workload() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "quicx.bench", "fastest"], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "unknown workload fastest" in result.stderr
