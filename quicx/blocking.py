@@ -180,7 +180,9 @@ class QuicxClient:
             the daemon refused it.
         @raise ConnectionLost: the daemon could not be reached or went away.
         """
-        (result,) = self._submit_batch([(task_type, payload)])
+        with self._lock:
+            self._send_submits([(task_type, payload)])
+            (result,) = self._read_replies(1)
         if isinstance(result, Exception):
             raise result
         return result
@@ -192,8 +194,9 @@ class QuicxClient:
         window: int = DEFAULT_WINDOW,
     ) -> list[int | DaemonError]:
         """
-        Submit many tasks over the one connection, pipelined: up to C{window}
-        SUBMITs are on the wire before their OKs are read.
+        Submit many tasks over the one connection, pipelined: SUBMITs go in
+        batches of C{window}, and each batch is sent before the OKs of the one
+        before it are read, so the daemon and this client work at once.
 
         @param return_exceptions: put each refused task's L{DaemonError} in
             its place in the result instead of raising the first one.
@@ -203,13 +206,17 @@ class QuicxClient:
         """
         results: list[int | DaemonError] = []
         batch: list[tuple[str | bytes, str | bytes]] = []
-        for task in tasks:
-            batch.append(task)
-            if len(batch) == window:
-                results += self._submit_batch(batch)
-                batch = []
-        if batch:
-            results += self._submit_batch(batch)
+        unanswered = 0  # SUBMITs of the previous batch, sent and not yet read
+        with self._lock:
+            for task in tasks:
+                batch.append(task)
+                if len(batch) == window:
+                    self._send_submits(batch)
+                    results += self._read_replies(unanswered)
+                    unanswered, batch = len(batch), []
+            if batch:
+                self._send_submits(batch)
+            results += self._read_replies(unanswered + len(batch))
         if not return_exceptions:
             for result in results:
                 if isinstance(result, DaemonError):
@@ -217,25 +224,24 @@ class QuicxClient:
                     raise result
         return results
 
-    def _submit_batch(
-        self, batch: list[tuple[str | bytes, str | bytes]]
-    ) -> list[int | DaemonError]:
-        data = b"".join(wire.encode_submit(as_bytes(t), as_bytes(p)) for t, p in batch)
-        with self._lock:
-            self._send(data)
-            deadline = time.monotonic() + self.timeout
-            results: list[int | DaemonError] = []
-            for _ in batch:
-                reply = self._next_reply(deadline)
-                if isinstance(reply, wire.Ok):
-                    self._book.expect(reply.task_id)
-                    results.append(reply.task_id)
-                elif isinstance(reply, wire.Error):
-                    results.append(error_from(reply))
-                else:
-                    self._drop()
-                    raise QuicxError(f"unexpected {type(reply).__name__} for a SUBMIT")
-            return results
+    def _send_submits(self, batch: list[tuple[str | bytes, str | bytes]]) -> None:
+        self._send(b"".join(wire.encode_submit(as_bytes(t), as_bytes(p)) for t, p in batch))
+
+    def _read_replies(self, count: int) -> list[int | DaemonError]:
+        """Read the answers to C{count} SUBMITs: task ids, or the refusals."""
+        deadline = time.monotonic() + self.timeout
+        results: list[int | DaemonError] = []
+        for _ in range(count):
+            reply = self._next_reply(deadline)
+            if isinstance(reply, wire.Ok):
+                self._book.expect(reply.task_id)
+                results.append(reply.task_id)
+            elif isinstance(reply, wire.Error):
+                results.append(error_from(reply))
+            else:
+                self._drop()
+                raise QuicxError(f"unexpected {type(reply).__name__} for a SUBMIT")
+        return results
 
     def wait(self, task_id: int, timeout: float | None = None) -> None:
         """

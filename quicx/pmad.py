@@ -237,6 +237,10 @@ class Pmad:
         @raise AllocationTooLarge: C{size} exceeds the largest class.
         @raise PoolExhausted: no class from the fitting one up has a free block.
         """
+        return self._take(size, 0)
+
+    def _take(self, size: int, length: int) -> int:
+        """Allocate for C{size} bytes; the block's header records C{length}."""
         first = self.class_for(size)
         pool = self._pool
         for index in range(first, len(self._stride)):
@@ -249,7 +253,7 @@ class Pmad:
                 self._bump[index] = offset + self._stride[index]
             else:
                 continue
-            BLOCK_HEADER.pack_into(pool, offset, 0, 0, index, _USED)
+            BLOCK_HEADER.pack_into(pool, offset, 0, length, index, _USED)
             self.blocks_used[index] += 1
             self.bytes_used += self._stride[index]
             return offset
@@ -268,9 +272,15 @@ class Pmad:
         self._pool[start : start + len(data)] = data
 
     def store(self, data: bytes) -> int:
-        """Allocate a block for C{data}, copy it in, return the handle."""
-        handle = self.allocate(len(data))
-        self.write(handle, data)
+        """
+        Allocate a block for C{data}, copy it in, return the handle.  Empty
+        C{data} takes a block of the smallest class (the queue counts on every
+        task holding one).
+        """
+        length = len(data)
+        handle = self._take(length or 1, length)
+        start = handle + BLOCK_HEADER_SIZE
+        self._pool[start : start + length] = data
         return handle
 
     def read(self, handle: int) -> bytes:

@@ -209,14 +209,13 @@ class QueueService(Service):
         try:
             # An empty payload still takes the smallest block: every live task
             # holds a block, so the pool bounds how many tasks there are.
-            block = pool.allocate(len(payload) or 1)
+            block = pool.store(payload)
         except pmad.AllocationTooLarge as e:
             self._reject(session, ErrorCode.PAYLOAD_TOO_LARGE, str(e))
             return
         except pmad.PoolExhausted as e:
             self._reject(session, ErrorCode.QUEUE_FULL, f"queue full: {e}")
             return
-        pool.write(block, payload)
         task = Task(self._next_task_id(), task_type, block, len(payload), session)
         self._live[task.task_id] = task
         session.outstanding += 1
@@ -263,8 +262,7 @@ class QueueService(Service):
         """
         for recovered in recovery.tasks:
             payload = recovered.payload
-            block = self.pool.allocate(len(payload) or 1)
-            self.pool.write(block, payload)
+            block = self.pool.store(payload)
             task = Task(recovered.task_id, recovered.task_type, block, len(payload), None)
             self._live[task.task_id] = task
             self._queue.append(task)

@@ -50,6 +50,9 @@ class MessageType(IntEnum):
 
 
 KNOWN_TYPES = frozenset(MessageType)
+_SUBMIT, _OK, _TASK, _DONE = (
+    int(t) for t in (MessageType.SUBMIT, MessageType.OK, MessageType.TASK, MessageType.DONE)
+)
 
 
 class ErrorCode(IntEnum):
@@ -177,12 +180,20 @@ def _type_header(task_type: bytes) -> bytes:
     return bytes((len(task_type),)) + task_type
 
 
+# The hot encoders pack header and task id in one call, with the type codes
+# as plain ints: an IntEnum member costs an attribute lookup and __index__.
+_HEADER_AND_ID = struct.Struct(">BBII")
+
+
 def encode_submit(task_type: bytes, payload: bytes) -> bytes:
-    return frame(MessageType.SUBMIT, _type_header(task_type) + payload)
+    type_header = _type_header(task_type)
+    return HEADER.pack(PROTOCOL_VERSION, _SUBMIT, len(type_header) + len(payload)) + (
+        type_header + payload
+    )
 
 
 def encode_ok(task_id: int) -> bytes:
-    return frame(MessageType.OK, TASK_ID.pack(task_id))
+    return _HEADER_AND_ID.pack(PROTOCOL_VERSION, _OK, 4, task_id)
 
 
 def encode_error(code: int, message: str) -> bytes:
@@ -194,11 +205,13 @@ def encode_ready() -> bytes:
 
 
 def encode_task(task_id: int, task_type: bytes, payload: bytes) -> bytes:
-    return frame(MessageType.TASK, TASK_ID.pack(task_id) + _type_header(task_type) + payload)
+    type_header = _type_header(task_type)
+    length = 4 + len(type_header) + len(payload)
+    return _HEADER_AND_ID.pack(PROTOCOL_VERSION, _TASK, length, task_id) + type_header + payload
 
 
 def encode_done(task_id: int) -> bytes:
-    return frame(MessageType.DONE, TASK_ID.pack(task_id))
+    return _HEADER_AND_ID.pack(PROTOCOL_VERSION, _DONE, 4, task_id)
 
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:

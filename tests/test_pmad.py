@@ -46,6 +46,17 @@ def test_carving_follows_the_percentages() -> None:
     assert pool.bytes_total == 100_000
 
 
+def test_storing_nothing_still_takes_the_smallest_block() -> None:
+    pool = Pmad(1 << 16, classes((16, 50), (128, 50)))
+    handle = pool.store(b"")
+    assert pool.read(handle) == b""
+    assert [u.blocks_used for u in pool.usage()] == [1, 0]
+    with pytest.raises(AllocationTooLarge):
+        pool.store(b"x" * 129)
+    pool.free(handle)
+    assert pool.bytes_used == pool.metadata_bytes
+
+
 def test_store_read_free_and_exact_accounting() -> None:
     pool = Pmad(64 * 1024, classes((16, 20), (64, 30), (256, 50)))
     base = pool.metadata_bytes
