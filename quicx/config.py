@@ -33,6 +33,30 @@ DEFAULT_HEARTBEAT_INTERVAL = 30.0
 DEFAULT_HEARTBEAT_TIMEOUT = 90.0
 
 
+@frozen
+class Limits:
+    """
+    What one connection may do (see docs/operations.md, "Limits").
+
+    @ivar max_connections: connections past this are refused with an ERROR.
+    @ivar first_frame_timeout: seconds a new connection has to send a whole
+        frame before it is closed; 0 turns it off.
+    @ivar max_type_length: the longest task type a SUBMIT may name (bytes).
+    @ivar max_reason_length: the longest FAILED reason accepted (bytes).
+    @ivar max_output_buffer: unsent bytes a connection may have queued before
+        the daemon stops reading from it until they drain.
+    """
+
+    max_connections: int = 4096
+    first_frame_timeout: float = 10.0
+    max_type_length: int = MAX_TYPE_LENGTH
+    max_reason_length: int = 4096
+    max_output_buffer: int = 1 << 20
+
+
+_DEFAULT_LIMITS = Limits()
+
+
 class ConfigError(Exception):
     """
     The configuration cannot be used; the message names where and why.
@@ -71,7 +95,24 @@ class Config:
     fsync: FsyncPolicy = FsyncPolicy.EVERYSEC
     compact_factor: float = DEFAULT_COMPACT_FACTOR
     compact_min_size: int = DEFAULT_COMPACT_MIN_SIZE
+    max_connections: int = _DEFAULT_LIMITS.max_connections
+    first_frame_timeout: float = _DEFAULT_LIMITS.first_frame_timeout
+    max_type_length: int = _DEFAULT_LIMITS.max_type_length
+    max_reason_length: int = _DEFAULT_LIMITS.max_reason_length
+    max_output_buffer: int = _DEFAULT_LIMITS.max_output_buffer
+    task_timeout: float = 0.0
+    drain_timeout: float = 30.0
     source: str = "built-in default"
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            self.max_connections,
+            self.first_frame_timeout,
+            self.max_type_length,
+            self.max_reason_length,
+            self.max_output_buffer,
+        )
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -144,6 +185,16 @@ def _parse_compact_factor(text: str) -> float:
     return value
 
 
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = parse_size(text)
+        if not low <= value <= high:
+            raise ValueError(f"{text} is out of range ({low} to {high})")
+        return value
+
+    return parse
+
+
 def _parse_port(text: str) -> int:
     if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
         raise ValueError(f"{text!r} is not a port number (0 to 65535)")
@@ -193,6 +244,13 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("allocator", "pool_size"): _Key("pool_size", parse_size),
     ("allocator", "class"): _Key("classes", _parse_class, tuple),
     ("tasks", "allow"): _Key("allowed_types", _parse_task_type, frozenset),
+    ("server", "drain_timeout"): _Key("drain_timeout", parse_seconds),
+    ("tasks", "timeout"): _Key("task_timeout", parse_seconds),
+    ("limits", "max_connections"): _Key("max_connections", _bounded_int(1, 1_000_000)),
+    ("limits", "first_frame_timeout"): _Key("first_frame_timeout", parse_seconds),
+    ("limits", "max_type_length"): _Key("max_type_length", _bounded_int(1, MAX_TYPE_LENGTH)),
+    ("limits", "max_reason_length"): _Key("max_reason_length", _bounded_int(1, 1 << 20)),
+    ("limits", "max_output_buffer"): _Key("max_output_buffer", _bounded_int(4096, 1 << 30)),
     ("journal", "path"): _Key("journal", str.strip),
     ("journal", "fsync"): _Key("fsync", parse_fsync),
     ("journal", "compact_factor"): _Key("compact_factor", _parse_compact_factor),
@@ -320,14 +378,24 @@ def render(config: Config) -> str:
         f"heartbeat_timeout = {config.heartbeat_timeout:g}",
         *([f"control = {config.control}"] if config.control else []),
         *([f"pid_file = {config.pid_file}"] if config.pid_file else []),
+        f"drain_timeout = {config.drain_timeout:g}",
         "",
         "[allocator]",
         f"pool_size = {config.pool_size}",
         *(f"class = {c.size},{c.percent}" for c in config.classes),
     ]
+    lines += ["", "[tasks]", f"timeout = {config.task_timeout:g}"]
     if config.allowed_types is not None:
-        lines += ["", "[tasks]"]
         lines += [f"allow = {t.decode()}" for t in sorted(config.allowed_types)]
+    lines += [
+        "",
+        "[limits]",
+        f"max_connections = {config.max_connections}",
+        f"first_frame_timeout = {config.first_frame_timeout:g}",
+        f"max_type_length = {config.max_type_length}",
+        f"max_reason_length = {config.max_reason_length}",
+        f"max_output_buffer = {config.max_output_buffer}",
+    ]
     if config.journal:
         lines += [
             "",

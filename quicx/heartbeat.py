@@ -11,7 +11,12 @@ that holds a task (the reference worker runs its handler on the thread that
 reads the socket, so a healthy worker busy with a long task cannot answer),
 nor a producer still owed an outcome (it may be blocked waiting for it, and
 dropping it would lose the outcome).  A dead worker holding a task is found
-when TCP reports the connection lost (or, later, by a per-task timeout).
+when TCP reports the connection lost, or by the task timeout.
+
+L{TaskTimeoutService} enforces the optional task timeout (like beanstalkd's
+TTR): a task a worker holds for longer is taken back and queued again at the
+head, and the worker stays busy until it reports that task (the late outcome
+is ignored).
 """
 
 from __future__ import annotations
@@ -71,3 +76,26 @@ class HeartbeatService(Service):
             elif silent >= self.interval and now - session.heartbeat_sent >= self.interval:
                 session.heartbeat_sent = now
                 session.peer.sendFrame(HEARTBEAT_FRAME)
+
+
+class TaskTimeoutService(Service):
+    """Requeues tasks held past the queue's C{task_timeout} (0: never)."""
+
+    def __init__(self, queue: QueueService, clock: IReactorTime) -> None:
+        self.queue = queue
+        self.clock = clock
+        self._loop: LoopingCall | None = None
+
+    def startService(self) -> None:
+        super().startService()
+        timeout = self.queue.task_timeout
+        if timeout > 0:
+            self._loop = LoopingCall(self.queue.expire_overdue)
+            self._loop.clock = self.clock
+            # A task is taken back at most a quarter of the timeout (or 1 s) late.
+            self._loop.start(min(1.0, timeout / 4), now=False)
+
+    def stopService(self) -> None:
+        super().stopService()
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()

@@ -19,6 +19,8 @@ from enum import Enum
 
 from attrs import define, frozen
 from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from zope.interface import Attribute, Interface
 
@@ -60,6 +62,7 @@ class Task:
     @ivar producer: the session that submitted it, told of the outcome;
         C{None} for a task recovered from the journal.
     @ivar attempts: how many times it has been handed to a worker.
+    @ivar dispatched_at: when it was last handed to a worker.
     """
 
     task_id: int
@@ -68,6 +71,7 @@ class Task:
     size: int
     producer: Session | None
     attempts: int = 0
+    dispatched_at: float = 0.0
 
 
 @define(eq=False)
@@ -80,6 +84,9 @@ class Session:
         (counting those still waiting for their OK).
     @ivar last_received: when anything last arrived from the peer.
     @ivar heartbeat_sent: when the daemon last sent it a HEARTBEAT.
+    @ivar paused: not read from until its unsent output drains.
+    @ivar overdue_task_id: a task taken back from this worker when it ran past
+        the task timeout; the worker is busy until it reports it.
     """
 
     session_id: int
@@ -90,6 +97,8 @@ class Session:
     outstanding: int = 0
     heartbeat_sent: float = 0.0
     connected: bool = True
+    paused: bool = False
+    overdue_task_id: int | None = None
 
 
 @frozen
@@ -101,6 +110,7 @@ class Counters:
     failed: int
     rejected: int
     requeued: int
+    timed_out: int
 
 
 class ProtocolViolation(Exception):
@@ -126,11 +136,16 @@ class QueueService(Service):
         allowed_types: frozenset[bytes] | None = None,
         clock: Callable[[], float] = time.time,
         journal: Journal | None = None,
+        task_timeout: float = 0.0,
     ) -> None:
         self.pool = pool
         self.allowed_types = allowed_types
         self.clock = clock
         self.journal = journal
+        self.task_timeout = task_timeout
+        self.draining = False
+        self._drained: Deferred[None] | None = None
+        self._drain_timer: IDelayedCall | None = None
         if journal is not None:
             journal.bind(self._accept_all, self._refuse_unwritten, self._snapshot)
         self.sessions: dict[int, Session] = {}
@@ -147,6 +162,7 @@ class QueueService(Service):
         self._failed = 0
         self._rejected = 0
         self._requeued = 0
+        self._timed_out = 0
 
     # -- sessions -----------------------------------------------------------
 
@@ -168,6 +184,8 @@ class QueueService(Service):
             session.task = None
             self._requeue(task, f"worker {session.peer.peer_name} disconnected")
             self._dispatch()
+        if self._drained is not None:
+            self._check_drained()
 
     def claim_role(self, session: Session, role: Role) -> None:
         """
@@ -200,6 +218,9 @@ class QueueService(Service):
                 ErrorCode.UNKNOWN_TASK_TYPE,
                 f"unknown task type: {task_type.decode('utf-8', 'replace')}",
             )
+            return
+        if self.draining:
+            self._reject(session, ErrorCode.QUEUE_FULL, "the daemon is shutting down")
             return
         journal = self.journal
         if journal is not None and journal.broken:
@@ -285,7 +306,7 @@ class QueueService(Service):
 
     def ready(self, session: Session) -> None:
         """A worker asks for work: TASK if one is queued, else WAIT."""
-        if session.task is not None:
+        if session.task is not None or session.overdue_task_id is not None:
             # Already busy: not an error, and no second task.
             return
         self._idle[session.session_id] = session
@@ -296,6 +317,8 @@ class QueueService(Service):
 
     def done(self, session: Session, task_id: int) -> None:
         task = self._finish(session, task_id, failed=False)
+        if task is None:
+            return
         self._completed += 1
         producer = task.producer
         if producer is not None and producer.connected:
@@ -304,6 +327,8 @@ class QueueService(Service):
 
     def failed(self, session: Session, task_id: int, reason: str) -> None:
         task = self._finish(session, task_id, failed=True)
+        if task is None:
+            return
         self._failed += 1
         # The protocol page has the daemon log every FAILED reason.
         self.task_log.info(
@@ -318,13 +343,27 @@ class QueueService(Service):
             producer.peer.sendFrame(wire.encode_failed(task_id, reason))
         self._become_idle(session)
 
-    def _finish(self, session: Session, task_id: int, failed: bool) -> Task:
-        """Take back the task C{session} holds, journal its end, free its block."""
+    def _finish(self, session: Session, task_id: int, failed: bool) -> Task | None:
+        """
+        Take back the task C{session} holds, journal its end, free its block.
+
+        @return: the task; C{None} for the late outcome of a task taken back
+            from this worker at its timeout (ignored: the task was requeued).
+        """
         if session.role is not Role.WORKER:
             raise ProtocolViolation(
                 f"a {session.role.value} connection reported task {task_id};"
                 " only the worker holding a task may"
             )
+        if session.overdue_task_id == task_id:
+            session.overdue_task_id = None
+            self.task_log.info(
+                "late outcome of task {task_id} from {worker} ignored: it was requeued",
+                task_id=task_id,
+                worker=session.peer.peer_name,
+            )
+            self._become_idle(session)
+            return None
         task = session.task
         if task is None or task.task_id != task_id:
             held = "no task" if task is None else f"task {task.task_id}"
@@ -345,6 +384,8 @@ class QueueService(Service):
         self._idle[session.session_id] = session
         if self._queue:
             self._dispatch()
+        elif self._drained is not None:
+            self._check_drained()
 
     def _dispatch(self) -> None:
         """Hand queued tasks to idle workers, oldest first on both sides."""
@@ -353,10 +394,58 @@ class QueueService(Service):
             _, worker = idle.popitem(last=False)
             task = queue.popleft()
             task.attempts += 1
+            task.dispatched_at = self.clock()
             worker.task = task
             worker.peer.sendFrame(
                 wire.encode_task(task.task_id, task.task_type, pool.read(task.block))
             )
+
+    def expire_overdue(self) -> None:
+        """Take back every task held longer than the task timeout and requeue it."""
+        timeout = self.task_timeout
+        deadline = self.clock() - timeout
+        for session in list(self.sessions.values()):
+            task = session.task
+            if task is not None and task.dispatched_at <= deadline:
+                session.task = None
+                session.overdue_task_id = task.task_id
+                self._timed_out += 1
+                self._requeue(
+                    task,
+                    f"held for more than {timeout:g} s by {session.peer.peer_name}"
+                    f" (attempt {task.attempts})",
+                )
+        self._dispatch()
+        self._check_drained()
+
+    def drain(self, timeout: float, clock: IReactorTime) -> Deferred[None]:
+        """
+        Stop taking tasks; fire once nothing is queued or running, or after
+        C{timeout} seconds, whichever is first.
+        """
+        self.draining = True
+        self._drained = Deferred()
+        self._drain_timer = clock.callLater(timeout, self._drain_done)
+        drained = self._drained
+        self._check_drained()
+        return drained
+
+    def _check_drained(self) -> None:
+        # Done when nothing is left, or when no worker is left to do it (the
+        # listeners are closed, so none will come).
+        if (
+            self._drained is not None
+            and not self.tasks_running
+            and (not self._queue or not self._workers)
+        ):
+            self._drain_done()
+
+    def _drain_done(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            if self._drain_timer is not None and self._drain_timer.active():
+                self._drain_timer.cancel()
+            drained.callback(None)
 
     def awaits_outcome(self, session: Session) -> bool:
         """Whether C{session} holds a task or waits for a task's outcome."""
@@ -380,7 +469,12 @@ class QueueService(Service):
 
     def counters(self) -> Counters:
         return Counters(
-            self._submitted, self._completed, self._failed, self._rejected, self._requeued
+            self._submitted,
+            self._completed,
+            self._failed,
+            self._rejected,
+            self._requeued,
+            self._timed_out,
         )
 
     @property

@@ -5,6 +5,13 @@ Each connection decodes its frames, checks that the message suits the
 connection's role (taken from its first SUBMIT or READY: a producer or a
 worker), and hands the message to the queue.  STATS, HEARTBEAT and PONG suit
 any connection and fix no role.
+
+Each connection is held to the factory's L{Limits}: the number of
+connections, a deadline for the first frame, the length of task types and
+FAILED reasons, and the unsent output it may pile up.  A connection whose
+output passes the limit is not read from until the output drains (it is its
+transport's push producer), so a client that never reads cannot make the
+daemon buffer without end.
 """
 
 from __future__ import annotations
@@ -12,40 +19,89 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.interfaces import IDelayedCall, IPushProducer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from quicx import wire
+from quicx.config import Limits
 from quicx.framing import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.queue import IPeer, ProtocolViolation, QueueService, Role, Session
 from quicx.wire import ErrorCode, MessageType
 
 
-@implementer(IPeer)
+@implementer(IPeer, IPushProducer)
 class QuicxServerProtocol(FrameReceiver):
     """One client connection to the daemon."""
 
     log = Logger(namespace="quicx.server")
     factory: QuicxServerFactory
-    session: Session
+    session: Session | None = None
+    _first_frame_deadline: IDelayedCall | None = None
 
     def connectionMade(self) -> None:
-        self.maxLength = self.factory.max_length
+        factory = self.factory
+        transport: Any = self.transport
+        self.maxLength = factory.max_length
         super().connectionMade()
-        peer = self.transport.getPeer()  # type: ignore[union-attr]
+        peer = transport.getPeer()
         host = getattr(peer, "host", None)
         self.peer_name = f"{host}:{peer.port}" if host else str(peer)
-        set_no_delay(self.transport)
-        self._batcher = self.factory.batcher
-        self._output = self._batcher.output(self.transport)
-        self.queue = self.factory.queue
+        self.queue = factory.queue
+        self.limits = limits = factory.limits
+        if len(self.queue.sessions) >= limits.max_connections:
+            # Refused before it costs a session: one ERROR, then the close.
+            transport.write(
+                wire.encode_error(
+                    ErrorCode.QUEUE_FULL,
+                    f"too many connections (max_connections = {limits.max_connections})",
+                )
+            )
+            transport.loseConnection()
+            return
+        set_no_delay(transport)
+        self._batcher = factory.batcher
+        self._output = self._batcher.output(transport)
         self.session = self.queue.open_session(self)
         self._clock = self.queue.clock
+        transport.bufferSize = limits.max_output_buffer
+        transport.registerProducer(self, True)
+        if limits.first_frame_timeout:
+            self._first_frame_deadline = factory.reactor.callLater(
+                limits.first_frame_timeout, self._no_first_frame
+            )
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
-        self.queue.close_session(self.session)
+        if self._first_frame_deadline is not None and self._first_frame_deadline.active():
+            self._first_frame_deadline.cancel()
+        if self.session is not None:
+            self.queue.close_session(self.session)
+
+    def _no_first_frame(self) -> None:
+        self._first_frame_deadline = None
+        self.log.info(
+            "closing {peer}: no whole frame within {seconds:g} s",
+            peer=self.peer_name,
+            seconds=self.limits.first_frame_timeout,
+        )
+        self.transport.abortConnection()  # type: ignore[union-attr]
+
+    # -- IPushProducer: the transport pauses us when our output piles up ----------
+
+    def pauseProducing(self) -> None:
+        assert self.session is not None
+        self.session.paused = True
+        self.transport.pauseProducing()  # type: ignore[union-attr]
+
+    def resumeProducing(self) -> None:
+        assert self.session is not None
+        self.session.paused = False
+        self.transport.resumeProducing()  # type: ignore[union-attr]
+
+    def stopProducing(self) -> None:
+        pass
 
     # -- IPeer -------------------------------------------------------------------
 
@@ -60,6 +116,8 @@ class QuicxServerProtocol(FrameReceiver):
     # -- frames --------------------------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
+        if self.session is None:
+            return  # refused: closing
         self.session.last_received = self._clock()
         batcher = self._batcher
         batcher.hold()
@@ -76,6 +134,9 @@ class QuicxServerProtocol(FrameReceiver):
         self.sendFrame(wire.encode_error(code, reason))
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
+        if self._first_frame_deadline is not None:
+            self._first_frame_deadline.cancel()
+            self._first_frame_deadline = None
         handler = _HANDLERS.get(message_type)
         if handler is None:
             self.frameRejected(
@@ -90,7 +151,13 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _submit(self, payload: bytes) -> None:
         task_type, body = wire.submit_fields(payload)
+        if len(task_type) > self.limits.max_type_length:
+            raise ProtocolViolation(
+                f"task type of {len(task_type)} bytes exceeds max_type_length"
+                f" ({self.limits.max_type_length})"
+            )
         session = self.session
+        assert session is not None
         if session.role is not Role.PRODUCER:
             self.queue.claim_role(session, Role.PRODUCER)
         self.queue.submit(session, task_type, body)
@@ -105,6 +172,14 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _failed(self, payload: bytes) -> None:
         message = wire.decode_failed(payload)
+        reason_length = len(payload) - wire.TASK_ID.size
+        if reason_length > self.limits.max_reason_length:
+            # Refused, not cut: the worker still holds the task and may send
+            # a shorter reason.
+            raise ProtocolViolation(
+                f"FAILED reason of {reason_length} bytes exceeds max_reason_length"
+                f" ({self.limits.max_reason_length})"
+            )
         self.queue.failed(self.session, message.task_id, message.reason)
 
     def _heartbeat(self, payload: bytes) -> None:
@@ -144,9 +219,13 @@ class QuicxServerFactory(Factory):
     protocol = QuicxServerProtocol
     noisy = False
 
-    def __init__(self, queue: QueueService, reactor: Any = None) -> None:
+    def __init__(
+        self, queue: QueueService, reactor: Any = None, limits: Limits | None = None
+    ) -> None:
         if reactor is None:
             from twisted.internet import reactor  # type: ignore[no-redef]
         self.queue = queue
+        self.reactor = reactor
+        self.limits = limits or Limits()
         self.batcher = OutputBatcher(reactor)
         self.max_length = queue.pool.max_size + wire.SUBMIT_TYPE_OVERHEAD

@@ -7,9 +7,11 @@ L{Options} parses the command line, L{makeService} builds the service tree:
       +- Journal             the write-ahead journal (when configured)
       +- QueueService        the state
       +- HeartbeatService    liveness
-      +- ListenerService...  one per endpoint string
+      +- TaskTimeoutService  the task timeout
+      +- ListenerService...  one per endpoint string, and the control socket
 
-Services stop in reverse order, so on SIGTERM the listeners close first.
+On SIGTERM the daemon drains (see L{QuicxDaemon}), then the services stop
+in reverse order.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import attrs
 from twisted.application.service import IService, MultiService, Service
+from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 from twisted.internet.protocol import Factory
@@ -32,7 +35,8 @@ from twisted.python.failure import Failure
 from quicx import __version__, pmad, version_line, wire
 from quicx import config as configuration
 from quicx.control import STATUS_FORMAT, ControlFactory
-from quicx.heartbeat import HeartbeatService
+from quicx.framing import OutputBatcher
+from quicx.heartbeat import HeartbeatService, TaskTimeoutService
 from quicx.journal import Journal, JournalCorrupt, recover
 from quicx.queue import QueueService
 from quicx.server import QuicxServerFactory
@@ -70,6 +74,20 @@ class Options(usage.Options):
             configuration.parse_size,
         ],
         ["journal", None, None, "Keep accepted tasks in this write-ahead journal file."],
+        [
+            "task-timeout",
+            None,
+            None,
+            "Requeue a task a worker holds longer than this many seconds (0: never).",
+            configuration.parse_seconds,
+        ],
+        [
+            "drain-timeout",
+            None,
+            None,
+            "On stop, wait this long for queued and running tasks to finish (0: don't).",
+            configuration.parse_seconds,
+        ],
         [
             "fsync",
             None,
@@ -115,6 +133,8 @@ class Options(usage.Options):
             ("heartbeat-timeout", "heartbeat_timeout"),
             ("pool-size", "pool_size"),
             ("journal", "journal"),
+            ("task-timeout", "task_timeout"),
+            ("drain-timeout", "drain_timeout"),
             ("fsync", "fsync"),
         ):
             if self[option] is not None:
@@ -196,14 +216,57 @@ class ListenerService(Service):
 
 
 class QuicxDaemon(MultiService):
-    """The whole daemon; logs its configuration as it starts."""
+    """
+    The whole daemon; logs its configuration as it starts, and drains as it
+    stops: listeners close, new SUBMITs are refused, and it waits (up to
+    C{drain_timeout}) until nothing is queued or running before the rest
+    stops.
+    """
 
     log = Logger(namespace="quicx.daemon")
 
-    def __init__(self, config: configuration.Config, queue: QueueService) -> None:
+    def __init__(
+        self,
+        config: configuration.Config,
+        queue: QueueService,
+        reactor: Any,
+        batcher: OutputBatcher,
+    ) -> None:
         super().__init__()
         self.config = config
         self.queue = queue
+        self.reactor = reactor
+        self.batcher = batcher
+
+    def stopService(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        listeners = [
+            service
+            for service in self
+            if isinstance(service, ListenerService) and service.announcement == "listening"
+        ]
+        await gatherResults([maybeDeferred(listener.stopService) for listener in listeners])
+        queue, timeout = self.queue, self.config.drain_timeout
+        if timeout > 0 and (
+            queue.tasks_running or (queue.stats().queue_depth and queue.stats().workers_total)
+        ):
+            self.log.info(
+                "draining: {queued} queued and {running} running tasks, up to {timeout:g} s",
+                queued=queue.stats().queue_depth,
+                running=queue.tasks_running,
+                timeout=timeout,
+            )
+            await queue.drain(timeout, self.reactor)
+        else:
+            queue.draining = True
+        # Every outcome forwarded before connections close.
+        self.batcher.flush()
+        await MultiService.stopService(self)
+        # twistd re-raises the signal it stopped on (exit status 143 for
+        # SIGTERM); after a clean drain the daemon exits 0 instead.
+        self.reactor._exitSignal = None
 
     def status(self) -> dict[str, Any]:
         """Everything C{quicx status} shows (see docs/operations.md)."""
@@ -232,12 +295,14 @@ class QuicxDaemon(MultiService):
                 "failed": counters.failed,
                 "rejected": counters.rejected,
                 "requeued": counters.requeued,
+                "timed_out": counters.timed_out,
                 "queued": stats.queue_depth,
                 "running": queue.tasks_running,
             },
             "connections": {
                 "total": len(queue.sessions),
                 "producers": roles["producer"],
+                "paused": sum(1 for session in queue.sessions.values() if session.paused),
                 "workers": stats.workers_total,
                 "idle_workers": stats.workers_idle,
             },
@@ -319,8 +384,15 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     pool = pmad.Pmad(config.pool_size, list(config.classes))
     journal = open_journal(config, reactor) if config.journal else None
-    queue = QueueService(pool, config.allowed_types, clock=reactor.seconds, journal=journal)
-    daemon = QuicxDaemon(config, queue)
+    queue = QueueService(
+        pool,
+        config.allowed_types,
+        clock=reactor.seconds,
+        journal=journal,
+        task_timeout=config.task_timeout,
+    )
+    factory = QuicxServerFactory(queue, reactor, config.limits)
+    daemon = QuicxDaemon(config, queue, reactor, factory.batcher)
     if journal is not None:
         restore(queue, journal)
         # Added first, stopped last: every record is written before exit.
@@ -329,7 +401,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     HeartbeatService(
         queue, config.heartbeat_interval, config.heartbeat_timeout, reactor
     ).setServiceParent(daemon)
-    factory = QuicxServerFactory(queue, reactor)
+    TaskTimeoutService(queue, reactor).setServiceParent(daemon)
     for description in config.endpoints:
         ListenerService(reactor, description, factory).setServiceParent(daemon)
     if config.control_path is not None:

@@ -61,10 +61,19 @@ class Registration:
     in_thread: bool
 
 
+MAX_REASON = 1024
+"""FAILED reasons are cut to this many bytes, well under the daemon's
+default max_reason_length (4096), which refuses longer ones."""
+
+
 def failure_reason(failure: Failure) -> str:
     """The FAILED reason for a handler's exception: its message, else its type."""
     error = failure.value
-    return str(error) or type(error).__name__
+    reason = str(error) or type(error).__name__
+    encoded = reason.encode("utf-8")
+    if len(encoded) <= MAX_REASON:
+        return reason
+    return encoded[: MAX_REASON - 3].decode("utf-8", "ignore") + "..."
 
 
 class WorkerProtocol(FrameReceiver):

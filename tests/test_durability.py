@@ -140,7 +140,7 @@ def test_recovery_keeps_order_and_ids(tmp_path: Path, start_daemon) -> None:
     daemon = start_daemon(f"--journal={path}", "--fsync=no")
     accepted = submit_all(daemon.address, 200)
     # SIGTERM: a clean stop syncs whatever the policy.
-    assert daemon.stop() in (0, -signal.SIGTERM)
+    assert daemon.stop() == 0
     assert "200 queued and 0 running tasks; the journal" in daemon.log()
     restarted = start_daemon(f"--journal={path}")
     with Peer(restarted.address) as worker:
@@ -155,7 +155,8 @@ def test_recovery_keeps_order_and_ids(tmp_path: Path, start_daemon) -> None:
 
 
 def test_without_a_journal_the_log_counts_what_is_dropped(start_daemon) -> None:
-    daemon = start_daemon()
+    # The worker never finishes: the drain gives up after its timeout.
+    daemon = start_daemon("--drain-timeout=0.5")
     submit_all(daemon.address, 7)
     with Peer(daemon.address) as worker:
         worker.request(wire.encode_ready())
