@@ -102,6 +102,7 @@ class Config:
     max_output_buffer: int = _DEFAULT_LIMITS.max_output_buffer
     task_timeout: float = 0.0
     drain_timeout: float = 30.0
+    spare_busy_workers: bool = False
     source: str = "built-in default"
 
     @property
@@ -185,6 +186,15 @@ def _parse_compact_factor(text: str) -> float:
     return value
 
 
+def _parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("yes", "true", "on", "1"):
+        return True
+    if value in ("no", "false", "off", "0"):
+        return False
+    raise ValueError(f"{text!r} is not yes or no")
+
+
 def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = parse_size(text)
@@ -245,6 +255,7 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("allocator", "class"): _Key("classes", _parse_class, tuple),
     ("tasks", "allow"): _Key("allowed_types", _parse_task_type, frozenset),
     ("server", "drain_timeout"): _Key("drain_timeout", parse_seconds),
+    ("server", "spare_busy_workers"): _Key("spare_busy_workers", _parse_bool),
     ("tasks", "timeout"): _Key("task_timeout", parse_seconds),
     ("limits", "max_connections"): _Key("max_connections", _bounded_int(1, 1_000_000)),
     ("limits", "first_frame_timeout"): _Key("first_frame_timeout", parse_seconds),
@@ -379,6 +390,7 @@ def render(config: Config) -> str:
         *([f"control = {config.control}"] if config.control else []),
         *([f"pid_file = {config.pid_file}"] if config.pid_file else []),
         f"drain_timeout = {config.drain_timeout:g}",
+        f"spare_busy_workers = {'yes' if config.spare_busy_workers else 'no'}",
         "",
         "[allocator]",
         f"pool_size = {config.pool_size}",

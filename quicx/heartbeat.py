@@ -4,14 +4,16 @@ Heartbeats: keeping idle connections alive and dropping dead peers.
 Every C{interval / 4} seconds the L{HeartbeatService} looks at each session:
 one silent for C{interval} seconds is sent a HEARTBEAT (again every
 C{interval} while it stays silent), and one silent for C{timeout} seconds is
-disconnected -- its task, if it holds one, goes back to the queue.
+disconnected -- its task, if it holds one, goes back to the queue.  That is
+how a worker cut off without a FIN (a network cut, a frozen host) is found.
 
-A connection with work outstanding is never dropped for silence: a worker
-that holds a task (the reference worker runs its handler on the thread that
-reads the socket, so a healthy worker busy with a long task cannot answer),
-nor a producer still owed an outcome (it may be blocked waiting for it, and
-dropping it would lose the outcome).  A dead worker holding a task is found
-when TCP reports the connection lost, or by the task timeout.
+A producer still owed an outcome is never dropped for silence: it may be
+blocked waiting for it, and dropping it would lose the outcome.  A worker
+holding a task is dropped like any peer -- Quicx's worker runner answers
+heartbeats while its handlers run -- unless C{spare_busy_workers} is set, for
+workers like the reference one that cannot answer until their handler
+returns; those are then only found when TCP reports the connection lost, or
+by the task timeout.
 
 L{TaskTimeoutService} enforces the optional task timeout (like beanstalkd's
 TTR): a task a worker holds for longer is taken back and queued again at the
@@ -41,9 +43,15 @@ class HeartbeatService(Service):
     log = Logger(namespace="quicx.heartbeat")
 
     def __init__(
-        self, queue: QueueService, interval: float, timeout: float, clock: IReactorTime
+        self,
+        queue: QueueService,
+        interval: float,
+        timeout: float,
+        clock: IReactorTime,
+        spare_busy_workers: bool = False,
     ) -> None:
         self.queue = queue
+        self.spare_busy_workers = spare_busy_workers
         self.interval = interval
         self.timeout = timeout
         self.clock = clock
@@ -66,7 +74,11 @@ class HeartbeatService(Service):
         now = self.clock.seconds()
         for session in list(self.queue.sessions.values()):
             silent = now - session.last_received
-            if silent >= self.timeout and not self.queue.awaits_outcome(session):
+            if (
+                silent >= self.timeout
+                and not self.queue.awaits_outcome(session)
+                and not (self.spare_busy_workers and session.task is not None)
+            ):
                 self.log.info(
                     "dropping {peer}: silent for {silent:.1f} s",
                     peer=session.peer.peer_name,

@@ -448,8 +448,8 @@ class QueueService(Service):
             drained.callback(None)
 
     def awaits_outcome(self, session: Session) -> bool:
-        """Whether C{session} holds a task or waits for a task's outcome."""
-        return session.task is not None or session.outstanding > 0
+        """Whether C{session} is a producer still owed an outcome."""
+        return session.outstanding > 0
 
     def _requeue(self, task: Task, cause: str) -> None:
         self._queue.appendleft(task)

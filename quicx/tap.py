@@ -399,7 +399,11 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         journal.setServiceParent(daemon)
     queue.setServiceParent(daemon)
     HeartbeatService(
-        queue, config.heartbeat_interval, config.heartbeat_timeout, reactor
+        queue,
+        config.heartbeat_interval,
+        config.heartbeat_timeout,
+        reactor,
+        config.spare_busy_workers,
     ).setServiceParent(daemon)
     TaskTimeoutService(queue, reactor).setServiceParent(daemon)
     for description in config.endpoints:

@@ -5,7 +5,6 @@ driven over real sockets.
 
 from __future__ import annotations
 
-import signal
 import socket
 import struct
 import time
@@ -196,21 +195,53 @@ def test_silent_peers_get_heartbeats_and_are_dropped(start_daemon) -> None:
     assert "silent for" in daemon.log()
 
 
-def test_busy_worker_and_waiting_producer_are_never_dropped(start_daemon) -> None:
+def test_waiting_producer_is_kept_and_a_silent_busy_worker_is_not(start_daemon) -> None:
     daemon = start_daemon("--heartbeat-interval=0.2", "--heartbeat-timeout=0.6")
-    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+    with (
+        Peer(daemon.address) as producer,
+        Peer(daemon.address) as vanished,
+        Peer(daemon.address) as worker,
+    ):
         ok = producer.submit(b"long", b"p")
-        assert worker.request(wire.encode_ready()).task_id == ok.task_id
-        # A "long task": neither the worker nor the producer blocked on its
-        # outcome reads or answers anything.
-        time.sleep(2)
+        assert vanished.request(wire.encode_ready()).task_id == ok.task_id
+        assert worker.request(wire.encode_ready()) == wire.Wait()
+        # The first worker is cut off without a FIN: it holds the task and
+        # answers nothing.  The producer, blocked on the outcome, reads nothing.
+        # The second worker answers its heartbeats and gets the task back.
+        deadline = time.monotonic() + 3
+        while (reply := worker.receive(timeout=3)) == wire.Heartbeat():
+            worker.send(wire.encode_pong())
+            assert time.monotonic() < deadline
+        assert reply == wire.Task(ok.task_id, b"long", b"p")
+        # The producer has been silent longer than the timeout, and stays.
         worker.send(wire.encode_done(ok.task_id))
         while (reply := producer.receive()) == wire.Heartbeat():
             pass
         assert reply == wire.Done(ok.task_id)
         # Owed nothing now, the silent producer is dropped.
         producer.wait_closed(timeout=3)
+        vanished.wait_closed(timeout=1)
     assert "silent for" in daemon.log()
+    assert "requeued: worker" in daemon.log()
+
+
+def test_spare_busy_workers_keeps_a_silent_worker_holding_a_task(
+    tmp_path: Path, start_daemon
+) -> None:
+    conf = tmp_path / "spare.conf"
+    conf.write_text(
+        "[server]\nlisten = tcp:0:interface=127.0.0.1\nheartbeat_interval = 0.2\n"
+        "heartbeat_timeout = 0.6\nspare_busy_workers = yes\n"
+    )
+    daemon = start_daemon(f"--config={conf}")
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        ok = producer.submit(b"long", b"p")
+        assert worker.request(wire.encode_ready()).task_id == ok.task_id
+        time.sleep(1.5)  # a reference-style worker, deaf while its handler runs
+        worker.send(wire.encode_done(ok.task_id))
+        while (reply := producer.receive()) == wire.Heartbeat():
+            pass
+        assert reply == wire.Done(ok.task_id)
 
 
 # -- stats ----------------------------------------------------------------------------
