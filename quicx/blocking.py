@@ -15,11 +15,22 @@ with a client each.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import socket
+import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+
+from attrs import frozen
+from cryptography import x509
+from service_identity import VerificationError
+from service_identity.cryptography import (
+    verify_certificate_hostname,
+    verify_certificate_ip_address,
+)
 
 from quicx import wire
 from quicx.client import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, as_bytes, normalize_address
@@ -31,16 +42,74 @@ DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
 
 
-def parse_address(address: str) -> tuple[int, object]:
+@frozen
+class TlsOptions:
+    """
+    How to reach a C{tls:} address, with Twisted's option names.
+
+    @ivar trust_roots: a PEM file or a directory of them holding the CAs to
+        trust; empty for the system's.
+    @ivar certificate: this client's certificate (PEM), for mutual TLS.
+    @ivar private_key: its key (PEM); empty when it is in C{certificate}.
+    """
+
+    hostname: str
+    trust_roots: str = ""
+    certificate: str = ""
+    private_key: str = ""
+
+    def wrap(self, sock: socket.socket) -> ssl.SSLSocket:
+        """
+        Handshake over C{sock} and check that the daemon's certificate names
+        C{hostname}, with C{service_identity} (as Twisted's clients do).
+
+        @raise ssl.SSLError: the handshake failed (an untrusted certificate).
+        @raise service_identity.VerificationError: it names another host.
+        """
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        # Hostname checking is service_identity's job, below.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_REQUIRED
+        if os.path.isdir(self.trust_roots):
+            # Every PEM file in it, as Twisted reads trustRoots (OpenSSL's own
+            # capath would want hash-named links).
+            for name in sorted(os.listdir(self.trust_roots)):
+                path = os.path.join(self.trust_roots, name)
+                if os.path.isfile(path) and name.endswith((".pem", ".crt")):
+                    context.load_verify_locations(cafile=path)
+        elif self.trust_roots:
+            context.load_verify_locations(cafile=self.trust_roots)
+        else:
+            context.load_default_certs()
+        if self.certificate:
+            context.load_cert_chain(self.certificate, self.private_key or None)
+        wrapped = context.wrap_socket(sock, server_hostname=self.hostname)
+        try:
+            certificate = x509.load_der_x509_certificate(wrapped.getpeercert(binary_form=True))
+            try:
+                ipaddress.ip_address(self.hostname)
+            except ValueError:
+                verify_certificate_hostname(certificate, self.hostname)
+            else:
+                verify_certificate_ip_address(certificate, self.hostname)
+        except Exception:
+            wrapped.close()
+            raise
+        return wrapped
+
+
+def parse_address(address: str) -> tuple[int, object, TlsOptions | None]:
     """
     C{tcp:HOST:PORT}, C{tcp:host=HOST:port=PORT}, C{unix:PATH},
-    C{unix:path=PATH} or C{HOST:PORT} -> (address family, socket address).
+    C{unix:path=PATH}, C{tls:HOST:PORT[:trustRoots=PEM][:certificate=PEM]
+    [:privateKey=PEM]} or C{HOST:PORT} -> (address family, socket address,
+    TLS options or C{None}).
 
     @raise ValueError: the address is not one of those forms.
     """
     kind, _, rest = normalize_address(address).partition(":")
-    if kind not in {"tcp", "unix"}:
-        raise ValueError(f"{address!r}: this client speaks tcp: and unix: addresses")
+    if kind not in {"tcp", "unix", "tls"}:
+        raise ValueError(f"{address!r}: this client speaks tcp:, tls: and unix: addresses")
     fields = rest.split(":")
     named = dict(f.split("=", 1) for f in fields if "=" in f)
     plain = [f for f in fields if "=" not in f]
@@ -48,12 +117,22 @@ def parse_address(address: str) -> tuple[int, object]:
         path = named.get("path") or (plain[0] if plain else "")
         if not path:
             raise ValueError(f"{address!r} names no socket path")
-        return socket.AF_UNIX, path
-    host = named.get("host") or (plain[0] if plain else "")
-    port = named.get("port") or (plain[1] if len(plain) > 1 else "")
+        return socket.AF_UNIX, path, None
+    host = named.pop("host", "") or (plain[0] if plain else "")
+    port = named.pop("port", "") or (plain[1] if len(plain) > 1 else "")
     if not host or not port.isdigit():
-        raise ValueError(f"{address!r} is not tcp:HOST:PORT")
-    return socket.AF_UNSPEC, (host, int(port))
+        raise ValueError(f"{address!r} is not {kind}:HOST:PORT")
+    if kind == "tcp":
+        return socket.AF_UNSPEC, (host, int(port)), None
+    options = TlsOptions(
+        host,
+        named.pop("trustRoots", ""),
+        named.pop("certificate", ""),
+        named.pop("privateKey", ""),
+    )
+    if named:
+        raise ValueError(f"{address!r}: unknown tls: option {', '.join(sorted(named))}")
+    return socket.AF_UNSPEC, (host, int(port)), options
 
 
 class QuicxClient:
@@ -70,7 +149,7 @@ class QuicxClient:
         keep_outcomes: int = DEFAULT_KEEP,
     ) -> None:
         self.address = address
-        self._family, self._sockaddr = parse_address(address)
+        self._family, self._sockaddr, self._tls = parse_address(address)
         self.timeout = timeout
         self._keep = keep_outcomes
         self._lock = threading.RLock()
@@ -91,6 +170,13 @@ class QuicxClient:
                 else:
                     sock = socket.create_connection(self._sockaddr, self.timeout)  # type: ignore[arg-type]
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    if self._tls is not None:
+                        sock = self._tls.wrap(sock)
+            except VerificationError as e:
+                raise ConnectionLost(
+                    f"cannot connect to {self.address}: its certificate is not for"
+                    f" {self._tls.hostname if self._tls else '?'}: {e}"
+                ) from None
             except OSError as e:
                 raise ConnectionLost(
                     f"cannot connect to {self.address}: {e.strerror or e}"

@@ -26,6 +26,7 @@ from attrs import field, frozen
 
 from quicx import pmad
 from quicx.journal import DEFAULT_COMPACT_FACTOR, DEFAULT_COMPACT_MIN_SIZE, FsyncPolicy
+from quicx.tls import Authorization, TlsSettings, identities
 from quicx.wire import MAX_TYPE_LENGTH
 
 DEFAULT_PORT = 16381
@@ -103,6 +104,12 @@ class Config:
     task_timeout: float = 0.0
     drain_timeout: float = 30.0
     spare_busy_workers: bool = False
+    tls_certificate: str = ""
+    tls_private_key: str = ""
+    tls_client_ca: str = ""
+    tls_producers: frozenset[str] | None = None
+    tls_workers: frozenset[str] | None = None
+    tls_monitors: frozenset[str] | None = None
     source: str = "built-in default"
 
     @property
@@ -114,6 +121,21 @@ class Config:
             self.max_reason_length,
             self.max_output_buffer,
         )
+
+    @property
+    def tls(self) -> TlsSettings:
+        return TlsSettings(
+            self.tls_certificate,
+            self.tls_private_key,
+            self.tls_client_ca,
+            Authorization(self.tls_producers, self.tls_workers, self.tls_monitors),
+        )
+
+    @property
+    def authorization(self) -> Authorization | None:
+        """Who may take each role, when any list is set."""
+        lists = (self.tls_producers, self.tls_workers, self.tls_monitors)
+        return self.tls.authorization if any(x is not None for x in lists) else None
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -262,6 +284,12 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("limits", "max_type_length"): _Key("max_type_length", _bounded_int(1, MAX_TYPE_LENGTH)),
     ("limits", "max_reason_length"): _Key("max_reason_length", _bounded_int(1, 1 << 20)),
     ("limits", "max_output_buffer"): _Key("max_output_buffer", _bounded_int(4096, 1 << 30)),
+    ("tls", "certificate"): _Key("tls_certificate", str.strip),
+    ("tls", "private_key"): _Key("tls_private_key", str.strip),
+    ("tls", "client_ca"): _Key("tls_client_ca", str.strip),
+    ("tls", "producers"): _Key("tls_producers", identities),
+    ("tls", "workers"): _Key("tls_workers", identities),
+    ("tls", "monitors"): _Key("tls_monitors", identities),
     ("journal", "path"): _Key("journal", str.strip),
     ("journal", "fsync"): _Key("fsync", parse_fsync),
     ("journal", "compact_factor"): _Key("compact_factor", _parse_compact_factor),
@@ -341,11 +369,19 @@ def _build(entries: dict[tuple[str, str], list[_Entry]], source: str) -> Config:
         raise ConfigError(f"{where}: {e}") from None
     except _HeartbeatError as e:
         raise ConfigError(f"{line_of('server', 'heartbeat_timeout')}: {e}") from None
+    except _TlsError as e:
+        raise ConfigError(f"{line_of('tls', e.key)}: {e}") from None
     return config
 
 
 class _HeartbeatError(ValueError):
     pass
+
+
+class _TlsError(ValueError):
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def validate(config: Config) -> None:
@@ -361,6 +397,17 @@ def validate(config: Config) -> None:
             f"heartbeat_timeout ({config.heartbeat_timeout:g} s) must be longer than"
             f" heartbeat_interval ({config.heartbeat_interval:g} s)"
         )
+    if config.authorization is not None and not config.tls_client_ca:
+        key = next(
+            k
+            for k, v in (
+                ("producers", config.tls_producers),
+                ("workers", config.tls_workers),
+                ("monitors", config.tls_monitors),
+            )
+            if v is not None
+        )
+        raise _TlsError(key, f"{key} needs client_ca: identities come from client certificates")
     pmad.Pmad(config.pool_size, list(config.classes)).close()
 
 
@@ -408,6 +455,22 @@ def render(config: Config) -> str:
         f"max_reason_length = {config.max_reason_length}",
         f"max_output_buffer = {config.max_output_buffer}",
     ]
+    tls_lines = [
+        *([f"certificate = {config.tls_certificate}"] if config.tls_certificate else []),
+        *([f"private_key = {config.tls_private_key}"] if config.tls_private_key else []),
+        *([f"client_ca = {config.tls_client_ca}"] if config.tls_client_ca else []),
+        *(
+            f"{key} = {', '.join(sorted(names))}"
+            for key, names in (
+                ("producers", config.tls_producers),
+                ("workers", config.tls_workers),
+                ("monitors", config.tls_monitors),
+            )
+            if names is not None
+        ),
+    ]
+    if tls_lines:
+        lines += ["", "[tls]", *tls_lines]
     if config.journal:
         lines += [
             "",

@@ -20,6 +20,7 @@ from contextlib import suppress
 from typing import Any, NamedTuple
 
 from attrs import frozen
+from twisted.internet import tcp, unix
 from twisted.internet.protocol import Protocol
 
 from quicx.wire import HEADER, HEADER_SIZE, KNOWN_TYPES, PROTOCOL_VERSION, ErrorCode
@@ -140,6 +141,9 @@ def set_no_delay(transport: object) -> None:
         transport.setTcpNoDelay(True)  # type: ignore[attr-defined]
 
 
+_SOCKET_TRANSPORTS = frozenset({tcp.Server, tcp.Client, unix.Server, unix.Client})
+
+
 def write_now(transport: Any, data: bytes) -> None:
     """
     Write C{data}, sending it at once when the transport has nothing queued.
@@ -152,8 +156,11 @@ def write_now(transport: Any, data: bytes) -> None:
     usual, so ordering and back-pressure are unchanged.  TLS transports and
     others always use C{transport.write}.
     """
+    # Only the socket transport itself: a TLS wrapper forwards attribute
+    # lookups (socket, TLS) to the transport beneath it.
     if (
-        getattr(transport, "TLS", True) is False
+        type(transport) in _SOCKET_TRANSPORTS
+        and not transport.TLS
         and transport.connected
         and not transport.disconnecting
         and not transport.dataBuffer

@@ -29,7 +29,15 @@ from quicx import wire
 from quicx.config import Limits
 from quicx.framing import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.queue import IPeer, ProtocolViolation, QueueService, Role, Session
+from quicx.tls import Authorization, peer_identity
 from quicx.wire import ErrorCode, MessageType
+
+_UNKNOWN = object()
+"""A connection's certificate identity before it is first needed."""
+
+
+class NotAuthorized(Exception):
+    """The peer's identity may not take the role it asked for (ERROR, then closed)."""
 
 
 @implementer(IPeer, IPushProducer)
@@ -39,6 +47,7 @@ class QuicxServerProtocol(FrameReceiver):
     log = Logger(namespace="quicx.server")
     factory: QuicxServerFactory
     session: Session | None = None
+    identity: str | object | None = _UNKNOWN
     _first_frame_deadline: IDelayedCall | None = None
 
     def connectionMade(self) -> None:
@@ -87,6 +96,20 @@ class QuicxServerProtocol(FrameReceiver):
             seconds=self.limits.first_frame_timeout,
         )
         self.transport.abortConnection()  # type: ignore[union-attr]
+
+    def _authorize(self, role: str) -> None:
+        """
+        @raise NotAuthorized: the [tls] role lists do not let this peer's
+            certificate identity act as C{role}.
+        """
+        authorization = self.factory.authorization
+        if authorization is None:
+            return
+        if self.identity is _UNKNOWN:
+            self.identity = peer_identity(self.transport)
+        if not authorization.allows(self.identity, role):
+            who = f"identity {self.identity!r}" if self.identity else "a peer without a certificate"
+            raise NotAuthorized(f"{who} may not act as a {role}")
 
     # -- IPushProducer: the transport pauses us when our output piles up ----------
 
@@ -148,6 +171,13 @@ class QuicxServerProtocol(FrameReceiver):
             handler(self, payload)
         except (wire.MalformedMessage, ProtocolViolation) as e:
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
+        except NotAuthorized as e:
+            self.log.info("refused {peer}: {reason}", peer=self.peer_name, reason=str(e))
+            self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
+            self._output.flush()
+            # A TLS transport will not close while a producer is registered.
+            self.transport.unregisterProducer()  # type: ignore[union-attr]
+            self.transport.loseConnection()  # type: ignore[union-attr]
 
     def _submit(self, payload: bytes) -> None:
         task_type, body = wire.submit_fields(payload)
@@ -159,11 +189,14 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         assert session is not None
         if session.role is not Role.PRODUCER:
+            self._authorize("producer")
             self.queue.claim_role(session, Role.PRODUCER)
         self.queue.submit(session, task_type, body)
 
     def _ready(self, payload: bytes) -> None:
         wire.decode_ready(payload)
+        if self.session.role is not Role.WORKER:  # type: ignore[union-attr]
+            self._authorize("worker")
         self.queue.claim_role(self.session, Role.WORKER)
         self.queue.ready(self.session)
 
@@ -192,6 +225,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _stats(self, payload: bytes) -> None:
         wire.decode_stats(payload)
+        self._authorize("monitor")
         # Any connection may ask, and asking does not fix its role: a client
         # may look at the queue before it submits.
         self.sendFrame(wire.encode_stats_response(self.queue.stats()))
@@ -220,11 +254,16 @@ class QuicxServerFactory(Factory):
     noisy = False
 
     def __init__(
-        self, queue: QueueService, reactor: Any = None, limits: Limits | None = None
+        self,
+        queue: QueueService,
+        reactor: Any = None,
+        limits: Limits | None = None,
+        authorization: Authorization | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor  # type: ignore[no-redef]
         self.queue = queue
+        self.authorization = authorization
         self.reactor = reactor
         self.limits = limits or Limits()
         self.batcher = OutputBatcher(reactor)

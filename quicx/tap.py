@@ -40,6 +40,7 @@ from quicx.heartbeat import HeartbeatService, TaskTimeoutService
 from quicx.journal import Journal, JournalCorrupt, recover
 from quicx.queue import QueueService
 from quicx.server import QuicxServerFactory
+from quicx.tls import TlsSettings, tls_endpoint
 
 
 class Options(usage.Options):
@@ -163,18 +164,24 @@ class ListenerService(Service):
         description: str,
         factory: Factory,
         announcement: str = "listening",
+        tls: TlsSettings | None = None,
     ) -> None:
         self.reactor = reactor
         self.description = description
         self.factory = factory
         self.announcement = announcement
+        self.tls = tls or TlsSettings()
         self.port: IListeningPort | None = None
 
     def privilegedStartService(self) -> None:
         super().privilegedStartService()
         outcome: list[Any] = []
         try:
-            endpoint = serverFromString(self.reactor, self.description)
+            description = with_backlog(self.description)
+            if description.startswith("tls:"):
+                endpoint = tls_endpoint(self.reactor, description, self.tls)
+            else:
+                endpoint = serverFromString(self.reactor, description)
             endpoint.listen(self.factory).addBoth(outcome.append)
         except ValueError as e:
             raise SystemExit(f"quicx: bad listen address {self.description!r}: {e}") from None
@@ -391,7 +398,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         journal=journal,
         task_timeout=config.task_timeout,
     )
-    factory = QuicxServerFactory(queue, reactor, config.limits)
+    factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, reactor, factory.batcher)
     if journal is not None:
         restore(queue, journal)
@@ -407,7 +414,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     ).setServiceParent(daemon)
     TaskTimeoutService(queue, reactor).setServiceParent(daemon)
     for description in config.endpoints:
-        ListenerService(reactor, description, factory).setServiceParent(daemon)
+        ListenerService(reactor, description, factory, tls=config.tls).setServiceParent(daemon)
     if config.control_path is not None:
         # lockfile: a socket left behind by a crashed daemon is replaced; one
         # held by a live daemon is not.
@@ -462,6 +469,19 @@ def restore(queue: QueueService, journal: Journal) -> None:
         records=recovery.records,
         tasks=len(recovery.tasks),
     )
+
+
+LISTEN_BACKLOG = 1024
+"""The listen backlog unless an endpoint string sets one (Twisted's is 50:
+a burst of connections past it waits a second for a SYN retransmit)."""
+
+
+def with_backlog(description: str) -> str:
+    """C{description} with C{:backlog=1024} added, unless it has a backlog."""
+    kind = description.partition(":")[0]
+    if kind in {"tcp", "tcp6", "ssl", "tls", "unix"} and "backlog=" not in description:
+        return f"{description}:backlog={LISTEN_BACKLOG}"
+    return description
 
 
 def quote_endpoint(value: str) -> str:

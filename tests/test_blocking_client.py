@@ -179,7 +179,9 @@ def test_parse_address(text: str, parsed: object) -> None:
         ("tcp:h:port", "is not tcp:HOST:PORT"),
         ("unix:", "names no socket path"),
         ("nonsense", "is not tcp:HOST:PORT"),
-        ("tls:example.org:16381", "this client speaks tcp: and unix: addresses"),
+        ("ssl:example.org:16381", "this client speaks tcp:, tls: and unix: addresses"),
+        ("tls:example.org:16381:trustroots=x", "unknown tls: option trustroots"),
+        ("tls:example.org", "is not tls:HOST:PORT"),
     ],
 )
 def test_parse_address_refuses(text: str, message: str) -> None:

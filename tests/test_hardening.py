@@ -93,10 +93,12 @@ def test_slowloris_bytes_do_not_keep_a_connection(tmp_path: Path, start_daemon) 
 def test_a_thousand_concurrent_connections(start_daemon) -> None:
     daemon = start_daemon()
     before = rss(daemon)
-    peers = [socket.create_connection(daemon.address) for _ in range(1000)]
+    peers: list[socket.socket] = []
     try:
-        for sock in peers:
-            sock.sendall(wire.encode_stats())
+        for _ in range(1000):
+            sock = socket.create_connection(daemon.address)
+            sock.sendall(wire.encode_stats())  # well before the first-frame deadline
+            peers.append(sock)
         for sock in peers:
             sock.settimeout(10)
             reply = sock.recv(64)

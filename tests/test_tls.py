@@ -1,0 +1,193 @@
+"""
+TLS and mutual TLS against a real daemon, with certificates made at test
+time: hostname verification in both clients, client certificates from the
+right CA only, and roles authorized by certificate identity.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import defer
+
+from quicx import wire
+from quicx.blocking import QuicxClient
+from quicx.client import connect
+from quicx.errors import ConnectionLost
+from quicx.wire import ErrorCode
+from tests.certs import Authority
+from tests.conftest import DaemonProcess
+from tests.peer import Peer
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, object]:
+    directory = tmp_path / "pki"
+    directory.mkdir()
+    trusted = Authority(directory, "quicx-ca")
+    stranger = Authority(directory, "other-ca")
+    roots = directory / "roots"
+    roots.mkdir()
+    (roots / "quicx-ca.pem").write_bytes(trusted.path.read_bytes())
+    return {
+        "ca": trusted,
+        "other": stranger,
+        "roots": roots,
+        "server": trusted.issue("quicx-daemon", ("localhost", "127.0.0.1")),
+        "wrong_host": trusted.issue("elsewhere", ("elsewhere.example",)),
+        "alice": trusted.issue("alice"),
+        "bob": trusted.issue("bob"),
+        "carol": trusted.issue("carol"),
+        "mallory": stranger.issue("alice"),  # right name, wrong CA
+    }
+
+
+def tls_daemon(tmp_path: Path, start_daemon, server: tuple[Path, Path], extra: str = "") -> int:
+    conf = tmp_path / "tls.conf"
+    conf.write_text(
+        "[server]\nlisten = tcp:0:interface=127.0.0.1\nlisten = tls:0:interface=127.0.0.1\n"
+        f"[tls]\ncertificate = {server[0]}\nprivate_key = {server[1]}\n{extra}"
+    )
+    daemon: DaemonProcess = start_daemon(f"--config={conf}")
+    return listening_port(daemon.log(), "tls:")
+
+
+def listening_port(log: str, kind: str) -> int:
+    """The port of the listener whose endpoint string starts with C{kind}."""
+    for line in log.splitlines():
+        if "listening on 127.0.0.1:" in line and f"({kind}" in line:
+            return int(line.split("listening on 127.0.0.1:")[1].split()[0])
+    raise AssertionError(f"no {kind} listener in:\n{log}")
+
+
+def address(port: int, pki: dict, host: str = "localhost", who: str = "") -> str:
+    text = f"tls:{host}:{port}:trustRoots={pki['roots']}"
+    if who:
+        cert, key = pki[who]
+        text += f":certificate={cert}:privateKey={key}"
+    return text
+
+
+def test_blocking_client_over_tls(tmp_path: Path, start_daemon, pki) -> None:
+    port = tls_daemon(tmp_path, start_daemon, pki["server"])
+    with QuicxClient(address(port, pki)) as client:
+        task_id = client.submit("t", b"over tls")
+        assert client.stats().queue_depth >= 1
+        assert task_id > 0
+    # An IP address is checked against the certificate's IP names.
+    with QuicxClient(address(port, pki, host="127.0.0.1")) as client:
+        assert client.stats().queue_depth >= 1
+
+
+def test_wrong_hostname_is_refused_by_the_blocking_client(
+    tmp_path: Path, start_daemon, pki
+) -> None:
+    port = tls_daemon(tmp_path, start_daemon, pki["wrong_host"])
+    with (
+        QuicxClient(address(port, pki)) as client,
+        pytest.raises(ConnectionLost, match="its certificate is not for localhost"),
+    ):
+        client.stats()
+
+
+def test_untrusted_daemon_is_refused(tmp_path: Path, start_daemon, pki) -> None:
+    port = tls_daemon(tmp_path, start_daemon, pki["other"].issue("x", ("localhost",)))
+    with (
+        QuicxClient(address(port, pki)) as client,
+        pytest.raises(ConnectionLost, match="CERTIFICATE_VERIFY_FAILED"),
+    ):
+        client.stats()
+
+
+@pytest_twisted.ensureDeferred
+async def test_twisted_client_over_tls_verifies_the_hostname(
+    tmp_path: Path, start_daemon, pki
+) -> None:
+    from twisted.internet import reactor
+
+    good = tls_daemon(tmp_path, start_daemon, pki["server"])
+    client = await connect(reactor, address(good, pki))
+    task_id = await client.submit("t", b"twisted over tls")
+    assert task_id > 0
+    client.close()
+
+    (tmp_path / "bad").mkdir()
+    bad = tls_daemon(tmp_path / "bad", start_daemon, pki["wrong_host"])
+    client = await connect(reactor, address(bad, pki))
+    with pytest.raises(ConnectionLost):
+        await defer.ensureDeferred(_submit(client))
+
+
+async def _submit(client) -> int:
+    return await client.submit("t", b"never")
+
+
+MTLS = "client_ca = {ca}\nproducers = alice\nworkers = bob\nmonitors = carol\n"
+
+
+def test_mtls_refuses_clients_without_a_certificate_or_from_another_ca(
+    tmp_path: Path, start_daemon, pki
+) -> None:
+    port = tls_daemon(tmp_path, start_daemon, pki["server"], MTLS.format(ca=pki["ca"].path))
+    with QuicxClient(address(port, pki)) as anonymous, pytest.raises(ConnectionLost):
+        anonymous.submit("t", b"x")
+    with (
+        QuicxClient(address(port, pki, who="mallory")) as impostor,
+        pytest.raises(ConnectionLost),
+    ):
+        impostor.submit("t", b"x")
+    with QuicxClient(address(port, pki, who="alice")) as alice:
+        assert alice.submit("t", b"x") > 0
+
+
+def test_mtls_roles_follow_certificate_identity(tmp_path: Path, start_daemon, pki) -> None:
+    port = tls_daemon(tmp_path, start_daemon, pki["server"], MTLS.format(ca=pki["ca"].path))
+
+    def peer(who: str) -> Peer:
+        cert, key = pki[who]
+        context = ssl.create_default_context(cafile=str(pki["ca"].path))
+        context.load_cert_chain(cert, key)
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        return Peer(context.wrap_socket(raw, server_hostname="localhost"))
+
+    with peer("alice") as alice, peer("bob") as bob, peer("carol") as carol:
+        ok = alice.submit(b"t", b"for bob")
+        assert isinstance(ok, wire.Ok)
+        assert bob.request(wire.encode_ready()).task_id == ok.task_id
+        assert isinstance(carol.request(wire.encode_stats()), wire.StatsResponse)
+    # Each outside its role: a clear ERROR, then the connection is closed.
+    for who, frame, role in (
+        ("alice", wire.encode_ready(), "worker"),
+        ("alice", wire.encode_stats(), "monitor"),
+        ("bob", wire.encode_submit(b"t", b"x"), "producer"),
+        ("carol", wire.encode_submit(b"t", b"x"), "producer"),
+    ):
+        with peer(who) as intruder:
+            reply = intruder.request(frame)
+            assert isinstance(reply, wire.Error) and reply.code == ErrorCode.INVALID_MESSAGE
+            assert reply.message == f"identity {who!r} may not act as a {role}"
+            intruder.wait_closed()
+    # Plain TCP has no identity: with role lists, it may take no role.
+    plain_port = listening_port((tmp_path / "daemon0" / "quicx.log").read_text(), "tcp:")
+    with Peer(("127.0.0.1", plain_port)) as plain:
+        reply = plain.request(wire.encode_submit(b"t", b"x"))
+        assert isinstance(reply, wire.Error)
+        assert reply.message == "a peer without a certificate may not act as a producer"
+
+
+def test_role_lists_need_client_ca(tmp_path: Path, pki) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text("[tls]\ncertificate = x.pem\nworkers = bob\n")
+    daemon = DaemonProcess(tmp_path, [f"--config={conf}"])
+    with pytest.raises(RuntimeError, match=r"bad.conf:3: workers needs client_ca"):
+        daemon.start()
+
+
+def test_a_tls_listener_without_a_certificate_is_one_clear_line(tmp_path: Path) -> None:
+    daemon = DaemonProcess(tmp_path, ["--listen=tls:0:interface=127.0.0.1"])
+    with pytest.raises(RuntimeError, match="a tls: listener needs \\[tls\\] certificate"):
+        daemon.start()
