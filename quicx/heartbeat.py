@@ -17,7 +17,7 @@ by the task timeout.
 
 L{TaskTimeoutService} enforces the optional task timeout (like beanstalkd's
 TTR): a task a worker holds for longer is taken back and queued again at the
-head, and the worker stays busy until it reports that task (the late outcome
+tail, and the worker stays busy until it reports that task (the late outcome
 is ignored).
 """
 

@@ -401,7 +401,10 @@ class QueueService(Service):
             )
 
     def expire_overdue(self) -> None:
-        """Take back every task held longer than the task timeout and requeue it."""
+        """
+        Take back every task held longer than the task timeout and queue it
+        again, at the tail.
+        """
         timeout = self.task_timeout
         deadline = self.clock() - timeout
         for session in list(self.sessions.values()):
@@ -410,10 +413,13 @@ class QueueService(Service):
                 session.task = None
                 session.overdue_task_id = task.task_id
                 self._timed_out += 1
+                # At the tail: a task that keeps running too long must not
+                # take every worker from the tasks queued behind it.
                 self._requeue(
                     task,
                     f"held for more than {timeout:g} s by {session.peer.peer_name}"
                     f" (attempt {task.attempts})",
+                    at_head=False,
                 )
         self._dispatch()
         self._check_drained()
@@ -451,8 +457,11 @@ class QueueService(Service):
         """Whether C{session} is a producer still owed an outcome."""
         return session.outstanding > 0
 
-    def _requeue(self, task: Task, cause: str) -> None:
-        self._queue.appendleft(task)
+    def _requeue(self, task: Task, cause: str, at_head: bool = True) -> None:
+        if at_head:
+            self._queue.appendleft(task)
+        else:
+            self._queue.append(task)
         self._requeued += 1
         self.task_log.info("task {task_id} requeued: {cause}", task_id=task.task_id, cause=cause)
 
