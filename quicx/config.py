@@ -102,6 +102,7 @@ class Config:
     max_reason_length: int = _DEFAULT_LIMITS.max_reason_length
     max_output_buffer: int = _DEFAULT_LIMITS.max_output_buffer
     task_timeout: float = 0.0
+    max_attempts: int = 0
     drain_timeout: float = 30.0
     spare_busy_workers: bool = False
     tls_certificate: str = ""
@@ -279,6 +280,7 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("server", "drain_timeout"): _Key("drain_timeout", parse_seconds),
     ("server", "spare_busy_workers"): _Key("spare_busy_workers", _parse_bool),
     ("tasks", "timeout"): _Key("task_timeout", parse_seconds),
+    ("tasks", "max_attempts"): _Key("max_attempts", _bounded_int(0, 1_000_000)),
     ("limits", "max_connections"): _Key("max_connections", _bounded_int(1, 1_000_000)),
     ("limits", "first_frame_timeout"): _Key("first_frame_timeout", parse_seconds),
     ("limits", "max_type_length"): _Key("max_type_length", _bounded_int(1, MAX_TYPE_LENGTH)),
@@ -443,7 +445,12 @@ def render(config: Config) -> str:
         f"pool_size = {config.pool_size}",
         *(f"class = {c.size},{c.percent}" for c in config.classes),
     ]
-    lines += ["", "[tasks]", f"timeout = {config.task_timeout:g}"]
+    lines += [
+        "",
+        "[tasks]",
+        f"timeout = {config.task_timeout:g}",
+        f"max_attempts = {config.max_attempts}",
+    ]
     if config.allowed_types is not None:
         lines += [f"allow = {t.decode()}" for t in sorted(config.allowed_types)]
     lines += [

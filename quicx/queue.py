@@ -111,6 +111,7 @@ class Counters:
     rejected: int
     requeued: int
     timed_out: int
+    given_up: int
 
 
 class ProtocolViolation(Exception):
@@ -137,12 +138,14 @@ class QueueService(Service):
         clock: Callable[[], float] = time.time,
         journal: Journal | None = None,
         task_timeout: float = 0.0,
+        max_attempts: int = 0,
     ) -> None:
         self.pool = pool
         self.allowed_types = allowed_types
         self.clock = clock
         self.journal = journal
         self.task_timeout = task_timeout
+        self.max_attempts = max_attempts
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
@@ -163,6 +166,7 @@ class QueueService(Service):
         self._rejected = 0
         self._requeued = 0
         self._timed_out = 0
+        self._given_up = 0
 
     # -- sessions -----------------------------------------------------------
 
@@ -458,12 +462,35 @@ class QueueService(Service):
         return session.outstanding > 0
 
     def _requeue(self, task: Task, cause: str, at_head: bool = True) -> None:
+        """
+        Queue C{task} again -- or, once it has been delivered C{max_attempts}
+        times, fail it: a task that kills or outlasts every worker must not
+        come back forever.
+        """
+        if self.max_attempts and task.attempts >= self.max_attempts:
+            self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
+            return
         if at_head:
             self._queue.appendleft(task)
         else:
             self._queue.append(task)
         self._requeued += 1
         self.task_log.info("task {task_id} requeued: {cause}", task_id=task.task_id, cause=cause)
+
+    def _give_up(self, task: Task, reason: str) -> None:
+        """Fail a task no worker holds: its producer hears FAILED with C{reason}."""
+        del self._live[task.task_id]
+        if self.journal is not None:
+            self.journal.record_outcome(task, True)
+        self.pool.free(task.block)
+        self._failed += 1
+        self._given_up += 1
+        self.task_log.warn("task {task_id} failed: {reason}", task_id=task.task_id, reason=reason)
+        producer = task.producer
+        if producer is not None:
+            producer.outstanding -= 1
+            if producer.connected:
+                producer.peer.sendFrame(wire.encode_failed(task.task_id, reason))
 
     # -- everyone -----------------------------------------------------------------
 
@@ -484,6 +511,7 @@ class QueueService(Service):
             self._rejected,
             self._requeued,
             self._timed_out,
+            self._given_up,
         )
 
     @property

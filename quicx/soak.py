@@ -49,6 +49,7 @@ heartbeat_timeout = 15
 pool_size = 64M
 [tasks]
 timeout = 2
+max_attempts = 3
 [limits]
 first_frame_timeout = 2
 max_output_buffer = 64K

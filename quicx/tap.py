@@ -303,6 +303,7 @@ class QuicxDaemon(MultiService):
                 "rejected": counters.rejected,
                 "requeued": counters.requeued,
                 "timed_out": counters.timed_out,
+                "given_up": counters.given_up,
                 "queued": stats.queue_depth,
                 "running": queue.tasks_running,
             },
@@ -397,6 +398,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         clock=reactor.seconds,
         journal=journal,
         task_timeout=config.task_timeout,
+        max_attempts=config.max_attempts,
     )
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, reactor, factory.batcher)
