@@ -226,14 +226,17 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"  completed   {thousands(tasks['completed']):>14}",
         f"  failed      {thousands(tasks['failed']):>14}",
         f"  rejected    {thousands(tasks['rejected']):>14}",
-        f"  requeued    {thousands(tasks['requeued']):>14}",
+        f"  requeued    {thousands(tasks['requeued']):>14}"
+        f"   ({thousands(tasks['timed_out'])} timed out,"
+        f" {thousands(tasks['given_up'])} given up)",
         f"  in flight   {thousands(tasks['queued'] + tasks['running']):>14}"
         f"   ({thousands(tasks['queued'])} queued + {thousands(tasks['running'])} running)",
         "",
         "Connections",
         f"  workers     {thousands(connections['workers']):>14}"
         f"   ({thousands(connections['idle_workers'])} idle)",
-        f"  producers   {thousands(connections['producers']):>14}",
+        f"  producers   {thousands(connections['producers']):>14}"
+        f"   ({thousands(connections['paused'])} paused: not reading their replies)",
         f"  total       {thousands(connections['total']):>14}",
         "",
         "Memory",
@@ -379,7 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config_options(stop)
     stop.add_argument("--pid-file", metavar="PATH", help="the pid file `quicx start` wrote")
-    stop.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (30)")
+    stop.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait (60: longer than the default drain, 30)",
+    )
     stop.set_defaults(run=cmd_stop)
 
     status = command(
