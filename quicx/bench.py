@@ -324,6 +324,17 @@ def memory_workload(n: int) -> dict[str, Any]:
     }
 
 
+def events_workload(n: int, directory: Path, rounds: int = 3) -> dict[str, Any]:
+    """End-to-end throughput with lifecycle events off and on, alternated."""
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(rounds):
+        rates["off"].append(e2e_workload(n)["tasks_per_s"])
+        with tempfile.TemporaryDirectory(dir=directory) as events:
+            rates["on"].append(e2e_workload(n, extra=[f"--events={events}"])["tasks_per_s"])
+    off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    return {"n": n, "rounds": rates, "median_off": off, "median_on": on, "ratio": on / off}
+
+
 def journal_workload(n: int, journal_dir: Path) -> dict[str, Any]:
     """End-to-end throughput without a journal and with each fsync policy."""
     results = {}
@@ -424,7 +435,17 @@ def peer_run(
 
 # -- the command ---------------------------------------------------------------------
 
-WORKLOADS = ("submit", "e2e", "latency", "fanin", "sweep", "memory", "harness", "journal")
+WORKLOADS = (
+    "submit",
+    "e2e",
+    "latency",
+    "fanin",
+    "sweep",
+    "memory",
+    "harness",
+    "journal",
+    "events",
+)
 
 
 def emit(name: str, line: str, figures: dict[str, Any], table: list[dict[str, Any]]) -> None:
@@ -565,7 +586,18 @@ def main(argv: list[str] | None = None) -> int:
                 table,
             )
 
+    def run_events() -> None:
+        ours = events_workload(100_000 // scale, Path(args.journal_dir))
+        emit(
+            "events e2e",
+            f"off {ours['median_off']:,.0f}/s  on {ours['median_on']:,.0f}/s"
+            f"  (median of 3 each, alternated): ratio {ours['ratio']:.2f}",
+            ours,
+            table,
+        )
+
     runners.update(
+        events=run_events,
         harness=run_harness,
         submit=run_submit,
         e2e=run_e2e,

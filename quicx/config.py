@@ -103,6 +103,9 @@ class Config:
     max_output_buffer: int = _DEFAULT_LIMITS.max_output_buffer
     task_timeout: float = 0.0
     max_attempts: int = 0
+    events_directory: str = ""
+    events_max_bytes: int = 64 << 20
+    events_max_age: float = 3600.0
     drain_timeout: float = 30.0
     spare_busy_workers: bool = False
     tls_certificate: str = ""
@@ -292,6 +295,9 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("tls", "producers"): _Key("tls_producers", identities),
     ("tls", "workers"): _Key("tls_workers", identities),
     ("tls", "monitors"): _Key("tls_monitors", identities),
+    ("events", "directory"): _Key("events_directory", str.strip),
+    ("events", "max_bytes"): _Key("events_max_bytes", _bounded_int(4096, 1 << 40)),
+    ("events", "max_age"): _Key("events_max_age", parse_seconds),
     ("journal", "path"): _Key("journal", str.strip),
     ("journal", "fsync"): _Key("fsync", parse_fsync),
     ("journal", "compact_factor"): _Key("compact_factor", _parse_compact_factor),
@@ -478,6 +484,14 @@ def render(config: Config) -> str:
     ]
     if tls_lines:
         lines += ["", "[tls]", *tls_lines]
+    if config.events_directory:
+        lines += [
+            "",
+            "[events]",
+            f"directory = {config.events_directory}",
+            f"max_bytes = {config.events_max_bytes}",
+            f"max_age = {config.events_max_age:g}",
+        ]
     if config.journal:
         lines += [
             "",

@@ -25,6 +25,7 @@ from twisted.logger import Logger
 from zope.interface import Attribute, Interface
 
 from quicx import pmad, wire
+from quicx.events import EventLog
 from quicx.journal import Journal, Recovery
 from quicx.wire import ErrorCode
 
@@ -139,6 +140,7 @@ class QueueService(Service):
         journal: Journal | None = None,
         task_timeout: float = 0.0,
         max_attempts: int = 0,
+        events: EventLog | None = None,
     ) -> None:
         self.pool = pool
         self.allowed_types = allowed_types
@@ -146,6 +148,7 @@ class QueueService(Service):
         self.journal = journal
         self.task_timeout = task_timeout
         self.max_attempts = max_attempts
+        self.events = events
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
@@ -221,14 +224,28 @@ class QueueService(Service):
                 session,
                 ErrorCode.UNKNOWN_TASK_TYPE,
                 f"unknown task type: {task_type.decode('utf-8', 'replace')}",
+                task_type,
+                len(payload),
             )
             return
         if self.draining:
-            self._reject(session, ErrorCode.QUEUE_FULL, "the daemon is shutting down")
+            self._reject(
+                session,
+                ErrorCode.QUEUE_FULL,
+                "the daemon is shutting down",
+                task_type,
+                len(payload),
+            )
             return
         journal = self.journal
         if journal is not None and journal.broken:
-            self._reject(session, ErrorCode.QUEUE_FULL, f"journal unavailable: {journal.broken}")
+            self._reject(
+                session,
+                ErrorCode.QUEUE_FULL,
+                f"journal unavailable: {journal.broken}",
+                task_type,
+                len(payload),
+            )
             return
         pool = self.pool
         try:
@@ -236,10 +253,10 @@ class QueueService(Service):
             # holds a block, so the pool bounds how many tasks there are.
             block = pool.store(payload)
         except pmad.AllocationTooLarge as e:
-            self._reject(session, ErrorCode.PAYLOAD_TOO_LARGE, str(e))
+            self._reject(session, ErrorCode.PAYLOAD_TOO_LARGE, str(e), task_type, len(payload))
             return
         except pmad.PoolExhausted as e:
-            self._reject(session, ErrorCode.QUEUE_FULL, f"queue full: {e}")
+            self._reject(session, ErrorCode.QUEUE_FULL, f"queue full: {e}", task_type, len(payload))
             return
         task = Task(self._next_task_id(), task_type, block, len(payload), session)
         self._live[task.task_id] = task
@@ -250,6 +267,8 @@ class QueueService(Service):
     def _accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
         self._submitted += 1
+        if self.events is not None:
+            self._event("submitted", task)
         producer = task.producer
         if producer is not None and producer.connected:
             producer.peer.sendFrame(wire.encode_ok(task.task_id))
@@ -271,7 +290,13 @@ class QueueService(Service):
             assert producer is not None
             producer.outstanding -= 1
             if producer.connected:
-                self._reject(producer, ErrorCode.QUEUE_FULL, f"journal write failed: {reason}")
+                self._reject(
+                    producer,
+                    ErrorCode.QUEUE_FULL,
+                    f"journal write failed: {reason}",
+                    task.task_type,
+                    task.size,
+                )
 
     def _snapshot(self) -> tuple[int, Iterator[tuple[int, bytes, bytes]]]:
         """(The journal.) The id counter and the live tasks, oldest first."""
@@ -293,9 +318,31 @@ class QueueService(Service):
             self._queue.append(task)
         self._last_task_id = recovery.last_task_id
 
-    def _reject(self, session: Session, code: ErrorCode, reason: str) -> None:
+    def _reject(
+        self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
+    ) -> None:
         self._rejected += 1
+        if self.events is not None:
+            self.events.record(
+                "rejected", None, task_type, size, session.session_id, None, 0, (int(code), reason)
+            )
         session.peer.sendFrame(wire.encode_error(code, reason))
+
+    def _event(
+        self, kind: str, task: Task, worker: Session | None = None, extra: object = None
+    ) -> None:
+        """Record one step of C{task}'s life (the caller checks C{self.events})."""
+        producer = task.producer
+        self.events.record(  # type: ignore[union-attr]
+            kind,
+            task.task_id,
+            task.task_type,
+            task.size,
+            producer.session_id if producer is not None else None,
+            worker.session_id if worker is not None else None,
+            task.attempts,
+            extra,
+        )
 
     def _next_task_id(self) -> int:
         # Ids increase and wrap after 2**32 - 1, skipping ids still live.
@@ -324,6 +371,8 @@ class QueueService(Service):
         if task is None:
             return
         self._completed += 1
+        if self.events is not None:
+            self._event("done", task, session)
         producer = task.producer
         if producer is not None and producer.connected:
             producer.peer.sendFrame(wire.encode_done(task_id))
@@ -334,6 +383,8 @@ class QueueService(Service):
         if task is None:
             return
         self._failed += 1
+        if self.events is not None:
+            self._event("failed", task, session, reason)
         # The protocol page has the daemon log every FAILED reason.
         self.task_log.info(
             "task {task_id} ({task_type}) failed on {worker}: {reason}",
@@ -403,6 +454,8 @@ class QueueService(Service):
             worker.peer.sendFrame(
                 wire.encode_task(task.task_id, task.task_type, pool.read(task.block))
             )
+            if self.events is not None:
+                self._event("dispatched", task, worker)
 
     def expire_overdue(self) -> None:
         """
@@ -467,6 +520,8 @@ class QueueService(Service):
         times, fail it: a task that kills or outlasts every worker must not
         come back forever.
         """
+        if self.events is not None:
+            self._event("requeued", task, None, cause)
         if self.max_attempts and task.attempts >= self.max_attempts:
             self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
             return
@@ -485,6 +540,8 @@ class QueueService(Service):
         self.pool.free(task.block)
         self._failed += 1
         self._given_up += 1
+        if self.events is not None:
+            self._event("failed", task, None, reason)
         self.task_log.warn("task {task_id} failed: {reason}", task_id=task.task_id, reason=reason)
         producer = task.producer
         if producer is not None:
@@ -534,6 +591,9 @@ class QueueService(Service):
                 path=self.journal.path,
             )
         else:
+            if self.events is not None:
+                for task in self._live.values():
+                    self._event("dropped", task, None, "daemon stopped without a journal")
             self.log.warn(
                 "stopping with {queued} queued and {running} running tasks;"
                 " without a journal they are dropped",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections import Counter
 from contextlib import suppress
 from typing import Any
@@ -35,6 +36,7 @@ from twisted.python.failure import Failure
 from quicx import __version__, pmad, version_line, wire
 from quicx import config as configuration
 from quicx.control import STATUS_FORMAT, ControlFactory
+from quicx.events import EventLog, EventSettings
 from quicx.framing import OutputBatcher
 from quicx.heartbeat import HeartbeatService, TaskTimeoutService
 from quicx.journal import Journal, JournalCorrupt, recover
@@ -75,6 +77,7 @@ class Options(usage.Options):
             configuration.parse_size,
         ],
         ["journal", None, None, "Keep accepted tasks in this write-ahead journal file."],
+        ["events", None, None, "Write task lifecycle events (NDJSON) into this directory."],
         [
             "task-timeout",
             None,
@@ -134,6 +137,7 @@ class Options(usage.Options):
             ("heartbeat-timeout", "heartbeat_timeout"),
             ("pool-size", "pool_size"),
             ("journal", "journal"),
+            ("events", "events_directory"),
             ("task-timeout", "task_timeout"),
             ("drain-timeout", "drain_timeout"),
             ("fsync", "fsync"),
@@ -320,6 +324,13 @@ class QuicxDaemon(MultiService):
                 for u in pool.usage()
             ],
             "journal": self._journal_status(),
+            "events": None
+            if queue.events is None
+            else {
+                "directory": queue.events.settings.directory,
+                "written": queue.events.written,
+                "broken": queue.events.broken or None,
+            },
         }
 
     def _journal_status(self) -> dict[str, Any] | None:
@@ -392,6 +403,15 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     pool = pmad.Pmad(config.pool_size, list(config.classes))
     journal = open_journal(config, reactor) if config.journal else None
+    events = (
+        EventLog(
+            EventSettings(config.events_directory, config.events_max_bytes, config.events_max_age),
+            reactor,
+            clock=time.time,
+        )
+        if config.events_directory
+        else None
+    )
     queue = QueueService(
         pool,
         config.allowed_types,
@@ -399,9 +419,14 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         journal=journal,
         task_timeout=config.task_timeout,
         max_attempts=config.max_attempts,
+        events=events,
     )
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, reactor, factory.batcher)
+    if events is not None:
+        # Added before the queue, stopped after it: the queue's last events
+        # (tasks dropped at stop) are written.
+        events.setServiceParent(daemon)
     if journal is not None:
         restore(queue, journal)
         # Added first, stopped last: every record is written before exit.

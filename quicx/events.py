@@ -1,0 +1,211 @@
+"""
+Task lifecycle events: one JSON line per step of every task's life.
+
+    [events]
+    directory = /var/lib/quicx/events
+    max_bytes = 64M        # start a new file past this size...
+    max_age = 3600         # ...or this age (seconds)
+
+Each record is one line of JSON::
+
+    {"t": 1795284911827, "event": "dispatched", "task": 42, "type": "send_email",
+     "size": 118, "producer": 3, "worker": 7, "attempt": 1}
+
+with C{event} one of submitted, rejected (with C{code} and C{reason}),
+dispatched, done, failed (with C{reason}), requeued (with C{cause}) and
+dropped (with C{cause}).  C{t} is epoch milliseconds; C{producer} and
+C{worker} are connection ids (C{null} when not known: a task recovered from
+the journal has no producer); C{attempt} counts deliveries.
+
+The hot path only appends a tuple to a list.  Once a second (or sooner when
+many are waiting) the list goes to a thread of the log's own, which formats
+the lines and writes them; the reactor never waits for the disk.  Files are
+named C{events-<start time>-<sequence>.ndjson} and rotated by size and age.
+Everything buffered is written when the daemon stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from attrs import frozen
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+FLUSH_EVERY = 1.0
+"""Seconds between hand-offs of buffered events to the writer thread."""
+FLUSH_AT = 20_000
+"""Hand off sooner once this many events are waiting."""
+
+Event = tuple[Any, ...]
+"""(time, event, task id, type, size, producer id, worker id, attempt, extra)."""
+
+_EXTRA_KEY = {"rejected": "reason", "failed": "reason", "requeued": "cause", "dropped": "cause"}
+
+
+@frozen
+class EventSettings:
+    directory: str
+    max_bytes: int = 64 << 20
+    max_age: float = 3600.0
+
+
+def format_event(event: Event) -> str:
+    """One record as its JSON line (without the newline)."""
+    when, kind, task_id, task_type, size, producer, worker, attempt, extra = event
+    record: dict[str, Any] = {
+        "t": int(when * 1000),
+        "event": kind,
+        "task": task_id,
+        "type": task_type.decode("utf-8", "replace"),
+        "size": size,
+        "producer": producer,
+        "worker": worker,
+        "attempt": attempt,
+    }
+    if kind == "rejected":
+        record["code"], record["reason"] = extra
+    elif extra is not None:
+        record[_EXTRA_KEY[kind]] = extra
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+class EventLog(Service):
+    """
+    Buffers lifecycle events and writes them as rotated NDJSON files.
+
+    @ivar written: events written so far.
+    @ivar broken: why writing stopped (an I/O error), or C{""}.
+    """
+
+    log = Logger(namespace="quicx.events")
+
+    def __init__(
+        self,
+        settings: EventSettings,
+        reactor: Any,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.reactor = reactor
+        self.clock = clock
+        self.written = 0
+        self.broken = ""
+        self._buffer: list[Event] = []
+        self._job: Deferred[None] | None = None
+        self._loop: LoopingCall | None = None
+        self._threads = ThreadPool(1, 1, name="quicx-events")
+        self._file: Any = None
+        self._file_bytes = 0
+        self._file_opened = 0.0
+        self._sequence = 0
+
+    def record(
+        self,
+        kind: str,
+        task_id: int | None,
+        task_type: bytes,
+        size: int,
+        producer: int | None,
+        worker: int | None,
+        attempt: int,
+        extra: Any = None,
+    ) -> None:
+        """Note one event (cheap: a tuple appended to a list)."""
+        buffer = self._buffer
+        buffer.append(
+            (self.clock(), kind, task_id, task_type, size, producer, worker, attempt, extra)
+        )
+        if len(buffer) >= FLUSH_AT and self._job is None:
+            self._flush()
+
+    # -- writing ---------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        if self._job is not None or not self._buffer or self.broken:
+            return
+        events, self._buffer = self._buffer, []
+        self._job = deferToThreadPool(self.reactor, self._threads, self._write, events)
+        self._job.addCallbacks(self._written, self._failed)
+
+    def _written(self, count: int) -> None:
+        self._job = None
+        self.written += count
+
+    def _failed(self, failure: Failure) -> None:
+        self._job = None
+        self.broken = failure.getErrorMessage()
+        self._buffer = []
+        self.log.error(
+            "events: writing to {directory} failed ({reason}); no more events are recorded",
+            directory=self.settings.directory,
+            reason=self.broken,
+        )
+
+    def _write(self, events: list[Event]) -> int:
+        """(Writer thread.) Format and append C{events}, rotating as needed."""
+        lines = [format_event(event) + "\n" for event in events]
+        for line in lines:
+            data = line.encode("utf-8")
+            if self._file is None or self._rotation_due():
+                self._rotate()
+            self._file.write(data)
+            self._file_bytes += len(data)
+        self._file.flush()
+        return len(lines)
+
+    def _rotation_due(self) -> bool:
+        settings = self.settings
+        return (
+            self._file_bytes >= settings.max_bytes
+            or time.time() - self._file_opened >= settings.max_age
+        )
+
+    def _rotate(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._sequence += 1
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        name = f"events-{stamp}-{os.getpid()}-{self._sequence:04d}.ndjson"
+        self._file = open(os.path.join(self.settings.directory, name), "ab")  # noqa: SIM115
+        self._file_bytes = 0
+        self._file_opened = time.time()
+
+    # -- service ------------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        os.makedirs(self.settings.directory, exist_ok=True)
+        self._threads.start()
+        self._loop = LoopingCall(self._flush)
+        self._loop.clock = self.reactor
+        self._loop.start(FLUSH_EVERY, now=False)
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()
+        return Deferred.fromCoroutine(self._close())
+
+    async def _close(self) -> None:
+        """Write everything buffered, close the file, stop the thread."""
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        try:
+            while self._job is not None or (self._buffer and not self.broken):
+                if self._job is None:
+                    self._flush()
+                if self._job is not None:
+                    await self._job
+            if self._file is not None:
+                await deferToThreadPool(self.reactor, self._threads, self._file.close)
+                self._file = None
+        finally:
+            self._threads.stop()

@@ -1,0 +1,129 @@
+"""
+Lifecycle events from a real daemon: every kind of record, with its fields,
+written as NDJSON files, rotated by size and by age, and flushed at stop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from quicx import wire
+from quicx.events import format_event
+from quicx.wire import ErrorCode
+from tests.peer import Peer
+
+
+def read_events(directory: Path) -> list[dict]:
+    records = []
+    for path in sorted(directory.glob("events-*.ndjson")):
+        for line in path.read_text().splitlines():
+            records.append(json.loads(line))
+    return records
+
+
+def test_format_event_fields() -> None:
+    line = format_event((1795000000.1234, "failed", 7, b"send_email", 12, 3, 9, 2, "SMTP 550"))
+    assert json.loads(line) == {
+        "t": 1795000000123,
+        "event": "failed",
+        "task": 7,
+        "type": "send_email",
+        "size": 12,
+        "producer": 3,
+        "worker": 9,
+        "attempt": 2,
+        "reason": "SMTP 550",
+    }
+    rejected = json.loads(format_event((1.0, "rejected", None, b"x", 5, 1, None, 0, (4, "no"))))
+    assert rejected["task"] is None and rejected["code"] == 4 and rejected["reason"] == "no"
+
+
+def test_a_scripted_workload_leaves_every_kind_of_event(tmp_path: Path, start_daemon) -> None:
+    events = tmp_path / "events"
+    daemon = start_daemon(f"--events={events}", "--allow=work", "--drain-timeout=0")
+    with Peer(daemon.address) as producer:
+        ids = [producer.submit(b"work", b"x" * n).task_id for n in (10, 20, 30, 40)]
+        refused = producer.submit(b"other", b"abc")
+        assert isinstance(refused, wire.Error) and refused.code == ErrorCode.UNKNOWN_TASK_TYPE
+        with Peer(daemon.address) as lost:
+            assert lost.request(wire.encode_ready()).task_id == ids[0]
+        # The lost worker's task comes back to the next worker (attempt 2).
+        with Peer(daemon.address) as worker:
+            assert worker.request(wire.encode_ready()).task_id == ids[0]
+            worker.send(wire.encode_done(ids[0]))
+            assert worker.receive().task_id == ids[1]
+            worker.send(wire.encode_failed(ids[1], "no such mailbox"))
+            assert worker.receive().task_id == ids[2]
+            worker.send(wire.encode_done(ids[2]))
+            assert producer.receive() == wire.Done(ids[0])
+            assert producer.receive() == wire.Failed(ids[1], "no such mailbox")
+            assert producer.receive() == wire.Done(ids[2])
+        # ids[3] is still queued at stop, with no journal: dropped.
+        assert daemon.stop() == 0
+    records = read_events(events)
+    kinds = [r["event"] for r in records]
+    assert kinds.count("submitted") == 4
+    assert kinds.count("rejected") == 1
+    rejected = next(r for r in records if r["event"] == "rejected")
+    assert rejected["code"] == 4 and rejected["type"] == "other" and rejected["size"] == 3
+    first = [r for r in records if r["task"] == ids[0]]
+    assert [r["event"] for r in first] == [
+        "submitted",
+        "dispatched",
+        "requeued",
+        "dispatched",
+        "done",
+    ]
+    assert [r["attempt"] for r in first] == [0, 1, 1, 2, 2]
+    assert "disconnected" in first[2]["cause"]
+    assert first[1]["worker"] != first[3]["worker"]
+    worker_id = first[3]["worker"]
+    assert first[4]["worker"] == worker_id and first[4]["size"] == 10
+    failed = next(r for r in records if r["event"] == "failed")
+    assert failed["task"] == ids[1] and failed["reason"] == "no such mailbox"
+    dropped = [r for r in records if r["event"] == "dropped"]
+    assert [r["task"] for r in dropped] == [ids[3]]
+    producers = {r["producer"] for r in records if r["event"] == "submitted"}
+    assert len(producers) == 1
+    times = [r["t"] for r in records]
+    assert times == sorted(times) and abs(times[0] / 1000 - time.time()) < 60
+
+
+def test_files_rotate_by_size_and_every_line_is_whole(tmp_path: Path, start_daemon) -> None:
+    events = tmp_path / "events"
+    conf = tmp_path / "events.conf"
+    conf.write_text(
+        "[server]\nlisten = tcp:0:interface=127.0.0.1\n"
+        f"[events]\ndirectory = {events}\nmax_bytes = 4096\n"
+    )
+    daemon = start_daemon(f"--config={conf}", "--drain-timeout=0")
+    with Peer(daemon.address) as producer:
+        producer.send(b"".join(wire.encode_submit(b"t", b"p") for _ in range(300)))
+        for _ in range(300):
+            assert isinstance(producer.receive(), wire.Ok)
+    daemon.stop()
+    files = sorted(events.glob("events-*.ndjson"))
+    assert len(files) >= 5
+    assert all(path.stat().st_size <= 4096 + 300 for path in files)
+    records = read_events(events)
+    assert [r["event"] for r in records].count("submitted") == 300
+    assert [r["event"] for r in records].count("dropped") == 300
+
+
+def test_files_rotate_by_age(tmp_path: Path, start_daemon) -> None:
+    events = tmp_path / "events"
+    conf = tmp_path / "events.conf"
+    conf.write_text(
+        "[server]\nlisten = tcp:0:interface=127.0.0.1\n"
+        f"[events]\ndirectory = {events}\nmax_age = 0.5\n"
+    )
+    daemon = start_daemon(f"--config={conf}", "--drain-timeout=0")
+    with Peer(daemon.address) as producer:
+        for _ in range(3):
+            assert isinstance(producer.submit(b"t", b"p"), wire.Ok)
+            time.sleep(1.3)  # past the age, and past a flush
+    daemon.stop()
+    assert len(list(events.glob("events-*.ndjson"))) >= 3
+    assert [r["event"] for r in read_events(events)].count("submitted") == 3
