@@ -59,24 +59,43 @@ class EventSettings:
     max_age: float = 3600.0
 
 
+_LINE = '{"t":%d,"event":"%s","task":%s,"type":%s,"size":%d,"producer":%s,"worker":%s,"attempt":%d'
+_type_json: dict[bytes, str] = {}
+
+
+def _json_type(task_type: bytes) -> str:
+    # Task types repeat: each is JSON-encoded once.
+    encoded = _type_json.get(task_type)
+    if encoded is None:
+        encoded = json.dumps(task_type.decode("utf-8", "replace"), ensure_ascii=False)
+        if len(_type_json) < 10_000:
+            _type_json[task_type] = encoded
+    return encoded
+
+
 def format_event(event: Event) -> str:
-    """One record as its JSON line (without the newline)."""
+    """
+    One record as its JSON line (without the newline).  Built from a
+    template, not with C{json.dumps} per record: this runs for every event,
+    in the daemon's process.
+    """
     when, kind, task_id, task_type, size, producer, worker, attempt, extra = event
-    record: dict[str, Any] = {
-        "t": int(when * 1000),
-        "event": kind,
-        "task": task_id,
-        "type": task_type.decode("utf-8", "replace"),
-        "size": size,
-        "producer": producer,
-        "worker": worker,
-        "attempt": attempt,
-    }
+    line = _LINE % (
+        when * 1000,
+        kind,
+        "null" if task_id is None else task_id,
+        _json_type(task_type),
+        size,
+        "null" if producer is None else producer,
+        "null" if worker is None else worker,
+        attempt,
+    )
+    if extra is None:
+        return line + "}"
     if kind == "rejected":
-        record["code"], record["reason"] = extra
-    elif extra is not None:
-        record[_EXTRA_KEY[kind]] = extra
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+        code, reason = extra
+        return f'{line},"code":{code},"reason":{json.dumps(reason, ensure_ascii=False)}}}'
+    return f'{line},"{_EXTRA_KEY[kind]}":{json.dumps(extra, ensure_ascii=False)}}}'
 
 
 class EventLog(Service):
@@ -153,22 +172,27 @@ class EventLog(Service):
 
     def _write(self, events: list[Event]) -> int:
         """(Writer thread.) Format and append C{events}, rotating as needed."""
-        lines = [format_event(event) + "\n" for event in events]
-        for line in lines:
-            data = line.encode("utf-8")
-            if self._file is None or self._rotation_due():
-                self._rotate()
-            self._file.write(data)
-            self._file_bytes += len(data)
-        self._file.flush()
-        return len(lines)
-
-    def _rotation_due(self) -> bool:
         settings = self.settings
-        return (
-            self._file_bytes >= settings.max_bytes
-            or time.time() - self._file_opened >= settings.max_age
-        )
+        if self._file is None or time.time() - self._file_opened >= settings.max_age:
+            self._rotate()
+        chunk: list[bytes] = []
+        room = settings.max_bytes - self._file_bytes
+        for event in events:
+            line = (format_event(event) + "\n").encode("utf-8")
+            if len(line) > room and (chunk or self._file_bytes):
+                self._append(chunk)
+                self._rotate()
+                chunk, room = [], settings.max_bytes
+            chunk.append(line)
+            room -= len(line)
+        self._append(chunk)
+        self._file.flush()
+        return len(events)
+
+    def _append(self, lines: list[bytes]) -> None:
+        data = b"".join(lines)
+        self._file.write(data)
+        self._file_bytes += len(data)
 
     def _rotate(self) -> None:
         if self._file is not None:
