@@ -6,7 +6,7 @@
 PYTHON ?= python3
 VENV   := .venv
 
-.PHONY: run test clean
+.PHONY: run test java clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,14 @@ run: $(VENV)/.installed
 	$(VENV)/bin/pip install --quiet --no-deps --force-reinstall .
 	$(VENV)/bin/quicx start $(ARGS)
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed java
 	$(VENV)/bin/tox run -e lint,py311,interop
+
+# PySpark (the data pipeline) needs a Java runtime; Debian's is OpenJDK 17.
+java:
+	@command -v java >/dev/null || { \
+	  [ "$$(id -u)" = 0 ] || { echo "make: Java is missing: install a JRE 17 (apt-get install default-jre-headless)"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless; }
 
 clean:
 	rm -rf $(VENV) .tox build *.egg-info

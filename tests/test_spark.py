@@ -1,0 +1,146 @@
+"""
+Bulk submit from a real local Spark session into a real daemon with a pool
+small enough that "queue full" happens: every row is delivered exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from quicx.control import fetch_status
+
+pyspark = pytest.importorskip("pyspark", reason="pip install 'quicx[spark]'")
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator:
+    from pyspark.sql import SparkSession
+
+    # Executors run this interpreter, which has quicx installed.
+    saved = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("quicx-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    if saved is None:
+        del os.environ["PYSPARK_PYTHON"]
+    else:
+        os.environ["PYSPARK_PYTHON"] = saved
+
+
+RECORDER = """\
+import os
+from quicx.worker import Worker
+
+OUT = open(os.path.join({directory!r}, f"{{os.getpid()}}.txt"), "a", buffering=1)
+worker = Worker()
+
+
+@worker.handler("row", thread=False)
+def record(payload: bytes) -> None:
+    OUT.write(payload.decode() + "\\n")
+"""
+
+
+def test_a_hundred_thousand_rows_through_a_full_queue_exactly_once(
+    tmp_path: Path, start_daemon, spark
+) -> None:
+    from quicx.spark import submit_dataframe
+
+    conf = tmp_path / "small.conf"
+    conf.write_text(
+        "[server]\nlisten = tcp:0:interface=127.0.0.1\n"
+        "[allocator]\npool_size = 64K\nclass = 32,50\nclass = 64,50\n"
+    )
+    daemon = start_daemon(f"--config={conf}")
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    (tmp_path / "recorder.py").write_text(RECORDER.format(directory=str(seen)))
+    quicx = str(Path(sys.executable).with_name("quicx"))
+    workers = [
+        subprocess.Popen(
+            [quicx, "worker", "recorder:worker", "-n4", f"--connect=tcp:127.0.0.1:{daemon.port}"],
+            cwd=tmp_path,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
+    try:
+        rows = 100_000
+        df = spark.range(rows).selectExpr("id", "concat('row-', id) AS body").repartition(4)
+        ids = submit_dataframe(
+            df,
+            f"tcp:127.0.0.1:{daemon.port}",
+            key_column="id",
+            task_type="row",
+            payload_column="body",
+        )
+        assert ids.columns == ["id", "task_id"]
+        assert ids.count() == rows
+        assert ids.select("task_id").distinct().count() == rows
+        status = fetch_status(str(daemon.control_path))
+        assert status["tasks"]["rejected"] > 0, "the pool was never full"
+        assert status["tasks"]["submitted"] == rows
+        deadline = time.monotonic() + 120
+        while fetch_status(str(daemon.control_path))["tasks"]["completed"] < rows:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    finally:
+        for worker in workers:
+            worker.terminate()
+            worker.wait()
+    delivered = [line for path in seen.iterdir() for line in path.read_text().splitlines()]
+    assert len(delivered) == rows
+    assert set(delivered) == {f"row-{n}" for n in range(rows)}
+
+
+def test_payload_as_json_and_type_from_a_column(tmp_path: Path, start_daemon, spark) -> None:
+    import json
+
+    from quicx import wire
+    from quicx.spark import submit_dataframe
+    from tests.peer import Peer
+
+    daemon = start_daemon()
+    df = spark.createDataFrame(
+        [("a", "mail", 1), ("b", "sms", 2)], "key string, kind string, n long"
+    )
+    ids = {
+        row["key"]: row["task_id"]
+        for row in submit_dataframe(
+            df, f"tcp:127.0.0.1:{daemon.port}", key_column="key", type_column="kind"
+        ).collect()
+    }
+    assert sorted(ids) == ["a", "b"]
+    with Peer(daemon.address) as worker:
+        first = worker.request(wire.encode_ready())
+        worker.send(wire.encode_done(first.task_id))
+        second = worker.receive()
+    tasks = {first.task_id: first, second.task_id: second}
+    assert tasks[ids["a"]].task_type == b"mail"
+    assert json.loads(tasks[ids["a"]].payload) == {"key": "a", "kind": "mail", "n": 1}
+    assert tasks[ids["b"]].task_type == b"sms"
+
+
+def test_bad_arguments_are_refused_before_any_submit(spark) -> None:
+    from quicx.spark import submit_dataframe
+
+    df = spark.range(3)
+    with pytest.raises(ValueError, match="task_type or type_column"):
+        submit_dataframe(df, "tcp:127.0.0.1:1", key_column="id")
+    with pytest.raises(ValueError, match="no column 'nope'"):
+        submit_dataframe(df, "tcp:127.0.0.1:1", key_column="nope", task_type="t")
