@@ -433,7 +433,31 @@ def build_parser() -> argparse.ArgumentParser:
     command(
         "init", "print the default quicx.conf", "Print the built-in default configuration."
     ).set_defaults(run=cmd_init)
+    report = command(
+        "report",
+        "a PySpark report over lifecycle events",
+        "Read the daemon's event files (paths or any URI Spark reads) and write"
+        " Parquet tables and report.html to --out (see docs/pipeline.md)."
+        " Needs quicx[spark] and Java.",
+    )
+    report.add_argument("events", nargs="+", help="event files or directories")
+    report.add_argument("--out", required=True, help="where the tables and report.html go")
+    report.add_argument("--master", help="the Spark master (default local[*])")
+    report.set_defaults(run=cmd_report)
     return parser
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        raise CommandError(f"the report needs PySpark: pip install 'quicx[spark]' ({e})") from None
+    from quicx import report
+
+    argv = [*args.events, f"--out={args.out}"]
+    if args.master:
+        argv.append(f"--master={args.master}")
+    return report.main(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -109,5 +109,30 @@ def daemon(start_daemon) -> DaemonProcess:
     return start_daemon()
 
 
+@pytest.fixture(scope="session")
+def spark() -> Iterator:
+    """A local Spark session (needs quicx[spark] and Java), shared by the suite."""
+    pytest.importorskip("pyspark", reason="pip install 'quicx[spark]'")
+    from pyspark.sql import SparkSession
+
+    # Executors run this interpreter, which has quicx installed.
+    saved = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("quicx-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    if saved is None:
+        del os.environ["PYSPARK_PYTHON"]
+    else:
+        os.environ["PYSPARK_PYTHON"] = saved
+
+
 def pytest_report_header() -> str:
     return f"quicx daemon: {TWISTD} -n quicx (pid {os.getpid()} starts and stops each one)"

@@ -94,7 +94,18 @@ def test_init_prints_the_built_in_default(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["start"], ["stop"], ["status"], ["submit"], ["worker"], ["version"], ["init"]]
+    "command",
+    [
+        [],
+        ["start"],
+        ["stop"],
+        ["status"],
+        ["submit"],
+        ["worker"],
+        ["version"],
+        ["init"],
+        ["report"],
+    ],
 )
 def test_every_command_has_help(command: list[str]) -> None:
     result = quicx(*command, "--help")

@@ -5,11 +5,9 @@ small enough that "queue full" happens: every row is delivered exactly once.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,29 +15,6 @@ import pytest
 from quicx.control import fetch_status
 
 pyspark = pytest.importorskip("pyspark", reason="pip install 'quicx[spark]'")
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator:
-    from pyspark.sql import SparkSession
-
-    # Executors run this interpreter, which has quicx installed.
-    saved = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("quicx-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-    if saved is None:
-        del os.environ["PYSPARK_PYTHON"]
-    else:
-        os.environ["PYSPARK_PYTHON"] = saved
 
 
 RECORDER = """\

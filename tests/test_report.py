@@ -1,0 +1,206 @@
+"""
+The PySpark report, computed by a real local Spark from the event files of a
+real daemon that ran a scripted workload (failures, slow tasks, a worker
+killed mid-task, tasks left behind), checked against a plain-Python
+computation over the same events.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from quicx.control import fetch_status
+from tests.peer import Peer
+
+HANDLERS = """\
+import os, time
+from quicx.worker import Worker
+
+MARK = {mark!r}
+worker = Worker()
+
+
+def run(payload: bytes) -> None:
+    kind = payload[:1]
+    if kind == b"k" and not os.path.exists(MARK):
+        open(MARK, "w").close()
+        time.sleep(60)  # killed here
+    if kind == b"f":
+        raise ValueError("bad address" if payload[1:2] == b"a" else "over quota")
+    if kind == b"s":
+        time.sleep(0.05)
+
+
+worker.register("mail", run)
+worker.register("sms", run)
+"""
+
+
+def percentile(values: list[int], p: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p
+    low = math.floor(k)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def plain_python(directory: Path) -> dict:
+    """The report's numbers, computed directly from the NDJSON lines."""
+    records = [
+        json.loads(line)
+        for path in sorted(directory.glob("events-*.ndjson"))
+        for line in path.read_text().splitlines()
+    ]
+    counts: dict[str, Counter] = defaultdict(Counter)
+    submitted, first_dispatch, dispatch, outcome = {}, {}, {}, {}
+    for r in records:
+        counts[r["type"]][r["event"]] += 1
+        task = r["task"]
+        if r["event"] == "submitted":
+            submitted[task] = (r["t"], r["type"])
+        elif r["event"] == "dispatched":
+            first_dispatch.setdefault(task, r["t"])
+            dispatch[task, r["attempt"]] = (r["t"], r["worker"])
+        elif r["event"] in ("done", "failed"):
+            outcome[task] = r
+    waits, runs = defaultdict(list), defaultdict(list)
+    busy: Counter = Counter()
+    tasks_by_worker: Counter = Counter()
+    for task, (t, kind) in submitted.items():
+        if task in first_dispatch:
+            waits[kind].append(first_dispatch[task] - t)
+    for task, r in outcome.items():
+        if (task, r["attempt"]) in dispatch:
+            t, worker = dispatch[task, r["attempt"]]
+            runs[r["type"]].append(r["t"] - t)
+            busy[worker] += r["t"] - t
+            tasks_by_worker[worker] += 1
+    reasons = Counter(r["reason"] for r in outcome.values() if r["event"] == "failed")
+    never = {task for task in submitted if task not in outcome}
+    return {
+        "records": records,
+        "counts": counts,
+        "waits": waits,
+        "runs": runs,
+        "busy": busy,
+        "tasks_by_worker": tasks_by_worker,
+        "reasons": reasons,
+        "never": never,
+    }
+
+
+def run_workload(tmp_path: Path, start_daemon) -> Path:
+    events = tmp_path / "events"
+    daemon = start_daemon(f"--events={events}", "--drain-timeout=0")
+    (tmp_path / "handlers.py").write_text(HANDLERS.format(mark=str(tmp_path / "killed")))
+    quicx = str(Path(sys.executable).with_name("quicx"))
+    address = f"--connect=tcp:127.0.0.1:{daemon.port}"
+
+    def worker(slots: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            [quicx, "worker", "handlers:worker", f"-n{slots}", address],
+            cwd=tmp_path,
+            stderr=subprocess.DEVNULL,
+        )
+
+    doomed = worker(1)
+    with Peer(daemon.address) as producer:
+        assert producer.submit(b"mail", b"k-killed-mid-task").task_id == 1
+        deadline = time.monotonic() + 15
+        while not (tmp_path / "killed").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait()
+        survivor = worker(2)
+        try:
+            kinds = [b"ok", b"s", b"fa", b"fq", b"ok", b"s"]
+            for n in range(30):
+                task_type = b"mail" if n % 3 else b"sms"
+                producer.submit(task_type, kinds[n % len(kinds)] + b"-%d" % n)
+            deadline = time.monotonic() + 30
+            while True:
+                tasks = fetch_status(str(daemon.control_path))["tasks"]
+                if tasks["completed"] + tasks["failed"] == 31:
+                    break
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        finally:
+            survivor.terminate()
+            survivor.wait()
+        # Two tasks no worker will take: dropped at stop.
+        producer.submit(b"sms", b"ok-left-1")
+        producer.submit(b"mail", b"ok-left-2")
+        assert daemon.stop() == 0
+    return events
+
+
+def test_report_matches_a_plain_python_computation(tmp_path: Path, start_daemon, spark) -> None:
+    from quicx.report import build_report, render_html
+
+    events = run_workload(tmp_path, start_daemon)
+    expected = plain_python(events)
+    report = build_report(spark, [str(events)], str(tmp_path / "report"))
+
+    assert report.events == len(expected["records"])
+    summary = {row["type"]: row for row in report.summary}
+    for kind in ("mail", "sms"):
+        counts, row = expected["counts"][kind], summary[kind]
+        assert row["submitted"] == counts["submitted"]
+        assert row["completed"] == counts["done"]
+        assert row["failed"] == counts["failed"]
+        assert row["requeued"] == counts["requeued"]
+        assert row["dropped"] == counts["dropped"]
+        for p, name in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
+            assert row[f"wait_{name}_ms"] == pytest.approx(percentile(expected["waits"][kind], p))
+            assert row[f"run_{name}_ms"] == pytest.approx(percentile(expected["runs"][kind], p))
+        assert row["run_max_ms"] == max(expected["runs"][kind])
+    overall = summary["*"]
+    assert overall["submitted"] == 33 and overall["requeued"] == 1
+    assert overall["completed"] + overall["failed"] == 31
+    assert overall["never_completed"] == len(expected["never"]) == 2
+    assert overall["dropped"] == 2
+    all_runs = [v for values in expected["runs"].values() for v in values]
+    assert overall["run_p99_ms"] == pytest.approx(percentile(all_runs, 0.99))
+    # The killed worker's attempt has no outcome; the survivor finished all 31.
+    workers = {row["worker"]: row for row in report.workers}
+    assert {w: row["tasks"] for w, row in workers.items()} == dict(expected["tasks_by_worker"])
+    assert {w: row["busy_ms"] for w, row in workers.items()} == dict(expected["busy"])
+    assert {(r["reason"]): r["count"] for r in report.failures} == dict(expected["reasons"])
+    assert sum(r["completed"] for r in report.throughput) == overall["completed"]
+
+    # The Parquet tables and the page.
+    assert spark.read.parquet(str(tmp_path / "report" / "summary")).count() == 3
+    assert spark.read.parquet(str(tmp_path / "report" / "never_completed")).count() == 2
+    page = render_html(report)
+    assert page.count("<svg") == 3 and "<script" not in page
+    assert "over quota" in page and "bad address" in page
+
+
+def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:
+    pytest.importorskip("pyspark")
+    events = tmp_path / "events"
+    daemon = start_daemon(f"--events={events}", "--drain-timeout=0")
+    with Peer(daemon.address) as producer:
+        producer.submit(b"mail", b"x")
+    daemon.stop()
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("quicx")), "report", str(events), f"--out={out}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "quicx report: reading" in result.stderr and "quicx report: wrote" in result.stderr
+    assert (out / "report.html").read_text().startswith("<!doctype html>")
+    assert json.loads(result.stdout.splitlines()[-1])["events"] == 2
