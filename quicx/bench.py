@@ -335,6 +335,54 @@ def events_workload(n: int, directory: Path, rounds: int = 3) -> dict[str, Any]:
     return {"n": n, "rounds": rates, "median_off": off, "median_on": on, "ratio": on / off}
 
 
+def synthetic_events(directory: Path, events: int) -> int:
+    """Write about C{events} lifecycle events (3 or 4 per task) as NDJSON."""
+    from random import Random
+
+    from quicx.events import format_event
+
+    rng = Random(7)
+    written, task, now = 0, 0, 1_795_000_000.0
+    path = directory / f"events-20261121T000000-{os.getpid()}-0001.ndjson"
+    with path.open("w") as out:
+        while written < events:
+            task += 1
+            now += rng.expovariate(2000)
+            kind = b"mail" if task % 3 else b"sms"
+            size = rng.randint(20, 400)
+            producer, worker = 1 + task % 8, 100 + task % 64
+            start = now + rng.expovariate(200)
+            end = start + rng.expovariate(50)
+            lines = [
+                (now, "submitted", task, kind, size, producer, None, 0, None),
+                (start, "dispatched", task, kind, size, producer, worker, 1, None),
+            ]
+            if task % 20:
+                lines.append((end, "done", task, kind, size, producer, worker, 1, None))
+            else:
+                reason = "over quota" if task % 40 else "bad address"
+                lines.append((end, "failed", task, kind, size, producer, worker, 1, reason))
+            out.writelines(format_event(line) + "\n" for line in lines)
+            written += len(lines)
+    return written
+
+
+def report_workload(events: int) -> dict[str, Any]:
+    """Run time of C{quicx report} over C{events} synthetic events (local[*])."""
+    with tempfile.TemporaryDirectory(prefix="quicx-bench-report-") as directory:
+        source = Path(directory) / "events"
+        source.mkdir()
+        written = synthetic_events(source, events)
+        started = time.perf_counter()
+        subprocess.run(
+            [str(BIN / "quicx"), "report", str(source), f"--out={Path(directory) / 'out'}"],
+            check=True,
+            capture_output=True,
+        )
+        seconds = time.perf_counter() - started
+    return {"events": written, "seconds": seconds, "events_per_s": written / seconds}
+
+
 def journal_workload(n: int, journal_dir: Path) -> dict[str, Any]:
     """End-to-end throughput without a journal and with each fsync policy."""
     results = {}
@@ -445,6 +493,7 @@ WORKLOADS = (
     "harness",
     "journal",
     "events",
+    "report",
 )
 
 
@@ -596,7 +645,18 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def run_report() -> None:
+        ours = report_workload(1_000_000 // scale)
+        emit(
+            "report",
+            f"{ours['events']:,} events in {ours['seconds']:.1f} s"
+            f" ({ours['events_per_s']:,.0f} events/s, JVM start-up included)",
+            ours,
+            table,
+        )
+
     runners.update(
+        report=run_report,
         events=run_events,
         harness=run_harness,
         submit=run_submit,
