@@ -3,8 +3,8 @@ The lifecycle-event report: a PySpark job over the daemon's event files.
 
     quicx report /var/lib/quicx/events --out report/          # local[*]
     quicx report s3a://bucket/events/ --out report/ --master spark://m:7077
-    spark-submit --master yarn "$(python -c 'import quicx.report as r; print(r.__file__)')" \\
-        hdfs:///quicx/events --out hdfs:///quicx/report
+    JOB=$(python -c 'import quicx.jobs.report_job as j; print(j.__file__)')
+    spark-submit --master yarn "$JOB" hdfs:///quicx/events --out hdfs:///quicx/report
 
 It reads the NDJSON files (any path or URI Spark reads), and writes to
 C{--out}:
@@ -358,7 +358,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

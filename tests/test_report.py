@@ -204,3 +204,25 @@ def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:
     assert "quicx report: reading" in result.stderr and "quicx report: wrote" in result.stderr
     assert (out / "report.html").read_text().startswith("<!doctype html>")
     assert json.loads(result.stdout.splitlines()[-1])["events"] == 2
+
+
+def test_the_report_job_runs_under_spark_submit(tmp_path: Path) -> None:
+    pytest.importorskip("pyspark")
+    import os
+
+    from quicx.bench import synthetic_events
+    from quicx.jobs import report_job
+
+    events = tmp_path / "events"
+    events.mkdir()
+    written = synthetic_events(events, 2000)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
+         report_job.__file__, str(events), f"--out={out}"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.splitlines()[-1])["events"] == written
+    assert (out / "report.html").exists() and (out / "summary").is_dir()
