@@ -31,6 +31,7 @@ import html
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,12 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
                 f"{prefix}_p{round(p * 100)}_ms", F.col(f"{prefix}_p")[index]
             )
         summary = summary.drop(f"{prefix}_p")
-    summary = summary.fillna(0, subset=["never_completed"]).orderBy("type")
+    columns = ["type", "submitted", "completed", "failed", "requeued", "rejected", "dropped"]
+    columns += ["never_completed"]
+    for prefix in ("wait", "run"):
+        columns += [f"{prefix}_p{round(p * 100)}_ms" for p in PERCENTILES]
+        columns.append(f"{prefix}_max_ms")
+    summary = summary.fillna(0, subset=["never_completed"]).select(columns).orderBy("type")
 
     progress("computing throughput, failures and workers")
     throughput = (
@@ -239,17 +245,25 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
         f"<p>{report.events:,} events; {overall.get('submitted', 0):,} tasks submitted,"
         f" {overall.get('completed', 0):,} completed, {overall.get('failed', 0):,} failed,"
         f" {report.never_completed:,} never completed.</p>",
-        "<h2>Throughput (tasks completed per minute)</h2>",
-        _line_chart([(m / 1000, by_minute[m]) for m in minutes]),
+        "<h2>Throughput</h2>",
+        _bar_chart(
+            "tasks completed per minute",
+            [(m / 1000, by_minute[m]) for m in minutes],
+            width=900,
+            label_of=lambda start: time.strftime("%H:%M UTC", time.gmtime(start)),
+        ),
         "<h2>Queue wait and run time</h2><div class='row'>",
-        _bar_chart("queue wait, ms (log scale)", report.wait_histogram),
-        _bar_chart("run time, ms (log scale)", report.run_histogram),
+        _bar_chart("tasks by queue wait, ms (log scale)", report.wait_histogram),
+        _bar_chart("tasks by run time, ms (log scale)", report.run_histogram),
         "</div><h2>By task type</h2>",
         _table(report.summary),
         "<h2>Top failure reasons</h2>",
         _table(report.failures),
-        "<h2>Workers</h2>",
-        _table(report.workers),
+        f"<h2>Workers ({len(report.workers):,})</h2>",
+        _table(report.workers[:25]),
+        f"<p>{len(report.workers) - 25:,} more in <code>workers/</code>.</p>"
+        if len(report.workers) > 25
+        else "",
         "</body></html>",
     ]
     return "\n".join(parts)
@@ -257,7 +271,7 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin-bottom: 2em; }
+table { border-collapse: collapse; margin-bottom: 2em; display: block; overflow-x: auto; }
 td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right; }
 th { background: #f0f0f0; } .row { display: flex; gap: 2em; }
 svg { background: #fafafa; border: 1px solid #ddd; }
@@ -283,43 +297,34 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _line_chart(points: list[tuple[float, int]], width: int = 900, height: int = 220) -> str:
-    if not points:
-        return "<p>(no completions)</p>"
-    top = max(y for _, y in points) or 1
-    step = (width - 60) / max(len(points) - 1, 1)
-    coords = " ".join(
-        f"{50 + i * step:.1f},{height - 30 - (y / top) * (height - 50):.1f}"
-        for i, (_, y) in enumerate(points)
-    )
-    first = time.strftime("%H:%M", time.gmtime(points[0][0]))
-    last = time.strftime("%H:%M", time.gmtime(points[-1][0]))
-    return (
-        f"<svg width='{width}' height='{height}' role='img'>"
-        f"<polyline fill='none' stroke='#1f6f8b' stroke-width='2' points='{coords}'/>"
-        f"<text x='50' y='{height - 8}'>{first} UTC</text>"
-        f"<text x='{width - 90}' y='{height - 8}'>{last} UTC</text>"
-        f"<text x='4' y='16'>{top:,}/min</text></svg>"
-    )
-
-
-def _bar_chart(label: str, buckets: list[tuple[float, int]], width: int = 440) -> str:
+def _bar_chart(
+    label: str,
+    buckets: list[tuple[float, int]],
+    width: int = 440,
+    label_of: Callable[[float], str] = lambda start: f"{start:,.0f} ms",
+) -> str:
+    """Bars of (bucket start, count), with the first, middle and last starts labelled."""
     height = 220
     if not buckets:
         return f"<p>{html.escape(label)}: (none)</p>"
     top = max(count for _, count in buckets) or 1
-    bar = (width - 20) / len(buckets)
+    bar = min((width - 20) / len(buckets), 60)
     bars = "".join(
         f"<rect x='{10 + i * bar:.1f}' y='{height - 30 - (c / top) * (height - 60):.1f}'"
-        f" width='{bar - 1:.1f}' height='{(c / top) * (height - 60):.1f}' fill='#b5651d'>"
-        f"<title>{start:,.1f} ms: {c:,}</title></rect>"
+        f" width='{max(bar - 1, 1):.1f}' height='{(c / top) * (height - 60):.1f}'"
+        f" fill='#1f6f8b'><title>{html.escape(label_of(start))}: {c:,}</title></rect>"
         for i, (start, c) in enumerate(buckets)
     )
+    last = len(buckets) - 1
+    ticks = "".join(
+        f"<text x='{10 + (i + (0 < i == last)) * bar:.1f}' y='{height - 10}'"
+        f" text-anchor='{'end' if i == last and i else 'start'}'>"
+        f"{html.escape(label_of(buckets[i][0]))}</text>"
+        for i in sorted({0, len(buckets) // 2, last})
+    )
     return (
-        f"<svg width='{width}' height='{height}' role='img'>{bars}"
-        f"<text x='10' y='16'>{html.escape(label)}</text>"
-        f"<text x='10' y='{height - 10}'>0</text>"
-        f"<text x='{width - 90}' y='{height - 10}'>{buckets[-1][0]:,.0f} ms</text></svg>"
+        f"<svg width='{width}' height='{height}' role='img'>{bars}{ticks}"
+        f"<text x='10' y='16'>{html.escape(label)} (max {top:,})</text></svg>"
     )
 
 
