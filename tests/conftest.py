@@ -86,6 +86,17 @@ class DaemonProcess:
             self.process.wait()
 
 
+def config_option(tmp_path: Path, text: str = "") -> str:
+    """
+    C{--config=...} for a quicx.conf in C{tmp_path} that listens on an
+    ephemeral loopback port, followed by C{text} (which may go on with
+    C{[server]} keys).
+    """
+    path = tmp_path / "quicx.conf"
+    path.write_text("[server]\nlisten = tcp:0:interface=127.0.0.1\n" + text)
+    return f"--config={path}"
+
+
 @pytest.fixture
 def start_daemon(tmp_path: Path) -> Iterator:
     """Start daemons with given twistd-quicx arguments; stop them all after."""

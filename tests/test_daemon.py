@@ -14,7 +14,7 @@ import pytest
 
 from quicx import wire
 from quicx.wire import ErrorCode
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, config_option
 from tests.peer import Peer
 
 SMALL_POOL = """\
@@ -228,12 +228,12 @@ def test_waiting_producer_is_kept_and_a_silent_busy_worker_is_not(start_daemon) 
 def test_spare_busy_workers_keeps_a_silent_worker_holding_a_task(
     tmp_path: Path, start_daemon
 ) -> None:
-    conf = tmp_path / "spare.conf"
-    conf.write_text(
-        "[server]\nlisten = tcp:0:interface=127.0.0.1\nheartbeat_interval = 0.2\n"
-        "heartbeat_timeout = 0.6\nspare_busy_workers = yes\n"
+    daemon = start_daemon(
+        config_option(
+            tmp_path,
+            "heartbeat_interval = 0.2\nheartbeat_timeout = 0.6\nspare_busy_workers = yes\n",
+        )
     )
-    daemon = start_daemon(f"--config={conf}")
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
         ok = producer.submit(b"long", b"p")
         assert worker.request(wire.encode_ready()).task_id == ok.task_id

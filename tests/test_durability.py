@@ -18,7 +18,7 @@ import pytest
 from quicx import journal, wire
 from quicx.control import fetch_status
 from quicx.wire import ErrorCode
-from tests.conftest import TWISTD, DaemonProcess
+from tests.conftest import TWISTD, DaemonProcess, config_option
 from tests.peer import Peer
 
 QUICX = str(Path(TWISTD).with_name("quicx"))
@@ -168,13 +168,11 @@ def test_without_a_journal_the_log_counts_what_is_dropped(start_daemon) -> None:
 
 def test_compaction_under_load_loses_nothing(tmp_path: Path, start_daemon) -> None:
     path = tmp_path / "j"
-    conf = tmp_path / "quicx.conf"
-    conf.write_text(
-        "[server]\nlisten = tcp:0:interface=127.0.0.1\n"
-        f"[journal]\npath = {path}\nfsync = always\n"
-        "compact_factor = 2\ncompact_min_size = 64K\n"
+    conf = config_option(
+        tmp_path,
+        f"[journal]\npath = {path}\nfsync = always\ncompact_factor = 2\ncompact_min_size = 64K\n",
     )
-    daemon = start_daemon(f"--config={conf}")
+    daemon = start_daemon(conf)
     acknowledged: dict[int, bytes] = {}
     completed: set[int] = set()
     compactions = 0
@@ -204,7 +202,7 @@ def test_compaction_under_load_loses_nothing(tmp_path: Path, start_daemon) -> No
     # Compacted: the file is a small multiple of what is live, not everything.
     assert status["journal"]["file_bytes"] < 64 * 1024 * 2 + 2 * status["journal"]["live_bytes"]
 
-    restarted = start_daemon(f"--config={conf}")
+    restarted = start_daemon(conf)
     delivered = drain(restarted.address)
     expected = acknowledged.keys() - completed
     assert expected <= delivered.keys()

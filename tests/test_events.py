@@ -12,6 +12,7 @@ from pathlib import Path
 from quicx import wire
 from quicx.events import format_event
 from quicx.wire import ErrorCode
+from tests.conftest import config_option
 from tests.peer import Peer
 
 
@@ -93,12 +94,8 @@ def test_a_scripted_workload_leaves_every_kind_of_event(tmp_path: Path, start_da
 
 def test_files_rotate_by_size_and_every_line_is_whole(tmp_path: Path, start_daemon) -> None:
     events = tmp_path / "events"
-    conf = tmp_path / "events.conf"
-    conf.write_text(
-        "[server]\nlisten = tcp:0:interface=127.0.0.1\n"
-        f"[events]\ndirectory = {events}\nmax_bytes = 4096\n"
-    )
-    daemon = start_daemon(f"--config={conf}", "--drain-timeout=0")
+    conf = config_option(tmp_path, f"[events]\ndirectory = {events}\nmax_bytes = 4096\n")
+    daemon = start_daemon(conf, "--drain-timeout=0")
     with Peer(daemon.address) as producer:
         producer.send(b"".join(wire.encode_submit(b"t", b"p") for _ in range(300)))
         for _ in range(300):
@@ -114,12 +111,8 @@ def test_files_rotate_by_size_and_every_line_is_whole(tmp_path: Path, start_daem
 
 def test_files_rotate_by_age(tmp_path: Path, start_daemon) -> None:
     events = tmp_path / "events"
-    conf = tmp_path / "events.conf"
-    conf.write_text(
-        "[server]\nlisten = tcp:0:interface=127.0.0.1\n"
-        f"[events]\ndirectory = {events}\nmax_age = 0.5\n"
-    )
-    daemon = start_daemon(f"--config={conf}", "--drain-timeout=0")
+    conf = config_option(tmp_path, f"[events]\ndirectory = {events}\nmax_age = 0.5\n")
+    daemon = start_daemon(conf, "--drain-timeout=0")
     with Peer(daemon.address) as producer:
         for _ in range(3):
             assert isinstance(producer.submit(b"t", b"p"), wire.Ok)

@@ -18,16 +18,10 @@ import pytest
 from quicx import wire
 from quicx.control import fetch_status
 from quicx.wire import ErrorCode
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, config_option
 from tests.peer import Peer
 
 HERE = Path(__file__).parent
-
-
-def config(tmp_path: Path, text: str) -> str:
-    path = tmp_path / "limits.conf"
-    path.write_text("[server]\nlisten = tcp:0:interface=127.0.0.1\n" + text)
-    return f"--config={path}"
 
 
 def expect_error(reply: wire.Message, code: ErrorCode, fragment: str) -> None:
@@ -47,7 +41,7 @@ def rss(daemon: DaemonProcess) -> int:
 
 
 def test_max_connections_refuses_the_one_past_it(tmp_path: Path, start_daemon) -> None:
-    daemon = start_daemon(config(tmp_path, "[limits]\nmax_connections = 3\n"))
+    daemon = start_daemon(config_option(tmp_path, "[limits]\nmax_connections = 3\n"))
     peers = [Peer(daemon.address) for _ in range(3)]
     for peer in peers:
         assert isinstance(peer.request(wire.encode_stats()), wire.StatsResponse)
@@ -66,7 +60,7 @@ def test_max_connections_refuses_the_one_past_it(tmp_path: Path, start_daemon) -
 def test_a_silent_connection_is_closed_at_the_first_frame_deadline(
     tmp_path: Path, start_daemon
 ) -> None:
-    daemon = start_daemon(config(tmp_path, "[limits]\nfirst_frame_timeout = 0.5\n"))
+    daemon = start_daemon(config_option(tmp_path, "[limits]\nfirst_frame_timeout = 0.5\n"))
     with Peer(daemon.address) as silent, Peer(daemon.address) as talking:
         started = time.monotonic()
         assert isinstance(talking.request(wire.encode_stats()), wire.StatsResponse)
@@ -79,7 +73,7 @@ def test_a_silent_connection_is_closed_at_the_first_frame_deadline(
 
 
 def test_slowloris_bytes_do_not_keep_a_connection(tmp_path: Path, start_daemon) -> None:
-    daemon = start_daemon(config(tmp_path, "[limits]\nfirst_frame_timeout = 0.6\n"))
+    daemon = start_daemon(config_option(tmp_path, "[limits]\nfirst_frame_timeout = 0.6\n"))
     with Peer(daemon.address) as slow:
         frame = wire.encode_submit(b"t", b"x" * 100)
         started = time.monotonic()
@@ -118,7 +112,7 @@ def test_a_thousand_concurrent_connections(start_daemon) -> None:
 
 def test_type_and_reason_lengths_at_their_limits(tmp_path: Path, start_daemon) -> None:
     daemon = start_daemon(
-        config(tmp_path, "[limits]\nmax_type_length = 8\nmax_reason_length = 10\n")
+        config_option(tmp_path, "[limits]\nmax_type_length = 8\nmax_reason_length = 10\n")
     )
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
         ok = producer.submit(b"12345678", b"p")
@@ -141,7 +135,7 @@ def test_type_and_reason_lengths_at_their_limits(tmp_path: Path, start_daemon) -
 
 
 def test_bad_limits_name_their_line(tmp_path: Path) -> None:
-    daemon = DaemonProcess(tmp_path, [config(tmp_path, "[limits]\nmax_type_length = 256\n")])
+    daemon = DaemonProcess(tmp_path, [config_option(tmp_path, "[limits]\nmax_type_length = 256\n")])
     with pytest.raises(RuntimeError, match=r":4: max_type_length: 256 is out of range"):
         daemon.start()
 
@@ -150,7 +144,7 @@ def test_bad_limits_name_their_line(tmp_path: Path) -> None:
 
 
 def test_a_producer_that_never_reads_is_paused_not_buffered(tmp_path: Path, start_daemon) -> None:
-    daemon = start_daemon(config(tmp_path, "[limits]\nmax_output_buffer = 64K\n"))
+    daemon = start_daemon(config_option(tmp_path, "[limits]\nmax_output_buffer = 64K\n"))
     before = rss(daemon)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -313,7 +307,7 @@ def test_a_worker_killed_mid_task_is_redelivered_once(tmp_path: Path, start_daem
 
 
 def test_a_task_is_given_up_after_max_attempts(tmp_path: Path, start_daemon) -> None:
-    daemon = start_daemon(config(tmp_path, "[tasks]\ntimeout = 0.3\nmax_attempts = 2\n"))
+    daemon = start_daemon(config_option(tmp_path, "[tasks]\ntimeout = 0.3\nmax_attempts = 2\n"))
     with (
         Peer(daemon.address) as producer,
         Peer(daemon.address) as first,
@@ -334,7 +328,7 @@ def test_a_task_is_given_up_after_max_attempts(tmp_path: Path, start_daemon) -> 
 
 
 def test_a_task_that_kills_every_worker_is_given_up(tmp_path: Path, start_daemon) -> None:
-    daemon = start_daemon(config(tmp_path, "[tasks]\nmax_attempts = 2\n"))
+    daemon = start_daemon(config_option(tmp_path, "[tasks]\nmax_attempts = 2\n"))
     with Peer(daemon.address) as producer:
         ok = producer.submit(b"poison", b"p")
         for attempt in (1, 2):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from quicx.control import fetch_status
+from tests.conftest import config_option
 
 pyspark = pytest.importorskip("pyspark", reason="pip install 'quicx[spark]'")
 
@@ -36,12 +37,9 @@ def test_a_hundred_thousand_rows_through_a_full_queue_exactly_once(
 ) -> None:
     from quicx.spark import submit_dataframe
 
-    conf = tmp_path / "small.conf"
-    conf.write_text(
-        "[server]\nlisten = tcp:0:interface=127.0.0.1\n"
-        "[allocator]\npool_size = 64K\nclass = 32,50\nclass = 64,50\n"
+    daemon = start_daemon(
+        config_option(tmp_path, "[allocator]\npool_size = 64K\nclass = 32,50\nclass = 64,50\n")
     )
-    daemon = start_daemon(f"--config={conf}")
     seen = tmp_path / "seen"
     seen.mkdir()
     (tmp_path / "recorder.py").write_text(RECORDER.format(directory=str(seen)))
