@@ -550,16 +550,13 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def emit_e2e(name: str, ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
+        rate = f"{ours['tasks_per_s']:,.0f} tasks/s"
+        line = rate + ratio(ours["tasks_per_s"], theirs, "jobs_per_s")
+        emit(name, line, {**ours, "peer": theirs}, table)
+
     def run_e2e() -> None:
-        ours = e2e_workload(200_000 // scale)
-        theirs = peer("e2e", 200_000 // scale)
-        emit(
-            "e2e",
-            f"{ours['tasks_per_s']:,.0f} tasks/s"
-            + ratio(ours["tasks_per_s"], theirs, "jobs_per_s"),
-            {**ours, "peer": theirs},
-            table,
-        )
+        emit_e2e("e2e", e2e_workload(200_000 // scale), peer("e2e", 200_000 // scale))
 
     def run_latency() -> None:
         ours = latency_workload(5000 // scale)
@@ -582,13 +579,7 @@ def main(argv: list[str] | None = None) -> int:
             ours = e2e_workload(n // scale, size)
             # beanstalkd refuses jobs over 65,535 bytes by default.
             theirs = peer("e2e", n // scale, size) if size < 65536 else None
-            emit(
-                f"e2e {size} B",
-                f"{ours['tasks_per_s']:,.0f} tasks/s"
-                + ratio(ours["tasks_per_s"], theirs, "jobs_per_s"),
-                {**ours, "peer": theirs},
-                table,
-            )
+            emit_e2e(f"e2e {size} B", ours, theirs)
 
     def run_memory() -> None:
         ours = memory_workload(500_000 // scale)

@@ -254,7 +254,6 @@ class JournalStats:
 
     file_bytes: int = 0
     live_bytes: int = 0
-    records_written: int = 0
     syncs: int = 0
     compactions: int = 0
 

@@ -252,24 +252,28 @@ class QuicxDaemon(MultiService):
     def stopService(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self._stop())
 
-    async def _stop(self) -> None:
-        listeners = [
+    def _listeners(self) -> list[ListenerService]:
+        """The task listeners (not the control socket)."""
+        return [
             service
             for service in self
             if isinstance(service, ListenerService) and service.announcement == "listening"
         ]
-        await gatherResults([maybeDeferred(listener.stopService) for listener in listeners])
+
+    async def _stop(self) -> None:
+        await gatherResults([maybeDeferred(listener.stopService) for listener in self._listeners()])
         queue, timeout = self.queue, self.config.drain_timeout
-        if timeout > 0 and (
-            queue.tasks_running or (queue.stats().queue_depth and queue.stats().workers_total)
-        ):
-            self.log.info(
-                "draining: {queued} queued and {running} running tasks, up to {timeout:g} s",
-                queued=queue.stats().queue_depth,
-                running=queue.tasks_running,
-                timeout=timeout,
-            )
-            await queue.drain(timeout, self.reactor)
+        if timeout > 0:
+            # Fires at once when there is nothing to wait for.
+            drained = queue.drain(timeout, self.reactor)
+            if not drained.called:
+                self.log.info(
+                    "draining: {queued} queued and {running} running tasks, up to {timeout:g} s",
+                    queued=queue.stats().queue_depth,
+                    running=queue.tasks_running,
+                    timeout=timeout,
+                )
+            await drained
         else:
             queue.draining = True
         # Every outcome forwarded before connections close.
@@ -294,11 +298,7 @@ class QuicxDaemon(MultiService):
             "started_at": queue.started_at,
             "uptime": now - queue.started_at,
             "config": self.config.source,
-            "listening": [
-                listener.address
-                for listener in self
-                if isinstance(listener, ListenerService) and listener.announcement == "listening"
-            ],
+            "listening": [listener.address for listener in self._listeners()],
             "control": self.config.control_path,
             "tasks": {
                 "submitted": counters.submitted,
