@@ -445,11 +445,13 @@ class QueueService(Service):
     def _dispatch(self) -> None:
         """Hand queued tasks to idle workers, oldest first on both sides."""
         queue, idle, pool = self._queue, self._idle, self.pool
+        # Only the task timeout reads dispatched_at: no clock read without it.
+        now = self.clock() if self.task_timeout and queue and idle else 0.0
         while queue and idle:
             _, worker = idle.popitem(last=False)
             task = queue.popleft()
             task.attempts += 1
-            task.dispatched_at = self.clock()
+            task.dispatched_at = now
             worker.task = task
             worker.peer.sendFrame(
                 wire.encode_task(task.task_id, task.task_type, pool.read(task.block))
