@@ -9,9 +9,10 @@ itself needs only the standard library):
 
 Server : twistd -n quicx on 127.0.0.1:11391, 256 MiB pool, no journal
 put    : QuicxClient.submit(): one SUBMIT, returns when its OK arrives
-worker : the stock `quicx worker` on a no-op handler, 32 connections each
+worker : the stock `quicx worker` on a no-op handler, one connection with
+         64 READY credits (quicx.bench.CREDITS), as the bench's e2e
 latency: QuicxClient.submit_and_wait(): SUBMIT, then block until DONE arrives
-ready  : idle worker connections (control socket) // 32
+ready  : idle worker connections (control socket) // connections per worker
 done   : tasks completed (control socket)
 """
 
@@ -26,10 +27,11 @@ sys.path.insert(0, HARNESS)
 from harness.core import HOST, Adapter, main  # noqa: E402
 
 from quicx import __version__  # noqa: E402
+from quicx.bench import CREDITS  # noqa: E402
 from quicx.blocking import QuicxClient  # noqa: E402
 from quicx.control import fetch_status  # noqa: E402
 
-SLOTS = 32
+SLOTS, CREDITS_PER_SLOT = CREDITS
 BIN = Path(sys.executable).parent
 
 
@@ -37,8 +39,9 @@ class Quicx(Adapter):
     name = "quicx"
     port = 11391
     description = (
-        "QuicxClient.submit (waits for OK); stock `quicx worker` (32 connections per process,"
-        " no-op handler on the reactor); latency = submit_and_wait; done = completed in status"
+        "QuicxClient.submit (waits for OK); stock `quicx worker` (one connection per process"
+        " with 64 READY credits, no-op handler on the reactor); latency = submit_and_wait;"
+        " done = completed in status"
     )
 
     def versions(self):
@@ -52,7 +55,7 @@ class Quicx(Adapter):
 
     def worker_argv(self, index, max_jobs, max_seconds, workdir):
         return [str(BIN / "quicx"), "worker", "quicx.bench:noop_worker", f"-n{SLOTS}",
-                f"--connect=tcp:{HOST}:{self.port}"]  # fmt: skip
+                f"--credits={CREDITS_PER_SLOT}", f"--connect=tcp:{HOST}:{self.port}"]  # fmt: skip
 
     def connect(self):
         self.client = QuicxClient(f"tcp:{HOST}:{self.port}")

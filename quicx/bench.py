@@ -121,9 +121,12 @@ class Daemon:
 
 
 class Workers:
-    """C{count} C{quicx worker} processes with C{slots} connections each."""
+    """
+    C{count} C{quicx worker} processes with C{slots} connections each, each
+    connection holding up to C{credits} tasks.
+    """
 
-    def __init__(self, daemon: Daemon, count: int, slots: int) -> None:
+    def __init__(self, daemon: Daemon, count: int, slots: int, credits: int) -> None:
         self.processes = [
             subprocess.Popen(
                 [
@@ -131,6 +134,7 @@ class Workers:
                     "worker",
                     "quicx.bench:noop_worker",
                     f"-n{slots}",
+                    f"--credits={credits}",
                     f"--connect={daemon.address}",
                 ],
                 stdout=subprocess.DEVNULL,
@@ -159,14 +163,26 @@ class Workers:
                 process.wait()
 
 
+CREDITS = (1, 64)
+"""Worker connections per process and credits per connection: one connection
+that may hold 64 tasks (the READY credit extension), as docs/clients.md
+advises for short tasks."""
+
+ONE_TASK_EACH = (32, 1)
+"""The protocol page's way: 32 connections per process, one task in flight
+on each (32 was the best count measured, docs/performance.md)."""
+
+
 @contextmanager
-def running(extra: list[str] | None = None, workers: int = 0, slots: int = 16) -> Iterator[Daemon]:
+def running(
+    extra: list[str] | None = None, workers: int = 0, layout: tuple[int, int] = CREDITS
+) -> Iterator[Daemon]:
     with tempfile.TemporaryDirectory(prefix="quicx-bench-") as directory:
         daemon = Daemon(Path(directory), extra or [])
         pool = None
         try:
             if workers:
-                pool = daemon.workers = Workers(daemon, workers, slots)
+                pool = daemon.workers = Workers(daemon, workers, *layout)
             yield daemon
         finally:
             if pool is not None:
@@ -199,10 +215,13 @@ def _produce_and_wait(address: str, n: int, payload: bytes) -> float:
 
 
 def e2e_workload(
-    n: int, payload_size: int = 100, extra: list[str] | None = None, slots: int = 32
+    n: int,
+    payload_size: int = 100,
+    extra: list[str] | None = None,
+    layout: tuple[int, int] = CREDITS,
 ) -> dict[str, Any]:
     """One producer pipelines C{n} tasks; 2 worker processes run them."""
-    with running(extra, workers=2, slots=slots) as daemon:
+    with running(extra, workers=2, layout=layout) as daemon:
         assert daemon.workers is not None
         cpu = daemon.cpu_seconds(), daemon.workers.cpu_seconds(), time.process_time()
         seconds = _produce_and_wait(daemon.address, n, payload_of(payload_size))
@@ -215,6 +234,8 @@ def e2e_workload(
     return {
         "n": n,
         "payload": payload_size,
+        "connections_per_worker": layout[0],
+        "credits": layout[1],
         "seconds": seconds,
         "tasks_per_s": n / seconds,
         "cpu_us_per_task": {
@@ -228,7 +249,7 @@ def e2e_workload(
 def latency_workload(n: int) -> dict[str, Any]:
     """One task at a time: submit, run, DONE back at the producer."""
     payload = payload_of(100)
-    with running(workers=2, slots=1) as daemon, QuicxClient(daemon.address) as client:
+    with running(workers=2, layout=(1, 1)) as daemon, QuicxClient(daemon.address) as client:
         for _ in range(50):
             client.submit_and_wait(BENCH_TYPE, payload)
         samples = []
@@ -256,7 +277,7 @@ def percentiles(samples_ns: list[int]) -> dict[str, float]:
 
 def fanin_workload(connections: int, per_connection: int) -> dict[str, Any]:
     """Many producer connections at once (one Twisted process), 4 workers."""
-    with running(workers=4, slots=8) as daemon:
+    with running(workers=4) as daemon:
         result = subprocess.run(
             [
                 sys.executable,
@@ -556,7 +577,12 @@ def main(argv: list[str] | None = None) -> int:
         emit(name, line, {**ours, "peer": theirs}, table)
 
     def run_e2e() -> None:
-        emit_e2e("e2e", e2e_workload(200_000 // scale), peer("e2e", 200_000 // scale))
+        n = 200_000 // scale
+        ours = e2e_workload(n)
+        theirs = peer("e2e", n)
+        emit_e2e("e2e", ours, theirs)
+        # Without the credit extension: what a protocol-page-only worker gets.
+        emit_e2e("e2e one task/conn", e2e_workload(n, layout=ONE_TASK_EACH), theirs)
 
     def run_latency() -> None:
         ours = latency_workload(5000 // scale)

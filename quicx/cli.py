@@ -5,7 +5,7 @@ The C{quicx} command.
     quicx stop                                             stop it (SIGTERM)
     quicx status [--json]                                  what it is doing
     quicx submit TYPE PAYLOAD|- [--wait]                   submit a task
-    quicx worker MODULE:OBJECT [--concurrency N]           run handlers
+    quicx worker MODULE:OBJECT [-n N] [--credits K]        run handlers
     quicx version | quicx init
 
 Mistakes users make (daemon down, bad address, bad configuration) end in one
@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from quicx import config as configuration
@@ -31,6 +31,7 @@ from quicx.client import DEFAULT_ADDRESS
 from quicx.config import format_size
 from quicx.control import StatusUnavailable, fetch_status
 from quicx.errors import QuicxError, TaskFailed
+from quicx.wire import MAX_CREDITS
 
 ADDRESS_ENV = "QUICX_ADDRESS"
 
@@ -297,8 +298,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker = target
         if args.concurrency:
             worker.concurrency = args.concurrency
+        if args.credits:
+            worker.credits = args.credits
     elif isinstance(target, Mapping):
-        worker = Worker(target, concurrency=args.concurrency or 1)
+        worker = Worker(target, concurrency=args.concurrency or 1, credits=args.credits or 1)
     else:
         raise CommandError(
             f"{args.target} is a {type(target).__name__}, not a Worker or a mapping"
@@ -330,6 +333,21 @@ def import_object(target: str) -> object:
 
 
 # -- the parser ----------------------------------------------------------------------------
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer from C{low} to C{high}."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -423,7 +441,18 @@ def build_parser() -> argparse.ArgumentParser:
         " tasks in hand finish.",
     )
     worker.add_argument("target", metavar="MODULE:OBJECT")
-    worker.add_argument("--concurrency", "-n", type=int, help="tasks at once (default 1)")
+    worker.add_argument(
+        "--concurrency",
+        "-n",
+        type=bounded_int(1, 10_000),
+        help="connections to the daemon (default 1)",
+    )
+    worker.add_argument(
+        "--credits",
+        type=bounded_int(1, MAX_CREDITS),
+        help="tasks each connection may hold at once (default 1; more uses Quicx's"
+        " READY credit extension)",
+    )
     connect_option(worker)
     worker.set_defaults(run=cmd_worker)
 

@@ -27,7 +27,7 @@ from attrs import field, frozen
 from quicx import pmad
 from quicx.journal import DEFAULT_COMPACT_FACTOR, DEFAULT_COMPACT_MIN_SIZE, FsyncPolicy
 from quicx.tls import Authorization, TlsSettings, identities
-from quicx.wire import MAX_TYPE_LENGTH
+from quicx.wire import MAX_CREDITS, MAX_TYPE_LENGTH
 
 DEFAULT_PORT = 16381
 DEFAULT_HEARTBEAT_INTERVAL = 30.0
@@ -46,6 +46,8 @@ class Limits:
     @ivar max_reason_length: the longest FAILED reason accepted (bytes).
     @ivar max_output_buffer: unsent bytes a connection may have queued before
         the daemon stops reading from it until they drain.
+    @ivar max_credits: the most tasks one worker connection may hold at once
+        (a READY asking for more is granted this many).
     """
 
     max_connections: int = 4096
@@ -53,6 +55,7 @@ class Limits:
     max_type_length: int = MAX_TYPE_LENGTH
     max_reason_length: int = 4096
     max_output_buffer: int = 1 << 20
+    max_credits: int = 1024
 
 
 _DEFAULT_LIMITS = Limits()
@@ -101,6 +104,7 @@ class Config:
     max_type_length: int = _DEFAULT_LIMITS.max_type_length
     max_reason_length: int = _DEFAULT_LIMITS.max_reason_length
     max_output_buffer: int = _DEFAULT_LIMITS.max_output_buffer
+    max_credits: int = _DEFAULT_LIMITS.max_credits
     task_timeout: float = 0.0
     max_attempts: int = 0
     events_directory: str = ""
@@ -124,6 +128,7 @@ class Config:
             self.max_type_length,
             self.max_reason_length,
             self.max_output_buffer,
+            self.max_credits,
         )
 
     @property
@@ -289,6 +294,7 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("limits", "max_type_length"): _Key("max_type_length", _bounded_int(1, MAX_TYPE_LENGTH)),
     ("limits", "max_reason_length"): _Key("max_reason_length", _bounded_int(1, 1 << 20)),
     ("limits", "max_output_buffer"): _Key("max_output_buffer", _bounded_int(4096, 1 << 30)),
+    ("limits", "max_credits"): _Key("max_credits", _bounded_int(1, MAX_CREDITS)),
     ("tls", "certificate"): _Key("tls_certificate", str.strip),
     ("tls", "private_key"): _Key("tls_private_key", str.strip),
     ("tls", "client_ca"): _Key("tls_client_ca", str.strip),
@@ -467,6 +473,7 @@ def render(config: Config) -> str:
         f"max_type_length = {config.max_type_length}",
         f"max_reason_length = {config.max_reason_length}",
         f"max_output_buffer = {config.max_output_buffer}",
+        f"max_credits = {config.max_credits}",
     ]
     tls_lines = [
         *([f"certificate = {config.tls_certificate}"] if config.tls_certificate else []),

@@ -77,7 +77,7 @@ class HeartbeatService(Service):
             if (
                 silent >= self.timeout
                 and not self.queue.awaits_outcome(session)
-                and not (self.spare_busy_workers and session.task is not None)
+                and not (self.spare_busy_workers and session.tasks)
             ):
                 self.log.info(
                     "dropping {peer}: silent for {silent:.1f} s",

@@ -17,7 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from enum import Enum
 
-from attrs import define, frozen
+from attrs import define, field, frozen
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -80,26 +80,34 @@ class Session:
     """
     One connection's state.
 
-    @ivar task: the task this worker holds, or C{None}.
+    @ivar tasks: the tasks this worker holds, by id, oldest first.
+    @ivar credits: how many tasks this worker may hold at once (its READY's
+        credit count; 1 unless it uses the credit extension).
     @ivar outstanding: how many of this producer's tasks have no outcome yet
         (counting those still waiting for their OK).
     @ivar last_received: when anything last arrived from the peer.
     @ivar heartbeat_sent: when the daemon last sent it a HEARTBEAT.
     @ivar paused: not read from until its unsent output drains.
-    @ivar overdue_task_id: a task taken back from this worker when it ran past
-        the task timeout; the worker is busy until it reports it.
+    @ivar overdue: tasks taken back from this worker when they ran past the
+        task timeout; each takes one of its credits until it reports it.
     """
 
     session_id: int
     peer: IPeer
     last_received: float
     role: Role = Role.NEW
-    task: Task | None = None
+    tasks: dict[int, Task] = field(factory=dict)
+    credits: int = 1
     outstanding: int = 0
     heartbeat_sent: float = 0.0
     connected: bool = True
     paused: bool = False
-    overdue_task_id: int | None = None
+    overdue: set[int] = field(factory=set)
+
+    @property
+    def free_credits(self) -> int:
+        """How many more tasks this worker may be sent now."""
+        return self.credits - len(self.tasks) - len(self.overdue)
 
 
 @frozen
@@ -180,16 +188,17 @@ class QueueService(Service):
         return session
 
     def close_session(self, session: Session) -> None:
-        """Forget a connection; a task it held goes back to the queue's head."""
+        """Forget a connection; tasks it held go back to the queue's head, in order."""
         session.connected = False
         self.sessions.pop(session.session_id, None)
         self._idle.pop(session.session_id, None)
         if session.role is Role.WORKER:
             self._workers -= 1
-        task = session.task
-        if task is not None:
-            session.task = None
-            self._requeue(task, f"worker {session.peer.peer_name} disconnected")
+        if session.tasks:
+            held, session.tasks = session.tasks, {}
+            cause = f"worker {session.peer.peer_name} disconnected"
+            for task in reversed(held.values()):
+                self._requeue(task, cause)
             self._dispatch()
         if self._drained is not None:
             self._check_drained()
@@ -355,10 +364,15 @@ class QueueService(Service):
 
     # -- workers ----------------------------------------------------------------
 
-    def ready(self, session: Session) -> None:
-        """A worker asks for work: TASK if one is queued, else WAIT."""
-        if session.task is not None or session.overdue_task_id is not None:
-            # Already busy: not an error, and no second task.
+    def ready(self, session: Session, credits: int = 1) -> None:
+        """
+        A worker asks for work, and may hold up to C{credits} tasks from now
+        on: TASKs if tasks are queued, else WAIT.
+        """
+        session.credits = credits
+        if session.free_credits <= 0:
+            # Already holding all it may: not an error, and no more tasks.
+            self._idle.pop(session.session_id, None)
             return
         self._idle[session.session_id] = session
         if self._queue:
@@ -410,8 +424,8 @@ class QueueService(Service):
                 f"a {session.role.value} connection reported task {task_id};"
                 " only the worker holding a task may"
             )
-        if session.overdue_task_id == task_id:
-            session.overdue_task_id = None
+        if task_id in session.overdue:
+            session.overdue.discard(task_id)
             self.task_log.info(
                 "late outcome of task {task_id} from {worker} ignored: it was requeued",
                 task_id=task_id,
@@ -419,11 +433,11 @@ class QueueService(Service):
             )
             self._become_idle(session)
             return None
-        task = session.task
-        if task is None or task.task_id != task_id:
-            held = "no task" if task is None else f"task {task.task_id}"
-            raise ProtocolViolation(f"task {task_id} is not held by this worker ({held})")
-        session.task = None
+        task = session.tasks.pop(task_id, None)
+        if task is None:
+            raise ProtocolViolation(
+                f"task {task_id} is not held by this worker ({_held(session.tasks)})"
+            )
         if task.producer is not None:
             task.producer.outstanding -= 1
         del self._live[task_id]
@@ -435,24 +449,33 @@ class QueueService(Service):
         return task
 
     def _become_idle(self, session: Session) -> None:
-        # After DONE/FAILED a worker is idle without a new READY.
-        self._idle[session.session_id] = session
-        if self._queue:
-            self._dispatch()
-        elif self._drained is not None:
+        # After DONE/FAILED a worker has a free credit without a new READY
+        # (unless a READY has since lowered its credits below what it held).
+        if session.free_credits > 0:
+            self._idle[session.session_id] = session
+            if self._queue:
+                self._dispatch()
+                return
+        if self._drained is not None:
             self._check_drained()
 
     def _dispatch(self) -> None:
-        """Hand queued tasks to idle workers, oldest first on both sides."""
+        """
+        Hand queued tasks to workers with free credits, oldest first on both
+        sides; a worker with credits left goes to the back of the line, so
+        tasks are dealt round-robin.
+        """
         queue, idle, pool = self._queue, self._idle, self.pool
         # Only the task timeout reads dispatched_at: no clock read without it.
         now = self.clock() if self.task_timeout and queue and idle else 0.0
         while queue and idle:
-            _, worker = idle.popitem(last=False)
+            worker_id, worker = idle.popitem(last=False)
             task = queue.popleft()
             task.attempts += 1
             task.dispatched_at = now
-            worker.task = task
+            worker.tasks[task.task_id] = task
+            if worker.credits > 1 and worker.free_credits > 0:
+                idle[worker_id] = worker
             worker.peer.sendFrame(
                 wire.encode_task(task.task_id, task.task_type, pool.read(task.block))
             )
@@ -467,10 +490,10 @@ class QueueService(Service):
         timeout = self.task_timeout
         deadline = self.clock() - timeout
         for session in list(self.sessions.values()):
-            task = session.task
-            if task is not None and task.dispatched_at <= deadline:
-                session.task = None
-                session.overdue_task_id = task.task_id
+            overdue = [t for t in session.tasks.values() if t.dispatched_at <= deadline]
+            for task in overdue:
+                del session.tasks[task.task_id]
+                session.overdue.add(task.task_id)
                 self._timed_out += 1
                 # At the tail: a task that keeps running too long must not
                 # take every worker from the tasks queued behind it.
@@ -576,7 +599,7 @@ class QueueService(Service):
     @property
     def tasks_running(self) -> int:
         """Tasks held by workers right now."""
-        return sum(1 for session in self.sessions.values() if session.task is not None)
+        return sum(len(session.tasks) for session in self.sessions.values())
 
     def stopService(self) -> None:
         super().stopService()
@@ -602,3 +625,13 @@ class QueueService(Service):
                 queued=queued,
                 running=running,
             )
+
+
+def _held(tasks: dict[int, Task]) -> str:
+    """What a worker holds, for an error message."""
+    if not tasks:
+        return "no task"
+    ids = list(tasks)
+    shown = ", ".join(str(task_id) for task_id in ids[:5])
+    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    return f"task{'s' if len(ids) > 1 else ''} {shown}{more}"

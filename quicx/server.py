@@ -194,11 +194,13 @@ class QuicxServerProtocol(FrameReceiver):
         self.queue.submit(session, task_type, body)
 
     def _ready(self, payload: bytes) -> None:
-        wire.decode_ready(payload)
+        credits = wire.decode_ready(payload).credits
         if self.session.role is not Role.WORKER:  # type: ignore[union-attr]
             self._authorize("worker")
         self.queue.claim_role(self.session, Role.WORKER)
-        self.queue.ready(self.session)
+        # More than the limit is not an error: the worker is granted the limit
+        # and simply never sees more tasks at once.
+        self.queue.ready(self.session, min(credits, self.limits.max_credits))
 
     def _done(self, payload: bytes) -> None:
         self.queue.done(self.session, wire.done_task_id(payload))

@@ -25,6 +25,9 @@ HEADER = struct.Struct(">BBI")
 HEADER_SIZE = HEADER.size
 TASK_ID = struct.Struct(">I")
 STATS_BODY = struct.Struct(">IIIQQ")
+CREDITS = struct.Struct(">H")
+MAX_CREDITS = 0xFFFF
+"""The most tasks a READY's credit count can ask to hold at once."""
 
 MAX_TASK_ID = 0xFFFFFFFF
 MAX_TYPE_LENGTH = 255
@@ -100,7 +103,13 @@ class Error:
 
 @frozen
 class Ready:
-    pass
+    """
+    A worker asks for work.  C{credits} is how many tasks it may hold at once:
+    1 for the empty READY of the protocol page, more with Quicx's credit
+    extension (a 2-byte count; see docs/protocol.md).
+    """
+
+    credits: int = 1
 
 
 @frozen
@@ -200,8 +209,16 @@ def encode_error(code: int, message: str) -> bytes:
     return frame(MessageType.ERROR, bytes((code,)) + message.encode("utf-8"))
 
 
-def encode_ready() -> bytes:
-    return READY_FRAME
+def encode_ready(credits: int = 1) -> bytes:
+    """
+    A READY; with C{credits} above 1, one carrying the credit extension (a
+    daemon that predates it answers ERROR 0x02).
+    """
+    if credits == 1:
+        return READY_FRAME
+    if not 1 <= credits <= MAX_CREDITS:
+        raise ValueError(f"READY credits are 1 to {MAX_CREDITS}, not {credits}")
+    return frame(MessageType.READY, CREDITS.pack(credits))
 
 
 def encode_task(task_id: int, task_type: bytes, payload: bytes) -> bytes:
@@ -343,6 +360,23 @@ def decode_failed(payload: bytes) -> Failed:
     return Failed(task_id, reason)
 
 
+def decode_ready(payload: bytes) -> Ready:
+    if not payload:
+        return _READY_ONE
+    if len(payload) != CREDITS.size:
+        raise MalformedMessage(
+            MessageType.READY,
+            f"READY payload must be empty or a 2-byte credit count, got {len(payload)} bytes",
+        )
+    credits = CREDITS.unpack(payload)[0]
+    if not credits:
+        raise MalformedMessage(MessageType.READY, "READY credits must be at least 1")
+    return Ready(credits)
+
+
+_READY_ONE = Ready()
+
+
 def decode_stats_response(payload: bytes) -> StatsResponse:
     _exact(MessageType.STATS_RESPONSE, payload, STATS_BODY.size)
     return StatsResponse(*STATS_BODY.unpack(payload))
@@ -357,7 +391,6 @@ def _empty(message_type: MessageType, message: Message) -> Callable[[bytes], Mes
     return decode_empty
 
 
-decode_ready = _empty(MessageType.READY, Ready())
 decode_wait = _empty(MessageType.WAIT, Wait())
 decode_heartbeat = _empty(MessageType.HEARTBEAT, Heartbeat())
 decode_pong = _empty(MessageType.PONG, Pong())

@@ -15,9 +15,13 @@ thread pool, so the reactor stays free to answer heartbeats while they work;
 C{async def} handlers, and handlers registered with C{thread=False} (which
 may return a L{Deferred}), run on the reactor thread.
 
-Each of C{concurrency} slots is one connection with at most one task in
-flight, as the protocol has it.  Slots reconnect with backoff (at most 3 s
-apart, as the reference worker waits) whenever the daemon goes away.
+Each of C{concurrency} slots is one connection.  A slot holds one task at a
+time, as the protocol page has it, or with C{credits} above 1 up to that many
+(Quicx's READY credit extension): the daemon then sends several TASKs in one
+write and the slot answers the outcomes of a read in one write.  Against a
+daemon without the extension a slot falls back to one task at a time.  Slots
+reconnect with backoff (at most 3 s apart, as the reference worker waits)
+whenever the daemon goes away.
 """
 
 from __future__ import annotations
@@ -77,7 +81,11 @@ def failure_reason(failure: Failure) -> str:
 
 
 class WorkerProtocol(FrameReceiver):
-    """One worker connection: READY once, then one task at a time."""
+    """
+    One worker connection: READY once, then up to C{credits} tasks at a time.
+
+    @ivar running: tasks received and not yet answered.
+    """
 
     log = Logger(namespace="quicx.worker")
     maxLength = CLIENT_MAX_LENGTH
@@ -85,9 +93,13 @@ class WorkerProtocol(FrameReceiver):
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.busy = False
+        self.credits = worker.credits
+        self.running = 0
         self.stopping = False
         self.closed: Deferred[None] = Deferred()
+        self._answered = False
+        # Outcomes found while a read is handled, sent together at its end.
+        self._replies: list[bytes] | None = None
 
     def connectionMade(self) -> None:
         super().connectionMade()
@@ -95,7 +107,7 @@ class WorkerProtocol(FrameReceiver):
         self.worker._slots.add(self)
         # Once only: after DONE/FAILED the daemon treats the worker as idle,
         # and after WAIT it pushes the next task without being asked again.
-        self.transport.write(wire.READY_FRAME)  # type: ignore[union-attr]
+        self.transport.write(wire.encode_ready(self.credits))  # type: ignore[union-attr]
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
         self.worker._slots.discard(self)
@@ -105,40 +117,72 @@ class WorkerProtocol(FrameReceiver):
         self.log.error("daemon sent a frame this worker refuses: {reason}", reason=reason)
         self.transport.loseConnection()  # type: ignore[union-attr]
 
+    def dataReceived(self, data: bytes) -> None:
+        self._replies = replies = []
+        try:
+            super().dataReceived(data)
+        finally:
+            self._replies = None
+            if replies and self.connected:
+                write_now(self.transport, b"".join(replies))
+            if self.stopping and not self.running:
+                self.transport.loseConnection()  # type: ignore[union-attr]
+
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if message_type == wire.MessageType.TASK:
+            self._answered = True
             task = wire.decode_task(payload)
-            if self.busy:
-                self.log.error("daemon sent task {id} while one is running", id=task.task_id)
+            if self.running >= self.credits:
+                self.log.error(
+                    "daemon sent task {id} beyond the {credits} this connection may hold",
+                    id=task.task_id,
+                    credits=self.credits,
+                )
                 return
-            self.busy = True
+            self.running += 1
             outcome = self.worker.run(task)
             if type(outcome) is Deferred:
                 outcome.addBoth(self._finished, task.task_id)
             else:
                 # A plain handler on the reactor has already returned.
                 self._finished(outcome, task.task_id)
+        elif message_type == wire.MessageType.WAIT:
+            self._answered = True
         elif message_type == wire.MessageType.HEARTBEAT:
             self.transport.write(wire.PONG_FRAME)  # type: ignore[union-attr]
         elif message_type == wire.MessageType.ERROR:
             error = wire.decode_error(payload)
+            if self.credits > 1 and not self._answered and error.code == ErrorCode.INVALID_MESSAGE:
+                # The first answer to a READY with credits is an ERROR: a
+                # daemon without the extension (the reference one).
+                self.log.warn(
+                    "the daemon refuses READY credits ({message}); this connection"
+                    " takes one task at a time",
+                    message=error.message,
+                )
+                self.credits = 1
+                self.transport.write(wire.READY_FRAME)  # type: ignore[union-attr]
+                return
             self.log.error("daemon error: {message}", message=error.message)
 
     def _finished(self, result: object, task_id: int) -> None:
-        self.busy = False
+        self.running -= 1
         if isinstance(result, Failure):
             reply = wire.encode_failed(task_id, failure_reason(result))
         else:
             reply = wire.encode_done(task_id)
+        if self._replies is not None:
+            self._replies.append(reply)
+            return
         if self.transport is not None and self.connected:
             write_now(self.transport, reply)
-        if self.stopping:
+        if self.stopping and not self.running:
             self.transport.loseConnection()  # type: ignore[union-attr]
 
     def stop(self) -> Deferred[None]:
-        """Finish the task in hand, if any, then disconnect."""
+        """Finish the tasks in hand, if any, then disconnect."""
         self.stopping = True
-        if not self.busy:
+        if not self.running:
             self.transport.loseConnection()  # type: ignore[union-attr]
         return self.closed
 
@@ -147,15 +191,22 @@ class Worker:
     """
     Runs handlers for tasks from one daemon.
 
-    @ivar concurrency: how many tasks may run at once (one connection each).
+    @ivar concurrency: how many connections to the daemon it keeps.
+    @ivar credits: how many tasks each connection may hold at once; up to
+        C{concurrency * credits} tasks run at once.
     """
 
     log = Logger(namespace="quicx.worker")
 
-    def __init__(self, handlers: Mapping[str, Handler] | None = None, concurrency: int = 1) -> None:
+    def __init__(
+        self, handlers: Mapping[str, Handler] | None = None, concurrency: int = 1, credits: int = 1
+    ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not 1 <= credits <= wire.MAX_CREDITS:
+            raise ValueError(f"credits must be 1 to {wire.MAX_CREDITS}")
         self.concurrency = concurrency
+        self.credits = credits
         self._handlers: dict[bytes, Registration] = {}
         for name, function in (handlers or {}).items():
             self.register(name, function)
@@ -217,7 +268,9 @@ class Worker:
         """Connect C{concurrency} slots to the daemon at C{address}."""
         self._reactor = reactor
         self._stopping = False
-        self._threads = ThreadPool(minthreads=0, maxthreads=self.concurrency, name="quicx-worker")
+        self._threads = ThreadPool(
+            minthreads=0, maxthreads=self.concurrency * self.credits, name="quicx-worker"
+        )
         self._threads.start()
         endpoint = endpoint_for(reactor, address)
         self._loops = [

@@ -199,6 +199,23 @@ def test_worker_from_a_plain_mapping(daemon: DaemonProcess, background, tmp_path
     worker.wait_for("HELLO")
 
 
+def test_worker_credits(daemon: DaemonProcess, background, tmp_path: Path) -> None:
+    (tmp_path / "handlers.py").write_text("handlers = {'t': lambda payload: None}\n")
+    env = {**env_for(daemon), "PYTHONPATH": str(tmp_path)}
+    worker = background("worker", "handlers:handlers", "--credits", "8", env=env)
+    with QuicxClient(env["QUICX_ADDRESS"]) as client:
+        ids = client.submit_many(("t", b"") for _ in range(100))
+        for task_id in ids:
+            client.wait(task_id)  # type: ignore[arg-type]
+        stats = client.stats()
+    assert (stats.workers_total, stats.workers_idle) == (1, 1)
+    assert worker.stop() == 0
+    for bad in ("0", "65536", "many"):
+        refused = quicx("worker", "handlers:handlers", "--credits", bad, env=env)
+        assert refused.returncode == 2
+        assert "--credits" in refused.stderr
+
+
 @pytest.mark.parametrize("example", ["blocking_producer.py", "twisted_producer.py"])
 def test_examples(daemon: DaemonProcess, background, example: str) -> None:
     env = env_for(daemon)

@@ -103,6 +103,8 @@ def test_fractional_percentages() -> None:
         ),
         ("[allocator]\npool_size = 8\n", "f:2: pool of 8 bytes is smaller"),
         ("[tasks]\nallow =\n", "f:2: allow: a task type is 1 to 255 bytes"),
+        ("[limits]\nmax_credits = 0\n", "f:2: max_credits: 0 is out of range"),
+        ("[limits]\nmax_credits = 65536\n", "f:2: max_credits: 65536 is out of range"),
         (
             "[server]\nheartbeat_interval = 10\nheartbeat_timeout = 5\n",
             "f:3: heartbeat_timeout (5 s) must be longer than heartbeat_interval (10 s)",

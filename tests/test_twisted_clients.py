@@ -14,8 +14,10 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
 
+from quicx import wire
 from quicx.client import ProducerService, QuicxClientFactory, connect, endpoint_for
 from quicx.errors import ConnectionLost, OutcomeUnknown, QueueFull, TaskFailed
+from quicx.wire import ErrorCode
 from quicx.worker import Worker
 from tests.conftest import DaemonProcess
 
@@ -187,6 +189,83 @@ async def test_threaded_handler_keeps_heartbeats_answered(start_daemon) -> None:
     finally:
         client.close()
         await worker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_credit_worker_runs_a_connections_tasks_at_once(daemon: DaemonProcess) -> None:
+    # Four tasks meet at a barrier: they only finish if all four run together,
+    # on the one connection's four credits.
+    barrier = threading.Barrier(4, timeout=5)
+    worker = Worker({"meet": lambda payload: barrier.wait()}, concurrency=1, credits=4)
+    worker.register("noop", lambda payload: None, thread=False)
+    worker.start(reactor, address(daemon))
+    client = await connect(reactor, address(daemon))
+    try:
+        ids = await defer.gatherResults([client.submit("meet", b"") for _ in range(4)])
+        await defer.gatherResults([client.outcome(i) for i in ids])
+        stats = await client.stats()
+        assert (stats.workers_total, stats.workers_idle) == (1, 1)
+        # Reactor handlers: a burst of tasks, answered a read's worth at a time.
+        ids = await defer.gatherResults([client.submit("noop", b"") for _ in range(500)])
+        await defer.gatherResults([client.outcome(i) for i in ids])
+    finally:
+        client.close()
+        await worker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_credit_worker_stop_finishes_every_task_in_hand(daemon: DaemonProcess) -> None:
+    started = threading.Semaphore(0)
+
+    def slow(payload: bytes) -> None:
+        started.release()
+        time.sleep(0.3)
+
+    worker = Worker({"slow": slow}, credits=3)
+    worker.start(reactor, address(daemon))
+    client = await connect(reactor, address(daemon))
+    ids = await defer.gatherResults([client.submit("slow", b"") for _ in range(3)])
+    outcomes = defer.gatherResults([client.outcome(i) for i in ids])
+    for _ in range(3):
+        await eventually(lambda: defer.succeed(started.acquire(blocking=False)))
+    await worker.stop()
+    await outcomes
+    stats = await client.stats()
+    assert (stats.workers_total, stats.queue_depth) == (0, 0)
+    client.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_credit_worker_falls_back_where_credits_are_refused() -> None:
+    """
+    A daemon without the extension (the reference one: READY must be empty)
+    answers a READY with credits ERROR 0x02; the worker then sends a plain
+    READY and takes one task at a time.  Played here by a loopback socket.
+    """
+    listener = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def reference_daemon() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.settimeout(10)
+            received.append(connection.recv(64))
+            connection.sendall(wire.encode_error(ErrorCode.INVALID_MESSAGE, "bad READY length"))
+            received.append(connection.recv(64))
+            connection.sendall(wire.encode_task(7, b"t", b"x"))
+            received.append(connection.recv(64))
+
+    thread = threading.Thread(target=reference_daemon)
+    thread.start()
+    worker = Worker({"t": lambda payload: None}, credits=8)
+    worker.start(reactor, f"tcp:127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        await eventually(lambda: defer.succeed(len(received) == 3))
+    finally:
+        await worker.stop()
+        thread.join(10)
+        listener.close()
+    assert received == [wire.encode_ready(8), wire.encode_ready(), wire.encode_done(7)]
 
 
 def test_endpoint_strings() -> None:

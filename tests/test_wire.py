@@ -84,7 +84,9 @@ def test_stats_response_is_28_bytes_big_endian() -> None:
         (MessageType.OK, b"\x00", "must be 4 bytes"),
         (MessageType.FAILED, b"\x00\x00", "4-byte task id"),
         (MessageType.FAILED, b"\x00\x00\x00\x01\xff\xfe", "not UTF-8"),
-        (MessageType.READY, b"x", "must be 0 bytes"),
+        (MessageType.READY, b"x", "empty or a 2-byte credit count, got 1 bytes"),
+        (MessageType.READY, b"\x00\x00\x01", "empty or a 2-byte credit count, got 3 bytes"),
+        (MessageType.READY, b"\x00\x00", "credits must be at least 1"),
         (MessageType.WAIT, b"x", "must be 0 bytes"),
         (MessageType.HEARTBEAT, b"x", "must be 0 bytes"),
         (MessageType.PONG, b"x", "must be 0 bytes"),
@@ -99,6 +101,17 @@ def test_malformed_payloads_are_refused(message_type: int, payload: bytes, fragm
     with pytest.raises(MalformedMessage, match=fragment) as raised:
         wire.decode(message_type, payload)
     assert raised.value.message_type == message_type
+
+
+def test_ready_credits_extension() -> None:
+    # One credit is the protocol page's empty READY, byte for byte.
+    assert wire.encode_ready(1) == b"\x01\x04\x00\x00\x00\x00"
+    assert wire.encode_ready(300) == b"\x01\x04\x00\x00\x00\x02\x01\x2c"
+    assert wire.decode_ready(b"\x01\x2c") == wire.Ready(300)
+    assert wire.decode_ready(b"\xff\xff") == wire.Ready(wire.MAX_CREDITS)
+    for bad in (0, wire.MAX_CREDITS + 1):
+        with pytest.raises(ValueError, match="READY credits are 1 to 65535"):
+            wire.encode_ready(bad)
 
 
 def test_failed_reason_is_verbatim_utf8() -> None:
