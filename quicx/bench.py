@@ -126,7 +126,9 @@ class Workers:
     connection holding up to C{credits} tasks.
     """
 
-    def __init__(self, daemon: Daemon, count: int, slots: int, credits: int) -> None:
+    def __init__(
+        self, daemon: Daemon, count: int, slots: int, credits: int, busy_poll: float = 0.0
+    ) -> None:
         self.processes = [
             subprocess.Popen(
                 [
@@ -135,6 +137,7 @@ class Workers:
                     "quicx.bench:noop_worker",
                     f"-n{slots}",
                     f"--credits={credits}",
+                    f"--busy-poll={busy_poll}",
                     f"--connect={daemon.address}",
                 ],
                 stdout=subprocess.DEVNULL,
@@ -173,16 +176,24 @@ ONE_TASK_EACH = (32, 1)
 on each (32 was the best count measured, docs/performance.md)."""
 
 
+BUSY_POLL = 0.0001
+"""The busy-poll spin of the latency workload's second run (daemon and
+workers): 100 µs, the best of 50, 100, 200 and 300 µs measured."""
+
+
 @contextmanager
 def running(
-    extra: list[str] | None = None, workers: int = 0, layout: tuple[int, int] = CREDITS
+    extra: list[str] | None = None,
+    workers: int = 0,
+    layout: tuple[int, int] = CREDITS,
+    busy_poll: float = 0.0,
 ) -> Iterator[Daemon]:
     with tempfile.TemporaryDirectory(prefix="quicx-bench-") as directory:
-        daemon = Daemon(Path(directory), extra or [])
+        daemon = Daemon(Path(directory), [*(extra or []), f"--busy-poll={busy_poll}"])
         pool = None
         try:
             if workers:
-                pool = daemon.workers = Workers(daemon, workers, *layout)
+                pool = daemon.workers = Workers(daemon, workers, *layout, busy_poll)
             yield daemon
         finally:
             if pool is not None:
@@ -246,10 +257,13 @@ def e2e_workload(
     }
 
 
-def latency_workload(n: int) -> dict[str, Any]:
+def latency_workload(n: int, busy_poll: float = 0.0) -> dict[str, Any]:
     """One task at a time: submit, run, DONE back at the producer."""
     payload = payload_of(100)
-    with running(workers=2, layout=(1, 1)) as daemon, QuicxClient(daemon.address) as client:
+    with (
+        running(workers=2, layout=(1, 1), busy_poll=busy_poll) as daemon,
+        QuicxClient(daemon.address) as client,
+    ):
         for _ in range(50):
             client.submit_and_wait(BENCH_TYPE, payload)
         samples = []
@@ -257,7 +271,7 @@ def latency_workload(n: int) -> dict[str, Any]:
             started = time.perf_counter_ns()
             client.submit_and_wait(BENCH_TYPE, payload)
             samples.append(time.perf_counter_ns() - started)
-    return {"n": n, **percentiles(samples)}
+    return {"n": n, "busy_poll": busy_poll, **percentiles(samples)}
 
 
 def percentiles(samples_ns: list[int]) -> dict[str, float]:
@@ -585,16 +599,18 @@ def main(argv: list[str] | None = None) -> int:
         emit_e2e("e2e one task/conn", e2e_workload(n, layout=ONE_TASK_EACH), theirs)
 
     def run_latency() -> None:
-        ours = latency_workload(5000 // scale)
-        theirs = peer("latency", 5000 // scale)
-        keys = ("p50_us", "p90_us", "p99_us", "max_us")
-        line = " ".join(f"{k[:-3]} {ours[k]:,.0f}" for k in keys)
-        if theirs and "p50_us" in theirs:
-            line += (
-                f" µs   beanstalkd p50 {theirs['p50_us']:,.0f} p99 {theirs['p99_us']:,.0f},"
-                f" p50 ratio {ours['p50_us'] / theirs['p50_us']:.2f}x"
-            )
-        emit("latency", line, {**ours, "peer": theirs}, table)
+        n = 5000 // scale
+        theirs = peer("latency", n)
+        for name, busy_poll in (("latency", 0.0), ("latency busy-poll", BUSY_POLL)):
+            ours = latency_workload(n, busy_poll)
+            keys = ("p50_us", "p90_us", "p99_us", "max_us")
+            line = " ".join(f"{k[:-3]} {ours[k]:,.0f}" for k in keys)
+            if theirs and "p50_us" in theirs:
+                line += (
+                    f" µs   beanstalkd p50 {theirs['p50_us']:,.0f} p99 {theirs['p99_us']:,.0f},"
+                    f" p50 ratio {ours['p50_us'] / theirs['p50_us']:.2f}x"
+                )
+            emit(name, line, {**ours, "peer": theirs}, table)
 
     def run_fanin() -> None:
         ours = fanin_workload(50, 2000 // scale)

@@ -291,6 +291,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from twisted.internet.defer import ensureDeferred
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
+    from quicx.busypoll import enable_busy_poll
     from quicx.worker import Worker
 
     target = import_object(args.target)
@@ -308,6 +309,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
             " of task types to handlers"
         )
     address = client_address(args)
+    if args.busy_poll:
+        try:
+            enable_busy_poll(reactor, args.busy_poll)
+        except ValueError as e:
+            raise CommandError(str(e)) from None
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
     worker.start(reactor, address)
     # SIGTERM / Ctrl-C: finish the tasks in hand, then exit.
@@ -348,6 +354,18 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def configuration_argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a L{quicx.config} value parser."""
+
+    def argument(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return argument
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -452,6 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=bounded_int(1, MAX_CREDITS),
         help="tasks each connection may hold at once (default 1; more uses Quicx's"
         " READY credit extension)",
+    )
+    worker.add_argument(
+        "--busy-poll",
+        type=configuration_argument(configuration.parse_busy_poll),
+        metavar="SECONDS",
+        help="poll for tasks this long before sleeping (default 0: off; up to 0.01)",
     )
     connect_option(worker)
     worker.set_defaults(run=cmd_worker)

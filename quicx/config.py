@@ -112,6 +112,7 @@ class Config:
     events_max_age: float = 3600.0
     drain_timeout: float = 30.0
     spare_busy_workers: bool = False
+    busy_poll: float = 0.0
     tls_certificate: str = ""
     tls_private_key: str = ""
     tls_client_ca: str = ""
@@ -197,6 +198,17 @@ def parse_seconds(text: str) -> float:
         raise ValueError(f"{text!r} is not a number of seconds") from None
     if not 0 <= value < 1e9:
         raise ValueError(f"{text} seconds is out of range")
+    return value
+
+
+MAX_BUSY_POLL = 0.01
+
+
+def parse_busy_poll(text: str) -> float:
+    """Seconds to spin before sleeping (see L{quicx.busypoll}): 0 to 10 ms."""
+    value = parse_seconds(text)
+    if value > MAX_BUSY_POLL:
+        raise ValueError(f"{text} seconds is out of range (0 to {MAX_BUSY_POLL:g})")
     return value
 
 
@@ -287,6 +299,7 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("tasks", "allow"): _Key("allowed_types", _parse_task_type, frozenset),
     ("server", "drain_timeout"): _Key("drain_timeout", parse_seconds),
     ("server", "spare_busy_workers"): _Key("spare_busy_workers", _parse_bool),
+    ("server", "busy_poll"): _Key("busy_poll", parse_busy_poll),
     ("tasks", "timeout"): _Key("task_timeout", parse_seconds),
     ("tasks", "max_attempts"): _Key("max_attempts", _bounded_int(0, 1_000_000)),
     ("limits", "max_connections"): _Key("max_connections", _bounded_int(1, 1_000_000)),
@@ -452,6 +465,7 @@ def render(config: Config) -> str:
         *([f"pid_file = {config.pid_file}"] if config.pid_file else []),
         f"drain_timeout = {config.drain_timeout:g}",
         f"spare_busy_workers = {'yes' if config.spare_busy_workers else 'no'}",
+        f"busy_poll = {config.busy_poll:g}",
         "",
         "[allocator]",
         f"pool_size = {config.pool_size}",

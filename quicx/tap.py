@@ -35,6 +35,7 @@ from twisted.python.failure import Failure
 
 from quicx import __version__, pmad, version_line, wire
 from quicx import config as configuration
+from quicx.busypoll import enable_busy_poll
 from quicx.control import STATUS_FORMAT, ControlFactory
 from quicx.events import EventLog, EventSettings
 from quicx.framing import OutputBatcher
@@ -99,6 +100,13 @@ class Options(usage.Options):
             "When journal records reach the disk: always, everysec or no.",
             configuration.parse_fsync,
         ],
+        [
+            "busy-poll",
+            None,
+            None,
+            "Poll sockets this many seconds before sleeping (0: off; up to 0.01).",
+            configuration.parse_busy_poll,
+        ],
     ]
 
     def __init__(self) -> None:
@@ -141,6 +149,7 @@ class Options(usage.Options):
             ("task-timeout", "task_timeout"),
             ("drain-timeout", "drain_timeout"),
             ("fsync", "fsync"),
+            ("busy-poll", "busy_poll"),
         ):
             if self[option] is not None:
                 overrides[name] = self[option]
@@ -380,6 +389,10 @@ class QuicxDaemon(MultiService):
             timeout=config.heartbeat_timeout,
             types=", ".join(sorted(t.decode() for t in types)) if types else "any",
         )
+        if config.busy_poll:
+            self.log.info(
+                "busy polling: {micros:g} µs before each sleep", micros=config.busy_poll * 1e6
+            )
         super().privilegedStartService()
 
 
@@ -401,6 +414,11 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     # (and every other) when stdout is a file or a supervisor's pipe.
     with suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    if config.busy_poll:
+        try:
+            enable_busy_poll(reactor, config.busy_poll)
+        except ValueError as e:
+            raise SystemExit(f"quicx: busy_poll: {e}") from None
     pool = pmad.Pmad(config.pool_size, list(config.classes))
     journal = open_journal(config, reactor) if config.journal else None
     events = (
