@@ -199,10 +199,12 @@ def test_worker_from_a_plain_mapping(daemon: DaemonProcess, background, tmp_path
     worker.wait_for("HELLO")
 
 
-def test_worker_credits(daemon: DaemonProcess, background, tmp_path: Path) -> None:
+def test_worker_credits_and_busy_poll(daemon: DaemonProcess, background, tmp_path: Path) -> None:
     (tmp_path / "handlers.py").write_text("handlers = {'t': lambda payload: None}\n")
     env = {**env_for(daemon), "PYTHONPATH": str(tmp_path)}
-    worker = background("worker", "handlers:handlers", "--credits", "8", env=env)
+    worker = background(
+        "worker", "handlers:handlers", "--credits", "8", "--busy-poll", "0.0001", env=env
+    )
     with QuicxClient(env["QUICX_ADDRESS"]) as client:
         ids = client.submit_many(("t", b"") for _ in range(100))
         for task_id in ids:
@@ -210,10 +212,15 @@ def test_worker_credits(daemon: DaemonProcess, background, tmp_path: Path) -> No
         stats = client.stats()
     assert (stats.workers_total, stats.workers_idle) == (1, 1)
     assert worker.stop() == 0
-    for bad in ("0", "65536", "many"):
-        refused = quicx("worker", "handlers:handlers", "--credits", bad, env=env)
+    for option, bad in (
+        ("--credits", "0"),
+        ("--credits", "65536"),
+        ("--credits", "many"),
+        ("--busy-poll", "0.5"),
+    ):
+        refused = quicx("worker", "handlers:handlers", option, bad, env=env)
         assert refused.returncode == 2
-        assert "--credits" in refused.stderr
+        assert option in refused.stderr
 
 
 @pytest.mark.parametrize("example", ["blocking_producer.py", "twisted_producer.py"])
