@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-QUICX, PEER = "#1f6f8b", "#b5651d"
+QUICX, QUICX_SPIN, PEER = "#1f6f8b", "#6fb3c9", "#b5651d"
 
 
 def by_workload(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -31,9 +31,10 @@ def throughput_bars(
     """End-to-end tasks/s: Quicx and beanstalkd, per workload run in both."""
     labels, ours, theirs = [], [], []
     for name, label in (
-        ("e2e", "Quicx pipelined\n100 B"),
-        ("e2e 16 B", "Quicx pipelined\n16 B"),
-        ("e2e 1024 B", "Quicx pipelined\n1 KiB"),
+        ("e2e", "credits\n100 B"),
+        ("e2e one task/conn", "one task per\nconnection, 100 B"),
+        ("e2e 16 B", "credits\n16 B"),
+        ("e2e 1024 B", "credits\n1 KiB"),
         ("harness e2e", "both: one put\nper round trip"),
     ):
         result = results.get(name)
@@ -68,19 +69,25 @@ def main(source: str, target: str) -> None:
         left.annotate(f"{a / b:.2f}x", (p - 0.2, a), ha="center", va="bottom", fontsize=9)
     left.set_xticks(list(positions), labels)
     left.set_ylabel("tasks per second (higher is better)")
-    left.set_title("End-to-end throughput, 2 worker processes")
+    left.set_title("End-to-end throughput, 2 worker processes; Quicx pipelined")
     left.legend()
 
     latency = results.get("latency", {})
+    spinning = results.get("latency busy-poll", {})
     peer = latency.get("peer") or {}
-    marks = ["p50_us", "p90_us", "p99_us"]
+    marks = ["p50_us", "p99_us"]  # the harness reports no p90 for beanstalkd
     if peer and all(m in peer for m in marks):
         positions = range(len(marks))
-        right.bar([p - 0.2 for p in positions], [latency[m] for m in marks], 0.4,
-                  label="Quicx", color=QUICX)  # fmt: skip
-        right.bar([p + 0.2 for p in positions], [peer[m] for m in marks], 0.4,
-                  label="beanstalkd", color=PEER)  # fmt: skip
-        right.set_xticks(list(positions), ["p50", "p90", "p99"])
+        series = [
+            (latency, "Quicx", QUICX),
+            (spinning, "Quicx, busy_poll 100 µs", QUICX_SPIN),
+            (peer, "beanstalkd", PEER),
+        ]
+        for offset, (values, label, color) in zip((-0.27, 0, 0.27), series, strict=True):
+            if all(m in values for m in marks):
+                right.bar([p + offset for p in positions], [values[m] for m in marks], 0.27,
+                          label=label, color=color)  # fmt: skip
+        right.set_xticks(list(positions), ["p50", "p99"])
     right.set_ylabel("µs (lower is better)")
     right.set_title("Round trip: submit → worker → outcome")
     right.legend()
