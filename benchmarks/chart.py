@@ -70,7 +70,9 @@ def main(source: str, target: str) -> None:
     left.set_xticks(list(positions), labels)
     left.set_ylabel("tasks per second (higher is better)")
     left.set_title("End-to-end throughput, 2 worker processes; Quicx pipelined")
-    left.legend()
+    # Headroom above the tallest bar for the legend and the ratio labels.
+    left.set_ylim(top=1.35 * max([*ours, *theirs], default=1))
+    left.legend(loc="upper right")
 
     latency = results.get("latency", {})
     spinning = results.get("latency busy-poll", {})
