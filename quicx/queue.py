@@ -27,6 +27,7 @@ from zope.interface import Attribute, Interface
 from quicx import pmad, wire
 from quicx.events import EventLog
 from quicx.journal import Journal, Recovery
+from quicx.logsummary import LogSummary
 from quicx.wire import ErrorCode
 
 
@@ -64,6 +65,12 @@ class Task:
         C{None} for a task recovered from the journal.
     @ivar attempts: how many times it has been handed to a worker.
     @ivar dispatched_at: when it was last handed to a worker.
+    @ivar holder: the worker holding its current delivery, if any.
+    @ivar finished: its outcome is decided (a task taken back at its timeout
+        can still be in the queue, or at another worker, when the first
+        outcome arrives; those copies are then skipped).
+    @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
+        it waits in its producer's L{Session.replies}.
     """
 
     task_id: int
@@ -73,6 +80,9 @@ class Task:
     producer: Session | None
     attempts: int = 0
     dispatched_at: float = 0.0
+    holder: Session | None = None
+    finished: bool = False
+    reply: bytes | None = None
 
 
 @define(eq=False)
@@ -88,8 +98,13 @@ class Session:
     @ivar last_received: when anything last arrived from the peer.
     @ivar heartbeat_sent: when the daemon last sent it a HEARTBEAT.
     @ivar paused: not read from until its unsent output drains.
-    @ivar overdue: tasks taken back from this worker when they ran past the
-        task timeout; each takes one of its credits until it reports it.
+    @ivar overdue: deliveries to this worker that are no longer its to
+        finish (taken back at the task timeout, or finished by another
+        worker's outcome first), by task id; each takes one of its credits
+        until it reports the task.
+    @ivar replies: answers to this peer's requests that must wait for an
+        earlier SUBMIT's answer (its journal record is being synced): frames,
+        and tasks whose answer is not decided yet.  Empty nearly always.
     """
 
     session_id: int
@@ -102,7 +117,8 @@ class Session:
     heartbeat_sent: float = 0.0
     connected: bool = True
     paused: bool = False
-    overdue: set[int] = field(factory=set)
+    overdue: dict[int, Task] = field(factory=dict)
+    replies: deque[Task | bytes] = field(factory=deque)
 
     @property
     def free_credits(self) -> int:
@@ -121,6 +137,7 @@ class Counters:
     requeued: int
     timed_out: int
     given_up: int
+    late_outcomes: int
 
 
 class ProtocolViolation(Exception):
@@ -149,6 +166,7 @@ class QueueService(Service):
         task_timeout: float = 0.0,
         max_attempts: int = 0,
         events: EventLog | None = None,
+        failures: LogSummary | None = None,
     ) -> None:
         self.pool = pool
         self.allowed_types = allowed_types
@@ -157,6 +175,7 @@ class QueueService(Service):
         self.task_timeout = task_timeout
         self.max_attempts = max_attempts
         self.events = events
+        self.failures = failures or LogSummary(self.task_log)
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
@@ -178,6 +197,9 @@ class QueueService(Service):
         self._requeued = 0
         self._timed_out = 0
         self._given_up = 0
+        self._late_outcomes = 0
+        # Finished tasks still in the queue (see Task.finished).
+        self._stale = 0
 
     # -- sessions -----------------------------------------------------------
 
@@ -194,11 +216,16 @@ class QueueService(Service):
         self._idle.pop(session.session_id, None)
         if session.role is Role.WORKER:
             self._workers -= 1
-        if session.tasks:
+        session.replies.clear()
+        if session.tasks or session.overdue:
             held, session.tasks = session.tasks, {}
+            # Its late copies are forgotten: each task is queued, held by
+            # another worker, or finished.
+            session.overdue = {}
             cause = f"worker {session.peer.peer_name} disconnected"
             for task in reversed(held.values()):
-                self._requeue(task, cause)
+                task.holder = None
+                self._requeue(task, "its worker disconnected", cause)
             self._dispatch()
         if self._drained is not None:
             self._check_drained()
@@ -218,6 +245,36 @@ class QueueService(Service):
         session.role = role
         if role is Role.WORKER:
             self._workers += 1
+
+    # -- replies --------------------------------------------------------------
+
+    def reply(self, session: Session, frame: bytes) -> None:
+        """
+        Answer a request of C{session}'s.  Answers leave in the order of the
+        requests: behind any SUBMIT whose answer waits for its journal record.
+        """
+        if session.replies:
+            session.replies.append(frame)
+        else:
+            session.peer.sendFrame(frame)
+
+    def _answer_waiting(self, task: Task, frame: bytes) -> None:
+        """Decide the answer of a SUBMIT that waited; send what may go now."""
+        task.reply = frame
+        producer = task.producer
+        if producer is None or not producer.connected:
+            return
+        replies, send = producer.replies, producer.peer.sendFrame
+        while replies:
+            head = replies[0]
+            if type(head) is bytes:
+                send(head)
+            elif head.reply is not None:  # type: ignore[union-attr]
+                send(head.reply)  # type: ignore[union-attr]
+                head.reply = None  # type: ignore[union-attr]
+            else:
+                return
+            replies.popleft()
 
     # -- producers ------------------------------------------------------------
 
@@ -272,6 +329,9 @@ class QueueService(Service):
         session.outstanding += 1
         if journal is None or journal.record_submit(task, payload):
             self._accept(task)
+        else:
+            # Its answer, and every answer after it, waits for the journal.
+            session.replies.append(task)
 
     def _accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
@@ -280,38 +340,53 @@ class QueueService(Service):
             self._event("submitted", task)
         producer = task.producer
         if producer is not None and producer.connected:
-            producer.peer.sendFrame(wire.encode_ok(task.task_id))
+            self.reply(producer, wire.encode_ok(task.task_id))
         self._queue.append(task)
         if self._idle:
             self._dispatch()
 
     def _accept_all(self, tasks: list[Task]) -> None:
-        """(The journal.) These tasks' records are on disk."""
+        """(The journal.) These waiting tasks' records are durable."""
         for task in tasks:
-            self._accept(task)
+            self._submitted += 1
+            if self.events is not None:
+                self._event("submitted", task)
+            self._answer_waiting(task, wire.encode_ok(task.task_id))
+            self._queue.append(task)
+        if self._idle:
+            self._dispatch()
 
-    def _refuse_unwritten(self, tasks: list[Task], reason: str) -> None:
-        """(The journal.) These tasks' records could not be written."""
+    def _refuse_unwritten(self, tasks: list[Task], reason: str, in_doubt: bool) -> None:
+        """
+        (The journal.) These waiting tasks' records could not be written.
+
+        Their producers hear ERROR: nothing of them is left in the journal,
+        so they never run.  When the journal could not even be cut back
+        (C{in_doubt}), a record may survive and run after a restart: then
+        their producers are disconnected unanswered, which tells them the
+        outcome is unknown, rather than told a lie.
+        """
         for task in tasks:
             del self._live[task.task_id]
             self.pool.free(task.block)
             producer = task.producer
             assert producer is not None
             producer.outstanding -= 1
-            if producer.connected:
-                self._reject(
-                    producer,
-                    ErrorCode.QUEUE_FULL,
-                    f"journal write failed: {reason}",
-                    task.task_type,
-                    task.size,
-                )
+            if not producer.connected:
+                continue
+            if in_doubt:
+                producer.peer.disconnect()
+                continue
+            message = f"journal write failed: {reason}"
+            self._count_rejection(
+                producer, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
+            )
+            self._answer_waiting(task, wire.encode_error(ErrorCode.QUEUE_FULL, message))
 
-    def _snapshot(self) -> tuple[int, Iterator[tuple[int, bytes, bytes]]]:
-        """(The journal.) The id counter and the live tasks, oldest first."""
+    def _snapshot(self) -> Iterator[tuple[int, bytes, bytes]]:
+        """(The journal.) The live tasks, oldest first."""
         read = self.pool.read
-        live = ((t.task_id, t.task_type, read(t.block)) for t in self._live.values())
-        return self._last_task_id, live
+        return ((t.task_id, t.task_type, read(t.block)) for t in self._live.values())
 
     def restore(self, recovery: Recovery) -> None:
         """
@@ -330,12 +405,17 @@ class QueueService(Service):
     def _reject(
         self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
+        self._count_rejection(session, code, reason, task_type, size)
+        self.reply(session, wire.encode_error(code, reason))
+
+    def _count_rejection(
+        self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
+    ) -> None:
         self._rejected += 1
         if self.events is not None:
             self.events.record(
                 "rejected", None, task_type, size, session.session_id, None, 0, (int(code), reason)
             )
-        session.peer.sendFrame(wire.encode_error(code, reason))
 
     def _event(
         self, kind: str, task: Task, worker: Session | None = None, extra: object = None
@@ -382,62 +462,56 @@ class QueueService(Service):
 
     def done(self, session: Session, task_id: int) -> None:
         task = self._finish(session, task_id, failed=False)
-        if task is None:
-            return
-        self._completed += 1
-        if self.events is not None:
-            self._event("done", task, session)
-        producer = task.producer
-        if producer is not None and producer.connected:
-            producer.peer.sendFrame(wire.encode_done(task_id))
+        if task is not None:
+            self._completed += 1
+            if self.events is not None:
+                self._event("done", task, session)
+            producer = task.producer
+            if producer is not None and producer.connected:
+                producer.peer.sendFrame(wire.encode_done(task_id))
         self._become_idle(session)
 
     def failed(self, session: Session, task_id: int, reason: str) -> None:
         task = self._finish(session, task_id, failed=True)
-        if task is None:
-            return
-        self._failed += 1
-        if self.events is not None:
-            self._event("failed", task, session, reason)
-        # The protocol page has the daemon log every FAILED reason.
-        self.task_log.info(
-            "task {task_id} ({task_type}) failed on {worker}: {reason}",
-            task_id=task_id,
-            task_type=task.task_type.decode("utf-8", "replace"),
-            worker=session.peer.peer_name,
-            reason=reason,
-        )
-        producer = task.producer
-        if producer is not None and producer.connected:
-            producer.peer.sendFrame(wire.encode_failed(task_id, reason))
+        if task is not None:
+            self._failed += 1
+            if self.events is not None:
+                self._event("failed", task, session, reason)
+            # The protocol page has the daemon log every FAILED reason: here
+            # in a summary every few seconds, and one by one at DEBUG.
+            self.failures.note(
+                "failed",
+                task.task_type,
+                reason,
+                "task {task_id} ({task_type}) failed on {worker}: {reason}",
+                task_id=task_id,
+                task_type=task.task_type.decode("utf-8", "replace"),
+                worker=session.peer.peer_name,
+                reason=reason,
+            )
+            producer = task.producer
+            if producer is not None and producer.connected:
+                producer.peer.sendFrame(wire.encode_failed(task_id, reason))
         self._become_idle(session)
 
     def _finish(self, session: Session, task_id: int, failed: bool) -> Task | None:
         """
-        Take back the task C{session} holds, journal its end, free its block.
+        Take back the task C{session} reports, journal its end, free its block.
 
-        @return: the task; C{None} for the late outcome of a task taken back
-            from this worker at its timeout (ignored: the task was requeued).
+        The first outcome of a task wins, from whichever of its deliveries:
+        a worker that reports a task taken back at its timeout still
+        finishes it, if nobody has yet.
+
+        @return: the task; C{None} for an outcome that came too late (the
+            task was finished already): ignored and counted.
         """
-        if session.role is not Role.WORKER:
-            raise ProtocolViolation(
-                f"a {session.role.value} connection reported task {task_id};"
-                " only the worker holding a task may"
-            )
-        if task_id in session.overdue:
-            session.overdue.discard(task_id)
-            self.task_log.info(
-                "late outcome of task {task_id} from {worker} ignored: it was requeued",
-                task_id=task_id,
-                worker=session.peer.peer_name,
-            )
-            self._become_idle(session)
-            return None
         task = session.tasks.pop(task_id, None)
         if task is None:
-            raise ProtocolViolation(
-                f"task {task_id} is not held by this worker ({_held(session.tasks)})"
-            )
+            task = self._late_delivery(session, task_id)
+            if task is None:
+                return None
+        task.finished = True
+        task.holder = None
         if task.producer is not None:
             task.producer.outstanding -= 1
         del self._live[task_id]
@@ -446,6 +520,52 @@ class QueueService(Service):
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
         self.pool.free(task.block)
+        return task
+
+    def _late_delivery(self, session: Session, task_id: int) -> Task | None:
+        """
+        An outcome for a delivery C{session} no longer holds: the task if it
+        is still to be finished (its other copies are then forgotten), else
+        C{None}.
+
+        @raise ProtocolViolation: C{session} was never given C{task_id}.
+        """
+        task = session.overdue.pop(task_id, None)
+        if task is None:
+            if session.role is not Role.WORKER:
+                raise ProtocolViolation(
+                    f"a {session.role.value} connection reported task {task_id};"
+                    " only the worker holding a task may"
+                )
+            raise ProtocolViolation(
+                f"task {task_id} is not held by this worker ({_held(session.tasks)})"
+            )
+        if task.finished:
+            self._late_outcomes += 1
+            self.failures.note(
+                "reported late",
+                task.task_type,
+                "the task was finished before",
+                "outcome of task {task_id} from {worker} ignored: it was finished before",
+                task_id=task_id,
+                worker=session.peer.peer_name,
+            )
+            return None
+        holder = task.holder
+        if holder is not None:
+            # Another worker runs it now: its outcome will come too late.
+            del holder.tasks[task_id]
+            holder.overdue[task_id] = task
+        else:
+            self._stale += 1  # still queued: dispatch skips it
+        self.failures.note(
+            "finished after a timeout",
+            task.task_type,
+            "its worker reported it after it was taken back",
+            "task {task_id} finished by {worker} after it was taken back",
+            task_id=task_id,
+            worker=session.peer.peer_name,
+        )
         return task
 
     def _become_idle(self, session: Session) -> None:
@@ -463,16 +583,30 @@ class QueueService(Service):
         """
         Hand queued tasks to workers with free credits, oldest first on both
         sides; a worker with credits left goes to the back of the line, so
-        tasks are dealt round-robin.
+        tasks are dealt round-robin.  A task never goes to a worker that
+        still holds a late copy of it.
         """
         queue, idle, pool = self._queue, self._idle, self.pool
         # Only the task timeout reads dispatched_at: no clock read without it.
         now = self.clock() if self.task_timeout and queue and idle else 0.0
+        set_aside: list[Task] = []
         while queue and idle:
-            worker_id, worker = idle.popitem(last=False)
             task = queue.popleft()
+            if task.finished:
+                self._stale -= 1
+                continue
+            worker_id, worker = idle.popitem(last=False)
+            if worker.overdue and task.task_id in worker.overdue:
+                other = _first_without(idle, task.task_id)
+                idle[worker_id] = worker
+                idle.move_to_end(worker_id, last=False)
+                if other is None:
+                    set_aside.append(task)
+                    continue
+                worker_id, worker = other.session_id, idle.pop(other.session_id)
             task.attempts += 1
             task.dispatched_at = now
+            task.holder = worker
             worker.tasks[task.task_id] = task
             if worker.credits > 1 and worker.free_credits > 0:
                 idle[worker_id] = worker
@@ -481,11 +615,14 @@ class QueueService(Service):
             )
             if self.events is not None:
                 self._event("dispatched", task, worker)
+        if set_aside:
+            queue.extendleft(reversed(set_aside))
 
     def expire_overdue(self) -> None:
         """
         Take back every task held longer than the task timeout and queue it
-        again, at the tail.
+        again, at the tail.  The worker keeps the credit until it reports
+        the task; if it does before anyone else, its outcome still counts.
         """
         timeout = self.task_timeout
         deadline = self.clock() - timeout
@@ -493,12 +630,14 @@ class QueueService(Service):
             overdue = [t for t in session.tasks.values() if t.dispatched_at <= deadline]
             for task in overdue:
                 del session.tasks[task.task_id]
-                session.overdue.add(task.task_id)
+                session.overdue[task.task_id] = task
+                task.holder = None
                 self._timed_out += 1
                 # At the tail: a task that keeps running too long must not
                 # take every worker from the tasks queued behind it.
                 self._requeue(
                     task,
+                    "held past the task timeout",
                     f"held for more than {timeout:g} s by {session.peer.peer_name}"
                     f" (attempt {task.attempts})",
                     at_head=False,
@@ -513,7 +652,7 @@ class QueueService(Service):
         """
         self.draining = True
         self._drained = Deferred()
-        self._drain_timer = clock.callLater(timeout, self._drain_done)
+        self._drain_timer = clock.callLater(timeout, self.stop_draining)
         drained = self._drained
         self._check_drained()
         return drained
@@ -526,9 +665,10 @@ class QueueService(Service):
             and not self.tasks_running
             and (not self._queue or not self._workers)
         ):
-            self._drain_done()
+            self.stop_draining()
 
-    def _drain_done(self) -> None:
+    def stop_draining(self) -> None:
+        """Fire the drain's Deferred now, whatever is left."""
         drained, self._drained = self._drained, None
         if drained is not None:
             if self._drain_timer is not None and self._drain_timer.active():
@@ -539,26 +679,35 @@ class QueueService(Service):
         """Whether C{session} is a producer still owed an outcome."""
         return session.outstanding > 0
 
-    def _requeue(self, task: Task, cause: str, at_head: bool = True) -> None:
+    def _requeue(self, task: Task, why: str, cause: str, at_head: bool = True) -> None:
         """
-        Queue C{task} again -- or, once it has been delivered C{max_attempts}
-        times, fail it: a task that kills or outlasts every worker must not
-        come back forever.
+        Queue C{task} again (C{why} in short, C{cause} in full) -- or, once
+        it has been delivered C{max_attempts} times, fail it: a task that
+        kills or outlasts every worker must not come back forever.  Only a
+        task queued again counts (and is recorded) as requeued.
         """
-        if self.events is not None:
-            self._event("requeued", task, None, cause)
         if self.max_attempts and task.attempts >= self.max_attempts:
             self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
             return
+        if self.events is not None:
+            self._event("requeued", task, None, cause)
         if at_head:
             self._queue.appendleft(task)
         else:
             self._queue.append(task)
         self._requeued += 1
-        self.task_log.info("task {task_id} requeued: {cause}", task_id=task.task_id, cause=cause)
+        self.failures.note(
+            "requeued",
+            task.task_type,
+            why,
+            "task {task_id} requeued: {cause}",
+            task_id=task.task_id,
+            cause=cause,
+        )
 
     def _give_up(self, task: Task, reason: str) -> None:
         """Fail a task no worker holds: its producer hears FAILED with C{reason}."""
+        task.finished = True
         del self._live[task.task_id]
         if self.journal is not None:
             self.journal.record_outcome(task, True)
@@ -567,7 +716,14 @@ class QueueService(Service):
         self._given_up += 1
         if self.events is not None:
             self._event("failed", task, None, reason)
-        self.task_log.warn("task {task_id} failed: {reason}", task_id=task.task_id, reason=reason)
+        self.failures.note(
+            "given up",
+            task.task_type,
+            "delivered max_attempts times",
+            "task {task_id} failed: {reason}",
+            task_id=task.task_id,
+            reason=reason,
+        )
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
@@ -578,7 +734,7 @@ class QueueService(Service):
 
     def stats(self) -> wire.StatsResponse:
         return wire.StatsResponse(
-            queue_depth=len(self._queue),
+            queue_depth=len(self._queue) - self._stale,
             workers_total=self._workers,
             workers_idle=len(self._idle),
             pmad_bytes_used=self.pool.bytes_used,
@@ -594,6 +750,7 @@ class QueueService(Service):
             self._requeued,
             self._timed_out,
             self._given_up,
+            self._late_outcomes,
         )
 
     @property
@@ -603,6 +760,7 @@ class QueueService(Service):
 
     def stopService(self) -> None:
         super().stopService()
+        self.failures.flush()
         live = len(self._live)
         queued, running = len(self._queue), self.tasks_running
         if not live:
@@ -625,6 +783,14 @@ class QueueService(Service):
                 queued=queued,
                 running=running,
             )
+
+
+def _first_without(idle: OrderedDict[int, Session], task_id: int) -> Session | None:
+    """The first idle worker holding no late copy of C{task_id}."""
+    for session in idle.values():
+        if task_id not in session.overdue:
+            return session
+    return None
 
 
 def _held(tasks: dict[int, Task]) -> str:

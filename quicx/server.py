@@ -154,7 +154,8 @@ class QuicxServerProtocol(FrameReceiver):
             batcher.release()
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
-        self.sendFrame(wire.encode_error(code, reason))
+        # In order with the other answers (see QueueService.reply).
+        self.queue.reply(self.session, wire.encode_error(code, reason))  # type: ignore[arg-type]
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if self._first_frame_deadline is not None:
@@ -219,7 +220,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _heartbeat(self, payload: bytes) -> None:
         wire.decode_heartbeat(payload)
-        self.sendFrame(wire.PONG_FRAME)
+        self.queue.reply(self.session, wire.PONG_FRAME)  # type: ignore[arg-type]
 
     def _pong(self, payload: bytes) -> None:
         # Its arrival already counted as a sign of life.
@@ -230,7 +231,7 @@ class QuicxServerProtocol(FrameReceiver):
         self._authorize("monitor")
         # Any connection may ask, and asking does not fix its role: a client
         # may look at the queue before it submits.
-        self.sendFrame(wire.encode_stats_response(self.queue.stats()))
+        self.queue.reply(self.session, wire.encode_stats_response(self.queue.stats()))  # type: ignore[arg-type]
 
 
 _HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
@@ -249,7 +250,8 @@ class QuicxServerFactory(Factory):
     Builds L{QuicxServerProtocol}s that share one L{QueueService}.
 
     @ivar max_length: the largest frame payload accepted: a SUBMIT of the
-        largest size class with the longest task type.
+        largest size class with the longest task type, or a FAILED with the
+        longest reason the limits allow, whichever is longer.
     """
 
     protocol = QuicxServerProtocol
@@ -269,4 +271,7 @@ class QuicxServerFactory(Factory):
         self.reactor = reactor
         self.limits = limits or Limits()
         self.batcher = OutputBatcher(reactor)
-        self.max_length = queue.pool.max_size + wire.SUBMIT_TYPE_OVERHEAD
+        self.max_length = max(
+            queue.pool.max_size + wire.SUBMIT_TYPE_OVERHEAD,
+            wire.TASK_ID.size + self.limits.max_reason_length,
+        )

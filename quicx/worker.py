@@ -66,8 +66,8 @@ class Registration:
 
 
 MAX_REASON = 1024
-"""FAILED reasons are cut to this many bytes, well under the daemon's
-default max_reason_length (4096), which refuses longer ones."""
+"""FAILED reasons are cut to this many bytes: the daemon's default
+max_reason_length, which refuses longer ones."""
 
 
 def failure_reason(failure: Failure) -> str:

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,8 @@ class DaemonProcess:
         self.args = args
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
+        # Run in the child before twistd (resource limits, for instance).
+        self.preexec: Callable[[], None] | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -50,7 +52,11 @@ class DaemonProcess:
             command.append(f"--control={self.control_path}")
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.directory,
+            preexec_fn=self.preexec,
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -67,6 +73,15 @@ class DaemonProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> str:
+        """The log once it holds C{text}; fails the test after C{timeout}."""
+        deadline = time.monotonic() + timeout
+        while text not in (log := self.log()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not logged within {timeout:g} s:\n{log}")
+            time.sleep(0.05)
+        return log
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM, wait for the exit, and return its status."""

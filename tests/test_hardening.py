@@ -188,7 +188,7 @@ def test_a_producer_that_never_reads_is_paused_not_buffered(tmp_path: Path, star
 # -- the task timeout --------------------------------------------------------------------------
 
 
-def test_a_task_held_too_long_is_requeued_and_its_late_outcome_ignored(start_daemon) -> None:
+def test_a_task_held_too_long_is_requeued_and_the_first_outcome_wins(start_daemon) -> None:
     daemon = start_daemon("--task-timeout=0.5")
     with (
         Peer(daemon.address) as producer,
@@ -205,17 +205,22 @@ def test_a_task_held_too_long_is_requeued_and_its_late_outcome_ignored(start_dae
         producer.submit(b"t", b"second")
         slow.send(wire.encode_ready())
         assert slow.nothing_for(0.3)
-        # Its late DONE is ignored (no error), and frees it for the next task.
+        # Its DONE comes first: it finishes the task and frees the worker.
         slow.send(wire.encode_done(ok.task_id))
+        assert producer.receive() == wire.Done(ok.task_id)
         second = slow.receive()
         assert second.payload == b"second"
+        # The other copy's DONE is late: ignored (no error) and counted.
         fast.send(wire.encode_done(ok.task_id))
-        assert producer.receive() == wire.Done(ok.task_id)
+        assert fast.nothing_for(0.2)
         assert producer.nothing_for(0.2)
         status = fetch_status(str(daemon.control_path))
     assert status["tasks"]["timed_out"] == 1
     assert status["tasks"]["requeued"] == 1
-    assert "late outcome of task 1" in daemon.log()
+    assert status["tasks"]["late_outcomes"] == 1
+    assert status["tasks"]["completed"] == 1
+    daemon.stop()
+    assert "1 t task(s) reported late in the last 5 s" in daemon.log()
 
 
 # -- the drain ---------------------------------------------------------------------------------
@@ -303,6 +308,7 @@ def test_a_worker_killed_mid_task_is_redelivered_once(tmp_path: Path, start_daem
         first.wait()
     runs = {mark.name: mark.read_text() for mark in marks.iterdir()}
     assert sorted(runs.values()) == ["x", "x"], runs  # once killed, once done
+    daemon.stop()
     assert f"task {ok.task_id} requeued: worker" in daemon.log()
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.task import Clock, deferLater
 
 from quicx import config as configuration
-from quicx import journal
-from quicx.journal import MAGIC, FsyncPolicy, JournalCorrupt, RecoveredTask, recover
+from quicx import journal, wire
+from quicx.journal import MAGIC, FsyncPolicy, Journal, JournalCorrupt, RecoveredTask, recover
+from quicx.queue import Task
 
 
 def write(path: Path, *records: bytes) -> list[int]:
@@ -112,15 +116,53 @@ def test_damage_before_good_records_is_refused_with_its_offset(tmp_path: Path, f
     assert f"good records from offset {offsets[3]}" in str(raised.value)
 
 
-def test_damage_in_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
+def test_damage_in_the_last_record_is_corruption_not_a_torn_tail(tmp_path: Path) -> None:
+    # Whole in length, failing its checksum: a flipped bit, not a cut write.
     path = tmp_path / "j"
     offsets = write(path, *(journal.encode_submit(n, b"t", b"x" * 50) for n in (1, 2)))
     data = bytearray(path.read_bytes())
     data[-1] ^= 1
     path.write_bytes(bytes(data))
+    with pytest.raises(JournalCorrupt) as raised:
+        recover(str(path))
+    assert raised.value.offset == offsets[1]
+    assert "checksum mismatch (the last record)" in str(raised.value)
+    assert f"quicx repair-journal {path}" in str(raised.value)
+
+
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_repair_keeps_every_good_record_and_moves_the_file_aside(
+    tmp_path: Path, where: str
+) -> None:
+    path = tmp_path / "j"
+    records = [journal.encode_submit(n, b"t", b"payload %d" % n) for n in range(1, 6)]
+    offsets = write(path, *records, journal.encode_done(2))
+    damaged = offsets[4] if where == "last" else offsets[2]
+    data = bytearray(path.read_bytes())
+    data[damaged + 9] ^= 0x10
+    path.write_bytes(bytes(data))
+    result = journal.repair(str(path), now=0.0)
+    assert result.damaged == ((damaged, len(records[0])),)
+    assert result.moved_to == f"{path}.damaged-19700101T000000Z"
+    assert Path(result.moved_to).read_bytes() == bytes(data), "the original is kept whole"
     recovery = recover(str(path))
-    assert [t.task_id for t in recovery.tasks] == [1]
-    assert recovery.valid_length == offsets[1]
+    lost = 5 if where == "last" else 3
+    assert [t.task_id for t in recovery.tasks] == [n for n in (1, 3, 4, 5) if n != lost]
+    assert result.kept == 5
+    # A journal with nothing wrong is left alone.
+    assert journal.repair(str(path), now=0.0) == journal.Repair((), 5, "")
+
+
+def test_a_torn_tail_of_zeros_or_a_cut_header_is_still_torn(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    offsets = write(path, journal.encode_submit(1, b"t", b"kept"))
+    whole = path.read_bytes()
+    for tail in (b"\x00\x00\x00", bytes(9), journal.encode_submit(2, b"t", b"cut")[:5]):
+        path.write_bytes(whole + tail)
+        recovery = recover(str(path))
+        assert [t.task_id for t in recovery.tasks] == [1]
+        assert recovery.valid_length == len(whole) and recovery.torn_bytes == len(tail)
+    assert offsets
 
 
 def test_not_a_journal(tmp_path: Path) -> None:
@@ -162,3 +204,63 @@ def test_journal_section_of_the_configuration() -> None:
 def test_bad_journal_settings_name_the_line(text: str, message: str) -> None:
     with pytest.raises(configuration.ConfigError, match=message):
         configuration.parse(text)
+
+
+# -- task ids are reserved ahead -------------------------------------------------------
+
+
+def fake_task(task_id: int) -> Task:
+    return Task(task_id, b"t", 0, 1, None)
+
+
+def opened_journal(path: Path, policy: FsyncPolicy, reactor, **kwargs) -> tuple[Journal, list]:
+    accepted: list[Task] = []
+    result = Journal(str(path), policy, reactor, **kwargs)
+    result.bind(accepted.extend, pytest.fail, lambda: iter(()))
+    result.open(recover(str(path)))
+    return result, accepted
+
+
+def test_a_crash_never_lets_an_acknowledged_id_be_issued_again(tmp_path: Path) -> None:
+    # The clock never runs: these records never leave the buffer, as when
+    # the daemon is killed right after sending their OKs (fsync everysec).
+    path = tmp_path / "j"
+    written, _ = opened_journal(path, FsyncPolicy.EVERYSEC, Clock())
+    assert all(written.record_submit(fake_task(n), b"p") for n in range(1, 101))
+    recovery = recover(str(path))
+    assert recovery.tasks == ()
+    assert recovery.last_task_id == journal.ID_BLOCK  # ids resume past the reservation
+    # And the next start reserves the block after that one.
+    opened_journal(path, FsyncPolicy.EVERYSEC, Clock())
+    assert recover(str(path)).last_task_id == 2 * journal.ID_BLOCK
+
+
+def test_reserved_ids_wrap_with_the_id_counter(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    write(path, journal.encode_reserve(wire.MAX_TASK_ID - 3))
+    opened_journal(path, FsyncPolicy.NO, Clock(), id_block=8)
+    # MAX - 2, MAX - 1, MAX, 1, 2, 3, 4, 5: eight steps past the last reservation.
+    assert recover(str(path)).last_task_id == 5
+    assert journal.id_steps(wire.MAX_TASK_ID - 1, 2) == 3
+    assert journal.id_after(wire.MAX_TASK_ID, 1) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_ids_past_the_reservation_wait_until_the_next_is_durable(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    written, accepted = opened_journal(path, FsyncPolicy.NO, reactor, id_block=8)
+    written.startService()
+    try:
+        answers = [written.record_submit(fake_task(n), b"p") for n in range(1, 21)]
+        # The first block is durable from the start; the rest wait for theirs.
+        assert answers == [True] * 8 + [False] * 12
+        for _ in range(200):
+            if len(accepted) == 12:
+                break
+            await deferLater(reactor, 0.01)
+        assert [t.task_id for t in accepted] == list(range(9, 21))
+    finally:
+        await written.stopService()
+    recovery = recover(str(path))
+    assert [t.task_id for t in recovery.tasks] == list(range(1, 21))
+    assert recovery.last_task_id >= 20

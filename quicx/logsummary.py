@@ -1,0 +1,60 @@
+"""
+Summaries of log lines that would flood the log under load.
+
+A daemon failing a thousand tasks a second must not write a thousand lines a
+second.  L{LogSummary} counts events by kind, task type and reason and, each
+time L{LogSummary.flush} runs (every C{[log] summary_interval} seconds),
+logs one line for each with its count and the last such event in full: every
+distinct reason is still logged (the protocol page has the daemon log every
+FAILED reason), once per interval.  With an interval of 0 it logs every
+event as it happens instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.logger import Logger
+
+MAX_KEYS = 100
+"""Distinct (kind, task type, reason) triples counted between flushes; past
+it, further reasons are counted together as C{other reasons}."""
+
+
+class LogSummary:
+    """Counts events between flushes; one line for each kind, type and reason."""
+
+    def __init__(self, log: Logger, interval: float = 0.0) -> None:
+        self.log = log
+        self.interval = interval
+        self._counts: dict[tuple[str, bytes, str], tuple[int, str, dict[str, Any]]] = {}
+
+    def note(self, kind: str, task_type: bytes, reason: str, format: str, /, **fields: Any) -> None:
+        """
+        Count one event of C{kind} for C{reason}; C{format} and C{fields}
+        describe this one in full (a log format).
+        """
+        if not self.interval:
+            self.log.info(format, **fields)
+            return
+        counts = self._counts
+        key = (kind, task_type, reason)
+        if key not in counts and len(counts) >= MAX_KEYS:
+            key = (kind, task_type, "other reasons")
+        entry = counts.get(key)
+        counts[key] = (1 if entry is None else entry[0] + 1, format, fields)
+
+    def flush(self) -> None:
+        """Log what was counted since the last flush, and start again."""
+        counts, self._counts = self._counts, {}
+        for (kind, task_type, reason), (count, format, fields) in counts.items():
+            self.log.info(
+                "{count} {type} task(s) {kind} in the last {interval:g} s: {reason}"
+                " (the last: {last})",
+                count=count,
+                type=task_type.decode("utf-8", "replace"),
+                kind=kind,
+                interval=self.interval,
+                reason=reason,
+                last=format.format(**fields),
+            )
