@@ -2,20 +2,28 @@
 #   make run    - the daemon on its built-in default (tcp:16381 on 127.0.0.1);
 #                 ARGS="--config quicx.conf" passes flags to `quicx start`
 #   make test   - lint, the test suite and the interop suite, through tox
+# A second run with nothing changed does no set-up at all.
 
 PYTHON ?= python3
 VENV   := .venv
+PIP    := $(VENV)/bin/pip --quiet --disable-pip-version-check
+# The package is reinstalled (not in editable mode: that hides the twistd
+# plugin) only when one of these changed since the last install.
+SOURCES := setup.cfg pyproject.toml $(shell find quicx twisted -name '*.py' -not -path '*/__pycache__/*')
 
 .PHONY: run test java clean
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet '.[test,dev]'
+	$(PIP) install --upgrade pip setuptools wheel
+	$(PIP) install '.[test,dev]'
 	touch $@
 
-run: $(VENV)/.installed
-	$(VENV)/bin/pip install --quiet --no-deps --force-reinstall .
+$(VENV)/.built: $(VENV)/.installed $(SOURCES)
+	$(PIP) install --no-deps --force-reinstall --no-build-isolation .
+	touch $@
+
+run: $(VENV)/.built
 	$(VENV)/bin/quicx start $(ARGS)
 
 test: $(VENV)/.installed java

@@ -53,7 +53,7 @@ class Limits:
     max_connections: int = 4096
     first_frame_timeout: float = 10.0
     max_type_length: int = MAX_TYPE_LENGTH
-    max_reason_length: int = 4096
+    max_reason_length: int = 1024
     max_output_buffer: int = 1 << 20
     max_credits: int = 1024
 
@@ -113,6 +113,7 @@ class Config:
     drain_timeout: float = 30.0
     spare_busy_workers: bool = False
     busy_poll: float = 0.0
+    log_summary_interval: float = 5.0
     tls_certificate: str = ""
     tls_private_key: str = ""
     tls_client_ca: str = ""
@@ -321,6 +322,7 @@ _KEYS: dict[tuple[str, str], _Key] = {
     ("journal", "fsync"): _Key("fsync", parse_fsync),
     ("journal", "compact_factor"): _Key("compact_factor", _parse_compact_factor),
     ("journal", "compact_min_size"): _Key("compact_min_size", parse_size),
+    ("log", "summary_interval"): _Key("log_summary_interval", parse_seconds),
 }
 
 
@@ -522,4 +524,5 @@ def render(config: Config) -> str:
             f"compact_factor = {config.compact_factor:g}",
             f"compact_min_size = {config.compact_min_size}",
         ]
+    lines += ["", "[log]", f"summary_interval = {config.log_summary_interval:g}"]
     return "\n".join(lines) + "\n"

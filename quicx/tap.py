@@ -17,6 +17,8 @@ in reverse order.
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import sys
 import time
 from collections import Counter
@@ -24,6 +26,7 @@ from contextlib import suppress
 from typing import Any
 
 import attrs
+from twisted.application.internet import TimerService
 from twisted.application.service import IService, MultiService, Service
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
 from twisted.internet.endpoints import serverFromString
@@ -41,6 +44,7 @@ from quicx.events import EventLog, EventSettings
 from quicx.framing import OutputBatcher
 from quicx.heartbeat import HeartbeatService, TaskTimeoutService
 from quicx.journal import Journal, JournalCorrupt, recover
+from quicx.logsummary import LogSummary
 from quicx.queue import QueueService
 from quicx.server import QuicxServerFactory
 from quicx.tls import TlsSettings, tls_endpoint
@@ -257,6 +261,7 @@ class QuicxDaemon(MultiService):
         self.queue = queue
         self.reactor = reactor
         self.batcher = batcher
+        self._stopping = False
 
     def stopService(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self._stop())
@@ -317,6 +322,7 @@ class QuicxDaemon(MultiService):
                 "requeued": counters.requeued,
                 "timed_out": counters.timed_out,
                 "given_up": counters.given_up,
+                "late_outcomes": counters.late_outcomes,
                 "queued": stats.queue_depth,
                 "running": queue.tasks_running,
             },
@@ -366,34 +372,53 @@ class QuicxDaemon(MultiService):
             source=config.source,
         )
         self.log.info(
-            "port {port}; pool {pool} ({pool_bytes} bytes) in {count} size classes,"
-            " {metadata} bytes of metadata",
-            port=config.port,
+            "pool {pool}: {count} size classes from {smallest} to {largest} bytes,"
+            " {blocks:,} blocks (`quicx status` shows each class)",
             pool=configuration.format_size(pool.pool_size),
-            pool_bytes=pool.pool_size,
             count=len(pool.classes),
-            metadata=pool.metadata_bytes,
+            smallest=pool.classes[0].size,
+            largest=pool.max_size,
+            blocks=sum(pool.blocks_total),
         )
-        for size_class, blocks in zip(pool.classes, pool.blocks_total, strict=True):
-            self.log.info(
-                "  class {size:>7} B  {percent:>5}%  {blocks:>8} blocks",
-                size=size_class.size,
-                percent=str(size_class.percent),
-                blocks=blocks,
-            )
+        if self.queue.journal is None:
+            self.log.info("no journal: queued tasks are lost when the daemon stops")
         types = config.allowed_types
         self.log.info(
             "heartbeat every {interval:g} s of silence, drop after {timeout:g} s;"
-            " task types: {types}",
+            " task types: {types}; up to {connections:,} connections",
             interval=config.heartbeat_interval,
             timeout=config.heartbeat_timeout,
             types=", ".join(sorted(t.decode() for t in types)) if types else "any",
+            connections=config.max_connections,
         )
         if config.busy_poll:
             self.log.info(
                 "busy polling: {micros:g} µs before each sleep", micros=config.busy_poll * 1e6
             )
         super().privilegedStartService()
+
+    def startService(self) -> None:
+        super().startService()
+        self.reactor.callWhenRunning(self._handle_signals)
+
+    def _handle_signals(self) -> None:
+        """
+        SIGTERM and SIGINT stop the daemon; a second one, while it drains,
+        stops the drain (twistd's own handler would stop the reactor twice).
+        """
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, self._signalled)
+
+    def _signalled(self, number: int, frame: object) -> None:
+        name = signal.Signals(number).name
+        if not self._stopping:
+            self._stopping = True
+            self.log.info("{signal}: stopping", signal=name)
+            self.reactor._exitSignal = number
+            self.reactor.callFromThread(self.reactor.stop)
+            return
+        self.log.info("{signal} again: not waiting for the drain", signal=name)
+        self.reactor.callFromThread(self.queue.stop_draining)
 
 
 def makeService(options: Options, reactor: Any = None) -> IService:
@@ -419,6 +444,9 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             enable_busy_poll(reactor, config.busy_poll)
         except ValueError as e:
             raise SystemExit(f"quicx: busy_poll: {e}") from None
+    config = fit_file_limit(config)
+    if config.events_directory:
+        make_directory("[events] directory", config.events_directory)
     pool = pmad.Pmad(config.pool_size, list(config.classes))
     journal = open_journal(config, reactor) if config.journal else None
     events = (
@@ -430,6 +458,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         if config.events_directory
         else None
     )
+    failures = LogSummary(QueueService.task_log, config.log_summary_interval)
     queue = QueueService(
         pool,
         config.allowed_types,
@@ -438,9 +467,14 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         task_timeout=config.task_timeout,
         max_attempts=config.max_attempts,
         events=events,
+        failures=failures,
     )
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, reactor, factory.batcher)
+    if config.log_summary_interval:
+        summaries = TimerService(config.log_summary_interval, failures.flush)
+        summaries.clock = reactor
+        summaries.setServiceParent(daemon)
     if events is not None:
         # Added before the queue, stopped after it: the queue's last events
         # (tasks dropped at stop) are written.
@@ -470,6 +504,53 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             announcement="control socket",
         ).setServiceParent(daemon)
     return daemon
+
+
+FILE_RESERVE = 128
+"""File descriptors kept beyond max_connections: the journal, event files,
+listeners, control connections, and connections being refused."""
+
+
+def fit_file_limit(config: configuration.Config) -> configuration.Config:
+    """
+    Raise the soft limit on open files to what C{max_connections} needs (up
+    to the hard limit); if it cannot go that high, lower C{max_connections}
+    to fit, with a warning, so that a connection past it still gets the
+    documented ERROR rather than a failed accept.
+    """
+    needed = config.max_connections + FILE_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return config
+    fitted = max(1, soft - FILE_RESERVE)
+    QuicxDaemon.log.warn(
+        "max_connections lowered from {wanted} to {fitted}: the open-file limit is {soft}"
+        " (hard limit {hard}); raise it (ulimit -n, LimitNOFILE=) for more",
+        wanted=config.max_connections,
+        fitted=fitted,
+        soft=soft,
+        hard=hard,
+    )
+    return attrs.evolve(config, max_connections=fitted)
+
+
+def make_directory(key: str, path: str) -> None:
+    """
+    Create C{path} if need be and check it is writable.
+
+    @raise SystemExit: it cannot be; the message names C{key}.
+    """
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise SystemExit(f"quicx: {key}: cannot create {path}: {e.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise SystemExit(f"quicx: {key}: {path} is not writable")
 
 
 def open_journal(config: configuration.Config, reactor: Any) -> Journal:

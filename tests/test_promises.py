@@ -1,0 +1,234 @@
+"""
+The promises the docs make, each against a real daemon process on loopback:
+replies leave in request order whatever the fsync mode, a task timeout works
+with READY credits, the file-descriptor limit is fitted to max_connections,
+FAILED reasons fit the frame limit, a setting that cannot be honoured stops
+the start, a second SIGTERM does not break the stop, and failures are logged
+as a summary rather than line by line.
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from quicx import wire
+from quicx.control import fetch_status
+from quicx.wire import ErrorCode
+from tests.conftest import TWISTD, DaemonProcess, config_option
+from tests.peer import Peer
+
+# -- every reply on a connection leaves in request order -----------------------------
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec", "no", None])
+def test_pipelined_replies_keep_request_order(tmp_path: Path, start_daemon, fsync) -> None:
+    args = [] if fsync is None else [f"--journal={tmp_path / 'j'}", f"--fsync={fsync}"]
+    daemon = start_daemon(*args)
+    bad_submit = wire.frame(wire.MessageType.SUBMIT, b"\x09short")  # type longer than it
+    pipeline = [
+        (wire.encode_submit(b"t", b"one"), wire.Ok),
+        (wire.encode_submit(b"t", b"two"), wire.Ok),
+        (bad_submit, wire.Error),
+        (wire.encode_submit(b"t", b"x" * 1025), wire.Error),
+        (wire.encode_heartbeat(), wire.Pong),
+        (wire.encode_stats(), wire.StatsResponse),
+        (wire.encode_submit(b"t", b"three"), wire.Ok),
+    ] * 20
+    with Peer(daemon.address) as producer:
+        producer.send(b"".join(request for request, _ in pipeline))
+        replies = [producer.receive() for _ in pipeline]
+    assert [type(reply) for reply in replies] == [kind for _, kind in pipeline]
+    ids = [reply.task_id for reply in replies if isinstance(reply, wire.Ok)]
+    assert ids == sorted(ids) and len(set(ids)) == 60
+
+
+# -- READY credits with a task timeout ----------------------------------------------------
+
+
+def test_a_timed_out_task_is_not_resent_to_its_credit_worker_and_its_done_counts(
+    start_daemon,
+) -> None:
+    daemon = start_daemon("--task-timeout=0.3")
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        assert worker.request(wire.encode_ready(4)) == wire.Wait()
+        ok = producer.submit(b"t", b"slow")
+        assert worker.receive() == wire.Task(ok.task_id, b"t", b"slow")
+        time.sleep(1.0)  # timed out, and requeued
+        assert worker.nothing_for(0.2), "the worker already runs it"
+        worker.send(wire.encode_done(ok.task_id))
+        assert producer.receive(3) == wire.Done(ok.task_id)
+        # Its credits are all free again: four tasks at once.
+        ids = [producer.submit(b"t", b"%d" % n).task_id for n in range(4)]
+        assert sorted(worker.receive().task_id for _ in ids) == ids
+        status = fetch_status(str(daemon.control_path))
+    assert status["tasks"]["timed_out"] == 1
+    assert status["tasks"]["completed"] == 1
+    assert status["tasks"]["queued"] == 0
+
+
+def test_a_timed_out_task_goes_to_another_credit_worker(start_daemon) -> None:
+    daemon = start_daemon("--task-timeout=0.3")
+    with (
+        Peer(daemon.address) as producer,
+        Peer(daemon.address) as slow,
+        Peer(daemon.address) as other,
+    ):
+        assert slow.request(wire.encode_ready(2)) == wire.Wait()
+        ok = producer.submit(b"t", b"p")
+        assert slow.receive().task_id == ok.task_id
+        assert other.request(wire.encode_ready(2)) == wire.Wait()
+        assert other.receive(3) == wire.Task(ok.task_id, b"t", b"p")
+        other.send(wire.encode_done(ok.task_id))
+        assert producer.receive() == wire.Done(ok.task_id)
+        slow.send(wire.encode_done(ok.task_id))  # late: ignored, no error
+        assert slow.nothing_for(0.3) and producer.nothing_for(0.1)
+        status = fetch_status(str(daemon.control_path))
+    assert status["tasks"]["late_outcomes"] == 1
+    assert status["tasks"]["completed"] == 1
+
+
+# -- file descriptors --------------------------------------------------------------------
+
+
+def _limit_files(soft: int, hard: int):
+    def preexec() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return preexec
+
+
+def _start_limited(tmp_path: Path, soft: int, hard: int, *args: str) -> DaemonProcess:
+    daemon = DaemonProcess(tmp_path, list(args))
+    daemon.preexec = _limit_files(soft, hard)
+    return daemon.start()
+
+
+def test_the_soft_file_limit_is_raised_to_fit_max_connections(tmp_path: Path) -> None:
+    daemon = _start_limited(tmp_path, 256, 8192)
+    try:
+        limits = Path(f"/proc/{daemon.process.pid}/limits").read_text()  # type: ignore[union-attr]
+        line = next(x for x in limits.splitlines() if x.startswith("Max open files"))
+        assert line.split()[3:5] == [str(4096 + 128), "8192"]
+        assert "max_connections lowered" not in daemon.log()
+    finally:
+        daemon.kill()
+
+
+def test_past_a_low_hard_limit_connections_get_the_documented_error(tmp_path: Path) -> None:
+    daemon = _start_limited(tmp_path, 200, 200)
+    opened: list[socket.socket] = []
+    try:
+        assert "max_connections lowered from 4096 to 72: the open-file limit is 200" in daemon.log()
+        for _ in range(72):
+            peer = Peer(daemon.address)
+            opened.append(peer.sock)
+            assert isinstance(peer.request(wire.encode_stats()), wire.StatsResponse)
+        for _ in range(60):
+            with Peer(daemon.address) as refused:
+                reply = refused.receive()
+                assert isinstance(reply, wire.Error) and reply.code == ErrorCode.QUEUE_FULL
+                assert "max_connections = 72" in reply.message
+        status = fetch_status(str(daemon.control_path))
+        assert status["connections"]["total"] == 72
+    finally:
+        for sock in opened:
+            sock.close()
+        daemon.kill()
+
+
+# -- FAILED reasons and the frame limit -----------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [1024, 4096, 100_000])
+def test_a_reason_of_max_reason_length_is_accepted_and_one_more_is_refused(
+    tmp_path: Path, start_daemon, limit: int
+) -> None:
+    conf = "" if limit == 1024 else f"[limits]\nmax_reason_length = {limit}\n"
+    daemon = start_daemon(config_option(tmp_path, conf))
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        ok = producer.submit(b"t", b"p")
+        task = worker.request(wire.encode_ready())
+        reply = worker.request(wire.encode_failed(task.task_id, "x" * (limit + 1)))
+        assert isinstance(reply, wire.Error)
+        if limit + 4 > 1280:  # the reason sets the frame limit: refused at the header
+            assert reply.code == ErrorCode.PAYLOAD_TOO_LARGE
+            assert f"exceeds the limit of {limit + 4}" in reply.message
+        else:  # the largest SUBMIT sets it: the reason check refuses it
+            assert reply.code == ErrorCode.INVALID_MESSAGE
+            assert f"exceeds max_reason_length ({limit})" in reply.message
+        worker.send(wire.encode_failed(task.task_id, "y" * limit))
+        assert producer.receive() == wire.Failed(ok.task_id, "y" * limit)
+
+
+# -- settings that cannot be honoured; signals ------------------------------------------------
+
+
+def run_twistd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TWISTD, "-n", "--pidfile=", "quicx", "--listen=tcp:0:interface=127.0.0.1",
+         "--control=none", *args],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def test_an_events_directory_that_cannot_be_made_stops_the_start(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    result = run_twistd(tmp_path, f"--events={tmp_path / 'file' / 'events'}")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"quicx: [events] directory: cannot create {tmp_path / 'file' / 'events'}: Not a directory"
+    )
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_second_sigterm_cuts_the_drain_short_without_a_traceback(start_daemon) -> None:
+    daemon = start_daemon("--drain-timeout=60")
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        producer.submit(b"t", b"never finished")
+        assert isinstance(worker.request(wire.encode_ready()), wire.Task)
+        assert daemon.process is not None
+        daemon.process.send_signal(signal.SIGTERM)
+        daemon.wait_for_log("draining: 0 queued and 1 running tasks")
+        started = time.monotonic()
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.process.wait(10) == 0
+        assert time.monotonic() - started < 5
+    log = daemon.log()
+    assert "SIGTERM again: not waiting for the drain" in log
+    assert "Traceback" not in log and "ReactorNotRunning" not in log
+
+
+# -- failures are summarised, not logged one by one --------------------------------------------
+
+
+def test_failures_are_logged_as_a_summary(tmp_path: Path, start_daemon) -> None:
+    daemon = start_daemon(config_option(tmp_path, "[log]\nsummary_interval = 0.5\n"))
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        ids = [producer.submit(b"resize", b"%d" % n).task_id for n in range(200)]
+        worker.send(wire.encode_ready())
+        for n, _ in enumerate(ids):
+            task = worker.receive()
+            reason = "bad image" if n < 199 else "disk full"
+            worker.send(wire.encode_failed(task.task_id, reason))
+        for _ in ids:
+            assert isinstance(producer.receive(), wire.Failed)
+    log = daemon.wait_for_log("task(s) failed in the last 0.5 s: disk full")
+    assert "199 resize task(s) failed in the last 0.5 s: bad image" in log
+    assert log.count("failed on ") == 2, "one line per reason, each with its last task"
+
+
+def test_a_summary_interval_of_0_logs_each_failure(tmp_path: Path, start_daemon) -> None:
+    daemon = start_daemon(config_option(tmp_path, "[log]\nsummary_interval = 0\n"))
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        ok = producer.submit(b"t", b"p")
+        worker.request(wire.encode_ready())
+        worker.send(wire.encode_failed(ok.task_id, "no"))
+        assert producer.receive() == wire.Failed(ok.task_id, "no")
+    daemon.wait_for_log(f"task {ok.task_id} (t) failed on ")
