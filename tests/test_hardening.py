@@ -345,3 +345,51 @@ def test_a_task_that_kills_every_worker_is_given_up(tmp_path: Path, start_daemon
         assert isinstance(outcome, wire.Failed)
         assert outcome.reason.startswith("given up after 2 attempts; last: worker")
         assert outcome.reason.endswith("disconnected")
+
+
+# -- the memory bound ----------------------------------------------------------------------
+
+MiB = 1 << 20
+
+
+def documented_bound(status: dict) -> int:
+    """docs/operations.md, "Memory": the daemon's RSS never exceeds this."""
+    tasks, connections = status["tasks"], status["connections"]
+    live = tasks["queued"] + tasks["running"]
+    return (
+        50 * MiB
+        + status["memory"]["total"]
+        + 300 * live
+        + 2048 * connections["total"]
+        + (1 << 20) * connections["total"]  # max_output_buffer, per connection
+        + 16 * MiB
+    )
+
+
+def test_a_full_pool_and_a_producer_that_never_reads_stay_within_the_bound(start_daemon) -> None:
+    daemon = start_daemon()
+    sock = socket.create_connection(daemon.address)
+    sock.setblocking(False)
+    burst = wire.encode_submit(b"t", b"x" * 20) * 4096
+    deadline = time.monotonic() + 20
+    paused_since = None
+    while time.monotonic() < deadline:
+        try:
+            sock.send(burst)
+            continue
+        except BlockingIOError:
+            time.sleep(0.01)
+        status = fetch_status(str(daemon.control_path))
+        if status["connections"]["paused"] and paused_since is None:
+            paused_since = time.monotonic()
+        if paused_since is not None and time.monotonic() - paused_since > 1:
+            break
+    try:
+        # At the edge: every block of the pool holds a task, the rest of the
+        # SUBMITs were refused, and the daemon has stopped reading.
+        assert status["connections"]["paused"] == 1
+        assert status["tasks"]["rejected"] > 0
+        assert status["memory"]["used"] > 0.9 * status["memory"]["total"]
+        assert rss(daemon) <= documented_bound(status), (rss(daemon) / MiB, status)
+    finally:
+        sock.close()
