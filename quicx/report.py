@@ -342,12 +342,15 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    from quicx.spark import use_this_python
+
     builder = SparkSession.builder.appName("quicx report")
     if args.master:
         builder = builder.master(args.master)
     elif not SparkConf().contains("spark.master"):
         builder = builder.master("local[*]")
     spark = builder.getOrCreate()
+    use_this_python(spark)
     try:
         started = time.monotonic()
         report = build_report(spark, args.events, args.out)
