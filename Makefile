@@ -11,7 +11,7 @@ VENV   := .venv
 $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet '.[test,dev]'
+	$(VENV)/bin/pip install --quiet '.[test,dev,spark]'
 	touch $@
 
 run: $(VENV)/.installed
