@@ -11,12 +11,12 @@ PIP    := $(VENV)/bin/pip --quiet --disable-pip-version-check
 # plugin) only when one of these changed since the last install.
 SOURCES := setup.cfg pyproject.toml $(shell find quicx twisted -name '*.py' -not -path '*/__pycache__/*')
 
-.PHONY: run test java clean
+.PHONY: run test java browser clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip setuptools wheel
-	$(PIP) install '.[test,dev]'
+	$(PIP) install '.[test,dev,spark]'
 	touch $@
 
 $(VENV)/.built: $(VENV)/.installed $(SOURCES)
@@ -26,7 +26,7 @@ $(VENV)/.built: $(VENV)/.installed $(SOURCES)
 run: $(VENV)/.built
 	$(VENV)/bin/quicx start $(ARGS)
 
-test: $(VENV)/.installed java
+test: $(VENV)/.installed java browser
 	$(VENV)/bin/tox run -e lint,py311,interop
 
 # PySpark (the data pipeline) needs a Java runtime; Debian's is OpenJDK 17.
@@ -34,6 +34,12 @@ java:
 	@command -v java >/dev/null || { \
 	  [ "$$(id -u)" = 0 ] || { echo "make: Java is missing: install a JRE 17 (apt-get install default-jre-headless)"; exit 1; }; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless; }
+
+# The report page's layout test drives Debian's Chromium through chromedriver.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  [ "$$(id -u)" = 0 ] || { echo "make: Chromium is missing: apt-get install chromium chromium-driver (its test is skipped)"; exit 0; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 clean:
 	rm -rf $(VENV) .tox build *.egg-info

@@ -10,11 +10,15 @@ It reads the NDJSON files (any path or URI Spark reads), and writes to
 C{--out}:
 
   - C{summary/}: per task type and overall (type C{*}), the counts
-    (submitted, completed, failed, requeued, rejected, dropped, never
-    completed), queue wait (first dispatch - submit) and run time (outcome -
-    its dispatch) at p50 / p95 / p99 / max, in milliseconds;
+    (submitted, completed, failed, given up, requeued, rejected, dropped,
+    never completed; each defined in docs/pipeline.md, requeued and given up
+    as C{quicx status} counts them), queue wait (first dispatch - submit) and
+    run time (outcome - its dispatch) at p50 / p95 / p99 / max, in
+    milliseconds;
   - C{throughput/}: per minute and type, tasks submitted, completed, failed;
-  - C{failures/}: the most frequent failure reasons per type;
+  - C{failures/}: the most frequent failure reasons per type, normalised
+    (L{normalise_reason}: numbers, addresses, ids become placeholders), each
+    with a count and one reason as written;
   - C{workers/}: per worker connection, tasks finished and busy time;
   - C{never_completed/}: tasks submitted and never done or failed;
   - C{report.html}: all of it in one self-contained page, with charts.
@@ -29,9 +33,10 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import math
+import re
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +48,41 @@ EVENT_SCHEMA = (
 )
 PERCENTILES = (0.5, 0.95, 0.99)
 TOP_REASONS = 10
+COUNTS = (
+    "submitted",
+    "completed",
+    "failed",
+    "given_up",
+    "requeued",
+    "rejected",
+    "dropped",
+    "never_completed",
+)
+"""The summary's counts, in order (each defined once, in docs/pipeline.md)."""
+
+REASON_PATTERNS: tuple[tuple[str, str], ...] = (
+    # uuids, then addresses with their ports, then hex, then any other number
+    (r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", "<id>"),
+    (r"\[[0-9a-fA-F:.]*\](:[0-9]+)?", "<address>"),
+    (r"\b[0-9]{1,3}(\.[0-9]{1,3}){3}(:[0-9]+)?\b", "<address>"),
+    (r"\b0[xX][0-9a-fA-F]+\b", "<hex>"),
+    (r"\b[0-9a-fA-F]{16,}\b", "<hex>"),
+    (r"\b(?=[0-9a-fA-F]*[0-9])(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b", "<hex>"),
+    (r"[0-9]+(\.[0-9]+)?", "<n>"),
+)
+"""
+(pattern, placeholder) applied in order to failure reasons, so that one cause
+is one row: C{worker 127.0.0.1:50321 disconnected} and C{worker
+127.0.0.1:50877 disconnected} are both C{worker <address> disconnected}.
+Written for both Java's and Python's regular expressions.
+"""
+
+
+def normalise_reason(reason: str) -> str:
+    """C{reason} with its numbers, addresses, ids and hex as placeholders."""
+    for pattern, placeholder in REASON_PATTERNS:
+        reason = re.sub(pattern, placeholder, reason)
+    return reason
 
 
 @frozen
@@ -88,28 +128,49 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
     )
     first_dispatch = dispatched.groupBy("run", "task").agg(F.min("dispatched_t").alias("first_t"))
     outcomes = tasks.where("event IN ('done', 'failed')").select(
-        "run", "task", "attempt", "event", "reason", F.col("t").alias("outcome_t"), "type"
+        "run", "task", "attempt", "event", "reason", "worker", F.col("t").alias("outcome_t"), "type"
     )
-    # A run is an outcome with the dispatch of the same attempt; a task given
-    # up (failed with no worker) has no run.
-    runs = outcomes.join(dispatched, ["run", "task", "attempt"], "inner").withColumn(
-        "run_ms", F.col("outcome_t") - F.col("dispatched_t")
+    # A run is an outcome a worker reported, with its dispatch (the same
+    # attempt, to the same worker).  A give-up -- the daemon failing a task
+    # no worker holds, after its last allowed delivery was lost or timed out
+    # -- is a failed event with no worker: an outcome, not a run.
+    runs = (
+        outcomes.where(F.col("worker").isNotNull())
+        .join(dispatched, ["run", "task", "attempt", "worker"], "inner")
+        .withColumn("run_ms", F.col("outcome_t") - F.col("dispatched_t"))
+    )
+    gave_up = (
+        outcomes.where("event = 'failed' AND worker IS NULL")
+        .select("run", "task", "attempt")
+        .distinct()
+        .withColumn("gave_up", F.lit(True))
     )
     waits = submitted.join(first_dispatch, ["run", "task"]).withColumn(
         "wait_ms", F.col("first_t") - F.col("submitted_t")
     )
 
     progress("computing the summary")
-    counts = events.groupBy("type").agg(
-        *(
-            F.sum(F.when(F.col("event") == kind, 1).otherwise(0)).alias(name)
-            for kind, name in (
-                ("submitted", "submitted"),
-                ("done", "completed"),
-                ("failed", "failed"),
-                ("requeued", "requeued"),
-                ("rejected", "rejected"),
-                ("dropped", "dropped"),
+    # The daemon records "requeued" before it decides to give up; like
+    # `quicx status`, a requeue that ended in a give-up is counted as given
+    # up, not as requeued.
+    event = F.col("event")
+    given_up = (event == "failed") & F.col("worker").isNull()
+    requeued = (event == "requeued") & F.col("gave_up").isNull()
+    counts = (
+        events.join(gave_up, ["run", "task", "attempt"], "left")
+        .groupBy("type")
+        .agg(
+            *(
+                F.sum(F.when(condition, 1).otherwise(0)).alias(name)
+                for condition, name in (
+                    (event == "submitted", "submitted"),
+                    (event == "done", "completed"),
+                    (event == "failed", "failed"),
+                    (given_up, "given_up"),
+                    (requeued, "requeued"),
+                    (event == "rejected", "rejected"),
+                    (event == "dropped", "dropped"),
+                )
             )
         )
     )
@@ -153,8 +214,7 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
                 f"{prefix}_p{round(p * 100)}_ms", F.col(f"{prefix}_p")[index]
             )
         summary = summary.drop(f"{prefix}_p")
-    columns = ["type", "submitted", "completed", "failed", "requeued", "rejected", "dropped"]
-    columns += ["never_completed"]
+    columns = ["type", *COUNTS]
     for prefix in ("wait", "run"):
         columns += [f"{prefix}_p{round(p * 100)}_ms" for p in PERCENTILES]
         columns.append(f"{prefix}_max_ms")
@@ -171,10 +231,15 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
         .withColumnRenamed("done", "completed")
         .orderBy("minute", "type")
     )
+    normalised = F.col("reason")
+    for pattern, placeholder in REASON_PATTERNS:
+        normalised = F.regexp_replace(normalised, pattern, placeholder)
     failures = (
         outcomes.where("event = 'failed'")
-        .groupBy("type", "reason")
-        .count()
+        .withColumn("cause", normalised)
+        .groupBy("type", "cause")
+        .agg(F.count("*").alias("count"), F.min("reason").alias("example"))
+        .withColumnRenamed("cause", "reason")
         .orderBy(F.desc("count"), "type", "reason")
         .limit(TOP_REASONS * 10)
     )
@@ -230,33 +295,48 @@ def _histogram(frame: Any, column: str, buckets: int = 30) -> list[tuple[float, 
 
 # -- the page --------------------------------------------------------------------------
 
+MAX_BARS = 90
+"""Throughput bars at most: minutes are grouped when the span is longer."""
+CHAR_PX = 7.5
+"""A generous width of one 12 px character, to space tick labels."""
+
 
 def render_html(report: Report, title: str = "Quicx task report") -> str:
     """A self-contained page: tables, and SVG charts (no scripts, no fetches)."""
     overall = next((row for row in report.summary if row["type"] == "*"), {})
-    minutes = sorted({row["minute"] for row in report.throughput})
-    by_minute = {
-        m: sum(r["completed"] for r in report.throughput if r["minute"] == m) for m in minutes
-    }
+    latency_columns = ["type"] + [
+        f"{prefix}_{p}_ms" for prefix in ("wait", "run") for p in ("p50", "p95", "p99", "max")
+    ]
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{report.events:,} events; {overall.get('submitted', 0):,} tasks submitted,"
-        f" {overall.get('completed', 0):,} completed, {overall.get('failed', 0):,} failed,"
+        f" {overall.get('completed', 0):,} completed, {overall.get('failed', 0):,} failed"
+        f" ({overall.get('given_up', 0):,} of them given up),"
+        f" {overall.get('requeued', 0):,} requeued,"
         f" {report.never_completed:,} never completed.</p>",
         "<h2>Throughput</h2>",
-        _bar_chart(
-            "tasks completed per minute",
-            [(m / 1000, by_minute[m]) for m in minutes],
-            width=900,
-            label_of=lambda start: time.strftime("%H:%M UTC", time.gmtime(start)),
-        ),
+        _throughput_chart(report.throughput),
         "<h2>Queue wait and run time</h2><div class='row'>",
-        _bar_chart("tasks by queue wait, ms (log scale)", report.wait_histogram),
-        _bar_chart("tasks by run time, ms (log scale)", report.run_histogram),
-        "</div><h2>By task type</h2>",
-        _table(report.summary),
+        _bar_chart(
+            "Tasks by queue wait",
+            [(_ms(start), c) for start, c in report.wait_histogram],
+            x_title="queue wait, ms (log scale)",
+        ),
+        _bar_chart(
+            "Tasks by run time",
+            [(_ms(start), c) for start, c in report.run_histogram],
+            x_title="run time, ms (log scale)",
+        ),
+        "</div><h2>Tasks by type</h2>",
+        _table(report.summary, ["type", *COUNTS]),
+        "<p class='note'>Given up: failed by the daemon after the last allowed delivery;"
+        " counted in failed too. Requeued: queued again after a lost worker or a timeout,"
+        " give-ups not included (as in <code>quicx status</code>).</p>",
+        "<h2>Queue wait and run time by type, ms</h2>",
+        _table(report.summary, latency_columns),
         "<h2>Top failure reasons</h2>",
         _table(report.failures),
         f"<h2>Workers ({len(report.workers):,})</h2>",
@@ -270,62 +350,140 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
 
 
 _CSS = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin-bottom: 2em; display: block; overflow-x: auto; }
-td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right; }
-th { background: #f0f0f0; } .row { display: flex; gap: 2em; }
-svg { background: #fafafa; border: 1px solid #ddd; }
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
+table { border-collapse: collapse; margin-bottom: 1em; max-width: 100%; }
+td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right;
+         white-space: nowrap; vertical-align: top; }
+td.text { text-align: left; white-space: normal; overflow-wrap: anywhere; min-width: 9em; }
+th { background: #f0f0f0; }
+.row { display: flex; flex-wrap: wrap; gap: 2em; }
+figure { margin: 0 0 1em 0; max-width: 100%; } figcaption { font-weight: 600; }
+svg { display: block; max-width: 100%; height: auto; background: #fafafa;
+      border: 1px solid #ddd; font: 12px system-ui, sans-serif; }
+svg .grid { stroke: #e4e4e4; } svg .axis { stroke: #888; } .note { color: #555; }
 """
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def _ms(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.1f}"
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
     if not rows:
         return "<p>(none)</p>"
-    columns = list(rows[0])
+    columns = columns or list(rows[0])
 
     def cell(value: Any) -> str:
         if isinstance(value, float):
-            return f"{value:,.1f}"
+            return f"<td>{value:,.1f}</td>"
         if isinstance(value, int):
-            return f"{value:,}"
-        return html.escape("" if value is None else str(value))
+            return f"<td>{value:,}</td>"
+        return f"<td class='text'>{html.escape('' if value is None else str(value))}</td>"
 
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{cell(row[c])}</td>" for c in columns) + "</tr>" for row in rows
-    )
+    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(cell(row[c]) for c in columns) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _throughput_chart(throughput: list[dict[str, Any]]) -> str:
+    """Tasks completed over time, in at most L{MAX_BARS} bars of whole minutes."""
+    by_minute: dict[int, int] = {}
+    for row in throughput:
+        by_minute[row["minute"]] = by_minute.get(row["minute"], 0) + row["completed"]
+    if not by_minute:
+        return "<p>Tasks completed over time: (none)</p>"
+    first, last = min(by_minute), max(by_minute)
+    minutes = (last - first) // 60000 + 1
+    step = math.ceil(minutes / MAX_BARS)
+    bars = [0] * math.ceil(minutes / step)
+    for minute, count in by_minute.items():
+        bars[(minute - first) // 60000 // step] += count
+    days = time.gmtime(first / 1000)[:3] != time.gmtime(last / 1000)[:3]
+    form = "%d %b %H:%M" if days else "%H:%M"
+    labels = [
+        time.strftime(form, time.gmtime(first / 1000 + i * step * 60)) for i in range(len(bars))
+    ]
+    per = "minute" if step == 1 else f"{step} minutes"
+    return _bar_chart(
+        f"Tasks completed per {per}",
+        list(zip(labels, bars, strict=True)),
+        x_title=f"start of each {per} (UTC)",
+        width=1000,
+    )
+
+
+def _nice_step(top: int, ticks: int = 4) -> int:
+    """A step of 1, 2 or 5 times a power of ten giving about C{ticks} ticks to C{top}."""
+    raw = max(top / ticks, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    return int(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw))
+
+
 def _bar_chart(
-    label: str,
-    buckets: list[tuple[float, int]],
-    width: int = 440,
-    label_of: Callable[[float], str] = lambda start: f"{start:,.0f} ms",
+    title: str,
+    bars: list[tuple[str, int]],
+    x_title: str,
+    y_title: str = "tasks",
+    width: int = 560,
 ) -> str:
-    """Bars of (bucket start, count), with the first, middle and last starts labelled."""
-    height = 220
-    if not buckets:
-        return f"<p>{html.escape(label)}: (none)</p>"
-    top = max(count for _, count in buckets) or 1
-    bar = min((width - 20) / len(buckets), 60)
-    bars = "".join(
-        f"<rect x='{10 + i * bar:.1f}' y='{height - 30 - (c / top) * (height - 60):.1f}'"
-        f" width='{max(bar - 1, 1):.1f}' height='{(c / top) * (height - 60):.1f}'"
-        f" fill='#1f6f8b'><title>{html.escape(label_of(start))}: {c:,}</title></rect>"
-        for i, (start, c) in enumerate(buckets)
+    """
+    Bars of (label, count) with a y axis (tasks) and as many x tick labels as
+    fit without touching: each label is kept only if it clears the last one.
+    """
+    if not bars:
+        return f"<p>{html.escape(title)}: (none)</p>"
+    height = 260
+    step = _nice_step(max(c for _, c in bars))
+    top = step * math.ceil(max(max(c for _, c in bars), 1) / step)
+    y_ticks = list(range(0, top + 1, step))
+    left = 14 + CHAR_PX * max(len(f"{v:,}") for v in y_ticks)
+    right, upper, lower = 16, 34, 50
+    plot_w, plot_h = width - left - right, height - upper - lower
+    bar_w = plot_w / len(bars)
+    bottom = upper + plot_h
+
+    def y_of(value: float) -> float:
+        return bottom - value / top * plot_h
+
+    parts = [
+        f"<svg viewBox='0 0 {width} {height}' width='{width}' height='{height}' role='img'"
+        f" aria-label='{html.escape(title, quote=True)}'>",
+        f"<text class='axis-title' x='4' y='16'>{html.escape(y_title)}</text>",
+    ]
+    for value in y_ticks:
+        y = y_of(value)
+        parts.append(
+            f"<line class='grid' x1='{left}' x2='{width - right}' y1='{y:.1f}' y2='{y:.1f}'/>"
+            f"<text class='tick y' x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>"
+            f"{value:,}</text>"
+        )
+    for i, (label, count) in enumerate(bars):
+        parts.append(
+            f"<rect x='{left + i * bar_w:.1f}' y='{y_of(count):.1f}'"
+            f" width='{max(bar_w - 1, 1):.1f}' height='{bottom - y_of(count):.1f}'"
+            f" fill='#1f6f8b'><title>{html.escape(label)}: {count:,}</title></rect>"
+        )
+    parts.append(
+        f"<line class='axis' x1='{left}' x2='{width - right}' y1='{bottom}' y2='{bottom}'/>"
     )
-    last = len(buckets) - 1
-    ticks = "".join(
-        f"<text x='{10 + (i + (0 < i == last)) * bar:.1f}' y='{height - 10}'"
-        f" text-anchor='{'end' if i == last and i else 'start'}'>"
-        f"{html.escape(label_of(buckets[i][0]))}</text>"
-        for i in sorted({0, len(buckets) // 2, last})
+    cleared = 0.0  # the right edge of the last label kept
+    for i, (label, _) in enumerate(bars):
+        half = CHAR_PX * len(label) / 2
+        centre = min(max(left + (i + 0.5) * bar_w, left + half), width - half - 2)
+        if centre - half < cleared + 12:
+            continue
+        cleared = centre + half
+        parts.append(
+            f"<line class='axis' x1='{left + (i + 0.5) * bar_w:.1f}'"
+            f" x2='{left + (i + 0.5) * bar_w:.1f}' y1='{bottom}' y2='{bottom + 4}'/>"
+            f"<text class='tick x' x='{centre:.1f}' y='{bottom + 20}' text-anchor='middle'>"
+            f"{html.escape(label)}</text>"
+        )
+    parts.append(
+        f"<text class='axis-title' x='{left + plot_w / 2:.1f}' y='{height - 8}'"
+        f" text-anchor='middle'>{html.escape(x_title)}</text></svg>"
     )
-    return (
-        f"<svg width='{width}' height='{height}' role='img'>{bars}{ticks}"
-        f"<text x='10' y='16'>{html.escape(label)} (max {top:,})</text></svg>"
-    )
+    return f"<figure><figcaption>{html.escape(title)}</figcaption>{''.join(parts)}</figure>"
 
 
 # -- the command ---------------------------------------------------------------------------
@@ -342,12 +500,15 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
+    from quicx.spark import use_this_python
+
     builder = SparkSession.builder.appName("quicx report")
     if args.master:
         builder = builder.master(args.master)
     elif not SparkConf().contains("spark.master"):
         builder = builder.master("local[*]")
     spark = builder.getOrCreate()
+    use_this_python(spark)
     try:
         started = time.monotonic()
         report = build_report(spark, args.events, args.out)

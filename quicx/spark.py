@@ -23,12 +23,18 @@ holding it is lost.  Recomputing would submit that partition's rows again,
 which is the same at-least-once promise a producer gets when its connection
 drops.
 
+On a local master (C{local[*]} and the like), the executors run this
+interpreter (C{sys.executable}) unless C{PYSPARK_PYTHON} names another: see
+L{use_this_python}.
+
 Needs C{pip install 'quicx[spark]'} (PySpark) and Java.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -53,6 +59,26 @@ class _Plan:
     payload_column: str | None
     window: int
     retry_for: float
+
+
+def use_this_python(spark: Any) -> bool:
+    """
+    Have a local master's executors run this interpreter, which has quicx.
+
+    PySpark otherwise starts C{python3} from C{PATH}, which need not have
+    quicx (or even PySpark) installed.  Nothing changes when the master is not
+    local (a cluster's executors run the cluster's Python) or when the user
+    chose one: C{PYSPARK_PYTHON} set, or C{spark.pyspark.python} configured.
+
+    @return: whether the executors' interpreter was set.
+    """
+    context = spark.sparkContext
+    if not context.master.startswith("local") or "PYSPARK_PYTHON" in os.environ:
+        return False
+    if context.getConf().get("spark.pyspark.python") is not None:
+        return False
+    context.pythonExec = sys.executable
+    return True
 
 
 def submit_dataframe(
@@ -86,6 +112,7 @@ def submit_dataframe(
     for column in (key_column, type_column, payload_column):
         if column is not None and column not in df.columns:
             raise ValueError(f"no column {column!r} in {df.columns}")
+    use_this_python(df.sparkSession)
     plan = _Plan(address, key_column, task_type, type_column, payload_column, window, retry_for)
     schema = StructType([df.schema[key_column], StructField("task_id", LongType(), nullable=False)])
     ids = df.sparkSession.createDataFrame(

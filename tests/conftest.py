@@ -141,9 +141,7 @@ def spark() -> Iterator:
     pytest.importorskip("pyspark", reason="pip install 'quicx[spark]'")
     from pyspark.sql import SparkSession
 
-    # Executors run this interpreter, which has quicx installed.
-    saved = os.environ.get("PYSPARK_PYTHON")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # No PYSPARK_PYTHON: quicx.spark has local executors run this interpreter.
     session = (
         SparkSession.builder.master("local[2]")
         .appName("quicx-tests")
@@ -154,10 +152,6 @@ def spark() -> Iterator:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-    if saved is None:
-        del os.environ["PYSPARK_PYTHON"]
-    else:
-        os.environ["PYSPARK_PYTHON"] = saved
 
 
 def pytest_report_header() -> str:

@@ -226,3 +226,77 @@ def test_the_report_job_runs_under_spark_submit(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.splitlines()[-1])["events"] == written
     assert (out / "report.html").exists() and (out / "summary").is_dir()
+
+
+SLOW_HANDLERS = """\
+import os, time
+from quicx.worker import Worker
+
+worker = Worker()
+
+
+def run(payload: bytes) -> None:
+    mark = os.path.join({directory!r}, payload.decode())
+    if payload.startswith(b"hang") or not os.path.exists(mark):
+        open(mark, "w").close()
+        time.sleep(1.0)  # past the task timeout
+
+
+worker.register("mail", run)
+"""
+
+
+def test_report_counts_agree_with_quicx_status(tmp_path: Path, start_daemon, spark) -> None:
+    """
+    Tasks that time out once (requeued, then done) and tasks that time out on
+    every delivery (requeued once, then given up): the report's requeued,
+    given up, failed and completed are the daemon's own counts.
+    """
+    from quicx.report import build_report
+    from tests.conftest import config_option
+
+    events = tmp_path / "events"
+    daemon = start_daemon(
+        config_option(
+            tmp_path,
+            f"[tasks]\ntimeout = 0.3\nmax_attempts = 2\n[events]\ndirectory = {events}\n",
+        ),
+        "--drain-timeout=0",
+    )
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (tmp_path / "slow.py").write_text(SLOW_HANDLERS.format(directory=str(marks)))
+    worker = subprocess.Popen(
+        [str(Path(sys.executable).with_name("quicx")), "worker", "slow:worker", "-n8",
+         f"--connect=tcp:127.0.0.1:{daemon.port}"],
+        cwd=tmp_path, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with Peer(daemon.address) as producer:
+            for n in range(3):
+                producer.submit(b"mail", b"hang-%d" % n)
+                producer.submit(b"mail", b"once-%d" % n)
+            deadline = time.monotonic() + 60
+            while True:
+                status = fetch_status(str(daemon.control_path))
+                if status["tasks"]["completed"] + status["tasks"]["failed"] == 6:
+                    break
+                assert time.monotonic() < deadline, status
+                time.sleep(0.1)
+    finally:
+        worker.terminate()
+        worker.wait()
+    tasks = status["tasks"]
+    assert daemon.stop() == 0
+    report = build_report(spark, [str(events)])
+    overall = next(row for row in report.summary if row["type"] == "*")
+    recorded = sum(
+        json.loads(line)["event"] == "requeued"
+        for path in events.glob("events-*.ndjson")
+        for line in path.read_text().splitlines()
+    )
+    assert tasks["given_up"] == 3 and recorded > tasks["requeued"]
+    for name in ("submitted", "completed", "failed", "given_up", "requeued"):
+        assert overall[name] == tasks[name], name
+    # A give-up is no worker's run.
+    assert sum(row["tasks"] for row in report.workers) == tasks["completed"]

@@ -117,3 +117,60 @@ def test_bad_arguments_are_refused_before_any_submit(spark) -> None:
         submit_dataframe(df, "tcp:127.0.0.1:1", key_column="id")
     with pytest.raises(ValueError, match="no column 'nope'"):
         submit_dataframe(df, "tcp:127.0.0.1:1", key_column="nope", task_type="t")
+
+
+SUBMIT_WITHOUT_PYSPARK_PYTHON = """\
+import json, sys
+from pyspark.sql import SparkSession
+from quicx.spark import submit_dataframe
+
+spark = (
+    SparkSession.builder.master("local[1]")
+    .config("spark.ui.enabled", "false")
+    .getOrCreate()
+)
+df = spark.createDataFrame([("a",), ("b",), ("c",)], "key string")
+ids = submit_dataframe(df, sys.argv[1], key_column="key", task_type="mail")
+print(json.dumps(sorted(row["key"] for row in ids.collect())))
+print(json.dumps(spark.sparkContext.pythonExec))
+spark.stop()
+"""
+
+
+def test_submit_dataframe_needs_no_pyspark_python(tmp_path: Path, start_daemon) -> None:
+    """
+    The documented example, run by this interpreter with C{PYSPARK_PYTHON}
+    unset and this venv's directory off C{PATH}: the local executors still
+    run an interpreter that has quicx.
+    """
+    import json
+    import os
+
+    daemon = start_daemon()
+    script = tmp_path / "submit.py"
+    script.write_text(SUBMIT_WITHOUT_PYSPARK_PYTHON)
+    here = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep) if d != here)
+    result = subprocess.run(
+        [sys.executable, str(script), f"tcp:127.0.0.1:{daemon.port}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    keys, python = (json.loads(line) for line in result.stdout.splitlines()[-2:])
+    assert keys == ["a", "b", "c"]
+    assert python == sys.executable
+    assert fetch_status(str(daemon.control_path))["tasks"]["submitted"] == 3
+
+
+def test_a_chosen_interpreter_is_kept(spark, monkeypatch) -> None:
+    from quicx.spark import use_this_python
+
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/their/python")
+    before = spark.sparkContext.pythonExec
+    assert use_this_python(spark) is False
+    assert spark.sparkContext.pythonExec == before
