@@ -295,7 +295,9 @@ def test_report_counts_agree_with_quicx_status(tmp_path: Path, start_daemon, spa
         for path in events.glob("events-*.ndjson")
         for line in path.read_text().splitlines()
     )
-    assert tasks["given_up"] == 3 and recorded > tasks["requeued"]
+    # A give-up is not a requeue: the daemon records a "requeued" event only
+    # for a task queued again, so the events and its counters agree.
+    assert tasks["given_up"] == 3 and recorded == tasks["requeued"]
     for name in ("submitted", "completed", "failed", "given_up", "requeued"):
         assert overall[name] == tasks[name], name
     # A give-up is no worker's run.
