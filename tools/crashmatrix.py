@@ -829,6 +829,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["_worker"]:
         return worker_main(argv[1:])
     args = parse_args(argv)
+    # A SIGTERM stops the matrix through the finally clauses that stop the
+    # daemon and the workers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     matrix = Matrix(args)
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="quicx-crash-"))
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
