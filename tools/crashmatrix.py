@@ -287,6 +287,7 @@ class Round:
         self.lock = threading.Lock()
         self.stop_submitting = threading.Event()
         self.kill_armed = threading.Event()
+        self.kill_delay = 0.0  # seconds between a burst's last answer and the kill
         self.killed = threading.Event()
         self.kill_time = 0.0
         self.restart_time = 0.0  # just before the new daemon started
@@ -360,7 +361,12 @@ class Producer(threading.Thread):
                         for payload in burst:
                             self._answer(sock, frames, inbox, payload)
                         if self.state.kill_armed.is_set():
-                            self.state.kill_daemon(f"after a burst of {size} answers")
+                            delay = self.state.kill_delay
+                            if delay:
+                                time.sleep(delay)
+                            self.state.kill_daemon(
+                                f"{delay * 1000:.1f} ms after a burst of {size} answers"
+                            )
                         pause = size / self.rate - (time.monotonic() - started)
                         if pause > 0:
                             time.sleep(pause)
@@ -420,6 +426,8 @@ class RoundResult:
     seconds: float
     kill_at: float = 0.0
     kill_by: str = ""
+    youngest_ok_age_ms: float | None = None
+    youngest_kept_age_ms: float | None = None
     worker_kills: list[dict[str, Any]] = field(default_factory=list)
     file_size_limit: int = 0
     journal_broken: bool = False
@@ -527,6 +535,9 @@ class Matrix:
             # and whether (and when) a worker is killed too.
             kill_at = rng.uniform(0.25, 0.75) * args.seconds
             after_burst = rng.random() < 0.5
+            # Right after the burst, or a little later: 0.1 to 50 ms.
+            if rng.random() < 0.7:
+                state.kill_delay = 10 ** rng.uniform(-4, -1.3)
             events: list[tuple[float, str]] = [(kill_at, "daemon")]
             if rng.random() < args.worker_kill_rounds:
                 events.append((rng.uniform(0.1, 0.9) * args.seconds, "worker"))
@@ -661,6 +672,19 @@ class Matrix:
                 else:
                     result.unknown_not_run += 1
         result.refused_reasons = dict(reasons)
+        before_kill = [
+            s.answered for s in submissions.values() if s.status == "ok" and s.epoch == 0
+        ]
+        if before_kill and state.kill_time:
+            # Negative: the OK was still in the socket when the daemon died.
+            result.youngest_ok_age_ms = round((state.kill_time - max(before_kill)) * 1000, 2)
+        kept = [
+            state.kill_time - s.answered
+            for p, s in submissions.items()
+            if s.status == "ok" and s.epoch == 0 and s.answered <= state.kill_time and p in runs
+        ]
+        if kept:
+            result.youngest_kept_age_ms = round(min(kept) * 1000, 2)
         kills = {k["worker"]: k["time"] for k in result.worker_kills}
         for payload, these in runs.items():
             if len(these) < 2:
@@ -726,6 +750,9 @@ def summarize(mode: str, results: list[RoundResult]) -> dict[str, Any]:
     ages = sorted(a for r in results for a in r.lost_age_ms)
     total["lost_age_ms_min"] = ages[0] if ages else None
     total["lost_age_ms_max"] = ages[-1] if ages else None
+    # The youngest OK read before a kill whose task still ran.
+    kept = sorted(r.youngest_kept_age_ms for r in results if r.youngest_kept_age_ms is not None)
+    total["youngest_kept_age_ms"] = kept[0] if kept else None
     total["rounds_with_loss"] = sum(1 for r in results if r.lost)
     total["rounds_with_worker_kill"] = sum(1 for r in results if r.worker_kills)
     total["rounds_with_disk_fault"] = sum(1 for r in results if r.file_size_limit)
@@ -737,12 +764,14 @@ def summarize(mode: str, results: list[RoundResult]) -> dict[str, Any]:
 def window(total: dict[str, Any]) -> str:
     if total["mode"] == "always":
         return "n/a (OK after fdatasync)"
+    kept = total["youngest_kept_age_ms"]
+    kept_text = "" if kept is None else f"; youngest OK kept: {kept:.2f} ms"
     if not total["lost"]:
-        return "no OK lost"
+        return "no OK lost" + kept_text
     low, high = total["lost_age_ms_min"], total["lost_age_ms_max"]
     return (
-        f"{total['lost']} OKs lost in {total['rounds_with_loss']} of {total['rounds']}"
-        f" rounds, {low:.1f} to {high:.1f} ms before the kill"
+        f"lost OKs {low:.2f} to {high:.2f} ms old at the kill"
+        f" ({total['rounds_with_loss']} of {total['rounds']} rounds){kept_text}"
     )
 
 
