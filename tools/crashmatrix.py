@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import itertools
 import json
 import os
@@ -54,14 +55,28 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from quicx import wire
-from quicx.client import CLIENT_MAX_LENGTH
-from quicx.framing import Frame, FrameParser
+if TYPE_CHECKING:
+    from quicx import wire
+    from quicx.framing import Frame, FrameParser
 
+
+def load_quicx() -> None:
+    """
+    Import quicx's wire format here, not at the top, so that C{--help} works
+    without quicx installed.
+    """
+    global CLIENT_MAX_LENGTH, Frame, FrameParser, wire
+    from quicx import wire
+    from quicx.client import CLIENT_MAX_LENGTH
+    from quicx.framing import Frame, FrameParser
+
+
+CLIENT_MAX_LENGTH = 0
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 RECOVERED = re.compile(r"(\d+) records, (\d+) tasks recovered")
 TASK_TYPE = b"crash"
@@ -84,6 +99,22 @@ def now() -> float:
     return time.time()
 
 
+def die_with_parent(file_size_limit: int = 0) -> Callable[[], None]:
+    """
+    A C{preexec_fn}: the child gets SIGKILL if this process dies (Linux's
+    C{PR_SET_PDEATHSIG}), so that nothing outlives a killed matrix; and,
+    with C{file_size_limit}, it may write no file past that size.
+    """
+
+    def prepare() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if file_size_limit:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
+    return prepare
+
+
 # -- the worker process ---------------------------------------------------------------
 
 
@@ -103,6 +134,7 @@ def worker_main(argv: list[str]) -> int:
     parser.add_argument("--work-ms", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    load_quicx()
     rng = random.Random(args.seed)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
@@ -179,10 +211,6 @@ class Daemon:
     def start(self, file_size_limit: int = 0, timeout: float = 30.0) -> int:
         """Start it and return its port (the C{listening on} log line)."""
 
-        def limit() -> None:
-            if file_size_limit:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
-
         self._text = []
         # A pipe, not a file: a file size limit must hit the journal only.
         self.process = subprocess.Popen(
@@ -191,7 +219,7 @@ class Daemon:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             cwd=self.config.parent,
-            preexec_fn=limit if file_size_limit else None,
+            preexec_fn=die_with_parent(file_size_limit),
         )
         self._reader = threading.Thread(target=self._copy, args=(self.process,), daemon=True)
         self._reader.start()
@@ -483,6 +511,7 @@ class Matrix:
                 f"--seed={self.rng.randrange(1 << 30)}",
             ],
             stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),
         )
         return name
 
@@ -858,6 +887,14 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["_worker"]:
         return worker_main(argv[1:])
     args = parse_args(argv)
+    try:
+        load_quicx()
+    except ImportError as e:
+        print(
+            f"crashmatrix.py: {e}; install quicx (pip install .) and run this with its Python",
+            file=sys.stderr,
+        )
+        return 2
     # A SIGTERM stops the matrix through the finally clauses that stop the
     # daemon and the workers.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
