@@ -621,7 +621,7 @@ class Matrix:
         name = self.rng.choice(live)
         killed_at = now()
         self.workers[name].kill()
-        self.workers[name].wait()
+        self.workers[name].wait()  # its file of runs ends here
         replacement = self.start_worker(directory, state, until)
         result.worker_kills.append(
             {
@@ -746,11 +746,13 @@ class Matrix:
     def _worker_kill_explains(
         self, run: Run, kills: dict[str, float], by_worker: dict[str, list[float]]
     ) -> bool:
-        """Whether C{run} was among the last tasks its worker held when it was killed."""
-        killed = kills.get(run.worker)
-        if killed is None or run.time > killed:
+        """
+        Whether C{run} was among the last tasks its worker held when it was
+        killed: a killed worker's file ends at its death.
+        """
+        if run.worker not in kills:
             return False
-        later = sum(1 for t in by_worker[run.worker] if run.time < t <= killed)
+        later = sum(1 for t in by_worker[run.worker] if t > run.time)
         return later < self.args.credits
 
 
@@ -782,6 +784,10 @@ def summarize(mode: str, results: list[RoundResult]) -> dict[str, Any]:
     # The youngest OK read before a kill whose task still ran.
     kept = sorted(r.youngest_kept_age_ms for r in results if r.youngest_kept_age_ms is not None)
     total["youngest_kept_age_ms"] = kept[0] if kept else None
+    # Kills that came within 1 ms of an OK, and how many of those lost tasks.
+    close = [r for r in results if r.youngest_ok_age_ms is not None and r.youngest_ok_age_ms < 1]
+    total["kills_within_1ms_of_an_ok"] = len(close)
+    total["kills_within_1ms_that_lost"] = sum(1 for r in close if r.lost)
     total["rounds_with_loss"] = sum(1 for r in results if r.lost)
     total["rounds_with_worker_kill"] = sum(1 for r in results if r.worker_kills)
     total["rounds_with_disk_fault"] = sum(1 for r in results if r.file_size_limit)
@@ -794,13 +800,17 @@ def window(total: dict[str, Any]) -> str:
     if total["mode"] == "always":
         return "n/a (OK after fdatasync)"
     kept = total["youngest_kept_age_ms"]
+    close = (
+        f"; {total['kills_within_1ms_that_lost']} of {total['kills_within_1ms_of_an_ok']}"
+        " kills within 1 ms of an OK lost tasks"
+    )
     kept_text = "" if kept is None else f"; youngest OK kept: {kept:.2f} ms"
     if not total["lost"]:
-        return "no OK lost" + kept_text
+        return "no OK lost" + close + kept_text
     low, high = total["lost_age_ms_min"], total["lost_age_ms_max"]
     return (
         f"lost OKs {low:.2f} to {high:.2f} ms old at the kill"
-        f" ({total['rounds_with_loss']} of {total['rounds']} rounds){kept_text}"
+        f" ({total['rounds_with_loss']} of {total['rounds']} rounds){close}{kept_text}"
     )
 
 
