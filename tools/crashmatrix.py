@@ -1,0 +1,955 @@
+"""
+The crash matrix: kill the daemon (and workers) with SIGKILL under load, for
+each journal fsync policy, and count what the crashes cost.
+
+    python tools/crashmatrix.py --rounds 10 --seconds 4 --json-out crash.json
+
+Each round, for one fsync policy:
+
+  1. start C{twistd -n quicx} with a fresh journal in a temporary directory,
+     on 127.0.0.1 and an ephemeral port;
+  2. start worker processes (this script, C{_worker}) that append a line for
+     every task they run -- with one C{write} on an C{O_APPEND} file, before
+     the DONE is sent, so the record survives the worker's own SIGKILL -- and
+     producer threads that pipeline bursts of SUBMITs with unique payloads and
+     note, for each, OK (and its task id), ERROR, or no answer;
+  3. at a random moment (or right after a producer read a burst of OKs) kill
+     the daemon with SIGKILL; in some rounds also kill a worker mid-task and
+     start another;
+  4. restart the daemon on the same journal, keep submitting for a while (so
+     that task ids given after the restart are seen), stop submitting, let
+     the workers drain the queue, then stop everything.
+
+Then it counts, per policy: acknowledged tasks that never ran (lost), tasks
+that ran more than once (split by what explains the second run), refused
+tasks that ran, tasks without an answer that ran or not, and task ids that
+were given to two different payloads.  For the policies that do not sync
+every OK (everysec, no) it measures the window: how long before the kill the
+lost tasks' OKs were read.
+
+It prints a Markdown table and, with C{--json-out}, writes every figure.
+Every loop is bounded in count and time, and every process it starts it
+stops.  See docs/operations.md, "Crash matrix".
+
+Not part of the wheel; it needs quicx installed (the daemon's C{twistd} is
+taken from beside the running interpreter).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import itertools
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from quicx import wire
+    from quicx.framing import Frame, FrameParser
+
+
+def load_quicx() -> None:
+    """
+    Import quicx's wire format here, not at the top, so that C{--help} works
+    without quicx installed.
+    """
+    global CLIENT_MAX_LENGTH, Frame, FrameParser, wire
+    from quicx import wire
+    from quicx.client import CLIENT_MAX_LENGTH
+    from quicx.framing import Frame, FrameParser
+
+
+CLIENT_MAX_LENGTH = 0
+LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+RECOVERED = re.compile(r"(\d+) records, (\d+) tasks recovered")
+TASK_TYPE = b"crash"
+MODES = ("always", "everysec", "no")
+CONFIG = """\
+[server]
+listen = tcp:0:interface=127.0.0.1
+control = {control}
+drain_timeout = 5
+[allocator]
+pool_size = {pool_size}
+class = 64,100
+[journal]
+path = {journal}
+fsync = {mode}
+"""
+
+
+def now() -> float:
+    return time.time()
+
+
+def die_with_parent(file_size_limit: int = 0) -> Callable[[], None]:
+    """
+    A C{preexec_fn}: the child gets SIGKILL if this process dies (Linux's
+    C{PR_SET_PDEATHSIG}), so that nothing outlives a killed matrix; and,
+    with C{file_size_limit}, it may write no file past that size.
+    """
+
+    def prepare() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if file_size_limit:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
+    return prepare
+
+
+# -- the worker process ---------------------------------------------------------------
+
+
+def worker_main(argv: list[str]) -> int:
+    """
+    A worker: run tasks by appending C{TIME NAME TASK_ID CONNECTED PAYLOAD}
+    lines to C{--out} (CONNECTED: when its connection was made, which tells
+    which daemon sent the task), then answer DONE.  It reads the daemon's port from
+    C{--port-file} at each (re)connection and stops at C{--until} or SIGTERM.
+    """
+    parser = argparse.ArgumentParser(prog="crashmatrix.py _worker")
+    parser.add_argument("--port-file", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--until", type=float, required=True)
+    parser.add_argument("--credits", type=int, default=4)
+    parser.add_argument("--work-ms", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    load_quicx()
+    rng = random.Random(args.seed)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    name = args.name.encode()
+
+    def running() -> bool:
+        return not stopping.is_set() and now() < args.until
+
+    while running():
+        try:
+            port = int(Path(args.port_file).read_text())
+            sock = socket.create_connection(("127.0.0.1", port), timeout=1.0)
+        except (OSError, ValueError):
+            time.sleep(0.02)
+            continue
+        connected = now()
+        with sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(0.2)
+            frames = FrameParser(CLIENT_MAX_LENGTH, check_types=False)
+            try:
+                sock.sendall(wire.encode_ready(args.credits))
+                while running():
+                    try:
+                        data = sock.recv(1 << 16)
+                    except TimeoutError:
+                        continue
+                    if not data:
+                        break
+                    replies = []
+                    for event in frames.feed(data):
+                        if not isinstance(event, Frame):
+                            continue
+                        message = wire.decode(event.message_type, event.payload)
+                        if isinstance(message, wire.Task):
+                            # The record of the run reaches the kernel before
+                            # the DONE is sent: it survives our SIGKILL.
+                            os.write(
+                                fd,
+                                b"%.6f %s %d %.6f %s\n"
+                                % (now(), name, message.task_id, connected, message.payload),
+                            )
+                            if args.work_ms > 0:
+                                time.sleep(rng.uniform(0, 2 * args.work_ms) / 1000)
+                            replies.append(wire.encode_done(message.task_id))
+                        elif isinstance(message, wire.Heartbeat):
+                            replies.append(wire.encode_pong())
+                    if replies:
+                        sock.sendall(b"".join(replies))
+            except OSError:
+                pass
+        if running():
+            time.sleep(0.02)
+    os.close(fd)
+    return 0
+
+
+# -- the daemon -------------------------------------------------------------------------
+
+
+class Daemon:
+    """One C{twistd -n quicx} process; its output is copied to C{log_path}."""
+
+    def __init__(self, twistd: str, config: Path, log_path: Path) -> None:
+        self.twistd = twistd
+        self.config = config
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self._text: list[str] = []
+        self._reader: threading.Thread | None = None
+
+    def start(self, file_size_limit: int = 0, timeout: float = 30.0) -> int:
+        """Start it and return its port (the C{listening on} log line)."""
+
+        self._text = []
+        # A pipe, not a file: a file size limit must hit the journal only.
+        self.process = subprocess.Popen(
+            [self.twistd, "-n", "--pidfile=", "quicx", f"--config={self.config}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.config.parent,
+            preexec_fn=die_with_parent(file_size_limit),
+        )
+        self._reader = threading.Thread(target=self._copy, args=(self.process,), daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = LISTENING.search(self.log())
+            if match:
+                self.port = int(match.group(1))
+                return self.port
+            if self.process.poll() is not None:
+                self._reader.join(2)
+                raise RuntimeError(f"quicx exited with {self.process.returncode}:\n{self.log()}")
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"quicx did not start listening:\n{self.log()}")
+
+    def _copy(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        with self.log_path.open("ab") as log:
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
+                self._text.append(line.decode(errors="replace"))
+
+    def log(self) -> str:
+        return "".join(self._text)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait()
+            if self._reader is not None:
+                self._reader.join(5)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM and wait; SIGKILL past C{timeout}.  The exit status."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self._reader is not None:
+            self._reader.join(5)
+        return self.process.returncode
+
+
+def fetch_status(path: Path, timeout: float = 2.0) -> dict[str, Any] | None:
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            sock.sendall(b"status\n")
+            data = b""
+            while chunk := sock.recv(1 << 16):
+                data += chunk
+        return json.loads(data)
+    except (OSError, ValueError):
+        return None
+
+
+# -- producers ------------------------------------------------------------------------
+
+
+@dataclass
+class Submission:
+    """What one payload's SUBMIT got."""
+
+    status: str = "unknown"  # "ok", "refused" or "unknown" (no answer)
+    task_id: int = 0
+    sent: float = 0.0
+    answered: float = 0.0
+    epoch: int = 0  # 0 before the daemon was killed, 1 after the restart
+    reason: str = ""
+
+
+class Round:
+    """The shared state of one round: the daemon's port, the kill switch."""
+
+    def __init__(self, number: int, mode: str, port_file: Path) -> None:
+        self.number = number
+        self.mode = mode
+        self.port_file = port_file
+        self.port = 0
+        self.epoch = 0
+        self.submissions: dict[bytes, Submission] = {}
+        self.lock = threading.Lock()
+        self.stop_submitting = threading.Event()
+        self.kill_armed = threading.Event()
+        self.kill_delay = 0.0  # seconds between a burst's last answer and the kill
+        self.killed = threading.Event()
+        self.kill_time = 0.0
+        self.restart_time = 0.0  # just before the new daemon started
+        self.kill_by = ""
+        self.daemon: Daemon | None = None
+        self.outcomes = 0
+
+    def set_port(self, port: int) -> None:
+        self.port = port
+        temporary = self.port_file.with_suffix(".tmp")
+        temporary.write_text(str(port))
+        temporary.replace(self.port_file)
+
+    def kill_daemon(self, by: str) -> bool:
+        """SIGKILL the daemon once; whether this call did it."""
+        with self.lock:
+            if self.killed.is_set() or self.daemon is None or not self.daemon.alive():
+                return False
+            self.kill_time = now()
+            assert self.daemon.process is not None
+            self.daemon.process.kill()
+            self.kill_by = by
+            self.killed.set()
+            return True
+
+
+class Producer(threading.Thread):
+    """Pipelines bursts of SUBMITs, reads their answers, notes each one."""
+
+    def __init__(self, state: Round, index: int, rate: float, seed: int, until: float) -> None:
+        super().__init__(name=f"producer-{index}", daemon=True)
+        self.state = state
+        self.index = index
+        self.rate = rate
+        self.rng = random.Random(seed)
+        self.until = until
+        self.sequence = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # reported by the round
+            self.error = e
+
+    def _running(self) -> bool:
+        return not self.state.stop_submitting.is_set() and now() < self.until
+
+    def _run(self) -> None:
+        while self._running():
+            port, epoch = self.state.port, self.state.epoch
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=1.0)
+            except OSError:
+                time.sleep(0.01)
+                continue
+            with sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(5.0)
+                frames = FrameParser(CLIENT_MAX_LENGTH, check_types=False)
+                inbox: list[wire.Message] = []
+                with contextlib.suppress(OSError, ConnectionError):
+                    while self._running():
+                        started = time.monotonic()
+                        size = self.rng.randint(1, 200)
+                        burst = [self._payload() for _ in range(size)]
+                        sent = now()
+                        for payload in burst:
+                            self.state.submissions[payload] = Submission(sent=sent, epoch=epoch)
+                        sock.sendall(b"".join(wire.encode_submit(TASK_TYPE, p) for p in burst))
+                        for payload in burst:
+                            self._answer(sock, frames, inbox, payload)
+                        if self.state.kill_armed.is_set():
+                            delay = self.state.kill_delay
+                            if delay:
+                                time.sleep(delay)
+                            self.state.kill_daemon(
+                                f"{delay * 1000:.1f} ms after a burst of {size} answers"
+                            )
+                        pause = size / self.rate - (time.monotonic() - started)
+                        if pause > 0:
+                            time.sleep(pause)
+            time.sleep(0.01)
+
+    def _payload(self) -> bytes:
+        self.sequence += 1
+        return b"r%d-p%d-s%d" % (self.state.number, self.index, self.sequence)
+
+    def _answer(
+        self,
+        sock: socket.socket,
+        frames: FrameParser,
+        inbox: list[wire.Message],
+        payload: bytes,
+    ) -> None:
+        """Read the answer to C{payload}'s SUBMIT (raise OSError if none comes)."""
+        while True:
+            while not inbox:
+                data = sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError("the daemon closed the connection")
+                for event in frames.feed(data):
+                    if isinstance(event, Frame):
+                        inbox.append(wire.decode(event.message_type, event.payload))
+            message = inbox.pop(0)
+            submission = self.state.submissions[payload]
+            if isinstance(message, wire.Ok):
+                submission.status, submission.task_id = "ok", message.task_id
+                submission.answered = now()
+                return
+            if isinstance(message, wire.Error):
+                submission.status, submission.reason = "refused", message.message
+                submission.answered = now()
+                return
+            if isinstance(message, wire.Heartbeat):
+                sock.sendall(wire.encode_pong())
+            elif isinstance(message, (wire.Done, wire.Failed)):
+                self.state.outcomes += 1
+
+
+# -- one round -----------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    time: float
+    worker: str
+    task_id: int
+    connected: float  # when the worker's connection was made
+
+
+@dataclass
+class RoundResult:
+    mode: str
+    number: int
+    seconds: float
+    kill_at: float = 0.0
+    kill_by: str = ""
+    youngest_ok_age_ms: float | None = None
+    youngest_kept_age_ms: float | None = None
+    worker_kills: list[dict[str, Any]] = field(default_factory=list)
+    file_size_limit: int = 0
+    journal_broken: bool = False
+    recovered_tasks: int = -1
+    submitted: int = 0
+    acked: int = 0
+    acked_before_kill: int = 0
+    refused: int = 0
+    refused_reasons: dict[str, int] = field(default_factory=dict)
+    unknown: int = 0
+    ran: int = 0
+    runs: int = 0
+    lost: int = 0
+    lost_examples: list[str] = field(default_factory=list)
+    lost_age_ms: list[float] = field(default_factory=list)
+    run_twice: int = 0
+    extra_runs_worker_kill: int = 0
+    extra_runs_daemon_kill: int = 0
+    extra_runs_unexplained: int = 0
+    unexplained_examples: list[str] = field(default_factory=list)
+    refused_ran: int = 0
+    refused_ran_examples: list[str] = field(default_factory=list)
+    unknown_ran: int = 0
+    unknown_not_run: int = 0
+    ids_reused: int = 0
+    ids_reused_examples: list[str] = field(default_factory=list)
+    drained: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+class Matrix:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.twistd = args.twistd or str(Path(sys.executable).with_name("twistd"))
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+
+    # The worker processes of the current round.
+
+    def start_worker(self, directory: Path, state: Round, until: float) -> str:
+        name = f"w{len(self.workers)}"
+        self.workers[name] = subprocess.Popen(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "_worker",
+                f"--port-file={state.port_file}",
+                f"--out={directory / f'{name}.runs'}",
+                f"--name={name}",
+                f"--until={until}",
+                f"--credits={self.args.credits}",
+                f"--work-ms={self.args.work_ms}",
+                f"--seed={self.rng.randrange(1 << 30)}",
+            ],
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(),
+        )
+        return name
+
+    def stop_workers(self) -> None:
+        for process in self.workers.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        for process in self.workers.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def run_round(self, mode: str, number: int, directory: Path) -> RoundResult:
+        args, rng = self.args, self.rng
+        directory.mkdir(parents=True)
+        config = directory / "quicx.conf"
+        config.write_text(
+            CONFIG.format(
+                control=directory / "control.sock",
+                pool_size=args.pool_size,
+                journal=directory / "quicx.journal",
+                mode=mode,
+            )
+        )
+        result = RoundResult(mode, number, args.seconds)
+        state = Round(number, mode, directory / "port")
+        daemon = Daemon(self.twistd, config, directory / "quicx.log")
+        state.daemon = daemon
+        self.workers = {}
+        producers: list[Producer] = []
+        # Everything below is bounded by this, drain included.
+        hard_end = now() + args.seconds + args.drain_timeout + 30
+        if rng.random() < args.disk_fault_rounds:
+            result.file_size_limit = rng.randint(8_000, 120_000)
+        try:
+            state.set_port(daemon.start(result.file_size_limit))
+            for _ in range(args.workers):
+                self.start_worker(directory, state, hard_end)
+            started = now()
+            producers = [
+                Producer(state, i, args.rate / args.producers, rng.randrange(1 << 30), hard_end)
+                for i in range(args.producers)
+            ]
+            for producer in producers:
+                producer.start()
+            # When the daemon is killed, whether right after a burst of OKs,
+            # and whether (and when) a worker is killed too.
+            kill_at = rng.uniform(0.25, 0.75) * args.seconds
+            after_burst = rng.random() < 0.5
+            # Right after the burst, or a little later: 0.1 to 50 ms.
+            if rng.random() < 0.7:
+                state.kill_delay = 10 ** rng.uniform(-4, -1.3)
+            events: list[tuple[float, str]] = [(kill_at, "daemon")]
+            if rng.random() < args.worker_kill_rounds:
+                events.append((rng.uniform(0.1, 0.9) * args.seconds, "worker"))
+            restarted_at = 0.0
+            for at, what in sorted(events):
+                time.sleep(max(0.0, started + at - now()))
+                if what == "worker":
+                    self.kill_worker(directory, state, hard_end, started, result)
+                    continue
+                if after_burst:
+                    state.kill_armed.set()
+                    state.killed.wait(2.0)
+                if not state.killed.is_set():
+                    state.kill_daemon("at a random time")
+                daemon.kill()
+                result.kill_at = round(state.kill_time - started, 3)
+                result.kill_by = state.kill_by
+                result.journal_broken = "write failed" in daemon.log()
+                time.sleep(rng.uniform(0.0, 0.3))
+                # The same journal, without any file size limit.
+                state.epoch = 1
+                state.restart_time = now()
+                state.set_port(daemon.start())
+                restarted_at = now()
+                found = RECOVERED.search(daemon.log())
+                result.recovered_tasks = int(found.group(2)) if found else -1
+            # Keep submitting after the restart, so new ids are seen.
+            time.sleep(max(0.0, max(started + args.seconds, restarted_at + 1.0) - now()))
+            state.stop_submitting.set()
+            for producer in producers:
+                producer.join(10)
+                if producer.error is not None:
+                    result.errors.append(f"{producer.name}: {producer.error!r}")
+            result.drained = self.drain(directory / "control.sock")
+        except Exception as e:
+            result.errors.append(repr(e))
+        finally:
+            state.stop_submitting.set()
+            self.stop_workers()
+            daemon.stop()
+            for producer in producers:
+                producer.join(5)
+        self.count(state, directory, result)
+        return result
+
+    def kill_worker(
+        self, directory: Path, state: Round, until: float, started: float, result: RoundResult
+    ) -> None:
+        live = [name for name, p in self.workers.items() if p.poll() is None]
+        if not live:
+            return
+        name = self.rng.choice(live)
+        killed_at = now()
+        self.workers[name].kill()
+        self.workers[name].wait()  # its file of runs ends here
+        replacement = self.start_worker(directory, state, until)
+        result.worker_kills.append(
+            {
+                "worker": name,
+                "at": round(killed_at - started, 3),
+                "time": killed_at,
+                "replaced_by": replacement,
+            }
+        )
+
+    def drain(self, control: Path) -> bool:
+        """Wait for nothing queued or running (twice in a row), within the drain timeout."""
+        deadline = time.monotonic() + self.args.drain_timeout
+        quiet = 0
+        while time.monotonic() < deadline:
+            status = fetch_status(control)
+            tasks = status["tasks"] if status else None
+            if tasks is not None and tasks["queued"] == 0 and tasks["running"] == 0:
+                quiet += 1
+                if quiet >= 2:
+                    # The last DONEs' run records are already written.
+                    return True
+            else:
+                quiet = 0
+            time.sleep(0.2)
+        return False
+
+    # -- counting --------------------------------------------------------------------------
+
+    def count(self, state: Round, directory: Path, result: RoundResult) -> None:
+        runs: dict[bytes, list[Run]] = defaultdict(list)
+        by_worker: dict[str, list[float]] = defaultdict(list)
+        ids: dict[int, set[bytes]] = defaultdict(set)
+        for path in sorted(directory.glob("*.runs")):
+            for line in path.read_bytes().splitlines():
+                parts = line.split(b" ", 4)
+                if len(parts) != 5:
+                    continue  # cannot happen: one write per line
+                run = Run(float(parts[0]), parts[1].decode(), int(parts[2]), float(parts[3]))
+                runs[parts[4]].append(run)
+                by_worker[run.worker].append(run.time)
+                ids[run.task_id].add(parts[4])
+        submissions = state.submissions
+        for payload, submission in submissions.items():
+            if submission.status == "ok":
+                ids[submission.task_id].add(payload)
+        result.submitted = len(submissions)
+        result.runs = sum(len(r) for r in runs.values())
+        result.ran = len(runs)
+        reasons: Counter[str] = Counter()
+        for payload, submission in submissions.items():
+            ran = payload in runs
+            if submission.status == "ok":
+                result.acked += 1
+                if submission.epoch == 0 and submission.answered <= state.kill_time:
+                    result.acked_before_kill += 1
+                if not ran:
+                    result.lost += 1
+                    if len(result.lost_examples) < 5:
+                        result.lost_examples.append(f"{payload.decode()} id {submission.task_id}")
+                    if submission.epoch == 0 and state.kill_time:
+                        age = (state.kill_time - submission.answered) * 1000
+                        result.lost_age_ms.append(round(age, 2))
+            elif submission.status == "refused":
+                result.refused += 1
+                reasons[re.sub(r"\d+", "N", submission.reason)[:60]] += 1
+                if ran:
+                    result.refused_ran += 1
+                    if len(result.refused_ran_examples) < 5:
+                        result.refused_ran_examples.append(
+                            f"{payload.decode()} ({submission.reason})"
+                        )
+            else:
+                result.unknown += 1
+                if ran:
+                    result.unknown_ran += 1
+                else:
+                    result.unknown_not_run += 1
+        result.refused_reasons = dict(reasons)
+        before_kill = [
+            s.answered for s in submissions.values() if s.status == "ok" and s.epoch == 0
+        ]
+        if before_kill and state.kill_time:
+            # Negative: the OK was still in the socket when the daemon died.
+            result.youngest_ok_age_ms = round((state.kill_time - max(before_kill)) * 1000, 2)
+        kept = [
+            state.kill_time - s.answered
+            for p, s in submissions.items()
+            if s.status == "ok" and s.epoch == 0 and s.answered <= state.kill_time and p in runs
+        ]
+        if kept:
+            result.youngest_kept_age_ms = round(min(kept) * 1000, 2)
+        kills = {k["worker"]: k["time"] for k in result.worker_kills}
+        for payload, these in runs.items():
+            if len(these) < 2:
+                continue
+            result.run_twice += 1
+            these.sort(key=lambda r: r.time)
+            for before, after in itertools.pairwise(these):
+                if self._worker_kill_explains(before, kills, by_worker):
+                    result.extra_runs_worker_kill += 1
+                elif (
+                    state.restart_time and before.connected < state.restart_time <= after.connected
+                ):
+                    # Sent by the daemon that was killed, again by the new one.
+                    result.extra_runs_daemon_kill += 1
+                else:
+                    result.extra_runs_unexplained += 1
+                    if len(result.unexplained_examples) < 5:
+                        result.unexplained_examples.append(
+                            f"{payload.decode()}: id {before.task_id} by {before.worker}"
+                            f" at {before.time:.3f}, id {after.task_id} by {after.worker}"
+                            f" at {after.time:.3f}"
+                        )
+        for task_id, payloads in ids.items():
+            if len(payloads) > 1:
+                result.ids_reused += 1
+                if len(result.ids_reused_examples) < 5:
+                    names = ", ".join(sorted(p.decode() for p in payloads))
+                    result.ids_reused_examples.append(f"id {task_id}: {names}")
+
+    def _worker_kill_explains(
+        self, run: Run, kills: dict[str, float], by_worker: dict[str, list[float]]
+    ) -> bool:
+        """
+        Whether C{run} was among the last tasks its worker held when it was
+        killed: a killed worker's file ends at its death.
+        """
+        if run.worker not in kills:
+            return False
+        later = sum(1 for t in by_worker[run.worker] if t > run.time)
+        return later < self.args.credits
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def summarize(mode: str, results: list[RoundResult]) -> dict[str, Any]:
+    total: dict[str, Any] = {"mode": mode, "rounds": len(results)}
+    for key in (
+        "submitted",
+        "acked",
+        "acked_before_kill",
+        "refused",
+        "unknown",
+        "lost",
+        "run_twice",
+        "extra_runs_worker_kill",
+        "extra_runs_daemon_kill",
+        "extra_runs_unexplained",
+        "refused_ran",
+        "unknown_ran",
+        "unknown_not_run",
+        "ids_reused",
+    ):
+        total[key] = sum(getattr(r, key) for r in results)
+    ages = sorted(a for r in results for a in r.lost_age_ms)
+    total["lost_age_ms_min"] = ages[0] if ages else None
+    total["lost_age_ms_max"] = ages[-1] if ages else None
+    # The youngest OK read before a kill whose task still ran.
+    kept = sorted(r.youngest_kept_age_ms for r in results if r.youngest_kept_age_ms is not None)
+    total["youngest_kept_age_ms"] = kept[0] if kept else None
+    # Kills that came within 1 ms of an OK, and how many of those lost tasks.
+    close = [r for r in results if r.youngest_ok_age_ms is not None and r.youngest_ok_age_ms < 1]
+    total["kills_within_1ms_of_an_ok"] = len(close)
+    total["kills_within_1ms_that_lost"] = sum(1 for r in close if r.lost)
+    total["rounds_with_loss"] = sum(1 for r in results if r.lost)
+    total["rounds_with_worker_kill"] = sum(1 for r in results if r.worker_kills)
+    total["rounds_with_disk_fault"] = sum(1 for r in results if r.file_size_limit)
+    total["rounds_not_drained"] = sum(1 for r in results if not r.drained)
+    total["rounds_with_errors"] = sum(1 for r in results if r.errors)
+    return total
+
+
+def window(total: dict[str, Any]) -> str:
+    if total["mode"] == "always":
+        return "n/a (OK after fdatasync)"
+    kept = total["youngest_kept_age_ms"]
+    close = (
+        f"; {total['kills_within_1ms_that_lost']} of {total['kills_within_1ms_of_an_ok']}"
+        " kills within 1 ms of an OK lost tasks"
+    )
+    kept_text = "" if kept is None else f"; youngest OK kept: {kept:.2f} ms"
+    if not total["lost"]:
+        return "no OK lost" + close + kept_text
+    low, high = total["lost_age_ms_min"], total["lost_age_ms_max"]
+    return (
+        f"lost OKs {low:.2f} to {high:.2f} ms old at the kill"
+        f" ({total['rounds_with_loss']} of {total['rounds']} rounds){close}{kept_text}"
+    )
+
+
+def table(totals: list[dict[str, Any]]) -> str:
+    lines = [
+        "| mode | rounds | acked | lost | run twice (worker kill / daemon kill /"
+        " unexplained runs) | refused (ran) | no answer (ran / not run) | ids reused"
+        " | everysec window |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in totals:
+        lines.append(
+            f"| {t['mode']} | {t['rounds']} | {t['acked']} | {t['lost']}"
+            f" | {t['run_twice']} ({t['extra_runs_worker_kill']} / {t['extra_runs_daemon_kill']}"
+            f" / {t['extra_runs_unexplained']}) | {t['refused']} ({t['refused_ran']})"
+            f" | {t['unknown']} ({t['unknown_ran']} / {t['unknown_not_run']})"
+            f" | {t['ids_reused']} | {window(t)} |"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="crashmatrix.py",
+        description=(
+            "Kill the Quicx daemon (and workers) with SIGKILL under load, for each"
+            " journal fsync policy, restart it, and count acknowledged tasks lost,"
+            " tasks run twice, refused tasks that ran and task ids reused."
+        ),
+    )
+    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--rounds", type=int, default=10, help="rounds per mode (default 10)")
+    parser.add_argument("--modes", default=",".join(MODES), help="fsync policies, comma-separated")
+    parser.add_argument(
+        "--seconds", type=float, default=4.0, help="load per round, in seconds (default 4)"
+    )
+    parser.add_argument("--producers", type=int, default=2, help="producer threads (2)")
+    parser.add_argument("--workers", type=int, default=3, help="worker processes (3)")
+    parser.add_argument(
+        "--rate", type=float, default=3000, help="SUBMITs per second, all producers (3000)"
+    )
+    parser.add_argument("--credits", type=int, default=4, help="READY credits per worker (4)")
+    parser.add_argument(
+        "--work-ms", type=float, default=0.3, help="mean simulated work per task (0.3 ms)"
+    )
+    parser.add_argument(
+        "--pool-size", default="256K", help="the daemon's pool: bounds the queue (256K)"
+    )
+    parser.add_argument(
+        "--worker-kill-rounds",
+        type=float,
+        default=0.5,
+        help="share of rounds that also kill a worker (0.5)",
+    )
+    parser.add_argument(
+        "--disk-fault-rounds",
+        type=float,
+        default=0.0,
+        help=(
+            "share of rounds whose first daemon runs under a random file size limit"
+            " (RLIMIT_FSIZE), so that journal writes fail (0)"
+        ),
+    )
+    parser.add_argument(
+        "--drain-timeout", type=float, default=20.0, help="seconds to drain each round (20)"
+    )
+    parser.add_argument("--dir", help="keep each round's files here (default: a temp dir)")
+    parser.add_argument("--json-out", help="write every figure to this JSON file")
+    parser.add_argument("--twistd", help="the twistd to run (default: beside this Python)")
+    args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        parser.error(f"--modes: choose among {', '.join(MODES)}")
+    args.modes = modes
+    for name in ("rounds", "producers", "workers", "credits"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.seconds <= 0 or args.rate <= 0 or args.drain_timeout <= 0:
+        parser.error("--seconds, --rate and --drain-timeout must be positive")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["_worker"]:
+        return worker_main(argv[1:])
+    args = parse_args(argv)
+    try:
+        load_quicx()
+    except ImportError as e:
+        print(
+            f"crashmatrix.py: {e}; install quicx (pip install .) and run this with its Python",
+            file=sys.stderr,
+        )
+        return 2
+    # A SIGTERM stops the matrix through the finally clauses that stop the
+    # daemon and the workers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    matrix = Matrix(args)
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="quicx-crash-"))
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    results: dict[str, list[RoundResult]] = {}
+    try:
+        for mode in args.modes:
+            results[mode] = []
+            for number in range(args.rounds):
+                result = matrix.run_round(mode, number, base / f"{mode}-{number}")
+                results[mode].append(result)
+                print(
+                    f"# {mode} round {number}: killed at {result.kill_at:.2f} s"
+                    f" ({result.kill_by}), worker kills {len(result.worker_kills)},"
+                    f" acked {result.acked}, lost {result.lost}, run twice"
+                    f" {result.run_twice}, refused {result.refused} (ran"
+                    f" {result.refused_ran}), ids reused {result.ids_reused}"
+                    + (f", ERRORS {result.errors}" if result.errors else "")
+                    + ("" if result.drained else ", NOT DRAINED"),
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        matrix.stop_workers()
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+    totals = [summarize(mode, rs) for mode, rs in results.items()]
+    print(table(totals))
+    if args.json_out:
+        document = {
+            "format": "quicx-crashmatrix/1",
+            "date": started,
+            "command": "python tools/crashmatrix.py " + " ".join(argv),
+            "seed": args.seed,
+            "settings": {
+                k: v for k, v in vars(args).items() if k not in {"json_out", "dir", "twistd"}
+            },
+            "totals": {t["mode"]: t for t in totals},
+            "rounds": {mode: [asdict(r) for r in rs] for mode, rs in results.items()},
+        }
+        Path(args.json_out).write_text(json.dumps(document, indent=1) + "\n")
+    return 1 if any(r.errors for rs in results.values() for r in rs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
