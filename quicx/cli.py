@@ -22,7 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from quicx import config as configuration
 from quicx import version_line
@@ -368,10 +368,18 @@ def configuration_argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return argument
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (the usage is in --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="quicx", description="The Quicx task queue: daemon, status, submit, worker."
     )
+    parser.add_argument("--version", action="version", version=version_line())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:

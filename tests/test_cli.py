@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from quicx import __version__ as quicx_version
 from quicx import config
 from quicx.blocking import QuicxClient
 from tests.conftest import DaemonProcess
@@ -84,6 +85,12 @@ def test_version_is_one_parsable_line() -> None:
     result = quicx("version")
     assert result.returncode == 0
     assert re.fullmatch(r"quicx \d+\.\d+\.\d+ protocol 1\n", result.stdout)
+
+
+def test_version_option_prints_what_the_command_does() -> None:
+    option = quicx("--version")
+    assert (option.returncode, option.stderr) == (0, "")
+    assert option.stdout == quicx("version").stdout == f"quicx {quicx_version} protocol 1\n"
 
 
 def test_init_prints_the_built_in_default(tmp_path: Path) -> None:
