@@ -264,32 +264,6 @@ def test_twisted_worker_example(daemon: DaemonProcess, background) -> None:
     assert "sent mail to a@b.c" in output
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["status", "--control=/nonexistent/quicx.sock"], "no daemon: control socket"),
-        (["submit", "t", "p", "--connect=tcp:127.0.0.1:1"], "cannot connect to tcp:127.0.0.1:1"),
-        (["submit", "t", "p", "--connect=nowhere"], "bad address"),
-        (["worker", "no_such_module:x"], "cannot import no_such_module"),
-        (["worker", "json"], "'json' is not MODULE:OBJECT"),
-        (["worker", "json:dumps"], "json:dumps is a function, not a Worker"),
-        (["start", "--config=/nonexistent.conf"], "cannot read configuration"),
-        (
-            ["start", "--listen=bogus:1", "--pid-file=/tmp/quicx-test-bogus.pid"],
-            "bad listen address",
-        ),
-    ],
-)
-def test_user_errors_are_one_line(args: list[str], message: str, tmp_path: Path) -> None:
-    # Default pid files and control sockets go to a directory of the test's.
-    result = quicx(*args, timeout=30, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
-    assert result.returncode == 1
-    assert result.stderr.startswith("quicx: ")
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-
-
 def test_status_detects_another_format(tmp_path: Path) -> None:
     import socket
     import threading
