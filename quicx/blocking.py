@@ -16,7 +16,6 @@ with a client each.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import ssl
 import threading
@@ -26,6 +25,7 @@ from collections.abc import Iterable
 
 from attrs import frozen
 from cryptography import x509
+from OpenSSL import crypto
 from service_identity import VerificationError
 from service_identity.cryptography import (
     verify_certificate_hostname,
@@ -37,6 +37,7 @@ from quicx.client import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, as_bytes, normalize
 from quicx.errors import ConnectionLost, DaemonError, QuicxError, error_from
 from quicx.framing import Frame, FrameParser
 from quicx.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
+from quicx.tls import TlsConfigError, trust_roots
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -58,31 +59,48 @@ class TlsOptions:
     certificate: str = ""
     private_key: str = ""
 
-    def wrap(self, sock: socket.socket) -> ssl.SSLSocket:
+    def context(self) -> ssl.SSLContext:
+        """
+        The TLS context: the CAs of C{trust_roots} (read as
+        L{quicx.tls.trust_roots} reads them, as the Twisted client does),
+        and this client's certificate.
+
+        @raise TlsConfigError: a file cannot be read or holds no PEM of its kind.
+        """
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        # Hostname checking is service_identity's job, in wrap.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_REQUIRED
+        if self.trust_roots:
+            roots = trust_roots(self.trust_roots)
+            context.load_verify_locations(
+                cadata="".join(
+                    crypto.dump_certificate(crypto.FILETYPE_PEM, root).decode("ascii")
+                    for root in roots
+                )
+            )
+        else:
+            context.load_default_certs()
+        if self.certificate:
+            try:
+                context.load_cert_chain(self.certificate, self.private_key or None)
+            except (OSError, ssl.SSLError) as e:
+                raise TlsConfigError(
+                    f"{self.certificate}: cannot load the certificate and its key:"
+                    f" {e.strerror or e}"
+                ) from None
+        return context
+
+    def wrap(self, sock: socket.socket, context: ssl.SSLContext | None = None) -> ssl.SSLSocket:
         """
         Handshake over C{sock} and check that the daemon's certificate names
         C{hostname}, with C{service_identity} (as Twisted's clients do).
 
+        @param context: from L{context}; made anew if not given.
         @raise ssl.SSLError: the handshake failed (an untrusted certificate).
         @raise service_identity.VerificationError: it names another host.
         """
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        # Hostname checking is service_identity's job, below.
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_REQUIRED
-        if os.path.isdir(self.trust_roots):
-            # Every PEM file in it, as Twisted reads trustRoots (OpenSSL's own
-            # capath would want hash-named links).
-            for name in sorted(os.listdir(self.trust_roots)):
-                path = os.path.join(self.trust_roots, name)
-                if os.path.isfile(path) and name.endswith((".pem", ".crt")):
-                    context.load_verify_locations(cafile=path)
-        elif self.trust_roots:
-            context.load_verify_locations(cafile=self.trust_roots)
-        else:
-            context.load_default_certs()
-        if self.certificate:
-            context.load_cert_chain(self.certificate, self.private_key or None)
+        context = context or self.context()
         wrapped = context.wrap_socket(sock, server_hostname=self.hostname)
         try:
             certificate = x509.load_der_x509_certificate(wrapped.getpeercert(binary_form=True))
@@ -150,6 +168,7 @@ class QuicxClient:
     ) -> None:
         self.address = address
         self._family, self._sockaddr, self._tls = parse_address(address)
+        self._context = self._tls.context() if self._tls is not None else None
         self.timeout = timeout
         self._keep = keep_outcomes
         self._lock = threading.RLock()
@@ -171,7 +190,7 @@ class QuicxClient:
                     sock = socket.create_connection(self._sockaddr, self.timeout)  # type: ignore[arg-type]
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     if self._tls is not None:
-                        sock = self._tls.wrap(sock)
+                        sock = self._tls.wrap(sock, self._context)
             except VerificationError as e:
                 raise ConnectionLost(
                     f"cannot connect to {self.address}: its certificate is not for"

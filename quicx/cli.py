@@ -17,15 +17,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from quicx import config as configuration
-from quicx import version_line
+from quicx import version_line, wire
 from quicx.blocking import QuicxClient, parse_address
 from quicx.client import DEFAULT_ADDRESS
 from quicx.config import format_size
@@ -37,7 +39,11 @@ ADDRESS_ENV = "QUICX_ADDRESS"
 
 
 class CommandError(Exception):
-    """A user-facing failure: printed as one line, exit status 1."""
+    """A user-facing failure: printed as one line (two at most), exit C{status}."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -83,10 +89,13 @@ def control_path(args: argparse.Namespace) -> str:
 
 
 def client_address(args: argparse.Namespace) -> str:
+    """The daemon's address, checked: its form, and the files a C{tls:} one names."""
     address = args.connect or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
     try:
-        parse_address(address)
-    except ValueError as e:
+        tls = parse_address(address)[2]
+        if tls is not None:
+            tls.context()
+    except ValueError as e:  # TlsConfigError included
         raise CommandError(f"bad address: {e}") from None
     return address
 
@@ -186,6 +195,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     path = args.pid_file or load_config(args.config).pid_path
     pid = read_pid(path)
     if pid is None:
+        if os.path.exists(path):
+            raise CommandError(f"no daemon to stop: {path} holds no pid")
         raise CommandError(f"no daemon to stop: no pid file at {path}")
     if not process_alive(pid):
         os.unlink(path)
@@ -270,10 +281,11 @@ def _journal_lines(journal: Mapping[str, Any] | None) -> list[str]:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    payload: bytes = sys.stdin.buffer.read() if args.payload == "-" else args.payload.encode()
+    # fsencode: the bytes as given, even those that are not UTF-8.
+    payload = sys.stdin.buffer.read() if args.payload == "-" else os.fsencode(args.payload)
     with QuicxClient(client_address(args), timeout=args.timeout) as client:
         try:
-            task_id = client.submit(args.type, payload)
+            task_id = client.submit(os.fsencode(args.type), payload)
             print(task_id, flush=True)
             if args.wait:
                 client.wait(task_id, timeout=args.timeout)
@@ -295,6 +307,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from quicx.worker import Worker
 
     target = import_object(args.target)
+    address = client_address(args)
     if isinstance(target, Worker):
         worker = target
         if args.concurrency:
@@ -302,13 +315,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if args.credits:
             worker.credits = args.credits
     elif isinstance(target, Mapping):
+        for task_type, handler in target.items():
+            if not isinstance(task_type, str) or not callable(handler):
+                raise CommandError(
+                    f"{args.target} maps {task_type!r} to {type(handler).__name__}:"
+                    " a worker needs task type names mapped to functions"
+                )
         worker = Worker(target, concurrency=args.concurrency or 1, credits=args.credits or 1)
     else:
         raise CommandError(
             f"{args.target} is a {type(target).__name__}, not a Worker or a mapping"
             " of task types to handlers"
         )
-    address = client_address(args)
     if args.busy_poll:
         try:
             enable_busy_poll(reactor, args.busy_poll)
@@ -316,13 +334,45 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise CommandError(str(e)) from None
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
     worker.start(reactor, address)
-    # SIGTERM / Ctrl-C: finish the tasks in hand, then exit.
     reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
-    reactor.run()
+    stop_on_signals(reactor)
+    reactor.run(installSignalHandlers=False)
     return 0
 
 
+def stop_on_signals(reactor: Any) -> None:
+    """
+    The first SIGTERM or Ctrl-C stops the reactor, which lets the worker
+    finish the tasks in hand; a second one exits at once (status 128 + the
+    signal's number), leaving the daemon to requeue those tasks.
+    """
+    stopping = False
+
+    def handle(signum: int, frame: object) -> None:
+        nonlocal stopping
+        if stopping:
+            # os.write and os._exit: the main thread may be inside a print,
+            # and handler threads still running would hold up a normal exit.
+            os.write(2, b"quicx: stopping now; the daemon requeues the tasks in hand\n")
+            os._exit(128 + signum)
+        stopping = True
+        os.write(
+            2,
+            b"quicx: stopping once the tasks in hand are done (Ctrl-C again to stop now)\n",
+        )
+        reactor.callFromThread(reactor.stop)
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+
+
 def import_object(target: str) -> object:
+    """
+    The object C{MODULE:OBJECT} names.
+
+    @raise CommandError: exit status 2 when the module fails to import, with
+        its error and where it was raised.
+    """
     module_name, colon, attribute = target.partition(":")
     if not colon or not module_name or not attribute:
         raise CommandError(f"{target!r} is not MODULE:OBJECT")
@@ -330,12 +380,32 @@ def import_object(target: str) -> object:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise CommandError(f"cannot import {module_name}: {e}") from None
+    except (Exception, SystemExit) as e:
+        raise CommandError(f"cannot import {module_name}: {import_error(e)}", status=2) from None
     try:
         return getattr(module, attribute)
     except AttributeError:
         raise CommandError(f"{module_name} has no {attribute!r}") from None
+
+
+def import_error(error: BaseException) -> str:
+    """
+    C{TYPE: MESSAGE}, and on a second line where it was raised: the module's
+    own line, not importlib's.
+    """
+    if isinstance(error, SyntaxError):
+        message, filename, line = error.msg, error.filename, error.lineno
+    else:
+        message = " ".join(str(error).split())
+        frames = [
+            frame
+            for frame in traceback.extract_tb(error.__traceback__)
+            if not frame.filename.startswith("<frozen ")
+            and frame.filename not in {__file__, importlib.__file__}
+        ]
+        filename, line = (frames[-1].filename, frames[-1].lineno) if frames else (None, None)
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return f"{text}\n  at {filename}:{line}" if filename else text
 
 
 # -- the parser ----------------------------------------------------------------------------
@@ -356,6 +426,33 @@ def bounded_int(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def duration(text: str) -> float:
+    """An argparse type: seconds, more than 0 (and under a year)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} seconds: it must be more than 0")
+    if value >= MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"{text} seconds: it must be under a year")
+    return value
+
+
+MAX_DURATION = 365 * 86400.0
+
+
+def task_type(text: str) -> str:
+    """An argparse type: a task type the protocol can carry (1 to 255 bytes)."""
+    try:
+        wire.encode_submit(os.fsencode(text), b"")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def configuration_argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """An argparse type from a L{quicx.config} value parser."""
 
@@ -368,10 +465,18 @@ def configuration_argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return argument
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (the usage is in --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="quicx", description="The Quicx task queue: daemon, status, submit, worker."
     )
+    parser.add_argument("--version", action="version", version=version_line())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -420,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("--pid-file", metavar="PATH", help="the pid file `quicx start` wrote")
     stop.add_argument(
         "--timeout",
-        type=float,
+        type=duration,
         default=60.0,
         help="seconds to wait (60: longer than the default drain, 30)",
     )
@@ -435,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_options(status)
     status.add_argument("--control", metavar="PATH", help="the daemon's control socket")
     status.add_argument("--json", action="store_true", help="print the status document as JSON")
-    status.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (5)")
+    status.add_argument("--timeout", type=duration, default=5.0, help="seconds to wait (5)")
     status.set_defaults(run=cmd_status)
 
     submit = command(
@@ -444,10 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Submit one task and print its id. PAYLOAD '-' reads the payload from"
         " stdin. With --wait, also wait for the outcome: exit 0 on DONE, 1 on FAILED.",
     )
-    submit.add_argument("type", help="the task type, e.g. send_email")
+    submit.add_argument("type", type=task_type, help="the task type, e.g. send_email")
     submit.add_argument("payload", help="the payload, or - for stdin")
     submit.add_argument("--wait", action="store_true", help="wait for the outcome")
-    submit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait (30)")
+    submit.add_argument("--timeout", type=duration, default=30.0, help="seconds to wait (30)")
     connect_option(submit)
     submit.set_defaults(run=cmd_submit)
 
@@ -519,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except CommandError as e:
         print(f"quicx: {e}", file=sys.stderr)
-        return 1
+        return e.status
     except QuicxError as e:
         print(f"quicx: {e}", file=sys.stderr)
         return 1

@@ -20,7 +20,12 @@ from typing import Any
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.endpoints import clientFromString, connectProtocol
+from twisted.internet.endpoints import (
+    HostnameEndpoint,
+    clientFromString,
+    connectProtocol,
+    wrapClientTLS,
+)
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
@@ -30,6 +35,7 @@ from quicx import pmad, wire
 from quicx.errors import ConnectionLost, QuicxError, error_from
 from quicx.framing import FrameReceiver, set_no_delay
 from quicx.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
+from quicx.tls import client_tls
 from quicx.wire import ErrorCode
 
 DEFAULT_ADDRESS = "tcp:127.0.0.1:16381"
@@ -199,8 +205,24 @@ def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
     """
     A client endpoint for C{address}: an endpoint string (C{tcp:HOST:PORT},
     C{unix:PATH}, C{tls:HOST:PORT}) or a bare C{HOST:PORT}.
+
+    A C{tls:} address takes the blocking client's options, read the same way:
+    C{trustRoots=} may name a PEM bundle as well as a directory (Twisted's
+    own C{tls:} parser takes only a directory, and one certificate a file).
+
+    @raise ValueError: a malformed C{tls:} address, or a
+        L{quicx.tls.TlsConfigError} for a file it names.
     """
-    return clientFromString(reactor, normalize_address(address))
+    address = normalize_address(address)
+    if not address.startswith("tls:"):
+        return clientFromString(reactor, address)
+    # Imported here: quicx.blocking imports this module.
+    from quicx.blocking import parse_address
+
+    _, (host, port), options = parse_address(address)  # type: ignore[misc]
+    assert options is not None
+    creator = client_tls(host, options.trust_roots, options.certificate, options.private_key)
+    return wrapClientTLS(creator, HostnameEndpoint(reactor, host, port))
 
 
 async def connect(

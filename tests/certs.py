@@ -44,10 +44,20 @@ class Authority:
             .not_valid_after(now + datetime.timedelta(days=1))
         )
 
-    def issue(self, common_name: str, hosts: tuple[str, ...] = ()) -> tuple[Path, Path]:
-        """A certificate for C{common_name} (and C{hosts}, for a server)."""
+    def issue(
+        self, common_name: str, hosts: tuple[str, ...] = (), organization: str = ""
+    ) -> tuple[Path, Path]:
+        """
+        A certificate for C{common_name} (and C{hosts}, for a server); with
+        C{common_name} empty, one whose subject holds only C{organization}.
+        """
         key = ec.generate_private_key(ec.SECP256R1())
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        names = (
+            [x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []
+        )
+        if common_name:
+            names.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+        subject = x509.Name(names)
         builder = self._builder(subject, key.public_key())
         if hosts:
             names: list[x509.GeneralName] = []
@@ -62,7 +72,7 @@ class Authority:
             usage = ExtendedKeyUsageOID.CLIENT_AUTH
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         certificate = builder.sign(self.key, hashes.SHA256())
-        stem = self.directory / f"{self.name}-{common_name}"
+        stem = self.directory / f"{self.name}-{common_name or organization or 'nameless'}"
         cert_path, key_path = stem.with_suffix(".crt"), stem.with_suffix(".key")
         cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
         key_path.write_bytes(

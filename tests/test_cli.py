@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from quicx import __version__ as quicx_version
 from quicx import config
 from quicx.blocking import QuicxClient
 from tests.conftest import DaemonProcess
@@ -84,6 +85,12 @@ def test_version_is_one_parsable_line() -> None:
     result = quicx("version")
     assert result.returncode == 0
     assert re.fullmatch(r"quicx \d+\.\d+\.\d+ protocol 1\n", result.stdout)
+
+
+def test_version_option_prints_what_the_command_does() -> None:
+    option = quicx("--version")
+    assert (option.returncode, option.stderr) == (0, "")
+    assert option.stdout == quicx("version").stdout == f"quicx {quicx_version} protocol 1\n"
 
 
 def test_init_prints_the_built_in_default(tmp_path: Path) -> None:
@@ -255,32 +262,6 @@ def test_twisted_worker_example(daemon: DaemonProcess, background) -> None:
         process.send_signal(signal.SIGTERM)
         output, _ = process.communicate(timeout=15)
     assert "sent mail to a@b.c" in output
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["status", "--control=/nonexistent/quicx.sock"], "no daemon: control socket"),
-        (["submit", "t", "p", "--connect=tcp:127.0.0.1:1"], "cannot connect to tcp:127.0.0.1:1"),
-        (["submit", "t", "p", "--connect=nowhere"], "bad address"),
-        (["worker", "no_such_module:x"], "cannot import no_such_module"),
-        (["worker", "json"], "'json' is not MODULE:OBJECT"),
-        (["worker", "json:dumps"], "json:dumps is a function, not a Worker"),
-        (["start", "--config=/nonexistent.conf"], "cannot read configuration"),
-        (
-            ["start", "--listen=bogus:1", "--pid-file=/tmp/quicx-test-bogus.pid"],
-            "bad listen address",
-        ),
-    ],
-)
-def test_user_errors_are_one_line(args: list[str], message: str, tmp_path: Path) -> None:
-    # Default pid files and control sockets go to a directory of the test's.
-    result = quicx(*args, timeout=30, env={**os.environ, "XDG_RUNTIME_DIR": str(tmp_path)})
-    assert result.returncode == 1
-    assert result.stderr.startswith("quicx: ")
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_status_detects_another_format(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ right CA only, and roles authorized by certificate identity.
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 from pathlib import Path
@@ -191,3 +192,88 @@ def test_a_tls_listener_without_a_certificate_is_one_clear_line(tmp_path: Path) 
     daemon = DaemonProcess(tmp_path, ["--listen=tls:0:interface=127.0.0.1"])
     with pytest.raises(RuntimeError, match="a tls: listener needs \\[tls\\] certificate"):
         daemon.start()
+
+
+@pytest.fixture
+def bundle(pki) -> Path:
+    """A PEM bundle with the daemon's CA second: a reader of one certificate misses it."""
+    path = pki["roots"].parent / "bundle.pem"
+    path.write_bytes(b"# CAs\n" + pki["other"].path.read_bytes() + pki["ca"].path.read_bytes())
+    return path
+
+
+@pytest_twisted.ensureDeferred
+async def test_trust_roots_may_be_a_bundle_file_in_both_clients(
+    tmp_path: Path, start_daemon, pki, bundle: Path
+) -> None:
+    from twisted.internet import reactor
+
+    port = tls_daemon(tmp_path, start_daemon, pki["server"])
+    # A directory holding the bundle, and the bundle itself.
+    bundled = tmp_path / "bundled"
+    bundled.mkdir()
+    (bundled / "cas.crt").write_bytes(bundle.read_bytes())
+    (bundled / "notes.pem").write_text("no certificate here\n")
+    for roots in (bundle, bundled):
+        with QuicxClient(f"tls:localhost:{port}:trustRoots={roots}") as client:
+            assert client.submit("t", b"blocking") > 0
+        twisted_client = await connect(reactor, f"tls:localhost:{port}:trustRoots={roots}")
+        assert await twisted_client.submit("t", b"twisted") > 0
+        twisted_client.close()
+    # The other CA alone does not vouch for the daemon, in either client.
+    alone = f"tls:localhost:{port}:trustRoots={pki['other'].path}"
+    with QuicxClient(alone) as client, pytest.raises(ConnectionLost, match="VERIFY_FAILED"):
+        client.submit("t", b"x")
+    twisted_client = await connect(reactor, alone)
+    with pytest.raises(ConnectionLost):
+        await defer.ensureDeferred(_submit(twisted_client))
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("trustRoots={missing}", "{missing}: No such file or directory"),
+        ("trustRoots={empty}", "{empty}: no PEM certificate in it"),
+        ("trustRoots={directory}", "{directory}: no .pem or .crt file in it holds a certificate"),
+        ("trustRoots={ca}:certificate={missing}", "{missing}: cannot load the certificate"),
+    ],
+)
+def test_unusable_tls_files_are_named_by_both_clients(
+    tmp_path: Path, pki, option: str, message: str
+) -> None:
+    from twisted.internet import reactor
+
+    from quicx.client import endpoint_for
+    from quicx.tls import TlsConfigError
+
+    (tmp_path / "empty.pem").write_text("")
+    (tmp_path / "directory").mkdir()
+    paths = {
+        "missing": tmp_path / "missing.pem",
+        "empty": tmp_path / "empty.pem",
+        "directory": tmp_path / "directory",
+        "ca": pki["ca"].path,
+    }
+    address = "tls:localhost:1:" + option.format(**paths)
+    with pytest.raises(TlsConfigError, match=re.escape(message.format(**paths))):
+        QuicxClient(address)
+    with pytest.raises(TlsConfigError, match=re.escape(str(message.format(**paths)).split(":")[0])):
+        endpoint_for(reactor, address)
+
+
+def test_a_refusal_names_why_a_certificate_gives_no_identity(pki) -> None:
+    from OpenSSL import crypto
+
+    from quicx.tls import describe_certificate
+
+    def certificate(path: Path) -> crypto.X509:
+        return crypto.load_certificate(crypto.FILETYPE_PEM, path.read_bytes())
+
+    no_cn, _ = pki["ca"].issue("", organization="Acme")
+    empty, _ = pki["ca"].issue("")
+    assert describe_certificate(certificate(pki["alice"][0])) == "identity 'alice'"
+    assert describe_certificate(None) == "a peer without a certificate"
+    assert describe_certificate(certificate(no_cn)) == (
+        "a certificate without a common name (CN) in its subject (O=Acme), so with no identity,"
+    )
+    assert "(empty)" in describe_certificate(certificate(empty))

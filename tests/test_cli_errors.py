@@ -1,0 +1,305 @@
+"""
+Every `quicx` command, given a user's mistake, ends with a short message on
+stderr and a non-zero exit, and never a traceback: run as the real console
+script, against files and sockets made here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from quicx.blocking import QuicxClient
+from tests.conftest import DaemonProcess
+
+QUICX = str(Path(sys.executable).with_name("quicx"))
+LISTEN = "--listen=tcp:0:interface=127.0.0.1"
+CONNECT_TLS = "--connect=tls:localhost:1:trustRoots="
+
+USAGE = 2  # argparse's status, and a worker module that fails to import
+FAILED = 1
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """The files the bad inputs name; also the commands' cwd and PYTHONPATH."""
+    (tmp_path / "bad.conf").write_text("[server]\nport = 16381\nbogus line\n")
+    (tmp_path / "no-control.conf").write_text("[server]\ncontrol = none\n")
+    (tmp_path / "not-a-pid").write_text("hello\n")
+    (tmp_path / "empty.pem").write_text("")
+    (tmp_path / "handlers.py").write_text("handlers = {'t': print}\n")
+    (tmp_path / "numbered.py").write_text("handlers = {1: print}\n")
+    (tmp_path / "broken.py").write_text("import os\nhandlers = {'t': 1 / 0}\n")
+    (tmp_path / "unfinished.py").write_text("handlers = {\n\ndef\n")
+    (tmp_path / "needs_more.py").write_text("import quicx_no_such_dependency\n")
+    return tmp_path
+
+
+# (arguments, exit status, what stderr says, how many lines it takes)
+# {tmp} is the workspace.
+CASES = {
+    "no command": ([], USAGE, "the following arguments are required: COMMAND", 1),
+    "unknown command": (["frobnicate"], USAGE, "invalid choice: 'frobnicate'", 1),
+    "unknown option": (
+        ["status", "--frobnicate"],
+        USAGE,
+        "unrecognized arguments: --frobnicate",
+        1,
+    ),
+    "version extra": (["version", "now"], USAGE, "unrecognized arguments: now", 1),
+    "init extra": (["init", "--force"], USAGE, "unrecognized arguments: --force", 1),
+    "start missing config": (
+        ["start", "--config=/nonexistent.conf"],
+        FAILED,
+        "cannot read configuration",
+        1,
+    ),
+    "start bad config line": (
+        ["start", "--config={tmp}/bad.conf"],
+        FAILED,
+        "bad.conf:3: expected 'key = value', got 'bogus line'",
+        1,
+    ),
+    "start bad listen": (["start", "--listen=bogus:1"], FAILED, "bad listen address", 1),
+    "start tls without certificate": (
+        ["start", "--listen=tls:0:interface=127.0.0.1"],
+        FAILED,
+        "a tls: listener needs [tls] certificate",
+        1,
+    ),
+    "start bad fsync": (["start", "--fsync=sometimes"], USAGE, "invalid choice: 'sometimes'", 1),
+    "start unwritable pid file": (
+        ["start", LISTEN, "--pid-file=/nonexistent/q.pid"],
+        FAILED,
+        "cannot write pid file /nonexistent/q.pid",
+        1,
+    ),
+    "start unwritable journal": (
+        ["start", LISTEN, "--journal=/nonexistent/journal"],
+        FAILED,
+        "journal /nonexistent/journal",
+        1,
+    ),
+    "stop no pid file": (
+        ["stop", "--pid-file={tmp}/none.pid"],
+        FAILED,
+        "no daemon to stop: no pid file at",
+        1,
+    ),
+    "stop not a pid file": (
+        ["stop", "--pid-file={tmp}/not-a-pid"],
+        FAILED,
+        "not-a-pid holds no pid",
+        1,
+    ),
+    "stop negative timeout": (
+        ["stop", "--timeout=-1"],
+        USAGE,
+        "--timeout: -1 seconds: it must be more than 0",
+        1,
+    ),
+    "stop bad config": (["stop", "--config={tmp}/bad.conf"], FAILED, "bad.conf:3", 1),
+    "status no daemon": (
+        ["status", "--control=/nonexistent/quicx.sock"],
+        FAILED,
+        "no daemon: control socket",
+        1,
+    ),
+    "status control off": (
+        ["status", "--config={tmp}/no-control.conf"],
+        FAILED,
+        "turns the control socket off",
+        1,
+    ),
+    "status zero timeout": (["status", "--timeout=0"], USAGE, "it must be more than 0", 1),
+    "submit empty type": (["submit", "", "x"], USAGE, "a task type is 1 to 255 bytes, not 0", 1),
+    "submit long type": (["submit", "t" * 256, "x"], USAGE, "1 to 255 bytes, not 256", 1),
+    "submit negative timeout": (
+        ["submit", "t", "x", "--wait", "--timeout=-1"],
+        USAGE,
+        "--timeout: -1 seconds: it must be more than 0",
+        1,
+    ),
+    "submit nan timeout": (
+        ["submit", "t", "x", "--timeout=nan"],
+        USAGE,
+        "'nan' is not a number of seconds",
+        1,
+    ),
+    "submit endless timeout": (
+        ["submit", "t", "x", "--timeout=inf"],
+        USAGE,
+        "it must be under a year",
+        1,
+    ),
+    "submit daemon down": (
+        ["submit", "t", "x", "--connect=tcp:127.0.0.1:1"],
+        FAILED,
+        "cannot connect to tcp:127.0.0.1:1",
+        1,
+    ),
+    "submit bad address": (["submit", "t", "x", "--connect=nowhere"], FAILED, "bad address", 1),
+    "submit unknown tls option": (
+        ["submit", "t", "x", "--connect=tls:localhost:1:bogus=1"],
+        FAILED,
+        "unknown tls: option bogus",
+        1,
+    ),
+    "submit missing trust roots": (
+        ["submit", "t", "x", CONNECT_TLS + "{tmp}/missing.pem"],
+        FAILED,
+        "missing.pem: No such file or directory",
+        1,
+    ),
+    "submit empty trust roots": (
+        ["submit", "t", "x", CONNECT_TLS + "{tmp}/empty.pem"],
+        FAILED,
+        "empty.pem: no PEM certificate in it",
+        1,
+    ),
+    "worker not module:object": (["worker", "json"], FAILED, "'json' is not MODULE:OBJECT", 1),
+    "worker no such object": (["worker", "json:nothing"], FAILED, "json has no 'nothing'", 1),
+    "worker not handlers": (
+        ["worker", "json:dumps"],
+        FAILED,
+        "json:dumps is a function, not a Worker",
+        1,
+    ),
+    "worker handlers not named": (
+        ["worker", "numbered:handlers"],
+        FAILED,
+        "numbered:handlers maps 1 to builtin_function_or_method",
+        1,
+    ),
+    "worker no such module": (
+        ["worker", "no_such_module:handlers"],
+        USAGE,
+        "cannot import no_such_module: ModuleNotFoundError: No module named 'no_such_module'",
+        1,
+    ),
+    "worker module raises": (
+        ["worker", "broken:handlers"],
+        USAGE,
+        "cannot import broken: ZeroDivisionError: division by zero\n  at {tmp}/broken.py:2",
+        2,
+    ),
+    "worker module does not parse": (
+        ["worker", "unfinished:handlers"],
+        USAGE,
+        "cannot import unfinished: SyntaxError: ",
+        2,
+    ),
+    "worker module's import fails": (
+        ["worker", "needs_more:handlers"],
+        USAGE,
+        "ModuleNotFoundError: No module named 'quicx_no_such_dependency'\n"
+        "  at {tmp}/needs_more.py:1",
+        2,
+    ),
+    "worker bad credits": (
+        ["worker", "handlers:handlers", "--credits=0"],
+        USAGE,
+        "--credits: 0 is not from 1 to 65535",
+        1,
+    ),
+    "worker bad address": (
+        ["worker", "handlers:handlers", "--connect=nowhere"],
+        FAILED,
+        "bad address",
+        1,
+    ),
+    "worker missing trust roots": (
+        ["worker", "handlers:handlers", CONNECT_TLS + "{tmp}/missing.pem"],
+        FAILED,
+        "missing.pem: No such file or directory",
+        1,
+    ),
+    "report without --out": (["report", "events"], USAGE, "the following arguments are", 1),
+}
+
+
+def run_quicx(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(workspace),
+        # Default pid files and control sockets: the workspace's.
+        "XDG_RUNTIME_DIR": str(workspace),
+    }
+    env.pop("QUICX_ADDRESS", None)
+    return subprocess.run(
+        [QUICX, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        cwd=workspace,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize(("args", "status", "message", "lines"), CASES.values(), ids=CASES)
+def test_a_mistake_is_a_short_message_and_an_exit_status(
+    workspace: Path, args: list[str], status: int, message: str, lines: int
+) -> None:
+    result = run_quicx(workspace, *(arg.format(tmp=workspace) for arg in args))
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.returncode == status, result.stderr
+    assert result.stderr.startswith("quicx")
+    assert message.format(tmp=workspace) in result.stderr
+    assert len(result.stderr.splitlines()) == lines, result.stderr
+
+
+def test_a_second_interrupt_stops_the_worker_at_once(
+    daemon: DaemonProcess, workspace: Path
+) -> None:
+    (workspace / "slow.py").write_text(
+        "import time\n"
+        "def slow(payload):\n"
+        "    print('started', flush=True)\n"
+        "    time.sleep(60)\n"
+        "handlers = {'slow': slow}\n"
+    )
+    output = workspace / "worker.out"
+    address = f"tcp:127.0.0.1:{daemon.port}"
+    with output.open("w") as out:
+        worker = subprocess.Popen(
+            [QUICX, "worker", "slow:handlers", f"--connect={address}"],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(workspace)},
+        )
+    try:
+        with QuicxClient(address) as client:
+            client.submit("slow", b"")
+            deadline = time.monotonic() + 15
+            while "started" not in output.read_text():
+                assert time.monotonic() < deadline and worker.poll() is None
+                time.sleep(0.05)
+            worker.send_signal(signal.SIGINT)
+            # The first interrupt waits for the task in hand ...
+            with pytest.raises(subprocess.TimeoutExpired):
+                worker.wait(0.5)
+            worker.send_signal(signal.SIGINT)
+            # ... the second does not.
+            _, errors = worker.communicate(timeout=5)
+            assert worker.returncode == 128 + signal.SIGINT
+            assert errors.splitlines()[-2:] == [
+                "quicx: stopping once the tasks in hand are done (Ctrl-C again to stop now)",
+                "quicx: stopping now; the daemon requeues the tasks in hand",
+            ]
+            assert "Traceback" not in errors and "ReactorNotRunning" not in errors
+            # The daemon has the task back, for the next worker.
+            deadline = time.monotonic() + 10
+            while client.stats().queue_depth != 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        worker.kill()
+        worker.wait()
