@@ -238,9 +238,10 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"  completed   {thousands(tasks['completed']):>14}",
         f"  failed      {thousands(tasks['failed']):>14}",
         f"  rejected    {thousands(tasks['rejected']):>14}",
-        f"  requeued    {thousands(tasks['requeued']):>14}"
-        f"   ({thousands(tasks['timed_out'])} timed out,"
-        f" {thousands(tasks['given_up'])} given up)",
+        f"  requeued    {thousands(tasks['requeued']):>14}",
+        f"  timed out   {thousands(tasks['timed_out']):>14}"
+        f"   ({thousands(tasks.get('late_outcomes', 0))} outcomes came after another's)",
+        f"  given up    {thousands(tasks['given_up']):>14}   (counted in failed)",
         f"  in flight   {thousands(tasks['queued'] + tasks['running']):>14}"
         f"   ({thousands(tasks['queued'])} queued + {thousands(tasks['running'])} running)",
         "",
@@ -602,7 +603,34 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", required=True, help="where the tables and report.html go")
     report.add_argument("--master", help="the Spark master (default local[*])")
     report.set_defaults(run=cmd_report)
+    repair = command(
+        "repair-journal",
+        "keep a damaged journal's good records",
+        "Rename a journal the daemon refuses as damaged to FILE.damaged-TIMESTAMP"
+        " and write, in its place, a journal of its good records in order (see"
+        " docs/operations.md, Recovery). Run it with the daemon stopped.",
+    )
+    repair.add_argument("file", help="the journal file")
+    repair.set_defaults(run=cmd_repair_journal)
     return parser
+
+
+def cmd_repair_journal(args: argparse.Namespace) -> int:
+    from quicx import journal
+
+    try:
+        result = journal.repair(args.file, time.time())
+    except journal.JournalCorrupt as e:
+        raise CommandError(str(e)) from None
+    except OSError as e:
+        raise CommandError(f"{args.file}: cannot repair: {e.strerror}") from None
+    if not result.moved_to:
+        print(f"{args.file}: no damage found ({result.kept} good records); left as it was")
+        return 0
+    for offset, length in result.damaged:
+        print(f"skipped {length} damaged bytes at offset {offset}")
+    print(f"{args.file}: {result.kept} good records kept; the original is now {result.moved_to}")
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

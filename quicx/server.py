@@ -29,7 +29,7 @@ from quicx import wire
 from quicx.config import Limits
 from quicx.framing import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.queue import IPeer, ProtocolViolation, QueueService, Role, Session
-from quicx.tls import Authorization, peer_identity
+from quicx.tls import Authorization, describe_peer, peer_identity
 from quicx.wire import ErrorCode, MessageType
 
 _UNKNOWN = object()
@@ -108,8 +108,7 @@ class QuicxServerProtocol(FrameReceiver):
         if self.identity is _UNKNOWN:
             self.identity = peer_identity(self.transport)
         if not authorization.allows(self.identity, role):
-            who = f"identity {self.identity!r}" if self.identity else "a peer without a certificate"
-            raise NotAuthorized(f"{who} may not act as a {role}")
+            raise NotAuthorized(f"{describe_peer(self.transport)} may not act as a {role}")
 
     # -- IPushProducer: the transport pauses us when our output piles up ----------
 

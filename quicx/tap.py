@@ -447,6 +447,12 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     config = fit_file_limit(config)
     if config.events_directory:
         make_directory("[events] directory", config.events_directory)
+    if config.control_path is not None:
+        directory = os.path.dirname(os.path.abspath(config.control_path))
+        if not os.path.isdir(directory):
+            raise SystemExit(
+                f"quicx: [server] control: {config.control_path}: no such directory {directory}"
+            )
     pool = pmad.Pmad(config.pool_size, list(config.classes))
     journal = open_journal(config, reactor) if config.journal else None
     events = (

@@ -67,6 +67,30 @@ CASES = {
         1,
     ),
     "start bad listen": (["start", "--listen=bogus:1"], FAILED, "bad listen address", 1),
+    "start control in no directory": (
+        ["start", "--control=/nonexistent/dir/c.sock"],
+        FAILED,
+        "[server] control: /nonexistent/dir/c.sock: no such directory /nonexistent/dir",
+        1,
+    ),
+    "repair-journal no file": (
+        ["repair-journal"],
+        USAGE,
+        "the following arguments are required: file",
+        1,
+    ),
+    "repair-journal missing": (
+        ["repair-journal", "{tmp}/absent"],
+        FAILED,
+        "absent: offset 0: no journal to repair",
+        1,
+    ),
+    "repair-journal not a journal": (
+        ["repair-journal", "{tmp}/bad.conf"],
+        FAILED,
+        "bad.conf: offset 0: not a Quicx journal (bad magic)",
+        1,
+    ),
     "start tls without certificate": (
         ["start", "--listen=tls:0:interface=127.0.0.1"],
         FAILED,

@@ -366,3 +366,33 @@ def test_ids_acknowledged_before_a_crash_are_never_issued_again(
         new = {producer.submit(b"t", b"after %d" % n).task_id for n in range(1000)}
     reused = new & (stream.acknowledged.keys() | recovered.keys())
     assert not reused, f"ids issued again: {sorted(reused)[:5]}"
+
+
+def test_repair_journal_lets_a_refused_journal_start_with_its_good_tasks(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j"
+    records = [journal.encode_submit(n, b"t", b"payload %d" % n) for n in range(1, 4)]
+    path.write_bytes(journal.MAGIC + b"".join(records))
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0x01  # the last record: whole, but its checksum fails
+    path.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="quicx repair-journal"):
+        DaemonProcess(tmp_path, [f"--journal={path}"]).start()
+    repaired = subprocess.run(
+        [QUICX, "repair-journal", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert repaired.returncode == 0, repaired.stderr
+    last = len(journal.MAGIC) + len(records[0]) * 2
+    assert f"skipped {len(records[2])} damaged bytes at offset {last}" in repaired.stdout
+    moved = next(tmp_path.glob("j.damaged-*"))
+    assert moved.read_bytes() == bytes(data)
+    daemon = DaemonProcess(tmp_path / "after", [f"--journal={path}"])
+    daemon.directory.mkdir()
+    daemon.start()
+    try:
+        assert sorted(drain(daemon.address)) == [1, 2]
+    finally:
+        daemon.kill()
+    again = subprocess.run([QUICX, "repair-journal", str(path)], capture_output=True, text=True)
+    assert again.returncode == 0 and "no damage found" in again.stdout

@@ -277,3 +277,21 @@ def test_a_refusal_names_why_a_certificate_gives_no_identity(pki) -> None:
         "a certificate without a common name (CN) in its subject (O=Acme), so with no identity,"
     )
     assert "(empty)" in describe_certificate(certificate(empty))
+
+
+def test_a_certificate_without_a_common_name_is_refused_for_that_reason(
+    tmp_path: Path, start_daemon, pki
+) -> None:
+    port = tls_daemon(tmp_path, start_daemon, pki["server"], MTLS.format(ca=pki["ca"].path))
+    cert, key = pki["ca"].issue("", organization="Acme")
+    context = ssl.create_default_context(cafile=str(pki["ca"].path))
+    context.load_cert_chain(cert, key)
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with Peer(context.wrap_socket(raw, server_hostname="localhost")) as nameless:
+        reply = nameless.request(wire.encode_submit(b"t", b"x"))
+        assert isinstance(reply, wire.Error) and reply.code == ErrorCode.INVALID_MESSAGE
+        assert reply.message.startswith(
+            "a certificate without a common name (CN) in its subject (O=Acme)"
+        )
+        assert reply.message.endswith("may not act as a producer")
+        nameless.wait_closed()
