@@ -133,12 +133,14 @@ class WorkerProtocol(FrameReceiver):
             self._answered = True
             task = wire.decode_task(payload)
             if self.running >= self.credits:
+                # A daemon bug, worth a log line -- but the task is run: a task
+                # sent and dropped would never finish.
                 self.log.error(
-                    "daemon sent task {id} beyond the {credits} this connection may hold",
+                    "daemon sent task {id} beyond the {credits} this connection may hold;"
+                    " running it anyway",
                     id=task.task_id,
                     credits=self.credits,
                 )
-                return
             self.running += 1
             outcome = self.worker.run(task)
             if type(outcome) is Deferred:

@@ -5,6 +5,10 @@ damage in the middle is refused with the offset, replay is idempotent.
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -264,3 +268,43 @@ async def test_ids_past_the_reservation_wait_until_the_next_is_durable(tmp_path:
     recovery = recover(str(path))
     assert [t.task_id for t in recovery.tasks] == list(range(1, 21))
     assert recovery.last_task_id >= 20
+
+
+# -- a failed append -------------------------------------------------------------------
+
+
+def test_a_failed_append_that_cannot_be_cut_back_is_in_doubt(tmp_path: Path) -> None:
+    # A real failing descriptor: the write fails (EBADF), and so does the cut.
+    path = tmp_path / "j"
+    written, _ = opened_journal(path, FsyncPolicy.ALWAYS, Clock())
+    os.close(written._fd)
+    written._fd = os.open(path, os.O_RDONLY)
+    with pytest.raises(journal.JournalInDoubt, match="cutting it back failed too"):
+        written._write([journal.encode_submit(1, b"t", b"x")], sync=True)
+    os.close(written._fd)
+
+
+def test_a_failed_append_is_cut_back_to_where_it_began(tmp_path: Path) -> None:
+    # Past RLIMIT_FSIZE a write stops short, then fails (EFBIG): a real full
+    # disk, in a child process so that the limit is its alone.
+    path = tmp_path / "j"
+    script = f"""
+import resource, signal
+from twisted.internet.task import Clock
+from quicx import journal
+from quicx.journal import FsyncPolicy, Journal, recover
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+j = Journal({str(path)!r}, FsyncPolicy.ALWAYS, Clock())
+j.open(recover({str(path)!r}))
+before = j._write([journal.encode_submit(1, b"t", b"kept")], sync=True)
+resource.setrlimit(resource.RLIMIT_FSIZE, (before + 100, before + 100))
+records = [journal.encode_submit(n, b"t", b"x" * 40) for n in range(2, 10)]
+try:
+    j._write(records, sync=True)
+except OSError as e:
+    print(e.errno)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.stdout.strip() == str(errno.EFBIG), result.stderr
+    # Two of the batch's records fitted whole before the limit: both are gone.
+    assert [t.task_id for t in recover(str(path)).tasks] == [1]

@@ -271,3 +271,39 @@ async def test_credit_worker_falls_back_where_credits_are_refused() -> None:
 def test_endpoint_strings() -> None:
     assert endpoint_for(reactor, "127.0.0.1:9")._port == 9
     assert QuicxClientFactory(keep_outcomes=5).buildProtocol(None)._book.keep == 5
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_task_beyond_the_credits_is_run_not_dropped() -> None:
+    """
+    A daemon that sends more TASKs than the worker's credits has a bug; the
+    worker runner logs it and still runs and answers every task it was sent.
+    Played here by a loopback socket.
+    """
+    listener = socket.create_server(("127.0.0.1", 0))
+    answers: list[bytes] = []
+
+    def faulty_daemon() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.settimeout(10)
+            assert connection.recv(64) == wire.encode_ready()
+            connection.sendall(wire.encode_task(1, b"t", b"a") + wire.encode_task(2, b"t", b"b"))
+            data = b""
+            while len(data) < 2 * len(wire.encode_done(1)):
+                data += connection.recv(64)
+            answers.append(data)
+
+    thread = threading.Thread(target=faulty_daemon)
+    thread.start()
+    ran: list[bytes] = []
+    worker = Worker({"t": ran.append})
+    worker.start(reactor, f"tcp:127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        await eventually(lambda: defer.succeed(bool(answers)))
+    finally:
+        await worker.stop()
+        thread.join(10)
+        listener.close()
+    assert ran == [b"a", b"b"]
+    assert answers == [wire.encode_done(1) + wire.encode_done(2)]

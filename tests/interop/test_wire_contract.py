@@ -184,3 +184,27 @@ def test_full_pool_gets_error_0x01(connect) -> None:
     assert accepted > 0
     # Smaller classes still have room.
     assert producer.ask(submit(b"t", b"small"))[0] == OK
+
+
+@pytest.mark.parametrize("fsync", ["always", "everysec"])
+def test_pipelined_answers_keep_request_order_with_a_journal(
+    tmp_path, start_daemon, fsync: str
+) -> None:
+    # Clients match answers to requests by order: an ERROR, PONG or
+    # STATS_RESPONSE must never overtake an OK still waiting for its sync.
+    daemon = start_daemon(f"--journal={tmp_path / 'journal'}", f"--fsync={fsync}")
+    peer = Wire(daemon.address)
+    try:
+        requests = [
+            (submit(b"t", b"one"), OK),
+            (frame(SUBMIT, b"\x09short"), ERROR),  # a type longer than the payload
+            (frame(HEARTBEAT), PONG),
+            (submit(b"t", b"x" * 5000), ERROR),
+            (frame(STATS), STATS_RESPONSE),
+            (submit(b"t", b"two"), OK),
+        ] * 25
+        peer.sock.sendall(b"".join(request for request, _ in requests))
+        kinds = [peer.read()[0] for _ in requests]
+    finally:
+        peer.close()
+    assert kinds == [kind for _, kind in requests]
