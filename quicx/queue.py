@@ -100,8 +100,8 @@ class Session:
     @ivar paused: not read from until its unsent output drains.
     @ivar overdue: deliveries to this worker that are no longer its to
         finish (taken back at the task timeout, or finished by another
-        worker's outcome first), by task id; each takes one of its credits
-        until it reports the task.
+        worker's outcome first): the task and that delivery's attempt number,
+        by task id; each takes one of its credits until it reports the task.
     @ivar replies: answers to this peer's requests that must wait for an
         earlier SUBMIT's answer (its journal record is being synced): frames,
         and tasks whose answer is not decided yet.  Empty nearly always.
@@ -117,7 +117,7 @@ class Session:
     heartbeat_sent: float = 0.0
     connected: bool = True
     paused: bool = False
-    overdue: dict[int, Task] = field(factory=dict)
+    overdue: dict[int, tuple[Task, int]] = field(factory=dict)
     replies: deque[Task | bytes] = field(factory=deque)
 
     @property
@@ -418,9 +418,17 @@ class QueueService(Service):
             )
 
     def _event(
-        self, kind: str, task: Task, worker: Session | None = None, extra: object = None
+        self,
+        kind: str,
+        task: Task,
+        worker: Session | None = None,
+        extra: object = None,
+        attempt: int | None = None,
     ) -> None:
-        """Record one step of C{task}'s life (the caller checks C{self.events})."""
+        """
+        Record one step of C{task}'s life (the caller checks C{self.events});
+        C{attempt}: of the delivery it concerns, if not the latest.
+        """
         producer = task.producer
         self.events.record(  # type: ignore[union-attr]
             kind,
@@ -429,7 +437,7 @@ class QueueService(Service):
             task.size,
             producer.session_id if producer is not None else None,
             worker.session_id if worker is not None else None,
-            task.attempts,
+            task.attempts if attempt is None else attempt,
             extra,
         )
 
@@ -461,22 +469,24 @@ class QueueService(Service):
             session.peer.sendFrame(wire.WAIT_FRAME)
 
     def done(self, session: Session, task_id: int) -> None:
-        task = self._finish(session, task_id, failed=False)
-        if task is not None:
+        finished = self._finish(session, task_id, failed=False)
+        if finished is not None:
+            task, attempt = finished
             self._completed += 1
             if self.events is not None:
-                self._event("done", task, session)
+                self._event("done", task, session, None, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
                 producer.peer.sendFrame(wire.encode_done(task_id))
         self._become_idle(session)
 
     def failed(self, session: Session, task_id: int, reason: str) -> None:
-        task = self._finish(session, task_id, failed=True)
-        if task is not None:
+        finished = self._finish(session, task_id, failed=True)
+        if finished is not None:
+            task, attempt = finished
             self._failed += 1
             if self.events is not None:
-                self._event("failed", task, session, reason)
+                self._event("failed", task, session, reason, attempt)
             # The protocol page has the daemon log every FAILED reason: here
             # in a summary every few seconds, and one by one at DEBUG.
             self.failures.note(
@@ -494,7 +504,7 @@ class QueueService(Service):
                 producer.peer.sendFrame(wire.encode_failed(task_id, reason))
         self._become_idle(session)
 
-    def _finish(self, session: Session, task_id: int, failed: bool) -> Task | None:
+    def _finish(self, session: Session, task_id: int, failed: bool) -> tuple[Task, int] | None:
         """
         Take back the task C{session} reports, journal its end, free its block.
 
@@ -502,14 +512,18 @@ class QueueService(Service):
         a worker that reports a task taken back at its timeout still
         finishes it, if nobody has yet.
 
-        @return: the task; C{None} for an outcome that came too late (the
-            task was finished already): ignored and counted.
+        @return: the task and the attempt number of the delivery that
+            reported it; C{None} for an outcome that came too late (the task
+            was finished already): ignored and counted.
         """
         task = session.tasks.pop(task_id, None)
-        if task is None:
-            task = self._late_delivery(session, task_id)
-            if task is None:
+        if task is not None:
+            attempt = task.attempts
+        else:
+            late = self._late_delivery(session, task_id)
+            if late is None:
                 return None
+            task, attempt = late
         task.finished = True
         task.holder = None
         if task.producer is not None:
@@ -520,9 +534,9 @@ class QueueService(Service):
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
         self.pool.free(task.block)
-        return task
+        return task, attempt
 
-    def _late_delivery(self, session: Session, task_id: int) -> Task | None:
+    def _late_delivery(self, session: Session, task_id: int) -> tuple[Task, int] | None:
         """
         An outcome for a delivery C{session} no longer holds: the task if it
         is still to be finished (its other copies are then forgotten), else
@@ -530,8 +544,8 @@ class QueueService(Service):
 
         @raise ProtocolViolation: C{session} was never given C{task_id}.
         """
-        task = session.overdue.pop(task_id, None)
-        if task is None:
+        late = session.overdue.pop(task_id, None)
+        if late is None:
             if session.role is not Role.WORKER:
                 raise ProtocolViolation(
                     f"a {session.role.value} connection reported task {task_id};"
@@ -540,6 +554,7 @@ class QueueService(Service):
             raise ProtocolViolation(
                 f"task {task_id} is not held by this worker ({_held(session.tasks)})"
             )
+        task = late[0]
         if task.finished:
             self._late_outcomes += 1
             self.failures.note(
@@ -555,7 +570,7 @@ class QueueService(Service):
         if holder is not None:
             # Another worker runs it now: its outcome will come too late.
             del holder.tasks[task_id]
-            holder.overdue[task_id] = task
+            holder.overdue[task_id] = (task, task.attempts)
         else:
             self._stale += 1  # still queued: dispatch skips it
         self.failures.note(
@@ -566,7 +581,7 @@ class QueueService(Service):
             task_id=task_id,
             worker=session.peer.peer_name,
         )
-        return task
+        return late
 
     def _become_idle(self, session: Session) -> None:
         # After DONE/FAILED a worker has a free credit without a new READY
@@ -630,7 +645,7 @@ class QueueService(Service):
             overdue = [t for t in session.tasks.values() if t.dispatched_at <= deadline]
             for task in overdue:
                 del session.tasks[task.task_id]
-                session.overdue[task.task_id] = task
+                session.overdue[task.task_id] = (task, task.attempts)
                 task.holder = None
                 self._timed_out += 1
                 # At the tail: a task that keeps running too long must not
