@@ -340,7 +340,11 @@ class QueueService(Service):
             self._event("submitted", task)
         producer = task.producer
         if producer is not None and producer.connected:
-            self.reply(producer, wire.encode_ok(task.task_id))
+            # self.reply(), inlined: the submit path's one hot call.
+            if producer.replies:
+                producer.replies.append(wire.encode_ok(task.task_id))
+            else:
+                producer.peer.sendFrame(wire.encode_ok(task.task_id))
         self._queue.append(task)
         if self._idle:
             self._dispatch()
