@@ -459,7 +459,7 @@ class QueueService(Service):
     def ready(self, session: Session, credits: int = 1) -> None:
         """
         A worker asks for work, and may hold up to C{credits} tasks from now
-        on: TASKs if tasks are queued, else WAIT.
+        on: TASKs if tasks are queued for it, else WAIT.
         """
         session.credits = credits
         if session.free_credits <= 0:
@@ -467,9 +467,11 @@ class QueueService(Service):
             self._idle.pop(session.session_id, None)
             return
         self._idle[session.session_id] = session
+        held = len(session.tasks)
         if self._queue:
             self._dispatch()
-        else:
+        # Nothing for it: none queued, or only tasks it still runs a late copy of.
+        if len(session.tasks) == held:
             session.peer.sendFrame(wire.WAIT_FRAME)
 
     def done(self, session: Session, task_id: int) -> None:
@@ -682,7 +684,7 @@ class QueueService(Service):
         if (
             self._drained is not None
             and not self.tasks_running
-            and (not self._queue or not self._workers)
+            and (not self.queued or not self._workers)
         ):
             self.stop_draining()
 
@@ -753,7 +755,7 @@ class QueueService(Service):
 
     def stats(self) -> wire.StatsResponse:
         return wire.StatsResponse(
-            queue_depth=len(self._queue) - self._stale,
+            queue_depth=self.queued,
             workers_total=self._workers,
             workers_idle=len(self._idle),
             pmad_bytes_used=self.pool.bytes_used,
@@ -773,6 +775,11 @@ class QueueService(Service):
         )
 
     @property
+    def queued(self) -> int:
+        """Tasks waiting for a worker (not those finished while queued)."""
+        return len(self._queue) - self._stale
+
+    @property
     def tasks_running(self) -> int:
         """Tasks held by workers right now."""
         return sum(len(session.tasks) for session in self.sessions.values())
@@ -781,7 +788,7 @@ class QueueService(Service):
         super().stopService()
         self.failures.flush()
         live = len(self._live)
-        queued, running = len(self._queue), self.tasks_running
+        queued, running = self.queued, self.tasks_running
         if not live:
             self.log.info("stopping with no live tasks")
         elif self.journal is not None:

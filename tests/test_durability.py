@@ -82,6 +82,18 @@ class StreamingProducer(threading.Thread):
             self.peer.close()
 
 
+def kill_when_acknowledged(daemon: DaemonProcess, stream: StreamingProducer, count: int) -> None:
+    """Run C{stream} until C{count} OKs (20 s at most), then kill -9 the daemon."""
+    stream.start()
+    deadline = time.monotonic() + 20
+    while len(stream.acknowledged) < count and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGKILL)
+    daemon.process.wait()
+    stream.join(10)
+
+
 def submit_all(address: tuple[str, int], count: int) -> dict[int, bytes]:
     with Peer(address) as producer:
         accepted = {}
@@ -108,13 +120,7 @@ def test_kill_9_mid_stream_loses_no_acknowledged_task(tmp_path: Path, start_daem
         held = worker.receive()  # taken, never finished: must come back
         assert held.task_id not in completed
         stream = StreamingProducer(daemon.address, first=100)
-        stream.start()
-        deadline = time.monotonic() + 20
-        while len(stream.acknowledged) < 3000 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        daemon.process.send_signal(signal.SIGKILL)
-        daemon.process.wait()
-        stream.join(10)
+        kill_when_acknowledged(daemon, stream, 3000)
     assert len(stream.acknowledged) >= 3000
     assert not stream.refused
 
@@ -350,13 +356,7 @@ def test_ids_acknowledged_before_a_crash_are_never_issued_again(
     path = tmp_path / "j"
     daemon = start_daemon(f"--journal={path}", "--fsync=everysec")
     stream = StreamingProducer(daemon.address, burst=256)
-    stream.start()
-    deadline = time.monotonic() + 20
-    while len(stream.acknowledged) < 5000 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    daemon.process.send_signal(signal.SIGKILL)
-    daemon.process.wait()
-    stream.join(10)
+    kill_when_acknowledged(daemon, stream, 5000)
     restarted = start_daemon(f"--journal={path}", "--fsync=everysec")
     recovered = drain(restarted.address)
     for task_id, payload in recovered.items():

@@ -239,6 +239,33 @@ def test_an_overdue_worker_that_leaves_lets_the_task_go_elsewhere() -> None:
     assert producer.take() == [wire.Ok(1), wire.Done(1)]
 
 
+def test_a_ready_with_only_its_own_late_copy_queued_gets_wait() -> None:
+    clock = Clock()
+    queue = timed_queue(clock)
+    producer = producer_of(queue)
+    worker = worker_of(queue, credits=2)
+    queue.submit(producer.session, b"t", b"x")
+    clock.advance(11)
+    queue.expire_overdue()
+    worker.take()
+    queue.ready(worker.session, 2)
+    assert worker.take() == [wire.Wait()], "a READY is always answered"
+
+
+def test_a_drain_is_not_held_up_by_a_task_finished_while_queued() -> None:
+    clock = Clock()
+    queue = timed_queue(clock)
+    producer = producer_of(queue)
+    worker = worker_of(queue, credits=2)
+    queue.submit(producer.session, b"t", b"x")
+    clock.advance(11)
+    queue.expire_overdue()
+    queue.done(worker.session, 1)  # finished by its late copy, still in the deque
+    assert queue.queued == 0 and queue.stats().queue_depth == 0
+    drained = queue.drain(60, clock)
+    assert drained.called, "nothing is left to wait for"
+
+
 def test_a_report_for_a_task_never_given_is_a_protocol_violation() -> None:
     queue = make_queue()
     worker = worker_of(queue)
@@ -299,6 +326,21 @@ class QueueMachine(RuleBasedStateMachine):
             self.queue.failed(worker.session, task_id, "no")
         else:
             self.queue.done(worker.session, task_id)
+
+    @precondition(lambda self: self.workers)
+    @rule(data=st.data())
+    def worker_ready_again(self, data: st.DataObject) -> None:
+        self._collect()
+        worker = data.draw(st.sampled_from(self.workers))
+        session = worker.session
+        had_a_free_credit = session.free_credits > 0
+        self.queue.ready(session, session.credits)
+        answers = worker.take()
+        for message in answers:
+            if isinstance(message, wire.Task):
+                self.given[worker].add(message.task_id)
+        if had_a_free_credit:
+            assert answers, "a READY from a worker with a free credit went unanswered"
 
     @rule(seconds=st.sampled_from([1.0, 6.0]))
     def time_passes(self, seconds: float) -> None:
