@@ -267,11 +267,11 @@ class QueueService(Service):
         replies, send = producer.replies, producer.peer.sendFrame
         while replies:
             head = replies[0]
-            if type(head) is bytes:
+            if isinstance(head, bytes):
                 send(head)
-            elif head.reply is not None:  # type: ignore[union-attr]
-                send(head.reply)  # type: ignore[union-attr]
-                head.reply = None  # type: ignore[union-attr]
+            elif head.reply is not None:
+                send(head.reply)
+                head.reply = None
             else:
                 return
             replies.popleft()
@@ -493,8 +493,8 @@ class QueueService(Service):
             self._failed += 1
             if self.events is not None:
                 self._event("failed", task, session, reason, attempt)
-            # The protocol page has the daemon log every FAILED reason: here
-            # in a summary every few seconds, and one by one at DEBUG.
+            # The protocol page has the daemon log every FAILED reason: each
+            # distinct one is, in the summary (or one by one: see LogSummary).
             self.failures.note(
                 "failed",
                 task.task_type,

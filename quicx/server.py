@@ -152,9 +152,13 @@ class QuicxServerProtocol(FrameReceiver):
             self._output.flush()
             batcher.release()
 
+    def _reply(self, frame: bytes) -> None:
+        """Answer this peer's request, in order with its other answers."""
+        assert self.session is not None
+        self.queue.reply(self.session, frame)
+
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
-        # In order with the other answers (see QueueService.reply).
-        self.queue.reply(self.session, wire.encode_error(code, reason))  # type: ignore[arg-type]
+        self._reply(wire.encode_error(code, reason))
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if self._first_frame_deadline is not None:
@@ -219,7 +223,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _heartbeat(self, payload: bytes) -> None:
         wire.decode_heartbeat(payload)
-        self.queue.reply(self.session, wire.PONG_FRAME)  # type: ignore[arg-type]
+        self._reply(wire.PONG_FRAME)
 
     def _pong(self, payload: bytes) -> None:
         # Its arrival already counted as a sign of life.
@@ -230,7 +234,7 @@ class QuicxServerProtocol(FrameReceiver):
         self._authorize("monitor")
         # Any connection may ask, and asking does not fix its role: a client
         # may look at the queue before it submits.
-        self.queue.reply(self.session, wire.encode_stats_response(self.queue.stats()))  # type: ignore[arg-type]
+        self._reply(wire.encode_stats_response(self.queue.stats()))
 
 
 _HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {

@@ -10,7 +10,7 @@ events.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -158,20 +158,29 @@ def test_a_submit_in_doubt_is_not_answered_at_all() -> None:
 # -- task timeouts with credits: per delivery, first outcome wins --------------------
 
 
-def timed_queue(clock: Clock) -> QueueService:
-    return make_queue(clock, task_timeout=10.0)
+class TimedOut(NamedTuple):
+    clock: Clock
+    queue: QueueService
+    producer: FakePeer
+    worker: FakePeer
+
+
+def a_task_timed_out(credits: int = 1) -> TimedOut:
+    """Task 1 given to C{worker}, then taken back at its timeout (10 s)."""
+    clock = Clock()
+    queue = make_queue(clock, task_timeout=10.0)
+    producer = producer_of(queue)
+    worker = worker_of(queue, credits, name="first")
+    queue.submit(producer.session, b"t", b"x")
+    clock.advance(11)
+    queue.expire_overdue()
+    return TimedOut(clock, queue, producer, worker)
 
 
 def test_a_timed_out_task_is_never_sent_again_to_the_worker_that_holds_it() -> None:
-    clock = Clock()
-    queue = timed_queue(clock)
-    producer = producer_of(queue)
-    worker = worker_of(queue, credits=4)
-    queue.submit(producer.session, b"t", b"slow")
-    assert [type(m) for m in worker.take()] == [wire.Wait, wire.Task]
-    clock.advance(11)
-    queue.expire_overdue()
-    assert worker.take() == [], "the worker already runs it: no second copy"
+    _, queue, producer, worker = a_task_timed_out(credits=4)
+    received = worker.take()
+    assert [type(m) for m in received] == [wire.Wait, wire.Task], "no second copy"
     assert queue.stats().queue_depth == 1
     # Its late DONE still counts: the first outcome wins.
     queue.done(worker.session, 1)
@@ -185,15 +194,8 @@ def test_a_timed_out_task_is_never_sent_again_to_the_worker_that_holds_it() -> N
 
 
 def test_a_timed_out_task_goes_to_another_worker_and_the_first_outcome_wins() -> None:
-    clock = Clock()
-    queue = timed_queue(clock)
-    producer = producer_of(queue)
-    slow = worker_of(queue, credits=2, name="slow")
-    queue.submit(producer.session, b"t", b"x")
+    _, queue, producer, slow = a_task_timed_out(credits=2)
     fast = worker_of(queue, credits=2, name="fast")
-    slow.take(), fast.take()
-    clock.advance(11)
-    queue.expire_overdue()
     assert fast.take() == [wire.Task(1, b"t", b"x")]
     # The slow worker reports first: done; the fast one's report is late.
     queue.done(slow.session, 1)
@@ -206,14 +208,8 @@ def test_a_timed_out_task_goes_to_another_worker_and_the_first_outcome_wins() ->
 
 
 def test_the_new_holder_finishing_first_makes_the_old_report_late() -> None:
-    clock = Clock()
-    queue = timed_queue(clock)
-    producer = producer_of(queue)
-    slow = worker_of(queue, name="slow")
-    queue.submit(producer.session, b"t", b"x")
+    _, queue, producer, slow = a_task_timed_out()
     fast = worker_of(queue, name="fast")
-    clock.advance(11)
-    queue.expire_overdue()
     queue.failed(fast.session, 1, "boom")
     assert slow.session.free_credits == 0, "its credit stays taken until it reports"
     queue.done(slow.session, 1)
@@ -223,13 +219,7 @@ def test_the_new_holder_finishing_first_makes_the_old_report_late() -> None:
 
 
 def test_an_overdue_worker_that_leaves_lets_the_task_go_elsewhere() -> None:
-    clock = Clock()
-    queue = timed_queue(clock)
-    producer = producer_of(queue)
-    first = worker_of(queue, credits=2, name="first")
-    queue.submit(producer.session, b"t", b"x")
-    clock.advance(11)
-    queue.expire_overdue()
+    _, queue, producer, first = a_task_timed_out(credits=2)
     second = worker_of(queue, credits=2, name="second")
     second.take()
     first.disconnect()
@@ -240,26 +230,14 @@ def test_an_overdue_worker_that_leaves_lets_the_task_go_elsewhere() -> None:
 
 
 def test_a_ready_with_only_its_own_late_copy_queued_gets_wait() -> None:
-    clock = Clock()
-    queue = timed_queue(clock)
-    producer = producer_of(queue)
-    worker = worker_of(queue, credits=2)
-    queue.submit(producer.session, b"t", b"x")
-    clock.advance(11)
-    queue.expire_overdue()
+    _, queue, _, worker = a_task_timed_out(credits=2)
     worker.take()
     queue.ready(worker.session, 2)
     assert worker.take() == [wire.Wait()], "a READY is always answered"
 
 
 def test_a_drain_is_not_held_up_by_a_task_finished_while_queued() -> None:
-    clock = Clock()
-    queue = timed_queue(clock)
-    producer = producer_of(queue)
-    worker = worker_of(queue, credits=2)
-    queue.submit(producer.session, b"t", b"x")
-    clock.advance(11)
-    queue.expire_overdue()
+    clock, queue, _, worker = a_task_timed_out(credits=2)
     queue.done(worker.session, 1)  # finished by its late copy, still in the deque
     assert queue.queued == 0 and queue.stats().queue_depth == 0
     drained = queue.drain(60, clock)
