@@ -258,11 +258,9 @@ class QueueService(Service):
         else:
             session.peer.sendFrame(frame)
 
-    def _answer_waiting(self, task: Task, frame: bytes) -> None:
-        """Decide the answer of a SUBMIT that waited; send what may go now."""
-        task.reply = frame
-        producer = task.producer
-        if producer is None or not producer.connected:
+    def _send_decided(self, producer: Session) -> None:
+        """Send C{producer}'s waiting answers that are decided, up to the first that is not."""
+        if not producer.connected:
             return
         replies, send = producer.replies, producer.peer.sendFrame
         while replies:
@@ -351,12 +349,19 @@ class QueueService(Service):
 
     def _accept_all(self, tasks: list[Task]) -> None:
         """(The journal.) These waiting tasks' records are durable."""
+        producers: dict[Session, None] = {}
         for task in tasks:
             self._submitted += 1
             if self.events is not None:
                 self._event("submitted", task)
-            self._answer_waiting(task, wire.encode_ok(task.task_id))
+            task.reply = wire.encode_ok(task.task_id)
+            producer = task.producer
+            assert producer is not None  # only submitted tasks wait for the journal
+            producers[producer] = None
             self._queue.append(task)
+        # Every answer of the batch decided first, then each producer's sent once.
+        for producer in producers:
+            self._send_decided(producer)
         if self._idle:
             self._dispatch()
 
@@ -385,7 +390,8 @@ class QueueService(Service):
             self._count_rejection(
                 producer, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
             )
-            self._answer_waiting(task, wire.encode_error(ErrorCode.QUEUE_FULL, message))
+            task.reply = wire.encode_error(ErrorCode.QUEUE_FULL, message)
+            self._send_decided(producer)
 
     def _snapshot(self) -> Iterator[tuple[int, bytes, bytes]]:
         """(The journal.) The live tasks, oldest first."""
