@@ -1,5 +1,5 @@
 """
-Draw docs/performance.png from a C{python -m quicx.bench --json-out} file.
+Draw docs/performance.png from a C{python -m tools.bench --json-out} file.
 
     python benchmarks/chart.py bench.json docs/performance.png
 

@@ -2,7 +2,7 @@
 Quicx as an adapter of the peer harness (../shared/bench/peers), so that it
 runs the harness's own workloads under the harness's rules, beside beanstalkd.
 
-Run by C{python -m quicx.bench} with this project's Python (the harness
+Run by C{python -m tools.bench} with this project's Python (the harness
 itself needs only the standard library):
 
     python benchmarks/quicx_adapter.py bench --workload e2e --n 20000
@@ -10,7 +10,7 @@ itself needs only the standard library):
 Server : twistd -n quicx on 127.0.0.1:11391, 256 MiB pool, no journal
 put    : QuicxClient.submit(): one SUBMIT, returns when its OK arrives
 worker : the stock `quicx worker` on a no-op handler, one connection with
-         64 READY credits (quicx.bench.CREDITS), as the bench's e2e
+         64 READY credits (tools.bench.CREDITS), as the bench's e2e
 latency: QuicxClient.submit_and_wait(): SUBMIT, then block until DONE arrives
 ready  : idle worker connections (control socket) // connections per worker
 done   : tasks completed (control socket)
@@ -27,9 +27,9 @@ sys.path.insert(0, HARNESS)
 from harness.core import HOST, Adapter, main  # noqa: E402
 
 from quicx import __version__  # noqa: E402
-from quicx.bench import CREDITS  # noqa: E402
-from quicx.blocking import QuicxClient  # noqa: E402
-from quicx.control import fetch_status  # noqa: E402
+from quicx.clients.blocking import QuicxClient  # noqa: E402
+from quicx.daemon.control import fetch_status  # noqa: E402
+from tools.bench import CREDITS  # noqa: E402
 
 SLOTS, CREDITS_PER_SLOT = CREDITS
 BIN = Path(sys.executable).parent
@@ -54,7 +54,7 @@ class Quicx(Adapter):
                 "--pool-size=256M"]  # fmt: skip
 
     def worker_argv(self, index, max_jobs, max_seconds, workdir):
-        return [str(BIN / "quicx"), "worker", "quicx.bench:noop_worker", f"-n{SLOTS}",
+        return [str(BIN / "quicx"), "worker", "tools.bench:noop_worker", f"-n{SLOTS}",
                 f"--credits={CREDITS_PER_SLOT}", f"--connect=tcp:{HOST}:{self.port}"]  # fmt: skip
 
     def connect(self):

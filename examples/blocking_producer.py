@@ -10,8 +10,8 @@ import json
 import os
 import sys
 
-from quicx.blocking import QuicxClient
-from quicx.errors import TaskFailed
+from quicx.clients.blocking import QuicxClient
+from quicx.protocol.errors import TaskFailed
 
 
 def main(addresses: list[str]) -> int:

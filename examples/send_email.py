@@ -12,7 +12,7 @@ when the address is unusable.
 
 import json
 
-from quicx.worker import Worker
+from quicx.clients.worker import Worker
 
 worker = Worker()
 

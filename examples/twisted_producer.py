@@ -12,8 +12,8 @@ import sys
 
 from twisted.internet import defer, task
 
-from quicx.client import connect
-from quicx.errors import TaskFailed
+from quicx.clients.twisted_client import connect
+from quicx.protocol.errors import TaskFailed
 
 
 async def send(client, address: str) -> bool:

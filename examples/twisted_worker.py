@@ -13,7 +13,7 @@ import os
 
 from twisted.internet import defer, reactor, task
 
-from quicx.worker import Worker
+from quicx.clients.worker import Worker
 
 worker = Worker(concurrency=2)
 

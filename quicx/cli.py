@@ -26,14 +26,15 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
-from quicx import config as configuration
-from quicx import version_line, wire
-from quicx.blocking import QuicxClient, parse_address
-from quicx.client import DEFAULT_ADDRESS
-from quicx.config import format_size
-from quicx.control import StatusUnavailable, fetch_status
-from quicx.errors import QuicxError, TaskFailed
-from quicx.wire import MAX_CREDITS
+from quicx import version_line
+from quicx.clients.address import DEFAULT_ADDRESS, parse_address
+from quicx.clients.blocking import QuicxClient
+from quicx.daemon import settings as configuration
+from quicx.daemon.control import StatusUnavailable, fetch_status
+from quicx.daemon.settings import format_size
+from quicx.protocol import wire
+from quicx.protocol.errors import QuicxError, TaskFailed
+from quicx.protocol.wire import MAX_CREDITS
 
 ADDRESS_ENV = "QUICX_ADDRESS"
 
@@ -118,7 +119,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     from twisted.logger import globalLogBeginner, textFileLogObserver
     from twisted.python import usage
 
-    from quicx import tap
+    from quicx.daemon import tap
+    from quicx.daemon.service import build_daemon
 
     options = tap.Options()
     forwarded = [f"--config={args.config}"] if args.config else []
@@ -138,7 +140,7 @@ def cmd_start(args: argparse.Namespace) -> int:
             [textFileLogObserver(sys.stdout)], redirectStandardIO=False
         )
         try:
-            service = tap.build_daemon(config, reactor)
+            service = build_daemon(config, reactor)
             service.privilegedStartService()
         except SystemExit as e:
             raise CommandError(str(e.code).removeprefix("quicx: ")) from None
@@ -304,8 +306,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from twisted.internet.defer import ensureDeferred
     from twisted.logger import globalLogBeginner, textFileLogObserver
 
-    from quicx.busypoll import enable_busy_poll
-    from quicx.worker import Worker
+    from quicx.clients.worker import Worker
+    from quicx.net.busypoll import enable_busy_poll
 
     target = import_object(args.target)
     address = client_address(args)
@@ -455,7 +457,7 @@ def task_type(text: str) -> str:
 
 
 def configuration_argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type from a L{quicx.config} value parser."""
+    """An argparse type from a L{quicx.daemon.settings} value parser."""
 
     def argument(text: str) -> Any:
         try:
@@ -560,7 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker = command(
         "worker",
         "run task handlers",
-        "Run the handlers of MODULE:OBJECT -- a quicx.worker.Worker, or a mapping"
+        "Run the handlers of MODULE:OBJECT -- a quicx.clients.worker.Worker, or a mapping"
         " of task types to functions -- until SIGTERM or Ctrl-C, which lets the"
         " tasks in hand finish.",
     )
@@ -616,11 +618,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_repair_journal(args: argparse.Namespace) -> int:
-    from quicx import journal
+    from quicx.daemon.journal import records, recovery
 
     try:
-        result = journal.repair(args.file, time.time())
-    except journal.JournalCorrupt as e:
+        result = recovery.repair(args.file, time.time())
+    except records.JournalCorrupt as e:
         raise CommandError(str(e)) from None
     except OSError as e:
         raise CommandError(f"{args.file}: cannot repair: {e.strerror}") from None
@@ -638,7 +640,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         import pyspark  # noqa: F401
     except ImportError as e:
         raise CommandError(f"the report needs PySpark: pip install 'quicx[spark]' ({e})") from None
-    from quicx import report
+    from quicx.report import pipeline as report
 
     argv = [*args.events, f"--out={args.out}"]
     if args.master:

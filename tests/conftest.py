@@ -141,7 +141,7 @@ def spark() -> Iterator:
     pytest.importorskip("pyspark", reason="pip install 'quicx[spark]'")
     from pyspark.sql import SparkSession
 
-    # No PYSPARK_PYTHON: quicx.spark has local executors run this interpreter.
+    # No PYSPARK_PYTHON: quicx.clients.spark has local executors run this interpreter.
     session = (
         SparkSession.builder.master("local[2]")
         .appName("quicx-tests")

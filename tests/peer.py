@@ -1,5 +1,5 @@
 """
-A blocking test peer: a real socket that speaks frames via L{quicx.wire}.
+A blocking test peer: a real socket that speaks frames via L{quicx.protocol.wire}.
 """
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import socket
 import time
 
-from quicx import wire
-from quicx.framing import Frame, FrameParser
+from quicx.protocol import wire
+from quicx.protocol.frames import Frame, FrameParser
 
 
 class Peer:

@@ -13,7 +13,7 @@ import sys
 def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
     out = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "-m", "quicx.bench", "e2e", "latency", "--quick", "--no-peers",
+        [sys.executable, "-m", "tools.bench", "e2e", "latency", "--quick", "--no-peers",
          f"--json-out={out}"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -32,7 +32,7 @@ def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
 
 def test_bench_refuses_an_unknown_workload() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "quicx.bench", "fastest"], capture_output=True, text=True
+        [sys.executable, "-m", "tools.bench", "fastest"], capture_output=True, text=True
     )
     assert result.returncode == 2
     assert "unknown workload fastest" in result.stderr

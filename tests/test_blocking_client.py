@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from quicx import wire
-from quicx.blocking import QuicxClient, parse_address
-from quicx.errors import (
+from quicx.clients.address import parse_address
+from quicx.clients.blocking import QuicxClient
+from quicx.protocol import wire
+from quicx.protocol.errors import (
     ConnectionLost,
     OutcomeUnknown,
     PayloadTooLarge,

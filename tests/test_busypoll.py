@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from twisted.internet.selectreactor import SelectReactor
 
-from quicx import wire
-from quicx.busypoll import SpinningPoller, enable_busy_poll
-from quicx.config import ConfigError, parse
+from quicx.daemon.settings import ConfigError, parse
+from quicx.net.busypoll import SpinningPoller, enable_busy_poll
+from quicx.protocol import wire
 from tests.conftest import config_option
 from tests.peer import Peer
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from quicx import __version__ as quicx_version
-from quicx import config
-from quicx.blocking import QuicxClient
+from quicx.clients.blocking import QuicxClient
+from quicx.daemon import settings as config
 from tests.conftest import DaemonProcess
 
 QUICX = str(Path(sys.executable).with_name("quicx"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from quicx.blocking import QuicxClient
+from quicx.clients.blocking import QuicxClient
 from tests.conftest import DaemonProcess
 
 QUICX = str(Path(sys.executable).with_name("quicx"))

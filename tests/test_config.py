@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from quicx import config, pmad
-from quicx.config import ConfigError
+from quicx.daemon import pmad
+from quicx.daemon import settings as config
+from quicx.daemon.settings import ConfigError
 
 REFERENCE = """\
 [server]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from quicx import wire
-from quicx.control import fetch_status
+from quicx.daemon.control import fetch_status
+from quicx.protocol import wire
 from tests.conftest import config_option
 from tests.peer import Peer
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from quicx import wire
-from quicx.wire import ErrorCode
+from quicx.protocol import wire
+from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess, config_option
 from tests.peer import Peer
 

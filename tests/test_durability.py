@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from quicx import journal, wire
-from quicx.control import fetch_status
-from quicx.wire import ErrorCode
+from quicx.daemon.control import fetch_status
+from quicx.daemon.journal import records as journal
+from quicx.protocol import wire
+from quicx.protocol.wire import ErrorCode
 from tests.conftest import TWISTD, DaemonProcess, config_option
 from tests.peer import Peer
 
@@ -222,10 +223,10 @@ def test_compaction_under_load_loses_nothing(tmp_path: Path, start_daemon) -> No
 
 def test_a_damaged_journal_stops_the_daemon_from_starting(tmp_path: Path) -> None:
     path = tmp_path / "j"
-    records = [journal.encode_submit(n, b"t", b"payload") for n in range(1, 4)]
-    path.write_bytes(journal.MAGIC + b"".join(records))
+    written = [journal.encode_submit(n, b"t", b"payload") for n in range(1, 4)]
+    path.write_bytes(journal.MAGIC + b"".join(written))
     data = bytearray(path.read_bytes())
-    second = len(journal.MAGIC) + len(records[0])
+    second = len(journal.MAGIC) + len(written[0])
     data[second + 12] ^= 0xFF
     path.write_bytes(bytes(data))
     daemon = DaemonProcess(tmp_path, [f"--journal={path}"])

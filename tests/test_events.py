@@ -9,9 +9,9 @@ import json
 import time
 from pathlib import Path
 
-from quicx import wire
-from quicx.events import format_event
-from quicx.wire import ErrorCode
+from quicx.daemon.events import format_event
+from quicx.protocol import wire
+from quicx.protocol.wire import ErrorCode
 from tests.conftest import config_option
 from tests.peer import Peer
 

@@ -8,9 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.testing import StringTransport
 
-from quicx import wire
-from quicx.framing import Frame, FrameParser, FrameReceiver, RejectedFrame
-from quicx.wire import ErrorCode
+from quicx.net.framer import FrameReceiver
+from quicx.protocol import wire
+from quicx.protocol.frames import Frame, FrameParser, RejectedFrame
+from quicx.protocol.wire import ErrorCode
 
 STREAM = b"".join(
     [

@@ -9,9 +9,11 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
-from quicx import pmad, tap, wire
-from quicx.framing import FrameReceiver
-from quicx.wire import ErrorCode
+from quicx.daemon import pmad, tap
+from quicx.daemon import service as service_module
+from quicx.net.framer import FrameReceiver
+from quicx.protocol import wire
+from quicx.protocol.wire import ErrorCode
 
 
 class Client(FrameReceiver):
@@ -58,8 +60,8 @@ async def daemon():
     await defer.ensureDeferred(defer.maybeDeferred(service.stopService))
 
 
-def port_of(service: tap.QuicxDaemon) -> int:
-    listener = next(s for s in service if isinstance(s, tap.ListenerService))
+def port_of(service: service_module.QuicxDaemon) -> int:
+    listener = next(s for s in service if isinstance(s, service_module.ListenerService))
     return listener.port.getHost().port
 
 

@@ -9,17 +9,24 @@ import errno
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import Clock, deferLater
+from zope.interface import implementer
 
-from quicx import config as configuration
-from quicx import journal, wire
-from quicx.journal import MAGIC, FsyncPolicy, Journal, JournalCorrupt, RecoveredTask, recover
-from quicx.queue import Task
+from quicx.daemon import settings as configuration
+from quicx.daemon.core import Task
+from quicx.daemon.journal import records as journal
+from quicx.daemon.journal import recovery as journal_recovery
+from quicx.daemon.journal.interface import IJournalOwner, Record
+from quicx.daemon.journal.records import MAGIC, FsyncPolicy, JournalCorrupt, RecoveredTask
+from quicx.daemon.journal.recovery import recover
+from quicx.daemon.journal.writer import Journal
+from quicx.protocol import wire
 
 
 def write(path: Path, *records: bytes) -> list[int]:
@@ -145,7 +152,7 @@ def test_repair_keeps_every_good_record_and_moves_the_file_aside(
     data = bytearray(path.read_bytes())
     data[damaged + 9] ^= 0x10
     path.write_bytes(bytes(data))
-    result = journal.repair(str(path), now=0.0)
+    result = journal_recovery.repair(str(path), now=0.0)
     assert result.damaged == ((damaged, len(records[0])),)
     assert result.moved_to == f"{path}.damaged-19700101T000000Z"
     assert Path(result.moved_to).read_bytes() == bytes(data), "the original is kept whole"
@@ -154,7 +161,7 @@ def test_repair_keeps_every_good_record_and_moves_the_file_aside(
     assert [t.task_id for t in recovery.tasks] == [n for n in (1, 3, 4, 5) if n != lost]
     assert result.kept == 5
     # A journal with nothing wrong is left alone.
-    assert journal.repair(str(path), now=0.0) == journal.Repair((), 5, "")
+    assert journal_recovery.repair(str(path), now=0.0) == journal_recovery.Repair((), 5, "")
 
 
 def test_a_torn_tail_of_zeros_or_a_cut_header_is_still_torn(tmp_path: Path) -> None:
@@ -217,10 +224,28 @@ def fake_task(task_id: int) -> Task:
     return Task(task_id, b"t", 0, 1, None)
 
 
+@implementer(IJournalOwner)
+class RecordingOwner:
+    """A journal's owner that keeps what the journal accepts and allows no refusal."""
+
+    def __init__(self) -> None:
+        self.accepted_tasks: list[Record] = []
+
+    def accepted(self, tasks: list[Record]) -> None:
+        self.accepted_tasks.extend(tasks)
+
+    def refused(self, tasks: list[Record], reason: str, in_doubt: bool) -> None:
+        pytest.fail(f"refused: {reason}")
+
+    def snapshot(self) -> Iterator[tuple[int, bytes, bytes]]:
+        return iter(())
+
+
 def opened_journal(path: Path, policy: FsyncPolicy, reactor, **kwargs) -> tuple[Journal, list]:
-    accepted: list[Task] = []
+    owner = RecordingOwner()
+    accepted = owner.accepted_tasks
     result = Journal(str(path), policy, reactor, **kwargs)
-    result.bind(accepted.extend, pytest.fail, lambda: iter(()))
+    result.bind(owner)
     result.open(recover(str(path)))
     return result, accepted
 
@@ -291,8 +316,12 @@ def test_a_failed_append_is_cut_back_to_where_it_began(tmp_path: Path) -> None:
     script = f"""
 import resource, signal
 from twisted.internet.task import Clock
-from quicx import journal
-from quicx.journal import FsyncPolicy, Journal, recover
+from quicx.daemon.journal import records as journal
+from quicx.daemon.journal.interface import IJournalOwner, Record
+from quicx.daemon.journal import recovery as journal_recovery
+from quicx.daemon.journal.records import FsyncPolicy
+from quicx.daemon.journal.writer import Journal
+from quicx.daemon.journal.recovery import recover
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 j = Journal({str(path)!r}, FsyncPolicy.ALWAYS, Clock())
 j.open(recover({str(path)!r}))

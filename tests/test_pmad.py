@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from quicx import pmad
-from quicx.pmad import (
+from quicx.daemon import pmad
+from quicx.daemon.pmad import (
     BLOCK_HEADER_SIZE,
     AllocationTooLarge,
     InvalidBlock,

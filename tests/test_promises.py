@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from quicx import wire
-from quicx.control import fetch_status
-from quicx.wire import ErrorCode
+from quicx.daemon.control import fetch_status
+from quicx.protocol import wire
+from quicx.protocol.wire import ErrorCode
 from tests.conftest import TWISTD, DaemonProcess, config_option
 from tests.peer import Peer
 

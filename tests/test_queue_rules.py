@@ -19,10 +19,13 @@ from twisted.internet.task import Clock
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from quicx import pmad, wire
-from quicx.framing import Frame, FrameParser
-from quicx.logsummary import LogSummary
-from quicx.queue import IPeer, QueueService, Role, Session, Task
+from quicx.daemon import pmad
+from quicx.daemon.core import QueueService, Task
+from quicx.daemon.journal.interface import IJournal, IJournalOwner
+from quicx.daemon.logsummary import LogSummary
+from quicx.protocol import wire
+from quicx.protocol.frames import Frame, FrameParser
+from quicx.protocol.session import IPeer, Role, Session
 
 
 @implementer(IPeer)
@@ -49,6 +52,7 @@ class FakePeer:
         return received
 
 
+@implementer(IJournal)
 class FakeJournal:
     """Holds each SUBMIT until the test says its record is synced, or failed."""
 
@@ -59,8 +63,8 @@ class FakeJournal:
         self.waiting: list[Task] = []
         self.outcomes: list[tuple[int, bool]] = []
 
-    def bind(self, accept: Any, refuse: Any, snapshot: Any) -> None:
-        self.accept, self.refuse = accept, refuse
+    def bind(self, owner: IJournalOwner) -> None:
+        self.owner = owner
 
     def record_submit(self, task: Task, payload: bytes) -> bool:
         self.waiting.append(task)
@@ -71,11 +75,11 @@ class FakeJournal:
 
     def sync(self) -> None:
         waiting, self.waiting = self.waiting, []
-        self.accept(waiting)
+        self.owner.accepted(waiting)
 
     def fail(self, in_doubt: bool = False) -> None:
         waiting, self.waiting = self.waiting, []
-        self.refuse(waiting, "No space left on device", in_doubt)
+        self.owner.refused(waiting, "No space left on device", in_doubt)
 
 
 EMPTY_POOL_BYTES = pmad.Pmad(1 << 20, pmad.default_classes()).bytes_used
@@ -88,7 +92,7 @@ def make_queue(
     return QueueService(
         pool,
         clock=(clock or Clock()).seconds,
-        journal=journal,  # type: ignore[arg-type]
+        journal=journal,
         failures=LogSummary(Logger(), 60.0),
         **kwargs,
     )
@@ -116,7 +120,7 @@ def test_answers_queue_behind_a_submit_waiting_for_its_sync() -> None:
     producer = producer_of(queue)
     queue.submit(producer.session, b"t", b"one")
     queue.submit(producer.session, b"other", b"refused at once")
-    queue.reply(producer.session, wire.PONG_FRAME)
+    producer.session.reply(wire.PONG_FRAME)
     queue.submit(producer.session, b"t", b"two")
     assert producer.take() == [], "nothing may overtake the first OK"
     journal.sync()
@@ -124,7 +128,7 @@ def test_answers_queue_behind_a_submit_waiting_for_its_sync() -> None:
     assert [type(r) for r in replies] == [wire.Ok, wire.Error, wire.Pong, wire.Ok]
     assert [r.task_id for r in replies if isinstance(r, wire.Ok)] == [1, 2]
     # Nothing waits now: the next answer goes at once.
-    queue.reply(producer.session, wire.PONG_FRAME)
+    producer.session.reply(wire.PONG_FRAME)
     assert producer.take() == [wire.Pong()]
 
 
@@ -133,7 +137,7 @@ def test_a_refused_waiting_submit_is_answered_in_its_place() -> None:
     queue = make_queue(journal=journal)
     producer = producer_of(queue)
     queue.submit(producer.session, b"t", b"one")
-    queue.reply(producer.session, wire.PONG_FRAME)
+    producer.session.reply(wire.PONG_FRAME)
     journal.fail()
     first, second = producer.take()
     assert isinstance(first, wire.Error) and first.code == wire.ErrorCode.QUEUE_FULL

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from quicx.control import fetch_status
+from quicx.daemon.control import fetch_status
 from tests.peer import Peer
 
 HANDLERS = """\
 import os, time
-from quicx.worker import Worker
+from quicx.clients.worker import Worker
 
 MARK = {mark!r}
 worker = Worker()
@@ -145,7 +145,7 @@ def run_workload(tmp_path: Path, start_daemon) -> Path:
 
 
 def test_report_matches_a_plain_python_computation(tmp_path: Path, start_daemon, spark) -> None:
-    from quicx.report import build_report, render_html
+    from quicx.report.pipeline import build_report, render_html
 
     events = run_workload(tmp_path, start_daemon)
     expected = plain_python(events)
@@ -210,8 +210,8 @@ def test_the_report_job_runs_under_spark_submit(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     import os
 
-    from quicx.bench import synthetic_events
-    from quicx.jobs import report_job
+    from quicx.report import job as report_job
+    from tools.bench import synthetic_events
 
     events = tmp_path / "events"
     events.mkdir()
@@ -230,7 +230,7 @@ def test_the_report_job_runs_under_spark_submit(tmp_path: Path) -> None:
 
 SLOW_HANDLERS = """\
 import os, time
-from quicx.worker import Worker
+from quicx.clients.worker import Worker
 
 worker = Worker()
 
@@ -256,7 +256,7 @@ def test_report_counts_agree_with_quicx_status(tmp_path: Path, start_daemon, spa
     every delivery (requeued once, then given up): the report's requeued,
     given up, failed and completed are the daemon's own counts.
     """
-    from quicx.report import build_report
+    from quicx.report.pipeline import build_report
     from tests.conftest import config_option
 
     events = tmp_path / "events"

@@ -2,7 +2,7 @@
 The report's page in a real headless Chromium at 1280 px: nothing scrolls
 sideways and no two labels of a chart touch.  The page is computed by a real
 local Spark from event files written with the daemon's own encoder
-(L{quicx.events.format_event}); and the counts the page shows are checked
+(L{quicx.daemon.events.format_event}); and the counts the page shows are checked
 against the events.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from quicx.events import format_event
-from quicx.report import normalise_reason
+from quicx.daemon.events import format_event
+from quicx.report.pipeline import normalise_reason
 
 CHROMIUM = os.environ.get("QUICX_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("QUICX_CHROMEDRIVER", "/usr/bin/chromedriver")
@@ -73,7 +73,7 @@ def write_events(directory: Path, tasks: int = 3000, hours: float = 1.5) -> list
 
 @pytest.fixture(scope="module")
 def report_and_events(tmp_path_factory: pytest.TempPathFactory, spark) -> tuple[Any, list]:
-    from quicx.report import build_report
+    from quicx.report.pipeline import build_report
 
     directory = tmp_path_factory.mktemp("page") / "events"
     events = write_events(directory)
@@ -152,7 +152,7 @@ def overlap(a: list[float], b: list[float]) -> bool:
 def test_the_page_fits_1280_px_and_no_labels_touch(
     report_and_events, browser, tmp_path: Path
 ) -> None:
-    from quicx.report import render_html
+    from quicx.report.pipeline import render_html
 
     page = tmp_path / "report.html"
     page.write_text(render_html(report_and_events[0]), encoding="utf-8")

@@ -16,8 +16,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quicx import wire
-from quicx.wire import ErrorCode, MessageType
+from quicx.protocol import wire
+from quicx.protocol.wire import ErrorCode, MessageType
 from tests.peer import Peer
 
 LIMIT = 1024 + wire.SUBMIT_TYPE_OVERHEAD  # the default pool's frame limit

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from quicx.control import fetch_status
+from quicx.daemon.control import fetch_status
 from tests.conftest import config_option
 
 pyspark = pytest.importorskip("pyspark", reason="pip install 'quicx[spark]'")
@@ -20,7 +20,7 @@ pyspark = pytest.importorskip("pyspark", reason="pip install 'quicx[spark]'")
 
 RECORDER = """\
 import os
-from quicx.worker import Worker
+from quicx.clients.worker import Worker
 
 OUT = open(os.path.join({directory!r}, f"{{os.getpid()}}.txt"), "a", buffering=1)
 worker = Worker()
@@ -35,7 +35,7 @@ def record(payload: bytes) -> None:
 def test_a_hundred_thousand_rows_through_a_full_queue_exactly_once(
     tmp_path: Path, start_daemon, spark
 ) -> None:
-    from quicx.spark import submit_dataframe
+    from quicx.clients.spark import submit_dataframe
 
     daemon = start_daemon(
         config_option(tmp_path, "[allocator]\npool_size = 64K\nclass = 32,50\nclass = 64,50\n")
@@ -84,8 +84,8 @@ def test_a_hundred_thousand_rows_through_a_full_queue_exactly_once(
 def test_payload_as_json_and_type_from_a_column(tmp_path: Path, start_daemon, spark) -> None:
     import json
 
-    from quicx import wire
-    from quicx.spark import submit_dataframe
+    from quicx.clients.spark import submit_dataframe
+    from quicx.protocol import wire
     from tests.peer import Peer
 
     daemon = start_daemon()
@@ -110,7 +110,7 @@ def test_payload_as_json_and_type_from_a_column(tmp_path: Path, start_daemon, sp
 
 
 def test_bad_arguments_are_refused_before_any_submit(spark) -> None:
-    from quicx.spark import submit_dataframe
+    from quicx.clients.spark import submit_dataframe
 
     df = spark.range(3)
     with pytest.raises(ValueError, match="task_type or type_column"):
@@ -122,7 +122,7 @@ def test_bad_arguments_are_refused_before_any_submit(spark) -> None:
 SUBMIT_WITHOUT_PYSPARK_PYTHON = """\
 import json, sys
 from pyspark.sql import SparkSession
-from quicx.spark import submit_dataframe
+from quicx.clients.spark import submit_dataframe
 
 spark = (
     SparkSession.builder.master("local[1]")
@@ -168,7 +168,7 @@ def test_submit_dataframe_needs_no_pyspark_python(tmp_path: Path, start_daemon) 
 
 
 def test_a_chosen_interpreter_is_kept(spark, monkeypatch) -> None:
-    from quicx.spark import use_this_python
+    from quicx.clients.spark import use_this_python
 
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/their/python")
     before = spark.sparkContext.pythonExec

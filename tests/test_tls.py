@@ -15,11 +15,11 @@ import pytest
 import pytest_twisted
 from twisted.internet import defer
 
-from quicx import wire
-from quicx.blocking import QuicxClient
-from quicx.client import connect
-from quicx.errors import ConnectionLost
-from quicx.wire import ErrorCode
+from quicx.clients.blocking import QuicxClient
+from quicx.clients.twisted_client import connect
+from quicx.protocol import wire
+from quicx.protocol.errors import ConnectionLost
+from quicx.protocol.wire import ErrorCode
 from tests.certs import Authority
 from tests.conftest import DaemonProcess
 from tests.peer import Peer
@@ -243,8 +243,8 @@ def test_unusable_tls_files_are_named_by_both_clients(
 ) -> None:
     from twisted.internet import reactor
 
-    from quicx.client import endpoint_for
-    from quicx.tls import TlsConfigError
+    from quicx.clients.twisted_client import endpoint_for
+    from quicx.net.certificates import TlsConfigError
 
     (tmp_path / "empty.pem").write_text("")
     (tmp_path / "directory").mkdir()
@@ -264,7 +264,7 @@ def test_unusable_tls_files_are_named_by_both_clients(
 def test_a_refusal_names_why_a_certificate_gives_no_identity(pki) -> None:
     from OpenSSL import crypto
 
-    from quicx.tls import describe_certificate
+    from quicx.net.certificates import describe_certificate
 
     def certificate(path: Path) -> crypto.X509:
         return crypto.load_certificate(crypto.FILETYPE_PEM, path.read_bytes())

@@ -14,11 +14,11 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
 
-from quicx import wire
-from quicx.client import ProducerService, QuicxClientFactory, connect, endpoint_for
-from quicx.errors import ConnectionLost, OutcomeUnknown, QueueFull, TaskFailed
-from quicx.wire import ErrorCode
-from quicx.worker import Worker
+from quicx.clients.twisted_client import ProducerService, QuicxClientFactory, connect, endpoint_for
+from quicx.clients.worker import Worker
+from quicx.protocol import wire
+from quicx.protocol.errors import ConnectionLost, OutcomeUnknown, QueueFull, TaskFailed
+from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess
 
 

@@ -4,8 +4,8 @@ import struct
 
 import pytest
 
-from quicx import wire
-from quicx.wire import MalformedMessage, MessageType
+from quicx.protocol import wire
+from quicx.protocol.wire import MalformedMessage, MessageType
 
 ROUND_TRIPS = [
     (

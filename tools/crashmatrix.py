@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from quicx import wire
-    from quicx.framing import Frame, FrameParser
+    from quicx.protocol import wire
+    from quicx.protocol.frames import Frame, FrameParser
 
 
 def load_quicx() -> None:
@@ -71,9 +71,9 @@ def load_quicx() -> None:
     without quicx installed.
     """
     global CLIENT_MAX_LENGTH, Frame, FrameParser, wire
-    from quicx import wire
-    from quicx.client import CLIENT_MAX_LENGTH
-    from quicx.framing import Frame, FrameParser
+    from quicx.clients.address import CLIENT_MAX_LENGTH
+    from quicx.protocol import wire
+    from quicx.protocol.frames import Frame, FrameParser
 
 
 CLIENT_MAX_LENGTH = 0

@@ -6,7 +6,7 @@ from twisted.application.service import ServiceMaker
 
 quicx = ServiceMaker(
     "Quicx",
-    "quicx.tap",
+    "quicx.daemon.tap",
     "The Quicx task-queue daemon.",
     "quicx",
 )

@@ -31,6 +31,8 @@ MAX_CREDITS = 0xFFFF
 
 MAX_TASK_ID = 0xFFFFFFFF
 MAX_TYPE_LENGTH = 255
+MAX_PAYLOAD = 1 << 20
+"""The largest task payload the protocol allows (1 MiB)."""
 SUBMIT_TYPE_OVERHEAD = 1 + MAX_TYPE_LENGTH
 """The most bytes a SUBMIT spends on its task type (length byte + type)."""
 

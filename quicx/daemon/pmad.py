@@ -32,6 +32,8 @@ from math import gcd
 
 from attrs import frozen
 
+from quicx.protocol.wire import MAX_PAYLOAD
+
 BLOCK_HEADER = struct.Struct("<QIHBx")
 """next free block offset + 1 (0: none), payload length, class index, state."""
 BLOCK_HEADER_SIZE = BLOCK_HEADER.size
@@ -40,7 +42,7 @@ _LENGTH = struct.Struct("<I")
 
 MAX_CLASSES = 255
 MIN_CLASS_SIZE = 1
-MAX_CLASS_SIZE = 1 << 20
+MAX_CLASS_SIZE = MAX_PAYLOAD
 """The largest block payload: 1 MiB (the reference stops at 1 KiB)."""
 
 _FREE = 0

@@ -2,7 +2,7 @@
 The Twisted producer client.
 
     from twisted.internet.endpoints import clientFromString
-    from quicx.client import connect
+    from quicx.clients.twisted_client import connect
 
     client = await connect(reactor, "tcp:127.0.0.1:16381")
     task_id = await client.submit("send_email", b'{"to": "user@gmail.com"}')
@@ -31,23 +31,19 @@ from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from quicx import pmad, wire
-from quicx.errors import ConnectionLost, QuicxError, error_from
-from quicx.framing import FrameReceiver, set_no_delay
-from quicx.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
-from quicx.tls import client_tls
-from quicx.wire import ErrorCode
-
-DEFAULT_ADDRESS = "tcp:127.0.0.1:16381"
-ENDPOINT_KINDS = frozenset({"tcp", "unix", "tls", "ssl"})
-
-CLIENT_MAX_LENGTH = pmad.MAX_CLASS_SIZE + wire.TASK_ID.size + wire.SUBMIT_TYPE_OVERHEAD
-"""The largest frame a client accepts: a TASK of the largest possible class."""
-
-
-def as_bytes(value: str | bytes) -> bytes:
-    """Task types and payloads may be given as text (encoded UTF-8) or bytes."""
-    return value.encode("utf-8") if isinstance(value, str) else value
+from quicx.clients.address import (
+    CLIENT_MAX_LENGTH,
+    DEFAULT_ADDRESS,
+    as_bytes,
+    normalize_address,
+    parse_address,
+)
+from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
+from quicx.net.framer import FrameReceiver, set_no_delay
+from quicx.net.tls import client_tls
+from quicx.protocol import wire
+from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
+from quicx.protocol.wire import ErrorCode
 
 
 class QuicxClientProtocol(FrameReceiver):
@@ -57,7 +53,7 @@ class QuicxClientProtocol(FrameReceiver):
     @ivar keep_outcomes: how many outcomes nobody has asked for are kept.
     """
 
-    log = Logger(namespace="quicx.client")
+    log = Logger(namespace="quicx.clients.twisted_client")
     maxLength = CLIENT_MAX_LENGTH
     checkTypes = False
 
@@ -196,11 +192,6 @@ class QuicxClientFactory(Factory):
         return QuicxClientProtocol(self.keep_outcomes)
 
 
-def normalize_address(address: str) -> str:
-    """An endpoint string as given, or C{tcp:HOST:PORT} for a bare C{HOST:PORT}."""
-    return address if address.partition(":")[0] in ENDPOINT_KINDS else f"tcp:{address}"
-
-
 def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
     """
     A client endpoint for C{address}: an endpoint string (C{tcp:HOST:PORT},
@@ -211,13 +202,12 @@ def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
     own C{tls:} parser takes only a directory, and one certificate a file).
 
     @raise ValueError: a malformed C{tls:} address, or a
-        L{quicx.tls.TlsConfigError} for a file it names.
+        L{quicx.net.tls.TlsConfigError} for a file it names.
     """
     address = normalize_address(address)
     if not address.startswith("tls:"):
         return clientFromString(reactor, address)
-    # Imported here: quicx.blocking imports this module.
-    from quicx.blocking import parse_address
+    # Imported here: quicx.clients.blocking imports this module.
 
     _, (host, port), options = parse_address(address)  # type: ignore[misc]
     assert options is not None

@@ -45,10 +45,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from quicx import wire
-from quicx.client import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, endpoint_for
-from quicx.framing import FrameReceiver, set_no_delay, write_now
-from quicx.wire import ErrorCode
+from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
+from quicx.clients.twisted_client import endpoint_for
+from quicx.net.framer import FrameReceiver, set_no_delay, write_now
+from quicx.protocol import wire
+from quicx.protocol.wire import ErrorCode
 
 Handler = Callable[[bytes], Any]
 
@@ -87,7 +88,7 @@ class WorkerProtocol(FrameReceiver):
     @ivar running: tasks received and not yet answered.
     """
 
-    log = Logger(namespace="quicx.worker")
+    log = Logger(namespace="quicx.clients.worker")
     maxLength = CLIENT_MAX_LENGTH
     checkTypes = False
 
@@ -198,7 +199,7 @@ class Worker:
         C{concurrency * credits} tasks run at once.
     """
 
-    log = Logger(namespace="quicx.worker")
+    log = Logger(namespace="quicx.clients.worker")
 
     def __init__(
         self, handlers: Mapping[str, Handler] | None = None, concurrency: int = 1, credits: int = 1

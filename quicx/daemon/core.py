@@ -3,7 +3,7 @@ The queue: the one owner of the daemon's state.
 
 L{QueueService} holds the PMAD pool, the FIFO of queued tasks, the idle
 workers, the task each worker holds, and the counters.  It speaks in frames
-(built with L{quicx.wire}) to L{IPeer}s but knows nothing of sockets: the
+(built with L{quicx.protocol.wire}) to L{IPeer}s but knows nothing of sockets: the
 server protocol feeds it decoded messages and it answers through the peer.
 
 Each connection is a L{Session}, created and owned here; the protocol only
@@ -15,43 +15,23 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
-from enum import Enum
 
-from attrs import define, field, frozen
+from attrs import define, frozen
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
-from zope.interface import Attribute, Interface
+from zope.interface import implementer
 
-from quicx import pmad, wire
-from quicx.events import EventLog
-from quicx.journal import Journal, Recovery
-from quicx.logsummary import LogSummary
-from quicx.wire import ErrorCode
-
-
-class IPeer(Interface):
-    """The far end of a connection, as the queue sees it."""
-
-    peer_name = Attribute("A short description of the peer for logs.")
-
-    def sendFrame(data: bytes) -> None:
-        """Send one or more encoded frames."""
-
-    def disconnect() -> None:
-        """Close the connection; L{QueueService.close_session} follows."""
-
-
-class Role(Enum):
-    """
-    What a connection is, decided by its first SUBMIT or READY.  A connection
-    that has sent neither (a monitor that only asks STATS) stays NEW.
-    """
-
-    NEW = "new"
-    PRODUCER = "producer"
-    WORKER = "worker"
+from quicx.daemon import pmad
+from quicx.daemon.events import EventLog
+from quicx.daemon.journal.interface import IJournal, IJournalOwner, NullJournal
+from quicx.daemon.journal.records import Recovery
+from quicx.daemon.logsummary import LogSummary
+from quicx.protocol import session as protocol
+from quicx.protocol import wire
+from quicx.protocol.session import IPeer, ProtocolViolation, Role
+from quicx.protocol.wire import ErrorCode
 
 
 @define(eq=False)
@@ -85,45 +65,8 @@ class Task:
     reply: bytes | None = None
 
 
-@define(eq=False)
-class Session:
-    """
-    One connection's state.
-
-    @ivar tasks: the tasks this worker holds, by id, oldest first.
-    @ivar credits: how many tasks this worker may hold at once (its READY's
-        credit count; 1 unless it uses the credit extension).
-    @ivar outstanding: how many of this producer's tasks have no outcome yet
-        (counting those still waiting for their OK).
-    @ivar last_received: when anything last arrived from the peer.
-    @ivar heartbeat_sent: when the daemon last sent it a HEARTBEAT.
-    @ivar paused: not read from until its unsent output drains.
-    @ivar overdue: deliveries to this worker that are no longer its to
-        finish (taken back at the task timeout, or finished by another
-        worker's outcome first): the task and that delivery's attempt number,
-        by task id; each takes one of its credits until it reports the task.
-    @ivar replies: answers to this peer's requests that must wait for an
-        earlier SUBMIT's answer (its journal record is being synced): frames,
-        and tasks whose answer is not decided yet.  Empty nearly always.
-    """
-
-    session_id: int
-    peer: IPeer
-    last_received: float
-    role: Role = Role.NEW
-    tasks: dict[int, Task] = field(factory=dict)
-    credits: int = 1
-    outstanding: int = 0
-    heartbeat_sent: float = 0.0
-    connected: bool = True
-    paused: bool = False
-    overdue: dict[int, tuple[Task, int]] = field(factory=dict)
-    replies: deque[Task | bytes] = field(factory=deque)
-
-    @property
-    def free_credits(self) -> int:
-        """How many more tasks this worker may be sent now."""
-        return self.credits - len(self.tasks) - len(self.overdue)
+Session = protocol.Session[Task]
+"""A connection, holding these tasks."""
 
 
 @frozen
@@ -140,21 +83,19 @@ class Counters:
     late_outcomes: int
 
 
-class ProtocolViolation(Exception):
-    """A well-formed message that is not allowed now (answered ERROR 0x02)."""
-
-
+@implementer(IJournalOwner)
 class QueueService(Service):
     """
     The task queue.
 
     @ivar pool: the allocator every payload lives in.
     @ivar allowed_types: task types a SUBMIT may name (C{None}: any).
-    @ivar journal: where accepted tasks and outcomes are recorded, or C{None}.
+    @ivar journal: where accepted tasks and outcomes are recorded (a
+        L{NullJournal} when nothing is kept).
     @ivar sessions: the open connections by session id.
     """
 
-    log = Logger(namespace="quicx.queue")
+    log = Logger(namespace="quicx.daemon.core")
     task_log = Logger(namespace="quicx.tasks")
 
     def __init__(
@@ -162,7 +103,7 @@ class QueueService(Service):
         pool: pmad.Pmad,
         allowed_types: frozenset[bytes] | None = None,
         clock: Callable[[], float] = time.time,
-        journal: Journal | None = None,
+        journal: IJournal | None = None,
         task_timeout: float = 0.0,
         max_attempts: int = 0,
         events: EventLog | None = None,
@@ -171,7 +112,7 @@ class QueueService(Service):
         self.pool = pool
         self.allowed_types = allowed_types
         self.clock = clock
-        self.journal = journal
+        self.journal: IJournal = journal if journal is not None else NullJournal()
         self.task_timeout = task_timeout
         self.max_attempts = max_attempts
         self.events = events
@@ -179,8 +120,7 @@ class QueueService(Service):
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
-        if journal is not None:
-            journal.bind(self._accept_all, self._refuse_unwritten, self._snapshot)
+        self.journal.bind(self)
         self.sessions: dict[int, Session] = {}
         self.started_at = clock()
         # Tasks in the order they arrive; with a journal, only once durable.
@@ -236,43 +176,8 @@ class QueueService(Service):
 
         @raise ProtocolViolation: the connection has another role.
         """
-        if session.role is role:
-            return
-        if session.role is not Role.NEW:
-            raise ProtocolViolation(
-                f"a {session.role.value} connection cannot act as a {role.value}"
-            )
-        session.role = role
-        if role is Role.WORKER:
+        if session.claim(role) and role is Role.WORKER:
             self._workers += 1
-
-    # -- replies --------------------------------------------------------------
-
-    def reply(self, session: Session, frame: bytes) -> None:
-        """
-        Answer a request of C{session}'s.  Answers leave in the order of the
-        requests: behind any SUBMIT whose answer waits for its journal record.
-        """
-        if session.replies:
-            session.replies.append(frame)
-        else:
-            session.peer.sendFrame(frame)
-
-    def _send_decided(self, producer: Session) -> None:
-        """Send C{producer}'s waiting answers that are decided, up to the first that is not."""
-        if not producer.connected:
-            return
-        replies, send = producer.replies, producer.peer.sendFrame
-        while replies:
-            head = replies[0]
-            if isinstance(head, bytes):
-                send(head)
-            elif head.reply is not None:
-                send(head.reply)
-                head.reply = None
-            else:
-                return
-            replies.popleft()
 
     # -- producers ------------------------------------------------------------
 
@@ -281,7 +186,7 @@ class QueueService(Service):
         Accept a task and answer OK, or answer the ERROR that says why not.
 
         With a journal that syncs each record, the OK (and the task's place in
-        the queue) waits until the record is on disk; see L{_accept_all}.
+        the queue) waits until the record is on disk; see L{accepted}.
         """
         if self.allowed_types is not None and task_type not in self.allowed_types:
             self._reject(
@@ -302,7 +207,7 @@ class QueueService(Service):
             )
             return
         journal = self.journal
-        if journal is not None and journal.broken:
+        if journal.broken:
             self._reject(
                 session,
                 ErrorCode.QUEUE_FULL,
@@ -325,11 +230,11 @@ class QueueService(Service):
         task = Task(self._next_task_id(), task_type, block, len(payload), session)
         self._live[task.task_id] = task
         session.outstanding += 1
-        if journal is None or journal.record_submit(task, payload):
+        if journal.record_submit(task, payload):
             self._accept(task)
         else:
             # Its answer, and every answer after it, waits for the journal.
-            session.replies.append(task)
+            session.wait_for(task)
 
     def _accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
@@ -338,7 +243,7 @@ class QueueService(Service):
             self._event("submitted", task)
         producer = task.producer
         if producer is not None and producer.connected:
-            # self.reply(), inlined: the submit path's one hot call.
+            # producer.reply(), inlined: the submit path's one hot call.
             if producer.replies:
                 producer.replies.append(wire.encode_ok(task.task_id))
             else:
@@ -347,7 +252,7 @@ class QueueService(Service):
         if self._idle:
             self._dispatch()
 
-    def _accept_all(self, tasks: list[Task]) -> None:
+    def accepted(self, tasks: list[Task]) -> None:
         """(The journal.) These waiting tasks' records are durable."""
         producers: dict[Session, None] = {}
         for task in tasks:
@@ -361,11 +266,11 @@ class QueueService(Service):
             self._queue.append(task)
         # Every answer of the batch decided first, then each producer's sent once.
         for producer in producers:
-            self._send_decided(producer)
+            producer.send_decided()
         if self._idle:
             self._dispatch()
 
-    def _refuse_unwritten(self, tasks: list[Task], reason: str, in_doubt: bool) -> None:
+    def refused(self, tasks: list[Task], reason: str, in_doubt: bool) -> None:
         """
         (The journal.) These waiting tasks' records could not be written.
 
@@ -391,9 +296,9 @@ class QueueService(Service):
                 producer, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
             )
             task.reply = wire.encode_error(ErrorCode.QUEUE_FULL, message)
-            self._send_decided(producer)
+            producer.send_decided()
 
-    def _snapshot(self) -> Iterator[tuple[int, bytes, bytes]]:
+    def snapshot(self) -> Iterator[tuple[int, bytes, bytes]]:
         """(The journal.) The live tasks, oldest first."""
         read = self.pool.read
         return ((t.task_id, t.task_type, read(t.block)) for t in self._live.values())
@@ -416,7 +321,7 @@ class QueueService(Service):
         self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
         self._count_rejection(session, code, reason, task_type, size)
-        self.reply(session, wire.encode_error(code, reason))
+        session.reply(wire.encode_error(code, reason))
 
     def _count_rejection(
         self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
@@ -541,8 +446,7 @@ class QueueService(Service):
         if task.producer is not None:
             task.producer.outstanding -= 1
         del self._live[task_id]
-        if self.journal is not None:
-            self.journal.record_outcome(task, failed)
+        self.journal.record_outcome(task, failed)
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
         self.pool.free(task.block)
@@ -736,8 +640,7 @@ class QueueService(Service):
         """Fail a task no worker holds: its producer hears FAILED with C{reason}."""
         task.finished = True
         del self._live[task.task_id]
-        if self.journal is not None:
-            self.journal.record_outcome(task, True)
+        self.journal.record_outcome(task, True)
         self.pool.free(task.block)
         self._failed += 1
         self._given_up += 1
@@ -797,7 +700,7 @@ class QueueService(Service):
         queued, running = self.queued, self.tasks_running
         if not live:
             self.log.info("stopping with no live tasks")
-        elif self.journal is not None:
+        elif self.journal.path is not None:
             self.log.info(
                 "stopping with {queued} queued and {running} running tasks;"
                 " the journal {path} keeps them",

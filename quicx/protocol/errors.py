@@ -4,8 +4,8 @@ Exceptions clients raise, and the mapping from ERROR codes to them.
 
 from __future__ import annotations
 
-from quicx import wire
-from quicx.wire import ErrorCode
+from quicx.protocol import wire
+from quicx.protocol.wire import ErrorCode
 
 
 class QuicxError(Exception):

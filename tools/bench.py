@@ -1,5 +1,5 @@
 """
-The benchmark: C{python -m quicx.bench}.  Not part of the test run.
+The benchmark: C{python -m tools.bench}.  Not part of the test run.
 
 Every workload starts a fresh daemon (C{twistd -n quicx}) on a loopback port,
 with worker processes running C{quicx worker} on a no-op handler, and stops
@@ -7,9 +7,9 @@ every process it started.  Each prints a line of figures and a JSON line.
 With C{--peers}, the same run also drives the peer harness in
 C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
 
-    python -m quicx.bench                      # everything, with peers
-    python -m quicx.bench e2e latency --quick  # a subset, smaller N
-    python -m quicx.bench journal              # e2e per journal fsync policy
+    python -m tools.bench                      # everything, with peers
+    python -m tools.bench e2e latency --quick  # a subset, smaller N
+    python -m tools.bench journal              # e2e per journal fsync policy
 
 See docs/performance.md for the figures and how to read them.
 """
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from quicx import __version__
-from quicx.blocking import QuicxClient
-from quicx.control import fetch_status
-from quicx.worker import Worker
+from quicx.clients.blocking import QuicxClient
+from quicx.clients.worker import Worker
+from quicx.daemon.control import fetch_status
 
 BENCH_TYPE = "bench"
 
@@ -92,7 +92,7 @@ class Daemon:
         while not (match := LISTENING.search(self.log.read_text())):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise SystemExit(f"quicx.bench: the daemon did not start:\n{self.log.read_text()}")
+                raise SystemExit(f"tools.bench: the daemon did not start:\n{self.log.read_text()}")
             time.sleep(0.05)
         self.address = f"tcp:127.0.0.1:{match.group(1)}"
         self.workers: Workers | None = None
@@ -134,7 +134,7 @@ class Workers:
                 [
                     str(BIN / "quicx"),
                     "worker",
-                    "quicx.bench:noop_worker",
+                    "tools.bench:noop_worker",
                     f"-n{slots}",
                     f"--credits={credits}",
                     f"--busy-poll={busy_poll}",
@@ -149,7 +149,7 @@ class Workers:
         while daemon.status()["connections"]["idle_workers"] < count * slots:
             if time.monotonic() > deadline:
                 self.stop()
-                raise SystemExit("quicx.bench: the workers did not connect")
+                raise SystemExit("tools.bench: the workers did not connect")
             time.sleep(0.05)
 
     def cpu_seconds(self) -> float:
@@ -241,7 +241,7 @@ def e2e_workload(
         producer_cpu = time.process_time() - cpu[2]
         completed = daemon.status()["tasks"]["completed"]
     if completed != n:
-        raise SystemExit(f"quicx.bench: {completed} of {n} tasks completed")
+        raise SystemExit(f"tools.bench: {completed} of {n} tasks completed")
     return {
         "n": n,
         "payload": payload_size,
@@ -296,7 +296,7 @@ def fanin_workload(connections: int, per_connection: int) -> dict[str, Any]:
             [
                 sys.executable,
                 "-m",
-                "quicx.bench",
+                "tools.bench",
                 "_fanin",
                 daemon.address,
                 str(connections),
@@ -316,7 +316,7 @@ def _fanin_producer(address: str, connections: int, per_connection: int) -> None
     from twisted.internet import defer
     from twisted.internet.task import react
 
-    from quicx.client import connect
+    from quicx.clients.twisted_client import connect
 
     payload = payload_of(100)
 
@@ -374,7 +374,7 @@ def synthetic_events(directory: Path, events: int) -> int:
     """Write about C{events} lifecycle events (3 or 4 per task) as NDJSON."""
     from random import Random
 
-    from quicx.events import format_event
+    from quicx.daemon.events import format_event
 
     rng = Random(7)
     written, task, now = 0, 0, 1_795_000_000.0
@@ -541,7 +541,7 @@ def emit(name: str, line: str, figures: dict[str, Any], table: list[dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m quicx.bench", description="Quicx benchmark (see docs/performance.md)"
+        prog="python -m tools.bench", description="Quicx benchmark (see docs/performance.md)"
     )
     parser.add_argument("workloads", nargs="*", help=f"any of {', '.join(WORKLOADS)}")
     parser.add_argument("--quick", action="store_true", help="smaller N everywhere")
@@ -651,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
             print("harness                (skipped: no peer harness)", flush=True)
             return
         if not QUICX_ADAPTER.exists():
-            raise SystemExit(f"quicx.bench: run from the repository root ({QUICX_ADAPTER})")
+            raise SystemExit(f"tools.bench: run from the repository root ({QUICX_ADAPTER})")
         for workload, n in (("enqueue", 20_000), ("e2e", 20_000), ("latency", 2_000)):
             ours = peer_run(peers, python, "quicx", workload, n // scale)
             theirs = peer_run(peers, python, "beanstalkd", workload, n // scale)

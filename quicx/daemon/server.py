@@ -25,12 +25,14 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from quicx import wire
-from quicx.config import Limits
-from quicx.framing import FrameReceiver, OutputBatcher, set_no_delay
-from quicx.queue import IPeer, ProtocolViolation, QueueService, Role, Session
-from quicx.tls import Authorization, describe_peer, peer_identity
-from quicx.wire import ErrorCode, MessageType
+from quicx.daemon.core import QueueService
+from quicx.daemon.settings import Limits
+from quicx.net.certificates import Authorization
+from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
+from quicx.net.tls import describe_peer, peer_identity
+from quicx.protocol import wire
+from quicx.protocol.session import IPeer, ProtocolViolation, Role, Session
+from quicx.protocol.wire import ErrorCode, MessageType
 
 _UNKNOWN = object()
 """A connection's certificate identity before it is first needed."""
@@ -44,7 +46,7 @@ class NotAuthorized(Exception):
 class QuicxServerProtocol(FrameReceiver):
     """One client connection to the daemon."""
 
-    log = Logger(namespace="quicx.server")
+    log = Logger(namespace="quicx.daemon.server")
     factory: QuicxServerFactory
     session: Session | None = None
     identity: str | object | None = _UNKNOWN
@@ -155,7 +157,7 @@ class QuicxServerProtocol(FrameReceiver):
     def _reply(self, frame: bytes) -> None:
         """Answer this peer's request, in order with its other answers."""
         assert self.session is not None
-        self.queue.reply(self.session, frame)
+        self.session.reply(frame)
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
         self._reply(wire.encode_error(code, reason))

@@ -1,5 +1,5 @@
 """
-The soak test: C{python -m quicx.soak}.  Not part of the test run.
+The soak test: C{python -m tools.soak}.  Not part of the test run.
 
 Holds a mixed, partly hostile load on one daemon for a set time and prints
 its resident memory and task counts at intervals:
@@ -11,7 +11,7 @@ its resident memory and task counts at intervals:
   - connections that send random garbage, huge length prefixes, one byte at
     a time, or nothing at all.
 
-    python -m quicx.soak --seconds 600 --interval 30
+    python -m tools.soak --seconds 600 --interval 30
 
 The daemon runs with a 64 MiB pool, a 2 s task timeout, a 2 s first-frame
 deadline and a 64 KiB output cap.  See docs/operations.md, "Memory".
@@ -33,12 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quicx import wire
-from quicx.bench import cpu_seconds
-from quicx.blocking import QuicxClient
-from quicx.control import fetch_status
-from quicx.errors import QuicxError
-from quicx.worker import Worker
+from quicx.clients.blocking import QuicxClient
+from quicx.clients.worker import Worker
+from quicx.daemon.control import fetch_status
+from quicx.protocol import wire
+from quicx.protocol.errors import QuicxError
+from tools.bench import cpu_seconds
 
 SOAK_CONFIG = """\
 [server]
@@ -161,7 +161,7 @@ class Load:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m quicx.soak", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=5.0)
     args = parser.parse_args(argv)
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                     [
                         str(bin_dir / "quicx"),
                         "worker",
-                        "quicx.soak:soak_worker",
+                        "tools.soak:soak_worker",
                         "-n8",
                         f"--connect=tcp:127.0.0.1:{port}",
                     ],

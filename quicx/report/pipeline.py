@@ -3,7 +3,7 @@ The lifecycle-event report: a PySpark job over the daemon's event files.
 
     quicx report /var/lib/quicx/events --out report/          # local[*]
     quicx report s3a://bucket/events/ --out report/ --master spark://m:7077
-    JOB=$(python -c 'import quicx.jobs.report_job as j; print(j.__file__)')
+    JOB=$(python -c 'import quicx.report.job as j; print(j.__file__)')
     spark-submit --master yarn "$JOB" hdfs:///quicx/events --out hdfs:///quicx/report
 
 It reads the NDJSON files (any path or URI Spark reads), and writes to
@@ -500,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    from quicx.spark import use_this_python
+    from quicx.clients.spark import use_this_python
 
     builder = SparkSession.builder.appName("quicx report")
     if args.master:

@@ -1,10 +1,9 @@
 """
-The daemon as a Twisted application: C{twistd -n quicx}.
-
-L{Options} parses the command line, L{makeService} builds the service tree:
+The daemon's service tree, built from a checked configuration:
 
     QuicxDaemon (MultiService)
       +- Journal             the write-ahead journal (when configured)
+      +- EventLog            lifecycle events (when configured)
       +- QueueService        the state
       +- HeartbeatService    liveness
       +- TaskTimeoutService  the task timeout
@@ -27,143 +26,30 @@ from typing import Any
 
 import attrs
 from twisted.application.internet import TimerService
-from twisted.application.service import IService, MultiService, Service
+from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IReactorCore
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
-from twisted.python import usage
 from twisted.python.failure import Failure
 
-from quicx import __version__, pmad, version_line, wire
-from quicx import config as configuration
-from quicx.busypoll import enable_busy_poll
-from quicx.control import STATUS_FORMAT, ControlFactory
-from quicx.events import EventLog, EventSettings
-from quicx.framing import OutputBatcher
-from quicx.heartbeat import HeartbeatService, TaskTimeoutService
-from quicx.journal import Journal, JournalCorrupt, recover
-from quicx.logsummary import LogSummary
-from quicx.queue import QueueService
-from quicx.server import QuicxServerFactory
-from quicx.tls import TlsSettings, tls_endpoint
-
-
-class Options(usage.Options):
-    synopsis = "[options]"
-    longdesc = (
-        "Run the Quicx task-queue daemon. Without --config it runs on the"
-        " built-in default: tcp:16381 on 127.0.0.1, an 8 MiB pool of 64 size"
-        " classes from 16 to 1024 bytes."
-    )
-    optParameters = [
-        ["config", "c", None, "Read the configuration from this quicx.conf."],
-        ["control", None, None, "Control socket path for `quicx status` ('none': off)."],
-        [
-            "heartbeat-interval",
-            None,
-            None,
-            "Seconds of silence before a HEARTBEAT (0: off).",
-            configuration.parse_seconds,
-        ],
-        [
-            "heartbeat-timeout",
-            None,
-            None,
-            "Seconds of silence before a peer is dropped.",
-            configuration.parse_seconds,
-        ],
-        [
-            "pool-size",
-            None,
-            None,
-            "PMAD pool size in bytes (suffixes K, M, G).",
-            configuration.parse_size,
-        ],
-        ["journal", None, None, "Keep accepted tasks in this write-ahead journal file."],
-        ["events", None, None, "Write task lifecycle events (NDJSON) into this directory."],
-        [
-            "task-timeout",
-            None,
-            None,
-            "Requeue a task a worker holds longer than this many seconds (0: never).",
-            configuration.parse_seconds,
-        ],
-        [
-            "drain-timeout",
-            None,
-            None,
-            "On stop, wait this long for queued and running tasks to finish (0: don't).",
-            configuration.parse_seconds,
-        ],
-        [
-            "fsync",
-            None,
-            None,
-            "When journal records reach the disk: always, everysec or no.",
-            configuration.parse_fsync,
-        ],
-        [
-            "busy-poll",
-            None,
-            None,
-            "Poll sockets this many seconds before sleeping (0: off; up to 0.01).",
-            configuration.parse_busy_poll,
-        ],
-    ]
-
-    def __init__(self) -> None:
-        super().__init__()
-        self["listen"] = []
-        self["allow"] = []
-
-    def opt_listen(self, endpoint: str) -> None:
-        """Listen on this endpoint string, e.g. tcp:16381 (repeatable; replaces the config's)."""
-        self["listen"].append(endpoint)
-
-    def opt_allow(self, task_type: str) -> None:
-        """Accept SUBMITs of this task type only (repeatable)."""
-        self["allow"].append(task_type.encode("utf-8"))
-
-    def opt_version(self) -> None:
-        """Print the version and exit."""
-        print(version_line())
-        raise SystemExit(0)
-
-    def load_config(self) -> configuration.Config:
-        """
-        The file's (or built-in) configuration with the flags applied.
-
-        @raise configuration.ConfigError: the result is unusable.
-        """
-        base = configuration.load(self["config"]) if self["config"] else configuration.Config()
-        overrides: dict[str, Any] = {}
-        if self["listen"]:
-            overrides["listen"] = tuple(self["listen"])
-        if self["allow"]:
-            overrides["allowed_types"] = frozenset(self["allow"])
-        for option, name in (
-            ("control", "control"),
-            ("heartbeat-interval", "heartbeat_interval"),
-            ("heartbeat-timeout", "heartbeat_timeout"),
-            ("pool-size", "pool_size"),
-            ("journal", "journal"),
-            ("events", "events_directory"),
-            ("task-timeout", "task_timeout"),
-            ("drain-timeout", "drain_timeout"),
-            ("fsync", "fsync"),
-            ("busy-poll", "busy_poll"),
-        ):
-            if self[option] is not None:
-                overrides[name] = self[option]
-        result = attrs.evolve(base, **overrides)
-        if overrides:
-            try:
-                configuration.validate(result)
-            except (ValueError, pmad.LayoutError) as e:
-                raise configuration.ConfigError(f"command line: {e}") from None
-        return result
+from quicx import __version__
+from quicx.daemon import pmad
+from quicx.daemon import settings as configuration
+from quicx.daemon.control import STATUS_FORMAT, ControlFactory
+from quicx.daemon.core import QueueService
+from quicx.daemon.events import EventLog, EventSettings
+from quicx.daemon.journal.records import JournalCorrupt
+from quicx.daemon.journal.recovery import recover
+from quicx.daemon.journal.writer import Journal
+from quicx.daemon.logsummary import LogSummary
+from quicx.daemon.server import QuicxServerFactory
+from quicx.daemon.timers import HeartbeatService, TaskTimeoutService
+from quicx.net.busypoll import enable_busy_poll
+from quicx.net.framer import OutputBatcher
+from quicx.net.tls import TlsSettings, tls_endpoint
+from quicx.protocol import wire
 
 
 class ListenerService(Service):
@@ -255,10 +141,12 @@ class QuicxDaemon(MultiService):
         queue: QueueService,
         reactor: Any,
         batcher: OutputBatcher,
+        journal: Journal | None = None,
     ) -> None:
         super().__init__()
         self.config = config
         self.queue = queue
+        self.journal = journal
         self.reactor = reactor
         self.batcher = batcher
         self._stopping = False
@@ -349,7 +237,7 @@ class QuicxDaemon(MultiService):
         }
 
     def _journal_status(self) -> dict[str, Any] | None:
-        journal = self.queue.journal
+        journal = self.journal
         if journal is None:
             return None
         stats = journal.stats
@@ -380,7 +268,7 @@ class QuicxDaemon(MultiService):
             largest=pool.max_size,
             blocks=sum(pool.blocks_total),
         )
-        if self.queue.journal is None:
+        if self.journal is None:
             self.log.info("no journal: queued tasks are lost when the daemon stops")
         types = config.allowed_types
         self.log.info(
@@ -419,15 +307,6 @@ class QuicxDaemon(MultiService):
             return
         self.log.info("{signal} again: not waiting for the drain", signal=name)
         self.reactor.callFromThread(self.queue.stop_draining)
-
-
-def makeService(options: Options, reactor: Any = None) -> IService:
-    """Build the daemon from parsed options (the twistd plugin's entry point)."""
-    try:
-        config = options.load_config()
-    except configuration.ConfigError as e:
-        raise SystemExit(f"quicx: {e}") from None
-    return build_daemon(config, reactor)
 
 
 def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaemon:
@@ -476,7 +355,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         failures=failures,
     )
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
-    daemon = QuicxDaemon(config, queue, reactor, factory.batcher)
+    daemon = QuicxDaemon(config, queue, reactor, factory.batcher, journal)
     if config.log_summary_interval:
         summaries = TimerService(config.log_summary_interval, failures.flush)
         summaries.clock = reactor

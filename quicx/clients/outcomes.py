@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from quicx import wire
-from quicx.errors import OutcomeUnknown, QuicxError, TaskFailed
+from quicx.protocol import wire
+from quicx.protocol.errors import OutcomeUnknown, QuicxError, TaskFailed
 
 Outcome = QuicxError | None
 """C{None} for DONE, L{TaskFailed} for FAILED, L{OutcomeUnknown} if it never came."""

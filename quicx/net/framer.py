@@ -1,135 +1,19 @@
 """
-Framing: cutting a byte stream into Quicx frames.
-
-L{FrameParser} is sans-I/O (bytes in, frames out) so the daemon, the Twisted
-clients and the blocking client share one implementation.  L{FrameReceiver}
-is the Twisted L{Protocol} base class on top of it, in the spirit of
-L{twisted.protocols.basic.Int32StringReceiver} but with two differences that
-matter for a server facing untrusted peers:
-
-  - the buffer is never re-concatenated per read, so a large frame split into
-    many reads costs linear, not quadratic, time;
-  - a frame that is too long, or has a bad version or unknown type, is
-    reported at once and its payload is I{skipped} as it arrives, never
-    buffered, so the connection stays usable and memory stays bounded.
+The Twisted side of framing: a L{Protocol} base class that feeds
+L{quicx.protocol.frames.FrameParser}, and the output helpers that write
+frames with as few system calls as possible.
 """
 
 from __future__ import annotations
 
 from contextlib import suppress
-from typing import Any, NamedTuple
+from typing import Any
 
-from attrs import frozen
 from twisted.internet import tcp, unix
 from twisted.internet.protocol import Protocol
 
-from quicx.wire import HEADER, HEADER_SIZE, KNOWN_TYPES, PROTOCOL_VERSION, ErrorCode
-
-
-class Frame(NamedTuple):
-    """
-    A well-formed frame: its type and payload.  (A named tuple, not an attrs
-    class: the parser makes one per frame, and a tuple is built in C.)
-    """
-
-    message_type: int
-    payload: bytes
-
-
-@frozen
-class RejectedFrame:
-    """
-    A header the parser refused; its C{length} payload bytes are skipped.
-
-    @ivar code: the L{ErrorCode} to answer with.
-    @ivar reason: a human-readable explanation, sent as the ERROR message.
-    """
-
-    code: ErrorCode
-    reason: str
-
-
-class FrameParser:
-    """
-    Incremental parser of version-1 frames.
-
-    @ivar max_length: the largest payload accepted; a longer one yields a
-        L{RejectedFrame} with L{ErrorCode.PAYLOAD_TOO_LARGE}.
-    @ivar check_types: whether an unknown message type is rejected at the
-        header (the daemon does; clients pass frames on to their decoder).
-    """
-
-    def __init__(self, max_length: int, check_types: bool = True) -> None:
-        self.max_length = max_length
-        self.check_types = check_types
-        self._buffer = bytearray()
-        self._skip = 0
-
-    @property
-    def buffered(self) -> int:
-        """How many bytes are held while waiting for the rest of a frame."""
-        return len(self._buffer)
-
-    def _reject(self, version: int, message_type: int, length: int) -> RejectedFrame | None:
-        if version != PROTOCOL_VERSION:
-            return RejectedFrame(
-                ErrorCode.INVALID_MESSAGE, f"unsupported protocol version {version}"
-            )
-        if self.check_types and message_type not in KNOWN_TYPES:
-            return RejectedFrame(
-                ErrorCode.INVALID_MESSAGE, f"unknown message type 0x{message_type:02x}"
-            )
-        if length > self.max_length:
-            return RejectedFrame(
-                ErrorCode.PAYLOAD_TOO_LARGE,
-                f"payload of {length} bytes exceeds the limit of {self.max_length}",
-            )
-        return None
-
-    def feed(self, data: bytes) -> list[Frame | RejectedFrame]:
-        """Consume C{data}; return the frames (and rejections) it completes."""
-        events: list[Frame | RejectedFrame] = []
-        if self._skip:
-            if len(data) <= self._skip:
-                self._skip -= len(data)
-                return events
-            data = data[self._skip :]
-            self._skip = 0
-        buffer = self._buffer
-        # Parse straight out of the new bytes when nothing is pending: the
-        # common case of whole frames costs no extra copy.
-        source: bytes | bytearray = data
-        if buffer:
-            buffer += data
-            source = buffer
-        end = len(source)
-        offset = 0
-        unpack = HEADER.unpack_from
-        with memoryview(source) as view:
-            while end - offset >= HEADER_SIZE:
-                version, message_type, length = unpack(source, offset)
-                body = offset + HEADER_SIZE
-                if (
-                    version != PROTOCOL_VERSION
-                    or length > self.max_length
-                    or (self.check_types and message_type not in KNOWN_TYPES)
-                ):
-                    events.append(self._reject(version, message_type, length))  # type: ignore[arg-type]
-                    if end - body < length:
-                        self._skip = length - (end - body)
-                        offset = end
-                        break
-                    offset = body + length
-                    continue
-                if end - body < length:
-                    break
-                offset = body + length
-                events.append(Frame(message_type, bytes(view[body:offset])))
-        if source is buffer:
-            del buffer[:offset]
-        elif offset < end:
-            buffer += data[offset:]
-        return events
+from quicx.protocol.frames import Frame, FrameParser
+from quicx.protocol.wire import ErrorCode
 
 
 def set_no_delay(transport: object) -> None:

@@ -28,8 +28,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from quicx.queue import QueueService
-from quicx.wire import HEARTBEAT_FRAME
+from quicx.daemon.core import QueueService
+from quicx.protocol.wire import HEARTBEAT_FRAME
 
 
 class HeartbeatService(Service):
@@ -40,7 +40,7 @@ class HeartbeatService(Service):
     @ivar timeout: seconds of silence before the peer is dropped.
     """
 
-    log = Logger(namespace="quicx.heartbeat")
+    log = Logger(namespace="quicx.daemon.timers")
 
     def __init__(
         self,

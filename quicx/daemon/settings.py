@@ -24,10 +24,15 @@ from typing import Any
 import attrs
 from attrs import field, frozen
 
-from quicx import pmad
-from quicx.journal import DEFAULT_COMPACT_FACTOR, DEFAULT_COMPACT_MIN_SIZE, FsyncPolicy
-from quicx.tls import Authorization, TlsSettings, identities
-from quicx.wire import MAX_CREDITS, MAX_TYPE_LENGTH
+from quicx.daemon import pmad
+from quicx.daemon.journal.records import (
+    DEFAULT_COMPACT_FACTOR,
+    DEFAULT_COMPACT_MIN_SIZE,
+    FsyncPolicy,
+)
+from quicx.net.certificates import Authorization, identities
+from quicx.net.tls import TlsSettings
+from quicx.protocol.wire import MAX_CREDITS, MAX_TYPE_LENGTH
 
 DEFAULT_PORT = 16381
 DEFAULT_HEARTBEAT_INTERVAL = 30.0
@@ -206,7 +211,7 @@ MAX_BUSY_POLL = 0.01
 
 
 def parse_busy_poll(text: str) -> float:
-    """Seconds to spin before sleeping (see L{quicx.busypoll}): 0 to 10 ms."""
+    """Seconds to spin before sleeping (see L{quicx.net.busypoll}): 0 to 10 ms."""
     value = parse_seconds(text)
     if value > MAX_BUSY_POLL:
         raise ValueError(f"{text} seconds is out of range (0 to {MAX_BUSY_POLL:g})")

@@ -106,7 +106,7 @@ class EventLog(Service):
     @ivar broken: why writing stopped (an I/O error), or C{""}.
     """
 
-    log = Logger(namespace="quicx.events")
+    log = Logger(namespace="quicx.daemon.events")
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 Bulk submit from Spark: one task per row of a DataFrame, sent from the
 executors.
 
-    from quicx.spark import submit_dataframe
+    from quicx.clients.spark import submit_dataframe
 
     ids = submit_dataframe(
         orders, "tcp:queue.internal:16381",
@@ -41,8 +41,8 @@ from typing import Any
 
 from attrs import frozen
 
-from quicx.blocking import QuicxClient
-from quicx.errors import DaemonError, QueueFull
+from quicx.clients.blocking import QuicxClient
+from quicx.protocol.errors import DaemonError, QueueFull
 
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0

@@ -1,0 +1,82 @@
+"""
+What the queue asks of a journal (L{IJournal}), what a journal asks of the
+queue (L{IJournalOwner}), and the journal used when none is configured
+(L{NullJournal}).
+
+The queue (L{quicx.daemon.core}) imports only this module: it never knows
+which journal it has, and the writer never imports the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from zope.interface import Attribute, Interface, implementer
+
+
+class Record(Protocol):
+    """What the journal reads of a task."""
+
+    @property
+    def task_id(self) -> int: ...
+
+    @property
+    def task_type(self) -> bytes: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+class IJournalOwner(Interface):
+    """The queue, as its journal sees it."""
+
+    def accepted(tasks: list[Record]) -> None:
+        """These tasks' SUBMIT records are durable: they may be acknowledged."""
+
+    def refused(tasks: list[Record], reason: str, in_doubt: bool) -> None:
+        """
+        These tasks' records could not be written: refuse them.  C{in_doubt}:
+        the failed write could not be cut back, so a record may survive.
+        """
+
+    def snapshot() -> Iterable[tuple[int, bytes, bytes]]:
+        """The live tasks as (id, type, payload), oldest first (for compaction)."""
+
+
+class IJournal(Interface):
+    """Where accepted tasks and their outcomes are recorded."""
+
+    path = Attribute("The journal file's path, or C{None} without one.")
+    broken = Attribute("Why the journal stopped writing, or C{''}.")
+
+    def bind(owner: IJournalOwner) -> None:
+        """Attach the queue, before the journal starts."""
+
+    def record_submit(task: Record, payload: bytes) -> bool:
+        """
+        Record an accepted task (its id is the next the owner issued).
+
+        @return: whether it may be acknowledged now; if not, the journal
+            calls the owner's C{accepted} or C{refused} with it later.
+        """
+
+    def record_outcome(task: Record, failed: bool) -> None:
+        """Record that C{task} is finished."""
+
+
+@implementer(IJournal)
+class NullJournal:
+    """No journal: every task may be acknowledged at once, nothing is kept."""
+
+    path: str | None = None
+    broken = ""
+
+    def bind(self, owner: IJournalOwner) -> None:
+        pass
+
+    def record_submit(self, task: Record, payload: bytes) -> bool:
+        return True
+
+    def record_outcome(self, task: Record, failed: bool) -> None:
+        pass

@@ -1,0 +1,353 @@
+"""The journal writer: appends on a thread of its own, group commit, compaction."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from attrs import define
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
+
+from quicx.daemon.journal.interface import IJournal, IJournalOwner, Record
+from quicx.daemon.journal.records import (
+    DEFAULT_COMPACT_FACTOR,
+    DEFAULT_COMPACT_MIN_SIZE,
+    ID_BLOCK,
+    MAGIC,
+    FsyncPolicy,
+    JournalInDoubt,
+    Recovery,
+    encode_done,
+    encode_failed,
+    encode_reserve,
+    encode_submit,
+    id_after,
+    id_steps,
+    submit_record_size,
+)
+from quicx.daemon.journal.recovery import sync_directory, write_all
+
+
+@define
+class JournalStats:
+    """Figures for C{quicx status}."""
+
+    file_bytes: int = 0
+    live_bytes: int = 0
+    syncs: int = 0
+    compactions: int = 0
+
+
+@implementer(IJournal)
+class Journal(Service):
+    """
+    Appends records to the journal file on a thread of its own.
+
+    Bind it to its owner with L{bind} before it starts.  For each SUBMIT the
+    owner calls L{record_submit}; when that returns C{False} the task may not
+    be acknowledged yet (policy C{always}: its record is not synced; any
+    policy: its id is past the last durable reservation), and the journal
+    later calls the owner's C{accepted} with the tasks once they may be, or
+    C{refused} with them, the reason, and whether a record of theirs may
+    survive, when the write failed.
+
+    @ivar broken: why the journal stopped writing (a failed write), or C{""}.
+    """
+
+    log = Logger(namespace="quicx.journal")
+
+    def __init__(
+        self,
+        path: str,
+        policy: FsyncPolicy,
+        reactor: Any,
+        compact_factor: float = DEFAULT_COMPACT_FACTOR,
+        compact_min_size: int = DEFAULT_COMPACT_MIN_SIZE,
+        id_block: int = ID_BLOCK,
+    ) -> None:
+        self.path = path
+        self.policy = policy
+        self.reactor = reactor
+        self.compact_factor = compact_factor
+        self.compact_min_size = compact_min_size
+        self.id_block = id_block
+        self.stats = JournalStats()
+        self.broken = ""
+        self._fd = -1
+        self._buffer: list[bytes] = []
+        self._unsynced: list[Record] = []
+        self._flush_call: Any = None
+        self._job: Deferred[None] | None = None
+        self._syncing = False
+        self._dirty = False
+        self._closed = False
+        self._threads = ThreadPool(1, 1, name="quicx-journal")
+        self._sync_loop: LoopingCall | None = None
+        # Record ids: the last one issued, the furthest one reserved, and how
+        # many steps of the counter are reserved durably past the last one
+        # issued (negative: tasks wait), or reserved in records not yet written.
+        self._last_id = 0
+        self._reserved_id = 0
+        self._durable_steps = 0
+        self._pending_steps = 0
+        self._owner: IJournalOwner = _Unbound()
+
+    def bind(self, owner: IJournalOwner) -> None:
+        """Attach the queue, before the journal starts."""
+        self._owner = owner
+
+    def open(self, recovery: Recovery) -> None:
+        """
+        Open the file for appending, cutting any torn tail L{recover} found,
+        and reserve the first block of task ids.
+        """
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._last_id = recovery.last_task_id
+        self._reserved_id = id_after(self._last_id, self.id_block)
+        try:
+            if recovery.valid_length < len(MAGIC):
+                os.ftruncate(fd, 0)
+                os.write(fd, MAGIC)
+                length = len(MAGIC)
+            else:
+                os.ftruncate(fd, recovery.valid_length)
+                length = recovery.valid_length
+            os.lseek(fd, 0, os.SEEK_END)
+            length += os.write(fd, encode_reserve(self._reserved_id))
+            os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._durable_steps = self.id_block
+        self.stats.file_bytes = length
+        self.stats.live_bytes = sum(
+            submit_record_size(len(t.task_type), len(t.payload)) for t in recovery.tasks
+        )
+
+    # -- the owner's calls -------------------------------------------------------
+
+    def record_submit(self, task: Record, payload: bytes) -> bool:
+        """
+        Append C{task}'s SUBMIT record (its id is the next the owner issued).
+
+        @return: whether the owner may acknowledge it now; if not, the journal
+            calls C{accepted} or C{refused} later.
+        """
+        self._durable_steps -= id_steps(self._last_id, task.task_id)
+        self._last_id = task.task_id
+        if self._durable_steps + self._pending_steps < self.id_block // 2:
+            self._reserve()
+        record = encode_submit(task.task_id, task.task_type, payload)
+        self.stats.live_bytes += len(record)
+        self._append(record)
+        if self.policy is FsyncPolicy.ALWAYS or self._durable_steps < 0:
+            self._unsynced.append(task)
+            return False
+        return True
+
+    def _reserve(self) -> None:
+        """Append a reservation of the next block of ids (synced when written)."""
+        target = id_after(self._last_id, self.id_block)
+        self._pending_steps += id_steps(self._reserved_id, target)
+        self._reserved_id = target
+        self._append(encode_reserve(target))
+
+    def record_outcome(self, task: Record, failed: bool) -> None:
+        self.stats.live_bytes -= submit_record_size(len(task.task_type), task.size)
+        self._append(encode_failed(task.task_id) if failed else encode_done(task.task_id))
+
+    def _append(self, record: bytes) -> None:
+        if self._closed:
+            # After stop: the record is lost, and the task comes back after
+            # a restart -- at-least-once, as documented.
+            return
+        self._buffer.append(record)
+        if self._flush_call is None and self._job is None:
+            self._flush_call = self.reactor.callLater(0, self._flush)
+
+    # -- the writer --------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Hand everything buffered to the writer thread as one job."""
+        self._flush_call = None
+        if self._job is not None or not self._buffer:
+            return
+        records, self._buffer = self._buffer, []
+        tasks, self._unsynced = self._unsynced, []
+        reserved, self._pending_steps = self._pending_steps, 0
+        if self._compaction_due():
+            snapshot = [MAGIC, encode_reserve(self._reserved_id)]
+            snapshot += [encode_submit(*task) for task in self._owner.snapshot()]
+            self.log.info(
+                "compacting journal {path}: {size} bytes, {live} live tasks",
+                path=self.path,
+                size=self.stats.file_bytes,
+                live=len(snapshot) - 2,
+            )
+            job = deferToThreadPool(self.reactor, self._threads, self._compact, snapshot)
+            self.stats.compactions += 1
+        else:
+            # A reservation is synced whatever the policy: ids are never reused.
+            sync = self.policy is FsyncPolicy.ALWAYS or self._closed or reserved > 0
+            job = deferToThreadPool(self.reactor, self._threads, self._write, records, sync)
+        self._job = job
+        job.addCallbacks(self._written, self._write_failed, (tasks, reserved), None, (tasks,))
+
+    def _compaction_due(self) -> bool:
+        stats = self.stats
+        return (
+            stats.file_bytes >= self.compact_min_size
+            and stats.file_bytes >= self.compact_factor * stats.live_bytes
+        )
+
+    def _write(self, records: list[bytes], sync: bool) -> int:
+        """
+        (Writer thread.) Append C{records}, sync them if C{sync}; the file's
+        size.  If that fails, cut the file back to where it was, so that
+        nothing of these records survives.
+
+        @raise JournalInDoubt: the write failed, and so did the cut.
+        """
+        fd = self._fd
+        start = os.lseek(fd, 0, os.SEEK_CUR)
+        try:
+            write_all(fd, b"".join(records))
+            if sync:
+                os.fdatasync(fd)
+        except OSError as e:
+            try:
+                os.ftruncate(fd, start)
+                os.lseek(fd, start, os.SEEK_SET)
+                os.fsync(fd)
+            except OSError as cut:
+                raise JournalInDoubt(
+                    e.errno, f"{e.strerror}; cutting it back failed too: {cut.strerror}"
+                ) from e
+            raise
+        return os.lseek(fd, 0, os.SEEK_CUR)
+
+    def _compact(self, snapshot: list[bytes]) -> int:
+        """
+        (Writer thread.) Write the live tasks to a new file and swap it in.
+
+        The snapshot reflects every record appended so far, so none of them
+        needs to follow it.
+        """
+        data = b"".join(snapshot)
+        temporary = self.path + ".compact"
+        fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+            os.replace(temporary, self.path)
+            sync_directory(self.path)
+        except OSError:
+            os.close(fd)
+            raise
+        os.close(self._fd)
+        self._fd = fd
+        return len(data)
+
+    def _written(self, file_bytes: int, tasks: list[Record], reserved: int) -> None:
+        self._job = None
+        stats = self.stats
+        stats.file_bytes = file_bytes
+        self._durable_steps += reserved
+        if self.policy is FsyncPolicy.ALWAYS or reserved:
+            stats.syncs += 1
+        if self.policy is not FsyncPolicy.ALWAYS:
+            self._dirty = True
+        if tasks:
+            self._owner.accepted(tasks)
+        if self._buffer:
+            self._flush()
+
+    def _write_failed(self, failure: Failure, tasks: list[Record]) -> None:
+        self._job = None
+        self._break(failure, tasks)
+
+    def _break(self, failure: Failure, tasks: list[Record]) -> None:
+        """Stop writing for good; refuse the tasks waiting for the journal."""
+        self.broken = failure.getErrorMessage()
+        self._closed = True
+        in_doubt = failure.check(JournalInDoubt) is not None
+        self.log.critical(
+            "journal {path}: write failed: {reason}; refusing new tasks until restart",
+            path=self.path,
+            reason=self.broken,
+        )
+        tasks += self._unsynced
+        self._buffer, self._unsynced = [], []
+        if tasks:
+            self._owner.refused(tasks, self.broken, in_doubt)
+
+    def _sync_every_second(self) -> None:
+        if not self._dirty or self._syncing or self._closed:
+            return
+        self._dirty = False
+        self._syncing = True
+        d = deferToThreadPool(self.reactor, self._threads, os.fdatasync, self._fd)
+        d.addCallbacks(self._synced, self._sync_failed)
+
+    def _synced(self, _: None) -> None:
+        self._syncing = False
+        self.stats.syncs += 1
+
+    def _sync_failed(self, failure: Failure) -> None:
+        self._syncing = False
+        self._break(failure, [])
+
+    # -- service -------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        self._threads.start()
+        if self.policy is FsyncPolicy.EVERYSEC:
+            self._sync_loop = LoopingCall(self._sync_every_second)
+            self._sync_loop.clock = self.reactor
+            self._sync_loop.start(1.0, now=False)
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()
+        return Deferred.fromCoroutine(self._close())
+
+    async def _close(self) -> None:
+        """Write and sync what is buffered, whatever the policy, and close."""
+        if self._sync_loop is not None and self._sync_loop.running:
+            self._sync_loop.stop()
+        if self._flush_call is not None:
+            self._flush_call.cancel()
+            self._flush_call = None
+        self._closed = True
+        try:
+            while self._job is not None or (self._buffer and not self.broken):
+                if self._job is None:
+                    self._flush()
+                await self._job
+            await deferToThreadPool(self.reactor, self._threads, os.close, self._fd)
+            self._fd = -1
+        finally:
+            self._threads.stop()
+
+
+@implementer(IJournalOwner)
+class _Unbound:
+    """The owner of a journal not yet bound: any call is a bug."""
+
+    def accepted(self, tasks: list[Record]) -> None:
+        raise RuntimeError("Journal.bind() was not called")
+
+    def refused(self, tasks: list[Record], reason: str, in_doubt: bool) -> None:
+        raise RuntimeError("Journal.bind() was not called")
+
+    def snapshot(self) -> Iterable[tuple[int, bytes, bytes]]:
+        raise RuntimeError("Journal.bind() was not called")
