@@ -33,13 +33,15 @@ from collections.abc import Callable
 from typing import Any
 
 from attrs import frozen
+from twisted.application.internet import TimerService
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
-from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
+
+from quicx.daemon.periodic import every
 
 FLUSH_EVERY = 1.0
 """Seconds between hand-offs of buffered events to the writer thread."""
@@ -121,7 +123,7 @@ class EventLog(Service):
         self.broken = ""
         self._buffer: list[Event] = []
         self._job: Deferred[None] | None = None
-        self._loop: LoopingCall | None = None
+        self._timer: TimerService | None = None
         self._threads = ThreadPool(1, 1, name="quicx-events")
         self._file: Any = None
         self._file_bytes = 0
@@ -210,9 +212,8 @@ class EventLog(Service):
         super().startService()
         os.makedirs(self.settings.directory, exist_ok=True)
         self._threads.start()
-        self._loop = LoopingCall(self._flush)
-        self._loop.clock = self.reactor
-        self._loop.start(FLUSH_EVERY, now=False)
+        self._timer = every(FLUSH_EVERY, self._flush, self.reactor)
+        self._timer.startService()
 
     def stopService(self) -> Deferred[None]:
         super().stopService()
@@ -220,8 +221,8 @@ class EventLog(Service):
 
     async def _close(self) -> None:
         """Write everything buffered, close the file, stop the thread."""
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+        if self._timer is not None and self._timer.running:
+            await self._timer.stopService()
         try:
             while self._job is not None or (self._buffer and not self.broken):
                 if self._job is None:

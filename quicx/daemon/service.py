@@ -5,8 +5,7 @@ The daemon's service tree, built from a checked configuration:
       +- Journal             the write-ahead journal (when configured)
       +- EventLog            lifecycle events (when configured)
       +- QueueService        the state
-      +- HeartbeatService    liveness
-      +- TaskTimeoutService  the task timeout
+      +- TimerService...     heartbeats, the task timeout, the log summary
       +- ListenerService...  one per endpoint string, and the control socket
 
 On SIGTERM the daemon drains (see L{QuicxDaemon}), then the services stop
@@ -25,7 +24,6 @@ from contextlib import suppress
 from typing import Any
 
 import attrs
-from twisted.application.internet import TimerService
 from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
 from twisted.internet.endpoints import serverFromString
@@ -44,10 +42,12 @@ from quicx.daemon.journal.records import JournalCorrupt
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.logsummary import LogSummary
+from quicx.daemon.periodic import every
 from quicx.daemon.server import QuicxServerFactory
-from quicx.daemon.timers import HeartbeatService, TaskTimeoutService
+from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
 from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
+from quicx.net.private import set_exit_signal
 from quicx.net.tls import TlsSettings, tls_endpoint
 from quicx.protocol import wire
 
@@ -183,7 +183,7 @@ class QuicxDaemon(MultiService):
         await MultiService.stopService(self)
         # twistd re-raises the signal it stopped on (exit status 143 for
         # SIGTERM); after a clean drain the daemon exits 0 instead.
-        self.reactor._exitSignal = None
+        set_exit_signal(self.reactor, None)
 
     def status(self) -> dict[str, Any]:
         """Everything C{quicx status} shows (see docs/operations.md)."""
@@ -302,7 +302,7 @@ class QuicxDaemon(MultiService):
         if not self._stopping:
             self._stopping = True
             self.log.info("{signal}: stopping", signal=name)
-            self.reactor._exitSignal = number
+            set_exit_signal(self.reactor, number)
             self.reactor.callFromThread(self.reactor.stop)
             return
         self.log.info("{signal} again: not waiting for the drain", signal=name)
@@ -357,9 +357,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, reactor, factory.batcher, journal)
     if config.log_summary_interval:
-        summaries = TimerService(config.log_summary_interval, failures.flush)
-        summaries.clock = reactor
-        summaries.setServiceParent(daemon)
+        every(config.log_summary_interval, failures.flush, reactor).setServiceParent(daemon)
     if events is not None:
         # Added before the queue, stopped after it: the queue's last events
         # (tasks dropped at stop) are written.
@@ -369,14 +367,16 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         # Added first, stopped last: every record is written before exit.
         journal.setServiceParent(daemon)
     queue.setServiceParent(daemon)
-    HeartbeatService(
+    heartbeats = Heartbeats(
         queue,
         config.heartbeat_interval,
         config.heartbeat_timeout,
         reactor,
         config.spare_busy_workers,
-    ).setServiceParent(daemon)
-    TaskTimeoutService(queue, reactor).setServiceParent(daemon)
+    )
+    for timer in (heartbeat_timer(heartbeats), task_timeout_timer(queue, reactor)):
+        if timer is not None:
+            timer.setServiceParent(daemon)
     for description in config.endpoints:
         ListenerService(reactor, description, factory, tls=config.tls).setServiceParent(daemon)
     if config.control_path is not None:

@@ -1,7 +1,7 @@
 """
 Heartbeats: keeping idle connections alive and dropping dead peers.
 
-Every C{interval / 4} seconds the L{HeartbeatService} looks at each session:
+Every C{interval / 4} seconds L{Heartbeats} looks at each session:
 one silent for C{interval} seconds is sent a HEARTBEAT (again every
 C{interval} while it stays silent), and one silent for C{timeout} seconds is
 disconnected -- its task, if it holds one, goes back to the queue.  That is
@@ -15,7 +15,7 @@ workers like the reference one that cannot answer until their handler
 returns; those are then only found when TCP reports the connection lost, or
 by the task timeout.
 
-L{TaskTimeoutService} enforces the optional task timeout (like beanstalkd's
+L{task_timeout_timer} enforces the optional task timeout (like beanstalkd's
 TTR): a task a worker holds for longer is taken back and queued again at the
 tail, and the worker stays busy until it reports that task (the late outcome
 is ignored).
@@ -23,20 +23,21 @@ is ignored).
 
 from __future__ import annotations
 
-from twisted.application.service import Service
+from twisted.application.internet import TimerService
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from quicx.daemon.core import QueueService
+from quicx.daemon.periodic import every
 from quicx.protocol.wire import HEARTBEAT_FRAME
 
 
-class HeartbeatService(Service):
+class Heartbeats:
     """
-    Sends HEARTBEAT to silent peers and drops those silent past the timeout.
+    Sends HEARTBEAT to silent peers and drops those silent past the timeout;
+    L{check} runs every C{interval / 4} seconds (see L{heartbeat_timer}).
 
-    @ivar interval: seconds of silence before a HEARTBEAT; 0 disables.
+    @ivar interval: seconds of silence before a HEARTBEAT.
     @ivar timeout: seconds of silence before the peer is dropped.
     """
 
@@ -55,19 +56,6 @@ class HeartbeatService(Service):
         self.interval = interval
         self.timeout = timeout
         self.clock = clock
-        self._loop: LoopingCall | None = None
-
-    def startService(self) -> None:
-        super().startService()
-        if self.interval > 0:
-            self._loop = LoopingCall(self.check)
-            self._loop.clock = self.clock
-            self._loop.start(self.interval / 4, now=False)
-
-    def stopService(self) -> None:
-        super().stopService()
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
 
     def check(self) -> None:
         """One pass over every session."""
@@ -90,24 +78,20 @@ class HeartbeatService(Service):
                 session.peer.sendFrame(HEARTBEAT_FRAME)
 
 
-class TaskTimeoutService(Service):
-    """Requeues tasks held past the queue's C{task_timeout} (0: never)."""
+def heartbeat_timer(heartbeats: Heartbeats) -> TimerService | None:
+    """The timer that runs C{heartbeats}, or C{None} when the interval is 0 (off)."""
+    if heartbeats.interval <= 0:
+        return None
+    return every(heartbeats.interval / 4, heartbeats.check, heartbeats.clock)
 
-    def __init__(self, queue: QueueService, clock: IReactorTime) -> None:
-        self.queue = queue
-        self.clock = clock
-        self._loop: LoopingCall | None = None
 
-    def startService(self) -> None:
-        super().startService()
-        timeout = self.queue.task_timeout
-        if timeout > 0:
-            self._loop = LoopingCall(self.queue.expire_overdue)
-            self._loop.clock = self.clock
-            # A task is taken back at most a quarter of the timeout (or 1 s) late.
-            self._loop.start(min(1.0, timeout / 4), now=False)
-
-    def stopService(self) -> None:
-        super().stopService()
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+def task_timeout_timer(queue: QueueService, clock: IReactorTime) -> TimerService | None:
+    """
+    The timer that takes back tasks held past the queue's C{task_timeout}, or
+    C{None} when there is none.  A task is taken back at most a quarter of
+    the timeout (or 1 s) late.
+    """
+    timeout = queue.task_timeout
+    if timeout <= 0:
+        return None
+    return every(min(1.0, timeout / 4), queue.expire_overdue, clock)

@@ -24,6 +24,8 @@ import select
 import time
 from typing import Any
 
+from quicx.net.private import epoll_of, replace_epoll
+
 
 class SpinningPoller:
     """
@@ -63,12 +65,11 @@ def enable_busy_poll(reactor: Any, spin: float) -> None:
     @raise ValueError: the reactor does not poll with epoll (busy polling
         needs Twisted's default reactor on Linux).
     """
-    poller = getattr(reactor, "_poller", None)
+    poller = epoll_of(reactor)
     if isinstance(poller, SpinningPoller):
         poller.spin = spin
     elif not isinstance(poller, select.epoll):
         raise ValueError(f"busy polling needs the epoll reactor, not {type(reactor).__name__}")
     else:
-        # The epoll reactor keeps its epoll object in _poller (private, but
-        # stable since Twisted 10): wrapping it is the whole change.
-        reactor._poller = SpinningPoller(poller, spin)
+        # Wrapping the reactor's epoll object is the whole change.
+        replace_epoll(reactor, SpinningPoller(poller, spin))

@@ -12,6 +12,7 @@ from typing import Any
 from twisted.internet import tcp, unix
 from twisted.internet.protocol import Protocol
 
+from quicx.net.private import has_unsent_output
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.wire import ErrorCode
 
@@ -47,8 +48,7 @@ def write_now(transport: Any, data: bytes) -> None:
         and not transport.TLS
         and transport.connected
         and not transport.disconnecting
-        and not transport.dataBuffer
-        and not transport._tempDataBuffer
+        and not has_unsent_output(transport)
     ):
         try:
             sent = transport.socket.send(data)

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from attrs import define
+from twisted.application.internet import TimerService
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
-from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -34,6 +34,7 @@ from quicx.daemon.journal.records import (
     submit_record_size,
 )
 from quicx.daemon.journal.recovery import sync_directory, write_all
+from quicx.daemon.periodic import every
 
 
 @define
@@ -90,7 +91,7 @@ class Journal(Service):
         self._dirty = False
         self._closed = False
         self._threads = ThreadPool(1, 1, name="quicx-journal")
-        self._sync_loop: LoopingCall | None = None
+        self._sync_timer: TimerService | None = None
         # Record ids: the last one issued, the furthest one reserved, and how
         # many steps of the counter are reserved durably past the last one
         # issued (negative: tasks wait), or reserved in records not yet written.
@@ -312,9 +313,8 @@ class Journal(Service):
         super().startService()
         self._threads.start()
         if self.policy is FsyncPolicy.EVERYSEC:
-            self._sync_loop = LoopingCall(self._sync_every_second)
-            self._sync_loop.clock = self.reactor
-            self._sync_loop.start(1.0, now=False)
+            self._sync_timer = every(1.0, self._sync_every_second, self.reactor)
+            self._sync_timer.startService()
 
     def stopService(self) -> Deferred[None]:
         super().stopService()
@@ -322,8 +322,8 @@ class Journal(Service):
 
     async def _close(self) -> None:
         """Write and sync what is buffered, whatever the policy, and close."""
-        if self._sync_loop is not None and self._sync_loop.running:
-            self._sync_loop.stop()
+        if self._sync_timer is not None and self._sync_timer.running:
+            await self._sync_timer.stopService()
         if self._flush_call is not None:
             self._flush_call.cancel()
             self._flush_call = None
