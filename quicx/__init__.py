@@ -1,8 +1,102 @@
 """
 Quicx: a small, fast task-queue daemon and its clients, built on Twisted.
+
+The public API, importable from here (see docs/clients.md):
+
+    from quicx import QuicxClient                    # blocking producer and monitor
+    from quicx import connect, ProducerService       # Twisted producers
+    from quicx import Worker                         # the worker runner
+    from quicx import submit_dataframe               # Spark
+    from quicx import QuicxError, TaskFailed, ...    # what they raise
+
+Each name is imported when first used, so C{import quicx} (or the blocking
+client alone) does not load Twisted.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from quicx.clients.address import DEFAULT_ADDRESS
+    from quicx.clients.blocking import QuicxClient
+    from quicx.clients.spark import submit_dataframe
+    from quicx.clients.twisted_client import (
+        ProducerService,
+        QuicxClientFactory,
+        QuicxClientProtocol,
+        connect,
+    )
+    from quicx.clients.worker import Worker
+    from quicx.protocol.errors import (
+        ConnectionLost,
+        DaemonError,
+        InvalidMessage,
+        OutcomeUnknown,
+        PayloadTooLarge,
+        QueueFull,
+        QuicxError,
+        TaskFailed,
+        UnknownTaskType,
+    )
+
+_PUBLIC = {
+    "DEFAULT_ADDRESS": "quicx.clients.address",
+    "QuicxClient": "quicx.clients.blocking",
+    "connect": "quicx.clients.twisted_client",
+    "ProducerService": "quicx.clients.twisted_client",
+    "QuicxClientFactory": "quicx.clients.twisted_client",
+    "QuicxClientProtocol": "quicx.clients.twisted_client",
+    "Worker": "quicx.clients.worker",
+    "submit_dataframe": "quicx.clients.spark",
+    "QuicxError": "quicx.protocol.errors",
+    "DaemonError": "quicx.protocol.errors",
+    "QueueFull": "quicx.protocol.errors",
+    "InvalidMessage": "quicx.protocol.errors",
+    "PayloadTooLarge": "quicx.protocol.errors",
+    "UnknownTaskType": "quicx.protocol.errors",
+    "TaskFailed": "quicx.protocol.errors",
+    "OutcomeUnknown": "quicx.protocol.errors",
+    "ConnectionLost": "quicx.protocol.errors",
+}
+
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "ConnectionLost",
+    "DaemonError",
+    "InvalidMessage",
+    "OutcomeUnknown",
+    "PayloadTooLarge",
+    "ProducerService",
+    "QueueFull",
+    "QuicxClient",
+    "QuicxClientFactory",
+    "QuicxClientProtocol",
+    "QuicxError",
+    "TaskFailed",
+    "UnknownTaskType",
+    "Worker",
+    "__version__",
+    "connect",
+    "submit_dataframe",
+    "version_line",
+]
+
+
+def __getattr__(name: str) -> object:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quicx' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))
 
 
 def version_line() -> str:
