@@ -95,7 +95,7 @@ class QueueService(Service):
     @ivar sessions: the open connections by session id.
     """
 
-    log = Logger(namespace="quicx.daemon.core")
+    log = Logger(namespace="quicx.queue")
     task_log = Logger(namespace="quicx.tasks")
 
     def __init__(

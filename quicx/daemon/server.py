@@ -46,7 +46,7 @@ class NotAuthorized(Exception):
 class QuicxServerProtocol(FrameReceiver):
     """One client connection to the daemon."""
 
-    log = Logger(namespace="quicx.daemon.server")
+    log = Logger(namespace="quicx.server")
     factory: QuicxServerFactory
     session: Session | None = None
     identity: str | object | None = _UNKNOWN

@@ -41,7 +41,7 @@ class Heartbeats:
     @ivar timeout: seconds of silence before the peer is dropped.
     """
 
-    log = Logger(namespace="quicx.daemon.timers")
+    log = Logger(namespace="quicx.heartbeat")
 
     def __init__(
         self,
