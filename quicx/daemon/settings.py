@@ -422,7 +422,9 @@ class Setting:
         return self.unset or ", ".join(f"`{text}`" for text in self.texts(self.default))
 
     def flag_help(self) -> str:
-        return f"{self.help} (repeatable)" if self.repeatable else self.help
+        """The help with the range and whether it repeats: for C{--help} and C{quicx init}."""
+        bounds = f" Range: {self.kind.bounds()}." if self.kind.bounds() else ""
+        return f"{self.help}{bounds}{' Repeatable.' if self.repeatable else ''}"
 
 
 _SETTING = "quicx.setting"
@@ -993,9 +995,7 @@ def render(config: Config) -> str:
         for spec in SETTINGS:
             if spec.section != section:
                 continue
-            bounds = f" Range: {spec.kind.bounds()}." if spec.kind.bounds() else ""
-            again = " Repeatable." if spec.repeatable else ""
-            lines.append(f"# {spec.help}{bounds}{again}")
+            lines.append(f"# {spec.flag_help()}")
             texts = spec.texts(getattr(config, spec.name))
             if texts:
                 lines += [f"{spec.key} = {text}" for text in texts]
