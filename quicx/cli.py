@@ -1,12 +1,17 @@
 """
 The C{quicx} command.
 
-    quicx start [--config FILE] [--listen ENDPOINT ...]    run the daemon
-    quicx stop                                             stop it (SIGTERM)
-    quicx status [--json]                                  what it is doing
-    quicx submit TYPE PAYLOAD|- [--wait]                   submit a task
-    quicx worker MODULE:OBJECT [-n N] [--credits K]        run handlers
-    quicx version | quicx init
+    quicx start [--config FILE] [--SETTING VALUE ...]      run the daemon
+    quicx stop [--config FILE]                             stop it (SIGTERM)
+    quicx status [--config FILE] [--json]                  what it is doing
+    quicx submit TYPE PAYLOAD|- [--wait] [--connect ADDR]  submit a task
+    quicx worker MODULE:OBJECT [-n N] [--connect ADDR]     run handlers
+    quicx version | quicx init | quicx report | quicx repair-journal
+
+Commands that talk to a daemon find it the same way: C{--connect ADDRESS}
+(default C{$QUICX_ADDRESS}) for the wire, C{--config FILE} (default
+C{$QUICX_CONFIG}) for its settings, control socket and pid file; any setting's
+flag (C{--control}, C{--pid-file}, ...) overrides the file's.
 
 Mistakes users make (daemon down, bad address, bad configuration) end in one
 line on stderr and a non-zero exit, never a traceback.
@@ -24,10 +29,10 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from quicx import version_line
-from quicx.clients.address import DEFAULT_ADDRESS, parse_address
+from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS, default_address, parse_address
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
@@ -36,7 +41,18 @@ from quicx.protocol import wire
 from quicx.protocol.errors import QuicxError, TaskFailed
 from quicx.protocol.wire import MAX_CREDITS
 
-ADDRESS_ENV = "QUICX_ADDRESS"
+CONFIG_VARIABLE = "QUICX_CONFIG"
+
+T = TypeVar("T")
+
+GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("run the daemon", ("start", "stop", "init", "repair-journal")),
+    ("producers and monitors", ("submit", "status")),
+    ("workers", ("worker",)),
+    ("data", ("report",)),
+    ("about quicx", ("version",)),
+)
+"""The commands, by who uses them, as C{quicx --help} lists them."""
 
 
 class CommandError(Exception):
@@ -73,17 +89,25 @@ def bar(used: int, total: int, width: int = 20) -> str:
     return "[" + "█" * filled + "░" * (width - filled) + "]"
 
 
-def load_config(path: str | None) -> configuration.Config:
+def daemon_config(args: argparse.Namespace) -> configuration.Config:
+    """
+    The daemon's configuration: C{--config}'s file (default C{$QUICX_CONFIG}),
+    or the built-in one, with the command's setting flags applied.
+    """
+    given = []
+    for setting in configuration.SETTINGS:
+        value = getattr(args, setting.name, None)
+        if value is not None:
+            given += [(setting, text) for text in (value if setting.repeatable else [value])]
     try:
-        return configuration.load(path) if path else configuration.Config()
+        base = configuration.load(args.config) if args.config else configuration.Config()
+        return configuration.with_flags(base, given)
     except configuration.ConfigError as e:
         raise CommandError(str(e)) from None
 
 
 def control_path(args: argparse.Namespace) -> str:
-    if args.control:
-        return args.control
-    path = load_config(args.config).control_path
+    path = daemon_config(args).control_path
     if path is None:
         raise CommandError("the configuration turns the control socket off (control = none)")
     return path
@@ -91,7 +115,7 @@ def control_path(args: argparse.Namespace) -> str:
 
 def client_address(args: argparse.Namespace) -> str:
     """The daemon's address, checked: its form, and the files a C{tls:} one names."""
-    address = args.connect or os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS
+    address = args.connect or default_address()
     try:
         tls = parse_address(address)[2]
         if tls is not None:
@@ -117,23 +141,11 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_start(args: argparse.Namespace) -> int:
     from twisted.internet import reactor
     from twisted.logger import globalLogBeginner, textFileLogObserver
-    from twisted.python import usage
 
-    from quicx.daemon import tap
     from quicx.daemon.service import build_daemon
 
-    options = tap.Options()
-    forwarded = [f"--config={args.config}"] if args.config else []
-    forwarded += [f"--listen={endpoint}" for endpoint in args.listen]
-    for flag in ("control", "journal", "fsync"):
-        if getattr(args, flag):
-            forwarded.append(f"--{flag}={getattr(args, flag)}")
-    try:
-        options.parseOptions(forwarded)
-        config = options.load_config()
-    except (configuration.ConfigError, usage.UsageError) as e:
-        raise CommandError(str(e)) from None
-    pid_path = args.pid_file or config.pid_path
+    config = daemon_config(args)
+    pid_path = config.pid_path
     claim_pid_file(pid_path)
     try:
         globalLogBeginner.beginLoggingTo(
@@ -194,7 +206,7 @@ def process_alive(pid: int) -> bool:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    path = args.pid_file or load_config(args.config).pid_path
+    path = daemon_config(args).pid_path
     pid = read_pid(path)
     if pid is None:
         if os.path.exists(path):
@@ -456,16 +468,50 @@ def task_type(text: str) -> str:
     return text
 
 
-def configuration_argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+def configuration_argument(parse: Callable[[str], T]) -> Callable[[str], T]:
     """An argparse type from a L{quicx.daemon.settings} value parser."""
 
-    def argument(text: str) -> Any:
+    def argument(text: str) -> T:
         try:
             return parse(text)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 
     return argument
+
+
+def setting_argument(setting: configuration.Setting) -> Callable[[str], str]:
+    """An argparse type: a setting's text, checked (and read again with the file's)."""
+    check = configuration_argument(setting.kind.parse)
+
+    def argument(text: str) -> str:
+        check(text)
+        return text
+
+    return argument
+
+
+def add_setting_flags(
+    add_argument: Callable[..., argparse.Action], settings: Sequence[configuration.Setting]
+) -> None:
+    """
+    C{--FLAG VALUE} for each of C{settings}, as C{twistd quicx} takes them,
+    with C{add_argument} (a parser's or an argument group's).
+    """
+    for setting in settings:
+        choices = setting.kind.choices()
+        checked: dict[str, object] = (
+            {"choices": choices}
+            if choices
+            else {"metavar": setting.metavar, "type": setting_argument(setting)}
+        )
+        add_argument(
+            f"--{setting.flag}",
+            dest=setting.name,
+            action="append" if setting.repeatable else "store",
+            help=setting.flag_help().replace("%", "%%"),
+            **checked,
+        )
 
 
 class Parser(argparse.ArgumentParser):
@@ -475,48 +521,65 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def command_list(helps: Mapping[str, str]) -> str:
+    """The commands under their L{GROUPS}' headings, for C{quicx --help}."""
+    grouped = [name for _, names in GROUPS for name in names]
+    if sorted(grouped) != sorted(helps):
+        raise AssertionError(f"GROUPS lists {grouped}, the parser has {sorted(helps)}")
+    width = max(map(len, helps)) + 4
+    lines = []
+    for title, names in GROUPS:
+        lines += ["", f"{title}:", *(f"  {name:<{width}}{helps[name]}" for name in names)]
+    return "\n".join(lines[1:])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="quicx", description="The Quicx task queue: daemon, status, submit, worker."
+        prog="quicx",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="'quicx COMMAND --help' shows a command's options.",
     )
     parser.add_argument("--version", action="version", version=version_line())
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, help=argparse.SUPPRESS
+    )
+    helps: dict[str, str] = {}
 
     def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        helps[name] = help
         return commands.add_parser(name, help=help, description=description)
 
     def connect_option(sub: argparse.ArgumentParser) -> None:
         sub.add_argument(
             "--connect",
             metavar="ADDRESS",
-            help=f"the daemon: tcp:HOST:PORT or unix:PATH (default ${ADDRESS_ENV},"
-            f" else {DEFAULT_ADDRESS})",
+            help=f"the daemon: tcp:HOST:PORT, unix:PATH or tls:HOST:PORT"
+            f" (default ${ADDRESS_VARIABLE}, else {DEFAULT_ADDRESS})",
         )
 
-    def config_options(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--config", "-c", metavar="FILE", help="the daemon's quicx.conf")
+    def config_option(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--config",
+            "-c",
+            metavar="FILE",
+            default=os.environ.get(CONFIG_VARIABLE) or None,
+            help=f"the daemon's quicx.conf (default ${CONFIG_VARIABLE}, else the built-in one)",
+        )
+
+    def settings(*names: str) -> list[configuration.Setting]:
+        return [configuration.BY_NAME[name] for name in names]
 
     start = command(
         "start",
         "run the daemon in the foreground",
         "Run the daemon in the foreground, logging to stdout, until SIGTERM or"
         " Ctrl-C. Without --config it runs on the built-in default"
-        " (tcp:16381 on 127.0.0.1, 8 MiB pool).",
+        " (tcp:16381 on 127.0.0.1, 8 MiB pool). Every setting has a flag, which"
+        " overrides the file's (see docs/configuration.md).",
     )
-    config_options(start)
-    start.add_argument(
-        "--listen",
-        metavar="ENDPOINT",
-        action="append",
-        default=[],
-        help="listen on this endpoint string (repeatable), e.g. tcp:16381",
-    )
-    start.add_argument("--control", metavar="PATH", help="control socket for `quicx status`")
-    start.add_argument("--pid-file", metavar="PATH", help="where to record the pid")
-    start.add_argument("--journal", metavar="FILE", help="keep accepted tasks in this journal")
-    start.add_argument(
-        "--fsync", choices=["always", "everysec", "no"], help="when journal records reach disk"
-    )
+    config_option(start)
+    settings_group = start.add_argument_group("settings (override the file's)")
+    add_setting_flags(settings_group.add_argument, configuration.SETTINGS)
     start.set_defaults(run=cmd_start)
 
     stop = command(
@@ -524,8 +587,8 @@ def build_parser() -> argparse.ArgumentParser:
         "stop a running daemon",
         "Send SIGTERM to the daemon named by the pid file and wait for it to exit.",
     )
-    config_options(stop)
-    stop.add_argument("--pid-file", metavar="PATH", help="the pid file `quicx start` wrote")
+    config_option(stop)
+    add_setting_flags(stop.add_argument, settings("pid_file", "port"))
     stop.add_argument(
         "--timeout",
         type=duration,
@@ -540,8 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Show version, pid, uptime, task totals, memory and size-class use from"
         " the daemon's control socket. Exits 1 if no daemon answers.",
     )
-    config_options(status)
-    status.add_argument("--control", metavar="PATH", help="the daemon's control socket")
+    config_option(status)
+    add_setting_flags(status.add_argument, settings("control", "port"))
     status.add_argument("--json", action="store_true", help="print the status document as JSON")
     status.add_argument("--timeout", type=duration, default=5.0, help="seconds to wait (5)")
     status.set_defaults(run=cmd_status)
@@ -581,7 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--busy-poll",
-        type=configuration_argument(configuration.parse_busy_poll),
+        type=configuration_argument(configuration.BUSY_POLL.parse),
         metavar="SECONDS",
         help="poll for tasks this long before sleeping (default 0: off; up to 0.01)",
     )
@@ -592,7 +655,10 @@ def build_parser() -> argparse.ArgumentParser:
         run=cmd_version
     )
     command(
-        "init", "print the default quicx.conf", "Print the built-in default configuration."
+        "init",
+        "print a quicx.conf of every setting at its default",
+        "Print a quicx.conf with every setting, its help and its default"
+        " (the built-in configuration): quicx init > quicx.conf.",
     ).set_defaults(run=cmd_init)
     report = command(
         "report",
@@ -614,6 +680,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repair.add_argument("file", help="the journal file")
     repair.set_defaults(run=cmd_repair_journal)
+    # After the subcommands: their usage lines start with the parser's prog.
+    parser.usage = "quicx [-h] [--version] COMMAND ..."
+    parser.description = "The Quicx task queue.\n\n" + command_list(helps)
     return parser
 
 

@@ -112,6 +112,7 @@ def test_init_prints_the_built_in_default(tmp_path: Path) -> None:
         ["version"],
         ["init"],
         ["report"],
+        ["repair-journal"],
     ],
 )
 def test_every_command_has_help(command: list[str]) -> None:
@@ -119,6 +120,62 @@ def test_every_command_has_help(command: list[str]) -> None:
     assert result.returncode == 0
     assert "usage: quicx" in result.stdout
     assert len(result.stdout.splitlines()) > 3
+
+
+def test_help_groups_the_commands_by_who_uses_them() -> None:
+    result = quicx("--help")
+    assert result.returncode == 0
+    listed: dict[str, list[str]] = {}
+    group: list[str] = []
+    for line in result.stdout.splitlines():
+        if re.fullmatch(r"[a-z ]+:", line) and line != "options:":
+            group = listed.setdefault(line[:-1], [])
+        elif match := re.fullmatch(r"  ([a-z][a-z-]*) {2,}\S.*", line):
+            group.append(match.group(1))
+    assert listed == {
+        "run the daemon": ["start", "stop", "init", "repair-journal"],
+        "producers and monitors": ["submit", "status"],
+        "workers": ["worker"],
+        "data": ["report"],
+        "about quicx": ["version"],
+    }
+    assert "usage: quicx [-h] [--version] COMMAND ..." in result.stdout
+
+
+def test_start_status_stop_find_the_daemon_from_quicx_config(tmp_path: Path, background) -> None:
+    control, pid_file, events = tmp_path / "c.sock", tmp_path / "q.pid", tmp_path / "events"
+    conf = tmp_path / "quicx.conf"
+    conf.write_text(
+        f"[server]\nlisten = tcp:0:interface=127.0.0.1\ncontrol = {control}\n"
+        f"pid_file = {pid_file}\n"
+    )
+    env = {**os.environ, "QUICX_CONFIG": str(conf)}
+    # Flags quicx start did not have before the settings table: they work too.
+    daemon = background("start", f"--events={events}", "--allow=t", "--max-credits=2", env=env)
+    port = int(daemon.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+    daemon.wait_for("control socket on")
+    assert events.is_dir()
+    wire_env = {**env, "QUICX_ADDRESS": f"tcp:127.0.0.1:{port}"}
+    assert quicx("submit", "t", "x", env=wire_env).returncode == 0
+    refused = quicx("submit", "u", "x", env=wire_env)
+    assert (refused.returncode, refused.stderr) == (1, "quicx: unknown task type: u\n")
+    status = quicx("status", "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["config"] == str(conf)
+    stopped = quicx("stop", env=env)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped quicx (pid {daemon.process.pid})" in stopped.stdout
+    assert daemon.process.wait(5) == 0
+
+
+def test_connect_overrides_quicx_address(daemon: DaemonProcess) -> None:
+    env = {**os.environ, "QUICX_ADDRESS": "tcp:127.0.0.1:1"}
+    down = quicx("submit", "t", "x", env=env)
+    assert down.returncode == 1
+    assert down.stderr.startswith("quicx: cannot connect to tcp:127.0.0.1:1")
+    up = quicx("submit", "t", "x", f"--connect=tcp:127.0.0.1:{daemon.port}", env=env)
+    assert up.returncode == 0, up.stderr
+    assert int(up.stdout) >= 1
 
 
 def test_start_status_stop(tmp_path: Path, background) -> None:

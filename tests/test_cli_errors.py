@@ -31,6 +31,9 @@ def workspace(tmp_path: Path) -> Path:
     """The files the bad inputs name; also the commands' cwd and PYTHONPATH."""
     (tmp_path / "bad.conf").write_text("[server]\nport = 16381\nbogus line\n")
     (tmp_path / "no-control.conf").write_text("[server]\ncontrol = none\n")
+    (tmp_path / "short-heartbeat.conf").write_text(
+        "[server]\nheartbeat_interval = 10\nheartbeat_timeout = 25\n"
+    )
     (tmp_path / "not-a-pid").write_text("hello\n")
     (tmp_path / "empty.pem").write_text("")
     (tmp_path / "handlers.py").write_text("handlers = {'t': print}\n")
@@ -98,6 +101,31 @@ CASES = {
         1,
     ),
     "start bad fsync": (["start", "--fsync=sometimes"], USAGE, "invalid choice: 'sometimes'", 1),
+    "start bad setting flag": (
+        ["start", "--busy-poll=0.5"],
+        USAGE,
+        "argument --busy-poll: 0.5 seconds is out of range (0 to 0.01)",
+        1,
+    ),
+    "start repeated flag bad": (
+        ["start", "--class=16,50", "--class=lots,50"],
+        USAGE,
+        "argument --class: 'lots,50' is not SIZE,PERCENT",
+        1,
+    ),
+    "start conflicting flags": (
+        ["start", "--heartbeat-interval=10", "--heartbeat-timeout=5"],
+        FAILED,
+        "quicx: command line: heartbeat_timeout (5 s) must be longer than heartbeat_interval"
+        " (10 s) (--heartbeat-timeout, --heartbeat-interval)",
+        1,
+    ),
+    "start flags against the file": (
+        ["start", "--config={tmp}/short-heartbeat.conf", "--heartbeat-interval=30"],
+        FAILED,
+        "heartbeat_interval (30 s) (--heartbeat-interval)",
+        1,
+    ),
     "start unwritable pid file": (
         ["start", LISTEN, "--pid-file=/nonexistent/q.pid"],
         FAILED,
@@ -277,6 +305,18 @@ def test_a_mistake_is_a_short_message_and_an_exit_status(
     assert result.stderr.startswith("quicx")
     assert message.format(tmp=workspace) in result.stderr
     assert len(result.stderr.splitlines()) == lines, result.stderr
+
+
+@pytest.mark.parametrize("command", [["start"], ["status"], ["stop"]])
+def test_quicx_config_is_the_default_config(workspace: Path, command: list[str]) -> None:
+    env = {**os.environ, "QUICX_CONFIG": str(workspace / "bad.conf")}
+    result = subprocess.run(
+        [QUICX, *command], capture_output=True, text=True, timeout=30, env=env, cwd=workspace
+    )
+    assert (result.returncode, result.stderr) == (
+        FAILED,
+        f"quicx: {workspace}/bad.conf:3: expected 'key = value', got 'bogus line'\n",
+    )
 
 
 def test_a_second_interrupt_stops_the_worker_at_once(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from quicx.daemon import pmad
+from quicx import cli
+from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
+from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.settings import ConfigError
 
 REFERENCE = """\
@@ -133,3 +136,150 @@ def test_render_round_trips(tmp_path: Path) -> None:
     assert config.load(path) == config.Config(source=str(path))
     custom = config.parse(REFERENCE + "[tasks]\nallow = a\n")
     assert config.parse(config.render(custom)) == custom
+
+
+# -- one table: the file, the flags and quicx init agree -----------------------------------
+
+EVERY_SETTING_CHANGED = config.Config(
+    port=7000,
+    listen=("tcp:7001:interface=127.0.0.1", "unix:/tmp/quicx.sock"),
+    heartbeat_interval=5,
+    heartbeat_timeout=12.5,
+    control="/tmp/c.sock",
+    pid_file="/tmp/q.pid",
+    drain_timeout=1.5,
+    spare_busy_workers=True,
+    busy_poll=0.0001,
+    pool_size=1 << 20,
+    classes=(pmad.SizeClass(64, Decimal(40)), pmad.SizeClass(1024, Decimal("60.0"))),
+    allowed_types=frozenset({b"send_email", b"resize"}),
+    task_timeout=3,
+    max_attempts=4,
+    max_connections=10,
+    first_frame_timeout=2,
+    max_type_length=20,
+    max_reason_length=100,
+    max_output_buffer=8192,
+    max_credits=8,
+    tls_certificate="server.pem",
+    tls_private_key="server.key",
+    tls_client_ca="ca.pem",
+    tls_producers=frozenset({"billing", "mailer"}),
+    tls_workers=frozenset({"worker"}),
+    tls_monitors=frozenset({"grafana"}),
+    events_directory="/tmp/events",
+    events_max_bytes=1 << 20,
+    events_max_age=60,
+    journal="/tmp/quicx.journal",
+    fsync=FsyncPolicy.ALWAYS,
+    compact_factor=2.5,
+    compact_min_size=4096,
+    log_summary_interval=0,
+)
+
+
+def as_flags(changed: config.Config) -> list[str]:
+    return [
+        f"--{s.flag}={text}" for s in config.SETTINGS for text in s.texts(getattr(changed, s.name))
+    ]
+
+
+def test_the_example_changes_every_setting() -> None:
+    default = config.Config()
+    assert [
+        s.name
+        for s in config.SETTINGS
+        if getattr(EVERY_SETTING_CHANGED, s.name) == getattr(default, s.name)
+    ] == []
+    config.validate(EVERY_SETTING_CHANGED)
+
+
+def test_every_setting_round_trips_through_the_file() -> None:
+    assert config.parse(config.render(EVERY_SETTING_CHANGED), "built-in default") == (
+        EVERY_SETTING_CHANGED
+    )
+
+
+def test_init_has_every_setting_with_its_help() -> None:
+    text = config.render(config.Config())
+    for s in config.SETTINGS:
+        assert f"# {s.help}" in text
+        assert re.search(rf"^(# )?{s.key} =", text, re.M), s.key
+    # The unset ones are commented out: the file is the built-in default.
+    assert config.parse(text, "built-in default") == config.Config()
+
+
+def test_every_setting_is_a_twistd_flag() -> None:
+    options = tap.Options()
+    options.parseOptions(as_flags(EVERY_SETTING_CHANGED))
+    assert options.load_config() == EVERY_SETTING_CHANGED
+    usage = str(options)
+    assert all(f"--{s.flag}=" in usage for s in config.SETTINGS)
+
+
+def test_every_setting_is_a_quicx_start_flag() -> None:
+    args = cli.build_parser().parse_args(["start", *as_flags(EVERY_SETTING_CHANGED)])
+    assert cli.daemon_config(args) == EVERY_SETTING_CHANGED
+
+
+def test_flags_override_the_file_and_repeated_ones_replace_its_values(tmp_path: Path) -> None:
+    path = tmp_path / "quicx.conf"
+    path.write_text("[server]\nlisten = unix:/tmp/a\nlisten = unix:/tmp/b\n[tasks]\ntimeout = 5\n")
+    options = tap.Options()
+    options.parseOptions(
+        [f"--config={path}", "--listen=unix:/tmp/c", "--task-timeout=1", "--task-timeout=2"]
+    )
+    loaded = options.load_config()
+    assert (loaded.listen, loaded.task_timeout, loaded.source) == (("unix:/tmp/c",), 2, str(path))
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--busy-poll=0.5"], "quicx: --busy-poll: 0.5 seconds is out of range (0 to 0.01)"),
+        (["--max-credits=0"], "quicx: --max-credits: 0 is out of range (1 to 65535)"),
+        (["--class=16"], "quicx: --class: '16' is not SIZE,PERCENT"),
+        (["--fsync=sometimes"], "quicx: --fsync: 'sometimes' is not one of always, everysec, no"),
+        (
+            ["--heartbeat-interval=10", "--heartbeat-timeout=5"],
+            "quicx: command line: heartbeat_timeout (5 s) must be longer than"
+            " heartbeat_interval (10 s) (--heartbeat-timeout, --heartbeat-interval)",
+        ),
+        (
+            ["--heartbeat-interval=100"],
+            "quicx: command line: heartbeat_timeout (90 s) must be longer than"
+            " heartbeat_interval (100 s) (--heartbeat-interval)",
+        ),
+        (
+            ["--tls-workers=w"],
+            "quicx: command line: workers needs client_ca: identities come from client"
+            " certificates (--tls-workers)",
+        ),
+        (["--pool-size=64"], "quicx: command line: pool of 64 bytes is smaller"),
+    ],
+)
+def test_a_bad_flag_is_one_line_naming_it(flags: list[str], error: str) -> None:
+    options = tap.Options()
+    options.parseOptions(flags)
+    with pytest.raises(SystemExit) as raised:
+        tap.makeService(options)
+    message = str(raised.value.code)
+    assert message.startswith(error), message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        # The line of the setting to blame that the file sets.
+        ("[server]\nheartbeat_interval = 100\n", "f:2: heartbeat_timeout (90 s)"),
+        ("[tls]\nmonitors = m\n", "f:2: monitors needs client_ca"),
+        ("[server]\nbusy_poll = -1\n", "f:2: busy_poll: -1 seconds is out of range (0 to 0.01)"),
+        ("[tasks]\nmax_attempts = many\n", "f:2: max_attempts: 'many' is not a whole number"),
+        ("[server]\nspare_busy_workers = maybe\n", "f:2: spare_busy_workers: 'maybe' is not yes"),
+    ],
+)
+def test_more_errors_name_the_line(text: str, error: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        config.parse(text, "f")
+    assert str(raised.value).startswith(error), str(raised.value)

@@ -68,3 +68,82 @@ def test_the_check_finds_broken_tables() -> None:
         "line 5: rows without a header and a |---| line above them"
     ]
     assert table_problems("```\n| not | a table |\n```\n") == []
+
+
+# -- the settings tables of docs/configuration.md against the code's table -----------------
+
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+SECTION_HEADING = re.compile(r"### `\[(\w+)\]`")
+
+
+def settings_tables(text: str) -> dict[str, list[list[str]]]:
+    """Each C{### `[section]`}'s first table: its rows' cells, header and |---| left out."""
+    found: dict[str, list[list[str]]] = {}
+    lines = text.splitlines()
+    for first, rows in tables(text):
+        heading = next(
+            (m for line in reversed(lines[: first - 1]) if (m := SECTION_HEADING.match(line))),
+            None,
+        )
+        if heading and heading.group(1) not in found:
+            found[heading.group(1)] = [[c.strip() for c in cells(row)] for row in rows]
+    return found
+
+
+def settings_problems(text: str) -> list[str]:
+    """Where the docs' settings tables and L{settings.SETTINGS} disagree."""
+    from quicx.daemon import settings
+
+    documented = settings_tables(text)
+    problems = []
+    for section in settings.SECTIONS:
+        rows = documented.get(section, [])
+        header, body = (rows[0], rows[2:]) if rows else ([], [])
+        if header[:4] != ["key", "flag", "default", "range"]:
+            problems.append(f"[{section}]: no key | flag | default | range | ... table")
+            continue
+        expected = [
+            [f"`{s.key}`", f"`--{s.flag}`", s.shown_default(), s.kind.bounds()]
+            for s in settings.SETTINGS
+            if s.section == section
+        ]
+        problems += [
+            f"[{section}]: the docs say {' | '.join(got[:4])}, the code {' | '.join(want)}"
+            for got, want in zip(body, expected, strict=False)
+            if got[:4] != want
+        ]
+        if len(body) != len(expected):
+            problems.append(f"[{section}]: {len(body)} rows in the docs, {len(expected)} settings")
+    problems += [
+        f"[{s}]: a table of no such section" for s in documented.keys() - {*settings.SECTIONS}
+    ]
+    return problems
+
+
+def test_the_settings_tables_are_the_codes() -> None:
+    assert settings_problems(CONFIGURATION.read_text()) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        ("| `16381` | 0 to 65535 |", "| `16380` | 0 to 65535 |", "the docs say `port`"),
+        ("| `1024` | 1 to 65535 |", "| `1024` | 1 to 1024 |", "the docs say `max_credits`"),
+        ("| `--busy-poll` |", "| `--busy` |", "the docs say `busy_poll`"),
+        ("| `max_age` |", "| `max_ages` |", "the docs say `max_ages`"),
+        ("### `[log]`", "### `[logging]`", "[log]: no key | flag"),
+    ],
+)
+def test_the_settings_check_finds_a_disagreement(old: str, new: str, problem: str) -> None:
+    text = CONFIGURATION.read_text()
+    assert text.count(old) == 1
+    problems = settings_problems(text.replace(old, new))
+    assert any(problem in p for p in problems), problems
+
+
+def test_the_settings_check_finds_a_missing_row() -> None:
+    text = CONFIGURATION.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `max_attempts` |"))
+    assert settings_problems(text.replace(row + "\n", "")) == [
+        "[tasks]: 2 rows in the docs, 3 settings"
+    ]

@@ -1,5 +1,14 @@
 """
-Configuration: C{quicx.conf} and the built-in default.
+Configuration: every setting once, and everything that follows from it.
+
+Each field of L{Config} that is a setting is declared with L{setting} (or
+L{repeated}): its section and key in C{quicx.conf}, the syntax of its value
+(a L{Kind}, which holds its bounds), its default and a line of help.
+L{SETTINGS} is that table; from it come the file's parser and its errors,
+the C{twistd quicx} and C{quicx start} flags (C{--FLAG}, one per setting),
+C{quicx init}'s file (L{render}) and the table in C{docs/configuration.md}
+(checked by C{tests/test_docs.py}).  Checks across settings (L{validate})
+live here too, and apply alike to a file and to flags.
 
 The file format is the reference product's: C{[section]} headers and
 C{key = value} lines, C{#} or C{;} comments, and the C{class} key repeated
@@ -16,10 +25,11 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal, InvalidOperation
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 from attrs import field, frozen
@@ -37,6 +47,7 @@ from quicx.protocol.wire import MAX_CREDITS, MAX_TYPE_LENGTH
 DEFAULT_PORT = 16381
 DEFAULT_HEARTBEAT_INTERVAL = 30.0
 DEFAULT_HEARTBEAT_TIMEOUT = 90.0
+MAX_BUSY_POLL = 0.01
 
 
 @frozen
@@ -72,59 +83,671 @@ class ConfigError(Exception):
     """
 
 
+# -- the syntax of values ------------------------------------------------------------------
+
+T = TypeVar("T")
+Item = TypeVar("Item")
+E = TypeVar("E", bound=Enum)
+
+_SIZE = re.compile(r"(?i)^\s*(\d+)\s*(k|kb|kib|m|mb|mib|g|gb|gib)?\s*$")
+_MULTIPLIERS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """Parse C{8388608}, C{8M}, C{8MiB} (binary multiples) into bytes."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size in bytes (like 8388608 or 8MiB)")
+    number, unit = match.groups()
+    return int(number) * (_MULTIPLIERS[unit[0].lower()] if unit else 1)
+
+
+def format_size(count: float) -> str:
+    """C{8388608} -> C{'8.0 MiB'}: the human reading of a byte count."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def _short_size(count: int) -> str:
+    """C{4096} -> C{'4K'}: a bound as the file may write it."""
+    for suffix, multiple in reversed(_MULTIPLIERS.items()):
+        if count >= multiple and count % multiple == 0:
+            return f"{count // multiple}{suffix.upper()}"
+    return str(count)
+
+
+def _number(value: float) -> str:
+    """The shortest text that reads back as C{value}."""
+    text = f"{value:g}"
+    return text if float(text) == value else repr(value)
+
+
+class Kind(Generic[T]):
+    """
+    The syntax of one value: how it is read (L{parse}, which enforces the
+    bounds), how it is written (L{format}) and its bounds in words.
+    """
+
+    def metavar(self) -> str:
+        """What C{--help} shows for the flag's value."""
+        return "VALUE"
+
+    def parse(self, text: str) -> T:
+        """@raise ValueError: C{text} is no such value; the message says why."""
+        raise NotImplementedError
+
+    def format(self, value: T) -> str:
+        return str(value)
+
+    def bounds(self) -> str:
+        """The values allowed, as the docs' table shows them; C{""}: any."""
+        return ""
+
+    def choices(self) -> tuple[str, ...] | None:
+        """The only texts allowed, when they can be listed."""
+        return None
+
+
+@frozen
+class Text(Kind[str]):
+    """A path, endpoint or name, as written."""
+
+    def metavar(self) -> str:
+        return "TEXT"
+
+    def parse(self, text: str) -> str:
+        return text.strip()
+
+
+@frozen
+class Seconds(Kind[float]):
+    """Seconds from 0: under a billion, or at most C{high}."""
+
+    def metavar(self) -> str:
+        return "SECONDS"
+
+    high: float | None = None
+
+    def parse(self, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number of seconds") from None
+        if self.high is None:
+            if not 0 <= value < 1e9:
+                raise ValueError(f"{text} seconds is out of range")
+        elif not 0 <= value <= self.high:
+            raise ValueError(f"{text} seconds is out of range ({self.bounds()})")
+        return value
+
+    def format(self, value: float) -> str:
+        return _number(value)
+
+    def bounds(self) -> str:
+        return "≥ 0" if self.high is None else f"0 to {self.high:g}"
+
+
+@frozen
+class Integer(Kind[int]):
+    """
+    A whole number from C{low} to C{high} (C{None}: no upper bound), with
+    the size suffixes C{K}, C{M}, C{G}; C{size}: a number of bytes.
+    """
+
+    low: int = 0
+    high: int | None = None
+    size: bool = False
+
+    def metavar(self) -> str:
+        return "SIZE" if self.size else "N"
+
+    def parse(self, text: str) -> int:
+        try:
+            value = parse_size(text)
+        except ValueError:
+            if self.size:
+                raise
+            raise ValueError(f"{text!r} is not a whole number") from None
+        if value < self.low or (self.high is not None and value > self.high):
+            raise ValueError(f"{text} is out of range ({self.bounds()})")
+        return value
+
+    def bounds(self) -> str:
+        if self.high is None:
+            return f"≥ {_short_size(self.low)}" if self.low else ""
+        return f"{_short_size(self.low)} to {_short_size(self.high)}"
+
+
+@frozen
+class Port(Kind[int]):
+    def metavar(self) -> str:
+        return "PORT"
+
+    def parse(self, text: str) -> int:
+        if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
+            raise ValueError(f"{text!r} is not a port number (0 to 65535)")
+        return int(text)
+
+    def bounds(self) -> str:
+        return "0 to 65535"
+
+
+@frozen
+class Number(Kind[float]):
+    """A number from C{low} to C{high}."""
+
+    def metavar(self) -> str:
+        return "X"
+
+    low: float
+    high: float
+
+    def parse(self, text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a number") from None
+        if not self.low <= value <= self.high:
+            raise ValueError(f"{text} is out of range ({self.bounds()})")
+        return value
+
+    def format(self, value: float) -> str:
+        return _number(value)
+
+    def bounds(self) -> str:
+        return f"{self.low:g} to {self.high:g}"
+
+
+@frozen
+class YesNo(Kind[bool]):
+    def metavar(self) -> str:
+        return "yes|no"
+
+    def parse(self, text: str) -> bool:
+        value = text.strip().lower()
+        if value in ("yes", "true", "on", "1"):
+            return True
+        if value in ("no", "false", "off", "0"):
+            return False
+        raise ValueError(f"{text!r} is not yes or no")
+
+    def format(self, value: bool) -> str:
+        return "yes" if value else "no"
+
+    def bounds(self) -> str:
+        return "yes or no"
+
+
+@frozen
+class Choice(Kind[E]):
+    """One of an enumeration's values."""
+
+    enum: type[E]
+
+    def metavar(self) -> str:
+        return "|".join(self._names())
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(str(member.value) for member in self.enum)
+
+    def parse(self, text: str) -> E:
+        try:
+            return self.enum(text.strip().lower())
+        except ValueError:
+            raise ValueError(f"{text!r} is not one of {', '.join(self._names())}") from None
+
+    def format(self, value: E) -> str:
+        return str(value.value)
+
+    def bounds(self) -> str:
+        return ", ".join(self._names())
+
+    def choices(self) -> tuple[str, ...]:
+        return self._names()
+
+
+@frozen
+class TaskType(Kind[bytes]):
+    def metavar(self) -> str:
+        return "TYPE"
+
+    def parse(self, text: str) -> bytes:
+        encoded = text.encode("utf-8")
+        if not 0 < len(encoded) <= MAX_TYPE_LENGTH:
+            raise ValueError(f"a task type is 1 to {MAX_TYPE_LENGTH} bytes")
+        return encoded
+
+    def format(self, value: bytes) -> str:
+        return value.decode("utf-8")
+
+    def bounds(self) -> str:
+        return f"1 to {MAX_TYPE_LENGTH} bytes"
+
+
+@frozen
+class SizeClassKind(Kind[pmad.SizeClass]):
+    def metavar(self) -> str:
+        return "SIZE,PERCENT"
+
+    def parse(self, text: str) -> pmad.SizeClass:
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) != 2:
+            raise ValueError(f"{text!r} is not SIZE,PERCENT")
+        try:
+            size = parse_size(parts[0])
+            percent = Decimal(parts[1].rstrip("%"))
+        except (ValueError, InvalidOperation):
+            raise ValueError(f"{text!r} is not SIZE,PERCENT") from None
+        return pmad.SizeClass(size, percent)
+
+    def format(self, value: pmad.SizeClass) -> str:
+        return f"{value.size},{value.percent}"
+
+    def bounds(self) -> str:
+        return "sizes ascending, percents summing to 100"
+
+
+@frozen
+class Names(Kind[frozenset[str]]):
+    """Comma-separated names (certificate common names)."""
+
+    def metavar(self) -> str:
+        return "NAME,..."
+
+    def parse(self, text: str) -> frozenset[str]:
+        return identities(text)
+
+    def format(self, value: frozenset[str]) -> str:
+        return ", ".join(sorted(value))
+
+
+BUSY_POLL = Seconds(high=MAX_BUSY_POLL)
+"""Seconds to spin before sleeping (see L{quicx.net.busypoll}): 0 to 10 ms."""
+
+
+# -- the table -----------------------------------------------------------------------------
+
+
+@frozen
+class Setting:
+    """
+    One setting: a field of L{Config}, a key of the file, a flag.
+
+    @ivar name: the L{Config} attribute.
+    @ivar kind: the syntax of its value (of each value, for a repeatable one).
+    @ivar help: one line, for C{--help} and C{quicx init}.
+    @ivar flag: C{--FLAG} on the command line.
+    @ivar unset: what the default means, in the docs, when it is no value.
+    @ivar collect: for a repeatable key, turns the list of its values into
+        the field's value; C{None} for a key that may appear once.
+    """
+
+    section: str
+    key: str
+    kind: Kind[Any]
+    help: str
+    flag: str = ""
+    metavar: str = ""
+    unset: str = ""
+    collect: Callable[[list[Any]], object] | None = None
+    name: str = ""
+    default: object = None
+
+    @property
+    def repeatable(self) -> bool:
+        return self.collect is not None
+
+    def texts(self, value: object) -> list[str]:
+        """C{value} as the file writes it: one text per line, none when unset."""
+        if self.collect is not None:
+            items = sorted(value) if isinstance(value, frozenset) else value or ()
+            assert isinstance(items, (list, tuple))
+            return [self.kind.format(item) for item in items]
+        if value is None or value == "":
+            return []
+        return [self.kind.format(value)]
+
+    def combine(self, values: list[object]) -> object:
+        """
+        The field's value given the values of its lines or flags (the last
+        one wins for a key that may appear once).
+        """
+        return self.collect(values) if self.collect is not None else values[-1]
+
+    def shown_default(self) -> str:
+        """The default as the docs' table shows it."""
+        return self.unset or ", ".join(f"`{text}`" for text in self.texts(self.default))
+
+    def flag_help(self) -> str:
+        """The help with the range and whether it repeats: for C{--help} and C{quicx init}."""
+        bounds = f" Range: {self.kind.bounds()}." if self.kind.bounds() else ""
+        return f"{self.help}{bounds}{' Repeatable.' if self.repeatable else ''}"
+
+
+_SETTING = "quicx.setting"
+
+
+def setting(
+    section: str,
+    key: str,
+    kind: Kind[Any],
+    default: T,
+    help: str,
+    *,
+    flag: str = "",
+    metavar: str = "",
+    unset: str = "",
+) -> T:
+    """A L{Config} field that is a setting of C{quicx.conf}'s C{[section] key}."""
+    spec = Setting(section, key, kind, help, flag, metavar, unset)
+    return field(default=default, metadata={_SETTING: spec})
+
+
+def repeated(
+    section: str,
+    key: str,
+    kind: Kind[Item],
+    collect: Callable[[list[Item]], T],
+    default: T,
+    help: str,
+    *,
+    flag: str = "",
+    metavar: str = "",
+    unset: str = "",
+) -> T:
+    """A setting whose key may repeat: C{collect} makes the field's value of the values."""
+    spec = Setting(section, key, kind, help, flag, metavar, unset, collect)
+    return field(default=default, metadata={_SETTING: spec})
+
+
+def _tuple(values: list[Item]) -> tuple[Item, ...]:
+    return tuple(values)
+
+
+def _frozenset(values: list[Item]) -> frozenset[Item]:
+    return frozenset(values)
+
+
 @frozen
 class Config:
     """
-    Everything the daemon is configured with.
+    Everything the daemon is configured with: the settings, in the order of
+    the docs' tables, then where they came from.
 
-    @ivar listen: endpoint descriptions to listen on; when empty, the daemon
-        listens on C{tcp:PORT:interface=127.0.0.1}.
-    @ivar allowed_types: the task types a SUBMIT may name, or C{None} for any.
-    @ivar control: the control socket's path (C{quicx status}); C{""} for
-        the default, C{"none"} for no control socket.
-    @ivar pid_file: where C{quicx start} records its pid; C{""} for the default.
-    @ivar journal: the write-ahead journal's path; C{""} for no journal.
-    @ivar fsync: when journal records are synced to disk.
-    @ivar compact_factor: the journal is compacted when it is this many times
-        the size of its live tasks' records...
-    @ivar compact_min_size: ...and at least this many bytes.
-    @ivar source: where the configuration came from, for the start-up log.
+    C{control}, C{pid_file}: C{""} for the default path (L{control_path},
+    L{pid_path}); C{control = none} turns the control socket off.
+    C{journal}, C{events_directory}: C{""} for none.
+    C{allowed_types}, C{tls_producers}...: C{None} for anyone.
     """
 
-    port: int = DEFAULT_PORT
-    listen: tuple[str, ...] = ()
-    pool_size: int = pmad.DEFAULT_POOL_SIZE
-    classes: tuple[pmad.SizeClass, ...] = field(factory=lambda: tuple(pmad.default_classes()))
-    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
-    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
-    allowed_types: frozenset[bytes] | None = None
-    control: str = ""
-    pid_file: str = ""
-    journal: str = ""
-    fsync: FsyncPolicy = FsyncPolicy.EVERYSEC
-    compact_factor: float = DEFAULT_COMPACT_FACTOR
-    compact_min_size: int = DEFAULT_COMPACT_MIN_SIZE
-    max_connections: int = _DEFAULT_LIMITS.max_connections
-    first_frame_timeout: float = _DEFAULT_LIMITS.first_frame_timeout
-    max_type_length: int = _DEFAULT_LIMITS.max_type_length
-    max_reason_length: int = _DEFAULT_LIMITS.max_reason_length
-    max_output_buffer: int = _DEFAULT_LIMITS.max_output_buffer
-    max_credits: int = _DEFAULT_LIMITS.max_credits
-    task_timeout: float = 0.0
-    max_attempts: int = 0
-    events_directory: str = ""
-    events_max_bytes: int = 64 << 20
-    events_max_age: float = 3600.0
-    drain_timeout: float = 30.0
-    spare_busy_workers: bool = False
-    busy_poll: float = 0.0
-    log_summary_interval: float = 5.0
-    tls_certificate: str = ""
-    tls_private_key: str = ""
-    tls_client_ca: str = ""
-    tls_producers: frozenset[str] | None = None
-    tls_workers: frozenset[str] | None = None
-    tls_monitors: frozenset[str] | None = None
+    port: int = setting(
+        "server",
+        "port",
+        Port(),
+        DEFAULT_PORT,
+        "The TCP port, on 127.0.0.1 only; `listen` replaces it.",
+    )
+    listen: tuple[str, ...] = repeated(
+        "server",
+        "listen",
+        Text(),
+        _tuple,
+        (),
+        "Listen on this endpoint string, e.g. tcp:16381 (replaces port).",
+        metavar="ENDPOINT",
+        unset="`tcp:PORT:interface=127.0.0.1`",
+    )
+    heartbeat_interval: float = setting(
+        "server",
+        "heartbeat_interval",
+        Seconds(),
+        DEFAULT_HEARTBEAT_INTERVAL,
+        "Seconds of silence before a HEARTBEAT (0: off).",
+    )
+    heartbeat_timeout: float = setting(
+        "server",
+        "heartbeat_timeout",
+        Seconds(),
+        DEFAULT_HEARTBEAT_TIMEOUT,
+        "Seconds of silence before a peer is dropped (more than the interval).",
+    )
+    control: str = setting(
+        "server",
+        "control",
+        Text(),
+        "",
+        "Control socket path for `quicx status` ('none': off).",
+        metavar="PATH",
+        unset="`$XDG_RUNTIME_DIR/quicx-PORT.sock`, or under `/tmp`",
+    )
+    pid_file: str = setting(
+        "server",
+        "pid_file",
+        Text(),
+        "",
+        "Where `quicx start` records its pid (under twistd: twistd's --pidfile).",
+        metavar="PATH",
+        unset="`$XDG_RUNTIME_DIR/quicx-PORT.pid`, or under `/tmp`",
+    )
+    drain_timeout: float = setting(
+        "server",
+        "drain_timeout",
+        Seconds(),
+        30.0,
+        "On stop, wait this long for queued and running tasks to finish (0: don't).",
+    )
+    spare_busy_workers: bool = setting(
+        "server",
+        "spare_busy_workers",
+        YesNo(),
+        False,
+        "yes: never drop a silent worker that holds a task.",
+    )
+    busy_poll: float = setting(
+        "server",
+        "busy_poll",
+        BUSY_POLL,
+        0.0,
+        "Poll sockets this many seconds before sleeping (0: off).",
+    )
+    pool_size: int = setting(
+        "allocator",
+        "pool_size",
+        Integer(size=True),
+        pmad.DEFAULT_POOL_SIZE,
+        "PMAD pool size in bytes (suffixes K, M, G).",
+    )
+    classes: tuple[pmad.SizeClass, ...] = repeated(
+        "allocator",
+        "class",
+        SizeClassKind(),
+        _tuple,
+        tuple(pmad.default_classes()),
+        "A size class: block payload size, percent of the pool.",
+        flag="class",
+        unset="the built-in layout (below)",
+    )
+    allowed_types: frozenset[bytes] | None = repeated(
+        "tasks",
+        "allow",
+        TaskType(),
+        _frozenset,
+        None,
+        "Accept SUBMITs of this task type only.",
+        flag="allow",
+        unset="any type",
+    )
+    task_timeout: float = setting(
+        "tasks",
+        "timeout",
+        Seconds(),
+        0.0,
+        "Requeue a task a worker holds longer than this many seconds (0: never).",
+    )
+    max_attempts: int = setting(
+        "tasks",
+        "max_attempts",
+        Integer(0, 1_000_000),
+        0,
+        "Deliveries a task gets before it fails as given up (0: no limit).",
+    )
+    max_connections: int = setting(
+        "limits",
+        "max_connections",
+        Integer(1, 1_000_000),
+        _DEFAULT_LIMITS.max_connections,
+        "Connections past this are refused.",
+    )
+    first_frame_timeout: float = setting(
+        "limits",
+        "first_frame_timeout",
+        Seconds(),
+        _DEFAULT_LIMITS.first_frame_timeout,
+        "Seconds a new connection has to send a whole frame (0: off).",
+    )
+    max_type_length: int = setting(
+        "limits",
+        "max_type_length",
+        Integer(1, MAX_TYPE_LENGTH, size=True),
+        _DEFAULT_LIMITS.max_type_length,
+        "The longest task type a SUBMIT may name, in bytes.",
+    )
+    max_reason_length: int = setting(
+        "limits",
+        "max_reason_length",
+        Integer(1, 1 << 20, size=True),
+        _DEFAULT_LIMITS.max_reason_length,
+        "The longest FAILED reason, in bytes.",
+    )
+    max_output_buffer: int = setting(
+        "limits",
+        "max_output_buffer",
+        Integer(4096, 1 << 30, size=True),
+        _DEFAULT_LIMITS.max_output_buffer,
+        "Unsent bytes a connection may pile up before the daemon stops reading it.",
+    )
+    max_credits: int = setting(
+        "limits",
+        "max_credits",
+        Integer(1, MAX_CREDITS),
+        _DEFAULT_LIMITS.max_credits,
+        "The most tasks one worker connection may hold at once.",
+    )
+    tls_certificate: str = setting(
+        "tls",
+        "certificate",
+        Text(),
+        "",
+        "The daemon's certificate chain (PEM), for tls: listeners.",
+        metavar="FILE",
+        unset="none",
+    )
+    tls_private_key: str = setting(
+        "tls",
+        "private_key",
+        Text(),
+        "",
+        "Its private key (PEM).",
+        metavar="FILE",
+        unset="the certificate file",
+    )
+    tls_client_ca: str = setting(
+        "tls",
+        "client_ca",
+        Text(),
+        "",
+        "CA certificates (PEM) that tls: clients' certificates must be signed by.",
+        metavar="FILE",
+        unset="none",
+    )
+    tls_producers: frozenset[str] | None = setting(
+        "tls",
+        "producers",
+        Names(),
+        None,
+        "Certificate common names that may SUBMIT (needs client_ca).",
+        unset="any",
+    )
+    tls_workers: frozenset[str] | None = setting(
+        "tls",
+        "workers",
+        Names(),
+        None,
+        "Certificate common names that may send READY (needs client_ca).",
+        unset="any",
+    )
+    tls_monitors: frozenset[str] | None = setting(
+        "tls",
+        "monitors",
+        Names(),
+        None,
+        "Certificate common names that may ask STATS (needs client_ca).",
+        unset="any",
+    )
+    events_directory: str = setting(
+        "events",
+        "directory",
+        Text(),
+        "",
+        "Write task lifecycle events (NDJSON) into this directory.",
+        flag="events",
+        metavar="DIR",
+        unset="none",
+    )
+    events_max_bytes: int = setting(
+        "events",
+        "max_bytes",
+        Integer(4096, 1 << 40, size=True),
+        64 << 20,
+        "Start a new events file past this size.",
+    )
+    events_max_age: float = setting(
+        "events",
+        "max_age",
+        Seconds(),
+        3600.0,
+        "...or past this many seconds.",
+    )
+    journal: str = setting(
+        "journal",
+        "path",
+        Text(),
+        "",
+        "Keep accepted tasks in this write-ahead journal file.",
+        metavar="FILE",
+        unset="none",
+    )
+    fsync: FsyncPolicy = setting(  # noqa: RUF009 (returns a field)
+        "journal",
+        "fsync",
+        Choice(FsyncPolicy),
+        FsyncPolicy.EVERYSEC,
+        "When journal records reach the disk.",
+    )
+    compact_factor: float = setting(
+        "journal",
+        "compact_factor",
+        Number(1.5, 1000),
+        DEFAULT_COMPACT_FACTOR,
+        "Compact the journal when it is this many times its live records...",
+    )
+    compact_min_size: int = setting(
+        "journal",
+        "compact_min_size",
+        Integer(size=True),
+        DEFAULT_COMPACT_MIN_SIZE,
+        "...and at least this big.",
+    )
+    log_summary_interval: float = setting(
+        "log",
+        "summary_interval",
+        Seconds(),
+        5.0,
+        "Log failed, requeued and given-up tasks in a summary this often (0: each).",
+    )
     source: str = "built-in default"
 
     @property
@@ -169,172 +792,84 @@ class Config:
         return self.pid_file or default_runtime_path(self.port, "pid")
 
 
+def _table() -> tuple[Setting, ...]:
+    found = []
+    for attribute in attrs.fields(Config):
+        spec = attribute.metadata.get(_SETTING)
+        if isinstance(spec, Setting):
+            found.append(
+                attrs.evolve(
+                    spec,
+                    name=attribute.name,
+                    default=attribute.default,
+                    flag=spec.flag or attribute.name.replace("_", "-"),
+                    metavar=spec.metavar or spec.kind.metavar(),
+                )
+            )
+    return tuple(found)
+
+
+SETTINGS = _table()
+"""Every setting, in the order of the docs' tables."""
+
+SECTIONS = tuple(dict.fromkeys(s.section for s in SETTINGS))
+BY_NAME = {s.name: s for s in SETTINGS}
+_BY_KEY = {(s.section, s.key): s for s in SETTINGS}
+
+
 def default_runtime_path(port: int, suffix: str) -> str:
     """C{$XDG_RUNTIME_DIR/quicx-PORT.SUFFIX}, or under the temporary directory."""
     directory = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
     return os.path.join(directory, f"quicx-{port}.{suffix}")
 
 
-_SIZE = re.compile(r"(?i)^\s*(\d+)\s*(k|kb|kib|m|mb|mib|g|gb|gib)?\s*$")
-_MULTIPLIERS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+# -- checks across settings ----------------------------------------------------------------
 
 
-def parse_size(text: str) -> int:
-    """Parse C{8388608}, C{8M}, C{8MiB} (binary multiples) into bytes."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a size in bytes (like 8388608 or 8MiB)")
-    number, unit = match.groups()
-    return int(number) * (_MULTIPLIERS[unit[0].lower()] if unit else 1)
-
-
-def format_size(count: float) -> str:
-    """C{8388608} -> C{'8.0 MiB'}: the human reading of a byte count."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
-
-
-def parse_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < 1e9:
-        raise ValueError(f"{text} seconds is out of range")
-    return value
-
-
-MAX_BUSY_POLL = 0.01
-
-
-def parse_busy_poll(text: str) -> float:
-    """Seconds to spin before sleeping (see L{quicx.net.busypoll}): 0 to 10 ms."""
-    value = parse_seconds(text)
-    if value > MAX_BUSY_POLL:
-        raise ValueError(f"{text} seconds is out of range (0 to {MAX_BUSY_POLL:g})")
-    return value
-
-
-def parse_fsync(text: str) -> FsyncPolicy:
-    try:
-        return FsyncPolicy(text.strip().lower())
-    except ValueError:
-        raise ValueError(f"{text!r} is not one of always, everysec, no") from None
-
-
-def _parse_compact_factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number") from None
-    if not 1.5 <= value <= 1000:
-        raise ValueError(f"{text} is out of range (1.5 to 1000)")
-    return value
-
-
-def _parse_bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("yes", "true", "on", "1"):
-        return True
-    if value in ("no", "false", "off", "0"):
-        return False
-    raise ValueError(f"{text!r} is not yes or no")
-
-
-def _bounded_int(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = parse_size(text)
-        if not low <= value <= high:
-            raise ValueError(f"{text} is out of range ({low} to {high})")
-        return value
-
-    return parse
-
-
-def _parse_port(text: str) -> int:
-    if not text.strip().isdigit() or not 0 <= int(text) <= 65535:
-        raise ValueError(f"{text!r} is not a port number (0 to 65535)")
-    return int(text)
-
-
-def _parse_class(text: str) -> pmad.SizeClass:
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 2:
-        raise ValueError(f"{text!r} is not SIZE,PERCENT")
-    try:
-        size = parse_size(parts[0])
-        percent = Decimal(parts[1].rstrip("%"))
-    except (ValueError, InvalidOperation):
-        raise ValueError(f"{text!r} is not SIZE,PERCENT") from None
-    return pmad.SizeClass(size, percent)
-
-
-def _parse_task_type(text: str) -> bytes:
-    encoded = text.encode("utf-8")
-    if not 0 < len(encoded) <= MAX_TYPE_LENGTH:
-        raise ValueError(f"a task type is 1 to {MAX_TYPE_LENGTH} bytes")
-    return encoded
-
-
-@frozen
-class _Key:
+class Conflict(ValueError):
     """
-    One key of the file: the L{Config} field it sets and how.
+    Settings that cannot go together.
 
-    @ivar collect: for a repeatable key, turns the list of its values into
-        the field's value; C{None} for a key that may appear once.
+    @ivar names: the settings to blame, the likeliest first.
+    @ivar index: which of a repeatable setting's values, when one is.
     """
 
-    field: str
-    parse: Callable[[str], object]
-    collect: Callable[[list[Any]], object] | None = None
+    def __init__(self, message: str, *names: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.names = names
+        self.index = index
 
 
-_KEYS: dict[tuple[str, str], _Key] = {
-    ("server", "port"): _Key("port", _parse_port),
-    ("server", "listen"): _Key("listen", str.strip, tuple),
-    ("server", "heartbeat_interval"): _Key("heartbeat_interval", parse_seconds),
-    ("server", "heartbeat_timeout"): _Key("heartbeat_timeout", parse_seconds),
-    ("server", "control"): _Key("control", str.strip),
-    ("server", "pid_file"): _Key("pid_file", str.strip),
-    ("allocator", "pool_size"): _Key("pool_size", parse_size),
-    ("allocator", "class"): _Key("classes", _parse_class, tuple),
-    ("tasks", "allow"): _Key("allowed_types", _parse_task_type, frozenset),
-    ("server", "drain_timeout"): _Key("drain_timeout", parse_seconds),
-    ("server", "spare_busy_workers"): _Key("spare_busy_workers", _parse_bool),
-    ("server", "busy_poll"): _Key("busy_poll", parse_busy_poll),
-    ("tasks", "timeout"): _Key("task_timeout", parse_seconds),
-    ("tasks", "max_attempts"): _Key("max_attempts", _bounded_int(0, 1_000_000)),
-    ("limits", "max_connections"): _Key("max_connections", _bounded_int(1, 1_000_000)),
-    ("limits", "first_frame_timeout"): _Key("first_frame_timeout", parse_seconds),
-    ("limits", "max_type_length"): _Key("max_type_length", _bounded_int(1, MAX_TYPE_LENGTH)),
-    ("limits", "max_reason_length"): _Key("max_reason_length", _bounded_int(1, 1 << 20)),
-    ("limits", "max_output_buffer"): _Key("max_output_buffer", _bounded_int(4096, 1 << 30)),
-    ("limits", "max_credits"): _Key("max_credits", _bounded_int(1, MAX_CREDITS)),
-    ("tls", "certificate"): _Key("tls_certificate", str.strip),
-    ("tls", "private_key"): _Key("tls_private_key", str.strip),
-    ("tls", "client_ca"): _Key("tls_client_ca", str.strip),
-    ("tls", "producers"): _Key("tls_producers", identities),
-    ("tls", "workers"): _Key("tls_workers", identities),
-    ("tls", "monitors"): _Key("tls_monitors", identities),
-    ("events", "directory"): _Key("events_directory", str.strip),
-    ("events", "max_bytes"): _Key("events_max_bytes", _bounded_int(4096, 1 << 40)),
-    ("events", "max_age"): _Key("events_max_age", parse_seconds),
-    ("journal", "path"): _Key("journal", str.strip),
-    ("journal", "fsync"): _Key("fsync", parse_fsync),
-    ("journal", "compact_factor"): _Key("compact_factor", _parse_compact_factor),
-    ("journal", "compact_min_size"): _Key("compact_min_size", parse_size),
-    ("log", "summary_interval"): _Key("log_summary_interval", parse_seconds),
-}
+def validate(config: Config) -> None:
+    """
+    Check a configuration as a whole, building (and releasing) its pool so
+    that a layout that does not fit is refused before the daemon starts.
+
+    @raise Conflict: it is unusable.
+    """
+    if config.heartbeat_interval and config.heartbeat_timeout <= config.heartbeat_interval:
+        raise Conflict(
+            f"heartbeat_timeout ({config.heartbeat_timeout:g} s) must be longer than"
+            f" heartbeat_interval ({config.heartbeat_interval:g} s)",
+            "heartbeat_timeout",
+            "heartbeat_interval",
+        )
+    if config.authorization is not None and not config.tls_client_ca:
+        role = next(
+            s
+            for s in (BY_NAME[n] for n in ("tls_producers", "tls_workers", "tls_monitors"))
+            if getattr(config, s.name) is not None
+        )
+        raise Conflict(
+            f"{role.key} needs client_ca: identities come from client certificates", role.name
+        )
+    try:
+        pmad.Pmad(config.pool_size, list(config.classes)).close()
+    except pmad.LayoutError as e:
+        raise Conflict(str(e), "classes", "pool_size", index=e.index) from None
 
 
-@frozen
-class _Entry:
-    value: object
-    line: int
+# -- the file ------------------------------------------------------------------------------
 
 
 def parse(text: str, source: str = "<string>") -> Config:
@@ -343,7 +878,7 @@ def parse(text: str, source: str = "<string>") -> Config:
 
     @raise ConfigError: with C{source:line:} and the reason.
     """
-    entries: dict[tuple[str, str], list[_Entry]] = {}
+    lines: dict[Setting, list[tuple[int, object]]] = {}
     section: str | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
         where = f"{source}:{number}"
@@ -354,7 +889,7 @@ def parse(text: str, source: str = "<string>") -> Config:
             if not line.endswith("]"):
                 raise ConfigError(f"{where}: malformed section header {line!r}")
             section = line[1:-1].strip().lower()
-            if section not in {s for s, _ in _KEYS}:
+            if section not in SECTIONS:
                 raise ConfigError(f"{where}: unknown section [{section}]")
             continue
         key, equals, value = line.partition("=")
@@ -363,86 +898,41 @@ def parse(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{where}: expected 'key = value', got {line!r}")
         if section is None:
             raise ConfigError(f"{where}: '{key}' appears before any [section]")
-        if (section, key) not in _KEYS:
+        spec = _BY_KEY.get((section, key))
+        if spec is None:
             raise ConfigError(f"{where}: unknown key '{key}' in [{section}]")
-        spec = _KEYS[section, key]
-        previous = entries.setdefault((section, key), [])
-        if previous and spec.collect is None:
-            raise ConfigError(
-                f"{where}: '{key}' is set again (first set on line {previous[0].line})"
-            )
+        previous = lines.setdefault(spec, [])
+        if previous and not spec.repeatable:
+            raise ConfigError(f"{where}: '{key}' is set again (first set on line {previous[0][0]})")
         try:
-            previous.append(_Entry(spec.parse(value.strip()), number))
+            previous.append((number, spec.kind.parse(value.strip())))
         except ValueError as e:
             raise ConfigError(f"{where}: {key}: {e}") from None
-    return _build(entries, source)
-
-
-def _build(entries: dict[tuple[str, str], list[_Entry]], source: str) -> Config:
-    overrides: dict[str, Any] = {}
-    for where, found in entries.items():
-        spec = _KEYS[where]
-        values = [entry.value for entry in found]
-        overrides[spec.field] = spec.collect(values) if spec.collect else values[0]
-    config = attrs.evolve(Config(source=source), **overrides)
-    class_entries = entries.get(("allocator", "class"), [])
-
-    def line_of(section: str, key: str, index: int = 0) -> str:
-        found = entries.get((section, key))
-        return f"{source}:{found[index].line}" if found else source
-
+    values = {spec: [value for _, value in found] for spec, found in lines.items()}
+    config = _evolve(Config(source=source), values)
     try:
         validate(config)
-    except pmad.LayoutError as e:
-        if e.index is not None and class_entries:
-            where = line_of("allocator", "class", min(e.index, len(class_entries) - 1))
-        elif class_entries:
-            where = line_of("allocator", "class")
-        else:
-            where = line_of("allocator", "pool_size")
-        raise ConfigError(f"{where}: {e}") from None
-    except _HeartbeatError as e:
-        raise ConfigError(f"{line_of('server', 'heartbeat_timeout')}: {e}") from None
-    except _TlsError as e:
-        raise ConfigError(f"{line_of('tls', e.key)}: {e}") from None
+    except Conflict as e:
+        raise ConfigError(f"{_blame(e, lines, source)}: {e}") from None
     return config
 
 
-class _HeartbeatError(ValueError):
-    pass
+def _evolve(config: Config, values: Mapping[Setting, list[object]]) -> Config:
+    """C{config} with each setting's values in it."""
+    changes: dict[str, Any] = {spec.name: spec.combine(found) for spec, found in values.items()}
+    return attrs.evolve(config, **changes)
 
 
-class _TlsError(ValueError):
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(message)
-        self.key = key
-
-
-def validate(config: Config) -> None:
-    """
-    Check a configuration as a whole, building (and releasing) its pool so
-    that a layout that does not fit is refused before the daemon starts.
-
-    @raise pmad.LayoutError: the allocator layout is unusable.
-    @raise ValueError: the heartbeat settings contradict each other.
-    """
-    if config.heartbeat_interval and config.heartbeat_timeout <= config.heartbeat_interval:
-        raise _HeartbeatError(
-            f"heartbeat_timeout ({config.heartbeat_timeout:g} s) must be longer than"
-            f" heartbeat_interval ({config.heartbeat_interval:g} s)"
-        )
-    if config.authorization is not None and not config.tls_client_ca:
-        key = next(
-            k
-            for k, v in (
-                ("producers", config.tls_producers),
-                ("workers", config.tls_workers),
-                ("monitors", config.tls_monitors),
-            )
-            if v is not None
-        )
-        raise _TlsError(key, f"{key} needs client_ca: identities come from client certificates")
-    pmad.Pmad(config.pool_size, list(config.classes)).close()
+def _blame(
+    conflict: Conflict, lines: Mapping[Setting, list[tuple[int, object]]], source: str
+) -> str:
+    """C{source:LINE} of the first blamed setting the file sets; C{source} if none."""
+    for name in conflict.names:
+        found = lines.get(BY_NAME[name])
+        if found:
+            index = min(conflict.index or 0, len(found) - 1) if BY_NAME[name].repeatable else 0
+            return f"{source}:{found[index][0]}"
+    return source
 
 
 def load(path: str | Path) -> Config:
@@ -458,76 +948,57 @@ def load(path: str | Path) -> Config:
     return parse(text, str(path))
 
 
+# -- flags ---------------------------------------------------------------------------------
+
+
+def with_flags(config: Config, given: Iterable[tuple[Setting, str]]) -> Config:
+    """
+    C{config} with the settings given as C{--FLAG TEXT} on a command line:
+    a repeatable flag's values replace the file's, and for any other the
+    last one given wins.
+
+    @raise ConfigError: C{--FLAG: why} for a value that is not one, and
+        C{command line: why (--FLAG)} for settings that conflict.
+    """
+    values: dict[Setting, list[object]] = {}
+    for spec, text in given:
+        try:
+            values.setdefault(spec, []).append(spec.kind.parse(text))
+        except ValueError as e:
+            raise ConfigError(f"--{spec.flag}: {e}") from None
+    if not values:
+        return config
+    result = _evolve(config, values)
+    try:
+        validate(result)
+    except Conflict as e:
+        flags = [f"--{BY_NAME[name].flag}" for name in e.names if BY_NAME[name] in values]
+        blamed = f" ({', '.join(flags)})" if flags else ""
+        raise ConfigError(f"command line: {e}{blamed}") from None
+    return result
+
+
+# -- writing a file ------------------------------------------------------------------------
+
+
 def render(config: Config) -> str:
-    """The text of a C{quicx.conf} equivalent to C{config} (C{quicx init})."""
+    """
+    The text of a C{quicx.conf} equivalent to C{config}, every setting with
+    its help; one that is unset is there commented out (C{quicx init}).
+    """
     lines = [
-        "# quicx.conf -- see docs/configuration.md",
-        "",
-        "[server]",
-        f"port = {config.port}",
-        *(f"listen = {endpoint}" for endpoint in config.listen),
-        f"heartbeat_interval = {config.heartbeat_interval:g}",
-        f"heartbeat_timeout = {config.heartbeat_timeout:g}",
-        *([f"control = {config.control}"] if config.control else []),
-        *([f"pid_file = {config.pid_file}"] if config.pid_file else []),
-        f"drain_timeout = {config.drain_timeout:g}",
-        f"spare_busy_workers = {'yes' if config.spare_busy_workers else 'no'}",
-        f"busy_poll = {config.busy_poll:g}",
-        "",
-        "[allocator]",
-        f"pool_size = {config.pool_size}",
-        *(f"class = {c.size},{c.percent}" for c in config.classes),
+        "# quicx.conf -- every setting, with its help (see docs/configuration.md).",
+        "# A commented-out key is unset: the daemon uses the default named there.",
     ]
-    lines += [
-        "",
-        "[tasks]",
-        f"timeout = {config.task_timeout:g}",
-        f"max_attempts = {config.max_attempts}",
-    ]
-    if config.allowed_types is not None:
-        lines += [f"allow = {t.decode()}" for t in sorted(config.allowed_types)]
-    lines += [
-        "",
-        "[limits]",
-        f"max_connections = {config.max_connections}",
-        f"first_frame_timeout = {config.first_frame_timeout:g}",
-        f"max_type_length = {config.max_type_length}",
-        f"max_reason_length = {config.max_reason_length}",
-        f"max_output_buffer = {config.max_output_buffer}",
-        f"max_credits = {config.max_credits}",
-    ]
-    tls_lines = [
-        *([f"certificate = {config.tls_certificate}"] if config.tls_certificate else []),
-        *([f"private_key = {config.tls_private_key}"] if config.tls_private_key else []),
-        *([f"client_ca = {config.tls_client_ca}"] if config.tls_client_ca else []),
-        *(
-            f"{key} = {', '.join(sorted(names))}"
-            for key, names in (
-                ("producers", config.tls_producers),
-                ("workers", config.tls_workers),
-                ("monitors", config.tls_monitors),
-            )
-            if names is not None
-        ),
-    ]
-    if tls_lines:
-        lines += ["", "[tls]", *tls_lines]
-    if config.events_directory:
-        lines += [
-            "",
-            "[events]",
-            f"directory = {config.events_directory}",
-            f"max_bytes = {config.events_max_bytes}",
-            f"max_age = {config.events_max_age:g}",
-        ]
-    if config.journal:
-        lines += [
-            "",
-            "[journal]",
-            f"path = {config.journal}",
-            f"fsync = {config.fsync.value}",
-            f"compact_factor = {config.compact_factor:g}",
-            f"compact_min_size = {config.compact_min_size}",
-        ]
-    lines += ["", "[log]", f"summary_interval = {config.log_summary_interval:g}"]
+    for section in SECTIONS:
+        lines += ["", f"[{section}]"]
+        for spec in SETTINGS:
+            if spec.section != section:
+                continue
+            lines.append(f"# {spec.flag_help()}")
+            texts = spec.texts(getattr(config, spec.name))
+            if texts:
+                lines += [f"{spec.key} = {text}" for text in texts]
+            else:
+                lines.append(f"# {spec.key} =   (default: {spec.unset.replace('`', '')})")
     return "\n".join(lines) + "\n"

@@ -1,98 +1,44 @@
 """
 The C{twistd quicx} plugin's wiring: L{Options} parses the command line
-(one flag per setting, from L{quicx.daemon.settings}), L{makeService} builds
-the daemon with L{quicx.daemon.service.build_daemon}.
+(one flag per setting, from L{quicx.daemon.settings.SETTINGS}), L{makeService}
+builds the daemon with L{quicx.daemon.service.build_daemon}.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-import attrs
 from twisted.application.service import IService
 from twisted.python import usage
 
 from quicx import version_line
-from quicx.daemon import pmad
 from quicx.daemon import settings as configuration
 from quicx.daemon.service import build_daemon
 
 
 class Options(usage.Options):
+    """
+    C{--config FILE}, then C{--FLAG VALUE} for any setting (a method
+    C{opt_FLAG} each, added below from the table), which override the file's.
+    A value is checked when the configuration is built (L{load_config}), so
+    that a bad one is one line naming the flag rather than the usage.
+    """
+
     synopsis = "[options]"
     longdesc = (
         "Run the Quicx task-queue daemon. Without --config it runs on the"
         " built-in default: tcp:16381 on 127.0.0.1, an 8 MiB pool of 64 size"
-        " classes from 16 to 1024 bytes."
+        " classes from 16 to 1024 bytes. Every setting of quicx.conf has a flag"
+        " (docs/configuration.md); flags override the file."
     )
     optParameters = [
         ["config", "c", None, "Read the configuration from this quicx.conf."],
-        ["control", None, None, "Control socket path for `quicx status` ('none': off)."],
-        [
-            "heartbeat-interval",
-            None,
-            None,
-            "Seconds of silence before a HEARTBEAT (0: off).",
-            configuration.parse_seconds,
-        ],
-        [
-            "heartbeat-timeout",
-            None,
-            None,
-            "Seconds of silence before a peer is dropped.",
-            configuration.parse_seconds,
-        ],
-        [
-            "pool-size",
-            None,
-            None,
-            "PMAD pool size in bytes (suffixes K, M, G).",
-            configuration.parse_size,
-        ],
-        ["journal", None, None, "Keep accepted tasks in this write-ahead journal file."],
-        ["events", None, None, "Write task lifecycle events (NDJSON) into this directory."],
-        [
-            "task-timeout",
-            None,
-            None,
-            "Requeue a task a worker holds longer than this many seconds (0: never).",
-            configuration.parse_seconds,
-        ],
-        [
-            "drain-timeout",
-            None,
-            None,
-            "On stop, wait this long for queued and running tasks to finish (0: don't).",
-            configuration.parse_seconds,
-        ],
-        [
-            "fsync",
-            None,
-            None,
-            "When journal records reach the disk: always, everysec or no.",
-            configuration.parse_fsync,
-        ],
-        [
-            "busy-poll",
-            None,
-            None,
-            "Poll sockets this many seconds before sleeping (0: off; up to 0.01).",
-            configuration.parse_busy_poll,
-        ],
     ]
 
     def __init__(self) -> None:
         super().__init__()
-        self["listen"] = []
-        self["allow"] = []
-
-    def opt_listen(self, endpoint: str) -> None:
-        """Listen on this endpoint string, e.g. tcp:16381 (repeatable; replaces the config's)."""
-        self["listen"].append(endpoint)
-
-    def opt_allow(self, task_type: str) -> None:
-        """Accept SUBMITs of this task type only (repeatable)."""
-        self["allow"].append(task_type.encode("utf-8"))
+        self.given: list[tuple[configuration.Setting, str]] = []
 
     def opt_version(self) -> None:
         """Print the version and exit."""
@@ -106,32 +52,19 @@ class Options(usage.Options):
         @raise configuration.ConfigError: the result is unusable.
         """
         base = configuration.load(self["config"]) if self["config"] else configuration.Config()
-        overrides: dict[str, Any] = {}
-        if self["listen"]:
-            overrides["listen"] = tuple(self["listen"])
-        if self["allow"]:
-            overrides["allowed_types"] = frozenset(self["allow"])
-        for option, name in (
-            ("control", "control"),
-            ("heartbeat-interval", "heartbeat_interval"),
-            ("heartbeat-timeout", "heartbeat_timeout"),
-            ("pool-size", "pool_size"),
-            ("journal", "journal"),
-            ("events", "events_directory"),
-            ("task-timeout", "task_timeout"),
-            ("drain-timeout", "drain_timeout"),
-            ("fsync", "fsync"),
-            ("busy-poll", "busy_poll"),
-        ):
-            if self[option] is not None:
-                overrides[name] = self[option]
-        result = attrs.evolve(base, **overrides)
-        if overrides:
-            try:
-                configuration.validate(result)
-            except (ValueError, pmad.LayoutError) as e:
-                raise configuration.ConfigError(f"command line: {e}") from None
-        return result
+        return configuration.with_flags(base, self.given)
+
+
+def _recorder(setting: configuration.Setting) -> Callable[[Options, str], None]:
+    def record(self: Options, text: str) -> None:
+        self.given.append((setting, text))
+
+    record.__doc__ = setting.flag_help()
+    return record
+
+
+for _setting in configuration.SETTINGS:
+    setattr(Options, "opt_" + _setting.flag.replace("-", "_"), _recorder(_setting))
 
 
 def makeService(options: Options, reactor: Any = None) -> IService:
