@@ -41,6 +41,7 @@ from tools.launcher import (
     DaemonProcess,
     cpu_seconds,
     rss,
+    start_workers,
     stop_all,
     tools_environment,
 )
@@ -86,23 +87,17 @@ class Workers:
     def __init__(
         self, daemon: DaemonProcess, count: int, slots: int, credits: int, busy_poll: float = 0.0
     ) -> None:
-        self.processes = [
-            subprocess.Popen(
-                [
-                    QUICX,
-                    "worker",
-                    "tools.bench:noop_worker",
-                    f"-n{slots}",
-                    f"--credits={credits}",
-                    f"--busy-poll={busy_poll}",
-                    f"--connect={daemon.client_address}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=(daemon.directory / f"worker{n}.log").open("wb"),
-                env=tools_environment(),
-            )
-            for n in range(count)
-        ]
+        self.processes = start_workers(
+            "tools.bench:noop_worker",
+            count,
+            [
+                f"-n{slots}",
+                f"--credits={credits}",
+                f"--busy-poll={busy_poll}",
+                f"--connect={daemon.client_address}",
+            ],
+            daemon.directory,
+        )
         deadline = time.monotonic() + 30
         while status(daemon)["connections"]["idle_workers"] < count * slots:
             if time.monotonic() > deadline:

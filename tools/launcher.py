@@ -72,6 +72,27 @@ def stop_all(processes: Iterable[subprocess.Popen[bytes]], timeout: float = 15.0
             process.wait()
 
 
+def start_workers(
+    target: str, count: int, args: Iterable[str], log_dir: Path
+) -> list[subprocess.Popen[bytes]]:
+    """
+    C{count} C{quicx worker TARGET ARGS} processes (C{target} may be in
+    C{tools}), the stderr of each in C{log_dir/workerN.log}.
+    """
+    processes = []
+    for n in range(count):
+        with (log_dir / f"worker{n}.log").open("wb") as log:
+            processes.append(
+                subprocess.Popen(
+                    [QUICX, "worker", target, *args],
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    env=tools_environment(),
+                )
+            )
+    return processes
+
+
 class DaemonError(RuntimeError):
     """The daemon exited, or did not listen in time; the message ends with its log."""
 

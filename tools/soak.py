@@ -26,7 +26,6 @@ import random
 import shutil
 import socket
 import struct
-import subprocess
 import tempfile
 import threading
 import time
@@ -38,15 +37,7 @@ from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
 from quicx.protocol import wire
 from quicx.protocol.errors import QuicxError
-from tools.launcher import (
-    QUICX,
-    DaemonError,
-    DaemonProcess,
-    cpu_seconds,
-    rss,
-    stop_all,
-    tools_environment,
-)
+from tools.launcher import DaemonError, DaemonProcess, cpu_seconds, rss, start_workers, stop_all
 
 SOAK_CONFIG = """\
 [server]
@@ -172,21 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         config.write_text(SOAK_CONFIG)
         try:
             with DaemonProcess(Path(directory), [f"--config={config}"]) as daemon:
-                workers = [
-                    subprocess.Popen(
-                        [
-                            QUICX,
-                            "worker",
-                            "tools.soak:soak_worker",
-                            "-n8",
-                            f"--connect={daemon.client_address}",
-                        ],
-                        stdout=subprocess.DEVNULL,
-                        stderr=(Path(directory) / f"worker{n}.log").open("wb"),
-                        env=tools_environment(),
-                    )
-                    for n in range(2)
-                ]
+                workers = start_workers(
+                    "tools.soak:soak_worker",
+                    2,
+                    ["-n8", f"--connect={daemon.client_address}"],
+                    daemon.directory,
+                )
                 try:
                     return soak(daemon, args.seconds, args.interval)
                 finally:
