@@ -7,6 +7,9 @@ itself needs only the standard library):
 
     python benchmarks/quicx_adapter.py bench --workload e2e --n 20000
 
+(from anywhere: it puts the repository root on its path and on its children's
+C{PYTHONPATH}, so that the workers import C{tools.bench:noop_worker}).
+
 Server : twistd -n quicx on 127.0.0.1:11391, 256 MiB pool, no journal
 put    : QuicxClient.submit(): one SUBMIT, returns when its OK arrives
 worker : the stock `quicx worker` on a no-op handler, one connection with
@@ -20,19 +23,20 @@ import os
 import sys
 from pathlib import Path
 
-HARNESS = os.environ.get(
-    "QUICX_PEERS", str(Path(__file__).resolve().parents[2] / "shared/bench/peers")
-)
-sys.path.insert(0, HARNESS)
+ROOT = Path(__file__).resolve().parents[1]
+HARNESS = os.environ.get("QUICX_PEERS", str(ROOT.parent / "shared/bench/peers"))
+sys.path[:0] = [HARNESS, str(ROOT)]
 from harness.core import HOST, Adapter, main  # noqa: E402
 
 from quicx import __version__  # noqa: E402
 from quicx.clients.blocking import QuicxClient  # noqa: E402
 from quicx.daemon.control import fetch_status  # noqa: E402
 from tools.bench import CREDITS  # noqa: E402
+from tools.launcher import QUICX, daemon_command, tools_environment  # noqa: E402
 
+# The harness starts the workers with this environment.
+os.environ.update(tools_environment())
 SLOTS, CREDITS_PER_SLOT = CREDITS
-BIN = Path(sys.executable).parent
 
 
 class Quicx(Adapter):
@@ -49,12 +53,14 @@ class Quicx(Adapter):
 
     def server_argv(self, workdir):
         self.control = str(Path(workdir) / "quicx-bench.sock")
-        return [str(BIN / "twistd"), "-n", "--pidfile=", "quicx",
-                f"--listen=tcp:{self.port}:interface={HOST}", f"--control={self.control}",
-                "--pool-size=256M"]  # fmt: skip
+        return daemon_command(
+            f"--listen=tcp:{self.port}:interface={HOST}",
+            f"--control={self.control}",
+            "--pool-size=256M",
+        )
 
     def worker_argv(self, index, max_jobs, max_seconds, workdir):
-        return [str(BIN / "quicx"), "worker", "tools.bench:noop_worker", f"-n{SLOTS}",
+        return [QUICX, "worker", "tools.bench:noop_worker", f"-n{SLOTS}",
                 f"--credits={CREDITS_PER_SLOT}", f"--connect=tcp:{HOST}:{self.port}"]  # fmt: skip
 
     def connect(self):

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
@@ -15,7 +18,7 @@ def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tools.bench", "e2e", "latency", "--quick", "--no-peers",
          f"--json-out={out}"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "tasks/s" in result.stdout and "p50" in result.stdout
@@ -32,7 +35,7 @@ def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
 
 def test_bench_refuses_an_unknown_workload() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tools.bench", "fastest"], capture_output=True, text=True
+        [sys.executable, "-m", "tools.bench", "fastest"], capture_output=True, text=True, cwd=ROOT
     )
     assert result.returncode == 2
     assert "unknown workload fastest" in result.stderr

@@ -1,6 +1,6 @@
 """
-A smoke test of tools/crashmatrix.py: one short round, one policy.  The full
-matrix is in docs/operations.md, "Crash matrix".
+A smoke test of C{python -m tools.crashmatrix}: one short round, one policy.
+The full matrix is in docs/operations.md, "Crash matrix".
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "crashmatrix.py"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_one_round(tmp_path: Path) -> None:
@@ -18,7 +18,8 @@ def test_one_round(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             sys.executable,
-            str(TOOL),
+            "-m",
+            "tools.crashmatrix",
             "--rounds=1",
             "--modes=always",
             "--seconds=2",
@@ -31,13 +32,14 @@ def test_one_round(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
     assert "| mode | rounds | acked | lost |" in done.stdout
     assert "| always | 1 |" in done.stdout
     document = json.loads(out.read_text())
     assert document["format"] == "quicx-crashmatrix/1"
-    assert document["command"].startswith("python tools/crashmatrix.py ")
+    assert document["command"].startswith("python -m tools.crashmatrix ")
     total = document["totals"]["always"]
     for key in (
         "rounds",

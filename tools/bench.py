@@ -20,9 +20,7 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,6 +35,16 @@ from quicx import __version__
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
+from tools.launcher import (
+    QUICX,
+    DaemonError,
+    DaemonProcess,
+    cpu_seconds,
+    rss,
+    start_workers,
+    stop_all,
+    tools_environment,
+)
 
 BENCH_TYPE = "bench"
 
@@ -61,63 +69,13 @@ class = 1024,10
 class = 65536,50
 """
 
-LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
-BIN = Path(sys.executable).parent
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process C{pid}."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def payload_of(size: int) -> bytes:
     return (b"0123456789abcdef" * (size // 16 + 1))[:size]
 
 
-class Daemon:
-    """A C{twistd -n quicx} process for one workload."""
-
-    def __init__(self, directory: Path, extra: list[str]) -> None:
-        self.directory = directory
-        config = directory / "quicx.conf"
-        config.write_text(BENCH_CONFIG)
-        self.control = str(directory / "control.sock")
-        self.log = directory / "quicx.log"
-        command = [str(BIN / "twistd"), "-n", "--pidfile=", "quicx", f"--config={config}"]
-        command += [f"--control={self.control}", *extra]
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while not (match := LISTENING.search(self.log.read_text())):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit(f"tools.bench: the daemon did not start:\n{self.log.read_text()}")
-            time.sleep(0.05)
-        self.address = f"tcp:127.0.0.1:{match.group(1)}"
-        self.workers: Workers | None = None
-
-    def status(self) -> dict[str, Any]:
-        return fetch_status(self.control)
-
-    def rss(self) -> int:
-        """Resident memory in bytes."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
-
-    def cpu_seconds(self) -> float:
-        return cpu_seconds(self.process.pid)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+def status(daemon: DaemonProcess) -> dict[str, Any]:
+    return fetch_status(str(daemon.control_path))
 
 
 class Workers:
@@ -127,26 +85,21 @@ class Workers:
     """
 
     def __init__(
-        self, daemon: Daemon, count: int, slots: int, credits: int, busy_poll: float = 0.0
+        self, daemon: DaemonProcess, count: int, slots: int, credits: int, busy_poll: float = 0.0
     ) -> None:
-        self.processes = [
-            subprocess.Popen(
-                [
-                    str(BIN / "quicx"),
-                    "worker",
-                    "tools.bench:noop_worker",
-                    f"-n{slots}",
-                    f"--credits={credits}",
-                    f"--busy-poll={busy_poll}",
-                    f"--connect={daemon.address}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=(daemon.directory / f"worker{n}.log").open("wb"),
-            )
-            for n in range(count)
-        ]
+        self.processes = start_workers(
+            "tools.bench:noop_worker",
+            count,
+            [
+                f"-n{slots}",
+                f"--credits={credits}",
+                f"--busy-poll={busy_poll}",
+                f"--connect={daemon.client_address}",
+            ],
+            daemon.directory,
+        )
         deadline = time.monotonic() + 30
-        while daemon.status()["connections"]["idle_workers"] < count * slots:
+        while status(daemon)["connections"]["idle_workers"] < count * slots:
             if time.monotonic() > deadline:
                 self.stop()
                 raise SystemExit("tools.bench: the workers did not connect")
@@ -156,14 +109,7 @@ class Workers:
         return sum(cpu_seconds(process.pid) for process in self.processes)
 
     def stop(self) -> None:
-        for process in self.processes:
-            process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all(self.processes, 30)
 
 
 CREDITS = (1, 64)
@@ -187,18 +133,19 @@ def running(
     workers: int = 0,
     layout: tuple[int, int] = CREDITS,
     busy_poll: float = 0.0,
-) -> Iterator[Daemon]:
+) -> Iterator[tuple[DaemonProcess, Workers | None]]:
+    """A daemon on L{BENCH_CONFIG} with C{workers} worker processes, all stopped after."""
     with tempfile.TemporaryDirectory(prefix="quicx-bench-") as directory:
-        daemon = Daemon(Path(directory), [*(extra or []), f"--busy-poll={busy_poll}"])
-        pool = None
-        try:
-            if workers:
-                pool = daemon.workers = Workers(daemon, workers, *layout, busy_poll)
-            yield daemon
-        finally:
-            if pool is not None:
-                pool.stop()
-            daemon.stop()
+        config = Path(directory) / "quicx.conf"
+        config.write_text(BENCH_CONFIG)
+        args = [f"--config={config}", *(extra or []), f"--busy-poll={busy_poll}"]
+        with DaemonProcess(Path(directory), args) as daemon:
+            pool = Workers(daemon, workers, *layout, busy_poll) if workers else None
+            try:
+                yield daemon, pool
+            finally:
+                if pool is not None:
+                    pool.stop()
 
 
 # -- workloads -----------------------------------------------------------------------
@@ -207,7 +154,7 @@ def running(
 def submit_workload(n: int) -> dict[str, Any]:
     """One producer pipelines C{n} SUBMITs on one connection."""
     payload = payload_of(100)
-    with running() as daemon, QuicxClient(daemon.address) as client:
+    with running() as (daemon, _), QuicxClient(daemon.client_address) as client:
         client.submit_many((BENCH_TYPE, payload) for _ in range(1000))  # warm-up
         started = time.perf_counter()
         client.submit_many((BENCH_TYPE, payload) for _ in range(n))
@@ -232,14 +179,14 @@ def e2e_workload(
     layout: tuple[int, int] = CREDITS,
 ) -> dict[str, Any]:
     """One producer pipelines C{n} tasks; 2 worker processes run them."""
-    with running(extra, workers=2, layout=layout) as daemon:
-        assert daemon.workers is not None
-        cpu = daemon.cpu_seconds(), daemon.workers.cpu_seconds(), time.process_time()
-        seconds = _produce_and_wait(daemon.address, n, payload_of(payload_size))
-        daemon_cpu = daemon.cpu_seconds() - cpu[0]
-        workers_cpu = daemon.workers.cpu_seconds() - cpu[1]
+    with running(extra, workers=2, layout=layout) as (daemon, workers):
+        assert workers is not None
+        cpu = cpu_seconds(daemon.pid), workers.cpu_seconds(), time.process_time()
+        seconds = _produce_and_wait(daemon.client_address, n, payload_of(payload_size))
+        daemon_cpu = cpu_seconds(daemon.pid) - cpu[0]
+        workers_cpu = workers.cpu_seconds() - cpu[1]
         producer_cpu = time.process_time() - cpu[2]
-        completed = daemon.status()["tasks"]["completed"]
+        completed = status(daemon)["tasks"]["completed"]
     if completed != n:
         raise SystemExit(f"tools.bench: {completed} of {n} tasks completed")
     return {
@@ -261,8 +208,8 @@ def latency_workload(n: int, busy_poll: float = 0.0) -> dict[str, Any]:
     """One task at a time: submit, run, DONE back at the producer."""
     payload = payload_of(100)
     with (
-        running(workers=2, layout=(1, 1), busy_poll=busy_poll) as daemon,
-        QuicxClient(daemon.address) as client,
+        running(workers=2, layout=(1, 1), busy_poll=busy_poll) as (daemon, _),
+        QuicxClient(daemon.client_address) as client,
     ):
         for _ in range(50):
             client.submit_and_wait(BENCH_TYPE, payload)
@@ -291,20 +238,21 @@ def percentiles(samples_ns: list[int]) -> dict[str, float]:
 
 def fanin_workload(connections: int, per_connection: int) -> dict[str, Any]:
     """Many producer connections at once (one Twisted process), 4 workers."""
-    with running(workers=4) as daemon:
+    with running(workers=4) as (daemon, _):
         result = subprocess.run(
             [
                 sys.executable,
                 "-m",
                 "tools.bench",
                 "_fanin",
-                daemon.address,
+                daemon.client_address,
                 str(connections),
                 str(per_connection),
             ],
             capture_output=True,
             text=True,
             check=True,
+            env=tools_environment(),
         )
     seconds = float(result.stdout)
     n = connections * per_connection
@@ -339,16 +287,16 @@ def _fanin_producer(address: str, connections: int, per_connection: int) -> None
 def memory_workload(n: int) -> dict[str, Any]:
     """Resident memory with no tasks and with C{n} queued 100-byte tasks."""
     payload = payload_of(100)
-    with running() as daemon, QuicxClient(daemon.address) as client:
+    with running() as (daemon, _), QuicxClient(daemon.client_address) as client:
         client.submit_many((BENCH_TYPE, payload) for _ in range(1000))
         client.close()
         time.sleep(0.5)
-        empty = daemon.rss()
-        with QuicxClient(daemon.address) as loaded:
+        empty = rss(daemon.pid)
+        with QuicxClient(daemon.client_address) as loaded:
             loaded.submit_many((BENCH_TYPE, payload) for _ in range(n - 1000))
         time.sleep(0.5)
-        full = daemon.rss()
-        pool_used = daemon.status()["memory"]["used"]
+        full = rss(daemon.pid)
+        pool_used = status(daemon)["memory"]["used"]
     return {
         "n": n,
         "rss_empty": empty,
@@ -410,7 +358,7 @@ def report_workload(events: int) -> dict[str, Any]:
         written = synthetic_events(source, events)
         started = time.perf_counter()
         subprocess.run(
-            [str(BIN / "quicx"), "report", str(source), f"--out={Path(directory) / 'out'}"],
+            [QUICX, "report", str(source), f"--out={Path(directory) / 'out'}"],
             check=True,
             capture_output=True,
         )
@@ -449,11 +397,9 @@ def peer_python(peers: Path) -> str:
     """The harness's virtualenv, set up as its run_all.sh does (idempotent)."""
     venv = peers.parent / ".venv"
     if shutil.which("beanstalkd") is None:
-        subprocess.run(["apt-get", "update", "-q"], check=True)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "beanstalkd"],
-            check=True,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        raise SystemExit(
+            "tools.bench: beanstalkd is missing: install it (apt-get install beanstalkd)"
+            " or run with --no-peers"
         )
     if not (venv / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -508,7 +454,7 @@ def peer_run(
             ],
             check=False,
             capture_output=True,
-            env={**os.environ, "QUICX_PEERS": str(peers)},
+            env={**tools_environment(), "QUICX_PEERS": str(peers)},
         )
         if not out.exists():
             return {"error": "no result"}
@@ -550,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json-out", metavar="FILE", help="write every result here")
     parser.add_argument("--journal-dir", default=".", help="where the journal workload writes")
     args = parser.parse_args(argv)
+    # Absolute: each daemon runs in its own temporary directory.
+    journal_dir = Path(args.journal_dir).resolve()
     unknown = set(args.workloads) - set(WORKLOADS)
     if unknown:
         parser.error(f"unknown workload {', '.join(sorted(unknown))}")
@@ -635,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def run_journal() -> None:
-        ours = journal_workload(100_000 // scale, Path(args.journal_dir))
+        ours = journal_workload(100_000 // scale, journal_dir)
         rates, ratios = ours["tasks_per_s"], ours["ratio"]
         emit(
             "journal e2e",
@@ -669,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
             )
 
     def run_events() -> None:
-        ours = events_workload(100_000 // scale, Path(args.journal_dir))
+        ours = events_workload(100_000 // scale, journal_dir)
         emit(
             "events e2e",
             f"off {ours['median_off']:,.0f}/s  on {ours['median_on']:,.0f}/s"
@@ -700,8 +648,11 @@ def main(argv: list[str] | None = None) -> int:
         memory=run_memory,
         journal=run_journal,
     )
-    for workload in chosen:
-        runners[workload]()
+    try:
+        for workload in chosen:
+            runners[workload]()
+    except DaemonError as e:
+        raise SystemExit(f"tools.bench: the daemon did not start: {e}") from None
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(table, indent=2) + "\n")
     return 0

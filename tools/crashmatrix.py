@@ -2,7 +2,7 @@
 The crash matrix: kill the daemon (and workers) with SIGKILL under load, for
 each journal fsync policy, and count what the crashes cost.
 
-    python tools/crashmatrix.py --rounds 10 --seconds 4 --json-out crash.json
+    python -m tools.crashmatrix --rounds 10 --seconds 4 --json-out crash.json
 
 Each round, for one fsync policy:
 
@@ -31,8 +31,9 @@ It prints a Markdown table and, with C{--json-out}, writes every figure.
 Every loop is bounded in count and time, and every process it starts it
 stops.  See docs/operations.md, "Crash matrix".
 
-Not part of the wheel; it needs quicx installed (the daemon's C{twistd} is
-taken from beside the running interpreter).
+Not part of the wheel: run it from the repository root.  It needs quicx
+installed (the daemon's C{twistd} is taken from beside the running
+interpreter).
 """
 
 from __future__ import annotations
@@ -60,7 +61,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tools.launcher import DaemonProcess, stop_all, tools_environment
+
 if TYPE_CHECKING:
+    from quicx.daemon.control import StatusUnavailable, fetch_status
     from quicx.protocol import wire
     from quicx.protocol.frames import Frame, FrameParser
 
@@ -70,21 +74,20 @@ def load_quicx() -> None:
     Import quicx's wire format here, not at the top, so that C{--help} works
     without quicx installed.
     """
-    global CLIENT_MAX_LENGTH, Frame, FrameParser, wire
+    global CLIENT_MAX_LENGTH, Frame, FrameParser, StatusUnavailable, fetch_status, wire
     from quicx.clients.address import CLIENT_MAX_LENGTH
+    from quicx.daemon.control import StatusUnavailable, fetch_status
     from quicx.protocol import wire
     from quicx.protocol.frames import Frame, FrameParser
 
 
 CLIENT_MAX_LENGTH = 0
-LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 RECOVERED = re.compile(r"(\d+) records, (\d+) tasks recovered")
 TASK_TYPE = b"crash"
 MODES = ("always", "everysec", "no")
 CONFIG = """\
 [server]
 listen = tcp:0:interface=127.0.0.1
-control = {control}
 drain_timeout = 5
 [allocator]
 pool_size = {pool_size}
@@ -125,7 +128,7 @@ def worker_main(argv: list[str]) -> int:
     which daemon sent the task), then answer DONE.  It reads the daemon's port from
     C{--port-file} at each (re)connection and stops at C{--until} or SIGTERM.
     """
-    parser = argparse.ArgumentParser(prog="crashmatrix.py _worker")
+    parser = argparse.ArgumentParser(prog="python -m tools.crashmatrix _worker")
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--name", required=True)
@@ -193,100 +196,6 @@ def worker_main(argv: list[str]) -> int:
     return 0
 
 
-# -- the daemon -------------------------------------------------------------------------
-
-
-class Daemon:
-    """One C{twistd -n quicx} process; its output is copied to C{log_path}."""
-
-    def __init__(self, twistd: str, config: Path, log_path: Path) -> None:
-        self.twistd = twistd
-        self.config = config
-        self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self._text: list[str] = []
-        self._reader: threading.Thread | None = None
-
-    def start(self, file_size_limit: int = 0, timeout: float = 30.0) -> int:
-        """Start it and return its port (the C{listening on} log line)."""
-
-        self._text = []
-        # A pipe, not a file: a file size limit must hit the journal only.
-        self.process = subprocess.Popen(
-            [self.twistd, "-n", "--pidfile=", "quicx", f"--config={self.config}"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.config.parent,
-            preexec_fn=die_with_parent(file_size_limit),
-        )
-        self._reader = threading.Thread(target=self._copy, args=(self.process,), daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            match = LISTENING.search(self.log())
-            if match:
-                self.port = int(match.group(1))
-                return self.port
-            if self.process.poll() is not None:
-                self._reader.join(2)
-                raise RuntimeError(f"quicx exited with {self.process.returncode}:\n{self.log()}")
-            time.sleep(0.02)
-        self.kill()
-        raise RuntimeError(f"quicx did not start listening:\n{self.log()}")
-
-    def _copy(self, process: subprocess.Popen[bytes]) -> None:
-        assert process.stdout is not None
-        with self.log_path.open("ab") as log:
-            for line in process.stdout:
-                log.write(line)
-                log.flush()
-                self._text.append(line.decode(errors="replace"))
-
-    def log(self) -> str:
-        return "".join(self._text)
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait()
-            if self._reader is not None:
-                self._reader.join(5)
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM and wait; SIGKILL past C{timeout}.  The exit status."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        if self._reader is not None:
-            self._reader.join(5)
-        return self.process.returncode
-
-
-def fetch_status(path: Path, timeout: float = 2.0) -> dict[str, Any] | None:
-    try:
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.settimeout(timeout)
-            sock.connect(str(path))
-            sock.sendall(b"status\n")
-            data = b""
-            while chunk := sock.recv(1 << 16):
-                data += chunk
-        return json.loads(data)
-    except (OSError, ValueError):
-        return None
-
-
 # -- producers ------------------------------------------------------------------------
 
 
@@ -320,7 +229,7 @@ class Round:
         self.kill_time = 0.0
         self.restart_time = 0.0  # just before the new daemon started
         self.kill_by = ""
-        self.daemon: Daemon | None = None
+        self.daemon: DaemonProcess | None = None
         self.outcomes = 0
 
     def set_port(self, port: int) -> None:
@@ -335,8 +244,7 @@ class Round:
             if self.killed.is_set() or self.daemon is None or not self.daemon.alive():
                 return False
             self.kill_time = now()
-            assert self.daemon.process is not None
-            self.daemon.process.kill()
+            self.daemon.kill()
             self.kill_by = by
             self.killed.set()
             return True
@@ -500,7 +408,8 @@ class Matrix:
         self.workers[name] = subprocess.Popen(
             [
                 sys.executable,
-                os.path.abspath(__file__),
+                "-m",
+                "tools.crashmatrix",
                 "_worker",
                 f"--port-file={state.port_file}",
                 f"--out={directory / f'{name}.runs'}",
@@ -512,20 +421,12 @@ class Matrix:
             ],
             stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent(),
+            env=tools_environment(),
         )
         return name
 
     def stop_workers(self) -> None:
-        for process in self.workers.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 3
-        for process in self.workers.values():
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all(self.workers.values(), 3)
 
     def run_round(self, mode: str, number: int, directory: Path) -> RoundResult:
         args, rng = self.args, self.rng
@@ -533,7 +434,6 @@ class Matrix:
         config = directory / "quicx.conf"
         config.write_text(
             CONFIG.format(
-                control=directory / "control.sock",
                 pool_size=args.pool_size,
                 journal=directory / "quicx.journal",
                 mode=mode,
@@ -541,7 +441,8 @@ class Matrix:
         )
         result = RoundResult(mode, number, args.seconds)
         state = Round(number, mode, directory / "port")
-        daemon = Daemon(self.twistd, config, directory / "quicx.log")
+        # Its output goes through a pipe: a file size limit hits the journal only.
+        daemon = DaemonProcess(directory, [f"--config={config}"], pipe=True, twistd=self.twistd)
         state.daemon = daemon
         self.workers = {}
         producers: list[Producer] = []
@@ -550,7 +451,8 @@ class Matrix:
         if rng.random() < args.disk_fault_rounds:
             result.file_size_limit = rng.randint(8_000, 120_000)
         try:
-            state.set_port(daemon.start(result.file_size_limit))
+            daemon.preexec = die_with_parent(result.file_size_limit)
+            state.set_port(daemon.start().port)
             for _ in range(args.workers):
                 self.start_worker(directory, state, hard_end)
             started = now()
@@ -589,7 +491,8 @@ class Matrix:
                 # The same journal, without any file size limit.
                 state.epoch = 1
                 state.restart_time = now()
-                state.set_port(daemon.start())
+                daemon.preexec = die_with_parent()
+                state.set_port(daemon.start().port)
                 restarted_at = now()
                 found = RECOVERED.search(daemon.log())
                 result.recovered_tasks = int(found.group(2)) if found else -1
@@ -600,7 +503,7 @@ class Matrix:
                 producer.join(10)
                 if producer.error is not None:
                     result.errors.append(f"{producer.name}: {producer.error!r}")
-            result.drained = self.drain(directory / "control.sock")
+            result.drained = self.drain(daemon.control_path)
         except Exception as e:
             result.errors.append(repr(e))
         finally:
@@ -637,8 +540,10 @@ class Matrix:
         deadline = time.monotonic() + self.args.drain_timeout
         quiet = 0
         while time.monotonic() < deadline:
-            status = fetch_status(control)
-            tasks = status["tasks"] if status else None
+            try:
+                tasks = fetch_status(str(control), timeout=2.0)["tasks"]
+            except StatusUnavailable:
+                tasks = None
             if tasks is not None and tasks["queued"] == 0 and tasks["running"] == 0:
                 quiet += 1
                 if quiet >= 2:
@@ -834,7 +739,7 @@ def table(totals: list[dict[str, Any]]) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="crashmatrix.py",
+        prog="python -m tools.crashmatrix",
         description=(
             "Kill the Quicx daemon (and workers) with SIGKILL under load, for each"
             " journal fsync policy, restart it, and count acknowledged tasks lost,"
@@ -901,7 +806,7 @@ def main(argv: list[str]) -> int:
         load_quicx()
     except ImportError as e:
         print(
-            f"crashmatrix.py: {e}; install quicx (pip install .) and run this with its Python",
+            f"tools.crashmatrix: {e}; install quicx (pip install .) and run this with its Python",
             file=sys.stderr,
         )
         return 2
@@ -939,7 +844,7 @@ def main(argv: list[str]) -> int:
         document = {
             "format": "quicx-crashmatrix/1",
             "date": started,
-            "command": "python tools/crashmatrix.py " + " ".join(argv),
+            "command": "python -m tools.crashmatrix " + " ".join(argv),
             "seed": args.seed,
             "settings": {
                 k: v for k, v in vars(args).items() if k not in {"json_out", "dir", "twistd"}

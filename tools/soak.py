@@ -23,10 +23,9 @@ import argparse
 import json
 import os
 import random
+import shutil
 import socket
 import struct
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -38,7 +37,7 @@ from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
 from quicx.protocol import wire
 from quicx.protocol.errors import QuicxError
-from tools.bench import cpu_seconds
+from tools.launcher import DaemonError, DaemonProcess, cpu_seconds, rss, start_workers, stop_all
 
 SOAK_CONFIG = """\
 [server]
@@ -67,13 +66,6 @@ def mixed(payload: bytes) -> None:
         raise ValueError("a planned failure")
     if kind == b"s":
         time.sleep(3)
-
-
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 class Load:
@@ -164,84 +156,70 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--keep", metavar="DIR", help="copy the daemon's and workers' logs here")
     args = parser.parse_args(argv)
-    bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory(prefix="quicx-soak-") as directory:
         config = Path(directory) / "quicx.conf"
         config.write_text(SOAK_CONFIG)
-        control = str(Path(directory) / "control.sock")
-        log = Path(directory) / "quicx.log"
-        daemon = subprocess.Popen(
-            [str(bin_dir / "twistd"), "-n", "--pidfile=", "quicx", f"--config={config}",
-             f"--control={control}"],
-            stdout=log.open("wb"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        workers: list[subprocess.Popen[bytes]] = []
         try:
-            while "listening on 127.0.0.1:" not in log.read_text():
-                if daemon.poll() is not None:
-                    raise SystemExit(log.read_text())
-                time.sleep(0.05)
-            port = int(log.read_text().split("listening on 127.0.0.1:")[1].split()[0])
-            workers = [
-                subprocess.Popen(
-                    [
-                        str(bin_dir / "quicx"),
-                        "worker",
-                        "tools.soak:soak_worker",
-                        "-n8",
-                        f"--connect=tcp:127.0.0.1:{port}",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=(Path(directory) / f"worker{n}.log").open("wb"),
+            with DaemonProcess(Path(directory), [f"--config={config}"]) as daemon:
+                workers = start_workers(
+                    "tools.soak:soak_worker",
+                    2,
+                    ["-n8", f"--connect={daemon.client_address}"],
+                    daemon.directory,
                 )
-                for n in range(2)
-            ]
-            start = time.monotonic()
-            first_rss = rss(daemon.pid)
-            load = Load("127.0.0.1", port, start + args.seconds)
-            threads = load.start()
-            peak = first_rss
-            columns = ("s", "RSS MiB", "submitted", "completed", "failed", "timed out")
-            columns += ("rejected", "queued", "conns", "paused")
-            widths = (6, 8, 10, 10, 7, 9, 9, 7, 6, 6)
-            print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
-            while load.running():
-                time.sleep(min(args.interval, max(0.0, load.until - time.monotonic())))
-                status = fetch_status(control)
-                tasks, connections = status["tasks"], status["connections"]
-                now = rss(daemon.pid)
-                peak = max(peak, now)
-                print(
-                    f"{time.monotonic() - start:6.0f} {now / 2**20:8.1f}"
-                    f" {tasks['submitted']:10,} {tasks['completed']:10,} {tasks['failed']:7,}"
-                    f" {tasks['timed_out']:9,} {tasks['rejected']:9,} {tasks['queued']:7,}"
-                    f" {connections['total']:6,} {connections['paused']:6,}",
-                    flush=True,
-                )
-            for thread in threads:
-                thread.join(10)
-            alive = daemon.poll() is None
-            summary = {
-                "seconds": args.seconds,
-                "daemon_alive": alive,
-                "rss_start": first_rss,
-                "rss_peak": peak,
-                "pool_size": 64 << 20,
-                "daemon_cpu_s": cpu_seconds(daemon.pid) if alive else None,
-                "status": fetch_status(control) if alive else None,
-                "client_errors": load.errors[:5],
-            }
-            print(json.dumps(summary))
-            return 0 if alive else 1
+                try:
+                    return soak(daemon, args.seconds, args.interval)
+                finally:
+                    stop_all(workers)
+        except DaemonError as e:
+            raise SystemExit(f"tools.soak: the daemon did not start: {e}") from None
         finally:
-            if os.environ.get("QUICX_SOAK_KEEP"):
-                os.system(f"cp -r {directory} /tmp/soak-kept")
-            for worker in workers:
-                worker.terminate()
-                worker.wait()
-            daemon.terminate()
-            daemon.wait()
+            if args.keep:
+                shutil.copytree(directory, args.keep, dirs_exist_ok=True)
+
+
+def soak(daemon: DaemonProcess, seconds: float, interval: float) -> int:
+    """Hold the load for C{seconds}, a line of figures every C{interval}; 0 if it lived."""
+    control = str(daemon.control_path)
+    start = time.monotonic()
+    first_rss = rss(daemon.pid)
+    load = Load(*daemon.address, start + seconds)
+    threads = load.start()
+    peak = first_rss
+    columns = ("s", "RSS MiB", "submitted", "completed", "failed", "timed out")
+    columns += ("rejected", "queued", "conns", "paused")
+    widths = (6, 8, 10, 10, 7, 9, 9, 7, 6, 6)
+    print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
+    while load.running():
+        time.sleep(min(interval, max(0.0, load.until - time.monotonic())))
+        status = fetch_status(control)
+        tasks, connections = status["tasks"], status["connections"]
+        now = rss(daemon.pid)
+        peak = max(peak, now)
+        print(
+            f"{time.monotonic() - start:6.0f} {now / 2**20:8.1f}"
+            f" {tasks['submitted']:10,} {tasks['completed']:10,} {tasks['failed']:7,}"
+            f" {tasks['timed_out']:9,} {tasks['rejected']:9,} {tasks['queued']:7,}"
+            f" {connections['total']:6,} {connections['paused']:6,}",
+            flush=True,
+        )
+    for thread in threads:
+        thread.join(10)
+    alive = daemon.alive()
+    summary = {
+        "seconds": seconds,
+        "daemon_alive": alive,
+        "rss_start": first_rss,
+        "rss_peak": peak,
+        "pool_size": 64 << 20,
+        "daemon_cpu_s": cpu_seconds(daemon.pid) if alive else None,
+        "status": fetch_status(control) if alive else None,
+        "client_errors": load.errors[:5],
+    }
+    print(json.dumps(summary))
+    return 0 if alive else 1
 
 
 if __name__ == "__main__":
