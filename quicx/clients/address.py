@@ -110,7 +110,10 @@ class TlsOptions:
         context = context or self.context()
         wrapped = context.wrap_socket(sock, server_hostname=self.hostname)
         try:
-            certificate = x509.load_der_x509_certificate(wrapped.getpeercert(binary_form=True))
+            der = wrapped.getpeercert(binary_form=True)
+            if der is None:  # only where verification is off, which context() never does
+                raise ssl.SSLError("the daemon presented no certificate")
+            certificate = x509.load_der_x509_certificate(der)
             try:
                 ipaddress.ip_address(self.hostname)
             except ValueError:
@@ -123,7 +126,7 @@ class TlsOptions:
         return wrapped
 
 
-def parse_address(address: str) -> tuple[int, object, TlsOptions | None]:
+def parse_address(address: str) -> tuple[int, tuple[str, int] | str, TlsOptions | None]:
     """
     C{tcp:HOST:PORT}, C{tcp:host=HOST:port=PORT}, C{unix:PATH},
     C{unix:path=PATH}, C{tls:HOST:PORT[:trustRoots=PEM][:certificate=PEM]

@@ -47,7 +47,7 @@ class QuicxClient:
         keep_outcomes: int = DEFAULT_KEEP,
     ) -> None:
         self.address = address
-        self._family, self._sockaddr, self._tls = parse_address(address)
+        _, self._sockaddr, self._tls = parse_address(address)
         self._context = self._tls.context() if self._tls is not None else None
         self.timeout = timeout
         self._keep = keep_outcomes
@@ -62,12 +62,13 @@ class QuicxClient:
     def _connection(self) -> socket.socket:
         if self._sock is None:
             try:
-                if self._family == socket.AF_UNIX:
+                sockaddr = self._sockaddr
+                if isinstance(sockaddr, str):  # a UNIX socket's path
                     sock = socket.socket(socket.AF_UNIX)
                     sock.settimeout(self.timeout)
-                    sock.connect(self._sockaddr)  # type: ignore[arg-type]
+                    sock.connect(sockaddr)
                 else:
-                    sock = socket.create_connection(self._sockaddr, self.timeout)  # type: ignore[arg-type]
+                    sock = socket.create_connection(sockaddr, self.timeout)
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     if self._tls is not None:
                         sock = self._tls.wrap(sock, self._context)
@@ -205,7 +206,7 @@ class QuicxClient:
         if not return_exceptions:
             for result in results:
                 if isinstance(result, DaemonError):
-                    result.results = results  # type: ignore[attr-defined]
+                    result.results = results
                     raise result
         return results
 

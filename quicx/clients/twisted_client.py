@@ -16,7 +16,7 @@ that must survive daemon restarts, use L{ProducerService}.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, fail, succeed
@@ -27,7 +27,7 @@ from twisted.internet.endpoints import (
     wrapClientTLS,
 )
 from twisted.internet.interfaces import IStreamClientEndpoint
-from twisted.internet.protocol import Factory
+from twisted.internet.protocol import Factory, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -83,7 +83,7 @@ class QuicxClientProtocol(FrameReceiver):
         data = wire.encode_submit(as_bytes(task_type), as_bytes(payload))
         reply: Deferred[int] = Deferred()
         self._replies.append(reply)
-        self.transport.write(data)  # type: ignore[union-attr]
+        self.transport.write(data)
         return reply
 
     def outcome(self, task_id: int) -> Deferred[None]:
@@ -116,17 +116,17 @@ class QuicxClientProtocol(FrameReceiver):
             return fail(self._closed)
         reply: Deferred[wire.StatsResponse] = Deferred()
         self._stats.append(reply)
-        self.transport.write(wire.STATS_FRAME)  # type: ignore[union-attr]
+        self.transport.write(wire.STATS_FRAME)
         return reply
 
     def close(self) -> None:
-        self.transport.loseConnection()  # type: ignore[union-attr]
+        self.transport.loseConnection()
 
     # -- replies ----------------------------------------------------------------------
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
         self.log.error("daemon sent a frame this client refuses: {reason}", reason=reason)
-        self.transport.loseConnection()  # type: ignore[union-attr]
+        self.transport.loseConnection()
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         try:
@@ -147,7 +147,7 @@ class QuicxClientProtocol(FrameReceiver):
         elif isinstance(message, wire.StatsResponse):
             self._stats.popleft().callback(message)
         elif isinstance(message, wire.Heartbeat):
-            self.transport.write(wire.PONG_FRAME)  # type: ignore[union-attr]
+            self.transport.write(wire.PONG_FRAME)
         elif not isinstance(message, wire.Pong):
             self.frameRejected(
                 ErrorCode.INVALID_MESSAGE, f"{type(message).__name__} is not for a producer"
@@ -165,11 +165,12 @@ class QuicxClientProtocol(FrameReceiver):
             else:
                 waiter.errback(failure)
 
-    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closed = Failure(ConnectionLost(f"connection to the daemon closed: {reason.value}"))
         replies, self._replies = self._replies, deque()
         stats, self._stats = self._stats, deque()
-        for request in (*replies, *stats):
+        pending: tuple[Deferred[Any], ...] = (*replies, *stats)
+        for request in pending:
             request.errback(self._closed)
         for task_id in self._book.lose_all():
             waiters = self._waiters.pop(task_id, None)
@@ -209,8 +210,9 @@ def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
         return clientFromString(reactor, address)
     # Imported here: quicx.clients.blocking imports this module.
 
-    _, (host, port), options = parse_address(address)  # type: ignore[misc]
-    assert options is not None
+    _, sockaddr, options = parse_address(address)
+    assert isinstance(sockaddr, tuple) and options is not None
+    host, port = sockaddr
     creator = client_tls(host, options.trust_roots, options.certificate, options.private_key)
     return wrapClientTLS(creator, HostnameEndpoint(reactor, host, port))
 
@@ -247,11 +249,13 @@ class ProducerService(ClientService):
         )
 
     async def submit(self, task_type: str | bytes, payload: str | bytes) -> int:
-        client: QuicxClientProtocol = await self.whenConnected(failAfterFailures=None)
+        # Twisted types whenConnected's protocol as any IProtocol: here it is
+        # always QuicxClientFactory's.
+        client = cast(QuicxClientProtocol, await self.whenConnected(failAfterFailures=None))
         return await client.submit(task_type, payload)
 
     async def submit_and_wait(self, task_type: str | bytes, payload: str | bytes) -> int:
-        client: QuicxClientProtocol = await self.whenConnected(failAfterFailures=None)
+        client = cast(QuicxClientProtocol, await self.whenConnected(failAfterFailures=None))
         return await client.submit_and_wait(task_type, payload)
 
 

@@ -37,8 +37,8 @@ from twisted.internet.defer import (
     DeferredList,
     ensureDeferred,
 )
-from twisted.internet.interfaces import IReactorCore, IStreamClientEndpoint
-from twisted.internet.protocol import Factory
+from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.protocol import Factory, connectionDone
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -108,18 +108,19 @@ class WorkerProtocol(FrameReceiver):
         self.worker._slots.add(self)
         # Once only: after DONE/FAILED the daemon treats the worker as idle,
         # and after WAIT it pushes the next task without being asked again.
-        self.transport.write(wire.encode_ready(self.credits))  # type: ignore[union-attr]
+        self.transport.write(wire.encode_ready(self.credits))
 
-    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.worker._slots.discard(self)
         self.closed.callback(None)
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
         self.log.error("daemon sent a frame this worker refuses: {reason}", reason=reason)
-        self.transport.loseConnection()  # type: ignore[union-attr]
+        self.transport.loseConnection()
 
     def dataReceived(self, data: bytes) -> None:
-        self._replies = replies = []
+        replies: list[bytes] = []
+        self._replies = replies
         try:
             super().dataReceived(data)
         finally:
@@ -127,7 +128,7 @@ class WorkerProtocol(FrameReceiver):
             if replies and self.connected:
                 write_now(self.transport, b"".join(replies))
             if self.stopping and not self.running:
-                self.transport.loseConnection()  # type: ignore[union-attr]
+                self.transport.loseConnection()
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if message_type == wire.MessageType.TASK:
@@ -152,7 +153,7 @@ class WorkerProtocol(FrameReceiver):
         elif message_type == wire.MessageType.WAIT:
             self._answered = True
         elif message_type == wire.MessageType.HEARTBEAT:
-            self.transport.write(wire.PONG_FRAME)  # type: ignore[union-attr]
+            self.transport.write(wire.PONG_FRAME)
         elif message_type == wire.MessageType.ERROR:
             error = wire.decode_error(payload)
             if self.credits > 1 and not self._answered and error.code == ErrorCode.INVALID_MESSAGE:
@@ -164,7 +165,7 @@ class WorkerProtocol(FrameReceiver):
                     message=error.message,
                 )
                 self.credits = 1
-                self.transport.write(wire.READY_FRAME)  # type: ignore[union-attr]
+                self.transport.write(wire.READY_FRAME)
                 return
             self.log.error("daemon error: {message}", message=error.message)
 
@@ -180,13 +181,13 @@ class WorkerProtocol(FrameReceiver):
         if self.transport is not None and self.connected:
             write_now(self.transport, reply)
         if self.stopping and not self.running:
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.loseConnection()
 
     def stop(self) -> Deferred[None]:
         """Finish the tasks in hand, if any, then disconnect."""
         self.stopping = True
         if not self.running:
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.loseConnection()
         return self.closed
 
 
@@ -218,7 +219,7 @@ class Worker:
         self._stopping = False
         self._slots: set[WorkerProtocol] = set()
         self._threads: ThreadPool | None = None
-        self._reactor: IReactorCore | None = None
+        self._reactor: Any = None  # its clock, its threads and its connections are used
 
     def register(self, task_type: str, function: Handler, thread: bool | None = None) -> None:
         """

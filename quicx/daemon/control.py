@@ -15,8 +15,10 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.protocol import Factory
+from twisted.internet.interfaces import ITransport
 from twisted.protocols.basic import LineOnlyReceiver
+
+from quicx.net.twisted_types import Factory
 
 STATUS_FORMAT = "quicx-status/1"
 
@@ -27,6 +29,7 @@ class ControlProtocol(LineOnlyReceiver):
     delimiter = b"\n"
     MAX_LENGTH = 64
     factory: ControlFactory
+    transport: ITransport  # set by makeConnection, before any line
 
     def lineReceived(self, line: bytes) -> None:
         command = line.strip().decode("ascii", "replace")
@@ -34,14 +37,14 @@ class ControlProtocol(LineOnlyReceiver):
             answer: dict[str, Any] = self.factory.status()
         else:
             answer = {"format": STATUS_FORMAT, "error": f"unknown command {command!r}"}
-        self.transport.write(json.dumps(answer).encode() + b"\n")  # type: ignore[union-attr]
-        self.transport.loseConnection()  # type: ignore[union-attr]
+        self.transport.write(json.dumps(answer).encode() + b"\n")
+        self.transport.loseConnection()
 
     def lineLengthExceeded(self, line: bytes) -> None:
-        self.transport.loseConnection()  # type: ignore[union-attr]
+        self.transport.loseConnection()
 
 
-class ControlFactory(Factory):
+class ControlFactory(Factory[ControlProtocol]):
     protocol = ControlProtocol
     noisy = False
 

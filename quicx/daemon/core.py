@@ -17,7 +17,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 
 from attrs import define, frozen
-from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -28,6 +27,7 @@ from quicx.daemon.events import EventLog
 from quicx.daemon.journal.interface import IJournal, IJournalOwner, NullJournal
 from quicx.daemon.journal.records import Recovery
 from quicx.daemon.logsummary import LogSummary
+from quicx.net.twisted_types import Service
 from quicx.protocol import session as protocol
 from quicx.protocol import wire
 from quicx.protocol.session import IPeer, ProtocolViolation, Role

@@ -34,7 +34,6 @@ from typing import Any
 
 from attrs import frozen
 from twisted.application.internet import TimerService
-from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -42,6 +41,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from quicx.daemon.periodic import every
+from quicx.net.twisted_types import Service
 
 FLUSH_EVERY = 1.0
 """Seconds between hand-offs of buffered events to the writer thread."""
@@ -122,7 +122,8 @@ class EventLog(Service):
         self.written = 0
         self.broken = ""
         self._buffer: list[Event] = []
-        self._job: Deferred[None] | None = None
+        # The write in flight (its result goes to its callbacks).
+        self._job: Deferred[Any] | None = None
         self._timer: TimerService | None = None
         self._threads = ThreadPool(1, 1, name="quicx-events")
         self._file: Any = None

@@ -17,24 +17,33 @@ daemon buffer without end.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 
 from twisted.internet.interfaces import IDelayedCall, IPushProducer
-from twisted.internet.protocol import Factory
+from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from quicx.daemon.core import QueueService
+from quicx.daemon.core import QueueService, Task
 from quicx.daemon.settings import Limits
 from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
+from quicx.net.twisted_types import Factory
 from quicx.protocol import wire
 from quicx.protocol.session import IPeer, ProtocolViolation, Role, Session
 from quicx.protocol.wire import ErrorCode, MessageType
 
-_UNKNOWN = object()
+
+class _Unknown(Enum):
+    """A sentinel's type (a one-member Enum, so that C{is} narrows it away)."""
+
+    UNKNOWN = "unknown"
+
+
+_UNKNOWN: Final = _Unknown.UNKNOWN
 """A connection's certificate identity before it is first needed."""
 
 
@@ -48,8 +57,8 @@ class QuicxServerProtocol(FrameReceiver):
 
     log = Logger(namespace="quicx.server")
     factory: QuicxServerFactory
-    session: Session | None = None
-    identity: str | object | None = _UNKNOWN
+    session: Session[Task] | None = None
+    identity: str | _Unknown | None = _UNKNOWN
     _first_frame_deadline: IDelayedCall | None = None
 
     def connectionMade(self) -> None:
@@ -84,7 +93,7 @@ class QuicxServerProtocol(FrameReceiver):
                 limits.first_frame_timeout, self._no_first_frame
             )
 
-    def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self._first_frame_deadline is not None and self._first_frame_deadline.active():
             self._first_frame_deadline.cancel()
         if self.session is not None:
@@ -97,7 +106,7 @@ class QuicxServerProtocol(FrameReceiver):
             peer=self.peer_name,
             seconds=self.limits.first_frame_timeout,
         )
-        self.transport.abortConnection()  # type: ignore[union-attr]
+        self.transport.abortConnection()
 
     def _authorize(self, role: str) -> None:
         """
@@ -117,12 +126,12 @@ class QuicxServerProtocol(FrameReceiver):
     def pauseProducing(self) -> None:
         assert self.session is not None
         self.session.paused = True
-        self.transport.pauseProducing()  # type: ignore[union-attr]
+        self.transport.pauseProducing()
 
     def resumeProducing(self) -> None:
         assert self.session is not None
         self.session.paused = False
-        self.transport.resumeProducing()  # type: ignore[union-attr]
+        self.transport.resumeProducing()
 
     def stopProducing(self) -> None:
         pass
@@ -135,7 +144,7 @@ class QuicxServerProtocol(FrameReceiver):
         self._output.send(data)
 
     def disconnect(self) -> None:
-        self.transport.abortConnection()  # type: ignore[union-attr]
+        self.transport.abortConnection()
 
     # -- frames --------------------------------------------------------------------
 
@@ -182,8 +191,8 @@ class QuicxServerProtocol(FrameReceiver):
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
             self._output.flush()
             # A TLS transport will not close while a producer is registered.
-            self.transport.unregisterProducer()  # type: ignore[union-attr]
-            self.transport.loseConnection()  # type: ignore[union-attr]
+            self.transport.unregisterProducer()
+            self.transport.loseConnection()
 
     def _submit(self, payload: bytes) -> None:
         task_type, body = wire.submit_fields(payload)
@@ -201,15 +210,19 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _ready(self, payload: bytes) -> None:
         credits = wire.decode_ready(payload).credits
-        if self.session.role is not Role.WORKER:  # type: ignore[union-attr]
+        session = self.session
+        assert session is not None
+        if session.role is not Role.WORKER:
             self._authorize("worker")
-        self.queue.claim_role(self.session, Role.WORKER)
+        self.queue.claim_role(session, Role.WORKER)
         # More than the limit is not an error: the worker is granted the limit
         # and simply never sees more tasks at once.
-        self.queue.ready(self.session, min(credits, self.limits.max_credits))
+        self.queue.ready(session, min(credits, self.limits.max_credits))
 
     def _done(self, payload: bytes) -> None:
-        self.queue.done(self.session, wire.done_task_id(payload))
+        session = self.session
+        assert session is not None
+        self.queue.done(session, wire.done_task_id(payload))
 
     def _failed(self, payload: bytes) -> None:
         message = wire.decode_failed(payload)
@@ -221,7 +234,9 @@ class QuicxServerProtocol(FrameReceiver):
                 f"FAILED reason of {reason_length} bytes exceeds max_reason_length"
                 f" ({self.limits.max_reason_length})"
             )
-        self.queue.failed(self.session, message.task_id, message.reason)
+        session = self.session
+        assert session is not None
+        self.queue.failed(session, message.task_id, message.reason)
 
     def _heartbeat(self, payload: bytes) -> None:
         wire.decode_heartbeat(payload)
@@ -250,7 +265,7 @@ _HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
 }
 
 
-class QuicxServerFactory(Factory):
+class QuicxServerFactory(Factory[QuicxServerProtocol]):
     """
     Builds L{QuicxServerProtocol}s that share one L{QueueService}.
 
@@ -270,7 +285,7 @@ class QuicxServerFactory(Factory):
         authorization: Authorization | None = None,
     ) -> None:
         if reactor is None:
-            from twisted.internet import reactor  # type: ignore[no-redef]
+            from twisted.internet import reactor
         self.queue = queue
         self.authorization = authorization
         self.reactor = reactor

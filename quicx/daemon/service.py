@@ -24,11 +24,9 @@ from contextlib import suppress
 from typing import Any
 
 import attrs
-from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IListeningPort, IReactorCore
-from twisted.internet.protocol import Factory
+from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IReactorCore
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -49,6 +47,7 @@ from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
 from quicx.net.private import set_exit_signal
 from quicx.net.tls import TlsSettings, tls_endpoint
+from quicx.net.twisted_types import MultiService, Service
 from quicx.protocol import wire
 
 
@@ -65,7 +64,7 @@ class ListenerService(Service):
         self,
         reactor: IReactorCore,
         description: str,
-        factory: Factory,
+        factory: IProtocolFactory,
         announcement: str = "listening",
         tls: TlsSettings | None = None,
     ) -> None:
@@ -102,7 +101,7 @@ class ListenerService(Service):
         """The address bound (C{HOST:PORT} or a socket path), or C{""}."""
         if self.port is None:
             return ""
-        host = self.port.getHost()
+        host: Any = self.port.getHost()  # an IPv4, IPv6 or UNIX address
         if hasattr(host, "port"):
             return f"{host.host}:{host.port}"
         name = host.name
@@ -312,7 +311,7 @@ class QuicxDaemon(MultiService):
 def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaemon:
     """Build the daemon from a configuration already loaded and checked."""
     if reactor is None:
-        from twisted.internet import reactor  # type: ignore[no-redef]
+        from twisted.internet import reactor
     # twistd -n logs to stdout, and a signalled twistd ends itself with
     # os.kill, which skips flushing: line buffering keeps the shutdown lines
     # (and every other) when stdout is a file or a supervisor's pipe.

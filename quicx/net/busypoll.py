@@ -33,7 +33,7 @@ class SpinningPoller:
     for up to C{spin} seconds.  Everything else is the wrapped object's.
     """
 
-    def __init__(self, poller: Any, spin: float) -> None:
+    def __init__(self, poller: select.epoll, spin: float) -> None:
         self._poller = poller
         self.spin = spin
 
@@ -55,7 +55,7 @@ class SpinningPoller:
                 return events
         if timeout > 0:
             timeout = max(0.0, timeout - (clock() - started))
-        return poll(timeout, maxevents)  # type: ignore[no-any-return]
+        return poll(timeout, maxevents)
 
 
 def enable_busy_poll(reactor: Any, spin: float) -> None:

@@ -10,20 +10,35 @@ from contextlib import suppress
 from typing import Any
 
 from twisted.internet import tcp, unix
+from twisted.internet.interfaces import IConsumer, IPushProducer, ITransport
 from twisted.internet.protocol import Protocol
+from zope.interface import Attribute
 
 from quicx.net.private import has_unsent_output
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.wire import ErrorCode
 
 
-def set_no_delay(transport: object) -> None:
+class IStreamTransport(ITransport, IConsumer, IPushProducer):
+    """
+    What the protocols here use of their transport.  TCP, UNIX and TLS
+    transports all provide it, though no one Twisted interface lists it all.
+    """
+
+    disconnecting = Attribute("Whether the connection is closing (a bool).")
+    bufferSize = Attribute("How much unsent output pauses a streaming producer.")
+
+    def abortConnection() -> None:
+        """Close at once, dropping any unsent output."""
+
+
+def set_no_delay(transport: Any) -> None:
     """
     Turn Nagle's algorithm off: frames are small and latency matters.  UNIX
     sockets have no such option.
     """
     with suppress(AttributeError, OSError):
-        transport.setTcpNoDelay(True)  # type: ignore[attr-defined]
+        transport.setTcpNoDelay(True)
 
 
 _SOCKET_TRANSPORTS = frozenset({tcp.Server, tcp.Client, unix.Server, unix.Client})
@@ -152,6 +167,7 @@ class FrameReceiver(Protocol):
 
     maxLength: int = 1 << 20
     checkTypes: bool = True
+    transport: IStreamTransport  # set by makeConnection, before connectionMade
     _parser: FrameParser
 
     def connectionMade(self) -> None:
@@ -160,12 +176,12 @@ class FrameReceiver(Protocol):
     def dataReceived(self, data: bytes) -> None:
         transport = self.transport
         for event in self._parser.feed(data):
-            if transport.disconnecting:  # type: ignore[union-attr]
+            if transport.disconnecting:
                 return
             if type(event) is Frame:
                 self.frameReceived(event.message_type, event.payload)
             else:
-                self.frameRejected(event.code, event.reason)  # type: ignore[union-attr]
+                self.frameRejected(event.code, event.reason)
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         """Called with each well-formed frame."""

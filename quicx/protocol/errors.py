@@ -18,9 +18,12 @@ class DaemonError(QuicxError):
 
     @ivar code: the protocol's error code.
     @ivar message: the daemon's explanation.
+    @ivar results: on the error L{QuicxClient.submit_many} raises, the
+        results of every task it was given (ids, and errors in their places).
     """
 
     code: int = 0
+    results: list[int | DaemonError]
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)

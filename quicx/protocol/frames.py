@@ -16,13 +16,14 @@ matter for a server facing untrusted peers:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, final
 
 from attrs import frozen
 
 from quicx.protocol.wire import HEADER, HEADER_SIZE, KNOWN_TYPES, PROTOCOL_VERSION, ErrorCode
 
 
+@final
 class Frame(NamedTuple):
     """
     A well-formed frame: its type and payload.  (A named tuple, not an attrs
@@ -67,7 +68,8 @@ class FrameParser:
         """How many bytes are held while waiting for the rest of a frame."""
         return len(self._buffer)
 
-    def _reject(self, version: int, message_type: int, length: int) -> RejectedFrame | None:
+    def _reject(self, version: int, message_type: int, length: int) -> RejectedFrame:
+        """Why a header that fails one of L{feed}'s checks is refused."""
         if version != PROTOCOL_VERSION:
             return RejectedFrame(
                 ErrorCode.INVALID_MESSAGE, f"unsupported protocol version {version}"
@@ -76,12 +78,10 @@ class FrameParser:
             return RejectedFrame(
                 ErrorCode.INVALID_MESSAGE, f"unknown message type 0x{message_type:02x}"
             )
-        if length > self.max_length:
-            return RejectedFrame(
-                ErrorCode.PAYLOAD_TOO_LARGE,
-                f"payload of {length} bytes exceeds the limit of {self.max_length}",
-            )
-        return None
+        return RejectedFrame(
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            f"payload of {length} bytes exceeds the limit of {self.max_length}",
+        )
 
     def feed(self, data: bytes) -> list[Frame | RejectedFrame]:
         """Consume C{data}; return the frames (and rejections) it completes."""
@@ -111,7 +111,7 @@ class FrameParser:
                     or length > self.max_length
                     or (self.check_types and message_type not in KNOWN_TYPES)
                 ):
-                    events.append(self._reject(version, message_type, length))  # type: ignore[arg-type]
+                    events.append(self._reject(version, message_type, length))
                     if end - body < length:
                         self._skip = length - (end - body)
                         offset = end

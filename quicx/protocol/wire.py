@@ -284,7 +284,8 @@ def _task_id(message_type: int, payload: bytes) -> int:
             message_type,
             f"{MessageType(message_type).name} needs a 4-byte task id, got {len(payload)} bytes",
         )
-    return TASK_ID.unpack_from(payload)[0]
+    task_id: int = TASK_ID.unpack_from(payload)[0]
+    return task_id
 
 
 def _split_type(message_type: int, payload: bytes, start: int) -> tuple[bytes, bytes]:
@@ -344,7 +345,8 @@ def done_task_id(payload: bytes) -> int:
     """A DONE's task id, without building a L{Done}."""
     if len(payload) != TASK_ID.size:
         _exact(MessageType.DONE, payload, TASK_ID.size)
-    return TASK_ID.unpack(payload)[0]  # type: ignore[no-any-return]
+    task_id: int = TASK_ID.unpack(payload)[0]
+    return task_id
 
 
 def decode_done(payload: bytes) -> Done:

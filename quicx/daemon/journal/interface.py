@@ -10,7 +10,7 @@ which journal it has, and the writer never imports the queue.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from zope.interface import Attribute, Interface, implementer
 
@@ -31,10 +31,14 @@ class Record(Protocol):
 class IJournalOwner(Interface):
     """The queue, as its journal sees it."""
 
-    def accepted(tasks: list[Record]) -> None:
+    # The tasks given back are the owner's own, as it gave them to
+    # IJournal.record_submit: of its record type, which an interface cannot
+    # name (hence Any).
+
+    def accepted(tasks: list[Any]) -> None:
         """These tasks' SUBMIT records are durable: they may be acknowledged."""
 
-    def refused(tasks: list[Record], reason: str, in_doubt: bool) -> None:
+    def refused(tasks: list[Any], reason: str, in_doubt: bool) -> None:
         """
         These tasks' records could not be written: refuse them.  C{in_doubt}:
         the failed write could not be cut back, so a record may survive.

@@ -8,7 +8,6 @@ from typing import Any
 
 from attrs import define
 from twisted.application.internet import TimerService
-from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -35,6 +34,7 @@ from quicx.daemon.journal.records import (
 )
 from quicx.daemon.journal.recovery import sync_directory, write_all
 from quicx.daemon.periodic import every
+from quicx.net.twisted_types import Service
 
 
 @define
@@ -86,7 +86,8 @@ class Journal(Service):
         self._buffer: list[bytes] = []
         self._unsynced: list[Record] = []
         self._flush_call: Any = None
-        self._job: Deferred[None] | None = None
+        # The write or compaction in flight (its result goes to its callbacks).
+        self._job: Deferred[Any] | None = None
         self._syncing = False
         self._dirty = False
         self._closed = False
@@ -201,7 +202,12 @@ class Journal(Service):
             sync = self.policy is FsyncPolicy.ALWAYS or self._closed or reserved > 0
             job = deferToThreadPool(self.reactor, self._threads, self._write, records, sync)
         self._job = job
-        job.addCallbacks(self._written, self._write_failed, (tasks, reserved), None, (tasks,))
+        job.addCallbacks(
+            self._written,
+            self._write_failed,
+            callbackArgs=(tasks, reserved),
+            errbackArgs=(tasks,),
+        )
 
     def _compaction_due(self) -> bool:
         stats = self.stats
@@ -332,6 +338,7 @@ class Journal(Service):
             while self._job is not None or (self._buffer and not self.broken):
                 if self._job is None:
                     self._flush()
+                assert self._job is not None  # the buffer was not empty: _flush started one
                 await self._job
             await deferToThreadPool(self.reactor, self._threads, os.close, self._fd)
             self._fd = -1
