@@ -29,7 +29,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from quicx import version_line
 from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS, default_address, parse_address
@@ -351,7 +351,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker.start(reactor, address)
     reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
     stop_on_signals(reactor)
-    reactor.run(installSignalHandlers=False)
+    # The default reactor's run() takes installSignalHandlers; IReactorCore omits it.
+    cast(Any, reactor).run(installSignalHandlers=False)
     return 0
 
 

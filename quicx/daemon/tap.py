@@ -10,14 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import IService
-from twisted.python import usage
 
 from quicx import version_line
 from quicx.daemon import settings as configuration
 from quicx.daemon.service import build_daemon
+from quicx.net.twisted_types import Options as BaseOptions
 
 
-class Options(usage.Options):
+class Options(BaseOptions):
     """
     C{--config FILE}, then C{--FLAG VALUE} for any setting (a method
     C{opt_FLAG} each, added below from the table), which override the file's.

@@ -5,10 +5,11 @@ name here is Twisted's own class.
   - L{Factory}: generic in the protocol it builds (C{Factory[P]}) from
     Twisted 26.4 on; on the older releases C{setup.cfg} allows it cannot be
     subscripted, so there C{Factory[P]} is plain Twisted C{Factory}.
-  - L{Service} and L{MultiService}: Twisted does not annotate their methods
-    yet, so each call to them (C{super().startService()}, C{setServiceParent})
-    would be an untyped call in the strictly checked packages; here they carry
-    the signatures Twisted documents.
+  - L{Options} (C{twisted.python.usage}), L{Service} and L{MultiService}:
+    Twisted does not annotate their methods yet, so each call to them
+    (C{super().startService()}, C{setServiceParent}) would be an untyped call
+    in the strictly checked packages; here they carry the signatures Twisted
+    documents.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.application import service
 from twisted.internet import protocol
+from twisted.python import usage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -24,6 +26,9 @@ if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
     Factory = protocol.Factory
+
+    class Options(usage.Options):
+        def __init__(self) -> None: ...
 
     class Service(service.Service):
         def privilegedStartService(self) -> None: ...
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
         def __iter__(self) -> Iterator[service.IService]: ...
 
 else:
+    Options = usage.Options
     Service = service.Service
     MultiService = service.MultiService
     if hasattr(protocol.Factory, "__class_getitem__"):
