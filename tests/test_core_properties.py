@@ -9,7 +9,9 @@ and leave.  After every step:
   - STATS equals the sum of the states: queue depth, workers, idle workers,
     the pool's bytes;
   - every accepted task is live (queued or held) or has reached exactly one
-    outcome, told once to its producer after its OK; the counters agree;
+    outcome, told once to its producer after its OK; the counters agree, and
+    a producer is owed an outcome (spared by heartbeats) exactly while it has
+    tasks live;
   - once everything is finished, the pool is back to empty.
 """
 
@@ -71,10 +73,15 @@ class QueueMachine(RuleBasedStateMachine):
         self.held_before: dict[FakePeer, int] = {}
         self.names = 0
 
-    @initialize(journal_waits=st.booleans())
-    def choose_journal(self, journal_waits: bool) -> None:
-        """A journal that syncs each SUBMIT, or one that acknowledges at once."""
+    @initialize(journal_waits=st.booleans(), credits=st.integers(1, 4))
+    def start(self, journal_waits: bool, credits: int) -> None:
+        """
+        A journal that syncs each SUBMIT, or one that acknowledges at once;
+        a producer and a worker to begin with.
+        """
         self.journal.waits = journal_waits
+        self.add_producer()
+        self.add_worker(credits)
 
     def _name(self) -> str:
         self.names += 1
@@ -110,12 +117,14 @@ class QueueMachine(RuleBasedStateMachine):
             self.orphans |= producer.accepted - producer.outcomes.keys()
             self.outcomes_of_those_who_left += len(producer.outcomes)
 
+    @precondition(lambda self: self.journal.waiting)
     @rule()
     def journal_syncs(self) -> None:
         self.journal.sync()
         self.orphans |= self.orphans_waiting
         self.orphans_waiting.clear()
 
+    @precondition(lambda self: self.journal.waiting)
     @rule(in_doubt=st.booleans())
     def journal_fails(self, in_doubt: bool) -> None:
         self.journal.fail(in_doubt)
@@ -259,6 +268,12 @@ class QueueMachine(RuleBasedStateMachine):
             assert all(count == 1 for count in producer.outcomes.values()), "two outcomes"
             assert producer.accepted - producer.outcomes.keys() <= live, "a task was lost"
             assert not producer.outcomes.keys() & live, "a finished task is still live"
+            session = producer.peer.session
+            owed = len(producer.accepted - producer.outcomes.keys()) + len(
+                [t for t in self.journal.waiting if t.producer is session]
+            )
+            assert session.outstanding == owed
+            assert self.queue.awaits_outcome(session) is (owed > 0)
             finished += len(producer.outcomes)
         finished += len(self.orphans - live) + self.outcomes_of_those_who_left
         counters = self.queue.counters()
@@ -270,4 +285,4 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 TestQueueMachine = QueueMachine.TestCase
-TestQueueMachine.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+TestQueueMachine.settings = settings(max_examples=200, stateful_step_count=50, deadline=None)

@@ -106,6 +106,24 @@ def test_a_drain_is_not_held_up_by_a_task_finished_while_queued() -> None:
     assert drained.called, "nothing is left to wait for"
 
 
+def test_a_task_kept_from_a_worker_running_its_late_copy_keeps_its_place() -> None:
+    journal = FakeJournal(waits=False)
+    clock = Clock()
+    queue = make_queue(clock, journal=journal, task_timeout=10.0)
+    producer = producer_of(queue)
+    slow = worker_of(queue, credits=2, name="slow")
+    queue.submit(producer.session, b"t", b"x")
+    clock.advance(10)
+    queue.expire_overdue()  # task 1 queued again; slow runs its late copy
+    journal.waits = True
+    queue.submit(producer.session, b"t", b"y")
+    queue.submit(producer.session, b"t", b"z")
+    journal.sync()  # 2 and 3 queued at once, behind 1: slow takes 2, not 1
+    assert slow.task_ids() == [1, 2]
+    other = worker_of(queue, credits=2, name="other")
+    assert other.task_ids() == [1, 3]
+
+
 def test_a_timed_out_task_is_requeued_behind_the_tasks_waiting() -> None:
     log: list[str] = []
     clock = Clock()
@@ -196,6 +214,7 @@ def test_a_task_delivered_max_attempts_times_fails() -> None:
     assert (counters.failed, counters.given_up, counters.requeued) == (1, 1, 1)
     assert journal.outcomes == [(1, True)]
     assert queue.queued == 0 and queue.pool.bytes_used == EMPTY_POOL_BYTES
+    assert not queue.awaits_outcome(producer.session)
     # Both late reports are ignored, and free their credits.
     queue.done(first.session, 1)
     queue.done(second.session, 1)
