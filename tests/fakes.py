@@ -1,0 +1,147 @@
+"""
+Fakes for driving the queue core in-process: peers that decode what the queue
+sends them, a journal the test syncs or fails by hand, and a queue built on a
+L{task.Clock}.  No reactor, no sockets.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from twisted.internet.task import Clock
+from twisted.logger import Logger, formatEvent
+from zope.interface import implementer
+
+from quicx.daemon import pmad
+from quicx.daemon.core import QueueService, Task
+from quicx.daemon.journal.interface import IJournal, IJournalOwner
+from quicx.daemon.logsummary import LogSummary
+from quicx.protocol import wire
+from quicx.protocol.frames import Frame, FrameParser
+from quicx.protocol.session import IPeer, Role, Session
+
+
+@implementer(IPeer)
+class FakePeer:
+    """A connection that keeps what the queue sends it, decoded."""
+
+    def __init__(self, queue: QueueService, name: str) -> None:
+        self.queue = queue
+        self.peer_name = name
+        self.parser = FrameParser(1 << 20, check_types=False)
+        self.received: list[wire.Message] = []
+        self.session: Session = queue.open_session(self)
+
+    def sendFrame(self, data: bytes) -> None:
+        assert self.session.connected, f"a frame sent to {self.peer_name} after it left"
+        for frame in self.parser.feed(data):
+            assert isinstance(frame, Frame)
+            self.received.append(wire.decode(frame.message_type, frame.payload))
+
+    def disconnect(self) -> None:
+        self.queue.close_session(self.session)
+
+    def take(self) -> list[wire.Message]:
+        received, self.received = self.received, []
+        return received
+
+    def task_ids(self) -> list[int]:
+        """The ids of the TASKs received since the last C{take}, taking them all."""
+        return [m.task_id for m in self.take() if isinstance(m, wire.Task)]
+
+
+@implementer(IJournal)
+class FakeJournal:
+    """
+    Records outcomes; holds each SUBMIT until the test says its record is
+    synced (L{sync}) or failed (L{fail}), unless C{waits} is false (a journal
+    that syncs on an interval: every task is acknowledged at once).
+
+    @ivar broken: set by a test to make the journal refuse every SUBMIT.
+    """
+
+    path = "fake"
+
+    def __init__(self, waits: bool = True) -> None:
+        self.waits = waits
+        self.broken = ""
+        self.waiting: list[Task] = []
+        self.outcomes: list[tuple[int, bool]] = []
+
+    def bind(self, owner: IJournalOwner) -> None:
+        self.owner = owner
+
+    def record_submit(self, task: Task, payload: bytes) -> bool:
+        if not self.waits:
+            return True
+        self.waiting.append(task)
+        return False
+
+    def record_outcome(self, task: Task, failed: bool) -> None:
+        self.outcomes.append((task.task_id, failed))
+
+    def sync(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        self.owner.accepted(waiting)
+
+    def fail(self, in_doubt: bool = False) -> None:
+        waiting, self.waiting = self.waiting, []
+        self.owner.refused(waiting, "No space left on device", in_doubt)
+
+
+def default_pool() -> pmad.Pmad:
+    return pmad.Pmad(1 << 20, pmad.default_classes())
+
+
+EMPTY_POOL_BYTES = default_pool().bytes_used
+
+BLOCK = 64
+"""The one block size of L{small_pool}."""
+
+
+def small_pool(blocks: int) -> pmad.Pmad:
+    """A pool of exactly C{blocks} blocks of L{BLOCK} bytes, so it can fill up."""
+    stride = pmad.BLOCK_HEADER_SIZE + BLOCK
+    metadata = 16  # the lookup table of one class, rounded up to 16 bytes
+    pool = pmad.Pmad(metadata + blocks * stride, [pmad.SizeClass(BLOCK, Decimal(100))])
+    assert pool.blocks_total == [blocks] and pool.metadata_bytes == metadata
+    return pool
+
+
+def make_queue(
+    clock: Clock | None = None,
+    journal: FakeJournal | None = None,
+    pool: pmad.Pmad | None = None,
+    log: list[str] | None = None,
+    **kwargs: Any,
+) -> QueueService:
+    """
+    A queue on C{clock}; with C{log}, every line its task log writes (each
+    failure, requeue and late outcome, as it happens) is appended there.
+    """
+    if log is None:
+        failures = LogSummary(Logger(), 60.0)
+    else:
+        failures = LogSummary(Logger(observer=lambda event: log.append(formatEvent(event))))
+    return QueueService(
+        pool or default_pool(),
+        clock=(clock or Clock()).seconds,
+        journal=journal,
+        failures=failures,
+        **kwargs,
+    )
+
+
+def producer_of(queue: QueueService, name: str = "producer") -> FakePeer:
+    peer = FakePeer(queue, name)
+    queue.claim_role(peer.session, Role.PRODUCER)
+    return peer
+
+
+def worker_of(queue: QueueService, credits: int = 1, name: str = "worker") -> FakePeer:
+    """A worker that has sent its first READY."""
+    peer = FakePeer(queue, name)
+    queue.claim_role(peer.session, Role.WORKER)
+    queue.ready(peer.session, credits)
+    return peer

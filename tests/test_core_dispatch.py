@@ -1,0 +1,294 @@
+"""
+Dispatch in the queue core: who gets which task, in which order; outcomes
+reaching producers; connections leaving; STATS; the roles.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quicx.daemon.core import QueueService
+from quicx.protocol import wire
+from quicx.protocol.session import ProtocolViolation, Role
+from tests.fakes import EMPTY_POOL_BYTES, FakeJournal, FakePeer, make_queue, producer_of, worker_of
+
+
+def submit_many(queue: QueueService, producer: FakePeer, count: int) -> None:
+    for n in range(count):
+        queue.submit(producer.session, b"t", b"payload %d" % n)
+
+
+# -- READY ----------------------------------------------------------------------------
+
+
+def test_a_ready_with_nothing_queued_is_answered_wait_every_time() -> None:
+    queue = make_queue()
+    worker = worker_of(queue)
+    queue.ready(worker.session)
+    assert worker.take() == [wire.Wait(), wire.Wait()]
+    assert queue.stats().workers_idle == 1
+
+
+def test_a_waiting_worker_gets_the_next_task_without_asking_again() -> None:
+    queue = make_queue()
+    worker = worker_of(queue)
+    worker.take()
+    producer = producer_of(queue)
+    queue.submit(producer.session, b"resize", b"img")
+    assert worker.take() == [wire.Task(1, b"resize", b"img")]
+    assert queue.stats().queue_depth == 0 and queue.tasks_running == 1
+    assert queue.stats().workers_idle == 0
+
+
+def test_a_ready_with_tasks_queued_gets_a_task_and_no_wait() -> None:
+    queue = make_queue()
+    producer = producer_of(queue)
+    submit_many(queue, producer, 2)
+    worker = worker_of(queue)
+    assert worker.take() == [wire.Task(1, b"t", b"payload 0")]
+    assert queue.stats().queue_depth == 1
+
+
+# -- order ----------------------------------------------------------------------------
+
+
+def test_tasks_go_out_oldest_first_across_producers() -> None:
+    queue = make_queue()
+    first, second = producer_of(queue, "a"), producer_of(queue, "b")
+    for producer in (first, second, second, first):
+        queue.submit(producer.session, b"t", producer.peer_name.encode())
+    worker = worker_of(queue)
+    order = []
+    for _ in range(4):
+        (task,) = worker.take()
+        assert isinstance(task, wire.Task)
+        order.append((task.task_id, task.payload))
+        queue.done(worker.session, task.task_id)
+    assert order == [(1, b"a"), (2, b"b"), (3, b"b"), (4, b"a")]
+
+
+def test_idle_workers_are_served_longest_waiting_first() -> None:
+    queue = make_queue()
+    workers = [worker_of(queue, name=f"w{n}") for n in range(3)]
+    producer = producer_of(queue)
+    submit_many(queue, producer, 3)
+    assert [w.task_ids() for w in workers] == [[1], [2], [3]]
+    # The first to finish is the first served next.
+    queue.done(workers[2].session, 3)
+    queue.done(workers[0].session, 1)
+    submit_many(queue, producer, 2)
+    assert [w.task_ids() for w in workers] == [[5], [], [4]]
+
+
+def test_tasks_are_dealt_round_robin_to_workers_with_credits() -> None:
+    queue = make_queue()
+    first = worker_of(queue, credits=3, name="first")
+    second = worker_of(queue, credits=3, name="second")
+    producer = producer_of(queue)
+    submit_many(queue, producer, 5)
+    assert first.task_ids() == [1, 3, 5]
+    assert second.task_ids() == [2, 4]
+
+
+# -- outcomes --------------------------------------------------------------------------
+
+
+def test_done_reaches_the_producer_and_frees_the_worker() -> None:
+    journal = FakeJournal(waits=False)
+    queue = make_queue(journal=journal)
+    producer = producer_of(queue)
+    worker = worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    worker.take()
+    queue.done(worker.session, 1)
+    assert producer.take() == [wire.Ok(1), wire.Done(1)]
+    assert journal.outcomes == [(1, False)]
+    assert queue.counters().completed == 1
+    assert queue.tasks_running == 0 and queue.stats().workers_idle == 1
+    assert queue.pool.bytes_used == EMPTY_POOL_BYTES
+    assert not queue.awaits_outcome(producer.session)
+
+
+def test_failed_reaches_the_producer_with_its_reason_and_is_logged() -> None:
+    journal = FakeJournal(waits=False)
+    log: list[str] = []
+    queue = make_queue(journal=journal, log=log)
+    producer = producer_of(queue)
+    worker = worker_of(queue, name="10.0.0.5:4242")
+    queue.submit(producer.session, b"resize", b"x")
+    queue.failed(worker.session, 1, "image is corrupt")
+    assert producer.take() == [wire.Ok(1), wire.Failed(1, "image is corrupt")]
+    assert journal.outcomes == [(1, True)]
+    assert queue.counters().failed == 1 and queue.counters().completed == 0
+    assert log == ["task 1 (resize) failed on 10.0.0.5:4242: image is corrupt"]
+    assert queue.pool.bytes_used == EMPTY_POOL_BYTES
+
+
+class PoolWatchingPeer(FakePeer):
+    """Notes the pool's bytes in use as each outcome arrives."""
+
+    def __init__(self, queue: QueueService, name: str) -> None:
+        super().__init__(queue, name)
+        self.used_at_outcome: list[int] = []
+
+    def sendFrame(self, data: bytes) -> None:
+        super().sendFrame(data)
+        if isinstance(self.received[-1], wire.Done | wire.Failed):
+            self.used_at_outcome.append(self.queue.pool.bytes_used)
+
+
+def test_the_block_is_free_before_the_producer_hears_the_outcome() -> None:
+    queue = make_queue()
+    producer = PoolWatchingPeer(queue, "producer")
+    queue.claim_role(producer.session, Role.PRODUCER)
+    worker = worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    queue.done(worker.session, 1)
+    queue.submit(producer.session, b"t", b"y")
+    queue.failed(worker.session, 2, "no")
+    assert producer.used_at_outcome == [EMPTY_POOL_BYTES, EMPTY_POOL_BYTES]
+
+
+# -- connections leaving ------------------------------------------------------------------
+
+
+def test_a_leaving_worker_s_tasks_go_back_to_the_head_in_order() -> None:
+    log: list[str] = []
+    queue = make_queue(log=log)
+    producer = producer_of(queue)
+    leaving = worker_of(queue, credits=3, name="leaving")
+    submit_many(queue, producer, 5)
+    assert leaving.task_ids() == [1, 2, 3]
+    leaving.disconnect()
+    assert queue.stats().queue_depth == 5 and queue.stats().workers_total == 0
+    assert queue.counters().requeued == 3
+    assert log[0] == "task 3 requeued: worker leaving disconnected"
+    successor = worker_of(queue, credits=5, name="successor")
+    assert successor.task_ids() == [1, 2, 3, 4, 5]
+
+
+def test_a_leaving_worker_s_task_goes_at_once_to_a_waiting_worker() -> None:
+    queue = make_queue()
+    producer = producer_of(queue)
+    leaving = worker_of(queue, name="leaving")
+    queue.submit(producer.session, b"t", b"x")
+    waiting = worker_of(queue, name="waiting")
+    assert waiting.take() == [wire.Wait()]
+    leaving.disconnect()
+    assert waiting.take() == [wire.Task(1, b"t", b"x")]
+    queue.done(waiting.session, 1)
+    assert producer.take() == [wire.Ok(1), wire.Done(1)]
+
+
+def test_a_leaving_idle_worker_is_no_longer_counted_or_served() -> None:
+    queue = make_queue()
+    leaving, staying = worker_of(queue, name="leaving"), worker_of(queue, name="staying")
+    leaving.disconnect()
+    assert (queue.stats().workers_total, queue.stats().workers_idle) == (1, 1)
+    producer = producer_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    assert staying.task_ids() == [1]
+
+
+def test_a_leaving_producer_s_tasks_still_run_unreported() -> None:
+    queue = make_queue()
+    producer = producer_of(queue)
+    submit_many(queue, producer, 2)
+    producer.disconnect()
+    assert queue.stats().queue_depth == 2
+    worker = worker_of(queue)
+    queue.done(worker.session, 1)  # FakePeer fails if its producer is sent anything
+    queue.failed(worker.session, 2, "no")
+    assert queue.counters().completed == 1 and queue.counters().failed == 1
+    assert queue.pool.bytes_used == EMPTY_POOL_BYTES
+
+
+# -- STATS ----------------------------------------------------------------------------
+
+
+def test_stats_counts_queued_tasks_workers_and_pool_bytes() -> None:
+    queue = make_queue()
+    assert queue.stats() == wire.StatsResponse(0, 0, 0, EMPTY_POOL_BYTES, 1 << 20)
+    monitor = FakePeer(queue, "monitor")  # asks STATS only: no role, not counted
+    producer = producer_of(queue)
+    busy = worker_of(queue, name="busy")
+    submit_many(queue, producer, 3)
+    with_credits_left = worker_of(queue, credits=4, name="credits left")
+    waiting = worker_of(queue, name="waiting")
+    assert busy.task_ids() == [1] and with_credits_left.task_ids() == [2, 3]
+    assert waiting.take() == [wire.Wait()]
+    stats = queue.stats()
+    # Idle: every worker that may be sent a task now.
+    assert (stats.queue_depth, stats.workers_total, stats.workers_idle) == (0, 3, 2)
+    used = stats.pmad_bytes_used
+    assert used > EMPTY_POOL_BYTES and stats.pmad_bytes_total == 1 << 20
+    queue.submit(producer.session, b"t", b"x" * 300)
+    assert queue.stats().pmad_bytes_used > used
+    monitor.disconnect()
+    assert queue.stats().workers_total == 3
+
+
+# -- roles ----------------------------------------------------------------------------
+
+
+def test_a_producer_cannot_act_as_a_worker_nor_a_worker_as_a_producer() -> None:
+    queue = make_queue()
+    producer, worker = producer_of(queue), worker_of(queue)
+    with pytest.raises(ProtocolViolation, match="a producer connection cannot act as a worker"):
+        queue.claim_role(producer.session, Role.WORKER)
+    with pytest.raises(ProtocolViolation, match="a worker connection cannot act as a producer"):
+        queue.claim_role(worker.session, Role.PRODUCER)
+    queue.claim_role(worker.session, Role.WORKER)  # again: no second count
+    assert queue.stats().workers_total == 1
+
+
+@pytest.mark.parametrize(
+    ("role", "message"),
+    [
+        (Role.NEW, "a new connection reported task 1; only the worker holding a task may"),
+        (Role.PRODUCER, "a producer connection reported task 1; only the worker holding"),
+    ],
+)
+def test_only_a_worker_may_report_an_outcome(role: Role, message: str) -> None:
+    queue = make_queue()
+    peer = FakePeer(queue, "peer")
+    if role is not Role.NEW:
+        queue.claim_role(peer.session, role)
+    with pytest.raises(ProtocolViolation, match=message):
+        queue.done(peer.session, 1)
+    with pytest.raises(ProtocolViolation, match=message):
+        queue.failed(peer.session, 1, "no")
+
+
+@pytest.mark.parametrize(
+    ("held", "described"),
+    [
+        (0, "no task"),
+        (1, "task 1"),
+        (2, "tasks 1, 2"),
+        (7, "tasks 1, 2, 3, 4, 5 and 2 more"),
+    ],
+)
+def test_a_report_for_a_task_not_held_names_what_the_worker_holds(
+    held: int, described: str
+) -> None:
+    queue = make_queue()
+    producer = producer_of(queue)
+    worker = worker_of(queue, credits=max(held, 1))
+    submit_many(queue, producer, held)
+    with pytest.raises(ProtocolViolation) as raised:
+        queue.done(worker.session, 99)
+    assert str(raised.value) == f"task 99 is not held by this worker ({described})"
+    assert queue.tasks_running == held, "a wrong report changes nothing"
+
+
+def test_a_task_reported_twice_is_a_protocol_violation() -> None:
+    queue = make_queue()
+    producer = producer_of(queue)
+    worker = worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    queue.done(worker.session, 1)
+    with pytest.raises(ProtocolViolation, match="task 1 is not held by this worker"):
+        queue.failed(worker.session, 1, "no")
+    assert producer.take() == [wire.Ok(1), wire.Done(1)]
+    assert queue.counters().completed == 1 and queue.counters().failed == 0

@@ -1,0 +1,99 @@
+"""
+Draining the queue core for a graceful stop: SUBMITs are refused, and the
+drain fires once nothing is queued or running (or no worker is left to run
+what is queued), or at its timeout, or when told to stop waiting.
+"""
+
+from __future__ import annotations
+
+from twisted.internet.task import Clock
+
+from quicx.protocol import wire
+from tests.fakes import make_queue, producer_of, worker_of
+
+
+def test_a_drain_with_nothing_left_fires_at_once() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    worker_of(queue)
+    drained = queue.drain(60, clock)
+    assert drained.called and queue.draining
+    assert clock.getDelayedCalls() == [], "its timeout is cancelled"
+
+
+def test_a_drain_fires_when_the_last_task_is_reported() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer = producer_of(queue)
+    worker = worker_of(queue, credits=2)
+    for _ in range(3):
+        queue.submit(producer.session, b"t", b"x")
+    drained = queue.drain(60, clock)
+    queue.done(worker.session, 1)
+    queue.done(worker.session, 2)
+    assert not drained.called, "task 3 is still running"
+    queue.failed(worker.session, 3, "no")
+    assert drained.called
+    assert producer.take()[-3:] == [wire.Done(1), wire.Done(2), wire.Failed(3, "no")]
+
+
+def test_a_drain_with_tasks_queued_and_no_worker_fires_at_once() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer = producer_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    assert queue.drain(60, clock).called, "no worker can come: the listeners are closed"
+
+
+def test_a_drain_fires_when_the_last_worker_leaves_with_tasks() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer = producer_of(queue)
+    worker = worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    queue.submit(producer.session, b"t", b"y")
+    drained = queue.drain(60, clock)
+    assert not drained.called
+    worker.disconnect()
+    assert drained.called and queue.stats().queue_depth == 2
+
+
+def test_a_drain_fires_at_its_timeout_whatever_is_left() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer = producer_of(queue)
+    worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    drained = queue.drain(30, clock)
+    clock.advance(29.9)
+    assert not drained.called
+    clock.advance(0.1)
+    assert drained.called and queue.tasks_running == 1
+
+
+def test_stop_draining_fires_now_and_only_once() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer = producer_of(queue)
+    worker = worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    fired: list[None] = []
+    queue.drain(30, clock).addCallback(fired.append)
+    queue.stop_draining()
+    assert fired == [None] and clock.getDelayedCalls() == []
+    queue.done(worker.session, 1)  # would finish the drain: it is over already
+    queue.stop_draining()
+    assert fired == [None]
+
+
+def test_a_drain_fires_when_a_timed_out_task_is_given_up() -> None:
+    clock = Clock()
+    queue = make_queue(clock, task_timeout=5.0, max_attempts=1)
+    producer = producer_of(queue)
+    worker = worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    drained = queue.drain(60, clock)
+    clock.advance(5)
+    queue.expire_overdue()
+    assert drained.called
+    assert worker.session.overdue, "its worker still runs a copy: no matter"
