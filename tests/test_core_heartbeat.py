@@ -8,10 +8,11 @@ worker holding a task.
 from __future__ import annotations
 
 import pytest
+from twisted.application.internet import TimerService
 from twisted.internet.task import Clock
 
 from quicx.daemon.core import QueueService
-from quicx.daemon.timers import HeartbeatService
+from quicx.daemon.timers import Heartbeats, heartbeat_timer
 from quicx.protocol import wire
 from tests.fakes import FakePeer, make_queue, producer_of, worker_of
 
@@ -20,10 +21,11 @@ INTERVAL, TIMEOUT = 4.0, 12.0
 
 def heartbeats(
     spare_busy_workers: bool = False,
-) -> tuple[Clock, QueueService, HeartbeatService]:
+) -> tuple[Clock, QueueService, TimerService]:
     clock = Clock()
     queue = make_queue(clock)
-    service = HeartbeatService(queue, INTERVAL, TIMEOUT, clock, spare_busy_workers)
+    service = heartbeat_timer(Heartbeats(queue, INTERVAL, TIMEOUT, clock, spare_busy_workers))
+    assert service is not None
     service.startService()
     return clock, queue, service
 
@@ -108,7 +110,4 @@ def test_the_check_runs_every_quarter_interval_and_stops_with_the_service() -> N
 def test_an_interval_of_zero_turns_heartbeats_off() -> None:
     clock = Clock()
     queue = make_queue(clock)
-    service = HeartbeatService(queue, 0.0, TIMEOUT, clock)
-    service.startService()
-    assert clock.getDelayedCalls() == []
-    service.stopService()
+    assert heartbeat_timer(Heartbeats(queue, 0.0, TIMEOUT, clock)) is None

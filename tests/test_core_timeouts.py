@@ -13,7 +13,7 @@ from typing import NamedTuple
 from twisted.internet.task import Clock
 
 from quicx.daemon.core import QueueService
-from quicx.daemon.timers import TaskTimeoutService
+from quicx.daemon.timers import task_timeout_timer
 from quicx.protocol import wire
 from tests.fakes import EMPTY_POOL_BYTES, FakeJournal, FakePeer, make_queue, producer_of, worker_of
 
@@ -168,7 +168,8 @@ def test_the_timeout_service_takes_tasks_back_on_the_clock() -> None:
     producer = producer_of(queue)
     worker = worker_of(queue)
     queue.submit(producer.session, b"t", b"x")
-    service = TaskTimeoutService(queue, clock)
+    service = task_timeout_timer(queue, clock)
+    assert service is not None
     service.startService()
     # Checked every timeout / 4 (at most every second).
     assert [call.getTime() for call in clock.getDelayedCalls()] == [0.5]
@@ -182,7 +183,8 @@ def test_the_timeout_service_takes_tasks_back_on_the_clock() -> None:
 
 def test_the_timeout_service_checks_at_least_every_second() -> None:
     clock = Clock()
-    service = TaskTimeoutService(make_queue(clock, task_timeout=60.0), clock)
+    service = task_timeout_timer(make_queue(clock, task_timeout=60.0), clock)
+    assert service is not None
     service.startService()
     assert [call.getTime() for call in clock.getDelayedCalls()] == [1.0]
     service.stopService()
@@ -190,10 +192,7 @@ def test_the_timeout_service_checks_at_least_every_second() -> None:
 
 def test_no_task_timeout_means_no_timer() -> None:
     clock = Clock()
-    service = TaskTimeoutService(make_queue(clock), clock)
-    service.startService()
-    assert clock.getDelayedCalls() == []
-    service.stopService()
+    assert task_timeout_timer(make_queue(clock), clock) is None
 
 
 def test_a_task_delivered_max_attempts_times_fails() -> None:
