@@ -64,39 +64,6 @@ def test_failed_reason_is_forwarded_verbatim(daemon: DaemonProcess) -> None:
     assert "1 send_email task(s) failed in the last 5 s: " + reason in line
 
 
-def test_wait_then_push_without_polling(daemon: DaemonProcess) -> None:
-    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
-        assert worker.request(wire.encode_ready()) == wire.Wait()
-        ok = producer.submit(b"t", b"pushed")
-        # No second READY: the queued task is pushed to the idle worker.
-        assert worker.receive(timeout=2) == wire.Task(ok.task_id, b"t", b"pushed")
-
-
-def test_worker_is_idle_again_after_done_without_ready(daemon: DaemonProcess) -> None:
-    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
-        first = producer.submit(b"t", b"1")
-        assert worker.request(wire.encode_ready()).task_id == first.task_id
-        second = producer.submit(b"t", b"2")
-        assert worker.nothing_for(0.3), "one task in flight per worker"
-        worker.send(wire.encode_done(first.task_id))
-        assert producer.receive() == wire.Done(first.task_id)
-        assert worker.receive() == wire.Task(second.task_id, b"t", b"2")
-        worker.send(wire.encode_failed(second.task_id, "no"))
-        assert producer.receive() == wire.Failed(second.task_id, "no")
-        third = producer.submit(b"t", b"3")
-        assert worker.receive() == wire.Task(third.task_id, b"t", b"3")
-
-
-def test_ready_while_holding_a_task_gets_nothing(daemon: DaemonProcess) -> None:
-    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
-        a = producer.submit(b"t", b"a")
-        producer.submit(b"t", b"b")
-        assert worker.request(wire.encode_ready()).task_id == a.task_id
-        worker.send(wire.encode_ready())
-        assert worker.nothing_for(0.3)
-        assert producer.stats().queue_depth == 1
-
-
 def test_tasks_are_fifo_and_ids_increase(daemon: DaemonProcess) -> None:
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
         producer.send(b"".join(wire.encode_submit(b"t", b"%d" % i) for i in range(200)))
@@ -108,18 +75,6 @@ def test_tasks_are_fifo_and_ids_increase(daemon: DaemonProcess) -> None:
             assert (task.task_id, task.payload) == (task_id, b"%d" % i)
             worker.send(wire.encode_done(task_id))
         assert [producer.receive() for _ in ids] == [wire.Done(i) for i in ids]
-
-
-def test_idle_workers_are_served_in_arrival_order(daemon: DaemonProcess) -> None:
-    with Peer(daemon.address) as producer:
-        workers = [Peer(daemon.address) for _ in range(3)]
-        for worker in workers:
-            assert worker.request(wire.encode_ready()) == wire.Wait()
-        oks = [producer.submit(b"t", b"%d" % i) for i in range(3)]
-        for worker, ok in zip(workers, oks, strict=True):
-            assert worker.receive().task_id == ok.task_id
-        for worker in workers:
-            worker.close()
 
 
 def test_worker_disconnect_requeues_at_the_head(daemon: DaemonProcess) -> None:
@@ -135,29 +90,6 @@ def test_worker_disconnect_requeues_at_the_head(daemon: DaemonProcess) -> None:
             rescuer.send(wire.encode_done(first.task_id))
             assert producer.receive() == wire.Done(first.task_id)
             assert rescuer.receive().task_id == second.task_id
-
-
-def test_requeued_task_goes_to_an_idle_worker_at_once(daemon: DaemonProcess) -> None:
-    with Peer(daemon.address) as producer, Peer(daemon.address) as waiting:
-        doomed = Peer(daemon.address)
-        assert doomed.request(wire.encode_ready()) == wire.Wait()
-        ok = producer.submit(b"t", b"p")
-        assert doomed.receive().task_id == ok.task_id
-        assert waiting.request(wire.encode_ready()) == wire.Wait()
-        doomed.close()
-        assert waiting.receive(timeout=2) == wire.Task(ok.task_id, b"t", b"p")
-
-
-def test_outcome_for_a_departed_producer_is_dropped_quietly(daemon: DaemonProcess) -> None:
-    with Peer(daemon.address) as worker:
-        producer = Peer(daemon.address)
-        ok = producer.submit(b"t", b"p")
-        producer.close()
-        task = worker.request(wire.encode_ready())
-        worker.send(wire.encode_done(task.task_id))
-        stats = worker.stats()
-        assert stats.queue_depth == 0
-        assert (task.task_id, stats.pmad_bytes_used) == (ok.task_id, 80)
 
 
 def test_empty_payload_and_binary_payload(daemon: DaemonProcess) -> None:
@@ -281,32 +213,6 @@ def test_producer_and_worker_may_ask_for_stats(daemon: DaemonProcess) -> None:
 
 
 # -- errors ----------------------------------------------------------------------------
-
-
-def test_queue_full_changes_nothing_and_recovers(tmp_path: Path, start_daemon) -> None:
-    daemon = start_daemon(f"--config={small_pool(tmp_path)}")
-    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
-        accepted = []
-        while True:
-            reply = producer.submit(b"t", b"p" * 60)
-            if isinstance(reply, wire.Error):
-                break
-            accepted.append(reply.task_id)
-        expect_error(reply, ErrorCode.QUEUE_FULL, "queue full")
-        full = producer.stats()
-        assert full.queue_depth == len(accepted) > 0
-        expect_error(producer.submit(b"t", b"p"), ErrorCode.QUEUE_FULL)
-        assert producer.stats() == full
-        task = worker.request(wire.encode_ready())
-        assert task.task_id == accepted[0]
-        worker.send(wire.encode_done(task.task_id))
-        assert producer.receive() == wire.Done(task.task_id)
-        # The freed block takes a new task.
-        assert isinstance(producer.submit(b"t", b"p" * 60), wire.Ok)
-        for expected in accepted[1:]:
-            task = worker.receive()
-            assert task.task_id == expected
-            worker.send(wire.encode_done(expected))
 
 
 def test_payload_too_large_keeps_the_connection(daemon: DaemonProcess) -> None:

@@ -312,27 +312,6 @@ def test_a_worker_killed_mid_task_is_redelivered_once(tmp_path: Path, start_daem
     assert f"task {ok.task_id} requeued: worker" in daemon.log()
 
 
-def test_a_task_is_given_up_after_max_attempts(tmp_path: Path, start_daemon) -> None:
-    daemon = start_daemon(config_option(tmp_path, "[tasks]\ntimeout = 0.3\nmax_attempts = 2\n"))
-    with (
-        Peer(daemon.address) as producer,
-        Peer(daemon.address) as first,
-        Peer(daemon.address) as second,
-    ):
-        ok = producer.submit(b"poison", b"p")
-        assert first.request(wire.encode_ready()).task_id == ok.task_id
-        assert second.request(wire.encode_ready()) == wire.Wait()
-        # Attempt 1 times out on the first worker, attempt 2 on the second.
-        assert second.receive(timeout=3).task_id == ok.task_id
-        outcome = producer.receive(timeout=3)
-        assert isinstance(outcome, wire.Failed) and outcome.task_id == ok.task_id
-        assert outcome.reason.startswith("given up after 2 attempts; last: held for more than")
-        status = fetch_status(str(daemon.control_path))
-        assert status["tasks"]["given_up"] == 1 and status["tasks"]["timed_out"] == 2
-        assert status["tasks"]["queued"] == status["tasks"]["running"] == 0
-        assert status["memory"]["used"] == 80  # its block is free: only the metadata
-
-
 def test_a_task_that_kills_every_worker_is_given_up(tmp_path: Path, start_daemon) -> None:
     daemon = start_daemon(config_option(tmp_path, "[tasks]\nmax_attempts = 2\n"))
     with Peer(daemon.address) as producer:

@@ -52,48 +52,6 @@ def test_pipelined_replies_keep_request_order(tmp_path: Path, start_daemon, fsyn
 # -- READY credits with a task timeout ----------------------------------------------------
 
 
-def test_a_timed_out_task_is_not_resent_to_its_credit_worker_and_its_done_counts(
-    start_daemon,
-) -> None:
-    daemon = start_daemon("--task-timeout=0.3")
-    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
-        assert worker.request(wire.encode_ready(4)) == wire.Wait()
-        ok = producer.submit(b"t", b"slow")
-        assert worker.receive() == wire.Task(ok.task_id, b"t", b"slow")
-        time.sleep(1.0)  # timed out, and requeued
-        assert worker.nothing_for(0.2), "the worker already runs it"
-        worker.send(wire.encode_done(ok.task_id))
-        assert producer.receive(3) == wire.Done(ok.task_id)
-        # Its credits are all free again: four tasks at once.
-        ids = [producer.submit(b"t", b"%d" % n).task_id for n in range(4)]
-        assert sorted(worker.receive().task_id for _ in ids) == ids
-        status = fetch_status(str(daemon.control_path))
-    assert status["tasks"]["timed_out"] == 1
-    assert status["tasks"]["completed"] == 1
-    assert status["tasks"]["queued"] == 0
-
-
-def test_a_timed_out_task_goes_to_another_credit_worker(start_daemon) -> None:
-    daemon = start_daemon("--task-timeout=0.3")
-    with (
-        Peer(daemon.address) as producer,
-        Peer(daemon.address) as slow,
-        Peer(daemon.address) as other,
-    ):
-        assert slow.request(wire.encode_ready(2)) == wire.Wait()
-        ok = producer.submit(b"t", b"p")
-        assert slow.receive().task_id == ok.task_id
-        assert other.request(wire.encode_ready(2)) == wire.Wait()
-        assert other.receive(3) == wire.Task(ok.task_id, b"t", b"p")
-        other.send(wire.encode_done(ok.task_id))
-        assert producer.receive() == wire.Done(ok.task_id)
-        slow.send(wire.encode_done(ok.task_id))  # late: ignored, no error
-        assert slow.nothing_for(0.3) and producer.nothing_for(0.1)
-        status = fetch_status(str(daemon.control_path))
-    assert status["tasks"]["late_outcomes"] == 1
-    assert status["tasks"]["completed"] == 1
-
-
 # -- file descriptors --------------------------------------------------------------------
 
 
