@@ -10,8 +10,7 @@ import json
 import os
 import sys
 
-from quicx.clients.blocking import QuicxClient
-from quicx.protocol.errors import TaskFailed
+from quicx import QuicxClient, TaskFailed
 
 
 def main(addresses: list[str]) -> int:

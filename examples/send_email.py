@@ -12,7 +12,7 @@ when the address is unusable.
 
 import json
 
-from quicx.clients.worker import Worker
+from quicx import Worker
 
 worker = Worker()
 

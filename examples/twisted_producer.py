@@ -12,8 +12,7 @@ import sys
 
 from twisted.internet import defer, task
 
-from quicx.clients.twisted_client import connect
-from quicx.protocol.errors import TaskFailed
+from quicx import TaskFailed, connect
 
 
 async def send(client, address: str) -> bool:

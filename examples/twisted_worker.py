@@ -13,7 +13,7 @@ import os
 
 from twisted.internet import defer, reactor, task
 
-from quicx.clients.worker import Worker
+from quicx import Worker
 
 worker = Worker(concurrency=2)
 

@@ -153,9 +153,13 @@ class Load:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--interval", type=float, default=5.0)
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.soak",
+        description="Hold a mixed, hostile load on one daemon and print its memory, CPU"
+        " and task counts every --interval seconds (see docs/operations.md).",
+    )
+    parser.add_argument("--seconds", type=float, default=60.0, help="how long to run")
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between reports")
     parser.add_argument("--keep", metavar="DIR", help="copy the daemon's and workers' logs here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="quicx-soak-") as directory:

@@ -53,7 +53,7 @@ class QuicxClientProtocol(FrameReceiver):
     @ivar keep_outcomes: how many outcomes nobody has asked for are kept.
     """
 
-    log = Logger(namespace="quicx.client")
+    log = Logger()
     maxLength = CLIENT_MAX_LENGTH
     checkTypes = False
 

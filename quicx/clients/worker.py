@@ -88,7 +88,7 @@ class WorkerProtocol(FrameReceiver):
     @ivar running: tasks received and not yet answered.
     """
 
-    log = Logger(namespace="quicx.worker")
+    log = Logger()
     maxLength = CLIENT_MAX_LENGTH
     checkTypes = False
 
@@ -200,7 +200,7 @@ class Worker:
         C{concurrency * credits} tasks run at once.
     """
 
-    log = Logger(namespace="quicx.worker")
+    log = Logger()
 
     def __init__(
         self, handlers: Mapping[str, Handler] | None = None, concurrency: int = 1, credits: int = 1

@@ -95,8 +95,9 @@ class QueueService(Service):
     @ivar sessions: the open connections by session id.
     """
 
-    log = Logger(namespace="quicx.queue")
-    task_log = Logger(namespace="quicx.tasks")
+    # A Logger as a class attribute is named after the class:
+    # [quicx.daemon.core.QueueService#info] in the log.
+    log = Logger()
 
     def __init__(
         self,
@@ -116,7 +117,7 @@ class QueueService(Service):
         self.task_timeout = task_timeout
         self.max_attempts = max_attempts
         self.events = events
-        self.failures = failures or LogSummary(self.task_log)
+        self.failures = failures or LogSummary(self.log)
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None

@@ -108,7 +108,7 @@ class EventLog(Service):
     @ivar broken: why writing stopped (an I/O error), or C{""}.
     """
 
-    log = Logger(namespace="quicx.events")
+    log = Logger()
 
     def __init__(
         self,

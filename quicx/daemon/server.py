@@ -55,7 +55,7 @@ class NotAuthorized(Exception):
 class QuicxServerProtocol(FrameReceiver):
     """One client connection to the daemon."""
 
-    log = Logger(namespace="quicx.server")
+    log = Logger()
     factory: QuicxServerFactory
     session: Session[Task] | None = None
     identity: str | _Unknown | None = _UNKNOWN

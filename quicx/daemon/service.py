@@ -2,10 +2,11 @@
 The daemon's service tree, built from a checked configuration:
 
     QuicxDaemon (MultiService)
-      +- Journal             the write-ahead journal (when configured)
+      +- TimerService        the log summary (when summary_interval > 0)
       +- EventLog            lifecycle events (when configured)
+      +- Journal             the write-ahead journal (when configured)
       +- QueueService        the state
-      +- TimerService...     heartbeats, the task timeout, the log summary
+      +- TimerService...     heartbeats, the task timeout
       +- ListenerService...  one per endpoint string, and the control socket
 
 On SIGTERM the daemon drains (see L{QuicxDaemon}), then the services stop
@@ -58,7 +59,7 @@ class ListenerService(Service):
     one-line error, as C{strports} services do with a traceback.
     """
 
-    log = Logger(namespace="quicx.daemon")
+    log = Logger()
 
     def __init__(
         self,
@@ -132,7 +133,7 @@ class QuicxDaemon(MultiService):
     stops.
     """
 
-    log = Logger(namespace="quicx.daemon")
+    log = Logger()
 
     def __init__(
         self,
@@ -342,7 +343,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         if config.events_directory
         else None
     )
-    failures = LogSummary(QueueService.task_log, config.log_summary_interval)
+    failures = LogSummary(QueueService.log, config.log_summary_interval)
     queue = QueueService(
         pool,
         config.allowed_types,
@@ -363,7 +364,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         events.setServiceParent(daemon)
     if journal is not None:
         restore(queue, journal)
-        # Added first, stopped last: every record is written before exit.
+        # Stopped after the queue: every record is written before exit.
         journal.setServiceParent(daemon)
     queue.setServiceParent(daemon)
     heartbeats = Heartbeats(

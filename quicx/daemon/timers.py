@@ -17,8 +17,8 @@ by the task timeout.
 
 L{task_timeout_timer} enforces the optional task timeout (like beanstalkd's
 TTR): a task a worker holds for longer is taken back and queued again at the
-tail, and the worker stays busy until it reports that task (the late outcome
-is ignored).
+tail, and the worker keeps that credit until it reports the task; the first
+outcome from any of its deliveries finishes it, and later ones are ignored.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Heartbeats:
     @ivar timeout: seconds of silence before the peer is dropped.
     """
 
-    log = Logger(namespace="quicx.heartbeat")
+    log = Logger()
 
     def __init__(
         self,

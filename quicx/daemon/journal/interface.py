@@ -3,8 +3,9 @@ What the queue asks of a journal (L{IJournal}), what a journal asks of the
 queue (L{IJournalOwner}), and the journal used when none is configured
 (L{NullJournal}).
 
-The queue (L{quicx.daemon.core}) imports only this module: it never knows
-which journal it has, and the writer never imports the queue.
+The queue (L{quicx.daemon.core}) calls its journal only through
+L{IJournal} (it reads L{quicx.daemon.journal.records.Recovery} at start-up):
+it never knows which journal it has, and the writer never imports the queue.
 """
 
 from __future__ import annotations

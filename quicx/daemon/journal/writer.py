@@ -63,7 +63,7 @@ class Journal(Service):
     @ivar broken: why the journal stopped writing (a failed write), or C{""}.
     """
 
-    log = Logger(namespace="quicx.journal")
+    log = Logger()
 
     def __init__(
         self,
