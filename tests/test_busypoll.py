@@ -5,7 +5,6 @@ configured, and a daemon that busy-polls stops spinning when it falls idle.
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 import threading
@@ -20,6 +19,7 @@ from quicx.net.busypoll import SpinningPoller, enable_busy_poll
 from quicx.protocol import wire
 from tests.conftest import config_option
 from tests.peer import Peer
+from tools.launcher import cpu_seconds
 
 
 @pytest.fixture
@@ -71,11 +71,6 @@ def test_busy_poll_is_at_most_10_ms(text: str) -> None:
     with pytest.raises(ConfigError, match=r":2: busy_poll: .* out of range"):
         parse(f"[server]\nbusy_poll = {text}\n", "f")
     assert parse("[server]\nbusy_poll = 0.01\n", "f").busy_poll == 0.01
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_busy_polling_daemon_stops_spinning_when_idle(tmp_path: Path, start_daemon) -> None:

@@ -21,6 +21,7 @@ from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import TWISTD, DaemonProcess, config_option
 from tests.peer import Peer
+from tools.launcher import LISTENING
 
 QUICX = str(Path(TWISTD).with_name("quicx"))
 
@@ -267,26 +268,25 @@ def _limit_file_size() -> None:
 
 def test_a_failing_disk_refuses_tasks_instead_of_acknowledging_them(tmp_path: Path) -> None:
     path = tmp_path / "j"
-    log = tmp_path / "quicx.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [TWISTD, "-n", "--pidfile=", "quicx", f"--journal={path}", "--fsync=always",
-             "--listen=tcp:0:interface=127.0.0.1", "--control=none"],
-            stdout=out, stderr=subprocess.STDOUT, preexec_fn=_limit_file_size,
-        )  # fmt: skip
+    # Through a pipe: the file size limit hits the journal, not the log.
+    first = DaemonProcess(
+        tmp_path,
+        [f"--journal={path}", "--fsync=always", "--control=none"],
+        preexec=_limit_file_size,
+        pipe=True,
+    )
+    first.start()
     try:
-        port = _wait_listening(log)
-        stream = StreamingProducer(("127.0.0.1", port), burst=16)
+        stream = StreamingProducer(first.address, burst=16)
         stream.stop_when_refused = True
         stream.run()  # until the journal is broken and every reply is ERROR
     finally:
-        process.kill()
-        process.wait()
+        first.kill()
     assert stream.acknowledged, "some tasks fit before the limit"
     assert stream.refused
     assert all(e.code == ErrorCode.QUEUE_FULL for e in stream.refused)
     assert "journal write failed" in stream.refused[0].message
-    assert "File too large" in log.read_text()
+    assert "File too large" in first.log()
     restarted = DaemonProcess(tmp_path / "again", [f"--journal={path}"])
     restarted.directory.mkdir()
     restarted.start()
@@ -304,9 +304,8 @@ def test_a_failing_disk_refuses_tasks_instead_of_acknowledging_them(tmp_path: Pa
 def _wait_listening(log: Path) -> int:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        text = log.read_text()
-        if "listening on 127.0.0.1:" in text:
-            return int(text.split("listening on 127.0.0.1:")[1].split()[0])
+        if match := LISTENING.search(log.read_text()):
+            return int(match.group(1))
         time.sleep(0.05)
     raise AssertionError(log.read_text())
 

@@ -20,6 +20,7 @@ from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess, config_option
 from tests.peer import Peer
+from tools.launcher import rss
 
 HERE = Path(__file__).parent
 
@@ -27,14 +28,6 @@ HERE = Path(__file__).parent
 def expect_error(reply: wire.Message, code: ErrorCode, fragment: str) -> None:
     assert isinstance(reply, wire.Error), reply
     assert reply.code == code and fragment in reply.message, reply
-
-
-def rss(daemon: DaemonProcess) -> int:
-    assert daemon.process is not None
-    for line in Path(f"/proc/{daemon.process.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 # -- connections ---------------------------------------------------------------------
@@ -86,7 +79,7 @@ def test_slowloris_bytes_do_not_keep_a_connection(tmp_path: Path, start_daemon) 
 
 def test_a_thousand_concurrent_connections(start_daemon) -> None:
     daemon = start_daemon()
-    before = rss(daemon)
+    before = rss(daemon.pid)
     peers: list[socket.socket] = []
     try:
         for _ in range(1000):
@@ -99,7 +92,7 @@ def test_a_thousand_concurrent_connections(start_daemon) -> None:
             assert reply[:2] == b"\x01\x0c" and len(reply) == 6 + 28
         status = fetch_status(str(daemon.control_path))
         assert status["connections"]["total"] == 1000
-        per_connection = (rss(daemon) - before) / 1000
+        per_connection = (rss(daemon.pid) - before) / 1000
         # docs/operations.md gives the per-connection cost; this is its bound.
         assert per_connection < 16 * 1024, per_connection
     finally:
@@ -145,7 +138,7 @@ def test_bad_limits_name_their_line(tmp_path: Path) -> None:
 
 def test_a_producer_that_never_reads_is_paused_not_buffered(tmp_path: Path, start_daemon) -> None:
     daemon = start_daemon(config_option(tmp_path, "[limits]\nmax_output_buffer = 64K\n"))
-    before = rss(daemon)
+    before = rss(daemon.pid)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(daemon.address)
@@ -162,7 +155,7 @@ def test_a_producer_that_never_reads_is_paused_not_buffered(tmp_path: Path, star
     # and the kernel's buffers, not by how long we kept sending.
     status = fetch_status(str(daemon.control_path))
     assert status["connections"]["paused"] == 1
-    assert rss(daemon) - before < 64 * 1024 * 1024
+    assert rss(daemon.pid) - before < 64 * 1024 * 1024
     assert sent < 200 * 1024 * 1024
     # Reading everything resumes it; every request is answered, in order.
     # (A reader thread, so that the frame cut short by the last partial send
@@ -369,6 +362,6 @@ def test_a_full_pool_and_a_producer_that_never_reads_stay_within_the_bound(start
         assert status["connections"]["paused"] == 1
         assert status["tasks"]["rejected"] > 0
         assert status["memory"]["used"] > 0.9 * status["memory"]["total"]
-        assert rss(daemon) <= documented_bound(status), (rss(daemon) / MiB, status)
+        assert rss(daemon.pid) <= documented_bound(status), (rss(daemon.pid) / MiB, status)
     finally:
         sock.close()

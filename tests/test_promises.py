@@ -21,8 +21,9 @@ import pytest
 from quicx.daemon.control import fetch_status
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
-from tests.conftest import TWISTD, DaemonProcess, config_option
+from tests.conftest import DaemonProcess, config_option
 from tests.peer import Peer
+from tools.launcher import daemon_command
 
 # -- every reply on a connection leaves in request order -----------------------------
 
@@ -130,10 +131,12 @@ def test_a_reason_of_max_reason_length_is_accepted_and_one_more_is_refused(
 
 def run_twistd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [TWISTD, "-n", "--pidfile=", "quicx", "--listen=tcp:0:interface=127.0.0.1",
-         "--control=none", *args],
-        capture_output=True, text=True, timeout=30, cwd=tmp_path,
-    )  # fmt: skip
+        daemon_command("--listen=tcp:0:interface=127.0.0.1", "--control=none", *args),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
 
 
 def test_an_events_directory_that_cannot_be_made_stops_the_start(tmp_path: Path) -> None:

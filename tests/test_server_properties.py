@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
-from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +18,7 @@ from hypothesis import strategies as st
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode, MessageType
 from tests.peer import Peer
+from tools.launcher import rss
 
 LIMIT = 1024 + wire.SUBMIT_TYPE_OVERHEAD  # the default pool's frame limit
 HEADER = struct.Struct(">BBI")
@@ -73,13 +73,6 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
     """C{data} in pieces, cut at C{points} (fractions of its length, in per-mille)."""
     offsets = sorted({p * len(data) // 1000 for p in points} | {0, len(data)})
     return [data[a:b] for a, b in itertools.pairwise(offsets) if b > a]
-
-
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 def test_any_stream_of_frames_cut_anywhere_is_answered_in_order(daemon) -> None:
