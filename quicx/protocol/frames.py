@@ -20,6 +20,7 @@ from typing import NamedTuple, final
 
 from attrs import frozen
 
+from quicx.protocol import v2
 from quicx.protocol.wire import HEADER, HEADER_SIZE, KNOWN_TYPES, PROTOCOL_VERSION, ErrorCode
 
 
@@ -49,17 +50,30 @@ class RejectedFrame:
 
 class FrameParser:
     """
-    Incremental parser of version-1 frames.
+    Incremental parser of the frames of one connection.
 
-    @ivar max_length: the largest payload accepted; a longer one yields a
-        L{RejectedFrame} with L{ErrorCode.PAYLOAD_TOO_LARGE}.
+    A connection speaks one protocol version, set by its first frame whose
+    version this parser accepts (L{version}); a frame of another version
+    after that is rejected.
+
+    @ivar max_length: the largest version-1 payload accepted; a longer one
+        yields a L{RejectedFrame} with L{ErrorCode.PAYLOAD_TOO_LARGE}.
+    @ivar v2_max_length: the same for version 2; C{None} when version 2 is
+        not accepted (its frames are rejected as a bad version).
     @ivar check_types: whether an unknown message type is rejected at the
         header (the daemon does; clients pass frames on to their decoder).
+    @ivar version: the connection's version, once its first frame set it.
     """
 
-    def __init__(self, max_length: int, check_types: bool = True) -> None:
+    def __init__(
+        self, max_length: int, check_types: bool = True, v2_max_length: int | None = None
+    ) -> None:
         self.max_length = max_length
+        self.v2_max_length = v2_max_length
         self.check_types = check_types
+        self.version: int | None = None
+        self._limit = max_length
+        self._known = KNOWN_TYPES
         self._buffer = bytearray()
         self._skip = 0
 
@@ -68,20 +82,40 @@ class FrameParser:
         """How many bytes are held while waiting for the rest of a frame."""
         return len(self._buffer)
 
-    def _reject(self, version: int, message_type: int, length: int) -> RejectedFrame:
-        """Why a header that fails one of L{feed}'s checks is refused."""
-        if version != PROTOCOL_VERSION:
+    def _settle(self, version: int) -> bool:
+        """Let the connection's first frame of an accepted version set its version."""
+        if self.version is None and (
+            version == PROTOCOL_VERSION or (version == v2.VERSION and self.v2_max_length)
+        ):
+            self.version = version
+            if version == v2.VERSION:
+                assert self.v2_max_length is not None
+                self._limit = self.v2_max_length
+                self._known = v2.KNOWN_TYPES
+        return version == self.version
+
+    def _reject(self, version: int, message_type: int, length: int) -> RejectedFrame | None:
+        """Why a header that fails one of L{feed}'s checks is refused (C{None}: it is not)."""
+        if not self._settle(version):
+            if self.version is not None and version in (PROTOCOL_VERSION, v2.VERSION):
+                return RejectedFrame(
+                    ErrorCode.INVALID_MESSAGE,
+                    f"a version-{version} frame on a version-{self.version} connection:"
+                    " a connection keeps the version of its first frame",
+                )
             return RejectedFrame(
                 ErrorCode.INVALID_MESSAGE, f"unsupported protocol version {version}"
             )
-        if self.check_types and message_type not in KNOWN_TYPES:
+        if self.check_types and message_type not in self._known:
             return RejectedFrame(
                 ErrorCode.INVALID_MESSAGE, f"unknown message type 0x{message_type:02x}"
             )
-        return RejectedFrame(
-            ErrorCode.PAYLOAD_TOO_LARGE,
-            f"payload of {length} bytes exceeds the limit of {self.max_length}",
-        )
+        if length > self._limit:
+            return RejectedFrame(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"payload of {length} bytes exceeds the limit of {self._limit}",
+            )
+        return None
 
     def feed(self, data: bytes) -> list[Frame | RejectedFrame]:
         """Consume C{data}; return the frames (and rejections) it completes."""
@@ -107,11 +141,11 @@ class FrameParser:
                 version, message_type, length = unpack(source, offset)
                 body = offset + HEADER_SIZE
                 if (
-                    version != PROTOCOL_VERSION
-                    or length > self.max_length
-                    or (self.check_types and message_type not in KNOWN_TYPES)
-                ):
-                    events.append(self._reject(version, message_type, length))
+                    version != self.version
+                    or length > self._limit
+                    or (self.check_types and message_type not in self._known)
+                ) and (rejected := self._reject(version, message_type, length)) is not None:
+                    events.append(rejected)
                     if end - body < length:
                         self._skip = length - (end - body)
                         offset = end

@@ -1,0 +1,72 @@
+"""
+What the configuration says about queues: each declared queue's policy, and
+the limits on queues, keys and the deduplication window.  Plain data: the
+settings build it, the queue core reads it.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from quicx.protocol.v2 import DEFAULT_QUEUE
+
+
+@frozen
+class QueuePolicy:
+    """
+    One queue's settings (a C{[queue NAME]} section, or the defaults).
+
+    @ivar max_depth: the most tasks it may hold queued (0: only the pool bounds it).
+    @ivar priority: the priority of a task submitted without one (0-255).
+    @ivar timeout: seconds a worker may hold one of its tasks before it is
+        requeued; C{None}: C{[tasks] timeout}.
+    @ivar key_concurrency: the most tasks of one fairness key running at
+        once (0: no limit).
+    @ivar rate: tasks per second the queue may start (0: no limit), with
+        C{burst} tokens of bucket (0: one second's worth).
+    @ivar key_rate: the same per fairness key, with C{key_burst}.
+    """
+
+    max_depth: int = 0
+    priority: int = 0
+    timeout: float | None = None
+    key_concurrency: int = 0
+    rate: float = 0.0
+    burst: int = 0
+    key_rate: float = 0.0
+    key_burst: int = 0
+
+
+@frozen
+class QueueLimits:
+    """
+    The limits on queues and keys across the daemon (C{[protocol]} and
+    C{[queues]}).
+
+    @ivar versions: the protocol versions the daemon accepts.
+    @ivar default_queue: where a SUBMIT without a queue goes, and what a
+        worker without a subscription serves (version-1 clients always).
+    @ivar max_queues: the most queues that may exist at once.
+    @ivar max_key_length: the longest idempotency or fairness key (bytes).
+    @ivar dedup_window: seconds an idempotency key is remembered after its
+        task was submitted.
+    @ivar max_dedup_keys: the most keys of finished tasks remembered (the
+        keys of live tasks are always kept; the pool bounds those).
+    @ivar max_fairness_keys: the most fairness keys with state (queued or
+        running tasks, or a rate bucket) across all queues.
+    @ivar declared: the C{[queue NAME]} sections, by name.
+    @ivar defaults: the policy of a queue without a section.
+    """
+
+    versions: frozenset[int] = frozenset({1, 2})
+    default_queue: str = DEFAULT_QUEUE
+    max_queues: int = 1000
+    max_key_length: int = 255
+    dedup_window: float = 3600.0
+    max_dedup_keys: int = 100_000
+    max_fairness_keys: int = 10_000
+    declared: dict[str, QueuePolicy] = {}  # noqa: RUF012 (frozen: never mutated)
+    defaults: QueuePolicy = QueuePolicy()
+
+    def policy(self, name: str) -> QueuePolicy:
+        return self.declared.get(name, self.defaults)

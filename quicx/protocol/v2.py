@@ -1,0 +1,680 @@
+"""
+Protocol version 2: the messages and layouts it adds to version 1.
+
+A version-2 frame has the version-1 header with version byte C{0x02}.  The
+twelve version-1 opcodes keep their meaning; SUBMIT, OK, READY and TASK carry
+more (queue, priority, keys, task context), and opcodes C{0x0D} to C{0x16}
+are new.  Options ride in a TLV field (C{[tag u8][len u8][value]}), so later
+releases add options without a new version.  docs/protocol.md has every
+layout; this module is its one implementation, shared by the daemon, the
+clients and the tests.  It knows nothing of sockets or reactors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Iterable, Sequence
+from enum import IntEnum
+from typing import Any
+
+from attrs import frozen
+
+from quicx.protocol import wire
+from quicx.protocol.wire import HEADER, MalformedMessage
+
+VERSION = 2
+
+MAX_QUEUE_NAME = 64
+"""The longest queue name, in bytes."""
+QUEUE_NAME = re.compile(rb"[A-Za-z0-9_.:\-]{1,64}\Z")
+"""What a queue name may be made of: letters, digits and C{_ . : -}."""
+DEFAULT_QUEUE = "default"
+MAX_OPTION = 255
+"""The longest value one option may carry."""
+MAX_OPTIONS = 4096
+"""The most bytes a SUBMIT's options may take."""
+MAX_SUBSCRIPTIONS = 32
+"""The most queues one READY may list."""
+MAX_PEEK = 1000
+"""The most tasks one PEEK may ask for."""
+SUBMIT_OVERHEAD = 1 + wire.MAX_TYPE_LENGTH + 2 + MAX_OPTIONS
+"""The most bytes a v2 SUBMIT spends before its payload."""
+
+U16 = struct.Struct(">H")
+_TASK_HEAD = struct.Struct(">BBIIHBQ")  # header, then task id, attempt, priority, enqueued ms
+_HEADER_AND_ID = struct.Struct(">BBII")
+
+
+class MessageType(IntEnum):
+    """Version 2's opcodes: version 1's, and those it adds."""
+
+    SUBMIT = 0x01
+    OK = 0x02
+    ERROR = 0x03
+    READY = 0x04
+    TASK = 0x05
+    DONE = 0x06
+    FAILED = 0x07
+    WAIT = 0x08
+    HEARTBEAT = 0x09
+    PONG = 0x0A
+    STATS = 0x0B
+    STATS_RESPONSE = 0x0C
+    HELLO = 0x0D
+    CANCEL = 0x0E
+    CANCELLED = 0x0F
+    PAUSE = 0x10
+    RESUME = 0x11
+    PURGE = 0x12
+    QUEUES = 0x13
+    PEEK = 0x14
+    INSPECT = 0x15
+    INFO = 0x16
+
+
+KNOWN_TYPES = frozenset(MessageType)
+
+
+class ErrorCode(IntEnum):
+    """Version 2's ERROR codes: version 1's, and three more."""
+
+    QUEUE_FULL = 0x01
+    INVALID_MESSAGE = 0x02
+    PAYLOAD_TOO_LARGE = 0x03
+    UNKNOWN_TASK_TYPE = 0x04
+    NOT_FOUND = 0x05
+    FORBIDDEN = 0x06
+    CONFLICT = 0x07
+
+
+class Option(IntEnum):
+    """SUBMIT option tags (and TASK context tags)."""
+
+    QUEUE = 0x01
+    PRIORITY = 0x02
+    KEY = 0x03
+    FAIRNESS = 0x04
+
+
+class HelloField(IntEnum):
+    """HELLO's TLV tags."""
+
+    NAME = 0x01
+    VERSION = 0x02
+    CAPABILITIES = 0x03
+
+
+OK_DUPLICATE = 0x01
+"""OK flag: the SUBMIT's key matched a task submitted before; this is its id."""
+
+
+# -- messages ---------------------------------------------------------------------
+
+
+@frozen
+class Submit:
+    """
+    @ivar queue: C{None} for the daemon's default queue.
+    @ivar priority: 0 to 255, higher first; C{None} for the queue's default.
+    @ivar key: the idempotency key, if any.
+    @ivar fairness: the fairness key, if any.
+    """
+
+    task_type: bytes
+    payload: bytes
+    queue: str | None = None
+    priority: int | None = None
+    key: bytes | None = None
+    fairness: bytes | None = None
+
+
+@frozen
+class Ok:
+    task_id: int
+    duplicate: bool = False
+
+
+@frozen
+class Ready:
+    """C{queues}: the new subscription, in order; empty keeps the current one."""
+
+    credits: int = 1
+    queues: tuple[str, ...] = ()
+
+
+@frozen
+class Task:
+    """A task as a v2 worker gets it: the task and its context."""
+
+    task_id: int
+    task_type: bytes
+    payload: bytes
+    queue: str
+    priority: int
+    attempt: int
+    enqueued_ms: int
+    key: bytes | None = None
+    fairness: bytes | None = None
+
+
+@frozen
+class Hello:
+    name: str = ""
+    version: str = ""
+    capabilities: tuple[str, ...] = ()
+
+
+@frozen
+class Cancel:
+    task_id: int
+
+
+@frozen
+class Cancelled:
+    task_id: int
+
+
+@frozen
+class QueueAction:
+    """PAUSE, RESUME or PURGE of one queue."""
+
+    action: MessageType
+    queue: str
+
+
+@frozen
+class Queues:
+    pass
+
+
+@frozen
+class Peek:
+    queue: str
+    count: int
+
+
+@frozen
+class Inspect:
+    task_id: int
+
+
+@frozen
+class Info:
+    """A JSON answer: to HELLO, CANCEL, PAUSE, RESUME, PURGE, QUEUES, PEEK, INSPECT."""
+
+    document: Any
+
+
+Message = (
+    Submit
+    | Ok
+    | wire.Error
+    | Ready
+    | Task
+    | wire.Done
+    | wire.Failed
+    | wire.Wait
+    | wire.Heartbeat
+    | wire.Pong
+    | wire.StatsRequest
+    | wire.StatsResponse
+    | Hello
+    | Cancel
+    | Cancelled
+    | QueueAction
+    | Queues
+    | Peek
+    | Inspect
+    | Info
+)
+
+
+# -- encoders ---------------------------------------------------------------------
+
+
+def frame(message_type: int, payload: bytes = b"") -> bytes:
+    """Prefix C{payload} with the version-2 header for C{message_type}."""
+    return HEADER.pack(VERSION, message_type, len(payload)) + payload
+
+
+def check_queue(name: str) -> bytes:
+    """
+    C{name} as the wire carries it.
+
+    @raise ValueError: it is not a queue name.
+    """
+    encoded = name.encode("utf-8")
+    if not QUEUE_NAME.match(encoded):
+        raise ValueError(
+            f"a queue name is 1 to {MAX_QUEUE_NAME} letters, digits or '_.:-', not {name!r}"
+        )
+    return encoded
+
+
+def _name(name: str) -> bytes:
+    encoded = check_queue(name)
+    return bytes((len(encoded),)) + encoded
+
+
+def _option(tag: int, value: bytes) -> bytes:
+    if not 0 < len(value) <= MAX_OPTION:
+        raise ValueError(f"option 0x{tag:02x} is 1 to {MAX_OPTION} bytes, not {len(value)}")
+    return bytes((tag, len(value))) + value
+
+
+def submit_options(
+    queue: str | None = None,
+    priority: int | None = None,
+    key: bytes | None = None,
+    fairness: bytes | None = None,
+) -> bytes:
+    """The options field of a SUBMIT (without its length)."""
+    options = b""
+    if queue is not None:
+        options += _option(Option.QUEUE, check_queue(queue))
+    if priority is not None:
+        if not 0 <= priority <= 255:
+            raise ValueError(f"a priority is 0 to 255, not {priority}")
+        options += bytes((Option.PRIORITY, 1, priority))
+    if key is not None:
+        options += _option(Option.KEY, key)
+    if fairness is not None:
+        options += _option(Option.FAIRNESS, fairness)
+    return options
+
+
+def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> bytes:
+    """A SUBMIT; C{options} from L{submit_options} (empty: none)."""
+    if not 0 < len(task_type) <= wire.MAX_TYPE_LENGTH:
+        raise ValueError(f"a task type is 1 to {wire.MAX_TYPE_LENGTH} bytes, not {len(task_type)}")
+    head = bytes((len(task_type),)) + task_type + U16.pack(len(options)) + options
+    return HEADER.pack(VERSION, MessageType.SUBMIT, len(head) + len(payload)) + head + payload
+
+
+def encode_ok(task_id: int, duplicate: bool = False) -> bytes:
+    return _HEADER_AND_ID.pack(VERSION, MessageType.OK, 5, task_id) + (
+        b"\x01" if duplicate else b"\x00"
+    )
+
+
+def encode_error(code: int, message: str) -> bytes:
+    return frame(MessageType.ERROR, bytes((code,)) + message.encode("utf-8"))
+
+
+def encode_ready(credits: int = 1, queues: Sequence[str] = ()) -> bytes:
+    if not 1 <= credits <= wire.MAX_CREDITS:
+        raise ValueError(f"READY credits are 1 to {wire.MAX_CREDITS}, not {credits}")
+    if not queues:
+        return frame(MessageType.READY, U16.pack(credits))
+    if len(queues) > MAX_SUBSCRIPTIONS:
+        raise ValueError(f"a READY lists at most {MAX_SUBSCRIPTIONS} queues, not {len(queues)}")
+    body = U16.pack(credits) + bytes((len(queues),)) + b"".join(_name(q) for q in queues)
+    return frame(MessageType.READY, body)
+
+
+def task_context(key: bytes | None, fairness: bytes | None) -> bytes:
+    """The TLV context a TASK carries after its type."""
+    context = b""
+    if key is not None:
+        context += bytes((Option.KEY, len(key))) + key
+    if fairness is not None:
+        context += bytes((Option.FAIRNESS, len(fairness))) + fairness
+    return context
+
+
+def encode_task(
+    task_id: int,
+    task_type: bytes,
+    payload: bytes,
+    queue_header: bytes,
+    priority: int,
+    attempt: int,
+    enqueued_ms: int,
+    context: bytes = b"",
+) -> bytes:
+    """
+    A TASK.  C{queue_header}: C{[len u8][name]} (the daemon keeps it per
+    queue); C{context}: from L{task_context}.
+    """
+    tail = (
+        queue_header
+        + bytes((len(task_type),))
+        + task_type
+        + U16.pack(len(context))
+        + context
+        + payload
+    )
+    return (
+        _TASK_HEAD.pack(
+            VERSION,
+            MessageType.TASK,
+            15 + len(tail),
+            task_id,
+            min(attempt, 0xFFFF),
+            priority,
+            enqueued_ms,
+        )
+        + tail
+    )
+
+
+def encode_done(task_id: int) -> bytes:
+    return _HEADER_AND_ID.pack(VERSION, MessageType.DONE, 4, task_id)
+
+
+def encode_failed(task_id: int, reason: str | bytes) -> bytes:
+    if isinstance(reason, str):
+        reason = reason.encode("utf-8")
+    return frame(MessageType.FAILED, wire.TASK_ID.pack(task_id) + reason)
+
+
+def encode_stats_response(stats: wire.StatsResponse) -> bytes:
+    return frame(MessageType.STATS_RESPONSE, wire.encode_stats_response(stats)[6:])
+
+
+def encode_hello(name: str = "", version: str = "", capabilities: Iterable[str] = ()) -> bytes:
+    body = b""
+    for tag, text in (
+        (HelloField.NAME, name),
+        (HelloField.VERSION, version),
+        (HelloField.CAPABILITIES, ",".join(capabilities)),
+    ):
+        if text:
+            body += _option(tag, text.encode("utf-8"))
+    return frame(MessageType.HELLO, body)
+
+
+def encode_cancel(task_id: int) -> bytes:
+    return _HEADER_AND_ID.pack(VERSION, MessageType.CANCEL, 4, task_id)
+
+
+def encode_cancelled(task_id: int) -> bytes:
+    return _HEADER_AND_ID.pack(VERSION, MessageType.CANCELLED, 4, task_id)
+
+
+def encode_queue_action(action: MessageType, queue: str) -> bytes:
+    if action not in (MessageType.PAUSE, MessageType.RESUME, MessageType.PURGE):
+        raise ValueError(f"{action.name} is not a queue action")
+    return frame(action, _name(queue))
+
+
+def encode_queues() -> bytes:
+    return QUEUES_FRAME
+
+
+def encode_peek(queue: str, count: int) -> bytes:
+    if not 1 <= count <= MAX_PEEK:
+        raise ValueError(f"PEEK asks for 1 to {MAX_PEEK} tasks, not {count}")
+    return frame(MessageType.PEEK, U16.pack(count) + _name(queue))
+
+
+def encode_inspect(task_id: int) -> bytes:
+    return _HEADER_AND_ID.pack(VERSION, MessageType.INSPECT, 4, task_id)
+
+
+def encode_info(document: Any) -> bytes:
+    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    return frame(MessageType.INFO, text.encode("utf-8"))
+
+
+WAIT_FRAME = frame(MessageType.WAIT)
+HEARTBEAT_FRAME = frame(MessageType.HEARTBEAT)
+PONG_FRAME = frame(MessageType.PONG)
+STATS_FRAME = frame(MessageType.STATS)
+QUEUES_FRAME = frame(MessageType.QUEUES)
+
+
+# -- decoders ---------------------------------------------------------------------
+
+
+def _bad(message_type: int, text: str) -> MalformedMessage:
+    return MalformedMessage(message_type, f"{MessageType(message_type).name} {text}")
+
+
+def _tlv(message_type: int, data: bytes, start: int, end: int) -> dict[int, bytes]:
+    """The C{[tag][len][value]} items of C{data[start:end]}, by tag."""
+    items: dict[int, bytes] = {}
+    offset = start
+    while offset < end:
+        if end - offset < 2:
+            raise _bad(message_type, f"option at byte {offset} has no length")
+        tag, length = data[offset], data[offset + 1]
+        value_end = offset + 2 + length
+        if value_end > end:
+            raise _bad(message_type, f"option 0x{tag:02x} of {length} bytes runs past its field")
+        if tag in items:
+            raise _bad(message_type, f"repeats option 0x{tag:02x}")
+        items[tag] = data[offset + 2 : value_end]
+        offset = value_end
+    return items
+
+
+def _queue_name(message_type: int, raw: bytes) -> str:
+    if not QUEUE_NAME.match(raw):
+        raise _bad(
+            message_type,
+            f"queue name {raw[:MAX_QUEUE_NAME]!r} is not 1 to {MAX_QUEUE_NAME}"
+            " letters, digits or '_.:-'",
+        )
+    return raw.decode("ascii")
+
+
+def _split_name(message_type: int, payload: bytes, start: int) -> tuple[str, int]:
+    """A C{[len u8][name]} queue name at C{payload[start:]}, and the offset after it."""
+    if len(payload) <= start:
+        raise _bad(message_type, "has no queue name length")
+    end = start + 1 + payload[start]
+    if end > len(payload):
+        raise _bad(message_type, f"queue name of {payload[start]} bytes runs past the payload")
+    return _queue_name(message_type, payload[start + 1 : end]), end
+
+
+def decode_submit(payload: bytes) -> Submit:
+    task_type, rest = wire._split_type(MessageType.SUBMIT, payload, 0)
+    if len(rest) < 2:
+        raise _bad(MessageType.SUBMIT, "has no options length")
+    options_length = (rest[0] << 8) | rest[1]
+    if not options_length:
+        return Submit(task_type, rest[2:])
+    if options_length > MAX_OPTIONS:
+        raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes exceed {MAX_OPTIONS}")
+    end = 2 + options_length
+    if end > len(rest):
+        raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes run past the payload")
+    items = _tlv(MessageType.SUBMIT, rest, 2, end)
+    queue = priority = key = fairness = None
+    for tag, value in items.items():
+        if tag == Option.QUEUE:
+            queue = _queue_name(MessageType.SUBMIT, value)
+        elif tag == Option.PRIORITY:
+            if len(value) != 1:
+                raise _bad(MessageType.SUBMIT, f"priority must be 1 byte (0-255), not {len(value)}")
+            priority = value[0]
+        elif tag == Option.KEY:
+            if not value:
+                raise _bad(MessageType.SUBMIT, "has an empty idempotency key")
+            key = value
+        elif tag == Option.FAIRNESS:
+            if not value:
+                raise _bad(MessageType.SUBMIT, "has an empty fairness key")
+            fairness = value
+        else:
+            raise _bad(MessageType.SUBMIT, f"has unknown option 0x{tag:02x}")
+    return Submit(task_type, rest[end:], queue, priority, key, fairness)
+
+
+def decode_ok(payload: bytes) -> Ok:
+    if len(payload) != 5:
+        raise _bad(MessageType.OK, f"payload must be 5 bytes, got {len(payload)}")
+    return Ok(wire.TASK_ID.unpack_from(payload)[0], bool(payload[4] & OK_DUPLICATE))
+
+
+def decode_ready(payload: bytes) -> Ready:
+    if not payload:
+        return Ready()
+    if len(payload) < 2:
+        raise _bad(MessageType.READY, "payload must be empty, or start with a 2-byte credit count")
+    credits = U16.unpack_from(payload)[0]
+    if not credits:
+        raise _bad(MessageType.READY, "credits must be at least 1")
+    if len(payload) == 2:
+        return Ready(credits)
+    count = payload[2]
+    if not 1 <= count <= MAX_SUBSCRIPTIONS:
+        raise _bad(MessageType.READY, f"lists 1 to {MAX_SUBSCRIPTIONS} queues, not {count}")
+    queues: list[str] = []
+    offset = 3
+    for _ in range(count):
+        name, offset = _split_name(MessageType.READY, payload, offset)
+        queues.append(name)
+    if offset != len(payload):
+        raise _bad(MessageType.READY, f"has {len(payload) - offset} bytes after its queue list")
+    if len(set(queues)) != len(queues):
+        raise _bad(MessageType.READY, "lists a queue twice")
+    return Ready(credits, tuple(queues))
+
+
+def decode_task(payload: bytes) -> Task:
+    if len(payload) < 15:
+        raise _bad(MessageType.TASK, f"needs at least 15 bytes, got {len(payload)}")
+    task_id, attempt, priority, enqueued_ms = struct.unpack_from(">IHBQ", payload)
+    queue, offset = _split_name(MessageType.TASK, payload, 15)
+    task_type, rest = wire._split_type(MessageType.TASK, payload, offset)
+    if len(rest) < 2:
+        raise _bad(MessageType.TASK, "has no context length")
+    end = 2 + U16.unpack_from(rest)[0]
+    if end > len(rest):
+        raise _bad(MessageType.TASK, "context runs past the payload")
+    context = _tlv(MessageType.TASK, rest, 2, end)
+    return Task(
+        task_id,
+        task_type,
+        rest[end:],
+        queue,
+        priority,
+        attempt,
+        enqueued_ms,
+        context.get(Option.KEY),
+        context.get(Option.FAIRNESS),
+    )
+
+
+def decode_hello(payload: bytes) -> Hello:
+    items = _tlv(MessageType.HELLO, payload, 0, len(payload))
+    texts: dict[int, str] = {}
+    for tag, value in items.items():
+        if tag not in tuple(HelloField):
+            raise _bad(MessageType.HELLO, f"has unknown field 0x{tag:02x}")
+        try:
+            texts[tag] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(MessageType.HELLO, f"field 0x{tag:02x} is not UTF-8") from None
+    capabilities = texts.get(HelloField.CAPABILITIES, "")
+    return Hello(
+        texts.get(HelloField.NAME, ""),
+        texts.get(HelloField.VERSION, ""),
+        tuple(c for c in capabilities.split(",") if c),
+    )
+
+
+def _task_id_only(message_type: MessageType, payload: bytes) -> int:
+    if len(payload) != 4:
+        raise _bad(message_type, f"payload must be a 4-byte task id, got {len(payload)} bytes")
+    task_id: int = wire.TASK_ID.unpack(payload)[0]
+    return task_id
+
+
+def decode_cancel(payload: bytes) -> Cancel:
+    return Cancel(_task_id_only(MessageType.CANCEL, payload))
+
+
+def decode_cancelled(payload: bytes) -> Cancelled:
+    return Cancelled(_task_id_only(MessageType.CANCELLED, payload))
+
+
+def decode_inspect(payload: bytes) -> Inspect:
+    return Inspect(_task_id_only(MessageType.INSPECT, payload))
+
+
+def decode_queue_action(message_type: MessageType, payload: bytes) -> QueueAction:
+    name, end = _split_name(message_type, payload, 0)
+    if end != len(payload):
+        raise _bad(message_type, f"has {len(payload) - end} bytes after its queue name")
+    return QueueAction(message_type, name)
+
+
+def decode_queues(payload: bytes) -> Queues:
+    if payload:
+        raise _bad(MessageType.QUEUES, f"payload must be empty, got {len(payload)} bytes")
+    return Queues()
+
+
+def decode_peek(payload: bytes) -> Peek:
+    if len(payload) < 2:
+        raise _bad(MessageType.PEEK, "has no count")
+    count = U16.unpack_from(payload)[0]
+    if not 1 <= count <= MAX_PEEK:
+        raise _bad(MessageType.PEEK, f"count must be 1 to {MAX_PEEK}, not {count}")
+    name, end = _split_name(MessageType.PEEK, payload, 2)
+    if end != len(payload):
+        raise _bad(MessageType.PEEK, f"has {len(payload) - end} bytes after its queue name")
+    return Peek(name, count)
+
+
+def decode_info(payload: bytes) -> Info:
+    try:
+        return Info(json.loads(payload.decode("utf-8")))
+    except ValueError as e:
+        raise _bad(MessageType.INFO, f"is not a UTF-8 JSON document: {e}") from None
+
+
+def decode(message_type: int, payload: bytes) -> Message:
+    """
+    Decode the payload of a version-2 frame of C{message_type}.
+
+    @raise MalformedMessage: the type is unknown or the payload has the
+        wrong layout for it.
+    """
+    if message_type in _V1_SHAPED:
+        return wire.decode(message_type, payload)  # type: ignore[return-value]
+    if message_type == MessageType.SUBMIT:
+        return decode_submit(payload)
+    if message_type == MessageType.OK:
+        return decode_ok(payload)
+    if message_type == MessageType.READY:
+        return decode_ready(payload)
+    if message_type == MessageType.TASK:
+        return decode_task(payload)
+    if message_type in (MessageType.PAUSE, MessageType.RESUME, MessageType.PURGE):
+        return decode_queue_action(MessageType(message_type), payload)
+    decoder = _DECODERS.get(message_type)
+    if decoder is None:
+        raise MalformedMessage(message_type, f"unknown message type 0x{message_type:02x}")
+    return decoder(payload)
+
+
+_V1_SHAPED = frozenset(
+    {
+        MessageType.ERROR,
+        MessageType.DONE,
+        MessageType.FAILED,
+        MessageType.WAIT,
+        MessageType.HEARTBEAT,
+        MessageType.PONG,
+        MessageType.STATS,
+        MessageType.STATS_RESPONSE,
+    }
+)
+"""Messages whose version-2 payload is laid out as in version 1."""
+
+_DECODERS: dict[int, Any] = {
+    MessageType.HELLO: decode_hello,
+    MessageType.CANCEL: decode_cancel,
+    MessageType.CANCELLED: decode_cancelled,
+    MessageType.QUEUES: decode_queues,
+    MessageType.PEEK: decode_peek,
+    MessageType.INSPECT: decode_inspect,
+    MessageType.INFO: decode_info,
+}
