@@ -6,7 +6,9 @@ settings build it, the queue core reads it.
 
 from __future__ import annotations
 
-from attrs import frozen
+from collections.abc import Mapping
+
+from attrs import field, frozen
 
 from quicx.protocol.v2 import DEFAULT_QUEUE
 
@@ -65,7 +67,7 @@ class QueueLimits:
     dedup_window: float = 3600.0
     max_dedup_keys: int = 100_000
     max_fairness_keys: int = 10_000
-    declared: dict[str, QueuePolicy] = {}  # noqa: RUF012 (frozen: never mutated)
+    declared: Mapping[str, QueuePolicy] = field(factory=dict)
     defaults: QueuePolicy = QueuePolicy()
 
     def policy(self, name: str) -> QueuePolicy:
