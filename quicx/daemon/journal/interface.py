@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from attrs import frozen
 from zope.interface import Attribute, Interface, implementer
 
 
@@ -27,6 +28,60 @@ class Record(Protocol):
 
     @property
     def size(self) -> int: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    @property
+    def enqueued_at(self) -> float:
+        """When the daemon accepted it (Unix seconds)."""
+
+    @property
+    def key(self) -> bytes | None:
+        """Its idempotency key."""
+
+    @property
+    def fairness(self) -> bytes | None:
+        """Its fairness key."""
+
+
+OUTCOMES = ("done", "failed", "cancelled")
+"""How a task can end; the journal records which."""
+
+
+@frozen
+class KeyEntry:
+    """
+    An idempotency key of a finished task, remembered for the dedup window.
+
+    @ivar submitted_at: when its task was accepted (Unix seconds): the
+        window counts from then.
+    @ivar outcome: one of L{OUTCOMES}.
+    """
+
+    queue: str
+    key: bytes
+    task_id: int
+    submitted_at: float
+    outcome: str
+
+
+@frozen
+class Snapshot:
+    """
+    The queue's durable state, for compaction.
+
+    @ivar tasks: the live tasks and their payloads, oldest first.
+    @ivar paused: the paused queues.
+    @ivar keys: the remembered keys of finished tasks.
+    """
+
+    tasks: Iterable[tuple[Record, bytes]]
+    paused: Iterable[str]
+    keys: Iterable[KeyEntry]
 
 
 class IJournalOwner(Interface):
@@ -45,8 +100,8 @@ class IJournalOwner(Interface):
         the failed write could not be cut back, so a record may survive.
         """
 
-    def snapshot() -> Iterable[tuple[int, bytes, bytes]]:
-        """The live tasks as (id, type, payload), oldest first (for compaction)."""
+    def snapshot() -> Snapshot:
+        """The queue's durable state now (for compaction)."""
 
 
 class IJournal(Interface):
@@ -66,8 +121,11 @@ class IJournal(Interface):
             calls the owner's C{accepted} or C{refused} with it later.
         """
 
-    def record_outcome(task: Record, failed: bool) -> None:
-        """Record that C{task} is finished."""
+    def record_outcome(task: Record, outcome: str) -> None:
+        """Record that C{task} is finished: C{outcome} is one of L{OUTCOMES}."""
+
+    def record_pause(queue: str, paused: bool) -> None:
+        """Record that C{queue} was paused or resumed."""
 
 
 @implementer(IJournal)
@@ -83,5 +141,8 @@ class NullJournal:
     def record_submit(self, task: Record, payload: bytes) -> bool:
         return True
 
-    def record_outcome(self, task: Record, failed: bool) -> None:
+    def record_outcome(self, task: Record, outcome: str) -> None:
+        pass
+
+    def record_pause(self, queue: str, paused: bool) -> None:
         pass
