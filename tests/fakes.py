@@ -67,7 +67,8 @@ class FakeJournal:
         self.waits = waits
         self.broken = ""
         self.waiting: list[Task] = []
-        self.outcomes: list[tuple[int, bool]] = []
+        self.outcomes: list[tuple[int, str]] = []
+        self.pauses: list[tuple[str, bool]] = []
 
     def bind(self, owner: IJournalOwner) -> None:
         self.owner = owner
@@ -78,8 +79,11 @@ class FakeJournal:
         self.waiting.append(task)
         return False
 
-    def record_outcome(self, task: Task, failed: bool) -> None:
-        self.outcomes.append((task.task_id, failed))
+    def record_outcome(self, task: Task, outcome: str) -> None:
+        self.outcomes.append((task.task_id, outcome))
+
+    def record_pause(self, queue: str, paused: bool) -> None:
+        self.pauses.append((queue, paused))
 
     def sync(self) -> None:
         waiting, self.waiting = self.waiting, []

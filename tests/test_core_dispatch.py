@@ -102,7 +102,7 @@ def test_done_reaches_the_producer_and_frees_the_worker() -> None:
     worker.take()
     queue.done(worker.session, 1)
     assert producer.take() == [wire.Ok(1), wire.Done(1)]
-    assert journal.outcomes == [(1, False)]
+    assert journal.outcomes == [(1, "done")]
     assert queue.counters().completed == 1
     assert queue.tasks_running == 0 and queue.stats().workers_idle == 1
     assert queue.pool.bytes_used == EMPTY_POOL_BYTES
@@ -118,7 +118,7 @@ def test_failed_reaches_the_producer_with_its_reason_and_is_logged() -> None:
     queue.submit(producer.session, b"resize", b"x")
     queue.failed(worker.session, 1, "image is corrupt")
     assert producer.take() == [wire.Ok(1), wire.Failed(1, "image is corrupt")]
-    assert journal.outcomes == [(1, True)]
+    assert journal.outcomes == [(1, "failed")]
     assert queue.counters().failed == 1 and queue.counters().completed == 0
     assert log == ["task 1 (resize) failed on 10.0.0.5:4242: image is corrupt"]
     assert queue.pool.bytes_used == EMPTY_POOL_BYTES

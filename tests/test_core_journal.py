@@ -99,7 +99,7 @@ def test_a_task_made_durable_after_its_producer_left_still_runs() -> None:
     assert queue.stats().queue_depth == 1
     worker = worker_of(queue)
     queue.done(worker.session, 1)
-    assert journal.outcomes == [(1, False)]
+    assert journal.outcomes == [(1, "done")]
 
 
 def test_a_refused_record_of_a_producer_that_left_frees_its_block() -> None:
@@ -122,7 +122,7 @@ def test_outcomes_are_recorded_for_done_failed_and_given_up() -> None:
     queue.failed(worker.session, 2, "no")
     queue.done(worker.session, 1)
     worker.disconnect()
-    assert journal.outcomes == [(2, True), (1, False), (3, True)]
+    assert journal.outcomes == [(2, "failed"), (1, "done"), (3, "failed")]
 
 
 def test_the_snapshot_holds_the_live_tasks_oldest_first() -> None:
@@ -134,4 +134,7 @@ def test_the_snapshot_holds_the_live_tasks_oldest_first() -> None:
     worker = worker_of(queue)
     queue.done(worker.session, 1)
     worker.take()  # task 2 is held, task 3 queued: both live
-    assert list(queue.snapshot()) == [(2, b"t", b"two"), (3, b"t", b"three")]
+    assert [(t.task_id, t.task_type, p) for t, p in queue.snapshot().tasks] == [
+        (2, b"t", b"two"),
+        (3, b"t", b"three"),
+    ]

@@ -202,7 +202,7 @@ class QueueMachine(RuleBasedStateMachine):
             if not (self.queue.queued or self.queue.tasks_running):
                 break
         self._collect()
-        assert list(self.queue.snapshot()) == [], "a task never finished"
+        assert list(self.queue.snapshot().tasks) == [], "a task never finished"
         assert self.queue.pool.bytes_used == self.empty_pool
         for producer in self.producers:
             assert producer.outcomes.keys() == producer.accepted
@@ -249,7 +249,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._collect()
         queue = self.queue
         stats = queue.stats()
-        live = [task_id for task_id, _, _ in queue.snapshot()]
+        live = [task.task_id for task, _ in queue.snapshot().tasks]
         waiting = [t.task_id for t in self.journal.waiting]
         held = sum(len(w.session.tasks) for w in self.workers)
         assert stats.queue_depth == len(live) - len(waiting) - held
@@ -262,7 +262,7 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def every_accepted_task_is_live_or_has_one_outcome(self) -> None:
         self._collect()
-        live = {task_id for task_id, _, _ in self.queue.snapshot()}
+        live = {task.task_id for task, _ in self.queue.snapshot().tasks}
         finished = 0
         for producer in self.producers:
             assert all(count == 1 for count in producer.outcomes.values()), "two outcomes"

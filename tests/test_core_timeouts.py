@@ -211,7 +211,7 @@ def test_a_task_delivered_max_attempts_times_fails() -> None:
     assert producer.take() == [wire.Ok(1), wire.Failed(1, reason)]
     counters = queue.counters()
     assert (counters.failed, counters.given_up, counters.requeued) == (1, 1, 1)
-    assert journal.outcomes == [(1, True)]
+    assert journal.outcomes == [(1, "failed")]
     assert queue.queued == 0 and queue.pool.bytes_used == EMPTY_POOL_BYTES
     assert not queue.awaits_outcome(producer.session)
     # Both late reports are ignored, and free their credits.

@@ -6,6 +6,10 @@ person wants to see -- version, pid, uptime, task totals, per-class blocks --
 comes over this separate channel: the client sends the line C{status} and the
 daemon answers one JSON document (see C{docs/operations.md}) and closes.  It
 listens with mode 0600, so only the daemon's user may ask.
+
+The same socket also speaks the Quicx protocol: a connection whose first
+byte is a frame's version byte (1 or 2) is served as any client connection,
+with the admin role (pause, resume, purge, cancel any task).
 """
 
 from __future__ import annotations
@@ -24,12 +28,31 @@ STATUS_FORMAT = "quicx-status/1"
 
 
 class ControlProtocol(LineOnlyReceiver):
-    """Answers one request line, then closes."""
+    """
+    Answers one request line, then closes -- or, when the first byte is a
+    Quicx frame's version byte, hands the connection to a Quicx server
+    protocol with the admin role.
+    """
 
     delimiter = b"\n"
     MAX_LENGTH = 64
     factory: ControlFactory
     transport: ITransport  # set by makeConnection, before any line
+    _sniffed = False
+
+    def dataReceived(self, data: bytes) -> None:
+        if not self._sniffed and data:
+            self._sniffed = True
+            quicx = self.factory.quicx
+            if quicx is not None and data[0] in (1, 2):
+                protocol = quicx.buildProtocol(self.transport.getPeer())
+                assert protocol is not None
+                # The transport delivers to whichever protocol it holds.
+                self.transport.protocol = protocol  # type: ignore[attr-defined]
+                protocol.makeConnection(self.transport)
+                protocol.dataReceived(data)
+                return
+        super().dataReceived(data)  # type: ignore[no-untyped-call]
 
     def lineReceived(self, line: bytes) -> None:
         command = line.strip().decode("ascii", "replace")
@@ -48,8 +71,11 @@ class ControlFactory(Factory[ControlProtocol]):
     protocol = ControlProtocol
     noisy = False
 
-    def __init__(self, status: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self, status: Callable[[], dict[str, Any]], quicx: Factory[Any] | None = None
+    ) -> None:
         self.status = status
+        self.quicx = quicx
 
 
 class StatusUnavailable(Exception):

@@ -13,25 +13,34 @@ holds a reference to pass back in.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
-from attrs import define, frozen
+from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from quicx.daemon import pmad
+from quicx.daemon.dedup import KeyTable
 from quicx.daemon.events import EventLog
-from quicx.daemon.journal.interface import IJournal, IJournalOwner, NullJournal
+from quicx.daemon.journal.interface import (
+    IJournal,
+    IJournalOwner,
+    KeyEntry,
+    NullJournal,
+    Snapshot,
+)
 from quicx.daemon.journal.records import Recovery
 from quicx.daemon.logsummary import LogSummary
+from quicx.daemon.policy import QueueLimits
+from quicx.daemon.queues import NamedQueue
 from quicx.net.twisted_types import Service
 from quicx.protocol import session as protocol
-from quicx.protocol import wire
+from quicx.protocol import v2, wire
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
-from quicx.protocol.wire import ErrorCode
+from quicx.protocol.v2 import ErrorCode
 
 
 @define(eq=False)
@@ -43,14 +52,22 @@ class Task:
 
     @ivar producer: the session that submitted it, told of the outcome;
         C{None} for a task recovered from the journal.
+    @ivar home: the queue it belongs to.
+    @ivar priority: 0 to 255, higher first.
+    @ivar enqueued_at: when it was submitted (Unix seconds).
+    @ivar key: its idempotency key; C{fairness}: its fairness key.
+    @ivar owner: the TLS identity it was submitted under, if any.
+    @ivar context: the TLV context a version-2 TASK carries for it.
     @ivar attempts: how many times it has been handed to a worker.
     @ivar dispatched_at: when it was last handed to a worker.
     @ivar holder: the worker holding its current delivery, if any.
     @ivar finished: its outcome is decided (a task taken back at its timeout
-        can still be in the queue, or at another worker, when the first
-        outcome arrives; those copies are then skipped).
+        can still be at another worker when the first outcome arrives).
+    @ivar accepted: its SUBMIT was answered OK (its record is durable).
     @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
         it waits in its producer's L{Session.replies}.
+    @ivar duplicates: SUBMITs of its key that came before it was accepted,
+        waiting for its answer.
     """
 
     task_id: int
@@ -58,15 +75,67 @@ class Task:
     block: int
     size: int
     producer: Session | None
+    home: NamedQueue[Task, Session]
+    priority: int
+    enqueued_at: float
+    key: bytes | None = None
+    fairness: bytes | None = None
+    owner: str | None = None
+    context: bytes = b""
     attempts: int = 0
     dispatched_at: float = 0.0
     holder: Session | None = None
     finished: bool = False
+    accepted: bool = False
+    reply: bytes | None = None
+    duplicates: list[Duplicate] | None = None
+
+    @property
+    def queue(self) -> str:
+        return self.home.name
+
+
+@define(eq=False)
+class Duplicate:
+    """A SUBMIT whose key names a task not yet accepted: its answer waits for that task's."""
+
+    session: Session
     reply: bytes | None = None
 
 
-Session = protocol.Session[Task]
-"""A connection, holding these tasks."""
+@define(eq=False)
+class Session(protocol.Session[Task]):
+    """
+    A connection, holding these tasks.
+
+    @ivar version: the protocol version it speaks.
+    @ivar admin: it may pause, resume, purge and cancel any task.
+    @ivar identity: its TLS certificate identity, if it has one.
+    @ivar client: what its HELLO said it is (name and version).
+    @ivar subscriptions: the queues a worker serves, in order.
+    """
+
+    version: int = 1
+    admin: bool = False
+    identity: str | None = None
+    client: str = ""
+    subscriptions: tuple[NamedQueue[Task, Session], ...] = field(factory=tuple)
+
+
+class Refused(Exception):
+    """A request the queue turns down: answered ERROR C{code}, C{str(self)}."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+_OUTCOME_FRAMES: dict[int, tuple[Callable[[int], bytes], Callable[[int, str], bytes]]] = {
+    1: (wire.encode_done, wire.encode_failed),
+    2: (v2.encode_done, v2.encode_failed),
+}
+_OK = {1: lambda task_id, duplicate: wire.encode_ok(task_id), 2: v2.encode_ok}
+_ERROR = {1: wire.encode_error, 2: v2.encode_error}
 
 
 @frozen
@@ -81,6 +150,8 @@ class Counters:
     timed_out: int
     given_up: int
     late_outcomes: int
+    cancelled: int
+    duplicates: int
 
 
 @implementer(IJournalOwner)
@@ -92,7 +163,9 @@ class QueueService(Service):
     @ivar allowed_types: task types a SUBMIT may name (C{None}: any).
     @ivar journal: where accepted tasks and outcomes are recorded (a
         L{NullJournal} when nothing is kept).
+    @ivar limits: the queues' policies and the limits on queues and keys.
     @ivar sessions: the open connections by session id.
+    @ivar queues: the named queues by name.
     """
 
     # A Logger as a class attribute is named after the class:
@@ -109,6 +182,8 @@ class QueueService(Service):
         max_attempts: int = 0,
         events: EventLog | None = None,
         failures: LogSummary | None = None,
+        limits: QueueLimits | None = None,
+        scheduler: IReactorTime | None = None,
     ) -> None:
         self.pool = pool
         self.allowed_types = allowed_types
@@ -118,15 +193,21 @@ class QueueService(Service):
         self.max_attempts = max_attempts
         self.events = events
         self.failures = failures or LogSummary(self.log)
+        self.limits = limits = limits or QueueLimits()
+        self._scheduler = scheduler
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
+        self._rate_timer: IDelayedCall | None = None
         self.journal.bind(self)
         self.sessions: dict[int, Session] = {}
         self.started_at = clock()
-        # Tasks in the order they arrive; with a journal, only once durable.
-        self._queue: deque[Task] = deque()
-        self._idle: OrderedDict[int, Session] = OrderedDict()
+        self.queues: dict[str, NamedQueue[Task, Session]] = {}
+        for name in limits.declared:
+            self._queue(name)
+        self.default_queue = self._queue(limits.default_queue)
+        self.keys: KeyTable[Task] = KeyTable(limits.dedup_window, limits.max_dedup_keys)
+        self._fairness_keys = 0
         self._live: dict[int, Task] = {}
         self._workers = 0
         self._last_task_id = 0
@@ -134,13 +215,47 @@ class QueueService(Service):
         self._submitted = 0
         self._completed = 0
         self._failed = 0
+        self._cancelled = 0
         self._rejected = 0
         self._requeued = 0
         self._timed_out = 0
         self._given_up = 0
         self._late_outcomes = 0
-        # Finished tasks still in the queue (see Task.finished).
-        self._stale = 0
+        self._duplicates = 0
+
+    # -- queues -------------------------------------------------------------
+
+    def _queue(self, name: str) -> NamedQueue[Task, Session]:
+        """
+        The queue called C{name}, created on first use.
+
+        @raise Refused: creating it would pass C{max_queues}.
+        """
+        queue = self.queues.get(name)
+        if queue is None:
+            if len(self.queues) >= self.limits.max_queues:
+                raise Refused(
+                    ErrorCode.QUEUE_FULL,
+                    f"too many queues (max_queues = {self.limits.max_queues}); {name!r} is new",
+                )
+            queue = self.queues[name] = NamedQueue(
+                name, self.limits.policy(name), name in self.limits.declared
+            )
+        return queue
+
+    def _forget_if_idle(self, queue: NamedQueue[Task, Session]) -> None:
+        """Forget an undeclared queue nothing refers to any more (so queues stay bounded)."""
+        if queue.keys:
+            self._fairness_keys -= queue.prune_keys(self.clock())
+        if queue.forgettable and queue is not self.default_queue:
+            del self.queues[queue.name]
+
+    def find_queue(self, name: str) -> NamedQueue[Task, Session]:
+        """@raise Refused: (not found) there is no queue C{name}."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise Refused(ErrorCode.NOT_FOUND, f"no queue named {name!r}")
+        return queue
 
     # -- sessions -----------------------------------------------------------
 
@@ -151,12 +266,12 @@ class QueueService(Service):
         return session
 
     def close_session(self, session: Session) -> None:
-        """Forget a connection; tasks it held go back to the queue's head, in order."""
+        """Forget a connection; tasks it held go back to the head of their queues, in order."""
         session.connected = False
         self.sessions.pop(session.session_id, None)
-        self._idle.pop(session.session_id, None)
         if session.role is Role.WORKER:
             self._workers -= 1
+            self._unsubscribe(session)
         session.replies.clear()
         if session.tasks or session.overdue:
             held, session.tasks = session.tasks, {}
@@ -167,7 +282,8 @@ class QueueService(Service):
             for task in reversed(held.values()):
                 task.holder = None
                 self._requeue(task, "its worker disconnected", cause)
-            self._dispatch()
+            for queue in {task.home: None for task in held.values()}:
+                self._serve_queue(queue)
         if self._drained is not None:
             self._check_drained()
 
@@ -179,40 +295,74 @@ class QueueService(Service):
         """
         if session.claim(role) and role is Role.WORKER:
             self._workers += 1
+            self._subscribe(session, (self.default_queue,))
+
+    def subscribe(self, session: Session, names: tuple[str, ...]) -> None:
+        """
+        Make worker C{session} serve these queues, in order.
+
+        @raise Refused: a queue would pass C{max_queues}.
+        """
+        queues = tuple(self._queue(name) for name in names)
+        old = session.subscriptions
+        self._subscribe(session, queues)
+        for queue in old:
+            self._forget_if_idle(queue)
+
+    def _subscribe(self, session: Session, queues: tuple[NamedQueue[Task, Session], ...]) -> None:
+        self._unsubscribe(session)
+        session.subscriptions = queues
+        for queue in queues:
+            queue.subscribers += 1
+
+    def _unsubscribe(self, session: Session) -> None:
+        for queue in session.subscriptions:
+            queue.subscribers -= 1
+            queue.idle.pop(session.session_id, None)
+            if not session.connected:
+                self._forget_if_idle(queue)
+        session.subscriptions = ()
 
     # -- producers ------------------------------------------------------------
 
-    def submit(self, session: Session, task_type: bytes, payload: bytes) -> None:
+    def submit(
+        self,
+        session: Session,
+        task_type: bytes,
+        payload: bytes,
+        queue_name: str | None = None,
+        priority: int | None = None,
+        key: bytes | None = None,
+        fairness: bytes | None = None,
+    ) -> None:
         """
         Accept a task and answer OK, or answer the ERROR that says why not.
 
         With a journal that syncs each record, the OK (and the task's place in
         the queue) waits until the record is on disk; see L{accepted}.
         """
-        if self.allowed_types is not None and task_type not in self.allowed_types:
-            self._reject(
-                session,
-                ErrorCode.UNKNOWN_TASK_TYPE,
-                f"unknown task type: {task_type.decode('utf-8', 'replace')}",
-                task_type,
-                len(payload),
-            )
+        try:
+            queue = self.default_queue if queue_name is None else self._queue(queue_name)
+            self._check_submit(queue, task_type)
+        except Refused as e:
+            self._reject(session, e.code, str(e), task_type, len(payload))
             return
-        if self.draining:
+        now = self.clock()
+        if key is not None:
+            found = self.keys.find(queue.name, key, now)
+            if found is not None:
+                self._duplicate(session, found)
+                return
+        if (
+            fairness is not None
+            and queue.limited
+            and fairness not in queue.keys
+            and self._fairness_keys >= self.limits.max_fairness_keys
+        ):
             self._reject(
                 session,
                 ErrorCode.QUEUE_FULL,
-                "the daemon is shutting down",
-                task_type,
-                len(payload),
-            )
-            return
-        journal = self.journal
-        if journal.broken:
-            self._reject(
-                session,
-                ErrorCode.QUEUE_FULL,
-                f"journal unavailable: {journal.broken}",
+                f"too many fairness keys (max_fairness_keys = {self.limits.max_fairness_keys})",
                 task_type,
                 len(payload),
             )
@@ -228,48 +378,116 @@ class QueueService(Service):
         except pmad.PoolExhausted as e:
             self._reject(session, ErrorCode.QUEUE_FULL, f"queue full: {e}", task_type, len(payload))
             return
-        task = Task(self._next_task_id(), task_type, block, len(payload), session)
+        task = Task(
+            self._next_task_id(),
+            task_type,
+            block,
+            len(payload),
+            session,
+            queue,
+            queue.policy.priority if priority is None else priority,
+            now,
+            key,
+            fairness,
+            session.identity,
+            v2.task_context(key, fairness) if key or fairness else b"",
+        )
         self._live[task.task_id] = task
+        if key is not None:
+            self.keys.add(queue.name, key, task)
         session.outstanding += 1
-        if journal.record_submit(task, payload):
+        if self.journal.record_submit(task, payload):
             self._accept(task)
         else:
             # Its answer, and every answer after it, waits for the journal.
             session.wait_for(task)
 
+    def _check_submit(self, queue: NamedQueue[Task, Session], task_type: bytes) -> None:
+        """@raise Refused: a SUBMIT of C{task_type} into C{queue} cannot be taken now."""
+        if self.allowed_types is not None and task_type not in self.allowed_types:
+            raise Refused(
+                ErrorCode.UNKNOWN_TASK_TYPE,
+                f"unknown task type: {task_type.decode('utf-8', 'replace')}",
+            )
+        if self.draining:
+            raise Refused(ErrorCode.QUEUE_FULL, "the daemon is shutting down")
+        if self.journal.broken:
+            raise Refused(ErrorCode.QUEUE_FULL, f"journal unavailable: {self.journal.broken}")
+        depth = queue.policy.max_depth
+        if depth and queue.depth >= depth:
+            raise Refused(
+                ErrorCode.QUEUE_FULL, f"queue {queue.name!r} is full (max_depth = {depth})"
+            )
+
+    def _duplicate(self, session: Session, found: Task | KeyEntry) -> None:
+        """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
+        self._duplicates += 1
+        if isinstance(found, KeyEntry):
+            session.reply(_OK[session.version](found.task_id, True))
+            self._tell_outcome(session, found.task_id, found.outcome, "")
+            return
+        task = found
+        producer = task.producer
+        if producer is None or not producer.connected:
+            # Its producer is gone (a reconnecting client): this one hears the outcome.
+            task.producer = session
+            session.outstanding += 1
+        if task.accepted:
+            session.reply(_OK[session.version](task.task_id, True))
+        else:
+            waiting = Duplicate(session)
+            if task.duplicates is None:
+                task.duplicates = []
+            task.duplicates.append(waiting)
+            session.wait_for(waiting)
+
     def _accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
         self._submitted += 1
+        task.accepted = True
         if self.events is not None:
             self._event("submitted", task)
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
+            ok = _OK[producer.version](task.task_id, False)
             if producer.replies:
-                producer.replies.append(wire.encode_ok(task.task_id))
+                producer.replies.append(ok)
             else:
-                producer.peer.sendFrame(wire.encode_ok(task.task_id))
-        self._queue.append(task)
-        if self._idle:
-            self._dispatch()
+                producer.peer.sendFrame(ok)
+        queue = task.home
+        if queue.push(task):
+            self._fairness_keys += 1
+        if queue.idle:
+            self._serve_queue(queue)
 
     def accepted(self, tasks: list[Task]) -> None:
         """(The journal.) These waiting tasks' records are durable."""
         producers: dict[Session, None] = {}
+        queues: dict[NamedQueue[Task, Session], None] = {}
         for task in tasks:
             self._submitted += 1
+            task.accepted = True
             if self.events is not None:
                 self._event("submitted", task)
-            task.reply = wire.encode_ok(task.task_id)
             producer = task.producer
             assert producer is not None  # only submitted tasks wait for the journal
+            task.reply = _OK[producer.version](task.task_id, False)
             producers[producer] = None
-            self._queue.append(task)
+            if task.duplicates:
+                for waiting in task.duplicates:
+                    waiting.reply = _OK[waiting.session.version](task.task_id, True)
+                    producers[waiting.session] = None
+                task.duplicates = None
+            if task.home.push(task):
+                self._fairness_keys += 1
+            queues[task.home] = None
         # Every answer of the batch decided first, then each producer's sent once.
         for producer in producers:
             producer.send_decided()
-        if self._idle:
-            self._dispatch()
+        for queue in queues:
+            if queue.idle:
+                self._serve_queue(queue)
 
     def refused(self, tasks: list[Task], reason: str, in_doubt: bool) -> None:
         """
@@ -281,48 +499,84 @@ class QueueService(Service):
         their producers are disconnected unanswered, which tells them the
         outcome is unknown, rather than told a lie.
         """
+        message = f"journal write failed: {reason}"
         for task in tasks:
             del self._live[task.task_id]
+            if task.key is not None:
+                self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
-            producer = task.producer
-            assert producer is not None
-            producer.outstanding -= 1
-            if not producer.connected:
-                continue
-            if in_doubt:
-                producer.peer.disconnect()
-                continue
-            message = f"journal write failed: {reason}"
-            self._count_rejection(
-                producer, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
-            )
-            task.reply = wire.encode_error(ErrorCode.QUEUE_FULL, message)
-            producer.send_decided()
+            waiting: list[Session | Duplicate] = [task.producer] if task.producer else []
+            waiting += task.duplicates or []
+            for request in waiting:
+                session = request if isinstance(request, Session) else request.session
+                session.outstanding -= isinstance(request, Session)
+                if not session.connected:
+                    continue
+                if in_doubt:
+                    session.peer.disconnect()
+                    continue
+                self._count_rejection(
+                    session, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
+                )
+                error = _ERROR[session.version](ErrorCode.QUEUE_FULL, message)
+                if isinstance(request, Duplicate):
+                    request.reply = error
+                else:
+                    task.reply = error
+                session.send_decided()
 
-    def snapshot(self) -> Iterator[tuple[int, bytes, bytes]]:
-        """(The journal.) The live tasks, oldest first."""
+    def snapshot(self) -> Snapshot:
+        """(The journal.) The live tasks oldest first, the paused queues, the remembered keys."""
         read = self.pool.read
-        return ((t.task_id, t.task_type, read(t.block)) for t in self._live.values())
+        return Snapshot(
+            [(task, read(task.block)) for task in self._live.values()],
+            [queue.name for queue in self.queues.values() if queue.paused],
+            list(self.keys.entries()),
+        )
 
     def restore(self, recovery: Recovery) -> None:
         """
-        Queue the tasks a journal kept, in their order and with their ids.
+        Queue the tasks a journal kept, in their order and with their ids and
+        queues; pause the queues it paused; remember its keys.
 
         @raise pmad.PmadError: they do not fit this pool.
+        @raise Refused: they need more queues than C{max_queues}.
         """
+        now = self.clock()
+        for name in recovery.paused:
+            self._queue(name).paused = True
         for recovered in recovery.tasks:
             payload = recovered.payload
             block = self.pool.store(payload)
-            task = Task(recovered.task_id, recovered.task_type, block, len(payload), None)
+            queue = self.default_queue if recovered.queue is None else self._queue(recovered.queue)
+            key, fairness = recovered.key, recovered.fairness
+            task = Task(
+                recovered.task_id,
+                recovered.task_type,
+                block,
+                len(payload),
+                None,
+                queue,
+                queue.policy.priority if recovered.priority is None else recovered.priority,
+                now if recovered.enqueued_at is None else recovered.enqueued_at,
+                key,
+                fairness,
+                context=v2.task_context(key, fairness) if key or fairness else b"",
+                accepted=True,
+            )
             self._live[task.task_id] = task
-            self._queue.append(task)
+            if key is not None:
+                self.keys.add(queue.name, key, task)
+            if queue.push(task):
+                self._fairness_keys += 1
+        self.keys.restore(recovery.keys, now)
         self._last_task_id = recovery.last_task_id
 
     def _reject(
         self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
         self._count_rejection(session, code, reason, task_type, size)
-        session.reply(wire.encode_error(code, reason))
+        session.reply(_ERROR[session.version](code, reason))
 
     def _count_rejection(
         self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
@@ -355,6 +609,8 @@ class QueueService(Service):
             worker.session_id if worker is not None else None,
             task.attempts if attempt is None else attempt,
             extra,
+            task.home.name,
+            task.priority,
         )
 
     def _next_task_id(self) -> int:
@@ -366,6 +622,94 @@ class QueueService(Service):
                 self._last_task_id = task_id
                 return task_id
 
+    # -- cancel, pause, purge ---------------------------------------------------------
+
+    def cancel(self, session: Session, task_id: int) -> dict[str, Any]:
+        """
+        Cancel a queued task: its producer hears CANCELLED.
+
+        @raise Refused: (not found) no such live task; (forbidden) not
+            C{session}'s to cancel; (conflict) a worker is running it.
+        """
+        task = self._live.get(task_id)
+        if task is None or not task.accepted:
+            raise Refused(ErrorCode.NOT_FOUND, f"no queued or running task {task_id}")
+        if not (
+            session.admin
+            or task.producer is session
+            or (session.identity is not None and task.owner == session.identity)
+        ):
+            raise Refused(
+                ErrorCode.FORBIDDEN,
+                f"task {task_id} was submitted by another client;"
+                " cancelling it needs the admin role",
+            )
+        if task.holder is not None:
+            raise Refused(
+                ErrorCode.CONFLICT,
+                f"task {task_id} is running on {task.holder.peer.peer_name};"
+                " a running task is not interrupted",
+            )
+        task.home.remove(task)
+        self._cancel(task, f"cancelled by {session.peer.peer_name}")
+        self._forget_if_idle(task.home)
+        return {"id": task_id, "state": "cancelled", "queue": task.home.name}
+
+    def _cancel(self, task: Task, why: str) -> None:
+        """Finish a task taken off its queue as cancelled."""
+        self._cancelled += 1
+        self._end(task, "cancelled")
+        if self.events is not None:
+            self._event("cancelled", task, None, why)
+        producer = task.producer
+        if producer is not None:
+            producer.outstanding -= 1
+            self._tell_outcome(producer, task.task_id, "cancelled", "")
+
+    def _tell_outcome(self, session: Session, task_id: int, outcome: str, reason: str) -> None:
+        if not session.connected:
+            return
+        done, failed = _OUTCOME_FRAMES[session.version]
+        if outcome == "done":
+            frame = done(task_id)
+        elif outcome == "cancelled":
+            cancelled = v2.encode_cancelled if session.version == 2 else None
+            frame = cancelled(task_id) if cancelled else failed(task_id, "cancelled")
+        else:
+            frame = failed(task_id, reason or "failed (an earlier submission of this key)")
+        session.peer.sendFrame(frame)
+
+    def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
+        """
+        Pause (creating the queue) or resume a queue; journaled.
+
+        @raise Refused: (not found) resuming a queue that does not exist;
+            (queue full) pausing a new queue past C{max_queues}.
+        """
+        queue = self._queue(name) if paused else self.find_queue(name)
+        if queue.paused != paused:
+            queue.paused = paused
+            self.journal.record_pause(name, paused)
+            if paused:
+                self.log.info("queue {queue} paused", queue=name)
+            else:
+                self.log.info("queue {queue} resumed", queue=name)
+                self._serve_queue(queue)
+                self._forget_if_idle(queue)
+        return {"queue": name, "paused": paused}
+
+    def purge(self, name: str) -> dict[str, Any]:
+        """Cancel every queued task of a queue. @raise Refused: (not found) no such queue."""
+        queue = self.find_queue(name)
+        tasks = list(queue.tasks())
+        for task in tasks:
+            queue.remove(task)
+            self._cancel(task, "its queue was purged")
+        self._forget_if_idle(queue)
+        if tasks:
+            self.log.info("queue {queue} purged: {count} tasks", queue=name, count=len(tasks))
+        return {"queue": name, "purged": len(tasks)}
+
     # -- workers ----------------------------------------------------------------
 
     def ready(self, session: Session, credits: int = 1) -> None:
@@ -376,18 +720,16 @@ class QueueService(Service):
         session.credits = credits
         if session.free_credits <= 0:
             # Already holding all it may: not an error, and no more tasks.
-            self._idle.pop(session.session_id, None)
+            self._unidle(session)
             return
-        self._idle[session.session_id] = session
         held = len(session.tasks)
-        if self._queue:
-            self._dispatch()
+        self._serve_worker(session)
         # Nothing for it: none queued, or only tasks it still runs a late copy of.
         if len(session.tasks) == held:
-            session.peer.sendFrame(wire.WAIT_FRAME)
+            session.peer.sendFrame(wire.WAIT_FRAME if session.version == 1 else v2.WAIT_FRAME)
 
     def done(self, session: Session, task_id: int) -> None:
-        finished = self._finish(session, task_id, failed=False)
+        finished = self._finish(session, task_id, "done")
         if finished is not None:
             task, attempt = finished
             self._completed += 1
@@ -395,11 +737,11 @@ class QueueService(Service):
                 self._event("done", task, session, None, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
-                producer.peer.sendFrame(wire.encode_done(task_id))
+                producer.peer.sendFrame(_OUTCOME_FRAMES[producer.version][0](task_id))
         self._become_idle(session)
 
     def failed(self, session: Session, task_id: int, reason: str) -> None:
-        finished = self._finish(session, task_id, failed=True)
+        finished = self._finish(session, task_id, "failed")
         if finished is not None:
             task, attempt = finished
             self._failed += 1
@@ -419,10 +761,10 @@ class QueueService(Service):
             )
             producer = task.producer
             if producer is not None and producer.connected:
-                producer.peer.sendFrame(wire.encode_failed(task_id, reason))
+                producer.peer.sendFrame(_OUTCOME_FRAMES[producer.version][1](task_id, reason))
         self._become_idle(session)
 
-    def _finish(self, session: Session, task_id: int, failed: bool) -> tuple[Task, int] | None:
+    def _finish(self, session: Session, task_id: int, outcome: str) -> tuple[Task, int] | None:
         """
         Take back the task C{session} reports, journal its end, free its block.
 
@@ -437,21 +779,39 @@ class QueueService(Service):
         task = session.tasks.pop(task_id, None)
         if task is not None:
             attempt = task.attempts
+            task.home.released(task)
         else:
             late = self._late_delivery(session, task_id)
             if late is None:
                 return None
             task, attempt = late
-        task.finished = True
         task.holder = None
         if task.producer is not None:
             task.producer.outstanding -= 1
-        del self._live[task_id]
-        self.journal.record_outcome(task, failed)
+        self._end(task, outcome)
+        return task, attempt
+
+    def _end(self, task: Task, outcome: str) -> None:
+        """Forget a finished task: journal it, free its block (before anyone hears of it)."""
+        task.finished = True
+        del self._live[task.task_id]
+        self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
         self.pool.free(task.block)
-        return task, attempt
+        queue = task.home
+        now = self.clock()
+        queue.completed(now)
+        if task.key is not None:
+            self.keys.finish(
+                KeyEntry(queue.name, task.key, task.task_id, task.enqueued_at, outcome), now
+            )
+        if queue.limited:
+            # A key limit may have let go of a task.
+            self._serve_queue(queue)
+            self._forget_if_idle(queue)
+        elif not queue.depth and not queue.running and not queue.declared:
+            self._forget_if_idle(queue)
 
     def _late_delivery(self, session: Session, task_id: int) -> tuple[Task, int] | None:
         """
@@ -488,8 +848,9 @@ class QueueService(Service):
             # Another worker runs it now: its outcome will come too late.
             del holder.tasks[task_id]
             holder.overdue[task_id] = (task, task.attempts)
+            task.home.released(task)
         else:
-            self._stale += 1  # still queued: dispatch skips it
+            task.home.remove(task)  # queued again: it need not run now
         self.failures.note(
             "finished after a timeout",
             task.task_type,
@@ -503,79 +864,167 @@ class QueueService(Service):
     def _become_idle(self, session: Session) -> None:
         # After DONE/FAILED a worker has a free credit without a new READY
         # (unless a READY has since lowered its credits below what it held).
-        if session.free_credits > 0:
-            self._idle[session.session_id] = session
-            if self._queue:
-                self._dispatch()
-                return
+        if session.free_credits > 0 and session.connected:
+            self._serve_worker(session)
         if self._drained is not None:
             self._check_drained()
 
-    def _dispatch(self) -> None:
+    def _serve_worker(self, worker: Session) -> None:
         """
-        Hand queued tasks to workers with free credits, oldest first on both
-        sides; a worker with credits left goes to the back of the line, so
+        Send C{worker} tasks from its queues, in their order, while it has
+        credits; with credits left it waits on each of its queues.
+        """
+        now = self.clock()
+        for queue in worker.subscriptions:
+            while queue.depth and worker.free_credits > 0:
+                task = queue.take(now)
+                if task is None:
+                    self._wait_for_tokens(queue, now)
+                    break
+                if worker.overdue and task.task_id in worker.overdue:
+                    # It still runs a late copy: another worker must take it.
+                    self._put_back(task)
+                    break
+                self._deliver(worker, task, queue, now)
+            if worker.free_credits <= 0:
+                return
+        for queue in worker.subscriptions:
+            if worker.session_id not in queue.idle:
+                queue.idle[worker.session_id] = worker
+
+    def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
+        """
+        Hand C{queue}'s tasks to the workers waiting on it, longest waiting
+        first; a worker with credits left goes to the back of the line, so
         tasks are dealt round-robin.  A task never goes to a worker that
         still holds a late copy of it.
         """
-        queue, idle, pool = self._queue, self._idle, self.pool
-        # Only the task timeout reads dispatched_at: no clock read without it.
-        now = self.clock() if self.task_timeout and queue and idle else 0.0
+        idle = queue.idle
+        if not idle or not queue.depth:
+            return
+        now = self.clock()
         set_aside: list[Task] = []
-        while queue and idle:
-            task = queue.popleft()
-            if task.finished:
-                self._stale -= 1
-                continue
-            worker_id, worker = idle.popitem(last=False)
+        while idle and queue.depth:
+            task = queue.take(now)
+            if task is None:
+                self._wait_for_tokens(queue, now)
+                break
+            worker = next(iter(idle.values()))
             if worker.overdue and task.task_id in worker.overdue:
                 other = _first_without(idle, task.task_id)
-                idle[worker_id] = worker
-                idle.move_to_end(worker_id, last=False)
                 if other is None:
                     set_aside.append(task)
                     continue
-                worker_id, worker = other.session_id, idle.pop(other.session_id)
-            task.attempts += 1
-            task.dispatched_at = now
-            task.holder = worker
-            worker.tasks[task.task_id] = task
-            if worker.credits > 1 and worker.free_credits > 0:
-                idle[worker_id] = worker
-            worker.peer.sendFrame(
-                wire.encode_task(task.task_id, task.task_type, pool.read(task.block))
+                worker = other
+            self._deliver(worker, task, queue, now)
+        for task in reversed(set_aside):
+            self._put_back(task)
+
+    def _put_back(self, task: Task) -> None:
+        """Return a task just taken off its queue to the head of its priority."""
+        task.home.released(task)
+        task.home.push(task, at_head=True)
+
+    def _deliver(
+        self, worker: Session, task: Task, queue: NamedQueue[Task, Session], now: float
+    ) -> None:
+        task.attempts += 1
+        task.dispatched_at = now
+        task.holder = worker
+        worker.tasks[task.task_id] = task
+        if worker.free_credits <= 0:
+            self._unidle(worker)
+        elif worker.session_id in queue.idle:
+            queue.idle.move_to_end(worker.session_id)
+        payload = self.pool.read(task.block)
+        if worker.version == 1:
+            frame = wire.encode_task(task.task_id, task.task_type, payload)
+        else:
+            frame = v2.encode_task(
+                task.task_id,
+                task.task_type,
+                payload,
+                queue.header,
+                task.priority,
+                task.attempts,
+                int(task.enqueued_at * 1000),
+                task.context,
             )
-            if self.events is not None:
-                self._event("dispatched", task, worker)
-        if set_aside:
-            queue.extendleft(reversed(set_aside))
+        worker.peer.sendFrame(frame)
+        if self.events is not None:
+            self._event("dispatched", task, worker)
+
+    def _unidle(self, worker: Session) -> None:
+        for queue in worker.subscriptions:
+            queue.idle.pop(worker.session_id, None)
+
+    def _wait_for_tokens(self, queue: NamedQueue[Task, Session], now: float) -> None:
+        """A rate limit holds tasks back: serve the queues again when a token is due."""
+        due = queue.next_start(now)
+        if due is None:
+            return
+        scheduler = self._scheduler
+        if scheduler is None:
+            from twisted.internet import reactor as scheduler
+        timer = self._rate_timer
+        if timer is not None and timer.active():
+            if timer.getTime() <= scheduler.seconds() + (due - now):  # type: ignore[union-attr]
+                return
+            timer.cancel()
+        self._rate_timer = scheduler.callLater(max(0.0, due - now), self._tokens_due)  # type: ignore[union-attr]
+
+    def _tokens_due(self) -> None:
+        self._rate_timer = None
+        for queue in list(self.queues.values()):
+            if queue.idle and queue.depth:
+                self._serve_queue(queue)
 
     def expire_overdue(self) -> None:
         """
-        Take back every task held longer than the task timeout and queue it
-        again, at the tail.  The worker keeps the credit until it reports
-        the task; if it does before anyone else, its outcome still counts.
+        Take back every task held longer than its queue's task timeout and
+        queue it again, at the tail.  The worker keeps the credit until it
+        reports the task; if it does before anyone else, its outcome still
+        counts.
         """
-        timeout = self.task_timeout
-        deadline = self.clock() - timeout
+        now = self.clock()
+        touched: dict[NamedQueue[Task, Session], None] = {}
         for session in list(self.sessions.values()):
-            overdue = [t for t in session.tasks.values() if t.dispatched_at <= deadline]
+            overdue = [
+                task
+                for task in session.tasks.values()
+                if (timeout := self.timeout_of(task)) and task.dispatched_at <= now - timeout
+            ]
             for task in overdue:
                 del session.tasks[task.task_id]
                 session.overdue[task.task_id] = (task, task.attempts)
                 task.holder = None
                 self._timed_out += 1
+                touched[task.home] = None
                 # At the tail: a task that keeps running too long must not
                 # take every worker from the tasks queued behind it.
                 self._requeue(
                     task,
                     "held past the task timeout",
-                    f"held for more than {timeout:g} s by {session.peer.peer_name}"
+                    f"held for more than {self.timeout_of(task):g} s by {session.peer.peer_name}"
                     f" (attempt {task.attempts})",
                     at_head=False,
                 )
-        self._dispatch()
+        for queue in touched:
+            self._serve_queue(queue)
         self._check_drained()
+
+    def timeout_of(self, task: Task) -> float:
+        """The task timeout of C{task}'s queue (0: none)."""
+        timeout = task.home.policy.timeout
+        return self.task_timeout if timeout is None else timeout
+
+    @property
+    def shortest_timeout(self) -> float:
+        """The shortest task timeout of any queue (0: no queue has one)."""
+        timeouts = [self.task_timeout] + [
+            p.timeout for p in self.limits.declared.values() if p.timeout is not None
+        ]
+        return min((t for t in timeouts if t > 0), default=0.0)
 
     def drain(self, timeout: float, clock: IReactorTime) -> Deferred[None]:
         """
@@ -606,6 +1055,8 @@ class QueueService(Service):
             if self._drain_timer is not None and self._drain_timer.active():
                 self._drain_timer.cancel()
             drained.callback(None)
+        if self._rate_timer is not None and self._rate_timer.active():
+            self._rate_timer.cancel()
 
     def awaits_outcome(self, session: Session) -> bool:
         """Whether C{session} is a producer still owed an outcome."""
@@ -618,15 +1069,13 @@ class QueueService(Service):
         kills or outlasts every worker must not come back forever.  Only a
         task queued again counts (and is recorded) as requeued.
         """
+        task.home.released(task)
         if self.max_attempts and task.attempts >= self.max_attempts:
             self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
             return
         if self.events is not None:
             self._event("requeued", task, None, cause)
-        if at_head:
-            self._queue.appendleft(task)
-        else:
-            self._queue.append(task)
+        task.home.push(task, at_head)
         self._requeued += 1
         self.failures.note(
             "requeued",
@@ -639,10 +1088,7 @@ class QueueService(Service):
 
     def _give_up(self, task: Task, reason: str) -> None:
         """Fail a task no worker holds: its producer hears FAILED with C{reason}."""
-        task.finished = True
-        del self._live[task.task_id]
-        self.journal.record_outcome(task, True)
-        self.pool.free(task.block)
+        self._end(task, "failed")
         self._failed += 1
         self._given_up += 1
         if self.events is not None:
@@ -659,15 +1105,16 @@ class QueueService(Service):
         if producer is not None:
             producer.outstanding -= 1
             if producer.connected:
-                producer.peer.sendFrame(wire.encode_failed(task.task_id, reason))
+                producer.peer.sendFrame(_OUTCOME_FRAMES[producer.version][1](task.task_id, reason))
 
     # -- everyone -----------------------------------------------------------------
 
     def stats(self) -> wire.StatsResponse:
+        idle = {sid for queue in self.queues.values() for sid in queue.idle}
         return wire.StatsResponse(
             queue_depth=self.queued,
             workers_total=self._workers,
-            workers_idle=len(self._idle),
+            workers_idle=len(idle),
             pmad_bytes_used=self.pool.bytes_used,
             pmad_bytes_total=self.pool.bytes_total,
         )
@@ -682,12 +1129,21 @@ class QueueService(Service):
             self._timed_out,
             self._given_up,
             self._late_outcomes,
+            self._cancelled,
+            self._duplicates,
         )
+
+    def task(self, task_id: int) -> Task:
+        """A live, accepted task. @raise Refused: (not found) there is none."""
+        task = self._live.get(task_id)
+        if task is None or not task.accepted:
+            raise Refused(ErrorCode.NOT_FOUND, f"no queued or running task {task_id}")
+        return task
 
     @property
     def queued(self) -> int:
-        """Tasks waiting for a worker (not those finished while queued)."""
-        return len(self._queue) - self._stale
+        """Tasks waiting for a worker."""
+        return sum(queue.depth for queue in self.queues.values())
 
     @property
     def tasks_running(self) -> int:
@@ -697,6 +1153,8 @@ class QueueService(Service):
     def stopService(self) -> None:
         super().stopService()
         self.failures.flush()
+        if self._rate_timer is not None and self._rate_timer.active():
+            self._rate_timer.cancel()
         live = len(self._live)
         queued, running = self.queued, self.tasks_running
         if not live:
@@ -721,7 +1179,7 @@ class QueueService(Service):
             )
 
 
-def _first_without(idle: OrderedDict[int, Session], task_id: int) -> Session | None:
+def _first_without(idle: dict[int, Session], task_id: int) -> Session | None:
     """The first idle worker holding no late copy of C{task_id}."""
     for session in idle.values():
         if task_id not in session.overdue:

@@ -9,11 +9,13 @@ Task lifecycle events: one JSON line per step of every task's life.
 Each record is one line of JSON::
 
     {"t": 1795284911827, "event": "dispatched", "task": 42, "type": "send_email",
-     "size": 118, "producer": 3, "worker": 7, "attempt": 1}
+     "size": 118, "producer": 3, "worker": 7, "attempt": 1, "queue": "mail",
+     "priority": 5}
 
 with C{event} one of submitted, rejected (with C{code} and C{reason}),
-dispatched, done, failed (with C{reason}), requeued (with C{cause}) and
-dropped (with C{cause}).  C{t} is epoch milliseconds; C{producer} and
+dispatched, done, failed (with C{reason}), requeued (with C{cause}),
+cancelled (with C{cause}) and dropped (with C{cause}).  C{queue} and
+C{priority} are C{null} on a rejected SUBMIT.  C{t} is epoch milliseconds; C{producer} and
 C{worker} are connection ids (C{null} when not known: a task recovered from
 the journal has no producer); C{attempt} counts deliveries.
 
@@ -49,9 +51,15 @@ FLUSH_AT = 20_000
 """Hand off sooner once this many events are waiting."""
 
 Event = tuple[Any, ...]
-"""(time, event, task id, type, size, producer id, worker id, attempt, extra)."""
+"""(time, event, task id, type, size, producer id, worker id, attempt, extra, queue, priority)."""
 
-_EXTRA_KEY = {"rejected": "reason", "failed": "reason", "requeued": "cause", "dropped": "cause"}
+_EXTRA_KEY = {
+    "rejected": "reason",
+    "failed": "reason",
+    "requeued": "cause",
+    "dropped": "cause",
+    "cancelled": "cause",
+}
 
 
 @frozen
@@ -61,7 +69,10 @@ class EventSettings:
     max_age: float = 3600.0
 
 
-_LINE = '{"t":%d,"event":"%s","task":%s,"type":%s,"size":%d,"producer":%s,"worker":%s,"attempt":%d'
+_LINE = (
+    '{"t":%d,"event":"%s","task":%s,"type":%s,"size":%d,"producer":%s,"worker":%s,"attempt":%d,'
+    '"queue":%s,"priority":%s'
+)
 _type_json: dict[bytes, str] = {}
 
 
@@ -81,7 +92,7 @@ def format_event(event: Event) -> str:
     template, not with C{json.dumps} per record: this runs for every event,
     in the daemon's process.
     """
-    when, kind, task_id, task_type, size, producer, worker, attempt, extra = event
+    when, kind, task_id, task_type, size, producer, worker, attempt, extra, queue, priority = event
     line = _LINE % (
         when * 1000,
         kind,
@@ -91,6 +102,8 @@ def format_event(event: Event) -> str:
         "null" if producer is None else producer,
         "null" if worker is None else worker,
         attempt,
+        "null" if queue is None else f'"{queue}"',  # queue names need no escaping
+        "null" if priority is None else priority,
     )
     if extra is None:
         return line + "}"
@@ -141,11 +154,25 @@ class EventLog(Service):
         worker: int | None,
         attempt: int,
         extra: Any = None,
+        queue: str | None = None,
+        priority: int | None = None,
     ) -> None:
         """Note one event (cheap: a tuple appended to a list)."""
         buffer = self._buffer
         buffer.append(
-            (self.clock(), kind, task_id, task_type, size, producer, worker, attempt, extra)
+            (
+                self.clock(),
+                kind,
+                task_id,
+                task_type,
+                size,
+                producer,
+                worker,
+                attempt,
+                extra,
+                queue,
+                priority,
+            )
         )
         if len(buffer) >= FLUSH_AT and self._job is None:
             self._flush()

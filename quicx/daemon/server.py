@@ -26,15 +26,31 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from quicx.daemon.core import QueueService, Task
+import quicx
+from quicx.daemon import introspect
+from quicx.daemon.core import QueueService, Refused, Session
 from quicx.daemon.settings import Limits
 from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
-from quicx.protocol import wire
-from quicx.protocol.session import IPeer, ProtocolViolation, Role, Session
+from quicx.protocol import v2, wire
+from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.wire import ErrorCode, MessageType
+
+CAPABILITIES = (
+    "queues",
+    "priorities",
+    "idempotency",
+    "cancel",
+    "pause",
+    "purge",
+    "peek",
+    "inspect",
+    "fairness",
+    "rate-limits",
+)
+"""What a version-2 HELLO is told this daemon can do."""
 
 
 class _Unknown(Enum):
@@ -57,7 +73,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     log = Logger()
     factory: QuicxServerFactory
-    session: Session[Task] | None = None
+    session: Session | None = None
     identity: str | _Unknown | None = _UNKNOWN
     _first_frame_deadline: IDelayedCall | None = None
 
@@ -65,6 +81,7 @@ class QuicxServerProtocol(FrameReceiver):
         factory = self.factory
         transport: Any = self.transport
         self.maxLength = factory.max_length
+        self.v2MaxLength = factory.v2_max_length
         super().connectionMade()
         peer = transport.getPeer()
         host = getattr(peer, "host", None)
@@ -85,6 +102,7 @@ class QuicxServerProtocol(FrameReceiver):
         self._batcher = factory.batcher
         self._output = self._batcher.output(transport)
         self.session = self.queue.open_session(self)
+        self.session.admin = factory.admin
         self._clock = self.queue.clock
         transport.bufferSize = limits.max_output_buffer
         transport.registerProducer(self, True)
@@ -116,9 +134,10 @@ class QuicxServerProtocol(FrameReceiver):
         authorization = self.factory.authorization
         if authorization is None:
             return
-        if self.identity is _UNKNOWN:
-            self.identity = peer_identity(self.transport)
-        if not authorization.allows(self.identity, role):
+        self._learn_identity()
+        identity = self.identity
+        assert identity is not _UNKNOWN
+        if not authorization.allows(identity, role):
             raise NotAuthorized(f"{describe_peer(self.transport)} may not act as a {role}")
 
     # -- IPushProducer: the transport pauses us when our output piles up ----------
@@ -168,24 +187,31 @@ class QuicxServerProtocol(FrameReceiver):
         assert self.session is not None
         self.session.reply(frame)
 
-    def frameRejected(self, code: ErrorCode, reason: str) -> None:
-        self._reply(wire.encode_error(code, reason))
+    def frameRejected(self, code: int, reason: str) -> None:
+        encode = v2.encode_error if self._parser.version == v2.VERSION else wire.encode_error
+        self._reply(encode(code, reason))
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
+        session = self.session
+        assert session is not None
         if self._first_frame_deadline is not None:
             self._first_frame_deadline.cancel()
             self._first_frame_deadline = None
-        handler = _HANDLERS.get(message_type)
+        if self._parser.version != session.version:
+            session.version = v2.VERSION  # set by its first frame, for good
+        handler = (_HANDLERS if session.version == 1 else _HANDLERS_V2).get(message_type)
         if handler is None:
+            name = v2.MessageType(message_type).name
             self.frameRejected(
-                ErrorCode.INVALID_MESSAGE,
-                f"{MessageType(message_type).name} is sent by the daemon, not to it",
+                ErrorCode.INVALID_MESSAGE, f"{name} is sent by the daemon, not to it"
             )
             return
         try:
             handler(self, payload)
         except (wire.MalformedMessage, ProtocolViolation) as e:
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
+        except Refused as e:
+            self.frameRejected(e.code, str(e))
         except NotAuthorized as e:
             self.log.info("refused {peer}: {reason}", peer=self.peer_name, reason=str(e))
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
@@ -253,6 +279,144 @@ class QuicxServerProtocol(FrameReceiver):
         # may look at the queue before it submits.
         self._reply(wire.encode_stats_response(self.queue.stats()))
 
+    # -- version 2 ------------------------------------------------------------------
+
+    def _check_key(self, key: bytes | None, what: str) -> None:
+        limit = self.factory.max_key_length
+        if key is not None and len(key) > limit:
+            raise ProtocolViolation(f"{what} of {len(key)} bytes exceeds max_key_length ({limit})")
+
+    def _submit_v2(self, payload: bytes) -> None:
+        message = v2.decode_submit(payload)
+        if len(message.task_type) > self.limits.max_type_length:
+            raise ProtocolViolation(
+                f"task type of {len(message.task_type)} bytes exceeds max_type_length"
+                f" ({self.limits.max_type_length})"
+            )
+        self._check_key(message.key, "idempotency key")
+        self._check_key(message.fairness, "fairness key")
+        session = self.session
+        assert session is not None
+        if session.role is not Role.PRODUCER:
+            self._authorize("producer")
+            self.queue.claim_role(session, Role.PRODUCER)
+        self.queue.submit(
+            session,
+            message.task_type,
+            message.payload,
+            message.queue,
+            message.priority,
+            message.key,
+            message.fairness,
+        )
+
+    def _ready_v2(self, payload: bytes) -> None:
+        message = v2.decode_ready(payload)
+        session = self.session
+        assert session is not None
+        if session.role is not Role.WORKER:
+            self._authorize("worker")
+        self.queue.claim_role(session, Role.WORKER)
+        if message.queues:
+            self.queue.subscribe(session, message.queues)
+        self.queue.ready(session, min(message.credits, self.limits.max_credits))
+
+    def _heartbeat_v2(self, payload: bytes) -> None:
+        wire.decode_heartbeat(payload)
+        self._reply(v2.PONG_FRAME)
+
+    def _stats_v2(self, payload: bytes) -> None:
+        wire.decode_stats(payload)
+        self._authorize("monitor")
+        self._reply(v2.encode_stats_response(self.queue.stats()))
+
+    def _hello(self, payload: bytes) -> None:
+        message = v2.decode_hello(payload)
+        session = self.session
+        assert session is not None
+        session.client = " ".join(filter(None, (message.name, message.version)))
+        limits = self.queue.limits
+        self._reply(
+            v2.encode_info(
+                {
+                    "server": "quicx",
+                    "version": quicx.__version__,
+                    "protocol": sorted(limits.versions),
+                    "capabilities": list(CAPABILITIES),
+                    "missing": [c for c in message.capabilities if c not in CAPABILITIES],
+                    "limits": {
+                        "max_payload": self.queue.pool.max_size,
+                        "max_credits": self.limits.max_credits,
+                        "max_queues": limits.max_queues,
+                        "max_key_length": limits.max_key_length,
+                        "max_type_length": self.limits.max_type_length,
+                    },
+                }
+            )
+        )
+
+    def _cancel(self, payload: bytes) -> None:
+        task_id = v2.decode_cancel(payload).task_id
+        session = self.session
+        assert session is not None
+        self._learn_identity()
+        self._reply(v2.encode_info(self.queue.cancel(session, task_id)))
+
+    def _queue_action(self, payload: bytes, action: v2.MessageType) -> None:
+        name = v2.decode_queue_action(action, payload).queue
+        session = self.session
+        assert session is not None
+        self._learn_identity()
+        if not session.admin:
+            raise Refused(
+                v2.ErrorCode.FORBIDDEN,
+                f"{action.name} needs the admin role: the control socket, or a TLS"
+                " identity listed in [tls] admins",
+            )
+        if action is v2.MessageType.PURGE:
+            answer = self.queue.purge(name)
+        else:
+            answer = self.queue.set_paused(name, action is v2.MessageType.PAUSE)
+        self._reply(v2.encode_info(answer))
+
+    def _pause(self, payload: bytes) -> None:
+        self._queue_action(payload, v2.MessageType.PAUSE)
+
+    def _resume(self, payload: bytes) -> None:
+        self._queue_action(payload, v2.MessageType.RESUME)
+
+    def _purge(self, payload: bytes) -> None:
+        self._queue_action(payload, v2.MessageType.PURGE)
+
+    def _queues(self, payload: bytes) -> None:
+        v2.decode_queues(payload)
+        self._authorize("monitor")
+        self._reply(v2.encode_info(introspect.queues(self.queue)))
+
+    def _peek(self, payload: bytes) -> None:
+        message = v2.decode_peek(payload)
+        self._authorize("monitor")
+        self._reply(v2.encode_info(introspect.peek(self.queue, message.queue, message.count)))
+
+    def _inspect(self, payload: bytes) -> None:
+        task_id = v2.decode_inspect(payload).task_id
+        self._authorize("monitor")
+        self._reply(v2.encode_info(introspect.inspect(self.queue, task_id)))
+
+    def _learn_identity(self) -> None:
+        """
+        Learn this peer's certificate identity, once: it decides which role
+        lists it is on, whether it is an admin, and whose tasks it may cancel.
+        """
+        authorization = self.factory.authorization
+        if authorization is None or self.identity is not _UNKNOWN:
+            return
+        self.identity = identity = peer_identity(self.transport)
+        session = self.session
+        if session is not None and identity is not None:
+            session.identity = identity
+            session.admin = self.factory.admin or authorization.allows(identity, "admin")
+
 
 _HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     MessageType.SUBMIT: QuicxServerProtocol._submit,
@@ -264,6 +428,24 @@ _HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     MessageType.STATS: QuicxServerProtocol._stats,
 }
 
+_HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
+    v2.MessageType.SUBMIT: QuicxServerProtocol._submit_v2,
+    v2.MessageType.READY: QuicxServerProtocol._ready_v2,
+    v2.MessageType.DONE: QuicxServerProtocol._done,
+    v2.MessageType.FAILED: QuicxServerProtocol._failed,
+    v2.MessageType.HEARTBEAT: QuicxServerProtocol._heartbeat_v2,
+    v2.MessageType.PONG: QuicxServerProtocol._pong,
+    v2.MessageType.STATS: QuicxServerProtocol._stats_v2,
+    v2.MessageType.HELLO: QuicxServerProtocol._hello,
+    v2.MessageType.CANCEL: QuicxServerProtocol._cancel,
+    v2.MessageType.PAUSE: QuicxServerProtocol._pause,
+    v2.MessageType.RESUME: QuicxServerProtocol._resume,
+    v2.MessageType.PURGE: QuicxServerProtocol._purge,
+    v2.MessageType.QUEUES: QuicxServerProtocol._queues,
+    v2.MessageType.PEEK: QuicxServerProtocol._peek,
+    v2.MessageType.INSPECT: QuicxServerProtocol._inspect,
+}
+
 
 class QuicxServerFactory(Factory[QuicxServerProtocol]):
     """
@@ -272,6 +454,9 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
     @ivar max_length: the largest frame payload accepted: a SUBMIT of the
         largest size class with the longest task type, or a FAILED with the
         longest reason the limits allow, whichever is longer.
+    @ivar v2_max_length: the same for version 2 (its SUBMIT options may add
+        up to 2 + 4,096 bytes); C{None} when version 2 is turned off.
+    @ivar admin: its connections have the admin role (the control socket's).
     """
 
     protocol = QuicxServerProtocol
@@ -283,11 +468,13 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         reactor: Any = None,
         limits: Limits | None = None,
         authorization: Authorization | None = None,
+        admin: bool = False,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor
         self.queue = queue
         self.authorization = authorization
+        self.admin = admin
         self.reactor = reactor
         self.limits = limits or Limits()
         self.batcher = OutputBatcher(reactor)
@@ -295,3 +482,9 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             queue.pool.max_size + wire.SUBMIT_TYPE_OVERHEAD,
             wire.TASK_ID.size + self.limits.max_reason_length,
         )
+        self.v2_max_length = (
+            max(self.max_length, queue.pool.max_size + v2.SUBMIT_OVERHEAD)
+            if v2.VERSION in queue.limits.versions
+            else None
+        )
+        self.max_key_length = queue.limits.max_key_length

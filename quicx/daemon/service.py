@@ -32,7 +32,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from quicx import __version__
-from quicx.daemon import pmad
+from quicx.daemon import introspect, pmad
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import STATUS_FORMAT, ControlFactory
 from quicx.daemon.core import QueueService
@@ -196,6 +196,7 @@ class QuicxDaemon(MultiService):
             "format": STATUS_FORMAT,
             "version": __version__,
             "protocol": wire.PROTOCOL_VERSION,
+            "protocols": sorted(queue.limits.versions),
             "pid": os.getpid(),
             "started_at": queue.started_at,
             "uptime": now - queue.started_at,
@@ -211,6 +212,8 @@ class QuicxDaemon(MultiService):
                 "timed_out": counters.timed_out,
                 "given_up": counters.given_up,
                 "late_outcomes": counters.late_outcomes,
+                "cancelled": counters.cancelled,
+                "duplicates": counters.duplicates,
                 "queued": stats.queue_depth,
                 "running": queue.tasks_running,
             },
@@ -220,6 +223,13 @@ class QuicxDaemon(MultiService):
                 "paused": sum(1 for session in queue.sessions.values() if session.paused),
                 "workers": stats.workers_total,
                 "idle_workers": stats.workers_idle,
+            },
+            "clients": _clients(queue),
+            "queues": introspect.queues(queue),
+            "keys": {
+                "remembered": len(queue.keys),
+                "evicted": queue.keys.evicted,
+                "window": queue.keys.window,
             },
             "memory": {"used": stats.pmad_bytes_used, "total": stats.pmad_bytes_total},
             "classes": [
@@ -353,6 +363,8 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         max_attempts=config.max_attempts,
         events=events,
         failures=failures,
+        limits=config.queue_limits,
+        scheduler=reactor,
     )
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, reactor, factory.batcher, journal)
@@ -385,10 +397,26 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         ListenerService(
             reactor,
             f"unix:{quote_endpoint(config.control_path)}:mode=600:lockfile=1",
-            ControlFactory(daemon.status),
+            ControlFactory(
+                daemon.status,
+                QuicxServerFactory(queue, reactor, config.limits, config.authorization, admin=True),
+            ),
             announcement="control socket",
         ).setServiceParent(daemon)
     return daemon
+
+
+def _clients(queue: QueueService) -> list[dict[str, Any]]:
+    """The connections that said who they are (HELLO), by name and version."""
+    found = Counter(
+        (session.client, session.version, session.role.value)
+        for session in queue.sessions.values()
+        if session.client
+    )
+    return [
+        {"client": client, "protocol": version, "role": role, "connections": count}
+        for (client, version, role), count in sorted(found.items())
+    ]
 
 
 FILE_RESERVE = 128

@@ -40,6 +40,7 @@ from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_MIN_SIZE,
     FsyncPolicy,
 )
+from quicx.daemon.policy import QueueLimits
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
 from quicx.protocol.wire import MAX_CREDITS, MAX_TYPE_LENGTH
@@ -760,6 +761,10 @@ class Config:
             self.max_output_buffer,
             self.max_credits,
         )
+
+    @property
+    def queue_limits(self) -> QueueLimits:
+        return QueueLimits()
 
     @property
     def tls(self) -> TlsSettings:

@@ -87,11 +87,11 @@ def heartbeat_timer(heartbeats: Heartbeats) -> TimerService | None:
 
 def task_timeout_timer(queue: QueueService, clock: IReactorTime) -> TimerService | None:
     """
-    The timer that takes back tasks held past the queue's C{task_timeout}, or
-    C{None} when there is none.  A task is taken back at most a quarter of
+    The timer that takes back tasks held past their queue's task timeout, or
+    C{None} when no queue has one.  A task is taken back at most a quarter of
     the timeout (or 1 s) late.
     """
-    timeout = queue.task_timeout
+    timeout = queue.shortest_timeout
     if timeout <= 0:
         return None
     return every(min(1.0, timeout / 4), queue.expire_overdue, clock)

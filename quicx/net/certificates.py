@@ -26,11 +26,17 @@ class Authorization:
     producers: frozenset[str] | None = None
     workers: frozenset[str] | None = None
     monitors: frozenset[str] | None = None
+    admins: frozenset[str] | None = None
 
     def allows(self, identity: str | None, role: str) -> bool:
-        """Whether C{identity} may act as C{role} (producer, worker, monitor)."""
+        """
+        Whether C{identity} may act as C{role} (producer, worker, monitor,
+        admin).  Unlike the other roles, admin is nobody's unless listed.
+        """
         allowed: frozenset[str] | None = getattr(self, f"{role}s")
-        return allowed is None or identity in allowed
+        if allowed is None:
+            return role != "admin"
+        return identity in allowed
 
 
 def _read(path: str | Path) -> bytes:

@@ -163,15 +163,18 @@ class FrameReceiver(Protocol):
 
     @ivar maxLength: the largest payload accepted, read when the connection
         is made.
+    @ivar v2MaxLength: the same for protocol version 2; C{None} when the
+        connection speaks version 1 only.
     """
 
     maxLength: int = 1 << 20
+    v2MaxLength: int | None = None
     checkTypes: bool = True
     transport: IStreamTransport  # set by makeConnection, before connectionMade
     _parser: FrameParser
 
     def connectionMade(self) -> None:
-        self._parser = FrameParser(self.maxLength, self.checkTypes)
+        self._parser = FrameParser(self.maxLength, self.checkTypes, self.v2MaxLength)
 
     def dataReceived(self, data: bytes) -> None:
         transport = self.transport

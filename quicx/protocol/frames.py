@@ -73,7 +73,7 @@ class FrameParser:
         self.check_types = check_types
         self.version: int | None = None
         self._limit = max_length
-        self._known = KNOWN_TYPES
+        self._known: frozenset[int] = KNOWN_TYPES
         self._buffer = bytearray()
         self._skip = 0
 

@@ -86,7 +86,7 @@ class Session(Generic[T]):
     connected: bool = True
     paused: bool = False
     overdue: dict[int, tuple[T, int]] = field(factory=dict)
-    replies: deque[T | bytes] = field(factory=deque)
+    replies: deque[Pending | bytes] = field(factory=deque)
 
     @property
     def free_credits(self) -> int:
@@ -117,7 +117,7 @@ class Session(Generic[T]):
         else:
             self.peer.sendFrame(frame)
 
-    def wait_for(self, request: T) -> None:
+    def wait_for(self, request: Pending) -> None:
         """Hold this answer, and every one after it, until C{request}'s is decided."""
         self.replies.append(request)
 

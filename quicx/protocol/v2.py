@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
 from typing import Any
 
@@ -669,7 +669,7 @@ _V1_SHAPED = frozenset(
 )
 """Messages whose version-2 payload is laid out as in version 1."""
 
-_DECODERS: dict[int, Any] = {
+_DECODERS: dict[int, Callable[[bytes], Message]] = {
     MessageType.HELLO: decode_hello,
     MessageType.CANCEL: decode_cancel,
     MessageType.CANCELLED: decode_cancelled,

@@ -1,0 +1,132 @@
+"""
+Looking inside the queue: the answers to QUEUES, PEEK and INSPECT, and why
+a waiting task is not running yet.
+
+Plain functions over L{QueueService}'s state, answering JSON-ready dicts
+(the INFO documents of docs/protocol.md).  They read, never change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quicx.daemon.core import QueueService, Task
+
+
+def queues(service: QueueService) -> list[dict[str, Any]]:
+    """Every queue, by name."""
+    now = service.clock()
+    return [service.queues[name].describe(now) for name in sorted(service.queues)]
+
+
+def describe(task: Task, now: float) -> dict[str, Any]:
+    """One task, as PEEK and INSPECT show it."""
+    return {
+        "id": task.task_id,
+        "type": task.task_type.decode("utf-8", "replace"),
+        "queue": task.home.name,
+        "priority": task.priority,
+        "state": "running" if task.holder is not None else "queued",
+        "size": task.size,
+        "age": round(max(0.0, now - task.enqueued_at), 3),
+        "attempt": task.attempts,
+        "fairness_key": None if task.fairness is None else task.fairness.decode("utf-8", "replace"),
+    }
+
+
+def peek(service: QueueService, name: str, count: int) -> list[dict[str, Any]]:
+    """
+    The next C{count} tasks of queue C{name}, in dispatch order.
+
+    @raise Refused: (not found) there is no such queue.
+    """
+    queue = service.find_queue(name)
+    now = service.clock()
+    found: list[dict[str, Any]] = []
+    for task in queue.tasks():
+        if len(found) == count:
+            break
+        found.append(describe(task, now))
+    return found
+
+
+def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
+    """
+    One live task; for a queued one, why it is not running yet.
+
+    @raise Refused: (not found) there is no such live task.
+    """
+    task = service.task(task_id)
+    now = service.clock()
+    answer = describe(task, now)
+    if task.holder is not None:
+        answer["worker"] = task.holder.peer.peer_name
+        answer["running_for"] = round(max(0.0, now - task.dispatched_at), 3)
+        return answer
+    reasons, ahead = why(service, task, now)
+    answer["why"] = reasons
+    answer["ahead"] = ahead
+    rate = task.home.drain_rate(now)
+    answer["drain_rate"] = round(rate, 3)
+    answer["estimated_start"] = round(now + ahead / rate, 3) if rate else None
+    return answer
+
+
+def why(service: QueueService, task: Task, now: float) -> tuple[list[dict[str, Any]], int]:
+    """The reasons C{task} waits, and how many tasks go before it."""
+    queue = task.home
+    name = queue.name
+    reasons: list[dict[str, Any]] = []
+    if queue.paused:
+        reasons.append({"reason": "paused", "text": f"queue {name} is paused"})
+    if not queue.subscribers:
+        reasons.append({"reason": "no_workers", "text": f"no worker is subscribed to queue {name}"})
+    ahead = higher = 0
+    for other in queue.tasks():
+        if other is task:
+            break
+        ahead += 1
+        higher += other.priority > task.priority
+    if ahead:
+        reasons.append(
+            {
+                "reason": "ahead",
+                "ahead": ahead,
+                "higher_priority": higher,
+                "text": f"{ahead} tasks are ahead of it in queue {name},"
+                f" {higher} of them at a higher priority",
+            }
+        )
+    policy = queue.policy
+    state = queue.keys.get(task.fairness) if task.fairness is not None else None
+    if state is not None and policy.key_concurrency and state.running >= policy.key_concurrency:
+        key = task.fairness.decode("utf-8", "replace") if task.fairness else ""
+        reasons.append(
+            {
+                "reason": "key_concurrency",
+                "key": key,
+                "running": state.running,
+                "limit": policy.key_concurrency,
+                "text": f"fairness key {key!r} already runs {state.running} tasks"
+                f" (key_concurrency = {policy.key_concurrency})",
+            }
+        )
+    buckets = [queue.bucket, state.bucket if state is not None else None]
+    until = max((b.next_token(now) for b in buckets if b is not None), default=now)
+    if until > now:
+        reasons.append(
+            {
+                "reason": "rate_limited",
+                "until": round(until, 3),
+                "text": f"rate-limited for {until - now:.1f} s more",
+            }
+        )
+    if queue.subscribers and not queue.idle and not queue.paused:
+        reasons.append(
+            {
+                "reason": "workers_busy",
+                "workers": queue.subscribers,
+                "text": f"all {queue.subscribers} workers of queue {name} are busy",
+            }
+        )
+    return reasons, ahead

@@ -1,0 +1,362 @@
+"""
+One named queue: its tasks by priority and fairness key, its limits, and
+the workers waiting on it.
+
+Sans-I/O and clock-driven: every method that depends on time takes C{now}.
+The queue core (L{quicx.daemon.core}) owns the queues and moves tasks
+between them and workers.
+
+Within a queue, tasks wait in one L{Level} per priority; the non-empty
+priorities are kept sorted, so taking the next task is O(log n) in the
+number of priorities (at most 256) plus O(1) in the tasks.  Within a level,
+tasks wait in one FIFO per fairness key, and the keys take turns.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from typing import Any, Generic, Protocol, TypeVar
+
+from attrs import define, field
+
+from quicx.daemon.policy import QueuePolicy
+
+RATE_WINDOW = 60.0
+"""Seconds of finished tasks the drain rate is measured over."""
+_DRAIN_SAMPLES = 4096
+
+
+class Queued(Protocol):
+    """What a queue reads of a task."""
+
+    priority: int
+    fairness: bytes | None
+    enqueued_at: float
+
+
+T = TypeVar("T", bound=Queued)
+W = TypeVar("W")
+
+
+@define
+class TokenBucket:
+    """C{rate} tokens a second, up to C{burst}; one task takes one."""
+
+    rate: float
+    burst: float
+    tokens: float
+    updated: float
+
+    @classmethod
+    def full(cls, rate: float, burst: int, now: float) -> TokenBucket:
+        size = float(burst or max(1.0, rate))
+        return cls(rate, size, size, now)
+
+    def refill(self, now: float) -> None:
+        if now > self.updated:
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+
+    def ready(self, now: float) -> bool:
+        self.refill(now)
+        return self.tokens >= 1.0
+
+    def take(self) -> None:
+        self.tokens -= 1.0
+
+    def next_token(self, now: float) -> float:
+        """When the next token is there (C{now} if it is)."""
+        self.refill(now)
+        return now if self.tokens >= 1.0 else now + (1.0 - self.tokens) / self.rate
+
+    def is_full(self, now: float) -> bool:
+        self.refill(now)
+        return self.tokens >= self.burst
+
+
+@define(eq=False)
+class KeyState:
+    """A fairness key's tasks queued and running in one queue, and its bucket."""
+
+    queued: int = 0
+    running: int = 0
+    bucket: TokenBucket | None = None
+
+
+@define(eq=False)
+class Level(Generic[T]):
+    """The tasks of one priority: a FIFO per fairness key, keys in turn."""
+
+    fifos: OrderedDict[bytes | None, deque[T]] = field(factory=OrderedDict)
+    size: int = 0
+
+    def push(self, task: T, at_head: bool) -> None:
+        fifo = self.fifos.get(task.fairness)
+        if fifo is None:
+            fifo = self.fifos[task.fairness] = deque()
+        if at_head:
+            fifo.appendleft(task)
+            self.fifos.move_to_end(task.fairness, last=False)
+        else:
+            fifo.append(task)
+        self.size += 1
+
+    def remove(self, task: T) -> None:
+        fifo = self.fifos[task.fairness]
+        fifo.remove(task)
+        if not fifo:
+            del self.fifos[task.fairness]
+        self.size -= 1
+
+    def tasks(self) -> Iterator[T]:
+        """In the order they would be dealt (ignoring limits)."""
+        fifos = [iter(f) for f in self.fifos.values()]
+        while fifos:
+            for fifo in list(fifos):
+                task = next(fifo, None)
+                if task is None:
+                    fifos.remove(fifo)
+                else:
+                    yield task
+
+
+@define(eq=False)
+class NamedQueue(Generic[T, W]):
+    """
+    One queue.
+
+    @ivar header: the name as a TASK carries it (C{[len u8][name]}).
+    @ivar declared: it has a C{[queue NAME]} section: never forgotten.
+    @ivar idle: the subscribed workers with a credit free, longest idle first.
+    @ivar subscribers: how many workers are subscribed.
+    @ivar depth: tasks queued.
+    @ivar running: tasks held by workers.
+    @ivar keys: fairness keys with tasks queued or running, or a bucket not full.
+    @ivar finished: when its recent tasks finished, for the drain rate.
+    """
+
+    name: str
+    policy: QueuePolicy
+    declared: bool
+    paused: bool = False
+    header: bytes = b""
+    levels: dict[int, Level[T]] = field(factory=dict)
+    order: list[int] = field(factory=list)  # priorities with tasks, ascending
+    idle: OrderedDict[int, W] = field(factory=OrderedDict)
+    subscribers: int = 0
+    depth: int = 0
+    running: int = 0
+    keys: dict[bytes, KeyState] = field(factory=dict)
+    bucket: TokenBucket | None = None
+    finished: deque[float] = field(factory=lambda: deque(maxlen=_DRAIN_SAMPLES))
+    limited: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        self.header = bytes((len(self.name),)) + self.name.encode("ascii")
+        policy = self.policy
+        self.limited = bool(policy.key_concurrency or policy.rate or policy.key_rate)
+
+    @property
+    def forgettable(self) -> bool:
+        """Nothing would be lost by forgetting it now."""
+        return not (
+            self.declared
+            or self.paused
+            or self.depth
+            or self.running
+            or self.subscribers
+            or self.keys
+            or self.bucket
+        )
+
+    # -- tasks in ----------------------------------------------------------------
+
+    def push(self, task: T, at_head: bool = False) -> bool:
+        """
+        Queue C{task}; at the head of its priority when given back.
+
+        @return: whether its fairness key is new to this queue.
+        """
+        level = self.levels.get(task.priority)
+        if level is None:
+            level = self.levels[task.priority] = Level()
+            bisect.insort(self.order, task.priority)
+        level.push(task, at_head)
+        self.depth += 1
+        key = task.fairness
+        if key is None or not self.limited:
+            return False
+        state = self.keys.get(key)
+        if state is None:
+            self.keys[key] = KeyState(queued=1)
+            return True
+        state.queued += 1
+        return False
+
+    def remove(self, task: T) -> None:
+        """Take C{task} out of the queue (cancelled, purged, or finished by a late outcome)."""
+        level = self.levels[task.priority]
+        level.remove(task)
+        self._shrunk(task.priority, level)
+        if task.fairness is not None and self.limited:
+            self.keys[task.fairness].queued -= 1
+
+    def _shrunk(self, priority: int, level: Level[T]) -> None:
+        self.depth -= 1
+        if not level.size:
+            del self.levels[priority]
+            self.order.remove(priority)
+
+    # -- tasks out -------------------------------------------------------------
+
+    def take(self, now: float) -> T | None:
+        """
+        The next task a worker may start now, taken off the queue; C{None}
+        when there is none (empty, paused, or held back by a limit).
+        """
+        if self.paused or not self.depth:
+            return None
+        if not self.limited:
+            priority = self.order[-1]
+            level = self.levels[priority]
+            fifos = level.fifos
+            key, fifo = next(iter(fifos.items()))
+            task = fifo.popleft()
+            if not fifo:
+                del fifos[key]
+            elif len(fifos) > 1:
+                fifos.move_to_end(key)
+            level.size -= 1
+            self._shrunk(priority, level)
+            self.running += 1
+            return task
+        return self._take_limited(now)
+
+    def _take_limited(self, now: float) -> T | None:
+        bucket = self.bucket
+        if self.policy.rate:
+            if bucket is None:
+                bucket = self.bucket = TokenBucket.full(self.policy.rate, self.policy.burst, now)
+            if not bucket.ready(now):
+                return None
+        for priority in reversed(self.order):
+            level = self.levels[priority]
+            for key, fifo in level.fifos.items():
+                if key is not None and not self._key_may_start(key, now):
+                    continue
+                task = fifo.popleft()
+                if not fifo:
+                    del level.fifos[key]
+                elif len(level.fifos) > 1:
+                    level.fifos.move_to_end(key)
+                level.size -= 1
+                self._shrunk(priority, level)
+                if bucket is not None:
+                    bucket.take()
+                if key is not None:
+                    state = self.keys[key]
+                    state.queued -= 1
+                    state.running += 1
+                    if state.bucket is not None:
+                        state.bucket.take()
+                self.running += 1
+                return task
+        return None
+
+    def _key_may_start(self, key: bytes, now: float) -> bool:
+        policy, state = self.policy, self.keys[key]
+        if policy.key_concurrency and state.running >= policy.key_concurrency:
+            return False
+        if policy.key_rate:
+            if state.bucket is None:
+                state.bucket = TokenBucket.full(policy.key_rate, policy.key_burst, now)
+            if not state.bucket.ready(now):
+                return False
+        return True
+
+    def released(self, task: T) -> None:
+        """A task of this queue stopped running (finished, or given back)."""
+        self.running -= 1
+        key = task.fairness
+        if key is not None and self.limited:
+            self.keys[key].running -= 1
+
+    def completed(self, now: float) -> None:
+        """A task of this queue finished: it counts towards the drain rate."""
+        self.finished.append(now)
+
+    def prune_keys(self, now: float) -> int:
+        """Forget fairness keys with nothing queued or running and a full bucket."""
+        idle = [
+            key
+            for key, state in self.keys.items()
+            if not state.queued
+            and not state.running
+            and (state.bucket is None or state.bucket.is_full(now))
+        ]
+        for key in idle:
+            del self.keys[key]
+        if self.bucket is not None and self.bucket.is_full(now) and not self.depth:
+            self.bucket = None
+        return len(idle)
+
+    def next_start(self, now: float) -> float | None:
+        """
+        When a task held back only by a rate limit may start (C{None}: none
+        is waiting for a token).
+        """
+        if self.paused or not self.depth or not (self.policy.rate or self.policy.key_rate):
+            return None
+        times = []
+        if self.bucket is not None and not self.bucket.ready(now):
+            times.append(self.bucket.next_token(now))
+        for state in self.keys.values():
+            if state.queued and state.bucket is not None and not state.bucket.ready(now):
+                times.append(state.bucket.next_token(now))
+        return min(times) if times else None
+
+    # -- looking -----------------------------------------------------------------
+
+    def tasks(self) -> Iterator[T]:
+        """Every queued task in dispatch order (ignoring limits)."""
+        for priority in reversed(self.order):
+            yield from self.levels[priority].tasks()
+
+    def by_priority(self) -> dict[str, int]:
+        return {str(p): self.levels[p].size for p in reversed(self.order)}
+
+    def oldest(self) -> float | None:
+        """When the longest-waiting task was queued."""
+        times = [
+            fifo[0].enqueued_at
+            for level in self.levels.values()
+            for fifo in level.fifos.values()
+            if fifo
+        ]
+        return min(times) if times else None
+
+    def drain_rate(self, now: float) -> float:
+        """Tasks finished per second over the last L{RATE_WINDOW} seconds."""
+        finished = self.finished
+        while finished and finished[0] < now - RATE_WINDOW:
+            finished.popleft()
+        if not finished:
+            return 0.0
+        return len(finished) / max(1.0, min(RATE_WINDOW, now - finished[0]))
+
+    def describe(self, now: float) -> dict[str, Any]:
+        oldest = self.oldest()
+        return {
+            "name": self.name,
+            "depth": self.depth,
+            "paused": self.paused,
+            "workers": self.subscribers,
+            "idle_workers": len(self.idle),
+            "running": self.running,
+            "priorities": self.by_priority(),
+            "oldest_age": None if oldest is None else round(max(0.0, now - oldest), 3),
+            "declared": self.declared,
+            "drain_rate": round(self.drain_rate(now), 3),
+        }
