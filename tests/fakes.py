@@ -14,41 +14,44 @@ from twisted.logger import Logger, formatEvent
 from zope.interface import implementer
 
 from quicx.daemon import pmad
-from quicx.daemon.core import QueueService, Task
+from quicx.daemon.core import QueueService, Session, Task
 from quicx.daemon.journal.interface import IJournal, IJournalOwner
 from quicx.daemon.logsummary import LogSummary
-from quicx.protocol import wire
+from quicx.protocol import v2, wire
 from quicx.protocol.frames import Frame, FrameParser
-from quicx.protocol.session import IPeer, Role, Session
+from quicx.protocol.session import IPeer, Role
 
 
 @implementer(IPeer)
 class FakePeer:
     """A connection that keeps what the queue sends it, decoded."""
 
-    def __init__(self, queue: QueueService, name: str) -> None:
+    def __init__(self, queue: QueueService, name: str, version: int = 1) -> None:
         self.queue = queue
         self.peer_name = name
-        self.parser = FrameParser(1 << 20, check_types=False)
-        self.received: list[wire.Message] = []
+        self.parser = FrameParser(1 << 20, check_types=False, v2_max_length=1 << 20)
+        self.received: list[Any] = []
         self.session: Session = queue.open_session(self)
+        self.session.version = version
+        self._decode = v2.decode if version == 2 else wire.decode
 
     def sendFrame(self, data: bytes) -> None:
         assert self.session.connected, f"a frame sent to {self.peer_name} after it left"
         for frame in self.parser.feed(data):
             assert isinstance(frame, Frame)
-            self.received.append(wire.decode(frame.message_type, frame.payload))
+            assert self.parser.version == self.session.version, "a frame of the wrong version"
+            self.received.append(self._decode(frame.message_type, frame.payload))
 
     def disconnect(self) -> None:
         self.queue.close_session(self.session)
 
-    def take(self) -> list[wire.Message]:
+    def take(self) -> list[Any]:
         received, self.received = self.received, []
         return received
 
     def task_ids(self) -> list[int]:
         """The ids of the TASKs received since the last C{take}, taking them all."""
-        return [m.task_id for m in self.take() if isinstance(m, wire.Task)]
+        return [m.task_id for m in self.take() if isinstance(m, wire.Task | v2.Task)]
 
 
 @implementer(IJournal)
@@ -124,13 +127,15 @@ def make_queue(
     A queue on C{clock}; with C{log}, every line its task log writes (each
     failure, requeue and late outcome, as it happens) is appended there.
     """
+    clock = clock or Clock()
+    kwargs.setdefault("scheduler", clock)
     if log is None:
         failures = LogSummary(Logger(), 60.0)
     else:
         failures = LogSummary(Logger(observer=lambda event: log.append(formatEvent(event))))
     return QueueService(
         pool or default_pool(),
-        clock=(clock or Clock()).seconds,
+        clock=clock.seconds,
         journal=journal,
         failures=failures,
         **kwargs,
@@ -147,5 +152,23 @@ def worker_of(queue: QueueService, credits: int = 1, name: str = "worker") -> Fa
     """A worker that has sent its first READY."""
     peer = FakePeer(queue, name)
     queue.claim_role(peer.session, Role.WORKER)
+    queue.ready(peer.session, credits)
+    return peer
+
+
+def v2_producer_of(queue: QueueService, name: str = "producer") -> FakePeer:
+    peer = FakePeer(queue, name, version=2)
+    queue.claim_role(peer.session, Role.PRODUCER)
+    return peer
+
+
+def v2_worker_of(
+    queue: QueueService, credits: int = 1, queues: tuple[str, ...] = (), name: str = "worker"
+) -> FakePeer:
+    """A version-2 worker subscribed to C{queues} (default: the default queue), READY sent."""
+    peer = FakePeer(queue, name, version=2)
+    queue.claim_role(peer.session, Role.WORKER)
+    if queues:
+        queue.subscribe(peer.session, queues)
     queue.ready(peer.session, credits)
     return peer

@@ -1,0 +1,277 @@
+"""
+Cancel, pause, resume, purge, idempotent submit and introspection in the
+queue core, in-process on a task.Clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet.task import Clock
+
+from quicx.daemon import introspect
+from quicx.daemon.core import Refused
+from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.protocol import v2, wire
+from quicx.protocol.v2 import ErrorCode
+from tests.fakes import (
+    FakeJournal,
+    make_queue,
+    producer_of,
+    v2_producer_of,
+    v2_worker_of,
+)
+
+# -- cancel ------------------------------------------------------------------------------
+
+
+def test_a_producer_cancels_its_queued_task_and_hears_cancelled() -> None:
+    journal = FakeJournal(waits=False)
+    queue = make_queue(journal=journal)
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    producer.take()
+    used = queue.pool.bytes_used
+    assert queue.cancel(producer.session, 1) == {"id": 1, "state": "cancelled", "queue": "default"}
+    assert producer.take() == [v2.Cancelled(1)]
+    assert journal.outcomes == [(1, "cancelled")]
+    assert queue.pool.bytes_used < used
+    worker = v2_worker_of(queue)
+    assert worker.take() == [wire.Wait()]
+    assert queue.counters().cancelled == 1
+
+
+def test_a_v1_producer_hears_failed_cancelled() -> None:
+    queue = make_queue()
+    producer = producer_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    admin = v2_producer_of(queue, "admin")
+    admin.session.admin = True
+    queue.cancel(admin.session, 1)
+    assert producer.take() == [wire.Ok(1), wire.Failed(1, "cancelled")]
+
+
+@pytest.mark.parametrize(
+    ("setup", "code"),
+    [
+        ("unknown", ErrorCode.NOT_FOUND),
+        ("other", ErrorCode.FORBIDDEN),
+        ("running", ErrorCode.CONFLICT),
+    ],
+)
+def test_cancel_refusals(setup: str, code: ErrorCode) -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    canceller = producer
+    if setup == "other":
+        canceller = v2_producer_of(queue, "other")
+    elif setup == "running":
+        v2_worker_of(queue)
+    task_id = 99 if setup == "unknown" else 1
+    with pytest.raises(Refused) as caught:
+        queue.cancel(canceller.session, task_id)
+    assert caught.value.code == code
+    assert queue.task(1).task_id == 1  # nothing lost
+
+
+def test_the_same_tls_identity_may_cancel_across_connections() -> None:
+    queue = make_queue()
+    first = v2_producer_of(queue, "first")
+    first.session.identity = "billing"
+    queue.submit(first.session, b"t", b"x")
+    second = v2_producer_of(queue, "second")
+    second.session.identity = "billing"
+    assert queue.cancel(second.session, 1)["state"] == "cancelled"
+
+
+# -- pause, resume, purge ---------------------------------------------------------------
+
+
+def test_a_paused_queue_accepts_but_dispatches_nothing_until_resumed() -> None:
+    journal = FakeJournal(waits=False)
+    queue = make_queue(journal=journal)
+    worker = v2_worker_of(queue, queues=("mail",))
+    worker.take()
+    assert queue.set_paused("mail", True) == {"queue": "mail", "paused": True}
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "mail")
+    assert producer.take() == [v2.Ok(1)]
+    assert worker.take() == []
+    queue.set_paused("mail", False)
+    assert worker.task_ids() == [1]
+    assert journal.pauses == [("mail", True), ("mail", False)]
+
+
+def test_pausing_a_new_queue_creates_it_and_resuming_an_unknown_one_is_not_found() -> None:
+    queue = make_queue()
+    queue.set_paused("later", True)
+    assert queue.queues["later"].paused
+    with pytest.raises(Refused) as caught:
+        queue.set_paused("nowhere", False)
+    assert caught.value.code == ErrorCode.NOT_FOUND
+
+
+def test_purge_cancels_the_queued_tasks_and_leaves_running_ones() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    for _ in range(3):
+        queue.submit(producer.session, b"t", b"x", "q")
+    worker = v2_worker_of(queue, queues=("q",))
+    assert worker.task_ids() == [1]
+    producer.take()
+    assert queue.purge("q") == {"queue": "q", "purged": 2}
+    assert producer.take() == [v2.Cancelled(2), v2.Cancelled(3)]
+    queue.done(worker.session, 1)
+    assert producer.take() == [wire.Done(1)]
+
+
+# -- idempotent submit --------------------------------------------------------------------
+
+
+def test_a_second_submit_of_a_key_gets_the_first_id_and_queues_nothing() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", key=b"order-7")
+    queue.submit(producer.session, b"t", b"x", key=b"order-7")
+    assert producer.take() == [v2.Ok(1), v2.Ok(1, duplicate=True)]
+    assert queue.queued == 1
+
+
+def test_keys_are_per_queue() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "a", key=b"k")
+    queue.submit(producer.session, b"t", b"x", "b", key=b"k")
+    assert producer.take() == [v2.Ok(1), v2.Ok(2)]
+
+
+def test_a_duplicate_of_a_finished_task_hears_its_outcome_within_the_window() -> None:
+    clock = Clock()
+    queue = make_queue(clock, limits=QueueLimits(dedup_window=60))
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    worker = v2_worker_of(queue)
+    queue.failed(worker.session, worker.task_ids()[0], "smtp down")
+    producer.take()
+    clock.advance(30)
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    answers = producer.take()
+    assert answers[0] == v2.Ok(1, duplicate=True)
+    assert isinstance(answers[1], wire.Failed) and answers[1].task_id == 1
+    clock.advance(31)
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    assert producer.take() == [v2.Ok(2)]  # the window is over: a new task
+
+
+def test_a_resubmit_after_a_reconnect_takes_over_the_outcome() -> None:
+    queue = make_queue()
+    first = v2_producer_of(queue, "first")
+    queue.submit(first.session, b"t", b"x", key=b"k")
+    first.disconnect()
+    second = v2_producer_of(queue, "second")
+    queue.submit(second.session, b"t", b"x", key=b"k")
+    worker = v2_worker_of(queue)
+    queue.done(worker.session, worker.task_ids()[0])
+    assert second.take() == [v2.Ok(1, duplicate=True), wire.Done(1)]
+
+
+def test_a_duplicate_of_a_task_not_yet_durable_waits_for_its_answer() -> None:
+    journal = FakeJournal(waits=True)
+    queue = make_queue(journal=journal)
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    assert producer.take() == []
+    journal.sync()
+    assert producer.take() == [v2.Ok(1), v2.Ok(1, duplicate=True)]
+
+
+def test_a_refused_submit_forgets_its_key() -> None:
+    journal = FakeJournal(waits=True)
+    queue = make_queue(journal=journal)
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    journal.fail()
+    answers = producer.take()
+    assert [a.code for a in answers] == [1, 1]
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    journal.sync()
+    assert producer.take() == [v2.Ok(2)]
+
+
+def test_the_key_table_is_bounded_oldest_first() -> None:
+    queue = make_queue(limits=QueueLimits(max_dedup_keys=2))
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue, credits=10)
+    for key in (b"a", b"b", b"c"):
+        queue.submit(producer.session, b"t", b"x", key=key)
+    for task_id in worker.task_ids():
+        queue.done(worker.session, task_id)
+    assert len(queue.keys) == 2 and queue.keys.evicted == 1
+    producer.take()
+    queue.submit(producer.session, b"t", b"x", key=b"a")  # forgotten: runs again
+    queue.submit(producer.session, b"t", b"x", key=b"c")
+    assert producer.take()[:2] == [v2.Ok(4), v2.Ok(3, duplicate=True)]
+
+
+# -- introspection ------------------------------------------------------------------------
+
+
+def test_peek_shows_the_next_tasks_in_dispatch_order_without_taking_them() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"low", b"x", "q", 1)
+    queue.submit(producer.session, b"high", b"xyz", "q", 8)
+    peeked = introspect.peek(queue, "q", 5)
+    assert [(t["id"], t["type"], t["priority"], t["state"], t["size"]) for t in peeked] == [
+        (2, "high", 8, "queued", 3),
+        (1, "low", 1, "queued", 1),
+    ]
+    assert queue.queued == 2
+    with pytest.raises(Refused):
+        introspect.peek(queue, "nowhere", 1)
+
+
+def test_queues_lists_depth_per_priority_pause_and_workers() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "q", 3)
+    queue.submit(producer.session, b"t", b"x", "q", 3)
+    queue.submit(producer.session, b"t", b"x", "q", 7)
+    queue.set_paused("q", True)
+    v2_worker_of(queue, queues=("q",))
+    clock.advance(2)
+    (default, described) = introspect.queues(queue)
+    assert default["name"] == "default"
+    assert described["name"] == "q"
+    assert described["depth"] == 3 and described["paused"] and described["workers"] == 1
+    assert described["priorities"] == {"7": 1, "3": 2}
+    assert described["oldest_age"] == 2.0
+
+
+def test_why_a_task_waits() -> None:
+    clock = Clock()
+    limits = QueueLimits(declared={"q": QueuePolicy(key_concurrency=1)})
+    queue = make_queue(clock, limits=limits)
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "q", 5, fairness=b"acme")
+    queue.submit(producer.session, b"t", b"x", "q", 9)
+    queue.submit(producer.session, b"t", b"x", "q", 5, fairness=b"acme")
+    answer = introspect.inspect(queue, 3)
+    reasons = {r["reason"]: r for r in answer["why"]}
+    assert set(reasons) == {"no_workers", "ahead"}
+    assert (reasons["ahead"]["ahead"], reasons["ahead"]["higher_priority"]) == (2, 1)
+    assert answer["estimated_start"] is None  # nothing has drained yet
+    worker = v2_worker_of(queue, credits=5, queues=("q",))
+    started = worker.task_ids()
+    assert started == [2, 1]  # acme may run one at a time
+    reasons = {r["reason"]: r for r in introspect.inspect(queue, 3)["why"]}
+    assert reasons["key_concurrency"]["running"] == 1
+    clock.advance(10)
+    queue.done(worker.session, 2)
+    assert introspect.inspect(queue, 1)["state"] == "running"
+    queue.set_paused("q", True)
+    assert "paused" in {r["reason"] for r in introspect.inspect(queue, 3)["why"]}
+    assert introspect.inspect(queue, 3)["estimated_start"] is not None

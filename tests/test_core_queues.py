@@ -1,0 +1,273 @@
+"""
+Named queues in the queue core, in-process on a task.Clock: priorities,
+subscriptions, limits on queues, fairness keys and their limits, and how
+version-1 clients share the default queue.
+"""
+
+from __future__ import annotations
+
+import pytest
+from twisted.internet.task import Clock
+
+from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.protocol import v2, wire
+from tests.fakes import (
+    make_queue,
+    producer_of,
+    v2_producer_of,
+    v2_worker_of,
+    worker_of,
+)
+
+
+def submitted(peer: object) -> list[int]:
+    return [m.task_id for m in peer.take() if isinstance(m, v2.Ok)]  # type: ignore[attr-defined]
+
+
+def tasks_of(peer: object) -> list[v2.Task]:
+    return [m for m in peer.take() if isinstance(m, v2.Task)]  # type: ignore[attr-defined]
+
+
+def test_higher_priority_runs_first_and_fifo_within_one() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    for payload, priority in [(b"a", 1), (b"b", 5), (b"c", 1), (b"d", 9), (b"e", 5)]:
+        queue.submit(producer.session, b"t", payload, priority=priority)
+    worker = v2_worker_of(queue)
+    order = []
+    for _ in range(5):
+        (task,) = tasks_of(worker)
+        order.append(task.payload)
+        queue.done(worker.session, task.task_id)
+    assert order == [b"d", b"b", b"e", b"a", b"c"]
+
+
+def test_a_task_carries_its_context_to_a_v2_worker() -> None:
+    clock = Clock()
+    clock.advance(1_800_000_000.25)
+    queue = make_queue(clock)
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "mail", 7, b"k1", b"tenant")
+    worker = v2_worker_of(queue, queues=("mail",))
+    (task,) = tasks_of(worker)
+    assert task == v2.Task(
+        task.task_id, b"t", b"x", "mail", 7, 1, 1_800_000_000_250, b"k1", b"tenant"
+    )
+
+
+def test_a_worker_serves_its_queues_in_strict_order() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"low", "b", 9)
+    queue.submit(producer.session, b"t", b"high", "a", 0)
+    worker = v2_worker_of(queue, queues=("a", "b"))
+    (first,) = tasks_of(worker)
+    assert first.queue == "a"  # queue order beats priority across queues
+    queue.done(worker.session, first.task_id)
+    (second,) = tasks_of(worker)
+    assert second.queue == "b"
+
+
+def test_an_idle_worker_takes_from_a_later_queue_when_the_first_is_empty() -> None:
+    queue = make_queue()
+    worker = v2_worker_of(queue, queues=("a", "b"))
+    assert worker.take() == [wire.Wait()]
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "b")
+    assert [t.queue for t in tasks_of(worker)] == ["b"]
+
+
+def test_queues_are_isolated() -> None:
+    queue = make_queue()
+    mail = v2_worker_of(queue, queues=("mail",), name="mail")
+    mail.take()
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "video")
+    assert mail.take() == []
+    video = v2_worker_of(queue, queues=("video",), name="video")
+    assert [t.queue for t in tasks_of(video)] == ["video"]
+
+
+def test_v1_clients_share_the_default_queue_with_v2_clients() -> None:
+    queue = make_queue()
+    old_producer = producer_of(queue, "v1")
+    queue.submit(old_producer.session, b"t", b"from-v1")
+    v2_worker = v2_worker_of(queue)
+    (task,) = tasks_of(v2_worker)
+    assert (task.queue, task.payload, task.priority) == ("default", b"from-v1", 0)
+    new_producer = v2_producer_of(queue)
+    queue.submit(new_producer.session, b"t", b"from-v2")
+    old_worker = worker_of(queue, name="v1-worker")
+    assert [m for m in old_worker.take() if isinstance(m, wire.Task)] == [
+        wire.Task(2, b"t", b"from-v2")
+    ]
+
+
+def test_the_default_queue_is_configurable() -> None:
+    queue = make_queue(limits=QueueLimits(default_queue="legacy"))
+    producer = producer_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    worker = v2_worker_of(queue, queues=("legacy",))
+    assert [t.queue for t in tasks_of(worker)] == ["legacy"]
+
+
+def test_a_task_given_back_goes_to_the_head_of_its_priority() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"first", priority=5)
+    lost = v2_worker_of(queue, name="lost")
+    (held,) = tasks_of(lost)
+    queue.submit(producer.session, b"t", b"second", priority=5)
+    queue.submit(producer.session, b"t", b"urgent", priority=9)
+    lost.disconnect()
+    worker = v2_worker_of(queue, credits=3)
+    assert [t.payload for t in tasks_of(worker)] == [b"urgent", b"first", b"second"]
+    assert held.payload == b"first"
+
+
+def test_a_queue_default_priority_applies_when_a_task_names_none() -> None:
+    limits = QueueLimits(declared={"mail": QueuePolicy(priority=4)})
+    queue = make_queue(limits=limits)
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "mail")
+    worker = v2_worker_of(queue, queues=("mail",))
+    assert [t.priority for t in tasks_of(worker)] == [4]
+
+
+def test_max_depth_refuses_with_queue_full_and_loses_nothing() -> None:
+    limits = QueueLimits(declared={"mail": QueuePolicy(max_depth=2)})
+    queue = make_queue(limits=limits)
+    producer = v2_producer_of(queue)
+    for _ in range(3):
+        queue.submit(producer.session, b"t", b"x", "mail")
+    answers = producer.take()
+    assert answers[:2] == [v2.Ok(1), v2.Ok(2)]
+    assert answers[2] == wire.Error(1, "queue 'mail' is full (max_depth = 2)")
+    worker = v2_worker_of(queue, credits=5, queues=("mail",))
+    assert [t.task_id for t in tasks_of(worker)] == [1, 2]
+
+
+def test_max_queues_refuses_a_new_queue_and_an_idle_queue_is_forgotten() -> None:
+    queue = make_queue(limits=QueueLimits(max_queues=2))  # "default" is one
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "a")
+    queue.submit(producer.session, b"t", b"x", "b")
+    answers = producer.take()
+    assert answers[0] == v2.Ok(1)
+    assert answers[1].code == 1 and "max_queues = 2" in answers[1].message
+    worker = v2_worker_of(queue, queues=("a",))
+    (task,) = tasks_of(worker)
+    queue.done(worker.session, task.task_id)
+    worker.disconnect()
+    assert sorted(queue.queues) == ["default"]  # "a" had nothing left: forgotten
+    assert producer.take() == [wire.Done(1)]
+    queue.submit(producer.session, b"t", b"x", "b")
+    assert producer.take() == [v2.Ok(2)]
+
+
+def test_fairness_keys_take_turns_within_a_priority() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    for _ in range(4):
+        queue.submit(producer.session, b"t", b"busy", fairness=b"big")
+    queue.submit(producer.session, b"t", b"small1", fairness=b"small")
+    queue.submit(producer.session, b"t", b"small2", fairness=b"small")
+    queue.submit(producer.session, b"t", b"none")
+    worker = v2_worker_of(queue, credits=7)
+    assert [t.payload for t in tasks_of(worker)] == [
+        b"busy",
+        b"small1",
+        b"none",
+        b"busy",
+        b"small2",
+        b"busy",
+        b"busy",
+    ]
+
+
+def test_key_concurrency_holds_across_every_worker() -> None:
+    limits = QueueLimits(declared={"q": QueuePolicy(key_concurrency=2)})
+    queue = make_queue(limits=limits)
+    producer = v2_producer_of(queue)
+    for i in range(4):
+        queue.submit(producer.session, b"t", b"a%d" % i, "q", fairness=b"A")
+    queue.submit(producer.session, b"t", b"b0", "q", fairness=b"B")
+    workers = [v2_worker_of(queue, credits=2, queues=("q",), name=f"w{i}") for i in range(3)]
+    running = [t for w in workers for t in tasks_of(w)]
+    assert sorted(t.payload for t in running) == [b"a0", b"a1", b"b0"]
+    holder = next(w for w in workers if w.session.tasks.keys() & {running[0].task_id})
+    queue.done(holder.session, running[0].task_id)
+    started = [t for w in workers for t in tasks_of(w)]
+    assert [t.payload for t in started] == [b"a2"]
+
+
+def test_a_rate_limit_spaces_starts_and_resumes_on_the_clock() -> None:
+    clock = Clock()
+    clock.advance(1000)
+    limits = QueueLimits(declared={"slow": QueuePolicy(rate=2.0, burst=1)})
+    queue = make_queue(clock, limits=limits)
+    producer = v2_producer_of(queue)
+    for _ in range(3):
+        queue.submit(producer.session, b"t", b"x", "slow")
+    worker = v2_worker_of(queue, credits=10, queues=("slow",))
+    assert len(tasks_of(worker)) == 1
+    clock.advance(0.4)
+    assert tasks_of(worker) == []
+    clock.advance(0.1)  # the timer the queue set fires: a token is due
+    assert len(tasks_of(worker)) == 1
+    clock.advance(0.5)
+    assert len(tasks_of(worker)) == 1
+
+
+def test_a_per_key_rate_limit_lets_other_keys_through() -> None:
+    clock = Clock()
+    limits = QueueLimits(declared={"q": QueuePolicy(key_rate=1.0, key_burst=1)})
+    queue = make_queue(clock, limits=limits)
+    producer = v2_producer_of(queue)
+    for key in (b"A", b"A", b"B"):
+        queue.submit(producer.session, b"t", key, "q", fairness=key)
+    worker = v2_worker_of(queue, credits=10, queues=("q",))
+    assert [t.payload for t in tasks_of(worker)] == [b"A", b"B"]
+    clock.advance(1.0)
+    assert [t.payload for t in tasks_of(worker)] == [b"A"]
+
+
+def test_too_many_fairness_keys_is_refused() -> None:
+    limits = QueueLimits(max_fairness_keys=2, declared={"q": QueuePolicy(key_concurrency=1)})
+    queue = make_queue(limits=limits)
+    producer = v2_producer_of(queue)
+    for key in (b"a", b"b", b"a", b"c"):
+        queue.submit(producer.session, b"t", b"x", "q", fairness=key)
+    answers = producer.take()
+    assert [type(a) for a in answers] == [v2.Ok, v2.Ok, v2.Ok, wire.Error]
+    assert "max_fairness_keys = 2" in answers[3].message
+
+
+def test_priority_survives_prefetch() -> None:
+    """A high-priority task waits for one free credit, not behind a backlog."""
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    for _ in range(50):
+        queue.submit(producer.session, b"t", b"low", priority=0)
+    worker = v2_worker_of(queue, credits=4)
+    held = tasks_of(worker)
+    assert len(held) == 4  # it holds only what it runs at once
+    queue.submit(producer.session, b"t", b"urgent", priority=200)
+    queue.done(worker.session, held[0].task_id)
+    assert [t.payload for t in tasks_of(worker)] == [b"urgent"]
+
+
+@pytest.mark.parametrize("credits", [1, 3])
+def test_subscribing_again_replaces_the_queues(credits: int) -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue, credits=credits, queues=("a",))
+    worker.take()
+    queue.subscribe(worker.session, ("b",))
+    queue.ready(worker.session, credits)
+    worker.take()
+    queue.submit(producer.session, b"t", b"x", "a")
+    assert tasks_of(worker) == []
+    queue.submit(producer.session, b"t", b"y", "b")
+    assert [t.payload for t in tasks_of(worker)] == [b"y"]
+    assert queue.queues["a"].subscribers == 0 and queue.queues["b"].subscribers == 1
