@@ -251,7 +251,7 @@ def test_unknown_task_type_with_an_allow_list(start_daemon) -> None:
     ("data", "fragment"),
     [
         (struct.pack(">BBI", 0, 11, 0), "unsupported protocol version 0"),
-        (struct.pack(">BBI", 2, 11, 4) + b"abcd", "unsupported protocol version 2"),
+        (struct.pack(">BBI", 3, 11, 4) + b"abcd", "unsupported protocol version 3"),
         (struct.pack(">BBI", 1, 0x0D, 2) + b"zz", "unknown message type 0x0d"),
         (wire.frame(1, b"\x09abc"), "runs past"),
         (wire.frame(1, b""), "no task type length"),

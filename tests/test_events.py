@@ -25,7 +25,9 @@ def read_events(directory: Path) -> list[dict]:
 
 
 def test_format_event_fields() -> None:
-    line = format_event((1795000000.1234, "failed", 7, b"send_email", 12, 3, 9, 2, "SMTP 550"))
+    line = format_event(
+        (1795000000.1234, "failed", 7, b"send_email", 12, 3, 9, 2, "SMTP 550", "mail", 5)
+    )
     assert json.loads(line) == {
         "t": 1795000000123,
         "event": "failed",
@@ -35,10 +37,15 @@ def test_format_event_fields() -> None:
         "producer": 3,
         "worker": 9,
         "attempt": 2,
+        "queue": "mail",
+        "priority": 5,
         "reason": "SMTP 550",
     }
-    rejected = json.loads(format_event((1.0, "rejected", None, b"x", 5, 1, None, 0, (4, "no"))))
+    rejected = json.loads(
+        format_event((1.0, "rejected", None, b"x", 5, 1, None, 0, (4, "no"), None, None))
+    )
     assert rejected["task"] is None and rejected["code"] == 4 and rejected["reason"] == "no"
+    assert rejected["queue"] is None and rejected["priority"] is None
 
 
 def test_a_scripted_workload_leaves_every_kind_of_event(tmp_path: Path, start_daemon) -> None:

@@ -67,7 +67,7 @@ def write_events(directory: Path, tasks: int = 3000, hours: float = 1.5) -> list
             break
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "events-20261121T000000-4242-0001.ndjson"
-    path.write_text("".join(format_event(e) + "\n" for e in sorted(events)))
+    path.write_text("".join(format_event((*e, "default", 0)) + "\n" for e in sorted(events)))
     return events
 
 

@@ -44,7 +44,7 @@ oversized = st.builds(
 bad_version = st.builds(
     lambda version, body: (HEADER.pack(version, MessageType.STATS, len(body)) + body,
                            ErrorCode.INVALID_MESSAGE),
-    st.integers(2, 255) | st.just(0),
+    st.integers(3, 255) | st.just(0),
     st.binary(max_size=100),
 )  # fmt: skip
 unknown_type = st.builds(

@@ -345,7 +345,8 @@ def synthetic_events(directory: Path, events: int) -> int:
             else:
                 reason = "over quota" if task % 40 else "bad address"
                 lines.append((end, "failed", task, kind, size, producer, worker, 1, reason))
-            out.writelines(format_event(line) + "\n" for line in lines)
+            queue = "mail" if task % 3 else "sms"
+            out.writelines(format_event((*line, queue, task % 3)) + "\n" for line in lines)
             written += len(lines)
     return written
 
