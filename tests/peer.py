@@ -1,36 +1,43 @@
 """
-A blocking test peer: a real socket that speaks frames via L{quicx.protocol.wire}.
+A blocking test peer: a real socket that speaks frames via L{quicx.protocol.wire}
+(or L{quicx.protocol.v2}, once the connection's first frame was version 2).
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from typing import Any
 
-from quicx.protocol import wire
+from quicx.protocol import v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 
 
 class Peer:
     """One connection to a daemon, read with timeouts."""
 
-    def __init__(self, address: tuple[str, int] | socket.socket) -> None:
+    def __init__(self, address: tuple[str, int] | str | socket.socket) -> None:
         if isinstance(address, socket.socket):
             self.sock = address
+        elif isinstance(address, str):  # a UNIX socket: the control socket
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.settimeout(10)
+            self.sock.connect(address)
         else:
             self.sock = socket.create_connection(address, timeout=10)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.parser = FrameParser(1 << 30, check_types=False)
+        self.parser = FrameParser(1 << 30, check_types=False, v2_max_length=1 << 30)
         self.pending: list[Frame] = []
         self.closed = False
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def receive(self, timeout: float = 5.0) -> wire.Message:
+    def receive(self, timeout: float = 5.0) -> Any:
         """The next message, decoded; fails the test after C{timeout}."""
         frame = self.receive_frame(timeout)
-        return wire.decode(frame.message_type, frame.payload)
+        decode = v2.decode if self.parser.version == v2.VERSION else wire.decode
+        return decode(frame.message_type, frame.payload)
 
     def receive_frame(self, timeout: float = 5.0) -> Frame:
         deadline = time.monotonic() + timeout
@@ -57,7 +64,7 @@ class Peer:
         self.pending.insert(0, frame)
         return False
 
-    def request(self, data: bytes, timeout: float = 5.0) -> wire.Message:
+    def request(self, data: bytes, timeout: float = 5.0) -> Any:
         self.send(data)
         return self.receive(timeout)
 

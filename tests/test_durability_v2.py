@@ -1,0 +1,65 @@
+"""
+Version-2 state survives a crash: a daemon with C{fsync = always} is killed
+with SIGKILL, and its queues, priorities, pauses and idempotency keys come
+back with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from quicx.protocol import v2, wire
+from tests.peer import Peer
+
+
+def submit(
+    peer: Peer, payload: bytes, queue: str, priority: int, key: bytes | None = None
+) -> v2.Ok:
+    reply = peer.request(v2.encode_submit(b"t", payload, v2.submit_options(queue, priority, key)))
+    assert isinstance(reply, v2.Ok), reply
+    return reply
+
+
+def test_queues_priorities_pauses_and_keys_survive_kill_9(tmp_path: Path, start_daemon) -> None:
+    journal = str(tmp_path / "j")
+    daemon = start_daemon(f"--journal={journal}", "--fsync=always")
+    with Peer(daemon.address) as producer:
+        low = submit(producer, b"low", "mail", 1, b"order-1")
+        high = submit(producer, b"high", "mail", 9)
+        submit(producer, b"other", "video", 5)
+        finished = submit(producer, b"done-before", "video", 5, b"order-2")
+        with Peer(daemon.address) as worker:
+            worker.send(v2.encode_ready(1, ["video"]))
+            first = worker.receive()
+            assert isinstance(first, v2.Task) and first.payload == b"other"
+            worker.send(v2.encode_done(first.task_id))
+            second = worker.receive()
+            assert isinstance(second, v2.Task) and second.task_id == finished.task_id
+            worker.send(v2.encode_done(second.task_id))
+            assert producer.receive().task_id in (first.task_id, second.task_id)
+    with Peer(str(daemon.control_path)) as admin:
+        assert admin.request(v2.encode_queue_action(v2.MessageType.PAUSE, "mail")) == v2.Info(
+            {"queue": "mail", "paused": True}
+        )
+    daemon.kill()
+
+    restarted = start_daemon(f"--journal={journal}")
+    with Peer(restarted.address) as client:
+        queues = {q["name"]: q for q in client.request(v2.encode_queues()).document}
+        assert queues["mail"]["paused"] is True
+        assert queues["mail"]["priorities"] == {"9": 1, "1": 1}
+        # Keys: a live task's and a finished task's both still answer.
+        again = submit(client, b"low", "mail", 1, b"order-1")
+        assert (again.task_id, again.duplicate) == (low.task_id, True)
+        replay = submit(client, b"x", "video", 5, b"order-2")
+        assert (replay.task_id, replay.duplicate) == (finished.task_id, True)
+        assert client.receive() == wire.Done(finished.task_id)
+        inspected = client.request(v2.encode_inspect(high.task_id)).document
+        assert (inspected["queue"], inspected["priority"]) == ("mail", 9)
+        assert "paused" in {r["reason"] for r in inspected["why"]}
+    with Peer(str(restarted.control_path)) as admin:
+        admin.request(v2.encode_queue_action(v2.MessageType.RESUME, "mail"))
+    with Peer(restarted.address) as worker:
+        worker.send(v2.encode_ready(2, ["mail"]))
+        got = [worker.receive(), worker.receive()]
+        assert [t.payload for t in got] == [b"high", b"low"]
