@@ -343,7 +343,13 @@ class QueueService(Service):
         """
         try:
             queue = self.default_queue if queue_name is None else self._queue(queue_name)
-            self._check_submit(queue, task_type)
+            if (
+                self.allowed_types is not None
+                or self.draining
+                or self.journal.broken
+                or queue.policy.max_depth
+            ):
+                self._check_submit(queue, task_type)
         except Refused as e:
             self._reject(session, e.code, str(e), task_type, len(payload))
             return
@@ -450,15 +456,27 @@ class QueueService(Service):
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
-            ok = _OK[producer.version](task.task_id, False)
+            ok = (
+                wire.encode_ok(task.task_id)
+                if producer.version == 1
+                else v2.encode_ok(task.task_id)
+            )
             if producer.replies:
                 producer.replies.append(ok)
             else:
                 producer.peer.sendFrame(ok)
         queue = task.home
+        idle = queue.idle
+        if idle and not queue.depth and not queue.limited and not queue.paused:
+            # The common case, a worker waiting on an empty queue: straight to it.
+            worker = next(iter(idle.values()))
+            if not worker.overdue:
+                queue.running += 1
+                self._deliver(worker, task, queue, task.enqueued_at)
+                return
         if queue.push(task):
             self._fairness_keys += 1
-        if queue.idle:
+        if idle:
             self._serve_queue(queue)
 
     def accepted(self, tasks: list[Task]) -> None:
@@ -737,7 +755,9 @@ class QueueService(Service):
                 self._event("done", task, session, None, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
-                producer.peer.sendFrame(_OUTCOME_FRAMES[producer.version][0](task_id))
+                producer.peer.sendFrame(
+                    wire.encode_done(task_id) if producer.version == 1 else v2.encode_done(task_id)
+                )
         self._become_idle(session)
 
     def failed(self, session: Session, task_id: int, reason: str) -> None:
@@ -801,7 +821,7 @@ class QueueService(Service):
         self.pool.free(task.block)
         queue = task.home
         now = self.clock()
-        queue.completed(now)
+        queue.finished.append(now)  # for its drain rate
         if task.key is not None:
             self.keys.finish(
                 KeyEntry(queue.name, task.key, task.task_id, task.enqueued_at, outcome), now
@@ -810,7 +830,7 @@ class QueueService(Service):
             # A key limit may have let go of a task.
             self._serve_queue(queue)
             self._forget_if_idle(queue)
-        elif not queue.depth and not queue.running and not queue.declared:
+        elif not (queue.depth or queue.running or queue.subscribers or queue.declared):
             self._forget_if_idle(queue)
 
     def _late_delivery(self, session: Session, task_id: int) -> tuple[Task, int] | None:
@@ -864,7 +884,7 @@ class QueueService(Service):
     def _become_idle(self, session: Session) -> None:
         # After DONE/FAILED a worker has a free credit without a new READY
         # (unless a READY has since lowered its credits below what it held).
-        if session.free_credits > 0 and session.connected:
+        if session.credits > len(session.tasks) + len(session.overdue) and session.connected:
             self._serve_worker(session)
         if self._drained is not None:
             self._check_drained()
@@ -931,8 +951,9 @@ class QueueService(Service):
         task.attempts += 1
         task.dispatched_at = now
         task.holder = worker
-        worker.tasks[task.task_id] = task
-        if worker.free_credits <= 0:
+        tasks = worker.tasks
+        tasks[task.task_id] = task
+        if worker.credits - len(tasks) - len(worker.overdue) <= 0:
             self._unidle(worker)
         elif worker.session_id in queue.idle:
             queue.idle.move_to_end(worker.session_id)

@@ -87,27 +87,61 @@ class KeyState:
 
 @define(eq=False)
 class Level(Generic[T]):
-    """The tasks of one priority: a FIFO per fairness key, keys in turn."""
+    """
+    The tasks of one priority: a FIFO per fairness key, keys in turn (the
+    first with tasks deals next, then goes to the back).  The FIFO of tasks
+    without a key stays when empty (it is the common case: no allocation
+    per task), behind the others; every other FIFO goes when empty.
+    """
 
-    fifos: OrderedDict[bytes | None, deque[T]] = field(factory=OrderedDict)
+    fifos: OrderedDict[bytes | None, deque[T]] = field(
+        factory=lambda: OrderedDict({None: deque()})
+    )
     size: int = 0
 
     def push(self, task: T, at_head: bool) -> None:
-        fifo = self.fifos.get(task.fairness)
+        key = task.fairness
+        fifos = self.fifos
+        fifo = fifos.get(key)
         if fifo is None:
-            fifo = self.fifos[task.fairness] = deque()
+            fifo = fifos[key] = deque()
+        elif not fifo and not at_head and len(fifos) > 1:
+            fifos.move_to_end(key)  # it joins the turns at the back
         if at_head:
             fifo.appendleft(task)
-            self.fifos.move_to_end(task.fairness, last=False)
+            self.fifos.move_to_end(key, last=False)
         else:
             fifo.append(task)
         self.size += 1
 
+    def pop(self) -> T:
+        """The next task in turn (there is one)."""
+        fifos = self.fifos
+        for key, fifo in fifos.items():
+            if fifo:
+                break
+        task = fifo.popleft()
+        self.popped(key, fifo)
+        return task
+
+    def popped(self, key: bytes | None, fifo: deque[T]) -> None:
+        """A task was taken from C{fifo}, the FIFO of C{key}: its turn is over."""
+        fifos = self.fifos
+        if fifo:
+            if len(fifos) > 1:
+                fifos.move_to_end(key)
+        elif key is not None:
+            del fifos[key]
+        elif len(fifos) > 1:
+            fifos.move_to_end(key)
+        self.size -= 1
+
     def remove(self, task: T) -> None:
-        fifo = self.fifos[task.fairness]
+        key = task.fairness
+        fifo = self.fifos[key]
         fifo.remove(task)
-        if not fifo:
-            del self.fifos[task.fairness]
+        if not fifo and key is not None:
+            del self.fifos[key]
         self.size -= 1
 
     def tasks(self) -> Iterator[T]:
@@ -179,10 +213,12 @@ class NamedQueue(Generic[T, W]):
 
         @return: whether its fairness key is new to this queue.
         """
-        level = self.levels.get(task.priority)
+        priority = task.priority
+        level = self.levels.get(priority)
         if level is None:
-            level = self.levels[task.priority] = Level()
-            bisect.insort(self.order, task.priority)
+            level = self.levels[priority] = Level()
+        if not level.size:
+            bisect.insort(self.order, priority)
         level.push(task, at_head)
         self.depth += 1
         key = task.fairness
@@ -204,9 +240,10 @@ class NamedQueue(Generic[T, W]):
             self.keys[task.fairness].queued -= 1
 
     def _shrunk(self, priority: int, level: Level[T]) -> None:
+        # Empty levels stay (at most 256): a queue that keeps emptying
+        # allocates nothing per task.
         self.depth -= 1
         if not level.size:
-            del self.levels[priority]
             self.order.remove(priority)
 
     # -- tasks out -------------------------------------------------------------
@@ -219,17 +256,12 @@ class NamedQueue(Generic[T, W]):
         if self.paused or not self.depth:
             return None
         if not self.limited:
-            priority = self.order[-1]
-            level = self.levels[priority]
-            fifos = level.fifos
-            key, fifo = next(iter(fifos.items()))
-            task = fifo.popleft()
-            if not fifo:
-                del fifos[key]
-            elif len(fifos) > 1:
-                fifos.move_to_end(key)
-            level.size -= 1
-            self._shrunk(priority, level)
+            order = self.order
+            level = self.levels[order[-1]]
+            task = level.pop()
+            self.depth -= 1
+            if not level.size:
+                order.pop()
             self.running += 1
             return task
         return self._take_limited(now)
@@ -244,14 +276,10 @@ class NamedQueue(Generic[T, W]):
         for priority in reversed(self.order):
             level = self.levels[priority]
             for key, fifo in level.fifos.items():
-                if key is not None and not self._key_may_start(key, now):
+                if not fifo or (key is not None and not self._key_may_start(key, now)):
                     continue
                 task = fifo.popleft()
-                if not fifo:
-                    del level.fifos[key]
-                elif len(level.fifos) > 1:
-                    level.fifos.move_to_end(key)
-                level.size -= 1
+                level.popped(key, fifo)
                 self._shrunk(priority, level)
                 if bucket is not None:
                     bucket.take()
@@ -282,10 +310,6 @@ class NamedQueue(Generic[T, W]):
         key = task.fairness
         if key is not None and self.limited:
             self.keys[key].running -= 1
-
-    def completed(self, now: float) -> None:
-        """A task of this queue finished: it counts towards the drain rate."""
-        self.finished.append(now)
 
     def prune_keys(self, now: float) -> int:
         """Forget fairness keys with nothing queued or running and a full bucket."""
