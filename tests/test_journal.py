@@ -9,7 +9,6 @@ import errno
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,15 @@ from twisted.internet.task import Clock, deferLater
 from zope.interface import implementer
 
 from quicx.daemon import settings as configuration
-from quicx.daemon.core import Task
+from quicx.daemon.core import Session, Task
 from quicx.daemon.journal import records as journal
 from quicx.daemon.journal import recovery as journal_recovery
-from quicx.daemon.journal.interface import IJournalOwner, Record
+from quicx.daemon.journal.interface import IJournalOwner, Record, Snapshot
 from quicx.daemon.journal.records import MAGIC, FsyncPolicy, JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
+from quicx.daemon.policy import QueuePolicy
+from quicx.daemon.queues import NamedQueue
 from quicx.protocol import wire
 
 
@@ -186,8 +187,8 @@ def test_not_a_journal(tmp_path: Path) -> None:
 
 
 def test_record_size_matches_the_encoding() -> None:
-    record = journal.encode_submit(7, b"abc", b"x" * 100)
-    assert len(record) == journal.submit_record_size(3, 100)
+    record = journal.encode_submit2(7, b"abc", b"x" * 100, "mail", 5, 1.5, b"key", None)
+    assert len(record) == journal.submit2_record_size("mail", 3, b"key", None, 100)
 
 
 def test_journal_section_of_the_configuration() -> None:
@@ -220,8 +221,11 @@ def test_bad_journal_settings_name_the_line(text: str, message: str) -> None:
 # -- task ids are reserved ahead -------------------------------------------------------
 
 
+_QUEUE: NamedQueue[Task, Session] = NamedQueue("default", QueuePolicy(), False)
+
+
 def fake_task(task_id: int) -> Task:
-    return Task(task_id, b"t", 0, 1, None)
+    return Task(task_id, b"t", 0, 1, None, _QUEUE, 0, 0.0)
 
 
 @implementer(IJournalOwner)
@@ -237,8 +241,8 @@ class RecordingOwner:
     def refused(self, tasks: list[Record], reason: str, in_doubt: bool) -> None:
         pytest.fail(f"refused: {reason}")
 
-    def snapshot(self) -> Iterator[tuple[int, bytes, bytes]]:
-        return iter(())
+    def snapshot(self) -> Snapshot:
+        return Snapshot((), (), ())
 
 
 def opened_journal(path: Path, policy: FsyncPolicy, reactor, **kwargs) -> tuple[Journal, list]:

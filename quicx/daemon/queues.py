@@ -94,9 +94,7 @@ class Level(Generic[T]):
     per task), behind the others; every other FIFO goes when empty.
     """
 
-    fifos: OrderedDict[bytes | None, deque[T]] = field(
-        factory=lambda: OrderedDict({None: deque()})
-    )
+    fifos: OrderedDict[bytes | None, deque[T]] = field(factory=lambda: OrderedDict({None: deque()}))
     size: int = 0
 
     def push(self, task: T, at_head: bool) -> None:
@@ -117,9 +115,8 @@ class Level(Generic[T]):
     def pop(self) -> T:
         """The next task in turn (there is one)."""
         fifos = self.fifos
-        for key, fifo in fifos.items():
-            if fifo:
-                break
+        key = next(k for k, f in fifos.items() if f)
+        fifo = fifos[key]
         task = fifo.popleft()
         self.popped(key, fifo)
         return task

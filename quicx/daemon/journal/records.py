@@ -8,25 +8,40 @@ from enum import Enum
 
 from attrs import frozen
 
+from quicx.daemon.journal.interface import KeyEntry
 from quicx.protocol.wire import MAX_TASK_ID
 
-MAGIC = b"QUICXJ1\n"
+MAGIC_V1 = b"QUICXJ1\n"
+"""The previous release's journals: kinds 1 to 5 only."""
+MAGIC = b"QUICXJ2\n"
+"""This release's: kinds 1 to 9 (a previous release refuses the file)."""
+MAGICS = {MAGIC_V1: 1, MAGIC: 2}
 RECORD_HEADER = struct.Struct(">II")
 ID = struct.Struct(">I")
 SUBMIT_HEAD = struct.Struct(">BIB")
+SUBMIT2_HEAD = struct.Struct(">BIBQ")  # kind, id, priority, enqueued ms
+KEY_HEAD = struct.Struct(">BIQB")  # kind, id, submitted ms, outcome
 
 KIND_SUBMIT = 1
 KIND_DONE = 2
 KIND_FAILED = 3
 KIND_CHECKPOINT = 4
 KIND_RESERVE = 5
-KINDS = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
+KIND_SUBMIT2 = 6
+KIND_CANCELLED = 7
+KIND_PAUSE = 8
+KIND_KEY = 9
+KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
+KINDS = KINDS_V1 | {KIND_SUBMIT2, KIND_CANCELLED, KIND_PAUSE, KIND_KEY}
+OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
+OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
+OUTCOME_NAMES = {code: name for name, code in OUTCOME_CODES.items()}
 
 ID_BLOCK = 1 << 16
 """Task ids reserved at a time; a restart skips at most this many."""
 
-MAX_BODY = SUBMIT_HEAD.size + 255 + (1 << 20)
-"""The longest body a record can have: the longest type and a 1 MiB payload."""
+MAX_BODY = SUBMIT2_HEAD.size + 4 * 256 + (1 << 20)
+"""The longest body a record can have: the longest queue, type and keys and a 1 MiB payload."""
 
 DEFAULT_COMPACT_FACTOR = 4.0
 DEFAULT_COMPACT_MIN_SIZE = 64 << 20
@@ -73,12 +88,62 @@ def encode_submit(task_id: int, task_type: bytes, payload: bytes) -> bytes:
     return _frame(SUBMIT_HEAD.pack(KIND_SUBMIT, task_id, len(task_type)) + task_type + payload)
 
 
+def _short(value: bytes | None) -> bytes:
+    """C{[len u8][value]}; C{[0]} for none."""
+    return b"\x00" if value is None else bytes((len(value),)) + value
+
+
+def encode_submit2(
+    task_id: int,
+    task_type: bytes,
+    payload: bytes,
+    queue: str,
+    priority: int,
+    enqueued_at: float,
+    key: bytes | None,
+    fairness: bytes | None,
+) -> bytes:
+    """A version-2 SUBMIT: the task with its queue, priority, enqueue time and keys."""
+    name = queue.encode("ascii")
+    return _frame(
+        SUBMIT2_HEAD.pack(KIND_SUBMIT2, task_id, priority, int(enqueued_at * 1000))
+        + bytes((len(name),))
+        + name
+        + bytes((len(task_type),))
+        + task_type
+        + _short(key)
+        + _short(fairness)
+        + payload
+    )
+
+
 def encode_done(task_id: int) -> bytes:
     return _frame(bytes((KIND_DONE,)) + ID.pack(task_id))
 
 
 def encode_failed(task_id: int) -> bytes:
     return _frame(bytes((KIND_FAILED,)) + ID.pack(task_id))
+
+
+def encode_outcome(task_id: int, outcome: str) -> bytes:
+    """DONE, FAILED or CANCELLED."""
+    return _frame(bytes((OUTCOME_KINDS[outcome],)) + ID.pack(task_id))
+
+
+def encode_pause(queue: str, paused: bool) -> bytes:
+    name = queue.encode("ascii")
+    return _frame(bytes((KIND_PAUSE, int(paused), len(name))) + name)
+
+
+def encode_key(queue: str, key: bytes, task_id: int, submitted_at: float, outcome: str) -> bytes:
+    """A remembered idempotency key of a finished task (written at compaction)."""
+    name = queue.encode("ascii")
+    return _frame(
+        KEY_HEAD.pack(KIND_KEY, task_id, int(submitted_at * 1000), OUTCOME_CODES[outcome])
+        + bytes((len(name),))
+        + name
+        + _short(key)
+    )
 
 
 def encode_checkpoint(last_task_id: int) -> bytes:
@@ -99,16 +164,38 @@ def id_steps(start: int, end: int) -> int:
     return (end - start) % MAX_TASK_ID
 
 
-def submit_record_size(type_length: int, payload_length: int) -> int:
-    """The bytes a SUBMIT record takes in the file."""
-    return RECORD_HEADER.size + SUBMIT_HEAD.size + type_length + payload_length
+def submit2_record_size(
+    queue: str, type_length: int, key: bytes | None, fairness: bytes | None, payload_length: int
+) -> int:
+    """The bytes a version-2 SUBMIT record takes in the file."""
+    return (
+        RECORD_HEADER.size
+        + SUBMIT2_HEAD.size
+        + 4
+        + len(queue)
+        + type_length
+        + len(key or b"")
+        + len(fairness or b"")
+        + payload_length
+    )
 
 
 @frozen
 class RecoveredTask:
+    """
+    A live task as the journal kept it.  A record of the previous format
+    has no queue, priority or enqueue time (C{None}: the daemon's default
+    queue, that queue's priority, the time of recovery).
+    """
+
     task_id: int
     task_type: bytes
     payload: bytes
+    queue: str | None = None
+    priority: int | None = None
+    enqueued_at: float | None = None
+    key: bytes | None = None
+    fairness: bytes | None = None
 
 
 @frozen
@@ -123,6 +210,9 @@ class Recovery:
     @ivar valid_length: the bytes of whole, good records (with the magic).
     @ivar torn_bytes: the bytes of a torn tail after C{valid_length}.
     @ivar records: how many records were read.
+    @ivar paused: the queues paused when the journal was written.
+    @ivar keys: the remembered idempotency keys of finished tasks.
+    @ivar format: 1 for the previous release's file, 2 for this one's.
     """
 
     tasks: tuple[RecoveredTask, ...]
@@ -130,3 +220,6 @@ class Recovery:
     valid_length: int
     torn_bytes: int
     records: int
+    paused: frozenset[str] = frozenset()
+    keys: tuple[KeyEntry, ...] = ()
+    format: int = 2

@@ -8,20 +8,72 @@ import zlib
 
 from attrs import frozen
 
+from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.journal.records import (
     ID,
+    KEY_HEAD,
+    KIND_CANCELLED,
     KIND_CHECKPOINT,
+    KIND_DONE,
+    KIND_KEY,
+    KIND_PAUSE,
     KIND_RESERVE,
     KIND_SUBMIT,
+    KIND_SUBMIT2,
     KINDS,
     MAGIC,
+    MAGICS,
     MAX_BODY,
+    OUTCOME_NAMES,
     RECORD_HEADER,
+    SUBMIT2_HEAD,
     SUBMIT_HEAD,
     JournalCorrupt,
     RecoveredTask,
     Recovery,
 )
+
+_OUTCOME_OF_KIND = {KIND_DONE: "done", KIND_CANCELLED: "cancelled"}
+
+
+def _fields(data: bytes | memoryview, start: int, end: int, count: int) -> list[int] | None:
+    """
+    The offsets of C{count} C{[len u8][bytes]} fields from C{start}, and the
+    offset after the last; C{None} if they run past C{end}.
+    """
+    offsets = [start]
+    for _ in range(count):
+        if start >= end:
+            return None
+        start += 1 + data[start]
+        if start > end:
+            return None
+        offsets.append(start)
+    return offsets
+
+
+def _field(data: bytes, offset: int) -> bytes:
+    return bytes(data[offset + 1 : offset + 1 + data[offset]])
+
+
+def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:
+    """What is wrong with the body of a record of C{kind} (C{""}: nothing)."""
+    length = end - start
+    if kind == KIND_SUBMIT:
+        if length < SUBMIT_HEAD.size or SUBMIT_HEAD.size + data[start + 5] > length:
+            return "SUBMIT record shorter than its task type"
+    elif kind == KIND_SUBMIT2:
+        if length < SUBMIT2_HEAD.size or _fields(data, start + SUBMIT2_HEAD.size, end, 4) is None:
+            return "SUBMIT record shorter than its fields"
+    elif kind == KIND_PAUSE:
+        if _fields(data, start + 2, end, 1) != [start + 2, end]:
+            return "PAUSE record of the wrong length"
+    elif kind == KIND_KEY:
+        if length < KEY_HEAD.size or _fields(data, start + KEY_HEAD.size, end, 2) is None:
+            return "KEY record shorter than its fields"
+    elif length != 5:
+        return f"record of kind {kind} has {length} bytes, not 5"
+    return ""
 
 
 def _record_at(data: bytes | memoryview, offset: int) -> tuple[int, str]:
@@ -34,7 +86,7 @@ def _record_at(data: bytes | memoryview, offset: int) -> tuple[int, str]:
     length, checksum = RECORD_HEADER.unpack_from(data, offset)
     body_start = offset + RECORD_HEADER.size
     end = body_start + length
-    if not 5 <= length <= MAX_BODY:
+    if not 2 <= length <= MAX_BODY:
         return end, f"impossible record length {length}"
     if end > end_of_data:
         return end, f"record of {length} bytes runs past the end of the file"
@@ -43,13 +95,7 @@ def _record_at(data: bytes | memoryview, offset: int) -> tuple[int, str]:
     kind = data[body_start]
     if kind not in KINDS:
         return end, f"unknown record kind {kind}"
-    if kind == KIND_SUBMIT and (
-        length < SUBMIT_HEAD.size or SUBMIT_HEAD.size + data[body_start + 5] > length
-    ):
-        return end, "SUBMIT record shorter than its task type"
-    if kind != KIND_SUBMIT and length != 5:
-        return end, f"record of kind {kind} has {length} bytes, not 5"
-    return end, ""
+    return end, _body_problem(data, kind, body_start, end)
 
 
 def _good_record_after(data: bytes, offset: int) -> int | None:
@@ -102,6 +148,8 @@ def recover(path: str) -> Recovery:
     if len(data) < len(MAGIC):
         return Recovery((), 0, 0, len(data), 0)
     live: dict[int, RecoveredTask] = {}
+    paused: dict[str, bool] = {}
+    keys: dict[tuple[str, bytes], KeyEntry] = {}
     last_task_id = 0
     reserved: int | None = None
     records = 0
@@ -116,22 +164,78 @@ def recover(path: str) -> Recovery:
             break
         kind = data[offset + RECORD_HEADER.size]
         body = offset + RECORD_HEADER.size + 1
+        if kind == KIND_PAUSE:
+            paused[_field(data, body + 1).decode("ascii")] = bool(data[body])
+            records += 1
+            offset = end
+            continue
         task_id = ID.unpack_from(data, body)[0]
         if kind == KIND_SUBMIT:
             type_end = body + 5 + data[body + 4]
             live.pop(task_id, None)
             live[task_id] = RecoveredTask(task_id, data[body + 5 : type_end], data[type_end:end])
             last_task_id = task_id
+        elif kind == KIND_SUBMIT2:
+            live.pop(task_id, None)
+            live[task_id] = _submit2(data, body - 1, end)
+            last_task_id = task_id
+        elif kind == KIND_KEY:
+            entry = _key(data, body - 1, end)
+            keys[(entry.queue, entry.key)] = entry
         elif kind == KIND_RESERVE:
             reserved = task_id
         elif kind == KIND_CHECKPOINT:
             last_task_id = task_id
         else:
-            live.pop(task_id, None)
+            task = live.pop(task_id, None)
+            if task is not None and task.key is not None and task.queue is not None:
+                outcome = _OUTCOME_OF_KIND.get(kind, "failed")
+                submitted = task.enqueued_at or 0.0
+                keys[(task.queue, task.key)] = KeyEntry(
+                    task.queue, task.key, task_id, submitted, outcome
+                )
         records += 1
         offset = end
     resume = reserved if reserved is not None else last_task_id
-    return Recovery(tuple(live.values()), resume, offset, len(data) - offset, records)
+    return Recovery(
+        tuple(live.values()),
+        resume,
+        offset,
+        len(data) - offset,
+        records,
+        frozenset(name for name, is_paused in paused.items() if is_paused),
+        tuple(keys.values()),
+        MAGICS[data[: len(MAGIC)]],
+    )
+
+
+def _submit2(data: bytes, start: int, end: int) -> RecoveredTask:
+    """The task of the (checked) version-2 SUBMIT record whose body is C{data[start:end]}."""
+    _, task_id, priority, enqueued_ms = SUBMIT2_HEAD.unpack_from(data, start)
+    queue, task_type, key, fairness, payload = _fields(data, start + SUBMIT2_HEAD.size, end, 4)  # type: ignore[misc]
+    return RecoveredTask(
+        task_id,
+        _field(data, task_type),
+        data[payload:end],
+        _field(data, queue).decode("ascii"),
+        priority,
+        enqueued_ms / 1000,
+        _field(data, key) or None,
+        _field(data, fairness) or None,
+    )
+
+
+def _key(data: bytes, start: int, end: int) -> KeyEntry:
+    """The entry of the (checked) KEY record whose body is C{data[start:end]}."""
+    _, task_id, submitted_ms, outcome = KEY_HEAD.unpack_from(data, start)
+    queue, key, _ = _fields(data, start + KEY_HEAD.size, end, 2)  # type: ignore[misc]
+    return KeyEntry(
+        _field(data, queue).decode("ascii"),
+        _field(data, key),
+        task_id,
+        submitted_ms / 1000,
+        OUTCOME_NAMES.get(outcome, "failed"),
+    )
 
 
 def _read_journal(path: str) -> bytes | None:
@@ -149,7 +253,18 @@ def _read_journal(path: str) -> bytes | None:
         return None
     except OSError as e:
         raise JournalCorrupt(path, 0, f"cannot read: {e.strerror}") from None
-    if not (MAGIC.startswith(data) if len(data) < len(MAGIC) else data.startswith(MAGIC)):
+    head = data[: len(MAGIC)]
+    if len(data) < len(MAGIC):
+        if not any(magic.startswith(data) for magic in MAGICS):
+            raise JournalCorrupt(path, 0, "not a Quicx journal (bad magic)")
+    elif head not in MAGICS:
+        if head[:6] == MAGIC[:6] and head[6:7].isdigit() and head[7:] == b"\n":
+            raise JournalCorrupt(
+                path,
+                0,
+                f"written by a newer Quicx (journal format {head[6:7].decode()});"
+                " this release reads formats 1 and 2",
+            )
         raise JournalCorrupt(path, 0, "not a Quicx journal (bad magic)")
     return data
 
@@ -185,7 +300,7 @@ def repair(path: str, now: float) -> Repair:
     if data is None or len(data) < len(MAGIC):
         raise JournalCorrupt(path, 0, "no journal to repair")
     view = memoryview(data)
-    kept: list[bytes] = [MAGIC]
+    kept: list[bytes] = [data[: len(MAGIC)]]
     damaged: list[tuple[int, int]] = []
     offset = len(MAGIC)
     while offset < len(data):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import Any
 
 from attrs import define
@@ -15,7 +14,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
-from quicx.daemon.journal.interface import IJournal, IJournalOwner, Record
+from quicx.daemon.journal.interface import IJournal, IJournalOwner, Record, Snapshot
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
     DEFAULT_COMPACT_MIN_SIZE,
@@ -24,13 +23,14 @@ from quicx.daemon.journal.records import (
     FsyncPolicy,
     JournalInDoubt,
     Recovery,
-    encode_done,
-    encode_failed,
+    encode_key,
+    encode_outcome,
+    encode_pause,
     encode_reserve,
-    encode_submit,
+    encode_submit2,
     id_after,
     id_steps,
-    submit_record_size,
+    submit2_record_size,
 )
 from quicx.daemon.journal.recovery import sync_directory, write_all
 from quicx.daemon.periodic import every
@@ -109,8 +109,12 @@ class Journal(Service):
     def open(self, recovery: Recovery) -> None:
         """
         Open the file for appending, cutting any torn tail L{recover} found,
-        and reserve the first block of task ids.
+        and reserve the first block of task ids.  A file of the previous
+        release's format is first copied into this one's (a new file swapped
+        in, as compaction does: a crash at any moment leaves one or the other).
         """
+        if recovery.format != 2 and recovery.valid_length >= len(MAGIC):
+            self._upgrade(recovery.valid_length)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._last_id = recovery.last_task_id
         self._reserved_id = id_after(self._last_id, self.id_block)
@@ -132,7 +136,26 @@ class Journal(Service):
         self._durable_steps = self.id_block
         self.stats.file_bytes = length
         self.stats.live_bytes = sum(
-            submit_record_size(len(t.task_type), len(t.payload)) for t in recovery.tasks
+            submit2_record_size(t.queue or "", len(t.task_type), t.key, t.fairness, len(t.payload))
+            for t in recovery.tasks
+        )
+
+    def _upgrade(self, valid_length: int) -> None:
+        """Rewrite a format-1 journal's good records under this format's magic."""
+        with open(self.path, "rb") as old:
+            data = old.read(valid_length)
+        temporary = self.path + ".upgrade"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            write_all(fd, MAGIC + data[len(MAGIC) :])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, self.path)
+        sync_directory(self.path)
+        self.log.info(
+            "journal {path} upgraded to format 2 (a previous release can no longer read it)",
+            path=self.path,
         )
 
     # -- the owner's calls -------------------------------------------------------
@@ -148,7 +171,16 @@ class Journal(Service):
         self._last_id = task.task_id
         if self._durable_steps + self._pending_steps < self.id_block // 2:
             self._reserve()
-        record = encode_submit(task.task_id, task.task_type, payload)
+        record = encode_submit2(
+            task.task_id,
+            task.task_type,
+            payload,
+            task.queue,
+            task.priority,
+            task.enqueued_at,
+            task.key,
+            task.fairness,
+        )
         self.stats.live_bytes += len(record)
         self._append(record)
         if self.policy is FsyncPolicy.ALWAYS or self._durable_steps < 0:
@@ -163,9 +195,15 @@ class Journal(Service):
         self._reserved_id = target
         self._append(encode_reserve(target))
 
-    def record_outcome(self, task: Record, failed: bool) -> None:
-        self.stats.live_bytes -= submit_record_size(len(task.task_type), task.size)
-        self._append(encode_failed(task.task_id) if failed else encode_done(task.task_id))
+    def record_outcome(self, task: Record, outcome: str) -> None:
+        self.stats.live_bytes -= submit2_record_size(
+            task.queue, len(task.task_type), task.key, task.fairness, task.size
+        )
+        self._append(encode_outcome(task.task_id, outcome))
+
+    def record_pause(self, queue: str, paused: bool) -> None:
+        """Append a PAUSE record (written with the next group commit)."""
+        self._append(encode_pause(queue, paused))
 
     def _append(self, record: bytes) -> None:
         if self._closed:
@@ -187,13 +225,31 @@ class Journal(Service):
         tasks, self._unsynced = self._unsynced, []
         reserved, self._pending_steps = self._pending_steps, 0
         if self._compaction_due():
+            state = self._owner.snapshot()
             snapshot = [MAGIC, encode_reserve(self._reserved_id)]
-            snapshot += [encode_submit(*task) for task in self._owner.snapshot()]
+            snapshot += [
+                encode_submit2(
+                    task.task_id,
+                    task.task_type,
+                    payload,
+                    task.queue,
+                    task.priority,
+                    task.enqueued_at,
+                    task.key,
+                    task.fairness,
+                )
+                for task, payload in state.tasks
+            ]
+            live = len(snapshot) - 2
+            snapshot += [encode_pause(name, True) for name in state.paused]
+            snapshot += [
+                encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
+            ]
             self.log.info(
                 "compacting journal {path}: {size} bytes, {live} live tasks",
                 path=self.path,
                 size=self.stats.file_bytes,
-                live=len(snapshot) - 2,
+                live=live,
             )
             job = deferToThreadPool(self.reactor, self._threads, self._compact, snapshot)
             self.stats.compactions += 1
@@ -356,5 +412,5 @@ class _Unbound:
     def refused(self, tasks: list[Record], reason: str, in_doubt: bool) -> None:
         raise RuntimeError("Journal.bind() was not called")
 
-    def snapshot(self) -> Iterable[tuple[int, bytes, bytes]]:
+    def snapshot(self) -> Snapshot:
         raise RuntimeError("Journal.bind() was not called")

@@ -1,0 +1,161 @@
+"""
+The journal's version-2 records: queues, priorities, keys, cancels and
+pauses are written, read back, kept by compaction; the previous release's
+journal (a file committed here, never regenerated) still recovers and is
+upgraded in place.
+"""
+
+from __future__ import annotations
+
+import shutil
+import zlib
+from pathlib import Path
+
+import pytest
+from twisted.internet.task import Clock
+
+from quicx.daemon.journal import records as journal
+from quicx.daemon.journal.interface import KeyEntry
+from quicx.daemon.journal.records import JournalCorrupt, RecoveredTask
+from quicx.daemon.journal.recovery import recover
+from quicx.daemon.journal.writer import Journal
+from quicx.daemon.control import fetch_status
+from quicx.protocol import v2, wire
+from tests.peer import Peer
+
+V1_JOURNAL = Path(__file__).parent / "data" / "journal-v1.qj"
+
+
+def write(path: Path, *records: bytes, magic: bytes = journal.MAGIC) -> None:
+    path.write_bytes(magic + b"".join(records))
+
+
+def test_version_2_records_come_back(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    write(
+        path,
+        journal.encode_submit2(1, b"mail", b"one", "mail", 9, 1795000000.5, b"k1", b"acme"),
+        journal.encode_submit2(2, b"mail", b"", "mail", 0, 1795000001.0, None, None),
+        journal.encode_submit(3, b"old", b"three"),
+        journal.encode_submit2(4, b"sms", b"four", "sms", 3, 1795000002.0, b"k4", None),
+        journal.encode_outcome(4, "cancelled"),
+        journal.encode_pause("mail", True),
+        journal.encode_pause("sms", True),
+        journal.encode_pause("sms", False),
+        journal.encode_key("video", b"k9", 9, 1795000003.25, "done"),
+    )
+    recovery = recover(str(path))
+    assert recovery.tasks == (
+        RecoveredTask(1, b"mail", b"one", "mail", 9, 1795000000.5, b"k1", b"acme"),
+        RecoveredTask(2, b"mail", b"", "mail", 0, 1795000001.0),
+        RecoveredTask(3, b"old", b"three"),
+    )
+    assert recovery.paused == frozenset({"mail"})
+    assert set(recovery.keys) == {
+        KeyEntry("sms", b"k4", 4, 1795000002.0, "cancelled"),
+        KeyEntry("video", b"k9", 9, 1795000003.25, "done"),
+    }
+    assert recovery.format == 2
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        journal.encode_submit2(1, b"t", b"x", "q", 1, 1.0, b"k", None)[:-1],
+        journal.encode_pause("q", True) + b"",
+        journal.encode_key("q", b"k", 1, 1.0, "done"),
+    ],
+)
+def test_a_torn_version_2_record_is_a_torn_tail(tmp_path: Path, record: bytes) -> None:
+    path = tmp_path / "j"
+    whole = journal.encode_submit2(5, b"t", b"kept", "q", 1, 1.0, None, None)
+    path.write_bytes(journal.MAGIC + whole + record[:-2])
+    recovery = recover(str(path))
+    assert [t.task_id for t in recovery.tasks] == [5]
+    assert recovery.torn_bytes == len(record) - 2
+
+
+def test_a_damaged_field_length_is_damage_not_a_tear(tmp_path: Path) -> None:
+    body = bytearray(journal.encode_pause("queue", True))
+    body[-6] = 40  # the name's length now runs past the record; its checksum is redone
+    body[4:8] = zlib.crc32(bytes(body[8:])).to_bytes(4, "big")
+    path = tmp_path / "j"
+    write(path, bytes(body), journal.encode_done(1))
+    with pytest.raises(JournalCorrupt, match="PAUSE record of the wrong length"):
+        recover(str(path))
+
+
+def test_a_journal_of_a_newer_format_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    path.write_bytes(b"QUICXJ3\n")
+    with pytest.raises(JournalCorrupt, match="newer Quicx .journal format 3."):
+        recover(str(path))
+
+
+def test_the_previous_releases_journal_recovers(tmp_path: Path) -> None:
+    recovery = recover(str(V1_JOURNAL))
+    assert recovery.format == 1
+    assert [(t.task_id, t.task_type, t.payload) for t in recovery.tasks] == [
+        (1, b"send_email", b'{"to":"a@example.com"}'),
+        (4, b"report", b""),
+    ]
+    assert all(t.queue is None and t.priority is None for t in recovery.tasks)
+    assert recovery.last_task_id == 65536
+
+
+def test_opening_the_previous_format_upgrades_the_file_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    shutil.copy(V1_JOURNAL, path)
+    writer = Journal(str(path), journal.FsyncPolicy.ALWAYS, Clock())
+    writer.open(recover(str(path)))
+    assert path.read_bytes().startswith(journal.MAGIC)
+    again = recover(str(path))
+    assert again.format == 2
+    assert [t.task_id for t in again.tasks] == [1, 4]
+    assert not list(tmp_path.glob("j.*")), "the temporary file was left behind"
+
+
+def test_a_daemon_starts_on_the_previous_releases_journal(tmp_path: Path, start_daemon) -> None:
+    path = tmp_path / "j"
+    shutil.copy(V1_JOURNAL, path)
+    daemon = start_daemon(f"--journal={path}")
+    assert "upgraded to format 2" in daemon.log()
+    with Peer(daemon.address) as worker:
+        worker.send(v2.encode_ready(2))
+        tasks = [worker.receive(), worker.receive()]
+    assert [(t.task_id, t.queue, t.priority) for t in tasks] == [
+        (1, "default", 0),
+        (4, "default", 0),
+    ]
+
+
+def test_compaction_keeps_queues_pauses_and_keys(tmp_path: Path, start_daemon) -> None:
+    path = tmp_path / "j"
+    config = tmp_path / "quicx.conf"
+    config.write_text(
+        f"[journal]\npath = {path}\nfsync = always\ncompact_factor = 2\ncompact_min_size = 16K\n"
+    )
+    daemon = start_daemon(f"--config={config}", "--listen=tcp:0:interface=127.0.0.1")
+    with Peer(str(daemon.control_path)) as admin:
+        admin.request(v2.encode_queue_action(v2.MessageType.PAUSE, "held"))
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        kept = producer.request(
+            v2.encode_submit(b"t", b"kept", v2.submit_options("held", 7, b"live-key"))
+        )
+        assert worker.request(v2.encode_ready(64, ["churn"])) == wire.Wait()
+        for n in range(400):  # enough finished records to pass 16K and compact
+            ok = producer.request(
+                v2.encode_submit(b"t", b"x" * 40, v2.submit_options("churn", key=b"k%d" % n))
+            )
+            task = worker.receive()
+            worker.send(v2.encode_done(task.task_id))
+            assert producer.receive().task_id == ok.task_id
+    assert fetch_status(str(daemon.control_path))["journal"]["compactions"] >= 1
+    daemon.kill()
+    recovery = recover(str(path))
+    assert recovery.paused == frozenset({"held"})
+    assert [(t.task_id, t.queue, t.priority, t.key) for t in recovery.tasks] == [
+        (kept.task_id, "held", 7, b"live-key")
+    ]
+    assert {k.key for k in recovery.keys} >= {b"k0", b"k399"}
+    assert b"QUICXJ2\n" == path.read_bytes()[:8]
