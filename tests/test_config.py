@@ -6,12 +6,14 @@ import re
 from decimal import Decimal
 from pathlib import Path
 
+import attrs
 import pytest
 
 from quicx import cli
 from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.journal.records import FsyncPolicy
+from quicx.daemon.policy import QueuePolicy
 from quicx.daemon.settings import ConfigError
 
 REFERENCE = """\
@@ -167,6 +169,16 @@ EVERY_SETTING_CHANGED = config.Config(
     tls_producers=frozenset({"billing", "mailer"}),
     tls_workers=frozenset({"worker"}),
     tls_monitors=frozenset({"grafana"}),
+    tls_admins=frozenset({"ops"}),
+    protocol_versions=frozenset({1}),
+    default_queue="legacy",
+    max_queues=50,
+    default_max_depth=1000,
+    default_priority=3,
+    max_key_length=64,
+    dedup_window=60,
+    max_dedup_keys=500,
+    max_fairness_keys=99,
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,
@@ -175,6 +187,7 @@ EVERY_SETTING_CHANGED = config.Config(
     compact_factor=2.5,
     compact_min_size=4096,
     log_summary_interval=0,
+    queue_sections={"mail": {"priority": 5, "rate": 2.5, "key_concurrency": 2}},
 )
 
 
@@ -209,17 +222,21 @@ def test_init_has_every_setting_with_its_help() -> None:
     assert config.parse(text, "built-in default") == config.Config()
 
 
+EVERY_FLAG_CHANGED = attrs.evolve(EVERY_SETTING_CHANGED, queue_sections={})
+"""What flags can set: all but the [queue NAME] sections, which are file-only."""
+
+
 def test_every_setting_is_a_twistd_flag() -> None:
     options = tap.Options()
     options.parseOptions(as_flags(EVERY_SETTING_CHANGED))
-    assert options.load_config() == EVERY_SETTING_CHANGED
+    assert options.load_config() == EVERY_FLAG_CHANGED
     usage = str(options)
     assert all(f"--{s.flag}=" in usage for s in config.SETTINGS)
 
 
 def test_every_setting_is_a_quicx_start_flag() -> None:
     args = cli.build_parser().parse_args(["start", *as_flags(EVERY_SETTING_CHANGED)])
-    assert cli.daemon_config(args) == EVERY_SETTING_CHANGED
+    assert cli.daemon_config(args) == EVERY_FLAG_CHANGED
 
 
 def test_flags_override_the_file_and_repeated_ones_replace_its_values(tmp_path: Path) -> None:
@@ -283,3 +300,48 @@ def test_more_errors_name_the_line(text: str, error: str) -> None:
     with pytest.raises(ConfigError) as raised:
         config.parse(text, "f")
     assert str(raised.value).startswith(error), str(raised.value)
+
+
+# -- queues -------------------------------------------------------------------------------
+
+
+def test_queue_sections_inherit_the_queues_defaults() -> None:
+    loaded = config.parse(
+        "[queues]\npriority = 3\nmax_depth = 10\n"
+        "[queue mail]\nmax_depth = 5\nrate = 2.5\nburst = 4\n"
+        "[queue video]\ntimeout = 30\nkey_concurrency = 2\n"
+    )
+    limits = loaded.queue_limits
+    assert limits.policy("mail") == QueuePolicy(max_depth=5, priority=3, rate=2.5, burst=4)
+    assert limits.policy("video") == QueuePolicy(
+        max_depth=10, priority=3, timeout=30.0, key_concurrency=2
+    )
+    assert limits.policy("other") == QueuePolicy(max_depth=10, priority=3)
+    assert config.parse(config.render(loaded)) == loaded
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[queue a b]\n", "<string>:1: [queue a b]: a queue name is 1 to 64"),
+        ("[queue " + "x" * 65 + "]\n", "<string>:1: [queue xxx"),
+        ("[queue a]\n\n[queue a]\n", "<string>:3: [queue a] is declared again (first on line 1)"),
+        ("[queue a]\nfoo = 1\n", "<string>:2: unknown key 'foo' in [queue a] (known: max_depth"),
+        ("[queue a]\npriority = 256\n", "<string>:2: priority: 256 is out of range (0 to 255)"),
+        ("[queue a]\nrate = 1\nrate = 2\n", "<string>:3: 'rate' is set again in [queue a]"),
+        ("[protocol]\nversions = 3\n", "<string>:2: versions: '3' is not 1, 2 or '1, 2'"),
+        ("[protocol]\ndefault_queue = no way\n", "<string>:2: default_queue: a queue name"),
+        ("[queues]\nmax_key_length = 256\n", "<string>:2: max_key_length: 256 is out of range"),
+        ("[queues]\nmax_queues = 0\n", "<string>:2: max_queues: 0 is out of range"),
+        ("[tls]\nadmins = ops\n", "<string>:2: admins needs client_ca"),
+    ],
+)
+def test_bad_queue_settings_name_the_line(text: str, error: str) -> None:
+    with pytest.raises(config.ConfigError) as raised:
+        config.parse(text)
+    assert str(raised.value).startswith(error), raised.value
+
+
+def test_versions_take_one_or_both() -> None:
+    assert config.parse("[protocol]\nversions = 1\n").queue_limits.versions == {1}
+    assert config.parse("[protocol]\nversions = 2, 1\n").queue_limits.versions == {1, 2}

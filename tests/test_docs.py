@@ -147,3 +147,19 @@ def test_the_settings_check_finds_a_missing_row() -> None:
     assert settings_problems(text.replace(row + "\n", "")) == [
         "[tasks]: 2 rows in the docs, 3 settings"
     ]
+
+
+def test_the_queue_section_table_is_the_codes() -> None:
+    from quicx.daemon import settings
+
+    text = CONFIGURATION.read_text()
+    lines = text.splitlines()
+    rows = next(
+        rows
+        for first, rows in tables(text)
+        if any(line == "### `[queue NAME]`" for line in lines[max(0, first - 8) : first])
+    )
+    documented = [[c.strip() for c in cells(row)][:3] for row in rows[2:]]
+    assert documented == [
+        [f"`{k.key}`", k.shown_default, k.kind.bounds()] for k in settings.QUEUE_KEYS
+    ]

@@ -316,8 +316,7 @@ def test_status_shows_the_journal(tmp_path: Path, start_daemon) -> None:
     status = fetch_status(str(daemon.control_path))
     assert status["journal"]["fsync"] == "always"
     assert status["journal"]["live_bytes"] == sum(
-        journal.submit2_record_size("default", 1, None, None, len(payload_for(n)))
-        for n in range(3)
+        journal.submit2_record_size("default", 1, None, None, len(payload_for(n))) for n in range(3)
     )
     assert status["journal"]["syncs"] >= 1
     assert status["journal"]["broken"] is None

@@ -40,9 +40,10 @@ from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_MIN_SIZE,
     FsyncPolicy,
 )
-from quicx.daemon.policy import QueueLimits
+from quicx.daemon.policy import QueueLimits, QueuePolicy
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
+from quicx.protocol.v2 import MAX_QUEUE_NAME, check_queue
 from quicx.protocol.wire import MAX_CREDITS, MAX_TYPE_LENGTH
 
 DEFAULT_PORT = 16381
@@ -363,6 +364,44 @@ class Names(Kind[frozenset[str]]):
 
     def format(self, value: frozenset[str]) -> str:
         return ", ".join(sorted(value))
+
+
+@frozen
+class Versions(Kind[frozenset[int]]):
+    """The protocol versions the daemon accepts: C{1}, C{2} or C{1, 2}."""
+
+    def metavar(self) -> str:
+        return "1,2"
+
+    def parse(self, text: str) -> frozenset[int]:
+        parts = {part.strip() for part in text.split(",")}
+        if not parts or not parts <= {"1", "2"}:
+            raise ValueError(f"{text!r} is not 1, 2 or '1, 2'")
+        return frozenset(int(part) for part in parts)
+
+    def format(self, value: frozenset[int]) -> str:
+        return ", ".join(str(v) for v in sorted(value))
+
+    def bounds(self) -> str:
+        return "1, 2, or both"
+
+
+@frozen
+class QueueName(Kind[str]):
+    """A queue name: 1 to 64 letters, digits or C{_ . : -}."""
+
+    def metavar(self) -> str:
+        return "QUEUE"
+
+    def parse(self, text: str) -> str:
+        try:
+            check_queue(text)
+        except ValueError as e:
+            raise ValueError(str(e)) from None
+        return text
+
+    def bounds(self) -> str:
+        return f"1 to {MAX_QUEUE_NAME} of A-Z a-z 0-9 _ . : -"
 
 
 BUSY_POLL = Seconds(high=MAX_BUSY_POLL)
@@ -688,6 +727,79 @@ class Config:
         "Certificate common names that may ask STATS (needs client_ca).",
         unset="any",
     )
+    tls_admins: frozenset[str] | None = setting(
+        "tls",
+        "admins",
+        Names(),
+        None,
+        "Certificate common names that may pause, resume, purge and cancel any task.",
+        unset="none (the control socket only)",
+    )
+    protocol_versions: frozenset[int] = setting(
+        "protocol",
+        "versions",
+        Versions(),
+        frozenset({1, 2}),
+        "The protocol versions accepted (1: exactly the protocol page's daemon).",
+    )
+    default_queue: str = setting(
+        "protocol",
+        "default_queue",
+        QueueName(),
+        "default",
+        "Where a SUBMIT without a queue goes, and what version-1 workers serve.",
+    )
+    max_queues: int = setting(
+        "queues",
+        "max_queues",
+        Integer(1, 1_000_000),
+        1000,
+        "The most queues that may exist at once.",
+    )
+    default_max_depth: int = setting(
+        "queues",
+        "max_depth",
+        Integer(0),
+        0,
+        "Queued tasks a queue without a [queue NAME] max_depth may hold (0: pool only).",
+        flag="max-depth",
+    )
+    default_priority: int = setting(
+        "queues",
+        "priority",
+        Integer(0, 255),
+        0,
+        "The priority of a task that names none, in a queue without its own.",
+        flag="default-priority",
+    )
+    max_key_length: int = setting(
+        "queues",
+        "max_key_length",
+        Integer(1, 255),
+        255,
+        "The longest idempotency or fairness key, in bytes.",
+    )
+    dedup_window: float = setting(
+        "queues",
+        "dedup_window",
+        Seconds(),
+        3600.0,
+        "Seconds an idempotency key is remembered after its task was submitted.",
+    )
+    max_dedup_keys: int = setting(
+        "queues",
+        "max_dedup_keys",
+        Integer(0, 100_000_000),
+        100_000,
+        "Keys of finished tasks remembered at most (the oldest go first).",
+    )
+    max_fairness_keys: int = setting(
+        "queues",
+        "max_fairness_keys",
+        Integer(1, 100_000_000),
+        10_000,
+        "Fairness keys with limit state, across all queues.",
+    )
     events_directory: str = setting(
         "events",
         "directory",
@@ -749,6 +861,7 @@ class Config:
         5.0,
         "Log failed, requeued and given-up tasks in a summary this often (0: each).",
     )
+    queue_sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     source: str = "built-in default"
 
     @property
@@ -764,7 +877,19 @@ class Config:
 
     @property
     def queue_limits(self) -> QueueLimits:
-        return QueueLimits()
+        """The queues' limits; a C{[queue NAME]} key left out takes the C{[queues]} default."""
+        defaults = QueuePolicy(max_depth=self.default_max_depth, priority=self.default_priority)
+        return QueueLimits(
+            self.protocol_versions,
+            self.default_queue,
+            self.max_queues,
+            self.max_key_length,
+            self.dedup_window,
+            self.max_dedup_keys,
+            self.max_fairness_keys,
+            {name: attrs.evolve(defaults, **keys) for name, keys in self.queue_sections.items()},
+            defaults,
+        )
 
     @property
     def tls(self) -> TlsSettings:
@@ -772,13 +897,13 @@ class Config:
             self.tls_certificate,
             self.tls_private_key,
             self.tls_client_ca,
-            Authorization(self.tls_producers, self.tls_workers, self.tls_monitors),
+            Authorization(self.tls_producers, self.tls_workers, self.tls_monitors, self.tls_admins),
         )
 
     @property
     def authorization(self) -> Authorization | None:
         """Who may take each role, when any list is set."""
-        lists = (self.tls_producers, self.tls_workers, self.tls_monitors)
+        lists = (self.tls_producers, self.tls_workers, self.tls_monitors, self.tls_admins)
         return self.tls.authorization if any(x is not None for x in lists) else None
 
     @property
@@ -822,6 +947,39 @@ BY_NAME = {s.name: s for s in SETTINGS}
 _BY_KEY = {(s.section, s.key): s for s in SETTINGS}
 
 
+@frozen
+class QueueKey:
+    """A key of a C{[queue NAME]} section: a field of L{QueuePolicy}."""
+
+    key: str
+    kind: Kind[Any]
+    help: str
+    unset: str = ""
+
+    @property
+    def shown_default(self) -> str:
+        return self.unset or f"`{self.kind.format(getattr(QueuePolicy(), self.key))}`"
+
+
+QUEUE_KEYS = (
+    QueueKey("max_depth", Integer(0), "Queued tasks it may hold (0: only the pool bounds it).",
+             "`[queues] max_depth`"),
+    QueueKey("priority", Integer(0, 255), "The priority of a task that names none.",
+             "`[queues] priority`"),
+    QueueKey("timeout", Seconds(), "Seconds a worker may hold one of its tasks (0: never).",
+             "`[tasks] timeout`"),
+    QueueKey("key_concurrency", Integer(0), "Tasks of one fairness key running at once (0: any)."),
+    QueueKey("rate", Number(0, 1e6), "Tasks per second the queue may start (0: no limit)."),
+    QueueKey("burst", Integer(0), "Tokens of the rate's bucket (0: one second's worth)."),
+    QueueKey("key_rate", Number(0, 1e6), "Tasks per second one fairness key may start (0: any)."),
+    QueueKey("key_burst", Integer(0), "Tokens of the key rate's bucket (0: one second's worth)."),
+)  # fmt: skip
+"""The keys of a C{[queue NAME]} section, in the docs' order."""
+
+_QUEUE_KEYS = {k.key: k for k in QUEUE_KEYS}
+QUEUE_SECTION = "queue "
+
+
 def default_runtime_path(port: int, suffix: str) -> str:
     """C{$XDG_RUNTIME_DIR/quicx-PORT.SUFFIX}, or under the temporary directory."""
     directory = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
@@ -862,7 +1020,9 @@ def validate(config: Config) -> None:
     if config.authorization is not None and not config.tls_client_ca:
         role = next(
             s
-            for s in (BY_NAME[n] for n in ("tls_producers", "tls_workers", "tls_monitors"))
+            for s in (
+                BY_NAME[n] for n in ("tls_producers", "tls_workers", "tls_monitors", "tls_admins")
+            )
             if getattr(config, s.name) is not None
         )
         raise Conflict(
@@ -884,7 +1044,10 @@ def parse(text: str, source: str = "<string>") -> Config:
     @raise ConfigError: with C{source:line:} and the reason.
     """
     lines: dict[Setting, list[tuple[int, object]]] = {}
+    queues: dict[str, dict[str, Any]] = {}
+    declared_on: dict[str, int] = {}
     section: str | None = None
+    queue: dict[str, Any] | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
         where = f"{source}:{number}"
         line = raw.strip()
@@ -893,7 +1056,14 @@ def parse(text: str, source: str = "<string>") -> Config:
         if line.startswith("["):
             if not line.endswith("]"):
                 raise ConfigError(f"{where}: malformed section header {line!r}")
-            section = line[1:-1].strip().lower()
+            section = line[1:-1].strip()
+            queue = None
+            if section.lower().startswith(QUEUE_SECTION):
+                name = section[len(QUEUE_SECTION) :].strip()
+                queue = _queue_section(name, where, declared_on, number)
+                queues[name] = queue
+                continue
+            section = section.lower()
             if section not in SECTIONS:
                 raise ConfigError(f"{where}: unknown section [{section}]")
             continue
@@ -903,6 +1073,9 @@ def parse(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{where}: expected 'key = value', got {line!r}")
         if section is None:
             raise ConfigError(f"{where}: '{key}' appears before any [section]")
+        if queue is not None:
+            _queue_key(queue, key, value.strip(), where, section)
+            continue
         spec = _BY_KEY.get((section, key))
         if spec is None:
             raise ConfigError(f"{where}: unknown key '{key}' in [{section}]")
@@ -914,12 +1087,42 @@ def parse(text: str, source: str = "<string>") -> Config:
         except ValueError as e:
             raise ConfigError(f"{where}: {key}: {e}") from None
     values = {spec: [value for _, value in found] for spec, found in lines.items()}
-    config = _evolve(Config(source=source), values)
+    config = _evolve(Config(queue_sections=queues, source=source), values)
     try:
         validate(config)
     except Conflict as e:
         raise ConfigError(f"{_blame(e, lines, source)}: {e}") from None
     return config
+
+
+def _queue_section(
+    name: str, where: str, declared_on: dict[str, int], number: int
+) -> dict[str, Any]:
+    """Start a C{[queue NAME]} section. @raise ConfigError: a bad or repeated name."""
+    try:
+        check_queue(name)
+    except ValueError as e:
+        raise ConfigError(f"{where}: [queue {name}]: {e}") from None
+    if name in declared_on:
+        raise ConfigError(
+            f"{where}: [queue {name}] is declared again (first on line {declared_on[name]})"
+        )
+    declared_on[name] = number
+    return {}
+
+
+def _queue_key(queue: dict[str, Any], key: str, value: str, where: str, section: str) -> None:
+    """One C{key = value} line of a C{[queue NAME]} section."""
+    spec = _QUEUE_KEYS.get(key)
+    if spec is None:
+        known = ", ".join(_QUEUE_KEYS)
+        raise ConfigError(f"{where}: unknown key '{key}' in [{section}] (known: {known})")
+    if key in queue:
+        raise ConfigError(f"{where}: '{key}' is set again in [{section}]")
+    try:
+        queue[key] = spec.kind.parse(value)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {key}: {e}") from None
 
 
 def _evolve(config: Config, values: Mapping[Setting, list[object]]) -> Config:
@@ -1006,4 +1209,13 @@ def render(config: Config) -> str:
                 lines += [f"{spec.key} = {text}" for text in texts]
             else:
                 lines.append(f"# {spec.key} =   (default: {spec.unset.replace('`', '')})")
+    for name, keys in config.queue_sections.items():
+        lines += ["", f"[queue {name}]"]
+        lines += [f"{key} = {_QUEUE_KEYS[key].kind.format(value)}" for key, value in keys.items()]
+    lines += [
+        "",
+        "# One section per declared queue; every key is optional (see docs/configuration.md):",
+        "# [queue NAME]",
+        *(f"# {k.key} =   ({k.help})" for k in QUEUE_KEYS),
+    ]
     return "\n".join(lines) + "\n"
