@@ -93,15 +93,16 @@ def test_submit_many_reports_refusals_in_place(tmp_path: Path, start_daemon) -> 
         assert raised.value.results == [raised.value]
 
 
-def test_typed_errors(start_daemon) -> None:
+@pytest.mark.parametrize(("protocol", "limit"), [(1, 1280), (2, 1280 + 2 + 4096)])
+def test_typed_errors(start_daemon, protocol: int, limit: int) -> None:
     daemon = start_daemon("--allow=send_email")
-    with QuicxClient(address(daemon)) as client:
+    with QuicxClient(address(daemon), protocol=protocol) as client:
         with pytest.raises(UnknownTaskType, match="unknown task type: mine"):
             client.submit("mine", b"")
         with pytest.raises(PayloadTooLarge, match="exceeds the largest size class"):
             client.submit("send_email", b"x" * 1100)
-        with pytest.raises(PayloadTooLarge, match="exceeds the limit of 1280"):
-            client.submit("send_email", b"x" * 2000)
+        with pytest.raises(PayloadTooLarge, match=f"exceeds the limit of {limit}"):
+            client.submit("send_email", b"x" * (limit + 1))
         assert client.submit("send_email", b"ok") == 1
 
 

@@ -23,7 +23,7 @@ from service_identity.cryptography import (
 )
 
 from quicx.net.certificates import TlsConfigError, trust_roots
-from quicx.protocol import wire
+from quicx.protocol import v2, wire
 
 ADDRESS_VARIABLE = "QUICX_ADDRESS"
 """The environment variable naming the daemon's address (see L{default_address})."""
@@ -31,8 +31,9 @@ ADDRESS_VARIABLE = "QUICX_ADDRESS"
 DEFAULT_ADDRESS = "tcp:127.0.0.1:16381"
 ENDPOINT_KINDS = frozenset({"tcp", "unix", "tls", "ssl"})
 
-CLIENT_MAX_LENGTH = wire.MAX_PAYLOAD + wire.TASK_ID.size + wire.SUBMIT_TYPE_OVERHEAD
-"""The largest frame a client accepts: a TASK of the largest possible class."""
+CLIENT_MAX_LENGTH = wire.MAX_PAYLOAD + v2.SUBMIT_OVERHEAD + 1024
+"""The largest frame a client accepts: a version-2 TASK of the largest possible
+class, with its queue and context."""
 
 
 def as_bytes(value: str | bytes) -> bytes:

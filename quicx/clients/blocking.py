@@ -6,11 +6,13 @@ views, Spark executors.
         task_id = client.submit("send_email", b'{"to": "user@gmail.com"}')
         client.wait(task_id, timeout=30)       # raises TaskFailed on FAILED
         ids = client.submit_many(("resize", p) for p in pictures)
+        client.submit("charge", b"...", queue="billing", priority=9, key="order-42")
 
 One client keeps one connection open and reuses it; it reconnects on the next
-call after the connection drops.  Calls are serialized by a lock, so one
-client may be shared by threads; threads that submit in parallel are faster
-with a client each.
+call after the connection drops.  It speaks protocol version 2, or version 1
+with a daemon that speaks only that (see L{quicx.clients.requests}).  Calls
+are serialized by a lock, so one client may be shared by threads; threads that
+submit in parallel are faster with a client each.
 """
 
 from __future__ import annotations
@@ -20,14 +22,20 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from service_identity import VerificationError
 
-from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, as_bytes, parse_address
+from quicx.clients import requests
+from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, parse_address
 from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
-from quicx.protocol import wire
+from quicx.clients.requests import Options
+from quicx.protocol import v2, wire
 from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, error_from
 from quicx.protocol.frames import Frame, FrameParser
+
+Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]
+"""What L{QuicxClient.submit_many} takes: C{(type, payload)}, or with L{Options}."""
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -38,6 +46,9 @@ class QuicxClient:
     A blocking producer and monitor client.
 
     @ivar timeout: seconds any one call may wait for the daemon.
+    @ivar version: the protocol version of the connection (2, unless the
+        client was made with C{protocol=1} or the daemon speaks only 1).
+    @ivar server: what the daemon said of itself in answer to HELLO.
     """
 
     def __init__(
@@ -45,17 +56,27 @@ class QuicxClient:
         address: str = DEFAULT_ADDRESS,
         timeout: float = 30.0,
         keep_outcomes: int = DEFAULT_KEEP,
+        protocol: int = 2,
     ) -> None:
+        if protocol not in (1, 2):
+            raise ValueError(f"protocol is 1 or 2, not {protocol}")
         self.address = address
+        self.protocol = protocol
+        self.version = protocol
+        self.server: dict[str, object] = {}
         _, self._sockaddr, self._tls = parse_address(address)
         self._context = self._tls.context() if self._tls is not None else None
         self.timeout = timeout
         self._keep = keep_outcomes
         self._lock = threading.RLock()
         self._sock: socket.socket | None = None
-        self._parser = FrameParser(CLIENT_MAX_LENGTH, check_types=False)
-        self._inbox: deque[wire.Message] = deque()
+        self._parser = self._new_parser()
+        self._inbox: deque[object] = deque()
         self._book = OutcomeBook(keep_outcomes)
+
+    @staticmethod
+    def _new_parser() -> FrameParser:
+        return FrameParser(CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH)
 
     # -- connection -------------------------------------------------------------------
 
@@ -82,9 +103,24 @@ class QuicxClient:
                     f"cannot connect to {self.address}: {e.strerror or e}"
                 ) from None
             self._sock = sock
-            self._parser = FrameParser(CLIENT_MAX_LENGTH, check_types=False)
+            self._parser = self._new_parser()
             self._inbox.clear()
+            if self.protocol == v2.VERSION:
+                self._hello()
         return self._sock
+
+    def _hello(self) -> None:
+        """Open a version-2 connection with HELLO; fall back to 1 if refused."""
+        self._send(requests.HELLO)
+        answer = self._read(time.monotonic() + self.timeout)
+        if requests.refuses_version_2(self._parser.version, answer):
+            self.version = wire.PROTOCOL_VERSION
+        elif isinstance(answer, v2.Info) and isinstance(answer.document, dict):
+            self.version = v2.VERSION
+            self.server = answer.document
+        else:
+            self._drop()
+            raise QuicxError(f"unexpected {type(answer).__name__} for HELLO")
 
     def _drop(self) -> None:
         """Forget the connection; pending outcomes become unknown."""
@@ -111,13 +147,13 @@ class QuicxClient:
             self._drop()
             raise ConnectionLost(f"connection to {self.address} failed: {e}") from None
 
-    def _next_reply(self, deadline: float) -> wire.Message:
+    def _next_reply(self, deadline: float) -> object:
         """The next message that answers a request."""
         while (message := self._pump(deadline)) is None:
             pass
         return message
 
-    def _pump(self, deadline: float) -> wire.Message | None:
+    def _pump(self, deadline: float) -> object | None:
         """
         Read one message: file an outcome, answer a heartbeat (and return
         C{None}), or return anything else.
@@ -127,12 +163,12 @@ class QuicxClient:
         if settled is not None:
             self._book.arrived(*settled)
         elif isinstance(message, wire.Heartbeat):
-            self._send(wire.PONG_FRAME)
+            self._send(v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME)
         elif not isinstance(message, wire.Pong):
             return message
         return None
 
-    def _read(self, deadline: float) -> wire.Message:
+    def _read(self, deadline: float) -> object:
         while not self._inbox:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -153,21 +189,41 @@ class QuicxClient:
                 if not isinstance(event, Frame):
                     self._drop()
                     raise QuicxError(f"{self.address} sent a bad frame: {event.reason}")
-                self._inbox.append(wire.decode(event.message_type, event.payload))
+                self._inbox.append(
+                    requests.decode(self._parser.version, event.message_type, event.payload)
+                )
         return self._inbox.popleft()
 
     # -- requests ----------------------------------------------------------------------
 
-    def submit(self, task_type: str | bytes, payload: str | bytes) -> int:
+    def submit(
+        self,
+        task_type: str | bytes,
+        payload: str | bytes,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        key: str | bytes | None = None,
+        fairness_key: str | bytes | None = None,
+    ) -> int:
         """
         Submit one task; return its id.
 
+        @param queue: the queue (default: the daemon's default queue).
+        @param priority: 0 to 255, higher runs first (default: the queue's).
+        @param key: an idempotency key: a second submit with the same key,
+            in the same queue, within the daemon's window, returns the first
+            task's id and queues nothing.
+        @param fairness_key: the tenant or customer the task is for: within
+            a queue they take turns, and the queue's per-key limits apply.
         @raise QueueFull, PayloadTooLarge, UnknownTaskType, InvalidMessage:
             the daemon refused it.
+        @raise NeedsVersion2: an option was given to a version-1 daemon.
         @raise ConnectionLost: the daemon could not be reached or went away.
         """
+        options = Options(queue, priority, key, fairness_key)
         with self._lock:
-            self._send_submits([(task_type, payload)])
+            self._send_submits([(task_type, payload, options)])
             (result,) = self._read_replies(1)
         if isinstance(result, Exception):
             raise result
@@ -175,7 +231,7 @@ class QuicxClient:
 
     def submit_many(
         self,
-        tasks: Iterable[tuple[str | bytes, str | bytes]],
+        tasks: Iterable[Task],
         return_exceptions: bool = False,
         window: int = DEFAULT_WINDOW,
     ) -> list[int | DaemonError]:
@@ -184,6 +240,8 @@ class QuicxClient:
         batches of C{window}, and each batch is sent before the OKs of the one
         before it are read, so the daemon and this client work at once.
 
+        @param tasks: C{(type, payload)}, or C{(type, payload, Options(...))}
+            for a queue, priority or keys.
         @param return_exceptions: put each refused task's L{DaemonError} in
             its place in the result instead of raising the first one.
         @return: task ids (or errors), in the order of C{tasks}.
@@ -191,7 +249,7 @@ class QuicxClient:
             its C{results} attribute holds the whole list.
         """
         results: list[int | DaemonError] = []
-        batch: list[tuple[str | bytes, str | bytes]] = []
+        batch: list[Task] = []
         unanswered = 0  # SUBMITs of the previous batch, sent and not yet read
         with self._lock:
             for task in tasks:
@@ -210,8 +268,9 @@ class QuicxClient:
                     raise result
         return results
 
-    def _send_submits(self, batch: list[tuple[str | bytes, str | bytes]]) -> None:
-        self._send(b"".join(wire.encode_submit(as_bytes(t), as_bytes(p)) for t, p in batch))
+    def _send_submits(self, batch: list[Task]) -> None:
+        self._connection()  # its version decides the encoding
+        self._send(requests.submit_frames(self.version, batch))
 
     def _read_replies(self, count: int) -> list[int | DaemonError]:
         """Read the answers to C{count} SUBMITs: task ids, or the refusals."""
@@ -219,7 +278,7 @@ class QuicxClient:
         results: list[int | DaemonError] = []
         for _ in range(count):
             reply = self._next_reply(deadline)
-            if isinstance(reply, wire.Ok):
+            if isinstance(reply, wire.Ok | v2.Ok):
                 self._book.expect(reply.task_id)
                 results.append(reply.task_id)
             elif isinstance(reply, wire.Error):
@@ -267,8 +326,67 @@ class QuicxClient:
     def stats(self) -> wire.StatsResponse:
         """The daemon's 28-byte STATS_RESPONSE, decoded."""
         with self._lock:
-            self._send(wire.STATS_FRAME)
+            self._connection()
+            self._send(v2.STATS_FRAME if self.version == v2.VERSION else wire.STATS_FRAME)
             reply = self._next_reply(time.monotonic() + self.timeout)
         if not isinstance(reply, wire.StatsResponse):
             raise QuicxError(f"unexpected {type(reply).__name__} for STATS")
         return reply
+
+    # -- version 2 ----------------------------------------------------------------------
+
+    def _info(self, what: str, frame: bytes) -> Any:
+        """Send a version-2 request; its INFO document, or the error it got."""
+        with self._lock:
+            self._connection()
+            requests.needs_version_2(self.version, what)
+            self._send(frame)
+            reply = self._next_reply(time.monotonic() + self.timeout)
+        if isinstance(reply, v2.Info):
+            return reply.document
+        if isinstance(reply, wire.Error):
+            raise error_from(reply)
+        raise QuicxError(f"unexpected {type(reply).__name__} for {what}")
+
+    def cancel(self, task_id: int) -> dict[str, Any]:
+        """
+        Cancel a queued task (its producer hears CANCELLED).
+
+        @raise NotFound: no such queued or running task.
+        @raise Conflict: a worker is running it (it is not interrupted).
+        @raise Forbidden: another client submitted it and this one is no admin.
+        """
+        document: dict[str, Any] = self._info("cancel", v2.encode_cancel(task_id))
+        return document
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue: name, depth, paused, workers, priorities, oldest_age..."""
+        found: list[dict[str, Any]] = self._info("queues", v2.QUEUES_FRAME)
+        return found
+
+    def peek(self, queue: str, count: int = 10) -> list[dict[str, Any]]:
+        """The next C{count} tasks of C{queue}, in dispatch order, without taking them."""
+        found: list[dict[str, Any]] = self._info("peek", v2.encode_peek(queue, count))
+        return found
+
+    def task(self, task_id: int) -> dict[str, Any]:
+        """One task's state and, while it waits, why (see docs/protocol.md)."""
+        document: dict[str, Any] = self._info("task", v2.encode_inspect(task_id))
+        return document
+
+    def pause(self, queue: str) -> dict[str, Any]:
+        """Stop dispatching from C{queue} (it still accepts tasks); needs the admin role."""
+        return self._queue_action("pause", queue)
+
+    def resume(self, queue: str) -> dict[str, Any]:
+        """Dispatch from C{queue} again; needs the admin role."""
+        return self._queue_action("resume", queue)
+
+    def purge(self, queue: str) -> dict[str, Any]:
+        """Cancel every queued task of C{queue}; needs the admin role."""
+        return self._queue_action("purge", queue)
+
+    def _queue_action(self, action: str, queue: str) -> dict[str, Any]:
+        frame = v2.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
+        document: dict[str, Any] = self._info(action, frame)
+        return document

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from quicx.protocol import wire
-from quicx.protocol.errors import OutcomeUnknown, QuicxError, TaskFailed
+from quicx.protocol import v2, wire
+from quicx.protocol.errors import OutcomeUnknown, QuicxError, TaskCancelled, TaskFailed
 
 Outcome = QuicxError | None
-"""C{None} for DONE, L{TaskFailed} for FAILED, L{OutcomeUnknown} if it never came."""
+"""
+C{None} for DONE, L{TaskFailed} for FAILED, L{TaskCancelled} for CANCELLED,
+L{OutcomeUnknown} if it never came.
+"""
 
 DEFAULT_KEEP = 100_000
 
@@ -71,9 +74,11 @@ class OutcomeBook:
 
 
 def outcome_of(message: object) -> tuple[int, Outcome] | None:
-    """The task id and outcome a DONE or FAILED message carries, else C{None}."""
+    """The task id and outcome a DONE, FAILED or CANCELLED message carries, else C{None}."""
     if isinstance(message, wire.Done):
         return message.task_id, None
     if isinstance(message, wire.Failed):
         return message.task_id, TaskFailed(message.task_id, message.reason)
+    if isinstance(message, v2.Cancelled):
+        return message.task_id, TaskCancelled(message.task_id)
     return None

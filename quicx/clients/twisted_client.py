@@ -8,14 +8,20 @@ The Twisted producer client.
     task_id = await client.submit("send_email", b'{"to": "user@gmail.com"}')
     await client.outcome(task_id)        # raises TaskFailed if a worker failed it
 
-Every call returns a L{Deferred}.  Any number of SUBMITs may be outstanding on
-one connection: the daemon answers them in order.  For a long-lived service
+Every call returns a L{Deferred}.  Any number of requests may be outstanding
+on one connection: the daemon answers them in order.  For a long-lived service
 that must survive daemon restarts, use L{ProducerService}.
+
+The connection speaks protocol version 2 (queues, priorities, keys, cancel,
+introspection), or version 1 with a daemon that speaks only that: it opens
+with HELLO, and requests made before the answer wait for it.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any, cast
 
 from twisted.application.internet import ClientService, backoffPolicy
@@ -31,17 +37,18 @@ from twisted.internet.protocol import Factory, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from quicx.clients import requests
 from quicx.clients.address import (
     CLIENT_MAX_LENGTH,
     DEFAULT_ADDRESS,
-    as_bytes,
     normalize_address,
     parse_address,
 )
 from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
+from quicx.clients.requests import Options
 from quicx.net.framer import FrameReceiver, set_no_delay
 from quicx.net.tls import client_tls
-from quicx.protocol import wire
+from quicx.protocol import v2, wire
 from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
 from quicx.protocol.wire import ErrorCode
 
@@ -51,15 +58,23 @@ class QuicxClientProtocol(FrameReceiver):
     A producer (and monitor) connection.
 
     @ivar keep_outcomes: how many outcomes nobody has asked for are kept.
+    @ivar version: the protocol version of the connection, once HELLO is
+        answered (until then, the one asked for).
+    @ivar server: what the daemon said of itself in answer to HELLO.
     """
 
     log = Logger()
     maxLength = CLIENT_MAX_LENGTH
+    v2MaxLength = CLIENT_MAX_LENGTH
     checkTypes = False
 
-    def __init__(self, keep_outcomes: int = DEFAULT_KEEP) -> None:
-        self._replies: deque[Deferred[int]] = deque()
-        self._stats: deque[Deferred[wire.StatsResponse]] = deque()
+    def __init__(self, keep_outcomes: int = DEFAULT_KEEP, protocol: int = 2) -> None:
+        self.version = protocol
+        self.server: dict[str, Any] = {}
+        # Requests sent and not yet answered, in order: what each expects.
+        self._requests: deque[tuple[type, Deferred[Any]]] = deque()
+        # Requests made before HELLO was answered: encoded once the version is known.
+        self._held: list[tuple[type, Callable[[int], bytes], Deferred[Any]]] | None = None
         self._book = OutcomeBook(keep_outcomes)
         self._waiters: dict[int, list[Deferred[None]]] = {}
         self._closed: Failure | None = None
@@ -67,33 +82,60 @@ class QuicxClientProtocol(FrameReceiver):
     def connectionMade(self) -> None:
         super().connectionMade()
         set_no_delay(self.transport)
+        if self.version == v2.VERSION:
+            self._held = []
+            hello: Deferred[Any] = Deferred()
+            self._requests.append((v2.Info, hello))
+            self.transport.write(requests.HELLO)
 
     # -- requests -----------------------------------------------------------------
 
-    def submit(self, task_type: str | bytes, payload: str | bytes) -> Deferred[int]:
-        """
-        Submit a task.
-
-        @return: fires with the task id, or fails with L{QueueFull},
-            L{PayloadTooLarge}, L{UnknownTaskType}, L{InvalidMessage} or
-            L{ConnectionLost}.
-        """
+    def _request(self, answer: type, encode: Callable[[int], bytes]) -> Deferred[Any]:
+        """Send what C{encode} makes for the connection's version; fires with the answer."""
         if self._closed is not None:
             return fail(self._closed)
-        data = wire.encode_submit(as_bytes(task_type), as_bytes(payload))
-        reply: Deferred[int] = Deferred()
-        self._replies.append(reply)
+        reply: Deferred[Any] = Deferred()
+        if self._held is not None:
+            self._held.append((answer, encode, reply))
+            return reply
+        try:
+            data = encode(self.version)
+        except (QuicxError, ValueError) as e:
+            return fail(e)
+        self._requests.append((answer, reply))
         self.transport.write(data)
         return reply
+
+    def submit(
+        self,
+        task_type: str | bytes,
+        payload: str | bytes,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        key: str | bytes | None = None,
+        fairness_key: str | bytes | None = None,
+    ) -> Deferred[int]:
+        """
+        Submit a task (options as L{quicx.clients.blocking.QuicxClient.submit}).
+
+        @return: fires with the task id, or fails with L{QueueFull},
+            L{PayloadTooLarge}, L{UnknownTaskType}, L{InvalidMessage},
+            L{NeedsVersion2} or L{ConnectionLost}.
+        """
+        options = Options(queue, priority, key, fairness_key)
+        return self._request(
+            wire.Ok, lambda version: requests.encode_submit(version, task_type, payload, options)
+        )
 
     def outcome(self, task_id: int) -> Deferred[None]:
         """
         The outcome of a task submitted on this connection.
 
         @return: fires with C{None} on DONE; fails with L{TaskFailed} carrying
-            the worker's reason, or L{OutcomeUnknown} if the connection closes
-            first.  An outcome that arrived before this call is kept (up to
-            C{keep_outcomes} of them) and delivered at once.
+            the worker's reason, L{TaskCancelled}, or L{OutcomeUnknown} if the
+            connection closes first.  An outcome that arrived before this call
+            is kept (up to C{keep_outcomes} of them) and delivered at once.
         @raise KeyError: C{task_id} was not submitted on this connection, or
             its outcome was already taken or forgotten.
         """
@@ -104,20 +146,42 @@ class QuicxClientProtocol(FrameReceiver):
         result = self._book.take(task_id)
         return succeed(None) if result is None else fail(result)
 
-    async def submit_and_wait(self, task_type: str | bytes, payload: str | bytes) -> int:
+    async def submit_and_wait(
+        self, task_type: str | bytes, payload: str | bytes, **options: Any
+    ) -> int:
         """Submit a task and wait for its outcome; return its id."""
-        task_id = await self.submit(task_type, payload)
+        task_id = await self.submit(task_type, payload, **options)
         await self.outcome(task_id)
         return task_id
 
     def stats(self) -> Deferred[wire.StatsResponse]:
         """Fires with the daemon's L{wire.StatsResponse}."""
-        if self._closed is not None:
-            return fail(self._closed)
-        reply: Deferred[wire.StatsResponse] = Deferred()
-        self._stats.append(reply)
-        self.transport.write(wire.STATS_FRAME)
-        return reply
+        return self._request(
+            wire.StatsResponse,
+            lambda version: v2.STATS_FRAME if version == v2.VERSION else wire.STATS_FRAME,
+        )
+
+    def _info(self, what: str, frame: bytes) -> Deferred[Any]:
+        """A version-2 request answered with INFO: fires with its document."""
+
+        def encode(version: int) -> bytes:
+            requests.needs_version_2(version, what)
+            return frame
+
+        return self._request(v2.Info, encode)
+
+    def cancel(self, task_id: int) -> Deferred[dict[str, Any]]:
+        """Cancel a queued task (see L{quicx.clients.blocking.QuicxClient.cancel})."""
+        return self._info("cancel", v2.encode_cancel(task_id))
+
+    def queues(self) -> Deferred[list[dict[str, Any]]]:
+        return self._info("queues", v2.QUEUES_FRAME)
+
+    def peek(self, queue: str, count: int = 10) -> Deferred[list[dict[str, Any]]]:
+        return self._info("peek", v2.encode_peek(queue, count))
+
+    def task(self, task_id: int) -> Deferred[dict[str, Any]]:
+        return self._info("task", v2.encode_inspect(task_id))
 
     def close(self) -> None:
         self.transport.loseConnection()
@@ -130,28 +194,51 @@ class QuicxClientProtocol(FrameReceiver):
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         try:
-            message = wire.decode(message_type, payload)
+            message = requests.decode(self._parser.version, message_type, payload)
         except wire.MalformedMessage as e:
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
             return
-        if isinstance(message, wire.Ok):
-            self._book.expect(message.task_id)
-            self._replies.popleft().callback(message.task_id)
-        elif isinstance(message, wire.Error):
-            if self._replies:
-                self._replies.popleft().errback(error_from(message))
-            else:
-                self.log.error("unexpected ERROR from the daemon: {e}", e=message.message)
-        elif (settled := outcome_of(message)) is not None:
+        if (settled := outcome_of(message)) is not None:
             self._deliver(*settled)
-        elif isinstance(message, wire.StatsResponse):
-            self._stats.popleft().callback(message)
         elif isinstance(message, wire.Heartbeat):
-            self.transport.write(wire.PONG_FRAME)
-        elif not isinstance(message, wire.Pong):
-            self.frameRejected(
-                ErrorCode.INVALID_MESSAGE, f"{type(message).__name__} is not for a producer"
-            )
+            pong = v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME
+            self.transport.write(pong)
+        elif isinstance(message, wire.Pong):
+            pass
+        elif not self._requests:
+            if isinstance(message, wire.Error):
+                self.log.error("unexpected ERROR from the daemon: {e}", e=message.message)
+            else:
+                self.frameRejected(
+                    ErrorCode.INVALID_MESSAGE, f"{type(message).__name__} answers no request"
+                )
+        elif self._held is not None:
+            self._hello_answered(message)
+        else:
+            self._answer(message)
+
+    def _answer(self, message: Any) -> None:
+        expected, reply = self._requests.popleft()
+        if isinstance(message, wire.Error):
+            reply.errback(error_from(message))
+        elif expected is wire.Ok and isinstance(message, wire.Ok | v2.Ok):
+            self._book.expect(message.task_id)
+            reply.callback(message.task_id)
+        elif isinstance(message, expected):
+            reply.callback(message.document if isinstance(message, v2.Info) else message)
+        else:
+            reply.errback(QuicxError(f"unexpected {type(message).__name__} from the daemon"))
+
+    def _hello_answered(self, message: Any) -> None:
+        """The answer to HELLO decides the version; the held requests go out."""
+        self._requests.popleft()
+        if requests.refuses_version_2(self._parser.version, message):
+            self.version = wire.PROTOCOL_VERSION
+        elif isinstance(message, v2.Info):
+            self.server = message.document
+        held, self._held = self._held or [], None
+        for answer, encode, reply in held:
+            self._request(answer, encode).chainDeferred(reply)
 
     def _deliver(self, task_id: int, failure: QuicxError | None) -> None:
         waiters = self._waiters.pop(task_id, None)
@@ -167,9 +254,9 @@ class QuicxClientProtocol(FrameReceiver):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closed = Failure(ConnectionLost(f"connection to the daemon closed: {reason.value}"))
-        replies, self._replies = self._replies, deque()
-        stats, self._stats = self._stats, deque()
-        pending: tuple[Deferred[Any], ...] = (*replies, *stats)
+        pending = [reply for _, reply in self._requests]
+        pending += [reply for _, _, reply in self._held or []]
+        self._requests, self._held = deque(), None
         for request in pending:
             request.errback(self._closed)
         for task_id in self._book.lose_all():
@@ -186,11 +273,12 @@ class QuicxClientFactory(Factory):
     protocol = QuicxClientProtocol
     noisy = False
 
-    def __init__(self, keep_outcomes: int = DEFAULT_KEEP) -> None:
+    def __init__(self, keep_outcomes: int = DEFAULT_KEEP, protocol: int = 2) -> None:
         self.keep_outcomes = keep_outcomes
+        self.version = protocol
 
     def buildProtocol(self, addr: Any) -> QuicxClientProtocol:
-        return QuicxClientProtocol(self.keep_outcomes)
+        return QuicxClientProtocol(self.keep_outcomes, self.version)
 
 
 def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
@@ -218,15 +306,19 @@ def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
 
 
 async def connect(
-    reactor: Any, address: str = DEFAULT_ADDRESS, keep_outcomes: int = DEFAULT_KEEP
+    reactor: Any,
+    address: str = DEFAULT_ADDRESS,
+    keep_outcomes: int = DEFAULT_KEEP,
+    protocol: int = 2,
 ) -> QuicxClientProtocol:
     """
     Connect a producer to the daemon at C{address}.
 
     @param keep_outcomes: how many outcomes nobody has asked for yet to keep.
+    @param protocol: 2 (falling back to 1 with a daemon that speaks only 1), or 1.
     """
-    protocol = QuicxClientProtocol(keep_outcomes)
-    return await connectProtocol(endpoint_for(reactor, address), protocol)
+    client = QuicxClientProtocol(keep_outcomes, protocol)
+    return await connectProtocol(endpoint_for(reactor, address), client)
 
 
 class ProducerService(ClientService):
@@ -235,28 +327,55 @@ class ProducerService(ClientService):
     whenever the connection drops, and sends each submit on the connection
     current at the time.
 
-    A submit outstanding when the connection drops fails with
-    L{ConnectionLost}; outcomes outstanding fail with L{OutcomeUnknown}.
-    Resubmitting after L{ConnectionLost} is safe only for idempotent tasks.
+    Every submit carries an idempotency key (a random one when the caller
+    gives none), and one that fails with L{ConnectionLost} is sent again on
+    the next connection with the same key: the daemon answers the first
+    task's id and queues no copy, so a task is never run twice for a
+    reconnect.  Its outcome then comes on the new connection.  Against a
+    version-1 daemon there are no keys: a resubmit there may run twice, so
+    it is not retried and L{ConnectionLost} is raised.
     """
 
-    def __init__(self, reactor: Any, address: str = DEFAULT_ADDRESS) -> None:
+    def __init__(self, reactor: Any, address: str = DEFAULT_ADDRESS, attempts: int = 5) -> None:
         super().__init__(
             endpoint_for(reactor, address),
             QuicxClientFactory(),
             retryPolicy=backoffPolicy(initialDelay=0.1, maxDelay=3.0),
             clock=reactor,
         )
+        self.attempts = attempts
 
-    async def submit(self, task_type: str | bytes, payload: str | bytes) -> int:
+    async def _connected(self) -> QuicxClientProtocol:
         # Twisted types whenConnected's protocol as any IProtocol: here it is
         # always QuicxClientFactory's.
-        client = cast(QuicxClientProtocol, await self.whenConnected(failAfterFailures=None))
-        return await client.submit(task_type, payload)
+        return cast(QuicxClientProtocol, await self.whenConnected(failAfterFailures=None))
 
-    async def submit_and_wait(self, task_type: str | bytes, payload: str | bytes) -> int:
-        client = cast(QuicxClientProtocol, await self.whenConnected(failAfterFailures=None))
-        return await client.submit_and_wait(task_type, payload)
+    async def _submit(
+        self, task_type: str | bytes, payload: str | bytes, options: dict[str, Any]
+    ) -> tuple[QuicxClientProtocol, int]:
+        options.setdefault("key", uuid.uuid4().hex)
+        for attempt in range(1, self.attempts + 1):
+            client = await self._connected()
+            if client.version != v2.VERSION:
+                del options["key"]
+            try:
+                return client, await client.submit(task_type, payload, **options)
+            except ConnectionLost:
+                if client.version != v2.VERSION or attempt == self.attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def submit(self, task_type: str | bytes, payload: str | bytes, **options: Any) -> int:
+        """Submit a task (options as L{QuicxClientProtocol.submit}); its id."""
+        return (await self._submit(task_type, payload, options))[1]
+
+    async def submit_and_wait(
+        self, task_type: str | bytes, payload: str | bytes, **options: Any
+    ) -> int:
+        """Submit a task and wait for its outcome (see L{QuicxClientProtocol.outcome})."""
+        client, task_id = await self._submit(task_type, payload, options)
+        await client.outcome(task_id)
+        return task_id
 
 
 __all__ = [

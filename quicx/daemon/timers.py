@@ -29,6 +29,7 @@ from twisted.logger import Logger
 
 from quicx.daemon.core import QueueService
 from quicx.daemon.periodic import every
+from quicx.protocol import v2
 from quicx.protocol.wire import HEARTBEAT_FRAME
 
 
@@ -75,7 +76,9 @@ class Heartbeats:
                 session.peer.disconnect()
             elif silent >= self.interval and now - session.heartbeat_sent >= self.interval:
                 session.heartbeat_sent = now
-                session.peer.sendFrame(HEARTBEAT_FRAME)
+                session.peer.sendFrame(
+                    HEARTBEAT_FRAME if session.version == 1 else v2.HEARTBEAT_FRAME
+                )
 
 
 def heartbeat_timer(heartbeats: Heartbeats) -> TimerService | None:

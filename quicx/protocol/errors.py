@@ -56,8 +56,35 @@ class UnknownTaskType(DaemonError):
     code = ErrorCode.UNKNOWN_TASK_TYPE
 
 
+class NotFound(DaemonError):
+    """ERROR 0x05 (version 2): no such task or queue (unknown, or finished)."""
+
+    code = 0x05
+
+
+class Forbidden(DaemonError):
+    """ERROR 0x06 (version 2): the action needs the admin role."""
+
+    code = 0x06
+
+
+class Conflict(DaemonError):
+    """ERROR 0x07 (version 2): the task's state does not allow it (it is running)."""
+
+    code = 0x07
+
+
 _BY_CODE: dict[int, type[DaemonError]] = {
-    cls.code: cls for cls in (QueueFull, InvalidMessage, PayloadTooLarge, UnknownTaskType)
+    cls.code: cls
+    for cls in (
+        QueueFull,
+        InvalidMessage,
+        PayloadTooLarge,
+        UnknownTaskType,
+        NotFound,
+        Forbidden,
+        Conflict,
+    )
 }
 
 
@@ -78,6 +105,22 @@ class TaskFailed(QuicxError):
         super().__init__(f"task {task_id} failed: {reason}")
         self.task_id = task_id
         self.reason = reason
+
+
+class TaskCancelled(QuicxError):
+    """
+    The task was cancelled (or its queue purged) before a worker took it.
+
+    @ivar task_id: the task.
+    """
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(f"task {task_id} was cancelled")
+        self.task_id = task_id
+
+
+class NeedsVersion2(QuicxError):
+    """The call needs protocol version 2, and the daemon speaks only version 1."""
 
 
 class OutcomeUnknown(QuicxError):
