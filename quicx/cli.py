@@ -4,14 +4,18 @@ The C{quicx} command.
     quicx start [--config FILE] [--SETTING VALUE ...]      run the daemon
     quicx stop [--config FILE]                             stop it (SIGTERM)
     quicx status [--config FILE] [--json]                  what it is doing
-    quicx submit TYPE PAYLOAD|- [--wait] [--connect ADDR]  submit a task
-    quicx worker MODULE:OBJECT [-n N] [--connect ADDR]     run handlers
+    quicx submit TYPE PAYLOAD|- [--wait] [--queue Q] [--priority N] [--key K]
+    quicx queues | peek QUEUE | task ID [--json]           look inside
+    quicx cancel ID | pause Q | resume Q | purge Q --yes   act (admin)
+    quicx worker MODULE:OBJECT [-n N] [--queues A,B]       run handlers
     quicx version | quicx init | quicx report | quicx repair-journal
 
 Commands that talk to a daemon find it the same way: C{--connect ADDRESS}
 (default C{$QUICX_ADDRESS}) for the wire, C{--config FILE} (default
 C{$QUICX_CONFIG}) for its settings, control socket and pid file; any setting's
-flag (C{--control}, C{--pid-file}, ...) overrides the file's.
+flag (C{--control}, C{--pid-file}, ...) overrides the file's.  The admin
+commands (cancel, pause, resume, purge) go through the control socket, which
+only the daemon's user may open.
 
 Mistakes users make (daemon down, bad address, bad configuration) end in one
 line on stderr and a non-zero exit, never a traceback.
@@ -38,7 +42,8 @@ from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.settings import format_size
 from quicx.protocol import wire
-from quicx.protocol.errors import QuicxError, TaskFailed
+from quicx.protocol.errors import QuicxError, TaskCancelled, TaskFailed
+from quicx.protocol.v2 import MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
 
 CONFIG_VARIABLE = "QUICX_CONFIG"
@@ -47,7 +52,8 @@ T = TypeVar("T")
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run the daemon", ("start", "stop", "init", "repair-journal")),
-    ("producers and monitors", ("submit", "status")),
+    ("producers and monitors", ("submit", "status", "queues", "peek", "task")),
+    ("admins", ("cancel", "pause", "resume", "purge")),
     ("workers", ("worker",)),
     ("data", ("report",)),
     ("about quicx", ("version",)),
@@ -242,7 +248,9 @@ def render_status(status: Mapping[str, Any]) -> str:
     tasks, connections, memory = status["tasks"], status["connections"], status["memory"]
     used, total = memory["used"], memory["total"]
     lines = [
-        f"Quicx {status['version']} (protocol {status['protocol']})   pid {status['pid']}"
+        f"Quicx {status['version']} (protocol"
+        f" {', '.join(str(v) for v in status.get('protocols', [status['protocol']]))})"
+        f"   pid {status['pid']}"
         f"   up {human_duration(status['uptime'])}",
         f"  listening   {', '.join(status['listening']) or '-'}",
         f"  config      {status['config']}",
@@ -253,6 +261,8 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"  failed      {thousands(tasks['failed']):>14}",
         f"  rejected    {thousands(tasks['rejected']):>14}",
         f"  requeued    {thousands(tasks['requeued']):>14}",
+        f"  cancelled   {thousands(tasks.get('cancelled', 0)):>14}"
+        f"   ({thousands(tasks.get('duplicates', 0))} duplicate submits answered)",
         f"  timed out   {thousands(tasks['timed_out']):>14}"
         f"   ({thousands(tasks.get('late_outcomes', 0))} outcomes came after another's)",
         f"  given up    {thousands(tasks['given_up']):>14}   (counted in failed)",
@@ -265,7 +275,12 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"  producers   {thousands(connections['producers']):>14}"
         f"   ({thousands(connections['paused'])} paused: not reading their replies)",
         f"  total       {thousands(connections['total']):>14}",
+        *(
+            f"  {c['client']} (protocol {c['protocol']}): {c['connections']} {c['role']}"
+            for c in status.get("clients", ())
+        ),
         "",
+        *_queue_lines(status.get("queues", ())),
         "Memory",
         f"  {bar(used, total)}  {format_size(used)} / {format_size(total)}"
         f"  ({100 * used / total:.1f}%)",
@@ -280,6 +295,18 @@ def render_status(status: Mapping[str, Any]) -> str:
             f"  {thousands(used_blocks):>9} / {thousands(total_blocks)}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _queue_lines(queues: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not queues:
+        return []
+    lines = ["Queues           queued   running   workers"]
+    lines += [
+        f"  {q['name'][:12]:<12} {thousands(q['depth']):>8} {thousands(q['running']):>9}"
+        f" {thousands(q['workers']):>9}{'   paused' if q['paused'] else ''}"
+        for q in queues
+    ]
+    return [*lines, ""]
 
 
 def _journal_lines(journal: Mapping[str, Any] | None) -> list[str]:
@@ -300,7 +327,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
     payload = sys.stdin.buffer.read() if args.payload == "-" else os.fsencode(args.payload)
     with QuicxClient(client_address(args), timeout=args.timeout) as client:
         try:
-            task_id = client.submit(os.fsencode(args.type), payload)
+            task_id = client.submit(
+                os.fsencode(args.type),
+                payload,
+                queue=args.queue,
+                priority=args.priority,
+                key=args.key,
+                fairness_key=args.fairness_key,
+            )
             print(task_id, flush=True)
             if args.wait:
                 client.wait(task_id, timeout=args.timeout)
@@ -308,8 +342,130 @@ def cmd_submit(args: argparse.Namespace) -> int:
         except TaskFailed as e:
             print(f"task {e.task_id} failed: {e.reason}")
             return 1
+        except TaskCancelled as e:
+            print(f"task {e.task_id} cancelled")
+            return 1
         except TimeoutError:
             raise CommandError(f"no outcome within {args.timeout:g} s") from None
+    return 0
+
+
+def _ask(args: argparse.Namespace, call: Callable[[QuicxClient], T], admin: bool = False) -> T:
+    """Call the daemon: over the control socket (the admin role) or --connect."""
+    address = f"unix:{control_path(args)}" if admin else client_address(args)
+    try:
+        with QuicxClient(address, timeout=args.timeout) as client:
+            return call(client)
+    except ValueError as e:
+        raise CommandError(str(e)) from None
+
+
+def _print_json(document: object) -> None:
+    print(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else human_duration(seconds)
+
+
+def _table(header: Sequence[str], rows: list[list[str]]) -> str:
+    """Plain columns: the first left-aligned, the rest right-aligned."""
+    widths = [max(len(str(row[i])) for row in [list(header), *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(header), *(line(row) for row in rows)]) + "\n"
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    queues = _ask(args, QuicxClient.queues)
+    if args.json:
+        _print_json(queues)
+        return 0
+    rows = [
+        [
+            q["name"] + (" (paused)" if q["paused"] else ""),
+            thousands(q["depth"]),
+            thousands(q["running"]),
+            thousands(q["workers"]),
+            _age(q["oldest_age"]),
+            " ".join(f"{p}:{n}" for p, n in q["priorities"].items()) or "-",
+        ]
+        for q in queues
+    ]
+    sys.stdout.write(
+        _table(["queue", "queued", "running", "workers", "oldest", "by priority"], rows)
+    )
+    return 0
+
+
+def cmd_peek(args: argparse.Namespace) -> int:
+    tasks = _ask(args, lambda client: client.peek(args.queue, args.n))
+    if args.json:
+        _print_json(tasks)
+        return 0
+    if not tasks:
+        print(f"queue {args.queue} has no queued task")
+        return 0
+    rows = [
+        [str(t["id"]), t["type"], str(t["priority"]), t["state"], thousands(t["size"]),
+         _age(t["age"]), t["fairness_key"] or "-"]
+        for t in tasks
+    ]  # fmt: skip
+    sys.stdout.write(
+        _table(["id", "type", "priority", "state", "bytes", "age", "fairness key"], rows)
+    )
+    return 0
+
+
+def cmd_task(args: argparse.Namespace) -> int:
+    task = _ask(args, lambda client: client.task(args.id))
+    if args.json:
+        _print_json(task)
+        return 0
+    print(
+        f"task {task['id']} ({task['type']}): {task['state']} in queue {task['queue']},"
+        f" priority {task['priority']}, {thousands(task['size'])} bytes,"
+        f" submitted {_age(task['age'])} ago, attempt {task['attempt']}"
+    )
+    if task["state"] == "running":
+        print(f"  running on {task['worker']} for {_age(task['running_for'])}")
+        return 0
+    for reason in task["why"]:
+        print(f"  waiting: {reason['text']}")
+    if not task["why"]:
+        print("  next in line: a worker takes it as soon as one is free")
+    start = task["estimated_start"]
+    if start is not None:
+        print(
+            f"  estimated start: in {_age(max(0.0, start - time.time()))}"
+            f" (the queue drains {task['drain_rate']:g} tasks/s)"
+        )
+    else:
+        print("  estimated start: unknown (nothing has finished in this queue lately)")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    answer = _ask(args, lambda client: client.cancel(args.id), admin=True)
+    print(f"task {answer['id']} cancelled (queue {answer['queue']})")
+    return 0
+
+
+def cmd_queue_action(args: argparse.Namespace) -> int:
+    if args.command == "purge" and not args.yes:
+        raise CommandError(
+            f"purge cancels every queued task of {args.queue}: add --yes to do it", status=2
+        )
+    answer = _ask(args, lambda client: getattr(client, args.command)(args.queue), admin=True)
+    if args.command == "purge":
+        print(f"queue {answer['queue']}: {thousands(answer['purged'])} queued tasks cancelled")
+    else:
+        print(f"queue {answer['queue']} {'paused' if answer['paused'] else 'resumed'}")
     return 0
 
 
@@ -329,6 +485,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             worker.concurrency = args.concurrency
         if args.credits:
             worker.credits = args.credits
+        if args.queues:
+            worker.queues = args.queues
     elif isinstance(target, Mapping):
         for task_type, handler in target.items():
             if not isinstance(task_type, str) or not callable(handler):
@@ -336,7 +494,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
                     f"{args.target} maps {task_type!r} to {type(handler).__name__}:"
                     " a worker needs task type names mapped to functions"
                 )
-        worker = Worker(target, concurrency=args.concurrency or 1, credits=args.credits or 1)
+        worker = Worker(
+            target,
+            concurrency=args.concurrency or 1,
+            credits=args.credits or 1,
+            queues=args.queues or (),
+        )
     else:
         raise CommandError(
             f"{args.target} is a {type(target).__name__}, not a Worker or a mapping"
@@ -458,6 +621,23 @@ def duration(text: str) -> float:
 
 
 MAX_DURATION = 365 * 86400.0
+
+
+def queue_name(text: str) -> str:
+    try:
+        check_queue(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def queue_list(text: str) -> tuple[str, ...]:
+    names = tuple(queue_name(name.strip()) for name in text.split(","))
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} names a queue twice")
+    if len(names) > MAX_SUBSCRIPTIONS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_SUBSCRIPTIONS} queues")
+    return names
 
 
 def task_type(text: str) -> str:
@@ -620,8 +800,73 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("payload", help="the payload, or - for stdin")
     submit.add_argument("--wait", action="store_true", help="wait for the outcome")
     submit.add_argument("--timeout", type=duration, default=30.0, help="seconds to wait (30)")
+    submit.add_argument("--queue", type=queue_name, help="the queue (default: the daemon's)")
+    submit.add_argument(
+        "--priority", type=bounded_int(0, 255), help="0 to 255, higher first (default: the queue's)"
+    )
+    submit.add_argument("--key", help="an idempotency key: submitted once within the window")
+    submit.add_argument("--fairness-key", help="the tenant or customer the task is for")
     connect_option(submit)
     submit.set_defaults(run=cmd_submit)
+
+    def looking(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        sub = command(name, help, description)
+        sub.add_argument("--json", action="store_true", help="print the daemon's JSON answer")
+        sub.add_argument("--timeout", type=duration, default=10.0, help="seconds to wait (10)")
+        connect_option(sub)
+        return sub
+
+    queues = looking(
+        "queues",
+        "list the queues",
+        "List the queues: tasks queued (by priority) and running, workers subscribed,"
+        " pause, and the age of the oldest task. --json prints an array of objects with"
+        " at least name, depth, paused, workers (see docs/protocol.md).",
+    )
+    queues.set_defaults(run=cmd_queues)
+    peek = looking(
+        "peek",
+        "show a queue's next tasks",
+        "Show the next tasks of QUEUE in dispatch order without taking them. --json"
+        " prints an array of objects with at least id, type, queue, priority, state.",
+    )
+    peek.add_argument("queue", type=queue_name)
+    peek.add_argument("-n", type=bounded_int(1, 1000), default=10, help="how many (10)")
+    peek.set_defaults(run=cmd_peek)
+    task = looking(
+        "task",
+        "show a task, and why it is not running",
+        "Show one task's state; for a waiting one, why it is not running yet"
+        " (queue paused, tasks ahead, no worker, a key or rate limit) and an estimated start.",
+    )
+    task.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
+    task.set_defaults(run=cmd_task)
+
+    def acting(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        sub = command(name, help, description + " Goes through the control socket.")
+        config_option(sub)
+        add_setting_flags(sub.add_argument, settings("control", "port"))
+        sub.add_argument("--timeout", type=duration, default=10.0, help="seconds to wait (10)")
+        return sub
+
+    cancel = acting(
+        "cancel",
+        "cancel a queued task",
+        "Cancel a queued task: its producer hears CANCELLED. A running task is not"
+        " interrupted (exit 1).",
+    )
+    cancel.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
+    cancel.set_defaults(run=cmd_cancel)
+    for name, help, description in (
+        ("pause", "stop dispatching from a queue", "The queue keeps accepting tasks."),
+        ("resume", "dispatch from a paused queue again", "Dispatch starts again at once."),
+        ("purge", "cancel every queued task of a queue", "Running tasks are left alone."),
+    ):
+        action = acting(name, help, description)
+        action.add_argument("queue", type=queue_name)
+        if name == "purge":
+            action.add_argument("--yes", action="store_true", help="yes, cancel them all")
+        action.set_defaults(run=cmd_queue_action)
 
     worker = command(
         "worker",
@@ -642,6 +887,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=bounded_int(1, MAX_CREDITS),
         help="tasks each connection may hold at once (default 1; more uses Quicx's"
         " READY credit extension)",
+    )
+    worker.add_argument(
+        "--queues",
+        type=queue_list,
+        metavar="A,B,...",
+        help="the queues to serve, in order (default: the daemon's default queue)",
     )
     worker.add_argument(
         "--busy-poll",

@@ -9,8 +9,10 @@ The worker runner.
 
     worker.start(reactor, "tcp:127.0.0.1:16381")
 
-Handlers take the task's payload (C{bytes}).  Returning normally means DONE;
-raising means FAILED with the exception's message.  Plain functions run in a
+Handlers take the task's payload (C{bytes}), and may take a second argument,
+the task's L{TaskContext} (id, queue, priority, attempt, enqueue time, keys).
+Returning normally means DONE; raising means FAILED with the exception's
+message.  Plain functions run in a
 thread pool, so the reactor stays free to answer heartbeats while they work;
 C{async def} handlers, and handlers registered with C{thread=False} (which
 may return a L{Deferred}), run on the reactor thread.
@@ -22,12 +24,19 @@ write and the slot answers the outcomes of a read in one write.  Against a
 daemon without the extension a slot falls back to one task at a time.  Slots
 reconnect with backoff (at most 3 s apart, as the reference worker waits)
 whenever the daemon goes away.
+
+Each slot speaks protocol version 2: it opens with HELLO, then READY names
+the worker's C{queues}, served in that order.  Against a daemon that speaks
+only version 1 it falls back to version 1: it serves the default queue, and
+a handler's context has the queue C{None}, priority 0 and the time the task
+arrived.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
@@ -45,13 +54,53 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from quicx.clients import requests
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
 from quicx.clients.twisted_client import endpoint_for
 from quicx.net.framer import FrameReceiver, set_no_delay, write_now
-from quicx.protocol import wire
+from quicx.protocol import v2, wire
 from quicx.protocol.wire import ErrorCode
 
-Handler = Callable[[bytes], Any]
+Handler = Callable[..., Any]
+
+
+@frozen
+class TaskContext:
+    """
+    What a handler may know of its task besides the payload.
+
+    @ivar queue: its queue (C{None} from a version-1 daemon).
+    @ivar priority: 0 to 255.
+    @ivar attempt: 1 for its first delivery, more when it is run again.
+    @ivar enqueued_at: when the daemon accepted it (Unix seconds).
+    @ivar key: its idempotency key; C{fairness_key}: its fairness key.
+    """
+
+    task_id: int
+    task_type: str
+    queue: str | None
+    priority: int
+    attempt: int
+    enqueued_at: float
+    key: bytes | None = None
+    fairness_key: bytes | None = None
+
+    @classmethod
+    def of(cls, task: wire.Task | v2.Task) -> TaskContext:
+        task_type = task.task_type.decode("utf-8", "replace")
+        if isinstance(task, wire.Task):
+            return cls(task.task_id, task_type, None, 0, 1, time.time())
+        return cls(
+            task.task_id,
+            task_type,
+            task.queue,
+            task.priority,
+            task.attempt,
+            task.enqueued_ms / 1000,
+            task.key,
+            task.fairness,
+        )
+
 
 RETRY_FIRST = 0.1
 RETRY_MAX = 3.0
@@ -64,6 +113,7 @@ class Registration:
 
     function: Handler
     in_thread: bool
+    wants_context: bool = False
 
 
 MAX_REASON = 1024
@@ -90,11 +140,14 @@ class WorkerProtocol(FrameReceiver):
 
     log = Logger()
     maxLength = CLIENT_MAX_LENGTH
+    v2MaxLength = CLIENT_MAX_LENGTH
     checkTypes = False
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.credits = worker.credits
+        self.version = v2.VERSION
+        self._greeted = False
         self.running = 0
         self.stopping = False
         self.closed: Deferred[None] = Deferred()
@@ -106,9 +159,15 @@ class WorkerProtocol(FrameReceiver):
         super().connectionMade()
         set_no_delay(self.transport)
         self.worker._slots.add(self)
+        self.transport.write(requests.HELLO)
+
+    def _ready(self) -> None:
         # Once only: after DONE/FAILED the daemon treats the worker as idle,
         # and after WAIT it pushes the next task without being asked again.
-        self.transport.write(wire.encode_ready(self.credits))
+        if self.version == v2.VERSION:
+            self.transport.write(v2.encode_ready(self.credits, self.worker.queues))
+        else:
+            self.transport.write(wire.encode_ready(self.credits))
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.worker._slots.discard(self)
@@ -131,9 +190,24 @@ class WorkerProtocol(FrameReceiver):
                 self.transport.loseConnection()
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
+        if not self._greeted:
+            # The answer to HELLO: INFO, or ERROR from a version-1 daemon.
+            self._greeted = True
+            if self._parser.version == wire.PROTOCOL_VERSION:
+                if self.worker.queues:
+                    self.log.warn(
+                        "the daemon speaks protocol version 1 only: this worker serves its"
+                        " default queue, not {queues}",
+                        queues=", ".join(self.worker.queues),
+                    )
+                self.version = wire.PROTOCOL_VERSION
+            self._ready()
+            return
         if message_type == wire.MessageType.TASK:
             self._answered = True
-            task = wire.decode_task(payload)
+            task: wire.Task | v2.Task = (
+                v2.decode_task(payload) if self.version == v2.VERSION else wire.decode_task(payload)
+            )
             if self.running >= self.credits:
                 # A daemon bug, worth a log line -- but the task is run: a task
                 # sent and dropped would never finish.
@@ -153,7 +227,7 @@ class WorkerProtocol(FrameReceiver):
         elif message_type == wire.MessageType.WAIT:
             self._answered = True
         elif message_type == wire.MessageType.HEARTBEAT:
-            self.transport.write(wire.PONG_FRAME)
+            self.transport.write(v2.PONG_FRAME if self.version == v2.VERSION else wire.PONG_FRAME)
         elif message_type == wire.MessageType.ERROR:
             error = wire.decode_error(payload)
             if self.credits > 1 and not self._answered and error.code == ErrorCode.INVALID_MESSAGE:
@@ -165,16 +239,17 @@ class WorkerProtocol(FrameReceiver):
                     message=error.message,
                 )
                 self.credits = 1
-                self.transport.write(wire.READY_FRAME)
+                self._ready()
                 return
             self.log.error("daemon error: {message}", message=error.message)
 
     def _finished(self, result: object, task_id: int) -> None:
         self.running -= 1
+        codec = v2 if self.version == v2.VERSION else wire
         if isinstance(result, Failure):
-            reply = wire.encode_failed(task_id, failure_reason(result))
+            reply = codec.encode_failed(task_id, failure_reason(result))
         else:
-            reply = wire.encode_done(task_id)
+            reply = codec.encode_done(task_id)
         if self._replies is not None:
             self._replies.append(reply)
             return
@@ -198,12 +273,18 @@ class Worker:
     @ivar concurrency: how many connections to the daemon it keeps.
     @ivar credits: how many tasks each connection may hold at once; up to
         C{concurrency * credits} tasks run at once.
+    @ivar queues: the queues it serves, in order (empty: the daemon's
+        default queue).
     """
 
     log = Logger()
 
     def __init__(
-        self, handlers: Mapping[str, Handler] | None = None, concurrency: int = 1, credits: int = 1
+        self,
+        handlers: Mapping[str, Handler] | None = None,
+        concurrency: int = 1,
+        credits: int = 1,
+        queues: Sequence[str] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -211,6 +292,8 @@ class Worker:
             raise ValueError(f"credits must be 1 to {wire.MAX_CREDITS}")
         self.concurrency = concurrency
         self.credits = credits
+        self.queues = tuple(queues)
+        v2.encode_ready(credits, self.queues)  # checks the names and their number
         self._handlers: dict[bytes, Registration] = {}
         for name, function in (handlers or {}).items():
             self.register(name, function)
@@ -229,7 +312,9 @@ class Worker:
             an C{async def} function.
         """
         in_thread = not inspect.iscoroutinefunction(function) if thread is None else thread
-        self._handlers[task_type.encode("utf-8")] = Registration(function, in_thread)
+        self._handlers[task_type.encode("utf-8")] = Registration(
+            function, in_thread, _takes_context(function)
+        )
 
     def handler(self, task_type: str, thread: bool | None = None) -> Callable[[Handler], Handler]:
         """Decorator form of L{register}."""
@@ -240,7 +325,7 @@ class Worker:
 
         return decorate
 
-    def run(self, task: wire.Task) -> Deferred[Any] | Failure | None:
+    def run(self, task: wire.Task | v2.Task) -> Deferred[Any] | Failure | None:
         """
         Run the handler for C{task}.
 
@@ -253,13 +338,14 @@ class Worker:
         if registration is None:
             name = task.task_type.decode("utf-8", "replace")
             return Failure(LookupError(f"no handler for: {name}"))
+        args: tuple[Any, ...] = (task.payload,)
+        if registration.wants_context:
+            args += (TaskContext.of(task),)
         if registration.in_thread:
             assert self._threads is not None and self._reactor is not None
-            return deferToThreadPool(
-                self._reactor, self._threads, registration.function, task.payload
-            )
+            return deferToThreadPool(self._reactor, self._threads, registration.function, *args)
         try:
-            result = registration.function(task.payload)
+            result = registration.function(*args)
         except Exception:
             return Failure()
         if inspect.isawaitable(result):
@@ -340,6 +426,20 @@ class _SlotFactory(Factory):
 
     def buildProtocol(self, addr: Any) -> WorkerProtocol:
         return WorkerProtocol(self.worker)
+
+
+def _takes_context(function: Handler) -> bool:
+    """Whether C{function} takes a second positional argument: the task's context."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in positional)
 
 
 def _passthrough_after(result: object, forget: Callable[[Any], None], item: object) -> object:

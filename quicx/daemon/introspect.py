@@ -93,8 +93,8 @@ def why(service: QueueService, task: Task, now: float) -> tuple[list[dict[str, A
                 "reason": "ahead",
                 "ahead": ahead,
                 "higher_priority": higher,
-                "text": f"{ahead} tasks are ahead of it in queue {name},"
-                f" {higher} of them at a higher priority",
+                "text": f"{ahead} {'task is' if ahead == 1 else 'tasks are'} ahead of it"
+                f" in queue {name}, {higher} of them at a higher priority",
             }
         )
     policy = queue.policy
