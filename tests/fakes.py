@@ -88,6 +88,9 @@ class FakeJournal:
     def record_pause(self, queue: str, paused: bool) -> None:
         self.pauses.append((queue, paused))
 
+    def durable(self) -> None:
+        return None
+
     def sync(self) -> None:
         waiting, self.waiting = self.waiting, []
         self.owner.accepted(waiting)

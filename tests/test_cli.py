@@ -342,3 +342,16 @@ def test_status_detects_another_format(tmp_path: Path) -> None:
     server.close()
     assert result.returncode == 1
     assert "speaks another status format ('quicx-status/9'" in result.stderr
+
+
+def test_cli_worker_serves_its_queues(daemon: DaemonProcess, background, tmp_path: Path) -> None:
+    (tmp_path / "handlers.py").write_text(
+        "def shout(payload, context):\n"
+        "    print(context.queue, payload.decode().upper(), flush=True)\n"
+        "handlers = {'shout': shout}\n"
+    )
+    env = {**env_for(daemon), "PYTHONPATH": str(tmp_path)}
+    worker = background("worker", "handlers:handlers", "--queues", "loud,quiet", env=env)
+    done = quicx("submit", "shout", "hello", "--queue", "quiet", "--wait", env=env)
+    assert done.returncode == 0, done.stderr
+    worker.wait_for("quiet HELLO")

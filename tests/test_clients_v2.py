@@ -7,7 +7,6 @@ queues and context, and the fallback to version 1.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
 from quicx.clients.twisted_client import ProducerService, connect
 from quicx.clients.worker import TaskContext, Worker
+from quicx.protocol import v2
 from quicx.protocol.errors import (
     Conflict,
     Forbidden,
@@ -28,6 +28,7 @@ from quicx.protocol.errors import (
     TaskCancelled,
 )
 from tests.conftest import DaemonProcess
+from tests.peer import Peer
 from tests.test_cli import env_for, quicx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,9 +44,9 @@ def admin(daemon: DaemonProcess) -> QuicxClient:
 
 def test_submit_options_cancel_and_introspection(daemon: DaemonProcess) -> None:
     with QuicxClient(address(daemon)) as client, admin(daemon) as root:
-        assert client.version == 2 and client.server["server"] == "quicx"
         low = client.submit("mail", b"low", queue="mail", priority=1, fairness_key="acme")
         high = client.submit("mail", b"high", queue="mail", priority=9)
+        assert client.version == 2 and client.server["server"] == "quicx"
         assert client.submit("mail", b"again", queue="mail", key="k") == client.submit(
             "mail", b"again", queue="mail", key="k"
         )
@@ -82,25 +83,14 @@ def test_another_clients_task_needs_the_admin_role(daemon: DaemonProcess) -> Non
 
 
 def test_a_running_task_is_not_cancelled(daemon: DaemonProcess) -> None:
-    started, release = threading.Event(), threading.Event()
-    worker = Worker()
-
-    @worker.handler("slow")
-    def slow(payload: bytes) -> None:
-        started.set()
-        release.wait(10)
-
-    reactor.callFromThread(worker.start, reactor, address(daemon))
-    try:
-        with QuicxClient(address(daemon)) as client:
-            task_id = client.submit("slow", b"")
-            assert started.wait(10)
-            with pytest.raises(Conflict, match="not interrupted"):
-                client.cancel(task_id)
-            release.set()
-            client.wait(task_id, timeout=10)
-    finally:
-        release.set()
+    with QuicxClient(address(daemon)) as client, Peer(daemon.address) as worker:
+        task_id = client.submit("slow", b"")
+        task = worker.request(v2.encode_ready())
+        assert task.task_id == task_id
+        with pytest.raises(Conflict, match="not interrupted"):
+            client.cancel(task_id)
+        worker.send(v2.encode_done(task_id))
+        client.wait(task_id, timeout=10)
 
 
 def test_a_version_1_daemon_gets_version_1_and_options_are_refused(start_daemon) -> None:
@@ -214,16 +204,3 @@ def test_cli_queues_peek_task_and_admin_commands(daemon: DaemonProcess) -> None:
     assert missing.stderr == f"quicx: no queued or running task {task_id}\n"
     bad = quicx("submit", "t", "a", "--priority", "256", env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-
-
-def test_cli_worker_serves_its_queues(daemon: DaemonProcess, background, tmp_path: Path) -> None:
-    (tmp_path / "handlers.py").write_text(
-        "def shout(payload, context):\n"
-        "    print(context.queue, payload.decode().upper(), flush=True)\n"
-        "handlers = {'shout': shout}\n"
-    )
-    env = {**env_for(daemon), "PYTHONPATH": str(tmp_path)}
-    worker = background("worker", "handlers:handlers", "--queues", "loud,quiet", env=env)
-    done = quicx("submit", "shout", "hello", "--queue", "quiet", "--wait", env=env)
-    assert done.returncode == 0, done.stderr
-    worker.wait_for("quiet HELLO")

@@ -14,6 +14,7 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
 
+from quicx.clients import requests
 from quicx.clients.twisted_client import ProducerService, QuicxClientFactory, connect, endpoint_for
 from quicx.clients.worker import Worker
 from quicx.protocol import wire
@@ -239,8 +240,9 @@ async def test_credit_worker_stop_finishes_every_task_in_hand(daemon: DaemonProc
 async def test_credit_worker_falls_back_where_credits_are_refused() -> None:
     """
     A daemon without the extension (the reference one: READY must be empty)
-    answers a READY with credits ERROR 0x02; the worker then sends a plain
-    READY and takes one task at a time.  Played here by a loopback socket.
+    answers HELLO (version 2) with ERROR 0x02 and a READY with credits the
+    same; the worker then speaks version 1, sends a plain READY and takes one
+    task at a time.  Played here by a loopback socket.
     """
     listener = socket.create_server(("127.0.0.1", 0))
     received: list[bytes] = []
@@ -249,6 +251,8 @@ async def test_credit_worker_falls_back_where_credits_are_refused() -> None:
         connection, _ = listener.accept()
         with connection:
             connection.settimeout(10)
+            received.append(connection.recv(64))
+            connection.sendall(wire.encode_error(ErrorCode.INVALID_MESSAGE, "bad version 2"))
             received.append(connection.recv(64))
             connection.sendall(wire.encode_error(ErrorCode.INVALID_MESSAGE, "bad READY length"))
             received.append(connection.recv(64))
@@ -260,12 +264,17 @@ async def test_credit_worker_falls_back_where_credits_are_refused() -> None:
     worker = Worker({"t": lambda payload: None}, credits=8)
     worker.start(reactor, f"tcp:127.0.0.1:{listener.getsockname()[1]}")
     try:
-        await eventually(lambda: defer.succeed(len(received) == 3))
+        await eventually(lambda: defer.succeed(len(received) == 4))
     finally:
         await worker.stop()
         thread.join(10)
         listener.close()
-    assert received == [wire.encode_ready(8), wire.encode_ready(), wire.encode_done(7)]
+    assert received == [
+        requests.HELLO,
+        wire.encode_ready(8),
+        wire.encode_ready(),
+        wire.encode_done(7),
+    ]
 
 
 def test_endpoint_strings() -> None:
@@ -287,6 +296,8 @@ async def test_a_task_beyond_the_credits_is_run_not_dropped() -> None:
         connection, _ = listener.accept()
         with connection:
             connection.settimeout(10)
+            assert connection.recv(64) == requests.HELLO
+            connection.sendall(wire.encode_error(ErrorCode.INVALID_MESSAGE, "bad version 2"))
             assert connection.recv(64) == wire.encode_ready()
             connection.sendall(wire.encode_task(1, b"t", b"a") + wire.encode_task(2, b"t", b"b"))
             data = b""

@@ -34,6 +34,7 @@ from twisted.internet.endpoints import (
 )
 from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory, connectionDone
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -321,6 +322,10 @@ async def connect(
     return await connectProtocol(endpoint_for(reactor, address), client)
 
 
+RESUBMIT_DELAY = 0.1
+"""Seconds between a submit lost with its connection and its resubmit."""
+
+
 class ProducerService(ClientService):
     """
     A producer that stays connected: reconnects with backoff (up to 3 s apart)
@@ -344,6 +349,7 @@ class ProducerService(ClientService):
             clock=reactor,
         )
         self.attempts = attempts
+        self._reactor = reactor
 
     async def _connected(self) -> QuicxClientProtocol:
         # Twisted types whenConnected's protocol as any IProtocol: here it is
@@ -363,6 +369,8 @@ class ProducerService(ClientService):
             except ConnectionLost:
                 if client.version != v2.VERSION or attempt == self.attempts:
                     raise
+                # The service may not have seen the loss yet: let it reconnect.
+                await deferLater(self._reactor, RESUBMIT_DELAY, lambda: None)
         raise AssertionError("unreachable")
 
     async def submit(self, task_type: str | bytes, payload: str | bytes, **options: Any) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, Final
 
+from attrs import define
 from twisted.internet.interfaces import IDelayedCall, IPushProducer
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -61,6 +62,13 @@ class _Unknown(Enum):
 
 _UNKNOWN: Final = _Unknown.UNKNOWN
 """A connection's certificate identity before it is first needed."""
+
+
+@define
+class _Held:
+    """An answer that waits for the journal (see L{Session.wait_for})."""
+
+    reply: bytes | None = None
 
 
 class NotAuthorized(Exception):
@@ -360,7 +368,7 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         assert session is not None
         self._learn_identity()
-        self._reply(v2.encode_info(self.queue.cancel(session, task_id)))
+        self._reply_when_durable(v2.encode_info(self.queue.cancel(session, task_id)))
 
     def _queue_action(self, payload: bytes, action: v2.MessageType) -> None:
         name = v2.decode_queue_action(action, payload).queue
@@ -377,7 +385,33 @@ class QuicxServerProtocol(FrameReceiver):
             answer = self.queue.purge(name)
         else:
             answer = self.queue.set_paused(name, action is v2.MessageType.PAUSE)
-        self._reply(v2.encode_info(answer))
+        self._reply_when_durable(v2.encode_info(answer))
+
+    def _reply_when_durable(self, frame: bytes) -> None:
+        """
+        Answer once the journal holds what the request changed (with
+        C{fsync = always}), in order with this peer's other answers.
+        """
+        durable = self.queue.journal.durable()
+        session = self.session
+        assert session is not None
+        if durable is None:
+            session.reply(frame)
+            return
+        held = _Held()
+        session.wait_for(held)
+
+        def decided(result: object) -> None:
+            if isinstance(result, Failure):
+                held.reply = v2.encode_error(
+                    ErrorCode.QUEUE_FULL,
+                    f"done, but not journaled ({result.getErrorMessage()}): a restart may undo it",
+                )
+            else:
+                held.reply = frame
+            session.send_decided()
+
+        durable.addBoth(decided)
 
     def _pause(self, payload: bytes) -> None:
         self._queue_action(payload, v2.MessageType.PAUSE)

@@ -127,6 +127,13 @@ class IJournal(Interface):
     def record_pause(queue: str, paused: bool) -> None:
         """Record that C{queue} was paused or resumed."""
 
+    def durable() -> Any:
+        """
+        A C{Deferred} that fires once every record so far is as durable as
+        the policy promises an acknowledged task is; C{None} when they are
+        already (answers to CANCEL, PAUSE, RESUME and PURGE wait for it).
+        """
+
 
 @implementer(IJournal)
 class NullJournal:
@@ -146,3 +153,6 @@ class NullJournal:
 
     def record_pause(self, queue: str, paused: bool) -> None:
         pass
+
+    def durable(self) -> None:
+        return None

@@ -85,6 +85,9 @@ class Journal(Service):
         self._fd = -1
         self._buffer: list[bytes] = []
         self._unsynced: list[Record] = []
+        # Callers of durable(): for the buffered records, and for the job in flight.
+        self._waiters: list[Deferred[None]] = []
+        self._job_waiters: list[Deferred[None]] = []
         self._flush_call: Any = None
         # The write or compaction in flight (its result goes to its callbacks).
         self._job: Deferred[Any] | None = None
@@ -205,6 +208,24 @@ class Journal(Service):
         """Append a PAUSE record (written with the next group commit)."""
         self._append(encode_pause(queue, paused))
 
+    def durable(self) -> Deferred[None] | None:
+        """
+        With C{fsync = always}: a Deferred that fires once every record
+        appended so far is synced (fails if the journal breaks first).
+        C{None} when there is nothing to wait for: every record is synced,
+        or the policy does not wait for syncs.
+        """
+        if self.policy is not FsyncPolicy.ALWAYS or self.broken:
+            return None
+        waiter: Deferred[None] = Deferred()
+        if self._buffer:
+            self._waiters.append(waiter)
+        elif self._job is not None:
+            self._job_waiters.append(waiter)
+        else:
+            return None
+        return waiter
+
     def _append(self, record: bytes) -> None:
         if self._closed:
             # After stop: the record is lost, and the task comes back after
@@ -223,6 +244,7 @@ class Journal(Service):
             return
         records, self._buffer = self._buffer, []
         tasks, self._unsynced = self._unsynced, []
+        self._job_waiters, self._waiters = self._waiters, []
         reserved, self._pending_steps = self._pending_steps, 0
         if self._compaction_due():
             state = self._owner.snapshot()
@@ -322,6 +344,9 @@ class Journal(Service):
 
     def _written(self, file_bytes: int, tasks: list[Record], reserved: int) -> None:
         self._job = None
+        waiters, self._job_waiters = self._job_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
         stats = self.stats
         stats.file_bytes = file_bytes
         self._durable_steps += reserved
@@ -350,6 +375,10 @@ class Journal(Service):
         )
         tasks += self._unsynced
         self._buffer, self._unsynced = [], []
+        waiters = self._job_waiters + self._waiters
+        self._job_waiters, self._waiters = [], []
+        for waiter in waiters:
+            waiter.errback(Failure(OSError(f"journal write failed: {self.broken}")))
         if tasks:
             self._owner.refused(tasks, self.broken, in_doubt)
 
