@@ -64,7 +64,7 @@ class Quicx(Adapter):
                 f"--credits={CREDITS_PER_SLOT}", f"--connect=tcp:{HOST}:{self.port}"]  # fmt: skip
 
     def connect(self):
-        self.client = QuicxClient(f"tcp:{HOST}:{self.port}")
+        self.client = QuicxClient(f"tcp:{HOST}:{self.port}", protocol=1)
 
     def close(self):
         self.client.close()

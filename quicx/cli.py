@@ -477,6 +477,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from quicx.clients.worker import Worker
     from quicx.net.busypoll import enable_busy_poll
 
+    if args.protocol == 1 and args.queues:
+        raise CommandError("--queues needs protocol version 2 (not --protocol 1)")
     target = import_object(args.target)
     address = client_address(args)
     if isinstance(target, Worker):
@@ -487,6 +489,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             worker.credits = args.credits
         if args.queues:
             worker.queues = args.queues
+        if args.protocol:
+            worker.protocol = args.protocol
     elif isinstance(target, Mapping):
         for task_type, handler in target.items():
             if not isinstance(task_type, str) or not callable(handler):
@@ -499,6 +503,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             concurrency=args.concurrency or 1,
             credits=args.credits or 1,
             queues=args.queues or (),
+            protocol=args.protocol or 2,
         )
     else:
         raise CommandError(
@@ -893,6 +898,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=queue_list,
         metavar="A,B,...",
         help="the queues to serve, in order (default: the daemon's default queue)",
+    )
+    worker.add_argument(
+        "--protocol",
+        type=int,
+        choices=(1, 2),
+        help="the protocol version to speak (default 2, falling back to 1)",
     )
     worker.add_argument(
         "--busy-poll",

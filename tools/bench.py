@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from quicx import __version__
-from quicx.clients.blocking import QuicxClient
+from quicx.clients.blocking import QuicxClient, Task
+from quicx.clients.requests import Options
 from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
 from tools.launcher import (
@@ -85,7 +86,13 @@ class Workers:
     """
 
     def __init__(
-        self, daemon: DaemonProcess, count: int, slots: int, credits: int, busy_poll: float = 0.0
+        self,
+        daemon: DaemonProcess,
+        count: int,
+        slots: int,
+        credits: int,
+        busy_poll: float = 0.0,
+        extra: tuple[str, ...] = ("--protocol=1",),
     ) -> None:
         self.processes = start_workers(
             "tools.bench:noop_worker",
@@ -95,6 +102,7 @@ class Workers:
                 f"--credits={credits}",
                 f"--busy-poll={busy_poll}",
                 f"--connect={daemon.client_address}",
+                *extra,
             ],
             daemon.directory,
         )
@@ -133,14 +141,19 @@ def running(
     workers: int = 0,
     layout: tuple[int, int] = CREDITS,
     busy_poll: float = 0.0,
+    worker_args: tuple[str, ...] = ("--protocol=1",),
 ) -> Iterator[tuple[DaemonProcess, Workers | None]]:
-    """A daemon on L{BENCH_CONFIG} with C{workers} worker processes, all stopped after."""
+    """
+    A daemon on L{BENCH_CONFIG} with C{workers} worker processes, all stopped
+    after.  The workers speak protocol version 1 unless C{worker_args} say
+    otherwise.
+    """
     with tempfile.TemporaryDirectory(prefix="quicx-bench-") as directory:
         config = Path(directory) / "quicx.conf"
         config.write_text(BENCH_CONFIG)
         args = [f"--config={config}", *(extra or []), f"--busy-poll={busy_poll}"]
         with DaemonProcess(Path(directory), args) as daemon:
-            pool = Workers(daemon, workers, *layout, busy_poll) if workers else None
+            pool = Workers(daemon, workers, *layout, busy_poll, worker_args) if workers else None
             try:
                 yield daemon, pool
             finally:
@@ -151,22 +164,39 @@ def running(
 # -- workloads -----------------------------------------------------------------------
 
 
-def submit_workload(n: int) -> dict[str, Any]:
+V2_QUEUES = ("q0", "q1", "q2", "q3")
+V2_PRIORITIES = (0, 5, 9)
+V2_OPTIONS = [Options(queue, priority) for queue in V2_QUEUES for priority in V2_PRIORITIES]
+"""The version-2 workload's mix: 4 queues, 3 priorities, dealt in turn."""
+
+
+def tasks_of(n: int, payload: bytes, protocol: int) -> Iterator[Task]:
+    """C{n} tasks: plain for version 1, spread over L{V2_OPTIONS} for version 2."""
+    if protocol == 1:
+        return ((BENCH_TYPE, payload) for _ in range(n))
+    mix = len(V2_OPTIONS)
+    return ((BENCH_TYPE, payload, V2_OPTIONS[i % mix]) for i in range(n))
+
+
+def submit_workload(n: int, protocol: int = 1) -> dict[str, Any]:
     """One producer pipelines C{n} SUBMITs on one connection."""
     payload = payload_of(100)
-    with running() as (daemon, _), QuicxClient(daemon.client_address) as client:
-        client.submit_many((BENCH_TYPE, payload) for _ in range(1000))  # warm-up
+    with (
+        running() as (daemon, _),
+        QuicxClient(daemon.client_address, protocol=protocol) as client,
+    ):
+        client.submit_many(tasks_of(1000, payload, protocol))  # warm-up
         started = time.perf_counter()
-        client.submit_many((BENCH_TYPE, payload) for _ in range(n))
+        client.submit_many(tasks_of(n, payload, protocol))
         seconds = time.perf_counter() - started
-    return {"n": n, "seconds": seconds, "oks_per_s": n / seconds}
+    return {"n": n, "protocol": protocol, "seconds": seconds, "oks_per_s": n / seconds}
 
 
-def _produce_and_wait(address: str, n: int, payload: bytes) -> float:
+def _produce_and_wait(address: str, n: int, payload: bytes, protocol: int = 1) -> float:
     """Pipeline C{n} tasks, wait for every DONE; the seconds it took."""
-    with QuicxClient(address, keep_outcomes=n + 1) as client:
+    with QuicxClient(address, keep_outcomes=n + 1, protocol=protocol) as client:
         started = time.perf_counter()
-        ids = client.submit_many((BENCH_TYPE, payload) for _ in range(n))
+        ids = client.submit_many(tasks_of(n, payload, protocol))
         for task_id in ids:
             client.wait(task_id)  # type: ignore[arg-type]
         return time.perf_counter() - started
@@ -177,12 +207,18 @@ def e2e_workload(
     payload_size: int = 100,
     extra: list[str] | None = None,
     layout: tuple[int, int] = CREDITS,
+    protocol: int = 1,
 ) -> dict[str, Any]:
-    """One producer pipelines C{n} tasks; 2 worker processes run them."""
-    with running(extra, workers=2, layout=layout) as (daemon, workers):
+    """
+    One producer pipelines C{n} tasks; 2 worker processes run them.  With
+    C{protocol} 2, the tasks are spread over 4 queues and 3 priorities and
+    the workers serve the 4 queues.
+    """
+    worker_args = ("--protocol=1",) if protocol == 1 else (f"--queues={','.join(V2_QUEUES)}",)
+    with running(extra, workers=2, layout=layout, worker_args=worker_args) as (daemon, workers):
         assert workers is not None
         cpu = cpu_seconds(daemon.pid), workers.cpu_seconds(), time.process_time()
-        seconds = _produce_and_wait(daemon.client_address, n, payload_of(payload_size))
+        seconds = _produce_and_wait(daemon.client_address, n, payload_of(payload_size), protocol)
         daemon_cpu = cpu_seconds(daemon.pid) - cpu[0]
         workers_cpu = workers.cpu_seconds() - cpu[1]
         producer_cpu = time.process_time() - cpu[2]
@@ -191,6 +227,7 @@ def e2e_workload(
         raise SystemExit(f"tools.bench: {completed} of {n} tasks completed")
     return {
         "n": n,
+        "protocol": protocol,
         "payload": payload_size,
         "connections_per_worker": layout[0],
         "credits": layout[1],
@@ -205,11 +242,11 @@ def e2e_workload(
 
 
 def latency_workload(n: int, busy_poll: float = 0.0) -> dict[str, Any]:
-    """One task at a time: submit, run, DONE back at the producer."""
+    """One task at a time: submit, run, DONE back at the producer (version 1)."""
     payload = payload_of(100)
     with (
         running(workers=2, layout=(1, 1), busy_poll=busy_poll) as (daemon, _),
-        QuicxClient(daemon.client_address) as client,
+        QuicxClient(daemon.client_address, protocol=1) as client,
     ):
         for _ in range(50):
             client.submit_and_wait(BENCH_TYPE, payload)
@@ -269,7 +306,7 @@ def _fanin_producer(address: str, connections: int, per_connection: int) -> None
     payload = payload_of(100)
 
     async def one(reactor: Any) -> None:
-        protocol = await connect(reactor, address, keep_outcomes=per_connection + 1)
+        protocol = await connect(reactor, address, keep_outcomes=per_connection + 1, protocol=1)
         ids = await defer.gatherResults(
             [protocol.submit(BENCH_TYPE, payload) for _ in range(per_connection)]
         )
@@ -287,12 +324,12 @@ def _fanin_producer(address: str, connections: int, per_connection: int) -> None
 def memory_workload(n: int) -> dict[str, Any]:
     """Resident memory with no tasks and with C{n} queued 100-byte tasks."""
     payload = payload_of(100)
-    with running() as (daemon, _), QuicxClient(daemon.client_address) as client:
+    with running() as (daemon, _), QuicxClient(daemon.client_address, protocol=1) as client:
         client.submit_many((BENCH_TYPE, payload) for _ in range(1000))
         client.close()
         time.sleep(0.5)
         empty = rss(daemon.pid)
-        with QuicxClient(daemon.client_address) as loaded:
+        with QuicxClient(daemon.client_address, protocol=1) as loaded:
             loaded.submit_many((BENCH_TYPE, payload) for _ in range(n - 1000))
         time.sleep(0.5)
         full = rss(daemon.pid)
@@ -468,6 +505,7 @@ def peer_run(
 WORKLOADS = (
     "submit",
     "e2e",
+    "v2",
     "latency",
     "fanin",
     "sweep",
@@ -546,6 +584,28 @@ def main(argv: list[str] | None = None) -> int:
         emit_e2e("e2e", ours, theirs)
         # Without the credit extension: what a protocol-page-only worker gets.
         emit_e2e("e2e one task/conn", e2e_workload(n, layout=ONE_TASK_EACH), theirs)
+
+    def run_v2() -> None:
+        # Side by side, alternated: version 1 (one queue) against version 2
+        # (4 queues x 3 priorities), each the median of its rounds.
+        rounds, n = 3, 100_000 // scale
+        figures: dict[str, dict[int, list[float]]] = {
+            "submit": {1: [], 2: []},
+            "e2e": {1: [], 2: []},
+        }
+        for _ in range(rounds):
+            for protocol in (1, 2):
+                figures["submit"][protocol].append(submit_workload(n, protocol)["oks_per_s"])
+                figures["e2e"][protocol].append(e2e_workload(n, protocol=protocol)["tasks_per_s"])
+        for name, by_protocol in figures.items():
+            v1, v2 = (statistics.median(by_protocol[p]) for p in (1, 2))
+            emit(
+                f"v2 {name}",
+                f"v1 {v1:,.0f}/s  v2 (4 queues x 3 priorities) {v2:,.0f}/s"
+                f"  (median of {rounds}, alternated): ratio {v2 / v1:.2f}",
+                {"n": n, "rounds": rounds, "v1": by_protocol[1], "v2": by_protocol[2]},
+                table,
+            )
 
     def run_latency() -> None:
         n = 5000 // scale
@@ -643,6 +703,7 @@ def main(argv: list[str] | None = None) -> int:
         harness=run_harness,
         submit=run_submit,
         e2e=run_e2e,
+        v2=run_v2,
         latency=run_latency,
         fanin=run_fanin,
         sweep=run_sweep,

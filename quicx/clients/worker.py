@@ -159,7 +159,12 @@ class WorkerProtocol(FrameReceiver):
         super().connectionMade()
         set_no_delay(self.transport)
         self.worker._slots.add(self)
-        self.transport.write(requests.HELLO)
+        if self.worker.protocol == v2.VERSION:
+            self.transport.write(requests.HELLO)
+        else:
+            self._greeted = True
+            self.version = wire.PROTOCOL_VERSION
+            self._ready()
 
     def _ready(self) -> None:
         # Once only: after DONE/FAILED the daemon treats the worker as idle,
@@ -275,6 +280,7 @@ class Worker:
         C{concurrency * credits} tasks run at once.
     @ivar queues: the queues it serves, in order (empty: the daemon's
         default queue).
+    @ivar protocol: 2, falling back to 1 where the daemon speaks only 1; or 1.
     """
 
     log = Logger()
@@ -285,6 +291,7 @@ class Worker:
         concurrency: int = 1,
         credits: int = 1,
         queues: Sequence[str] = (),
+        protocol: int = 2,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -293,6 +300,9 @@ class Worker:
         self.concurrency = concurrency
         self.credits = credits
         self.queues = tuple(queues)
+        if protocol not in (1, 2) or (protocol == 1 and self.queues):
+            raise ValueError("protocol is 2, or 1 without queues")
+        self.protocol = protocol
         v2.encode_ready(credits, self.queues)  # checks the names and their number
         self._handlers: dict[bytes, Registration] = {}
         for name, function in (handlers or {}).items():
