@@ -342,7 +342,11 @@ class QueueService(Service):
         the queue) waits until the record is on disk; see L{accepted}.
         """
         try:
-            queue = self.default_queue if queue_name is None else self._queue(queue_name)
+            queue = (
+                self.default_queue
+                if queue_name is None
+                else self.queues.get(queue_name) or self._queue(queue_name)
+            )
             if (
                 self.allowed_types is not None
                 or self.draining
@@ -473,6 +477,10 @@ class QueueService(Service):
             if not worker.overdue:
                 queue.running += 1
                 self._deliver(worker, task, queue, task.enqueued_at)
+                if worker.credits - len(worker.tasks) <= 0:
+                    self._unidle(worker)
+                else:
+                    idle.move_to_end(worker.session_id)
                 return
         if queue.push(task):
             self._fairness_keys += 1
@@ -895,8 +903,9 @@ class QueueService(Service):
         credits; with credits left it waits on each of its queues.
         """
         now = self.clock()
+        free = worker.free_credits
         for queue in worker.subscriptions:
-            while queue.depth and worker.free_credits > 0:
+            while queue.depth and free > 0:
                 task = queue.take(now)
                 if task is None:
                     self._wait_for_tokens(queue, now)
@@ -906,11 +915,14 @@ class QueueService(Service):
                     self._put_back(task)
                     break
                 self._deliver(worker, task, queue, now)
-            if worker.free_credits <= 0:
+                free -= 1
+            if free <= 0:
+                self._unidle(worker)
                 return
+        session_id = worker.session_id
         for queue in worker.subscriptions:
-            if worker.session_id not in queue.idle:
-                queue.idle[worker.session_id] = worker
+            if session_id not in queue.idle:
+                queue.idle[session_id] = worker
 
     def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
         """
@@ -937,6 +949,10 @@ class QueueService(Service):
                     continue
                 worker = other
             self._deliver(worker, task, queue, now)
+            if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
+                self._unidle(worker)
+            else:
+                idle.move_to_end(worker.session_id)
         for task in reversed(set_aside):
             self._put_back(task)
 
@@ -948,15 +964,11 @@ class QueueService(Service):
     def _deliver(
         self, worker: Session, task: Task, queue: NamedQueue[Task, Session], now: float
     ) -> None:
+        # The caller keeps the worker's place among the idle right.
         task.attempts += 1
         task.dispatched_at = now
         task.holder = worker
-        tasks = worker.tasks
-        tasks[task.task_id] = task
-        if worker.credits - len(tasks) - len(worker.overdue) <= 0:
-            self._unidle(worker)
-        elif worker.session_id in queue.idle:
-            queue.idle.move_to_end(worker.session_id)
+        worker.tasks[task.task_id] = task
         payload = self.pool.read(task.block)
         if worker.version == 1:
             frame = wire.encode_task(task.task_id, task.task_type, payload)
