@@ -57,7 +57,6 @@ class Task:
     @ivar enqueued_at: when it was submitted (Unix seconds).
     @ivar key: its idempotency key; C{fairness}: its fairness key.
     @ivar owner: the TLS identity it was submitted under, if any.
-    @ivar context: the TLV context a version-2 TASK carries for it.
     @ivar attempts: how many times it has been handed to a worker.
     @ivar dispatched_at: when it was last handed to a worker.
     @ivar holder: the worker holding its current delivery, if any.
@@ -66,8 +65,6 @@ class Task:
     @ivar accepted: its SUBMIT was answered OK (its record is durable).
     @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
         it waits in its producer's L{Session.replies}.
-    @ivar duplicates: SUBMITs of its key that came before it was accepted,
-        waiting for its answer.
     """
 
     task_id: int
@@ -81,14 +78,12 @@ class Task:
     key: bytes | None = None
     fairness: bytes | None = None
     owner: str | None = None
-    context: bytes = b""
     attempts: int = 0
     dispatched_at: float = 0.0
     holder: Session | None = None
     finished: bool = False
     accepted: bool = False
     reply: bytes | None = None
-    duplicates: list[Duplicate] | None = None
 
     @property
     def queue(self) -> str:
@@ -222,6 +217,8 @@ class QueueService(Service):
         self._given_up = 0
         self._late_outcomes = 0
         self._duplicates = 0
+        # SUBMITs of a key whose task waits for the journal, by that task's id.
+        self._duplicates_waiting: dict[int, list[Duplicate]] = {}
 
     # -- queues -------------------------------------------------------------
 
@@ -400,7 +397,6 @@ class QueueService(Service):
             key,
             fairness,
             session.identity,
-            v2.task_context(key, fairness) if key or fairness else b"",
         )
         self._live[task.task_id] = task
         if key is not None:
@@ -446,9 +442,7 @@ class QueueService(Service):
             session.reply(_OK[session.version](task.task_id, True))
         else:
             waiting = Duplicate(session)
-            if task.duplicates is None:
-                task.duplicates = []
-            task.duplicates.append(waiting)
+            self._duplicates_waiting.setdefault(task.task_id, []).append(waiting)
             session.wait_for(waiting)
 
     def _accept(self, task: Task) -> None:
@@ -500,11 +494,9 @@ class QueueService(Service):
             assert producer is not None  # only submitted tasks wait for the journal
             task.reply = _OK[producer.version](task.task_id, False)
             producers[producer] = None
-            if task.duplicates:
-                for waiting in task.duplicates:
-                    waiting.reply = _OK[waiting.session.version](task.task_id, True)
-                    producers[waiting.session] = None
-                task.duplicates = None
+            for waiting in self._duplicates_waiting.pop(task.task_id, ()):
+                waiting.reply = _OK[waiting.session.version](task.task_id, True)
+                producers[waiting.session] = None
             if task.home.push(task):
                 self._fairness_keys += 1
             queues[task.home] = None
@@ -532,7 +524,7 @@ class QueueService(Service):
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
             waiting: list[Session | Duplicate] = [task.producer] if task.producer else []
-            waiting += task.duplicates or []
+            waiting += self._duplicates_waiting.pop(task.task_id, [])
             for request in waiting:
                 session = request if isinstance(request, Session) else request.session
                 session.outstanding -= isinstance(request, Session)
@@ -587,7 +579,6 @@ class QueueService(Service):
                 now if recovered.enqueued_at is None else recovered.enqueued_at,
                 key,
                 fairness,
-                context=v2.task_context(key, fairness) if key or fairness else b"",
                 accepted=True,
             )
             self._live[task.task_id] = task
@@ -981,7 +972,9 @@ class QueueService(Service):
                 task.priority,
                 task.attempts,
                 int(task.enqueued_at * 1000),
-                task.context,
+                v2.task_context(task.key, task.fairness)
+                if task.key is not None or task.fairness is not None
+                else b"",
             )
         worker.peer.sendFrame(frame)
         if self.events is not None:
