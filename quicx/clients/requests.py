@@ -86,7 +86,19 @@ def submit_frames(
     tasks: Iterable[tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]],
 ) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
-    return b"".join(encode_submit(version, *task) for task in tasks)
+    plain = wire.encode_submit if version == 1 else v2.encode_submit
+    frames = []
+    for task in tasks:
+        if len(task) == 2:  # the common case, without a call to sort out options
+            task_type, payload = task
+            frames.append(plain(as_bytes(task_type), as_bytes(payload)))
+        else:
+            frames.append(encode_submit(version, *task))
+    return b"".join(frames)
+
+
+OK_TYPES = (wire.Ok, v2.Ok)
+"""What answers a SUBMIT that was accepted, in either version."""
 
 
 def needs_version_2(version: int, what: str) -> None:

@@ -244,7 +244,12 @@ class QueueService(Service):
         """Forget an undeclared queue nothing refers to any more (so queues stay bounded)."""
         if queue.keys:
             self._fairness_keys -= queue.prune_keys(self.clock())
-        if queue.forgettable and queue is not self.default_queue:
+        if (
+            queue.forgettable
+            and queue is not self.default_queue
+            # Not forgotten already (a queue of that name may exist anew).
+            and self.queues.get(queue.name) is queue
+        ):
             del self.queues[queue.name]
 
     def find_queue(self, name: str) -> NamedQueue[Task, Session]:
@@ -798,7 +803,11 @@ class QueueService(Service):
         task = session.tasks.pop(task_id, None)
         if task is not None:
             attempt = task.attempts
-            task.home.released(task)
+            home = task.home
+            if home.limited:
+                home.released(task)
+            else:
+                home.running -= 1  # home.released(task), inlined
         else:
             late = self._late_delivery(session, task_id)
             if late is None:
@@ -894,7 +903,7 @@ class QueueService(Service):
         credits; with credits left it waits on each of its queues.
         """
         now = self.clock()
-        free = worker.free_credits
+        free = worker.credits - len(worker.tasks) - len(worker.overdue)
         for queue in worker.subscriptions:
             while queue.depth and free > 0:
                 task = queue.take(now)
