@@ -119,7 +119,7 @@ def test_worker_loss_redelivers_the_task(connect) -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        struct.pack(">BBI", 2, STATS, 0),  # bad version
+        struct.pack(">BBI", 3, STATS, 0),  # bad version (2 is valid by default)
         struct.pack(">BBI", 1, 0x7F, 0),  # unknown type
         frame(SUBMIT, b"\x20short"),  # type_len past the payload
         frame(DONE, b"\x00\x00\x00"),  # DONE not 4 bytes
