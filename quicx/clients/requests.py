@@ -13,6 +13,7 @@ L{NeedsVersion2}.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,12 +42,20 @@ class Options:
         return any(v is not None for v in (self.queue, self.priority, self.key, self.fairness_key))
 
     def encode(self) -> bytes:
+        if self.key is None and self.fairness_key is None:
+            return _common_options(self.queue, self.priority)
         return v2.submit_options(
             self.queue,
             self.priority,
             None if self.key is None else as_bytes(self.key),
             None if self.fairness_key is None else as_bytes(self.fairness_key),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _common_options(queue: str | None, priority: int | None) -> bytes:
+    """Options without keys: few combinations, each encoded once."""
+    return v2.submit_options(queue, priority)
 
 
 NO_OPTIONS = Options()

@@ -301,8 +301,9 @@ class QuicxServerProtocol(FrameReceiver):
                 f"task type of {len(message.task_type)} bytes exceeds max_type_length"
                 f" ({self.limits.max_type_length})"
             )
-        self._check_key(message.key, "idempotency key")
-        self._check_key(message.fairness, "fairness key")
+        if message.key is not None or message.fairness is not None:
+            self._check_key(message.key, "idempotency key")
+            self._check_key(message.fairness, "fairness key")
         session = self.session
         assert session is not None
         if session.role is not Role.PRODUCER:

@@ -174,16 +174,7 @@ class Journal(Service):
         self._last_id = task.task_id
         if self._durable_steps + self._pending_steps < self.id_block // 2:
             self._reserve()
-        record = encode_submit2(
-            task.task_id,
-            task.task_type,
-            payload,
-            task.queue,
-            task.priority,
-            task.enqueued_at,
-            task.key,
-            task.fairness,
-        )
+        record = _submit_record(task, payload)
         self.stats.live_bytes += len(record)
         self._append(record)
         if self.policy is FsyncPolicy.ALWAYS or self._durable_steps < 0:
@@ -249,19 +240,7 @@ class Journal(Service):
         if self._compaction_due():
             state = self._owner.snapshot()
             snapshot = [MAGIC, encode_reserve(self._reserved_id)]
-            snapshot += [
-                encode_submit2(
-                    task.task_id,
-                    task.task_type,
-                    payload,
-                    task.queue,
-                    task.priority,
-                    task.enqueued_at,
-                    task.key,
-                    task.fairness,
-                )
-                for task, payload in state.tasks
-            ]
+            snapshot += [_submit_record(task, payload) for task, payload in state.tasks]
             live = len(snapshot) - 2
             snapshot += [encode_pause(name, True) for name in state.paused]
             snapshot += [
@@ -429,6 +408,19 @@ class Journal(Service):
             self._fd = -1
         finally:
             self._threads.stop()
+
+
+def _submit_record(task: Record, payload: bytes) -> bytes:
+    return encode_submit2(
+        task.task_id,
+        task.task_type,
+        payload,
+        task.queue,
+        task.priority,
+        task.enqueued_at,
+        task.key,
+        task.fairness,
+    )
 
 
 @implementer(IJournalOwner)
