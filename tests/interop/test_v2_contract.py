@@ -37,6 +37,7 @@ from tests.interop.raw import (
     OK,
     PAUSE,
     PEEK,
+    PONG,
     PRIORITY,
     PURGE,
     QUEUE,
@@ -501,6 +502,7 @@ def test_hello_answers_what_the_daemon_is(connect: Connect) -> None:
         "idempotency",
         "cancel",
         "pause",
+        "purge",
         "peek",
         "inspect",
         "fairness",
@@ -704,7 +706,7 @@ def test_versions_1_is_exactly_the_pages_daemon(v1_only: DaemonProcess, wires: C
     finish(worker, producer, task_id)
 
 
-# -- queue limits -------------------------------------------------------------
+# -- queue limits (and a journal with fsync = always) ----------------------
 
 LIMITS = """\
 [protocol]
@@ -726,7 +728,9 @@ burst = 1
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    with launch(tmp_path_factory.mktemp("limits"), LIMITS) as daemon:
+    directory = tmp_path_factory.mktemp("limits")
+    journal = f"[journal]\npath = {directory / 'quicx.journal'}\nfsync = always\n"
+    with launch(directory, LIMITS + journal) as daemon:
         yield daemon
 
 
@@ -828,3 +832,28 @@ def test_a_rate_limited_queue_starts_tasks_at_its_rate(connect_limited: Connect)
     assert 0.3 <= time.monotonic() - started <= 2.0  # 2 a second, a burst of 1
     finish(worker, producer, first)
     finish(worker, producer, second)
+
+
+def test_admin_answers_keep_request_order_with_fsync_always(
+    limited: DaemonProcess, wires: Connect
+) -> None:
+    # The answers to PAUSE, RESUME, PURGE and CANCEL wait for the journal, in
+    # order with the connection's other answers.
+    admin = wires(str(limited.control_path))
+    requests = [
+        (submit(b"t", b"x", option(QUEUE, b"main")), OK),
+        (frame(PAUSE, name(b"main")), INFO),
+        (frame(HEARTBEAT), PONG),
+        (frame(RESUME, name(b"main")), INFO),
+        (frame(QUEUES), INFO),
+        (frame(PURGE, name(b"main")), INFO),
+        (frame(PURGE, name(b"nowhere")), ERROR),
+        (frame(STATS), STATS_RESPONSE),
+    ] * 10
+    admin.send(b"".join(request for request, _ in requests))
+    kinds: list[int] = []
+    while len(kinds) < len(requests):
+        kind, _ = admin.read()
+        if kind != CANCELLED:  # an outcome (its tasks were purged), not an answer
+            kinds.append(kind)
+    assert kinds == [kind for _, kind in requests]
