@@ -600,12 +600,15 @@ def decode_task(payload: bytes) -> Task:
     )
 
 
+_HELLO_FIELDS = frozenset(HelloField)
+
+
 def decode_hello(payload: bytes) -> Hello:
     items = _tlv(MessageType.HELLO, payload, 0, len(payload))
     texts: dict[int, str] = {}
     for tag, value in items.items():
-        if tag not in tuple(HelloField):
-            raise _bad(MessageType.HELLO, f"has unknown field 0x{tag:02x}")
+        if tag not in _HELLO_FIELDS:
+            continue  # a later release's field: HELLO stays open to new ones
         try:
             texts[tag] = value.decode("utf-8")
         except UnicodeDecodeError:
