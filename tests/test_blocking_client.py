@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from quicx.clients.address import parse_address
 from quicx.clients.blocking import QuicxClient
-from quicx.protocol import wire
+from quicx.clients.requests import Options
+from quicx.protocol import v2, wire
 from quicx.protocol.errors import (
     ConnectionLost,
     OutcomeUnknown,
@@ -113,6 +117,66 @@ def test_wait_times_out_and_can_wait_again(daemon: DaemonProcess) -> None:
             client.wait(task_id, timeout=0.3)
         serve(daemon, 1).join(10)
         client.wait(task_id, timeout=10)
+
+
+def test_a_submit_many_cut_short_leaves_the_connection_in_step(daemon: DaemonProcess) -> None:
+    def tasks() -> Iterator[tuple[str, bytes] | tuple[str, bytes, Options]]:
+        yield from [("t", b"1"), ("t", b"2"), ("t", b"3")]
+        yield ("t", b"4", Options(key=""))  # refused as it is encoded: an empty key
+
+    with QuicxClient(address(daemon)) as client:
+        with pytest.raises(ValueError, match="1 to 255 bytes, not 0"):
+            # The first batch (1, 2) is sent, unread; the second is never sent.
+            client.submit_many(tasks(), window=2)
+        # Their OKs are not taken for this submit's; their outcomes still come.
+        assert client.submit("t", b"5") == 3
+        serve(daemon, 3).join(10)
+        for task_id in (1, 2, 3):
+            client.wait(task_id, timeout=10)
+
+
+def test_an_answer_after_the_timeout_is_not_the_next_calls() -> None:
+    """A raw daemon answers late: the first connection's HELLO, the second's SUBMIT."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    late = threading.Event()
+
+    def hello_late(peer: Peer) -> None:
+        assert isinstance(peer.receive(), v2.Hello)
+        late.wait(5)
+        with contextlib.suppress(OSError):  # the client gave up on this connection
+            peer.send(v2.encode_info({"server": "late"}))
+
+    def submit_late(peer: Peer) -> None:
+        assert isinstance(peer.receive(), v2.Hello)
+        peer.send(v2.encode_info({"server": "slow"}))
+        assert isinstance(peer.receive(), v2.Submit)
+        late.wait(5)
+        peer.send(v2.encode_ok(7))
+        assert isinstance(peer.receive(), v2.Submit)
+        peer.send(v2.encode_ok(8))
+
+    def slow_daemon() -> None:
+        threads = []
+        for serve_one in (hello_late, submit_late):
+            peer = Peer(listener.accept()[0])
+            threads.append(threading.Thread(target=serve_one, args=(peer,), daemon=True))
+            threads[-1].start()
+        for thread in threads:
+            thread.join(5)
+
+    daemon = threading.Thread(target=slow_daemon, daemon=True)
+    daemon.start()
+    with QuicxClient(f"tcp:127.0.0.1:{listener.getsockname()[1]}", timeout=0.2) as client:
+        with pytest.raises(TimeoutError):
+            client.submit("t", b"first")  # HELLO unanswered: the connection is dropped
+        with pytest.raises(TimeoutError):
+            client.submit("t", b"second")  # on a new connection, unanswered in time
+        late.set()
+        client.timeout = 5
+        assert client.submit("t", b"third") == 8
+        assert client.server == {"server": "slow"}
+    daemon.join(5)
+    listener.close()
 
 
 def test_daemon_restart_loses_outcomes_not_the_client(start_daemon) -> None:

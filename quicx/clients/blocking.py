@@ -17,6 +17,7 @@ submit in parallel are faster with a client each.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -39,6 +40,8 @@ Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
+
+log = logging.getLogger(__name__)
 
 
 class QuicxClient:
@@ -72,6 +75,9 @@ class QuicxClient:
         self._sock: socket.socket | None = None
         self._parser = self._new_parser()
         self._inbox: deque[object] = deque()
+        # Answers the daemon owes this connection; those of a call that gave
+        # up (a timeout, an error part-way) are read at the start of the next.
+        self._owed = 0
         self._book = OutcomeBook(keep_outcomes)
 
     @staticmethod
@@ -105,22 +111,43 @@ class QuicxClient:
             self._sock = sock
             self._parser = self._new_parser()
             self._inbox.clear()
+            self._owed = 0
             if self.protocol == v2.VERSION:
-                self._hello()
+                try:
+                    self._hello()
+                except BaseException:
+                    self._drop()  # its answer may still come, as the answer to another
+                    raise
         return self._sock
 
     def _hello(self) -> None:
         """Open a version-2 connection with HELLO; fall back to 1 if refused."""
-        self._send(requests.HELLO)
-        answer = self._read(time.monotonic() + self.timeout)
+        self._send(requests.HELLO, answers=1)
+        answer = self._next_reply(time.monotonic() + self.timeout)
         if requests.refuses_version_2(self._parser.version, answer):
+            if self.version == v2.VERSION:
+                log.warning(
+                    "%s speaks protocol version 1 only: this client speaks version 1 to it"
+                    " (queues, priorities, keys, cancel and introspection are unavailable)",
+                    self.address,
+                )
             self.version = wire.PROTOCOL_VERSION
         elif isinstance(answer, v2.Info) and isinstance(answer.document, dict):
             self.version = v2.VERSION
             self.server = answer.document
         else:
-            self._drop()
             raise QuicxError(f"unexpected {type(answer).__name__} for HELLO")
+
+    def _begin(self, deadline: float) -> None:
+        """
+        Start a call: connect, and read the answers owed to calls that gave up
+        (their accepted tasks' outcomes are still kept).
+        """
+        self._connection()
+        while self._owed:
+            reply = self._next_reply(deadline)
+            if isinstance(reply, requests.OK_TYPES):
+                self._book.expect(reply.task_id)
 
     def _drop(self) -> None:
         """Forget the connection; pending outcomes become unknown."""
@@ -139,18 +166,21 @@ class QuicxClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes, answers: int = 0) -> None:
+        """Send C{data}, which holds C{answers} requests the daemon answers."""
         sock = self._connection()
         try:
             sock.sendall(data)
         except OSError as e:
             self._drop()
             raise ConnectionLost(f"connection to {self.address} failed: {e}") from None
+        self._owed += answers
 
     def _next_reply(self, deadline: float) -> object:
         """The next message that answers a request."""
         while (message := self._pump(deadline)) is None:
             pass
+        self._owed -= 1
         return message
 
     def _pump(self, deadline: float) -> object | None:
@@ -223,6 +253,7 @@ class QuicxClient:
         """
         options = Options(queue, priority, key, fairness_key)
         with self._lock:
+            self._begin(time.monotonic() + self.timeout)
             self._send_submits([(task_type, payload, options)])
             (result,) = self._read_replies(1)
         if isinstance(result, Exception):
@@ -252,6 +283,7 @@ class QuicxClient:
         batch: list[Task] = []
         unanswered = 0  # SUBMITs of the previous batch, sent and not yet read
         with self._lock:
+            self._begin(time.monotonic() + self.timeout)
             for task in tasks:
                 batch.append(task)
                 if len(batch) == window:
@@ -269,8 +301,8 @@ class QuicxClient:
         return results
 
     def _send_submits(self, batch: list[Task]) -> None:
-        self._connection()  # its version decides the encoding
-        self._send(requests.submit_frames(self.version, batch))
+        """Send C{batch}, encoded in the version of the connection L{_begin} made."""
+        self._send(requests.submit_frames(self.version, batch), answers=len(batch))
 
     def _read_replies(self, count: int) -> list[int | DaemonError]:
         """Read the answers to C{count} SUBMITs: task ids, or the refusals."""
@@ -294,6 +326,7 @@ class QuicxClient:
         arrives.
 
         @raise TaskFailed: a worker reported it FAILED (C{.reason}).
+        @raise TaskCancelled: it was cancelled, or its queue purged, before it ran.
         @raise OutcomeUnknown: the connection dropped before the outcome came.
         @raise TimeoutError: no outcome within C{timeout} (default: the
             client's); the task is still pending and may be waited for again.
@@ -302,15 +335,17 @@ class QuicxClient:
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         with self._lock:
-            while self._book.pending(task_id):
-                # Nothing but outcomes and heartbeats is owed to us here.
-                try:
+            try:
+                if self._book.pending(task_id):
+                    self._begin(deadline)
+                while self._book.pending(task_id):
+                    # Nothing but outcomes and heartbeats is owed to us here.
                     unexpected = self._pump(deadline)
-                except ConnectionLost:
-                    break  # the outcome is now filed as unknown
-                if unexpected is not None:
-                    self._drop()
-                    raise QuicxError(f"unexpected {type(unexpected).__name__} while waiting")
+                    if unexpected is not None:
+                        self._drop()
+                        raise QuicxError(f"unexpected {type(unexpected).__name__} while waiting")
+            except ConnectionLost:
+                pass  # the outcome is now filed as unknown
             outcome = self._book.take(task_id)
         if outcome is not None:
             raise outcome
@@ -325,10 +360,11 @@ class QuicxClient:
 
     def stats(self) -> wire.StatsResponse:
         """The daemon's 28-byte STATS_RESPONSE, decoded."""
+        deadline = time.monotonic() + self.timeout
         with self._lock:
-            self._connection()
-            self._send(v2.STATS_FRAME if self.version == v2.VERSION else wire.STATS_FRAME)
-            reply = self._next_reply(time.monotonic() + self.timeout)
+            self._begin(deadline)
+            self._send(v2.STATS_FRAME if self.version == v2.VERSION else wire.STATS_FRAME, 1)
+            reply = self._next_reply(deadline)
         if not isinstance(reply, wire.StatsResponse):
             raise QuicxError(f"unexpected {type(reply).__name__} for STATS")
         return reply
@@ -337,11 +373,12 @@ class QuicxClient:
 
     def _info(self, what: str, frame: bytes) -> Any:
         """Send a version-2 request; its INFO document, or the error it got."""
+        deadline = time.monotonic() + self.timeout
         with self._lock:
-            self._connection()
+            self._begin(deadline)
             requests.needs_version_2(self.version, what)
-            self._send(frame)
-            reply = self._next_reply(time.monotonic() + self.timeout)
+            self._send(frame, answers=1)
+            reply = self._next_reply(deadline)
         if isinstance(reply, v2.Info):
             return reply.document
         if isinstance(reply, wire.Error):
