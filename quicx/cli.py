@@ -43,7 +43,7 @@ from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.settings import format_size
 from quicx.protocol import wire
 from quicx.protocol.errors import QuicxError, TaskCancelled, TaskFailed
-from quicx.protocol.v2 import MAX_SUBSCRIPTIONS, check_queue
+from quicx.protocol.v2 import MAX_OPTION, MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
 
 CONFIG_VARIABLE = "QUICX_CONFIG"
@@ -335,10 +335,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 key=args.key,
                 fairness_key=args.fairness_key,
             )
-            print(task_id, flush=True)
-            if args.wait:
-                client.wait(task_id, timeout=args.timeout)
-                print(f"task {task_id} done")
+        except TimeoutError:
+            raise CommandError(f"no answer from the daemon within {args.timeout:g} s") from None
+        print(task_id, flush=True)
+        if not args.wait:
+            return 0
+        try:
+            client.wait(task_id, timeout=args.timeout)
         except TaskFailed as e:
             print(f"task {e.task_id} failed: {e.reason}")
             return 1
@@ -347,6 +350,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return 1
         except TimeoutError:
             raise CommandError(f"no outcome within {args.timeout:g} s") from None
+    print(f"task {task_id} done")
     return 0
 
 
@@ -356,8 +360,8 @@ def _ask(args: argparse.Namespace, call: Callable[[QuicxClient], T], admin: bool
     try:
         with QuicxClient(address, timeout=args.timeout) as client:
             return call(client)
-    except ValueError as e:
-        raise CommandError(str(e)) from None
+    except TimeoutError:
+        raise CommandError(f"no answer from {address} within {args.timeout:g} s") from None
 
 
 def _print_json(document: object) -> None:
@@ -645,6 +649,14 @@ def queue_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def option_key(text: str) -> bytes:
+    """An argparse type: an idempotency or fairness key, 1 to 255 bytes as given."""
+    key = os.fsencode(text)
+    if not 0 < len(key) <= MAX_OPTION:
+        raise argparse.ArgumentTypeError(f"a key is 1 to {MAX_OPTION} bytes, not {len(key)}")
+    return key
+
+
 def task_type(text: str) -> str:
     """An argparse type: a task type the protocol can carry (1 to 255 bytes)."""
     try:
@@ -809,8 +821,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--priority", type=bounded_int(0, 255), help="0 to 255, higher first (default: the queue's)"
     )
-    submit.add_argument("--key", help="an idempotency key: submitted once within the window")
-    submit.add_argument("--fairness-key", help="the tenant or customer the task is for")
+    submit.add_argument(
+        "--key", type=option_key, help="an idempotency key: submitted once within the window"
+    )
+    submit.add_argument(
+        "--fairness-key", type=option_key, help="the tenant or customer the task is for"
+    )
     connect_option(submit)
     submit.set_defaults(run=cmd_submit)
 

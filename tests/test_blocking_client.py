@@ -19,6 +19,7 @@ from quicx.protocol.errors import (
     OutcomeUnknown,
     PayloadTooLarge,
     QueueFull,
+    QuicxError,
     TaskFailed,
     UnknownTaskType,
 )
@@ -176,6 +177,24 @@ def test_an_answer_after_the_timeout_is_not_the_next_calls() -> None:
         assert client.submit("t", b"third") == 8
         assert client.server == {"server": "slow"}
     daemon.join(5)
+    listener.close()
+
+
+def test_a_malformed_answer_is_a_quicx_error() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def garbling_daemon() -> None:
+        with Peer(listener.accept()[0]) as peer:
+            assert isinstance(peer.receive(), v2.Hello)
+            peer.send(v2.frame(v2.MessageType.INFO, b"{not json"))
+            peer.wait_closed()
+
+    thread = threading.Thread(target=garbling_daemon, daemon=True)
+    thread.start()
+    client = QuicxClient(f"tcp:127.0.0.1:{listener.getsockname()[1]}", timeout=5)
+    with client, pytest.raises(QuicxError, match="sent a malformed message"):
+        client.stats()
+    thread.join(5)
     listener.close()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -215,6 +216,57 @@ CASES = {
         "empty.pem: no PEM certificate in it",
         1,
     ),
+    "submit empty key": (
+        ["submit", "t", "x", "--key="],
+        USAGE,
+        "argument --key: a key is 1 to 255 bytes, not 0",
+        1,
+    ),
+    "submit long fairness key": (
+        ["submit", "t", "x", "--fairness-key=" + "k" * 256],
+        USAGE,
+        "argument --fairness-key: a key is 1 to 255 bytes, not 256",
+        1,
+    ),
+    "submit bad queue": (["submit", "t", "x", "--queue=a/b"], USAGE, "not 'a/b'", 1),
+    "queues daemon down": (
+        ["queues", "--connect=tcp:127.0.0.1:1"],
+        FAILED,
+        "cannot connect to tcp:127.0.0.1:1",
+        1,
+    ),
+    "peek bad count": (["peek", "mail", "-n", "1001"], USAGE, "1001 is not from 1 to 1000", 1),
+    "task not a number": (["task", "seven"], USAGE, "'seven' is not a whole number", 1),
+    "cancel no daemon": (
+        ["cancel", "7", "--control=/nonexistent/quicx.sock"],
+        FAILED,
+        "cannot connect to unix:/nonexistent/quicx.sock",
+        1,
+    ),
+    "pause control off": (
+        ["pause", "mail", "--config={tmp}/no-control.conf"],
+        FAILED,
+        "turns the control socket off",
+        1,
+    ),
+    "purge without --yes": (
+        ["purge", "mail"],
+        USAGE,
+        "purge cancels every queued task of mail: add --yes to do it",
+        1,
+    ),
+    "worker queue twice": (
+        ["worker", "handlers:handlers", "--queues=a,b,a"],
+        USAGE,
+        "'a,b,a' names a queue twice",
+        1,
+    ),
+    "worker queues in version 1": (
+        ["worker", "handlers:handlers", "--queues=a", "--protocol=1"],
+        FAILED,
+        "--queues needs protocol version 2",
+        1,
+    ),
     "worker not module:object": (["worker", "json"], FAILED, "'json' is not MODULE:OBJECT", 1),
     "worker no such object": (["worker", "json:nothing"], FAILED, "json has no 'nothing'", 1),
     "worker not handlers": (
@@ -305,6 +357,39 @@ def test_a_mistake_is_a_short_message_and_an_exit_status(
     assert result.stderr.startswith("quicx")
     assert message.format(tmp=workspace) in result.stderr
     assert len(result.stderr.splitlines()) == lines, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["queues"], "no answer from tcp:127.0.0.1:{port} within 0.3 s"),
+        (["submit", "t", "x"], "no answer from the daemon within 0.3 s"),
+    ],
+)
+def test_a_daemon_that_does_not_answer(workspace: Path, command: list[str], message: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        result = run_quicx(workspace, *command, f"--connect=tcp:127.0.0.1:{port}", "--timeout=0.3")
+    assert (result.returncode, result.stderr) == (
+        FAILED,
+        f"quicx: {message.format(port=port)}\n",
+    )
+
+
+def test_version_2_commands_against_a_version_1_daemon(start_daemon, workspace: Path) -> None:
+    daemon = start_daemon("--protocol-versions=1")
+    connect = f"--connect={daemon.client_address}"
+    for command in (
+        ["queues"],
+        ["peek", "default"],
+        ["task", "1"],
+        ["submit", "t", "x", "--queue=q"],
+    ):
+        result = run_quicx(workspace, *command, connect)
+        assert result.returncode == FAILED, result
+        assert result.stderr.startswith("quicx: ") and result.stderr.count("\n") == 1
+        assert "need" in result.stderr and "protocol version 2" in result.stderr
+    assert run_quicx(workspace, "submit", "t", "x", connect).stdout == "1\n"
 
 
 @pytest.mark.parametrize("command", [["start"], ["status"], ["stop"]])

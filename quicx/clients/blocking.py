@@ -42,6 +42,7 @@ DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
 
 log = logging.getLogger(__name__)
+log.addHandler(logging.NullHandler())  # silent unless the application configures logging
 
 
 class QuicxClient:
@@ -219,9 +220,14 @@ class QuicxClient:
                 if not isinstance(event, Frame):
                     self._drop()
                     raise QuicxError(f"{self.address} sent a bad frame: {event.reason}")
-                self._inbox.append(
-                    requests.decode(self._parser.version, event.message_type, event.payload)
-                )
+                try:
+                    message = requests.decode(
+                        self._parser.version, event.message_type, event.payload
+                    )
+                except wire.MalformedMessage as e:
+                    self._drop()
+                    raise QuicxError(f"{self.address} sent a malformed message: {e}") from None
+                self._inbox.append(message)
         return self._inbox.popleft()
 
     # -- requests ----------------------------------------------------------------------
