@@ -6,19 +6,26 @@ queues and context, and the fallback to version 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
+from twisted.internet.task import deferLater
+from twisted.logger import globalLogPublisher
 
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
 from quicx.clients.twisted_client import ProducerService, connect
 from quicx.clients.worker import TaskContext, Worker
-from quicx.protocol import v2
+from quicx.daemon.control import fetch_status
+from quicx.protocol import v2, wire
 from quicx.protocol.errors import (
     Conflict,
     Forbidden,
@@ -27,6 +34,7 @@ from quicx.protocol.errors import (
     QueueFull,
     TaskCancelled,
 )
+from quicx.protocol.frames import Frame, FrameParser
 from tests.conftest import DaemonProcess
 from tests.peer import Peer
 from tests.test_cli import env_for, quicx
@@ -106,6 +114,186 @@ def test_a_version_1_daemon_gets_version_1_and_options_are_refused(start_daemon)
         assert task_id == 1
 
 
+def test_the_fallback_to_version_1_is_logged_once(start_daemon, caplog) -> None:
+    daemon = start_daemon("--protocol-versions=1")
+    with QuicxClient(address(daemon)) as client:
+        client.submit("t", b"x")
+        client.close()  # the next call connects again, and falls back again
+        client.submit("t", b"x")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{address(daemon)} speaks protocol version 1 only: this client speaks version 1"
+        " to it (queues, priorities, keys, cancel and introspection are unavailable)"
+    ]
+
+
+@pytest_twisted.ensureDeferred
+async def test_twisted_clients_against_a_version_1_daemon(start_daemon) -> None:
+    daemon = start_daemon("--protocol-versions=1")
+    logged: list[str] = []
+
+    def observe(event: dict) -> None:
+        if event.get("log_level") is not None and "version 1 only" in event.get("log_format", ""):
+            logged.append(event["log_format"])
+
+    globalLogPublisher.addObserver(observe)
+    service = ProducerService(reactor, address(daemon))
+    service.startService()
+    try:
+        client = await connect(reactor, address(daemon))
+        assert (client.version, client.server) == (1, {})
+        with pytest.raises(NeedsVersion2):
+            await client.queues()
+        # The service's own idempotency key is left out; one given is refused.
+        assert await service.submit("t", b"x") == 1
+        with pytest.raises(NeedsVersion2):
+            await service.submit("t", b"x", key="order-7")
+        assert await client.submit("t", b"y") == 2
+        assert len(logged) == 2  # one per connection
+        client.close()
+    finally:
+        globalLogPublisher.removeObserver(observe)
+        await service.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_worker_falls_back_to_the_default_queue_of_a_version_1_daemon(start_daemon) -> None:
+    daemon = start_daemon("--protocol-versions=1")
+    seen: list[tuple[bytes, TaskContext]] = []
+    worker = Worker(queues=["mail"])
+
+    @worker.handler("t")
+    def handle(payload: bytes, context: TaskContext) -> None:
+        seen.append((payload, context))
+
+    worker.start(reactor, address(daemon))
+    try:
+        with QuicxClient(address(daemon)) as client:
+            task_id = client.submit("t", b"x")
+            await until(lambda: bool(seen))
+            client.wait(task_id, timeout=10)
+        ((payload, context),) = seen
+        assert payload == b"x"
+        assert (context.task_id, context.task_type, context.queue) == (task_id, "t", None)
+        assert (context.priority, context.attempt, context.key, context.fairness_key) == (
+            0,
+            1,
+            None,
+            None,
+        )
+        assert abs(context.enqueued_at - time.time()) < 30
+    finally:
+        await worker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_twisted_admin_actions_on_the_control_socket(daemon: DaemonProcess) -> None:
+    producer = await connect(reactor, address(daemon))
+    root = await connect(reactor, f"unix:{daemon.control_path}")
+    try:
+        task_id = await producer.submit("t", b"x", queue="mail")
+        with pytest.raises(Forbidden):
+            await producer.pause("mail")
+        assert await root.pause("mail") == {"queue": "mail", "paused": True}
+        assert await root.resume("mail") == {"queue": "mail", "paused": False}
+        assert await root.purge("mail") == {"queue": "mail", "purged": 1}
+        with pytest.raises(TaskCancelled):
+            await producer.outcome(task_id)
+        with pytest.raises(NotFound):
+            await root.resume("nowhere")
+        with pytest.raises(ValueError, match="queue name"):
+            await root.pause("no such name")
+    finally:
+        producer.close()
+        root.close()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Let the reactor run until C{condition()} holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await deferLater(reactor, 0.05, lambda: None)
+
+
+class CuttingProxy:
+    """
+    A TCP proxy to the daemon that, on its first connection, drops both ends
+    when the daemon's first OK comes, instead of passing it on: a SUBMIT the
+    daemon accepted whose answer the producer never hears.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp:127.0.0.1:{self.listener.getsockname()[1]}"
+        self.cut = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.target)
+            watch = (
+                None
+                if self.cut.is_set()
+                else FrameParser(1 << 20, check_types=False, v2_max_length=1 << 20)
+            )
+            for source, sink, parser in (
+                (downstream, upstream, None),
+                (upstream, downstream, watch),
+            ):
+                threading.Thread(
+                    target=self._pipe, args=(source, sink, parser), daemon=True
+                ).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, watch: FrameParser | None) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                if watch is not None and any(
+                    isinstance(e, Frame) and e.message_type == wire.MessageType.OK
+                    for e in watch.feed(data)
+                ):
+                    self.cut.set()
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass
+        for end in (source, sink):  # shutdown: it wakes the other thread's recv
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_producer_service_resubmits_a_submit_whose_answer_was_lost(
+    daemon: DaemonProcess,
+) -> None:
+    proxy = CuttingProxy(daemon.address)
+    service = ProducerService(reactor, proxy.address)
+    service.startService()
+    try:
+        waiting = defer.ensureDeferred(service.submit_and_wait("t", b"once"))
+        await until(proxy.cut.is_set)
+        with Peer(daemon.address) as worker:
+            task = worker.request(v2.encode_ready(1), timeout=10)
+            assert task.payload == b"once" and len(task.key) == 32  # the service's own key
+            # The service resubmits under that key: the daemon answers the
+            # running task's id, queues no copy, and makes it the producer.
+            await until(lambda: fetch_status(str(daemon.control_path))["tasks"]["duplicates"] == 1)
+            worker.send(v2.encode_done(task.task_id))
+            assert await waiting == task.task_id
+            assert worker.nothing_for(0.3)
+    finally:
+        proxy.close()
+        await service.stopService()
+
+
 def test_max_depth_is_queue_full(start_daemon, tmp_path: Path) -> None:
     config = tmp_path / "quicx.conf"
     config.write_text("[queue small]\nmax_depth = 1\n")
@@ -119,6 +307,56 @@ def test_max_depth_is_queue_full(start_daemon, tmp_path: Path) -> None:
             return_exceptions=True,
         )
         assert all(isinstance(r, int) for r in results)
+
+
+class Recorder:
+    """Handlers of every shape, each noting the context it was given (or None)."""
+
+    def __init__(self) -> None:
+        self.contexts: list[TaskContext | None] = []
+
+    def plain(self, payload: bytes) -> None:
+        self.contexts.append(None)
+
+    def with_context(self, payload: bytes, context: TaskContext) -> None:
+        self.contexts.append(context)
+
+    def optional_context(self, payload: bytes, context: TaskContext | None = None) -> None:
+        self.contexts.append(context)
+
+    def keyword_only(self, payload: bytes, *, context: TaskContext | None = None) -> None:
+        self.contexts.append(context)
+
+    def star(self, *args: TaskContext) -> None:
+        self.contexts.append(args[1] if len(args) > 1 else None)
+
+    def __call__(self, payload: bytes, context: TaskContext) -> None:
+        self.contexts.append(context)
+
+
+@pytest.mark.parametrize(
+    ("shape", "gets_context"),
+    [
+        ("plain", False),
+        ("with_context", True),
+        ("optional_context", True),
+        ("keyword_only", False),
+        ("star", True),
+        ("__call__", True),
+    ],
+)
+def test_a_handler_gets_the_context_if_its_signature_takes_a_second_argument(
+    shape: str, gets_context: bool
+) -> None:
+    recorder = Recorder()
+    worker = Worker()
+    worker.register(
+        "t", recorder if shape == "__call__" else getattr(recorder, shape), thread=False
+    )
+    task = v2.Task(7, b"t", b"x", "mail", 9, 2, 1_700_000_000_500, b"k", b"acme")
+    assert worker.run(task) is None  # done
+    context = TaskContext(7, "t", "mail", 9, 2, 1_700_000_000.5, b"k", b"acme")
+    assert recorder.contexts == [context if gets_context else None]
 
 
 @pytest_twisted.ensureDeferred

@@ -76,6 +76,8 @@ class QuicxClientProtocol(FrameReceiver):
         self._requests: deque[tuple[type, Deferred[Any]]] = deque()
         # Requests made before HELLO was answered: encoded once the version is known.
         self._held: list[tuple[type, Callable[[int], bytes], Deferred[Any]]] | None = None
+        # Waiting for the answer to HELLO (see greeted).
+        self._greeters: list[Deferred[QuicxClientProtocol]] = []
         self._book = OutcomeBook(keep_outcomes)
         self._waiters: dict[int, list[Deferred[None]]] = {}
         self._closed: Failure | None = None
@@ -88,6 +90,20 @@ class QuicxClientProtocol(FrameReceiver):
             hello: Deferred[Any] = Deferred()
             self._requests.append((v2.Info, hello))
             self.transport.write(requests.HELLO)
+
+    def greeted(self) -> Deferred[QuicxClientProtocol]:
+        """
+        Fires with this protocol once its version is known (HELLO answered:
+        see C{version} and C{server}); fails with L{ConnectionLost} if the
+        connection closes first.
+        """
+        if self._closed is not None:
+            return fail(self._closed)
+        if self._held is None:
+            return succeed(self)
+        greeter: Deferred[QuicxClientProtocol] = Deferred()
+        self._greeters.append(greeter)
+        return greeter
 
     # -- requests -----------------------------------------------------------------
 
@@ -184,6 +200,23 @@ class QuicxClientProtocol(FrameReceiver):
     def task(self, task_id: int) -> Deferred[dict[str, Any]]:
         return self._info("task", v2.encode_inspect(task_id))
 
+    def pause(self, queue: str) -> Deferred[dict[str, Any]]:
+        """Stop dispatching from C{queue}; needs the admin role (as the blocking client's)."""
+        return self._queue_action("pause", queue)
+
+    def resume(self, queue: str) -> Deferred[dict[str, Any]]:
+        return self._queue_action("resume", queue)
+
+    def purge(self, queue: str) -> Deferred[dict[str, Any]]:
+        return self._queue_action("purge", queue)
+
+    def _queue_action(self, action: str, queue: str) -> Deferred[dict[str, Any]]:
+        try:
+            frame = v2.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
+        except ValueError as e:
+            return fail(e)
+        return self._info(action, frame)
+
     def close(self) -> None:
         self.transport.loseConnection()
 
@@ -234,12 +267,19 @@ class QuicxClientProtocol(FrameReceiver):
         """The answer to HELLO decides the version; the held requests go out."""
         self._requests.popleft()
         if requests.refuses_version_2(self._parser.version, message):
+            self.log.warn(
+                "the daemon speaks protocol version 1 only: this connection speaks version 1"
+                " (queues, priorities, keys, cancel and introspection are unavailable)"
+            )
             self.version = wire.PROTOCOL_VERSION
         elif isinstance(message, v2.Info):
             self.server = message.document
         held, self._held = self._held or [], None
         for answer, encode, reply in held:
             self._request(answer, encode).chainDeferred(reply)
+        greeters, self._greeters = self._greeters, []
+        for greeter in greeters:
+            greeter.callback(self)
 
     def _deliver(self, task_id: int, failure: QuicxError | None) -> None:
         waiters = self._waiters.pop(task_id, None)
@@ -257,7 +297,8 @@ class QuicxClientProtocol(FrameReceiver):
         self._closed = Failure(ConnectionLost(f"connection to the daemon closed: {reason.value}"))
         pending = [reply for _, reply in self._requests]
         pending += [reply for _, _, reply in self._held or []]
-        self._requests, self._held = deque(), None
+        pending += self._greeters
+        self._requests, self._held, self._greeters = deque(), None, []
         for request in pending:
             request.errback(self._closed)
         for task_id in self._book.lose_all():
@@ -297,8 +338,6 @@ def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
     address = normalize_address(address)
     if not address.startswith("tls:"):
         return clientFromString(reactor, address)
-    # Imported here: quicx.clients.blocking imports this module.
-
     _, sockaddr, options = parse_address(address)
     assert isinstance(sockaddr, tuple) and options is not None
     host, port = sockaddr
@@ -317,9 +356,11 @@ async def connect(
 
     @param keep_outcomes: how many outcomes nobody has asked for yet to keep.
     @param protocol: 2 (falling back to 1 with a daemon that speaks only 1), or 1.
+    @return: the connection, once its version is known.
     """
     client = QuicxClientProtocol(keep_outcomes, protocol)
-    return await connectProtocol(endpoint_for(reactor, address), client)
+    await connectProtocol(endpoint_for(reactor, address), client)
+    return await client.greeted()
 
 
 RESUBMIT_DELAY = 0.1
@@ -338,7 +379,8 @@ class ProducerService(ClientService):
     task's id and queues no copy, so a task is never run twice for a
     reconnect.  Its outcome then comes on the new connection.  Against a
     version-1 daemon there are no keys: a resubmit there may run twice, so
-    it is not retried and L{ConnectionLost} is raised.
+    it is not retried and L{ConnectionLost} is raised (and a C{key=} given
+    there is L{NeedsVersion2}, like any other version-2 option).
     """
 
     def __init__(self, reactor: Any, address: str = DEFAULT_ADDRESS, attempts: int = 5) -> None:
@@ -359,12 +401,14 @@ class ProducerService(ClientService):
     async def _submit(
         self, task_type: str | bytes, payload: str | bytes, options: dict[str, Any]
     ) -> tuple[QuicxClientProtocol, int]:
-        options.setdefault("key", uuid.uuid4().hex)
+        own_key = options.get("key") is None
+        key = uuid.uuid4().hex if own_key else options["key"]
         for attempt in range(1, self.attempts + 1):
             client = await self._connected()
-            if client.version != v2.VERSION:
-                del options["key"]
             try:
+                await client.greeted()
+                # A version-1 daemon takes no key: the caller's is NeedsVersion2, ours left out.
+                options["key"] = None if own_key and client.version != v2.VERSION else key
                 return client, await client.submit(task_type, payload, **options)
             except ConnectionLost:
                 if client.version != v2.VERSION or attempt == self.attempts:
