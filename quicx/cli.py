@@ -372,14 +372,14 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else human_duration(seconds)
 
 
-def _table(header: Sequence[str], rows: list[list[str]]) -> str:
-    """Plain columns: the first left-aligned, the rest right-aligned."""
-    widths = [max(len(str(row[i])) for row in [list(header), *rows]) for i in range(len(header))]
+def _table(header: Sequence[str], rows: list[list[str]], align: str) -> str:
+    """Plain columns, each aligned as C{align} says: C{<} left (text), C{>} right (numbers)."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
-            str(c).ljust(w) if i == 0 else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            cell.ljust(width) if side == "<" else cell.rjust(width)
+            for cell, width, side in zip(cells, widths, align, strict=True)
         ).rstrip()
 
     return "\n".join([line(header), *(line(row) for row in rows)]) + "\n"
@@ -402,7 +402,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
         for q in queues
     ]
     sys.stdout.write(
-        _table(["queue", "queued", "running", "workers", "oldest", "by priority"], rows)
+        _table(["queue", "queued", "running", "workers", "oldest", "by priority"], rows, "<>>>><")
     )
     return 0
 
@@ -421,7 +421,7 @@ def cmd_peek(args: argparse.Namespace) -> int:
         for t in tasks
     ]  # fmt: skip
     sys.stdout.write(
-        _table(["id", "type", "priority", "state", "bytes", "age", "fairness key"], rows)
+        _table(["id", "type", "priority", "state", "bytes", "age", "fairness key"], rows, "><><>><")
     )
     return 0
 
@@ -434,7 +434,7 @@ def cmd_task(args: argparse.Namespace) -> int:
     print(
         f"task {task['id']} ({task['type']}): {task['state']} in queue {task['queue']},"
         f" priority {task['priority']}, {thousands(task['size'])} bytes,"
-        f" submitted {_age(task['age'])} ago, attempt {task['attempt']}"
+        f" submitted {_age(task['age'])} ago, {_deliveries(task['attempt'])}"
     )
     if task["state"] == "running":
         print(f"  running on {task['worker']} for {_age(task['running_for'])}")
@@ -452,6 +452,13 @@ def cmd_task(args: argparse.Namespace) -> int:
     else:
         print("  estimated start: unknown (nothing has finished in this queue lately)")
     return 0
+
+
+def _deliveries(attempt: int) -> str:
+    """What a task's C{attempt} (deliveries so far) means."""
+    if attempt == 0:
+        return "not yet delivered to a worker"
+    return "delivered once" if attempt == 1 else f"delivered {attempt} times"
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

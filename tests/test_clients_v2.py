@@ -430,7 +430,20 @@ def test_cli_queues_peek_task_and_admin_commands(daemon: DaemonProcess) -> None:
         "priority": 7,
         "state": "queued",
     }
-    assert "no worker is subscribed" in quicx("task", str(task_id), env=env).stdout
+    explained = quicx("task", str(task_id), env=env).stdout.splitlines()
+    assert explained[0].startswith(f"task {task_id} (t): queued in queue mail, priority 7")
+    assert explained[0].endswith("not yet delivered to a worker")
+    assert explained[1:] == [
+        "  waiting: no worker is subscribed to queue mail",
+        "  estimated start: unknown (nothing has finished in this queue lately)",
+    ]
+    header, row = quicx("peek", "mail", env=env).stdout.splitlines()
+    assert header.split("  ")[:2] == ["id", "type"] and row.split()[:4] == [
+        str(task_id),
+        "t",
+        "7",
+        "queued",
+    ]
     assert quicx("pause", "mail", control, env=env).stdout == "queue mail paused\n"
     refused = quicx("purge", "mail", control, env=env)
     assert (refused.returncode, refused.stderr.count("\n")) == (2, 1)
