@@ -20,6 +20,7 @@ from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
 from twisted.logger import globalLogPublisher
 
+from quicx import __version__
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
 from quicx.clients.twisted_client import ProducerService, connect
@@ -79,6 +80,34 @@ def test_submit_options_cancel_and_introspection(daemon: DaemonProcess) -> None:
         assert root.purge("mail") == {"queue": "mail", "purged": 2}
         with pytest.raises(NotFound):
             client.peek("nowhere")
+
+
+def test_hello_names_the_client_on_every_connection(daemon: DaemonProcess) -> None:
+    def clients() -> set[str]:
+        return {c["client"] for c in fetch_status(str(daemon.control_path))["clients"]}
+
+    with QuicxClient(address(daemon)) as client:
+        client.stats()
+        assert clients() == {f"quicx-python {__version__}"}
+        answer = client.hello("billing", "2.3", ["queues", "teleport"])
+        assert answer["missing"] == ["teleport"] and client.server == answer
+        assert clients() == {"billing 2.3"}
+        client.close()
+        client.stats()  # a new connection: it says the same
+        assert clients() == {"billing 2.3"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_twisted_hello(daemon: DaemonProcess) -> None:
+    client = await connect(reactor, address(daemon))
+    try:
+        assert client.server["server"] == "quicx"
+        answer = await client.hello("svc", "1.0", ["cancel"])
+        assert answer["missing"] == [] and client.server is answer
+        statuses = fetch_status(str(daemon.control_path))["clients"]
+        assert [c["client"] for c in statuses] == ["svc 1.0"]
+    finally:
+        client.close()
 
 
 def test_another_clients_task_needs_the_admin_role(daemon: DaemonProcess) -> None:

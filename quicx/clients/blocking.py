@@ -80,6 +80,7 @@ class QuicxClient:
         # up (a timeout, an error part-way) are read at the start of the next.
         self._owed = 0
         self._book = OutcomeBook(keep_outcomes)
+        self._hello_frame = requests.HELLO  # what each connection opens with (see hello)
 
     @staticmethod
     def _new_parser() -> FrameParser:
@@ -123,7 +124,7 @@ class QuicxClient:
 
     def _hello(self) -> None:
         """Open a version-2 connection with HELLO; fall back to 1 if refused."""
-        self._send(requests.HELLO, answers=1)
+        self._send(self._hello_frame, answers=1)
         answer = self._next_reply(time.monotonic() + self.timeout)
         if requests.refuses_version_2(self._parser.version, answer):
             if self.version == v2.VERSION:
@@ -390,6 +391,22 @@ class QuicxClient:
         if isinstance(reply, wire.Error):
             raise error_from(reply)
         raise QuicxError(f"unexpected {type(reply).__name__} for {what}")
+
+    def hello(self, name: str, version: str, capabilities: Iterable[str] = ()) -> dict[str, Any]:
+        """
+        Say who this client is, now and on every later connection (C{quicx
+        status} lists clients by name and version; by default this one is
+        C{quicx-python} and the package's version), and ask for
+        C{capabilities}.
+
+        @return: the daemon's answer, also kept in C{server}: its version,
+            capabilities, the wanted ones it lacks (C{missing}) and limits.
+        """
+        frame = v2.encode_hello(name, version, capabilities)
+        with self._lock:
+            self._hello_frame = frame
+            self.server = self._info("hello", frame)
+        return self.server
 
     def cancel(self, task_id: int) -> dict[str, Any]:
         """

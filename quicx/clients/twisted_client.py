@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from twisted.application.internet import ClientService, backoffPolicy
@@ -186,6 +186,20 @@ class QuicxClientProtocol(FrameReceiver):
             return frame
 
         return self._request(v2.Info, encode)
+
+    def hello(
+        self, name: str, version: str, capabilities: Iterable[str] = ()
+    ) -> Deferred[dict[str, Any]]:
+        """
+        Say who this client is (as L{quicx.clients.blocking.QuicxClient.hello},
+        for this connection); fires with the daemon's answer, also kept in C{server}.
+        """
+
+        def keep(document: dict[str, Any]) -> dict[str, Any]:
+            self.server = document
+            return document
+
+        return self._info("hello", v2.encode_hello(name, version, capabilities)).addCallback(keep)
 
     def cancel(self, task_id: int) -> Deferred[dict[str, Any]]:
         """Cancel a queued task (see L{quicx.clients.blocking.QuicxClient.cancel})."""
