@@ -249,7 +249,7 @@ def test_submit_and_worker_round_trip(daemon: DaemonProcess, background) -> None
     failed = quicx("submit", "send_email", "-", "--wait", input='{"to":"nobody"}', env=env)
     assert failed.returncode == 1
     assert failed.stdout.splitlines()[1] == f"task {task_id + 1} failed: cannot send to 'nobody'"
-    worker.wait_for("sent mail to user@gmail.com")
+    worker.wait_for(re.escape("sent mail to user@gmail.com (queue default, attempt 1)"))
     assert worker.stop() == 0  # graceful: finished, then exited
 
 
