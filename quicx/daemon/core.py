@@ -108,6 +108,7 @@ class Session(protocol.Session[Task]):
     @ivar identity: its TLS certificate identity, if it has one.
     @ivar client: what its HELLO said it is (name and version).
     @ivar subscriptions: the queues a worker serves, in order.
+    @ivar waiting: it is among the idle workers of its queues.
     """
 
     version: int = 1
@@ -115,6 +116,7 @@ class Session(protocol.Session[Task]):
     identity: str | None = None
     client: str = ""
     subscriptions: tuple[NamedQueue[Task, Session], ...] = field(factory=tuple)
+    waiting: bool = False
 
 
 class Refused(Exception):
@@ -324,6 +326,7 @@ class QueueService(Service):
             if not session.connected:
                 self._forget_if_idle(queue)
         session.subscriptions = ()
+        session.waiting = False
 
     # -- producers ------------------------------------------------------------
 
@@ -353,7 +356,7 @@ class QueueService(Service):
                 self.allowed_types is not None
                 or self.draining
                 or self.journal.broken
-                or queue.policy.max_depth
+                or queue.max_depth
             ):
                 self._check_submit(queue, task_type)
         except Refused as e:
@@ -397,7 +400,7 @@ class QueueService(Service):
             len(payload),
             session,
             queue,
-            queue.policy.priority if priority is None else priority,
+            queue.priority if priority is None else priority,
             now,
             key,
             fairness,
@@ -838,7 +841,7 @@ class QueueService(Service):
             # A key limit may have let go of a task.
             self._serve_queue(queue)
             self._forget_if_idle(queue)
-        elif not (queue.depth or queue.running or queue.subscribers or queue.declared):
+        elif not (queue.subscribers or queue.depth or queue.running or queue.declared):
             self._forget_if_idle(queue)
 
     def _late_delivery(self, session: Session, task_id: int) -> tuple[Task, int] | None:
@@ -892,7 +895,7 @@ class QueueService(Service):
     def _become_idle(self, session: Session) -> None:
         # After DONE/FAILED a worker has a free credit without a new READY
         # (unless a READY has since lowered its credits below what it held).
-        if session.credits > len(session.tasks) + len(session.overdue) and session.connected:
+        if session.connected:
             self._serve_worker(session)
         if self._drained is not None:
             self._check_drained()
@@ -902,8 +905,11 @@ class QueueService(Service):
         Send C{worker} tasks from its queues, in their order, while it has
         credits; with credits left it waits on each of its queues.
         """
-        now = self.clock()
         free = worker.credits - len(worker.tasks) - len(worker.overdue)
+        if free <= 0:
+            return
+        now = self.clock()
+        deliver = self._deliver
         for queue in worker.subscriptions:
             while queue.depth and free > 0:
                 task = queue.take(now)
@@ -914,14 +920,15 @@ class QueueService(Service):
                     # It still runs a late copy: another worker must take it.
                     self._put_back(task)
                     break
-                self._deliver(worker, task, queue, now)
+                deliver(worker, task, queue, now)
                 free -= 1
             if free <= 0:
                 self._unidle(worker)
                 return
-        session_id = worker.session_id
-        for queue in worker.subscriptions:
-            if session_id not in queue.idle:
+        if not worker.waiting:
+            worker.waiting = True
+            session_id = worker.session_id
+            for queue in worker.subscriptions:
                 queue.idle[session_id] = worker
 
     def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
@@ -990,8 +997,11 @@ class QueueService(Service):
             self._event("dispatched", task, worker)
 
     def _unidle(self, worker: Session) -> None:
-        for queue in worker.subscriptions:
-            queue.idle.pop(worker.session_id, None)
+        if worker.waiting:
+            worker.waiting = False
+            session_id = worker.session_id
+            for queue in worker.subscriptions:
+                queue.idle.pop(session_id, None)
 
     def _wait_for_tokens(self, queue: NamedQueue[Task, Session], now: float) -> None:
         """A rate limit holds tasks back: serve the queues again when a token is due."""

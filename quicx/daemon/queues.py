@@ -194,11 +194,15 @@ class NamedQueue(Generic[T, W]):
     bucket: TokenBucket | None = None
     finished: deque[float] = field(factory=lambda: deque(maxlen=_DRAIN_SAMPLES))
     limited: bool = False
+    max_depth: int = 0
+    priority: int = 0
 
     def __attrs_post_init__(self) -> None:
         self.header = bytes((len(self.name),)) + self.name.encode("ascii")
         policy = self.policy
         self.limited = bool(policy.key_concurrency or policy.rate or policy.key_rate)
+        # The policy's, where the submit path reads them.
+        self.max_depth, self.priority = policy.max_depth, policy.priority
 
     @property
     def forgettable(self) -> bool:
