@@ -47,10 +47,10 @@ def test_live_tasks_are_submits_without_outcome_in_submit_order(tmp_path: Path) 
         journal.encode_submit(1, b"a", b"one"),
         journal.encode_submit(2, b"b", b""),
         journal.encode_submit(3, b"c", bytes(range(256))),
-        journal.encode_done(1),
+        journal.encode_outcome(1, "done"),
         journal.encode_submit(4, b"d", b"four"),
-        journal.encode_failed(3),
-        journal.encode_done(99),  # an outcome for an id not live: ignored
+        journal.encode_outcome(3, "failed"),
+        journal.encode_outcome(99, "done"),  # an outcome for an id not live: ignored
     )
     recovery = recover(str(path))
     assert recovery.tasks == (RecoveredTask(2, b"b", b""), RecoveredTask(4, b"d", b"four"))
@@ -148,7 +148,7 @@ def test_repair_keeps_every_good_record_and_moves_the_file_aside(
 ) -> None:
     path = tmp_path / "j"
     records = [journal.encode_submit(n, b"t", b"payload %d" % n) for n in range(1, 6)]
-    offsets = write(path, *records, journal.encode_done(2))
+    offsets = write(path, *records, journal.encode_outcome(2, "done"))
     damaged = offsets[4] if where == "last" else offsets[2]
     data = bytearray(path.read_bytes())
     data[damaged + 9] ^= 0x10
