@@ -125,6 +125,26 @@ def test_a_record_of_the_wrong_shape_is_damage_not_a_tear(
             recover(str(path))
 
 
+def test_a_live_tasks_key_is_its_own(tmp_path: Path) -> None:
+    # Task 1's key was remembered, then left the table early (max_dedup_keys):
+    # task 2 took the key and is live.  After a restart a duplicate of the
+    # key must find task 2, not task 1's outcome.
+    path = tmp_path / "j"
+    write(
+        path,
+        journal.encode_submit2(1, b"t", b"", "q", 0, 10.0, b"k", None),
+        journal.encode_outcome(1, "done"),
+        journal.encode_key("q", b"k2", 3, 9.0, "done"),
+        journal.encode_submit2(2, b"t", b"", "q", 0, 20.0, b"k", None),
+        journal.encode_submit2(4, b"t", b"", "q", 0, 20.0, b"k2", None),
+        journal.encode_submit2(5, b"t", b"", "other", 0, 20.0, b"k3", None),
+        journal.encode_outcome(5, "failed"),
+    )
+    recovery = recover(str(path))
+    assert [t.task_id for t in recovery.tasks] == [2, 4]
+    assert recovery.keys == (KeyEntry("other", b"k3", 5, 20.0, "failed"),)
+
+
 def test_a_journal_of_a_newer_format_is_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "j"
     path.write_bytes(b"QUICXJ3\n")

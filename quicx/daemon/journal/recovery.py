@@ -189,6 +189,10 @@ def recover(path: str) -> Recovery:
                 )
         records += 1
         offset = end
+    for task in live.values():
+        # A live task's key is its own, whatever an earlier task with it left.
+        if task.key is not None and task.queue is not None:
+            keys.pop((task.queue, task.key), None)
     resume = reserved if reserved is not None else last_task_id
     return Recovery(
         tuple(live.values()),
