@@ -21,7 +21,7 @@ from quicx.daemon import settings as configuration
 from quicx.daemon.core import Session, Task
 from quicx.daemon.journal import records as journal
 from quicx.daemon.journal import recovery as journal_recovery
-from quicx.daemon.journal.interface import IJournalOwner, Record, Snapshot
+from quicx.daemon.journal.interface import IJournalOwner, KeyEntry, Record, Snapshot
 from quicx.daemon.journal.records import MAGIC, FsyncPolicy, JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
@@ -341,3 +341,40 @@ except OSError as e:
     assert result.stdout.strip() == str(errno.EFBIG), result.stderr
     # Two of the batch's records fitted whole before the limit: both are gone.
     assert [t.task_id for t in recover(str(path)).tasks] == [1]
+
+
+# -- compaction ------------------------------------------------------------------------
+
+
+@implementer(IJournalOwner)
+class OwnerWithKeys(RecordingOwner):
+    """An owner with no live task and many remembered keys."""
+
+    def snapshot(self) -> Snapshot:
+        keys = [KeyEntry("default", b"k%04d" % n + bytes(200), n, 1.0, "done") for n in range(200)]
+        return Snapshot((), (), keys)
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_compaction_keeps_counts_as_live(tmp_path: Path) -> None:
+    # 200 remembered keys make a compacted file of ~47 KiB with no live task:
+    # compacting it again would keep all of it, so later flushes must not.
+    path = tmp_path / "j"
+    written = Journal(str(path), FsyncPolicy.ALWAYS, reactor, compact_min_size=4096)
+    written.bind(OwnerWithKeys())
+    written.open(recover(str(path)))
+    written.startService()
+    try:
+        for n in range(1, 121):  # ~6 KiB of finished tasks: past compact_min_size
+            written.record_submit(fake_task(n), b"p")
+            written.record_outcome(fake_task(n), "done")
+        await written.durable()
+        for _ in range(10):  # group commits: the first compacts
+            written.record_pause("q", False)
+            await written.durable()
+        assert written.stats.compactions == 1
+        assert written.stats.live_bytes > 40_000
+    finally:
+        await written.stopService()
+    recovery = recover(str(path))
+    assert (recovery.tasks, recovery.paused, len(recovery.keys)) == ((), frozenset(), 200)

@@ -39,7 +39,13 @@ from quicx.net.twisted_types import Service
 
 @define
 class JournalStats:
-    """Figures for C{quicx status}."""
+    """
+    Figures for C{quicx status}.
+
+    @ivar live_bytes: about what a compaction would write now: the live
+        tasks' SUBMIT records, and the keys and pauses the last compaction
+        kept.  Compaction is due when the file is C{compact_factor} times it.
+    """
 
     file_bytes: int = 0
     live_bytes: int = 0
@@ -174,16 +180,7 @@ class Journal(Service):
         self._last_id = task.task_id
         if self._durable_steps + self._pending_steps < self.id_block // 2:
             self._reserve()
-        record = encode_submit2(
-            task.task_id,
-            task.task_type,
-            payload,
-            task.queue,
-            task.priority,
-            task.enqueued_at,
-            task.key,
-            task.fairness,
-        )
+        record = _submit_record(task, payload)
         self.stats.live_bytes += len(record)
         self._append(record)
         if self.policy is FsyncPolicy.ALWAYS or self._durable_steps < 0:
@@ -249,24 +246,15 @@ class Journal(Service):
         if self._compaction_due():
             state = self._owner.snapshot()
             snapshot = [MAGIC, encode_reserve(self._reserved_id)]
-            snapshot += [
-                encode_submit2(
-                    task.task_id,
-                    task.task_type,
-                    payload,
-                    task.queue,
-                    task.priority,
-                    task.enqueued_at,
-                    task.key,
-                    task.fairness,
-                )
-                for task, payload in state.tasks
-            ]
+            snapshot += [_submit_record(task, payload) for task, payload in state.tasks]
             live = len(snapshot) - 2
             snapshot += [encode_pause(name, True) for name in state.paused]
             snapshot += [
                 encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
             ]
+            # What a compaction keeps is live: the remembered keys too, or a
+            # file of keys alone would be compacted again at every flush.
+            self.stats.live_bytes = sum(map(len, snapshot))
             self.log.info(
                 "compacting journal {path}: {size} bytes, {live} live tasks",
                 path=self.path,
@@ -429,6 +417,19 @@ class Journal(Service):
             self._fd = -1
         finally:
             self._threads.stop()
+
+
+def _submit_record(task: Record, payload: bytes) -> bytes:
+    return encode_submit2(
+        task.task_id,
+        task.task_type,
+        payload,
+        task.queue,
+        task.priority,
+        task.enqueued_at,
+        task.key,
+        task.fairness,
+    )
 
 
 @implementer(IJournalOwner)
