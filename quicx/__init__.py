@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from quicx.clients.address import DEFAULT_ADDRESS
     from quicx.clients.blocking import QuicxClient
+    from quicx.clients.requests import Options
     from quicx.clients.spark import submit_dataframe
     from quicx.clients.twisted_client import (
         ProducerService,
@@ -30,15 +31,20 @@ if TYPE_CHECKING:
         QuicxClientProtocol,
         connect,
     )
-    from quicx.clients.worker import Worker
+    from quicx.clients.worker import TaskContext, Worker
     from quicx.protocol.errors import (
+        Conflict,
         ConnectionLost,
         DaemonError,
+        Forbidden,
         InvalidMessage,
+        NeedsVersion2,
+        NotFound,
         OutcomeUnknown,
         PayloadTooLarge,
         QueueFull,
         QuicxError,
+        TaskCancelled,
         TaskFailed,
         UnknownTaskType,
     )
@@ -50,7 +56,9 @@ _PUBLIC = {
     "ProducerService": "quicx.clients.twisted_client",
     "QuicxClientFactory": "quicx.clients.twisted_client",
     "QuicxClientProtocol": "quicx.clients.twisted_client",
+    "Options": "quicx.clients.requests",
     "Worker": "quicx.clients.worker",
+    "TaskContext": "quicx.clients.worker",
     "submit_dataframe": "quicx.clients.spark",
     "QuicxError": "quicx.protocol.errors",
     "DaemonError": "quicx.protocol.errors",
@@ -61,13 +69,23 @@ _PUBLIC = {
     "TaskFailed": "quicx.protocol.errors",
     "OutcomeUnknown": "quicx.protocol.errors",
     "ConnectionLost": "quicx.protocol.errors",
+    "NotFound": "quicx.protocol.errors",
+    "Forbidden": "quicx.protocol.errors",
+    "Conflict": "quicx.protocol.errors",
+    "TaskCancelled": "quicx.protocol.errors",
+    "NeedsVersion2": "quicx.protocol.errors",
 }
 
 __all__ = [
     "DEFAULT_ADDRESS",
+    "Conflict",
     "ConnectionLost",
     "DaemonError",
+    "Forbidden",
     "InvalidMessage",
+    "NeedsVersion2",
+    "NotFound",
+    "Options",
     "OutcomeUnknown",
     "PayloadTooLarge",
     "ProducerService",
@@ -76,6 +94,8 @@ __all__ = [
     "QuicxClientFactory",
     "QuicxClientProtocol",
     "QuicxError",
+    "TaskCancelled",
+    "TaskContext",
     "TaskFailed",
     "UnknownTaskType",
     "Worker",

@@ -275,3 +275,14 @@ def test_why_a_task_waits() -> None:
     queue.set_paused("q", True)
     assert "paused" in {r["reason"] for r in introspect.inspect(queue, 3)["why"]}
     assert introspect.inspect(queue, 3)["estimated_start"] is not None
+
+
+def test_cancelling_or_purging_the_last_task_of_an_unserved_queue_forgets_it_once() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", "lonely")
+    assert queue.cancel(producer.session, 1)["state"] == "cancelled"
+    assert "lonely" not in queue.queues
+    queue.submit(producer.session, b"t", b"x", "lonely")
+    assert queue.purge("lonely") == {"queue": "lonely", "purged": 1}
+    assert "lonely" not in queue.queues

@@ -347,7 +347,7 @@ def test_startup_log_and_clean_sigterm(daemon: DaemonProcess) -> None:
         producer.submit(b"t", b"p")
         producer.submit(b"t", b"q")
     log = daemon.log()
-    assert "Quicx 0.1.0 (protocol v1); config: built-in default" in log
+    assert "Quicx 0.1.0 (protocol v1 and v2); config: built-in default" in log
     assert "pool 8.0 MiB: 64 size classes from 16 to 1024 bytes, 37,843 blocks" in log
     assert "no journal: queued tasks are lost when the daemon stops" in log
     # A handful of lines up to "listening" (twistd's own included).

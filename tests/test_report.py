@@ -177,6 +177,13 @@ def test_report_matches_a_plain_python_computation(tmp_path: Path, start_daemon,
     assert {w: row["busy_ms"] for w, row in workers.items()} == dict(expected["busy"])
     assert {(r["reason"]): r["count"] for r in report.failures} == dict(expected["reasons"])
     assert sum(r["completed"] for r in report.throughput) == overall["completed"]
+    # Every task of this workload went to the default queue at priority 0.
+    ((queue, priority, submitted, completed, never),) = [
+        (r["queue"], r["priority"], r["submitted"], r["completed"], r["never_completed"])
+        for r in report.queues
+    ]
+    assert (queue, priority, submitted) == ("default", 0, overall["submitted"])
+    assert (completed, never) == (overall["completed"], overall["never_completed"])
 
     # The Parquet tables and the page.
     assert spark.read.parquet(str(tmp_path / "report" / "summary")).count() == 3

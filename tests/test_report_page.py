@@ -8,6 +8,7 @@ against the events.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -28,7 +29,9 @@ def write_events(directory: Path, tasks: int = 3000, hours: float = 1.5) -> list
     """
     A day's work in small: tasks over C{hours} that complete, fail for
     reasons that carry ports and ids, are requeued after a lost worker, or
-    are given up after their last delivery is lost.
+    are given up after their last delivery is lost, or are cancelled; spread
+    over two queues and three priorities.  Each event is a tuple of
+    L{format_event}'s fields, the queue and priority included.
     """
     rng = Random(13)
     events: list[tuple] = []
@@ -37,8 +40,14 @@ def write_events(directory: Path, tasks: int = 3000, hours: float = 1.5) -> list
         kind = (b"send_receipt", b"sms", b"resize_image")[task % 3]
         now = start + task * hours * 3600 / tasks
         size, producer = rng.randint(20, 400), 1 + task % 4
+        place = (("mail", "bulk")[task % 2], (0, 5, 9)[task % 5 % 3])
+        first = len(events)
         events.append((now, "submitted", task, kind, size, producer, None, 0, None))
         attempt, t = 0, now
+        if task % 29 == 0:
+            events.append((t + 0.5, "cancelled", task, kind, size, producer, None, 0, "by admin"))
+            events[first:] = [(*e, *place) for e in events[first:]]
+            continue
         while True:
             attempt += 1
             worker = 100 + rng.randrange(40)
@@ -65,9 +74,10 @@ def write_events(directory: Path, tasks: int = 3000, hours: float = 1.5) -> list
             else:
                 events.append((t, "done", task, kind, size, producer, worker, attempt, None))
             break
+        events[first:] = [(*e, *place) for e in events[first:]]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "events-20261121T000000-4242-0001.ndjson"
-    path.write_text("".join(format_event((*e, "default", 0)) + "\n" for e in sorted(events)))
+    path.write_text("".join(format_event(e) + "\n" for e in sorted(events)))
     return events
 
 
@@ -109,6 +119,48 @@ def test_counts_and_reasons_from_the_events(report_and_events) -> None:
     rows = {(row["type"], row["reason"]): row["count"] for row in report.failures}
     assert rows == dict(expected)
     assert len(rows) < len({e[8] for e in events if e[1] == "failed"}) / 10
+
+
+def test_counts_by_queue_and_priority(report_and_events) -> None:
+    report, events = report_and_events
+    expected: dict[tuple[str, int], Counter[str]] = {}
+    for e in events:
+        expected.setdefault((e[9], e[10]), Counter())[e[1]] += 1
+    rows = {(row["queue"], row["priority"]): row for row in report.queues}
+    assert rows.keys() == expected.keys() and len(rows) == 6
+    for place, counts in expected.items():
+        row = rows[place]
+        assert (row["submitted"], row["completed"], row["failed"], row["cancelled"]) == (
+            counts["submitted"],
+            counts["done"],
+            counts["failed"],
+            counts["cancelled"],
+        )
+        assert row["never_completed"] == 0  # every task ended: done, failed or cancelled
+        assert 0 < row["wait_p50_ms"] <= row["wait_p95_ms"]
+
+
+def test_events_of_the_previous_release_land_in_the_default_queue(spark, tmp_path) -> None:
+    from quicx.report.pipeline import build_report
+
+    directory = tmp_path / "events"
+    directory.mkdir()
+    old = [
+        {"t": 1000, "event": "submitted", "task": 1, "type": "t", "size": 1, "producer": 1,
+         "worker": None, "attempt": 0},
+        {"t": 1005, "event": "dispatched", "task": 1, "type": "t", "size": 1, "producer": 1,
+         "worker": 2, "attempt": 1},
+        {"t": 1010, "event": "done", "task": 1, "type": "t", "size": 1, "producer": 1,
+         "worker": 2, "attempt": 1},
+    ]  # fmt: skip
+    (directory / "events-20250101T000000-1-0001.ndjson").write_text(
+        "".join(json.dumps(e) + "\n" for e in old)
+    )
+    report = build_report(spark, [str(directory)])
+    assert [(r["queue"], r["priority"], r["submitted"], r["completed"]) for r in report.queues] == [
+        ("default", 0, 1, 1)
+    ]
+    assert report.queues[0]["wait_p50_ms"] == 5
 
 
 @pytest.fixture(scope="module")

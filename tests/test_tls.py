@@ -18,7 +18,7 @@ from twisted.internet import defer
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.twisted_client import connect
 from quicx.protocol import wire
-from quicx.protocol.errors import ConnectionLost
+from quicx.protocol.errors import ConnectionLost, Forbidden
 from quicx.protocol.wire import ErrorCode
 from tests.certs import Authority
 from tests.conftest import DaemonProcess
@@ -295,3 +295,24 @@ def test_a_certificate_without_a_common_name_is_refused_for_that_reason(
         )
         assert reply.message.endswith("may not act as a producer")
         nameless.wait_closed()
+
+
+def test_admins_and_owners_follow_certificate_identity(tmp_path: Path, start_daemon, pki) -> None:
+    pki["dave"] = pki["ca"].issue("dave")  # type: ignore[attr-defined]
+    extra = "client_ca = {ca}\nproducers = alice, bob\nadmins = dave\n".format(ca=pki["ca"].path)
+    port = tls_daemon(tmp_path, start_daemon, pki["server"], extra)
+    with (
+        QuicxClient(address(port, pki, who="alice")) as alice,
+        QuicxClient(address(port, pki, who="alice")) as alice_again,
+        QuicxClient(address(port, pki, who="bob")) as bob,
+        QuicxClient(address(port, pki, who="dave")) as dave,
+    ):
+        first, second = alice.submit("t", b"x"), alice.submit("t", b"y")
+        # The same identity owns the task across connections; another does not.
+        assert alice_again.cancel(first)["state"] == "cancelled"
+        with pytest.raises(Forbidden):
+            bob.cancel(second)
+        with pytest.raises(Forbidden):
+            alice.pause("default")
+        assert dave.pause("default") == {"queue": "default", "paused": True}
+        assert dave.cancel(second)["state"] == "cancelled"

@@ -373,7 +373,7 @@ def synthetic_events(directory: Path, events: int) -> int:
             producer, worker = 1 + task % 8, 100 + task % 64
             start = now + rng.expovariate(200)
             end = start + rng.expovariate(50)
-            lines = [
+            lines: list[tuple[Any, ...]] = [
                 (now, "submitted", task, kind, size, producer, None, 0, None),
                 (start, "dispatched", task, kind, size, producer, worker, 1, None),
             ]

@@ -278,7 +278,7 @@ class QuicxClient:
         results: list[int | DaemonError] = []
         for _ in range(count):
             reply = self._next_reply(deadline)
-            if isinstance(reply, wire.Ok | v2.Ok):
+            if isinstance(reply, requests.OK_TYPES):
                 self._book.expect(reply.task_id)
                 results.append(reply.task_id)
             elif isinstance(reply, wire.Error):

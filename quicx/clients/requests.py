@@ -13,6 +13,7 @@ L{NeedsVersion2}.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,12 +42,20 @@ class Options:
         return any(v is not None for v in (self.queue, self.priority, self.key, self.fairness_key))
 
     def encode(self) -> bytes:
+        if self.key is None and self.fairness_key is None:
+            return _common_options(self.queue, self.priority)
         return v2.submit_options(
             self.queue,
             self.priority,
             None if self.key is None else as_bytes(self.key),
             None if self.fairness_key is None else as_bytes(self.fairness_key),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _common_options(queue: str | None, priority: int | None) -> bytes:
+    """Options without keys: few combinations, each encoded once."""
+    return v2.submit_options(queue, priority)
 
 
 NO_OPTIONS = Options()
@@ -77,7 +86,19 @@ def submit_frames(
     tasks: Iterable[tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]],
 ) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
-    return b"".join(encode_submit(version, *task) for task in tasks)
+    plain = wire.encode_submit if version == 1 else v2.encode_submit
+    frames = []
+    for task in tasks:
+        if len(task) == 2:  # the common case, without a call to sort out options
+            task_type, payload = task
+            frames.append(plain(as_bytes(task_type), as_bytes(payload)))
+        else:
+            frames.append(encode_submit(version, *task))
+    return b"".join(frames)
+
+
+OK_TYPES = (wire.Ok, v2.Ok)
+"""What answers a SUBMIT that was accepted, in either version."""
 
 
 def needs_version_2(version: int, what: str) -> None:

@@ -222,7 +222,7 @@ class QuicxClientProtocol(FrameReceiver):
         expected, reply = self._requests.popleft()
         if isinstance(message, wire.Error):
             reply.errback(error_from(message))
-        elif expected is wire.Ok and isinstance(message, wire.Ok | v2.Ok):
+        elif expected is wire.Ok and isinstance(message, requests.OK_TYPES):
             self._book.expect(message.task_id)
             reply.callback(message.task_id)
         elif isinstance(message, expected):

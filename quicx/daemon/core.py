@@ -57,7 +57,6 @@ class Task:
     @ivar enqueued_at: when it was submitted (Unix seconds).
     @ivar key: its idempotency key; C{fairness}: its fairness key.
     @ivar owner: the TLS identity it was submitted under, if any.
-    @ivar context: the TLV context a version-2 TASK carries for it.
     @ivar attempts: how many times it has been handed to a worker.
     @ivar dispatched_at: when it was last handed to a worker.
     @ivar holder: the worker holding its current delivery, if any.
@@ -66,8 +65,6 @@ class Task:
     @ivar accepted: its SUBMIT was answered OK (its record is durable).
     @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
         it waits in its producer's L{Session.replies}.
-    @ivar duplicates: SUBMITs of its key that came before it was accepted,
-        waiting for its answer.
     """
 
     task_id: int
@@ -81,14 +78,12 @@ class Task:
     key: bytes | None = None
     fairness: bytes | None = None
     owner: str | None = None
-    context: bytes = b""
     attempts: int = 0
     dispatched_at: float = 0.0
     holder: Session | None = None
     finished: bool = False
     accepted: bool = False
     reply: bytes | None = None
-    duplicates: list[Duplicate] | None = None
 
     @property
     def queue(self) -> str:
@@ -113,6 +108,7 @@ class Session(protocol.Session[Task]):
     @ivar identity: its TLS certificate identity, if it has one.
     @ivar client: what its HELLO said it is (name and version).
     @ivar subscriptions: the queues a worker serves, in order.
+    @ivar waiting: it is among the idle workers of its queues.
     """
 
     version: int = 1
@@ -120,6 +116,7 @@ class Session(protocol.Session[Task]):
     identity: str | None = None
     client: str = ""
     subscriptions: tuple[NamedQueue[Task, Session], ...] = field(factory=tuple)
+    waiting: bool = False
 
 
 class Refused(Exception):
@@ -222,6 +219,8 @@ class QueueService(Service):
         self._given_up = 0
         self._late_outcomes = 0
         self._duplicates = 0
+        # SUBMITs of a key whose task waits for the journal, by that task's id.
+        self._duplicates_waiting: dict[int, list[Duplicate]] = {}
 
     # -- queues -------------------------------------------------------------
 
@@ -247,7 +246,12 @@ class QueueService(Service):
         """Forget an undeclared queue nothing refers to any more (so queues stay bounded)."""
         if queue.keys:
             self._fairness_keys -= queue.prune_keys(self.clock())
-        if queue.forgettable and queue is not self.default_queue:
+        if (
+            queue.forgettable
+            and queue is not self.default_queue
+            # Not forgotten already (a queue of that name may exist anew).
+            and self.queues.get(queue.name) is queue
+        ):
             del self.queues[queue.name]
 
     def find_queue(self, name: str) -> NamedQueue[Task, Session]:
@@ -322,6 +326,7 @@ class QueueService(Service):
             if not session.connected:
                 self._forget_if_idle(queue)
         session.subscriptions = ()
+        session.waiting = False
 
     # -- producers ------------------------------------------------------------
 
@@ -342,12 +347,16 @@ class QueueService(Service):
         the queue) waits until the record is on disk; see L{accepted}.
         """
         try:
-            queue = self.default_queue if queue_name is None else self._queue(queue_name)
+            queue = (
+                self.default_queue
+                if queue_name is None
+                else self.queues.get(queue_name) or self._queue(queue_name)
+            )
             if (
                 self.allowed_types is not None
                 or self.draining
                 or self.journal.broken
-                or queue.policy.max_depth
+                or queue.max_depth
             ):
                 self._check_submit(queue, task_type)
         except Refused as e:
@@ -391,12 +400,11 @@ class QueueService(Service):
             len(payload),
             session,
             queue,
-            queue.policy.priority if priority is None else priority,
+            queue.priority if priority is None else priority,
             now,
             key,
             fairness,
             session.identity,
-            v2.task_context(key, fairness) if key or fairness else b"",
         )
         self._live[task.task_id] = task
         if key is not None:
@@ -442,9 +450,7 @@ class QueueService(Service):
             session.reply(_OK[session.version](task.task_id, True))
         else:
             waiting = Duplicate(session)
-            if task.duplicates is None:
-                task.duplicates = []
-            task.duplicates.append(waiting)
+            self._duplicates_waiting.setdefault(task.task_id, []).append(waiting)
             session.wait_for(waiting)
 
     def _accept(self, task: Task) -> None:
@@ -473,6 +479,10 @@ class QueueService(Service):
             if not worker.overdue:
                 queue.running += 1
                 self._deliver(worker, task, queue, task.enqueued_at)
+                if worker.credits - len(worker.tasks) <= 0:
+                    self._unidle(worker)
+                else:
+                    idle.move_to_end(worker.session_id)
                 return
         if queue.push(task):
             self._fairness_keys += 1
@@ -492,11 +502,9 @@ class QueueService(Service):
             assert producer is not None  # only submitted tasks wait for the journal
             task.reply = _OK[producer.version](task.task_id, False)
             producers[producer] = None
-            if task.duplicates:
-                for waiting in task.duplicates:
-                    waiting.reply = _OK[waiting.session.version](task.task_id, True)
-                    producers[waiting.session] = None
-                task.duplicates = None
+            for waiting in self._duplicates_waiting.pop(task.task_id, ()):
+                waiting.reply = _OK[waiting.session.version](task.task_id, True)
+                producers[waiting.session] = None
             if task.home.push(task):
                 self._fairness_keys += 1
             queues[task.home] = None
@@ -524,7 +532,7 @@ class QueueService(Service):
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
             waiting: list[Session | Duplicate] = [task.producer] if task.producer else []
-            waiting += task.duplicates or []
+            waiting += self._duplicates_waiting.pop(task.task_id, [])
             for request in waiting:
                 session = request if isinstance(request, Session) else request.session
                 session.outstanding -= isinstance(request, Session)
@@ -579,7 +587,6 @@ class QueueService(Service):
                 now if recovered.enqueued_at is None else recovered.enqueued_at,
                 key,
                 fairness,
-                context=v2.task_context(key, fairness) if key or fairness else b"",
                 accepted=True,
             )
             self._live[task.task_id] = task
@@ -799,7 +806,11 @@ class QueueService(Service):
         task = session.tasks.pop(task_id, None)
         if task is not None:
             attempt = task.attempts
-            task.home.released(task)
+            home = task.home
+            if home.limited:
+                home.released(task)
+            else:
+                home.running -= 1  # home.released(task), inlined
         else:
             late = self._late_delivery(session, task_id)
             if late is None:
@@ -830,7 +841,7 @@ class QueueService(Service):
             # A key limit may have let go of a task.
             self._serve_queue(queue)
             self._forget_if_idle(queue)
-        elif not (queue.depth or queue.running or queue.subscribers or queue.declared):
+        elif not (queue.subscribers or queue.depth or queue.running or queue.declared):
             self._forget_if_idle(queue)
 
     def _late_delivery(self, session: Session, task_id: int) -> tuple[Task, int] | None:
@@ -884,7 +895,7 @@ class QueueService(Service):
     def _become_idle(self, session: Session) -> None:
         # After DONE/FAILED a worker has a free credit without a new READY
         # (unless a READY has since lowered its credits below what it held).
-        if session.credits > len(session.tasks) + len(session.overdue) and session.connected:
+        if session.connected:
             self._serve_worker(session)
         if self._drained is not None:
             self._check_drained()
@@ -894,9 +905,13 @@ class QueueService(Service):
         Send C{worker} tasks from its queues, in their order, while it has
         credits; with credits left it waits on each of its queues.
         """
+        free = worker.credits - len(worker.tasks) - len(worker.overdue)
+        if free <= 0:
+            return
         now = self.clock()
+        deliver = self._deliver
         for queue in worker.subscriptions:
-            while queue.depth and worker.free_credits > 0:
+            while queue.depth and free > 0:
                 task = queue.take(now)
                 if task is None:
                     self._wait_for_tokens(queue, now)
@@ -905,12 +920,16 @@ class QueueService(Service):
                     # It still runs a late copy: another worker must take it.
                     self._put_back(task)
                     break
-                self._deliver(worker, task, queue, now)
-            if worker.free_credits <= 0:
+                deliver(worker, task, queue, now)
+                free -= 1
+            if free <= 0:
+                self._unidle(worker)
                 return
-        for queue in worker.subscriptions:
-            if worker.session_id not in queue.idle:
-                queue.idle[worker.session_id] = worker
+        if not worker.waiting:
+            worker.waiting = True
+            session_id = worker.session_id
+            for queue in worker.subscriptions:
+                queue.idle[session_id] = worker
 
     def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
         """
@@ -937,6 +956,10 @@ class QueueService(Service):
                     continue
                 worker = other
             self._deliver(worker, task, queue, now)
+            if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
+                self._unidle(worker)
+            else:
+                idle.move_to_end(worker.session_id)
         for task in reversed(set_aside):
             self._put_back(task)
 
@@ -948,15 +971,11 @@ class QueueService(Service):
     def _deliver(
         self, worker: Session, task: Task, queue: NamedQueue[Task, Session], now: float
     ) -> None:
+        # The caller keeps the worker's place among the idle right.
         task.attempts += 1
         task.dispatched_at = now
         task.holder = worker
-        tasks = worker.tasks
-        tasks[task.task_id] = task
-        if worker.credits - len(tasks) - len(worker.overdue) <= 0:
-            self._unidle(worker)
-        elif worker.session_id in queue.idle:
-            queue.idle.move_to_end(worker.session_id)
+        worker.tasks[task.task_id] = task
         payload = self.pool.read(task.block)
         if worker.version == 1:
             frame = wire.encode_task(task.task_id, task.task_type, payload)
@@ -969,15 +988,20 @@ class QueueService(Service):
                 task.priority,
                 task.attempts,
                 int(task.enqueued_at * 1000),
-                task.context,
+                v2.task_context(task.key, task.fairness)
+                if task.key is not None or task.fairness is not None
+                else b"",
             )
         worker.peer.sendFrame(frame)
         if self.events is not None:
             self._event("dispatched", task, worker)
 
     def _unidle(self, worker: Session) -> None:
-        for queue in worker.subscriptions:
-            queue.idle.pop(worker.session_id, None)
+        if worker.waiting:
+            worker.waiting = False
+            session_id = worker.session_id
+            for queue in worker.subscriptions:
+                queue.idle.pop(session_id, None)
 
     def _wait_for_tokens(self, queue: NamedQueue[Task, Session], now: float) -> None:
         """A rate limit holds tasks back: serve the queues again when a token is due."""

@@ -94,8 +94,12 @@ class Level(Generic[T]):
     per task), behind the others; every other FIFO goes when empty.
     """
 
-    fifos: OrderedDict[bytes | None, deque[T]] = field(factory=lambda: OrderedDict({None: deque()}))
+    plain: deque[T] = field(factory=deque)
+    fifos: OrderedDict[bytes | None, deque[T]] = field(init=False)
     size: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        self.fifos = OrderedDict({None: self.plain})
 
     def push(self, task: T, at_head: bool) -> None:
         key = task.fairness
@@ -115,8 +119,15 @@ class Level(Generic[T]):
     def pop(self) -> T:
         """The next task in turn (there is one)."""
         fifos = self.fifos
-        key = next(k for k, f in fifos.items() if f)
+        if len(fifos) == 1:  # no fairness keys: the common case, kept cheap
+            self.size -= 1
+            return self.plain.popleft()
+        key = next(iter(fifos))
         fifo = fifos[key]
+        if not fifo:  # the empty FIFO of tasks without a key: the next one
+            fifos.move_to_end(key)
+            key = next(iter(fifos))
+            fifo = fifos[key]
         task = fifo.popleft()
         self.popped(key, fifo)
         return task
@@ -183,11 +194,15 @@ class NamedQueue(Generic[T, W]):
     bucket: TokenBucket | None = None
     finished: deque[float] = field(factory=lambda: deque(maxlen=_DRAIN_SAMPLES))
     limited: bool = False
+    max_depth: int = 0
+    priority: int = 0
 
     def __attrs_post_init__(self) -> None:
         self.header = bytes((len(self.name),)) + self.name.encode("ascii")
         policy = self.policy
         self.limited = bool(policy.key_concurrency or policy.rate or policy.key_rate)
+        # The policy's, where the submit path reads them.
+        self.max_depth, self.priority = policy.max_depth, policy.priority
 
     @property
     def forgettable(self) -> bool:
@@ -216,9 +231,13 @@ class NamedQueue(Generic[T, W]):
             level = self.levels[priority] = Level()
         if not level.size:
             bisect.insort(self.order, priority)
-        level.push(task, at_head)
-        self.depth += 1
         key = task.fairness
+        if key is None and not at_head and len(level.fifos) == 1:
+            level.plain.append(task)  # level.push(), for the common case
+            level.size += 1
+        else:
+            level.push(task, at_head)
+        self.depth += 1
         if key is None or not self.limited:
             return False
         state = self.keys.get(key)
@@ -255,7 +274,11 @@ class NamedQueue(Generic[T, W]):
         if not self.limited:
             order = self.order
             level = self.levels[order[-1]]
-            task = level.pop()
+            if len(level.fifos) == 1:  # level.pop(), for the common case
+                task = level.plain.popleft()
+                level.size -= 1
+            else:
+                task = level.pop()
             self.depth -= 1
             if not level.size:
                 order.pop()

@@ -83,6 +83,7 @@ class QuicxServerProtocol(FrameReceiver):
     factory: QuicxServerFactory
     session: Session | None = None
     identity: str | _Unknown | None = _UNKNOWN
+    _versioned = False
     _first_frame_deadline: IDelayedCall | None = None
 
     def connectionMade(self) -> None:
@@ -111,6 +112,7 @@ class QuicxServerProtocol(FrameReceiver):
         self._output = self._batcher.output(transport)
         self.session = self.queue.open_session(self)
         self.session.admin = factory.admin
+        self._handlers = _HANDLERS
         self._clock = self.queue.clock
         transport.bufferSize = limits.max_output_buffer
         transport.registerProducer(self, True)
@@ -190,6 +192,17 @@ class QuicxServerProtocol(FrameReceiver):
             self._output.flush()
             batcher.release()
 
+    def _first_frame(self) -> None:
+        """The connection's first frame: it sets the version, and the deadline is met."""
+        self._versioned = True
+        if self._first_frame_deadline is not None:
+            self._first_frame_deadline.cancel()
+            self._first_frame_deadline = None
+        if self._parser.version == v2.VERSION:
+            assert self.session is not None
+            self.session.version = v2.VERSION
+            self._handlers = _HANDLERS_V2
+
     def _reply(self, frame: bytes) -> None:
         """Answer this peer's request, in order with its other answers."""
         assert self.session is not None
@@ -200,14 +213,9 @@ class QuicxServerProtocol(FrameReceiver):
         self._reply(encode(code, reason))
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
-        session = self.session
-        assert session is not None
-        if self._first_frame_deadline is not None:
-            self._first_frame_deadline.cancel()
-            self._first_frame_deadline = None
-        if self._parser.version != session.version:
-            session.version = v2.VERSION  # set by its first frame, for good
-        handler = (_HANDLERS if session.version == 1 else _HANDLERS_V2).get(message_type)
+        if not self._versioned:
+            self._first_frame()
+        handler = self._handlers.get(message_type)
         if handler is None:
             name = v2.MessageType(message_type).name
             self.frameRejected(
@@ -301,8 +309,9 @@ class QuicxServerProtocol(FrameReceiver):
                 f"task type of {len(message.task_type)} bytes exceeds max_type_length"
                 f" ({self.limits.max_type_length})"
             )
-        self._check_key(message.key, "idempotency key")
-        self._check_key(message.fairness, "fairness key")
+        if message.key is not None or message.fairness is not None:
+            self._check_key(message.key, "idempotency key")
+            self._check_key(message.fairness, "fairness key")
         session = self.session
         assert session is not None
         if session.role is not Role.PRODUCER:

@@ -264,9 +264,9 @@ class QuicxDaemon(MultiService):
     def privilegedStartService(self) -> None:
         config, pool = self.config, self.queue.pool
         self.log.info(
-            "Quicx {version} (protocol v{protocol}); config: {source}",
+            "Quicx {version} (protocol {protocol}); config: {source}",
             version=__version__,
-            protocol=wire.PROTOCOL_VERSION,
+            protocol=" and ".join(f"v{v}" for v in sorted(self.queue.limits.versions)),
             source=config.source,
         )
         self.log.info(

@@ -136,15 +136,19 @@ class FrameParser:
         end = len(source)
         offset = 0
         unpack = HEADER.unpack_from
+        # Locals, not attributes, in the loop; _reject may change them.
+        expected, limit, known = self.version, self._limit, self._known
+        check_types = self.check_types
         with memoryview(source) as view:
             while end - offset >= HEADER_SIZE:
                 version, message_type, length = unpack(source, offset)
                 body = offset + HEADER_SIZE
                 if (
-                    version != self.version
-                    or length > self._limit
-                    or (self.check_types and message_type not in self._known)
+                    version != expected
+                    or length > limit
+                    or (check_types and message_type not in known)
                 ) and (rejected := self._reject(version, message_type, length)) is not None:
+                    expected, limit, known = self.version, self._limit, self._known
                     events.append(rejected)
                     if end - body < length:
                         self._skip = length - (end - body)
@@ -152,6 +156,8 @@ class FrameParser:
                         break
                     offset = body + length
                     continue
+                if version != expected:  # the first frame set the version
+                    expected, limit, known = self.version, self._limit, self._known
                 if end - body < length:
                     break
                 offset = body + length

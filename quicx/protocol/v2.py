@@ -17,7 +17,7 @@ import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from attrs import frozen
 
@@ -113,9 +113,10 @@ OK_DUPLICATE = 0x01
 # -- messages ---------------------------------------------------------------------
 
 
-@frozen
-class Submit:
+class Submit(NamedTuple):
     """
+    (A named tuple: the daemon decodes one per task.)
+
     @ivar queue: C{None} for the daemon's default queue.
     @ivar priority: 0 to 255, higher first; C{None} for the queue's default.
     @ivar key: the idempotency key, if any.
@@ -130,8 +131,9 @@ class Submit:
     fairness: bytes | None = None
 
 
-@frozen
-class Ok:
+class Ok(NamedTuple):
+    """(A named tuple, not an attrs class: a client decodes one per task.)"""
+
     task_id: int
     duplicate: bool = False
 
@@ -144,9 +146,11 @@ class Ready:
     queues: tuple[str, ...] = ()
 
 
-@frozen
-class Task:
-    """A task as a v2 worker gets it: the task and its context."""
+class Task(NamedTuple):
+    """
+    A task as a v2 worker gets it: the task and its context.  (A named
+    tuple: a worker decodes one per task, and a tuple is built in C.)
+    """
 
     task_id: int
     task_type: bytes
@@ -451,14 +455,27 @@ def _tlv(message_type: int, data: bytes, start: int, end: int) -> dict[int, byte
     return items
 
 
+_NAMES: dict[bytes, str] = {}
+"""Queue names already checked: a name is checked once, not per message."""
+_OPTIONS: dict[bytes, tuple[str | None, int | None]] = {}
+"""SUBMIT options without keys already decoded: queue and priority repeat."""
+_CACHE_SIZE = 4096
+
+
 def _queue_name(message_type: int, raw: bytes) -> str:
+    name = _NAMES.get(raw)
+    if name is not None:
+        return name
     if not QUEUE_NAME.match(raw):
         raise _bad(
             message_type,
             f"queue name {raw[:MAX_QUEUE_NAME]!r} is not 1 to {MAX_QUEUE_NAME}"
             " letters, digits or '_.:-'",
         )
-    return raw.decode("ascii")
+    name = raw.decode("ascii")
+    if len(_NAMES) < _CACHE_SIZE:
+        _NAMES[raw] = name
+    return name
 
 
 def _split_name(message_type: int, payload: bytes, start: int) -> tuple[str, int]:
@@ -472,18 +489,28 @@ def _split_name(message_type: int, payload: bytes, start: int) -> tuple[str, int
 
 
 def decode_submit(payload: bytes) -> Submit:
-    task_type, rest = wire._split_type(MessageType.SUBMIT, payload, 0)
-    if len(rest) < 2:
+    # Offsets into the payload, not slices of it: the payload is copied once.
+    size = len(payload)
+    type_end = 1 + payload[0] if size else 0
+    if not 1 < type_end <= size:
+        wire._split_type(MessageType.SUBMIT, payload, 0)  # raises, saying why
+    task_type = payload[1:type_end]
+    if size < type_end + 2:
         raise _bad(MessageType.SUBMIT, "has no options length")
-    options_length = (rest[0] << 8) | rest[1]
+    options_length = (payload[type_end] << 8) | payload[type_end + 1]
+    start = type_end + 2
     if not options_length:
-        return Submit(task_type, rest[2:])
+        return Submit(task_type, payload[start:])
     if options_length > MAX_OPTIONS:
         raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes exceed {MAX_OPTIONS}")
-    end = 2 + options_length
-    if end > len(rest):
+    end = start + options_length
+    if end > size:
         raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes run past the payload")
-    items = _tlv(MessageType.SUBMIT, rest, 2, end)
+    raw = payload[start:end]
+    known = _OPTIONS.get(raw)
+    if known is not None:
+        return Submit(task_type, payload[end:], known[0], known[1])
+    items = _tlv(MessageType.SUBMIT, payload, start, end)
     queue = priority = key = fairness = None
     for tag, value in items.items():
         if tag == Option.QUEUE:
@@ -502,7 +529,9 @@ def decode_submit(payload: bytes) -> Submit:
             fairness = value
         else:
             raise _bad(MessageType.SUBMIT, f"has unknown option 0x{tag:02x}")
-    return Submit(task_type, rest[end:], queue, priority, key, fairness)
+    if key is None and fairness is None and len(_OPTIONS) < _CACHE_SIZE:
+        _OPTIONS[raw] = (queue, priority)
+    return Submit(task_type, payload[end:], queue, priority, key, fairness)
 
 
 def decode_ok(payload: bytes) -> Ok:
@@ -536,37 +565,50 @@ def decode_ready(payload: bytes) -> Ready:
     return Ready(credits, tuple(queues))
 
 
+_TASK_FIXED = struct.Struct(">IHBQ")
+
+
 def decode_task(payload: bytes) -> Task:
-    if len(payload) < 15:
-        raise _bad(MessageType.TASK, f"needs at least 15 bytes, got {len(payload)}")
-    task_id, attempt, priority, enqueued_ms = struct.unpack_from(">IHBQ", payload)
+    size = len(payload)
+    if size < 15:
+        raise _bad(MessageType.TASK, f"needs at least 15 bytes, got {size}")
+    task_id, attempt, priority, enqueued_ms = _TASK_FIXED.unpack_from(payload)
     queue, offset = _split_name(MessageType.TASK, payload, 15)
-    task_type, rest = wire._split_type(MessageType.TASK, payload, offset)
-    if len(rest) < 2:
+    type_end = offset + 1 + payload[offset] if offset < size else offset
+    if not offset + 1 < type_end <= size:
+        wire._split_type(MessageType.TASK, payload, offset)  # raises, saying why
+    if size < type_end + 2:
         raise _bad(MessageType.TASK, "has no context length")
-    end = 2 + U16.unpack_from(rest)[0]
-    if end > len(rest):
+    start = type_end + 2
+    end = start + ((payload[type_end] << 8) | payload[type_end + 1])
+    if end > size:
         raise _bad(MessageType.TASK, "context runs past the payload")
-    context = _tlv(MessageType.TASK, rest, 2, end)
+    key = fairness = None
+    if end > start:
+        context = _tlv(MessageType.TASK, payload, start, end)
+        key, fairness = context.get(Option.KEY), context.get(Option.FAIRNESS)
     return Task(
         task_id,
-        task_type,
-        rest[end:],
+        payload[offset + 1 : type_end],
+        payload[end:],
         queue,
         priority,
         attempt,
         enqueued_ms,
-        context.get(Option.KEY),
-        context.get(Option.FAIRNESS),
+        key,
+        fairness,
     )
+
+
+_HELLO_FIELDS = frozenset(HelloField)
 
 
 def decode_hello(payload: bytes) -> Hello:
     items = _tlv(MessageType.HELLO, payload, 0, len(payload))
     texts: dict[int, str] = {}
     for tag, value in items.items():
-        if tag not in tuple(HelloField):
-            raise _bad(MessageType.HELLO, f"has unknown field 0x{tag:02x}")
+        if tag not in _HELLO_FIELDS:
+            continue  # a later release's field: HELLO stays open to new ones
         try:
             texts[tag] = value.decode("utf-8")
         except UnicodeDecodeError:
@@ -637,39 +679,41 @@ def decode(message_type: int, payload: bytes) -> Message:
     @raise MalformedMessage: the type is unknown or the payload has the
         wrong layout for it.
     """
-    if message_type in _V1_SHAPED:
-        return wire.decode(message_type, payload)  # type: ignore[return-value]
-    if message_type == MessageType.SUBMIT:
-        return decode_submit(payload)
-    if message_type == MessageType.OK:
-        return decode_ok(payload)
-    if message_type == MessageType.READY:
-        return decode_ready(payload)
-    if message_type == MessageType.TASK:
-        return decode_task(payload)
-    if message_type in (MessageType.PAUSE, MessageType.RESUME, MessageType.PURGE):
-        return decode_queue_action(MessageType(message_type), payload)
     decoder = _DECODERS.get(message_type)
     if decoder is None:
         raise MalformedMessage(message_type, f"unknown message type 0x{message_type:02x}")
     return decoder(payload)
 
 
-_V1_SHAPED = frozenset(
-    {
-        MessageType.ERROR,
-        MessageType.DONE,
-        MessageType.FAILED,
-        MessageType.WAIT,
-        MessageType.HEARTBEAT,
-        MessageType.PONG,
-        MessageType.STATS,
-        MessageType.STATS_RESPONSE,
-    }
-)
-"""Messages whose version-2 payload is laid out as in version 1."""
+def _queue_action_decoder(action: MessageType) -> Callable[[bytes], Message]:
+    def decode_action(payload: bytes) -> Message:
+        return decode_queue_action(action, payload)
+
+    return decode_action
+
 
 _DECODERS: dict[int, Callable[[bytes], Message]] = {
+    # Messages whose version-2 payload is laid out as in version 1.
+    **{
+        t: wire.DECODERS[t]  # type: ignore[misc]
+        for t in (
+            MessageType.ERROR,
+            MessageType.DONE,
+            MessageType.FAILED,
+            MessageType.WAIT,
+            MessageType.HEARTBEAT,
+            MessageType.PONG,
+            MessageType.STATS,
+            MessageType.STATS_RESPONSE,
+        )
+    },
+    MessageType.SUBMIT: decode_submit,
+    MessageType.OK: decode_ok,
+    MessageType.READY: decode_ready,
+    MessageType.TASK: decode_task,
+    MessageType.PAUSE: _queue_action_decoder(MessageType.PAUSE),
+    MessageType.RESUME: _queue_action_decoder(MessageType.RESUME),
+    MessageType.PURGE: _queue_action_decoder(MessageType.PURGE),
     MessageType.HELLO: decode_hello,
     MessageType.CANCEL: decode_cancel,
     MessageType.CANCELLED: decode_cancelled,

@@ -223,8 +223,16 @@ def encode_ready(credits: int = 1) -> bytes:
     return frame(MessageType.READY, CREDITS.pack(credits))
 
 
+_TYPE_HEADERS: dict[bytes, bytes] = {}
+"""Task types and their headers, made once each (the daemon sends one per task)."""
+
+
 def encode_task(task_id: int, task_type: bytes, payload: bytes) -> bytes:
-    type_header = _type_header(task_type)
+    type_header = _TYPE_HEADERS.get(task_type)
+    if type_header is None:
+        type_header = _type_header(task_type)
+        if len(_TYPE_HEADERS) < 4096:
+            _TYPE_HEADERS[task_type] = type_header
     length = 4 + len(type_header) + len(payload)
     return _HEADER_AND_ID.pack(PROTOCOL_VERSION, _TASK, length, task_id) + type_header + payload
 

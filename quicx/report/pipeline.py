@@ -44,8 +44,11 @@ from attrs import frozen
 
 EVENT_SCHEMA = (
     "t LONG, event STRING, task LONG, type STRING, size LONG, producer LONG,"
-    " worker LONG, attempt LONG, reason STRING, cause STRING, code LONG"
+    " worker LONG, attempt LONG, reason STRING, cause STRING, code LONG,"
+    " queue STRING, priority LONG"
 )
+QUEUE_COUNTS = ("submitted", "completed", "failed", "cancelled", "never_completed")
+"""The per-queue table's counts (see docs/pipeline.md)."""
 PERCENTILES = (0.5, 0.95, 0.99)
 TOP_REASONS = 10
 COUNTS = (
@@ -93,6 +96,7 @@ class Report:
     throughput: list[dict[str, Any]]
     failures: list[dict[str, Any]]
     workers: list[dict[str, Any]]
+    queues: list[dict[str, Any]]
     never_completed: int
     events: int
     wait_histogram: list[tuple[float, int]]
@@ -112,6 +116,10 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
         spark.read.schema(EVENT_SCHEMA)
         .json(paths)
         .withColumn("run", F.regexp_extract(F.input_file_name(), r"events-[0-9T]+-([0-9]+)-", 1))
+        # Files of the previous release have neither: their tasks were all
+        # in the one queue, at one priority.
+        .withColumn("queue", F.coalesce(F.col("queue"), F.lit("default")))
+        .withColumn("priority", F.coalesce(F.col("priority"), F.lit(0)))
         .cache()
     )
     count = events.count()
@@ -121,7 +129,12 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
     submitted = (
         tasks.where("event = 'submitted'")
         .groupBy("run", "task")
-        .agg(F.min("t").alias("submitted_t"), F.first("type").alias("type"))
+        .agg(
+            F.min("t").alias("submitted_t"),
+            F.first("type").alias("type"),
+            F.first("queue").alias("queue"),
+            F.first("priority").alias("priority"),
+        )
     )
     dispatched = tasks.where("event = 'dispatched'").select(
         "run", "task", "attempt", F.col("t").alias("dispatched_t"), "worker"
@@ -174,7 +187,10 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
             )
         )
     )
-    finished = outcomes.select("run", "task").distinct()
+    # Cancelled tasks never ran, and were not lost: they are not "never completed".
+    finished = (
+        tasks.where("event IN ('done', 'failed', 'cancelled')").select("run", "task").distinct()
+    )
     never = submitted.join(finished, ["run", "task"], "left_anti")
     never_by_type = never.groupBy("type").agg(F.count("*").alias("never_completed"))
     pct = "array(" + ", ".join(str(p) for p in PERCENTILES) + ")"
@@ -220,6 +236,36 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
         columns.append(f"{prefix}_max_ms")
     summary = summary.fillna(0, subset=["never_completed"]).select(columns).orderBy("type")
 
+    progress("computing the queues")
+    queue_counts = (
+        tasks.where(F.col("event") != "rejected")
+        .groupBy("queue", "priority")
+        .agg(
+            *(
+                F.sum(F.when(event == kind, 1).otherwise(0)).alias(name)
+                for kind, name in (
+                    ("submitted", "submitted"),
+                    ("done", "completed"),
+                    ("failed", "failed"),
+                    ("cancelled", "cancelled"),
+                )
+            )
+        )
+    )
+    queue_never = never.groupBy("queue", "priority").agg(F.count("*").alias("never_completed"))
+    queue_waits = waits.groupBy("queue", "priority").agg(
+        F.expr(f"percentile(wait_ms, {pct})").alias("wait_p")
+    )
+    queues = (
+        queue_counts.join(queue_never, ["queue", "priority"], "left")
+        .join(queue_waits, ["queue", "priority"], "left")
+        .fillna(0, subset=["never_completed"])
+        .withColumn("wait_p50_ms", F.col("wait_p")[0])
+        .withColumn("wait_p95_ms", F.col("wait_p")[1])
+        .select("queue", "priority", *QUEUE_COUNTS, "wait_p50_ms", "wait_p95_ms")
+        .orderBy("queue", F.desc("priority"))
+    )
+
     progress("computing throughput, failures and workers")
     throughput = (
         tasks.where("event IN ('submitted', 'done', 'failed')")
@@ -256,6 +302,7 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
             ("throughput", throughput),
             ("failures", failures),
             ("workers", workers),
+            ("queues", queues),
             ("never_completed", never),
         ):
             frame.write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
@@ -265,6 +312,7 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
         throughput=[row.asDict() for row in throughput.collect()],
         failures=[row.asDict() for row in failures.collect()],
         workers=[row.asDict() for row in workers.collect()],
+        queues=[row.asDict() for row in queues.collect()],
         never_completed=never.count(),
         events=count,
         wait_histogram=_histogram(waits, "wait_ms"),
@@ -337,6 +385,8 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
         " give-ups not included (as in <code>quicx status</code>).</p>",
         "<h2>Queue wait and run time by type, ms</h2>",
         _table(report.summary, latency_columns),
+        "<h2>Tasks by queue and priority</h2>",
+        _table(report.queues),
         "<h2>Top failure reasons</h2>",
         _table(report.failures),
         f"<h2>Workers ({len(report.workers):,})</h2>",

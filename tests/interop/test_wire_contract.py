@@ -8,66 +8,39 @@ contract independently of the project's own encoders and decoders.
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 
 import pytest
 
-pytestmark = pytest.mark.interop
+from tests.interop import raw
+from tests.interop.raw import (
+    DONE,
+    ERROR,
+    FAILED,
+    HEARTBEAT,
+    OK,
+    PONG,
+    READY,
+    STATS,
+    STATS_RESPONSE,
+    SUBMIT,
+    TASK,
+    WAIT,
+    Wire,
+)
+from tests.interop.raw import submit_v1 as submit
 
-SUBMIT, OK, ERROR, READY, TASK, DONE, FAILED, WAIT = range(1, 9)
-HEARTBEAT, PONG, STATS, STATS_RESPONSE = 9, 10, 11, 12
+pytestmark = pytest.mark.interop
 
 
 def frame(message_type: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">BBI", 1, message_type, len(payload)) + payload
-
-
-def submit(task_type: bytes, payload: bytes) -> bytes:
-    return frame(SUBMIT, bytes([len(task_type)]) + task_type + payload)
-
-
-class Wire:
-    """A raw connection that reads whole frames."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.sock = socket.create_connection(address, timeout=5)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def _exactly(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    def read(self) -> tuple[int, bytes]:
-        version, message_type, length = struct.unpack(">BBI", self._exactly(6))
-        assert version == 1
-        return message_type, self._exactly(length)
-
-    def ask(self, data: bytes) -> tuple[int, bytes]:
-        self.sock.sendall(data)
-        return self.read()
-
-    def close(self) -> None:
-        self.sock.close()
+    return raw.frame(message_type, payload, version=1)
 
 
 @pytest.fixture
-def connect(daemon):
-    opened: list[Wire] = []
-
-    def open_wire() -> Wire:
-        opened.append(Wire(daemon.address))
-        return opened[-1]
-
-    yield open_wire
-    for wire in opened:
-        wire.close()
+def connect(daemon, wires):
+    return lambda: wires(daemon.address, 1)
 
 
 def test_protocol_page_example_end_to_end(connect) -> None:
@@ -146,7 +119,7 @@ def test_worker_loss_redelivers_the_task(connect) -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        struct.pack(">BBI", 2, STATS, 0),  # bad version
+        struct.pack(">BBI", 3, STATS, 0),  # bad version (2 is valid by default)
         struct.pack(">BBI", 1, 0x7F, 0),  # unknown type
         frame(SUBMIT, b"\x20short"),  # type_len past the payload
         frame(DONE, b"\x00\x00\x00"),  # DONE not 4 bytes
@@ -193,7 +166,7 @@ def test_pipelined_answers_keep_request_order_with_a_journal(
     # Clients match answers to requests by order: an ERROR, PONG or
     # STATS_RESPONSE must never overtake an OK still waiting for its sync.
     daemon = start_daemon(f"--journal={tmp_path / 'journal'}", f"--fsync={fsync}")
-    peer = Wire(daemon.address)
+    peer = Wire(daemon.address, 1)
     try:
         requests = [
             (submit(b"t", b"one"), OK),

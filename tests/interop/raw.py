@@ -1,0 +1,184 @@
+"""
+Raw sockets and C{struct}: what the interop suite speaks to a daemon with.
+
+Nothing here imports the C{quicx} package, so the suite checks the daemon
+against docs/protocol.md and not against the project's own codec.  Every
+layout below is hand-packed from that page.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+# Message types (both versions; 0x0D and up are version 2's).
+SUBMIT, OK, ERROR, READY, TASK, DONE, FAILED, WAIT = range(1, 9)
+HEARTBEAT, PONG, STATS, STATS_RESPONSE = 9, 10, 11, 12
+HELLO, CANCEL, CANCELLED, PAUSE, RESUME, PURGE, QUEUES, PEEK, INSPECT, INFO = range(13, 23)
+
+# SUBMIT option tags, also the tags of a version-2 TASK's context.
+QUEUE, PRIORITY, KEY, FAIRNESS = 1, 2, 3, 4
+
+
+def frame(message_type: int, payload: bytes = b"", version: int = 2) -> bytes:
+    return struct.pack(">BBI", version, message_type, len(payload)) + payload
+
+
+def option(tag: int, value: bytes) -> bytes:
+    """One TLV item: a SUBMIT option, a HELLO field or a context item."""
+    return bytes([tag, len(value)]) + value
+
+
+def submit(task_type: bytes, payload: bytes, *options: bytes) -> bytes:
+    """A version-2 SUBMIT: C{[type_len][type][opts_len u16][options][payload]}."""
+    opts = b"".join(options)
+    return frame(
+        SUBMIT, bytes([len(task_type)]) + task_type + struct.pack(">H", len(opts)) + opts + payload
+    )
+
+
+def submit_v1(task_type: bytes, payload: bytes) -> bytes:
+    """A version-1 SUBMIT: C{[type_len][type][payload]}."""
+    return frame(SUBMIT, bytes([len(task_type)]) + task_type + payload, version=1)
+
+
+def name(queue: bytes) -> bytes:
+    return bytes([len(queue)]) + queue
+
+
+def ready(credits: int = 1, *queues: bytes) -> bytes:
+    """A version-2 READY with credits, and a subscription if C{queues} are given."""
+    body = struct.pack(">H", credits)
+    if queues:
+        body += bytes([len(queues)]) + b"".join(name(q) for q in queues)
+    return frame(READY, body)
+
+
+def task_id_frame(message_type: int, task_id: int, version: int = 2) -> bytes:
+    return frame(message_type, struct.pack(">I", task_id), version)
+
+
+def peek(count: int, queue: bytes) -> bytes:
+    return frame(PEEK, struct.pack(">H", count) + name(queue))
+
+
+def parse_task(body: bytes) -> dict[str, Any]:
+    """A version-2 TASK, laid out as the page says."""
+    task_id, attempt, priority, enqueued_ms = struct.unpack_from(">IHBQ", body)
+    offset = 15
+    queue = body[offset + 1 : offset + 1 + body[offset]]
+    offset += 1 + body[offset]
+    task_type = body[offset + 1 : offset + 1 + body[offset]]
+    offset += 1 + body[offset]
+    (context_length,) = struct.unpack_from(">H", body, offset)
+    offset += 2
+    context, end = {}, offset + context_length
+    while offset < end:
+        tag, length = body[offset], body[offset + 1]
+        context[tag] = body[offset + 2 : offset + 2 + length]
+        offset += 2 + length
+    assert offset == end, "context items run past ctx_len"
+    return {
+        "id": task_id,
+        "attempt": attempt,
+        "priority": priority,
+        "enqueued_ms": enqueued_ms,
+        "queue": queue,
+        "type": task_type,
+        "context": context,
+        "payload": body[end:],
+    }
+
+
+class Wire:
+    """
+    A raw connection (TCP, or a UNIX socket given as a path) that reads whole
+    frames, each checked to carry the connection's C{version}.
+    """
+
+    def __init__(self, address: tuple[str, int] | str, version: int = 2) -> None:
+        self.version = version
+        if isinstance(address, str):
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.settimeout(5)
+            self.sock.connect(address)
+        else:
+            self.sock = socket.create_connection(address, timeout=5)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def read(self) -> tuple[int, bytes]:
+        """The next frame's type and payload; its version must be the connection's."""
+        version, message_type, length = struct.unpack(">BBI", self._exactly(6))
+        body = self._exactly(length)
+        assert version == self.version, (version, message_type, body)
+        return message_type, body
+
+    def ask(self, data: bytes) -> tuple[int, bytes]:
+        self.send(data)
+        return self.read()
+
+    def info(self, data: bytes) -> Any:
+        """Send C{data}; the answer must be INFO, its JSON document decoded."""
+        kind, body = self.ask(data)
+        assert kind == INFO, (kind, body)
+        return json.loads(body.decode("utf-8"))
+
+    def ok(self, data: bytes) -> tuple[int, int]:
+        """Send a version-2 SUBMIT; the answer must be OK C{[task_id u32][flags u8]}."""
+        kind, body = self.ask(data)
+        assert (kind, len(body)) == (OK, 5), (kind, body)
+        task_id, flags = struct.unpack(">IB", body)
+        return task_id, flags
+
+    def ok_v1(self, data: bytes) -> int:
+        """Send a version-1 SUBMIT; the answer must be OK C{[task_id u32]}."""
+        kind, body = self.ask(data)
+        assert (kind, len(body)) == (OK, 4), (kind, body)
+        (task_id,) = struct.unpack(">I", body)
+        return task_id
+
+    def error(self, data: bytes) -> tuple[int, str]:
+        """Send C{data}; the answer must be ERROR: its code and message."""
+        kind, body = self.ask(data)
+        assert kind == ERROR, (kind, body)
+        return body[0], body[1:].decode("utf-8")
+
+    def task(self, data: bytes = b"") -> dict[str, Any]:
+        """Send C{data} (if any), then read a version-2 TASK."""
+        if data:
+            self.send(data)
+        kind, body = self.read()
+        assert kind == TASK, (kind, body)
+        return parse_task(body)
+
+    def alive(self) -> bool:
+        """The connection is usable: a HEARTBEAT gets its PONG."""
+        return self.ask(frame(HEARTBEAT, version=self.version)) == (PONG, b"")
+
+    def silent_for(self, seconds: float) -> bool:
+        """True if nothing arrives within C{seconds}."""
+        self.sock.settimeout(seconds)
+        try:
+            self.sock.recv(1, socket.MSG_PEEK)
+        except TimeoutError:
+            return True
+        finally:
+            self.sock.settimeout(5)
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
