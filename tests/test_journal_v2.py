@@ -42,6 +42,9 @@ def test_version_2_records_come_back(tmp_path: Path) -> None:
         journal.encode_pause("mail", True),
         journal.encode_pause("sms", True),
         journal.encode_pause("sms", False),
+        journal.encode_pause("video", True),
+        journal.encode_pause("video", False),
+        journal.encode_pause("video", True),
         journal.encode_key("video", b"k9", 9, 1795000003.25, "done"),
     )
     recovery = recover(str(path))
@@ -50,7 +53,7 @@ def test_version_2_records_come_back(tmp_path: Path) -> None:
         RecoveredTask(2, b"mail", b"", "mail", 0, 1795000001.0),
         RecoveredTask(3, b"old", b"three"),
     )
-    assert recovery.paused == frozenset({"mail"})
+    assert recovery.paused == frozenset({"mail", "video"})
     assert set(recovery.keys) == {
         KeyEntry("sms", b"k4", 4, 1795000002.0, "cancelled"),
         KeyEntry("video", b"k9", 9, 1795000003.25, "done"),
@@ -159,7 +162,11 @@ def test_the_previous_releases_journal_recovers(tmp_path: Path) -> None:
         (1, b"send_email", b'{"to":"a@example.com"}'),
         (4, b"report", b""),
     ]
-    assert all(t.queue is None and t.priority is None for t in recovery.tasks)
+    assert all(
+        (t.queue, t.priority, t.enqueued_at, t.key, t.fairness) == (None,) * 5
+        for t in recovery.tasks
+    )
+    assert (recovery.paused, recovery.keys) == (frozenset(), ())
     assert recovery.last_task_id == 65536
 
 
