@@ -845,7 +845,7 @@ class Config:
         "compact_factor",
         Number(1.5, 1000),
         DEFAULT_COMPACT_FACTOR,
-        "Compact the journal when it is this many times its live records...",
+        "Compact the journal when it is this many times what a compaction keeps...",
     )
     compact_min_size: int = setting(
         "journal",
