@@ -13,7 +13,7 @@ from quicx import cli
 from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.journal.records import FsyncPolicy
-from quicx.daemon.policy import QueuePolicy
+from quicx.daemon.policy import QueueLimits, QueuePolicy
 from quicx.daemon.settings import ConfigError
 
 REFERENCE = """\
@@ -334,6 +334,28 @@ def test_queue_sections_inherit_the_queues_defaults() -> None:
         ("[queues]\nmax_key_length = 256\n", "<string>:2: max_key_length: 256 is out of range"),
         ("[queues]\nmax_queues = 0\n", "<string>:2: max_queues: 0 is out of range"),
         ("[tls]\nadmins = ops\n", "<string>:2: admins needs client_ca"),
+        ("[queue]\n", "<string>:1: [queue] needs the queue's name: [queue NAME]"),
+        ("[queue a]\ntimeout = -1\n", "<string>:2: timeout: -1 seconds is out of range"),
+        ("[queue a]\nmax_depth = lots\n", "<string>:2: max_depth: 'lots' is not a whole"),
+        ("[queue a]\nkey_concurrency = -1\n", "<string>:2: key_concurrency: '-1' is not a"),
+        ("[queue a]\nrate = 2e6\n", "<string>:2: rate: 2e6 is out of range (0 to 1e+06)"),
+        ("[queue a]\nburst = 1.5\n", "<string>:2: burst: '1.5' is not a whole number"),
+        ("[queue a]\nkey_rate = fast\n", "<string>:2: key_rate: 'fast' is not a number"),
+        ("[queue a]\nkey_burst = -2\n", "<string>:2: key_burst: '-2' is not a whole number"),
+        ("[queue a]\n[server]\nport = 1\n[queue b]\n[queue a]\n", "<string>:5: [queue a] is"),
+        ("[protocol]\nversions =\n", "<string>:2: versions: '' is not 1, 2 or '1, 2'"),
+        ("[protocol]\nversions = 1, 3\n", "<string>:2: versions: '1, 3' is not 1, 2"),
+        ("[queues]\nmax_depth = -1\n", "<string>:2: max_depth: '-1' is not a whole number"),
+        ("[queues]\npriority = 256\n", "<string>:2: priority: 256 is out of range (0 to 255)"),
+        ("[queues]\nmax_key_length = 0\n", "<string>:2: max_key_length: 0 is out of range"),
+        ("[queues]\ndedup_window = -1\n", "<string>:2: dedup_window: -1 seconds is out of"),
+        ("[queues]\nmax_dedup_keys = 100000001\n", "<string>:2: max_dedup_keys: 100000001 is"),
+        ("[queues]\nmax_fairness_keys = 0\n", "<string>:2: max_fairness_keys: 0 is out of"),
+        (
+            "[queues]\nmax_queues = 2\n[queue a]\n[queue b]\n",
+            "<string>:2: 3 queues exist from the start (the [queue NAME] sections and the"
+            " default queue), more than max_queues = 2",
+        ),
     ],
 )
 def test_bad_queue_settings_name_the_line(text: str, error: str) -> None:
@@ -342,6 +364,77 @@ def test_bad_queue_settings_name_the_line(text: str, error: str) -> None:
     assert str(raised.value).startswith(error), raised.value
 
 
+def test_a_queue_section_header_is_read_as_the_others() -> None:
+    loaded = config.parse("[ QUEUE   mail.v2 ]\nrate = 3\n", "f")
+    assert loaded.queue_sections == {"mail.v2": {"rate": 3.0}}
+    with pytest.raises(ConfigError, match=r"^f:2: unknown key 'x' in \[queue mail.v2\]"):
+        config.parse("[QUEUE   mail.v2 ]\nx = 1\n", "f")
+
+
 def test_versions_take_one_or_both() -> None:
     assert config.parse("[protocol]\nversions = 1\n").queue_limits.versions == {1}
     assert config.parse("[protocol]\nversions = 2, 1\n").queue_limits.versions == {1, 2}
+
+
+def test_the_default_queue_counts_once_against_max_queues() -> None:
+    text = "[queues]\nmax_queues = 2\n[queue a]\n[queue default]\n"
+    assert set(config.parse(text).queue_limits.declared) == {"a", "default"}
+    assert config.parse("[protocol]\ndefault_queue = a\n" + text.replace("default]", "b]"))
+
+
+def test_max_queues_given_as_a_flag_is_checked_against_the_files_queues(tmp_path: Path) -> None:
+    path = tmp_path / "quicx.conf"
+    path.write_text("[queue a]\n[queue b]\n")
+    options = tap.Options()
+    options.parseOptions([f"--config={path}", "--max-queues=2"])
+    with pytest.raises(SystemExit) as raised:
+        tap.makeService(options)
+    assert str(raised.value.code) == (
+        "quicx: command line: 3 queues exist from the start (the [queue NAME] sections and the"
+        " default queue), more than max_queues = 2 (--max-queues)"
+    )
+
+
+EVERY_QUEUE_KEY_CHANGED = {
+    "max_depth": 7,
+    "priority": 200,
+    "timeout": 2.5,
+    "key_concurrency": 3,
+    "rate": 0.5,
+    "burst": 9,
+    "key_rate": 1e6,
+    "key_burst": 4,
+}
+
+
+def test_the_queue_keys_are_the_policys_fields() -> None:
+    assert [k.key for k in config.QUEUE_KEYS] == [f.name for f in attrs.fields(QueuePolicy)]
+    assert [k for k, v in EVERY_QUEUE_KEY_CHANGED.items() if getattr(QueuePolicy(), k) == v] == []
+
+
+def test_every_queue_key_round_trips_through_the_file_into_the_policy() -> None:
+    text = "[queue mail]\n" + "".join(f"{k} = {v}\n" for k, v in EVERY_QUEUE_KEY_CHANGED.items())
+    loaded = config.parse(text)
+    assert loaded.queue_limits.policy("mail") == QueuePolicy(**EVERY_QUEUE_KEY_CHANGED)
+    assert config.parse(config.render(loaded)) == loaded
+
+
+def test_init_shows_a_commented_queue_section_with_every_key() -> None:
+    text = config.render(config.Config())
+    example = text[text.index("# [queue NAME]\n") :].splitlines()[1:]
+    assert [line.split(" =")[0] for line in example] == [f"# {k.key}" for k in config.QUEUE_KEYS]
+    assert all(f"({k.help})" in text for k in config.QUEUE_KEYS)
+
+
+def test_the_limits_reach_the_queue_core_as_configured() -> None:
+    loaded = config.parse(
+        "[protocol]\nversions = 2\ndefault_queue = legacy\n"
+        "[queues]\nmax_queues = 9\nmax_key_length = 64\ndedup_window = 60\n"
+        "max_dedup_keys = 5\nmax_fairness_keys = 6\nmax_depth = 10\npriority = 4\n"
+        "[queue mail]\npriority = 8\n"
+    )
+    defaults = QueuePolicy(max_depth=10, priority=4)
+    declared = {"mail": attrs.evolve(defaults, priority=8)}
+    assert loaded.queue_limits == QueueLimits(
+        frozenset({2}), "legacy", 9, 64, 60.0, 5, 6, declared, defaults
+    )

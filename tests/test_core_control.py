@@ -286,3 +286,21 @@ def test_cancelling_or_purging_the_last_task_of_an_unserved_queue_forgets_it_onc
     queue.submit(producer.session, b"t", b"x", "lonely")
     assert queue.purge("lonely") == {"queue": "lonely", "purged": 1}
     assert "lonely" not in queue.queues
+
+
+def test_a_finished_tasks_key_does_not_shadow_a_newer_live_one() -> None:
+    clock = Clock()
+    queue = make_queue(clock, limits=QueueLimits(dedup_window=60))
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    worker = v2_worker_of(queue)
+    queue.done(worker.session, worker.task_ids()[0])
+    clock.advance(61)  # the window is over: a new task takes the key
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    producer.take()
+    # The first task's entry again (as a journal may replay it): the live task keeps the key.
+    from quicx.daemon.journal.interface import KeyEntry
+
+    queue.keys.finish(KeyEntry("default", b"k", 1, clock.seconds() - 61, "done"), clock.seconds())
+    queue.submit(producer.session, b"t", b"x", key=b"k")
+    assert producer.take() == [v2.Ok(2, duplicate=True)]

@@ -2,14 +2,17 @@
 The queue core's invariants under any interleaving of events (hypothesis):
 producers submit (some too large, some past a full pool) and leave; the
 journal syncs or fails; workers with any credits ask, finish, fail, time out
-and leave.  After every step:
+and leave.  Producers and workers speak version 1 or 2: tasks go to three
+queues at two priorities, workers subscribe to any of them in any order,
+and an admin pauses, resumes, purges and cancels.  After every step:
 
   - a task is held by at most one worker, never sent twice to a worker still
     running a copy, and a worker is never sent more than its credits;
   - STATS equals the sum of the states: queue depth, workers, idle workers,
     the pool's bytes;
   - every accepted task is live (queued or held) or has reached exactly one
-    outcome, told once to its producer after its OK; the counters agree, and
+    outcome (done, failed or cancelled), told once to its producer after its
+    OK; the counters agree, and
     a producer is owed an outcome (spared by heartbeats) exactly while it has
     tasks live;
   - once everything is finished, the pool is back to empty.
@@ -31,11 +34,13 @@ from hypothesis.stateful import (
 from twisted.internet.task import Clock
 
 from quicx.daemon import pmad
-from quicx.protocol import wire
+from quicx.daemon.core import Refused
+from quicx.protocol import v2, wire
 from quicx.protocol.session import Role
-from tests.fakes import BLOCK, FakeJournal, FakePeer, make_queue, producer_of, small_pool
+from tests.fakes import BLOCK, FakeJournal, FakePeer, make_queue, small_pool
 
 BLOCKS = 8
+QUEUES = ("default", "a", "b")
 STRIDE = pmad.BLOCK_HEADER_SIZE + BLOCK
 
 
@@ -72,6 +77,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.running: dict[FakePeer, set[int]] = {}
         self.held_before: dict[FakePeer, int] = {}
         self.names = 0
+        self.admin = FakePeer(self.queue, "admin", version=2)
+        self.admin.session.admin = True
 
     @initialize(journal_waits=st.booleans(), credits=st.integers(1, 4))
     def start(self, journal_waits: bool, credits: int) -> None:
@@ -90,16 +97,54 @@ class QueueMachine(RuleBasedStateMachine):
     # -- producers -------------------------------------------------------------------
 
     @precondition(lambda self: len(self.producers) < 3)
-    @rule()
-    def add_producer(self) -> None:
-        self.producers.append(ProducerModel(producer_of(self.queue, self._name())))
+    @rule(version=st.sampled_from([1, 2]))
+    def add_producer(self, version: int = 1) -> None:
+        peer = FakePeer(self.queue, self._name(), version)
+        self.queue.claim_role(peer.session, Role.PRODUCER)
+        self.producers.append(ProducerModel(peer))
 
     @precondition(lambda self: self.producers)
-    @rule(data=st.data(), payloads=st.lists(st.binary(max_size=BLOCK + 8), min_size=1, max_size=4))
-    def submit(self, data: st.DataObject, payloads: list[bytes]) -> None:
+    @rule(
+        data=st.data(),
+        payloads=st.lists(st.binary(max_size=BLOCK + 8), min_size=1, max_size=4),
+        queue=st.sampled_from(QUEUES),
+        priority=st.sampled_from([0, 5]),
+    )
+    def submit(self, data: st.DataObject, payloads: list[bytes], queue: str, priority: int) -> None:
         producer = data.draw(st.sampled_from(self.producers))
+        session = producer.peer.session
         for payload in payloads:
-            self.queue.submit(producer.peer.session, b"t", payload)
+            if session.version == 1:
+                self.queue.submit(session, b"t", payload)
+            else:
+                self.queue.submit(session, b"t", payload, queue, priority)
+
+    # -- the admin -----------------------------------------------------------------------
+
+    @rule(queue=st.sampled_from(QUEUES), paused=st.booleans())
+    def pause_or_resume(self, queue: str, paused: bool) -> None:
+        self._collect()
+        try:
+            self.queue.set_paused(queue, paused)
+        except Refused:
+            assert not paused and queue not in self.queue.queues
+        self._collect()
+
+    @rule(queue=st.sampled_from(QUEUES))
+    def purge(self, queue: str) -> None:
+        self._collect()
+        try:
+            self.queue.purge(queue)
+        except Refused:
+            assert queue not in self.queue.queues
+
+    @precondition(lambda self: self.queue.queued)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        self._collect()
+        queued = [t.task_id for t, _ in self.queue.snapshot().tasks if t.accepted and not t.holder]
+        if queued:
+            self.queue.cancel(self.admin.session, data.draw(st.sampled_from(queued)))
 
     @precondition(lambda self: self.producers)
     @rule(data=st.data())
@@ -134,13 +179,19 @@ class QueueMachine(RuleBasedStateMachine):
     # -- workers ---------------------------------------------------------------------
 
     @precondition(lambda self: len(self.workers) < 4)
-    @rule(credits=st.integers(1, 4))
-    def add_worker(self, credits: int) -> None:
+    @rule(
+        credits=st.integers(1, 4),
+        queues=st.none() | st.lists(st.sampled_from(QUEUES), min_size=1, max_size=3, unique=True),
+    )
+    def add_worker(self, credits: int, queues: list[str] | None = None) -> None:
+        """A worker: version 1 (no queues), or version 2 subscribed to C{queues} in order."""
         self._collect()
-        peer = FakePeer(self.queue, self._name())
+        peer = FakePeer(self.queue, self._name(), 1 if queues is None else 2)
         self.workers.append(peer)
         self.running[peer], self.held_before[peer] = set(), 0
         self.queue.claim_role(peer.session, Role.WORKER)
+        if queues:
+            self.queue.subscribe(peer.session, tuple(queues))
         self._ready(peer, credits)
 
     def _ready(self, worker: FakePeer, credits: int) -> None:
@@ -151,7 +202,8 @@ class QueueMachine(RuleBasedStateMachine):
         self._received(worker, answers)
         if may_take:
             assert answers, "a READY from a worker with a free credit went unanswered"
-            assert all(isinstance(m, wire.Task) for m in answers) or answers == [wire.Wait()]
+            tasks = all(isinstance(m, wire.Task | v2.Task) for m in answers)
+            assert tasks or answers == [wire.Wait()]
         else:
             assert answers == [], "a READY from a worker holding all it may is not answered"
 
@@ -176,8 +228,10 @@ class QueueMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.workers)
     @rule(data=st.data())
     def worker_leaves(self, data: st.DataObject) -> None:
+        self._worker_leaves(data.draw(st.sampled_from(self.workers)))
+
+    def _worker_leaves(self, worker: FakePeer) -> None:
         self._collect()
-        worker = data.draw(st.sampled_from(self.workers))
         self.workers.remove(worker)
         del self.running[worker], self.credits[worker], self.held_before[worker]
         worker.disconnect()
@@ -189,10 +243,14 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule()
     def everything_finishes(self) -> None:
-        """Sync, and let one big worker and the others finish every task."""
+        """Sync, resume, and let one big worker and the others finish every task."""
         self.journal_syncs()
-        if len(self.workers) < 4:
-            self.add_worker(credits=wire.MAX_CREDITS)
+        for queue in QUEUES:
+            if queue in self.queue.queues:
+                self.queue.set_paused(queue, False)
+        if len(self.workers) == 4:
+            self._worker_leaves(self.workers[0])
+        self.add_worker(credits=wire.MAX_CREDITS, queues=list(QUEUES))
         for _ in range(10):
             self._collect()
             for worker in self.workers:
@@ -211,7 +269,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _received(self, worker: FakePeer, messages: list[wire.Message]) -> None:
         for message in messages:
-            if isinstance(message, wire.Task):
+            if isinstance(message, wire.Task | v2.Task):
                 assert message.task_id not in self.running[worker], "sent twice to one worker"
                 self.running[worker].add(message.task_id)
 
@@ -220,10 +278,10 @@ class QueueMachine(RuleBasedStateMachine):
             self._received(worker, worker.take())
         for producer in self.producers:
             for message in producer.peer.take():
-                if isinstance(message, wire.Ok):
+                if isinstance(message, wire.Ok | v2.Ok):
                     assert message.task_id not in producer.accepted
                     producer.accepted.add(message.task_id)
-                elif isinstance(message, wire.Done | wire.Failed):
+                elif isinstance(message, wire.Done | wire.Failed | v2.Cancelled):
                     assert message.task_id in producer.accepted, "an outcome before its OK"
                     producer.outcomes[message.task_id] += 1
 
@@ -277,7 +335,7 @@ class QueueMachine(RuleBasedStateMachine):
             finished += len(producer.outcomes)
         finished += len(self.orphans - live) + self.outcomes_of_those_who_left
         counters = self.queue.counters()
-        assert counters.completed + counters.failed == finished
+        assert counters.completed + counters.failed + counters.cancelled == finished
         accepted = sum(len(p.accepted) for p in self.producers)
         assert counters.submitted == accepted + len(self.orphans) + (
             self.outcomes_of_those_who_left

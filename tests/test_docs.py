@@ -163,3 +163,27 @@ def test_the_queue_section_table_is_the_codes() -> None:
     assert documented == [
         [f"`{k.key}`", k.shown_default, k.kind.bounds()] for k in settings.QUEUE_KEYS
     ]
+
+
+def ini_blocks(text: str) -> list[str]:
+    return re.findall(r"^```ini\n(.*?)^```", text, re.M | re.S)
+
+
+@pytest.mark.parametrize("block", ini_blocks(CONFIGURATION.read_text()))
+def test_every_example_file_parses_and_has_no_comment_after_a_value(block: str) -> None:
+    from quicx.daemon import settings
+
+    settings.parse(block, "docs/configuration.md")
+    # A '#' after a value is part of the value (the reference format):
+    # an example that writes one teaches a mistake.
+    assert [line for line in block.splitlines() if re.search(r"\S\s+[#;]", line)] == []
+
+
+def test_the_queue_section_example_says_what_it_says() -> None:
+    from quicx.daemon import settings
+    from quicx.daemon.policy import QueuePolicy
+
+    (example,) = [b for b in ini_blocks(CONFIGURATION.read_text()) if "[queue mail]" in b]
+    assert settings.parse(example).queue_limits.policy("mail") == QueuePolicy(
+        max_depth=100000, priority=5, key_concurrency=2, key_rate=10
+    )

@@ -184,3 +184,108 @@ def test_garbage_never_grows_the_buffer_past_one_frame(garbage, chunk) -> None:
     for start in range(0, len(garbage), chunk):
         parser.feed(garbage[start : start + chunk])
         assert parser.buffered < 6 + 100 + chunk
+
+
+# -- versions on one connection (docs/protocol.md, "Versions on one connection") -----------
+
+
+def expected_events(
+    stream: list[tuple[int, int, bytes]], limits: dict[int, int]
+) -> list[tuple[int, bytes] | ErrorCode]:
+    """
+    What the page says a connection makes of C{stream}: its first frame of
+    an accepted version (a key of C{limits}) sets its version; a frame of
+    any other version is INVALID_MESSAGE, one over its version's limit
+    PAYLOAD_TOO_LARGE, and every other frame is delivered.
+    """
+    version = None
+    found: list[tuple[int, bytes] | ErrorCode] = []
+    for frame_version, message_type, payload in stream:
+        if version is None and frame_version in limits:
+            version = frame_version
+        if frame_version != version:
+            found.append(ErrorCode.INVALID_MESSAGE)
+        elif len(payload) > limits[version]:
+            found.append(ErrorCode.PAYLOAD_TOO_LARGE)
+        else:
+            found.append((message_type, payload))
+    return found
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 2, 3]), st.integers(1, 12), st.binary(max_size=300)),
+        min_size=1,
+        max_size=15,
+    ),
+    st.booleans(),
+    st.lists(st.integers(0, 10_000), max_size=30),
+)
+def test_the_first_frame_sets_the_version_at_any_split(
+    stream: list[tuple[int, int, bytes]], v2_on: bool, cuts: list[int]
+) -> None:
+    data = b"".join(struct.pack(">BBI", v, t, len(p)) + p for v, t, p in stream)
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    parser = FrameParser(100, v2_max_length=200 if v2_on else None)
+    events: list[Frame | RejectedFrame] = []
+    for start, end in zip([0, *points], [*points, len(data)], strict=True):
+        events += parser.feed(data[start:end])
+    limits = {1: 100, 2: 200} if v2_on else {1: 100}
+    assert [
+        e.code if isinstance(e, RejectedFrame) else (e.message_type, e.payload) for e in events
+    ] == expected_events(stream, limits)
+    assert parser.buffered == 0
+    assert parser.version == next((v for v, _, _ in stream if v in limits), None)
+
+
+def test_a_header_of_the_other_version_split_byte_by_byte_is_refused_and_skipped() -> None:
+    parser = FrameParser(100, v2_max_length=200)
+    assert frames(parser.feed(wire.encode_done(7))) == [(6, b"\x00\x00\x00\x07")]
+    stray = struct.pack(">BBI", 2, 0x0E, 4) + b"\x00\x00\x00\x07"  # a version-2 CANCEL
+    events = []
+    for i in range(len(stray)):
+        events += parser.feed(stray[i : i + 1])
+    assert events == [
+        RejectedFrame(
+            ErrorCode.INVALID_MESSAGE,
+            "a version-2 frame on a version-1 connection:"
+            " a connection keeps the version of its first frame",
+        )
+    ]
+    assert frames(parser.feed(wire.encode_done(8))) == [(6, b"\x00\x00\x00\x08")]
+    assert parser.version == 1
+
+
+def test_a_first_frame_refused_for_its_type_or_size_still_sets_the_version() -> None:
+    # "The first whose version the daemon accepts": the version, not the frame.
+    parser = FrameParser(100, v2_max_length=200)
+    (refused,) = parser.feed(struct.pack(">BBI", 2, 0x7F, 0))
+    assert refused == RejectedFrame(ErrorCode.INVALID_MESSAGE, "unknown message type 0x7f")
+    assert parser.version == 2
+    parser = FrameParser(100, v2_max_length=200)
+    (refused,) = parser.feed(struct.pack(">BBI", 1, 1, 150) + b"x" * 150)
+    assert isinstance(refused, RejectedFrame) and refused.code is ErrorCode.PAYLOAD_TOO_LARGE
+    assert parser.version == 1
+    (refused,) = parser.feed(struct.pack(">BBI", 2, 0x0B, 0))
+    assert "version-2 frame on a version-1 connection" in refused.reason  # type: ignore[union-attr]
+
+
+def test_a_frame_of_an_unknown_version_sets_nothing() -> None:
+    parser = FrameParser(100, v2_max_length=200)
+    events = parser.feed(struct.pack(">BBI", 3, 1, 2) + b"zz" + struct.pack(">BBI", 2, 0x13, 0))
+    assert events == [
+        RejectedFrame(ErrorCode.INVALID_MESSAGE, "unsupported protocol version 3"),
+        Frame(0x13, b""),
+    ]
+    assert parser.version == 2
+
+
+def test_version_2_length_exactly_at_its_limit() -> None:
+    parser = FrameParser(100, v2_max_length=200)
+    assert frames(parser.feed(struct.pack(">BBI", 2, 0x13, 200) + b"x" * 200)) == [
+        (0x13, b"x" * 200)
+    ]
+    (refused,) = parser.feed(struct.pack(">BBI", 2, 0x13, 201) + b"x" * 201)
+    assert refused == RejectedFrame(
+        ErrorCode.PAYLOAD_TOO_LARGE, "payload of 201 bytes exceeds the limit of 200"
+    )

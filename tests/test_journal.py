@@ -21,7 +21,7 @@ from quicx.daemon import settings as configuration
 from quicx.daemon.core import Session, Task
 from quicx.daemon.journal import records as journal
 from quicx.daemon.journal import recovery as journal_recovery
-from quicx.daemon.journal.interface import IJournalOwner, Record, Snapshot
+from quicx.daemon.journal.interface import IJournalOwner, KeyEntry, Record, Snapshot
 from quicx.daemon.journal.records import MAGIC, FsyncPolicy, JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
@@ -47,10 +47,10 @@ def test_live_tasks_are_submits_without_outcome_in_submit_order(tmp_path: Path) 
         journal.encode_submit(1, b"a", b"one"),
         journal.encode_submit(2, b"b", b""),
         journal.encode_submit(3, b"c", bytes(range(256))),
-        journal.encode_done(1),
+        journal.encode_outcome(1, "done"),
         journal.encode_submit(4, b"d", b"four"),
-        journal.encode_failed(3),
-        journal.encode_done(99),  # an outcome for an id not live: ignored
+        journal.encode_outcome(3, "failed"),
+        journal.encode_outcome(99, "done"),  # an outcome for an id not live: ignored
     )
     recovery = recover(str(path))
     assert recovery.tasks == (RecoveredTask(2, b"b", b""), RecoveredTask(4, b"d", b"four"))
@@ -148,7 +148,7 @@ def test_repair_keeps_every_good_record_and_moves_the_file_aside(
 ) -> None:
     path = tmp_path / "j"
     records = [journal.encode_submit(n, b"t", b"payload %d" % n) for n in range(1, 6)]
-    offsets = write(path, *records, journal.encode_done(2))
+    offsets = write(path, *records, journal.encode_outcome(2, "done"))
     damaged = offsets[4] if where == "last" else offsets[2]
     data = bytearray(path.read_bytes())
     data[damaged + 9] ^= 0x10
@@ -341,3 +341,40 @@ except OSError as e:
     assert result.stdout.strip() == str(errno.EFBIG), result.stderr
     # Two of the batch's records fitted whole before the limit: both are gone.
     assert [t.task_id for t in recover(str(path)).tasks] == [1]
+
+
+# -- compaction ------------------------------------------------------------------------
+
+
+@implementer(IJournalOwner)
+class OwnerWithKeys(RecordingOwner):
+    """An owner with no live task and many remembered keys."""
+
+    def snapshot(self) -> Snapshot:
+        keys = [KeyEntry("default", b"k%04d" % n + bytes(200), n, 1.0, "done") for n in range(200)]
+        return Snapshot((), (), keys)
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_compaction_keeps_counts_as_live(tmp_path: Path) -> None:
+    # 200 remembered keys make a compacted file of ~47 KiB with no live task:
+    # compacting it again would keep all of it, so later flushes must not.
+    path = tmp_path / "j"
+    written = Journal(str(path), FsyncPolicy.ALWAYS, reactor, compact_min_size=4096)
+    written.bind(OwnerWithKeys())
+    written.open(recover(str(path)))
+    written.startService()
+    try:
+        for n in range(1, 121):  # ~6 KiB of finished tasks: past compact_min_size
+            written.record_submit(fake_task(n), b"p")
+            written.record_outcome(fake_task(n), "done")
+        await written.durable()
+        for _ in range(10):  # group commits: the first compacts
+            written.record_pause("q", False)
+            await written.durable()
+        assert written.stats.compactions == 1
+        assert written.stats.live_bytes > 40_000
+    finally:
+        await written.stopService()
+    recovery = recover(str(path))
+    assert (recovery.tasks, recovery.paused, len(recovery.keys)) == ((), frozenset(), 200)

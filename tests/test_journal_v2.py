@@ -42,6 +42,9 @@ def test_version_2_records_come_back(tmp_path: Path) -> None:
         journal.encode_pause("mail", True),
         journal.encode_pause("sms", True),
         journal.encode_pause("sms", False),
+        journal.encode_pause("video", True),
+        journal.encode_pause("video", False),
+        journal.encode_pause("video", True),
         journal.encode_key("video", b"k9", 9, 1795000003.25, "done"),
     )
     recovery = recover(str(path))
@@ -50,7 +53,7 @@ def test_version_2_records_come_back(tmp_path: Path) -> None:
         RecoveredTask(2, b"mail", b"", "mail", 0, 1795000001.0),
         RecoveredTask(3, b"old", b"three"),
     )
-    assert recovery.paused == frozenset({"mail"})
+    assert recovery.paused == frozenset({"mail", "video"})
     assert set(recovery.keys) == {
         KeyEntry("sms", b"k4", 4, 1795000002.0, "cancelled"),
         KeyEntry("video", b"k9", 9, 1795000003.25, "done"),
@@ -61,8 +64,8 @@ def test_version_2_records_come_back(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "record",
     [
-        journal.encode_submit2(1, b"t", b"x", "q", 1, 1.0, b"k", None)[:-1],
-        journal.encode_pause("q", True) + b"",
+        journal.encode_submit2(1, b"t", b"x", "q", 1, 1.0, b"k", None),
+        journal.encode_pause("q", True),
         journal.encode_key("q", b"k", 1, 1.0, "done"),
     ],
 )
@@ -75,14 +78,74 @@ def test_a_torn_version_2_record_is_a_torn_tail(tmp_path: Path, record: bytes) -
     assert recovery.torn_bytes == len(record) - 2
 
 
-def test_a_damaged_field_length_is_damage_not_a_tear(tmp_path: Path) -> None:
-    body = bytearray(journal.encode_pause("queue", True))
-    body[-6] = 40  # the name's length now runs past the record; its checksum is redone
-    body[4:8] = zlib.crc32(bytes(body[8:])).to_bytes(4, "big")
+def framed(body: bytes) -> bytes:
+    """A record around C{body}, its length and checksum right."""
+    return len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def test_the_version_2_layouts_byte_by_byte() -> None:
+    # The layouts docs/operations.md gives: every fixed-size field first.
+    assert journal.encode_submit2(
+        7, b"mail", b"PAY", "q1", 5, 1795000000.25, b"k", b"fk"
+    ) == framed(
+        bytes([6, 0, 0, 0, 7, 5])
+        + (1795000000250).to_bytes(8, "big")
+        + bytes([2, 4, 1, 2])
+        + b"q1mailkfkPAY"
+    )
+    assert journal.encode_submit2(7, b"t", b"", "q", 0, 0.0, None, None) == framed(
+        bytes([6, 0, 0, 0, 7, 0]) + bytes(8) + bytes([1, 1, 0, 0]) + b"qt"
+    )
+    assert journal.encode_outcome(9, "cancelled") == framed(bytes([7, 0, 0, 0, 9]))
+    assert journal.encode_pause("q1", True) == framed(bytes([8, 1, 2]) + b"q1")
+    assert journal.encode_key("q1", b"abc", 9, 2.5, "failed") == framed(
+        bytes([9, 0, 0, 0, 9]) + (2500).to_bytes(8, "big") + bytes([2, 2, 3]) + b"q1abc"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (bytes([8, 1, 40]) + b"queue", "PAUSE record of the wrong shape"),
+        (bytes([8, 2, 5]) + b"queue", "PAUSE record of the wrong shape"),
+        (bytes([8, 1, 0]), "PAUSE record of the wrong shape"),
+        (bytes([6, 0, 0, 0, 1, 0]) + bytes(8) + bytes([1, 1, 9, 0]) + b"qt", "shorter than its"),
+        (bytes([6, 0, 0, 0, 1, 0]) + bytes(8) + bytes([0, 1, 0, 0]) + b"t", "shorter than its"),
+        (bytes([6, 0, 0, 0, 1, 0]) + bytes(6), "SUBMIT record shorter than its header"),
+        (bytes([9, 0, 0, 0, 1]) + bytes(8) + bytes([4, 1, 1]) + b"qk", "KEY record of the wrong"),
+        (bytes([9, 0, 0, 0, 1]) + bytes(8) + bytes([1, 1, 1]) + b"qk!", "KEY record of the wrong"),
+        (bytes([9, 0, 0, 0, 1]) + bytes(8) + bytes([1, 1, 0]) + b"q", "KEY record of the wrong"),
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_damage_not_a_tear(
+    tmp_path: Path, body: bytes, problem: str
+) -> None:
+    # Whole in length and checksum, wrong inside: damage, even as the last record.
+    for after in ((), (journal.encode_outcome(1, "done"),)):
+        path = tmp_path / "j"
+        write(path, framed(body), *after)
+        with pytest.raises(JournalCorrupt, match=problem):
+            recover(str(path))
+
+
+def test_a_live_tasks_key_is_its_own(tmp_path: Path) -> None:
+    # Task 1's key was remembered, then left the table early (max_dedup_keys):
+    # task 2 took the key and is live.  After a restart a duplicate of the
+    # key must find task 2, not task 1's outcome.
     path = tmp_path / "j"
-    write(path, bytes(body), journal.encode_done(1))
-    with pytest.raises(JournalCorrupt, match="PAUSE record of the wrong length"):
-        recover(str(path))
+    write(
+        path,
+        journal.encode_submit2(1, b"t", b"", "q", 0, 10.0, b"k", None),
+        journal.encode_outcome(1, "done"),
+        journal.encode_key("q", b"k2", 3, 9.0, "done"),
+        journal.encode_submit2(2, b"t", b"", "q", 0, 20.0, b"k", None),
+        journal.encode_submit2(4, b"t", b"", "q", 0, 20.0, b"k2", None),
+        journal.encode_submit2(5, b"t", b"", "other", 0, 20.0, b"k3", None),
+        journal.encode_outcome(5, "failed"),
+    )
+    recovery = recover(str(path))
+    assert [t.task_id for t in recovery.tasks] == [2, 4]
+    assert recovery.keys == (KeyEntry("other", b"k3", 5, 20.0, "failed"),)
 
 
 def test_a_journal_of_a_newer_format_is_refused_by_name(tmp_path: Path) -> None:
@@ -99,7 +162,11 @@ def test_the_previous_releases_journal_recovers(tmp_path: Path) -> None:
         (1, b"send_email", b'{"to":"a@example.com"}'),
         (4, b"report", b""),
     ]
-    assert all(t.queue is None and t.priority is None for t in recovery.tasks)
+    assert all(
+        (t.queue, t.priority, t.enqueued_at, t.key, t.fairness) == (None,) * 5
+        for t in recovery.tasks
+    )
+    assert (recovery.paused, recovery.keys) == (frozenset(), ())
     assert recovery.last_task_id == 65536
 
 

@@ -1,7 +1,8 @@
 """
 The PySpark report, computed by a real local Spark from the event files of a
 real daemon that ran a scripted workload (failures, slow tasks, a worker
-killed mid-task, tasks left behind), checked against a plain-Python
+killed mid-task, tasks at other priorities and in a queue nobody serves,
+tasks cancelled, purged and left behind), checked against a plain-Python
 computation over the same events.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from quicx.clients.blocking import QuicxClient
 from quicx.daemon.control import fetch_status
 from tests.peer import Peer
 
@@ -61,23 +63,32 @@ def plain_python(directory: Path) -> dict:
         for line in path.read_text().splitlines()
     ]
     counts: dict[str, Counter] = defaultdict(Counter)
-    submitted, first_dispatch, dispatch, outcome = {}, {}, {}, {}
+    by_queue: dict[tuple[str, int], Counter] = defaultdict(Counter)
+    submitted, dispatch, outcome = {}, {}, {}
+    first_dispatch: dict[int, int] = {}
+    cancelled: set[int] = set()
     for r in records:
         counts[r["type"]][r["event"]] += 1
+        if r["event"] != "rejected":
+            by_queue[r["queue"], r["priority"]][r["event"]] += 1
         task = r["task"]
         if r["event"] == "submitted":
-            submitted[task] = (r["t"], r["type"])
+            submitted[task] = (r["t"], r["type"], (r["queue"], r["priority"]))
         elif r["event"] == "dispatched":
             first_dispatch.setdefault(task, r["t"])
             dispatch[task, r["attempt"]] = (r["t"], r["worker"])
         elif r["event"] in ("done", "failed"):
             outcome[task] = r
+        elif r["event"] == "cancelled":
+            cancelled.add(task)
     waits, runs = defaultdict(list), defaultdict(list)
+    queue_waits: dict[tuple[str, int], list[int]] = defaultdict(list)
     busy: Counter = Counter()
     tasks_by_worker: Counter = Counter()
-    for task, (t, kind) in submitted.items():
+    for task, (t, kind, place) in submitted.items():
         if task in first_dispatch:
             waits[kind].append(first_dispatch[task] - t)
+            queue_waits[place].append(first_dispatch[task] - t)
     for task, r in outcome.items():
         if (task, r["attempt"]) in dispatch:
             t, worker = dispatch[task, r["attempt"]]
@@ -85,10 +96,14 @@ def plain_python(directory: Path) -> dict:
             busy[worker] += r["t"] - t
             tasks_by_worker[worker] += 1
     reasons = Counter(r["reason"] for r in outcome.values() if r["event"] == "failed")
-    never = {task for task in submitted if task not in outcome}
+    never = {task for task in submitted if task not in outcome and task not in cancelled}
+    for task in never:
+        by_queue[submitted[task][2]]["never_completed"] += 1
     return {
         "records": records,
         "counts": counts,
+        "by_queue": by_queue,
+        "queue_waits": queue_waits,
         "waits": waits,
         "runs": runs,
         "busy": busy,
@@ -98,7 +113,8 @@ def plain_python(directory: Path) -> dict:
     }
 
 
-def run_workload(tmp_path: Path, start_daemon) -> Path:
+def run_workload(tmp_path: Path, start_daemon) -> tuple[Path, dict]:
+    """Run the workload; return the events' directory and the daemon's last status."""
     events = tmp_path / "events"
     daemon = start_daemon(f"--events={events}", "--drain-timeout=0")
     (tmp_path / "handlers.py").write_text(HANDLERS.format(mark=str(tmp_path / "killed")))
@@ -113,7 +129,11 @@ def run_workload(tmp_path: Path, start_daemon) -> Path:
         )
 
     doomed = worker(1)
-    with Peer(daemon.address) as producer:
+    with (
+        Peer(daemon.address) as producer,
+        QuicxClient(f"tcp:127.0.0.1:{daemon.port}") as client,
+        QuicxClient(f"unix:{daemon.control_path}") as admin,
+    ):
         assert producer.submit(b"mail", b"k-killed-mid-task").task_id == 1
         deadline = time.monotonic() + 15
         while not (tmp_path / "killed").exists():
@@ -127,27 +147,36 @@ def run_workload(tmp_path: Path, start_daemon) -> Path:
             for n in range(30):
                 task_type = b"mail" if n % 3 else b"sms"
                 producer.submit(task_type, kinds[n % len(kinds)] + b"-%d" % n)
+            for n in range(6):  # the default queue, above the others
+                client.submit("mail", b"ok-urgent-%d" % n, priority=7)
             deadline = time.monotonic() + 30
             while True:
                 tasks = fetch_status(str(daemon.control_path))["tasks"]
-                if tasks["completed"] + tasks["failed"] == 31:
+                if tasks["completed"] + tasks["failed"] == 37:
                     break
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
         finally:
             survivor.terminate()
             survivor.wait()
-        # Two tasks no worker will take: dropped at stop.
+        # Tasks no worker will take: one cancelled by its producer, two
+        # purged with their queue, the rest dropped at stop.
         producer.submit(b"sms", b"ok-left-1")
         producer.submit(b"mail", b"ok-left-2")
+        bulk = [client.submit("sms", b"ok-bulk-%d" % n, queue="bulk", priority=3) for n in range(3)]
+        client.cancel(bulk[1])
+        for n in range(2):
+            client.submit("mail", b"ok-archive-%d" % n, queue="archive", priority=1)
+        admin.purge("archive")
+        status = fetch_status(str(daemon.control_path))
         assert daemon.stop() == 0
-    return events
+    return events, status
 
 
 def test_report_matches_a_plain_python_computation(tmp_path: Path, start_daemon, spark) -> None:
-    from quicx.report.pipeline import build_report, render_html
+    from quicx.report.pipeline import QUEUE_COUNTS, build_report, render_html
 
-    events = run_workload(tmp_path, start_daemon)
+    events, status = run_workload(tmp_path, start_daemon)
     expected = plain_python(events)
     report = build_report(spark, [str(events)], str(tmp_path / "report"))
 
@@ -165,10 +194,11 @@ def test_report_matches_a_plain_python_computation(tmp_path: Path, start_daemon,
             assert row[f"run_{name}_ms"] == pytest.approx(percentile(expected["runs"][kind], p))
         assert row["run_max_ms"] == max(expected["runs"][kind])
     overall = summary["*"]
-    assert overall["submitted"] == 33 and overall["requeued"] == 1
-    assert overall["completed"] + overall["failed"] == 31
-    assert overall["never_completed"] == len(expected["never"]) == 2
-    assert overall["dropped"] == 2
+    assert overall["submitted"] == 44 and overall["requeued"] == 1
+    assert overall["completed"] + overall["failed"] == 37
+    # Cancelled and purged tasks ended: they are not "never completed".
+    assert overall["never_completed"] == len(expected["never"]) == 4
+    assert overall["dropped"] == 4
     all_runs = [v for values in expected["runs"].values() for v in values]
     assert overall["run_p99_ms"] == pytest.approx(percentile(all_runs, 0.99))
     # The killed worker's attempt has no outcome; the survivor finished all 31.
@@ -177,20 +207,33 @@ def test_report_matches_a_plain_python_computation(tmp_path: Path, start_daemon,
     assert {w: row["busy_ms"] for w, row in workers.items()} == dict(expected["busy"])
     assert {(r["reason"]): r["count"] for r in report.failures} == dict(expected["reasons"])
     assert sum(r["completed"] for r in report.throughput) == overall["completed"]
-    # Every task of this workload went to the default queue at priority 0.
-    ((queue, priority, submitted, completed, never),) = [
-        (r["queue"], r["priority"], r["submitted"], r["completed"], r["never_completed"])
-        for r in report.queues
-    ]
-    assert (queue, priority, submitted) == ("default", 0, overall["submitted"])
-    assert (completed, never) == (overall["completed"], overall["never_completed"])
+    # Per queue and priority: a version-1 SUBMIT goes to the default queue
+    # at priority 0.
+    queues = {(r["queue"], r["priority"]): r for r in report.queues}
+    assert queues.keys() == expected["by_queue"].keys()
+    assert queues.keys() == {("default", 0), ("default", 7), ("bulk", 3), ("archive", 1)}
+    for place, counts in expected["by_queue"].items():
+        row, waits = queues[place], expected["queue_waits"][place]
+        assert [row[name] for name in QUEUE_COUNTS] == [
+            counts[event] for event in ("submitted", "done", "failed", "cancelled")
+        ] + [counts["never_completed"]], place
+        if waits:
+            assert row["wait_p50_ms"] == pytest.approx(percentile(waits, 0.5))
+            assert row["wait_p95_ms"] == pytest.approx(percentile(waits, 0.95))
+        else:
+            assert row["wait_p50_ms"] is None and row["wait_p95_ms"] is None
+    assert sum(r["cancelled"] for r in report.queues) == status["tasks"]["cancelled"] == 3
 
     # The Parquet tables and the page.
-    assert spark.read.parquet(str(tmp_path / "report" / "summary")).count() == 3
-    assert spark.read.parquet(str(tmp_path / "report" / "never_completed")).count() == 2
+    tables = tmp_path / "report"
+    assert spark.read.parquet(str(tables / "summary")).count() == 3
+    assert spark.read.parquet(str(tables / "never_completed")).count() == 4
+    written = spark.read.parquet(str(tables / "queues")).collect()
+    assert {(r["queue"], r["priority"]): r.asDict() for r in written} == queues
     page = render_html(report)
     assert page.count("<svg") == 3 and "<script" not in page
     assert "over quota" in page and "bad address" in page
+    assert "archive" in page and "bulk" in page
 
 
 def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:

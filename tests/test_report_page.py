@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from html.parser import HTMLParser
 from pathlib import Path
 from random import Random
 from typing import Any
@@ -18,20 +19,27 @@ from typing import Any
 import pytest
 
 from quicx.daemon.events import format_event
-from quicx.report.pipeline import normalise_reason
+from quicx.report.pipeline import QUEUE_COUNTS, normalise_reason
+from tests.test_report import percentile
 
 CHROMIUM = os.environ.get("QUICX_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("QUICX_CHROMEDRIVER", "/usr/bin/chromedriver")
 WIDTH = 1280
 
 
-def write_events(directory: Path, tasks: int = 3000, hours: float = 1.5) -> list[tuple]:
+def write_events(
+    directory: Path, tasks: int = 3000, hours: float = 1.5, pid: int = 4242, legacy: bool = False
+) -> list[tuple]:
     """
     A day's work in small: tasks over C{hours} that complete, fail for
-    reasons that carry ports and ids, are requeued after a lost worker, or
-    are given up after their last delivery is lost, or are cancelled; spread
-    over two queues and three priorities.  Each event is a tuple of
+    reasons that carry ports and ids, are requeued after a lost worker, are
+    given up after their last delivery is lost, are cancelled, or never
+    complete (dropped, or still queued); and a few SUBMITs rejected.  Spread
+    over three queues and three priorities.  Each event is a tuple of
     L{format_event}'s fields, the queue and priority included.
+
+    @param legacy: write the file as the previous release did: no C{queue}
+        or C{priority} keys (the tuples have C{None}), and no cancelled tasks.
     """
     rng = Random(13)
     events: list[tuple] = []
@@ -40,45 +48,103 @@ def write_events(directory: Path, tasks: int = 3000, hours: float = 1.5) -> list
         kind = (b"send_receipt", b"sms", b"resize_image")[task % 3]
         now = start + task * hours * 3600 / tasks
         size, producer = rng.randint(20, 400), 1 + task % 4
-        place = (("mail", "bulk")[task % 2], (0, 5, 9)[task % 5 % 3])
-        first = len(events)
-        events.append((now, "submitted", task, kind, size, producer, None, 0, None))
-        attempt, t = 0, now
-        if task % 29 == 0:
-            events.append((t + 0.5, "cancelled", task, kind, size, producer, None, 0, "by admin"))
-            events[first:] = [(*e, *place) for e in events[first:]]
+        if task % 41 == 0:
+            refused = (now, "rejected", None, kind, size, producer, None, 0, (1, "queue full"))
+            events.append((*refused, None, None))
             continue
-        while True:
-            attempt += 1
-            worker = 100 + rng.randrange(40)
-            t += rng.expovariate(50)
-            events.append((t, "dispatched", task, kind, size, producer, worker, attempt, None))
-            t += rng.expovariate(5)
-            if task % 17 == 0 and attempt <= 2:
-                cause = f"worker 127.0.0.1:{rng.randrange(30000, 60000)} disconnected"
-                events.append((t, "requeued", task, kind, size, producer, None, attempt, cause))
-                if attempt == 2 and task % 34 == 0:
-                    reason = f"given up after 2 attempts; last: {cause}"
-                    events.append((t, "failed", task, kind, size, producer, None, 2, reason))
-                    break
-                continue
-            if task % 11 == 0:
-                reason = (
-                    f"SMTP 10.0.{rng.randrange(256)}.{rng.randrange(256)}"
-                    f":{rng.randrange(1024, 65535)} refused message"
-                    f" {rng.getrandbits(64):016x}: 4.7.1 try again later"
-                    if task % 2
-                    else f"over quota for account {rng.randrange(10**6)}"
-                )
-                events.append((t, "failed", task, kind, size, producer, worker, attempt, reason))
-            else:
-                events.append((t, "done", task, kind, size, producer, worker, attempt, None))
-            break
-        events[first:] = [(*e, *place) for e in events[first:]]
+        place = (
+            (None, None)
+            if legacy
+            else (("default", "mail", "bulk")[task % 7 % 3], (0, 5, 9)[task % 5 % 3])
+        )
+        life: list[tuple] = [(now, "submitted", task, kind, size, producer, None, 0, None)]
+        if task % 23 == 0:  # never completed: dropped at a stop, or still queued
+            if task % 2:
+                life.append((now + 1, "dropped", task, kind, size, producer, None, 0, "stopped"))
+        elif task % 29 == 0 and not legacy:
+            life.append((now + 0.5, "cancelled", task, kind, size, producer, None, 0, "by admin"))
+        else:
+            life += _deliveries(rng, task, now, kind, size, producer)
+        events += [(*e, *place) for e in life]
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "events-20261121T000000-4242-0001.ndjson"
-    path.write_text("".join(format_event(e) + "\n" for e in sorted(events)))
+    lines = (format_event(e) for e in sorted(events, key=lambda e: e[0]))
+    if legacy:
+        lines = (_without_queue(line) for line in lines)
+    path = directory / f"events-20261121T000000-{pid}-0001.ndjson"
+    path.write_text("".join(line + "\n" for line in lines))
     return events
+
+
+def _deliveries(rng: Random, task: int, now: float, kind: bytes, size: int, producer: int) -> list:
+    """A task's deliveries until it is done, failed, or given up."""
+    events: list[tuple] = []
+    attempt, t = 0, now
+    while True:
+        attempt += 1
+        worker = 100 + rng.randrange(40)
+        t += rng.expovariate(50)
+        events.append((t, "dispatched", task, kind, size, producer, worker, attempt, None))
+        t += rng.expovariate(5)
+        if task % 17 == 0 and attempt <= 2:
+            cause = f"worker 127.0.0.1:{rng.randrange(30000, 60000)} disconnected"
+            events.append((t, "requeued", task, kind, size, producer, None, attempt, cause))
+            if attempt == 2 and task % 34 == 0:
+                reason = f"given up after 2 attempts; last: {cause}"
+                events.append((t, "failed", task, kind, size, producer, None, 2, reason))
+                return events
+            continue
+        if task % 11 == 0:
+            reason = (
+                f"SMTP 10.0.{rng.randrange(256)}.{rng.randrange(256)}"
+                f":{rng.randrange(1024, 65535)} refused message"
+                f" {rng.getrandbits(64):016x}: 4.7.1 try again later"
+                if task % 2
+                else f"over quota for account {rng.randrange(10**6)}"
+            )
+            events.append((t, "failed", task, kind, size, producer, worker, attempt, reason))
+        else:
+            events.append((t, "done", task, kind, size, producer, worker, attempt, None))
+        return events
+
+
+def _without_queue(line: str) -> str:
+    """A line as the previous release wrote it: the same keys, less queue and priority."""
+    record = json.loads(line)
+    del record["queue"], record["priority"]
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def by_queue(*runs: list[tuple]) -> dict[tuple[str, int], dict[str, Any]]:
+    """
+    The per-queue table computed directly from the generated events of one
+    or more daemons (task ids are per daemon): the counts, and the queue
+    waits (ms, as written) of the tasks dispatched.  Events without a queue
+    or priority count as queue C{default}, priority 0.
+    """
+    table: dict[tuple[str, int], dict[str, Any]] = {}
+    submitted: dict[tuple[int, int], tuple[int, tuple[str, int]]] = {}
+    ended: set[tuple[int, int]] = set()
+    dispatched: dict[tuple[int, int], int] = {}
+    for run, events in enumerate(runs):
+        for e in events:
+            if e[1] == "rejected":
+                continue
+            place = (e[9] or "default", e[10] or 0)
+            row = table.setdefault(place, {"counts": Counter(), "waits": []})
+            row["counts"][e[1]] += 1
+            task, ms = (run, e[2]), int(e[0] * 1000)  # ms as format_event writes them
+            if e[1] == "submitted":
+                submitted[task] = (ms, place)
+            elif e[1] == "dispatched":
+                dispatched[task] = min(ms, dispatched.get(task, ms))
+            elif e[1] in ("done", "failed", "cancelled"):
+                ended.add(task)
+    for task, (ms, place) in submitted.items():
+        if task not in ended:
+            table[place]["counts"]["never_completed"] += 1
+        if task in dispatched:
+            table[place]["waits"].append(dispatched[task] - ms)
+    return table
 
 
 @pytest.fixture(scope="module")
@@ -121,46 +187,107 @@ def test_counts_and_reasons_from_the_events(report_and_events) -> None:
     assert len(rows) < len({e[8] for e in events if e[1] == "failed"}) / 10
 
 
+COUNTED = ("submitted", "done", "failed", "cancelled", "never_completed")
+"""What each of the per-queue table's counts (QUEUE_COUNTS) counts, as L{by_queue} names it."""
+
+
+def assert_queue_rows(rows: list[dict[str, Any]], expected: dict) -> None:
+    """The report's per-queue rows are L{by_queue}'s."""
+    found = {(row["queue"], row["priority"]): row for row in rows}
+    assert found.keys() == expected.keys()
+    for place, want in expected.items():
+        row, waits = found[place], want["waits"]
+        assert [row[name] for name in QUEUE_COUNTS] == [want["counts"][c] for c in COUNTED], place
+        assert row["wait_p50_ms"] == pytest.approx(percentile(waits, 0.5)), place
+        assert row["wait_p95_ms"] == pytest.approx(percentile(waits, 0.95)), place
+
+
+class PageTables(HTMLParser):
+    """The tables of a page, by the heading above each: lists of rows of cell texts."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self._heading = ""
+        self._text: list[str] | None = None
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag in ("h2", "th", "td"):
+            self._text = []
+        elif tag == "tr":
+            self.tables.setdefault(self._heading, []).append([])
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._text is None or tag not in ("h2", "th", "td"):
+            return
+        text, self._text = "".join(self._text), None
+        if tag == "h2":
+            self._heading = text
+        else:
+            self.tables[self._heading][-1].append(text)
+
+
 def test_counts_by_queue_and_priority(report_and_events) -> None:
+    from quicx.report.pipeline import render_html
+
     report, events = report_and_events
-    expected: dict[tuple[str, int], Counter[str]] = {}
-    for e in events:
-        expected.setdefault((e[9], e[10]), Counter())[e[1]] += 1
-    rows = {(row["queue"], row["priority"]): row for row in report.queues}
-    assert rows.keys() == expected.keys() and len(rows) == 6
-    for place, counts in expected.items():
-        row = rows[place]
-        assert (row["submitted"], row["completed"], row["failed"], row["cancelled"]) == (
-            counts["submitted"],
-            counts["done"],
-            counts["failed"],
-            counts["cancelled"],
-        )
-        assert row["never_completed"] == 0  # every task ended: done, failed or cancelled
-        assert 0 < row["wait_p50_ms"] <= row["wait_p95_ms"]
+    expected = by_queue(events)
+    # The generator spreads tasks: several queues, several priorities, and
+    # in each some that never completed and some cancelled.
+    assert len({q for q, _ in expected}) > 1 and len({p for _, p in expected}) > 1
+    assert all(row["counts"]["never_completed"] for row in expected.values())
+    assert all(row["counts"]["cancelled"] for row in expected.values())
+    assert_queue_rows(report.queues, expected)
+    overall = next(row for row in report.summary if row["type"] == "*")
+    assert overall["never_completed"] == sum(
+        row["counts"]["never_completed"] for row in expected.values()
+    )
+    assert overall["rejected"] == sum(e[1] == "rejected" for e in events) > 0
+
+    # The page shows the same table.
+    page = render_html(report)
+    head, *rows = PageTables(page).tables["Tasks by queue and priority"]
+    assert head[:7] == ["queue", "priority", *(c.replace("_", " ") for c in QUEUE_COUNTS)]
+    shown = {(r[0], int(r[1])): [int(c.replace(",", "")) for c in r[2:7]] for r in rows}
+    assert shown == {
+        place: [want["counts"][c] for c in COUNTED] for place, want in expected.items()
+    }
+    cancelled = sum(row["counts"]["cancelled"] for row in expected.values())
+    assert f"{cancelled:,} cancelled" in page
 
 
-def test_events_of_the_previous_release_land_in_the_default_queue(spark, tmp_path) -> None:
+def test_events_of_the_previous_release_still_report(spark, tmp_path) -> None:
+    """
+    A directory with files of both releases: the old one's tasks are in the
+    default queue at priority 0, with the new one's of that queue and
+    priority; the per-type tables count both.
+    """
     from quicx.report.pipeline import build_report
 
     directory = tmp_path / "events"
-    directory.mkdir()
-    old = [
-        {"t": 1000, "event": "submitted", "task": 1, "type": "t", "size": 1, "producer": 1,
-         "worker": None, "attempt": 0},
-        {"t": 1005, "event": "dispatched", "task": 1, "type": "t", "size": 1, "producer": 1,
-         "worker": 2, "attempt": 1},
-        {"t": 1010, "event": "done", "task": 1, "type": "t", "size": 1, "producer": 1,
-         "worker": 2, "attempt": 1},
-    ]  # fmt: skip
-    (directory / "events-20250101T000000-1-0001.ndjson").write_text(
-        "".join(json.dumps(e) + "\n" for e in old)
-    )
+    old = write_events(directory, tasks=400, pid=1111, legacy=True)
+    new = write_events(directory, tasks=400, pid=2222)
+    assert '"queue"' not in next(directory.glob("events-*-1111-*")).read_text()
     report = build_report(spark, [str(directory)])
-    assert [(r["queue"], r["priority"], r["submitted"], r["completed"]) for r in report.queues] == [
-        ("default", 0, 1, 1)
-    ]
-    assert report.queues[0]["wait_p50_ms"] == 5
+
+    expected = by_queue(old, new)
+    assert (
+        expected["default", 0]["counts"]["submitted"]
+        > by_queue(new)["default", 0]["counts"]["submitted"]
+    )
+    assert_queue_rows(report.queues, expected)
+    overall = next(row for row in report.summary if row["type"] == "*")
+    kinds = Counter(e[1] for e in old + new)
+    assert (overall["submitted"], overall["completed"], overall["rejected"]) == (
+        kinds["submitted"],
+        kinds["done"],
+        kinds["rejected"],
+    )
 
 
 @pytest.fixture(scope="module")

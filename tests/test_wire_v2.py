@@ -6,7 +6,10 @@ refused with a message that says why.
 
 from __future__ import annotations
 
+import json
+import re
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -35,7 +38,42 @@ def through_parser(encoded: bytes) -> object:
     return v2.decode(frame.message_type, frame.payload)
 
 
-@given(
+def _task(
+    task_id: int,
+    task_type: bytes,
+    payload: bytes,
+    queue: str,
+    priority: int,
+    attempt: int,
+    enqueued_ms: int,
+    key: bytes | None,
+    fairness: bytes | None,
+) -> tuple[bytes, object]:
+    header = bytes((len(queue),)) + queue.encode()
+    context = v2.task_context(key, fairness)
+    encoded = v2.encode_task(
+        task_id, task_type, payload, header, priority, attempt, enqueued_ms, context
+    )
+    return encoded, v2.Task(
+        task_id, task_type, payload, queue, priority, attempt, enqueued_ms, key, fairness
+    )
+
+
+def _submit(
+    task_type: bytes,
+    payload: bytes,
+    queue: str | None,
+    priority: int | None,
+    key: bytes | None,
+    fairness: bytes | None,
+) -> tuple[bytes, object]:
+    options = v2.submit_options(queue, priority, key, fairness)
+    encoded = v2.encode_submit(task_type, payload, options)
+    return encoded, v2.Submit(task_type, payload, queue, priority, key, fairness)
+
+
+submits = st.builds(
+    _submit,
     types,
     payloads,
     st.none() | queue_names,
@@ -43,17 +81,26 @@ def through_parser(encoded: bytes) -> object:
     st.none() | keys,
     st.none() | keys,
 )
-def test_submit_round_trips(
-    task_type: bytes,
-    payload: bytes,
-    queue: str | None,
-    priority: int | None,
-    key: bytes | None,
-    fairness: bytes | None,
-) -> None:
-    options = v2.submit_options(queue, priority, key, fairness)
-    encoded = v2.encode_submit(task_type, payload, options)
-    assert through_parser(encoded) == v2.Submit(task_type, payload, queue, priority, key, fairness)
+"""A SUBMIT's frame, and its decoding."""
+tasks = st.builds(
+    _task,
+    task_ids,
+    types,
+    payloads,
+    queue_names,
+    st.integers(0, 255),
+    st.integers(1, 0xFFFF),
+    st.integers(0, 2**64 - 1),
+    st.none() | keys,
+    st.none() | keys,
+)
+"""A TASK's frame, and its decoding."""
+
+
+@given(submits)
+def test_submit_round_trips(message: tuple[bytes, object]) -> None:
+    encoded, expected = message
+    assert through_parser(encoded) == expected
 
 
 @given(task_ids, st.booleans())
@@ -66,42 +113,10 @@ def test_ready_round_trips(credits: int, queues: list[str]) -> None:
     assert through_parser(v2.encode_ready(credits, queues)) == v2.Ready(credits, tuple(queues))
 
 
-@given(
-    task_ids,
-    types,
-    payloads,
-    queue_names,
-    st.integers(0, 255),
-    st.integers(1, 0xFFFF),
-    st.integers(0, 2**63),
-    st.none() | keys,
-    st.none() | keys,
-)
-def test_task_round_trips(
-    task_id: int,
-    task_type: bytes,
-    payload: bytes,
-    queue: str,
-    priority: int,
-    attempt: int,
-    enqueued_ms: int,
-    key: bytes | None,
-    fairness: bytes | None,
-) -> None:
-    header = bytes((len(queue),)) + queue.encode()
-    encoded = v2.encode_task(
-        task_id,
-        task_type,
-        payload,
-        header,
-        priority,
-        attempt,
-        enqueued_ms,
-        v2.task_context(key, fairness),
-    )
-    assert through_parser(encoded) == v2.Task(
-        task_id, task_type, payload, queue, priority, attempt, enqueued_ms, key, fairness
-    )
+@given(tasks)
+def test_task_round_trips(message: tuple[bytes, object]) -> None:
+    encoded, expected = message
+    assert through_parser(encoded) == expected
 
 
 @given(
@@ -152,18 +167,155 @@ def test_hello_ignores_fields_of_later_releases() -> None:
 
 
 def test_the_empty_messages_and_stats() -> None:
-    assert through_parser(v2.QUEUES_FRAME) == v2.Queues()
+    assert through_parser(v2.encode_queues()) == v2.Queues()
     assert through_parser(v2.WAIT_FRAME) == wire.Wait()
+    assert through_parser(v2.HEARTBEAT_FRAME) == wire.Heartbeat()
+    assert through_parser(v2.STATS_FRAME) == wire.StatsRequest()
     assert through_parser(v2.PONG_FRAME) == wire.Pong()
     stats = wire.StatsResponse(1, 2, 3, 4, 5)
     assert through_parser(v2.encode_stats_response(stats)) == stats
 
 
+@given(st.sampled_from(v2.ErrorCode), st.text(max_size=100))
+def test_error_round_trips(code: v2.ErrorCode, message: str) -> None:
+    assert through_parser(v2.encode_error(code, message)) == wire.Error(code, message)
+
+
+@given(st.tuples(*[st.integers(0, 2**32 - 1)] * 3, *[st.integers(0, 2**64 - 1)] * 2))
+def test_stats_response_round_trips(numbers: tuple[int, int, int, int, int]) -> None:
+    stats = wire.StatsResponse(*numbers)
+    assert through_parser(v2.encode_stats_response(stats)) == stats
+
+
+any_message = st.one_of(
+    submits,
+    st.builds(lambda i, d: (v2.encode_ok(i, d), v2.Ok(i, d)), task_ids, st.booleans()),
+    st.builds(
+        lambda c, q: (v2.encode_ready(c, q), v2.Ready(c, tuple(q))),
+        st.integers(1, 0xFFFF), st.lists(queue_names, max_size=3, unique=True),
+    ),
+    tasks,
+    st.builds(
+        lambda c, m: (v2.encode_error(c, m), wire.Error(c, m)),
+        st.sampled_from(v2.ErrorCode), st.text(max_size=20),
+    ),
+    st.builds(lambda i: (v2.encode_done(i), wire.Done(i)), task_ids),
+    st.builds(
+        lambda i, r: (v2.encode_failed(i, r), wire.Failed(i, r)), task_ids, st.text(max_size=20)
+    ),
+    st.builds(lambda i: (v2.encode_cancel(i), v2.Cancel(i)), task_ids),
+    st.builds(lambda i: (v2.encode_cancelled(i), v2.Cancelled(i)), task_ids),
+    st.builds(lambda i: (v2.encode_inspect(i), v2.Inspect(i)), task_ids),
+    st.builds(
+        lambda a, q: (v2.encode_queue_action(a, q), v2.QueueAction(a, q)),
+        st.sampled_from([MessageType.PAUSE, MessageType.RESUME, MessageType.PURGE]), queue_names,
+    ),
+    st.builds(
+        lambda q, c: (v2.encode_peek(q, c), v2.Peek(q, c)), queue_names, st.integers(1, 1000)
+    ),
+    st.builds(
+        lambda n, v, c: (v2.encode_hello(n, v, c), v2.Hello(n, v, tuple(c))),
+        st.text("abc", max_size=5), st.text("0123.", max_size=5),
+        st.lists(st.sampled_from(["queues", "cancel", "x-later"]), max_size=3),
+    ),
+    st.builds(lambda d: (v2.encode_info(d), v2.Info(d)), json_values),
+    st.sampled_from(
+        [
+            (v2.WAIT_FRAME, wire.Wait()),
+            (v2.HEARTBEAT_FRAME, wire.Heartbeat()),
+            (v2.PONG_FRAME, wire.Pong()),
+            (v2.STATS_FRAME, wire.StatsRequest()),
+            (v2.QUEUES_FRAME, v2.Queues()),
+            (v2.encode_stats_response(wire.StatsResponse(1, 2, 3, 4, 5)),
+             wire.StatsResponse(1, 2, 3, 4, 5)),
+        ]
+    ),
+)  # fmt: skip
+"""Any version-2 message: its frame, and what decoding that frame gives."""
+
+
+@given(st.lists(any_message, min_size=1, max_size=12), st.lists(st.integers(0, 10_000)))
+def test_any_stream_of_messages_decodes_whatever_the_reads(
+    messages: list[tuple[bytes, object]], cuts: list[int]
+) -> None:
+    stream = b"".join(encoded for encoded, _ in messages)
+    points = sorted({cut % (len(stream) + 1) for cut in cuts})
+    parser = FrameParser(1 << 16, v2_max_length=1 << 16)
+    events = []
+    for start, end in zip([0, *points], [*points, len(stream)], strict=True):
+        events += parser.feed(stream[start:end])
+    assert all(isinstance(e, Frame) for e in events)
+    decoded = [v2.decode(e.message_type, e.payload) for e in events]  # type: ignore[union-attr]
+    assert decoded == [expected for _, expected in messages]
+    assert parser.buffered == 0 and parser.version == 2
+
+
+# -- the page: its example bytes and its tables -------------------------------------------
+
+PROTOCOL = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
+VERSION_2 = PROTOCOL[PROTOCOL.index("\n# Version 2") :]
+
+
+def example_bytes(block: str) -> bytes:
+    """
+    The bytes a hex dump of the page spells: hex pairs and JSON-quoted
+    strings, up to the first run of three spaces on each line (the comment).
+    """
+    data = b""
+    for line in block.splitlines():
+        spelled = re.split(r"\s{3,}", line.strip())[0]
+        for token in re.findall(r'"(?:[^"\\]|\\.)*"|\S+', spelled):
+            if token.startswith('"'):
+                data += json.loads(token).encode("utf-8")
+            else:
+                assert re.fullmatch(r"(?:[0-9a-f]{2})+", token), token
+                data += bytes.fromhex(token)
+    return data
+
+
 def test_the_pages_submit_example() -> None:
+    block = VERSION_2.split("Example: `send_email` into queue `mail` at priority 9:")[1]
+    spelled = example_bytes(block.split("```")[1])
     encoded = v2.encode_submit(b"send_email", b'{"to":1}', v2.submit_options("mail", 9))
+    assert spelled == encoded
     assert encoded == (
         b'\x02\x01\x00\x00\x00\x1e\x0asend_email\x00\x09\x01\x04mail\x02\x01\x09{"to":1}'
     )
+    assert through_parser(spelled) == v2.Submit(b"send_email", b'{"to":1}', "mail", 9)
+
+
+def table(text: str, after: str) -> list[list[str]]:
+    """The body rows' cells of the first table after the line C{after}."""
+    lines = text[text.index(after) :].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_pages_message_table_is_the_codecs() -> None:
+    rows = table(VERSION_2, "## Messages")
+    assert [(int(code, 16), name) for code, name, *_ in rows] == [
+        (t.value, t.name) for t in MessageType
+    ]
+
+
+def test_the_pages_option_tags_are_the_codecs() -> None:
+    rows = table(VERSION_2, "### SUBMIT options")
+    names = {"queue": "QUEUE", "priority": "PRIORITY", "idempotency key": "KEY"}
+    names["fairness key"] = "FAIRNESS"
+    assert [(int(tag, 16), names[option]) for tag, option, *_ in rows] == [
+        (o.value, o.name) for o in v2.Option
+    ]
+
+
+def test_the_pages_error_codes_are_the_codecs() -> None:
+    codes = [int(row[0], 16) for row in table(PROTOCOL, "## Error codes\n")]
+    codes += [int(row[0], 16) for row in table(VERSION_2, "## Error codes added in version 2")]
+    assert codes == [c.value for c in v2.ErrorCode]
 
 
 def test_a_submit_without_options_is_two_bytes_longer_than_version_1() -> None:
@@ -214,6 +366,109 @@ def test_malformed_payloads_say_why(message_type: int, payload: bytes, fragment:
         v2.decode(message_type, payload)
 
 
+FIXED = struct.pack(">IHBQ", 1, 1, 0, 0)
+"""A TASK's task id, attempt, priority and enqueued time."""
+NAME_IS_BAD = "is not 1 to 64 letters, digits or '_.:-'"
+
+
+@pytest.mark.parametrize(
+    ("message_type", "payload", "message"),
+    [
+        (MessageType.SUBMIT, b"", "SUBMIT has no task type length"),
+        (MessageType.SUBMIT, b"\x00", "SUBMIT has an empty task type"),
+        (MessageType.SUBMIT, b"\x05ab", "SUBMIT task type of 5 bytes runs past the 3-byte payload"),
+        (
+            MessageType.SUBMIT,
+            b"\x01t" + opts(b"\x01\x05ab"),
+            "SUBMIT option 0x01 of 5 bytes runs past its field",
+        ),
+        (MessageType.SUBMIT, b"\x01t" + opts(b"\x01\x00"), f"SUBMIT queue name b'' {NAME_IS_BAD}"),
+        (
+            MessageType.SUBMIT,
+            b"\x01t" + opts(b"\x01\x41" + b"a" * 65),
+            f"SUBMIT queue name {b'a' * 64!r} {NAME_IS_BAD}",
+        ),
+        (MessageType.READY, b"\x00\x01\x21", "READY lists 1 to 32 queues, not 33"),
+        (MessageType.READY, b"\x00\x01\x01\x01 ", f"READY queue name b' ' {NAME_IS_BAD}"),
+        (MessageType.TASK, FIXED, "TASK has no queue name length"),
+        (MessageType.TASK, FIXED + b"\x05ab", "TASK queue name of 5 bytes runs past the payload"),
+        (MessageType.TASK, FIXED + b"\x01q", "TASK has no task type length"),
+        (MessageType.TASK, FIXED + b"\x01q\x00", "TASK has an empty task type"),
+        (
+            MessageType.TASK,
+            FIXED + b"\x01q\x05t",
+            "TASK task type of 5 bytes runs past the 19-byte payload",
+        ),
+        (MessageType.TASK, FIXED + b"\x01q\x01t", "TASK has no context length"),
+        (MessageType.TASK, FIXED + b"\x01q\x01t\x00", "TASK has no context length"),
+        (
+            MessageType.TASK,
+            FIXED + b"\x01q\x01t\x00\x05\x03\x01",
+            "TASK context runs past the payload",
+        ),
+        (
+            MessageType.TASK,
+            FIXED + b"\x01q\x01t" + opts(b"\x03\x01a\x03\x01b"),
+            "TASK repeats option 0x03",
+        ),
+        (
+            MessageType.TASK,
+            FIXED + b"\x01q\x01t\x00\x04\x03\x05ab" + b"payload",
+            "TASK option 0x03 of 5 bytes runs past its field",
+        ),
+        (MessageType.HELLO, b"\x01", "HELLO option at byte 0 has no length"),
+        (MessageType.HELLO, b"\x01\x05ab", "HELLO option 0x01 of 5 bytes runs past its field"),
+        (MessageType.HELLO, b"\x01\x01a\x01\x01b", "HELLO repeats option 0x01"),
+        (MessageType.HELLO, b"\x03\x02\xc3(", "HELLO field 0x03 is not UTF-8"),
+        (
+            MessageType.CANCELLED,
+            b"",
+            "CANCELLED payload must be a 4-byte task id, got 0 bytes",
+        ),
+        (MessageType.PEEK, b"\x00\x01", "PEEK has no queue name length"),
+        (MessageType.PEEK, b"\x00\x01\x01aX", "PEEK has 1 bytes after its queue name"),
+        (MessageType.RESUME, b"\x01 ", f"RESUME queue name b' ' {NAME_IS_BAD}"),
+        (MessageType.PAUSE, b"\x03ab", "PAUSE queue name of 3 bytes runs past the payload"),
+        (MessageType.OK, b"\x00" * 6, "OK payload must be 5 bytes, got 6"),
+        # The layouts version 2 keeps from version 1, through the version-2 decoder.
+        (MessageType.ERROR, b"", "ERROR has no error code"),
+        (MessageType.DONE, b"\x00", "DONE payload must be 4 bytes, got 1"),
+        (MessageType.FAILED, b"\x00", "FAILED needs a 4-byte task id, got 1 bytes"),
+        (MessageType.HEARTBEAT, b"x", "HEARTBEAT payload must be 0 bytes, got 1"),
+        (MessageType.STATS, b"x", "STATS payload must be 0 bytes, got 1"),
+        (MessageType.WAIT, b"x", "WAIT payload must be 0 bytes, got 1"),
+        (MessageType.PONG, b"x", "PONG payload must be 0 bytes, got 1"),
+        (MessageType.STATS_RESPONSE, bytes(27), "STATS_RESPONSE payload must be 28 bytes, got 27"),
+    ],
+)
+def test_every_malformed_layout_names_the_message_and_the_fault(
+    message_type: MessageType, payload: bytes, message: str
+) -> None:
+    with pytest.raises(MalformedMessage) as raised:
+        v2.decode(message_type, payload)
+    assert (str(raised.value), raised.value.message_type) == (message, message_type)
+
+
+def test_info_that_is_not_utf_8() -> None:
+    with pytest.raises(
+        MalformedMessage, match=r"^INFO is not a UTF-8 JSON document: 'utf-8' codec"
+    ):
+        v2.decode(MessageType.INFO, b"\xff")
+
+
+def test_fields_and_context_of_later_releases_are_passed_over_even_repeated() -> None:
+    # HELLO: "Unknown fields are ignored"; TASK: "A worker ignores tags it does not know."
+    later = b"\x09\x01x\x09\x02yz"
+    assert v2.decode(MessageType.HELLO, b"\x01\x01a" + later) == v2.Hello("a")
+    task = v2.decode(MessageType.TASK, FIXED + b"\x01q\x01t" + opts(later + b"\x04\x01f") + b"p")
+    assert task == v2.Task(1, b"t", b"p", "q", 0, 1, 0, None, b"f")
+    # A SUBMIT never ignores an option: "an option is never silently ignored".
+    with pytest.raises(MalformedMessage, match=r"^SUBMIT repeats option 0x09$"):
+        v2.decode(MessageType.SUBMIT, b"\x01t" + opts(later))
+    with pytest.raises(MalformedMessage, match=r"^SUBMIT has unknown option 0x09$"):
+        v2.decode(MessageType.SUBMIT, b"\x01t" + opts(later[:3]))
+
+
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [
@@ -226,6 +481,8 @@ def test_malformed_payloads_say_why(message_type: int, payload: bytes, fragment:
         (lambda: v2.encode_peek("q", 0), "1 to 1000"),
         (lambda: v2.encode_queue_action(MessageType.QUEUES, "q"), "not a queue action"),
         (lambda: v2.encode_submit(b"", b""), "task type"),
+        (lambda: v2.encode_submit(b"t", b"", b"\x09\x00" * 2049), "at most 4096 bytes"),
+        (lambda: v2.encode_hello(capabilities=["a,b"]), "no comma"),
     ],
 )
 def test_encoders_refuse_what_the_page_forbids(call, fragment: str) -> None:

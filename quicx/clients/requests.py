@@ -39,7 +39,12 @@ class Options:
 
     @property
     def any(self) -> bool:
-        return any(v is not None for v in (self.queue, self.priority, self.key, self.fairness_key))
+        return not (
+            self.queue is None
+            and self.priority is None
+            and self.key is None
+            and self.fairness_key is None
+        )
 
     def encode(self) -> bytes:
         if self.key is None and self.fairness_key is None:

@@ -414,6 +414,7 @@ class QueueService(Service):
             self._accept(task)
         else:
             # Its answer, and every answer after it, waits for the journal.
+            queue.pending += 1
             session.wait_for(task)
 
     def _check_submit(self, queue: NamedQueue[Task, Session], task_type: bytes) -> None:
@@ -496,6 +497,7 @@ class QueueService(Service):
         for task in tasks:
             self._submitted += 1
             task.accepted = True
+            task.home.pending -= 1
             if self.events is not None:
                 self._event("submitted", task)
             producer = task.producer
@@ -528,6 +530,8 @@ class QueueService(Service):
         message = f"journal write failed: {reason}"
         for task in tasks:
             del self._live[task.task_id]
+            task.home.pending -= 1
+            self._forget_if_idle(task.home)
             if task.key is not None:
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)

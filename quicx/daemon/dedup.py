@@ -14,11 +14,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from quicx.daemon.journal.interface import KeyEntry
 
-T = TypeVar("T")
+
+class _Task(Protocol):
+    @property
+    def task_id(self) -> int: ...
+
+
+T = TypeVar("T", bound=_Task)
 Key = tuple[str, bytes]
 
 
@@ -60,7 +66,11 @@ class KeyTable(Generic[T]):
     def finish(self, entry: KeyEntry, now: float) -> None:
         """Its task finished: remember the key for the rest of the window."""
         pair = (entry.queue, entry.key)
-        self.live.pop(pair, None)
+        live = self.live.get(pair)
+        if live is not None and live.task_id == entry.task_id:
+            del self.live[pair]
+        elif live is not None:
+            return  # a newer task holds the key: it, not this one, answers
         if entry.submitted_at + self.window > now and self.max_finished:
             self.finished[pair] = entry
             self.finished.move_to_end(pair)

@@ -174,6 +174,8 @@ class NamedQueue(Generic[T, W]):
     @ivar idle: the subscribed workers with a credit free, longest idle first.
     @ivar subscribers: how many workers are subscribed.
     @ivar depth: tasks queued.
+    @ivar pending: tasks accepted into it whose journal record is not yet
+        durable: they join it once it is (and keep it from being forgotten).
     @ivar running: tasks held by workers.
     @ivar keys: fairness keys with tasks queued or running, or a bucket not full.
     @ivar finished: when its recent tasks finished, for the drain rate.
@@ -189,6 +191,7 @@ class NamedQueue(Generic[T, W]):
     idle: OrderedDict[int, W] = field(factory=OrderedDict)
     subscribers: int = 0
     depth: int = 0
+    pending: int = 0
     running: int = 0
     keys: dict[bytes, KeyState] = field(factory=dict)
     bucket: TokenBucket | None = None
@@ -211,6 +214,7 @@ class NamedQueue(Generic[T, W]):
             self.declared
             or self.paused
             or self.depth
+            or self.pending
             or self.running
             or self.subscribers
             or self.keys

@@ -35,7 +35,7 @@ from quicx import __version__
 from quicx.daemon import introspect, pmad
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import STATUS_FORMAT, ControlFactory
-from quicx.daemon.core import QueueService
+from quicx.daemon.core import QueueService, Refused
 from quicx.daemon.events import EventLog, EventSettings
 from quicx.daemon.journal.records import JournalCorrupt
 from quicx.daemon.journal.recovery import recover
@@ -501,6 +501,11 @@ def restore(queue: QueueService, journal: Journal) -> None:
         ) from None
     except OSError as e:
         raise SystemExit(f"quicx: journal {journal.path}: {e.strerror}") from None
+    except Refused as e:
+        raise SystemExit(
+            f"quicx: journal {journal.path}: its tasks need more queues than allowed ({e});"
+            " raise [queues] max_queues"
+        ) from None
     log.info(
         "journal {path} (fsync {policy}): {records} records, {tasks} tasks recovered",
         path=journal.path,

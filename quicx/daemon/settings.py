@@ -845,7 +845,7 @@ class Config:
         "compact_factor",
         Number(1.5, 1000),
         DEFAULT_COMPACT_FACTOR,
-        "Compact the journal when it is this many times its live records...",
+        "Compact the journal when it is this many times what a compaction keeps...",
     )
     compact_min_size: int = setting(
         "journal",
@@ -977,7 +977,7 @@ QUEUE_KEYS = (
 """The keys of a C{[queue NAME]} section, in the docs' order."""
 
 _QUEUE_KEYS = {k.key: k for k in QUEUE_KEYS}
-QUEUE_SECTION = "queue "
+QUEUE_SECTION = "queue"
 
 
 def default_runtime_path(port: int, suffix: str) -> str:
@@ -1028,6 +1028,13 @@ def validate(config: Config) -> None:
         raise Conflict(
             f"{role.key} needs client_ca: identities come from client certificates", role.name
         )
+    queues = {*config.queue_sections, config.default_queue}
+    if len(queues) > config.max_queues:
+        raise Conflict(
+            f"{len(queues)} queues exist from the start (the [queue NAME] sections and the"
+            f" default queue), more than max_queues = {config.max_queues}",
+            "max_queues",
+        )
     try:
         pmad.Pmad(config.pool_size, list(config.classes)).close()
     except pmad.LayoutError as e:
@@ -1058,8 +1065,10 @@ def parse(text: str, source: str = "<string>") -> Config:
                 raise ConfigError(f"{where}: malformed section header {line!r}")
             section = line[1:-1].strip()
             queue = None
-            if section.lower().startswith(QUEUE_SECTION):
-                name = section[len(QUEUE_SECTION) :].strip()
+            head, _, name = section.partition(" ")
+            if head.lower() == QUEUE_SECTION:
+                name = name.strip()
+                section = f"{QUEUE_SECTION} {name}"
                 queue = _queue_section(name, where, declared_on, number)
                 queues[name] = queue
                 continue
@@ -1099,6 +1108,8 @@ def _queue_section(
     name: str, where: str, declared_on: dict[str, int], number: int
 ) -> dict[str, Any]:
     """Start a C{[queue NAME]} section. @raise ConfigError: a bad or repeated name."""
+    if not name:
+        raise ConfigError(f"{where}: [queue] needs the queue's name: [queue NAME]")
     try:
         check_queue(name)
     except ValueError as e:

@@ -293,6 +293,8 @@ def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> byt
     """A SUBMIT; C{options} from L{submit_options} (empty: none)."""
     if not 0 < len(task_type) <= wire.MAX_TYPE_LENGTH:
         raise ValueError(f"a task type is 1 to {wire.MAX_TYPE_LENGTH} bytes, not {len(task_type)}")
+    if len(options) > MAX_OPTIONS:
+        raise ValueError(f"options are at most {MAX_OPTIONS} bytes, not {len(options)}")
     head = bytes((len(task_type),)) + task_type + U16.pack(len(options)) + options
     return HEADER.pack(VERSION, MessageType.SUBMIT, len(head) + len(payload)) + head + payload
 
@@ -379,11 +381,14 @@ def encode_stats_response(stats: wire.StatsResponse) -> bytes:
 
 
 def encode_hello(name: str = "", version: str = "", capabilities: Iterable[str] = ()) -> bytes:
+    wanted = tuple(capabilities)
+    if any("," in c for c in wanted):
+        raise ValueError(f"a capability has no comma: {wanted!r}")
     body = b""
     for tag, text in (
         (HelloField.NAME, name),
         (HelloField.VERSION, version),
-        (HelloField.CAPABILITIES, ",".join(capabilities)),
+        (HelloField.CAPABILITIES, ",".join(wanted)),
     ):
         if text:
             body += _option(tag, text.encode("utf-8"))
@@ -437,8 +442,14 @@ def _bad(message_type: int, text: str) -> MalformedMessage:
     return MalformedMessage(message_type, f"{MessageType(message_type).name} {text}")
 
 
-def _tlv(message_type: int, data: bytes, start: int, end: int) -> dict[int, bytes]:
-    """The C{[tag][len][value]} items of C{data[start:end]}, by tag."""
+def _tlv(
+    message_type: int, data: bytes, start: int, end: int, known: frozenset[int] | None = None
+) -> dict[int, bytes]:
+    """
+    The C{[tag][len][value]} items of C{data[start:end]}, by tag.  With
+    C{known}, an item of another tag (a later release's) is passed over,
+    even repeated; a known tag given twice is refused either way.
+    """
     items: dict[int, bytes] = {}
     offset = start
     while offset < end:
@@ -448,9 +459,10 @@ def _tlv(message_type: int, data: bytes, start: int, end: int) -> dict[int, byte
         value_end = offset + 2 + length
         if value_end > end:
             raise _bad(message_type, f"option 0x{tag:02x} of {length} bytes runs past its field")
-        if tag in items:
-            raise _bad(message_type, f"repeats option 0x{tag:02x}")
-        items[tag] = data[offset + 2 : value_end]
+        if known is None or tag in known:
+            if tag in items:
+                raise _bad(message_type, f"repeats option 0x{tag:02x}")
+            items[tag] = data[offset + 2 : value_end]
         offset = value_end
     return items
 
@@ -566,6 +578,7 @@ def decode_ready(payload: bytes) -> Ready:
 
 
 _TASK_FIXED = struct.Struct(">IHBQ")
+_CONTEXT_TAGS = frozenset({Option.KEY, Option.FAIRNESS})
 
 
 def decode_task(payload: bytes) -> Task:
@@ -585,7 +598,7 @@ def decode_task(payload: bytes) -> Task:
         raise _bad(MessageType.TASK, "context runs past the payload")
     key = fairness = None
     if end > start:
-        context = _tlv(MessageType.TASK, payload, start, end)
+        context = _tlv(MessageType.TASK, payload, start, end, _CONTEXT_TAGS)
         key, fairness = context.get(Option.KEY), context.get(Option.FAIRNESS)
     return Task(
         task_id,
@@ -604,11 +617,10 @@ _HELLO_FIELDS = frozenset(HelloField)
 
 
 def decode_hello(payload: bytes) -> Hello:
-    items = _tlv(MessageType.HELLO, payload, 0, len(payload))
+    # A later release's fields are passed over: HELLO stays open to new ones.
+    items = _tlv(MessageType.HELLO, payload, 0, len(payload), _HELLO_FIELDS)
     texts: dict[int, str] = {}
     for tag, value in items.items():
-        if tag not in _HELLO_FIELDS:
-            continue  # a later release's field: HELLO stays open to new ones
         try:
             texts[tag] = value.decode("utf-8")
         except UnicodeDecodeError:

@@ -20,12 +20,18 @@ C{--out}:
     (L{normalise_reason}: numbers, addresses, ids become placeholders), each
     with a count and one reason as written;
   - C{workers/}: per worker connection, tasks finished and busy time;
-  - C{never_completed/}: tasks submitted and never done or failed;
+  - C{queues/}: per queue and priority, tasks submitted, completed, failed,
+    cancelled and never completed, and queue wait at p50 / p95;
+  - C{never_completed/}: tasks submitted and never done, failed or
+    cancelled;
   - C{report.html}: all of it in one self-contained page, with charts.
 
 Tables are Parquet.  Task ids restart when a daemon without a journal
 restarts, so a task is identified by the daemon's pid (from the file name)
 and its id.  Percentiles are exact (linear interpolation between ranks).
+Files of the release before protocol version 2 have no C{queue} or
+C{priority}: their tasks count as queue C{default}, priority 0 (where a
+version-1 SUBMIT goes, on a daemon with no C{[queues]} settings).
 """
 
 from __future__ import annotations
@@ -352,6 +358,7 @@ CHAR_PX = 7.5
 def render_html(report: Report, title: str = "Quicx task report") -> str:
     """A self-contained page: tables, and SVG charts (no scripts, no fetches)."""
     overall = next((row for row in report.summary if row["type"] == "*"), {})
+    cancelled = sum(row["cancelled"] for row in report.queues)
     latency_columns = ["type"] + [
         f"{prefix}_{p}_ms" for prefix in ("wait", "run") for p in ("p50", "p95", "p99", "max")
     ]
@@ -363,7 +370,7 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
         f"<p>{report.events:,} events; {overall.get('submitted', 0):,} tasks submitted,"
         f" {overall.get('completed', 0):,} completed, {overall.get('failed', 0):,} failed"
         f" ({overall.get('given_up', 0):,} of them given up),"
-        f" {overall.get('requeued', 0):,} requeued,"
+        f" {overall.get('requeued', 0):,} requeued, {cancelled:,} cancelled,"
         f" {report.never_completed:,} never completed.</p>",
         "<h2>Throughput</h2>",
         _throughput_chart(report.throughput),
@@ -387,6 +394,9 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
         _table(report.summary, latency_columns),
         "<h2>Tasks by queue and priority</h2>",
         _table(report.queues),
+        "<p class='note'>Never completed: no done, failed or cancelled event (still queued,"
+        " dropped, or lost). Queue wait: first dispatch &minus; submit. Events of the release"
+        " before protocol version 2 count as queue <code>default</code>, priority 0.</p>",
         "<h2>Top failure reasons</h2>",
         _table(report.failures),
         f"<h2>Workers ({len(report.workers):,})</h2>",

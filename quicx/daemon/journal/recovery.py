@@ -36,26 +36,6 @@ from quicx.daemon.journal.records import (
 _OUTCOME_OF_KIND = {KIND_DONE: "done", KIND_CANCELLED: "cancelled"}
 
 
-def _fields(data: bytes | memoryview, start: int, end: int, count: int) -> list[int] | None:
-    """
-    The offsets of C{count} C{[len u8][bytes]} fields from C{start}, and the
-    offset after the last; C{None} if they run past C{end}.
-    """
-    offsets = [start]
-    for _ in range(count):
-        if start >= end:
-            return None
-        start += 1 + data[start]
-        if start > end:
-            return None
-        offsets.append(start)
-    return offsets
-
-
-def _field(data: bytes, offset: int) -> bytes:
-    return bytes(data[offset + 1 : offset + 1 + data[offset]])
-
-
 def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:
     """What is wrong with the body of a record of C{kind} (C{""}: nothing)."""
     length = end - start
@@ -63,14 +43,27 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
         if length < SUBMIT_HEAD.size or SUBMIT_HEAD.size + data[start + 5] > length:
             return "SUBMIT record shorter than its task type"
     elif kind == KIND_SUBMIT2:
-        if length < SUBMIT2_HEAD.size or _fields(data, start + SUBMIT2_HEAD.size, end, 4) is None:
+        if length < SUBMIT2_HEAD.size:
+            return "SUBMIT record shorter than its header"
+        _, _, _, _, queue, task_type, key, fairness = SUBMIT2_HEAD.unpack_from(data, start)
+        if not queue or SUBMIT2_HEAD.size + queue + task_type + key + fairness > length:
             return "SUBMIT record shorter than its fields"
     elif kind == KIND_PAUSE:
-        if _fields(data, start + 2, end, 1) != [start + 2, end]:
-            return "PAUSE record of the wrong length"
+        if (
+            length < 3
+            or data[start + 1] > 1
+            or not data[start + 2]
+            or 3 + data[start + 2] != length
+        ):
+            return "PAUSE record of the wrong shape"
     elif kind == KIND_KEY:
-        if length < KEY_HEAD.size or _fields(data, start + KEY_HEAD.size, end, 2) is None:
-            return "KEY record shorter than its fields"
+        if length < KEY_HEAD.size:
+            return "KEY record shorter than its header"
+        _, _, _, outcome, queue, key = KEY_HEAD.unpack_from(data, start)
+        if outcome not in OUTCOME_NAMES or not queue or not key:
+            return "KEY record of the wrong shape"
+        if KEY_HEAD.size + queue + key != length:
+            return "KEY record of the wrong length"
     elif length != 5:
         return f"record of kind {kind} has {length} bytes, not 5"
     return ""
@@ -165,7 +158,7 @@ def recover(path: str) -> Recovery:
         kind = data[offset + RECORD_HEADER.size]
         body = offset + RECORD_HEADER.size + 1
         if kind == KIND_PAUSE:
-            paused[_field(data, body + 1).decode("ascii")] = bool(data[body])
+            paused[data[body + 2 : end].decode("ascii")] = bool(data[body])
             records += 1
             offset = end
             continue
@@ -196,6 +189,10 @@ def recover(path: str) -> Recovery:
                 )
         records += 1
         offset = end
+    for task in live.values():
+        # A live task's key is its own, whatever an earlier task with it left.
+        if task.key is not None and task.queue is not None:
+            keys.pop((task.queue, task.key), None)
     resume = reserved if reserved is not None else last_task_id
     return Recovery(
         tuple(live.values()),
@@ -211,30 +208,36 @@ def recover(path: str) -> Recovery:
 
 def _submit2(data: bytes, start: int, end: int) -> RecoveredTask:
     """The task of the (checked) version-2 SUBMIT record whose body is C{data[start:end]}."""
-    _, task_id, priority, enqueued_ms = SUBMIT2_HEAD.unpack_from(data, start)
-    queue, task_type, key, fairness, payload = _fields(data, start + SUBMIT2_HEAD.size, end, 4)  # type: ignore[misc]
+    _, task_id, priority, enqueued_ms, queue_length, type_length, key_length, fairness_length = (
+        SUBMIT2_HEAD.unpack_from(data, start)
+    )
+    queue = start + SUBMIT2_HEAD.size
+    task_type = queue + queue_length
+    key = task_type + type_length
+    fairness = key + key_length
+    payload = fairness + fairness_length
     return RecoveredTask(
         task_id,
-        _field(data, task_type),
+        data[task_type:key],
         data[payload:end],
-        _field(data, queue).decode("ascii"),
+        data[queue:task_type].decode("ascii"),
         priority,
         enqueued_ms / 1000,
-        _field(data, key) or None,
-        _field(data, fairness) or None,
+        data[key:fairness] or None,
+        data[fairness:payload] or None,
     )
 
 
 def _key(data: bytes, start: int, end: int) -> KeyEntry:
     """The entry of the (checked) KEY record whose body is C{data[start:end]}."""
-    _, task_id, submitted_ms, outcome = KEY_HEAD.unpack_from(data, start)
-    queue, key, _ = _fields(data, start + KEY_HEAD.size, end, 2)  # type: ignore[misc]
+    _, task_id, submitted_ms, outcome, queue_length, _ = KEY_HEAD.unpack_from(data, start)
+    queue = start + KEY_HEAD.size
     return KeyEntry(
-        _field(data, queue).decode("ascii"),
-        _field(data, key),
+        data[queue : queue + queue_length].decode("ascii"),
+        data[queue + queue_length : end],
         task_id,
         submitted_ms / 1000,
-        OUTCOME_NAMES.get(outcome, "failed"),
+        OUTCOME_NAMES[outcome],
     )
 
 

@@ -39,7 +39,13 @@ from quicx.net.twisted_types import Service
 
 @define
 class JournalStats:
-    """Figures for C{quicx status}."""
+    """
+    Figures for C{quicx status}.
+
+    @ivar live_bytes: about what a compaction would write now: the live
+        tasks' SUBMIT records, and the keys and pauses the last compaction
+        kept.  Compaction is due when the file is C{compact_factor} times it.
+    """
 
     file_bytes: int = 0
     live_bytes: int = 0
@@ -246,6 +252,9 @@ class Journal(Service):
             snapshot += [
                 encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
             ]
+            # What a compaction keeps is live: the remembered keys too, or a
+            # file of keys alone would be compacted again at every flush.
+            self.stats.live_bytes = sum(map(len, snapshot))
             self.log.info(
                 "compacting journal {path}: {size} bytes, {live} live tasks",
                 path=self.path,
