@@ -19,6 +19,7 @@ with HELLO, and requests made before the answer wait for it.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -370,11 +371,16 @@ async def connect(
 
     @param keep_outcomes: how many outcomes nobody has asked for yet to keep.
     @param protocol: 2 (falling back to 1 with a daemon that speaks only 1), or 1.
-    @return: the connection, once its version is known.
+    @return: the connection, once its version is known (or once it closed:
+        a connection that closes at once, as when a TLS handshake fails,
+        fails every call with L{ConnectionLost}).
     """
     client = QuicxClientProtocol(keep_outcomes, protocol)
     await connectProtocol(endpoint_for(reactor, address), client)
-    return await client.greeted()
+    # Closed at once (a TLS peer refused): then every call fails with ConnectionLost.
+    with contextlib.suppress(ConnectionLost):
+        await client.greeted()
+    return client
 
 
 RESUBMIT_DELAY = 0.1
