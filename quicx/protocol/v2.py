@@ -330,6 +330,9 @@ def task_context(key: bytes | None, fairness: bytes | None) -> bytes:
     return context
 
 
+_TASK_MIDDLES: dict[tuple[bytes, bytes], bytes] = {}
+
+
 def encode_task(
     task_id: int,
     task_type: bytes,
@@ -344,14 +347,16 @@ def encode_task(
     A TASK.  C{queue_header}: C{[len u8][name]} (the daemon keeps it per
     queue); C{context}: from L{task_context}.
     """
-    tail = (
-        queue_header
-        + bytes((len(task_type),))
-        + task_type
-        + U16.pack(len(context))
-        + context
-        + payload
-    )
+    # Queue and type repeat from task to task: their bytes are made once.
+    middle = _TASK_MIDDLES.get((queue_header, task_type))
+    if middle is None:
+        middle = queue_header + bytes((len(task_type),)) + task_type
+        if len(_TASK_MIDDLES) < _CACHE_SIZE:
+            _TASK_MIDDLES[(queue_header, task_type)] = middle
+    if context:
+        tail = middle + U16.pack(len(context)) + context + payload
+    else:
+        tail = middle + b"\x00\x00" + payload
     return (
         _TASK_HEAD.pack(
             VERSION,
