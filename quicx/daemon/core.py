@@ -127,10 +127,6 @@ class Refused(Exception):
         self.code = code
 
 
-_OUTCOME_FRAMES: dict[int, tuple[Callable[[int], bytes], Callable[[int, str], bytes]]] = {
-    1: (wire.encode_done, wire.encode_failed),
-    2: (v2.encode_done, v2.encode_failed),
-}
 _OK = {1: lambda task_id, duplicate: wire.encode_ok(task_id), 2: v2.encode_ok}
 _ERROR = {1: wire.encode_error, 2: v2.encode_error}
 
@@ -439,7 +435,9 @@ class QueueService(Service):
         self._duplicates += 1
         if isinstance(found, KeyEntry):
             session.reply(_OK[session.version](found.task_id, True))
-            self._tell_outcome(session, found.task_id, found.outcome, "")
+            # The reason a failure gave is not kept with its key.
+            reason = "failed (an earlier submission of this key)"
+            self._tell_outcome(session, found.task_id, found.outcome, reason)
             return
         task = found
         producer = task.producer
@@ -696,16 +694,25 @@ class QueueService(Service):
             self._tell_outcome(producer, task.task_id, "cancelled", "")
 
     def _tell_outcome(self, session: Session, task_id: int, outcome: str, reason: str) -> None:
+        """
+        Send C{session} a task's outcome in its version (a version-1 peer
+        hears a cancel as FAILED C{cancelled}); C{reason}: a failure's, verbatim.
+        """
         if not session.connected:
             return
-        done, failed = _OUTCOME_FRAMES[session.version]
-        if outcome == "done":
-            frame = done(task_id)
+        if session.version == 1:
+            if outcome == "done":
+                frame = wire.encode_done(task_id)
+            else:
+                frame = wire.encode_failed(
+                    task_id, "cancelled" if outcome == "cancelled" else reason
+                )
+        elif outcome == "done":
+            frame = v2.encode_done(task_id)
         elif outcome == "cancelled":
-            cancelled = v2.encode_cancelled if session.version == 2 else None
-            frame = cancelled(task_id) if cancelled else failed(task_id, "cancelled")
+            frame = v2.encode_cancelled(task_id)
         else:
-            frame = failed(task_id, reason or "failed (an earlier submission of this key)")
+            frame = v2.encode_failed(task_id, reason)
         session.peer.sendFrame(frame)
 
     def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
@@ -790,9 +797,8 @@ class QueueService(Service):
                 worker=session.peer.peer_name,
                 reason=reason,
             )
-            producer = task.producer
-            if producer is not None and producer.connected:
-                producer.peer.sendFrame(_OUTCOME_FRAMES[producer.version][1](task_id, reason))
+            if task.producer is not None:
+                self._tell_outcome(task.producer, task_id, "failed", reason)
         self._become_idle(session)
 
     def _finish(self, session: Session, task_id: int, outcome: str) -> tuple[Task, int] | None:
@@ -1153,8 +1159,7 @@ class QueueService(Service):
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
-            if producer.connected:
-                producer.peer.sendFrame(_OUTCOME_FRAMES[producer.version][1](task.task_id, reason))
+            self._tell_outcome(producer, task.task_id, "failed", reason)
 
     # -- everyone -----------------------------------------------------------------
 
