@@ -43,6 +43,7 @@ SUBMIT_OVERHEAD = 1 + wire.MAX_TYPE_LENGTH + 2 + MAX_OPTIONS
 """The most bytes a v2 SUBMIT spends before its payload."""
 
 U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
 _TASK_HEAD = struct.Struct(">BBIIHBQ")  # header, then task id, attempt, priority, enqueued ms
 _HEADER_AND_ID = struct.Struct(">BBII")
 
@@ -72,6 +73,18 @@ class MessageType(IntEnum):
     PEEK = 0x14
     INSPECT = 0x15
     INFO = 0x16
+    # Part 2 (quicx.protocol.lifecycle): fenced outcomes, leases, retries,
+    # dead letters and schedules.
+    ACK = 0x17
+    NACK = 0x18
+    TOUCH = 0x19
+    RETRYING = 0x1A
+    DEAD = 0x1B
+    REPLAY = 0x1C
+    DEAD_PURGE = 0x1D
+    SCHEDULES = 0x1E
+    SCHEDULE = 0x1F
+    UNSCHEDULE = 0x20
 
 
 KNOWN_TYPES = frozenset(MessageType)
@@ -87,6 +100,7 @@ class ErrorCode(IntEnum):
     NOT_FOUND = 0x05
     FORBIDDEN = 0x06
     CONFLICT = 0x07
+    STALE = 0x08
 
 
 class Option(IntEnum):
@@ -96,6 +110,43 @@ class Option(IntEnum):
     PRIORITY = 0x02
     KEY = 0x03
     FAIRNESS = 0x04
+    DELAY = 0x05
+    RUN_AT = 0x06
+    RETRIES = 0x07
+    BACKOFF = 0x08
+
+
+class Context(IntEnum):
+    """The TLV tags a TASK's context adds to the SUBMIT option tags it repeats."""
+
+    TOKEN = 0x20
+    LEASE = 0x21
+    RETRIES = 0x22
+
+
+class BackoffKind(IntEnum):
+    FIXED = 0
+    EXPONENTIAL = 1
+
+
+MAX_RETRIES = 0xFFFF
+"""The most retries a task may ask for."""
+
+
+class Backoff(NamedTuple):
+    """
+    How long a failed task waits before its next attempt: C{base_ms}
+    (fixed), or C{base_ms * 2 ** (failures - 1)} up to C{cap_ms}
+    (exponential), less a random part of up to C{jitter} percent.
+    """
+
+    kind: BackoffKind = BackoffKind.EXPONENTIAL
+    base_ms: int = 1000
+    cap_ms: int = 300_000
+    jitter: int = 0
+
+
+_BACKOFF = struct.Struct(">BIIB")
 
 
 class HelloField(IntEnum):
@@ -121,6 +172,10 @@ class Submit(NamedTuple):
     @ivar priority: 0 to 255, higher first; C{None} for the queue's default.
     @ivar key: the idempotency key, if any.
     @ivar fairness: the fairness key, if any.
+    @ivar delay_ms: run it this many milliseconds from now; C{run_at_ms}:
+        at this time (milliseconds since the Unix epoch); at most one of the two.
+    @ivar retries: how many times a failure is retried (C{None}: the queue's).
+    @ivar backoff: the wait before each retry (C{None}: the queue's).
     """
 
     task_type: bytes
@@ -129,6 +184,10 @@ class Submit(NamedTuple):
     priority: int | None = None
     key: bytes | None = None
     fairness: bytes | None = None
+    delay_ms: int | None = None
+    run_at_ms: int | None = None
+    retries: int | None = None
+    backoff: Backoff | None = None
 
 
 class Ok(NamedTuple):
@@ -150,6 +209,13 @@ class Task(NamedTuple):
     """
     A task as a v2 worker gets it: the task and its context.  (A named
     tuple: a worker decodes one per task, and a tuple is built in C.)
+
+    @ivar token: the delivery's fencing token, quoted by ACK, NACK and TOUCH
+        (0 from a daemon of part 1, which sends none).
+    @ivar lease_ms: how long the worker may hold it before it is taken back
+        (0: no limit), unless a TOUCH extends it.
+    @ivar failures: the failed attempts before this one; C{retries}: how
+        many the task may have retried.
     """
 
     task_id: int
@@ -161,6 +227,10 @@ class Task(NamedTuple):
     enqueued_ms: int
     key: bytes | None = None
     fairness: bytes | None = None
+    token: int = 0
+    lease_ms: int = 0
+    failures: int = 0
+    retries: int = 0
 
 
 @frozen
@@ -273,6 +343,10 @@ def submit_options(
     priority: int | None = None,
     key: bytes | None = None,
     fairness: bytes | None = None,
+    delay_ms: int | None = None,
+    run_at_ms: int | None = None,
+    retries: int | None = None,
+    backoff: Backoff | None = None,
 ) -> bytes:
     """The options field of a SUBMIT (without its length)."""
     options = b""
@@ -286,7 +360,56 @@ def submit_options(
         options += _option(Option.KEY, key)
     if fairness is not None:
         options += _option(Option.FAIRNESS, fairness)
+    if delay_ms is not None and run_at_ms is not None:
+        raise ValueError("a task has a delay or a time to run at, not both")
+    if delay_ms is not None:
+        if not 0 <= delay_ms <= 0xFFFFFFFF:
+            raise ValueError(f"a delay is 0 to {0xFFFFFFFF} ms, not {delay_ms}")
+        options += bytes((Option.DELAY, 4)) + wire.TASK_ID.pack(delay_ms)
+    if run_at_ms is not None:
+        if not 0 <= run_at_ms < 1 << 64:
+            raise ValueError(f"a time to run at is a u64 of milliseconds, not {run_at_ms}")
+        options += bytes((Option.RUN_AT, 8)) + _U64.pack(run_at_ms)
+    if retries is not None:
+        if not 0 <= retries <= MAX_RETRIES:
+            raise ValueError(f"retries are 0 to {MAX_RETRIES}, not {retries}")
+        options += bytes((Option.RETRIES, 2)) + U16.pack(retries)
+    if backoff is not None:
+        options += bytes((Option.BACKOFF, _BACKOFF.size)) + encode_backoff(backoff)
     return options
+
+
+def encode_backoff(backoff: Backoff) -> bytes:
+    """
+    C{[kind u8][base_ms u32][cap_ms u32][jitter u8]}.
+
+    @raise ValueError: a field is out of range.
+    """
+    kind, base_ms, cap_ms, jitter = backoff
+    if kind not in tuple(BackoffKind):
+        raise ValueError(f"a backoff is fixed (0) or exponential (1), not {kind}")
+    if not 0 <= base_ms <= cap_ms <= 0xFFFFFFFF:
+        raise ValueError(f"a backoff needs 0 <= base <= cap < 2**32 ms, not {base_ms}, {cap_ms}")
+    if not 0 <= jitter <= 100:
+        raise ValueError(f"a backoff's jitter is 0 to 100 percent, not {jitter}")
+    return _BACKOFF.pack(kind, base_ms, cap_ms, jitter)
+
+
+def decode_backoff(message_type: int, value: bytes) -> Backoff:
+    """@raise MalformedMessage: C{value} is not a backoff."""
+    if len(value) != _BACKOFF.size:
+        raise _bad(message_type, f"backoff must be {_BACKOFF.size} bytes, not {len(value)}")
+    kind, base_ms, cap_ms, jitter = _BACKOFF.unpack(value)
+    if kind not in _BACKOFF_KINDS:
+        raise _bad(message_type, f"backoff kind must be 0 (fixed) or 1 (exponential), not {kind}")
+    if base_ms > cap_ms:
+        raise _bad(message_type, f"backoff base {base_ms} ms exceeds its cap {cap_ms} ms")
+    if jitter > 100:
+        raise _bad(message_type, f"backoff jitter must be 0 to 100 percent, not {jitter}")
+    return Backoff(BackoffKind(kind), base_ms, cap_ms, jitter)
+
+
+_BACKOFF_KINDS = frozenset(BackoffKind)
 
 
 def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> bytes:
@@ -320,13 +443,31 @@ def encode_ready(credits: int = 1, queues: Sequence[str] = ()) -> bytes:
     return frame(MessageType.READY, body)
 
 
-def task_context(key: bytes | None, fairness: bytes | None) -> bytes:
-    """The TLV context a TASK carries after its type."""
+_DELIVERY = struct.Struct(">BBQBBI")  # token and lease items
+
+
+def task_context(
+    key: bytes | None,
+    fairness: bytes | None,
+    token: int = 0,
+    lease_ms: int = 0,
+    failures: int = 0,
+    retries: int = 0,
+) -> bytes:
+    """
+    The TLV context a TASK carries after its type: the keys, then the
+    delivery's token and lease (when it has a token), then its retries
+    (when it may retry).
+    """
     context = b""
     if key is not None:
         context += bytes((Option.KEY, len(key))) + key
     if fairness is not None:
         context += bytes((Option.FAIRNESS, len(fairness))) + fairness
+    if token:
+        context += _DELIVERY.pack(Context.TOKEN, 8, token, Context.LEASE, 4, lease_ms)
+    if retries:
+        context += bytes((Context.RETRIES, 4)) + U16.pack(failures) + U16.pack(retries)
     return context
 
 
@@ -528,7 +669,8 @@ def decode_submit(payload: bytes) -> Submit:
     if known is not None:
         return Submit(task_type, payload[end:], known[0], known[1])
     items = _tlv(MessageType.SUBMIT, payload, start, end)
-    queue = priority = key = fairness = None
+    queue = priority = key = fairness = delay_ms = run_at_ms = retries = None
+    backoff = None
     for tag, value in items.items():
         if tag == Option.QUEUE:
             queue = _queue_name(MessageType.SUBMIT, value)
@@ -544,11 +686,40 @@ def decode_submit(payload: bytes) -> Submit:
             if not value:
                 raise _bad(MessageType.SUBMIT, "has an empty fairness key")
             fairness = value
+        elif tag == Option.DELAY:
+            if len(value) != 4:
+                raise _bad(MessageType.SUBMIT, f"delay must be 4 bytes (ms), not {len(value)}")
+            delay_ms = wire.TASK_ID.unpack(value)[0]
+        elif tag == Option.RUN_AT:
+            if len(value) != 8:
+                raise _bad(MessageType.SUBMIT, f"run-at must be 8 bytes (ms), not {len(value)}")
+            run_at_ms = _U64.unpack(value)[0]
+        elif tag == Option.RETRIES:
+            if len(value) != 2:
+                raise _bad(MessageType.SUBMIT, f"retries must be 2 bytes, not {len(value)}")
+            retries = U16.unpack(value)[0]
+        elif tag == Option.BACKOFF:
+            backoff = decode_backoff(MessageType.SUBMIT, value)
         else:
             raise _bad(MessageType.SUBMIT, f"has unknown option 0x{tag:02x}")
-    if key is None and fairness is None and len(_OPTIONS) < _CACHE_SIZE:
+    if delay_ms is not None and run_at_ms is not None:
+        raise _bad(MessageType.SUBMIT, "has both a delay and a time to run at")
+    # Options of a queue and a priority only repeat from task to task.
+    only_queue_and_priority = len(items) == (queue is not None) + (priority is not None)
+    if only_queue_and_priority and len(_OPTIONS) < _CACHE_SIZE:
         _OPTIONS[raw] = (queue, priority)
-    return Submit(task_type, payload[end:], queue, priority, key, fairness)
+    return Submit(
+        task_type,
+        payload[end:],
+        queue,
+        priority,
+        key,
+        fairness,
+        delay_ms,
+        run_at_ms,
+        retries,
+        backoff,
+    )
 
 
 def decode_ok(payload: bytes) -> Ok:
@@ -583,7 +754,8 @@ def decode_ready(payload: bytes) -> Ready:
 
 
 _TASK_FIXED = struct.Struct(">IHBQ")
-_CONTEXT_TAGS = frozenset({Option.KEY, Option.FAIRNESS})
+_CONTEXT_TAGS = frozenset({Option.KEY, Option.FAIRNESS, *Context})
+_CONTEXT_SIZES = {Context.TOKEN: 8, Context.LEASE: 4, Context.RETRIES: 4}
 
 
 def decode_task(payload: bytes) -> Task:
@@ -602,9 +774,20 @@ def decode_task(payload: bytes) -> Task:
     if end > size:
         raise _bad(MessageType.TASK, "context runs past the payload")
     key = fairness = None
+    token = lease_ms = failures = retries = 0
     if end > start:
         context = _tlv(MessageType.TASK, payload, start, end, _CONTEXT_TAGS)
         key, fairness = context.get(Option.KEY), context.get(Option.FAIRNESS)
+        for tag, size in _CONTEXT_SIZES.items():
+            value = context.get(tag)
+            if value is not None and len(value) != size:
+                raise _bad(MessageType.TASK, f"context item 0x{tag:02x} is not {size} bytes")
+        if Context.TOKEN in context:
+            token = _U64.unpack(context[Context.TOKEN])[0]
+        if Context.LEASE in context:
+            lease_ms = wire.TASK_ID.unpack(context[Context.LEASE])[0]
+        if Context.RETRIES in context:
+            failures, retries = _TWO_U16.unpack(context[Context.RETRIES])
     return Task(
         task_id,
         payload[offset + 1 : type_end],
@@ -615,7 +798,14 @@ def decode_task(payload: bytes) -> Task:
         enqueued_ms,
         key,
         fairness,
+        token,
+        lease_ms,
+        failures,
+        retries,
     )
+
+
+_TWO_U16 = struct.Struct(">HH")
 
 
 _HELLO_FIELDS = frozenset(HelloField)
