@@ -199,6 +199,8 @@ def encode_dead(limit: int = 100, queue: str | None = None) -> bytes:
 def encode_replay(task_id: int = 0, queue: str | None = None) -> bytes:
     if not 0 <= task_id <= wire.MAX_TASK_ID:
         raise ValueError(f"a task id is 0 (all) to {wire.MAX_TASK_ID}, not {task_id}")
+    if task_id and queue is not None:
+        raise ValueError("REPLAY names a task or a queue, not both")
     return frame(MessageType.REPLAY, wire.TASK_ID.pack(task_id) + _optional_name(queue))
 
 
@@ -354,14 +356,17 @@ def decode_schedule(payload: bytes) -> Schedule:
     unknown = set(items) - _SCHEDULE_FIELDS
     if unknown:
         raise _bad(kind, f"has unknown field 0x{min(unknown):02x}")
-    cron = _text(kind, items.get(ScheduleField.CRON, b""), "cron expression")
-    interval = 0
-    if ScheduleField.INTERVAL in items:
+    if (ScheduleField.CRON in items) == (ScheduleField.INTERVAL in items):
+        raise _bad(kind, "needs a cron expression or an interval, not both or neither")
+    cron, interval = "", 0
+    if ScheduleField.CRON in items:
+        cron = _text(kind, items[ScheduleField.CRON], "cron expression")
+        if not cron:
+            raise _bad(kind, "has an empty cron expression")
+    else:
         raw = items[ScheduleField.INTERVAL]
         if len(raw) != 4 or not (interval := wire.TASK_ID.unpack(raw)[0]):
             raise _bad(kind, "interval must be 4 bytes of 1 or more seconds")
-    if bool(cron) == bool(interval):
-        raise _bad(kind, "needs a cron expression or an interval, not both or neither")
     task_type = items.get(ScheduleField.TYPE, b"")
     if not task_type:
         raise _bad(kind, "has no task type")
