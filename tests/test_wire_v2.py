@@ -29,6 +29,9 @@ keys = st.binary(min_size=1, max_size=255)
 types = st.binary(min_size=1, max_size=255)
 payloads = st.binary(max_size=2000)
 task_ids = st.integers(0, wire.MAX_TASK_ID)
+u16s = st.integers(0, 0xFFFF)
+u32s = st.integers(0, 0xFFFFFFFF)
+u64s = st.integers(0, 2**64 - 1)
 
 
 def through_parser(encoded: bytes) -> object:
@@ -36,6 +39,53 @@ def through_parser(encoded: bytes) -> object:
     (frame,) = parser.feed(encoded)
     assert isinstance(frame, Frame) and parser.version == 2
     return v2.decode(frame.message_type, frame.payload)
+
+
+def encode_submit(submit: v2.Submit) -> bytes:
+    """C{submit}'s frame, its options in the encoder's order."""
+    options = v2.submit_options(
+        submit.queue,
+        submit.priority,
+        submit.key,
+        submit.fairness,
+        submit.delay_ms,
+        submit.run_at_ms,
+        submit.retries,
+        submit.backoff,
+    )
+    return v2.encode_submit(submit.task_type, submit.payload, options)
+
+
+def encode_task(task: v2.Task) -> bytes:
+    """The frame of C{task}, as the daemon sends it."""
+    context = v2.task_context(
+        task.key, task.fairness, task.token, task.lease_ms, task.failures, task.retries
+    )
+    queue = bytes((len(task.queue),)) + task.queue.encode()
+    return v2.encode_task(
+        task.task_id,
+        task.task_type,
+        task.payload,
+        queue,
+        task.priority,
+        task.attempt,
+        task.enqueued_ms,
+        context,
+    )
+
+
+def _submit(
+    task_type: bytes,
+    payload: bytes,
+    queue: str | None,
+    priority: int | None,
+    key: bytes | None,
+    fairness: bytes | None,
+    when: tuple[int | None, int | None],
+    retries: int | None,
+    backoff: v2.Backoff | None,
+) -> v2.Submit:
+    return v2.Submit(task_type, payload, queue, priority, key, fairness, *when, retries, backoff)
 
 
 def _task(
@@ -48,30 +98,22 @@ def _task(
     enqueued_ms: int,
     key: bytes | None,
     fairness: bytes | None,
-) -> tuple[bytes, object]:
-    header = bytes((len(queue),)) + queue.encode()
-    context = v2.task_context(key, fairness)
-    encoded = v2.encode_task(
-        task_id, task_type, payload, header, priority, attempt, enqueued_ms, context
-    )
-    return encoded, v2.Task(
-        task_id, task_type, payload, queue, priority, attempt, enqueued_ms, key, fairness
-    )
+    delivery: tuple[int, int],
+    retries: tuple[int, int],
+) -> v2.Task:
+    fields = (task_id, task_type, payload, queue, priority, attempt, enqueued_ms, key, fairness)
+    return v2.Task(*fields, *delivery, *retries)
 
 
-def _submit(
-    task_type: bytes,
-    payload: bytes,
-    queue: str | None,
-    priority: int | None,
-    key: bytes | None,
-    fairness: bytes | None,
-) -> tuple[bytes, object]:
-    options = v2.submit_options(queue, priority, key, fairness)
-    encoded = v2.encode_submit(task_type, payload, options)
-    return encoded, v2.Submit(task_type, payload, queue, priority, key, fairness)
-
-
+backoffs = st.builds(
+    lambda kind, bounds, jitter: v2.Backoff(kind, min(bounds), max(bounds), jitter),
+    st.sampled_from(v2.BackoffKind),
+    st.tuples(u32s, u32s),
+    st.integers(0, 100),
+)
+"""Any backoff the page allows: its base at most its cap, a jitter of 0 to 100."""
+whens = st.tuples(st.none(), st.none()) | st.tuples(u32s, st.none()) | st.tuples(st.none(), u64s)
+"""A SUBMIT's delay and time to run at: at most one of the two."""
 submits = st.builds(
     _submit,
     types,
@@ -80,8 +122,15 @@ submits = st.builds(
     st.none() | st.integers(0, 255),
     st.none() | keys,
     st.none() | keys,
-)
+    whens,
+    st.none() | u16s,
+    st.none() | backoffs,
+).map(lambda submit: (encode_submit(submit), submit))
 """A SUBMIT's frame, and its decoding."""
+deliveries = st.just((0, 0)) | st.tuples(st.integers(1, 2**64 - 1), u32s)
+"""A TASK's token and lease: none (a daemon of part 1), or both."""
+retry_counts = st.just((0, 0)) | st.tuples(u16s, st.integers(1, 0xFFFF))
+"""A TASK's failures and retries: carried only when it may retry."""
 tasks = st.builds(
     _task,
     task_ids,
@@ -90,17 +139,21 @@ tasks = st.builds(
     queue_names,
     st.integers(0, 255),
     st.integers(1, 0xFFFF),
-    st.integers(0, 2**64 - 1),
+    u64s,
     st.none() | keys,
     st.none() | keys,
-)
+    deliveries,
+    retry_counts,
+).map(lambda task: (encode_task(task), task))
 """A TASK's frame, and its decoding."""
 
 
 @given(submits)
-def test_submit_round_trips(message: tuple[bytes, object]) -> None:
+def test_submit_round_trips(message: tuple[bytes, v2.Submit]) -> None:
     encoded, expected = message
-    assert through_parser(encoded) == expected
+    decoded = through_parser(encoded)
+    assert decoded == expected and isinstance(decoded, v2.Submit)
+    assert encode_submit(decoded) == encoded  # re-encoding what was decoded changes nothing
 
 
 @given(task_ids, st.booleans())
@@ -114,9 +167,11 @@ def test_ready_round_trips(credits: int, queues: list[str]) -> None:
 
 
 @given(tasks)
-def test_task_round_trips(message: tuple[bytes, object]) -> None:
+def test_task_round_trips(message: tuple[bytes, v2.Task]) -> None:
     encoded, expected = message
-    assert through_parser(encoded) == expected
+    decoded = through_parser(encoded)
+    assert decoded == expected and isinstance(decoded, v2.Task)
+    assert encode_task(decoded) == encoded  # re-encoding what was decoded changes nothing
 
 
 @given(
@@ -254,6 +309,8 @@ def test_any_stream_of_messages_decodes_whatever_the_reads(
 
 PROTOCOL = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
 VERSION_2 = PROTOCOL[PROTOCOL.index("\n# Version 2") :]
+LIFECYCLE = PROTOCOL[PROTOCOL.index("\n# Version 2: retries, dead letters") :]
+"""The page's section on part 2 of version 2 (L{quicx.protocol.lifecycle})."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -296,25 +353,34 @@ def table(text: str, after: str) -> list[list[str]]:
     return rows
 
 
-def test_the_pages_message_table_is_the_codecs() -> None:
-    rows = table(VERSION_2, "## Messages")
+def test_the_pages_message_tables_are_the_codecs() -> None:
+    rows = table(VERSION_2, "## Messages") + table(LIFECYCLE, "## Messages")
     assert [(int(code, 16), name) for code, name, *_ in rows] == [
         (t.value, t.name) for t in MessageType
     ]
 
 
 def test_the_pages_option_tags_are_the_codecs() -> None:
-    rows = table(VERSION_2, "### SUBMIT options")
+    rows = table(VERSION_2, "### SUBMIT options") + table(LIFECYCLE, "## More SUBMIT options")
     names = {"queue": "QUEUE", "priority": "PRIORITY", "idempotency key": "KEY"}
-    names["fairness key"] = "FAIRNESS"
+    names |= {"fairness key": "FAIRNESS", "delay": "DELAY", "run at": "RUN_AT"}
+    names |= {"retries": "RETRIES", "backoff": "BACKOFF"}
     assert [(int(tag, 16), names[option]) for tag, option, *_ in rows] == [
         (o.value, o.name) for o in v2.Option
+    ]
+
+
+def test_the_pages_context_tags_are_the_codecs() -> None:
+    rows = table(LIFECYCLE, "## TASK context items")
+    assert [(int(tag, 16), item.upper()) for tag, item, *_ in rows] == [
+        (c.value, c.name) for c in v2.Context
     ]
 
 
 def test_the_pages_error_codes_are_the_codecs() -> None:
     codes = [int(row[0], 16) for row in table(PROTOCOL, "## Error codes\n")]
     codes += [int(row[0], 16) for row in table(VERSION_2, "## Error codes added in version 2")]
+    codes += [int(row[0], 16) for row in table(LIFECYCLE, "### Error code added")]
     assert codes == [c.value for c in v2.ErrorCode]
 
 
