@@ -17,9 +17,16 @@ from typing import Any
 SUBMIT, OK, ERROR, READY, TASK, DONE, FAILED, WAIT = range(1, 9)
 HEARTBEAT, PONG, STATS, STATS_RESPONSE = 9, 10, 11, 12
 HELLO, CANCEL, CANCELLED, PAUSE, RESUME, PURGE, QUEUES, PEEK, INSPECT, INFO = range(13, 23)
+# Version 2's part 2: retries, dead letters, leases and schedules.
+ACK, NACK, TOUCH, RETRYING, DEAD, REPLAY, DEAD_PURGE = range(0x17, 0x1E)
+SCHEDULES, SCHEDULE, UNSCHEDULE = 0x1E, 0x1F, 0x20
 
 # SUBMIT option tags, also the tags of a version-2 TASK's context.
 QUEUE, PRIORITY, KEY, FAIRNESS = 1, 2, 3, 4
+# SUBMIT option tags of part 2.
+DELAY, RUN_AT, RETRIES, BACKOFF = 5, 6, 7, 8
+# TASK context tags of part 2: the delivery's token and lease, its retries.
+TOKEN, LEASE, RETRY_COUNTS = 0x20, 0x21, 0x22
 
 
 def frame(message_type: int, payload: bytes = b"", version: int = 2) -> bytes:
@@ -62,6 +69,27 @@ def task_id_frame(message_type: int, task_id: int, version: int = 2) -> bytes:
 
 def peek(count: int, queue: bytes) -> bytes:
     return frame(PEEK, struct.pack(">H", count) + name(queue))
+
+
+def ack(task_id: int, token: int) -> bytes:
+    """ACK C{[task_id u32][token u64]}."""
+    return frame(ACK, struct.pack(">IQ", task_id, token))
+
+
+def nack(task_id: int, token: int, reason: bytes = b"", flags: int = 0) -> bytes:
+    """NACK C{[task_id u32][token u64][flags u8][reason UTF-8]}."""
+    return frame(NACK, struct.pack(">IQB", task_id, token, flags) + reason)
+
+
+def touch(task_id: int, token: int, seconds: int) -> bytes:
+    """TOUCH C{[task_id u32][token u64][seconds u32]}."""
+    return frame(TOUCH, struct.pack(">IQI", task_id, token, seconds))
+
+
+def token_of(task: dict[str, Any]) -> int:
+    """The fencing token of a parsed TASK (context item 0x20, a u64)."""
+    (token,) = struct.unpack(">Q", task["context"][TOKEN])
+    return int(token)
 
 
 def parse_task(body: bytes) -> dict[str, Any]:
