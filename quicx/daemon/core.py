@@ -1093,13 +1093,8 @@ class QueueService(Service):
 
     def _expire_dead(self) -> None:
         self._dead_timer = None
-        for task in self.dead_letters.expire(self.clock()):
-            # expire() took it out of the set already.
-            task.dead = None
-            task.home.dead -= 1
-            self._dead_dropped += 1
-            self._end(task, "failed")
-            self._forget_if_idle(task.home)
+        for task in self.dead_letters.expired(self.clock()):
+            self._drop_dead(task, "older than max_age")
         self._arm_dead_expiry()
 
     def dead_tasks(self, queue: str | None, limit: int) -> dict[str, Any]:
