@@ -68,9 +68,8 @@ def test_queues_priorities_pauses_and_keys_survive_kill_9(tmp_path: Path, start_
 
 def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_daemon) -> None:
     journal = str(tmp_path / "j")
-    daemon = start_daemon(
-        f"--journal={journal}", "--fsync=always", "--default-retries=2", "--default-backoff=fixed:1m"
-    )
+    retries = ("--default-retries=2", "--default-backoff=fixed:1m")
+    daemon = start_daemon(f"--journal={journal}", "--fsync=always", *retries)
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
         ok = producer.request(v2.encode_submit(b"t", b"warm-up", v2.submit_options("q")))
         worker.send(v2.encode_ready(1, ["q"]))
