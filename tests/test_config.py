@@ -15,6 +15,7 @@ from quicx.daemon import settings as config
 from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.policy import QueueLimits, QueuePolicy
 from quicx.daemon.settings import ConfigError
+from quicx.protocol.v2 import Backoff, BackoffKind
 
 REFERENCE = """\
 [server]
@@ -157,6 +158,9 @@ EVERY_SETTING_CHANGED = config.Config(
     allowed_types=frozenset({b"send_email", b"resize"}),
     task_timeout=3,
     max_attempts=4,
+    max_delay=3600,
+    max_delayed=1000,
+    max_lease=600,
     max_connections=10,
     first_frame_timeout=2,
     max_type_length=20,
@@ -179,6 +183,11 @@ EVERY_SETTING_CHANGED = config.Config(
     dedup_window=60,
     max_dedup_keys=500,
     max_fairness_keys=99,
+    default_retries=3,
+    default_backoff=Backoff(BackoffKind.FIXED, 2000, 2000, 10),
+    count_lost=True,
+    dead_max_count=50,
+    dead_max_age=3600,
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,
@@ -187,7 +196,15 @@ EVERY_SETTING_CHANGED = config.Config(
     compact_factor=2.5,
     compact_min_size=4096,
     log_summary_interval=0,
-    queue_sections={"mail": {"priority": 5, "rate": 2.5, "key_concurrency": 2}},
+    queue_sections={
+        "mail": {
+            "priority": 5,
+            "rate": 2.5,
+            "key_concurrency": 2,
+            "retries": 5,
+            "backoff": Backoff(BackoffKind.EXPONENTIAL, 500, 60_000, 20),
+        }
+    },
 )
 
 
@@ -436,5 +453,13 @@ def test_the_limits_reach_the_queue_core_as_configured() -> None:
     defaults = QueuePolicy(max_depth=10, priority=4)
     declared = {"mail": attrs.evolve(defaults, priority=8)}
     assert loaded.queue_limits == QueueLimits(
-        frozenset({2}), "legacy", 9, 64, 60.0, 5, 6, declared, defaults
+        frozenset({2}),
+        "legacy",
+        9,
+        64,
+        60.0,
+        5,
+        6,
+        declared=declared,
+        defaults=defaults,
     )

@@ -50,8 +50,18 @@ def test_a_task_carries_its_context_to_a_v2_worker() -> None:
     queue.submit(producer.session, b"t", b"x", "mail", 7, b"k1", b"tenant")
     worker = v2_worker_of(queue, queues=("mail",))
     (task,) = tasks_of(worker)
+    # The token: the dispatch time in milliseconds, shifted past a counter.
     assert task == v2.Task(
-        task.task_id, b"t", b"x", "mail", 7, 1, 1_800_000_000_250, b"k1", b"tenant"
+        task.task_id,
+        b"t",
+        b"x",
+        "mail",
+        7,
+        1,
+        1_800_000_000_250,
+        b"k1",
+        b"tenant",
+        token=1_800_000_000_250 << 20,
     )
 
 

@@ -20,7 +20,7 @@ from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.journal.records import JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from tests.peer import Peer
 
 V1_JOURNAL = Path(__file__).parent / "data" / "journal-v1.qj"
@@ -58,7 +58,7 @@ def test_version_2_records_come_back(tmp_path: Path) -> None:
         KeyEntry("sms", b"k4", 4, 1795000002.0, "cancelled"),
         KeyEntry("video", b"k9", 9, 1795000003.25, "done"),
     }
-    assert recovery.format == 2
+    assert recovery.format == 3
 
 
 @pytest.mark.parametrize(
@@ -150,8 +150,8 @@ def test_a_live_tasks_key_is_its_own(tmp_path: Path) -> None:
 
 def test_a_journal_of_a_newer_format_is_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "j"
-    path.write_bytes(b"QUICXJ3\n")
-    with pytest.raises(JournalCorrupt, match=r"newer Quicx \(journal format 3\)"):
+    path.write_bytes(b"QUICXJ4\n")
+    with pytest.raises(JournalCorrupt, match=r"newer Quicx \(journal format 4\)"):
         recover(str(path))
 
 
@@ -177,7 +177,7 @@ def test_opening_the_previous_format_upgrades_the_file_in_place(tmp_path: Path) 
     writer.open(recover(str(path)))
     assert path.read_bytes().startswith(journal.MAGIC)
     again = recover(str(path))
-    assert again.format == 2
+    assert again.format == 3
     assert [t.task_id for t in again.tasks] == [1, 4]
     assert not list(tmp_path.glob("j.*")), "the temporary file was left behind"
 
@@ -186,7 +186,7 @@ def test_a_daemon_starts_on_the_previous_releases_journal(tmp_path: Path, start_
     path = tmp_path / "j"
     shutil.copy(V1_JOURNAL, path)
     daemon = start_daemon(f"--journal={path}")
-    assert "upgraded to format 2" in daemon.log()
+    assert "upgraded to format 3" in daemon.log()
     with Peer(daemon.address) as worker:
         worker.send(v2.encode_ready(2))
         tasks = [worker.receive(), worker.receive()]
@@ -215,7 +215,7 @@ def test_compaction_keeps_queues_pauses_and_keys(tmp_path: Path, start_daemon) -
                 v2.encode_submit(b"t", b"x" * 40, v2.submit_options("churn", key=b"k%d" % n))
             )
             task = worker.receive()
-            worker.send(v2.encode_done(task.task_id))
+            worker.send(lifecycle.encode_ack(task.task_id, task.token))
             assert producer.receive().task_id == ok.task_id
     assert fetch_status(str(daemon.control_path))["journal"]["compactions"] >= 1
     daemon.kill()
@@ -225,4 +225,4 @@ def test_compaction_keeps_queues_pauses_and_keys(tmp_path: Path, start_daemon) -
         (kept.task_id, "held", 7, b"live-key")
     ]
     assert {k.key for k in recovery.keys} >= {b"k0", b"k399"}
-    assert path.read_bytes()[:8] == b"QUICXJ2\n"
+    assert path.read_bytes()[:8] == b"QUICXJ3\n"

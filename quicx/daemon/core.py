@@ -12,9 +12,10 @@ holds a reference to pass back in.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
@@ -23,9 +24,12 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from quicx.daemon import pmad
+from quicx.daemon.deadletters import DeadLetters
 from quicx.daemon.dedup import KeyTable
+from quicx.daemon.delays import Delays
 from quicx.daemon.events import EventLog
 from quicx.daemon.journal.interface import (
+    DeadInfo,
     IJournal,
     IJournalOwner,
     KeyEntry,
@@ -36,11 +40,12 @@ from quicx.daemon.journal.records import Recovery
 from quicx.daemon.logsummary import LogSummary
 from quicx.daemon.policy import QueueLimits
 from quicx.daemon.queues import NamedQueue
+from quicx.daemon.retries import retry_wait
 from quicx.net.twisted_types import Service
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol import session as protocol
-from quicx.protocol import v2, wire
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol.v2 import Backoff, ErrorCode
 
 
 @define(eq=False)
@@ -65,6 +70,14 @@ class Task:
     @ivar accepted: its SUBMIT was answered OK (its record is durable).
     @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
         it waits in its producer's L{Session.replies}.
+    @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
+    @ivar retries: how many times its failures are retried.
+    @ivar failures: the failed attempts it has had.
+    @ivar backoff: its own backoff (C{None}: its queue's).
+    @ivar token: the fencing token of its current (or last) delivery.
+    @ivar lease_until: when its delivery's lease runs out, once a TOUCH
+        extended it (0: the queue's timeout from the dispatch).
+    @ivar dead: why it died, while it is in the dead-letter set.
     """
 
     task_id: int
@@ -84,6 +97,13 @@ class Task:
     finished: bool = False
     accepted: bool = False
     reply: bytes | None = None
+    due: float = 0.0
+    retries: int = 0
+    failures: int = 0
+    backoff: Backoff | None = None
+    token: int = 0
+    lease_until: float = 0.0
+    dead: DeadInfo | None = None
 
     @property
     def queue(self) -> str:
@@ -119,6 +139,32 @@ class Session(protocol.Session[Task]):
     waiting: bool = False
 
 
+class ScheduledTask(Protocol):
+    """What a schedule submits."""
+
+    @property
+    def task_type(self) -> bytes: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+    @property
+    def queue(self) -> str | None: ...
+
+    @property
+    def priority(self) -> int | None: ...
+
+
+class IScheduleBook(Protocol):
+    """The schedules, as the queue's journal snapshot reads them."""
+
+    def last_fires(self) -> list[tuple[str, float]]:
+        """Each schedule's last fire time."""
+
+    def definitions(self) -> list[tuple[str, bytes]]:
+        """The run-time schedules' SCHEDULE payloads, by name."""
+
+
 class Refused(Exception):
     """A request the queue turns down: answered ERROR C{code}, C{str(self)}."""
 
@@ -145,6 +191,11 @@ class Counters:
     late_outcomes: int
     cancelled: int
     duplicates: int
+    retried: int
+    dead: int
+    dead_dropped: int
+    stale_outcomes: int
+    delayed: int
 
 
 @implementer(IJournalOwner)
@@ -187,7 +238,9 @@ class QueueService(Service):
         self.events = events
         self.failures = failures or LogSummary(self.log)
         self.limits = limits = limits or QueueLimits()
-        self._scheduler = scheduler
+        if scheduler is None:
+            from twisted.internet import reactor as scheduler
+        self._scheduler: IReactorTime = scheduler  # type: ignore[assignment]
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
@@ -215,6 +268,18 @@ class QueueService(Service):
         self._given_up = 0
         self._late_outcomes = 0
         self._duplicates = 0
+        self._retried = 0
+        self._dead = 0
+        self._dead_dropped = 0
+        self._stale = 0
+        self._last_token = 0
+        self._dead_timer: IDelayedCall | None = None
+        self.schedules: IScheduleBook | None = None
+        self.random: Callable[[], float] = random.random
+        self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
+        self.dead_letters: DeadLetters[Task] = DeadLetters(
+            limits.dead_max_count, limits.dead_max_age
+        )
         # SUBMITs of a key whose task waits for the journal, by that task's id.
         self._duplicates_waiting: dict[int, list[Duplicate]] = {}
 
@@ -281,7 +346,7 @@ class QueueService(Service):
             cause = f"worker {session.peer.peer_name} disconnected"
             for task in reversed(held.values()):
                 task.holder = None
-                self._requeue(task, "its worker disconnected", cause)
+                self._requeue(task, "its worker disconnected", cause, worker=session.peer.peer_name)
             for queue in {task.home: None for task in held.values()}:
                 self._serve_queue(queue)
         if self._drained is not None:
@@ -335,9 +400,15 @@ class QueueService(Service):
         priority: int | None = None,
         key: bytes | None = None,
         fairness: bytes | None = None,
+        delay_ms: int | None = None,
+        run_at_ms: int | None = None,
+        retries: int | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         """
         Accept a task and answer OK, or answer the ERROR that says why not.
+        C{delay_ms} or C{run_at_ms}: it is delayed; C{retries} and
+        C{backoff}: its own, instead of its queue's.
 
         With a journal that syncs each record, the OK (and the task's place in
         the queue) waits until the record is on disk; see L{accepted}.
@@ -359,6 +430,15 @@ class QueueService(Service):
             self._reject(session, e.code, str(e), task_type, len(payload))
             return
         now = self.clock()
+        due = 0.0
+        if delay_ms is not None or run_at_ms is not None:
+            due = now + delay_ms / 1000 if delay_ms is not None else run_at_ms / 1000  # type: ignore[operator]
+            refusal = self._check_delay(due, now)
+            if refusal is not None:
+                self._reject(session, refusal.code, str(refusal), task_type, len(payload))
+                return
+            if due <= now:
+                due = 0.0
         if key is not None:
             found = self.keys.find(queue.name, key, now)
             if found is not None:
@@ -401,6 +481,9 @@ class QueueService(Service):
             key,
             fairness,
             session.identity,
+            due=due,
+            retries=queue.policy.retries if retries is None else retries,
+            backoff=backoff,
         )
         self._live[task.task_id] = task
         if key is not None:
@@ -412,6 +495,21 @@ class QueueService(Service):
             # Its answer, and every answer after it, waits for the journal.
             queue.pending += 1
             session.wait_for(task)
+
+    def _check_delay(self, due: float, now: float) -> Refused | None:
+        """Why a task delayed until C{due} cannot be taken now, if it cannot."""
+        limits = self.limits
+        if due - now > limits.max_delay:
+            return Refused(
+                ErrorCode.INVALID_MESSAGE,
+                f"a task may be delayed at most {limits.max_delay:g} s (max_delay),"
+                f" not {due - now:.0f} s",
+            )
+        if due > now and self.delays.count >= limits.max_delayed:
+            return Refused(
+                ErrorCode.QUEUE_FULL, f"too many delayed tasks (max_delayed = {limits.max_delayed})"
+            )
+        return None
 
     def _check_submit(self, queue: NamedQueue[Task, Session], task_type: bytes) -> None:
         """@raise Refused: a SUBMIT of C{task_type} into C{queue} cannot be taken now."""
@@ -471,6 +569,9 @@ class QueueService(Service):
             else:
                 producer.peer.sendFrame(ok)
         queue = task.home
+        if task.due:
+            self._delay(task, task.due)
+            return
         idle = queue.idle
         if idle and not queue.depth and not queue.limited and not queue.paused:
             # The common case, a worker waiting on an empty queue: straight to it.
@@ -499,12 +600,15 @@ class QueueService(Service):
             if self.events is not None:
                 self._event("submitted", task)
             producer = task.producer
-            assert producer is not None  # only submitted tasks wait for the journal
-            task.reply = _OK[producer.version](task.task_id, False)
-            producers[producer] = None
+            if producer is not None:  # None: a schedule's task
+                task.reply = _OK[producer.version](task.task_id, False)
+                producers[producer] = None
             for waiting in self._duplicates_waiting.pop(task.task_id, ()):
                 waiting.reply = _OK[waiting.session.version](task.task_id, True)
                 producers[waiting.session] = None
+            if task.due:
+                self._delay(task, task.due)
+                continue
             if task.home.push(task):
                 self._fairness_keys += 1
             queues[task.home] = None
@@ -556,10 +660,13 @@ class QueueService(Service):
     def snapshot(self) -> Snapshot:
         """(The journal.) The live tasks oldest first, the paused queues, the remembered keys."""
         read = self.pool.read
+        schedules = self.schedules
         return Snapshot(
             [(task, read(task.block)) for task in self._live.values()],
             [queue.name for queue in self.queues.values() if queue.paused],
             list(self.keys.entries()),
+            [] if schedules is None else schedules.last_fires(),
+            [] if schedules is None else schedules.definitions(),
         )
 
     def restore(self, recovery: Recovery) -> None:
@@ -571,6 +678,7 @@ class QueueService(Service):
         @raise Refused: they need more queues than C{max_queues}.
         """
         now = self.clock()
+        dead: list[Task] = []
         for name in recovery.paused:
             self._queue(name).paused = True
         for recovered in recovery.tasks:
@@ -590,12 +698,27 @@ class QueueService(Service):
                 key,
                 fairness,
                 accepted=True,
+                retries=recovered.retries,
+                failures=recovered.failures,
+                backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
+                dead=recovered.dead,
             )
             self._live[task.task_id] = task
             if key is not None:
                 self.keys.add(queue.name, key, task)
-            if queue.push(task):
+            if task.dead is not None:
+                dead.append(task)
+            elif recovered.due:
+                # Due while the daemon was down: queued at once, in due order.
+                self._delay(task, recovered.due)
+            elif queue.push(task):
                 self._fairness_keys += 1
+        dead.sort(key=lambda task: task.dead.died_at if task.dead else 0.0)
+        for task in dead:
+            task.home.dead += 1
+            for old in self.dead_letters.add(task):
+                self._drop_dead(old, "pushed out of the dead-letter set (max_count)")
+        self._arm_dead_expiry()
         self.keys.restore(recovery.keys, now)
         self._last_task_id = recovery.last_task_id
 
@@ -606,12 +729,13 @@ class QueueService(Service):
         session.reply(_ERROR[session.version](code, reason))
 
     def _count_rejection(
-        self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
+        self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
         self._rejected += 1
         if self.events is not None:
+            producer = None if session is None else session.session_id
             self.events.record(
-                "rejected", None, task_type, size, session.session_id, None, 0, (int(code), reason)
+                "rejected", None, task_type, size, producer, None, 0, (int(code), reason)
             )
 
     def _event(
@@ -677,7 +801,15 @@ class QueueService(Service):
                 f"task {task_id} is running on {task.holder.peer.peer_name};"
                 " a running task is not interrupted",
             )
-        task.home.remove(task)
+        if task.dead is not None:
+            raise Refused(
+                ErrorCode.CONFLICT,
+                f"task {task_id} is dead: replay it or purge the dead-letter set",
+            )
+        if task.due:
+            self._undelay(task)
+        else:
+            task.home.remove(task)
         self._cancel(task, f"cancelled by {session.peer.peer_name}")
         self._forget_if_idle(task.home)
         return {"id": task_id, "state": "cancelled", "queue": task.home.name}
@@ -741,6 +873,12 @@ class QueueService(Service):
         for task in tasks:
             queue.remove(task)
             self._cancel(task, "its queue was purged")
+        if queue.delayed:
+            delayed = [task for task in self.delays if task.home is queue]
+            for task in delayed:
+                self._undelay(task)
+                self._cancel(task, "its queue was purged")
+            tasks += delayed
         self._forget_if_idle(queue)
         if tasks:
             self.log.info("queue {queue} purged: {count} tasks", queue=name, count=len(tasks))
@@ -778,13 +916,14 @@ class QueueService(Service):
                 )
         self._become_idle(session)
 
-    def failed(self, session: Session, task_id: int, reason: str) -> None:
-        finished = self._finish(session, task_id, "failed")
-        if finished is not None:
-            task, attempt = finished
-            self._failed += 1
-            if self.events is not None:
-                self._event("failed", task, session, reason, attempt)
+    def failed(self, session: Session, task_id: int, reason: str, permanent: bool = False) -> None:
+        """
+        A worker's FAILED (or NACK): the task is retried if it may be, else
+        it fails for good.
+        """
+        taken = self._take_back(session, task_id)
+        if taken is not None:
+            task, attempt = taken
             # The protocol page has the daemon log every FAILED reason: each
             # distinct one is, in the summary (or one by one: see LogSummary).
             self.failures.note(
@@ -797,13 +936,304 @@ class QueueService(Service):
                 worker=session.peer.peer_name,
                 reason=reason,
             )
-            if task.producer is not None:
-                self._tell_outcome(task.producer, task_id, "failed", reason)
+            self._failure(task, reason, session.peer.peer_name, permanent, attempt, session)
         self._become_idle(session)
 
-    def _finish(self, session: Session, task_id: int, outcome: str) -> tuple[Task, int] | None:
+    # -- version-2 workers: fenced outcomes and leases -------------------------------
+
+    def ack(self, session: Session, task_id: int, token: int) -> None:
         """
-        Take back the task C{session} reports, journal its end, free its block.
+        A version-2 worker's ACK of delivery C{token}.
+
+        @raise Refused: (stale) the delivery is not the task's current one.
+        @raise ProtocolViolation: C{session} was never sent C{task_id}.
+        """
+        self._check_token(session, task_id, token)
+        self.done(session, task_id)
+
+    def nack(
+        self, session: Session, task_id: int, token: int, reason: str, permanent: bool
+    ) -> None:
+        """A version-2 worker's NACK of delivery C{token} (see L{ack})."""
+        self._check_token(session, task_id, token)
+        self.failed(session, task_id, reason, permanent)
+
+    def touch(self, session: Session, task_id: int, token: int, seconds: int) -> None:
+        """
+        Extend the lease of delivery C{token} to C{seconds} from now (at
+        most C{max_lease}); a queue without a timeout has no lease to extend.
+
+        @raise Refused: (stale) the delivery is not the task's current one.
+        @raise ProtocolViolation: C{session} was never sent C{task_id}.
+        """
+        task = session.tasks.get(task_id)
+        if task is None or task.token != token:
+            self._stale_delivery(session, task_id, token, "TOUCH")
+            return
+        if self.timeout_of(task):
+            task.lease_until = self.clock() + min(float(seconds), self.limits.max_lease)
+
+    def _check_token(self, session: Session, task_id: int, token: int) -> None:
+        task = session.tasks.get(task_id)
+        if task is not None and task.token == token:
+            return
+        late = session.overdue.pop(task_id, None)
+        if late is not None:
+            # The worker gives back the credit of the delivery taken from it.
+            self._become_idle(session)
+        elif task is not None:
+            # A token it was never given: its own delivery stands.
+            pass
+        self._stale_delivery(session, task_id, token, "outcome", late is not None)
+
+    def _stale_delivery(
+        self, session: Session, task_id: int, token: int, what: str, known: bool = False
+    ) -> None:
+        """
+        @raise Refused: (stale) C{session} quoted a delivery of C{task_id} that is not current.
+        @raise ProtocolViolation: it was never sent C{task_id}.
+        """
+        if not known and task_id not in session.tasks and task_id not in session.overdue:
+            self._late_delivery(session, task_id)  # raises, saying what it holds
+        self._stale += 1
+        self.failures.note(
+            "stale",
+            b"",
+            f"a stale {what} was refused",
+            "stale {what} for task {task_id} (token {token}) from {worker} refused",
+            what=what,
+            task_id=task_id,
+            token=token,
+            worker=session.peer.peer_name,
+        )
+        raise Refused(
+            ErrorCode.STALE,
+            f"task {task_id}: delivery {token} is not its current one (its lease ran out and"
+            f" it was taken back, or it is finished); the {what} is not applied",
+        )
+
+    # -- delays, retries and dead letters ------------------------------------------
+
+    def _delay(self, task: Task, due: float) -> None:
+        task.home.delayed += 1
+        self.delays.add(task, due)
+
+    def _undelay(self, task: Task) -> None:
+        task.home.delayed -= 1
+        self.delays.remove(task)
+
+    def _delays_due(self, tasks: list[Task]) -> None:
+        """(The delays.) These tasks' time has come: queue them, in due order."""
+        queues: dict[NamedQueue[Task, Session], None] = {}
+        for task in tasks:
+            queue = task.home
+            queue.delayed -= 1
+            if queue.push(task):
+                self._fairness_keys += 1
+            queues[queue] = None
+        for queue in queues:
+            if queue.idle:
+                self._serve_queue(queue)
+
+    def _failure(
+        self,
+        task: Task,
+        reason: str,
+        worker: str,
+        permanent: bool,
+        attempt: int,
+        session: Session | None = None,
+    ) -> None:
+        """
+        A failed attempt of C{task}, which no worker holds now: retry it
+        after its backoff, or fail it for good (into the dead-letter set
+        when it had retries).
+        """
+        task.failures += 1
+        if not permanent and task.failures <= task.retries:
+            now = self.clock()
+            backoff = task.backoff or task.home.policy.backoff
+            due = now + retry_wait(backoff, task.failures, self.random)
+            task.due = due
+            self.journal.record_retry(task)
+            self._retried += 1
+            self._delay(task, due)
+            if self.events is not None:
+                self._event("retrying", task, session, reason, attempt)
+            producer = task.producer
+            if producer is not None and producer.connected and producer.version == 2:
+                producer.peer.sendFrame(
+                    lifecycle.encode_retrying(task.task_id, attempt, int(due * 1000), reason)
+                )
+            return
+        self._failed += 1
+        if self.events is not None:
+            self._event("failed", task, session, reason, attempt)
+        producer = task.producer
+        if task.retries and self.dead_letters.max_count:
+            self._bury(task, reason, worker)
+            task.producer = None
+        else:
+            self._end(task, "failed")
+        if producer is not None:
+            producer.outstanding -= 1
+            self._tell_outcome(producer, task.task_id, "failed", reason)
+
+    def _bury(self, task: Task, reason: str, worker: str) -> None:
+        """Move C{task} to the dead-letter set, dropping the oldest past its bounds."""
+        now = self.clock()
+        task.dead = DeadInfo(now, reason, worker)
+        self.journal.record_dead(task)
+        task.home.dead += 1
+        self._dead += 1
+        if self.events is not None:
+            self._event("dead", task, None, reason)
+        for old in self.dead_letters.add(task):
+            self._drop_dead(old, "pushed out of the dead-letter set (max_count)")
+        self._arm_dead_expiry()
+
+    def _unbury(self, task: Task) -> None:
+        self.dead_letters.remove(task)
+        task.home.dead -= 1
+        task.dead = None
+
+    def _drop_dead(self, task: Task, why: str) -> None:
+        """Finish a dead task for good: it leaves the journal and the pool."""
+        self._unbury(task)
+        self._dead_dropped += 1
+        self._end(task, "failed")
+        self.failures.note(
+            "dead task dropped",
+            task.task_type,
+            why,
+            "dead task {task_id} dropped: {why}",
+            task_id=task.task_id,
+            why=why,
+        )
+        self._forget_if_idle(task.home)
+
+    def _arm_dead_expiry(self) -> None:
+        timer = self._dead_timer
+        letters = self.dead_letters
+        if not letters.max_age or not len(letters) or (timer is not None and timer.active()):
+            return
+        oldest = next(letters.of(None))
+        assert oldest.dead is not None
+        wait = max(0.0, oldest.dead.died_at + letters.max_age - self.clock())
+        self._dead_timer = self._scheduler.callLater(wait, self._expire_dead)
+
+    def _expire_dead(self) -> None:
+        self._dead_timer = None
+        for task in self.dead_letters.expired(self.clock()):
+            self._drop_dead(task, "older than max_age")
+        self._arm_dead_expiry()
+
+    def dead_tasks(self, queue: str | None, limit: int) -> dict[str, Any]:
+        """The dead tasks of C{queue} (C{None}: of every queue), oldest first."""
+        tasks = list(self.dead_letters.of(queue))
+        return {"total": len(tasks), "tasks": [self.describe_dead(t) for t in tasks[:limit]]}
+
+    @staticmethod
+    def describe_dead(task: Task) -> dict[str, Any]:
+        dead = task.dead
+        assert dead is not None
+        return {
+            "id": task.task_id,
+            "queue": task.queue,
+            "type": task.task_type.decode("utf-8", "replace"),
+            "size": task.size,
+            "priority": task.priority,
+            "failures": task.failures,
+            "reason": dead.reason,
+            "worker": dead.worker,
+            "died_at": round(dead.died_at, 3),
+        }
+
+    def replay(self, task_id: int, queue: str | None) -> dict[str, Any]:
+        """
+        Put dead task C{task_id} (or, with 0, every dead task of C{queue})
+        back in its queue, its failures reset.
+
+        @raise Refused: (not found) C{task_id} is not a dead task.
+        """
+        if task_id:
+            task = self.dead_letters.get(task_id)
+            if task is None:
+                raise Refused(ErrorCode.NOT_FOUND, f"task {task_id} is not in a dead-letter set")
+            tasks = [task]
+        else:
+            tasks = list(self.dead_letters.of(queue))
+        queues: dict[NamedQueue[Task, Session], None] = {}
+        for task in tasks:
+            self._unbury(task)
+            task.failures = 0
+            self.journal.record_replay(task)
+            if self.events is not None:
+                self._event("replayed", task, None, None)
+            if task.home.push(task):
+                self._fairness_keys += 1
+            queues[task.home] = None
+        for home in queues:
+            self._serve_queue(home)
+        return {"replayed": [task.task_id for task in tasks]}
+
+    def purge_dead(self, queue: str | None) -> dict[str, Any]:
+        """Drop the dead tasks of C{queue} (C{None}: of every queue)."""
+        tasks = list(self.dead_letters.of(queue))
+        for task in tasks:
+            self._drop_dead(task, "purged")
+        return {"purged": len(tasks)}
+
+    # -- schedules ----------------------------------------------------------------------
+
+    def fire(self, name: str, fire_time: float, spec: ScheduledTask) -> None:
+        """
+        (The schedules.) Submit schedule C{name}'s task for C{fire_time},
+        with the idempotency key C{schedule:NAME:FIRE_MS}: a firing already
+        submitted (before a restart) is not submitted again.  A firing the
+        queue cannot take is logged and counted, never skipped silently.
+        """
+        key = f"schedule:{name}:{int(fire_time * 1000)}".encode()
+        try:
+            queue = self._queue(spec.queue or self.default_queue.name)
+            self._check_submit(queue, spec.task_type)
+            now = self.clock()
+            if self.keys.find(queue.name, key, now) is not None:
+                return
+            block = self.pool.store(spec.payload)
+        except (Refused, pmad.PmadError) as e:
+            self._count_rejection(None, ErrorCode.QUEUE_FULL, str(e), spec.task_type, 0)
+            self.log.warn(
+                "schedule {name}: the firing for {when} was refused: {reason}",
+                name=name,
+                when=fire_time,
+                reason=str(e),
+            )
+            return
+        task = Task(
+            self._next_task_id(),
+            spec.task_type,
+            block,
+            len(spec.payload),
+            None,
+            queue,
+            queue.priority if spec.priority is None else spec.priority,
+            now,
+            key,
+            retries=queue.policy.retries,
+        )
+        self._live[task.task_id] = task
+        self.keys.add(queue.name, key, task)
+        accepted_now = self.journal.record_submit(task, spec.payload)
+        self.journal.record_fired(name, fire_time)
+        if accepted_now:
+            self._accept(task)
+        else:
+            queue.pending += 1
+
+    def _take_back(self, session: Session, task_id: int) -> tuple[Task, int] | None:
+        """
+        Take back the task C{session} reports, from its worker and its queue.
 
         The first outcome of a task wins, from whichever of its deliveries:
         a worker that reports a task taken back at its timeout still
@@ -827,10 +1257,17 @@ class QueueService(Service):
                 return None
             task, attempt = late
         task.holder = None
-        if task.producer is not None:
-            task.producer.outstanding -= 1
-        self._end(task, outcome)
         return task, attempt
+
+    def _finish(self, session: Session, task_id: int, outcome: str) -> tuple[Task, int] | None:
+        """Take back the task C{session} reports (see L{_take_back}) and end it."""
+        taken = self._take_back(session, task_id)
+        if taken is not None:
+            task = taken[0]
+            if task.producer is not None:
+                task.producer.outstanding -= 1
+            self._end(task, outcome)
+        return taken
 
     def _end(self, task: Task, outcome: str) -> None:
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
@@ -890,6 +1327,10 @@ class QueueService(Service):
             del holder.tasks[task_id]
             holder.overdue[task_id] = (task, task.attempts)
             task.home.released(task)
+        elif task.due:
+            self._undelay(task)  # waiting to run again: it need not
+        elif task.dead is not None:
+            self._unbury(task)
         else:
             task.home.remove(task)  # queued again: it need not run now
         self.failures.note(
@@ -985,6 +1426,11 @@ class QueueService(Service):
         task.attempts += 1
         task.dispatched_at = now
         task.holder = worker
+        token = int(now * 1000) << 20
+        if token <= self._last_token:
+            token = self._last_token + 1
+        self._last_token = task.token = token
+        task.lease_until = 0.0
         worker.tasks[task.task_id] = task
         payload = self.pool.read(task.block)
         if worker.version == 1:
@@ -998,9 +1444,14 @@ class QueueService(Service):
                 task.priority,
                 task.attempts,
                 int(task.enqueued_at * 1000),
-                v2.task_context(task.key, task.fairness)
-                if task.key is not None or task.fairness is not None
-                else b"",
+                v2.task_context(
+                    task.key,
+                    task.fairness,
+                    token,
+                    int(self.timeout_of(task) * 1000),
+                    task.failures,
+                    task.retries,
+                ),
             )
         worker.peer.sendFrame(frame)
         if self.events is not None:
@@ -1019,14 +1470,12 @@ class QueueService(Service):
         if due is None:
             return
         scheduler = self._scheduler
-        if scheduler is None:
-            from twisted.internet import reactor as scheduler
         timer = self._rate_timer
         if timer is not None and timer.active():
-            if timer.getTime() <= scheduler.seconds() + (due - now):  # type: ignore[union-attr]
+            if timer.getTime() <= scheduler.seconds() + (due - now):
                 return
             timer.cancel()
-        self._rate_timer = scheduler.callLater(max(0.0, due - now), self._tokens_due)  # type: ignore[union-attr]
+        self._rate_timer = scheduler.callLater(max(0.0, due - now), self._tokens_due)
 
     def _tokens_due(self) -> None:
         self._rate_timer = None
@@ -1047,7 +1496,8 @@ class QueueService(Service):
             overdue = [
                 task
                 for task in session.tasks.values()
-                if (timeout := self.timeout_of(task)) and task.dispatched_at <= now - timeout
+                if (timeout := self.timeout_of(task))
+                and (task.lease_until or task.dispatched_at + timeout) <= now
             ]
             for task in overdue:
                 del session.tasks[task.task_id]
@@ -1060,9 +1510,10 @@ class QueueService(Service):
                 self._requeue(
                     task,
                     "held past the task timeout",
-                    f"held for more than {self.timeout_of(task):g} s by {session.peer.peer_name}"
-                    f" (attempt {task.attempts})",
+                    f"held for more than {now - task.dispatched_at:.3g} s by"
+                    f" {session.peer.peer_name} (attempt {task.attempts})",
                     at_head=False,
+                    worker=session.peer.peer_name,
                 )
         for queue in touched:
             self._serve_queue(queue)
@@ -1117,14 +1568,20 @@ class QueueService(Service):
         """Whether C{session} is a producer still owed an outcome."""
         return session.outstanding > 0
 
-    def _requeue(self, task: Task, why: str, cause: str, at_head: bool = True) -> None:
+    def _requeue(
+        self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
+    ) -> None:
         """
         Queue C{task} again (C{why} in short, C{cause} in full) -- or, once
         it has been delivered C{max_attempts} times, fail it: a task that
         kills or outlasts every worker must not come back forever.  Only a
-        task queued again counts (and is recorded) as requeued.
+        task queued again counts (and is recorded) as requeued.  With
+        C{count_lost}, it is a failed attempt instead (see L{_failure}).
         """
         task.home.released(task)
+        if self.limits.count_lost:
+            self._failure(task, cause, worker, False, task.attempts)
+            return
         if self.max_attempts and task.attempts >= self.max_attempts:
             self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
             return
@@ -1185,6 +1642,11 @@ class QueueService(Service):
             self._late_outcomes,
             self._cancelled,
             self._duplicates,
+            self._retried,
+            self._dead,
+            self._dead_dropped,
+            self._stale,
+            self.delays.count,
         )
 
     def task(self, task_id: int) -> Task:
@@ -1209,6 +1671,9 @@ class QueueService(Service):
         self.failures.flush()
         if self._rate_timer is not None and self._rate_timer.active():
             self._rate_timer.cancel()
+        if self._dead_timer is not None and self._dead_timer.active():
+            self._dead_timer.cancel()
+        self.delays.stop()
         live = len(self._live)
         queued, running = self.queued, self.tasks_running
         if not live:

@@ -10,7 +10,10 @@ from collections.abc import Mapping
 
 from attrs import field, frozen
 
-from quicx.protocol.v2 import DEFAULT_QUEUE
+from quicx.protocol.v2 import DEFAULT_QUEUE, Backoff
+
+DEFAULT_BACKOFF = Backoff()
+"""Exponential from 1 s, doubling up to 5 minutes, no jitter."""
 
 
 @frozen
@@ -27,6 +30,8 @@ class QueuePolicy:
     @ivar rate: tasks per second the queue may start (0: no limit), with
         C{burst} tokens of bucket (0: one second's worth).
     @ivar key_rate: the same per fairness key, with C{key_burst}.
+    @ivar retries: how many times a failed task is retried (0: never).
+    @ivar backoff: the wait before each retry, with its jitter.
     """
 
     max_depth: int = 0
@@ -37,6 +42,8 @@ class QueuePolicy:
     burst: int = 0
     key_rate: float = 0.0
     key_burst: int = 0
+    retries: int = 0
+    backoff: Backoff = DEFAULT_BACKOFF
 
 
 @frozen
@@ -56,6 +63,13 @@ class QueueLimits:
         keys of live tasks are always kept; the pool bounds those).
     @ivar max_fairness_keys: the most fairness keys with state (queued or
         running tasks, or a rate bucket) across all queues.
+    @ivar max_delay: the furthest ahead a task may be delayed (seconds).
+    @ivar max_delayed: the most tasks delayed at once (delays and retries).
+    @ivar max_lease: the longest a TOUCH may extend a lease (seconds).
+    @ivar count_lost: a task taken back from a lost or too-slow worker counts
+        as a failed attempt.
+    @ivar dead_max_count: the most tasks kept in dead-letter sets (0: none).
+    @ivar dead_max_age: seconds a dead task is kept (0: until pushed out).
     @ivar declared: the C{[queue NAME]} sections, by name.
     @ivar defaults: the policy of a queue without a section.
     """
@@ -67,6 +81,12 @@ class QueueLimits:
     dedup_window: float = 3600.0
     max_dedup_keys: int = 100_000
     max_fairness_keys: int = 10_000
+    max_delay: float = 365 * 86400.0
+    max_delayed: int = 1_000_000
+    max_lease: float = 86400.0
+    count_lost: bool = False
+    dead_max_count: int = 10_000
+    dead_max_age: float = 7 * 86400.0
     declared: Mapping[str, QueuePolicy] = field(factory=dict)
     defaults: QueuePolicy = QueuePolicy()
 

@@ -177,6 +177,8 @@ class NamedQueue(Generic[T, W]):
     @ivar pending: tasks accepted into it whose journal record is not yet
         durable: they join it once it is (and keep it from being forgotten).
     @ivar running: tasks held by workers.
+    @ivar delayed: its tasks waiting for their time (delays and retries).
+    @ivar dead: its tasks in the dead-letter set.
     @ivar keys: fairness keys with tasks queued or running, or a bucket not full.
     @ivar finished: when its recent tasks finished, for the drain rate.
     """
@@ -193,6 +195,8 @@ class NamedQueue(Generic[T, W]):
     depth: int = 0
     pending: int = 0
     running: int = 0
+    delayed: int = 0
+    dead: int = 0
     keys: dict[bytes, KeyState] = field(factory=dict)
     bucket: TokenBucket | None = None
     finished: deque[float] = field(factory=lambda: deque(maxlen=_DRAIN_SAMPLES))
@@ -216,6 +220,8 @@ class NamedQueue(Generic[T, W]):
             or self.depth
             or self.pending
             or self.running
+            or self.delayed
+            or self.dead
             or self.subscribers
             or self.keys
             or self.bucket
@@ -403,6 +409,8 @@ class NamedQueue(Generic[T, W]):
             "workers": self.subscribers,
             "idle_workers": len(self.idle),
             "running": self.running,
+            "delayed": self.delayed,
+            "dead": self.dead,
             "priorities": self.by_priority(),
             "oldest_age": None if oldest is None else round(max(0.0, now - oldest), 3),
             "declared": self.declared,

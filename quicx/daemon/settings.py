@@ -40,10 +40,11 @@ from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_MIN_SIZE,
     FsyncPolicy,
 )
-from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.policy import DEFAULT_BACKOFF, QueueLimits, QueuePolicy
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
-from quicx.protocol.v2 import MAX_QUEUE_NAME, check_queue
+from quicx.protocol.durations import format_backoff, parse_backoff
+from quicx.protocol.v2 import MAX_QUEUE_NAME, Backoff, check_queue
 from quicx.protocol.wire import MAX_CREDITS, MAX_TYPE_LENGTH
 
 DEFAULT_PORT = 16381
@@ -123,6 +124,8 @@ def _short_size(count: int) -> str:
 
 def _number(value: float) -> str:
     """The shortest text that reads back as C{value}."""
+    if value == int(value) and abs(value) < 1e15:
+        return str(int(value))
     text = f"{value:g}"
     return text if float(text) == value else repr(value)
 
@@ -387,6 +390,23 @@ class Versions(Kind[frozenset[int]]):
 
 
 @frozen
+class BackoffText(Kind[Backoff]):
+    """A backoff: C{exponential:BASE:CAP[:JITTER%]} or C{fixed:WAIT[:JITTER%]}."""
+
+    def metavar(self) -> str:
+        return "BACKOFF"
+
+    def parse(self, text: str) -> Backoff:
+        return parse_backoff(text)
+
+    def format(self, value: Backoff) -> str:
+        return format_backoff(value)
+
+    def bounds(self) -> str:
+        return "durations like 250ms, 1s, 5m, 1h; jitter 0% to 100%"
+
+
+@frozen
 class QueueName(Kind[str]):
     """A queue name: 1 to 64 letters, digits or C{_ . : -}."""
 
@@ -634,6 +654,27 @@ class Config:
         0,
         "Deliveries a task gets before it fails as given up (0: no limit).",
     )
+    max_delay: float = setting(
+        "tasks",
+        "max_delay",
+        Seconds(),
+        365 * 86400.0,
+        "The furthest ahead a SUBMIT may delay its task, in seconds.",
+    )
+    max_delayed: int = setting(
+        "tasks",
+        "max_delayed",
+        Integer(0, 1_000_000_000),
+        1_000_000,
+        "Delayed tasks at most (SUBMITs past it are refused; retries always wait).",
+    )
+    max_lease: float = setting(
+        "tasks",
+        "max_lease",
+        Seconds(),
+        86400.0,
+        "The longest one TOUCH may extend a task's lease, in seconds.",
+    )
     max_connections: int = setting(
         "limits",
         "max_connections",
@@ -800,6 +841,43 @@ class Config:
         10_000,
         "Fairness keys with limit state, across all queues.",
     )
+    default_retries: int = setting(
+        "retries",
+        "retries",
+        Integer(0, 65535),
+        0,
+        "How many times a failed task is retried, in a queue without its own.",
+    )
+    default_backoff: Backoff = setting(  # noqa: RUF009 (a NamedTuple: immutable)
+        "retries",
+        "backoff",
+        BackoffText(),
+        DEFAULT_BACKOFF,
+        "The wait before each retry, in a queue without its own.",
+    )
+    count_lost: bool = setting(
+        "retries",
+        "count_lost",
+        YesNo(),
+        False,
+        "yes: a task taken back from a lost or too-slow worker counts as a failure.",
+    )
+    dead_max_count: int = setting(
+        "dead_letters",
+        "max_count",
+        Integer(0, 100_000_000),
+        10_000,
+        "Dead tasks kept at most, across all queues (the oldest go first; 0: none).",
+        flag="dead-max-count",
+    )
+    dead_max_age: float = setting(
+        "dead_letters",
+        "max_age",
+        Seconds(),
+        7 * 86400.0,
+        "Seconds a dead task is kept (0: until pushed out by max_count).",
+        flag="dead-max-age",
+    )
     events_directory: str = setting(
         "events",
         "directory",
@@ -878,7 +956,12 @@ class Config:
     @property
     def queue_limits(self) -> QueueLimits:
         """The queues' limits; a C{[queue NAME]} key left out takes the C{[queues]} default."""
-        defaults = QueuePolicy(max_depth=self.default_max_depth, priority=self.default_priority)
+        defaults = QueuePolicy(
+            max_depth=self.default_max_depth,
+            priority=self.default_priority,
+            retries=self.default_retries,
+            backoff=self.default_backoff,
+        )
         return QueueLimits(
             self.protocol_versions,
             self.default_queue,
@@ -887,6 +970,12 @@ class Config:
             self.dedup_window,
             self.max_dedup_keys,
             self.max_fairness_keys,
+            self.max_delay,
+            self.max_delayed,
+            self.max_lease,
+            self.count_lost,
+            self.dead_max_count,
+            self.dead_max_age,
             {name: attrs.evolve(defaults, **keys) for name, keys in self.queue_sections.items()},
             defaults,
         )
@@ -973,6 +1062,10 @@ QUEUE_KEYS = (
     QueueKey("burst", Integer(0), "Tokens of the rate's bucket (0: one second's worth)."),
     QueueKey("key_rate", Number(0, 1e6), "Tasks per second one fairness key may start (0: any)."),
     QueueKey("key_burst", Integer(0), "Tokens of the key rate's bucket (0: one second's worth)."),
+    QueueKey("retries", Integer(0, 65535), "How many times a failed task is retried.",
+             "`[retries] retries`"),
+    QueueKey("backoff", BackoffText(), "The wait before each retry (with its jitter).",
+             "`[retries] backoff`"),
 )  # fmt: skip
 """The keys of a C{[queue NAME]} section, in the docs' order."""
 

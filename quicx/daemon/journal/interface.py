@@ -47,6 +47,26 @@ class Record(Protocol):
     def fairness(self) -> bytes | None:
         """Its fairness key."""
 
+    @property
+    def due(self) -> float:
+        """When a delayed task runs (Unix seconds; 0: it is not delayed)."""
+
+    @property
+    def retries(self) -> int:
+        """How many times its failures are retried."""
+
+    @property
+    def failures(self) -> int:
+        """The failed attempts it has had."""
+
+    @property
+    def backoff(self) -> tuple[int, int, int, int] | None:
+        """Its own backoff (kind, base ms, cap ms, jitter percent), if it has one."""
+
+    @property
+    def dead(self) -> DeadInfo | None:
+        """Why it died, if it is in a dead-letter set."""
+
 
 OUTCOMES = ("done", "failed", "cancelled")
 """How a task can end; the journal records which."""
@@ -70,6 +90,15 @@ class KeyEntry:
 
 
 @frozen
+class DeadInfo:
+    """Why and when a task went to its dead-letter set, and the worker that last ran it."""
+
+    died_at: float
+    reason: str
+    worker: str
+
+
+@frozen
 class Snapshot:
     """
     The queue's durable state, for compaction.
@@ -77,11 +106,15 @@ class Snapshot:
     @ivar tasks: the live tasks and their payloads, oldest first.
     @ivar paused: the paused queues.
     @ivar keys: the remembered keys of finished tasks.
+    @ivar fired: each schedule's last fire time.
+    @ivar schedules: the run-time schedules' SCHEDULE payloads, by name.
     """
 
     tasks: Iterable[tuple[Record, bytes]]
     paused: Iterable[str]
     keys: Iterable[KeyEntry]
+    fired: Iterable[tuple[str, float]] = ()
+    schedules: Iterable[tuple[str, bytes]] = ()
 
 
 class IJournalOwner(Interface):
@@ -127,6 +160,21 @@ class IJournal(Interface):
     def record_pause(queue: str, paused: bool) -> None:
         """Record that C{queue} was paused or resumed."""
 
+    def record_retry(task: Record) -> None:
+        """Record that C{task} failed and waits until C{task.due} to run again."""
+
+    def record_dead(task: Record) -> None:
+        """Record that C{task} went to its dead-letter set (C{task.dead} says why)."""
+
+    def record_replay(task: Record) -> None:
+        """Record that dead C{task} is back in its queue, its failures reset."""
+
+    def record_fired(schedule: str, fire_time: float) -> None:
+        """Record that C{schedule} fired for C{fire_time} (after its task's SUBMIT)."""
+
+    def record_schedule(schedule: str, definition: bytes | None) -> None:
+        """Record a schedule added at run time (its SCHEDULE payload), or removed (C{None})."""
+
     def durable() -> Any:
         """
         A C{Deferred} that fires once every record so far is as durable as
@@ -152,6 +200,21 @@ class NullJournal:
         pass
 
     def record_pause(self, queue: str, paused: bool) -> None:
+        pass
+
+    def record_retry(self, task: Record) -> None:
+        pass
+
+    def record_dead(self, task: Record) -> None:
+        pass
+
+    def record_replay(self, task: Record) -> None:
+        pass
+
+    def record_fired(self, schedule: str, fire_time: float) -> None:
+        pass
+
+    def record_schedule(self, schedule: str, definition: bytes | None) -> None:
         pass
 
     def durable(self) -> None:

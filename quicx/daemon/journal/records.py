@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Mapping
 from enum import Enum
 
-from attrs import frozen
+from attrs import field, frozen
 
-from quicx.daemon.journal.interface import KeyEntry
+from quicx.daemon.journal.interface import DeadInfo, KeyEntry
 from quicx.protocol.wire import MAX_TASK_ID
 
 MAGIC_V1 = b"QUICXJ1\n"
 """The previous release's journals: kinds 1 to 5 only."""
-MAGIC = b"QUICXJ2\n"
-"""This release's: kinds 1 to 9 (a previous release refuses the file)."""
-MAGICS = {MAGIC_V1: 1, MAGIC: 2}
+MAGIC_V2 = b"QUICXJ2\n"
+"""The release of protocol v2 part 1: kinds 1 to 9."""
+MAGIC = b"QUICXJ3\n"
+"""This release's: kinds 1 to 16 (a previous release refuses the file)."""
+MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC: 3}
+FORMAT = 3
 RECORD_HEADER = struct.Struct(">II")
 ID = struct.Struct(">I")
 SUBMIT_HEAD = struct.Struct(">BIB")
@@ -23,6 +27,18 @@ SUBMIT2_HEAD = struct.Struct(">BIBQBBBB")
 """Kind, id, priority, enqueued ms, then the lengths of queue, type, key, fairness key."""
 KEY_HEAD = struct.Struct(">BIQBBB")
 """Kind, id, submitted ms, outcome code, then the lengths of queue and key."""
+SUBMIT3_HEAD = struct.Struct(">BIBQQHHBBBBB")
+"""
+Kind, id, priority, enqueued ms, due ms (0: not delayed), retries, failures,
+then the lengths of queue, type, key, fairness key and backoff (0 or 10).
+"""
+RETRY_HEAD = struct.Struct(">BIHQ")
+"""Kind, id, failures, due ms."""
+DEAD_HEAD = struct.Struct(">BIQHHB")
+"""Kind, id, died ms, failures, then the lengths of reason and worker."""
+FIRED_HEAD = struct.Struct(">BQB")
+"""Kind, fire time ms, then the length of the schedule's name."""
+BACKOFF = struct.Struct(">BIIB")
 
 KIND_SUBMIT = 1
 KIND_DONE = 2
@@ -33,8 +49,27 @@ KIND_SUBMIT2 = 6
 KIND_CANCELLED = 7
 KIND_PAUSE = 8
 KIND_KEY = 9
+KIND_SUBMIT3 = 10
+KIND_RETRY = 11
+KIND_DEAD = 12
+KIND_REPLAY = 13
+KIND_FIRED = 14
+KIND_SCHEDULE = 15
+KIND_UNSCHEDULE = 16
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
-KINDS = KINDS_V1 | {KIND_SUBMIT2, KIND_CANCELLED, KIND_PAUSE, KIND_KEY}
+KINDS = KINDS_V1 | {
+    KIND_SUBMIT2,
+    KIND_CANCELLED,
+    KIND_PAUSE,
+    KIND_KEY,
+    KIND_SUBMIT3,
+    KIND_RETRY,
+    KIND_DEAD,
+    KIND_REPLAY,
+    KIND_FIRED,
+    KIND_SCHEDULE,
+    KIND_UNSCHEDULE,
+}
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
 OUTCOME_NAMES = {code: name for name, code in OUTCOME_CODES.items()}
@@ -42,7 +77,7 @@ OUTCOME_NAMES = {code: name for name, code in OUTCOME_CODES.items()}
 ID_BLOCK = 1 << 16
 """Task ids reserved at a time; a restart skips at most this many."""
 
-MAX_BODY = SUBMIT2_HEAD.size + 4 * 255 + (1 << 20)
+MAX_BODY = SUBMIT3_HEAD.size + 4 * 255 + BACKOFF.size + (1 << 20)
 """The longest body a record can have: the longest queue, type and keys and a 1 MiB payload."""
 
 DEFAULT_COMPACT_FACTOR = 4.0
@@ -128,6 +163,91 @@ def encode_submit2(
     )
 
 
+def encode_submit3(
+    task_id: int,
+    task_type: bytes,
+    payload: bytes,
+    queue: str,
+    priority: int,
+    enqueued_at: float,
+    key: bytes | None,
+    fairness: bytes | None,
+    due: float,
+    retries: int,
+    failures: int,
+    backoff: tuple[int, int, int, int] | None,
+) -> bytes:
+    """
+    A SUBMIT of a task with a lifecycle: delayed until C{due} (0: not),
+    its retries and backoff, the failures it has had.  A task without any
+    is written as L{encode_submit2}, as short as before.
+    """
+    name = queue.encode("ascii")
+    key = key or b""
+    fairness = fairness or b""
+    packed = b"" if backoff is None else BACKOFF.pack(*backoff)
+    return _frame(
+        SUBMIT3_HEAD.pack(
+            KIND_SUBMIT3,
+            task_id,
+            priority,
+            int(enqueued_at * 1000),
+            int(due * 1000),
+            retries,
+            failures,
+            len(name),
+            len(task_type),
+            len(key),
+            len(fairness),
+            len(packed),
+        )
+        + name
+        + task_type
+        + key
+        + fairness
+        + packed
+        + payload
+    )
+
+
+def encode_retry(task_id: int, failures: int, due: float) -> bytes:
+    """A failed attempt of a live task: it waits until C{due} for its next."""
+    return _frame(RETRY_HEAD.pack(KIND_RETRY, task_id, failures, int(due * 1000)))
+
+
+def encode_dead(task_id: int, died_at: float, failures: int, reason: str, worker: str) -> bytes:
+    """A task moved to its queue's dead-letter set."""
+    text = reason.encode("utf-8")[:0xFFFF]
+    who = worker.encode("utf-8")[:255]
+    return _frame(
+        DEAD_HEAD.pack(KIND_DEAD, task_id, int(died_at * 1000), failures, len(text), len(who))
+        + text
+        + who
+    )
+
+
+def encode_replay(task_id: int) -> bytes:
+    """A dead task put back in its queue, its failures reset."""
+    return _frame(bytes((KIND_REPLAY,)) + ID.pack(task_id))
+
+
+def encode_fired(schedule: str, fire_time: float) -> bytes:
+    """Schedule C{schedule} fired for C{fire_time} (its task's SUBMIT precedes this)."""
+    name = schedule.encode("ascii")
+    return _frame(FIRED_HEAD.pack(KIND_FIRED, int(fire_time * 1000), len(name)) + name)
+
+
+def encode_schedule(schedule: str, definition: bytes) -> bytes:
+    """A schedule added at run time: C{definition} is its SCHEDULE message's payload."""
+    name = schedule.encode("ascii")
+    return _frame(bytes((KIND_SCHEDULE, len(name))) + name + definition)
+
+
+def encode_unschedule(schedule: str) -> bytes:
+    name = schedule.encode("ascii")
+    return _frame(bytes((KIND_UNSCHEDULE, len(name))) + name)
+
+
 def encode_outcome(task_id: int, outcome: str) -> bytes:
     """DONE, FAILED or CANCELLED."""
     return _frame(bytes((OUTCOME_KINDS[outcome],)) + ID.pack(task_id))
@@ -200,6 +320,11 @@ class RecoveredTask:
     enqueued_at: float | None = None
     key: bytes | None = None
     fairness: bytes | None = None
+    due: float = 0.0
+    retries: int = 0
+    failures: int = 0
+    backoff: tuple[int, int, int, int] | None = None
+    dead: DeadInfo | None = None
 
 
 @frozen
@@ -216,7 +341,10 @@ class Recovery:
     @ivar records: how many records were read.
     @ivar paused: the queues paused when the journal was written.
     @ivar keys: the remembered idempotency keys of finished tasks.
-    @ivar format: 1 for the previous release's file, 2 for this one's.
+    @ivar format: 1 or 2 for a previous release's file, 3 for this one's.
+    @ivar fired: each schedule's last fire time.
+    @ivar schedules: the schedules added at run time and not removed: their
+        SCHEDULE payloads by name.
     """
 
     tasks: tuple[RecoveredTask, ...]
@@ -226,4 +354,6 @@ class Recovery:
     records: int
     paused: frozenset[str] = frozenset()
     keys: tuple[KeyEntry, ...] = ()
-    format: int = 2
+    format: int = FORMAT
+    fired: Mapping[str, float] = field(factory=dict)
+    schedules: Mapping[str, bytes] = field(factory=dict)

@@ -6,27 +6,39 @@ import os
 import time
 import zlib
 
-from attrs import frozen
+from attrs import evolve, frozen
 
-from quicx.daemon.journal.interface import KeyEntry
+from quicx.daemon.journal.interface import DeadInfo, KeyEntry
 from quicx.daemon.journal.records import (
+    BACKOFF,
+    DEAD_HEAD,
+    FIRED_HEAD,
     ID,
     KEY_HEAD,
     KIND_CANCELLED,
     KIND_CHECKPOINT,
+    KIND_DEAD,
     KIND_DONE,
+    KIND_FIRED,
     KIND_KEY,
     KIND_PAUSE,
+    KIND_REPLAY,
     KIND_RESERVE,
+    KIND_RETRY,
+    KIND_SCHEDULE,
     KIND_SUBMIT,
     KIND_SUBMIT2,
+    KIND_SUBMIT3,
+    KIND_UNSCHEDULE,
     KINDS,
     MAGIC,
     MAGICS,
     MAX_BODY,
     OUTCOME_NAMES,
     RECORD_HEADER,
+    RETRY_HEAD,
     SUBMIT2_HEAD,
+    SUBMIT3_HEAD,
     SUBMIT_HEAD,
     JournalCorrupt,
     RecoveredTask,
@@ -48,6 +60,33 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
         _, _, _, _, queue, task_type, key, fairness = SUBMIT2_HEAD.unpack_from(data, start)
         if not queue or SUBMIT2_HEAD.size + queue + task_type + key + fairness > length:
             return "SUBMIT record shorter than its fields"
+    elif kind == KIND_SUBMIT3:
+        if length < SUBMIT3_HEAD.size:
+            return "SUBMIT record shorter than its header"
+        *_, queue, task_type, key, fairness, backoff = SUBMIT3_HEAD.unpack_from(data, start)
+        if not queue or backoff not in (0, BACKOFF.size):
+            return "SUBMIT record of the wrong shape"
+        if SUBMIT3_HEAD.size + queue + task_type + key + fairness + backoff > length:
+            return "SUBMIT record shorter than its fields"
+    elif kind == KIND_RETRY:
+        if length != RETRY_HEAD.size:
+            return "RETRY record of the wrong length"
+    elif kind == KIND_DEAD:
+        if length < DEAD_HEAD.size:
+            return "DEAD record shorter than its header"
+        *_, reason, worker = DEAD_HEAD.unpack_from(data, start)
+        if DEAD_HEAD.size + reason + worker != length:
+            return "DEAD record of the wrong length"
+    elif kind == KIND_FIRED:
+        if length < FIRED_HEAD.size or not data[start + 9]:
+            return "FIRED record of the wrong shape"
+        if FIRED_HEAD.size + data[start + 9] != length:
+            return "FIRED record of the wrong length"
+    elif kind in (KIND_SCHEDULE, KIND_UNSCHEDULE):
+        if length < 3 or not data[start + 1] or 2 + data[start + 1] > length:
+            return "SCHEDULE record of the wrong shape"
+        if kind == KIND_UNSCHEDULE and 2 + data[start + 1] != length:
+            return "UNSCHEDULE record of the wrong length"
     elif kind == KIND_PAUSE:
         if (
             length < 3
@@ -143,6 +182,8 @@ def recover(path: str) -> Recovery:
     live: dict[int, RecoveredTask] = {}
     paused: dict[str, bool] = {}
     keys: dict[tuple[str, bytes], KeyEntry] = {}
+    fired: dict[str, float] = {}
+    schedules: dict[str, bytes] = {}
     last_task_id = 0
     reserved: int | None = None
     records = 0
@@ -157,8 +198,8 @@ def recover(path: str) -> Recovery:
             break
         kind = data[offset + RECORD_HEADER.size]
         body = offset + RECORD_HEADER.size + 1
-        if kind == KIND_PAUSE:
-            paused[data[body + 2 : end].decode("ascii")] = bool(data[body])
+        if kind in _SCHEDULE_KINDS:
+            _schedule_record(data, kind, body, end, paused, fired, schedules)
             records += 1
             offset = end
             continue
@@ -172,6 +213,14 @@ def recover(path: str) -> Recovery:
             live.pop(task_id, None)
             live[task_id] = _submit2(data, body - 1, end)
             last_task_id = task_id
+        elif kind == KIND_SUBMIT3:
+            live.pop(task_id, None)
+            live[task_id] = _submit3(data, body - 1, end)
+            last_task_id = task_id
+        elif kind in _STATE_KINDS:
+            task = live.get(task_id)
+            if task is not None:
+                live[task_id] = _change(task, kind, data, body - 1, end)
         elif kind == KIND_KEY:
             entry = _key(data, body - 1, end)
             keys[(entry.queue, entry.key)] = entry
@@ -203,7 +252,54 @@ def recover(path: str) -> Recovery:
         frozenset(name for name, is_paused in paused.items() if is_paused),
         tuple(keys.values()),
         MAGICS[data[: len(MAGIC)]],
+        fired,
+        schedules,
     )
+
+
+_SCHEDULE_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE})
+_STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY})
+
+
+def _schedule_record(
+    data: bytes,
+    kind: int,
+    body: int,
+    end: int,
+    paused: dict[str, bool],
+    fired: dict[str, float],
+    schedules: dict[str, bytes],
+) -> None:
+    """Apply a (checked) record about a queue or a schedule, not a task."""
+    if kind == KIND_PAUSE:
+        paused[data[body + 2 : end].decode("ascii")] = bool(data[body])
+    elif kind == KIND_FIRED:
+        fire_ms = FIRED_HEAD.unpack_from(data, body - 1)[1]
+        fired[data[body + 9 : end].decode("ascii")] = fire_ms / 1000
+    else:
+        name_end = body + 1 + data[body]
+        name = data[body + 1 : name_end].decode("ascii")
+        if kind == KIND_SCHEDULE:
+            schedules[name] = data[name_end:end]
+        else:
+            schedules.pop(name, None)
+
+
+def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -> RecoveredTask:
+    """A live task after a (checked) RETRY, DEAD or REPLAY record."""
+    if kind == KIND_RETRY:
+        _, _, failures, due_ms = RETRY_HEAD.unpack_from(data, start)
+        return evolve(task, failures=failures, due=due_ms / 1000)
+    if kind == KIND_DEAD:
+        _, _, died_ms, failures, reason_length, _ = DEAD_HEAD.unpack_from(data, start)
+        reason_end = start + DEAD_HEAD.size + reason_length
+        dead = DeadInfo(
+            died_ms / 1000,
+            data[start + DEAD_HEAD.size : reason_end].decode("utf-8", "replace"),
+            data[reason_end:end].decode("utf-8", "replace"),
+        )
+        return evolve(task, failures=failures, due=0.0, dead=dead)
+    return evolve(task, failures=0, due=0.0, dead=None)
 
 
 def _submit2(data: bytes, start: int, end: int) -> RecoveredTask:
@@ -225,6 +321,44 @@ def _submit2(data: bytes, start: int, end: int) -> RecoveredTask:
         enqueued_ms / 1000,
         data[key:fairness] or None,
         data[fairness:payload] or None,
+    )
+
+
+def _submit3(data: bytes, start: int, end: int) -> RecoveredTask:
+    """The task of the (checked) SUBMIT3 record whose body is C{data[start:end]}."""
+    (
+        _,
+        task_id,
+        priority,
+        enqueued_ms,
+        due_ms,
+        retries,
+        failures,
+        queue_length,
+        type_length,
+        key_length,
+        fairness_length,
+        backoff_length,
+    ) = SUBMIT3_HEAD.unpack_from(data, start)
+    queue = start + SUBMIT3_HEAD.size
+    task_type = queue + queue_length
+    key = task_type + type_length
+    fairness = key + key_length
+    backoff = fairness + fairness_length
+    payload = backoff + backoff_length
+    return RecoveredTask(
+        task_id,
+        data[task_type:key],
+        data[payload:end],
+        data[queue:task_type].decode("ascii"),
+        priority,
+        enqueued_ms / 1000,
+        data[key:fairness] or None,
+        data[fairness:backoff] or None,
+        due_ms / 1000,
+        retries,
+        failures,
+        BACKOFF.unpack_from(data, backoff) if backoff_length else None,
     )
 
 
@@ -266,7 +400,7 @@ def _read_journal(path: str) -> bytes | None:
                 path,
                 0,
                 f"written by a newer Quicx (journal format {head[6:7].decode()});"
-                " this release reads formats 1 and 2",
+                " this release reads formats 1 to 3",
             )
         raise JournalCorrupt(path, 0, "not a Quicx journal (bad magic)")
     return data

@@ -18,16 +18,24 @@ from quicx.daemon.journal.interface import IJournal, IJournalOwner, Record, Snap
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
     DEFAULT_COMPACT_MIN_SIZE,
+    FORMAT,
     ID_BLOCK,
     MAGIC,
     FsyncPolicy,
     JournalInDoubt,
     Recovery,
+    encode_dead,
+    encode_fired,
     encode_key,
     encode_outcome,
     encode_pause,
+    encode_replay,
     encode_reserve,
+    encode_retry,
+    encode_schedule,
     encode_submit2,
+    encode_submit3,
+    encode_unschedule,
     id_after,
     id_steps,
     submit2_record_size,
@@ -122,7 +130,7 @@ class Journal(Service):
         release's format is first copied into this one's (a new file swapped
         in, as compaction does: a crash at any moment leaves one or the other).
         """
-        if recovery.format != 2 and recovery.valid_length >= len(MAGIC):
+        if recovery.format != FORMAT and recovery.valid_length >= len(MAGIC):
             self._upgrade(recovery.valid_length)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._last_id = recovery.last_task_id
@@ -150,7 +158,7 @@ class Journal(Service):
         )
 
     def _upgrade(self, valid_length: int) -> None:
-        """Rewrite a format-1 journal's good records under this format's magic."""
+        """Rewrite an older format's good records under this format's magic."""
         with open(self.path, "rb") as old:
             data = old.read(valid_length)
         temporary = self.path + ".upgrade"
@@ -163,8 +171,9 @@ class Journal(Service):
         os.replace(temporary, self.path)
         sync_directory(self.path)
         self.log.info(
-            "journal {path} upgraded to format 2 (a previous release can no longer read it)",
+            "journal {path} upgraded to format {number} (a previous release can no longer read it)",
             path=self.path,
+            number=FORMAT,
         )
 
     # -- the owner's calls -------------------------------------------------------
@@ -204,6 +213,28 @@ class Journal(Service):
     def record_pause(self, queue: str, paused: bool) -> None:
         """Append a PAUSE record (written with the next group commit)."""
         self._append(encode_pause(queue, paused))
+
+    def record_retry(self, task: Record) -> None:
+        self._append(encode_retry(task.task_id, task.failures, task.due))
+
+    def record_dead(self, task: Record) -> None:
+        dead = task.dead
+        assert dead is not None
+        self._append(
+            encode_dead(task.task_id, dead.died_at, task.failures, dead.reason, dead.worker)
+        )
+
+    def record_replay(self, task: Record) -> None:
+        self._append(encode_replay(task.task_id))
+
+    def record_fired(self, schedule: str, fire_time: float) -> None:
+        self._append(encode_fired(schedule, fire_time))
+
+    def record_schedule(self, schedule: str, definition: bytes | None) -> None:
+        if definition is None:
+            self._append(encode_unschedule(schedule))
+        else:
+            self._append(encode_schedule(schedule, definition))
 
     def durable(self) -> Deferred[None] | None:
         """
@@ -246,8 +277,19 @@ class Journal(Service):
         if self._compaction_due():
             state = self._owner.snapshot()
             snapshot = [MAGIC, encode_reserve(self._reserved_id)]
-            snapshot += [_submit_record(task, payload) for task, payload in state.tasks]
+            dead: list[Record] = []
+            for task, payload in state.tasks:
+                snapshot.append(_submit_record(task, payload))
+                if task.dead is not None:
+                    dead.append(task)
             live = len(snapshot) - 2
+            snapshot += [
+                encode_dead(t.task_id, t.dead.died_at, t.failures, t.dead.reason, t.dead.worker)
+                for t in dead
+                if t.dead is not None
+            ]
+            snapshot += [encode_schedule(name, body) for name, body in state.schedules]
+            snapshot += [encode_fired(name, when) for name, when in state.fired]
             snapshot += [encode_pause(name, True) for name in state.paused]
             snapshot += [
                 encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
@@ -420,6 +462,21 @@ class Journal(Service):
 
 
 def _submit_record(task: Record, payload: bytes) -> bytes:
+    if task.due or task.retries or task.failures or task.backoff is not None:
+        return encode_submit3(
+            task.task_id,
+            task.task_type,
+            payload,
+            task.queue,
+            task.priority,
+            task.enqueued_at,
+            task.key,
+            task.fairness,
+            task.due,
+            task.retries,
+            task.failures,
+            task.backoff,
+        )
     return encode_submit2(
         task.task_id,
         task.task_type,
