@@ -124,10 +124,14 @@ class Wire:
     """
     A raw connection (TCP, or a UNIX socket given as a path) that reads whole
     frames, each checked to carry the connection's C{version}.
+
+    @ivar tokens: the fencing token of each version-2 TASK read by L{task},
+        by task id: what its ACK must quote.
     """
 
     def __init__(self, address: tuple[str, int] | str, version: int = 2) -> None:
         self.version = version
+        self.tokens: dict[int, int] = {}
         if isinstance(address, str):
             self.sock = socket.socket(socket.AF_UNIX)
             self.sock.settimeout(5)
@@ -191,7 +195,10 @@ class Wire:
             self.send(data)
         kind, body = self.read()
         assert kind == TASK, (kind, body)
-        return parse_task(body)
+        task = parse_task(body)
+        if TOKEN in task["context"]:
+            self.tokens[task["id"]] = token_of(task)
+        return task
 
     def alive(self) -> bool:
         """The connection is usable: a HEARTBEAT gets its PONG."""

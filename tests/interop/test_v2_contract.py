@@ -34,6 +34,7 @@ from tests.interop.raw import (
     INFO,
     INSPECT,
     KEY,
+    LEASE,
     OK,
     PAUSE,
     PEEK,
@@ -48,8 +49,10 @@ from tests.interop.raw import (
     STATS_RESPONSE,
     SUBMIT,
     TASK,
+    TOKEN,
     WAIT,
     Wire,
+    ack,
     frame,
     name,
     option,
@@ -117,9 +120,23 @@ def leave(worker: Wire, monitor: Wire, queue: str) -> None:
 
 
 def finish(worker: Wire, producer: Wire, task_id: int) -> None:
-    """The worker reports DONE; its producer hears DONE."""
-    worker.send(task_id_frame(DONE, task_id, worker.version))
+    """
+    The worker reports the task done: ACK with its delivery's token in
+    version 2 (where DONE is refused: outcomes are fenced), DONE in version 1.
+    Its producer hears DONE.
+    """
+    if worker.version == 2:
+        worker.send(ack(task_id, worker.tokens.pop(task_id)))
+    else:
+        worker.send(task_id_frame(DONE, task_id, 1))
     assert producer.read() == (DONE, id_bytes(task_id))
+
+
+def keys_of(task: dict[str, Any]) -> dict[int, bytes]:
+    """A version-2 TASK's context less the token and lease that every one carries."""
+    context = dict(task["context"])
+    assert (len(context.pop(TOKEN)), len(context.pop(LEASE))) == (8, 4), task["context"]
+    return context
 
 
 # -- SUBMIT, OK and TASK ------------------------------------------------------
@@ -143,7 +160,7 @@ def test_the_pages_submit_example_and_the_task_a_worker_gets(connect: Connect) -
     after = time.time() * 1000
     assert (task["id"], task["attempt"], task["priority"]) == (task_id, 1, 9)
     assert (task["queue"], task["type"], task["payload"]) == (b"mail", b"send_email", b'{"to":1}')
-    assert task["context"] == {}
+    assert keys_of(task) == {}
     assert before - 1000 <= task["enqueued_ms"] <= after + 1000
     finish(worker, producer, task_id)
 
@@ -182,9 +199,10 @@ def test_each_submit_option_reaches_the_task(connect: Connect, options: str) -> 
         "enqueued_ms": task["enqueued_ms"],
         "queue": queue,
         "type": b"job",
-        "context": context,
+        "context": task["context"],
         "payload": b"body",
     }
+    assert keys_of(task) == context
     finish(worker, producer, task_id)
 
 
@@ -254,7 +272,7 @@ def test_a_duplicate_key_answers_the_first_id_and_queues_nothing(connect: Connec
     assert queue_named(producer, "dedup")["depth"] == 1
     worker.send(ready(2, b"dedup"))
     task = worker.task()
-    assert (task["id"], task["payload"], task["context"]) == (first[0], b"x", {KEY: b"k"})
+    assert (task["id"], task["payload"], keys_of(task)) == (first[0], b"x", {KEY: b"k"})
     assert worker.silent_for(0.3)  # nothing queued twice
     finish(worker, producer, first[0])
     # Finished: the duplicate's OK is followed at once by the outcome.
@@ -337,7 +355,7 @@ def test_version_1_clients_share_the_default_queue(connect: Connect) -> None:
     v1_producer, v2_worker, v1_producer_monitor = connect(1), connect(), connect()
     old = v1_producer.ok_v1(submit_v1(b"told", b"old"))
     task = v2_worker.task(ready())
-    assert (task["id"], task["queue"], task["priority"], task["context"]) == (
+    assert (task["id"], task["queue"], task["priority"], keys_of(task)) == (
         old,
         b"default",
         0,
@@ -406,7 +424,7 @@ def test_version_2_frames_may_be_larger_by_the_options(connect: Connect) -> None
 # -- bad input ----------------------------------------------------------------
 
 BAD_INPUT = [
-    ("unknown option", submit(b"t", b"x", option(0x05, b"?"))),
+    ("unknown option", submit(b"t", b"x", option(0x09, b"?"))),
     ("repeated option", submit(b"t", b"x", option(QUEUE, b"a"), option(QUEUE, b"b"))),
     ("repeated key", submit(b"t", b"x", option(KEY, b"a"), option(KEY, b"a"))),
     ("priority of 0 bytes", submit(b"t", b"x", option(PRIORITY, b""))),
@@ -748,7 +766,7 @@ def test_keys_past_max_key_length_are_error_0x02(connect_limited: Connect) -> No
         submit(b"t", b"x", option(KEY, b"k" * 8), option(FAIRNESS, b"f" * 8))
     )
     assert flags == 0
-    assert worker.task(ready(1, b"main"))["context"] == {KEY: b"k" * 8, FAIRNESS: b"f" * 8}
+    assert keys_of(worker.task(ready(1, b"main"))) == {KEY: b"k" * 8, FAIRNESS: b"f" * 8}
     finish(worker, producer, task_id)
 
 
