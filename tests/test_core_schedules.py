@@ -86,7 +86,7 @@ def test_missed_all_fires_each_missed_time_oldest_first() -> None:
 def test_admin_schedules_are_journaled_and_come_back() -> None:
     clock = clock_at(START)
     journal = FakeJournal(waits=False)
-    queue, book = setup(clock, {"tick": EVERY_MINUTE}, journal)
+    _queue, book = setup(clock, {"tick": EVERY_MINUTE}, journal)
     book.restore({}, {})
     book.startService()
     message = lifecycle.Schedule("hourly", b"report", b"x", cron="0 * * * *", queue="r")
@@ -97,7 +97,7 @@ def test_admin_schedules_are_journaled_and_come_back() -> None:
     assert journal.schedules == [("hourly", payload)]
     assert book.definitions() == [("hourly", payload)]
     # A restart: the journal's definitions come back as run-time schedules.
-    again_queue, again = setup(clock_at(START), {"tick": EVERY_MINUTE})
+    _again_queue, again = setup(clock_at(START), {"tick": EVERY_MINUTE})
     again.restore({}, dict(book.definitions()))
     assert [s["name"] for s in again.describe()] == ["hourly", "tick"]
     assert book.remove("hourly") == {"name": "hourly", "removed": True}
@@ -113,7 +113,7 @@ def test_admin_schedules_are_journaled_and_come_back() -> None:
     ],
 )
 def test_a_schedule_the_book_cannot_take_is_refused(message: lifecycle.Schedule, code: int) -> None:
-    queue, book = setup(clock_at(START), {"tick": EVERY_MINUTE})
+    _queue, book = setup(clock_at(START), {"tick": EVERY_MINUTE})
     book.restore({}, {})
     with pytest.raises(Refused) as refused:
         book.add(message, b"")
@@ -121,7 +121,7 @@ def test_a_schedule_the_book_cannot_take_is_refused(message: lifecycle.Schedule,
 
 
 def test_max_schedules_and_unknown_or_declared_removals() -> None:
-    queue, book = setup(clock_at(START), {"tick": EVERY_MINUTE})
+    _queue, book = setup(clock_at(START), {"tick": EVERY_MINUTE})
     book.restore({}, {})
     for name in ("a", "b"):
         book.add(lifecycle.Schedule(name, b"t", interval=60), b"")
