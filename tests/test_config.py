@@ -14,7 +14,9 @@ from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.schedules import ScheduleSpec
 from quicx.daemon.settings import ConfigError
+from quicx.protocol.lifecycle import Missed
 from quicx.protocol.v2 import Backoff, BackoffKind
 
 REFERENCE = """\
@@ -188,6 +190,7 @@ EVERY_SETTING_CHANGED = config.Config(
     count_lost=True,
     dead_max_count=50,
     dead_max_age=3600,
+    max_schedules=5,
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,
@@ -204,6 +207,11 @@ EVERY_SETTING_CHANGED = config.Config(
             "retries": 5,
             "backoff": Backoff(BackoffKind.EXPONENTIAL, 500, 60_000, 20),
         }
+    },
+    schedule_sections={
+        "nightly": ScheduleSpec(
+            name="nightly", cron="30 2 * * *", task_type=b"report", source="config"
+        )
     },
 )
 
@@ -239,8 +247,8 @@ def test_init_has_every_setting_with_its_help() -> None:
     assert config.parse(text, "built-in default") == config.Config()
 
 
-EVERY_FLAG_CHANGED = attrs.evolve(EVERY_SETTING_CHANGED, queue_sections={})
-"""What flags can set: all but the [queue NAME] sections, which are file-only."""
+EVERY_FLAG_CHANGED = attrs.evolve(EVERY_SETTING_CHANGED, queue_sections={}, schedule_sections={})
+"""What flags can set: all but the [queue NAME] and [schedule NAME] sections (file-only)."""
 
 
 def test_every_setting_is_a_twistd_flag() -> None:
@@ -344,7 +352,10 @@ def test_queue_sections_inherit_the_queues_defaults() -> None:
         ("[queue " + "x" * 65 + "]\n", "<string>:1: [queue xxx"),
         ("[queue a]\n\n[queue a]\n", "<string>:3: [queue a] is declared again (first on line 1)"),
         ("[queue a]\nfoo = 1\n", "<string>:2: unknown key 'foo' in [queue a] (known: max_depth"),
-        ("[queue a]\npriority = 256\n", "<string>:2: priority: 256 is out of range (0 to 255)"),
+        (
+            "[queue a]\npriority = 256\n",
+            "<string>:2: [queue a] priority: 256 is out of range (0 to 255)",
+        ),
         ("[queue a]\nrate = 1\nrate = 2\n", "<string>:3: 'rate' is set again in [queue a]"),
         ("[protocol]\nversions = 3\n", "<string>:2: versions: '3' is not 1, 2 or '1, 2'"),
         ("[protocol]\ndefault_queue = no way\n", "<string>:2: default_queue: a queue name"),
@@ -352,13 +363,19 @@ def test_queue_sections_inherit_the_queues_defaults() -> None:
         ("[queues]\nmax_queues = 0\n", "<string>:2: max_queues: 0 is out of range"),
         ("[tls]\nadmins = ops\n", "<string>:2: admins needs client_ca"),
         ("[queue]\n", "<string>:1: [queue] needs the queue's name: [queue NAME]"),
-        ("[queue a]\ntimeout = -1\n", "<string>:2: timeout: -1 seconds is out of range"),
-        ("[queue a]\nmax_depth = lots\n", "<string>:2: max_depth: 'lots' is not a whole"),
-        ("[queue a]\nkey_concurrency = -1\n", "<string>:2: key_concurrency: '-1' is not a"),
-        ("[queue a]\nrate = 2e6\n", "<string>:2: rate: 2e6 is out of range (0 to 1e+06)"),
-        ("[queue a]\nburst = 1.5\n", "<string>:2: burst: '1.5' is not a whole number"),
-        ("[queue a]\nkey_rate = fast\n", "<string>:2: key_rate: 'fast' is not a number"),
-        ("[queue a]\nkey_burst = -2\n", "<string>:2: key_burst: '-2' is not a whole number"),
+        ("[queue a]\ntimeout = -1\n", "<string>:2: [queue a] timeout: -1 seconds is out of range"),
+        ("[queue a]\nmax_depth = lots\n", "<string>:2: [queue a] max_depth: 'lots' is not a whole"),
+        (
+            "[queue a]\nkey_concurrency = -1\n",
+            "<string>:2: [queue a] key_concurrency: '-1' is not a",
+        ),
+        ("[queue a]\nrate = 2e6\n", "<string>:2: [queue a] rate: 2e6 is out of range (0 to 1e+06)"),
+        ("[queue a]\nburst = 1.5\n", "<string>:2: [queue a] burst: '1.5' is not a whole number"),
+        ("[queue a]\nkey_rate = fast\n", "<string>:2: [queue a] key_rate: 'fast' is not a number"),
+        (
+            "[queue a]\nkey_burst = -2\n",
+            "<string>:2: [queue a] key_burst: '-2' is not a whole number",
+        ),
         ("[queue a]\n[server]\nport = 1\n[queue b]\n[queue a]\n", "<string>:5: [queue a] is"),
         ("[protocol]\nversions =\n", "<string>:2: versions: '' is not 1, 2 or '1, 2'"),
         ("[protocol]\nversions = 1, 3\n", "<string>:2: versions: '1, 3' is not 1, 2"),
@@ -436,11 +453,17 @@ def test_every_queue_key_round_trips_through_the_file_into_the_policy() -> None:
     assert config.parse(config.render(loaded)) == loaded
 
 
-def test_init_shows_a_commented_queue_section_with_every_key() -> None:
+@pytest.mark.parametrize(
+    ("header", "keys"),
+    [("# [queue NAME]", config.QUEUE_KEYS), ("# [schedule NAME]", config.SCHEDULE_KEYS)],
+)
+def test_init_shows_a_commented_section_with_every_key(
+    header: str, keys: tuple[config.SectionKey, ...]
+) -> None:
     text = config.render(config.Config())
-    example = text[text.index("# [queue NAME]\n") :].splitlines()[1:]
-    assert [line.split(" =")[0] for line in example] == [f"# {k.key}" for k in config.QUEUE_KEYS]
-    assert all(f"({k.help})" in text for k in config.QUEUE_KEYS)
+    example = text[text.index(header + "\n") :].split("\n\n")[0].splitlines()[1:]
+    assert [line.split(" =")[0] for line in example] == [f"# {k.key}" for k in keys]
+    assert all(f"({k.help})" in text for k in keys)
 
 
 def test_the_limits_reach_the_queue_core_as_configured() -> None:
@@ -462,4 +485,133 @@ def test_the_limits_reach_the_queue_core_as_configured() -> None:
         6,
         declared=declared,
         defaults=defaults,
+    )
+
+
+# -- schedules ------------------------------------------------------------------------------
+
+
+def test_schedule_sections_become_schedules() -> None:
+    loaded = config.parse(
+        "[schedules]\nmax_schedules = 2\n"
+        "[schedule nightly]\ncron = 30 2 * * *\ntimezone = Europe/Paris\ntype = report\n"
+        'payload = {"to": "été"}\nqueue = reports\npriority = 7\nmissed = ALL\ncatch_up = 3\n'
+        "[ SCHEDULE  ping ]\nevery = 1.5\ntype = ping\n"
+    )
+    assert loaded.max_schedules == 2
+    assert loaded.schedule_sections == {
+        "nightly": ScheduleSpec(
+            name="nightly",
+            cron="30 2 * * *",
+            timezone="Europe/Paris",
+            task_type=b"report",
+            payload='{"to": "été"}'.encode(),
+            queue="reports",
+            priority=7,
+            missed=Missed.ALL,
+            catch_up=3,
+            source="config",
+        ),
+        "ping": ScheduleSpec(name="ping", every=1.5, task_type=b"ping", source="config"),
+    }
+    assert config.parse(config.render(loaded)) == loaded
+
+
+def test_the_schedule_keys_are_the_specs_fields() -> None:
+    assert {k.field for k in config.SCHEDULE_KEYS} == {
+        f.name for f in attrs.fields(ScheduleSpec)
+    } - {"name", "source"}
+
+
+EVERY_SCHEDULE_KEY_CHANGED = {
+    "cron": "0 9 * * MON-FRI",
+    "timezone": "Asia/Tokyo",
+    "type": "digest",
+    "payload": "weekday digest",
+    "queue": "mail",
+    "priority": 9,
+    "missed": "skip",
+    "catch_up": 0,
+}
+
+
+def test_every_schedule_key_round_trips_through_the_file() -> None:
+    text = "[schedule a]\n" + "".join(f"{k} = {v}\n" for k, v in EVERY_SCHEDULE_KEY_CHANGED.items())
+    loaded = config.parse(text + "[schedule b]\nevery = 60\ntype = t\n")
+    a, b = loaded.schedule_sections.values()
+    assert [k.key for k in config.SCHEDULE_KEYS if getattr(a, k.field) == k.default] == ["every"]
+    assert b.every == 60
+    assert config.parse(config.render(loaded)) == loaded
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[schedule]\n", "f:1: [schedule] needs the schedule's name: [schedule NAME]"),
+        ("[schedule a b]\n", "f:1: [schedule a b]: a schedule name is 1 to 64 letters"),
+        (
+            "[schedule a]\nevery = 5\ntype = t\n[schedule a]\n",
+            "f:4: [schedule a] is declared again (first on line 1)",
+        ),
+        ("[schedule a]\nfoo = 1\n", "f:2: unknown key 'foo' in [schedule a] (known: cron, every,"),
+        ("[schedule a]\ntype = t\ntype = u\n", "f:3: 'type' is set again in [schedule a] (first"),
+        (
+            "[schedule nightly]\ncron = 61 2 * * *\n",
+            "f:2: [schedule nightly] cron: '61 2 * * *' is not a cron expression: bad minute",
+        ),
+        ("[schedule a]\ncron = 0 30 2 * * *\n", "f:2: [schedule a] cron: '0 30 2 * * *' is not a"),
+        ("[schedule a]\nevery = 0.5\n", "f:2: [schedule a] every: 0.5 seconds is out of range"),
+        ("[schedule a]\nevery = 1e9\n", "f:2: [schedule a] every: 1e9 seconds is out of range"),
+        ("[schedule a]\nevery = 5m\n", "f:2: [schedule a] every: '5m' is not a number of seconds"),
+        ("[schedule a]\ntimezone = CEST\n", "f:2: [schedule a] timezone: unknown time zone 'CEST'"),
+        ("[schedule a]\ntype =\n", "f:2: [schedule a] type: a task type is 1 to 255 bytes"),
+        ("[schedule a]\nqueue = a b\n", "f:2: [schedule a] queue: a queue name is 1 to 64"),
+        ("[schedule a]\npriority = 256\n", "f:2: [schedule a] priority: 256 is out of range"),
+        (
+            "[schedule a]\nmissed = sometimes\n",
+            "f:2: [schedule a] missed: 'sometimes' is not one of skip, once, all",
+        ),
+        ("[schedule a]\ncatch_up = 65536\n", "f:2: [schedule a] catch_up: 65536 is out of range"),
+        (
+            "[schedule a]\ncron = * * * * *\ntype = t\nevery = 5\n",
+            "f:4: [schedule a] every: a schedule has cron or every, not both",
+        ),
+        (
+            "[schedule a]\nevery = 5\ncron = * * * * *\n",
+            "f:3: [schedule a] cron: a schedule has cron or every, not both",
+        ),
+        ("\n[schedule a]\ntype = t\n", "f:2: [schedule a] needs cron or every"),
+        ("[schedule a]\nevery = 5\n", "f:1: [schedule a] needs a type"),
+        ("[schedules]\nmax_schedules = -1\n", "f:2: max_schedules: '-1' is not a whole number"),
+        ("[schedules]\nmax_schedules = 100001\n", "f:2: max_schedules: 100001 is out of range"),
+        ("[schedules]\nevery = 5\n", "f:2: unknown key 'every' in [schedules]"),
+        (
+            "[schedules]\nmax_schedules = 1\n"
+            "[schedule a]\nevery = 5\ntype = t\n[schedule b]\nevery = 5\ntype = t\n",
+            "f:2: 2 [schedule NAME] sections, more than max_schedules = 1",
+        ),
+        (
+            "[schedule a]\nevery = 5\ntype = t\n[schedules]\nmax_schedules = 0\n",
+            "f:5: 1 [schedule NAME] sections, more than max_schedules = 0",
+        ),
+    ],
+)
+def test_bad_schedule_settings_name_the_line(text: str, error: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        config.parse(text, "f")
+    assert str(raised.value).startswith(error), raised.value
+
+
+def test_max_schedules_given_as_a_flag_is_checked_against_the_files_schedules(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "quicx.conf"
+    path.write_text("[schedule a]\nevery = 60\ntype = t\n")
+    options = tap.Options()
+    options.parseOptions([f"--config={path}", "--max-schedules=0"])
+    with pytest.raises(SystemExit) as raised:
+        tap.makeService(options)
+    assert str(raised.value.code) == (
+        "quicx: command line: 1 [schedule NAME] sections, more than max_schedules = 0"
+        " (--max-schedules)"
     )

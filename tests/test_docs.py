@@ -149,7 +149,10 @@ def test_the_settings_check_finds_a_missing_row() -> None:
     ]
 
 
-def test_the_queue_section_table_is_the_codes() -> None:
+@pytest.mark.parametrize(
+    ("heading", "keys"), [("queue", "QUEUE_KEYS"), ("schedule", "SCHEDULE_KEYS")]
+)
+def test_the_named_section_tables_are_the_codes(heading: str, keys: str) -> None:
     from quicx.daemon import settings
 
     text = CONFIGURATION.read_text()
@@ -157,11 +160,11 @@ def test_the_queue_section_table_is_the_codes() -> None:
     rows = next(
         rows
         for first, rows in tables(text)
-        if any(line == "### `[queue NAME]`" for line in lines[max(0, first - 8) : first])
+        if any(line == f"### `[{heading} NAME]`" for line in lines[max(0, first - 8) : first])
     )
     documented = [[c.strip() for c in cells(row)][:3] for row in rows[2:]]
     assert documented == [
-        [f"`{k.key}`", k.shown_default, k.kind.bounds()] for k in settings.QUEUE_KEYS
+        [f"`{k.key}`", k.shown_default, k.kind.bounds()] for k in getattr(settings, keys)
     ]
 
 
@@ -187,3 +190,27 @@ def test_the_queue_section_example_says_what_it_says() -> None:
     assert settings.parse(example).queue_limits.policy("mail") == QueuePolicy(
         max_depth=100000, priority=5, key_concurrency=2, key_rate=10
     )
+
+
+def test_the_schedule_section_example_says_what_it_says() -> None:
+    from quicx.daemon import settings
+    from quicx.daemon.schedules import ScheduleSpec
+    from quicx.protocol.lifecycle import Missed
+
+    (example,) = [b for b in ini_blocks(CONFIGURATION.read_text()) if "[schedule " in b]
+    assert settings.parse(example).schedule_sections == {
+        "nightly-report": ScheduleSpec(
+            name="nightly-report",
+            cron="30 2 * * *",
+            timezone="Europe/Paris",
+            task_type=b"build_report",
+            payload=b'{"period": "day"}',
+            queue="reports",
+            missed=Missed.ALL,
+            catch_up=7,
+            source="config",
+        ),
+        "ping": ScheduleSpec(
+            name="ping", every=60, task_type=b"ping", missed=Missed.SKIP, source="config"
+        ),
+    }

@@ -125,3 +125,48 @@ def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_da
         assert (task.task_id, task.payload) == (soon, b"soon")
         worker.send(v2.HEARTBEAT_FRAME)
         assert worker.receive() == wire.Pong()
+
+
+def queued_ids(address: str, queue: str) -> list[int]:
+    """The ids of the tasks queued in C{queue} (none while it does not exist)."""
+    with Peer(address) as client:
+        answer = client.request(v2.encode_peek(queue, 1000))
+    return [] if isinstance(answer, wire.Error) else [t["id"] for t in answer.document]
+
+
+def test_a_run_time_schedule_survives_kill_9_and_never_fires_a_time_twice(
+    tmp_path: Path, start_daemon
+) -> None:
+    journal = str(tmp_path / "j")
+    daemon = start_daemon(f"--journal={journal}", "--fsync=always")
+    schedule = lifecycle.Schedule("beat", b"beat", b"{}", interval=1, queue="beats")
+    with Peer(str(daemon.control_path)) as admin:
+        added = admin.request(lifecycle.encode_schedule(schedule)).document
+        assert (added["name"], added["every"], added["source"]) == ("beat", 1.0, "runtime")
+    deadline = time.monotonic() + 10
+    while len(queued_ids(daemon.address, "beats")) < 2:
+        assert time.monotonic() < deadline, "the schedule did not fire"
+        time.sleep(0.1)
+    with Peer(daemon.address) as client:
+        (before,) = client.request(lifecycle.SCHEDULES_FRAME).document
+    daemon.kill()
+
+    time.sleep(2.5)  # two or three firings are missed (policy: once)
+    restarted = start_daemon(f"--journal={journal}")
+    with Peer(restarted.address) as client:
+        (after,) = client.request(lifecycle.SCHEDULES_FRAME).document
+        assert after["source"] == "runtime" and after["last_fire"] >= before["last_fire"]
+        with Peer(restarted.address) as worker:
+            worker.send(v2.encode_ready(100, ["beats"]))
+            keys = []
+            while True:
+                message = worker.receive()
+                if not isinstance(message, v2.Task):
+                    break
+                keys.append(message.key)
+                worker.send(lifecycle.encode_ack(message.task_id, message.token))
+                if len(keys) >= 4:
+                    break
+    # Every fire time once: no key twice, in fire-time order.
+    times = [int(key.rsplit(b":", 1)[1]) for key in keys]
+    assert len(set(times)) == len(times) and times == sorted(times)

@@ -437,8 +437,8 @@ class QueueService(Service):
             if refusal is not None:
                 self._reject(session, refusal.code, str(refusal), task_type, len(payload))
                 return
-            if due <= now:
-                due = 0.0
+            # Kept to the millisecond, as the wire and the journal carry it.
+            due = round(due, 3) if due > now else 0.0
         if key is not None:
             found = self.keys.find(queue.name, key, now)
             if found is not None:
@@ -1053,7 +1053,7 @@ class QueueService(Service):
         if not permanent and task.failures <= task.retries:
             now = self.clock()
             backoff = task.backoff or task.home.policy.backoff
-            due = now + retry_wait(backoff, task.failures, self.random)
+            due = round(now + retry_wait(backoff, task.failures, self.random), 3)
             task.due = due
             self.journal.record_retry(task)
             self._retried += 1

@@ -30,6 +30,7 @@ from zope.interface import implementer
 import quicx
 from quicx.daemon import introspect
 from quicx.daemon.core import QueueService, Refused, Session
+from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.settings import Limits
 from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
@@ -54,6 +55,7 @@ CAPABILITIES = (
     "retries",
     "dead-letters",
     "leases",
+    "schedules",
 )
 """What a version-2 HELLO is told this daemon can do."""
 
@@ -511,6 +513,29 @@ class QuicxServerProtocol(FrameReceiver):
         self._require_admin("DEAD_PURGE")
         self._reply_when_durable(v2.encode_info(self.queue.purge_dead(message.queue)))
 
+    def _schedules(self, payload: bytes) -> None:
+        lifecycle.decode_schedules(payload)
+        self._authorize("monitor")
+        book = self.queue.schedules
+        schedules = book.describe() if isinstance(book, ScheduleBook) else []
+        self._reply(v2.encode_info(schedules))
+
+    def _schedule(self, payload: bytes) -> None:
+        message = lifecycle.decode_schedule(payload)
+        self._require_admin("SCHEDULE")
+        self._reply_when_durable(v2.encode_info(self._book().add(message, payload)))
+
+    def _unschedule(self, payload: bytes) -> None:
+        name = lifecycle.decode_unschedule(payload).name
+        self._require_admin("UNSCHEDULE")
+        self._reply_when_durable(v2.encode_info(self._book().remove(name)))
+
+    def _book(self) -> ScheduleBook:
+        book = self.queue.schedules
+        if not isinstance(book, ScheduleBook):
+            raise Refused(v2.ErrorCode.NOT_FOUND, "this daemon runs no schedules")
+        return book
+
     def _learn_identity(self) -> None:
         """
         Learn this peer's certificate identity, once: it decides which role
@@ -558,6 +583,9 @@ _HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     v2.MessageType.DEAD: QuicxServerProtocol._dead,
     v2.MessageType.REPLAY: QuicxServerProtocol._replay,
     v2.MessageType.DEAD_PURGE: QuicxServerProtocol._dead_purge,
+    v2.MessageType.SCHEDULES: QuicxServerProtocol._schedules,
+    v2.MessageType.SCHEDULE: QuicxServerProtocol._schedule,
+    v2.MessageType.UNSCHEDULE: QuicxServerProtocol._unschedule,
 }
 
 

@@ -37,11 +37,12 @@ from quicx.daemon import settings as configuration
 from quicx.daemon.control import STATUS_FORMAT, ControlFactory
 from quicx.daemon.core import QueueService, Refused
 from quicx.daemon.events import EventLog, EventSettings
-from quicx.daemon.journal.records import JournalCorrupt
+from quicx.daemon.journal.records import JournalCorrupt, Recovery
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.logsummary import LogSummary
 from quicx.daemon.periodic import every
+from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
 from quicx.net.busypoll import enable_busy_poll
@@ -380,11 +381,17 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         # Added before the queue, stopped after it: the queue's last events
         # (tasks dropped at stop) are written.
         events.setServiceParent(daemon)
+    schedules = ScheduleBook(queue, reactor, config.schedule_sections, config.max_schedules)
     if journal is not None:
-        restore(queue, journal)
+        recovery = restore(queue, journal)
+        schedules.restore(recovery.fired, recovery.schedules)
         # Stopped after the queue: every record is written before exit.
         journal.setServiceParent(daemon)
+    else:
+        schedules.restore({}, {})
     queue.setServiceParent(daemon)
+    # Started after the queue (its missed firings go into it), stopped before.
+    schedules.setServiceParent(daemon)
     heartbeats = Heartbeats(
         queue,
         config.heartbeat_interval,
@@ -478,9 +485,9 @@ def open_journal(config: configuration.Config, reactor: Any) -> Journal:
     )
 
 
-def restore(queue: QueueService, journal: Journal) -> None:
+def restore(queue: QueueService, journal: Journal) -> Recovery:
     """
-    Queue what the journal kept and open it for appending.
+    Queue what the journal kept and open it for appending; what it kept.
 
     @raise SystemExit: the journal is damaged or its tasks do not fit the pool;
         the daemon does not start.
@@ -519,6 +526,7 @@ def restore(queue: QueueService, journal: Journal) -> None:
         records=recovery.records,
         tasks=len(recovery.tasks),
     )
+    return recovery
 
 
 LISTEN_BACKLOG = 1024

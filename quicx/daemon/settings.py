@@ -32,18 +32,20 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import attrs
-from attrs import field, frozen
+from attrs import Factory, define, field, frozen
 
-from quicx.daemon import pmad
+from quicx.daemon import pmad, schedules
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
     DEFAULT_COMPACT_MIN_SIZE,
     FsyncPolicy,
 )
 from quicx.daemon.policy import DEFAULT_BACKOFF, QueueLimits, QueuePolicy
+from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
 from quicx.protocol.durations import format_backoff, parse_backoff
+from quicx.protocol.lifecycle import Missed
 from quicx.protocol.v2 import MAX_QUEUE_NAME, Backoff, check_queue
 from quicx.protocol.wire import MAX_CREDITS, MAX_TYPE_LENGTH
 
@@ -169,12 +171,13 @@ class Text(Kind[str]):
 
 @frozen
 class Seconds(Kind[float]):
-    """Seconds from 0: under a billion, or at most C{high}."""
+    """Seconds from C{low} (0 unless given): under a billion, or at most C{high}."""
 
     def metavar(self) -> str:
         return "SECONDS"
 
     high: float | None = None
+    low: float = 0
 
     def parse(self, text: str) -> float:
         try:
@@ -182,9 +185,9 @@ class Seconds(Kind[float]):
         except ValueError:
             raise ValueError(f"{text!r} is not a number of seconds") from None
         if self.high is None:
-            if not 0 <= value < 1e9:
+            if not self.low <= value < 1e9:
                 raise ValueError(f"{text} seconds is out of range")
-        elif not 0 <= value <= self.high:
+        elif not self.low <= value <= self.high:
             raise ValueError(f"{text} seconds is out of range ({self.bounds()})")
         return value
 
@@ -192,7 +195,7 @@ class Seconds(Kind[float]):
         return _number(value)
 
     def bounds(self) -> str:
-        return "≥ 0" if self.high is None else f"0 to {self.high:g}"
+        return f"≥ {self.low:g}" if self.high is None else f"{self.low:g} to {self.high:g}"
 
 
 @frozen
@@ -288,7 +291,7 @@ class YesNo(Kind[bool]):
 
 @frozen
 class Choice(Kind[E]):
-    """One of an enumeration's values."""
+    """One of an enumeration's members: its value when that is text, else its name in lower case."""
 
     enum: type[E]
 
@@ -296,16 +299,17 @@ class Choice(Kind[E]):
         return "|".join(self._names())
 
     def _names(self) -> tuple[str, ...]:
-        return tuple(str(member.value) for member in self.enum)
+        return tuple(self.format(member) for member in self.enum)
 
     def parse(self, text: str) -> E:
-        try:
-            return self.enum(text.strip().lower())
-        except ValueError:
-            raise ValueError(f"{text!r} is not one of {', '.join(self._names())}") from None
+        wanted = text.strip().lower()
+        for member in self.enum:
+            if self.format(member) == wanted:
+                return member
+        raise ValueError(f"{text!r} is not one of {', '.join(self._names())}")
 
     def format(self, value: E) -> str:
-        return str(value.value)
+        return value.value if isinstance(value.value, str) else value.name.lower()
 
     def bounds(self) -> str:
         return ", ".join(self._names())
@@ -422,6 +426,52 @@ class QueueName(Kind[str]):
 
     def bounds(self) -> str:
         return f"1 to {MAX_QUEUE_NAME} of A-Z a-z 0-9 _ . : -"
+
+
+@frozen
+class CronExpression(Kind[str]):
+    """A 5-field cron expression (see L{quicx.daemon.schedules})."""
+
+    def metavar(self) -> str:
+        return "CRON"
+
+    def parse(self, text: str) -> str:
+        expression = text.strip()
+        schedules.check_cron(expression)
+        return expression
+
+    def bounds(self) -> str:
+        return "5 fields"
+
+
+@frozen
+class TimeZone(Kind[str]):
+    """An IANA time zone name: C{UTC}, C{Europe/Paris}."""
+
+    def metavar(self) -> str:
+        return "ZONE"
+
+    def parse(self, text: str) -> str:
+        name = text.strip()
+        schedules.check_timezone(name)
+        return name
+
+    def bounds(self) -> str:
+        return "an IANA time zone"
+
+
+@frozen
+class Payload(Kind[bytes]):
+    """A task payload, written as UTF-8 text on one line."""
+
+    def metavar(self) -> str:
+        return "TEXT"
+
+    def parse(self, text: str) -> bytes:
+        return text.strip().encode("utf-8")
+
+    def format(self, value: bytes) -> str:
+        return value.decode("utf-8")
 
 
 BUSY_POLL = Seconds(high=MAX_BUSY_POLL)
@@ -878,6 +928,13 @@ class Config:
         "Seconds a dead task is kept (0: until pushed out by max_count).",
         flag="dead-max-age",
     )
+    max_schedules: int = setting(
+        "schedules",
+        "max_schedules",
+        Integer(0, 100_000),
+        100,
+        "The most schedules: the [schedule NAME] sections and those added at run time.",
+    )
     events_directory: str = setting(
         "events",
         "directory",
@@ -940,6 +997,7 @@ class Config:
         "Log failed, requeued and given-up tasks in a summary this often (0: each).",
     )
     queue_sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    schedule_sections: Mapping[str, ScheduleSpec] = field(factory=dict)
     source: str = "built-in default"
 
     @property
@@ -1037,40 +1095,90 @@ _BY_KEY = {(s.section, s.key): s for s in SETTINGS}
 
 
 @frozen
-class QueueKey:
-    """A key of a C{[queue NAME]} section: a field of L{QueuePolicy}."""
+class SectionKey:
+    """
+    A key of a C{[queue NAME]} or C{[schedule NAME]} section: a field of
+    C{record} (L{QueuePolicy}, L{ScheduleSpec}).
 
+    @ivar attribute: the field's name, when it is not C{key}.
+    @ivar unset: what the default is, in the docs, when it is no value.
+    """
+
+    record: type
     key: str
     kind: Kind[Any]
     help: str
     unset: str = ""
+    attribute: str = ""
+
+    @property
+    def field(self) -> str:
+        return self.attribute or self.key
+
+    @property
+    def default(self) -> object:
+        """The field's default (L{attrs.NOTHING} when it has none)."""
+        return attrs.fields_dict(self.record)[self.field].default
 
     @property
     def shown_default(self) -> str:
-        return self.unset or f"`{self.kind.format(getattr(QueuePolicy(), self.key))}`"
+        return self.unset or f"`{self.kind.format(self.default)}`"
 
 
 QUEUE_KEYS = (
-    QueueKey("max_depth", Integer(0), "Queued tasks it may hold (0: only the pool bounds it).",
-             "`[queues] max_depth`"),
-    QueueKey("priority", Integer(0, 255), "The priority of a task that names none.",
-             "`[queues] priority`"),
-    QueueKey("timeout", Seconds(), "Seconds a worker may hold one of its tasks (0: never).",
-             "`[tasks] timeout`"),
-    QueueKey("key_concurrency", Integer(0), "Tasks of one fairness key running at once (0: any)."),
-    QueueKey("rate", Number(0, 1e6), "Tasks per second the queue may start (0: no limit)."),
-    QueueKey("burst", Integer(0), "Tokens of the rate's bucket (0: one second's worth)."),
-    QueueKey("key_rate", Number(0, 1e6), "Tasks per second one fairness key may start (0: any)."),
-    QueueKey("key_burst", Integer(0), "Tokens of the key rate's bucket (0: one second's worth)."),
-    QueueKey("retries", Integer(0, 65535), "How many times a failed task is retried.",
-             "`[retries] retries`"),
-    QueueKey("backoff", BackoffText(), "The wait before each retry (with its jitter).",
-             "`[retries] backoff`"),
+    SectionKey(QueuePolicy, "max_depth", Integer(0),
+               "Queued tasks it may hold (0: only the pool bounds it).", "`[queues] max_depth`"),
+    SectionKey(QueuePolicy, "priority", Integer(0, 255), "The priority of a task that names none.",
+               "`[queues] priority`"),
+    SectionKey(QueuePolicy, "timeout", Seconds(),
+               "Seconds a worker may hold one of its tasks (0: never).", "`[tasks] timeout`"),
+    SectionKey(QueuePolicy, "key_concurrency", Integer(0),
+               "Tasks of one fairness key running at once (0: any)."),
+    SectionKey(QueuePolicy, "rate", Number(0, 1e6),
+               "Tasks per second the queue may start (0: no limit)."),
+    SectionKey(QueuePolicy, "burst", Integer(0),
+               "Tokens of the rate's bucket (0: one second's worth)."),
+    SectionKey(QueuePolicy, "key_rate", Number(0, 1e6),
+               "Tasks per second one fairness key may start (0: any)."),
+    SectionKey(QueuePolicy, "key_burst", Integer(0),
+               "Tokens of the key rate's bucket (0: one second's worth)."),
+    SectionKey(QueuePolicy, "retries", Integer(0, 65535),
+               "How many times a failed task is retried.", "`[retries] retries`"),
+    SectionKey(QueuePolicy, "backoff", BackoffText(),
+               "The wait before each retry (with its jitter).", "`[retries] backoff`"),
 )  # fmt: skip
 """The keys of a C{[queue NAME]} section, in the docs' order."""
 
-_QUEUE_KEYS = {k.key: k for k in QUEUE_KEYS}
+SCHEDULE_KEYS = (
+    SectionKey(ScheduleSpec, "cron", CronExpression(),
+               "Fire on this cron expression, in timezone (or give every).", "none"),
+    SectionKey(ScheduleSpec, "every", Seconds(low=1),
+               "Fire every this many seconds (or give cron).", "none"),
+    SectionKey(ScheduleSpec, "timezone", TimeZone(), "The time zone cron is read in."),
+    SectionKey(ScheduleSpec, "type", TaskType(), "The task type to submit (required).",
+               "none (required)", "task_type"),
+    SectionKey(ScheduleSpec, "payload", Payload(), "The task's payload, as UTF-8 text.", "empty"),
+    SectionKey(ScheduleSpec, "queue", QueueName(), "The queue to submit into.",
+               "`[protocol] default_queue`"),
+    SectionKey(ScheduleSpec, "priority", Integer(0, 255), "The task's priority.",
+               "the queue's `priority`"),
+    SectionKey(ScheduleSpec, "missed", Choice(Missed),
+               "Firings missed while the daemon was down: fire none, the latest, or each."),
+    SectionKey(ScheduleSpec, "catch_up", Integer(0, MAX_CATCH_UP),
+               "With missed = all, the most missed firings fired (the latest)."),
+)  # fmt: skip
+"""The keys of a C{[schedule NAME]} section, in the docs' order."""
+
 QUEUE_SECTION = "queue"
+SCHEDULE_SECTION = "schedule"
+_SECTION_KEYS = {
+    QUEUE_SECTION: {k.key: k for k in QUEUE_KEYS},
+    SCHEDULE_SECTION: {k.key: k for k in SCHEDULE_KEYS},
+}
+_SECTION_NAMES: dict[str, Callable[[str], object]] = {
+    QUEUE_SECTION: check_queue,
+    SCHEDULE_SECTION: schedules.check_name,
+}
 
 
 def default_runtime_path(port: int, suffix: str) -> str:
@@ -1128,6 +1236,12 @@ def validate(config: Config) -> None:
             f" default queue), more than max_queues = {config.max_queues}",
             "max_queues",
         )
+    if len(config.schedule_sections) > config.max_schedules:
+        raise Conflict(
+            f"{len(config.schedule_sections)} [schedule NAME] sections, more than"
+            f" max_schedules = {config.max_schedules}",
+            "max_schedules",
+        )
     try:
         pmad.Pmad(config.pool_size, list(config.classes)).close()
     except pmad.LayoutError as e:
@@ -1144,10 +1258,9 @@ def parse(text: str, source: str = "<string>") -> Config:
     @raise ConfigError: with C{source:line:} and the reason.
     """
     lines: dict[Setting, list[tuple[int, object]]] = {}
-    queues: dict[str, dict[str, Any]] = {}
-    declared_on: dict[str, int] = {}
+    named: dict[str, dict[str, _Named]] = {kind: {} for kind in _SECTION_KEYS}
     section: str | None = None
-    queue: dict[str, Any] | None = None
+    current: _Named | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
         where = f"{source}:{number}"
         line = raw.strip()
@@ -1157,13 +1270,11 @@ def parse(text: str, source: str = "<string>") -> Config:
             if not line.endswith("]"):
                 raise ConfigError(f"{where}: malformed section header {line!r}")
             section = line[1:-1].strip()
-            queue = None
             head, _, name = section.partition(" ")
-            if head.lower() == QUEUE_SECTION:
-                name = name.strip()
-                section = f"{QUEUE_SECTION} {name}"
-                queue = _queue_section(name, where, declared_on, number)
-                queues[name] = queue
+            current = None
+            if head.lower() in named:
+                current = _named_section(head.lower(), name.strip(), number, where, named)
+                section = current.title
                 continue
             section = section.lower()
             if section not in SECTIONS:
@@ -1175,8 +1286,8 @@ def parse(text: str, source: str = "<string>") -> Config:
             raise ConfigError(f"{where}: expected 'key = value', got {line!r}")
         if section is None:
             raise ConfigError(f"{where}: '{key}' appears before any [section]")
-        if queue is not None:
-            _queue_key(queue, key, value.strip(), where, section)
+        if current is not None:
+            current.read(key, value.strip(), number, where)
             continue
         spec = _BY_KEY.get((section, key))
         if spec is None:
@@ -1189,7 +1300,16 @@ def parse(text: str, source: str = "<string>") -> Config:
         except ValueError as e:
             raise ConfigError(f"{where}: {key}: {e}") from None
     values = {spec: [value for _, value in found] for spec, found in lines.items()}
-    config = _evolve(Config(queue_sections=queues, source=source), values)
+    config = _evolve(
+        Config(
+            queue_sections={name: q.values for name, q in named[QUEUE_SECTION].items()},
+            schedule_sections={
+                name: _schedule(s, source) for name, s in named[SCHEDULE_SECTION].items()
+            },
+            source=source,
+        ),
+        values,
+    )
     try:
         validate(config)
     except Conflict as e:
@@ -1197,36 +1317,83 @@ def parse(text: str, source: str = "<string>") -> Config:
     return config
 
 
-def _queue_section(
-    name: str, where: str, declared_on: dict[str, int], number: int
-) -> dict[str, Any]:
-    """Start a C{[queue NAME]} section. @raise ConfigError: a bad or repeated name."""
+@define
+class _Named:
+    """
+    A C{[queue NAME]} or C{[schedule NAME]} section as read.
+
+    @ivar kind: C{queue} or C{schedule}.
+    @ivar line: its header's line.
+    @ivar values: each key's value, by key.
+    @ivar lines: each key's line, by key.
+    """
+
+    kind: str
+    name: str
+    line: int
+    values: dict[str, Any] = Factory(dict)
+    lines: dict[str, int] = Factory(dict)
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind} {self.name}"
+
+    def read(self, key: str, value: str, number: int, where: str) -> None:
+        """One C{key = value} line. @raise ConfigError: an unknown or repeated key, a bad value."""
+        keys = _SECTION_KEYS[self.kind]
+        spec = keys.get(key)
+        if spec is None:
+            known = ", ".join(keys)
+            raise ConfigError(f"{where}: unknown key '{key}' in [{self.title}] (known: {known})")
+        if key in self.values:
+            raise ConfigError(
+                f"{where}: '{key}' is set again in [{self.title}] (first on line {self.lines[key]})"
+            )
+        try:
+            self.values[key] = spec.kind.parse(value)
+        except ValueError as e:
+            raise ConfigError(f"{where}: [{self.title}] {key}: {e}") from None
+        self.lines[key] = number
+
+
+def _named_section(
+    kind: str, name: str, number: int, where: str, named: Mapping[str, dict[str, _Named]]
+) -> _Named:
+    """Start a C{[KIND NAME]} section. @raise ConfigError: a bad or repeated name."""
     if not name:
-        raise ConfigError(f"{where}: [queue] needs the queue's name: [queue NAME]")
+        raise ConfigError(f"{where}: [{kind}] needs the {kind}'s name: [{kind} NAME]")
     try:
-        check_queue(name)
+        _SECTION_NAMES[kind](name)
     except ValueError as e:
-        raise ConfigError(f"{where}: [queue {name}]: {e}") from None
-    if name in declared_on:
+        raise ConfigError(f"{where}: [{kind} {name}]: {e}") from None
+    declared = named[kind]
+    if name in declared:
         raise ConfigError(
-            f"{where}: [queue {name}] is declared again (first on line {declared_on[name]})"
+            f"{where}: [{kind} {name}] is declared again (first on line {declared[name].line})"
         )
-    declared_on[name] = number
-    return {}
+    declared[name] = _Named(kind, name, number)
+    return declared[name]
 
 
-def _queue_key(queue: dict[str, Any], key: str, value: str, where: str, section: str) -> None:
-    """One C{key = value} line of a C{[queue NAME]} section."""
-    spec = _QUEUE_KEYS.get(key)
-    if spec is None:
-        known = ", ".join(_QUEUE_KEYS)
-        raise ConfigError(f"{where}: unknown key '{key}' in [{section}] (known: {known})")
-    if key in queue:
-        raise ConfigError(f"{where}: '{key}' is set again in [{section}]")
-    try:
-        queue[key] = spec.kind.parse(value)
-    except ValueError as e:
-        raise ConfigError(f"{where}: {key}: {e}") from None
+def _schedule(section: _Named, source: str) -> ScheduleSpec:
+    """The schedule a C{[schedule NAME]} section declares. @raise ConfigError: it is incomplete."""
+    found = section.lines
+    if "cron" in found and "every" in found:
+        later = max(("cron", "every"), key=found.__getitem__)
+        raise ConfigError(
+            f"{source}:{found[later]}: [{section.title}] {later}: a schedule has cron or every,"
+            " not both"
+        )
+    if "cron" not in found and "every" not in found:
+        raise ConfigError(f"{source}:{section.line}: [{section.title}] needs cron or every")
+    if "type" not in found:
+        raise ConfigError(f"{source}:{section.line}: [{section.title}] needs a type")
+    keys = _SECTION_KEYS[SCHEDULE_SECTION]
+    return ScheduleSpec(
+        name=section.name,
+        source="config",
+        **{keys[key].field: value for key, value in section.values.items()},
+    )
 
 
 def _evolve(config: Config, values: Mapping[Setting, list[object]]) -> Config:
@@ -1313,13 +1480,25 @@ def render(config: Config) -> str:
                 lines += [f"{spec.key} = {text}" for text in texts]
             else:
                 lines.append(f"# {spec.key} =   (default: {spec.unset.replace('`', '')})")
+    queue_keys = _SECTION_KEYS[QUEUE_SECTION]
     for name, keys in config.queue_sections.items():
         lines += ["", f"[queue {name}]"]
-        lines += [f"{key} = {_QUEUE_KEYS[key].kind.format(value)}" for key, value in keys.items()]
+        lines += [f"{key} = {queue_keys[key].kind.format(value)}" for key, value in keys.items()]
+    for name, schedule in config.schedule_sections.items():
+        lines += ["", f"[schedule {name}]"]
+        lines += [
+            f"{k.key} = {k.kind.format(value)}"
+            for k in SCHEDULE_KEYS
+            if (value := getattr(schedule, k.field)) != k.default
+        ]
     lines += [
         "",
         "# One section per declared queue; every key is optional (see docs/configuration.md):",
         "# [queue NAME]",
         *(f"# {k.key} =   ({k.help})" for k in QUEUE_KEYS),
+        "",
+        "# One section per schedule; it needs cron or every, and type (see docs/configuration.md):",
+        "# [schedule NAME]",
+        *(f"# {k.key} =   ({k.help})" for k in SCHEDULE_KEYS),
     ]
     return "\n".join(lines) + "\n"

@@ -192,7 +192,7 @@ def encode_submit3(
             task_id,
             priority,
             int(enqueued_at * 1000),
-            int(due * 1000),
+            round(due * 1000),
             retries,
             failures,
             len(name),
@@ -212,7 +212,7 @@ def encode_submit3(
 
 def encode_retry(task_id: int, failures: int, due: float) -> bytes:
     """A failed attempt of a live task: it waits until C{due} for its next."""
-    return _frame(RETRY_HEAD.pack(KIND_RETRY, task_id, failures, int(due * 1000)))
+    return _frame(RETRY_HEAD.pack(KIND_RETRY, task_id, failures, round(due * 1000)))
 
 
 def encode_dead(task_id: int, died_at: float, failures: int, reason: str, worker: str) -> bytes:
