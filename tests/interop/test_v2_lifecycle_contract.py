@@ -456,9 +456,22 @@ def test_a_stale_token_is_error_0x08_and_never_applied(connect: Connect) -> None
         assert worker.alive()
     assert producer.silent_for(0.3)  # none applied
     acknowledge(worker, producer, task)
-    # Finished: its token is no longer the current delivery's.
-    assert worker.error(ack(task_id, token))[0] == 8
-    assert worker.alive()
+
+
+def test_a_report_of_a_finished_delivery_is_stale(connect: Connect) -> None:
+    # "whose token is not the task's current delivery (... or was finished)"
+    producer, worker = connect(), connect()
+    task_id, _ = producer.ok(submit(b"t", b"x", option(QUEUE, b"stale-finished")))
+    task = worker.task(ready(1, b"stale-finished"))
+    acknowledge(worker, producer, task)
+    for data in (
+        ack(task_id, token_of(task)),
+        nack(task_id, token_of(task), b"late"),
+        touch(task_id, token_of(task), 10),
+    ):
+        assert worker.error(data)[0] == 8
+        assert worker.alive()
+    assert producer.silent_for(0.2)
 
 
 def test_outcomes_of_tasks_never_sent_are_error_0x02(connect: Connect) -> None:
@@ -652,6 +665,7 @@ BAD_ADMIN_INPUT = [
     ("SCHEDULE with a cron and an interval", bad_schedule(cron(b"* * * * *"), INTERVAL, TICK)),
     ("SCHEDULE with neither cron nor interval", bad_schedule(TICK)),
     ("SCHEDULE with an empty cron", bad_schedule(cron(b""), TICK)),
+    ("SCHEDULE with an empty cron and an interval", bad_schedule(cron(b""), INTERVAL, TICK)),
     ("SCHEDULE with a cron not UTF-8", bad_schedule(cron(b"* \xff"), TICK)),
     ("SCHEDULE with an interval of 0", bad_schedule(option(EVERY, u32(0)), TICK)),
     ("SCHEDULE with an interval of 2 bytes", bad_schedule(option(EVERY, b"\x00\x3c"), TICK)),
