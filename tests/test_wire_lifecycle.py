@@ -327,9 +327,11 @@ def test_the_pages_schedule_fields_are_the_codecs() -> None:
     policies = re.findall(r"(\d) (skip|once|all)", paragraph)
     assert [(int(n), p.upper()) for n, p in policies] == [(m.value, m.name) for m in Missed]
     # Fields left out: the page's defaults.
-    assert "default `UTC`" in paragraph and "(default once)" in paragraph
+    assert "default `UTC`" in paragraph and "(default once, catch-up 100)" in paragraph
     decoded = lifecycle.decode(MessageType.SCHEDULE, schedule_body(INTERVAL + TYPE))
-    assert decoded == Schedule("s", b"t", interval=60, timezone="UTC", missed=Missed.ONCE)
+    assert decoded == Schedule(
+        "s", b"t", interval=60, timezone="UTC", missed=Missed.ONCE, catch_up=100
+    )
 
 
 def test_the_pages_flag_and_backoff_numbers_are_the_codecs() -> None:

@@ -63,6 +63,8 @@ COUNTS = (
     "failed",
     "given_up",
     "requeued",
+    "retried",
+    "dead",
     "rejected",
     "dropped",
     "never_completed",
@@ -187,6 +189,8 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
                     (event == "failed", "failed"),
                     (given_up, "given_up"),
                     (requeued, "requeued"),
+                    (event == "retrying", "retried"),
+                    (event == "dead", "dead"),
                     (event == "rejected", "rejected"),
                     (event == "dropped", "dropped"),
                 )

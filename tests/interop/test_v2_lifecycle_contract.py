@@ -458,8 +458,8 @@ def test_a_stale_token_is_error_0x08_and_never_applied(connect: Connect) -> None
     acknowledge(worker, producer, task)
 
 
-def test_a_report_of_a_finished_delivery_is_stale(connect: Connect) -> None:
-    # "whose token is not the task's current delivery (... or was finished)"
+def test_a_second_report_of_a_delivery_is_error_0x02(connect: Connect) -> None:
+    # "A worker that reports a delivery twice holds no such task the second time"
     producer, worker = connect(), connect()
     task_id, _ = producer.ok(submit(b"t", b"x", option(QUEUE, b"stale-finished")))
     task = worker.task(ready(1, b"stale-finished"))
@@ -469,7 +469,7 @@ def test_a_report_of_a_finished_delivery_is_stale(connect: Connect) -> None:
         nack(task_id, token_of(task), b"late"),
         touch(task_id, token_of(task), 10),
     ):
-        assert worker.error(data)[0] == 8
+        assert worker.error(data)[0] == 2
         assert worker.alive()
     assert producer.silent_for(0.2)
 
