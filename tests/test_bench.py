@@ -39,3 +39,38 @@ def test_bench_refuses_an_unknown_workload() -> None:
     )
     assert result.returncode == 2
     assert "unknown workload fastest" in result.stderr
+
+
+def test_bench_delays_prints_dispatch_and_memory_figures(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "delays", "--no-peers", "--delays-dispatch=200",
+         "--delays-memory=2000", f"--json-out={out}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "lateness p0" in result.stdout and "B/task for the delay" in result.stdout
+    records = {record["workload"]: record for record in json.loads(out.read_text())}
+    assert list(records) == ["delays dispatch", "delays memory"]
+    dispatch = records["delays dispatch"]
+    assert dispatch["n"] == 200 and dispatch["workers"] * dispatch["credits"] >= 1000
+    lateness = dispatch["lateness_ms"]
+    assert lateness["p0"] <= lateness["p50"] <= lateness["p99"] <= lateness["p100"]
+    rtt = dispatch["stats_rtt_ms"]
+    assert rtt["probes"] >= 1 and 0 < rtt["p50"] <= rtt["max"] and "max_before" in rtt
+    memory = records["delays memory"]
+    assert memory["m"] == 2000
+    for kind in ("queued", "delayed"):
+        assert memory[kind]["rss_after"] > 0 and "bytes_per_task" in memory[kind]
+    assert memory["delay_bytes_per_task"] == (
+        memory["delayed"]["bytes_per_task"] - memory["queued"]["bytes_per_task"]
+    )
+
+
+def test_bench_refuses_a_delays_count_below_one() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "delays", "--delays-dispatch=0"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "1 or more" in result.stderr

@@ -10,6 +10,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench                      # everything, with peers
     python -m tools.bench e2e latency --quick  # a subset, smaller N
     python -m tools.bench journal              # e2e per journal fsync policy
+    python -m tools.bench delays               # delayed tasks: dispatch spread, memory
 
 See docs/performance.md for the figures and how to read them.
 """
@@ -18,24 +19,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import select
+import selectors
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from attrs import frozen
 
 from quicx import __version__
+from quicx.clients.address import CLIENT_MAX_LENGTH, parse_address
 from quicx.clients.blocking import QuicxClient, Task
 from quicx.clients.requests import Options
 from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
+from quicx.protocol import lifecycle, v2
+from quicx.protocol.frames import Frame, FrameParser
 from tools.launcher import (
     QUICX,
     DaemonError,
@@ -79,6 +89,22 @@ def status(daemon: DaemonProcess) -> dict[str, Any]:
     return fetch_status(str(daemon.control_path))
 
 
+def wait_for_workers(
+    daemon: DaemonProcess, connections: int, processes: Iterable[subprocess.Popen[bytes]]
+) -> None:
+    """
+    Until C{connections} worker connections are idle.
+
+    @raise SystemExit: they were not within 30 s (C{processes} are stopped).
+    """
+    deadline = time.monotonic() + 30
+    while status(daemon)["connections"]["idle_workers"] < connections:
+        if time.monotonic() > deadline:
+            stop_all(processes, 30)
+            raise SystemExit("tools.bench: the workers did not connect")
+        time.sleep(0.05)
+
+
 class Workers:
     """
     C{count} C{quicx worker} processes with C{slots} connections each, each
@@ -106,12 +132,7 @@ class Workers:
             ],
             daemon.directory,
         )
-        deadline = time.monotonic() + 30
-        while status(daemon)["connections"]["idle_workers"] < count * slots:
-            if time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit("tools.bench: the workers did not connect")
-            time.sleep(0.05)
+        wait_for_workers(daemon, count * slots, self.processes)
 
     def cpu_seconds(self) -> float:
         return sum(cpu_seconds(process.pid) for process in self.processes)
@@ -258,16 +279,17 @@ def latency_workload(n: int, busy_poll: float = 0.0) -> dict[str, Any]:
     return {"n": n, "busy_poll": busy_poll, **percentiles(samples)}
 
 
+def quantile(ordered: Sequence[float], fraction: float) -> float:
+    """The C{fraction} quantile (nearest rank) of C{ordered}, which is sorted."""
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
 def percentiles(samples_ns: list[int]) -> dict[str, float]:
     ordered = sorted(samples_ns)
-
-    def at(fraction: float) -> float:
-        return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] / 1000
-
     return {
-        "p50_us": at(0.50),
-        "p90_us": at(0.90),
-        "p99_us": at(0.99),
+        "p50_us": quantile(ordered, 0.50) / 1000,
+        "p90_us": quantile(ordered, 0.90) / 1000,
+        "p99_us": quantile(ordered, 0.99) / 1000,
         "max_us": ordered[-1] / 1000,
         "mean_us": statistics.fmean(ordered) / 1000,
     }
@@ -321,18 +343,29 @@ def _fanin_producer(address: str, connections: int, per_connection: int) -> None
     react(lambda reactor: defer.ensureDeferred(main(reactor)))
 
 
+def rss_growth(
+    daemon: DaemonProcess, warm_up: Iterable[Task], load: Iterable[Task], protocol: int
+) -> tuple[int, int]:
+    """
+    The daemon's resident memory once C{warm_up} is submitted, and once
+    C{load} is too, each from a connection closed before the reading.
+    """
+    readings = []
+    for tasks in (warm_up, load):
+        with QuicxClient(daemon.client_address, protocol=protocol) as client:
+            client.submit_many(tasks)
+        time.sleep(0.5)
+        readings.append(rss(daemon.pid))
+    return readings[0], readings[1]
+
+
 def memory_workload(n: int) -> dict[str, Any]:
     """Resident memory with no tasks and with C{n} queued 100-byte tasks."""
     payload = payload_of(100)
-    with running() as (daemon, _), QuicxClient(daemon.client_address, protocol=1) as client:
-        client.submit_many((BENCH_TYPE, payload) for _ in range(1000))
-        client.close()
-        time.sleep(0.5)
-        empty = rss(daemon.pid)
-        with QuicxClient(daemon.client_address, protocol=1) as loaded:
-            loaded.submit_many((BENCH_TYPE, payload) for _ in range(n - 1000))
-        time.sleep(0.5)
-        full = rss(daemon.pid)
+    with running() as (daemon, _):
+        empty, full = rss_growth(
+            daemon, tasks_of(1000, payload, 1), tasks_of(n - 1000, payload, 1), protocol=1
+        )
         pool_used = status(daemon)["memory"]["used"]
     return {
         "n": n,
@@ -342,6 +375,199 @@ def memory_workload(n: int) -> dict[str, Any]:
         "bytes_per_task": (full - empty) / n,
         "bytes_per_task_beyond_pool": (full - empty - pool_used) / n,
     }
+
+
+@frozen
+class Encoded(Options):
+    """
+    SUBMIT options given encoded, for those L{Options} does not have (a
+    delay, a time to run at), to pass to L{QuicxClient.submit_many}.
+
+    @ivar options: from L{v2.submit_options}.
+    """
+
+    options: bytes = b""
+
+    @property
+    def any(self) -> bool:
+        return True
+
+    def encode(self) -> bytes:
+        return self.options
+
+
+def alike(n: int, payload: bytes, options: Options) -> Iterator[Task]:
+    """C{n} version-2 tasks with the same C{options}."""
+    return ((BENCH_TYPE, payload, options) for _ in range(n))
+
+
+DELAY_WORKERS = 4
+DELAY_CREDITS = 1000
+"""The delays workload's workers: 4 version-2 connections (in one process)
+of 1,000 credits each, so that they hold every task the daemon makes due
+in one reactor turn (1,000, L{quicx.daemon.delays.BATCH})."""
+
+PROBE_INTERVAL = 0.01
+"""Seconds between the STATS round trips that watch the daemon's replies."""
+
+DAY_MS = 86_400_000
+
+
+def delays_dispatch_workload(n: int) -> dict[str, Any]:
+    """
+    C{n} version-2 tasks due at one whole second (run-at), a few seconds
+    after their SUBMITs end: how late each TASK reaches a worker, and how
+    long a STATS round trip on another connection takes meanwhile.
+    """
+    payload = payload_of(100)
+    with running() as (daemon, _):
+        worker = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tools.bench",
+                "_delays_worker",
+                daemon.client_address,
+                str(DELAY_WORKERS),
+                str(n),
+            ],
+            stdout=subprocess.PIPE,
+            env=tools_environment(),
+        )
+        try:
+            wait_for_workers(daemon, DELAY_WORKERS, [worker])
+            # 2 s to spare when SUBMITs go at 50,000/s, a quarter of the usual rate.
+            due = math.ceil(time.time() + 2 + n / 50_000)
+            options = Encoded(options=v2.submit_options(run_at_ms=1000 * due))
+            with QuicxClient(daemon.client_address) as client:
+                client.submit_many(alike(n, payload, options))
+            margin = due - time.time()
+            if margin <= 0:
+                raise SystemExit(f"tools.bench: the SUBMITs ended {-margin:.1f} s past their time")
+            assert worker.stdout is not None
+            probes = probe(daemon.client_address, worker.stdout, due + 60 + n / 1000)
+            output = worker.communicate(timeout=60)[0]
+        finally:
+            stop_all([worker])
+    if worker.returncode != 0:
+        raise SystemExit(f"tools.bench: the delays worker exited with {worker.returncode}")
+    arrivals = json.loads(output)
+    lateness = sorted(1000 * (arrived - due) for arrived in arrivals)
+    first = due + lateness[0] / 1000
+    during = sorted(1000 * took for sent, took in probes if sent + took >= first)
+    before = [1000 * took for sent, took in probes if sent + took < first]
+    return {
+        "n": n,
+        "workers": DELAY_WORKERS,
+        "credits": DELAY_CREDITS,
+        "margin_s": margin,
+        "lateness_ms": {
+            "p0": lateness[0],
+            "p50": quantile(lateness, 0.50),
+            "p99": quantile(lateness, 0.99),
+            "p100": lateness[-1],
+        },
+        "tasks_per_s": 1000 * n / max(lateness[-1] - lateness[0], 0.001),
+        "stats_rtt_ms": {
+            "probes": len(during),
+            "p50": quantile(during, 0.50),
+            "max": during[-1],
+            "max_before": max(before) if before else None,
+        },
+    }
+
+
+def probe(address: str, until: IO[bytes], deadline: float) -> list[tuple[float, float]]:
+    """
+    A STATS round trip every L{PROBE_INTERVAL}, on a connection of its own,
+    until C{until} has something to read; then one more.
+
+    @return: when each was sent (Unix seconds) and the seconds it took.
+    @raise SystemExit: C{until} had nothing by C{deadline} (Unix seconds).
+    """
+    samples = []
+    with QuicxClient(address) as client:
+        client.stats()  # the connection and its HELLO
+        done = False
+        while True:
+            sent, started = time.time(), time.perf_counter()
+            client.stats()
+            samples.append((sent, time.perf_counter() - started))
+            if done:
+                return samples
+            if sent > deadline:
+                raise SystemExit("tools.bench: the workers did not get every task in time")
+            wait = max(0.0, sent + PROBE_INTERVAL - time.time())
+            done = bool(select.select([until], [], [], wait)[0])
+
+
+def _delays_worker(address: str, connections: int, n: int) -> None:
+    """
+    (Its own process.) C{connections} version-2 worker connections of
+    L{DELAY_CREDITS} credits, each TASK ACKed with its token; once C{n}
+    have come, print when each came (Unix seconds, a JSON list).
+    """
+    _, sockaddr, _ = parse_address(address)
+    assert isinstance(sockaddr, tuple), "a tcp: address"
+    selector = selectors.DefaultSelector()
+    for _ in range(connections):
+        sock = socket.create_connection(sockaddr)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(v2.encode_ready(DELAY_CREDITS))
+        parser = FrameParser(CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH)
+        selector.register(sock, selectors.EVENT_READ, (sock, parser))
+    arrivals: list[float] = []
+    while len(arrivals) < n:
+        for key, _ in selector.select():
+            sock, parser = key.data
+            data = sock.recv(1 << 18)
+            now = time.time()
+            if not data:
+                raise SystemExit("tools.bench: the daemon closed a worker connection")
+            replies = []
+            for frame in parser.feed(data):
+                if not isinstance(frame, Frame) or frame.message_type == v2.MessageType.ERROR:
+                    raise SystemExit(f"tools.bench: a worker got {frame}")
+                if frame.message_type == v2.MessageType.TASK:
+                    task = v2.decode_task(frame.payload)
+                    arrivals.append(now)
+                    replies.append(lifecycle.encode_ack(task.task_id, task.token))
+                elif frame.message_type == v2.MessageType.HEARTBEAT:
+                    replies.append(v2.PONG_FRAME)
+            sock.sendall(b"".join(replies))
+    print(json.dumps(arrivals), flush=True)
+
+
+def delays_memory_workload(m: int) -> dict[str, Any]:
+    """
+    Resident memory per task, C{m} version-2 100-byte tasks queued, and
+    C{m} delayed by a day (none runs), each kind in a daemon of its own
+    after 1,000 tasks of that kind.
+    """
+    payload = payload_of(100)
+    extra = [f"--max-delayed={m + 1000}", f"--pool-size={max(1 << 30, 1024 * m)}"]
+    kinds = {
+        "queued": Options(),
+        "delayed": Encoded(options=v2.submit_options(delay_ms=DAY_MS)),
+    }
+    figures: dict[str, Any] = {"m": m}
+    for kind, options in kinds.items():
+        with running(extra) as (daemon, _):
+            before, after = rss_growth(
+                daemon, alike(1000, payload, options), alike(m, payload, options), protocol=2
+            )
+            held = status(daemon)["tasks"][kind]
+        if held != m + 1000:
+            raise SystemExit(f"tools.bench: {held} of {m + 1000} tasks {kind}")
+        figures[kind] = {
+            "rss_before": before,
+            "rss_after": after,
+            "bytes_per_task": (after - before) / m,
+        }
+    figures["delay_bytes_per_task"] = (
+        figures["delayed"]["bytes_per_task"] - figures["queued"]["bytes_per_task"]
+    )
+    return figures
 
 
 def events_workload(n: int, directory: Path, rounds: int = 3) -> dict[str, Any]:
@@ -514,6 +740,7 @@ WORKLOADS = (
     "journal",
     "events",
     "report",
+    "delays",
 )
 
 
@@ -534,7 +761,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peers", action="store_true", help="Quicx only")
     parser.add_argument("--json-out", metavar="FILE", help="write every result here")
     parser.add_argument("--journal-dir", default=".", help="where the journal workload writes")
+    parser.add_argument(
+        "--delays-dispatch",
+        type=int,
+        metavar="N",
+        help="tasks due in the same second (delays workload; 100,000 unless --quick)",
+    )
+    parser.add_argument(
+        "--delays-memory",
+        type=int,
+        metavar="M",
+        help="tasks held for the memory figures (delays workload; 1,000,000 unless --quick)",
+    )
     args = parser.parse_args(argv)
+    if any(count is not None and count < 1 for count in (args.delays_dispatch, args.delays_memory)):
+        parser.error("--delays-dispatch and --delays-memory count tasks: 1 or more")
     # Absolute: each daemon runs in its own temporary directory.
     journal_dir = Path(args.journal_dir).resolve()
     unknown = set(args.workloads) - set(WORKLOADS)
@@ -697,6 +938,31 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def run_delays() -> None:
+        n = 100_000 // scale if args.delays_dispatch is None else args.delays_dispatch
+        ours = delays_dispatch_workload(n)
+        late, rtt = ours["lateness_ms"], ours["stats_rtt_ms"]
+        before = "-" if rtt["max_before"] is None else f"{rtt['max_before']:.1f}"
+        emit(
+            "delays dispatch",
+            f"{n:,} tasks due at once, lateness p0 {late['p0']:.1f} p50 {late['p50']:.1f}"
+            f" p99 {late['p99']:.1f} p100 {late['p100']:.1f} ms ({ours['tasks_per_s']:,.0f}"
+            f" tasks/s); STATS every {PROBE_INTERVAL * 1000:.0f} ms: max {rtt['max']:.1f} ms"
+            f" meanwhile, {before} before",
+            ours,
+            table,
+        )
+        m = 1_000_000 // scale if args.delays_memory is None else args.delays_memory
+        ours = delays_memory_workload(m)
+        emit(
+            "delays memory",
+            f"{ours['m']:,} tasks: queued {ours['queued']['bytes_per_task']:.0f} B/task,"
+            f" delayed {ours['delayed']['bytes_per_task']:.0f} B/task:"
+            f" {ours['delay_bytes_per_task']:.0f} B/task for the delay",
+            ours,
+            table,
+        )
+
     runners.update(
         report=run_report,
         events=run_events,
@@ -709,6 +975,7 @@ def main(argv: list[str] | None = None) -> int:
         sweep=run_sweep,
         memory=run_memory,
         journal=run_journal,
+        delays=run_delays,
     )
     try:
         for workload in chosen:
@@ -720,8 +987,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+HELPERS: dict[str, Callable[[str, int, int], None]] = {
+    "_fanin": _fanin_producer,
+    "_delays_worker": _delays_worker,
+}
+"""The processes a workload starts: C{python -m tools.bench NAME ADDRESS INT INT}."""
+
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "_fanin":
-        _fanin_producer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) == 5 and sys.argv[1] in HELPERS:
+        HELPERS[sys.argv[1]](sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
         raise SystemExit(main())
