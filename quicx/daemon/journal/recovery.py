@@ -302,63 +302,55 @@ def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -
     return evolve(task, failures=0, due=0.0, dead=None)
 
 
+def _split(data: bytes, offset: int, lengths: tuple[int, ...], end: int) -> list[bytes]:
+    """The fields of these lengths from C{offset} on, then the rest up to C{end}."""
+    fields = []
+    for length in lengths:
+        fields.append(data[offset : offset + length])
+        offset += length
+    fields.append(data[offset:end])
+    return fields
+
+
 def _submit2(data: bytes, start: int, end: int) -> RecoveredTask:
     """The task of the (checked) version-2 SUBMIT record whose body is C{data[start:end]}."""
-    _, task_id, priority, enqueued_ms, queue_length, type_length, key_length, fairness_length = (
-        SUBMIT2_HEAD.unpack_from(data, start)
+    _, task_id, priority, enqueued_ms, *lengths = SUBMIT2_HEAD.unpack_from(data, start)
+    queue, task_type, key, fairness, payload = _split(
+        data, start + SUBMIT2_HEAD.size, tuple(lengths), end
     )
-    queue = start + SUBMIT2_HEAD.size
-    task_type = queue + queue_length
-    key = task_type + type_length
-    fairness = key + key_length
-    payload = fairness + fairness_length
     return RecoveredTask(
         task_id,
-        data[task_type:key],
-        data[payload:end],
-        data[queue:task_type].decode("ascii"),
+        task_type,
+        payload,
+        queue.decode("ascii"),
         priority,
         enqueued_ms / 1000,
-        data[key:fairness] or None,
-        data[fairness:payload] or None,
+        key or None,
+        fairness or None,
     )
 
 
 def _submit3(data: bytes, start: int, end: int) -> RecoveredTask:
     """The task of the (checked) SUBMIT3 record whose body is C{data[start:end]}."""
-    (
-        _,
-        task_id,
-        priority,
-        enqueued_ms,
-        due_ms,
-        retries,
-        failures,
-        queue_length,
-        type_length,
-        key_length,
-        fairness_length,
-        backoff_length,
-    ) = SUBMIT3_HEAD.unpack_from(data, start)
-    queue = start + SUBMIT3_HEAD.size
-    task_type = queue + queue_length
-    key = task_type + type_length
-    fairness = key + key_length
-    backoff = fairness + fairness_length
-    payload = backoff + backoff_length
+    _, task_id, priority, enqueued_ms, due_ms, retries, failures, *lengths = (
+        SUBMIT3_HEAD.unpack_from(data, start)
+    )
+    queue, task_type, key, fairness, backoff, payload = _split(
+        data, start + SUBMIT3_HEAD.size, tuple(lengths), end
+    )
     return RecoveredTask(
         task_id,
-        data[task_type:key],
-        data[payload:end],
-        data[queue:task_type].decode("ascii"),
+        task_type,
+        payload,
+        queue.decode("ascii"),
         priority,
         enqueued_ms / 1000,
-        data[key:fairness] or None,
-        data[fairness:backoff] or None,
+        key or None,
+        fairness or None,
         due_ms / 1000,
         retries,
         failures,
-        BACKOFF.unpack_from(data, backoff) if backoff_length else None,
+        BACKOFF.unpack(backoff) if backoff else None,
     )
 
 

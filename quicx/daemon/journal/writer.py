@@ -462,22 +462,8 @@ class Journal(Service):
 
 
 def _submit_record(task: Record, payload: bytes) -> bytes:
-    if task.due or task.retries or task.failures or task.backoff is not None:
-        return encode_submit3(
-            task.task_id,
-            task.task_type,
-            payload,
-            task.queue,
-            task.priority,
-            task.enqueued_at,
-            task.key,
-            task.fairness,
-            task.due,
-            task.retries,
-            task.failures,
-            task.backoff,
-        )
-    return encode_submit2(
+    """A task's SUBMIT: format 2's, or format 3's for a task with a lifecycle."""
+    fields = (
         task.task_id,
         task.task_type,
         payload,
@@ -487,6 +473,9 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
         task.key,
         task.fairness,
     )
+    if task.due or task.retries or task.failures or task.backoff is not None:
+        return encode_submit3(*fields, task.due, task.retries, task.failures, task.backoff)
+    return encode_submit2(*fields)
 
 
 @implementer(IJournalOwner)
