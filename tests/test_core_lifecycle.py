@@ -17,6 +17,7 @@ from quicx.protocol.v2 import Backoff, BackoffKind, ErrorCode
 from tests.fakes import (
     EMPTY_POOL_BYTES,
     FakeJournal,
+    FakePeer,
     make_queue,
     producer_of,
     v2_producer_of,
@@ -36,6 +37,17 @@ def clock_at_start() -> Clock:
 
 def tasks(peer: object) -> list[v2.Task]:
     return [m for m in peer.take() if isinstance(m, v2.Task | wire.Task)]  # type: ignore[attr-defined]
+
+
+def one_task(queue: QueueService, version: int = 2) -> tuple[FakePeer, FakePeer, v2.Task]:
+    """A producer and a worker of C{version}, and the one task submitted and sent."""
+    producer = (v2_producer_of if version == 2 else producer_of)(queue)
+    worker = (v2_worker_of if version == 2 else worker_of)(queue)
+    worker.take()
+    queue.submit(producer.session, b"t", b"x")
+    producer.take()
+    (task,) = tasks(worker)
+    return producer, worker, task
 
 
 def queue_with(clock: Clock, **limits: object) -> QueueService:
@@ -215,12 +227,7 @@ def test_a_failed_task_with_retries_comes_back_after_its_backoff_and_its_produce
 def test_a_v1_producer_hears_only_the_final_outcome_and_a_v1_worker_failure_counts() -> None:
     clock = clock_at_start()
     queue = retrying_queue(clock, retries=1)
-    producer = producer_of(queue)
-    worker = worker_of(queue)
-    worker.take()
-    queue.submit(producer.session, b"t", b"x")
-    producer.take()
-    (task,) = tasks(worker)
+    producer, worker, task = one_task(queue, version=1)
     queue.failed(worker.session, task.task_id, "first")
     assert producer.take() == []
     clock.advance(1)
@@ -267,12 +274,7 @@ def test_out_of_retries_a_task_goes_to_the_dead_letter_set_with_its_story() -> N
 def test_a_permanent_failure_skips_the_retries_left() -> None:
     clock = clock_at_start()
     queue = retrying_queue(clock, retries=5)
-    producer = v2_producer_of(queue)
-    worker = v2_worker_of(queue)
-    worker.take()
-    queue.submit(producer.session, b"t", b"x")
-    producer.take()
-    (task,) = tasks(worker)
+    producer, worker, task = one_task(queue)
     queue.nack(worker.session, task.task_id, task.token, "bad input", True)
     assert producer.take() == [wire.Failed(1, "bad input")]
     assert queue.dead_tasks(None, 10)["total"] == 1
@@ -281,12 +283,7 @@ def test_a_permanent_failure_skips_the_retries_left() -> None:
 def test_without_retries_a_failure_is_final_and_nothing_is_kept() -> None:
     clock = clock_at_start()
     queue = make_queue(clock)
-    producer = v2_producer_of(queue)
-    worker = v2_worker_of(queue)
-    worker.take()
-    queue.submit(producer.session, b"t", b"x")
-    producer.take()
-    (task,) = tasks(worker)
+    producer, worker, task = one_task(queue)
     queue.nack(worker.session, task.task_id, task.token, "bad", True)
     assert producer.take() == [wire.Failed(1, "bad")]
     assert queue.dead_tasks(None, 10)["total"] == 0
