@@ -477,6 +477,53 @@ def delays_dispatch_workload(n: int) -> dict[str, Any]:
     }
 
 
+IDLE_DELAY_MS = 200
+"""How far ahead each task of the idle-lateness figure is due."""
+
+
+def delays_idle_workload(k: int) -> dict[str, Any]:
+    """
+    C{k} version-2 tasks one at a time, each due L{IDLE_DELAY_MS} after its
+    SUBMIT, on an otherwise idle daemon with one worker waiting: how late
+    each TASK reaches it (the timer's own precision, no backlog).
+    """
+    payload = payload_of(100)
+    lateness = []
+    with running() as (daemon, _):
+        _, sockaddr, _ = parse_address(daemon.client_address)
+        assert isinstance(sockaddr, tuple), "a tcp: address"
+        with (
+            socket.create_connection(sockaddr) as sock,
+            QuicxClient(daemon.client_address) as client,
+        ):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(v2.encode_ready(1))
+            parser = FrameParser(
+                CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH
+            )
+            for _ in range(k):
+                due_ms = int(time.time() * 1000) + IDLE_DELAY_MS
+                options = Encoded(options=v2.submit_options(run_at_ms=due_ms))
+                client.submit_many(alike(1, payload, options))
+                task = None
+                while task is None:
+                    data = sock.recv(1 << 16)
+                    arrived = time.time()
+                    if not data:
+                        raise SystemExit("tools.bench: the daemon closed the worker connection")
+                    for frame in parser.feed(data):
+                        if isinstance(frame, Frame) and frame.message_type == v2.MessageType.TASK:
+                            task = v2.decode_task(frame.payload)
+                lateness.append(1000 * arrived - due_ms)
+                sock.sendall(lifecycle.encode_ack(task.task_id, task.token))
+    lateness.sort()
+    return {
+        "k": k,
+        "delay_ms": IDLE_DELAY_MS,
+        "lateness_ms": {"p50": quantile(lateness, 0.5), "max": lateness[-1]},
+    }
+
+
 def probe(address: str, until: IO[bytes], deadline: float) -> list[tuple[float, float]]:
     """
     A STATS round trip every L{PROBE_INTERVAL}, on a connection of its own,
@@ -939,6 +986,15 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def run_delays() -> None:
+        ours = delays_idle_workload(20)
+        late = ours["lateness_ms"]
+        emit(
+            "delays idle",
+            f"{ours['k']} tasks one at a time, each due {ours['delay_ms']} ms after its SUBMIT:"
+            f" lateness p50 {late['p50']:.2f} ms, max {late['max']:.2f} ms",
+            ours,
+            table,
+        )
         n = 100_000 // scale if args.delays_dispatch is None else args.delays_dispatch
         ours = delays_dispatch_workload(n)
         late, rtt = ours["lateness_ms"], ours["stats_rtt_ms"]
