@@ -273,6 +273,12 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"  timed out   {thousands(tasks['timed_out']):>14}"
         f"   ({thousands(tasks.get('late_outcomes', 0))} outcomes came after another's)",
         f"  given up    {thousands(tasks['given_up']):>14}   (counted in failed)",
+        f"  retried     {thousands(tasks.get('retried', 0)):>14}"
+        f"   ({thousands(tasks.get('stale_outcomes', 0))} stale outcomes refused)",
+        f"  dead        {thousands(tasks.get('dead', 0)):>14}"
+        f"   ({thousands(tasks.get('dead_now', 0))} kept,"
+        f" {thousands(tasks.get('dead_dropped', 0))} dropped)",
+        f"  delayed     {thousands(tasks.get('delayed', 0)):>14}   (waiting for their time)",
         f"  in flight   {thousands(tasks['queued'] + tasks['running']):>14}"
         f"   ({thousands(tasks['queued'])} queued + {thousands(tasks['running'])} running)",
         "",

@@ -17,7 +17,7 @@ from quicx.daemon import pmad
 from quicx.daemon.core import QueueService, Session, Task
 from quicx.daemon.journal.interface import IJournal, IJournalOwner
 from quicx.daemon.logsummary import LogSummary
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.session import IPeer, Role
 
@@ -33,7 +33,7 @@ class FakePeer:
         self.received: list[Any] = []
         self.session: Session = queue.open_session(self)
         self.session.version = version
-        self._decode = v2.decode if version == 2 else wire.decode
+        self._decode = lifecycle.decode if version == 2 else wire.decode
 
     def sendFrame(self, data: bytes) -> None:
         assert self.session.connected, f"a frame sent to {self.peer_name} after it left"
@@ -72,6 +72,9 @@ class FakeJournal:
         self.waiting: list[Task] = []
         self.outcomes: list[tuple[int, str]] = []
         self.pauses: list[tuple[str, bool]] = []
+        self.changes: list[tuple[str, int]] = []
+        self.fired: list[tuple[str, float]] = []
+        self.schedules: list[tuple[str, bytes | None]] = []
 
     def bind(self, owner: IJournalOwner) -> None:
         self.owner = owner
@@ -87,6 +90,21 @@ class FakeJournal:
 
     def record_pause(self, queue: str, paused: bool) -> None:
         self.pauses.append((queue, paused))
+
+    def record_retry(self, task: Task) -> None:
+        self.changes.append(("retry", task.task_id))
+
+    def record_dead(self, task: Task) -> None:
+        self.changes.append(("dead", task.task_id))
+
+    def record_replay(self, task: Task) -> None:
+        self.changes.append(("replay", task.task_id))
+
+    def record_fired(self, schedule: str, fire_time: float) -> None:
+        self.fired.append((schedule, fire_time))
+
+    def record_schedule(self, schedule: str, definition: bytes | None) -> None:
+        self.schedules.append((schedule, definition))
 
     def durable(self) -> None:
         return None

@@ -6,9 +6,10 @@ back with it.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from tests.peer import Peer
 
 
@@ -32,10 +33,10 @@ def test_queues_priorities_pauses_and_keys_survive_kill_9(tmp_path: Path, start_
             worker.send(v2.encode_ready(1, ["video"]))
             first = worker.receive()
             assert isinstance(first, v2.Task) and first.payload == b"other"
-            worker.send(v2.encode_done(first.task_id))
+            worker.send(lifecycle.encode_ack(first.task_id, first.token))
             second = worker.receive()
             assert isinstance(second, v2.Task) and second.task_id == finished.task_id
-            worker.send(v2.encode_done(second.task_id))
+            worker.send(lifecycle.encode_ack(second.task_id, second.token))
             assert producer.receive().task_id in (first.task_id, second.task_id)
     with Peer(str(daemon.control_path)) as admin:
         assert admin.request(v2.encode_queue_action(v2.MessageType.PAUSE, "mail")) == v2.Info(
@@ -63,3 +64,64 @@ def test_queues_priorities_pauses_and_keys_survive_kill_9(tmp_path: Path, start_
         worker.send(v2.encode_ready(2, ["mail"]))
         got = [worker.receive(), worker.receive()]
         assert [t.payload for t in got] == [b"high", b"low"]
+
+
+def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_daemon) -> None:
+    journal = str(tmp_path / "j")
+    retries = ("--default-retries=2", "--default-backoff=fixed:1m")
+    daemon = start_daemon(f"--journal={journal}", "--fsync=always", *retries)
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        ok = producer.request(v2.encode_submit(b"t", b"warm-up", v2.submit_options("q")))
+        worker.send(v2.encode_ready(1, ["q"]))
+        task = worker.receive()
+        worker.send(lifecycle.encode_ack(task.task_id, task.token))
+        assert producer.receive() == wire.Done(ok.task_id)
+
+        def submit(payload: bytes, **options: int) -> int:
+            reply = producer.request(
+                v2.encode_submit(b"t", payload, v2.submit_options("q", **options))
+            )
+            assert isinstance(reply, v2.Ok), reply
+            return reply.task_id
+
+        later = submit(b"later", delay_ms=3_600_000)
+        soon = submit(b"soon", delay_ms=1500)
+        retrying = submit(b"retrying")
+        task = worker.receive()
+        assert task.task_id == retrying
+        worker.send(lifecycle.encode_nack(task.task_id, task.token, "try again"))
+        assert isinstance(producer.receive(), lifecycle.Retrying)
+        dead = submit(b"dead")
+        task = worker.receive()
+        worker.send(lifecycle.encode_nack(task.task_id, task.token, "hopeless", permanent=True))
+        assert producer.receive() == wire.Failed(dead, "hopeless")
+        before = {
+            task_id: producer.request(v2.encode_inspect(task_id)).document
+            for task_id in (later, soon, retrying)
+        }
+    daemon.kill()
+
+    time.sleep(1.5)  # "soon" falls due while the daemon is down
+    restarted = start_daemon(f"--journal={journal}", "--default-retries=2")
+    with Peer(restarted.address) as client:
+        after = client.request(v2.encode_inspect(later)).document
+        assert (after["state"], after["due"]) == ("delayed", before[later]["due"])
+        again = client.request(v2.encode_inspect(retrying)).document
+        assert (again["state"], again["failures"], again["due"]) == (
+            "delayed",
+            1,
+            before[retrying]["due"],
+        )
+        listing = client.request(lifecycle.encode_dead(10, "q")).document
+        assert [(t["id"], t["reason"], t["failures"]) for t in listing["tasks"]] == [
+            (dead, "hopeless", 1)
+        ]
+        queues = {q["name"]: q for q in client.request(v2.encode_queues()).document}
+        assert (queues["q"]["delayed"], queues["q"]["dead"]) == (2, 1)
+    with Peer(restarted.address) as worker:
+        worker.send(v2.encode_ready(10, ["q"]))
+        task = worker.receive()
+        # Due while the daemon was down: runs at once; nothing else is due.
+        assert (task.task_id, task.payload) == (soon, b"soon")
+        worker.send(v2.HEARTBEAT_FRAME)
+        assert worker.receive() == wire.Pong()

@@ -20,7 +20,7 @@ from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.journal.records import JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from tests.peer import Peer
 
 V1_JOURNAL = Path(__file__).parent / "data" / "journal-v1.qj"
@@ -215,7 +215,7 @@ def test_compaction_keeps_queues_pauses_and_keys(tmp_path: Path, start_daemon) -
                 v2.encode_submit(b"t", b"x" * 40, v2.submit_options("churn", key=b"k%d" % n))
             )
             task = worker.receive()
-            worker.send(v2.encode_done(task.task_id))
+            worker.send(lifecycle.encode_ack(task.task_id, task.token))
             assert producer.receive().task_id == ok.task_id
     assert fetch_status(str(daemon.control_path))["journal"]["compactions"] >= 1
     daemon.kill()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
@@ -139,6 +139,32 @@ class Session(protocol.Session[Task]):
     waiting: bool = False
 
 
+class ScheduledTask(Protocol):
+    """What a schedule submits."""
+
+    @property
+    def task_type(self) -> bytes: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+    @property
+    def queue(self) -> str | None: ...
+
+    @property
+    def priority(self) -> int | None: ...
+
+
+class IScheduleBook(Protocol):
+    """The schedules, as the queue's journal snapshot reads them."""
+
+    def last_fires(self) -> list[tuple[str, float]]:
+        """Each schedule's last fire time."""
+
+    def definitions(self) -> list[tuple[str, bytes]]:
+        """The run-time schedules' SCHEDULE payloads, by name."""
+
+
 class Refused(Exception):
     """A request the queue turns down: answered ERROR C{code}, C{str(self)}."""
 
@@ -248,6 +274,7 @@ class QueueService(Service):
         self._stale = 0
         self._last_token = 0
         self._dead_timer: IDelayedCall | None = None
+        self.schedules: IScheduleBook | None = None
         self.random: Callable[[], float] = random.random
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
         self.dead_letters: DeadLetters[Task] = DeadLetters(
@@ -573,9 +600,9 @@ class QueueService(Service):
             if self.events is not None:
                 self._event("submitted", task)
             producer = task.producer
-            assert producer is not None  # only submitted tasks wait for the journal
-            task.reply = _OK[producer.version](task.task_id, False)
-            producers[producer] = None
+            if producer is not None:  # None: a schedule's task
+                task.reply = _OK[producer.version](task.task_id, False)
+                producers[producer] = None
             for waiting in self._duplicates_waiting.pop(task.task_id, ()):
                 waiting.reply = _OK[waiting.session.version](task.task_id, True)
                 producers[waiting.session] = None
@@ -633,10 +660,13 @@ class QueueService(Service):
     def snapshot(self) -> Snapshot:
         """(The journal.) The live tasks oldest first, the paused queues, the remembered keys."""
         read = self.pool.read
+        schedules = self.schedules
         return Snapshot(
             [(task, read(task.block)) for task in self._live.values()],
             [queue.name for queue in self.queues.values() if queue.paused],
             list(self.keys.entries()),
+            [] if schedules is None else schedules.last_fires(),
+            [] if schedules is None else schedules.definitions(),
         )
 
     def restore(self, recovery: Recovery) -> None:
@@ -699,12 +729,13 @@ class QueueService(Service):
         session.reply(_ERROR[session.version](code, reason))
 
     def _count_rejection(
-        self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
+        self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
         self._rejected += 1
         if self.events is not None:
+            producer = None if session is None else session.session_id
             self.events.record(
-                "rejected", None, task_type, size, session.session_id, None, 0, (int(code), reason)
+                "rejected", None, task_type, size, producer, None, 0, (int(code), reason)
             )
 
     def _event(
@@ -1093,13 +1124,8 @@ class QueueService(Service):
 
     def _expire_dead(self) -> None:
         self._dead_timer = None
-        for task in self.dead_letters.expire(self.clock()):
-            # expire() took it out of the set already.
-            task.dead = None
-            task.home.dead -= 1
-            self._dead_dropped += 1
-            self._end(task, "failed")
-            self._forget_if_idle(task.home)
+        for task in self.dead_letters.expired(self.clock()):
+            self._drop_dead(task, "older than max_age")
         self._arm_dead_expiry()
 
     def dead_tasks(self, queue: str | None, limit: int) -> dict[str, Any]:
@@ -1157,6 +1183,53 @@ class QueueService(Service):
         for task in tasks:
             self._drop_dead(task, "purged")
         return {"purged": len(tasks)}
+
+    # -- schedules ----------------------------------------------------------------------
+
+    def fire(self, name: str, fire_time: float, spec: ScheduledTask) -> None:
+        """
+        (The schedules.) Submit schedule C{name}'s task for C{fire_time},
+        with the idempotency key C{schedule:NAME:FIRE_MS}: a firing already
+        submitted (before a restart) is not submitted again.  A firing the
+        queue cannot take is logged and counted, never skipped silently.
+        """
+        key = f"schedule:{name}:{int(fire_time * 1000)}".encode()
+        try:
+            queue = self._queue(spec.queue or self.default_queue.name)
+            self._check_submit(queue, spec.task_type)
+            now = self.clock()
+            if self.keys.find(queue.name, key, now) is not None:
+                return
+            block = self.pool.store(spec.payload)
+        except (Refused, pmad.PmadError) as e:
+            self._count_rejection(None, ErrorCode.QUEUE_FULL, str(e), spec.task_type, 0)
+            self.log.warn(
+                "schedule {name}: the firing for {when} was refused: {reason}",
+                name=name,
+                when=fire_time,
+                reason=str(e),
+            )
+            return
+        task = Task(
+            self._next_task_id(),
+            spec.task_type,
+            block,
+            len(spec.payload),
+            None,
+            queue,
+            queue.priority if spec.priority is None else spec.priority,
+            now,
+            key,
+            retries=queue.policy.retries,
+        )
+        self._live[task.task_id] = task
+        self.keys.add(queue.name, key, task)
+        accepted_now = self.journal.record_submit(task, spec.payload)
+        self.journal.record_fired(name, fire_time)
+        if accepted_now:
+            self._accept(task)
+        else:
+            queue.pending += 1
 
     def _take_back(self, session: Session, task_id: int) -> tuple[Task, int] | None:
         """

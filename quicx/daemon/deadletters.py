@@ -10,6 +10,7 @@ handed back to be finished.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from typing import Generic, Protocol, TypeVar
 
 from quicx.daemon.journal.interface import DeadInfo
@@ -51,13 +52,10 @@ class DeadLetters(Generic[T]):
         return self._tasks.get(task_id)
 
     def add(self, task: T) -> list[T]:
-        """Keep C{task} (its C{dead} set); the oldest tasks it pushes out."""
+        """Keep C{task} (its C{dead} set); the oldest tasks now past C{max_count}."""
         self._tasks[task.task_id] = task
         self._per_queue[task.queue] = self._per_queue.get(task.queue, 0) + 1
-        dropped = []
-        while len(self._tasks) > self.max_count:
-            dropped.append(self._pop_oldest())
-        return dropped
+        return list(islice(self._tasks.values(), max(0, len(self._tasks) - self.max_count)))
 
     def remove(self, task: T) -> None:
         del self._tasks[task.task_id]
@@ -67,24 +65,17 @@ class DeadLetters(Generic[T]):
         else:
             del self._per_queue[task.queue]
 
-    def expire(self, now: float) -> list[T]:
-        """Drop the tasks older than C{max_age}: those dropped."""
-        dropped: list[T] = []
+    def expired(self, now: float) -> list[T]:
+        """The tasks older than C{max_age}, oldest first."""
+        old: list[T] = []
         if not self.max_age:
-            return dropped
+            return old
         for task in self._tasks.values():
             dead = task.dead
             if dead is None or dead.died_at > now - self.max_age:
                 break
-            dropped.append(task)
-        for task in dropped:
-            self.remove(task)
-        return dropped
-
-    def _pop_oldest(self) -> T:
-        task = next(iter(self._tasks.values()))
-        self.remove(task)
-        return task
+            old.append(task)
+        return old
 
     def of(self, queue: str | None) -> Iterator[T]:
         """The dead tasks of C{queue} (C{None}: every queue), oldest first."""

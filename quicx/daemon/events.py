@@ -59,6 +59,8 @@ _EXTRA_KEY = {
     "requeued": "cause",
     "dropped": "cause",
     "cancelled": "cause",
+    "retrying": "reason",
+    "dead": "reason",
 }
 
 

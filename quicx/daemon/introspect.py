@@ -8,6 +8,7 @@ Plain functions over L{QueueService}'s state, answering JSON-ready dicts
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from quicx.daemon.core import QueueService, Task
@@ -26,12 +27,23 @@ def describe(task: Task, now: float) -> dict[str, Any]:
         "type": task.task_type.decode("utf-8", "replace"),
         "queue": task.home.name,
         "priority": task.priority,
-        "state": "running" if task.holder is not None else "queued",
+        "state": state(task),
         "size": task.size,
         "age": round(max(0.0, now - task.enqueued_at), 3),
         "attempt": task.attempts,
         "fairness_key": None if task.fairness is None else task.fairness.decode("utf-8", "replace"),
     }
+
+
+def state(task: Task) -> str:
+    """C{running}, C{delayed} (waiting for its time), C{dead}, or C{queued}."""
+    if task.holder is not None:
+        return "running"
+    if task.due:
+        return "delayed"
+    if task.dead is not None:
+        return "dead"
+    return "queued"
 
 
 def peek(service: QueueService, name: str, count: int) -> list[dict[str, Any]]:
@@ -59,9 +71,26 @@ def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
     task = service.task(task_id)
     now = service.clock()
     answer = describe(task, now)
+    answer["failures"] = task.failures
+    answer["retries"] = task.retries
     if task.holder is not None:
         answer["worker"] = task.holder.peer.peer_name
         answer["running_for"] = round(max(0.0, now - task.dispatched_at), 3)
+        return answer
+    if task.dead is not None:
+        answer.update(service.describe_dead(task))
+        answer["payload_base64"] = base64.b64encode(service.pool.read(task.block)).decode()
+        return answer
+    if task.due:
+        answer["due"] = round(task.due, 3)
+        answer["why"] = [
+            {
+                "reason": "delayed",
+                "until": round(task.due, 3),
+                "text": f"it is delayed for {max(0.0, task.due - now):.1f} s more"
+                + (f" (retry {task.failures} of {task.retries})" if task.failures else ""),
+            }
+        ]
         return answer
     reasons, ahead = why(service, task, now)
     answer["why"] = reasons

@@ -35,7 +35,7 @@ from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.wire import ErrorCode, MessageType
 
@@ -50,6 +50,10 @@ CAPABILITIES = (
     "inspect",
     "fairness",
     "rate-limits",
+    "delays",
+    "retries",
+    "dead-letters",
+    "leases",
 )
 """What a version-2 HELLO is told this daemon can do."""
 
@@ -325,6 +329,10 @@ class QuicxServerProtocol(FrameReceiver):
             message.priority,
             message.key,
             message.fairness,
+            message.delay_ms,
+            message.run_at_ms,
+            message.retries,
+            message.backoff,
         )
 
     def _ready_v2(self, payload: bytes) -> None:
@@ -383,13 +391,7 @@ class QuicxServerProtocol(FrameReceiver):
         name = v2.decode_queue_action(action, payload).queue
         session = self.session
         assert session is not None
-        self._learn_identity()
-        if not session.admin:
-            raise Refused(
-                v2.ErrorCode.FORBIDDEN,
-                f"{action.name} needs the admin role: the control socket, or a TLS"
-                " identity listed in [tls] admins",
-            )
+        self._require_admin(action.name)
         if action is v2.MessageType.PURGE:
             answer = self.queue.purge(name)
         else:
@@ -446,6 +448,69 @@ class QuicxServerProtocol(FrameReceiver):
         self._authorize("monitor")
         self._reply(v2.encode_info(introspect.inspect(self.queue, task_id)))
 
+    # -- version 2, part 2: fenced outcomes, leases, dead letters ------------------
+
+    def _unfenced(self, payload: bytes) -> None:
+        raise ProtocolViolation(
+            "a version-2 worker reports with ACK or NACK, quoting the delivery's token"
+        )
+
+    def _worker(self) -> Session:
+        session = self.session
+        assert session is not None
+        if session.role is not Role.WORKER:
+            raise ProtocolViolation(
+                f"a {session.role.value} connection reported a task; only the worker holding it may"
+            )
+        return session
+
+    def _ack(self, payload: bytes) -> None:
+        message = lifecycle.decode_ack(payload)
+        self.queue.ack(self._worker(), message.task_id, message.token)
+
+    def _nack(self, payload: bytes) -> None:
+        reason_length = len(payload) - 13
+        if reason_length > self.limits.max_reason_length:
+            raise ProtocolViolation(
+                f"NACK reason of {reason_length} bytes exceeds max_reason_length"
+                f" ({self.limits.max_reason_length})"
+            )
+        message = lifecycle.decode_nack(payload)
+        self.queue.nack(
+            self._worker(), message.task_id, message.token, message.reason, message.permanent
+        )
+
+    def _touch(self, payload: bytes) -> None:
+        message = lifecycle.decode_touch(payload)
+        self.queue.touch(self._worker(), message.task_id, message.token, message.seconds)
+
+    def _require_admin(self, what: str) -> None:
+        session = self.session
+        assert session is not None
+        self._learn_identity()
+        if not session.admin:
+            raise Refused(
+                v2.ErrorCode.FORBIDDEN,
+                f"{what} needs the admin role: the control socket, or a TLS"
+                " identity listed in [tls] admins",
+            )
+
+    def _dead(self, payload: bytes) -> None:
+        message = lifecycle.decode_dead(payload)
+        self._authorize("monitor")
+        self._reply(v2.encode_info(self.queue.dead_tasks(message.queue, message.limit)))
+
+    def _replay(self, payload: bytes) -> None:
+        message = lifecycle.decode_replay(payload)
+        self._require_admin("REPLAY")
+        answer = self.queue.replay(message.task_id, message.queue)
+        self._reply_when_durable(v2.encode_info(answer))
+
+    def _dead_purge(self, payload: bytes) -> None:
+        message = lifecycle.decode_dead_purge(payload)
+        self._require_admin("DEAD_PURGE")
+        self._reply_when_durable(v2.encode_info(self.queue.purge_dead(message.queue)))
+
     def _learn_identity(self) -> None:
         """
         Learn this peer's certificate identity, once: it decides which role
@@ -474,8 +539,8 @@ _HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
 _HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     v2.MessageType.SUBMIT: QuicxServerProtocol._submit_v2,
     v2.MessageType.READY: QuicxServerProtocol._ready_v2,
-    v2.MessageType.DONE: QuicxServerProtocol._done,
-    v2.MessageType.FAILED: QuicxServerProtocol._failed,
+    v2.MessageType.DONE: QuicxServerProtocol._unfenced,
+    v2.MessageType.FAILED: QuicxServerProtocol._unfenced,
     v2.MessageType.HEARTBEAT: QuicxServerProtocol._heartbeat_v2,
     v2.MessageType.PONG: QuicxServerProtocol._pong,
     v2.MessageType.STATS: QuicxServerProtocol._stats_v2,
@@ -487,6 +552,12 @@ _HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     v2.MessageType.QUEUES: QuicxServerProtocol._queues,
     v2.MessageType.PEEK: QuicxServerProtocol._peek,
     v2.MessageType.INSPECT: QuicxServerProtocol._inspect,
+    v2.MessageType.ACK: QuicxServerProtocol._ack,
+    v2.MessageType.NACK: QuicxServerProtocol._nack,
+    v2.MessageType.TOUCH: QuicxServerProtocol._touch,
+    v2.MessageType.DEAD: QuicxServerProtocol._dead,
+    v2.MessageType.REPLAY: QuicxServerProtocol._replay,
+    v2.MessageType.DEAD_PURGE: QuicxServerProtocol._dead_purge,
 }
 
 
@@ -526,7 +597,8 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             wire.TASK_ID.size + self.limits.max_reason_length,
         )
         self.v2_max_length = (
-            max(self.max_length, queue.pool.max_size + v2.SUBMIT_OVERHEAD)
+            # A NACK has a token and flags (9 bytes) more than a FAILED.
+            max(self.max_length + 9, queue.pool.max_size + v2.SUBMIT_OVERHEAD)
             if v2.VERSION in queue.limits.versions
             else None
         )
