@@ -5,7 +5,7 @@ The public API, importable from here (see docs/clients.md):
 
     from quicx import QuicxClient                    # blocking producer and monitor
     from quicx import connect, ProducerService       # Twisted producers
-    from quicx import Worker                         # the worker runner
+    from quicx import Worker, Unrecoverable          # the worker runner
     from quicx import submit_dataframe               # Spark
     from quicx import QuicxError, TaskFailed, ...    # what they raise
 
@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from quicx.clients.address import DEFAULT_ADDRESS
     from quicx.clients.blocking import QuicxClient
+    from quicx.clients.outcomes import RetryNotice
     from quicx.clients.requests import Options
     from quicx.clients.spark import submit_dataframe
     from quicx.clients.twisted_client import (
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
         QuicxClientProtocol,
         connect,
     )
-    from quicx.clients.worker import TaskContext, Worker
+    from quicx.clients.worker import TaskContext, Unrecoverable, Worker
     from quicx.protocol.errors import (
         Conflict,
         ConnectionLost,
@@ -57,8 +58,10 @@ _PUBLIC = {
     "QuicxClientFactory": "quicx.clients.twisted_client",
     "QuicxClientProtocol": "quicx.clients.twisted_client",
     "Options": "quicx.clients.requests",
+    "RetryNotice": "quicx.clients.outcomes",
     "Worker": "quicx.clients.worker",
     "TaskContext": "quicx.clients.worker",
+    "Unrecoverable": "quicx.clients.worker",
     "submit_dataframe": "quicx.clients.spark",
     "QuicxError": "quicx.protocol.errors",
     "DaemonError": "quicx.protocol.errors",
@@ -94,10 +97,12 @@ __all__ = [
     "QuicxClientFactory",
     "QuicxClientProtocol",
     "QuicxError",
+    "RetryNotice",
     "TaskCancelled",
     "TaskContext",
     "TaskFailed",
     "UnknownTaskType",
+    "Unrecoverable",
     "Worker",
     "__version__",
     "connect",

@@ -5,8 +5,11 @@ The C{quicx} command.
     quicx stop [--config FILE]                             stop it (SIGTERM)
     quicx status [--config FILE] [--json]                  what it is doing
     quicx submit TYPE PAYLOAD|- [--wait] [--queue Q] [--priority N] [--key K]
-    quicx queues | peek QUEUE | task ID [--json]           look inside
+                 [--delay 30s | --at TIME] [--retries N] [--backoff exponential:1s:5m]
+    quicx queues | peek QUEUE | task ID | schedules [--json]   look inside
     quicx cancel ID | pause Q | resume Q | purge Q --yes   act (admin)
+    quicx dlq list [Q] | show ID | replay ID|--all | purge [Q] --yes   dead letters
+    quicx schedule add NAME (--cron EXPR | --every 10m) TYPE PAYLOAD | remove NAME
     quicx worker MODULE:OBJECT [-n N] [--queues A,B]       run handlers
     quicx version | quicx init | quicx report | quicx repair-journal
 
@@ -14,8 +17,8 @@ Commands that talk to a daemon find it the same way: C{--connect ADDRESS}
 (default C{$QUICX_ADDRESS}) for the wire, C{--config FILE} (default
 C{$QUICX_CONFIG}) for its settings, control socket and pid file; any setting's
 flag (C{--control}, C{--pid-file}, ...) overrides the file's.  The admin
-commands (cancel, pause, resume, purge) go through the control socket, which
-only the daemon's user may open.
+commands (cancel, pause, resume, purge, dlq replay and purge, schedule) go
+through the control socket, which only the daemon's user may open.
 
 Mistakes users make (daemon down, bad address, bad configuration) end in one
 line on stderr and a non-zero exit, never a traceback.
@@ -24,6 +27,7 @@ line on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib
 import json
 import math
@@ -33,17 +37,20 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar, cast
 
 from quicx import version_line
+from quicx.clients import timing
 from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS, default_address, parse_address
 from quicx.clients.blocking import QuicxClient
+from quicx.clients.outcomes import RetryNotice
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.settings import format_size
-from quicx.protocol import wire
+from quicx.protocol import durations, lifecycle, wire
 from quicx.protocol.errors import QuicxError, TaskCancelled, TaskFailed
-from quicx.protocol.v2 import MAX_OPTION, MAX_SUBSCRIPTIONS, check_queue
+from quicx.protocol.v2 import MAX_OPTION, MAX_RETRIES, MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
 
 CONFIG_VARIABLE = "QUICX_CONFIG"
@@ -52,8 +59,8 @@ T = TypeVar("T")
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run the daemon", ("start", "stop", "init", "repair-journal")),
-    ("producers and monitors", ("submit", "status", "queues", "peek", "task")),
-    ("admins", ("cancel", "pause", "resume", "purge")),
+    ("producers and monitors", ("submit", "status", "queues", "peek", "task", "schedules")),
+    ("admins", ("cancel", "pause", "resume", "purge", "dlq", "schedule")),
     ("workers", ("worker",)),
     ("data", ("report",)),
     ("about quicx", ("version",)),
@@ -330,7 +337,7 @@ def _journal_lines(journal: Mapping[str, Any] | None) -> list[str]:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     # fsencode: the bytes as given, even those that are not UTF-8.
-    payload = sys.stdin.buffer.read() if args.payload == "-" else os.fsencode(args.payload)
+    payload = read_payload(args.payload)
     with QuicxClient(client_address(args), timeout=args.timeout) as client:
         try:
             task_id = client.submit(
@@ -340,6 +347,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 priority=args.priority,
                 key=args.key,
                 fairness_key=args.fairness_key,
+                delay=args.delay,
+                run_at=args.run_at,
+                retries=args.retries,
+                backoff=args.backoff,
             )
         except TimeoutError:
             raise CommandError(f"no answer from the daemon within {args.timeout:g} s") from None
@@ -347,7 +358,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         try:
-            client.wait(task_id, timeout=args.timeout)
+            client.wait(task_id, timeout=args.timeout, on_retry=print_retry)
         except TaskFailed as e:
             print(f"task {e.task_id} failed: {e.reason}")
             return 1
@@ -360,14 +371,33 @@ def cmd_submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_payload(given: str) -> bytes:
+    """A payload argument: C{-} reads stdin; else its bytes as given, even those not UTF-8."""
+    return sys.stdin.buffer.read() if given == "-" else os.fsencode(given)
+
+
+def print_retry(notice: RetryNotice) -> None:
+    """What C{submit --wait} says of a failed attempt the daemon retries."""
+    print(
+        f"task {notice.task_id}: attempt {notice.attempt} failed: {notice.reason};"
+        f" retrying in {_age(max(0.0, notice.due - time.time()))}",
+        flush=True,
+    )
+
+
 def _ask(args: argparse.Namespace, call: Callable[[QuicxClient], T], admin: bool = False) -> T:
-    """Call the daemon: over the control socket (the admin role) or --connect."""
+    """
+    Call the daemon: over the control socket (the admin role) or --connect.
+    A value the client refuses to send (its C{ValueError}) is a usage mistake.
+    """
     address = f"unix:{control_path(args)}" if admin else client_address(args)
     try:
         with QuicxClient(address, timeout=args.timeout) as client:
             return call(client)
     except TimeoutError:
         raise CommandError(f"no answer from {address} within {args.timeout:g} s") from None
+    except ValueError as e:
+        raise CommandError(str(e), status=2) from None
 
 
 def _print_json(document: object) -> None:
@@ -486,6 +516,168 @@ def cmd_queue_action(args: argparse.Namespace) -> int:
     return 0
 
 
+def _in_queue(queue: str | None) -> str:
+    return f" in queue {queue}" if queue else ""
+
+
+def _one_line(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _when(unix: float | None) -> str:
+    """A time the daemon gave, in UTC: C{2026-12-01 09:00:00Z}; C{-} for none."""
+    if unix is None:
+        return "-"
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def cmd_dlq_list(args: argparse.Namespace) -> int:
+    document = _ask(args, lambda client: client.dead(args.queue, args.n))
+    if args.json:
+        _print_json(document)
+        return 0
+    tasks = document["tasks"]
+    if not tasks:
+        print(f"no dead tasks{_in_queue(args.queue)}")
+        return 0
+    now = time.time()
+    rows = [
+        [str(t["id"]), t["queue"], t["type"], thousands(t["failures"]),
+         _age(max(0.0, now - t["died_at"])), _one_line(t["reason"])]
+        for t in tasks
+    ]  # fmt: skip
+    sys.stdout.write(
+        _table(["id", "queue", "type", "failures", "dead for", "reason"], rows, "><<>><")
+    )
+    if document["total"] > len(tasks):
+        print(
+            f"{thousands(document['total'])} dead tasks{_in_queue(args.queue)}:"
+            f" the oldest {len(tasks)} shown (-n shows more)"
+        )
+    return 0
+
+
+def cmd_dlq_show(args: argparse.Namespace) -> int:
+    task = _ask(args, lambda client: client.task(args.id))
+    if task["state"] != "dead":
+        raise CommandError(
+            f"task {args.id} is {task['state']}, not dead (see quicx task {args.id})"
+        )
+    payload = base64.b64decode(task["payload_base64"])
+    if args.payload:
+        sys.stdout.buffer.write(payload)
+        return 0
+    if args.json:
+        _print_json(task)
+        return 0
+    print(
+        f"task {task['id']} ({task['type']}): dead in queue {task['queue']},"
+        f" priority {task['priority']}, {thousands(task['size'])} bytes,"
+        f" dead for {_age(max(0.0, time.time() - task['died_at']))}"
+    )
+    print(f"  failures: {task['failures']}, the last on {task['worker'] or 'no worker'}")
+    print(f"  reason: {task['reason']}")
+    print(f"  payload: {_shown(payload)}")
+    return 0
+
+
+def _shown(payload: bytes) -> str:
+    """A payload as text when it is printable UTF-8, else as a Python bytes literal."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return repr(payload)
+    return text if text.isprintable() else repr(payload)
+
+
+def cmd_dlq_replay(args: argparse.Namespace) -> int:
+    if (args.id is None) != args.all:
+        raise CommandError("name a dead task's ID, or --all (not both)", status=2)
+    if args.queue is not None and not args.all:
+        raise CommandError("--queue goes with --all (a task's own queue is known)", status=2)
+    answer = _ask(args, lambda client: client.replay(args.id or 0, args.queue), admin=True)
+    replayed = answer["replayed"]
+    if args.id is not None:
+        print(f"task {args.id} replayed: queued again, its failures reset")
+    elif replayed:
+        print(
+            f"{thousands(len(replayed))} dead tasks replayed{_in_queue(args.queue)}:"
+            f" {', '.join(map(str, replayed))}"
+        )
+    else:
+        print(f"no dead tasks to replay{_in_queue(args.queue)}")
+    return 0
+
+
+def cmd_dlq_purge(args: argparse.Namespace) -> int:
+    if not args.yes:
+        whose = f"of queue {args.queue}" if args.queue else "of every queue"
+        raise CommandError(f"dlq purge drops every dead task {whose}: add --yes to do it", status=2)
+    answer = _ask(args, lambda client: client.dead_purge(args.queue), admin=True)
+    print(f"{thousands(answer['purged'])} dead tasks dropped{_in_queue(args.queue)}")
+    return 0
+
+
+def _cadence(schedule: Mapping[str, Any]) -> str:
+    """C{cron 0 3 * * *} or C{every 10m}."""
+    if schedule.get("cron"):
+        return f"cron {schedule['cron']}"
+    return f"every {durations.format_duration(schedule['every'])}"
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    schedules = _ask(args, QuicxClient.schedules)
+    if args.json:
+        _print_json(schedules)
+        return 0
+    if not schedules:
+        print("no schedules")
+        return 0
+    rows = [
+        [s["name"], _cadence(s), s["timezone"], s["type"], s["queue"],
+         _when(s["next_fire"]), _when(s["last_fire"])]
+        for s in schedules
+    ]  # fmt: skip
+    sys.stdout.write(
+        _table(
+            ["name", "schedule", "zone", "type", "queue", "next fire", "last fire"], rows, "<<<<<<<"
+        )
+    )
+    return 0
+
+
+def cmd_schedule_add(args: argparse.Namespace) -> int:
+    payload = read_payload(args.payload)
+    answer = _ask(
+        args,
+        lambda client: client.schedule(
+            args.name,
+            os.fsencode(args.type),
+            payload,
+            cron=args.cron,
+            every=args.every,
+            timezone=args.tz,
+            queue=args.queue,
+            priority=args.priority,
+            missed=args.missed,
+            catch_up=args.catch_up,
+        ),
+        admin=True,
+    )
+    print(
+        f"schedule {answer['name']}: {_cadence(answer)} ({answer['timezone']}),"
+        f" next fire {_when(answer['next_fire'])}"
+    )
+    return 0
+
+
+def cmd_schedule_remove(args: argparse.Namespace) -> int:
+    answer = _ask(args, lambda client: client.unschedule(args.name), admin=True)
+    print(f"schedule {answer['name']} removed")
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from twisted.internet import reactor
     from twisted.internet.defer import ensureDeferred
@@ -508,6 +700,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             worker.queues = args.queues
         if args.protocol:
             worker.protocol = args.protocol
+        if args.auto_extend:
+            worker.auto_extend = True
     elif isinstance(target, Mapping):
         for task_type, handler in target.items():
             if not isinstance(task_type, str) or not callable(handler):
@@ -521,6 +715,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             credits=args.credits or 1,
             queues=args.queues or (),
             protocol=args.protocol or 2,
+            auto_extend=args.auto_extend,
         )
     else:
         raise CommandError(
@@ -670,6 +865,39 @@ def option_key(text: str) -> bytes:
     return key
 
 
+def schedule_name(text: str) -> str:
+    """An argparse type: a schedule name (made as a queue name is)."""
+    try:
+        check_queue(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a schedule name is 1 to 64 letters, digits or '_.:-', not {text!r}"
+        ) from None
+    return text
+
+
+MAX_DELAY = 0xFFFFFFFF / 1000
+"""The longest delay a SUBMIT carries, in seconds (about 49 days)."""
+
+
+def delay_seconds(text: str) -> float:
+    """A delay (see L{durations.parse_duration}), in seconds; at most L{MAX_DELAY}."""
+    seconds = durations.parse_duration(text)
+    if seconds > MAX_DELAY:
+        raise ValueError(f"{text}: a delay is at most {MAX_DELAY:g} s (about 49 days)")
+    return seconds
+
+
+def interval_seconds(text: str) -> int:
+    """A schedule's interval (see L{durations.parse_duration}): whole seconds, 1 or more."""
+    seconds = durations.parse_duration(text)
+    if seconds != int(seconds) or not 1 <= seconds <= lifecycle.MAX_INTERVAL:
+        raise ValueError(
+            f"{text}: an interval is whole seconds, from 1s to {lifecycle.MAX_INTERVAL}s"
+        )
+    return int(seconds)
+
+
 def task_type(text: str) -> str:
     """An argparse type: a task type the protocol can carry (1 to 255 bytes)."""
     try:
@@ -680,7 +908,10 @@ def task_type(text: str) -> str:
 
 
 def configuration_argument(parse: Callable[[str], T]) -> Callable[[str], T]:
-    """An argparse type from a L{quicx.daemon.settings} value parser."""
+    """
+    An argparse type from a parser that raises C{ValueError}: a
+    L{quicx.daemon.settings} value parser, or a L{durations} or L{timing} one.
+    """
 
     def argument(text: str) -> T:
         try:
@@ -840,15 +1071,44 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--fairness-key", type=option_key, help="the tenant or customer the task is for"
     )
+    when = submit.add_mutually_exclusive_group()
+    when.add_argument(
+        "--delay",
+        type=configuration_argument(delay_seconds),
+        metavar="DURATION",
+        help="run it no sooner than this from now: 90 (seconds), 30s, 10m, 1.5h",
+    )
+    when.add_argument(
+        "--at",
+        dest="run_at",
+        type=configuration_argument(timing.parse_time),
+        metavar="TIME",
+        help="run it no sooner than TIME: ISO 8601 with its zone (2026-12-01T09:00:00Z)"
+        " or Unix seconds",
+    )
+    submit.add_argument(
+        "--retries",
+        type=bounded_int(0, MAX_RETRIES),
+        help="how many times a failure is retried (default: the queue's)",
+    )
+    submit.add_argument(
+        "--backoff",
+        type=configuration_argument(durations.parse_backoff),
+        metavar="SPEC",
+        help="the wait before each retry: fixed:10s or exponential:1s:5m, either"
+        " optionally ending in :20%% of jitter (default: the queue's)",
+    )
     connect_option(submit)
     submit.set_defaults(run=cmd_submit)
 
-    def looking(name: str, help: str, description: str) -> argparse.ArgumentParser:
-        sub = command(name, help, description)
+    def looking_options(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="print the daemon's JSON answer")
         sub.add_argument("--timeout", type=duration, default=10.0, help="seconds to wait (10)")
         connect_option(sub)
         return sub
+
+    def looking(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        return looking_options(command(name, help, description))
 
     queues = looking(
         "queues",
@@ -875,13 +1135,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     task.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
     task.set_defaults(run=cmd_task)
+    schedules = looking(
+        "schedules",
+        "list the schedules",
+        "List the schedules, from the configuration and added at run time: each one's"
+        " cron expression or interval, zone, task type, queue, and its next and last"
+        " fire (UTC). --json prints the daemon's array (see docs/protocol.md).",
+    )
+    schedules.set_defaults(run=cmd_schedules)
 
-    def acting(name: str, help: str, description: str) -> argparse.ArgumentParser:
-        sub = command(name, help, description + " Goes through the control socket.")
+    def acting_options(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         config_option(sub)
         add_setting_flags(sub.add_argument, settings("control", "port"))
         sub.add_argument("--timeout", type=duration, default=10.0, help="seconds to wait (10)")
         return sub
+
+    def acting(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        sub = command(name, help, description + " Goes through the control socket.")
+        return acting_options(sub)
 
     cancel = acting(
         "cancel",
@@ -901,6 +1172,112 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "purge":
             action.add_argument("--yes", action="store_true", help="yes, cancel them all")
         action.set_defaults(run=cmd_queue_action)
+
+    dlq = command(
+        "dlq",
+        "list, show, replay or purge dead tasks",
+        "The dead-letter set: tasks that failed for good after their retries (or"
+        " were failed as unrecoverable). list and show look; replay and purge act,"
+        " through the control socket.",
+    ).add_subparsers(dest="action", metavar="ACTION", required=True)
+    dead_list = looking_options(
+        dlq.add_parser(
+            "list",
+            help="the dead tasks, oldest first",
+            description="List the dead tasks of QUEUE (default: of every queue), oldest"
+            " first: id, queue, type, failures, how long dead, the last reason.",
+        )
+    )
+    dead_list.add_argument("queue", nargs="?", type=queue_name)
+    dead_list.add_argument("-n", type=bounded_int(1, 1000), default=100, help="how many (100)")
+    dead_list.set_defaults(run=cmd_dlq_list)
+    dead_show = looking_options(
+        dlq.add_parser(
+            "show",
+            help="a dead task and its payload",
+            description="Show a dead task: its failures, last worker, reason and payload.",
+        )
+    )
+    dead_show.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
+    dead_show.add_argument(
+        "--payload", action="store_true", help="write only its payload's bytes to stdout"
+    )
+    dead_show.set_defaults(run=cmd_dlq_show)
+    replay = acting_options(
+        dlq.add_parser(
+            "replay",
+            help="queue dead tasks again",
+            description="Put the dead task ID (or, with --all, every dead task of --queue, or"
+            " of every queue) back in its queue, its failures reset. Goes through the"
+            " control socket.",
+        )
+    )
+    replay.add_argument("id", nargs="?", type=bounded_int(1, wire.MAX_TASK_ID))
+    replay.add_argument("--all", action="store_true", help="every dead task (of --queue)")
+    replay.add_argument("--queue", type=queue_name, help="with --all: only this queue's")
+    replay.set_defaults(run=cmd_dlq_replay)
+    dead_purge = acting_options(
+        dlq.add_parser(
+            "purge",
+            help="drop dead tasks",
+            description="Drop the dead tasks of QUEUE (default: of every queue) for good."
+            " Goes through the control socket.",
+        )
+    )
+    dead_purge.add_argument("queue", nargs="?", type=queue_name)
+    dead_purge.add_argument("--yes", action="store_true", help="yes, drop them")
+    dead_purge.set_defaults(run=cmd_dlq_purge)
+
+    schedule = command(
+        "schedule",
+        "add or remove a run-time schedule",
+        "Add (or replace) or remove a schedule that submits a task on a cron expression"
+        " or at an interval. Schedules a [schedule NAME] section declares are changed in"
+        " the configuration, not here. Goes through the control socket.",
+    ).add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = acting_options(
+        schedule.add_parser(
+            "add",
+            help="add or replace a schedule",
+            description="Submit a task of TYPE with PAYLOAD ('-': stdin) on --cron (5 fields,"
+            " in --tz) or --every interval, from now on.",
+        )
+    )
+    add.add_argument("name", type=schedule_name)
+    cadence = add.add_mutually_exclusive_group(required=True)
+    cadence.add_argument("--cron", metavar="EXPR", help="a 5-field cron expression: '0 3 * * *'")
+    cadence.add_argument(
+        "--every",
+        type=configuration_argument(interval_seconds),
+        metavar="DURATION",
+        help="an interval: 90 (seconds), 10m, 1.5h",
+    )
+    add.add_argument("type", type=task_type, help="the task type")
+    add.add_argument("payload", help="the payload, or - for stdin")
+    add.add_argument("--tz", default="UTC", metavar="ZONE", help="the cron's IANA zone (UTC)")
+    add.add_argument("--queue", type=queue_name, help="the queue (default: the daemon's)")
+    add.add_argument("--priority", type=bounded_int(0, 255), help="0 to 255 (default: the queue's)")
+    add.add_argument(
+        "--missed",
+        choices=[m.name.lower() for m in lifecycle.Missed],
+        default="once",
+        help="what to fire for times the daemon was down: none, once (default), or all",
+    )
+    add.add_argument(
+        "--catch-up",
+        type=bounded_int(0, 0xFFFF),
+        default=100,
+        metavar="N",
+        help="with --missed all: at most N of them (100)",
+    )
+    add.set_defaults(run=cmd_schedule_add)
+    remove = acting_options(
+        schedule.add_parser(
+            "remove", help="remove a schedule", description="Remove a run-time schedule."
+        )
+    )
+    remove.add_argument("name", type=schedule_name)
+    remove.set_defaults(run=cmd_schedule_remove)
 
     worker = command(
         "worker",
@@ -933,6 +1310,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         choices=(1, 2),
         help="the protocol version to speak (default 2, falling back to 1)",
+    )
+    worker.add_argument(
+        "--auto-extend",
+        action="store_true",
+        help="extend each task's lease every half lease while its handler runs",
     )
     worker.add_argument(
         "--busy-poll",

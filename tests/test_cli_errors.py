@@ -20,6 +20,7 @@ from quicx.clients.blocking import QuicxClient
 from tests.conftest import DaemonProcess
 
 QUICX = str(Path(sys.executable).with_name("quicx"))
+ROOT = Path(__file__).resolve().parent.parent
 LISTEN = "--listen=tcp:0:interface=127.0.0.1"
 CONNECT_TLS = "--connect=tls:localhost:1:trustRoots="
 
@@ -229,6 +230,44 @@ CASES = {
         1,
     ),
     "submit bad queue": (["submit", "t", "x", "--queue=a/b"], USAGE, "not 'a/b'", 1),
+    "submit bad delay": (
+        ["submit", "t", "x", "--delay=soon"],
+        USAGE,
+        "'soon' is not a duration",
+        1,
+    ),
+    "submit long delay": (["submit", "t", "x", "--delay=60d"], USAGE, "a delay is at most", 1),
+    "submit delay and time": (
+        ["submit", "t", "x", "--delay=1s", "--at=2026-12-01T09:00:00Z"],
+        USAGE,
+        "argument --at: not allowed with argument --delay",
+        1,
+    ),
+    "submit time without zone": (
+        ["submit", "t", "x", "--at=2026-12-01T09:00"],
+        USAGE,
+        "2026-12-01T09:00:00 has no time zone",
+        1,
+    ),
+    "submit not a time": (["submit", "t", "x", "--at=noon"], USAGE, "'noon' is not a time", 1),
+    "submit bad backoff": (
+        ["submit", "t", "x", "--backoff=linear:1s"],
+        USAGE,
+        "argument --backoff: 'linear:1s' is not a backoff",
+        1,
+    ),
+    "submit backoff over its cap": (
+        ["submit", "t", "x", "--backoff=exponential:5m:1s"],
+        USAGE,
+        "the base is longer than the cap",
+        1,
+    ),
+    "submit too many retries": (
+        ["submit", "t", "x", "--retries=70000"],
+        USAGE,
+        "70000 is not from 0 to 65535",
+        1,
+    ),
     "queues daemon down": (
         ["queues", "--connect=tcp:127.0.0.1:1"],
         FAILED,
@@ -253,6 +292,93 @@ CASES = {
         ["purge", "mail"],
         USAGE,
         "purge cancels every queued task of mail: add --yes to do it",
+        1,
+    ),
+    "dlq without an action": (["dlq"], USAGE, "the following arguments are required: ACTION", 1),
+    "dlq list daemon down": (
+        ["dlq", "list", "--connect=tcp:127.0.0.1:1"],
+        FAILED,
+        "cannot connect to tcp:127.0.0.1:1",
+        1,
+    ),
+    "dlq show not a number": (["dlq", "show", "x"], USAGE, "'x' is not a whole number", 1),
+    "dlq replay nothing named": (["dlq", "replay"], USAGE, "name a dead task's ID, or --all", 1),
+    "dlq replay a task and all": (
+        ["dlq", "replay", "7", "--all"],
+        USAGE,
+        "name a dead task's ID, or --all (not both)",
+        1,
+    ),
+    "dlq replay a task of a queue": (
+        ["dlq", "replay", "7", "--queue=mail"],
+        USAGE,
+        "--queue goes with --all",
+        1,
+    ),
+    "dlq replay no daemon": (
+        ["dlq", "replay", "--all", "--control=/nonexistent/quicx.sock"],
+        FAILED,
+        "cannot connect to unix:/nonexistent/quicx.sock",
+        1,
+    ),
+    "dlq purge without --yes": (
+        ["dlq", "purge", "mail"],
+        USAGE,
+        "dlq purge drops every dead task of queue mail: add --yes to do it",
+        1,
+    ),
+    "dlq purge all without --yes": (
+        ["dlq", "purge"],
+        USAGE,
+        "dlq purge drops every dead task of every queue: add --yes to do it",
+        1,
+    ),
+    "schedules daemon down": (
+        ["schedules", "--connect=tcp:127.0.0.1:1"],
+        FAILED,
+        "cannot connect to tcp:127.0.0.1:1",
+        1,
+    ),
+    "schedule add without a cadence": (
+        ["schedule", "add", "nightly", "t", "x"],
+        USAGE,
+        "one of the arguments --cron --every is required",
+        1,
+    ),
+    "schedule add cron and interval": (
+        ["schedule", "add", "nightly", "--cron=* * * * *", "--every=1m", "t", "x"],
+        USAGE,
+        "argument --every: not allowed with argument --cron",
+        1,
+    ),
+    "schedule add part seconds": (
+        ["schedule", "add", "nightly", "--every=1.5s", "t", "x"],
+        USAGE,
+        "1.5s: an interval is whole seconds",
+        1,
+    ),
+    "schedule add empty cron": (
+        ["schedule", "add", "nightly", "--cron=", "t", "x", "--control=/nonexistent/q.sock"],
+        USAGE,
+        "a cron expression or an interval, not both or neither",
+        1,
+    ),
+    "schedule add bad name": (
+        ["schedule", "add", "a/b", "--every=1m", "t", "x"],
+        USAGE,
+        "a schedule name is 1 to 64 letters, digits or '_.:-', not 'a/b'",
+        1,
+    ),
+    "schedule add bad missed": (
+        ["schedule", "add", "s", "--every=1m", "t", "x", "--missed=never"],
+        USAGE,
+        "invalid choice: 'never'",
+        1,
+    ),
+    "schedule remove no daemon": (
+        ["schedule", "remove", "nightly", "--control=/nonexistent/quicx.sock"],
+        FAILED,
+        "cannot connect to unix:/nonexistent/quicx.sock",
         1,
     ),
     "worker queue twice": (
@@ -331,7 +457,8 @@ CASES = {
 def run_quicx(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        "PYTHONPATH": str(workspace),
+        # The workspace's modules, and this checkout's quicx.
+        "PYTHONPATH": os.pathsep.join([str(workspace), str(ROOT)]),
         # Default pid files and control sockets: the workspace's.
         "XDG_RUNTIME_DIR": str(workspace),
     }
@@ -384,6 +511,10 @@ def test_version_2_commands_against_a_version_1_daemon(start_daemon, workspace: 
         ["peek", "default"],
         ["task", "1"],
         ["submit", "t", "x", "--queue=q"],
+        ["submit", "t", "x", "--delay=5s"],
+        ["dlq", "list"],
+        ["dlq", "show", "1"],
+        ["schedules"],
     ):
         result = run_quicx(workspace, *command, connect)
         assert result.returncode == FAILED, result

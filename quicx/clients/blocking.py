@@ -7,6 +7,7 @@ views, Spark executors.
         client.wait(task_id, timeout=30)       # raises TaskFailed on FAILED
         ids = client.submit_many(("resize", p) for p in pictures)
         client.submit("charge", b"...", queue="billing", priority=9, key="order-42")
+        client.submit("sync", b"...", delay=30, retries=5, backoff="exponential:1s:5m")
 
 One client keeps one connection open and reuses it; it reconnects on the next
 call after the connection drops.  It speaks protocol version 2, or version 1
@@ -22,16 +23,17 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from service_identity import VerificationError
 
 from quicx.clients import requests
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, parse_address
-from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
+from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of
 from quicx.clients.requests import Options
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, error_from
 from quicx.protocol.frames import Frame, FrameParser
 
@@ -187,13 +189,15 @@ class QuicxClient:
 
     def _pump(self, deadline: float) -> object | None:
         """
-        Read one message: file an outcome, answer a heartbeat (and return
-        C{None}), or return anything else.
+        Read one message: file an outcome or a retry notice, answer a
+        heartbeat (and return C{None}), or return anything else.
         """
         message = self._read(deadline)
         settled = outcome_of(message)
         if settled is not None:
             self._book.arrived(*settled)
+        elif isinstance(message, lifecycle.Retrying):
+            self._book.notice(RetryNotice.of(message))
         elif isinstance(message, wire.Heartbeat):
             self._send(v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME)
         elif not isinstance(message, wire.Pong):
@@ -242,6 +246,10 @@ class QuicxClient:
         priority: int | None = None,
         key: str | bytes | None = None,
         fairness_key: str | bytes | None = None,
+        delay: float | None = None,
+        run_at: datetime | float | None = None,
+        retries: int | None = None,
+        backoff: str | v2.Backoff | None = None,
     ) -> int:
         """
         Submit one task; return its id.
@@ -253,12 +261,19 @@ class QuicxClient:
             task's id and queues nothing.
         @param fairness_key: the tenant or customer the task is for: within
             a queue they take turns, and the queue's per-key limits apply.
+        @param delay: seconds from now before it may run; or C{run_at}, the
+            time it may run (a C{datetime} with a zone, or Unix seconds).
+        @param retries: how many times a failure is retried (default: the queue's).
+        @param backoff: the wait before each retry: C{"fixed:10s"},
+            C{"exponential:1s:5m"}, either optionally with C{":20%"} of
+            jitter, or a L{v2.Backoff} (default: the queue's).
         @raise QueueFull, PayloadTooLarge, UnknownTaskType, InvalidMessage:
             the daemon refused it.
         @raise NeedsVersion2: an option was given to a version-1 daemon.
+        @raise ValueError: an option is out of range, or a backoff malformed.
         @raise ConnectionLost: the daemon could not be reached or went away.
         """
-        options = Options(queue, priority, key, fairness_key)
+        options = Options(queue, priority, key, fairness_key, delay, run_at, retries, backoff)
         with self._lock:
             self._begin(time.monotonic() + self.timeout)
             self._send_submits([(task_type, payload, options)])
@@ -327,12 +342,21 @@ class QuicxClient:
                 raise QuicxError(f"unexpected {type(reply).__name__} for a SUBMIT")
         return results
 
-    def wait(self, task_id: int, timeout: float | None = None) -> None:
+    def wait(
+        self,
+        task_id: int,
+        timeout: float | None = None,
+        on_retry: Callable[[RetryNotice], object] | None = None,
+    ) -> None:
         """
         Block until the outcome of C{task_id} (submitted by this client)
         arrives.
 
-        @raise TaskFailed: a worker reported it FAILED (C{.reason}).
+        @param on_retry: called with a L{RetryNotice} for each failed attempt
+            the daemon retries, in order, before the outcome (those that
+            came before this call first); without it they are dropped.
+        @raise TaskFailed: a worker reported it FAILED (C{.reason}), with no
+            retry left.
         @raise TaskCancelled: it was cancelled, or its queue purged, before it ran.
         @raise OutcomeUnknown: the connection dropped before the outcome came.
         @raise TimeoutError: no outcome within C{timeout} (default: the
@@ -345,24 +369,36 @@ class QuicxClient:
             try:
                 if self._book.pending(task_id):
                     self._begin(deadline)
+                self._tell(task_id, on_retry)
                 while self._book.pending(task_id):
-                    # Nothing but outcomes and heartbeats is owed to us here.
+                    # Nothing but outcomes, notices and heartbeats is owed to us here.
                     unexpected = self._pump(deadline)
                     if unexpected is not None:
                         self._drop()
                         raise QuicxError(f"unexpected {type(unexpected).__name__} while waiting")
+                    self._tell(task_id, on_retry)
             except ConnectionLost:
                 pass  # the outcome is now filed as unknown
             outcome = self._book.take(task_id)
         if outcome is not None:
             raise outcome
 
+    def _tell(self, task_id: int, on_retry: Callable[[RetryNotice], object] | None) -> None:
+        """Hand the retry notices kept for C{task_id} to C{on_retry}."""
+        for notice in self._book.notices(task_id):
+            if on_retry is not None:
+                on_retry(notice)
+
     def submit_and_wait(
-        self, task_type: str | bytes, payload: str | bytes, timeout: float | None = None
+        self,
+        task_type: str | bytes,
+        payload: str | bytes,
+        timeout: float | None = None,
+        on_retry: Callable[[RetryNotice], object] | None = None,
     ) -> int:
-        """Submit a task, wait for its outcome, return its id."""
+        """Submit a task, wait for its outcome (see L{wait}), return its id."""
         task_id = self.submit(task_type, payload)
-        self.wait(task_id, timeout)
+        self.wait(task_id, timeout, on_retry)
         return task_id
 
     def stats(self) -> wire.StatsResponse:
@@ -449,4 +485,98 @@ class QuicxClient:
     def _queue_action(self, action: str, queue: str) -> dict[str, Any]:
         frame = v2.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
         document: dict[str, Any] = self._info(action, frame)
+        return document
+
+    # -- dead letters and schedules ----------------------------------------------------
+
+    def dead(self, queue: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """
+        The dead-letter set, oldest first: C{{"total": N, "tasks": [...]}}, at
+        most C{limit} (1 to 1000) of the tasks of C{queue} (C{None}: of every
+        queue), each with C{id}, C{queue}, C{type}, C{failures}, C{reason},
+        C{worker}, C{died_at}...
+        """
+        document: dict[str, Any] = self._info("dead", lifecycle.encode_dead(limit, queue))
+        return document
+
+    def replay(self, task_id: int = 0, queue: str | None = None) -> dict[str, Any]:
+        """
+        Put dead task C{task_id} back in its queue, failures reset; or, with
+        C{task_id} 0, every dead task of C{queue} (C{None}: of every queue).
+        Needs the admin role.
+
+        @return: C{{"replayed": [ids]}}.
+        @raise NotFound: C{task_id} is not a dead task.
+        @raise ValueError: both a task and a queue.
+        """
+        document: dict[str, Any] = self._info("replay", requests.encode_replay(task_id, queue))
+        return document
+
+    def dead_purge(self, queue: str | None = None) -> dict[str, Any]:
+        """
+        Drop the dead tasks of C{queue} (C{None}: of every queue); needs the
+        admin role.
+
+        @return: C{{"purged": N}}.
+        """
+        document: dict[str, Any] = self._info("dead_purge", lifecycle.encode_dead_purge(queue))
+        return document
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule, by name: its expression or interval, next_fire, last_fire..."""
+        found: list[dict[str, Any]] = self._info("schedules", lifecycle.SCHEDULES_FRAME)
+        return found
+
+    def schedule(
+        self,
+        name: str,
+        task_type: str | bytes,
+        payload: str | bytes = b"",
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        timezone: str = "UTC",
+        queue: str | None = None,
+        priority: int | None = None,
+        missed: str | lifecycle.Missed = lifecycle.Missed.ONCE,
+        catch_up: int = 100,
+    ) -> dict[str, Any]:
+        """
+        Add, or replace, run-time schedule C{name}: a task of C{task_type}
+        with C{payload} into C{queue} (at C{priority}) on C{cron}, a 5-field
+        expression in C{timezone}, or C{every} so many seconds.  Needs the
+        admin role.
+
+        @param missed: what to fire for times the daemon was down: C{"skip"}
+            none, C{"once"} one, C{"all"} each (at most C{catch_up}).
+        @return: the schedule, as L{schedules} lists it.
+        @raise InvalidMessage: the daemon refused the expression or zone.
+        @raise Conflict: a C{[schedule NAME]} section of the configuration
+            declares C{name}.
+        @raise ValueError: not exactly one of C{cron} and C{every}, or a
+            field out of range.
+        """
+        frame = requests.encode_schedule(
+            name,
+            task_type,
+            payload,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            queue=queue,
+            priority=priority,
+            missed=missed,
+            catch_up=catch_up,
+        )
+        document: dict[str, Any] = self._info("schedule", frame)
+        return document
+
+    def unschedule(self, name: str) -> dict[str, Any]:
+        """
+        Remove run-time schedule C{name}; needs the admin role.
+
+        @raise NotFound: no such schedule.
+        @raise Conflict: the configuration declares it.
+        """
+        document: dict[str, Any] = self._info("unschedule", lifecycle.encode_unschedule(name))
         return document

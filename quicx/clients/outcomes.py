@@ -6,13 +6,18 @@ whenever the workers finish them, interleaved with its other replies.  An
 L{OutcomeBook} remembers which tasks still owe an outcome and keeps outcomes
 that arrived before anyone asked for them, up to a bound (the oldest are
 forgotten first), so a producer that never asks does not grow without limit.
+Before the outcome, a version-2 producer may hear RETRYING for a task that
+failed and will run again: the book keeps those notices, as L{RetryNotice}s,
+until they are asked for with the outcome.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from quicx.protocol import v2, wire
+from attrs import frozen
+
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.errors import OutcomeUnknown, QuicxError, TaskCancelled, TaskFailed
 
 Outcome = QuicxError | None
@@ -24,6 +29,26 @@ L{OutcomeUnknown} if it never came.
 DEFAULT_KEEP = 100_000
 
 
+@frozen
+class RetryNotice:
+    """
+    A task's attempt failed and it will run again: the daemon's RETRYING.
+
+    @ivar attempt: the attempt that failed (1 for the first).
+    @ivar due: when the next attempt is due (Unix seconds).
+    @ivar reason: why the attempt failed, in the worker's words.
+    """
+
+    task_id: int
+    attempt: int
+    due: float
+    reason: str
+
+    @classmethod
+    def of(cls, message: lifecycle.Retrying) -> RetryNotice:
+        return cls(message.task_id, message.attempt, message.due_ms / 1000, message.reason)
+
+
 class OutcomeBook:
     """
     @ivar keep: how many unclaimed outcomes are kept.
@@ -33,6 +58,7 @@ class OutcomeBook:
         self.keep = keep
         self._open: set[int] = set()
         self._arrived: OrderedDict[int, Outcome] = OrderedDict()
+        self._notices: dict[int, list[RetryNotice]] = {}
 
     def expect(self, task_id: int) -> None:
         """C{task_id} was accepted: its outcome will come."""
@@ -47,11 +73,26 @@ class OutcomeBook:
         self._open.discard(task_id)
         self._arrived[task_id] = outcome
         while len(self._arrived) > self.keep:
-            self._arrived.popitem(last=False)
+            forgotten, _ = self._arrived.popitem(last=False)
+            self._notices.pop(forgotten, None)
 
     def settle(self, task_id: int) -> None:
         """The outcome arrived and was handed straight to a waiter."""
         self._open.discard(task_id)
+        self._notices.pop(task_id, None)
+
+    def notice(self, notice: RetryNotice) -> None:
+        """
+        Keep a retry notice until L{notices} is asked for it; one for a task
+        whose outcome is not pending (not submitted here, or settled) is
+        dropped.
+        """
+        if notice.task_id in self._open:
+            self._notices.setdefault(notice.task_id, []).append(notice)
+
+    def notices(self, task_id: int) -> list[RetryNotice]:
+        """Remove and return the retry notices kept for C{task_id}, oldest first."""
+        return self._notices.pop(task_id, [])
 
     def take(self, task_id: int) -> Outcome:
         """
@@ -60,7 +101,9 @@ class OutcomeBook:
         @raise KeyError: it has not arrived (see L{pending}), or it was
             never expected, already taken, or forgotten.
         """
-        return self._arrived.pop(task_id)
+        outcome = self._arrived.pop(task_id)
+        self._notices.pop(task_id, None)
+        return outcome
 
     def lose_all(self) -> list[int]:
         """

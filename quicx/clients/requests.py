@@ -7,21 +7,23 @@ with HELLO: a daemon that answers ERROR in a version-1 header speaks only
 version 1 (the protocol page's daemon, or one with C{[protocol] versions =
 1}), and the connection goes on in version 1 -- the daemon ignored the
 version-2 frame, so nothing else changes.  Calls that need version 2
-(queues, priorities, keys, cancel, introspection) then raise
-L{NeedsVersion2}.
+(queues, priorities, keys, delays, retries, cancel, introspection, dead
+letters, schedules) then raise L{NeedsVersion2}.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 import quicx
+from quicx.clients import timing
 from quicx.clients.address import as_bytes
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.errors import NeedsVersion2
 
 CLIENT_NAME = "quicx-python"
@@ -30,30 +32,59 @@ HELLO = v2.encode_hello(CLIENT_NAME, quicx.__version__)
 
 @frozen
 class Options:
-    """A SUBMIT's version-2 options; every one C{None} means none."""
+    """
+    A SUBMIT's version-2 options; every one C{None} means none.
+
+    @ivar delay: run it this many seconds from now; C{run_at}: at this time
+        (a C{datetime} with its zone, or Unix seconds).  At most one of the two.
+    @ivar retries: how many times a failure is retried (default: the queue's).
+    @ivar backoff: the wait before each retry: a L{v2.Backoff}, or given as
+        C{"fixed:10s"} or C{"exponential:1s:5m"}, either optionally ending
+        in C{":20%"} of jitter (see L{timing.parse_backoff}); default: the queue's.
+    """
 
     queue: str | None = None
     priority: int | None = None
     key: str | bytes | None = None
     fairness_key: str | bytes | None = None
+    delay: float | None = None
+    run_at: datetime | float | None = None
+    retries: int | None = None
+    backoff: v2.Backoff | None = field(default=None, converter=timing.as_backoff)
 
     @property
     def any(self) -> bool:
-        return not (
-            self.queue is None
-            and self.priority is None
-            and self.key is None
+        return not (self.queue is None and self.priority is None and self._at_most_queue)
+
+    @property
+    def _at_most_queue(self) -> bool:
+        """Whether it has no option but, maybe, a queue and a priority."""
+        return (
+            self.key is None
             and self.fairness_key is None
+            and self.delay is None
+            and self.run_at is None
+            and self.retries is None
+            and self.backoff is None
         )
 
     def encode(self) -> bytes:
-        if self.key is None and self.fairness_key is None:
+        """
+        The options field.
+
+        @raise ValueError: an option is out of range (a naive C{datetime} included).
+        """
+        if self._at_most_queue:
             return _common_options(self.queue, self.priority)
         return v2.submit_options(
             self.queue,
             self.priority,
             None if self.key is None else as_bytes(self.key),
             None if self.fairness_key is None else as_bytes(self.fairness_key),
+            None if self.delay is None else timing.milliseconds(self.delay),
+            None if self.run_at is None else timing.milliseconds(timing.unix_seconds(self.run_at)),
+            self.retries,
+            self.backoff,
         )
 
 
@@ -73,12 +104,13 @@ def encode_submit(
     A SUBMIT in C{version}.
 
     @raise NeedsVersion2: options were given and the connection speaks version 1.
-    @raise ValueError: a bad option (queue name, priority, key length).
+    @raise ValueError: a bad option (queue name, priority, key length, delay...).
     """
     if version == 1:
         if options.any:
             raise NeedsVersion2(
-                "queue, priority and keys need protocol version 2; the daemon speaks version 1"
+                "queue, priority, keys, delays and retries need protocol version 2;"
+                " the daemon speaks version 1"
             )
         return wire.encode_submit(as_bytes(task_type), as_bytes(payload))
     return v2.encode_submit(
@@ -113,9 +145,9 @@ def needs_version_2(version: int, what: str) -> None:
 
 
 def decode(version: int | None, message_type: int, payload: bytes) -> Any:
-    """A frame of C{version} (the parser's), decoded."""
+    """A frame of C{version} (the parser's), decoded: any message of either version."""
     if version == v2.VERSION:
-        return v2.decode(message_type, payload)
+        return lifecycle.decode(message_type, payload)
     return wire.decode(message_type, payload)
 
 
@@ -129,3 +161,65 @@ QUEUE_ACTIONS = {
     "resume": v2.MessageType.RESUME,
     "purge": v2.MessageType.PURGE,
 }
+
+
+def encode_replay(task_id: int = 0, queue: str | None = None) -> bytes:
+    """
+    REPLAY of dead task C{task_id}, or (0) of every dead task of C{queue}
+    (C{None}: of every queue).
+
+    @raise ValueError: both a task and a queue, or a bad id or queue name.
+    """
+    if task_id and queue is not None:
+        raise ValueError("replay names a task or a queue, not both (a task's queue is known)")
+    return lifecycle.encode_replay(task_id, queue)
+
+
+def encode_schedule(
+    name: str,
+    task_type: str | bytes,
+    payload: str | bytes = b"",
+    *,
+    cron: str | None = None,
+    every: float | None = None,
+    timezone: str = "UTC",
+    queue: str | None = None,
+    priority: int | None = None,
+    missed: str | lifecycle.Missed = lifecycle.Missed.ONCE,
+    catch_up: int = 100,
+) -> bytes:
+    """
+    SCHEDULE: a task of C{task_type} with C{payload} into C{queue}, on C{cron}
+    (a 5-field expression in C{timezone}) or C{every} so many seconds.
+
+    @param missed: C{"skip"}, C{"once"} or C{"all"} (at most C{catch_up} of
+        them): what to fire for the times the daemon was down.
+    @raise ValueError: not exactly one of C{cron} and C{every}, an interval
+        that is not whole seconds, an unknown C{missed}, a field out of range.
+    """
+    if (cron is None) == (every is None):
+        raise ValueError("a schedule has a cron expression or an interval (every=), not both")
+    interval = 0
+    if every is not None:
+        interval = int(every)
+        if interval != every or interval < 1:
+            raise ValueError(f"a schedule's interval is whole seconds, 1 or more, not {every}")
+    if isinstance(missed, str):
+        try:
+            missed = lifecycle.Missed[missed.upper()]
+        except KeyError:
+            raise ValueError(f"missed is skip, once or all, not {missed!r}") from None
+    return lifecycle.encode_schedule(
+        lifecycle.Schedule(
+            name,
+            as_bytes(task_type),
+            as_bytes(payload),
+            cron or "",
+            interval,
+            timezone,
+            queue,
+            priority,
+            missed,
+            catch_up,
+        )
+    )

@@ -12,9 +12,10 @@ Every call returns a L{Deferred}.  Any number of requests may be outstanding
 on one connection: the daemon answers them in order.  For a long-lived service
 that must survive daemon restarts, use L{ProducerService}.
 
-The connection speaks protocol version 2 (queues, priorities, keys, cancel,
-introspection), or version 1 with a daemon that speaks only that: it opens
-with HELLO, and requests made before the answer wait for it.
+The connection speaks protocol version 2 (queues, priorities, keys, delays,
+retries, cancel, introspection, dead letters, schedules), or version 1 with
+a daemon that speaks only that: it opens with HELLO, and requests made
+before the answer wait for it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import contextlib
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, cast
 
 from twisted.application.internet import ClientService, backoffPolicy
@@ -46,13 +48,16 @@ from quicx.clients.address import (
     normalize_address,
     parse_address,
 )
-from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, outcome_of
+from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of
 from quicx.clients.requests import Options
 from quicx.net.framer import FrameReceiver, set_no_delay
 from quicx.net.tls import client_tls
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
 from quicx.protocol.wire import ErrorCode
+
+RetryListener = Callable[[RetryNotice], object]
+"""What C{on_retry} is: called with each L{RetryNotice} of a task."""
 
 
 class QuicxClientProtocol(FrameReceiver):
@@ -81,6 +86,7 @@ class QuicxClientProtocol(FrameReceiver):
         self._greeters: list[Deferred[QuicxClientProtocol]] = []
         self._book = OutcomeBook(keep_outcomes)
         self._waiters: dict[int, list[Deferred[None]]] = {}
+        self._watchers: dict[int, list[RetryListener]] = {}
         self._closed: Failure | None = None
 
     def connectionMade(self) -> None:
@@ -133,23 +139,33 @@ class QuicxClientProtocol(FrameReceiver):
         priority: int | None = None,
         key: str | bytes | None = None,
         fairness_key: str | bytes | None = None,
+        delay: float | None = None,
+        run_at: datetime | float | None = None,
+        retries: int | None = None,
+        backoff: str | v2.Backoff | None = None,
     ) -> Deferred[int]:
         """
         Submit a task (options as L{quicx.clients.blocking.QuicxClient.submit}).
 
         @return: fires with the task id, or fails with L{QueueFull},
             L{PayloadTooLarge}, L{UnknownTaskType}, L{InvalidMessage},
-            L{NeedsVersion2} or L{ConnectionLost}.
+            L{NeedsVersion2}, L{ConnectionLost}, or C{ValueError} for an
+            option out of range or a malformed backoff.
         """
-        options = Options(queue, priority, key, fairness_key)
-        return self._request(
-            wire.Ok, lambda version: requests.encode_submit(version, task_type, payload, options)
-        )
 
-    def outcome(self, task_id: int) -> Deferred[None]:
+        def encode(version: int) -> bytes:
+            options = Options(queue, priority, key, fairness_key, delay, run_at, retries, backoff)
+            return requests.encode_submit(version, task_type, payload, options)
+
+        return self._request(wire.Ok, encode)
+
+    def outcome(self, task_id: int, on_retry: RetryListener | None = None) -> Deferred[None]:
         """
         The outcome of a task submitted on this connection.
 
+        @param on_retry: called with a L{RetryNotice} for each failed attempt
+            the daemon retries, in order (those that came before this call
+            at once); the Deferred fires once, with the final outcome.
         @return: fires with C{None} on DONE; fails with L{TaskFailed} carrying
             the worker's reason, L{TaskCancelled}, or L{OutcomeUnknown} if the
             connection closes first.  An outcome that arrived before this call
@@ -157,19 +173,31 @@ class QuicxClientProtocol(FrameReceiver):
         @raise KeyError: C{task_id} was not submitted on this connection, or
             its outcome was already taken or forgotten.
         """
+        kept = self._book.notices(task_id)
         if self._book.pending(task_id):
             waiter: Deferred[None] = Deferred()
             self._waiters.setdefault(task_id, []).append(waiter)
-            return waiter
-        result = self._book.take(task_id)
-        return succeed(None) if result is None else fail(result)
+            if on_retry is not None:
+                self._watchers.setdefault(task_id, []).append(on_retry)
+            result: Deferred[None] = waiter
+        else:
+            failure = self._book.take(task_id)
+            result = succeed(None) if failure is None else fail(failure)
+        if on_retry is not None:
+            for notice in kept:
+                self._tell(on_retry, notice)
+        return result
 
     async def submit_and_wait(
-        self, task_type: str | bytes, payload: str | bytes, **options: Any
+        self,
+        task_type: str | bytes,
+        payload: str | bytes,
+        on_retry: RetryListener | None = None,
+        **options: Any,
     ) -> int:
-        """Submit a task and wait for its outcome; return its id."""
+        """Submit a task and wait for its outcome (see L{outcome}); return its id."""
         task_id = await self.submit(task_type, payload, **options)
-        await self.outcome(task_id)
+        await self.outcome(task_id, on_retry)
         return task_id
 
     def stats(self) -> Deferred[wire.StatsResponse]:
@@ -179,12 +207,15 @@ class QuicxClientProtocol(FrameReceiver):
             lambda version: v2.STATS_FRAME if version == v2.VERSION else wire.STATS_FRAME,
         )
 
-    def _info(self, what: str, frame: bytes) -> Deferred[Any]:
-        """A version-2 request answered with INFO: fires with its document."""
+    def _info(self, what: str, make: Callable[[], bytes]) -> Deferred[Any]:
+        """
+        A version-2 request answered with INFO, the frame C{make} returns:
+        fires with its document (fails with C{make}'s C{ValueError}).
+        """
 
         def encode(version: int) -> bytes:
             requests.needs_version_2(version, what)
-            return frame
+            return make()
 
         return self._request(v2.Info, encode)
 
@@ -200,20 +231,22 @@ class QuicxClientProtocol(FrameReceiver):
             self.server = document
             return document
 
-        return self._info("hello", v2.encode_hello(name, version, capabilities)).addCallback(keep)
+        return self._info(
+            "hello", lambda: v2.encode_hello(name, version, capabilities)
+        ).addCallback(keep)
 
     def cancel(self, task_id: int) -> Deferred[dict[str, Any]]:
         """Cancel a queued task (see L{quicx.clients.blocking.QuicxClient.cancel})."""
-        return self._info("cancel", v2.encode_cancel(task_id))
+        return self._info("cancel", lambda: v2.encode_cancel(task_id))
 
     def queues(self) -> Deferred[list[dict[str, Any]]]:
-        return self._info("queues", v2.QUEUES_FRAME)
+        return self._info("queues", lambda: v2.QUEUES_FRAME)
 
     def peek(self, queue: str, count: int = 10) -> Deferred[list[dict[str, Any]]]:
-        return self._info("peek", v2.encode_peek(queue, count))
+        return self._info("peek", lambda: v2.encode_peek(queue, count))
 
     def task(self, task_id: int) -> Deferred[dict[str, Any]]:
-        return self._info("task", v2.encode_inspect(task_id))
+        return self._info("task", lambda: v2.encode_inspect(task_id))
 
     def pause(self, queue: str) -> Deferred[dict[str, Any]]:
         """Stop dispatching from C{queue}; needs the admin role (as the blocking client's)."""
@@ -226,11 +259,39 @@ class QuicxClientProtocol(FrameReceiver):
         return self._queue_action("purge", queue)
 
     def _queue_action(self, action: str, queue: str) -> Deferred[dict[str, Any]]:
-        try:
-            frame = v2.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
-        except ValueError as e:
-            return fail(e)
-        return self._info(action, frame)
+        return self._info(
+            action, lambda: v2.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
+        )
+
+    def dead(self, queue: str | None = None, limit: int = 100) -> Deferred[dict[str, Any]]:
+        """The dead-letter set (as L{quicx.clients.blocking.QuicxClient.dead})."""
+        return self._info("dead", lambda: lifecycle.encode_dead(limit, queue))
+
+    def replay(self, task_id: int = 0, queue: str | None = None) -> Deferred[dict[str, Any]]:
+        """Replay dead tasks; needs the admin role (as the blocking client's)."""
+        return self._info("replay", lambda: requests.encode_replay(task_id, queue))
+
+    def dead_purge(self, queue: str | None = None) -> Deferred[dict[str, Any]]:
+        """Drop dead tasks; needs the admin role (as the blocking client's)."""
+        return self._info("dead_purge", lambda: lifecycle.encode_dead_purge(queue))
+
+    def schedules(self) -> Deferred[list[dict[str, Any]]]:
+        return self._info("schedules", lambda: lifecycle.SCHEDULES_FRAME)
+
+    def schedule(
+        self, name: str, task_type: str | bytes, payload: str | bytes = b"", **fields: Any
+    ) -> Deferred[dict[str, Any]]:
+        """
+        Add or replace a run-time schedule; needs the admin role. C{fields}:
+        the keywords of L{quicx.clients.blocking.QuicxClient.schedule}.
+        """
+        return self._info(
+            "schedule", lambda: requests.encode_schedule(name, task_type, payload, **fields)
+        )
+
+    def unschedule(self, name: str) -> Deferred[dict[str, Any]]:
+        """Remove a run-time schedule; needs the admin role."""
+        return self._info("unschedule", lambda: lifecycle.encode_unschedule(name))
 
     def close(self) -> None:
         self.transport.loseConnection()
@@ -249,6 +310,8 @@ class QuicxClientProtocol(FrameReceiver):
             return
         if (settled := outcome_of(message)) is not None:
             self._deliver(*settled)
+        elif isinstance(message, lifecycle.Retrying):
+            self._retrying(RetryNotice.of(message))
         elif isinstance(message, wire.Heartbeat):
             pong = v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME
             self.transport.write(pong)
@@ -296,7 +359,23 @@ class QuicxClientProtocol(FrameReceiver):
         for greeter in greeters:
             greeter.callback(self)
 
+    def _retrying(self, notice: RetryNotice) -> None:
+        """Hand a retry notice to the task's listeners, or keep it for them."""
+        listeners = self._watchers.get(notice.task_id)
+        if not listeners:
+            self._book.notice(notice)
+        for listener in listeners or ():
+            self._tell(listener, notice)
+
+    def _tell(self, listener: RetryListener, notice: RetryNotice) -> None:
+        # A listener's mistake is logged: raised here, it would cut the connection.
+        try:
+            listener(notice)
+        except Exception:
+            self.log.failure("on_retry for task {id} raised", id=notice.task_id)
+
     def _deliver(self, task_id: int, failure: QuicxError | None) -> None:
+        self._watchers.pop(task_id, None)
         waiters = self._waiters.pop(task_id, None)
         if not waiters:
             self._book.arrived(task_id, failure)
@@ -316,6 +395,7 @@ class QuicxClientProtocol(FrameReceiver):
         self._requests, self._held, self._greeters = deque(), None, []
         for request in pending:
             request.errback(self._closed)
+        self._watchers = {}
         for task_id in self._book.lose_all():
             waiters = self._waiters.pop(task_id, None)
             if waiters:
@@ -442,11 +522,15 @@ class ProducerService(ClientService):
         return (await self._submit(task_type, payload, options))[1]
 
     async def submit_and_wait(
-        self, task_type: str | bytes, payload: str | bytes, **options: Any
+        self,
+        task_type: str | bytes,
+        payload: str | bytes,
+        on_retry: RetryListener | None = None,
+        **options: Any,
     ) -> int:
         """Submit a task and wait for its outcome (see L{QuicxClientProtocol.outcome})."""
         client, task_id = await self._submit(task_type, payload, options)
-        await client.outcome(task_id)
+        await client.outcome(task_id, on_retry)
         return task_id
 
 

@@ -10,9 +10,13 @@ The worker runner.
     worker.start(reactor, "tcp:127.0.0.1:16381")
 
 Handlers take the task's payload (C{bytes}), and may take a second argument,
-the task's L{TaskContext} (id, queue, priority, attempt, enqueue time, keys).
-Returning normally means DONE; raising means FAILED with the exception's
-message.  Plain functions run in a
+the task's L{TaskContext} (id, queue, priority, attempt, enqueue time, keys,
+the delivery's fencing token and lease, its failures and retries).
+Returning normally means done; raising means failed, with the exception's
+message (L{Unrecoverable}: failed for good, not to be retried).  To a
+version-2 daemon the worker reports with ACK and NACK, quoting the
+delivery's token; to a version-1 daemon, with DONE and FAILED.  Plain
+functions run in a
 thread pool, so the reactor stays free to answer heartbeats while they work;
 C{async def} handlers, and handlers registered with C{thread=False} (which
 may return a L{Deferred}), run on the reactor thread.
@@ -29,7 +33,13 @@ Each slot speaks protocol version 2: it opens with HELLO, then READY names
 the worker's C{queues}, served in that order.  Against a daemon that speaks
 only version 1 it falls back to version 1: it serves the default queue, and
 a handler's context has the queue C{None}, priority 0 and the time the task
-arrived.
+arrived, and no token or lease.
+
+A delivery's lease runs out after the queue's task timeout unless it is
+extended: by the handler (L{TaskContext.extend}), or, with
+C{Worker(auto_extend=True)}, every half lease while the handler runs.  A
+report the daemon refuses as stale (C{ERROR 0x08}: the lease ran out and the
+task went back to the queue) is logged as a warning.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 from twisted.internet.defer import (
     CancelledError,
     Deferred,
@@ -56,12 +66,23 @@ from twisted.python.threadpool import ThreadPool
 
 from quicx.clients import requests
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
+from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.twisted_client import endpoint_for
 from quicx.net.framer import FrameReceiver, set_no_delay, write_now
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.wire import ErrorCode
 
 Handler = Callable[..., Any]
+
+
+class Unrecoverable(Exception):
+    """
+    Raised by a handler: the task failed, and running it again would not
+    help (a malformed payload, a refused card).  A version-2 worker reports
+    it with NACK's permanent flag, so the daemon does not retry it (it goes
+    to the dead-letter set if it had retries); to a daemon without leases it
+    is a plain failure.  Its message is the reason.
+    """
 
 
 @frozen
@@ -74,6 +95,14 @@ class TaskContext:
     @ivar attempt: 1 for its first delivery, more when it is run again.
     @ivar enqueued_at: when the daemon accepted it (Unix seconds).
     @ivar key: its idempotency key; C{fairness_key}: its fairness key.
+    @ivar token: this delivery's fencing token, larger for every later
+        delivery: pass it to your own writes (C{UPDATE ... WHERE fence <
+        :token}) to fence out a delivery that was taken back (0: none, from a
+        daemon without leases).
+    @ivar lease: the seconds this delivery may be held before it is taken
+        back, counted from its delivery, unless extended (C{None}: no limit).
+    @ivar failures: the failed attempts before this one; C{retries}: how many
+        the task may have (0 when it may not retry).
     """
 
     task_id: int
@@ -84,9 +113,14 @@ class TaskContext:
     enqueued_at: float
     key: bytes | None = None
     fairness_key: bytes | None = None
+    token: int = 0
+    lease: float | None = None
+    failures: int = 0
+    retries: int = 0
+    _delivery: Lease | None = field(default=None, eq=False, repr=False)
 
     @classmethod
-    def of(cls, task: wire.Task | v2.Task) -> TaskContext:
+    def of(cls, task: wire.Task | v2.Task, delivery: Lease | None = None) -> TaskContext:
         task_type = task.task_type.decode("utf-8", "replace")
         if isinstance(task, wire.Task):
             return cls(task.task_id, task_type, None, 0, 1, time.time())
@@ -99,7 +133,26 @@ class TaskContext:
             task.enqueued_ms / 1000,
             task.key,
             task.fairness,
+            task.token,
+            task.lease_ms / 1000 if task.lease_ms else None,
+            task.failures,
+            task.retries,
+            delivery,
         )
+
+    def extend(self, seconds: float) -> None:
+        """
+        Set the lease to run out C{seconds} from now (rounded up to whole
+        seconds; the daemon cuts it to its C{max_lease}).  Safe from any
+        thread; sent at once, without an answer.  Once the handler has
+        finished, or without a token (a daemon without leases), it does
+        nothing.
+
+        @raise ValueError: C{seconds} is not more than 0 (or past 2**32).
+        """
+        touch_seconds(seconds)
+        if self._delivery is not None:
+            self._delivery.extend_soon(seconds)
 
 
 RETRY_FIRST = 0.1
@@ -223,12 +276,13 @@ class WorkerProtocol(FrameReceiver):
                     credits=self.credits,
                 )
             self.running += 1
-            outcome = self.worker.run(task)
+            lease = self._lease(task)
+            outcome = self.worker.run(task, lease)
             if type(outcome) is Deferred:
-                outcome.addBoth(self._finished, task.task_id)
+                outcome.addBoth(self._finished, task, lease)
             else:
                 # A plain handler on the reactor has already returned.
-                self._finished(outcome, task.task_id)
+                self._finished(outcome, task, lease)
         elif message_type == wire.MessageType.WAIT:
             self._answered = True
         elif message_type == wire.MessageType.HEARTBEAT:
@@ -246,22 +300,38 @@ class WorkerProtocol(FrameReceiver):
                 self.credits = 1
                 self._ready()
                 return
+            if error.code == v2.ErrorCode.STALE:
+                self.log.warn(
+                    "the daemon refused a stale report ({message}): the task's lease ran"
+                    " out and it went back to its queue, so this outcome does not count",
+                    message=error.message,
+                )
+                return
             self.log.error("daemon error: {message}", message=error.message)
 
-    def _finished(self, result: object, task_id: int) -> None:
+    def _lease(self, task: wire.Task | v2.Task) -> Lease | None:
+        """The lease of a delivery with a token (kept alive with C{auto_extend})."""
+        if not isinstance(task, v2.Task) or not task.token:
+            return None
+        lease = Lease(self.worker._reactor, self._write, task.task_id, task.token, task.lease_ms)
+        if self.worker.auto_extend:
+            lease.keep_alive()
+        return lease
+
+    def _finished(self, result: object, task: wire.Task | v2.Task, lease: Lease | None) -> None:
         self.running -= 1
-        codec = v2 if self.version == v2.VERSION else wire
-        if isinstance(result, Failure):
-            reply = codec.encode_failed(task_id, failure_reason(result))
-        else:
-            reply = codec.encode_done(task_id)
-        if self._replies is not None:
-            self._replies.append(reply)
-            return
-        if self.transport is not None and self.connected:
-            write_now(self.transport, reply)
-        if self.stopping and not self.running:
+        if lease is not None:
+            lease.end()
+        self._write(report(task, result))
+        if self._replies is None and self.stopping and not self.running:
             self.transport.loseConnection()
+
+    def _write(self, frame: bytes) -> None:
+        """Send C{frame}: at the end of the read being handled, if any, else now."""
+        if self._replies is not None:
+            self._replies.append(frame)
+        elif self.transport is not None and self.connected:
+            write_now(self.transport, frame)
 
     def stop(self) -> Deferred[None]:
         """Finish the tasks in hand, if any, then disconnect."""
@@ -269,6 +339,26 @@ class WorkerProtocol(FrameReceiver):
         if not self.running:
             self.transport.loseConnection()
         return self.closed
+
+
+def report(task: wire.Task | v2.Task, result: object) -> bytes:
+    """
+    The frame that reports C{task}'s outcome, C{result} (a L{Failure}, or
+    anything else for done): ACK or NACK quoting the delivery's token (NACK
+    permanent for L{Unrecoverable}); DONE or FAILED to a daemon that gave no
+    token (version 1, or version 2 without leases).
+    """
+    if isinstance(task, v2.Task) and task.token:
+        if isinstance(result, Failure):
+            permanent = result.check(Unrecoverable) is not None
+            return lifecycle.encode_nack(
+                task.task_id, task.token, failure_reason(result), permanent
+            )
+        return lifecycle.encode_ack(task.task_id, task.token)
+    codec = v2 if isinstance(task, v2.Task) else wire
+    if isinstance(result, Failure):
+        return codec.encode_failed(task.task_id, failure_reason(result))
+    return codec.encode_done(task.task_id)
 
 
 class Worker:
@@ -281,6 +371,9 @@ class Worker:
     @ivar queues: the queues it serves, in order (empty: the daemon's
         default queue).
     @ivar protocol: 2, falling back to 1 where the daemon speaks only 1; or 1.
+    @ivar auto_extend: while a handler runs, extend its task's lease every
+        half lease (a task whose lease would otherwise run out before its
+        handler is done; a handler stuck for good then holds it for good too).
     """
 
     log = Logger()
@@ -292,6 +385,7 @@ class Worker:
         credits: int = 1,
         queues: Sequence[str] = (),
         protocol: int = 2,
+        auto_extend: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -303,6 +397,7 @@ class Worker:
         if protocol not in (1, 2) or (protocol == 1 and self.queues):
             raise ValueError("protocol is 2, or 1 without queues")
         self.protocol = protocol
+        self.auto_extend = auto_extend
         v2.encode_ready(credits, self.queues)  # checks the names and their number
         self._handlers: dict[bytes, Registration] = {}
         for name, function in (handlers or {}).items():
@@ -335,9 +430,11 @@ class Worker:
 
         return decorate
 
-    def run(self, task: wire.Task | v2.Task) -> Deferred[Any] | Failure | None:
+    def run(
+        self, task: wire.Task | v2.Task, lease: Lease | None = None
+    ) -> Deferred[Any] | Failure | None:
         """
-        Run the handler for C{task}.
+        Run the handler for C{task}, whose context extends C{lease}.
 
         @return: a L{Deferred} of its outcome; or, for a handler that ran on
             the reactor and returned a plain value, the outcome itself: C{None}
@@ -350,7 +447,7 @@ class Worker:
             return Failure(LookupError(f"no handler for: {name}"))
         args: tuple[Any, ...] = (task.payload,)
         if registration.wants_context:
-            args += (TaskContext.of(task),)
+            args += (TaskContext.of(task, lease),)
         if registration.in_thread:
             assert self._threads is not None and self._reactor is not None
             return deferToThreadPool(self._reactor, self._threads, registration.function, *args)

@@ -1,0 +1,107 @@
+"""
+A delivery's lease, from the worker's side.
+
+A version-2 daemon gives each delivery a fencing token and a lease: the
+worker may hold the task that long before it is taken back and queued
+again.  TOUCH, quoting the token, sets the lease to run out so many seconds
+from now.  A L{Lease} sends it when the handler asks (L{Lease.extend_soon},
+from any thread) or, with L{Lease.keep_alive}, every half lease while the
+handler runs, and never after the task's outcome.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.task import LoopingCall
+
+from quicx.protocol import lifecycle
+
+MAX_TOUCH = 0xFFFFFFFF
+"""The longest extension a TOUCH carries, in seconds."""
+
+
+def touch_seconds(seconds: float) -> int:
+    """
+    C{seconds} as TOUCH carries them: whole seconds, rounded up.
+
+    @raise ValueError: not more than 0, or past L{MAX_TOUCH}.
+    """
+    if not 0 < seconds <= MAX_TOUCH:
+        raise ValueError(f"a lease is extended by more than 0 to {MAX_TOUCH} s, not {seconds}")
+    return math.ceil(seconds)
+
+
+class Lease:
+    """
+    The lease of one delivery, while its handler runs.
+
+    @ivar seconds: the lease the delivery came with (0: no limit).
+    @ivar deadline: when it runs out, by the reactor's clock, as far as this
+        worker knows (C{None}: no limit, or not known).
+    @ivar ended: the outcome was reported; nothing more is sent.
+    """
+
+    def __init__(
+        self,
+        reactor: Any,
+        send: Callable[[bytes], None],
+        task_id: int,
+        token: int,
+        lease_ms: int,
+    ) -> None:
+        self._reactor = reactor
+        self._send = send
+        self.task_id = task_id
+        self.token = token
+        self.seconds = lease_ms / 1000
+        self.deadline: float | None = reactor.seconds() + self.seconds if lease_ms else None
+        self.ended = False
+        self._renewal: LoopingCall | None = None
+
+    def extend(self, seconds: float) -> None:
+        """
+        (On the reactor thread.)  TOUCH: the lease runs out C{seconds} from
+        now (rounded up to whole seconds), unless the outcome was reported.
+
+        @raise ValueError: C{seconds} is out of range.
+        """
+        whole = touch_seconds(seconds)
+        if self.ended:
+            return
+        self._send(lifecycle.encode_touch(self.task_id, self.token, whole))
+        self.deadline = self._reactor.seconds() + whole
+
+    def extend_soon(self, seconds: float) -> None:
+        """
+        L{extend}, from any thread (a handler's): checked here, sent by the
+        reactor thread.
+
+        @raise ValueError: C{seconds} is out of range.
+        """
+        touch_seconds(seconds)
+        self._reactor.callFromThread(self.extend, seconds)
+
+    def keep_alive(self) -> None:
+        """
+        Every half lease until L{end}, extend the lease by its length unless
+        it has that much left (a longer L{extend} stands).  Without a lease,
+        nothing.
+        """
+        if not self.seconds:
+            return
+        self._renewal = LoopingCall(self._renew)
+        self._renewal.clock = self._reactor
+        self._renewal.start(self.seconds / 2, now=False)
+
+    def _renew(self) -> None:
+        if self.deadline is None or self.deadline - self._reactor.seconds() <= self.seconds:
+            self.extend(self.seconds)
+
+    def end(self) -> None:
+        """The outcome is reported: stop extending."""
+        self.ended = True
+        if self._renewal is not None and self._renewal.running:
+            self._renewal.stop()

@@ -1,0 +1,72 @@
+"""
+When a task runs, as clients are given it: times to run at (C{datetime}s,
+Unix seconds, or ISO 8601 text for the C{quicx} command) and backoffs (a
+L{v2.Backoff}, or its text form).  Durations and backoffs are read as the
+configuration reads them, by L{quicx.protocol.durations}.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+
+from quicx.protocol import v2
+from quicx.protocol.durations import parse_backoff
+
+_NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+
+
+def parse_time(text: str) -> float:
+    """
+    Unix seconds, from an ISO 8601 time with its zone (C{2026-12-01T09:00:00Z},
+    C{2026-12-01 10:00+01:00}) or from Unix seconds.
+
+    @raise ValueError: neither, or a time without a zone (whose zone would be
+        a guess).
+    """
+    spoken = text.strip()
+    if _NUMBER.fullmatch(spoken):
+        return float(spoken)
+    try:
+        moment = datetime.fromisoformat(spoken)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a time: give ISO 8601 with its zone"
+            " (2026-12-01T09:00:00Z) or Unix seconds"
+        ) from None
+    return unix_seconds(moment)
+
+
+def unix_seconds(moment: datetime | float) -> float:
+    """
+    C{moment} in Unix seconds.
+
+    @raise ValueError: a C{datetime} without a zone.
+    """
+    if not isinstance(moment, datetime):
+        return float(moment)
+    if moment.utcoffset() is None:
+        raise ValueError(f"{moment.isoformat()} has no time zone: give one (Z, +01:00 or a tzinfo)")
+    return moment.timestamp()
+
+
+def milliseconds(seconds: float) -> int:
+    """
+    C{seconds} rounded to whole milliseconds, as the wire carries them.
+
+    @raise ValueError: not a finite number.
+    """
+    if not math.isfinite(seconds):
+        raise ValueError(f"{seconds} is not a number of seconds")
+    return round(seconds * 1000)
+
+
+def as_backoff(value: str | v2.Backoff | None) -> v2.Backoff | None:
+    """
+    A backoff given as L{parse_backoff}'s text (C{exponential:1s:5m:20%},
+    C{fixed:10s}) or as a L{v2.Backoff}.
+
+    @raise ValueError: malformed text.
+    """
+    return parse_backoff(value) if isinstance(value, str) else value
