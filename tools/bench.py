@@ -36,8 +36,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from attrs import frozen
-
 from quicx import __version__
 from quicx.clients.address import CLIENT_MAX_LENGTH, parse_address
 from quicx.clients.blocking import QuicxClient, Task
@@ -377,25 +375,6 @@ def memory_workload(n: int) -> dict[str, Any]:
     }
 
 
-@frozen
-class Encoded(Options):
-    """
-    SUBMIT options given encoded, for those L{Options} does not have (a
-    delay, a time to run at), to pass to L{QuicxClient.submit_many}.
-
-    @ivar options: from L{v2.submit_options}.
-    """
-
-    options: bytes = b""
-
-    @property
-    def any(self) -> bool:
-        return True
-
-    def encode(self) -> bytes:
-        return self.options
-
-
 def alike(n: int, payload: bytes, options: Options) -> Iterator[Task]:
     """C{n} version-2 tasks with the same C{options}."""
     return ((BENCH_TYPE, payload, options) for _ in range(n))
@@ -410,7 +389,7 @@ in one reactor turn (1,000, L{quicx.daemon.delays.BATCH})."""
 PROBE_INTERVAL = 0.01
 """Seconds between the STATS round trips that watch the daemon's replies."""
 
-DAY_MS = 86_400_000
+DAY = 86_400.0
 
 
 def delays_dispatch_workload(n: int) -> dict[str, Any]:
@@ -438,7 +417,7 @@ def delays_dispatch_workload(n: int) -> dict[str, Any]:
             wait_for_workers(daemon, DELAY_WORKERS, [worker])
             # 2 s to spare when SUBMITs go at 50,000/s, a quarter of the usual rate.
             due = math.ceil(time.time() + 2 + n / 50_000)
-            options = Encoded(options=v2.submit_options(run_at_ms=1000 * due))
+            options = Options(run_at=due)
             with QuicxClient(daemon.client_address) as client:
                 client.submit_many(alike(n, payload, options))
             margin = due - time.time()
@@ -503,7 +482,7 @@ def delays_idle_workload(k: int) -> dict[str, Any]:
             )
             for _ in range(k):
                 due_ms = int(time.time() * 1000) + IDLE_DELAY_MS
-                options = Encoded(options=v2.submit_options(run_at_ms=due_ms))
+                options = Options(run_at=due_ms / 1000)
                 client.submit_many(alike(1, payload, options))
                 task = None
                 while task is None:
@@ -595,7 +574,7 @@ def delays_memory_workload(m: int) -> dict[str, Any]:
     extra = [f"--max-delayed={m + 1000}", f"--pool-size={max(1 << 30, 1024 * m)}"]
     kinds = {
         "queued": Options(),
-        "delayed": Encoded(options=v2.submit_options(delay_ms=DAY_MS)),
+        "delayed": Options(delay=DAY),
     }
     figures: dict[str, Any] = {"m": m}
     for kind, options in kinds.items():
