@@ -26,7 +26,7 @@ from quicx.clients.requests import Options
 from quicx.clients.twisted_client import ProducerService, connect
 from quicx.clients.worker import TaskContext, Worker
 from quicx.daemon.control import fetch_status
-from quicx.protocol import v2, wire
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.errors import (
     Conflict,
     Forbidden,
@@ -126,7 +126,7 @@ def test_a_running_task_is_not_cancelled(daemon: DaemonProcess) -> None:
         assert task.task_id == task_id
         with pytest.raises(Conflict, match="not interrupted"):
             client.cancel(task_id)
-        worker.send(v2.encode_done(task_id))
+        worker.send(lifecycle.encode_ack(task_id, task.token))
         client.wait(task_id, timeout=10)
 
 
@@ -315,7 +315,7 @@ async def test_producer_service_resubmits_a_submit_whose_answer_was_lost(
             # The service resubmits under that key: the daemon answers the
             # running task's id, queues no copy, and makes it the producer.
             await until(lambda: fetch_status(str(daemon.control_path))["tasks"]["duplicates"] == 1)
-            worker.send(v2.encode_done(task.task_id))
+            worker.send(lifecycle.encode_ack(task.task_id, task.token))
             assert await waiting == task.task_id
             assert worker.nothing_for(0.3)
     finally:
