@@ -948,7 +948,9 @@ class QueueService(Service):
         @raise Refused: (stale) the delivery is not the task's current one.
         @raise ProtocolViolation: C{session} was never sent C{task_id}.
         """
-        self._check_token(session, task_id, token)
+        task = session.tasks.get(task_id)
+        if task is None or task.token != token:
+            self._check_token(session, task_id, token)
         self.done(session, task_id)
 
     def nack(
@@ -1426,16 +1428,18 @@ class QueueService(Service):
         task.attempts += 1
         task.dispatched_at = now
         task.holder = worker
-        token = int(now * 1000) << 20
-        if token <= self._last_token:
-            token = self._last_token + 1
-        self._last_token = task.token = token
-        task.lease_until = 0.0
+        if task.lease_until:
+            task.lease_until = 0.0  # a TOUCH extends one delivery only
         worker.tasks[task.task_id] = task
         payload = self.pool.read(task.block)
         if worker.version == 1:
+            # Version 1 has no fencing: the delivery keeps no token.
             frame = wire.encode_task(task.task_id, task.task_type, payload)
         else:
+            token = int(now * 1000) << 20
+            if token <= self._last_token:
+                token = self._last_token + 1
+            self._last_token = task.token = token
             frame = v2.encode_task(
                 task.task_id,
                 task.task_type,

@@ -457,18 +457,15 @@ class QuicxServerProtocol(FrameReceiver):
             "a version-2 worker reports with ACK or NACK, quoting the delivery's token"
         )
 
-    def _worker(self) -> Session:
+    def _ack(self, payload: bytes) -> None:
+        # The queue refuses a report from a connection that holds no such
+        # task, a worker's or not.
+        if len(payload) != 12 or not payload[0:4].strip(b"\0"):
+            lifecycle.decode_ack(payload)  # raises, saying why
+        task_id, token = lifecycle.ID_TOKEN.unpack(payload)
         session = self.session
         assert session is not None
-        if session.role is not Role.WORKER:
-            raise ProtocolViolation(
-                f"a {session.role.value} connection reported a task; only the worker holding it may"
-            )
-        return session
-
-    def _ack(self, payload: bytes) -> None:
-        message = lifecycle.decode_ack(payload)
-        self.queue.ack(self._worker(), message.task_id, message.token)
+        self.queue.ack(session, task_id, token)
 
     def _nack(self, payload: bytes) -> None:
         reason_length = len(payload) - 13
@@ -478,13 +475,15 @@ class QuicxServerProtocol(FrameReceiver):
                 f" ({self.limits.max_reason_length})"
             )
         message = lifecycle.decode_nack(payload)
-        self.queue.nack(
-            self._worker(), message.task_id, message.token, message.reason, message.permanent
-        )
+        session = self.session
+        assert session is not None
+        self.queue.nack(session, message.task_id, message.token, message.reason, message.permanent)
 
     def _touch(self, payload: bytes) -> None:
         message = lifecycle.decode_touch(payload)
-        self.queue.touch(self._worker(), message.task_id, message.token, message.seconds)
+        session = self.session
+        assert session is not None
+        self.queue.touch(session, message.task_id, message.token, message.seconds)
 
     def _require_admin(self, what: str) -> None:
         session = self.session

@@ -29,7 +29,8 @@ MAX_DEAD_LIST = 1000
 MAX_INTERVAL = 0xFFFFFFFF
 """The longest schedule interval, in seconds."""
 
-_ID_TOKEN = struct.Struct(">IQ")
+ID_TOKEN = struct.Struct(">IQ")
+"""ACK's payload: the task id and the delivery's token."""
 _TOUCH = struct.Struct(">IQI")
 _RETRYING = struct.Struct(">IHQ")
 _DEAD = struct.Struct(">H")
@@ -159,14 +160,14 @@ Message = (
 
 
 def encode_ack(task_id: int, token: int) -> bytes:
-    return frame(MessageType.ACK, _ID_TOKEN.pack(task_id, token))
+    return frame(MessageType.ACK, ID_TOKEN.pack(task_id, token))
 
 
 def encode_nack(task_id: int, token: int, reason: str | bytes, permanent: bool = False) -> bytes:
     if isinstance(reason, str):
         reason = reason.encode("utf-8")
     flags = bytes((NACK_PERMANENT if permanent else 0,))
-    return frame(MessageType.NACK, _ID_TOKEN.pack(task_id, token) + flags + reason)
+    return frame(MessageType.NACK, ID_TOKEN.pack(task_id, token) + flags + reason)
 
 
 def encode_touch(task_id: int, token: int, seconds: int) -> bytes:
@@ -254,7 +255,7 @@ def encode_unschedule(name: str) -> bytes:
 def _id_token(message_type: MessageType, payload: bytes, size: int) -> tuple[int, int]:
     if len(payload) < size:
         raise _bad(message_type, f"needs at least {size} bytes, got {len(payload)}")
-    task_id, token = _ID_TOKEN.unpack_from(payload)
+    task_id, token = ID_TOKEN.unpack_from(payload)
     if not task_id:
         raise _bad(message_type, "names task 0")
     return task_id, token
@@ -268,13 +269,13 @@ def _text(message_type: MessageType, raw: bytes, what: str) -> str:
 
 
 def decode_ack(payload: bytes) -> Ack:
-    if len(payload) != _ID_TOKEN.size:
+    if len(payload) != ID_TOKEN.size:
         raise _bad(MessageType.ACK, f"payload must be 12 bytes, got {len(payload)}")
-    return Ack(*_id_token(MessageType.ACK, payload, _ID_TOKEN.size))
+    return Ack(*_id_token(MessageType.ACK, payload, ID_TOKEN.size))
 
 
 def decode_nack(payload: bytes) -> Nack:
-    task_id, token = _id_token(MessageType.NACK, payload, _ID_TOKEN.size + 1)
+    task_id, token = _id_token(MessageType.NACK, payload, ID_TOKEN.size + 1)
     flags = payload[12]
     if flags & ~NACK_PERMANENT:
         raise _bad(MessageType.NACK, f"has unknown flags 0x{flags:02x}")
