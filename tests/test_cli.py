@@ -134,8 +134,8 @@ def test_help_groups_the_commands_by_who_uses_them() -> None:
             group.append(match.group(1))
     assert listed == {
         "run the daemon": ["start", "stop", "init", "repair-journal"],
-        "producers and monitors": ["submit", "status", "queues", "peek", "task"],
-        "admins": ["cancel", "pause", "resume", "purge"],
+        "producers and monitors": ["submit", "status", "queues", "peek", "task", "schedules"],
+        "admins": ["cancel", "pause", "resume", "purge", "dlq", "schedule"],
         "workers": ["worker"],
         "data": ["report"],
         "about quicx": ["version"],
