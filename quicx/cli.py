@@ -570,10 +570,14 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     )
     if document["total"] > len(tasks):
         print(
-            f"{thousands(document['total'])} dead tasks{_in_queue(args.queue)}:"
+            f"{_dead_tasks(document['total'])}{_in_queue(args.queue)}:"
             f" the oldest {len(tasks)} shown (-n shows more)"
         )
     return 0
+
+
+def _dead_tasks(count: int) -> str:
+    return "1 dead task" if count == 1 else f"{thousands(count)} dead tasks"
 
 
 def cmd_dlq_show(args: argparse.Namespace) -> int:
@@ -620,7 +624,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         print(f"task {args.id} replayed: queued again, its failures reset")
     elif replayed:
         print(
-            f"{thousands(len(replayed))} dead tasks replayed{_in_queue(args.queue)}:"
+            f"{_dead_tasks(len(replayed))} replayed{_in_queue(args.queue)}:"
             f" {', '.join(map(str, replayed))}"
         )
     else:
@@ -633,7 +637,7 @@ def cmd_dlq_purge(args: argparse.Namespace) -> int:
         whose = f"of queue {args.queue}" if args.queue else "of every queue"
         raise CommandError(f"dlq purge drops every dead task {whose}: add --yes to do it", status=2)
     answer = _ask(args, lambda client: client.dead_purge(args.queue), admin=True)
-    print(f"{thousands(answer['purged'])} dead tasks dropped{_in_queue(args.queue)}")
+    print(f"{_dead_tasks(answer['purged'])} dropped{_in_queue(args.queue)}")
     return 0
 
 
