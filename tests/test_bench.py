@@ -51,7 +51,9 @@ def test_bench_delays_prints_dispatch_and_memory_figures(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     assert "lateness p0" in result.stdout and "B/task for the delay" in result.stdout
     records = {record["workload"]: record for record in json.loads(out.read_text())}
-    assert list(records) == ["delays dispatch", "delays memory"]
+    assert list(records) == ["delays idle", "delays dispatch", "delays memory"]
+    idle = records["delays idle"]
+    assert idle["k"] == 20 and 0 <= idle["lateness_ms"]["p50"] <= idle["lateness_ms"]["max"]
     dispatch = records["delays dispatch"]
     assert dispatch["n"] == 200 and dispatch["workers"] * dispatch["credits"] >= 1000
     lateness = dispatch["lateness_ms"]
