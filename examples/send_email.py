@@ -11,13 +11,16 @@ or, serving the queue mail before the default one (protocol version 2):
 
 A real handler would talk to an SMTP server; this one checks the payload and
 "sends" by printing, and fails the task -- the producer sees the reason --
-when the address is unusable.  Its second argument, the task's context, says
-which queue the task came from and which delivery this is.
+when the address is unusable.  That failure is Unrecoverable: a task
+submitted with retries is not retried for it (no retry would mend the
+address), while a timed-out SMTP server, a plain exception, would be.  Its
+second argument, the task's context, says which queue the task came from and
+which delivery this is.
 """
 
 import json
 
-from quicx import TaskContext, Worker
+from quicx import TaskContext, Unrecoverable, Worker
 
 worker = Worker()
 
@@ -27,5 +30,5 @@ def send_email(payload: bytes, context: TaskContext) -> None:
     message = json.loads(payload)
     address = message.get("to", "")
     if "@" not in address:
-        raise ValueError(f"cannot send to {address!r}")
+        raise Unrecoverable(f"cannot send to {address!r}")
     print(f"sent mail to {address} (queue {context.queue}, attempt {context.attempt})", flush=True)

@@ -431,15 +431,17 @@ def cmd_queues(args: argparse.Namespace) -> int:
             q["name"] + (" (paused)" if q["paused"] else ""),
             thousands(q["depth"]),
             thousands(q["running"]),
+            # A daemon without delays and dead letters has neither.
+            thousands(q.get("delayed", 0)),
+            thousands(q.get("dead", 0)),
             thousands(q["workers"]),
             _age(q["oldest_age"]),
             " ".join(f"{p}:{n}" for p, n in q["priorities"].items()) or "-",
         ]
         for q in queues
     ]
-    sys.stdout.write(
-        _table(["queue", "queued", "running", "workers", "oldest", "by priority"], rows, "<>>>><")
-    )
+    header = ["queue", "queued", "running", "delayed", "dead", "workers", "oldest", "by priority"]
+    sys.stdout.write(_table(header, rows, "<>>>>>><"))
     return 0
 
 
@@ -475,8 +477,20 @@ def cmd_task(args: argparse.Namespace) -> int:
     if task["state"] == "running":
         print(f"  running on {task['worker']} for {_age(task['running_for'])}")
         return 0
+    if task["state"] == "dead":
+        print(f"  dead after {_failures(task['failures'])}: {task['reason']}")
+        print(
+            f"  quicx dlq show {task['id']} shows its payload,"
+            f" quicx dlq replay {task['id']} runs it again"
+        )
+        return 0
     for reason in task["why"]:
         print(f"  waiting: {reason['text']}")
+    if task["state"] == "delayed":
+        if task.get("failures"):
+            print(f"  {_failures(task['failures'])} so far, {task['retries']} retries allowed")
+        print(f"  due {_when(task['due'])}, in {_age(max(0.0, task['due'] - time.time()))}")
+        return 0
     if not task["why"]:
         print("  next in line: a worker takes it as soon as one is free")
     start = task["estimated_start"]
@@ -488,6 +502,10 @@ def cmd_task(args: argparse.Namespace) -> int:
     else:
         print("  estimated start: unknown (nothing has finished in this queue lately)")
     return 0
+
+
+def _failures(count: int) -> str:
+    return "1 failure" if count == 1 else f"{thousands(count)} failures"
 
 
 def _deliveries(attempt: int) -> str:
@@ -552,10 +570,14 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     )
     if document["total"] > len(tasks):
         print(
-            f"{thousands(document['total'])} dead tasks{_in_queue(args.queue)}:"
+            f"{_dead_tasks(document['total'])}{_in_queue(args.queue)}:"
             f" the oldest {len(tasks)} shown (-n shows more)"
         )
     return 0
+
+
+def _dead_tasks(count: int) -> str:
+    return "1 dead task" if count == 1 else f"{thousands(count)} dead tasks"
 
 
 def cmd_dlq_show(args: argparse.Namespace) -> int:
@@ -602,7 +624,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         print(f"task {args.id} replayed: queued again, its failures reset")
     elif replayed:
         print(
-            f"{thousands(len(replayed))} dead tasks replayed{_in_queue(args.queue)}:"
+            f"{_dead_tasks(len(replayed))} replayed{_in_queue(args.queue)}:"
             f" {', '.join(map(str, replayed))}"
         )
     else:
@@ -615,7 +637,7 @@ def cmd_dlq_purge(args: argparse.Namespace) -> int:
         whose = f"of queue {args.queue}" if args.queue else "of every queue"
         raise CommandError(f"dlq purge drops every dead task {whose}: add --yes to do it", status=2)
     answer = _ask(args, lambda client: client.dead_purge(args.queue), admin=True)
-    print(f"{thousands(answer['purged'])} dead tasks dropped{_in_queue(args.queue)}")
+    print(f"{_dead_tasks(answer['purged'])} dropped{_in_queue(args.queue)}")
     return 0
 
 
@@ -635,7 +657,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
         print("no schedules")
         return 0
     rows = [
-        [s["name"], _cadence(s), s["timezone"], s["type"], s["queue"],
+        [s["name"], _cadence(s), s["timezone"], s["type"], s["queue"] or "(default)",
          _when(s["next_fire"]), _when(s["last_fire"])]
         for s in schedules
     ]  # fmt: skip

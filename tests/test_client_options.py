@@ -143,6 +143,7 @@ def test_schedule_fields() -> None:
         ({"cron": "* * * * *", "every": 60}, "not both"),
         ({"every": 1.5}, "whole seconds"),
         ({"every": 0}, "whole seconds"),
+        ({"every": float("inf")}, "whole seconds"),
         ({"every": 60, "missed": "never"}, "skip, once or all"),
         ({"every": 60, "priority": 256}, "priority is 0 to 255"),
     ],

@@ -7,7 +7,9 @@ blocking client runs in a thread, the command as a child process.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -197,6 +199,12 @@ async def test_always_failing_lands_in_the_dead_letters_and_replay_runs_it_again
         assert header.split() == ["id", "queue", "type", "failures", "dead", "for", "reason"]
         assert row.split()[:4] == [str(task_id), "mail", "flaky", "3"]
         assert row.endswith("failure 3")
+        out, err, status = await quicx_command("task", str(task_id), f"--connect={daemon.address}")
+        assert out.decode().splitlines()[1:] == [
+            "  dead after 3 failures: failure 3",
+            f"  quicx dlq show {task_id} shows its payload,"
+            f" quicx dlq replay {task_id} runs it again",
+        ]
         out, err, status = await quicx_command("dlq", "show", str(task_id), "--payload",
                                                f"--connect={daemon.address}")  # fmt: skip
         assert (out, status) == (b'{"to": "nobody"}', 0), err
@@ -366,3 +374,59 @@ async def test_cli_submit_waits_through_retries(start) -> None:
         "task 1: attempt 1 failed: failure 1; retrying in 0s",
         "task 1 done",
     ]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_schedule_added_by_the_command_fires_until_removed(start) -> None:
+    daemon = start()
+    ran: list[bytes] = []
+    worker = Worker()
+    worker.register("ping", ran.append, thread=False)
+    worker.start(reactor, daemon.address)
+    control, connect_to = f"--control={daemon.control}", f"--connect={daemon.address}"
+    try:
+        out, err, status = await quicx_command(
+            "schedule", "add", "tick", "--every=1s", "ping", "hello", control
+        )
+        assert status == 0, err
+        assert out.decode().startswith("schedule tick: every 1s (UTC), next fire 20")
+        await until(lambda: len(ran) >= 1)
+        assert ran[0] == b"hello"
+        out, err, status = await quicx_command("schedules", connect_to)
+        header, row = out.decode().splitlines()
+        assert header.split() == ["name", "schedule", "zone", "type", "queue", "next", "fire",
+                                  "last", "fire"]  # fmt: skip
+        assert row.split()[:6] == ["tick", "every", "1s", "UTC", "ping", "(default)"]
+        out, err, status = await quicx_command("schedules", "--json", connect_to)
+        (listed,) = json.loads(out)
+        assert (listed["every"], listed["source"]) == (1, "runtime")
+        assert listed["fired"] >= 1 and listed["last_fire"] is not None
+        out, err, status = await quicx_command("schedule", "remove", "tick", control)
+        assert (out, status) == (b"schedule tick removed\n", 0), err
+        out, err, status = await quicx_command("schedule", "remove", "tick", control)
+        assert (err, status) == (b"quicx: no schedule named 'tick'\n", 1)
+        out, err, status = await quicx_command("schedules", connect_to)
+        assert out == b"no schedules\n"
+    finally:
+        await worker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_cli_shows_delayed_tasks(start) -> None:
+    daemon = start()
+    producer = await connect(reactor, daemon.address)
+    connect_to = f"--connect={daemon.address}"
+    try:
+        task_id = await producer.submit("t", b"x", delay=3600)
+        out, err, status = await quicx_command("task", str(task_id), connect_to)
+        first, waiting, due = out.decode().splitlines()
+        assert first.startswith(f"task {task_id} (t): delayed in queue default")
+        assert waiting.startswith("  waiting: it is delayed for 359")
+        assert re.fullmatch(r"  due 20\d\d-\d\d-\d\d \d\d:\d\d:\d\dZ, in 59m 5\ds", due), due
+        out, err, status = await quicx_command("queues", connect_to)
+        assert status == 0, err
+        header, row = out.decode().splitlines()
+        assert header.split()[:5] == ["queue", "queued", "running", "delayed", "dead"]
+        assert row.split()[:5] == ["default", "0", "0", "1", "0"]
+    finally:
+        producer.close()

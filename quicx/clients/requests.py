@@ -14,6 +14,7 @@ letters, schedules) then raise L{NeedsVersion2}.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -201,7 +202,7 @@ def encode_schedule(
         raise ValueError("a schedule has a cron expression or an interval (every=), not both")
     interval = 0
     if every is not None:
-        interval = int(every)
+        interval = int(every) if math.isfinite(every) else 0
         if interval != every or interval < 1:
             raise ValueError(f"a schedule's interval is whole seconds, 1 or more, not {every}")
     if isinstance(missed, str):
