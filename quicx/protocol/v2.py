@@ -775,19 +775,14 @@ def decode_task(payload: bytes) -> Task:
         raise _bad(MessageType.TASK, "context runs past the payload")
     key = fairness = None
     token = lease_ms = failures = retries = 0
-    if end > start:
-        context = _tlv(MessageType.TASK, payload, start, end, _CONTEXT_TAGS)
-        key, fairness = context.get(Option.KEY), context.get(Option.FAIRNESS)
-        for tag, size in _CONTEXT_SIZES.items():
-            value = context.get(tag)
-            if value is not None and len(value) != size:
-                raise _bad(MessageType.TASK, f"context item 0x{tag:02x} is not {size} bytes")
-        if Context.TOKEN in context:
-            token = _U64.unpack(context[Context.TOKEN])[0]
-        if Context.LEASE in context:
-            lease_ms = wire.TASK_ID.unpack(context[Context.LEASE])[0]
-        if Context.RETRIES in context:
-            failures, retries = _TWO_U16.unpack(context[Context.RETRIES])
+    if end - start == _DELIVERY.size:
+        # The common context, a token and a lease alone: one unpack.
+        tag, size, token, lease_tag, lease_size, lease_ms = _DELIVERY.unpack_from(payload, start)
+        if (tag, size, lease_tag, lease_size) != _DELIVERY_ITEMS:
+            token = lease_ms = 0
+            key, fairness, token, lease_ms, failures, retries = _context(payload, start, end)
+    elif end > start:
+        key, fairness, token, lease_ms, failures, retries = _context(payload, start, end)
     return Task(
         task_id,
         payload[offset + 1 : type_end],
@@ -803,6 +798,29 @@ def decode_task(payload: bytes) -> Task:
         failures,
         retries,
     )
+
+
+_DELIVERY_ITEMS = (Context.TOKEN, 8, Context.LEASE, 4)
+
+
+def _context(
+    payload: bytes, start: int, end: int
+) -> tuple[bytes | None, bytes | None, int, int, int, int]:
+    """A TASK's context items: keys, token, lease (ms), failures and retries."""
+    token = lease_ms = failures = retries = 0
+    context = _tlv(MessageType.TASK, payload, start, end, _CONTEXT_TAGS)
+    key, fairness = context.get(Option.KEY), context.get(Option.FAIRNESS)
+    for tag, size in _CONTEXT_SIZES.items():
+        value = context.get(tag)
+        if value is not None and len(value) != size:
+            raise _bad(MessageType.TASK, f"context item 0x{tag:02x} is not {size} bytes")
+    if Context.TOKEN in context:
+        token = _U64.unpack(context[Context.TOKEN])[0]
+    if Context.LEASE in context:
+        lease_ms = wire.TASK_ID.unpack(context[Context.LEASE])[0]
+    if Context.RETRIES in context:
+        failures, retries = _TWO_U16.unpack(context[Context.RETRIES])
+    return key, fairness, token, lease_ms, failures, retries
 
 
 _TWO_U16 = struct.Struct(">HH")
