@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
@@ -950,14 +950,16 @@ class QueueService(Service):
         """
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
-            self._check_token(session, task_id, token)
+            self._stale_report(session, task_id, token)
         self.done(session, task_id)
 
     def nack(
         self, session: Session, task_id: int, token: int, reason: str, permanent: bool
     ) -> None:
         """A version-2 worker's NACK of delivery C{token} (see L{ack})."""
-        self._check_token(session, task_id, token)
+        task = session.tasks.get(task_id)
+        if task is None or task.token != token:
+            self._stale_report(session, task_id, token)
         self.failed(session, task_id, reason, permanent)
 
     def touch(self, session: Session, task_id: int, token: int, seconds: int) -> None:
@@ -970,33 +972,28 @@ class QueueService(Service):
         """
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
-            self._stale_delivery(session, task_id, token, "TOUCH")
-            return
+            if task is None and task_id not in session.overdue:
+                raise _not_held(session, task_id)
+            self._refuse_stale(session, task_id, token, "TOUCH")
         if self.timeout_of(task):
             task.lease_until = self.clock() + min(float(seconds), self.limits.max_lease)
 
-    def _check_token(self, session: Session, task_id: int, token: int) -> None:
-        task = session.tasks.get(task_id)
-        if task is not None and task.token == token:
-            return
-        late = session.overdue.pop(task_id, None)
-        if late is not None:
-            # The worker gives back the credit of the delivery taken from it.
-            self._become_idle(session)
-        elif task is not None:
-            # A token it was never given: its own delivery stands.
-            pass
-        self._stale_delivery(session, task_id, token, "outcome", late is not None)
+    def _stale_report(self, session: Session, task_id: int, token: int) -> NoReturn:
+        """
+        Refuse an ACK or NACK that does not quote C{session}'s current
+        delivery of C{task_id}; a delivery taken back from it gives back its credit.
 
-    def _stale_delivery(
-        self, session: Session, task_id: int, token: int, what: str, known: bool = False
-    ) -> None:
+        @raise Refused: (stale) always, unless:
+        @raise ProtocolViolation: C{session} holds no delivery of C{task_id}.
         """
-        @raise Refused: (stale) C{session} quoted a delivery of C{task_id} that is not current.
-        @raise ProtocolViolation: it was never sent C{task_id}.
-        """
-        if not known and task_id not in session.tasks and task_id not in session.overdue:
-            self._late_delivery(session, task_id)  # raises, saying what it holds
+        if session.overdue.pop(task_id, None) is not None:
+            self._become_idle(session)
+        elif task_id not in session.tasks:
+            raise _not_held(session, task_id)
+        self._refuse_stale(session, task_id, token, "outcome")
+
+    def _refuse_stale(self, session: Session, task_id: int, token: int, what: str) -> NoReturn:
+        """Count and log a stale C{what}. @raise Refused: (stale) always."""
         self._stale += 1
         self.failures.note(
             "stale",
@@ -1303,14 +1300,7 @@ class QueueService(Service):
         """
         late = session.overdue.pop(task_id, None)
         if late is None:
-            if session.role is not Role.WORKER:
-                raise ProtocolViolation(
-                    f"a {session.role.value} connection reported task {task_id};"
-                    " only the worker holding a task may"
-                )
-            raise ProtocolViolation(
-                f"task {task_id} is not held by this worker ({_held(session.tasks)})"
-            )
+            raise _not_held(session, task_id)
         task = late[0]
         if task.finished:
             self._late_outcomes += 1
@@ -1708,6 +1698,16 @@ def _first_without(idle: dict[int, Session], task_id: int) -> Session | None:
         if task_id not in session.overdue:
             return session
     return None
+
+
+def _not_held(session: Session, task_id: int) -> ProtocolViolation:
+    """Why C{session} may not report C{task_id}: it is no worker, or holds no such task."""
+    if session.role is not Role.WORKER:
+        return ProtocolViolation(
+            f"a {session.role.value} connection reported task {task_id};"
+            " only the worker holding a task may"
+        )
+    return ProtocolViolation(f"task {task_id} is not held by this worker ({_held(session.tasks)})")
 
 
 def _held(tasks: dict[int, Task]) -> str:
