@@ -103,12 +103,12 @@ def test_every_new_option_needs_version_2() -> None:
 
 
 def test_replay_names_a_task_or_a_queue() -> None:
-    assert lifecycle.decode_replay(requests.encode_replay(7)[6:]) == lifecycle.Replay(7)
-    assert lifecycle.decode_replay(requests.encode_replay(0, "mail")[6:]) == lifecycle.Replay(
+    assert lifecycle.decode_replay(lifecycle.encode_replay(7)[6:]) == lifecycle.Replay(7)
+    assert lifecycle.decode_replay(lifecycle.encode_replay(0, "mail")[6:]) == lifecycle.Replay(
         0, "mail"
     )
     with pytest.raises(ValueError, match="not both"):
-        requests.encode_replay(7, "mail")
+        lifecycle.encode_replay(7, "mail")
 
 
 def test_schedule_fields() -> None:

@@ -509,7 +509,7 @@ class QuicxClient:
         @raise NotFound: C{task_id} is not a dead task.
         @raise ValueError: both a task and a queue.
         """
-        document: dict[str, Any] = self._info("replay", requests.encode_replay(task_id, queue))
+        document: dict[str, Any] = self._info("replay", lifecycle.encode_replay(task_id, queue))
         return document
 
     def dead_purge(self, queue: str | None = None) -> dict[str, Any]:

@@ -164,18 +164,6 @@ QUEUE_ACTIONS = {
 }
 
 
-def encode_replay(task_id: int = 0, queue: str | None = None) -> bytes:
-    """
-    REPLAY of dead task C{task_id}, or (0) of every dead task of C{queue}
-    (C{None}: of every queue).
-
-    @raise ValueError: both a task and a queue, or a bad id or queue name.
-    """
-    if task_id and queue is not None:
-        raise ValueError("replay names a task or a queue, not both (a task's queue is known)")
-    return lifecycle.encode_replay(task_id, queue)
-
-
 def encode_schedule(
     name: str,
     task_type: str | bytes,

@@ -269,7 +269,7 @@ class QuicxClientProtocol(FrameReceiver):
 
     def replay(self, task_id: int = 0, queue: str | None = None) -> Deferred[dict[str, Any]]:
         """Replay dead tasks; needs the admin role (as the blocking client's)."""
-        return self._info("replay", lambda: requests.encode_replay(task_id, queue))
+        return self._info("replay", lambda: lifecycle.encode_replay(task_id, queue))
 
     def dead_purge(self, queue: str | None = None) -> Deferred[dict[str, Any]]:
         """Drop dead tasks; needs the admin role (as the blocking client's)."""
