@@ -1065,11 +1065,27 @@ class QueueService(Service):
                     lifecycle.encode_retrying(task.task_id, attempt, int(due * 1000), reason)
                 )
             return
+        self._fail_for_good(task, reason, worker, session, attempt, dead_letter=True)
+
+    def _fail_for_good(
+        self,
+        task: Task,
+        reason: str,
+        worker: str,
+        session: Session | None,
+        attempt: int | None,
+        dead_letter: bool,
+    ) -> None:
+        """
+        End C{task}, which no worker holds, as failed -- into the dead-letter
+        set if C{dead_letter} and it had retries -- and tell its producer,
+        once, FAILED with C{reason}.
+        """
         self._failed += 1
         if self.events is not None:
             self._event("failed", task, session, reason, attempt)
         producer = task.producer
-        if task.retries and self.dead_letters.max_count:
+        if dead_letter and task.retries and self.dead_letters.max_count:
             self._bury(task, reason, worker)
             task.producer = None
         else:
@@ -1594,11 +1610,7 @@ class QueueService(Service):
 
     def _give_up(self, task: Task, reason: str) -> None:
         """Fail a task no worker holds: its producer hears FAILED with C{reason}."""
-        self._end(task, "failed")
-        self._failed += 1
         self._given_up += 1
-        if self.events is not None:
-            self._event("failed", task, None, reason)
         self.failures.note(
             "given up",
             task.task_type,
@@ -1607,10 +1619,7 @@ class QueueService(Service):
             task_id=task.task_id,
             reason=reason,
         )
-        producer = task.producer
-        if producer is not None:
-            producer.outstanding -= 1
-            self._tell_outcome(producer, task.task_id, "failed", reason)
+        self._fail_for_good(task, reason, "", None, None, dead_letter=False)
 
     # -- everyone -----------------------------------------------------------------
 
