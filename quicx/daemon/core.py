@@ -1130,9 +1130,9 @@ class QueueService(Service):
     def _arm_dead_expiry(self) -> None:
         timer = self._dead_timer
         letters = self.dead_letters
-        if not letters.max_age or not len(letters) or (timer is not None and timer.active()):
+        oldest = letters.oldest()
+        if not letters.max_age or oldest is None or (timer is not None and timer.active()):
             return
-        oldest = next(letters.of(None))
         assert oldest.dead is not None
         wait = max(0.0, oldest.dead.died_at + letters.max_age - self.clock())
         self._dead_timer = self._scheduler.callLater(wait, self._expire_dead)

@@ -3,8 +3,8 @@ The dead-letter sets: tasks that failed for good, kept for a person to see.
 
 One bounded set across every queue (each task knows its queue): oldest
 first, at most C{max_count} tasks and none older than C{max_age}.  The
-tasks keep their pool blocks; what is dropped to stay within the bounds is
-handed back to be finished.
+tasks keep their pool blocks; the set names the tasks past its bounds, for
+the queue to finish and L{remove}.
 """
 
 from __future__ import annotations
@@ -40,30 +40,23 @@ class DeadLetters(Generic[T]):
         self.max_count = max_count
         self.max_age = max_age
         self._tasks: dict[int, T] = {}
-        self._per_queue: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def __contains__(self, task_id: int) -> bool:
-        return task_id in self._tasks
-
     def get(self, task_id: int) -> T | None:
         return self._tasks.get(task_id)
+
+    def oldest(self) -> T | None:
+        return next(iter(self._tasks.values()), None)
 
     def add(self, task: T) -> list[T]:
         """Keep C{task} (its C{dead} set); the oldest tasks now past C{max_count}."""
         self._tasks[task.task_id] = task
-        self._per_queue[task.queue] = self._per_queue.get(task.queue, 0) + 1
         return list(islice(self._tasks.values(), max(0, len(self._tasks) - self.max_count)))
 
     def remove(self, task: T) -> None:
         del self._tasks[task.task_id]
-        left = self._per_queue[task.queue] - 1
-        if left:
-            self._per_queue[task.queue] = left
-        else:
-            del self._per_queue[task.queue]
 
     def expired(self, now: float) -> list[T]:
         """The tasks older than C{max_age}, oldest first."""
@@ -83,6 +76,3 @@ class DeadLetters(Generic[T]):
         if queue is None:
             return iter(list(tasks))
         return iter([task for task in tasks if task.queue == queue])
-
-    def count(self, queue: str) -> int:
-        return self._per_queue.get(queue, 0)

@@ -73,10 +73,6 @@ class Delays(Generic[T]):
         """The delayed tasks, in no order."""
         return (task for due, _, task in self._heap if task.due == due)
 
-    def next_due(self) -> float | None:
-        self._drop_stale()
-        return self._heap[0][0] if self._heap else None
-
     def stop(self) -> None:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
