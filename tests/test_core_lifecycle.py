@@ -218,7 +218,7 @@ def test_a_failed_task_with_retries_comes_back_after_its_backoff_and_its_produce
     seen.append((task.attempt, task.failures, task.retries))
     queue.ack(worker.session, task.task_id, task.token)
     assert seen == [(1, 0, 2), (2, 1, 2), (3, 2, 2)]
-    assert producer.take() == [wire.Done(1)]
+    assert producer.take() == [v2.Done(1)]
     assert journal.changes == [("retry", 1), ("retry", 1)]
     assert journal.outcomes == [(1, "done")]
     assert queue.counters().retried == 2
@@ -408,7 +408,7 @@ def test_an_outcome_with_a_stale_token_is_refused_and_never_applied() -> None:
     # The stale worker got its credit back.
     assert slow.session.free_credits == 1
     queue.ack(fast.session, new.task_id, new.token)
-    assert producer.take() == [wire.Done(1)]
+    assert producer.take() == [v2.Done(1)]
 
 
 def test_a_wrong_token_on_a_held_task_is_stale_and_the_delivery_stands() -> None:

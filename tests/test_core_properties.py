@@ -281,7 +281,7 @@ class QueueMachine(RuleBasedStateMachine):
                 if isinstance(message, wire.Ok | v2.Ok):
                     assert message.task_id not in producer.accepted
                     producer.accepted.add(message.task_id)
-                elif isinstance(message, wire.Done | wire.Failed | v2.Cancelled):
+                elif isinstance(message, wire.Done | v2.Done | wire.Failed | v2.Cancelled):
                     assert message.task_id in producer.accepted, "an outcome before its OK"
                     producer.outcomes[message.task_id] += 1
 

@@ -170,7 +170,7 @@ def test_max_queues_refuses_a_new_queue_and_an_idle_queue_is_forgotten() -> None
     queue.done(worker.session, task.task_id)
     worker.disconnect()
     assert sorted(queue.queues) == ["default"]  # "a" had nothing left: forgotten
-    assert producer.take() == [wire.Done(1)]
+    assert producer.take() == [v2.Done(1)]
     queue.submit(producer.session, b"t", b"x", "b")
     assert producer.take() == [v2.Ok(2)]
 

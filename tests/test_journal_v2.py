@@ -58,7 +58,7 @@ def test_version_2_records_come_back(tmp_path: Path) -> None:
         KeyEntry("sms", b"k4", 4, 1795000002.0, "cancelled"),
         KeyEntry("video", b"k9", 9, 1795000003.25, "done"),
     }
-    assert recovery.format == 3
+    assert recovery.format == journal.FORMAT
 
 
 @pytest.mark.parametrize(
@@ -150,8 +150,8 @@ def test_a_live_tasks_key_is_its_own(tmp_path: Path) -> None:
 
 def test_a_journal_of_a_newer_format_is_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "j"
-    path.write_bytes(b"QUICXJ4\n")
-    with pytest.raises(JournalCorrupt, match=r"newer Quicx \(journal format 4\)"):
+    path.write_bytes(b"QUICXJ5\n")
+    with pytest.raises(JournalCorrupt, match=r"newer Quicx \(journal format 5\)"):
         recover(str(path))
 
 
@@ -177,7 +177,7 @@ def test_opening_the_previous_format_upgrades_the_file_in_place(tmp_path: Path) 
     writer.open(recover(str(path)))
     assert path.read_bytes().startswith(journal.MAGIC)
     again = recover(str(path))
-    assert again.format == 3
+    assert again.format == journal.FORMAT
     assert [t.task_id for t in again.tasks] == [1, 4]
     assert not list(tmp_path.glob("j.*")), "the temporary file was left behind"
 
@@ -186,7 +186,7 @@ def test_a_daemon_starts_on_the_previous_releases_journal(tmp_path: Path, start_
     path = tmp_path / "j"
     shutil.copy(V1_JOURNAL, path)
     daemon = start_daemon(f"--journal={path}")
-    assert "upgraded to format 3" in daemon.log()
+    assert f"upgraded to format {journal.FORMAT}" in daemon.log()
     with Peer(daemon.address) as worker:
         worker.send(v2.encode_ready(2))
         tasks = [worker.receive(), worker.receive()]
@@ -225,4 +225,4 @@ def test_compaction_keeps_queues_pauses_and_keys(tmp_path: Path, start_daemon) -
         (kept.task_id, "held", 7, b"live-key")
     ]
     assert {k.key for k in recovery.keys} >= {b"k0", b"k399"}
-    assert path.read_bytes()[:8] == b"QUICXJ3\n"
+    assert path.read_bytes()[:8] == journal.MAGIC

@@ -189,7 +189,7 @@ def test_task_id_messages_round_trip(task_id: int) -> None:
     assert through_parser(v2.encode_cancel(task_id)) == v2.Cancel(task_id)
     assert through_parser(v2.encode_cancelled(task_id)) == v2.Cancelled(task_id)
     assert through_parser(v2.encode_inspect(task_id)) == v2.Inspect(task_id)
-    assert through_parser(v2.encode_done(task_id)) == wire.Done(task_id)
+    assert through_parser(v2.encode_done(task_id)) == v2.Done(task_id)
     assert through_parser(v2.encode_failed(task_id, "why ✗")) == wire.Failed(task_id, "why ✗")
 
 
@@ -210,6 +210,11 @@ json_values = st.recursive(
     ),
     max_leaves=20,
 )
+results_drawn = st.one_of(
+    st.binary(max_size=40).map(v2.Result.of),
+    json_values.map(v2.Result.of),
+)
+"""A task's result: bytes, text or JSON."""
 
 
 @given(json_values)
@@ -254,7 +259,8 @@ any_message = st.one_of(
         lambda c, m: (v2.encode_error(c, m), wire.Error(c, m)),
         st.sampled_from(v2.ErrorCode), st.text(max_size=20),
     ),
-    st.builds(lambda i: (v2.encode_done(i), wire.Done(i)), task_ids),
+    st.builds(lambda i: (v2.encode_done(i), v2.Done(i)), task_ids),
+    st.builds(lambda i, r: (v2.encode_done(i, r), v2.Done(i, r)), task_ids, results_drawn),
     st.builds(
         lambda i, r: (v2.encode_failed(i, r), wire.Failed(i, r)), task_ids, st.text(max_size=20)
     ),
@@ -310,6 +316,8 @@ def test_any_stream_of_messages_decodes_whatever_the_reads(
 PROTOCOL = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
 VERSION_2 = PROTOCOL[PROTOCOL.index("\n# Version 2") :]
 LIFECYCLE = PROTOCOL[PROTOCOL.index("\n# Version 2: retries, dead letters") :]
+RESULTS = PROTOCOL[PROTOCOL.index("\n# Version 2: results, progress") :]
+"""The page's section on part 3 of version 2 (L{quicx.protocol.results})."""
 """The page's section on part 2 of version 2 (L{quicx.protocol.lifecycle})."""
 
 
@@ -355,6 +363,7 @@ def table(text: str, after: str) -> list[list[str]]:
 
 def test_the_pages_message_tables_are_the_codecs() -> None:
     rows = table(VERSION_2, "## Messages") + table(LIFECYCLE, "## Messages")
+    rows += table(RESULTS, "## Messages")
     assert [(int(code, 16), name) for code, name, *_ in rows] == [
         (t.value, t.name) for t in MessageType
     ]
@@ -362,9 +371,11 @@ def test_the_pages_message_tables_are_the_codecs() -> None:
 
 def test_the_pages_option_tags_are_the_codecs() -> None:
     rows = table(VERSION_2, "### SUBMIT options") + table(LIFECYCLE, "## More SUBMIT options")
+    rows += table(RESULTS, "## More SUBMIT options")
     names = {"queue": "QUEUE", "priority": "PRIORITY", "idempotency key": "KEY"}
     names |= {"fairness key": "FAIRNESS", "delay": "DELAY", "run at": "RUN_AT"}
-    names |= {"retries": "RETRIES", "backoff": "BACKOFF"}
+    names |= {"retries": "RETRIES", "backoff": "BACKOFF", "result": "RESULT"}
+    names |= {"progress": "PROGRESS", "group": "GROUP"}
     assert [(int(tag, 16), names[option]) for tag, option, *_ in rows] == [
         (o.value, o.name) for o in v2.Option
     ]
@@ -399,7 +410,7 @@ def opts(*items: bytes) -> bytes:
         (MessageType.SUBMIT, b"\x01t", "no options length"),
         (MessageType.SUBMIT, b"\x01t\x00\x05\x01\x01a", "run past the payload"),
         (MessageType.SUBMIT, b"\x01t" + struct.pack(">H", 4097), "exceed 4096"),
-        (MessageType.SUBMIT, b"\x01t" + opts(b"\x09\x01x"), "unknown option 0x09"),
+        (MessageType.SUBMIT, b"\x01t" + opts(b"\x0c\x01x"), "unknown option 0x0c"),
         (MessageType.SUBMIT, b"\x01t" + opts(b"\x02\x01\x01\x02\x01\x02"), "repeats option"),
         (MessageType.SUBMIT, b"\x01t" + opts(b"\x02\x02\x01\x02"), "priority must be 1 byte"),
         (MessageType.SUBMIT, b"\x01t" + opts(b"\x03\x00"), "empty idempotency key"),
@@ -498,7 +509,7 @@ NAME_IS_BAD = "is not 1 to 64 letters, digits or '_.:-'"
         (MessageType.OK, b"\x00" * 6, "OK payload must be 5 bytes, got 6"),
         # The layouts version 2 keeps from version 1, through the version-2 decoder.
         (MessageType.ERROR, b"", "ERROR has no error code"),
-        (MessageType.DONE, b"\x00", "DONE payload must be 4 bytes, got 1"),
+        (MessageType.DONE, b"\x00", "DONE needs a 4-byte task id, got 1 bytes"),
         (MessageType.FAILED, b"\x00", "FAILED needs a 4-byte task id, got 1 bytes"),
         (MessageType.HEARTBEAT, b"x", "HEARTBEAT payload must be 0 bytes, got 1"),
         (MessageType.STATS, b"x", "STATS payload must be 0 bytes, got 1"),
@@ -524,14 +535,14 @@ def test_info_that_is_not_utf_8() -> None:
 
 def test_fields_and_context_of_later_releases_are_passed_over_even_repeated() -> None:
     # HELLO: "Unknown fields are ignored"; TASK: "A worker ignores tags it does not know."
-    later = b"\x09\x01x\x09\x02yz"
+    later = b"\x0c\x01x\x0c\x02yz"
     assert v2.decode(MessageType.HELLO, b"\x01\x01a" + later) == v2.Hello("a")
     task = v2.decode(MessageType.TASK, FIXED + b"\x01q\x01t" + opts(later + b"\x04\x01f") + b"p")
     assert task == v2.Task(1, b"t", b"p", "q", 0, 1, 0, None, b"f")
     # A SUBMIT never ignores an option: "an option is never silently ignored".
-    with pytest.raises(MalformedMessage, match=r"^SUBMIT repeats option 0x09$"):
+    with pytest.raises(MalformedMessage, match=r"^SUBMIT repeats option 0x0c$"):
         v2.decode(MessageType.SUBMIT, b"\x01t" + opts(later))
-    with pytest.raises(MalformedMessage, match=r"^SUBMIT has unknown option 0x09$"):
+    with pytest.raises(MalformedMessage, match=r"^SUBMIT has unknown option 0x0c$"):
         v2.decode(MessageType.SUBMIT, b"\x01t" + opts(later[:3]))
 
 

@@ -19,7 +19,7 @@ from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
 from quicx import __version__
 from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.worker import TaskContext, Unrecoverable, Worker, WorkerProtocol
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 
 LEASE_MS = 10_000
@@ -57,7 +57,7 @@ class FakeDaemon:
         messages = []
         for frame in self.parser.feed(data):
             assert isinstance(frame, Frame)
-            decode = lifecycle.decode if self.parser.version == v2.VERSION else wire.decode
+            decode = results.decode if self.parser.version == v2.VERSION else wire.decode
             messages.append(decode(frame.message_type, frame.payload))
         return messages
 
@@ -123,7 +123,7 @@ def test_without_a_token_a_version_2_worker_says_done_and_failed() -> None:
     daemon.task(2)
     handler.outcomes[0].callback(None)
     handler.outcomes[1].errback(Unrecoverable("bad"))
-    assert daemon.sent() == [wire.Done(1), wire.Failed(2, "bad")]
+    assert daemon.sent() == [v2.Done(1), wire.Failed(2, "bad")]
     assert daemon.parser.version == v2.VERSION
     assert handler.contexts[0].token == 0 and handler.contexts[0].lease is None
 

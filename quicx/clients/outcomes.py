@@ -118,7 +118,7 @@ class OutcomeBook:
 
 def outcome_of(message: object) -> tuple[int, Outcome] | None:
     """The task id and outcome a DONE, FAILED or CANCELLED message carries, else C{None}."""
-    if isinstance(message, wire.Done):
+    if isinstance(message, wire.Done | v2.Done):
         return message.task_id, None
     if isinstance(message, wire.Failed):
         return message.task_id, TaskFailed(message.task_id, message.reason)

@@ -24,7 +24,7 @@ from attrs import field, frozen
 import quicx
 from quicx.clients import timing
 from quicx.clients.address import as_bytes
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol.errors import NeedsVersion2
 
 CLIENT_NAME = "quicx-python"
@@ -148,7 +148,7 @@ def needs_version_2(version: int, what: str) -> None:
 def decode(version: int | None, message_type: int, payload: bytes) -> Any:
     """A frame of C{version} (the parser's), decoded: any message of either version."""
     if version == v2.VERSION:
-        return lifecycle.decode(message_type, payload)
+        return results.decode(message_type, payload)
     return wire.decode(message_type, payload)
 
 

@@ -61,10 +61,11 @@ class ScheduleField(IntEnum):
 
 
 class Ack(NamedTuple):
-    """The worker finished the delivery C{token} of C{task_id}."""
+    """The worker finished the delivery C{token} of C{task_id}, with C{result} if any."""
 
     task_id: int
     token: int
+    result: v2.Result | None = None
 
 
 class Nack(NamedTuple):
@@ -159,8 +160,9 @@ Message = (
 # -- encoders ---------------------------------------------------------------------
 
 
-def encode_ack(task_id: int, token: int) -> bytes:
-    return frame(MessageType.ACK, ID_TOKEN.pack(task_id, token))
+def encode_ack(task_id: int, token: int, result: v2.Result | None = None) -> bytes:
+    head = ID_TOKEN.pack(task_id, token)
+    return frame(MessageType.ACK, head if result is None else head + result.encode())
 
 
 def encode_nack(task_id: int, token: int, reason: str | bytes, permanent: bool = False) -> bytes:
@@ -269,9 +271,8 @@ def _text(message_type: MessageType, raw: bytes, what: str) -> str:
 
 
 def decode_ack(payload: bytes) -> Ack:
-    if len(payload) != ID_TOKEN.size:
-        raise _bad(MessageType.ACK, f"payload must be 12 bytes, got {len(payload)}")
-    return Ack(*_id_token(MessageType.ACK, payload, ID_TOKEN.size))
+    task_id, token = _id_token(MessageType.ACK, payload, ID_TOKEN.size)
+    return Ack(task_id, token, v2.decode_result(MessageType.ACK, payload, ID_TOKEN.size))
 
 
 def decode_nack(payload: bytes) -> Nack:

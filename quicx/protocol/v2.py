@@ -85,6 +85,15 @@ class MessageType(IntEnum):
     SCHEDULES = 0x1E
     SCHEDULE = 0x1F
     UNSCHEDULE = 0x20
+    # Part 3: results, progress, shared data and groups (quicx.protocol.results).
+    AWAIT = 0x21
+    OUTCOME = 0x22
+    PROGRESS = 0x23
+    PUBLISH = 0x24
+    SHARED = 0x25
+    FOLLOW = 0x26
+    GROUP = 0x27
+    GROUP_STATE = 0x28
 
 
 KNOWN_TYPES = frozenset(MessageType)
@@ -114,6 +123,10 @@ class Option(IntEnum):
     RUN_AT = 0x06
     RETRIES = 0x07
     BACKOFF = 0x08
+    # Part 3: results, progress and groups (quicx.protocol.results).
+    RESULT = 0x09
+    PROGRESS = 0x0A
+    GROUP = 0x0B
 
 
 class Context(IntEnum):
@@ -122,6 +135,14 @@ class Context(IntEnum):
     TOKEN = 0x20
     LEASE = 0x21
     RETRIES = 0x22
+
+
+class ResultKind(IntEnum):
+    """How a result's bytes are read: the value a handler returned, restored."""
+
+    BYTES = 1
+    TEXT = 2
+    JSON = 3
 
 
 class BackoffKind(IntEnum):
@@ -176,6 +197,10 @@ class Submit(NamedTuple):
         at this time (milliseconds since the Unix epoch); at most one of the two.
     @ivar retries: how many times a failure is retried (C{None}: the queue's).
     @ivar backoff: the wait before each retry (C{None}: the queue's).
+    @ivar result_ttl: keep the outcome and result for this many seconds
+        (0: the daemon's default); C{None}: the queue's choice.
+    @ivar progress: forward the task's progress reports to the producer.
+    @ivar group: the group it belongs to (C{None}: none).
     """
 
     task_type: bytes
@@ -188,6 +213,76 @@ class Submit(NamedTuple):
     run_at_ms: int | None = None
     retries: int | None = None
     backoff: Backoff | None = None
+    result_ttl: int | None = None
+    progress: bool = False
+    group: int | None = None
+
+
+class Result(NamedTuple):
+    """A task's result: C{data}, read as C{kind} says."""
+
+    kind: ResultKind
+    data: bytes
+
+    @classmethod
+    def of(cls, value: object) -> Result:
+        """
+        A handler's return value as a result: bytes as they are, a string
+        as UTF-8 text, anything else as JSON.
+
+        @raise TypeError: C{value} is not bytes, a string, or JSON-serialisable.
+        """
+        if isinstance(value, bytes | bytearray | memoryview):
+            return cls(ResultKind.BYTES, bytes(value))
+        if isinstance(value, str):
+            return cls(ResultKind.TEXT, value.encode("utf-8"))
+        try:
+            text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"a result is bytes, a string or JSON-serialisable, not {type(value).__name__}"
+                f" ({e})"
+            ) from None
+        return cls(ResultKind.JSON, text.encode("utf-8"))
+
+    def value(self) -> Any:
+        """The value again: bytes, a string, or what the JSON holds."""
+        if self.kind == ResultKind.BYTES:
+            return self.data
+        text = self.data.decode("utf-8")
+        return text if self.kind == ResultKind.TEXT else json.loads(text)
+
+    def encode(self) -> bytes:
+        """C{[kind u8][data]}, the tail of an ACK, a DONE or an OUTCOME."""
+        return bytes((self.kind,)) + self.data
+
+
+_RESULT_KINDS = frozenset(ResultKind)
+
+
+def decode_result(message_type: int, payload: bytes, start: int) -> Result | None:
+    """The C{[kind u8][data]} result at C{payload[start:]}; C{None} if there is none."""
+    if len(payload) <= start:
+        return None
+    kind = payload[start]
+    if kind not in _RESULT_KINDS:
+        raise _bad(message_type, f"has unknown result kind 0x{kind:02x}")
+    data = payload[start + 1 :]
+    if kind != ResultKind.BYTES:
+        try:
+            text = data.decode("utf-8")
+            if kind == ResultKind.JSON:
+                json.loads(text)
+        except ValueError:
+            raise _bad(message_type, f"result is not {ResultKind(kind).name}") from None
+    return Result(ResultKind(kind), data)
+
+
+class Done(NamedTuple):
+    """(To a producer.) Task C{task_id} is done; its C{result}, if the worker gave one."""
+
+    task_id: int
+    result: Result | None = None
 
 
 class Ok(NamedTuple):
@@ -287,7 +382,7 @@ Message = (
     | wire.Error
     | Ready
     | Task
-    | wire.Done
+    | Done
     | wire.Failed
     | wire.Wait
     | wire.Heartbeat
@@ -347,6 +442,9 @@ def submit_options(
     run_at_ms: int | None = None,
     retries: int | None = None,
     backoff: Backoff | None = None,
+    result_ttl: int | None = None,
+    progress: bool = False,
+    group: int | None = None,
 ) -> bytes:
     """The options field of a SUBMIT (without its length)."""
     options = b""
@@ -376,6 +474,16 @@ def submit_options(
         options += bytes((Option.RETRIES, 2)) + U16.pack(retries)
     if backoff is not None:
         options += bytes((Option.BACKOFF, _BACKOFF.size)) + encode_backoff(backoff)
+    if result_ttl is not None:
+        if not 0 <= result_ttl <= 0xFFFFFFFF:
+            raise ValueError(f"a result TTL is 0 to {0xFFFFFFFF} s, not {result_ttl}")
+        options += bytes((Option.RESULT, 4)) + wire.TASK_ID.pack(result_ttl)
+    if progress:
+        options += bytes((Option.PROGRESS, 1, 1))
+    if group is not None:
+        if not 1 <= group <= wire.MAX_TASK_ID:
+            raise ValueError(f"a group id is 1 to {wire.MAX_TASK_ID}, not {group}")
+        options += bytes((Option.GROUP, 4)) + wire.TASK_ID.pack(group)
     return options
 
 
@@ -512,8 +620,10 @@ def encode_task(
     )
 
 
-def encode_done(task_id: int) -> bytes:
-    return _HEADER_AND_ID.pack(VERSION, MessageType.DONE, 4, task_id)
+def encode_done(task_id: int, result: Result | None = None) -> bytes:
+    if result is None:
+        return _HEADER_AND_ID.pack(VERSION, MessageType.DONE, 4, task_id)
+    return frame(MessageType.DONE, wire.TASK_ID.pack(task_id) + result.encode())
 
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:
@@ -670,7 +780,8 @@ def decode_submit(payload: bytes) -> Submit:
         return Submit(task_type, payload[end:], known[0], known[1])
     items = _tlv(MessageType.SUBMIT, payload, start, end)
     queue = priority = key = fairness = delay_ms = run_at_ms = retries = None
-    backoff = None
+    backoff = result_ttl = group = None
+    progress = False
     for tag, value in items.items():
         if tag == Option.QUEUE:
             queue = _queue_name(MessageType.SUBMIT, value)
@@ -700,6 +811,20 @@ def decode_submit(payload: bytes) -> Submit:
             retries = U16.unpack(value)[0]
         elif tag == Option.BACKOFF:
             backoff = decode_backoff(MessageType.SUBMIT, value)
+        elif tag == Option.RESULT:
+            if len(value) != 4:
+                raise _bad(MessageType.SUBMIT, f"result TTL must be 4 bytes (s), not {len(value)}")
+            result_ttl = wire.TASK_ID.unpack(value)[0]
+        elif tag == Option.PROGRESS:
+            if value != b"\x01":
+                raise _bad(MessageType.SUBMIT, "progress option must be the 1-byte value 1")
+            progress = True
+        elif tag == Option.GROUP:
+            if len(value) != 4:
+                raise _bad(MessageType.SUBMIT, f"group must be 4 bytes, not {len(value)}")
+            group = wire.TASK_ID.unpack(value)[0]
+            if not group:
+                raise _bad(MessageType.SUBMIT, "names group 0")
         else:
             raise _bad(MessageType.SUBMIT, f"has unknown option 0x{tag:02x}")
     if delay_ms is not None and run_at_ms is not None:
@@ -719,7 +844,19 @@ def decode_submit(payload: bytes) -> Submit:
         run_at_ms,
         retries,
         backoff,
+        result_ttl,
+        progress,
+        group,
     )
+
+
+def decode_done(payload: bytes) -> Done:
+    if len(payload) < 4:
+        raise _bad(MessageType.DONE, f"needs a 4-byte task id, got {len(payload)} bytes")
+    task_id = wire.TASK_ID.unpack_from(payload)[0]
+    if len(payload) == 4:
+        return Done(task_id)
+    return Done(task_id, decode_result(MessageType.DONE, payload, 4))
 
 
 def decode_ok(payload: bytes) -> Ok:
@@ -923,7 +1060,6 @@ _DECODERS: dict[int, Callable[[bytes], Message]] = {
         t: wire.DECODERS[t]  # type: ignore[misc]
         for t in (
             MessageType.ERROR,
-            MessageType.DONE,
             MessageType.FAILED,
             MessageType.WAIT,
             MessageType.HEARTBEAT,
@@ -933,6 +1069,7 @@ _DECODERS: dict[int, Callable[[bytes], Message]] = {
         )
     },
     MessageType.SUBMIT: decode_submit,
+    MessageType.DONE: decode_done,
     MessageType.OK: decode_ok,
     MessageType.READY: decode_ready,
     MessageType.TASK: decode_task,

@@ -16,10 +16,12 @@ MAGIC_V1 = b"QUICXJ1\n"
 """The previous release's journals: kinds 1 to 5 only."""
 MAGIC_V2 = b"QUICXJ2\n"
 """The release of protocol v2 part 1: kinds 1 to 9."""
-MAGIC = b"QUICXJ3\n"
-"""This release's: kinds 1 to 16 (a previous release refuses the file)."""
-MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC: 3}
-FORMAT = 3
+MAGIC_V3 = b"QUICXJ3\n"
+"""The release of protocol v2 part 2: kinds 1 to 16."""
+MAGIC = b"QUICXJ4\n"
+"""This release's: kinds 1 to 20 (a previous release refuses the file)."""
+MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC: 4}
+FORMAT = 4
 RECORD_HEADER = struct.Struct(">II")
 ID = struct.Struct(">I")
 SUBMIT_HEAD = struct.Struct(">BIB")
