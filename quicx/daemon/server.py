@@ -100,6 +100,7 @@ class QuicxServerProtocol(FrameReceiver):
         transport: Any = self.transport
         self.maxLength = factory.max_length
         self.v2MaxLength = factory.v2_max_length
+        self.v2TypeLimits = factory.v2_type_limits
         super().connectionMade()
         peer = transport.getPeer()
         host = getattr(peer, "host", None)
@@ -652,8 +653,9 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         largest size class with the longest task type, or a FAILED with the
         longest reason the limits allow, whichever is longer.
     @ivar v2_max_length: the same for version 2 (its SUBMIT options may add
-        up to 2 + 4,096 bytes), or the longest PROGRESS or PUBLISH the
-        limits allow, if longer; C{None} when version 2 is turned off.
+        up to 2 + 4,096 bytes); C{None} when version 2 is turned off.
+    @ivar v2_type_limits: the longest PROGRESS and PUBLISH the limits allow,
+        which may pass C{v2_max_length}.
     @ivar admin: its connections have the admin role (the control socket's).
     """
 
@@ -680,20 +682,19 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             queue.pool.max_size + wire.SUBMIT_TYPE_OVERHEAD,
             wire.TASK_ID.size + self.limits.max_reason_length,
         )
-        shared = queue.shared
         self.v2_max_length = (
-            max(
-                # A NACK has a token and flags (9 bytes) more than a FAILED.
-                self.max_length + 9,
-                queue.pool.max_size + v2.SUBMIT_OVERHEAD,
-                # A PROGRESS: task id, token, fraction, the longest message.
-                14 + queue.progress.settings.max_message,
-                # A PUBLISH: flags, the name and its length, the data.
-                2 + v2.MAX_QUEUE_NAME + shared.limits.max_size
-                if isinstance(shared, SharedData)
-                else 0,
-            )
+            # A NACK has a token and flags (9 bytes) more than a FAILED.
+            max(self.max_length + 9, queue.pool.max_size + v2.SUBMIT_OVERHEAD)
             if v2.VERSION in queue.limits.versions
             else None
         )
+        # A PROGRESS: task id, token, fraction and the longest message; a
+        # PUBLISH: flags, the name and its length, and the most data.
+        self.v2_type_limits: dict[int, int] = {
+            v2.MessageType.PROGRESS: 14 + queue.progress.settings.max_message
+        }
+        shared = queue.shared
+        if isinstance(shared, SharedData):
+            publish = 2 + v2.MAX_QUEUE_NAME + shared.limits.max_size
+            self.v2_type_limits[v2.MessageType.PUBLISH] = publish
         self.max_key_length = queue.limits.max_key_length
