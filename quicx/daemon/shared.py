@@ -8,10 +8,11 @@ A FOLLOW makes its connection a worker that is sent the current version of
 each name it lists at once, then every later version once, as SHARED (a
 deletion: version 0, no data).
 
-A follower whose output is backed up (the daemon has stopped reading from
-it until its socket drains: its session is C{paused}) is not written each
-version: the names that changed are remembered, and when it catches up it
-is sent the newest version of each, not a backlog.
+A follower whose output is backed up (its unsent output passed
+C{max_output_buffer}: its session is C{paused} until that drains) is not
+written each version: the names that changed are remembered, and when it
+catches up (L{SharedData.caught_up}) it is sent the newest version of each,
+not a backlog.
 """
 
 from __future__ import annotations
