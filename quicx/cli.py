@@ -297,6 +297,7 @@ def render_status(status: Mapping[str, Any]) -> str:
         "Memory",
         f"  {bar(used, total)}  {format_size(used)} / {format_size(total)}"
         f"  ({100 * used / total:.1f}%)",
+        *_shared_lines(status.get("shared")),
         "",
         *_journal_lines(status.get("journal")),
         "Size classes      blocks used / total",
@@ -320,6 +321,17 @@ def _queue_lines(queues: Sequence[Mapping[str, Any]]) -> list[str]:
         for q in queues
     ]
     return [*lines, ""]
+
+
+def _shared_lines(shared: Mapping[str, Any] | None) -> list[str]:
+    """Shared data, outside the pool (a daemon before protocol v2 part 3 has none)."""
+    if shared is None:
+        return []
+    return [
+        f"  shared data: {thousands(shared['names'])} names, {format_size(shared['bytes'])}"
+        f" ({thousands(shared['published'])} versions published,"
+        f" {thousands(shared['followers'])} followers)"
+    ]
 
 
 def _journal_lines(journal: Mapping[str, Any] | None) -> list[str]:

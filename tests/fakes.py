@@ -75,6 +75,7 @@ class FakeJournal:
         self.changes: list[tuple[str, int]] = []
         self.fired: list[tuple[str, float]] = []
         self.schedules: list[tuple[str, bytes | None]] = []
+        self.shared: list[tuple[str, int, bytes]] = []
 
     def bind(self, owner: IJournalOwner) -> None:
         self.owner = owner
@@ -105,6 +106,9 @@ class FakeJournal:
 
     def record_schedule(self, schedule: str, definition: bytes | None) -> None:
         self.schedules.append((schedule, definition))
+
+    def record_shared(self, name: str, version: int, data: bytes) -> None:
+        self.shared.append((name, version, data))
 
     def durable(self) -> None:
         return None

@@ -13,7 +13,7 @@ from quicx import cli
 from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.journal.records import FsyncPolicy
-from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
 from quicx.daemon.schedules import ScheduleSpec
 from quicx.daemon.settings import ConfigError
 from quicx.protocol.lifecycle import Missed
@@ -191,6 +191,11 @@ EVERY_SETTING_CHANGED = config.Config(
     dead_max_count=50,
     dead_max_age=3600,
     max_schedules=5,
+    progress_interval=0.5,
+    max_progress_message=1024,
+    shared_max_size=4096,
+    shared_max_names=8,
+    shared_max_memory=65536,
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,
@@ -486,6 +491,19 @@ def test_the_limits_reach_the_queue_core_as_configured() -> None:
         declared=declared,
         defaults=defaults,
     )
+
+
+def test_the_progress_and_shared_limits_reach_the_daemon_as_configured() -> None:
+    loaded = config.parse(
+        "[progress]\ninterval = 0.25\nmax_message = 1K\n"
+        "[shared]\nmax_size = 64K\nmax_names = 3\nmax_memory = 1M\n"
+    )
+    assert loaded.progress == ProgressSettings(0.25, 1024)
+    assert loaded.shared == SharedLimits(64 << 10, 3, 1 << 20)
+    assert config.Config().shared == SharedLimits()
+    with pytest.raises(ConfigError, match=r"<string>:2: max_size: .* out of range"):
+        # A version must fit one journal record.
+        config.parse("[shared]\nmax_size = 2M\n")
 
 
 # -- schedules ------------------------------------------------------------------------------

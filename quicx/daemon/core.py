@@ -38,11 +38,12 @@ from quicx.daemon.journal.interface import (
 )
 from quicx.daemon.journal.records import Recovery
 from quicx.daemon.logsummary import LogSummary
-from quicx.daemon.policy import QueueLimits
+from quicx.daemon.policy import ProgressSettings, QueueLimits
+from quicx.daemon.progress import ProgressBook, Report
 from quicx.daemon.queues import NamedQueue
 from quicx.daemon.retries import retry_wait
 from quicx.net.twisted_types import Service
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol import session as protocol
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.v2 import Backoff, ErrorCode
@@ -78,6 +79,7 @@ class Task:
     @ivar lease_until: when its delivery's lease runs out, once a TOUCH
         extended it (0: the queue's timeout from the dispatch).
     @ivar dead: why it died, while it is in the dead-letter set.
+    @ivar forward_progress: its producer asked for its PROGRESS reports.
     """
 
     task_id: int
@@ -104,6 +106,7 @@ class Task:
     token: int = 0
     lease_until: float = 0.0
     dead: DeadInfo | None = None
+    forward_progress: bool = False
 
     @property
     def queue(self) -> str:
@@ -165,6 +168,16 @@ class IScheduleBook(Protocol):
         """The run-time schedules' SCHEDULE payloads, by name."""
 
 
+class ISharedData(Protocol):
+    """The shared data, as the queue sees it."""
+
+    def versions(self) -> list[tuple[str, int, bytes]]:
+        """Each name's current version and data (for the journal's snapshot)."""
+
+    def unfollow(self, session: Session) -> None:
+        """Forget a connection that closed."""
+
+
 class Refused(Exception):
     """A request the queue turns down: answered ERROR C{code}, C{str(self)}."""
 
@@ -210,6 +223,9 @@ class QueueService(Service):
     @ivar limits: the queues' policies and the limits on queues and keys.
     @ivar sessions: the open connections by session id.
     @ivar queues: the named queues by name.
+    @ivar progress: the tasks' progress reports.
+    @ivar shared: the shared data, once a L{quicx.daemon.shared.SharedData}
+        is made for this queue.
     """
 
     # A Logger as a class attribute is named after the class:
@@ -228,6 +244,7 @@ class QueueService(Service):
         failures: LogSummary | None = None,
         limits: QueueLimits | None = None,
         scheduler: IReactorTime | None = None,
+        progress: ProgressSettings | None = None,
     ) -> None:
         self.pool = pool
         self.allowed_types = allowed_types
@@ -275,6 +292,10 @@ class QueueService(Service):
         self._last_token = 0
         self._dead_timer: IDelayedCall | None = None
         self.schedules: IScheduleBook | None = None
+        self.shared: ISharedData | None = None
+        self.progress: ProgressBook[Task] = ProgressBook(
+            self._scheduler, clock, progress or ProgressSettings(), self._progress_out
+        )
         self.random: Callable[[], float] = random.random
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
         self.dead_letters: DeadLetters[Task] = DeadLetters(
@@ -337,6 +358,8 @@ class QueueService(Service):
         if session.role is Role.WORKER:
             self._workers -= 1
             self._unsubscribe(session)
+            if self.shared is not None:
+                self.shared.unfollow(session)
         session.replies.clear()
         if session.tasks or session.overdue:
             held, session.tasks = session.tasks, {}
@@ -404,11 +427,13 @@ class QueueService(Service):
         run_at_ms: int | None = None,
         retries: int | None = None,
         backoff: Backoff | None = None,
+        progress: bool = False,
     ) -> None:
         """
         Accept a task and answer OK, or answer the ERROR that says why not.
         C{delay_ms} or C{run_at_ms}: it is delayed; C{retries} and
-        C{backoff}: its own, instead of its queue's.
+        C{backoff}: its own, instead of its queue's; C{progress}: its
+        producer hears its PROGRESS reports.
 
         With a journal that syncs each record, the OK (and the task's place in
         the queue) waits until the record is on disk; see L{accepted}.
@@ -484,6 +509,7 @@ class QueueService(Service):
             due=due,
             retries=queue.policy.retries if retries is None else retries,
             backoff=backoff,
+            forward_progress=progress,
         )
         self._live[task.task_id] = task
         if key is not None:
@@ -658,7 +684,10 @@ class QueueService(Service):
                 session.send_decided()
 
     def snapshot(self) -> Snapshot:
-        """(The journal.) The live tasks oldest first, the paused queues, the remembered keys."""
+        """
+        (The journal.) The live tasks oldest first, the paused queues, the
+        remembered keys, the schedules' state, the shared data.
+        """
         read = self.pool.read
         schedules = self.schedules
         return Snapshot(
@@ -667,6 +696,7 @@ class QueueService(Service):
             list(self.keys.entries()),
             [] if schedules is None else schedules.last_fires(),
             [] if schedules is None else schedules.definitions(),
+            [] if self.shared is None else self.shared.versions(),
         )
 
     def restore(self, recovery: Recovery) -> None:
@@ -970,13 +1000,67 @@ class QueueService(Service):
         @raise Refused: (stale) the delivery is not the task's current one.
         @raise ProtocolViolation: C{session} was never sent C{task_id}.
         """
+        task = self._delivery(session, task_id, token, "TOUCH")
+        if self.timeout_of(task):
+            task.lease_until = self.clock() + min(float(seconds), self.limits.max_lease)
+
+    def report_progress(
+        self, session: Session, task_id: int, token: int, fraction: int, message: str
+    ) -> None:
+        """
+        A worker's PROGRESS for delivery C{token}: the task's last report,
+        sent on to its producer (if it asked) and the events log, at most
+        one per C{[progress] interval}.
+
+        @raise Refused: (stale) the delivery is not the task's current one.
+        @raise ProtocolViolation: C{session} was never sent C{task_id}, or
+            the message is longer than C{max_message}.
+        """
+        task = self._delivery(session, task_id, token, "PROGRESS")
+        limit = self.progress.settings.max_message
+        size = len(message.encode("utf-8"))
+        if size > limit:
+            raise ProtocolViolation(
+                f"PROGRESS message of {size} bytes exceeds [progress] max_message ({limit})"
+            )
+        self.progress.report(
+            task, token, fraction, message, task.forward_progress or self.events is not None
+        )
+
+    def _progress_out(self, task: Task, report: Report) -> None:
+        """(The progress book.) A report of C{task}'s goes out."""
+        if self.events is not None:
+            self._event(
+                "progress",
+                task,
+                task.holder,
+                (report.fraction / results.MAX_FRACTION, report.message),
+            )
+        producer = task.producer
+        if (
+            task.forward_progress
+            and producer is not None
+            and producer.connected
+            and producer.version == 2
+        ):
+            producer.peer.sendFrame(
+                results.encode_progress(task.task_id, report.token, report.fraction, report.message)
+            )
+
+    def _delivery(self, session: Session, task_id: int, token: int, what: str) -> Task:
+        """
+        The task of C{session}'s current delivery C{token} of C{task_id},
+        for a TOUCH or PROGRESS (C{what}).
+
+        @raise Refused: (stale) the delivery is not the task's current one.
+        @raise ProtocolViolation: C{session} was never sent C{task_id}.
+        """
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
             if task is None and task_id not in session.overdue:
                 raise _not_held(session, task_id)
-            self._refuse_stale(session, task_id, token, "TOUCH")
-        if self.timeout_of(task):
-            task.lease_until = self.clock() + min(float(seconds), self.limits.max_lease)
+            self._refuse_stale(session, task_id, token, what)
+        return task
 
     def _stale_report(self, session: Session, task_id: int, token: int) -> NoReturn:
         """
@@ -1096,6 +1180,7 @@ class QueueService(Service):
 
     def _bury(self, task: Task, reason: str, worker: str) -> None:
         """Move C{task} to the dead-letter set, dropping the oldest past its bounds."""
+        self.progress.finished(task.task_id)
         now = self.clock()
         task.dead = DeadInfo(now, reason, worker)
         self.journal.record_dead(task)
@@ -1288,6 +1373,7 @@ class QueueService(Service):
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
         task.finished = True
         del self._live[task.task_id]
+        self.progress.finished(task.task_id)
         self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
@@ -1677,6 +1763,7 @@ class QueueService(Service):
         if self._dead_timer is not None and self._dead_timer.active():
             self._dead_timer.cancel()
         self.delays.stop()
+        self.progress.stop()
         live = len(self._live)
         queued, running = self.queued, self.tasks_running
         if not live:

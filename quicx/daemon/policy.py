@@ -1,7 +1,8 @@
 """
 What the configuration says about queues: each declared queue's policy, and
-the limits on queues, keys and the deduplication window.  Plain data: the
-settings build it, the queue core reads it.
+the limits on queues, keys and the deduplication window; and about progress
+reports and shared data.  Plain data: the settings build it, the queue core
+reads it.
 """
 
 from __future__ import annotations
@@ -92,3 +93,33 @@ class QueueLimits:
 
     def policy(self, name: str) -> QueuePolicy:
         return self.declared.get(name, self.defaults)
+
+
+@frozen
+class ProgressSettings:
+    """
+    The C{[progress]} settings.
+
+    @ivar interval: the least time between two reports of one task that go
+        out (seconds; 0: every report goes out).
+    @ivar max_message: the longest message a report may carry (bytes).
+    """
+
+    interval: float = 0.1
+    max_message: int = 256
+
+
+@frozen
+class SharedLimits:
+    """
+    The C{[shared]} settings.
+
+    @ivar max_size: the most data one version may have (bytes).
+    @ivar max_names: the most names that may exist at once; a follower may
+        follow at most as many.
+    @ivar max_memory: the most data all names may have together (bytes).
+    """
+
+    max_size: int = 1 << 20
+    max_names: int = 64
+    max_memory: int = 16 << 20

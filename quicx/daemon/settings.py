@@ -38,9 +38,16 @@ from quicx.daemon import pmad, schedules
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
     DEFAULT_COMPACT_MIN_SIZE,
+    MAX_SHARED_DATA,
     FsyncPolicy,
 )
-from quicx.daemon.policy import DEFAULT_BACKOFF, QueueLimits, QueuePolicy
+from quicx.daemon.policy import (
+    DEFAULT_BACKOFF,
+    ProgressSettings,
+    QueueLimits,
+    QueuePolicy,
+    SharedLimits,
+)
 from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
@@ -80,6 +87,8 @@ class Limits:
 
 
 _DEFAULT_LIMITS = Limits()
+_DEFAULT_PROGRESS = ProgressSettings()
+_DEFAULT_SHARED = SharedLimits()
 
 
 class ConfigError(Exception):
@@ -935,6 +944,41 @@ class Config:
         100,
         "The most schedules: the [schedule NAME] sections and those added at run time.",
     )
+    progress_interval: float = setting(
+        "progress",
+        "interval",
+        Seconds(high=60),
+        _DEFAULT_PROGRESS.interval,
+        "Seconds between two progress reports of one task that go out (0: each goes out).",
+    )
+    max_progress_message: int = setting(
+        "progress",
+        "max_message",
+        Integer(0, 65535, size=True),
+        _DEFAULT_PROGRESS.max_message,
+        "The longest PROGRESS message, in bytes.",
+    )
+    shared_max_size: int = setting(
+        "shared",
+        "max_size",
+        Integer(0, MAX_SHARED_DATA, size=True),
+        _DEFAULT_SHARED.max_size,
+        "The most data one version of a shared name may have, in bytes.",
+    )
+    shared_max_names: int = setting(
+        "shared",
+        "max_names",
+        Integer(1, 100_000),
+        _DEFAULT_SHARED.max_names,
+        "The most shared names at once (and names one connection may follow).",
+    )
+    shared_max_memory: int = setting(
+        "shared",
+        "max_memory",
+        Integer(0, 1 << 32, size=True),
+        _DEFAULT_SHARED.max_memory,
+        "The most data all shared names may hold together, in bytes.",
+    )
     events_directory: str = setting(
         "events",
         "directory",
@@ -1037,6 +1081,14 @@ class Config:
             {name: attrs.evolve(defaults, **keys) for name, keys in self.queue_sections.items()},
             defaults,
         )
+
+    @property
+    def progress(self) -> ProgressSettings:
+        return ProgressSettings(self.progress_interval, self.max_progress_message)
+
+    @property
+    def shared(self) -> SharedLimits:
+        return SharedLimits(self.shared_max_size, self.shared_max_names, self.shared_max_memory)
 
     @property
     def tls(self) -> TlsSettings:

@@ -108,6 +108,7 @@ class Snapshot:
     @ivar keys: the remembered keys of finished tasks.
     @ivar fired: each schedule's last fire time.
     @ivar schedules: the run-time schedules' SCHEDULE payloads, by name.
+    @ivar shared: each shared-data name's current version and data.
     """
 
     tasks: Iterable[tuple[Record, bytes]]
@@ -115,6 +116,7 @@ class Snapshot:
     keys: Iterable[KeyEntry]
     fired: Iterable[tuple[str, float]] = ()
     schedules: Iterable[tuple[str, bytes]] = ()
+    shared: Iterable[tuple[str, int, bytes]] = ()
 
 
 class IJournalOwner(Interface):
@@ -175,6 +177,9 @@ class IJournal(Interface):
     def record_schedule(schedule: str, definition: bytes | None) -> None:
         """Record a schedule added at run time (its SCHEDULE payload), or removed (C{None})."""
 
+    def record_shared(name: str, version: int, data: bytes) -> None:
+        """Record version C{version} of shared data C{name} (0: it was deleted)."""
+
     def durable() -> Any:
         """
         A C{Deferred} that fires once every record so far is as durable as
@@ -215,6 +220,9 @@ class NullJournal:
         pass
 
     def record_schedule(self, schedule: str, definition: bytes | None) -> None:
+        pass
+
+    def record_shared(self, name: str, version: int, data: bytes) -> None:
         pass
 
     def durable(self) -> None:

@@ -40,6 +40,8 @@ DEAD_HEAD = struct.Struct(">BIQHHB")
 """Kind, id, died ms, failures, then the lengths of reason and worker."""
 FIRED_HEAD = struct.Struct(">BQB")
 """Kind, fire time ms, then the length of the schedule's name."""
+SHARED_HEAD = struct.Struct(">BIB")
+"""Kind, version (0: deleted), then the length of the name."""
 BACKOFF = struct.Struct(">BIIB")
 
 KIND_SUBMIT = 1
@@ -58,6 +60,7 @@ KIND_REPLAY = 13
 KIND_FIRED = 14
 KIND_SCHEDULE = 15
 KIND_UNSCHEDULE = 16
+KIND_SHARED = 18
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
     KIND_SUBMIT2,
@@ -71,6 +74,7 @@ KINDS = KINDS_V1 | {
     KIND_FIRED,
     KIND_SCHEDULE,
     KIND_UNSCHEDULE,
+    KIND_SHARED,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
@@ -81,6 +85,8 @@ ID_BLOCK = 1 << 16
 
 MAX_BODY = SUBMIT3_HEAD.size + 4 * 255 + BACKOFF.size + (1 << 20)
 """The longest body a record can have: the longest queue, type and keys and a 1 MiB payload."""
+MAX_SHARED_DATA = 1 << 20
+"""The most data a SHARED record carries (C{[shared] max_size}'s bound): it fits C{MAX_BODY}."""
 
 DEFAULT_COMPACT_FACTOR = 4.0
 DEFAULT_COMPACT_MIN_SIZE = 64 << 20
@@ -250,6 +256,12 @@ def encode_unschedule(schedule: str) -> bytes:
     return _frame(bytes((KIND_UNSCHEDULE, len(name))) + name)
 
 
+def encode_shared(name: str, version: int, data: bytes) -> bytes:
+    """Version C{version} of shared data C{name} is C{data}; version 0: C{name} was deleted."""
+    encoded = name.encode("ascii")
+    return _frame(SHARED_HEAD.pack(KIND_SHARED, version, len(encoded)) + encoded + data)
+
+
 def encode_outcome(task_id: int, outcome: str) -> bytes:
     """DONE, FAILED or CANCELLED."""
     return _frame(bytes((OUTCOME_KINDS[outcome],)) + ID.pack(task_id))
@@ -347,6 +359,7 @@ class Recovery:
     @ivar fired: each schedule's last fire time.
     @ivar schedules: the schedules added at run time and not removed: their
         SCHEDULE payloads by name.
+    @ivar shared: each shared-data name's last version and its data.
     """
 
     tasks: tuple[RecoveredTask, ...]
@@ -359,3 +372,4 @@ class Recovery:
     format: int = FORMAT
     fired: Mapping[str, float] = field(factory=dict)
     schedules: Mapping[str, bytes] = field(factory=dict)
+    shared: Mapping[str, tuple[int, bytes]] = field(factory=dict)

@@ -26,6 +26,7 @@ from quicx.daemon.journal.records import (
     KIND_RESERVE,
     KIND_RETRY,
     KIND_SCHEDULE,
+    KIND_SHARED,
     KIND_SUBMIT,
     KIND_SUBMIT2,
     KIND_SUBMIT3,
@@ -37,6 +38,7 @@ from quicx.daemon.journal.records import (
     OUTCOME_NAMES,
     RECORD_HEADER,
     RETRY_HEAD,
+    SHARED_HEAD,
     SUBMIT2_HEAD,
     SUBMIT3_HEAD,
     SUBMIT_HEAD,
@@ -87,6 +89,12 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
             return "SCHEDULE record of the wrong shape"
         if kind == KIND_UNSCHEDULE and 2 + data[start + 1] != length:
             return "UNSCHEDULE record of the wrong length"
+    elif kind == KIND_SHARED:
+        if length < SHARED_HEAD.size or not data[start + 5]:
+            return "SHARED record of the wrong shape"
+        name_end = SHARED_HEAD.size + data[start + 5]
+        if name_end > length or (not ID.unpack_from(data, start + 1)[0] and name_end != length):
+            return "SHARED record of the wrong length"
     elif kind == KIND_PAUSE:
         if (
             length < 3
@@ -184,6 +192,7 @@ def recover(path: str) -> Recovery:
     keys: dict[tuple[str, bytes], KeyEntry] = {}
     fired: dict[str, float] = {}
     schedules: dict[str, bytes] = {}
+    shared: dict[str, tuple[int, bytes]] = {}
     last_task_id = 0
     reserved: int | None = None
     records = 0
@@ -198,8 +207,11 @@ def recover(path: str) -> Recovery:
             break
         kind = data[offset + RECORD_HEADER.size]
         body = offset + RECORD_HEADER.size + 1
-        if kind in _SCHEDULE_KINDS:
-            _schedule_record(data, kind, body, end, paused, fired, schedules)
+        if kind in _NAMED_KINDS:
+            if kind == KIND_SHARED:
+                _shared_record(data, body - 1, end, shared)
+            else:
+                _schedule_record(data, kind, body, end, paused, fired, schedules)
             records += 1
             offset = end
             continue
@@ -254,10 +266,12 @@ def recover(path: str) -> Recovery:
         MAGICS[data[: len(MAGIC)]],
         fired,
         schedules,
+        shared,
     )
 
 
-_SCHEDULE_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE})
+_NAMED_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE, KIND_SHARED})
+"""The records of a queue, a schedule or shared data: of no task."""
 _STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY})
 
 
@@ -283,6 +297,17 @@ def _schedule_record(
             schedules[name] = data[name_end:end]
         else:
             schedules.pop(name, None)
+
+
+def _shared_record(data: bytes, start: int, end: int, shared: dict[str, tuple[int, bytes]]) -> None:
+    """Apply the (checked) SHARED record whose body is C{data[start:end]}."""
+    _, version, name_length = SHARED_HEAD.unpack_from(data, start)
+    name_end = start + SHARED_HEAD.size + name_length
+    name = data[start + SHARED_HEAD.size : name_end].decode("ascii")
+    if version:
+        shared[name] = (version, data[name_end:end])
+    else:
+        shared.pop(name, None)
 
 
 def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -> RecoveredTask:

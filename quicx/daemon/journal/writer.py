@@ -33,6 +33,7 @@ from quicx.daemon.journal.records import (
     encode_reserve,
     encode_retry,
     encode_schedule,
+    encode_shared,
     encode_submit2,
     encode_submit3,
     encode_unschedule,
@@ -51,8 +52,9 @@ class JournalStats:
     Figures for C{quicx status}.
 
     @ivar live_bytes: about what a compaction would write now: the live
-        tasks' SUBMIT records, and the keys and pauses the last compaction
-        kept.  Compaction is due when the file is C{compact_factor} times it.
+        tasks' SUBMIT records, and the keys, pauses and shared data the last
+        compaction kept.  Compaction is due when the file is
+        C{compact_factor} times it.
     """
 
     file_bytes: int = 0
@@ -155,6 +157,9 @@ class Journal(Service):
         self.stats.live_bytes = sum(
             submit2_record_size(t.queue or "", len(t.task_type), t.key, t.fairness, len(t.payload))
             for t in recovery.tasks
+        ) + sum(
+            len(encode_shared(name, version, data))
+            for name, (version, data) in recovery.shared.items()
         )
 
     def _upgrade(self, valid_length: int) -> None:
@@ -236,6 +241,9 @@ class Journal(Service):
         else:
             self._append(encode_schedule(schedule, definition))
 
+    def record_shared(self, name: str, version: int, data: bytes) -> None:
+        self._append(encode_shared(name, version, data))
+
     def durable(self) -> Deferred[None] | None:
         """
         With C{fsync = always}: a Deferred that fires once every record
@@ -291,6 +299,7 @@ class Journal(Service):
             snapshot += [encode_schedule(name, body) for name, body in state.schedules]
             snapshot += [encode_fired(name, when) for name, when in state.fired]
             snapshot += [encode_pause(name, True) for name in state.paused]
+            snapshot += [encode_shared(*version) for version in state.shared]
             snapshot += [
                 encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
             ]
