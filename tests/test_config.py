@@ -14,6 +14,7 @@ from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.results import Share
 from quicx.daemon.schedules import ScheduleSpec
 from quicx.daemon.settings import ConfigError
 from quicx.protocol.lifecycle import Missed
@@ -191,6 +192,16 @@ EVERY_SETTING_CHANGED = config.Config(
     dead_max_count=50,
     dead_max_age=3600,
     max_schedules=5,
+    result_max_size=512,
+    result_ttl=60,
+    result_max_ttl=600,
+    result_max_count=10,
+    result_max_memory=Share(64 << 10),
+    max_waiters=20,
+    max_waiters_per_connection=2,
+    max_wait=30,
+    max_groups=3,
+    group_ttl=120,
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,
@@ -438,6 +449,8 @@ EVERY_QUEUE_KEY_CHANGED = {
     "burst": 9,
     "key_rate": 1e6,
     "key_burst": 4,
+    "keep_results": True,
+    "result_ttl": 90.0,
 }
 
 

@@ -8,11 +8,14 @@ import zlib
 
 from attrs import evolve, frozen
 
-from quicx.daemon.journal.interface import DeadInfo, KeyEntry
+from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry
 from quicx.daemon.journal.records import (
     BACKOFF,
     DEAD_HEAD,
     FIRED_HEAD,
+    FORGOTTEN,
+    FORMAT,
+    GROUP_HEAD,
     ID,
     KEY_HEAD,
     KIND_CANCELLED,
@@ -20,15 +23,18 @@ from quicx.daemon.journal.records import (
     KIND_DEAD,
     KIND_DONE,
     KIND_FIRED,
+    KIND_GROUP,
     KIND_KEY,
     KIND_PAUSE,
     KIND_REPLAY,
     KIND_RESERVE,
+    KIND_RESULT,
     KIND_RETRY,
     KIND_SCHEDULE,
     KIND_SUBMIT,
     KIND_SUBMIT2,
     KIND_SUBMIT3,
+    KIND_SUBMIT4,
     KIND_UNSCHEDULE,
     KINDS,
     MAGIC,
@@ -36,9 +42,11 @@ from quicx.daemon.journal.records import (
     MAX_BODY,
     OUTCOME_NAMES,
     RECORD_HEADER,
+    RESULT_HEAD,
     RETRY_HEAD,
     SUBMIT2_HEAD,
     SUBMIT3_HEAD,
+    SUBMIT4_HEAD,
     SUBMIT_HEAD,
     JournalCorrupt,
     RecoveredTask,
@@ -46,6 +54,10 @@ from quicx.daemon.journal.records import (
 )
 
 _OUTCOME_OF_KIND = {KIND_DONE: "done", KIND_CANCELLED: "cancelled"}
+_RESULT_STATES = frozenset(range(1, FORGOTTEN + 1))
+_RESULT_KINDS = frozenset(range(4))
+_GROUP_PHASES = frozenset(range(4))
+_GROUP_FORGOTTEN = 3
 
 
 def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:
@@ -68,6 +80,25 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
             return "SUBMIT record of the wrong shape"
         if SUBMIT3_HEAD.size + queue + task_type + key + fairness + backoff > length:
             return "SUBMIT record shorter than its fields"
+    elif kind == KIND_SUBMIT4:
+        if length < SUBMIT4_HEAD.size:
+            return "SUBMIT record shorter than its header"
+        *_, queue, task_type, key, fairness, backoff = SUBMIT4_HEAD.unpack_from(data, start)
+        if not queue or backoff not in (0, BACKOFF.size):
+            return "SUBMIT record of the wrong shape"
+        if SUBMIT4_HEAD.size + queue + task_type + key + fairness + backoff > length:
+            return "SUBMIT record shorter than its fields"
+    elif kind == KIND_RESULT:
+        if length < RESULT_HEAD.size:
+            return "RESULT record shorter than its header"
+        _, _, state, result_kind, _ = RESULT_HEAD.unpack_from(data, start)
+        if state not in _RESULT_STATES or result_kind not in _RESULT_KINDS:
+            return "RESULT record of the wrong shape"
+        if state == FORGOTTEN and length != RESULT_HEAD.size:
+            return "RESULT record of the wrong length"
+    elif kind == KIND_GROUP:
+        if length != GROUP_HEAD.size or data[start + 5] not in _GROUP_PHASES:
+            return "GROUP record of the wrong shape"
     elif kind == KIND_RETRY:
         if length != RETRY_HEAD.size:
             return "RETRY record of the wrong length"
@@ -184,6 +215,7 @@ def recover(path: str) -> Recovery:
     keys: dict[tuple[str, bytes], KeyEntry] = {}
     fired: dict[str, float] = {}
     schedules: dict[str, bytes] = {}
+    outcomes = _Outcomes()
     last_task_id = 0
     reserved: int | None = None
     records = 0
@@ -203,6 +235,11 @@ def recover(path: str) -> Recovery:
             records += 1
             offset = end
             continue
+        if kind == KIND_GROUP:
+            outcomes.group(data, body - 1)
+            records += 1
+            offset = end
+            continue
         task_id = ID.unpack_from(data, body)[0]
         if kind == KIND_SUBMIT:
             type_end = body + 5 + data[body + 4]
@@ -217,10 +254,20 @@ def recover(path: str) -> Recovery:
             live.pop(task_id, None)
             live[task_id] = _submit3(data, body - 1, end)
             last_task_id = task_id
+        elif kind == KIND_SUBMIT4:
+            live.pop(task_id, None)
+            live[task_id] = recovered = _submit4(data, body - 1, end)
+            outcomes.join(recovered.group)
+            last_task_id = task_id
         elif kind in _STATE_KINDS:
             task = live.get(task_id)
             if task is not None:
                 live[task_id] = _change(task, kind, data, body - 1, end)
+                if kind == KIND_DEAD and task.group:
+                    outcomes.count(task.group, "failed")
+                    live[task_id] = evolve(live[task_id], group=0)
+        elif kind == KIND_RESULT:
+            outcomes.result(data, body - 1, end)
         elif kind == KIND_KEY:
             entry = _key(data, body - 1, end)
             keys[(entry.queue, entry.key)] = entry
@@ -230,8 +277,10 @@ def recover(path: str) -> Recovery:
             last_task_id = task_id
         else:
             task = live.pop(task_id, None)
+            outcome = _OUTCOME_OF_KIND.get(kind, "failed")
+            if task is not None and task.group:
+                outcomes.count(task.group, outcome)
             if task is not None and task.key is not None and task.queue is not None:
-                outcome = _OUTCOME_OF_KIND.get(kind, "failed")
                 submitted = task.enqueued_at or 0.0
                 keys[(task.queue, task.key)] = KeyEntry(
                     task.queue, task.key, task_id, submitted, outcome
@@ -254,6 +303,10 @@ def recover(path: str) -> Recovery:
         MAGICS[data[: len(MAGIC)]],
         fired,
         schedules,
+        tuple(outcomes.kept.values()),
+        tuple(outcomes.forgotten),
+        tuple(outcomes.groups.values()),
+        outcomes.last_group_id,
     )
 
 
@@ -354,6 +407,81 @@ def _submit3(data: bytes, start: int, end: int) -> RecoveredTask:
     )
 
 
+def _submit4(data: bytes, start: int, end: int) -> RecoveredTask:
+    """The task of the (checked) SUBMIT4 record whose body is C{data[start:end]}."""
+    _, task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group, *lengths = (
+        SUBMIT4_HEAD.unpack_from(data, start)
+    )
+    queue, task_type, key, fairness, backoff, payload = _split(
+        data, start + SUBMIT4_HEAD.size, tuple(lengths), end
+    )
+    return RecoveredTask(
+        task_id,
+        task_type,
+        payload,
+        queue.decode("ascii"),
+        priority,
+        enqueued_ms / 1000,
+        key or None,
+        fairness or None,
+        due_ms / 1000,
+        retries,
+        failures,
+        BACKOFF.unpack(backoff) if backoff else None,
+        keep_for=keep_ms / 1000,
+        group=group,
+    )
+
+
+class _Outcomes:
+    """
+    What a journal says of kept outcomes and groups, as its records are read.
+
+    A GROUP record states a group's counts as they were; each member that
+    joins (its SUBMIT) or finishes (its outcome, or DEAD) after it moves
+    them on.  A member counted leaves its group.
+    """
+
+    def __init__(self) -> None:
+        self.kept: dict[int, KeptEntry] = {}
+        self.forgotten: dict[int, None] = {}
+        self.groups: dict[int, GroupEntry] = {}
+        self.last_group_id = 0
+
+    def result(self, data: bytes, start: int, end: int) -> None:
+        _, task_id, state, kind, expires_ms = RESULT_HEAD.unpack_from(data, start)
+        self.kept.pop(task_id, None)
+        self.forgotten.pop(task_id, None)
+        if state == FORGOTTEN:
+            self.forgotten[task_id] = None
+        else:
+            entry = KeptEntry(
+                task_id, state, kind, expires_ms / 1000, data[start + RESULT_HEAD.size : end]
+            )
+            self.kept[task_id] = entry
+
+    def group(self, data: bytes, start: int) -> None:
+        _, group_id, phase, opened_ms, finished_ms, *counts = GROUP_HEAD.unpack_from(data, start)
+        self.last_group_id = max(self.last_group_id, group_id)
+        if phase == _GROUP_FORGOTTEN:
+            self.groups.pop(group_id, None)
+            return
+        self.groups[group_id] = GroupEntry(
+            group_id, phase, opened_ms / 1000, finished_ms / 1000, *counts
+        )
+
+    def join(self, group_id: int) -> None:
+        entry = self.groups.get(group_id)
+        if entry is not None:
+            self.groups[group_id] = evolve(entry, members=entry.members + 1)
+
+    def count(self, group_id: int, outcome: str) -> None:
+        entry = self.groups.get(group_id)
+        if entry is not None:
+            field = outcome if outcome in ("done", "cancelled") else "failed"
+            self.groups[group_id] = evolve(entry, **{field: getattr(entry, field) + 1})
+
+
 def _key(data: bytes, start: int, end: int) -> KeyEntry:
     """The entry of the (checked) KEY record whose body is C{data[start:end]}."""
     _, task_id, submitted_ms, outcome, queue_length, _ = KEY_HEAD.unpack_from(data, start)
@@ -392,7 +520,7 @@ def _read_journal(path: str) -> bytes | None:
                 path,
                 0,
                 f"written by a newer Quicx (journal format {head[6:7].decode()});"
-                " this release reads formats 1 to 3",
+                f" this release reads formats 1 to {FORMAT}",
             )
         raise JournalCorrupt(path, 0, "not a Quicx journal (bad magic)")
     return data
