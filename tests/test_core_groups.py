@@ -63,7 +63,7 @@ def test_a_group_of_10000_reports_once_with_the_right_counts() -> None:
     assert states(producer) == [
         GroupState(group, GroupPhase.FINISHED, 10_000, 7_000, 2_000, 1_000, 0)
     ]
-    assert queue.group_state(group)["state"] == "finished"
+    assert queue.groups.describe(group)["state"] == "finished"
     # Once: nothing more, whatever happens next.
     queue.purge_dead(None)
     assert states(producer) == []
@@ -104,7 +104,7 @@ def test_an_empty_group_finishes_when_closed_and_a_closed_group_takes_no_member(
     with pytest.raises(Refused) as closing:
         queue.close_group(group + 1)
     assert closing.value.code == ErrorCode.NOT_FOUND
-    assert queue.group_state(group + 1)["state"] == "unknown"
+    assert queue.groups.describe(group + 1)["state"] == "unknown"
     assert queue.counters().submitted == 0
 
 
@@ -115,7 +115,7 @@ def test_a_duplicate_submit_does_not_join_twice() -> None:
     for _ in range(3):
         queue.submit(producer.session, b"t", b"x", key=b"order-1", group=group)
     assert producer.take() == [v2.Ok(1), v2.Ok(1, True), v2.Ok(1, True)]
-    assert queue.group_state(group)["members"] == 1
+    assert queue.groups.describe(group)["members"] == 1
     queue.close_group(group)
     # Even once the group is closed, a resubmit is a duplicate, not a refusal.
     queue.submit(producer.session, b"t", b"x", key=b"order-1", group=group)
@@ -188,7 +188,7 @@ def test_max_groups_forgets_the_oldest_finished_group_or_refuses() -> None:
     queue.close_group(first)
     third = queue.open_group(producer.session)["group"]
     assert (first, second, third) == (1, 2, 3)
-    assert queue.group_state(first)["state"] == "unknown"
+    assert queue.groups.describe(first)["state"] == "unknown"
     assert journal.groups[-2] == GroupEntry(1, GroupPhase.UNKNOWN, queue.clock(), queue.clock())
     assert len(queue.groups) == 2
 
@@ -200,9 +200,9 @@ def test_a_finished_group_is_forgotten_after_its_ttl() -> None:
     group = queue.open_group(producer.session)["group"]
     queue.close_group(group)
     clock.advance(59.9)
-    assert queue.group_state(group)["state"] == "finished"
+    assert queue.groups.describe(group)["state"] == "finished"
     clock.advance(0.1)
-    assert queue.group_state(group)["state"] == "unknown"
+    assert queue.groups.describe(group)["state"] == "unknown"
     assert len(queue.groups) == 0
 
 
@@ -215,8 +215,8 @@ def test_a_member_whose_submit_the_journal_refuses_leaves_its_group() -> None:
     waiter = FakePeer(queue, "waiter", 2)
     queue.await_outcome(waiter.session, 1, 10_000)
     queue.close_group(group)
-    assert queue.group_state(group)["members"] == 1
+    assert queue.groups.describe(group)["members"] == 1
     journal.fail()
-    assert queue.group_state(group)["state"] == "finished"
+    assert queue.groups.describe(group)["state"] == "finished"
     assert states(producer) == [GroupState(group, GroupPhase.FINISHED)]
     assert waiter.take() == [results.Outcome(1, results.OutcomeState.UNKNOWN)]

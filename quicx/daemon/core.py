@@ -28,7 +28,7 @@ from quicx.daemon.deadletters import DeadLetters
 from quicx.daemon.dedup import KeyTable
 from quicx.daemon.delays import Delays
 from quicx.daemon.events import EventLog
-from quicx.daemon.groups import Group, Groups, unknown
+from quicx.daemon.groups import Group, Groups
 from quicx.daemon.journal.interface import (
     DeadInfo,
     IJournal,
@@ -695,9 +695,9 @@ class QueueService(Service):
             self._forget_if_idle(task.home)
             if task.group:
                 self._leave_group(task)
-            self._answer_waits(
-                task.task_id, results.encode_outcome(task.task_id, OutcomeState.UNKNOWN)
-            )
+            if self.waits.count:
+                unknown_outcome = results.encode_outcome(task.task_id, OutcomeState.UNKNOWN)
+                self._answer_waits(task.task_id, unknown_outcome)
             if task.key is not None:
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
@@ -1805,7 +1805,7 @@ class QueueService(Service):
         """
         task = self._live.get(task_id)
         if task is None:
-            session.reply(self._known_outcome(task_id))
+            session.reply(self.kept.outcome(task_id))
         elif task.dead is not None:
             dead = results.encode_outcome(task_id, OutcomeState.DEAD, None, task.dead.reason)
             session.reply(dead)
@@ -1813,18 +1813,6 @@ class QueueService(Service):
             self._wait(session, Target.TASK, task_id, timeout_ms)
         else:
             session.reply(results.encode_outcome(task_id, OutcomeState.PENDING))
-
-    def _known_outcome(self, task_id: int) -> bytes:
-        """The OUTCOME of a task that is not live: kept, forgotten, or unknown."""
-        found = self.kept.get(task_id)
-        if found is None:
-            state = OutcomeState.EXPIRED if self.kept.forgotten(task_id) else OutcomeState.UNKNOWN
-            return results.encode_outcome(task_id, state)
-        kept, data = found
-        if kept.kind:
-            result = v2.Result(v2.ResultKind(kept.kind), data)
-            return results.encode_outcome(task_id, kept.state, result)
-        return results.encode_outcome(task_id, kept.state, None, data)
 
     def _wait(self, session: Session, target: Target, target_id: int, timeout_ms: int) -> None:
         """@raise Refused: (queue full) one more wait would pass a waiter limit."""
@@ -1838,7 +1826,7 @@ class QueueService(Service):
         if wait.target is Target.TASK:
             frame = results.encode_outcome(wait.target_id, OutcomeState.PENDING)
         else:
-            frame = self._group_state(wait.target_id)
+            frame = self.groups.state_frame(wait.target_id)
         wait.session.peer.sendFrame(frame)
 
     def open_group(self, session: Session) -> dict[str, Any]:
@@ -1868,10 +1856,6 @@ class QueueService(Service):
             self._group_finished(group)
         return group.describe()
 
-    def group_state(self, group_id: int) -> dict[str, Any]:
-        group = self.groups.get(group_id)
-        return unknown(group_id) if group is None else group.describe()
-
     def await_group(self, session: Session, group_id: int, timeout_ms: int) -> None:
         """
         Answer C{session} GROUP_STATE for C{group_id}: at once when it is
@@ -1882,15 +1866,9 @@ class QueueService(Service):
         """
         group = self.groups.get(group_id)
         if group is None or group.phase is GroupPhase.FINISHED or not timeout_ms:
-            session.reply(self._group_state(group_id))
+            session.reply(self.groups.state_frame(group_id))
         else:
             self._wait(session, Target.GROUP, group_id, timeout_ms)
-
-    def _group_state(self, group_id: int) -> bytes:
-        group = self.groups.get(group_id)
-        if group is None:
-            return results.encode_group_state(results.GroupState(group_id, GroupPhase.UNKNOWN))
-        return results.encode_group_state(group.state())
 
     def _open_group(self, group_id: int) -> Group:
         """

@@ -106,21 +106,6 @@ class Group:
         )
 
 
-def unknown(group_id: int) -> dict[str, Any]:
-    """The INFO of a group that does not exist (or was forgotten)."""
-    return {
-        "group": group_id,
-        "state": "unknown",
-        "members": 0,
-        "done": 0,
-        "failed": 0,
-        "cancelled": 0,
-        "pending": 0,
-        "opened_at": None,
-        "finished_at": None,
-    }
-
-
 class Groups:
     """The groups, by id."""
 
@@ -150,6 +135,29 @@ class Groups:
 
     def get(self, group_id: int) -> Group | None:
         return self._groups.get(group_id)
+
+    def describe(self, group_id: int) -> dict[str, Any]:
+        """The INFO of group C{group_id}, or of an unknown one."""
+        group = self._groups.get(group_id)
+        if group is not None:
+            return group.describe()
+        return {
+            "group": group_id,
+            "state": "unknown",
+            "members": 0,
+            "done": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "pending": 0,
+            "opened_at": None,
+            "finished_at": None,
+        }
+
+    def state_frame(self, group_id: int) -> bytes:
+        """The GROUP_STATE of group C{group_id} now, or of an unknown one."""
+        group = self._groups.get(group_id)
+        state = results.GroupState(group_id, GroupPhase.UNKNOWN) if group is None else group.state()
+        return results.encode_group_state(state)
 
     def open(self, opener: int) -> Group | None:
         """

@@ -26,6 +26,7 @@ from twisted.internet.interfaces import IReactorTime
 from quicx.daemon import pmad
 from quicx.daemon.delays import Delays
 from quicx.daemon.journal.interface import IJournal, KeptEntry
+from quicx.protocol import results, v2
 from quicx.protocol.results import OutcomeState
 
 
@@ -140,6 +141,18 @@ class KeptOutcomes:
     def forgotten(self, task_id: int) -> bool:
         """Whether C{task_id}'s outcome was kept and no longer is."""
         return task_id in self._forgotten
+
+    def outcome(self, task_id: int) -> bytes:
+        """The OUTCOME of a task that is not live: kept, forgotten (expired), or unknown."""
+        found = self.get(task_id)
+        if found is None:
+            state = OutcomeState.EXPIRED if task_id in self._forgotten else OutcomeState.UNKNOWN
+            return results.encode_outcome(task_id, state)
+        kept, data = found
+        if kept.kind:
+            result = v2.Result(v2.ResultKind(kept.kind), data)
+            return results.encode_outcome(task_id, kept.state, result)
+        return results.encode_outcome(task_id, kept.state, None, data)
 
     def keep(self, task_id: int, state: OutcomeState, kind: int, data: bytes, ttl: float) -> None:
         """

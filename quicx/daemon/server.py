@@ -525,7 +525,7 @@ class QuicxServerProtocol(FrameReceiver):
             return
         self._authorize("producer", "monitor")
         if op is GroupOp.STATE:
-            self._reply(v2.encode_info(self.queue.group_state(message.group)))
+            self._reply(v2.encode_info(self.queue.groups.describe(message.group)))
         else:
             self.queue.await_group(session, message.group, message.timeout_ms)
 
