@@ -497,13 +497,17 @@ class QueueService(Service):
         try:
             # An empty payload still takes the smallest block: every live task
             # holds a block, so the pool bounds how many tasks there are.
-            block = self._store(payload)
+            block = self.pool.store(payload)
         except pmad.AllocationTooLarge as e:
             self._reject(session, ErrorCode.PAYLOAD_TOO_LARGE, str(e), task_type, len(payload))
             return
         except pmad.PoolExhausted as e:
-            self._reject(session, ErrorCode.QUEUE_FULL, f"queue full: {e}", task_type, len(payload))
-            return
+            room = self._store(payload)
+            if room is None:
+                full = f"queue full: {e}"
+                self._reject(session, ErrorCode.QUEUE_FULL, full, task_type, len(payload))
+                return
+            block = room
         task = Task(
             self._next_task_id(),
             task_type,
@@ -569,19 +573,20 @@ class QueueService(Service):
                 ErrorCode.QUEUE_FULL, f"queue {queue.name!r} is full (max_depth = {depth})"
             )
 
-    def _store(self, payload: bytes) -> int:
+    def _store(self, payload: bytes) -> int | None:
         """
         A pool block holding C{payload}; when the pool is full, kept outcomes
         are evicted (the oldest whose block can hold it) to make room.
+        C{None}: there is no room even so.
 
-        @raise pmad.PmadError: there is no room even so, or it is too large.
+        @raise pmad.AllocationTooLarge: it is larger than any block.
         """
         while True:
             try:
                 return self.pool.store(payload)
             except pmad.PoolExhausted:
                 if not self.kept.make_room(len(payload) or 1):
-                    raise
+                    return None
 
     def _duplicate(self, session: Session, found: Task | KeyEntry) -> None:
         """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
@@ -1006,8 +1011,16 @@ class QueueService(Service):
             self._completed += 1
             if self.events is not None:
                 self._event("done", task, session, None, attempt)
-            self._settle(task, OutcomeState.DONE, result)
             producer = task.producer
+            # The common case, nothing to keep, count or answer, in one test.
+            if (
+                task.keep_for
+                or task.group
+                or self.waits.count
+                or task.home.policy.keep_results
+                or (producer is not None and not producer.connected)
+            ):
+                self._settle(task, OutcomeState.DONE, result)
             if producer is not None and producer.connected:
                 producer.peer.sendFrame(
                     wire.encode_done(task_id)
@@ -1329,6 +1342,8 @@ class QueueService(Service):
             if self.keys.find(queue.name, key, now) is not None:
                 return
             block = self._store(spec.payload)
+            if block is None:
+                raise Refused(ErrorCode.QUEUE_FULL, "queue full: no room in the pool")
         except (Refused, pmad.PmadError) as e:
             self._count_rejection(None, ErrorCode.QUEUE_FULL, str(e), spec.task_type, 0)
             self.log.warn(
