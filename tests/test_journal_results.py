@@ -25,7 +25,7 @@ def write(path: Path, *records: bytes) -> None:
 
 
 def submit(task_id: int, group: int = 0, keep_for: float = 0.0, retries: int = 0) -> bytes:
-    return journal.encode_submit4(
+    return journal.encode_submit3(
         task_id, b"t", b"p", "q", 0, T, None, None, 0.0, retries, 0, None, keep_for, group
     )
 

@@ -195,88 +195,29 @@ def encode_submit3(
     retries: int,
     failures: int,
     backoff: tuple[int, int, int, int] | None,
+    keep_for: float = 0.0,
+    group: int = 0,
 ) -> bytes:
     """
     A SUBMIT of a task with a lifecycle: delayed until C{due} (0: not),
-    its retries and backoff, the failures it has had.  A task without any
-    is written as L{encode_submit2}, as short as before.
+    its retries and backoff, the failures it has had (a task without any
+    is written as L{encode_submit2}, as short as before).  A task whose
+    outcome is kept C{keep_for} seconds, or that is a member of C{group},
+    takes format 4's record (SUBMIT4), which adds them.
     """
     name = queue.encode("ascii")
     key = key or b""
     fairness = fairness or b""
     packed = b"" if backoff is None else BACKOFF.pack(*backoff)
-    return _frame(
-        SUBMIT3_HEAD.pack(
-            KIND_SUBMIT3,
-            task_id,
-            priority,
-            int(enqueued_at * 1000),
-            round(due * 1000),
-            retries,
-            failures,
-            len(name),
-            len(task_type),
-            len(key),
-            len(fairness),
-            len(packed),
+    lengths = (len(name), len(task_type), len(key), len(fairness), len(packed))
+    head = (task_id, priority, int(enqueued_at * 1000), round(due * 1000), retries, failures)
+    if keep_for or group:
+        packed_head = SUBMIT4_HEAD.pack(
+            KIND_SUBMIT4, *head, round(keep_for * 1000), group, *lengths
         )
-        + name
-        + task_type
-        + key
-        + fairness
-        + packed
-        + payload
-    )
-
-
-def encode_submit4(
-    task_id: int,
-    task_type: bytes,
-    payload: bytes,
-    queue: str,
-    priority: int,
-    enqueued_at: float,
-    key: bytes | None,
-    fairness: bytes | None,
-    due: float,
-    retries: int,
-    failures: int,
-    backoff: tuple[int, int, int, int] | None,
-    keep_for: float,
-    group: int,
-) -> bytes:
-    """
-    A SUBMIT of a task whose outcome is kept for C{keep_for} seconds, or
-    that is a member of C{group}; otherwise as L{encode_submit3}.
-    """
-    name = queue.encode("ascii")
-    key = key or b""
-    fairness = fairness or b""
-    packed = b"" if backoff is None else BACKOFF.pack(*backoff)
-    return _frame(
-        SUBMIT4_HEAD.pack(
-            KIND_SUBMIT4,
-            task_id,
-            priority,
-            int(enqueued_at * 1000),
-            round(due * 1000),
-            retries,
-            failures,
-            round(keep_for * 1000),
-            group,
-            len(name),
-            len(task_type),
-            len(key),
-            len(fairness),
-            len(packed),
-        )
-        + name
-        + task_type
-        + key
-        + fairness
-        + packed
-        + payload
-    )
+    else:
+        packed_head = SUBMIT3_HEAD.pack(KIND_SUBMIT3, *head, *lengths)
+    return _frame(packed_head + name + task_type + key + fairness + packed + payload)
 
 
 def encode_result(entry: KeptEntry) -> bytes:

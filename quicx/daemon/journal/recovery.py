@@ -58,6 +58,7 @@ _RESULT_STATES = frozenset(range(1, FORGOTTEN + 1))
 _RESULT_KINDS = frozenset(range(4))
 _GROUP_PHASES = frozenset(range(4))
 _GROUP_FORGOTTEN = 3
+_LIFECYCLE_HEADS = {KIND_SUBMIT3: SUBMIT3_HEAD, KIND_SUBMIT4: SUBMIT4_HEAD}
 
 
 def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:
@@ -72,21 +73,14 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
         _, _, _, _, queue, task_type, key, fairness = SUBMIT2_HEAD.unpack_from(data, start)
         if not queue or SUBMIT2_HEAD.size + queue + task_type + key + fairness > length:
             return "SUBMIT record shorter than its fields"
-    elif kind == KIND_SUBMIT3:
-        if length < SUBMIT3_HEAD.size:
+    elif kind in _LIFECYCLE_HEADS:
+        head = _LIFECYCLE_HEADS[kind]
+        if length < head.size:
             return "SUBMIT record shorter than its header"
-        *_, queue, task_type, key, fairness, backoff = SUBMIT3_HEAD.unpack_from(data, start)
+        *_, queue, task_type, key, fairness, backoff = head.unpack_from(data, start)
         if not queue or backoff not in (0, BACKOFF.size):
             return "SUBMIT record of the wrong shape"
-        if SUBMIT3_HEAD.size + queue + task_type + key + fairness + backoff > length:
-            return "SUBMIT record shorter than its fields"
-    elif kind == KIND_SUBMIT4:
-        if length < SUBMIT4_HEAD.size:
-            return "SUBMIT record shorter than its header"
-        *_, queue, task_type, key, fairness, backoff = SUBMIT4_HEAD.unpack_from(data, start)
-        if not queue or backoff not in (0, BACKOFF.size):
-            return "SUBMIT record of the wrong shape"
-        if SUBMIT4_HEAD.size + queue + task_type + key + fairness + backoff > length:
+        if head.size + queue + task_type + key + fairness + backoff > length:
             return "SUBMIT record shorter than its fields"
     elif kind == KIND_RESULT:
         if length < RESULT_HEAD.size:
@@ -250,13 +244,9 @@ def recover(path: str) -> Recovery:
             live.pop(task_id, None)
             live[task_id] = _submit2(data, body - 1, end)
             last_task_id = task_id
-        elif kind == KIND_SUBMIT3:
+        elif kind in _LIFECYCLE_HEADS:
             live.pop(task_id, None)
-            live[task_id] = _submit3(data, body - 1, end)
-            last_task_id = task_id
-        elif kind == KIND_SUBMIT4:
-            live.pop(task_id, None)
-            live[task_id] = recovered = _submit4(data, body - 1, end)
+            live[task_id] = recovered = _lifecycle_submit(data, body - 1, end, kind)
             outcomes.join(recovered.group)
             last_task_id = task_id
         elif kind in _STATE_KINDS:
@@ -383,37 +373,18 @@ def _submit2(data: bytes, start: int, end: int) -> RecoveredTask:
     )
 
 
-def _submit3(data: bytes, start: int, end: int) -> RecoveredTask:
-    """The task of the (checked) SUBMIT3 record whose body is C{data[start:end]}."""
-    _, task_id, priority, enqueued_ms, due_ms, retries, failures, *lengths = (
-        SUBMIT3_HEAD.unpack_from(data, start)
+def _lifecycle_submit(data: bytes, start: int, end: int, kind: int) -> RecoveredTask:
+    """
+    The task of the (checked) SUBMIT3 or SUBMIT4 record whose body is
+    C{data[start:end]}: a SUBMIT4 adds its keep time and group.
+    """
+    head = _LIFECYCLE_HEADS[kind]
+    _, task_id, priority, enqueued_ms, due_ms, retries, failures, *rest = head.unpack_from(
+        data, start
     )
+    keep_ms, group = rest[:-5] or (0, 0)
     queue, task_type, key, fairness, backoff, payload = _split(
-        data, start + SUBMIT3_HEAD.size, tuple(lengths), end
-    )
-    return RecoveredTask(
-        task_id,
-        task_type,
-        payload,
-        queue.decode("ascii"),
-        priority,
-        enqueued_ms / 1000,
-        key or None,
-        fairness or None,
-        due_ms / 1000,
-        retries,
-        failures,
-        BACKOFF.unpack(backoff) if backoff else None,
-    )
-
-
-def _submit4(data: bytes, start: int, end: int) -> RecoveredTask:
-    """The task of the (checked) SUBMIT4 record whose body is C{data[start:end]}."""
-    _, task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group, *lengths = (
-        SUBMIT4_HEAD.unpack_from(data, start)
-    )
-    queue, task_type, key, fairness, backoff, payload = _split(
-        data, start + SUBMIT4_HEAD.size, tuple(lengths), end
+        data, start + head.size, tuple(rest[-5:]), end
     )
     return RecoveredTask(
         task_id,

@@ -45,7 +45,6 @@ from quicx.daemon.journal.records import (
     encode_schedule,
     encode_submit2,
     encode_submit3,
-    encode_submit4,
     encode_unschedule,
     id_after,
     id_steps,
@@ -506,11 +505,16 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
         task.key,
         task.fairness,
     )
-    if task.keep_for or task.group:
+    if (
+        task.due
+        or task.retries
+        or task.failures
+        or task.backoff is not None
+        or task.keep_for
+        or task.group
+    ):
         lifecycle = (task.due, task.retries, task.failures, task.backoff)
-        return encode_submit4(*fields, *lifecycle, task.keep_for, task.group)
-    if task.due or task.retries or task.failures or task.backoff is not None:
-        return encode_submit3(*fields, task.due, task.retries, task.failures, task.backoff)
+        return encode_submit3(*fields, *lifecycle, task.keep_for, task.group)
     return encode_submit2(*fields)
 
 
