@@ -138,10 +138,6 @@ class KeptOutcomes:
             return None
         return outcome, self.pool.read(outcome.block)
 
-    def forgotten(self, task_id: int) -> bool:
-        """Whether C{task_id}'s outcome was kept and no longer is."""
-        return task_id in self._forgotten
-
     def outcome(self, task_id: int) -> bytes:
         """The OUTCOME of a task that is not live: kept, forgotten (expired), or unknown."""
         found = self.get(task_id)

@@ -92,10 +92,6 @@ class Waits(Generic[S]):
         """Whether C{session} waits for anything."""
         return session in self._by_session
 
-    def waiting(self, target: Target, target_id: int) -> list[S]:
-        """The sessions waiting for C{target_id}, without ending their waits."""
-        return [wait.session for wait in self._by_target.get((target, target_id), ())]
-
     def pop(self, target: Target, target_id: int) -> list[S]:
         """End every wait for C{target_id} (it is decided): their sessions, in order."""
         waits = self._by_target.pop((target, target_id), None)
