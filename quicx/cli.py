@@ -279,6 +279,10 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"   ({thousands(tasks.get('dead_now', 0))} kept,"
         f" {thousands(tasks.get('dead_dropped', 0))} dropped)",
         f"  delayed     {thousands(tasks.get('delayed', 0)):>14}   (waiting for their time)",
+        f"  results     {thousands(tasks.get('results_kept', 0)):>14}"
+        f"   ({thousands(status.get('results', {}).get('kept', 0))} kept now,"
+        f" {thousands(tasks.get('results_evicted', 0))} evicted,"
+        f" {thousands(tasks.get('results_expired', 0))} expired)",
         f"  in flight   {thousands(tasks['queued'] + tasks['running']):>14}"
         f"   ({thousands(tasks['queued'])} queued + {thousands(tasks['running'])} running)",
         "",

@@ -28,6 +28,7 @@ from quicx.daemon.deadletters import DeadLetters
 from quicx.daemon.dedup import KeyTable
 from quicx.daemon.delays import Delays
 from quicx.daemon.events import EventLog
+from quicx.daemon.groups import Group, Groups
 from quicx.daemon.journal.interface import (
     DeadInfo,
     IJournal,
@@ -41,10 +42,13 @@ from quicx.daemon.logsummary import LogSummary
 from quicx.daemon.policy import ProgressSettings, QueueLimits
 from quicx.daemon.progress import ProgressBook, Report
 from quicx.daemon.queues import NamedQueue
+from quicx.daemon.results import KeptOutcome, KeptOutcomes
 from quicx.daemon.retries import retry_wait
+from quicx.daemon.waits import Target, Wait, Waits
 from quicx.net.twisted_types import Service
 from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol import session as protocol
+from quicx.protocol.results import GroupPhase, OutcomeState
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.v2 import Backoff, ErrorCode
 
@@ -80,6 +84,9 @@ class Task:
         extended it (0: the queue's timeout from the dispatch).
     @ivar dead: why it died, while it is in the dead-letter set.
     @ivar forward_progress: its producer asked for its PROGRESS reports.
+    @ivar keep_for: seconds its outcome is kept after it finishes, as its
+        SUBMIT asked (0: as its queue says, or if its producer is gone).
+    @ivar group: the group it counts in until it finishes (0: none).
     """
 
     task_id: int
@@ -107,6 +114,8 @@ class Task:
     lease_until: float = 0.0
     dead: DeadInfo | None = None
     forward_progress: bool = False
+    keep_for: float = 0.0
+    group: int = 0
 
     @property
     def queue(self) -> str:
@@ -209,6 +218,9 @@ class Counters:
     dead_dropped: int
     stale_outcomes: int
     delayed: int
+    results_kept: int
+    results_evicted: int
+    results_expired: int
 
 
 @implementer(IJournalOwner)
@@ -226,6 +238,11 @@ class QueueService(Service):
     @ivar progress: the tasks' progress reports.
     @ivar shared: the shared data, once a L{quicx.daemon.shared.SharedData}
         is made for this queue.
+    @ivar kept: the kept outcomes of finished tasks.
+    @ivar groups: the groups of tasks.
+    @ivar waits: the AWAITs and group WAITs waiting.
+    @ivar max_result: the longest result an ACK may carry: C{[results]
+        max_size}, or the pool's largest block if that is smaller.
     """
 
     # A Logger as a class attribute is named after the class:
@@ -303,6 +320,12 @@ class QueueService(Service):
         )
         # SUBMITs of a key whose task waits for the journal, by that task's id.
         self._duplicates_waiting: dict[int, list[Duplicate]] = {}
+        self.kept = KeptOutcomes(
+            pool, self.journal, limits.results, self._scheduler, clock, self._result_evicted
+        )
+        self.groups = Groups(limits.groups, self.journal, self._scheduler, clock)
+        self.waits: Waits[Session] = Waits(limits.results, self._scheduler, clock, self._wait_ended)
+        self.max_result = min(limits.results.max_size, pool.max_size)
 
     # -- queues -------------------------------------------------------------
 
@@ -355,6 +378,8 @@ class QueueService(Service):
         """Forget a connection; tasks it held go back to the head of their queues, in order."""
         session.connected = False
         self.sessions.pop(session.session_id, None)
+        if self.waits.count:
+            self.waits.drop(session)
         if session.role is Role.WORKER:
             self._workers -= 1
             self._unsubscribe(session)
@@ -428,12 +453,15 @@ class QueueService(Service):
         retries: int | None = None,
         backoff: Backoff | None = None,
         progress: bool = False,
+        result_ttl: int | None = None,
+        group: int | None = None,
     ) -> None:
         """
         Accept a task and answer OK, or answer the ERROR that says why not.
         C{delay_ms} or C{run_at_ms}: it is delayed; C{retries} and
         C{backoff}: its own, instead of its queue's; C{progress}: its
-        producer hears its PROGRESS reports.
+        producer hears its PROGRESS reports; C{result_ttl}: keep its outcome
+        this many seconds (0: C{[results] ttl}); C{group}: it joins that group.
 
         With a journal that syncs each record, the OK (and the task's place in
         the queue) waits until the record is on disk; see L{accepted}.
@@ -469,6 +497,13 @@ class QueueService(Service):
             if found is not None:
                 self._duplicate(session, found)
                 return
+        joined: Group | None = None
+        if group is not None:
+            try:
+                joined = self._open_group(group)
+            except Refused as e:
+                self._reject(session, e.code, str(e), task_type, len(payload))
+                return
         if (
             fairness is not None
             and queue.limited
@@ -483,17 +518,20 @@ class QueueService(Service):
                 len(payload),
             )
             return
-        pool = self.pool
         try:
             # An empty payload still takes the smallest block: every live task
             # holds a block, so the pool bounds how many tasks there are.
-            block = pool.store(payload)
+            block = self.pool.store(payload)
         except pmad.AllocationTooLarge as e:
             self._reject(session, ErrorCode.PAYLOAD_TOO_LARGE, str(e), task_type, len(payload))
             return
         except pmad.PoolExhausted as e:
-            self._reject(session, ErrorCode.QUEUE_FULL, f"queue full: {e}", task_type, len(payload))
-            return
+            room = self._store(payload)
+            if room is None:
+                full = f"queue full: {e}"
+                self._reject(session, ErrorCode.QUEUE_FULL, full, task_type, len(payload))
+                return
+            block = room
         task = Task(
             self._next_task_id(),
             task_type,
@@ -511,6 +549,12 @@ class QueueService(Service):
             backoff=backoff,
             forward_progress=progress,
         )
+        if result_ttl is not None:
+            kept = self.limits.results
+            task.keep_for = min(result_ttl or kept.ttl, kept.max_ttl)
+        if joined is not None:
+            task.group = joined.group_id
+            self.groups.join(joined)
         self._live[task.task_id] = task
         if key is not None:
             self.keys.add(queue.name, key, task)
@@ -554,11 +598,30 @@ class QueueService(Service):
                 ErrorCode.QUEUE_FULL, f"queue {queue.name!r} is full (max_depth = {depth})"
             )
 
+    def _store(self, payload: bytes) -> int | None:
+        """
+        A pool block holding C{payload}; when the pool is full, kept outcomes
+        are evicted (the oldest whose block can hold it) to make room.
+        C{None}: there is no room even so.
+
+        @raise pmad.AllocationTooLarge: it is larger than any block.
+        """
+        while True:
+            try:
+                return self.pool.store(payload)
+            except pmad.PoolExhausted:
+                if not self.kept.make_room(len(payload) or 1):
+                    return None
+
     def _duplicate(self, session: Session, found: Task | KeyEntry) -> None:
         """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
         self._duplicates += 1
         if isinstance(found, KeyEntry):
             session.reply(_OK[session.version](found.task_id, True))
+            kept = self.kept.get(found.task_id)
+            if kept is not None:
+                self._tell_kept(session, *kept)
+                return
             # The reason a failure gave is not kept with its key.
             reason = "failed (an earlier submission of this key)"
             self._tell_outcome(session, found.task_id, found.outcome, reason)
@@ -660,6 +723,11 @@ class QueueService(Service):
             del self._live[task.task_id]
             task.home.pending -= 1
             self._forget_if_idle(task.home)
+            if task.group:
+                self._leave_group(task)
+            if self.waits.count:
+                unknown_outcome = results.encode_outcome(task.task_id, OutcomeState.UNKNOWN)
+                self._answer_waits(task.task_id, unknown_outcome)
             if task.key is not None:
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
@@ -686,7 +754,8 @@ class QueueService(Service):
     def snapshot(self) -> Snapshot:
         """
         (The journal.) The live tasks oldest first, the paused queues, the
-        remembered keys, the schedules' state, the shared data.
+        remembered keys, the schedules' state, the shared data, the kept
+        outcomes and the groups.
         """
         read = self.pool.read
         schedules = self.schedules
@@ -697,18 +766,23 @@ class QueueService(Service):
             [] if schedules is None else schedules.last_fires(),
             [] if schedules is None else schedules.definitions(),
             [] if self.shared is None else self.shared.versions(),
+            list(self.kept.entries()),
+            self.kept.forgotten_ids(),
+            list(self.groups.entries()),
         )
 
     def restore(self, recovery: Recovery) -> None:
         """
         Queue the tasks a journal kept, in their order and with their ids and
-        queues; pause the queues it paused; remember its keys.
+        queues; pause the queues it paused; remember its keys; keep its kept
+        outcomes and groups.  A task's producer is gone: its outcome is kept.
 
         @raise pmad.PmadError: they do not fit this pool.
         @raise Refused: they need more queues than C{max_queues}.
         """
         now = self.clock()
         dead: list[Task] = []
+        self.groups.restore(recovery.groups, recovery.last_group_id)
         for name in recovery.paused:
             self._queue(name).paused = True
         for recovered in recovery.tasks:
@@ -732,6 +806,8 @@ class QueueService(Service):
                 failures=recovered.failures,
                 backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
                 dead=recovered.dead,
+                keep_for=recovered.keep_for or self.limits.results.ttl,
+                group=recovered.group if self.groups.get(recovered.group) else 0,
             )
             self._live[task.task_id] = task
             if key is not None:
@@ -751,6 +827,8 @@ class QueueService(Service):
         self._arm_dead_expiry()
         self.keys.restore(recovery.keys, now)
         self._last_task_id = recovery.last_task_id
+        # After the tasks: a task's payload comes before a kept result.
+        self.kept.restore(recovery.kept, recovery.forgotten)
 
     def _reject(
         self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
@@ -850,15 +928,24 @@ class QueueService(Service):
         self._end(task, "cancelled")
         if self.events is not None:
             self._event("cancelled", task, None, why)
+        self._settle(task, OutcomeState.CANCELLED, None, why)
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
             self._tell_outcome(producer, task.task_id, "cancelled", "")
 
-    def _tell_outcome(self, session: Session, task_id: int, outcome: str, reason: str) -> None:
+    def _tell_outcome(
+        self,
+        session: Session,
+        task_id: int,
+        outcome: str,
+        reason: str,
+        result: v2.Result | None = None,
+    ) -> None:
         """
         Send C{session} a task's outcome in its version (a version-1 peer
-        hears a cancel as FAILED C{cancelled}); C{reason}: a failure's, verbatim.
+        hears a cancel as FAILED C{cancelled}, and no result); C{reason}: a
+        failure's, verbatim.
         """
         if not session.connected:
             return
@@ -870,12 +957,23 @@ class QueueService(Service):
                     task_id, "cancelled" if outcome == "cancelled" else reason
                 )
         elif outcome == "done":
-            frame = v2.encode_done(task_id)
+            frame = v2.encode_done(task_id, result)
         elif outcome == "cancelled":
             frame = v2.encode_cancelled(task_id)
         else:
             frame = v2.encode_failed(task_id, reason)
         session.peer.sendFrame(frame)
+
+    def _tell_kept(self, session: Session, kept: KeptOutcome, data: bytes) -> None:
+        """Send C{session} a kept outcome as its task's producer would have heard it."""
+        state = kept.state
+        if state == OutcomeState.DONE:
+            result = v2.Result(v2.ResultKind(kept.kind), data) if kept.kind else None
+            self._tell_outcome(session, kept.task_id, "done", "", result)
+        elif state == OutcomeState.CANCELLED:
+            self._tell_outcome(session, kept.task_id, "cancelled", "")
+        else:
+            self._tell_outcome(session, kept.task_id, "failed", data.decode("utf-8", "replace"))
 
     def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
         """
@@ -932,7 +1030,8 @@ class QueueService(Service):
         if len(session.tasks) == held:
             session.peer.sendFrame(wire.WAIT_FRAME if session.version == 1 else v2.WAIT_FRAME)
 
-    def done(self, session: Session, task_id: int) -> None:
+    def done(self, session: Session, task_id: int, result: v2.Result | None = None) -> None:
+        """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
         finished = self._finish(session, task_id, "done")
         if finished is not None:
             task, attempt = finished
@@ -940,9 +1039,20 @@ class QueueService(Service):
             if self.events is not None:
                 self._event("done", task, session, None, attempt)
             producer = task.producer
+            # The common case, nothing to keep, count or answer, in one test.
+            if (
+                task.keep_for
+                or task.group
+                or self.waits.count
+                or task.home.policy.keep_results
+                or (producer is not None and not producer.connected)
+            ):
+                self._settle(task, OutcomeState.DONE, result)
             if producer is not None and producer.connected:
                 producer.peer.sendFrame(
-                    wire.encode_done(task_id) if producer.version == 1 else v2.encode_done(task_id)
+                    wire.encode_done(task_id)
+                    if producer.version == 1
+                    else v2.encode_done(task_id, result)
                 )
         self._become_idle(session)
 
@@ -971,17 +1081,28 @@ class QueueService(Service):
 
     # -- version-2 workers: fenced outcomes and leases -------------------------------
 
-    def ack(self, session: Session, task_id: int, token: int) -> None:
+    def ack(
+        self, session: Session, task_id: int, token: int, result: v2.Result | None = None
+    ) -> None:
         """
-        A version-2 worker's ACK of delivery C{token}.
+        A version-2 worker's ACK of delivery C{token}, with the task's C{result}.
 
-        @raise Refused: (stale) the delivery is not the task's current one.
+        @raise Refused: (payload too large) the result is longer than
+            L{max_result}: nothing is applied, the worker still holds the
+            task; (stale) the delivery is not the task's current one.
         @raise ProtocolViolation: C{session} was never sent C{task_id}.
         """
+        if result is not None and len(result.data) > self.max_result:
+            raise Refused(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"task {task_id}: a result of {len(result.data)} bytes exceeds the limit of"
+                f" {self.max_result} bytes ([results] max_size, or the pool's largest block);"
+                " the ACK is not applied",
+            )
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
             self._stale_report(session, task_id, token)
-        self.done(session, task_id)
+        self.done(session, task_id, result)
 
     def nack(
         self, session: Session, task_id: int, token: int, reason: str, permanent: bool
@@ -1171,9 +1292,11 @@ class QueueService(Service):
         producer = task.producer
         if dead_letter and task.retries and self.dead_letters.max_count:
             self._bury(task, reason, worker)
+            self._settle(task, OutcomeState.DEAD, None, reason)
             task.producer = None
         else:
             self._end(task, "failed")
+            self._settle(task, OutcomeState.FAILED, None, reason)
         if producer is not None:
             producer.outstanding -= 1
             self._tell_outcome(producer, task.task_id, "failed", reason)
@@ -1300,7 +1423,9 @@ class QueueService(Service):
             now = self.clock()
             if self.keys.find(queue.name, key, now) is not None:
                 return
-            block = self.pool.store(spec.payload)
+            block = self._store(spec.payload)
+            if block is None:
+                raise Refused(ErrorCode.QUEUE_FULL, "queue full: no room in the pool")
         except (Refused, pmad.PmadError) as e:
             self._count_rejection(None, ErrorCode.QUEUE_FULL, str(e), spec.task_type, 0)
             self.log.warn(
@@ -1661,8 +1786,8 @@ class QueueService(Service):
             self._rate_timer.cancel()
 
     def awaits_outcome(self, session: Session) -> bool:
-        """Whether C{session} is a producer still owed an outcome."""
-        return session.outstanding > 0
+        """Whether C{session} is a producer still owed an outcome, or waits for one."""
+        return session.outstanding > 0 or self.waits.holds(session)
 
     def _requeue(
         self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
@@ -1707,6 +1832,178 @@ class QueueService(Service):
         )
         self._fail_for_good(task, reason, "", None, None, dead_letter=False)
 
+    # -- outcomes: kept, awaited; groups -----------------------------------------------
+
+    def _settle(
+        self,
+        task: Task,
+        state: OutcomeState,
+        result: v2.Result | None = None,
+        reason: str = "",
+    ) -> None:
+        """
+        C{task}'s outcome is decided (its producer is still to hear it):
+        keep it if it should be kept, send it to every wait for it, count it
+        in its group.
+        """
+        ttl = self._keep_for(task)
+        if ttl or self.waits.count:
+            task_id = task.task_id
+            if result is None:
+                kind, data = 0, reason.encode("utf-8")
+            else:
+                kind, data = result.kind, result.data
+            if ttl:
+                self.kept.keep(task_id, state, kind, data, ttl)
+            if self.waits.count:
+                reason_data = b"" if result is not None else data
+                self._answer_waits(
+                    task_id, results.encode_outcome(task_id, state, result, reason_data)
+                )
+        if task.group:
+            self._leave_group(task, state)
+
+    def _keep_for(self, task: Task) -> float:
+        """Seconds C{task}'s outcome is kept (0: it is not)."""
+        if task.keep_for:
+            return task.keep_for
+        policy = task.home.policy
+        limits = self.limits.results
+        if policy.keep_results:
+            return min(policy.result_ttl or limits.ttl, limits.max_ttl)
+        producer = task.producer
+        if producer is not None and not producer.connected:
+            # A producer cut off learns its outcomes when it reconnects.
+            return limits.ttl
+        return 0.0
+
+    def _answer_waits(self, task_id: int, frame: bytes) -> None:
+        """End the waits for C{task_id} with C{frame} (not an answer: sent at once)."""
+        for session in self.waits.pop(Target.TASK, task_id):
+            session.peer.sendFrame(frame)
+
+    def _result_evicted(self, task_id: int, why: str) -> None:
+        """(The kept outcomes.) One was evicted before its time."""
+        self.failures.note(
+            "result evicted",
+            b"",
+            why,
+            "the kept outcome of task {task_id} was {why}",
+            task_id=task_id,
+            why=why,
+        )
+
+    def await_outcome(self, session: Session, task_id: int, timeout_ms: int) -> None:
+        """
+        Answer C{session} OUTCOME for C{task_id}: at once when it is known
+        (or C{timeout_ms} is 0), else when the task finishes or the timeout
+        passes (then I{pending}).
+
+        @raise Refused: (queue full) a wait would pass a waiter limit.
+        """
+        task = self._live.get(task_id)
+        if task is None:
+            session.reply(self.kept.outcome(task_id))
+        elif task.dead is not None:
+            dead = results.encode_outcome(task_id, OutcomeState.DEAD, None, task.dead.reason)
+            session.reply(dead)
+        elif timeout_ms:
+            self._wait(session, Target.TASK, task_id, timeout_ms)
+        else:
+            session.reply(results.encode_outcome(task_id, OutcomeState.PENDING))
+
+    def _wait(self, session: Session, target: Target, target_id: int, timeout_ms: int) -> None:
+        """@raise Refused: (queue full) one more wait would pass a waiter limit."""
+        refusal = self.waits.refusal(session)
+        if refusal is not None:
+            raise Refused(ErrorCode.QUEUE_FULL, refusal)
+        self.waits.add(session, target, target_id, timeout_ms / 1000)
+
+    def _wait_ended(self, wait: Wait[Session]) -> None:
+        """(The waits.) A wait reached its timeout: answered with the state now."""
+        if wait.target is Target.TASK:
+            frame = results.encode_outcome(wait.target_id, OutcomeState.PENDING)
+        else:
+            frame = self.groups.state_frame(wait.target_id)
+        wait.session.peer.sendFrame(frame)
+
+    def open_group(self, session: Session) -> dict[str, Any]:
+        """
+        Open a group, told to C{session} when it finishes.
+
+        @raise Refused: (queue full) C{max_groups} are open.
+        """
+        group = self.groups.open(session.session_id)
+        if group is None:
+            raise Refused(
+                ErrorCode.QUEUE_FULL,
+                f"too many groups (max_groups = {self.groups.max_groups}), none finished",
+            )
+        return group.describe()
+
+    def close_group(self, group_id: int) -> dict[str, Any]:
+        """
+        Close a group to new members (it finishes now if every member has).
+
+        @raise Refused: (not found) no such group.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            raise Refused(ErrorCode.NOT_FOUND, f"no group {group_id} (or it was forgotten)")
+        if self.groups.close(group):
+            self._group_finished(group)
+        return group.describe()
+
+    def await_group(self, session: Session, group_id: int, timeout_ms: int) -> None:
+        """
+        Answer C{session} GROUP_STATE for C{group_id}: at once when it is
+        finished or unknown (or C{timeout_ms} is 0), else when it finishes or
+        the timeout passes.
+
+        @raise Refused: (queue full) a wait would pass a waiter limit.
+        """
+        group = self.groups.get(group_id)
+        if group is None or group.phase is GroupPhase.FINISHED or not timeout_ms:
+            session.reply(self.groups.state_frame(group_id))
+        else:
+            self._wait(session, Target.GROUP, group_id, timeout_ms)
+
+    def _open_group(self, group_id: int) -> Group:
+        """
+        The group a SUBMIT joins.
+
+        @raise Refused: (not found) no such group; (conflict) it is closed.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            raise Refused(ErrorCode.NOT_FOUND, f"no group {group_id} (or it was forgotten)")
+        if group.phase is not GroupPhase.OPEN:
+            raise Refused(ErrorCode.CONFLICT, f"group {group_id} is closed: no new members")
+        return group
+
+    def _leave_group(self, task: Task, state: OutcomeState | None = None) -> None:
+        """
+        C{task} leaves its group: it finished as C{state}, or (C{None}) its
+        SUBMIT was refused after all.
+        """
+        group = self.groups.get(task.group)
+        task.group = 0
+        if group is None:
+            return
+        finished = self.groups.leave(group) if state is None else self.groups.count(group, state)
+        if finished:
+            self._group_finished(group)
+
+    def _group_finished(self, group: Group) -> None:
+        """GROUP_STATE, once, to the group's opener (if connected) and every wait for it."""
+        frame = results.encode_group_state(group.state())
+        waiting = self.waits.pop(Target.GROUP, group.group_id)
+        opener = self.sessions.get(group.opener)
+        if opener is not None and opener not in waiting:
+            waiting.append(opener)
+        for session in waiting:
+            session.peer.sendFrame(frame)
+
     # -- everyone -----------------------------------------------------------------
 
     def stats(self) -> wire.StatsResponse:
@@ -1736,6 +2033,9 @@ class QueueService(Service):
             self._dead_dropped,
             self._stale,
             self.delays.count,
+            self.kept.kept,
+            self.kept.evicted,
+            self.kept.expired,
         )
 
     def task(self, task_id: int) -> Task:
@@ -1764,6 +2064,9 @@ class QueueService(Service):
             self._dead_timer.cancel()
         self.delays.stop()
         self.progress.stop()
+        self.kept.stop()
+        self.groups.stop()
+        self.waits.stop()
         live = len(self._live)
         queued, running = self.queued, self.tasks_running
         if not live:

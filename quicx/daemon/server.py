@@ -38,6 +38,7 @@ from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
 from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol.results import GroupOp
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.wire import ErrorCode, MessageType
 
@@ -59,6 +60,8 @@ CAPABILITIES = (
     "schedules",
     "progress",
     "shared",
+    "results",
+    "groups",
 )
 """What a version-2 HELLO is told this daemon can do."""
 
@@ -146,10 +149,10 @@ class QuicxServerProtocol(FrameReceiver):
         )
         self.transport.abortConnection()
 
-    def _authorize(self, role: str) -> None:
+    def _authorize(self, *roles: str) -> None:
         """
         @raise NotAuthorized: the [tls] role lists do not let this peer's
-            certificate identity act as C{role}.
+            certificate identity act as any of C{roles}.
         """
         authorization = self.factory.authorization
         if authorization is None:
@@ -157,8 +160,10 @@ class QuicxServerProtocol(FrameReceiver):
         self._learn_identity()
         identity = self.identity
         assert identity is not _UNKNOWN
-        if not authorization.allows(identity, role):
-            raise NotAuthorized(f"{describe_peer(self.transport)} may not act as a {role}")
+        if not any(authorization.allows(identity, role) for role in roles):
+            raise NotAuthorized(
+                f"{describe_peer(self.transport)} may not act as a {' or '.join(roles)}"
+            )
 
     # -- IPushProducer: the transport pauses us when our output piles up ----------
 
@@ -345,6 +350,8 @@ class QuicxServerProtocol(FrameReceiver):
             message.retries,
             message.backoff,
             message.progress,
+            message.result_ttl,
+            message.group,
         )
 
     def _ready_v2(self, payload: bytes) -> None:
@@ -392,6 +399,11 @@ class QuicxServerProtocol(FrameReceiver):
                         "max_shared_size": shared.max_size,
                         "max_shared_names": shared.max_names,
                         "max_shared_memory": shared.max_memory,
+                        "max_result": self.queue.max_result,
+                        "max_result_ttl": limits.results.max_ttl,
+                        "max_wait": limits.results.max_wait,
+                        "max_waiters_per_connection": limits.results.max_waiters_per_connection,
+                        "max_groups": limits.groups.max_groups,
                     },
                 }
             )
@@ -475,12 +487,14 @@ class QuicxServerProtocol(FrameReceiver):
     def _ack(self, payload: bytes) -> None:
         # The queue refuses a report from a connection that holds no such
         # task, a worker's or not.
-        if len(payload) != 12 or not payload[0:4].strip(b"\0"):
-            lifecycle.decode_ack(payload)  # raises, saying why
-        task_id, token = lifecycle.ID_TOKEN.unpack(payload)
         session = self.session
         assert session is not None
-        self.queue.ack(session, task_id, token)
+        if len(payload) == 12 and payload[0:4].strip(b"\0"):
+            task_id, token = lifecycle.ID_TOKEN.unpack(payload)
+            self.queue.ack(session, task_id, token)
+            return
+        # With a result, or bad: decoding says why.
+        self.queue.ack(session, *lifecycle.decode_ack(payload))
 
     def _nack(self, payload: bytes) -> None:
         reason_length = len(payload) - 13
@@ -499,6 +513,36 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         assert session is not None
         self.queue.touch(session, message.task_id, message.token, message.seconds)
+
+    # -- version 2, part 3: results and groups ------------------------------------------
+
+    def _await(self, payload: bytes) -> None:
+        message = results.decode_await(payload)
+        session = self.session
+        assert session is not None
+        self._authorize("producer", "monitor")
+        self.queue.await_outcome(session, message.task_id, message.timeout_ms)
+
+    def _group(self, payload: bytes) -> None:
+        message = results.decode_group(payload)
+        session = self.session
+        assert session is not None
+        op = message.op
+        if op is GroupOp.OPEN or op is GroupOp.CLOSE:
+            if session.role is not Role.PRODUCER:
+                self._authorize("producer")
+                self.queue.claim_role(session, Role.PRODUCER)
+            if op is GroupOp.OPEN:
+                answer = self.queue.open_group(session)
+            else:
+                answer = self.queue.close_group(message.group)
+            self._reply_when_durable(v2.encode_info(answer))
+            return
+        self._authorize("producer", "monitor")
+        if op is GroupOp.STATE:
+            self._reply(v2.encode_info(self.queue.groups.describe(message.group)))
+        else:
+            self.queue.await_group(session, message.group, message.timeout_ms)
 
     def _require_admin(self, what: str) -> None:
         session = self.session
@@ -642,6 +686,8 @@ _HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     v2.MessageType.PROGRESS: QuicxServerProtocol._progress,
     v2.MessageType.PUBLISH: QuicxServerProtocol._publish,
     v2.MessageType.FOLLOW: QuicxServerProtocol._follow,
+    v2.MessageType.AWAIT: QuicxServerProtocol._await,
+    v2.MessageType.GROUP: QuicxServerProtocol._group,
 }
 
 

@@ -224,6 +224,9 @@ class QuicxDaemon(MultiService):
                 "dead_now": len(queue.dead_letters),
                 "stale_outcomes": counters.stale_outcomes,
                 "delayed": counters.delayed,
+                "results_kept": counters.results_kept,
+                "results_evicted": counters.results_evicted,
+                "results_expired": counters.results_expired,
                 "queued": stats.queue_depth,
                 "running": queue.tasks_running,
                 "progress_coalesced": queue.progress.coalesced,
@@ -242,6 +245,13 @@ class QuicxDaemon(MultiService):
                 "evicted": queue.keys.evicted,
                 "window": queue.keys.window,
             },
+            "results": {
+                "kept": len(queue.kept),
+                "memory": queue.kept.memory,
+                "max_memory": queue.kept.max_memory,
+                "waiters": queue.waits.count,
+            },
+            "groups": {"total": len(queue.groups), "unfinished": queue.groups.unfinished},
             "memory": {"used": stats.pmad_bytes_used, "total": stats.pmad_bytes_total},
             "shared": {
                 "names": self.shared.names,
