@@ -220,3 +220,27 @@ def test_a_member_whose_submit_the_journal_refuses_leaves_its_group() -> None:
     assert queue.groups.describe(group)["state"] == "finished"
     assert states(producer) == [GroupState(group, GroupPhase.FINISHED)]
     assert waiter.take() == [results.Outcome(1, results.OutcomeState.UNKNOWN)]
+
+
+@pytest.mark.parametrize("how", ["ack", "nack", "dead", "cancel"])
+def test_the_last_members_outcome_comes_before_the_groups(how: str) -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue, queues=("work",))
+    worker.take()
+    group = queue.open_group(producer.session)["group"]
+    queue.submit(producer.session, b"t", b"x", "parked" if how == "cancel" else "work", group=group)
+    queue.close_group(group)
+    producer.take()
+    task_id = queue._last_task_id
+    if how == "cancel":
+        queue.cancel(producer.session, task_id)
+    else:
+        (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+        if how == "ack":
+            queue.ack(worker.session, task.task_id, task.token)
+        else:
+            queue.nack(worker.session, task.task_id, task.token, "no", how == "dead")
+    kinds = [type(m).__name__ for m in producer.take() if not isinstance(m, v2.Info)]
+    outcome = {"ack": "Done", "nack": "Failed", "dead": "Failed", "cancel": "Cancelled"}[how]
+    assert kinds == [outcome, "GroupState"]

@@ -928,11 +928,11 @@ class QueueService(Service):
         self._end(task, "cancelled")
         if self.events is not None:
             self._event("cancelled", task, None, why)
-        self._settle(task, OutcomeState.CANCELLED, None, why)
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
             self._tell_outcome(producer, task.task_id, "cancelled", "")
+        self._settle(task, OutcomeState.CANCELLED, None, why)
 
     def _tell_outcome(
         self,
@@ -1039,6 +1039,12 @@ class QueueService(Service):
             if self.events is not None:
                 self._event("done", task, session, None, attempt)
             producer = task.producer
+            if producer is not None and producer.connected:
+                producer.peer.sendFrame(
+                    wire.encode_done(task_id)
+                    if producer.version == 1
+                    else v2.encode_done(task_id, result)
+                )
             # The common case, nothing to keep, count or answer, in one test.
             if (
                 task.keep_for
@@ -1048,12 +1054,6 @@ class QueueService(Service):
                 or (producer is not None and not producer.connected)
             ):
                 self._settle(task, OutcomeState.DONE, result)
-            if producer is not None and producer.connected:
-                producer.peer.sendFrame(
-                    wire.encode_done(task_id)
-                    if producer.version == 1
-                    else v2.encode_done(task_id, result)
-                )
         self._become_idle(session)
 
     def failed(self, session: Session, task_id: int, reason: str, permanent: bool = False) -> None:
@@ -1290,16 +1290,17 @@ class QueueService(Service):
         if self.events is not None:
             self._event("failed", task, session, reason, attempt)
         producer = task.producer
-        if dead_letter and task.retries and self.dead_letters.max_count:
+        dead = bool(dead_letter and task.retries and self.dead_letters.max_count)
+        if dead:
             self._bury(task, reason, worker)
-            self._settle(task, OutcomeState.DEAD, None, reason)
-            task.producer = None
         else:
             self._end(task, "failed")
-            self._settle(task, OutcomeState.FAILED, None, reason)
         if producer is not None:
             producer.outstanding -= 1
             self._tell_outcome(producer, task.task_id, "failed", reason)
+        self._settle(task, OutcomeState.DEAD if dead else OutcomeState.FAILED, None, reason)
+        if dead:
+            task.producer = None  # it has heard its outcome: a replay's goes to nobody
 
     def _bury(self, task: Task, reason: str, worker: str) -> None:
         """Move C{task} to the dead-letter set, dropping the oldest past its bounds."""
@@ -1842,9 +1843,9 @@ class QueueService(Service):
         reason: str = "",
     ) -> None:
         """
-        C{task}'s outcome is decided (its producer is still to hear it):
-        keep it if it should be kept, send it to every wait for it, count it
-        in its group.
+        C{task}'s outcome is decided (its producer has heard it): keep it if
+        it should be kept, send it to every wait for it, count it in its
+        group (whose GROUP_STATE then follows the outcome).
         """
         ttl = self._keep_for(task)
         if ttl or self.waits.count:

@@ -145,10 +145,12 @@ def group_state(peer: Wire) -> tuple[int, ...]:
     return struct.unpack(">IBIIIII", body)
 
 
-def run(producer: Wire, worker: Wire, queue: bytes, *options: bytes) -> dict[str, Any]:
-    """Submit a task to C{queue}; C{worker} takes it."""
+def run(
+    producer: Wire, worker: Wire, queue: bytes, *options: bytes, credits: int = 1
+) -> dict[str, Any]:
+    """Submit a task to C{queue}; C{worker} (which may hold C{credits} tasks) takes it."""
     task_id, _ = producer.ok(submit(b"t", b"x", option(QUEUE, queue), *options))
-    task = worker.task(ready(1, queue))
+    task = worker.task(ready(credits, queue))
     assert task["id"] == task_id
     return task
 
@@ -416,7 +418,8 @@ def test_a_group_reports_once_when_its_members_have_finished(connect: Connect) -
     opened = producer.info(group(OPEN))
     gid = opened["group"]
     assert opened["state"] == "open" and opened["members"] == 0
-    tasks = [run(producer, worker, b"g-run", option(IN_GROUP, u32(gid))) for _ in range(3)]
+    member = option(IN_GROUP, u32(gid))
+    tasks = [run(producer, worker, b"g-run", member, credits=3) for _ in range(3)]
     closed = producer.info(group(CLOSE, gid))
     assert (closed["state"], closed["members"], closed["pending"]) == ("closed", 3, 3)
     for task in tasks[:2]:
@@ -438,7 +441,11 @@ def test_joining_unknown_or_closed_groups_and_bad_groups(connect: Connect) -> No
     producer = connect()
     assert producer.error(submit(b"t", b"x", option(IN_GROUP, u32(3_999_999_999))))[0] == 5
     gid = producer.info(group(OPEN))["group"]
-    producer.info(group(CLOSE, gid))
+    producer.send(group(CLOSE, gid))
+    # Closed with no members, it has finished: its opener hears so, beside the answer.
+    answers = sorted([producer.read(), producer.read()])
+    assert answers[0][0] == 0x16 and json.loads(answers[0][1])["state"] == "finished"
+    assert answers[1] == (GROUP_STATE, struct.pack(">IBIIIII", gid, G_FINISHED, 0, 0, 0, 0, 0))
     code, message = producer.error(submit(b"t", b"x", option(IN_GROUP, u32(gid))))
     assert code == 7 and str(gid) in message
     assert producer.error(frame(GROUP, bytes(9)))[0] == 2  # op 0
