@@ -6,7 +6,8 @@ worker may hold the task that long before it is taken back and queued
 again.  TOUCH, quoting the token, sets the lease to run out so many seconds
 from now.  A L{Lease} sends it when the handler asks (L{Lease.extend_soon},
 from any thread) or, with L{Lease.keep_alive}, every half lease while the
-handler runs, and never after the task's outcome.
+handler runs, and never after the task's outcome.  The handler's other
+reports on its delivery (PROGRESS) go the same way (L{Lease.send_soon}).
 """
 
 from __future__ import annotations
@@ -83,6 +84,18 @@ class Lease:
         """
         touch_seconds(seconds)
         self._reactor.callFromThread(self.extend, seconds)
+
+    def send_soon(self, frame: bytes) -> None:
+        """
+        Send C{frame}, a report on this delivery that quotes its token
+        (PROGRESS), from any thread: by the reactor thread, unless the
+        outcome was reported first.
+        """
+        self._reactor.callFromThread(self._send_unless_ended, frame)
+
+    def _send_unless_ended(self, frame: bytes) -> None:
+        if not self.ended:
+            self._send(frame)
 
     def keep_alive(self) -> None:
         """
