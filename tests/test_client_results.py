@@ -179,10 +179,13 @@ def test_options_carry_results_progress_and_groups() -> None:
 
 # -- the worker runner -----------------------------------------------------------------
 
+PART_3 = {"server": "quicx", "capabilities": ["leases", "results", "progress", "shared"]}
+"""The answer to HELLO of a daemon with results, progress and shared data."""
+
 
 def test_a_handlers_return_value_is_its_acks_result() -> None:
     handler = Handler()
-    daemon = FakeDaemon(worker_with(handler))
+    daemon = FakeDaemon(worker_with(handler), PART_3)
     for task_id in (1, 2, 3, 4):
         daemon.task(task_id, token=70 + task_id)
     for index, value in enumerate((b"\x00raw", "näive", {"sizes": [1, 2]}, None)):
@@ -198,14 +201,14 @@ def test_a_handlers_return_value_is_its_acks_result() -> None:
 def test_a_plain_handler_on_the_reactor_returns_its_result_too() -> None:
     worker = Worker()
     worker.register("t", lambda payload: payload.upper(), thread=False)
-    daemon = FakeDaemon(worker)
+    daemon = FakeDaemon(worker, PART_3)
     daemon.task(1, token=71)
     assert daemon.sent() == [lifecycle.Ack(1, 71, Result(ResultKind.BYTES, b"X"))]
 
 
 def test_a_result_that_cannot_be_sent_fails_the_task_for_good() -> None:
     handler = Handler()
-    daemon = FakeDaemon(worker_with(handler))
+    daemon = FakeDaemon(worker_with(handler), PART_3)
     daemon.task(1, token=71)
     handler.outcomes[0].callback({1, 2})
     (nack,) = daemon.sent()
@@ -216,7 +219,7 @@ def test_a_result_that_cannot_be_sent_fails_the_task_for_good() -> None:
 
 def test_a_result_over_the_daemons_limit_is_not_sent() -> None:
     handler = Handler()
-    daemon = FakeDaemon(worker_with(handler), {"server": "quicx", "limits": {"max_result": 8}})
+    daemon = FakeDaemon(worker_with(handler), {**PART_3, "limits": {"max_result": 8}})
     assert daemon.slot.max_result == 8
     daemon.task(1, token=71)
     daemon.task(2, token=72)
@@ -236,7 +239,7 @@ def test_a_result_over_the_daemons_limit_is_not_sent() -> None:
 def test_a_result_the_daemon_refuses_fails_the_task_for_good() -> None:
     # A daemon whose HELLO gives no limit: its ERROR 0x03 refuses the largest result.
     handler = Handler()
-    daemon = FakeDaemon(worker_with(handler))
+    daemon = FakeDaemon(worker_with(handler), PART_3)
     for task_id in (1, 2, 3):
         daemon.task(task_id, token=70 + task_id)
     handler.outcomes[0].callback(b"x" * 10)
@@ -253,7 +256,7 @@ def test_a_result_the_daemon_refuses_fails_the_task_for_good() -> None:
 
 def test_progress_goes_out_quoting_the_token_until_the_outcome() -> None:
     handler = Handler()
-    daemon = FakeDaemon(worker_with(handler))
+    daemon = FakeDaemon(worker_with(handler), PART_3)
     daemon.task(1, token=71)
     (context,) = handler.contexts
     context.progress(0.4, "resized 40 of 100")  # sent by the reactor thread
@@ -268,6 +271,25 @@ def test_progress_goes_out_quoting_the_token_until_the_outcome() -> None:
     assert daemon.sent() == [lifecycle.Ack(1, 71)]
 
 
+def test_a_daemon_without_results_progress_or_shared_data_is_sent_none() -> None:
+    events: list[dict[str, Any]] = []
+    observer = cast(ILogObserver, events.append)
+    globalLogPublisher.addObserver(observer)
+    try:
+        handler = Handler()
+        daemon = FakeDaemon(worker_with(handler, follow=["model"]), {"capabilities": ["leases"]})
+        daemon.task(1, token=71)
+        handler.contexts[0].progress(0.5)
+        daemon.clock.advance(0)
+        handler.outcomes[0].callback("a result")
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    assert daemon.before_ready == []  # no FOLLOW
+    assert daemon.sent() == [lifecycle.Ack(1, 71)]
+    (error,) = [e for e in events if e.get("log_level") == LogLevel.error]
+    assert formatEvent(error) == "the daemon has no shared data: handlers see none of model"
+
+
 def test_without_a_token_progress_sends_nothing() -> None:
     handler = Handler()
     daemon = FakeDaemon(worker_with(handler, protocol=1))
@@ -280,7 +302,7 @@ def test_without_a_token_progress_sends_nothing() -> None:
 def test_a_worker_follows_shared_data_before_it_takes_tasks() -> None:
     handler = Handler()
     worker = worker_with(handler, follow=["model", "rates"], credits=4)
-    daemon = FakeDaemon(worker)
+    daemon = FakeDaemon(worker, PART_3)
     assert daemon.before_ready == [results.Follow(("model", "rates"))]
     daemon.feed(
         results.encode_shared("model", 3, b"weights v3")
@@ -305,7 +327,7 @@ def test_a_refused_follow_is_logged_and_the_credits_stand() -> None:
     observer = cast(ILogObserver, events.append)
     globalLogPublisher.addObserver(observer)
     try:
-        daemon = FakeDaemon(worker_with(Handler(), follow=["model"], credits=4))
+        daemon = FakeDaemon(worker_with(Handler(), follow=["model"], credits=4), PART_3)
         daemon.feed(v2.encode_error(v2.ErrorCode.INVALID_MESSAGE, "unknown message type 0x26"))
     finally:
         globalLogPublisher.removeObserver(observer)

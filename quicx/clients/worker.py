@@ -181,15 +181,13 @@ class TaskContext:
         thread; sent at once, without an answer (the daemon passes on at
         most one a task per C{[progress] interval}, the newest).  Once the
         handler has finished, or without a token (a daemon without leases),
-        it does nothing.
+        it does nothing; so it does to a daemon without progress reports.
 
         @raise ValueError: C{fraction} is not from 0 to 1.
         """
         encoded = ten_thousandths(fraction)
         if self._delivery is not None:
-            self._delivery.send_soon(
-                results.encode_progress(self.task_id, self.token, encoded, message)
-            )
+            self._delivery.progress_soon(encoded, message)
 
 
 RETRY_FIRST = 0.1
@@ -238,6 +236,7 @@ class WorkerProtocol(FrameReceiver):
     One worker connection: READY once, then up to C{credits} tasks at a time.
 
     @ivar running: tasks received and not yet answered.
+    @ivar capabilities: what the daemon says it can do, in answer to HELLO.
     @ivar max_result: the largest result the daemon takes, in bytes, as its
         answer to HELLO says (C{None}: it did not say).
     """
@@ -256,6 +255,7 @@ class WorkerProtocol(FrameReceiver):
         self.stopping = False
         self.closed: Deferred[None] = Deferred()
         self._answered = False
+        self.capabilities: frozenset[str] = frozenset()
         self.max_result: int | None = None
         # FOLLOW was sent and its answer has not come.
         self._following = False
@@ -383,15 +383,27 @@ class WorkerProtocol(FrameReceiver):
             self.version = wire.PROTOCOL_VERSION
         else:
             if message_type == v2.MessageType.INFO:
-                document = v2.decode_info(payload).document
-                limits = document.get("limits") if isinstance(document, dict) else None
-                limit = limits.get("max_result") if isinstance(limits, dict) else None
-                self.max_result = limit if isinstance(limit, int) else None
-            if self.worker.follow:
+                self._learn(v2.decode_info(payload).document)
+            if self.worker.follow and "shared" not in self.capabilities:
+                self.log.error(
+                    "the daemon has no shared data: handlers see none of {names}",
+                    names=", ".join(self.worker.follow),
+                )
+            elif self.worker.follow:
                 # Before READY: the shared data comes before any task.
                 self._following = True
                 self.transport.write(results.encode_follow(self.worker.follow))
         self._ready()
+
+    def _learn(self, hello: object) -> None:
+        """What the daemon's answer to HELLO says it can do, and its largest result."""
+        if not isinstance(hello, dict):
+            return
+        capabilities, limits = hello.get("capabilities"), hello.get("limits")
+        if isinstance(capabilities, list):
+            self.capabilities = frozenset(map(str, capabilities))
+        limit = limits.get("max_result") if isinstance(limits, dict) else None
+        self.max_result = limit if isinstance(limit, int) else None
 
     def _result_refused(self, message: str) -> None:
         """
@@ -410,7 +422,14 @@ class WorkerProtocol(FrameReceiver):
         """The lease of a delivery with a token (kept alive with C{auto_extend})."""
         if not isinstance(task, v2.Task) or not task.token:
             return None
-        lease = Lease(self.worker._reactor, self._write, task.task_id, task.token, task.lease_ms)
+        lease = Lease(
+            self.worker._reactor,
+            self._write,
+            task.task_id,
+            task.token,
+            task.lease_ms,
+            "progress" in self.capabilities,
+        )
         if self.worker.auto_extend:
             lease.keep_alive()
         return lease
@@ -419,7 +438,7 @@ class WorkerProtocol(FrameReceiver):
         self.running -= 1
         if lease is not None:
             lease.end()
-        frame = report(task, result, self.max_result)
+        frame = report(task, result, self.max_result, "results" in self.capabilities)
         if len(frame) > _ACK_SIZE and frame[1] == v2.MessageType.ACK:
             sent = self._results_sent
             sent[task.task_id] = (cast(v2.Task, task).token, len(frame))
@@ -444,7 +463,12 @@ class WorkerProtocol(FrameReceiver):
         return self.closed
 
 
-def report(task: wire.Task | v2.Task, result: object, max_result: int | None = None) -> bytes:
+def report(
+    task: wire.Task | v2.Task,
+    result: object,
+    max_result: int | None = None,
+    results: bool = True,
+) -> bytes:
     """
     The frame that reports C{task}'s outcome, C{result} (a L{Failure}, or
     the handler's return value for done): ACK or NACK quoting the delivery's
@@ -453,13 +477,14 @@ def report(task: wire.Task | v2.Task, result: object, max_result: int | None = N
     takes no result.
 
     @param max_result: the largest result the daemon takes, in bytes, if known.
+    @param results: whether the daemon takes results (else the ACK has none).
     """
     if isinstance(task, v2.Task) and task.token:
         task_id, token = task.task_id, task.token
         if isinstance(result, Failure):
             permanent = result.check(Unrecoverable) is not None
             return lifecycle.encode_nack(task_id, token, failure_reason(result), permanent)
-        if result is None:
+        if result is None or not results:
             return lifecycle.encode_ack(task_id, token)
         # A result that cannot be sent would not be one on a retry either.
         try:
