@@ -287,6 +287,10 @@ def render_status(status: Mapping[str, Any]) -> str:
         f"   ({thousands(tasks.get('dead_now', 0))} kept,"
         f" {thousands(tasks.get('dead_dropped', 0))} dropped)",
         f"  delayed     {thousands(tasks.get('delayed', 0)):>14}   (waiting for their time)",
+        f"  results     {thousands(tasks.get('results_kept', 0)):>14}"
+        f"   ({thousands(status.get('results', {}).get('kept', 0))} kept now,"
+        f" {thousands(tasks.get('results_evicted', 0))} evicted,"
+        f" {thousands(tasks.get('results_expired', 0))} expired)",
         f"  in flight   {thousands(tasks['queued'] + tasks['running']):>14}"
         f"   ({thousands(tasks['queued'])} queued + {thousands(tasks['running'])} running)",
         "",
@@ -305,6 +309,7 @@ def render_status(status: Mapping[str, Any]) -> str:
         "Memory",
         f"  {bar(used, total)}  {format_size(used)} / {format_size(total)}"
         f"  ({100 * used / total:.1f}%)",
+        *_shared_lines(status.get("shared")),
         "",
         *_journal_lines(status.get("journal")),
         "Size classes      blocks used / total",
@@ -328,6 +333,17 @@ def _queue_lines(queues: Sequence[Mapping[str, Any]]) -> list[str]:
         for q in queues
     ]
     return [*lines, ""]
+
+
+def _shared_lines(shared: Mapping[str, Any] | None) -> list[str]:
+    """Shared data, outside the pool (a daemon before protocol v2 part 3 has none)."""
+    if shared is None:
+        return []
+    return [
+        f"  shared data: {thousands(shared['names'])} names, {format_size(shared['bytes'])}"
+        f" ({thousands(shared['published'])} versions published,"
+        f" {thousands(shared['followers'])} followers)"
+    ]
 
 
 def _journal_lines(journal: Mapping[str, Any] | None) -> list[str]:

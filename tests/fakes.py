@@ -15,7 +15,7 @@ from zope.interface import implementer
 
 from quicx.daemon import pmad
 from quicx.daemon.core import QueueService, Session, Task
-from quicx.daemon.journal.interface import IJournal, IJournalOwner
+from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry
 from quicx.daemon.logsummary import LogSummary
 from quicx.protocol import results, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
@@ -75,6 +75,9 @@ class FakeJournal:
         self.changes: list[tuple[str, int]] = []
         self.fired: list[tuple[str, float]] = []
         self.schedules: list[tuple[str, bytes | None]] = []
+        self.shared: list[tuple[str, int, bytes]] = []
+        self.results: list[KeptEntry | int] = []
+        self.groups: list[GroupEntry] = []
 
     def bind(self, owner: IJournalOwner) -> None:
         self.owner = owner
@@ -105,6 +108,18 @@ class FakeJournal:
 
     def record_schedule(self, schedule: str, definition: bytes | None) -> None:
         self.schedules.append((schedule, definition))
+
+    def record_shared(self, name: str, version: int, data: bytes) -> None:
+        self.shared.append((name, version, data))
+
+    def record_result(self, entry: KeptEntry) -> None:
+        self.results.append(entry)
+
+    def record_forgotten(self, task_id: int, size: int) -> None:
+        self.results.append(task_id)
+
+    def record_group(self, entry: GroupEntry) -> None:
+        self.groups.append(entry)
 
     def durable(self) -> None:
         return None

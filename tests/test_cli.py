@@ -206,6 +206,7 @@ def test_start_status_stop(tmp_path: Path, background) -> None:
     assert f"{used / 1024:.1f} KiB / 8.0 MiB" in table.stdout
     assert re.search(r"128 B  \[█+░*\]\s+579 / 582", table.stdout)
     assert re.search(r"1,024 B  \[░+\]\s+0 / 161", table.stdout)
+    assert "shared data: 0 names, 0 B (0 versions published, 0 followers)" in table.stdout
     status = json.loads(document.stdout)
     assert status["tasks"]["queued"] == 1234
     assert status["memory"] == {"used": used, "total": 8 << 20}

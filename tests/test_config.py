@@ -13,7 +13,8 @@ from quicx import cli
 from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.journal.records import FsyncPolicy
-from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
+from quicx.daemon.results import Share
 from quicx.daemon.schedules import ScheduleSpec
 from quicx.daemon.settings import ConfigError
 from quicx.protocol.lifecycle import Missed
@@ -191,6 +192,21 @@ EVERY_SETTING_CHANGED = config.Config(
     dead_max_count=50,
     dead_max_age=3600,
     max_schedules=5,
+    progress_interval=0.5,
+    max_progress_message=1024,
+    shared_max_size=4096,
+    shared_max_names=8,
+    shared_max_memory=65536,
+    result_max_size=512,
+    result_ttl=60,
+    result_max_ttl=600,
+    result_max_count=10,
+    result_max_memory=Share(64 << 10),
+    max_waiters=20,
+    max_waiters_per_connection=2,
+    max_wait=30,
+    max_groups=3,
+    group_ttl=120,
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,
@@ -410,6 +426,40 @@ def test_versions_take_one_or_both() -> None:
     assert config.parse("[protocol]\nversions = 2, 1\n").queue_limits.versions == {1, 2}
 
 
+@pytest.mark.parametrize(
+    ("text", "share", "of_8m"),
+    [
+        ("25%", Share(percent=Decimal(25)), 2 << 20),
+        ("12.5 %", None, 1 << 20),
+        ("2M", Share(2 << 20), 2 << 20),
+    ],
+)
+def test_max_memory_is_a_size_or_a_share_of_the_pool(
+    text: str, share: Share | None, of_8m: int
+) -> None:
+    loaded = config.parse(f"[results]\nmax_memory = {text}\n")
+    limit = loaded.queue_limits.results.max_memory
+    assert share is None or limit == share
+    assert limit.of(8 << 20) == of_8m
+    assert config.parse(config.render(loaded)) == loaded
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[results]\nmax_memory = 101%\n", "<string>:2: max_memory: 101% is out of range"),
+        ("[results]\nmax_memory = lots\n", "<string>:2: max_memory: 'lots' is not a size"),
+        ("[results]\nmax_memory = x%\n", "<string>:2: max_memory: 'x%' is not a size or"),
+        ("[results]\nttl = 0\n", "<string>:2: ttl: 0 seconds is out of range"),
+        ("[queue a]\nkeep_results = maybe\n", "<string>:2: [queue a] keep_results: 'maybe'"),
+    ],
+)
+def test_bad_result_settings_name_the_line(text: str, error: str) -> None:
+    with pytest.raises(config.ConfigError) as raised:
+        config.parse(text)
+    assert str(raised.value).startswith(error), raised.value
+
+
 def test_the_default_queue_counts_once_against_max_queues() -> None:
     text = "[queues]\nmax_queues = 2\n[queue a]\n[queue default]\n"
     assert set(config.parse(text).queue_limits.declared) == {"a", "default"}
@@ -438,6 +488,8 @@ EVERY_QUEUE_KEY_CHANGED = {
     "burst": 9,
     "key_rate": 1e6,
     "key_burst": 4,
+    "keep_results": True,
+    "result_ttl": 90.0,
 }
 
 
@@ -486,6 +538,19 @@ def test_the_limits_reach_the_queue_core_as_configured() -> None:
         declared=declared,
         defaults=defaults,
     )
+
+
+def test_the_progress_and_shared_limits_reach_the_daemon_as_configured() -> None:
+    loaded = config.parse(
+        "[progress]\ninterval = 0.25\nmax_message = 1K\n"
+        "[shared]\nmax_size = 64K\nmax_names = 3\nmax_memory = 1M\n"
+    )
+    assert loaded.progress == ProgressSettings(0.25, 1024)
+    assert loaded.shared == SharedLimits(64 << 10, 3, 1 << 20)
+    assert config.Config().shared == SharedLimits()
+    with pytest.raises(ConfigError, match=r"<string>:2: max_size: .* out of range"):
+        # A version must fit one journal record.
+        config.parse("[shared]\nmax_size = 2M\n")
 
 
 # -- schedules ------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ def test_purge_cancels_the_queued_tasks_and_leaves_running_ones() -> None:
     assert queue.purge("q") == {"queue": "q", "purged": 2}
     assert producer.take() == [v2.Cancelled(2), v2.Cancelled(3)]
     queue.done(worker.session, 1)
-    assert producer.take() == [wire.Done(1)]
+    assert producer.take() == [v2.Done(1)]
 
 
 # -- idempotent submit --------------------------------------------------------------------
@@ -172,7 +172,7 @@ def test_a_resubmit_after_a_reconnect_takes_over_the_outcome() -> None:
     queue.submit(second.session, b"t", b"x", key=b"k")
     worker = v2_worker_of(queue)
     queue.done(worker.session, worker.task_ids()[0])
-    assert second.take() == [v2.Ok(1, duplicate=True), wire.Done(1)]
+    assert second.take() == [v2.Ok(1, duplicate=True), v2.Done(1)]
 
 
 def test_a_duplicate_of_a_task_not_yet_durable_waits_for_its_answer() -> None:

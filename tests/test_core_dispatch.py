@@ -200,7 +200,9 @@ def test_a_leaving_producer_s_tasks_still_run_unreported() -> None:
     queue.done(worker.session, 1)  # FakePeer fails if its producer is sent anything
     queue.failed(worker.session, 2, "no")
     assert queue.counters().completed == 1 and queue.counters().failed == 1
-    assert queue.pool.bytes_used == EMPTY_POOL_BYTES
+    # Their outcomes are kept, for the producer to ask when it comes back.
+    assert len(queue.kept) == 2
+    assert queue.pool.bytes_used == EMPTY_POOL_BYTES + queue.kept.memory
 
 
 # -- STATS ----------------------------------------------------------------------------

@@ -15,7 +15,8 @@ and an admin pauses, resumes, purges and cancels.  After every step:
     OK; the counters agree, and
     a producer is owed an outcome (spared by heartbeats) exactly while it has
     tasks live;
-  - once everything is finished, the pool is back to empty.
+  - once everything is finished, the pool is back to empty, but for the
+    kept outcomes of the tasks whose producer left.
 """
 
 from __future__ import annotations
@@ -261,7 +262,7 @@ class QueueMachine(RuleBasedStateMachine):
                 break
         self._collect()
         assert list(self.queue.snapshot().tasks) == [], "a task never finished"
-        assert self.queue.pool.bytes_used == self.empty_pool
+        assert self.queue.pool.bytes_used == self.empty_pool + self.queue.kept.memory
         for producer in self.producers:
             assert producer.outcomes.keys() == producer.accepted
 
@@ -314,7 +315,8 @@ class QueueMachine(RuleBasedStateMachine):
         assert stats.workers_total == len(self.workers)
         idle = [w for w in self.workers if self.credits[w] > len(self.running[w])]
         assert stats.workers_idle == len(idle)
-        assert stats.pmad_bytes_used == self.empty_pool + len(live) * STRIDE
+        kept = len(queue.kept)
+        assert stats.pmad_bytes_used == self.empty_pool + (len(live) + kept) * STRIDE
         assert stats.pmad_bytes_total == queue.pool.pool_size
 
     @invariant()

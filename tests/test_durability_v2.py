@@ -54,7 +54,7 @@ def test_queues_priorities_pauses_and_keys_survive_kill_9(tmp_path: Path, start_
         assert (again.task_id, again.duplicate) == (low.task_id, True)
         replay = submit(client, b"x", "video", 5, b"order-2")
         assert (replay.task_id, replay.duplicate) == (finished.task_id, True)
-        assert client.receive() == wire.Done(finished.task_id)
+        assert client.receive() == v2.Done(finished.task_id)
         inspected = client.request(v2.encode_inspect(high.task_id)).document
         assert (inspected["queue"], inspected["priority"]) == ("mail", 9)
         assert "paused" in {r["reason"] for r in inspected["why"]}
@@ -75,7 +75,7 @@ def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_da
         worker.send(v2.encode_ready(1, ["q"]))
         task = worker.receive()
         worker.send(lifecycle.encode_ack(task.task_id, task.token))
-        assert producer.receive() == wire.Done(ok.task_id)
+        assert producer.receive() == v2.Done(ok.task_id)
 
         def submit(payload: bytes, **options: int) -> int:
             reply = producer.request(

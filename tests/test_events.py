@@ -46,6 +46,10 @@ def test_format_event_fields() -> None:
     )
     assert rejected["task"] is None and rejected["code"] == 4 and rejected["reason"] == "no"
     assert rejected["queue"] is None and rejected["priority"] is None
+    progress = json.loads(
+        format_event((1.0, "progress", 7, b"x", 5, 1, 2, 1, (0.25, 'a "quarter"'), "q", 0))
+    )
+    assert (progress["fraction"], progress["message"]) == (0.25, 'a "quarter"')
 
 
 def test_a_scripted_workload_leaves_every_kind_of_event(tmp_path: Path, start_daemon) -> None:

@@ -289,3 +289,23 @@ def test_version_2_length_exactly_at_its_limit() -> None:
     assert refused == RejectedFrame(
         ErrorCode.PAYLOAD_TOO_LARGE, "payload of 201 bytes exceeds the limit of 200"
     )
+
+
+def test_a_version_2_type_may_have_a_longer_limit_of_its_own() -> None:
+    publish = 0x24  # a PUBLISH carries shared data: longer than other frames
+    parser = FrameParser(100, v2_max_length=200, v2_type_limits={publish: 500})
+    header = struct.pack(">BBI", 2, publish, 500)
+    events = []
+    for start in range(0, 506, 50):  # arriving in pieces, the header checked each time
+        events += parser.feed((header + b"p" * 500)[start : start + 50])
+    assert frames(events) == [(publish, b"p" * 500)]
+    (refused,) = parser.feed(struct.pack(">BBI", 2, publish, 501))
+    assert refused == RejectedFrame(
+        ErrorCode.PAYLOAD_TOO_LARGE, "payload of 501 bytes exceeds the limit of 500"
+    )
+    parser.feed(b"p" * 501)
+    # Any other type keeps the version's limit, refused at its header.
+    (refused,) = parser.feed(struct.pack(">BBI", 2, 0x01, 201))
+    assert refused.reason == "payload of 201 bytes exceeds the limit of 200"  # type: ignore[union-attr]
+    parser.feed(b"s" * 201)
+    assert parser.buffered == 0

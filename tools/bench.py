@@ -66,6 +66,17 @@ def noop(payload: bytes) -> None:
     return None
 
 
+RESULT_SIZE = 1024
+RESULT_1K = b"r" * RESULT_SIZE
+result_worker = Worker()
+"""The results workload's workers: each task's result is 1 KiB."""
+
+
+@result_worker.handler(BENCH_TYPE, thread=False)
+def kibibyte(payload: bytes) -> bytes:
+    return RESULT_1K
+
+
 # A pool that holds 500,000 queued 100-byte tasks and 64 KiB payloads.
 BENCH_CONFIG = """\
 [server]
@@ -117,9 +128,10 @@ class Workers:
         credits: int,
         busy_poll: float = 0.0,
         extra: tuple[str, ...] = ("--protocol=1",),
+        target: str = "tools.bench:noop_worker",
     ) -> None:
         self.processes = start_workers(
-            "tools.bench:noop_worker",
+            target,
             count,
             [
                 f"-n{slots}",
@@ -161,6 +173,7 @@ def running(
     layout: tuple[int, int] = CREDITS,
     busy_poll: float = 0.0,
     worker_args: tuple[str, ...] = ("--protocol=1",),
+    target: str = "tools.bench:noop_worker",
 ) -> Iterator[tuple[DaemonProcess, Workers | None]]:
     """
     A daemon on L{BENCH_CONFIG} with C{workers} worker processes, all stopped
@@ -172,7 +185,11 @@ def running(
         config.write_text(BENCH_CONFIG)
         args = [f"--config={config}", *(extra or []), f"--busy-poll={busy_poll}"]
         with DaemonProcess(Path(directory), args) as daemon:
-            pool = Workers(daemon, workers, *layout, busy_poll, worker_args) if workers else None
+            pool = (
+                Workers(daemon, workers, *layout, busy_poll, worker_args, target)
+                if workers
+                else None
+            )
             try:
                 yield daemon, pool
             finally:
@@ -211,13 +228,20 @@ def submit_workload(n: int, protocol: int = 1) -> dict[str, Any]:
     return {"n": n, "protocol": protocol, "seconds": seconds, "oks_per_s": n / seconds}
 
 
-def _produce_and_wait(address: str, n: int, payload: bytes, protocol: int = 1) -> float:
-    """Pipeline C{n} tasks, wait for every DONE; the seconds it took."""
+def _produce_and_wait(
+    address: str, n: int, payload: bytes, protocol: int = 1, result_size: int = 0
+) -> float:
+    """
+    Pipeline C{n} tasks, wait for every DONE; the seconds it took.  With
+    C{result_size}, each DONE must carry a result of that many bytes.
+    """
     with QuicxClient(address, keep_outcomes=n + 1, protocol=protocol) as client:
         started = time.perf_counter()
         ids = client.submit_many(tasks_of(n, payload, protocol))
         for task_id in ids:
-            client.wait(task_id)  # type: ignore[arg-type]
+            value = client.wait(task_id)  # type: ignore[arg-type]
+            if result_size and len(value) != result_size:
+                raise SystemExit(f"tools.bench: task {task_id} gave {value!r}, not its result")
         return time.perf_counter() - started
 
 
@@ -227,17 +251,23 @@ def e2e_workload(
     extra: list[str] | None = None,
     layout: tuple[int, int] = CREDITS,
     protocol: int = 1,
+    result_size: int = 0,
 ) -> dict[str, Any]:
     """
     One producer pipelines C{n} tasks; 2 worker processes run them.  With
     C{protocol} 2, the tasks are spread over 4 queues and 3 priorities and
-    the workers serve the 4 queues.
+    the workers serve the 4 queues.  With C{result_size} (version 2), each
+    handler returns a result of that many bytes, which reaches the producer.
     """
     worker_args = ("--protocol=1",) if protocol == 1 else (f"--queues={','.join(V2_QUEUES)}",)
-    with running(extra, workers=2, layout=layout, worker_args=worker_args) as (daemon, workers):
+    target = "tools.bench:result_worker" if result_size else "tools.bench:noop_worker"
+    assert result_size in (0, RESULT_SIZE) and (protocol == 2 or not result_size)
+    with running(extra, 2, layout, 0.0, worker_args, target) as (daemon, workers):
         assert workers is not None
         cpu = cpu_seconds(daemon.pid), workers.cpu_seconds(), time.process_time()
-        seconds = _produce_and_wait(daemon.client_address, n, payload_of(payload_size), protocol)
+        seconds = _produce_and_wait(
+            daemon.client_address, n, payload_of(payload_size), protocol, result_size
+        )
         daemon_cpu = cpu_seconds(daemon.pid) - cpu[0]
         workers_cpu = workers.cpu_seconds() - cpu[1]
         producer_cpu = time.process_time() - cpu[2]
@@ -248,6 +278,7 @@ def e2e_workload(
         "n": n,
         "protocol": protocol,
         "payload": payload_size,
+        "result": result_size,
         "connections_per_worker": layout[0],
         "credits": layout[1],
         "seconds": seconds,
@@ -767,6 +798,7 @@ WORKLOADS = (
     "events",
     "report",
     "delays",
+    "results",
 )
 
 
@@ -998,7 +1030,31 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def run_results() -> None:
+        # Side by side, alternated: version-2 end to end without a result,
+        # and with a 1 KiB result returned to the producer with each DONE.
+        rounds, n = 3, 100_000 // scale
+        runs: dict[int, list[dict[str, Any]]] = {0: [], RESULT_SIZE: []}
+        for _ in range(rounds):
+            for size in runs:
+                runs[size].append(e2e_workload(n, protocol=2, result_size=size))
+        rate = {size: statistics.median(r["tasks_per_s"] for r in runs[size]) for size in runs}
+        daemon_us = {
+            size: statistics.median(r["cpu_us_per_task"]["daemon"] for r in runs[size])
+            for size in runs
+        }
+        emit(
+            "results",
+            f"v2 e2e without a result {rate[0]:,.0f}/s, with 1 KiB results"
+            f" {rate[RESULT_SIZE]:,.0f}/s (median of {rounds}, alternated):"
+            f" ratio {rate[RESULT_SIZE] / rate[0]:.2f}; daemon {daemon_us[0]:.1f} vs"
+            f" {daemon_us[RESULT_SIZE]:.1f} µs/task",
+            {"n": n, "rounds": rounds, "without": runs[0], "with_1k": runs[RESULT_SIZE]},
+            table,
+        )
+
     runners.update(
+        results=run_results,
         report=run_report,
         events=run_events,
         harness=run_harness,

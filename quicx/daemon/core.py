@@ -28,6 +28,7 @@ from quicx.daemon.deadletters import DeadLetters
 from quicx.daemon.dedup import KeyTable
 from quicx.daemon.delays import Delays
 from quicx.daemon.events import EventLog
+from quicx.daemon.groups import Group, Groups
 from quicx.daemon.journal.interface import (
     DeadInfo,
     IJournal,
@@ -38,12 +39,16 @@ from quicx.daemon.journal.interface import (
 )
 from quicx.daemon.journal.records import Recovery
 from quicx.daemon.logsummary import LogSummary
-from quicx.daemon.policy import QueueLimits
+from quicx.daemon.policy import ProgressSettings, QueueLimits
+from quicx.daemon.progress import ProgressBook, Report
 from quicx.daemon.queues import NamedQueue
+from quicx.daemon.results import KeptOutcome, KeptOutcomes
 from quicx.daemon.retries import retry_wait
+from quicx.daemon.waits import Target, Wait, Waits
 from quicx.net.twisted_types import Service
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol import session as protocol
+from quicx.protocol.results import GroupPhase, OutcomeState
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.v2 import Backoff, ErrorCode
 
@@ -78,6 +83,10 @@ class Task:
     @ivar lease_until: when its delivery's lease runs out, once a TOUCH
         extended it (0: the queue's timeout from the dispatch).
     @ivar dead: why it died, while it is in the dead-letter set.
+    @ivar forward_progress: its producer asked for its PROGRESS reports.
+    @ivar keep_for: seconds its outcome is kept after it finishes, as its
+        SUBMIT asked (0: as its queue says, or if its producer is gone).
+    @ivar group: the group it counts in until it finishes (0: none).
     """
 
     task_id: int
@@ -104,6 +113,9 @@ class Task:
     token: int = 0
     lease_until: float = 0.0
     dead: DeadInfo | None = None
+    forward_progress: bool = False
+    keep_for: float = 0.0
+    group: int = 0
 
     @property
     def queue(self) -> str:
@@ -165,6 +177,16 @@ class IScheduleBook(Protocol):
         """The run-time schedules' SCHEDULE payloads, by name."""
 
 
+class ISharedData(Protocol):
+    """The shared data, as the queue sees it."""
+
+    def versions(self) -> list[tuple[str, int, bytes]]:
+        """Each name's current version and data (for the journal's snapshot)."""
+
+    def unfollow(self, session: Session) -> None:
+        """Forget a connection that closed."""
+
+
 class Refused(Exception):
     """A request the queue turns down: answered ERROR C{code}, C{str(self)}."""
 
@@ -196,6 +218,9 @@ class Counters:
     dead_dropped: int
     stale_outcomes: int
     delayed: int
+    results_kept: int
+    results_evicted: int
+    results_expired: int
 
 
 @implementer(IJournalOwner)
@@ -210,6 +235,14 @@ class QueueService(Service):
     @ivar limits: the queues' policies and the limits on queues and keys.
     @ivar sessions: the open connections by session id.
     @ivar queues: the named queues by name.
+    @ivar progress: the tasks' progress reports.
+    @ivar shared: the shared data, once a L{quicx.daemon.shared.SharedData}
+        is made for this queue.
+    @ivar kept: the kept outcomes of finished tasks.
+    @ivar groups: the groups of tasks.
+    @ivar waits: the AWAITs and group WAITs waiting.
+    @ivar max_result: the longest result an ACK may carry: C{[results]
+        max_size}, or the pool's largest block if that is smaller.
     """
 
     # A Logger as a class attribute is named after the class:
@@ -228,6 +261,7 @@ class QueueService(Service):
         failures: LogSummary | None = None,
         limits: QueueLimits | None = None,
         scheduler: IReactorTime | None = None,
+        progress: ProgressSettings | None = None,
     ) -> None:
         self.pool = pool
         self.allowed_types = allowed_types
@@ -275,6 +309,10 @@ class QueueService(Service):
         self._last_token = 0
         self._dead_timer: IDelayedCall | None = None
         self.schedules: IScheduleBook | None = None
+        self.shared: ISharedData | None = None
+        self.progress: ProgressBook[Task] = ProgressBook(
+            self._scheduler, clock, progress or ProgressSettings(), self._progress_out
+        )
         self.random: Callable[[], float] = random.random
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
         self.dead_letters: DeadLetters[Task] = DeadLetters(
@@ -282,6 +320,12 @@ class QueueService(Service):
         )
         # SUBMITs of a key whose task waits for the journal, by that task's id.
         self._duplicates_waiting: dict[int, list[Duplicate]] = {}
+        self.kept = KeptOutcomes(
+            pool, self.journal, limits.results, self._scheduler, clock, self._result_evicted
+        )
+        self.groups = Groups(limits.groups, self.journal, self._scheduler, clock)
+        self.waits: Waits[Session] = Waits(limits.results, self._scheduler, clock, self._wait_ended)
+        self.max_result = min(limits.results.max_size, pool.max_size)
 
     # -- queues -------------------------------------------------------------
 
@@ -334,9 +378,13 @@ class QueueService(Service):
         """Forget a connection; tasks it held go back to the head of their queues, in order."""
         session.connected = False
         self.sessions.pop(session.session_id, None)
+        if self.waits.count:
+            self.waits.drop(session)
         if session.role is Role.WORKER:
             self._workers -= 1
             self._unsubscribe(session)
+            if self.shared is not None:
+                self.shared.unfollow(session)
         session.replies.clear()
         if session.tasks or session.overdue:
             held, session.tasks = session.tasks, {}
@@ -404,11 +452,16 @@ class QueueService(Service):
         run_at_ms: int | None = None,
         retries: int | None = None,
         backoff: Backoff | None = None,
+        progress: bool = False,
+        result_ttl: int | None = None,
+        group: int | None = None,
     ) -> None:
         """
         Accept a task and answer OK, or answer the ERROR that says why not.
         C{delay_ms} or C{run_at_ms}: it is delayed; C{retries} and
-        C{backoff}: its own, instead of its queue's.
+        C{backoff}: its own, instead of its queue's; C{progress}: its
+        producer hears its PROGRESS reports; C{result_ttl}: keep its outcome
+        this many seconds (0: C{[results] ttl}); C{group}: it joins that group.
 
         With a journal that syncs each record, the OK (and the task's place in
         the queue) waits until the record is on disk; see L{accepted}.
@@ -444,6 +497,13 @@ class QueueService(Service):
             if found is not None:
                 self._duplicate(session, found)
                 return
+        joined: Group | None = None
+        if group is not None:
+            try:
+                joined = self._open_group(group)
+            except Refused as e:
+                self._reject(session, e.code, str(e), task_type, len(payload))
+                return
         if (
             fairness is not None
             and queue.limited
@@ -458,17 +518,20 @@ class QueueService(Service):
                 len(payload),
             )
             return
-        pool = self.pool
         try:
             # An empty payload still takes the smallest block: every live task
             # holds a block, so the pool bounds how many tasks there are.
-            block = pool.store(payload)
+            block = self.pool.store(payload)
         except pmad.AllocationTooLarge as e:
             self._reject(session, ErrorCode.PAYLOAD_TOO_LARGE, str(e), task_type, len(payload))
             return
         except pmad.PoolExhausted as e:
-            self._reject(session, ErrorCode.QUEUE_FULL, f"queue full: {e}", task_type, len(payload))
-            return
+            room = self._store(payload)
+            if room is None:
+                full = f"queue full: {e}"
+                self._reject(session, ErrorCode.QUEUE_FULL, full, task_type, len(payload))
+                return
+            block = room
         task = Task(
             self._next_task_id(),
             task_type,
@@ -484,7 +547,14 @@ class QueueService(Service):
             due=due,
             retries=queue.policy.retries if retries is None else retries,
             backoff=backoff,
+            forward_progress=progress,
         )
+        if result_ttl is not None:
+            kept = self.limits.results
+            task.keep_for = min(result_ttl or kept.ttl, kept.max_ttl)
+        if joined is not None:
+            task.group = joined.group_id
+            self.groups.join(joined)
         self._live[task.task_id] = task
         if key is not None:
             self.keys.add(queue.name, key, task)
@@ -528,11 +598,30 @@ class QueueService(Service):
                 ErrorCode.QUEUE_FULL, f"queue {queue.name!r} is full (max_depth = {depth})"
             )
 
+    def _store(self, payload: bytes) -> int | None:
+        """
+        A pool block holding C{payload}; when the pool is full, kept outcomes
+        are evicted (the oldest whose block can hold it) to make room.
+        C{None}: there is no room even so.
+
+        @raise pmad.AllocationTooLarge: it is larger than any block.
+        """
+        while True:
+            try:
+                return self.pool.store(payload)
+            except pmad.PoolExhausted:
+                if not self.kept.make_room(len(payload) or 1):
+                    return None
+
     def _duplicate(self, session: Session, found: Task | KeyEntry) -> None:
         """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
         self._duplicates += 1
         if isinstance(found, KeyEntry):
             session.reply(_OK[session.version](found.task_id, True))
+            kept = self.kept.get(found.task_id)
+            if kept is not None:
+                self._tell_kept(session, *kept)
+                return
             # The reason a failure gave is not kept with its key.
             reason = "failed (an earlier submission of this key)"
             self._tell_outcome(session, found.task_id, found.outcome, reason)
@@ -634,6 +723,11 @@ class QueueService(Service):
             del self._live[task.task_id]
             task.home.pending -= 1
             self._forget_if_idle(task.home)
+            if task.group:
+                self._leave_group(task)
+            if self.waits.count:
+                unknown_outcome = results.encode_outcome(task.task_id, OutcomeState.UNKNOWN)
+                self._answer_waits(task.task_id, unknown_outcome)
             if task.key is not None:
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
@@ -658,7 +752,11 @@ class QueueService(Service):
                 session.send_decided()
 
     def snapshot(self) -> Snapshot:
-        """(The journal.) The live tasks oldest first, the paused queues, the remembered keys."""
+        """
+        (The journal.) The live tasks oldest first, the paused queues, the
+        remembered keys, the schedules' state, the shared data, the kept
+        outcomes and the groups.
+        """
         read = self.pool.read
         schedules = self.schedules
         return Snapshot(
@@ -667,18 +765,24 @@ class QueueService(Service):
             list(self.keys.entries()),
             [] if schedules is None else schedules.last_fires(),
             [] if schedules is None else schedules.definitions(),
+            [] if self.shared is None else self.shared.versions(),
+            list(self.kept.entries()),
+            self.kept.forgotten_ids(),
+            list(self.groups.entries()),
         )
 
     def restore(self, recovery: Recovery) -> None:
         """
         Queue the tasks a journal kept, in their order and with their ids and
-        queues; pause the queues it paused; remember its keys.
+        queues; pause the queues it paused; remember its keys; keep its kept
+        outcomes and groups.  A task's producer is gone: its outcome is kept.
 
         @raise pmad.PmadError: they do not fit this pool.
         @raise Refused: they need more queues than C{max_queues}.
         """
         now = self.clock()
         dead: list[Task] = []
+        self.groups.restore(recovery.groups, recovery.last_group_id)
         for name in recovery.paused:
             self._queue(name).paused = True
         for recovered in recovery.tasks:
@@ -702,6 +806,8 @@ class QueueService(Service):
                 failures=recovered.failures,
                 backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
                 dead=recovered.dead,
+                keep_for=recovered.keep_for or self.limits.results.ttl,
+                group=recovered.group if self.groups.get(recovered.group) else 0,
             )
             self._live[task.task_id] = task
             if key is not None:
@@ -721,6 +827,8 @@ class QueueService(Service):
         self._arm_dead_expiry()
         self.keys.restore(recovery.keys, now)
         self._last_task_id = recovery.last_task_id
+        # After the tasks: a task's payload comes before a kept result.
+        self.kept.restore(recovery.kept, recovery.forgotten)
 
     def _reject(
         self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
@@ -820,15 +928,24 @@ class QueueService(Service):
         self._end(task, "cancelled")
         if self.events is not None:
             self._event("cancelled", task, None, why)
+        self._settle(task, OutcomeState.CANCELLED, None, why)
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
             self._tell_outcome(producer, task.task_id, "cancelled", "")
 
-    def _tell_outcome(self, session: Session, task_id: int, outcome: str, reason: str) -> None:
+    def _tell_outcome(
+        self,
+        session: Session,
+        task_id: int,
+        outcome: str,
+        reason: str,
+        result: v2.Result | None = None,
+    ) -> None:
         """
         Send C{session} a task's outcome in its version (a version-1 peer
-        hears a cancel as FAILED C{cancelled}); C{reason}: a failure's, verbatim.
+        hears a cancel as FAILED C{cancelled}, and no result); C{reason}: a
+        failure's, verbatim.
         """
         if not session.connected:
             return
@@ -840,12 +957,23 @@ class QueueService(Service):
                     task_id, "cancelled" if outcome == "cancelled" else reason
                 )
         elif outcome == "done":
-            frame = v2.encode_done(task_id)
+            frame = v2.encode_done(task_id, result)
         elif outcome == "cancelled":
             frame = v2.encode_cancelled(task_id)
         else:
             frame = v2.encode_failed(task_id, reason)
         session.peer.sendFrame(frame)
+
+    def _tell_kept(self, session: Session, kept: KeptOutcome, data: bytes) -> None:
+        """Send C{session} a kept outcome as its task's producer would have heard it."""
+        state = kept.state
+        if state == OutcomeState.DONE:
+            result = v2.Result(v2.ResultKind(kept.kind), data) if kept.kind else None
+            self._tell_outcome(session, kept.task_id, "done", "", result)
+        elif state == OutcomeState.CANCELLED:
+            self._tell_outcome(session, kept.task_id, "cancelled", "")
+        else:
+            self._tell_outcome(session, kept.task_id, "failed", data.decode("utf-8", "replace"))
 
     def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
         """
@@ -902,7 +1030,8 @@ class QueueService(Service):
         if len(session.tasks) == held:
             session.peer.sendFrame(wire.WAIT_FRAME if session.version == 1 else v2.WAIT_FRAME)
 
-    def done(self, session: Session, task_id: int) -> None:
+    def done(self, session: Session, task_id: int, result: v2.Result | None = None) -> None:
+        """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
         finished = self._finish(session, task_id, "done")
         if finished is not None:
             task, attempt = finished
@@ -910,9 +1039,20 @@ class QueueService(Service):
             if self.events is not None:
                 self._event("done", task, session, None, attempt)
             producer = task.producer
+            # The common case, nothing to keep, count or answer, in one test.
+            if (
+                task.keep_for
+                or task.group
+                or self.waits.count
+                or task.home.policy.keep_results
+                or (producer is not None and not producer.connected)
+            ):
+                self._settle(task, OutcomeState.DONE, result)
             if producer is not None and producer.connected:
                 producer.peer.sendFrame(
-                    wire.encode_done(task_id) if producer.version == 1 else v2.encode_done(task_id)
+                    wire.encode_done(task_id)
+                    if producer.version == 1
+                    else v2.encode_done(task_id, result)
                 )
         self._become_idle(session)
 
@@ -941,17 +1081,28 @@ class QueueService(Service):
 
     # -- version-2 workers: fenced outcomes and leases -------------------------------
 
-    def ack(self, session: Session, task_id: int, token: int) -> None:
+    def ack(
+        self, session: Session, task_id: int, token: int, result: v2.Result | None = None
+    ) -> None:
         """
-        A version-2 worker's ACK of delivery C{token}.
+        A version-2 worker's ACK of delivery C{token}, with the task's C{result}.
 
-        @raise Refused: (stale) the delivery is not the task's current one.
+        @raise Refused: (payload too large) the result is longer than
+            L{max_result}: nothing is applied, the worker still holds the
+            task; (stale) the delivery is not the task's current one.
         @raise ProtocolViolation: C{session} was never sent C{task_id}.
         """
+        if result is not None and len(result.data) > self.max_result:
+            raise Refused(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"task {task_id}: a result of {len(result.data)} bytes exceeds the limit of"
+                f" {self.max_result} bytes ([results] max_size, or the pool's largest block);"
+                " the ACK is not applied",
+            )
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
             self._stale_report(session, task_id, token)
-        self.done(session, task_id)
+        self.done(session, task_id, result)
 
     def nack(
         self, session: Session, task_id: int, token: int, reason: str, permanent: bool
@@ -970,13 +1121,67 @@ class QueueService(Service):
         @raise Refused: (stale) the delivery is not the task's current one.
         @raise ProtocolViolation: C{session} was never sent C{task_id}.
         """
+        task = self._delivery(session, task_id, token, "TOUCH")
+        if self.timeout_of(task):
+            task.lease_until = self.clock() + min(float(seconds), self.limits.max_lease)
+
+    def report_progress(
+        self, session: Session, task_id: int, token: int, fraction: int, message: str
+    ) -> None:
+        """
+        A worker's PROGRESS for delivery C{token}: the task's last report,
+        sent on to its producer (if it asked) and the events log, at most
+        one per C{[progress] interval}.
+
+        @raise Refused: (stale) the delivery is not the task's current one.
+        @raise ProtocolViolation: C{session} was never sent C{task_id}, or
+            the message is longer than C{max_message}.
+        """
+        task = self._delivery(session, task_id, token, "PROGRESS")
+        limit = self.progress.settings.max_message
+        size = len(message.encode("utf-8"))
+        if size > limit:
+            raise ProtocolViolation(
+                f"PROGRESS message of {size} bytes exceeds [progress] max_message ({limit})"
+            )
+        self.progress.report(
+            task, token, fraction, message, task.forward_progress or self.events is not None
+        )
+
+    def _progress_out(self, task: Task, report: Report) -> None:
+        """(The progress book.) A report of C{task}'s goes out."""
+        if self.events is not None:
+            self._event(
+                "progress",
+                task,
+                task.holder,
+                (report.fraction / results.MAX_FRACTION, report.message),
+            )
+        producer = task.producer
+        if (
+            task.forward_progress
+            and producer is not None
+            and producer.connected
+            and producer.version == 2
+        ):
+            producer.peer.sendFrame(
+                results.encode_progress(task.task_id, report.token, report.fraction, report.message)
+            )
+
+    def _delivery(self, session: Session, task_id: int, token: int, what: str) -> Task:
+        """
+        The task of C{session}'s current delivery C{token} of C{task_id},
+        for a TOUCH or PROGRESS (C{what}).
+
+        @raise Refused: (stale) the delivery is not the task's current one.
+        @raise ProtocolViolation: C{session} was never sent C{task_id}.
+        """
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
             if task is None and task_id not in session.overdue:
                 raise _not_held(session, task_id)
-            self._refuse_stale(session, task_id, token, "TOUCH")
-        if self.timeout_of(task):
-            task.lease_until = self.clock() + min(float(seconds), self.limits.max_lease)
+            self._refuse_stale(session, task_id, token, what)
+        return task
 
     def _stale_report(self, session: Session, task_id: int, token: int) -> NoReturn:
         """
@@ -1087,15 +1292,18 @@ class QueueService(Service):
         producer = task.producer
         if dead_letter and task.retries and self.dead_letters.max_count:
             self._bury(task, reason, worker)
+            self._settle(task, OutcomeState.DEAD, None, reason)
             task.producer = None
         else:
             self._end(task, "failed")
+            self._settle(task, OutcomeState.FAILED, None, reason)
         if producer is not None:
             producer.outstanding -= 1
             self._tell_outcome(producer, task.task_id, "failed", reason)
 
     def _bury(self, task: Task, reason: str, worker: str) -> None:
         """Move C{task} to the dead-letter set, dropping the oldest past its bounds."""
+        self.progress.finished(task.task_id)
         now = self.clock()
         task.dead = DeadInfo(now, reason, worker)
         self.journal.record_dead(task)
@@ -1215,7 +1423,9 @@ class QueueService(Service):
             now = self.clock()
             if self.keys.find(queue.name, key, now) is not None:
                 return
-            block = self.pool.store(spec.payload)
+            block = self._store(spec.payload)
+            if block is None:
+                raise Refused(ErrorCode.QUEUE_FULL, "queue full: no room in the pool")
         except (Refused, pmad.PmadError) as e:
             self._count_rejection(None, ErrorCode.QUEUE_FULL, str(e), spec.task_type, 0)
             self.log.warn(
@@ -1288,6 +1498,7 @@ class QueueService(Service):
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
         task.finished = True
         del self._live[task.task_id]
+        self.progress.finished(task.task_id)
         self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
@@ -1575,8 +1786,8 @@ class QueueService(Service):
             self._rate_timer.cancel()
 
     def awaits_outcome(self, session: Session) -> bool:
-        """Whether C{session} is a producer still owed an outcome."""
-        return session.outstanding > 0
+        """Whether C{session} is a producer still owed an outcome, or waits for one."""
+        return session.outstanding > 0 or self.waits.holds(session)
 
     def _requeue(
         self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
@@ -1621,6 +1832,178 @@ class QueueService(Service):
         )
         self._fail_for_good(task, reason, "", None, None, dead_letter=False)
 
+    # -- outcomes: kept, awaited; groups -----------------------------------------------
+
+    def _settle(
+        self,
+        task: Task,
+        state: OutcomeState,
+        result: v2.Result | None = None,
+        reason: str = "",
+    ) -> None:
+        """
+        C{task}'s outcome is decided (its producer is still to hear it):
+        keep it if it should be kept, send it to every wait for it, count it
+        in its group.
+        """
+        ttl = self._keep_for(task)
+        if ttl or self.waits.count:
+            task_id = task.task_id
+            if result is None:
+                kind, data = 0, reason.encode("utf-8")
+            else:
+                kind, data = result.kind, result.data
+            if ttl:
+                self.kept.keep(task_id, state, kind, data, ttl)
+            if self.waits.count:
+                reason_data = b"" if result is not None else data
+                self._answer_waits(
+                    task_id, results.encode_outcome(task_id, state, result, reason_data)
+                )
+        if task.group:
+            self._leave_group(task, state)
+
+    def _keep_for(self, task: Task) -> float:
+        """Seconds C{task}'s outcome is kept (0: it is not)."""
+        if task.keep_for:
+            return task.keep_for
+        policy = task.home.policy
+        limits = self.limits.results
+        if policy.keep_results:
+            return min(policy.result_ttl or limits.ttl, limits.max_ttl)
+        producer = task.producer
+        if producer is not None and not producer.connected:
+            # A producer cut off learns its outcomes when it reconnects.
+            return limits.ttl
+        return 0.0
+
+    def _answer_waits(self, task_id: int, frame: bytes) -> None:
+        """End the waits for C{task_id} with C{frame} (not an answer: sent at once)."""
+        for session in self.waits.pop(Target.TASK, task_id):
+            session.peer.sendFrame(frame)
+
+    def _result_evicted(self, task_id: int, why: str) -> None:
+        """(The kept outcomes.) One was evicted before its time."""
+        self.failures.note(
+            "result evicted",
+            b"",
+            why,
+            "the kept outcome of task {task_id} was {why}",
+            task_id=task_id,
+            why=why,
+        )
+
+    def await_outcome(self, session: Session, task_id: int, timeout_ms: int) -> None:
+        """
+        Answer C{session} OUTCOME for C{task_id}: at once when it is known
+        (or C{timeout_ms} is 0), else when the task finishes or the timeout
+        passes (then I{pending}).
+
+        @raise Refused: (queue full) a wait would pass a waiter limit.
+        """
+        task = self._live.get(task_id)
+        if task is None:
+            session.reply(self.kept.outcome(task_id))
+        elif task.dead is not None:
+            dead = results.encode_outcome(task_id, OutcomeState.DEAD, None, task.dead.reason)
+            session.reply(dead)
+        elif timeout_ms:
+            self._wait(session, Target.TASK, task_id, timeout_ms)
+        else:
+            session.reply(results.encode_outcome(task_id, OutcomeState.PENDING))
+
+    def _wait(self, session: Session, target: Target, target_id: int, timeout_ms: int) -> None:
+        """@raise Refused: (queue full) one more wait would pass a waiter limit."""
+        refusal = self.waits.refusal(session)
+        if refusal is not None:
+            raise Refused(ErrorCode.QUEUE_FULL, refusal)
+        self.waits.add(session, target, target_id, timeout_ms / 1000)
+
+    def _wait_ended(self, wait: Wait[Session]) -> None:
+        """(The waits.) A wait reached its timeout: answered with the state now."""
+        if wait.target is Target.TASK:
+            frame = results.encode_outcome(wait.target_id, OutcomeState.PENDING)
+        else:
+            frame = self.groups.state_frame(wait.target_id)
+        wait.session.peer.sendFrame(frame)
+
+    def open_group(self, session: Session) -> dict[str, Any]:
+        """
+        Open a group, told to C{session} when it finishes.
+
+        @raise Refused: (queue full) C{max_groups} are open.
+        """
+        group = self.groups.open(session.session_id)
+        if group is None:
+            raise Refused(
+                ErrorCode.QUEUE_FULL,
+                f"too many groups (max_groups = {self.groups.max_groups}), none finished",
+            )
+        return group.describe()
+
+    def close_group(self, group_id: int) -> dict[str, Any]:
+        """
+        Close a group to new members (it finishes now if every member has).
+
+        @raise Refused: (not found) no such group.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            raise Refused(ErrorCode.NOT_FOUND, f"no group {group_id} (or it was forgotten)")
+        if self.groups.close(group):
+            self._group_finished(group)
+        return group.describe()
+
+    def await_group(self, session: Session, group_id: int, timeout_ms: int) -> None:
+        """
+        Answer C{session} GROUP_STATE for C{group_id}: at once when it is
+        finished or unknown (or C{timeout_ms} is 0), else when it finishes or
+        the timeout passes.
+
+        @raise Refused: (queue full) a wait would pass a waiter limit.
+        """
+        group = self.groups.get(group_id)
+        if group is None or group.phase is GroupPhase.FINISHED or not timeout_ms:
+            session.reply(self.groups.state_frame(group_id))
+        else:
+            self._wait(session, Target.GROUP, group_id, timeout_ms)
+
+    def _open_group(self, group_id: int) -> Group:
+        """
+        The group a SUBMIT joins.
+
+        @raise Refused: (not found) no such group; (conflict) it is closed.
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            raise Refused(ErrorCode.NOT_FOUND, f"no group {group_id} (or it was forgotten)")
+        if group.phase is not GroupPhase.OPEN:
+            raise Refused(ErrorCode.CONFLICT, f"group {group_id} is closed: no new members")
+        return group
+
+    def _leave_group(self, task: Task, state: OutcomeState | None = None) -> None:
+        """
+        C{task} leaves its group: it finished as C{state}, or (C{None}) its
+        SUBMIT was refused after all.
+        """
+        group = self.groups.get(task.group)
+        task.group = 0
+        if group is None:
+            return
+        finished = self.groups.leave(group) if state is None else self.groups.count(group, state)
+        if finished:
+            self._group_finished(group)
+
+    def _group_finished(self, group: Group) -> None:
+        """GROUP_STATE, once, to the group's opener (if connected) and every wait for it."""
+        frame = results.encode_group_state(group.state())
+        waiting = self.waits.pop(Target.GROUP, group.group_id)
+        opener = self.sessions.get(group.opener)
+        if opener is not None and opener not in waiting:
+            waiting.append(opener)
+        for session in waiting:
+            session.peer.sendFrame(frame)
+
     # -- everyone -----------------------------------------------------------------
 
     def stats(self) -> wire.StatsResponse:
@@ -1650,6 +2033,9 @@ class QueueService(Service):
             self._dead_dropped,
             self._stale,
             self.delays.count,
+            self.kept.kept,
+            self.kept.evicted,
+            self.kept.expired,
         )
 
     def task(self, task_id: int) -> Task:
@@ -1677,6 +2063,10 @@ class QueueService(Service):
         if self._dead_timer is not None and self._dead_timer.active():
             self._dead_timer.cancel()
         self.delays.stop()
+        self.progress.stop()
+        self.kept.stop()
+        self.groups.stop()
+        self.waits.stop()
         live = len(self._live)
         queued, running = self.queued, self.tasks_running
         if not live:

@@ -13,8 +13,9 @@ Each record is one line of JSON::
      "priority": 5}
 
 with C{event} one of submitted, rejected (with C{code} and C{reason}),
-dispatched, done, failed (with C{reason}), requeued (with C{cause}),
-cancelled (with C{cause}) and dropped (with C{cause}).  C{queue} and
+dispatched, progress (with C{fraction}, 0 to 1, and C{message}), done,
+failed (with C{reason}), requeued (with C{cause}), cancelled (with
+C{cause}) and dropped (with C{cause}).  C{queue} and
 C{priority} are C{null} on a rejected SUBMIT.  C{t} is epoch milliseconds; C{producer} and
 C{worker} are connection ids (C{null} when not known: a task recovered from
 the journal has no producer); C{attempt} counts deliveries.
@@ -53,8 +54,9 @@ FLUSH_AT = 20_000
 Event = tuple[Any, ...]
 """(time, event, task id, type, size, producer id, worker id, attempt, extra, queue, priority)."""
 
-_EXTRA_KEY = {
-    "rejected": "reason",
+_EXTRA_KEY: dict[str, str | tuple[str, ...]] = {
+    "rejected": ("code", "reason"),
+    "progress": ("fraction", "message"),
     "failed": "reason",
     "requeued": "cause",
     "dropped": "cause",
@@ -109,10 +111,15 @@ def format_event(event: Event) -> str:
     )
     if extra is None:
         return line + "}"
-    if kind == "rejected":
-        code, reason = extra
-        return f'{line},"code":{code},"reason":{json.dumps(reason, ensure_ascii=False)}}}'
-    return f'{line},"{_EXTRA_KEY[kind]}":{json.dumps(extra, ensure_ascii=False)}}}'
+    keys = _EXTRA_KEY[kind]
+    if isinstance(keys, tuple):
+        # Several fields: the extra is their values, in order.
+        fields = "".join(
+            f',"{key}":{json.dumps(value, ensure_ascii=False)}'
+            for key, value in zip(keys, extra, strict=True)
+        )
+        return f"{line}{fields}}}"
+    return f'{line},"{keys}":{json.dumps(extra, ensure_ascii=False)}}}'
 
 
 class EventLog(Service):

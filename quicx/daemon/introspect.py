@@ -12,6 +12,7 @@ import base64
 from typing import Any
 
 from quicx.daemon.core import QueueService, Task
+from quicx.protocol.results import MAX_FRACTION
 
 
 def queues(service: QueueService) -> list[dict[str, Any]]:
@@ -64,7 +65,8 @@ def peek(service: QueueService, name: str, count: int) -> list[dict[str, Any]]:
 
 def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
     """
-    One live task; for a queued one, why it is not running yet.
+    One live task, with its last progress report if it sent one; for a
+    queued one, why it is not running yet.
 
     @raise Refused: (not found) there is no such live task.
     """
@@ -73,6 +75,13 @@ def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
     answer = describe(task, now)
     answer["failures"] = task.failures
     answer["retries"] = task.retries
+    report = service.progress.last(task_id)
+    if report is not None:
+        answer["progress"] = {
+            "fraction": report.fraction / MAX_FRACTION,
+            "message": report.message,
+            "at": round(report.at, 3),
+        }
     if task.holder is not None:
         answer["worker"] = task.holder.peer.peer_name
         answer["running_for"] = round(max(0.0, now - task.dispatched_at), 3)

@@ -291,6 +291,11 @@ class Pmad:
         start = handle + BLOCK_HEADER_SIZE
         return self._pool[start : start + length]
 
+    def capacity(self, handle: int) -> int:
+        """The most bytes block C{handle} holds: its class's size."""
+        index: int = BLOCK_HEADER.unpack_from(self._pool, handle)[2]
+        return self._stride[index] - BLOCK_HEADER_SIZE
+
     def free(self, handle: int) -> None:
         """
         Return block C{handle} to its class.

@@ -1,7 +1,8 @@
 """
 What the configuration says about queues: each declared queue's policy, and
-the limits on queues, keys and the deduplication window.  Plain data: the
-settings build it, the queue core reads it.
+the limits on queues, keys and the deduplication window; and about progress
+reports and shared data.  Plain data: the settings build it, the queue core
+reads it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from collections.abc import Mapping
 
 from attrs import field, frozen
 
+from quicx.daemon.groups import GroupLimits
+from quicx.daemon.results import ResultLimits
 from quicx.protocol.v2 import DEFAULT_QUEUE, Backoff
 
 DEFAULT_BACKOFF = Backoff()
@@ -32,6 +35,10 @@ class QueuePolicy:
     @ivar key_rate: the same per fairness key, with C{key_burst}.
     @ivar retries: how many times a failed task is retried (0: never).
     @ivar backoff: the wait before each retry, with its jitter.
+    @ivar keep_results: keep every task's outcome (and result) after it
+        finishes, as if its SUBMIT had asked.
+    @ivar result_ttl: seconds an outcome is kept when the queue keeps it;
+        C{None}: C{[results] ttl}.
     """
 
     max_depth: int = 0
@@ -44,6 +51,8 @@ class QueuePolicy:
     key_burst: int = 0
     retries: int = 0
     backoff: Backoff = DEFAULT_BACKOFF
+    keep_results: bool = False
+    result_ttl: float | None = None
 
 
 @frozen
@@ -72,6 +81,8 @@ class QueueLimits:
     @ivar dead_max_age: seconds a dead task is kept (0: until pushed out).
     @ivar declared: the C{[queue NAME]} sections, by name.
     @ivar defaults: the policy of a queue without a section.
+    @ivar results: the bounds on kept outcomes, results and waits.
+    @ivar groups: the bounds on groups.
     """
 
     versions: frozenset[int] = frozenset({1, 2})
@@ -89,6 +100,38 @@ class QueueLimits:
     dead_max_age: float = 7 * 86400.0
     declared: Mapping[str, QueuePolicy] = field(factory=dict)
     defaults: QueuePolicy = QueuePolicy()
+    results: ResultLimits = field(factory=ResultLimits)
+    groups: GroupLimits = field(factory=GroupLimits)
 
     def policy(self, name: str) -> QueuePolicy:
         return self.declared.get(name, self.defaults)
+
+
+@frozen
+class ProgressSettings:
+    """
+    The C{[progress]} settings.
+
+    @ivar interval: the least time between two reports of one task that go
+        out (seconds; 0: every report goes out).
+    @ivar max_message: the longest message a report may carry (bytes).
+    """
+
+    interval: float = 0.1
+    max_message: int = 256
+
+
+@frozen
+class SharedLimits:
+    """
+    The C{[shared]} settings.
+
+    @ivar max_size: the most data one version may have (bytes).
+    @ivar max_names: the most names that may exist at once; a follower may
+        follow at most as many.
+    @ivar max_memory: the most data all names may have together (bytes).
+    """
+
+    max_size: int = 1 << 20
+    max_names: int = 64
+    max_memory: int = 16 << 20

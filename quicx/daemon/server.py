@@ -32,11 +32,13 @@ from quicx.daemon import introspect
 from quicx.daemon.core import QueueService, Refused, Session
 from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.settings import Limits
+from quicx.daemon.shared import SharedData
 from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol.results import GroupOp
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.wire import ErrorCode, MessageType
 
@@ -56,6 +58,10 @@ CAPABILITIES = (
     "dead-letters",
     "leases",
     "schedules",
+    "progress",
+    "shared",
+    "results",
+    "groups",
 )
 """What a version-2 HELLO is told this daemon can do."""
 
@@ -97,6 +103,7 @@ class QuicxServerProtocol(FrameReceiver):
         transport: Any = self.transport
         self.maxLength = factory.max_length
         self.v2MaxLength = factory.v2_max_length
+        self.v2TypeLimits = factory.v2_type_limits
         super().connectionMade()
         peer = transport.getPeer()
         host = getattr(peer, "host", None)
@@ -142,10 +149,10 @@ class QuicxServerProtocol(FrameReceiver):
         )
         self.transport.abortConnection()
 
-    def _authorize(self, role: str) -> None:
+    def _authorize(self, *roles: str) -> None:
         """
         @raise NotAuthorized: the [tls] role lists do not let this peer's
-            certificate identity act as C{role}.
+            certificate identity act as any of C{roles}.
         """
         authorization = self.factory.authorization
         if authorization is None:
@@ -153,8 +160,10 @@ class QuicxServerProtocol(FrameReceiver):
         self._learn_identity()
         identity = self.identity
         assert identity is not _UNKNOWN
-        if not authorization.allows(identity, role):
-            raise NotAuthorized(f"{describe_peer(self.transport)} may not act as a {role}")
+        if not any(authorization.allows(identity, role) for role in roles):
+            raise NotAuthorized(
+                f"{describe_peer(self.transport)} may not act as a {' or '.join(roles)}"
+            )
 
     # -- IPushProducer: the transport pauses us when our output piles up ----------
 
@@ -164,9 +173,14 @@ class QuicxServerProtocol(FrameReceiver):
         self.transport.pauseProducing()
 
     def resumeProducing(self) -> None:
-        assert self.session is not None
-        self.session.paused = False
+        session = self.session
+        assert session is not None
+        session.paused = False
         self.transport.resumeProducing()
+        shared = self.queue.shared
+        if isinstance(shared, SharedData):
+            # A follower that lagged gets the newest of what it missed.
+            shared.caught_up(session)
 
     def stopProducing(self) -> None:
         pass
@@ -335,6 +349,9 @@ class QuicxServerProtocol(FrameReceiver):
             message.run_at_ms,
             message.retries,
             message.backoff,
+            message.progress,
+            message.result_ttl,
+            message.group,
         )
 
     def _ready_v2(self, payload: bytes) -> None:
@@ -363,6 +380,7 @@ class QuicxServerProtocol(FrameReceiver):
         assert session is not None
         session.client = " ".join(filter(None, (message.name, message.version)))
         limits = self.queue.limits
+        shared = self._shared().limits
         self._reply(
             v2.encode_info(
                 {
@@ -377,6 +395,15 @@ class QuicxServerProtocol(FrameReceiver):
                         "max_queues": limits.max_queues,
                         "max_key_length": limits.max_key_length,
                         "max_type_length": self.limits.max_type_length,
+                        "max_progress_message": self.queue.progress.settings.max_message,
+                        "max_shared_size": shared.max_size,
+                        "max_shared_names": shared.max_names,
+                        "max_shared_memory": shared.max_memory,
+                        "max_result": self.queue.max_result,
+                        "max_result_ttl": limits.results.max_ttl,
+                        "max_wait": limits.results.max_wait,
+                        "max_waiters_per_connection": limits.results.max_waiters_per_connection,
+                        "max_groups": limits.groups.max_groups,
                     },
                 }
             )
@@ -460,12 +487,14 @@ class QuicxServerProtocol(FrameReceiver):
     def _ack(self, payload: bytes) -> None:
         # The queue refuses a report from a connection that holds no such
         # task, a worker's or not.
-        if len(payload) != 12 or not payload[0:4].strip(b"\0"):
-            lifecycle.decode_ack(payload)  # raises, saying why
-        task_id, token = lifecycle.ID_TOKEN.unpack(payload)
         session = self.session
         assert session is not None
-        self.queue.ack(session, task_id, token)
+        if len(payload) == 12 and payload[0:4].strip(b"\0"):
+            task_id, token = lifecycle.ID_TOKEN.unpack(payload)
+            self.queue.ack(session, task_id, token)
+            return
+        # With a result, or bad: decoding says why.
+        self.queue.ack(session, *lifecycle.decode_ack(payload))
 
     def _nack(self, payload: bytes) -> None:
         reason_length = len(payload) - 13
@@ -484,6 +513,36 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         assert session is not None
         self.queue.touch(session, message.task_id, message.token, message.seconds)
+
+    # -- version 2, part 3: results and groups ------------------------------------------
+
+    def _await(self, payload: bytes) -> None:
+        message = results.decode_await(payload)
+        session = self.session
+        assert session is not None
+        self._authorize("producer", "monitor")
+        self.queue.await_outcome(session, message.task_id, message.timeout_ms)
+
+    def _group(self, payload: bytes) -> None:
+        message = results.decode_group(payload)
+        session = self.session
+        assert session is not None
+        op = message.op
+        if op is GroupOp.OPEN or op is GroupOp.CLOSE:
+            if session.role is not Role.PRODUCER:
+                self._authorize("producer")
+                self.queue.claim_role(session, Role.PRODUCER)
+            if op is GroupOp.OPEN:
+                answer = self.queue.open_group(session)
+            else:
+                answer = self.queue.close_group(message.group)
+            self._reply_when_durable(v2.encode_info(answer))
+            return
+        self._authorize("producer", "monitor")
+        if op is GroupOp.STATE:
+            self._reply(v2.encode_info(self.queue.groups.describe(message.group)))
+        else:
+            self.queue.await_group(session, message.group, message.timeout_ms)
 
     def _require_admin(self, what: str) -> None:
         session = self.session
@@ -535,6 +594,45 @@ class QuicxServerProtocol(FrameReceiver):
             raise Refused(v2.ErrorCode.NOT_FOUND, "this daemon runs no schedules")
         return book
 
+    # -- version 2, part 3: progress and shared data -------------------------------
+
+    def _progress(self, payload: bytes) -> None:
+        message = results.decode_progress(payload)
+        session = self.session
+        assert session is not None
+        self.queue.report_progress(
+            session, message.task_id, message.token, message.fraction, message.message
+        )
+
+    def _publish(self, payload: bytes) -> None:
+        message = results.decode_publish(payload)
+        session = self.session
+        assert session is not None
+        self._learn_identity()
+        if not session.admin:
+            try:
+                self._authorize("producer")
+            except NotAuthorized as e:
+                raise Refused(
+                    v2.ErrorCode.FORBIDDEN, f"{e}: PUBLISH needs the producer or admin role"
+                ) from None
+        answer = self._shared().publish(session, message.name, message.data, message.delete)
+        self._reply_when_durable(v2.encode_info(answer))
+
+    def _follow(self, payload: bytes) -> None:
+        names = results.decode_follow(payload).names
+        session = self.session
+        assert session is not None
+        if session.role is not Role.WORKER:
+            self._authorize("worker")
+        self._reply(v2.encode_info(self._shared().follow(session, names)))
+
+    def _shared(self) -> SharedData:
+        shared = self.queue.shared
+        if not isinstance(shared, SharedData):
+            raise Refused(v2.ErrorCode.NOT_FOUND, "this daemon keeps no shared data")
+        return shared
+
     def _learn_identity(self) -> None:
         """
         Learn this peer's certificate identity, once: it decides which role
@@ -585,6 +683,11 @@ _HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     v2.MessageType.SCHEDULES: QuicxServerProtocol._schedules,
     v2.MessageType.SCHEDULE: QuicxServerProtocol._schedule,
     v2.MessageType.UNSCHEDULE: QuicxServerProtocol._unschedule,
+    v2.MessageType.PROGRESS: QuicxServerProtocol._progress,
+    v2.MessageType.PUBLISH: QuicxServerProtocol._publish,
+    v2.MessageType.FOLLOW: QuicxServerProtocol._follow,
+    v2.MessageType.AWAIT: QuicxServerProtocol._await,
+    v2.MessageType.GROUP: QuicxServerProtocol._group,
 }
 
 
@@ -597,6 +700,8 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         longest reason the limits allow, whichever is longer.
     @ivar v2_max_length: the same for version 2 (its SUBMIT options may add
         up to 2 + 4,096 bytes); C{None} when version 2 is turned off.
+    @ivar v2_type_limits: the longest PROGRESS and PUBLISH the limits allow,
+        which may pass C{v2_max_length}.
     @ivar admin: its connections have the admin role (the control socket's).
     """
 
@@ -629,4 +734,13 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             if v2.VERSION in queue.limits.versions
             else None
         )
+        # A PROGRESS: task id, token, fraction and the longest message; a
+        # PUBLISH: flags, the name and its length, and the most data.
+        self.v2_type_limits: dict[int, int] = {
+            v2.MessageType.PROGRESS: 14 + queue.progress.settings.max_message
+        }
+        shared = queue.shared
+        if isinstance(shared, SharedData):
+            publish = 2 + v2.MAX_QUEUE_NAME + shared.limits.max_size
+            self.v2_type_limits[v2.MessageType.PUBLISH] = publish
         self.max_key_length = queue.limits.max_key_length

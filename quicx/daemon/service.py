@@ -44,6 +44,7 @@ from quicx.daemon.logsummary import LogSummary
 from quicx.daemon.periodic import every
 from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.server import QuicxServerFactory
+from quicx.daemon.shared import SharedData
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
 from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
@@ -140,6 +141,7 @@ class QuicxDaemon(MultiService):
         self,
         config: configuration.Config,
         queue: QueueService,
+        shared: SharedData,
         reactor: Any,
         batcher: OutputBatcher,
         journal: Journal | None = None,
@@ -147,6 +149,7 @@ class QuicxDaemon(MultiService):
         super().__init__()
         self.config = config
         self.queue = queue
+        self.shared = shared
         self.journal = journal
         self.reactor = reactor
         self.batcher = batcher
@@ -221,8 +224,12 @@ class QuicxDaemon(MultiService):
                 "dead_now": len(queue.dead_letters),
                 "stale_outcomes": counters.stale_outcomes,
                 "delayed": counters.delayed,
+                "results_kept": counters.results_kept,
+                "results_evicted": counters.results_evicted,
+                "results_expired": counters.results_expired,
                 "queued": stats.queue_depth,
                 "running": queue.tasks_running,
+                "progress_coalesced": queue.progress.coalesced,
             },
             "connections": {
                 "total": len(queue.sessions),
@@ -238,7 +245,20 @@ class QuicxDaemon(MultiService):
                 "evicted": queue.keys.evicted,
                 "window": queue.keys.window,
             },
+            "results": {
+                "kept": len(queue.kept),
+                "memory": queue.kept.memory,
+                "max_memory": queue.kept.max_memory,
+                "waiters": queue.waits.count,
+            },
+            "groups": {"total": len(queue.groups), "unfinished": queue.groups.unfinished},
             "memory": {"used": stats.pmad_bytes_used, "total": stats.pmad_bytes_total},
+            "shared": {
+                "names": self.shared.names,
+                "bytes": self.shared.size,
+                "published": self.shared.published,
+                "followers": self.shared.followers,
+            },
             "classes": [
                 {"size": u.size, "blocks_used": u.blocks_used, "blocks_total": u.blocks_total}
                 for u in pool.usage()
@@ -372,9 +392,11 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         failures=failures,
         limits=config.queue_limits,
         scheduler=reactor,
+        progress=config.progress,
     )
+    shared = SharedData(queue, config.shared)
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
-    daemon = QuicxDaemon(config, queue, reactor, factory.batcher, journal)
+    daemon = QuicxDaemon(config, queue, shared, reactor, factory.batcher, journal)
     if config.log_summary_interval:
         every(config.log_summary_interval, failures.flush, reactor).setServiceParent(daemon)
     if events is not None:
@@ -385,6 +407,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     if journal is not None:
         recovery = restore(queue, journal)
         schedules.restore(recovery.fired, recovery.schedules)
+        shared.restore(recovery.shared)
         # Stopped after the queue: every record is written before exit.
         journal.setServiceParent(daemon)
     else:

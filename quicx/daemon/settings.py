@@ -35,12 +35,21 @@ import attrs
 from attrs import Factory, define, field, frozen
 
 from quicx.daemon import pmad, schedules
+from quicx.daemon.groups import GroupLimits
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
     DEFAULT_COMPACT_MIN_SIZE,
+    MAX_SHARED_DATA,
     FsyncPolicy,
 )
-from quicx.daemon.policy import DEFAULT_BACKOFF, QueueLimits, QueuePolicy
+from quicx.daemon.policy import (
+    DEFAULT_BACKOFF,
+    ProgressSettings,
+    QueueLimits,
+    QueuePolicy,
+    SharedLimits,
+)
+from quicx.daemon.results import ResultLimits, Share
 from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
@@ -80,6 +89,10 @@ class Limits:
 
 
 _DEFAULT_LIMITS = Limits()
+_DEFAULT_PROGRESS = ProgressSettings()
+_DEFAULT_SHARED = SharedLimits()
+_DEFAULT_RESULTS = ResultLimits()
+_DEFAULT_GROUPS = GroupLimits()
 
 
 class ConfigError(Exception):
@@ -227,6 +240,32 @@ class Integer(Kind[int]):
         if self.high is None:
             return f"≥ {_short_size(self.low)}" if self.low else ""
         return f"{_short_size(self.low)} to {_short_size(self.high)}"
+
+
+@frozen
+class SizeOrShare(Kind[Share]):
+    """A size in bytes (suffixes allowed), or a share of the pool: C{25%}."""
+
+    def metavar(self) -> str:
+        return "SIZE|PERCENT%"
+
+    def parse(self, text: str) -> Share:
+        value = text.strip()
+        if not value.endswith("%"):
+            return Share(parse_size(value))
+        try:
+            percent = Decimal(value[:-1].strip())
+        except InvalidOperation:
+            raise ValueError(f"{text!r} is not a size or a percentage") from None
+        if not 0 <= percent <= 100:
+            raise ValueError(f"{text} is out of range ({self.bounds()})")
+        return Share(percent=percent)
+
+    def format(self, value: Share) -> str:
+        return _short_size(value.size) if value.percent is None else f"{value.percent}%"
+
+    def bounds(self) -> str:
+        return "a size, or 0% to 100% of pool_size"
 
 
 @frozen
@@ -935,6 +974,111 @@ class Config:
         100,
         "The most schedules: the [schedule NAME] sections and those added at run time.",
     )
+    progress_interval: float = setting(
+        "progress",
+        "interval",
+        Seconds(high=60),
+        _DEFAULT_PROGRESS.interval,
+        "Seconds between two progress reports of one task that go out (0: each goes out).",
+    )
+    max_progress_message: int = setting(
+        "progress",
+        "max_message",
+        Integer(0, 65535, size=True),
+        _DEFAULT_PROGRESS.max_message,
+        "The longest PROGRESS message, in bytes.",
+    )
+    shared_max_size: int = setting(
+        "shared",
+        "max_size",
+        Integer(0, MAX_SHARED_DATA, size=True),
+        _DEFAULT_SHARED.max_size,
+        "The most data one version of a shared name may have, in bytes.",
+    )
+    shared_max_names: int = setting(
+        "shared",
+        "max_names",
+        Integer(1, 100_000),
+        _DEFAULT_SHARED.max_names,
+        "The most shared names at once (and names one connection may follow).",
+    )
+    shared_max_memory: int = setting(
+        "shared",
+        "max_memory",
+        Integer(0, 1 << 32, size=True),
+        _DEFAULT_SHARED.max_memory,
+        "The most data all shared names may hold together, in bytes.",
+    )
+    result_max_size: int = setting(
+        "results",
+        "max_size",
+        Integer(0, pmad.MAX_CLASS_SIZE, size=True),
+        _DEFAULT_RESULTS.max_size,
+        "The longest result an ACK may carry, in bytes (and at most the largest class).",
+    )
+    result_ttl: float = setting(
+        "results",
+        "ttl",
+        Seconds(low=1),
+        _DEFAULT_RESULTS.ttl,
+        "Seconds an outcome is kept when its SUBMIT or queue names no time.",
+    )
+    result_max_ttl: float = setting(
+        "results",
+        "max_ttl",
+        Seconds(low=1),
+        _DEFAULT_RESULTS.max_ttl,
+        "The longest an outcome is kept, in seconds.",
+    )
+    result_max_count: int = setting(
+        "results",
+        "max_count",
+        Integer(0, 100_000_000),
+        _DEFAULT_RESULTS.max_count,
+        "Outcomes kept at most (the oldest are evicted first).",
+    )
+    result_max_memory: Share = setting(  # noqa: RUF009 (returns a field)
+        "results",
+        "max_memory",
+        SizeOrShare(),
+        _DEFAULT_RESULTS.max_memory,
+        "Pool memory kept outcomes may take: a size, or a share of pool_size.",
+    )
+    max_waiters: int = setting(
+        "results",
+        "max_waiters",
+        Integer(0, 100_000_000),
+        _DEFAULT_RESULTS.max_waiters,
+        "AWAITs and group WAITs waiting at once, in all.",
+    )
+    max_waiters_per_connection: int = setting(
+        "results",
+        "max_waiters_per_connection",
+        Integer(0, 100_000_000),
+        _DEFAULT_RESULTS.max_waiters_per_connection,
+        "AWAITs and group WAITs waiting at once on one connection.",
+    )
+    max_wait: float = setting(
+        "results",
+        "max_wait",
+        Seconds(),
+        _DEFAULT_RESULTS.max_wait,
+        "The longest one AWAIT or group WAIT waits, in seconds (longer is cut to it).",
+    )
+    max_groups: int = setting(
+        "groups",
+        "max_groups",
+        Integer(1, 100_000_000),
+        _DEFAULT_GROUPS.max_groups,
+        "Groups at most, open or finished (the oldest finished are forgotten first).",
+    )
+    group_ttl: float = setting(
+        "groups",
+        "ttl",
+        Seconds(),
+        _DEFAULT_GROUPS.ttl,
+        "Seconds a finished group is remembered.",
+    )
     events_directory: str = setting(
         "events",
         "directory",
@@ -1036,7 +1180,26 @@ class Config:
             self.dead_max_age,
             {name: attrs.evolve(defaults, **keys) for name, keys in self.queue_sections.items()},
             defaults,
+            ResultLimits(
+                self.result_max_size,
+                self.result_ttl,
+                self.result_max_ttl,
+                self.result_max_count,
+                self.result_max_memory,
+                self.max_waiters,
+                self.max_waiters_per_connection,
+                self.max_wait,
+            ),
+            GroupLimits(self.max_groups, self.group_ttl),
         )
+
+    @property
+    def progress(self) -> ProgressSettings:
+        return ProgressSettings(self.progress_interval, self.max_progress_message)
+
+    @property
+    def shared(self) -> SharedLimits:
+        return SharedLimits(self.shared_max_size, self.shared_max_names, self.shared_max_memory)
 
     @property
     def tls(self) -> TlsSettings:
@@ -1146,6 +1309,10 @@ QUEUE_KEYS = (
                "How many times a failed task is retried.", "`[retries] retries`"),
     SectionKey(QueuePolicy, "backoff", BackoffText(),
                "The wait before each retry (with its jitter).", "`[retries] backoff`"),
+    SectionKey(QueuePolicy, "keep_results", YesNo(),
+               "Keep every task's outcome and result, as if its SUBMIT asked."),
+    SectionKey(QueuePolicy, "result_ttl", Seconds(low=1),
+               "Seconds the queue keeps an outcome.", "`[results] ttl`"),
 )  # fmt: skip
 """The keys of a C{[queue NAME]} section, in the docs' order."""
 

@@ -6,6 +6,7 @@ frames with as few system calls as possible.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
@@ -165,16 +166,20 @@ class FrameReceiver(Protocol):
         is made.
     @ivar v2MaxLength: the same for protocol version 2; C{None} when the
         connection speaks version 1 only.
+    @ivar v2TypeLimits: longer limits for some version-2 message types.
     """
 
     maxLength: int = 1 << 20
     v2MaxLength: int | None = None
+    v2TypeLimits: Mapping[int, int] | None = None
     checkTypes: bool = True
     transport: IStreamTransport  # set by makeConnection, before connectionMade
     _parser: FrameParser
 
     def connectionMade(self) -> None:
-        self._parser = FrameParser(self.maxLength, self.checkTypes, self.v2MaxLength)
+        self._parser = FrameParser(
+            self.maxLength, self.checkTypes, self.v2MaxLength, self.v2TypeLimits
+        )
 
     def dataReceived(self, data: bytes) -> None:
         transport = self.transport

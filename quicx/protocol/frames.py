@@ -16,6 +16,7 @@ matter for a server facing untrusted peers:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple, final
 
 from attrs import frozen
@@ -60,19 +61,27 @@ class FrameParser:
         yields a L{RejectedFrame} with L{ErrorCode.PAYLOAD_TOO_LARGE}.
     @ivar v2_max_length: the same for version 2; C{None} when version 2 is
         not accepted (its frames are rejected as a bad version).
+    @ivar v2_type_limits: longer limits than C{v2_max_length} for some
+        version-2 message types, by type (a PUBLISH carries shared data).
     @ivar check_types: whether an unknown message type is rejected at the
         header (the daemon does; clients pass frames on to their decoder).
     @ivar version: the connection's version, once its first frame set it.
     """
 
     def __init__(
-        self, max_length: int, check_types: bool = True, v2_max_length: int | None = None
+        self,
+        max_length: int,
+        check_types: bool = True,
+        v2_max_length: int | None = None,
+        v2_type_limits: Mapping[int, int] | None = None,
     ) -> None:
         self.max_length = max_length
         self.v2_max_length = v2_max_length
+        self.v2_type_limits = v2_type_limits or {}
         self.check_types = check_types
         self.version: int | None = None
         self._limit = max_length
+        self._type_limits: Mapping[int, int] = {}
         self._known: frozenset[int] = KNOWN_TYPES
         self._buffer = bytearray()
         self._skip = 0
@@ -91,6 +100,7 @@ class FrameParser:
             if version == v2.VERSION:
                 assert self.v2_max_length is not None
                 self._limit = self.v2_max_length
+                self._type_limits = self.v2_type_limits
                 self._known = v2.KNOWN_TYPES
         return version == self.version
 
@@ -110,10 +120,11 @@ class FrameParser:
             return RejectedFrame(
                 ErrorCode.INVALID_MESSAGE, f"unknown message type 0x{message_type:02x}"
             )
-        if length > self._limit:
+        limit = max(self._limit, self._type_limits.get(message_type, 0))
+        if length > limit:
             return RejectedFrame(
                 ErrorCode.PAYLOAD_TOO_LARGE,
-                f"payload of {length} bytes exceeds the limit of {self._limit}",
+                f"payload of {length} bytes exceeds the limit of {limit}",
             )
         return None
 

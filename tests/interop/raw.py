@@ -20,11 +20,15 @@ HELLO, CANCEL, CANCELLED, PAUSE, RESUME, PURGE, QUEUES, PEEK, INSPECT, INFO = ra
 # Version 2's part 2: retries, dead letters, leases and schedules.
 ACK, NACK, TOUCH, RETRYING, DEAD, REPLAY, DEAD_PURGE = range(0x17, 0x1E)
 SCHEDULES, SCHEDULE, UNSCHEDULE = 0x1E, 0x1F, 0x20
+# Version 2's part 3: results, progress, shared data and groups.
+AWAIT, OUTCOME, PROGRESS, PUBLISH, SHARED, FOLLOW, GROUP, GROUP_STATE = range(0x21, 0x29)
 
 # SUBMIT option tags, also the tags of a version-2 TASK's context.
 QUEUE, PRIORITY, KEY, FAIRNESS = 1, 2, 3, 4
 # SUBMIT option tags of part 2.
 DELAY, RUN_AT, RETRIES, BACKOFF = 5, 6, 7, 8
+# SUBMIT option tags of part 3.
+RESULT, WANT_PROGRESS, IN_GROUP = 9, 10, 11
 # TASK context tags of part 2: the delivery's token and lease, its retries.
 TOKEN, LEASE, RETRY_COUNTS = 0x20, 0x21, 0x22
 
@@ -71,9 +75,9 @@ def peek(count: int, queue: bytes) -> bytes:
     return frame(PEEK, struct.pack(">H", count) + name(queue))
 
 
-def ack(task_id: int, token: int) -> bytes:
-    """ACK C{[task_id u32][token u64]}."""
-    return frame(ACK, struct.pack(">IQ", task_id, token))
+def ack(task_id: int, token: int, result: bytes = b"") -> bytes:
+    """ACK C{[task_id u32][token u64]}, then C{result} (C{[kind u8][data]}) if given."""
+    return frame(ACK, struct.pack(">IQ", task_id, token) + result)
 
 
 def nack(task_id: int, token: int, reason: bytes = b"", flags: int = 0) -> bytes:

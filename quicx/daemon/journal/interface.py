@@ -67,6 +67,14 @@ class Record(Protocol):
     def dead(self) -> DeadInfo | None:
         """Why it died, if it is in a dead-letter set."""
 
+    @property
+    def keep_for(self) -> float:
+        """Seconds its outcome is kept after it finishes, as its SUBMIT asked (0: not asked)."""
+
+    @property
+    def group(self) -> int:
+        """The group it is a member of (0: none)."""
+
 
 OUTCOMES = ("done", "failed", "cancelled")
 """How a task can end; the journal records which."""
@@ -99,6 +107,43 @@ class DeadInfo:
 
 
 @frozen
+class KeptEntry:
+    """
+    A kept outcome (see L{quicx.daemon.results}).
+
+    @ivar state: an L{quicx.protocol.results.OutcomeState} (done, failed,
+        cancelled or dead).
+    @ivar kind: the result's kind (a L{quicx.protocol.v2.ResultKind}); 0:
+        C{data} is a reason (UTF-8), or a done task gave no result.
+    @ivar expires_at: when it is forgotten (Unix seconds).
+    """
+
+    task_id: int
+    state: int
+    kind: int
+    expires_at: float
+    data: bytes
+
+
+@frozen
+class GroupEntry:
+    """
+    A group's state (see L{quicx.daemon.groups}): its phase (a
+    L{quicx.protocol.results.GroupPhase}), when it opened and finished
+    (Unix seconds; 0: not yet), and its members' counts.
+    """
+
+    group_id: int
+    phase: int
+    opened_at: float
+    finished_at: float = 0.0
+    members: int = 0
+    done: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+
+@frozen
 class Snapshot:
     """
     The queue's durable state, for compaction.
@@ -108,6 +153,10 @@ class Snapshot:
     @ivar keys: the remembered keys of finished tasks.
     @ivar fired: each schedule's last fire time.
     @ivar schedules: the run-time schedules' SCHEDULE payloads, by name.
+    @ivar shared: each shared-data name's current version and data.
+    @ivar kept: the kept outcomes, oldest first.
+    @ivar forgotten: the ids of outcomes that were kept and no longer are.
+    @ivar groups: the groups, open or remembered.
     """
 
     tasks: Iterable[tuple[Record, bytes]]
@@ -115,6 +164,10 @@ class Snapshot:
     keys: Iterable[KeyEntry]
     fired: Iterable[tuple[str, float]] = ()
     schedules: Iterable[tuple[str, bytes]] = ()
+    shared: Iterable[tuple[str, int, bytes]] = ()
+    kept: Iterable[KeptEntry] = ()
+    forgotten: Iterable[int] = ()
+    groups: Iterable[GroupEntry] = ()
 
 
 class IJournalOwner(Interface):
@@ -175,6 +228,18 @@ class IJournal(Interface):
     def record_schedule(schedule: str, definition: bytes | None) -> None:
         """Record a schedule added at run time (its SCHEDULE payload), or removed (C{None})."""
 
+    def record_shared(name: str, version: int, data: bytes) -> None:
+        """Record version C{version} of shared data C{name} (0: it was deleted)."""
+
+    def record_result(entry: KeptEntry) -> None:
+        """Record a kept outcome (after its task's own outcome record)."""
+
+    def record_forgotten(task_id: int, size: int) -> None:
+        """Record that the kept outcome of C{task_id} (C{size} bytes of data) is forgotten."""
+
+    def record_group(entry: GroupEntry) -> None:
+        """Record a group's state now: opened, closed, finished or forgotten."""
+
     def durable() -> Any:
         """
         A C{Deferred} that fires once every record so far is as durable as
@@ -215,6 +280,18 @@ class NullJournal:
         pass
 
     def record_schedule(self, schedule: str, definition: bytes | None) -> None:
+        pass
+
+    def record_shared(self, name: str, version: int, data: bytes) -> None:
+        pass
+
+    def record_result(self, entry: KeptEntry) -> None:
+        pass
+
+    def record_forgotten(self, task_id: int, size: int) -> None:
+        pass
+
+    def record_group(self, entry: GroupEntry) -> None:
         pass
 
     def durable(self) -> None:

@@ -9,7 +9,7 @@ from enum import Enum
 
 from attrs import field, frozen
 
-from quicx.daemon.journal.interface import DeadInfo, KeyEntry
+from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry
 from quicx.protocol.wire import MAX_TASK_ID
 
 MAGIC_V1 = b"QUICXJ1\n"
@@ -19,7 +19,7 @@ MAGIC_V2 = b"QUICXJ2\n"
 MAGIC_V3 = b"QUICXJ3\n"
 """The release of protocol v2 part 2: kinds 1 to 16."""
 MAGIC = b"QUICXJ4\n"
-"""This release's: kinds 1 to 20 (a previous release refuses the file)."""
+"""This release's: kinds 1 to 20 (a previous release refuses the file; 18 is not yet written)."""
 MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC: 4}
 FORMAT = 4
 RECORD_HEADER = struct.Struct(">II")
@@ -34,12 +34,23 @@ SUBMIT3_HEAD = struct.Struct(">BIBQQHHBBBBB")
 Kind, id, priority, enqueued ms, due ms (0: not delayed), retries, failures,
 then the lengths of queue, type, key, fairness key and backoff (0 or 10).
 """
+SUBMIT4_HEAD = struct.Struct(">BIBQQHHQIBBBBB")
+"""
+SUBMIT3's fields and, before the lengths, how long its outcome is kept
+(ms; 0: as the queue says) and its group (0: none).
+"""
+RESULT_HEAD = struct.Struct(">BIBBQ")
+"""Kind, id, outcome state, result kind, expires ms; then the data."""
+GROUP_HEAD = struct.Struct(">BIBQQIIII")
+"""Kind, group id, phase, opened ms, finished ms, members, done, failed, cancelled."""
 RETRY_HEAD = struct.Struct(">BIHQ")
 """Kind, id, failures, due ms."""
 DEAD_HEAD = struct.Struct(">BIQHHB")
 """Kind, id, died ms, failures, then the lengths of reason and worker."""
 FIRED_HEAD = struct.Struct(">BQB")
 """Kind, fire time ms, then the length of the schedule's name."""
+SHARED_HEAD = struct.Struct(">BIB")
+"""Kind, version (0: deleted), then the length of the name."""
 BACKOFF = struct.Struct(">BIIB")
 
 KIND_SUBMIT = 1
@@ -58,6 +69,10 @@ KIND_REPLAY = 13
 KIND_FIRED = 14
 KIND_SCHEDULE = 15
 KIND_UNSCHEDULE = 16
+KIND_SHARED = 18
+KIND_RESULT = 17
+KIND_GROUP = 19
+KIND_SUBMIT4 = 20
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
     KIND_SUBMIT2,
@@ -71,16 +86,24 @@ KINDS = KINDS_V1 | {
     KIND_FIRED,
     KIND_SCHEDULE,
     KIND_UNSCHEDULE,
+    KIND_SHARED,
+    KIND_RESULT,
+    KIND_GROUP,
+    KIND_SUBMIT4,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
 OUTCOME_NAMES = {code: name for name, code in OUTCOME_CODES.items()}
+FORGOTTEN = 5
+"""A RESULT record's state when the outcome is forgotten (OUTCOME's I{expired})."""
 
 ID_BLOCK = 1 << 16
 """Task ids reserved at a time; a restart skips at most this many."""
 
-MAX_BODY = SUBMIT3_HEAD.size + 4 * 255 + BACKOFF.size + (1 << 20)
+MAX_BODY = SUBMIT4_HEAD.size + 4 * 255 + BACKOFF.size + (1 << 20)
 """The longest body a record can have: the longest queue, type and keys and a 1 MiB payload."""
+MAX_SHARED_DATA = 1 << 20
+"""The most data a SHARED record carries (C{[shared] max_size}'s bound): it fits C{MAX_BODY}."""
 
 DEFAULT_COMPACT_FACTOR = 4.0
 DEFAULT_COMPACT_MIN_SIZE = 64 << 20
@@ -178,37 +201,65 @@ def encode_submit3(
     retries: int,
     failures: int,
     backoff: tuple[int, int, int, int] | None,
+    keep_for: float = 0.0,
+    group: int = 0,
 ) -> bytes:
     """
     A SUBMIT of a task with a lifecycle: delayed until C{due} (0: not),
-    its retries and backoff, the failures it has had.  A task without any
-    is written as L{encode_submit2}, as short as before.
+    its retries and backoff, the failures it has had (a task without any
+    is written as L{encode_submit2}, as short as before).  A task whose
+    outcome is kept C{keep_for} seconds, or that is a member of C{group},
+    takes format 4's record (SUBMIT4), which adds them.
     """
     name = queue.encode("ascii")
     key = key or b""
     fairness = fairness or b""
     packed = b"" if backoff is None else BACKOFF.pack(*backoff)
-    return _frame(
-        SUBMIT3_HEAD.pack(
-            KIND_SUBMIT3,
-            task_id,
-            priority,
-            int(enqueued_at * 1000),
-            round(due * 1000),
-            retries,
-            failures,
-            len(name),
-            len(task_type),
-            len(key),
-            len(fairness),
-            len(packed),
+    lengths = (len(name), len(task_type), len(key), len(fairness), len(packed))
+    head = (task_id, priority, int(enqueued_at * 1000), round(due * 1000), retries, failures)
+    if keep_for or group:
+        packed_head = SUBMIT4_HEAD.pack(
+            KIND_SUBMIT4, *head, round(keep_for * 1000), group, *lengths
         )
-        + name
-        + task_type
-        + key
-        + fairness
-        + packed
-        + payload
+    else:
+        packed_head = SUBMIT3_HEAD.pack(KIND_SUBMIT3, *head, *lengths)
+    return _frame(packed_head + name + task_type + key + fairness + packed + payload)
+
+
+def encode_result(entry: KeptEntry) -> bytes:
+    """A kept outcome (written after its task's outcome record)."""
+    return _frame(
+        RESULT_HEAD.pack(
+            KIND_RESULT, entry.task_id, entry.state, entry.kind, round(entry.expires_at * 1000)
+        )
+        + entry.data
+    )
+
+
+def encode_forgotten(task_id: int) -> bytes:
+    """A kept outcome forgotten (a RESULT of state expired: its id is remembered as such)."""
+    return _frame(RESULT_HEAD.pack(KIND_RESULT, task_id, FORGOTTEN, 0, 0))
+
+
+def result_record_size(size: int) -> int:
+    """The bytes a RESULT record of C{size} bytes of data takes in the file."""
+    return RECORD_HEADER.size + RESULT_HEAD.size + size
+
+
+def encode_group(entry: GroupEntry) -> bytes:
+    """A group's state: its phase (3: forgotten) and its counts."""
+    return _frame(
+        GROUP_HEAD.pack(
+            KIND_GROUP,
+            entry.group_id,
+            entry.phase,
+            int(entry.opened_at * 1000),
+            int(entry.finished_at * 1000),
+            entry.members,
+            entry.done,
+            entry.failed,
+            entry.cancelled,
+        )
     )
 
 
@@ -248,6 +299,12 @@ def encode_schedule(schedule: str, definition: bytes) -> bytes:
 def encode_unschedule(schedule: str) -> bytes:
     name = schedule.encode("ascii")
     return _frame(bytes((KIND_UNSCHEDULE, len(name))) + name)
+
+
+def encode_shared(name: str, version: int, data: bytes) -> bytes:
+    """Version C{version} of shared data C{name} is C{data}; version 0: C{name} was deleted."""
+    encoded = name.encode("ascii")
+    return _frame(SHARED_HEAD.pack(KIND_SHARED, version, len(encoded)) + encoded + data)
 
 
 def encode_outcome(task_id: int, outcome: str) -> bytes:
@@ -327,6 +384,8 @@ class RecoveredTask:
     failures: int = 0
     backoff: tuple[int, int, int, int] | None = None
     dead: DeadInfo | None = None
+    keep_for: float = 0.0
+    group: int = 0
 
 
 @frozen
@@ -343,10 +402,15 @@ class Recovery:
     @ivar records: how many records were read.
     @ivar paused: the queues paused when the journal was written.
     @ivar keys: the remembered idempotency keys of finished tasks.
-    @ivar format: 1 or 2 for a previous release's file, 3 for this one's.
+    @ivar format: 1 to 3 for a previous release's file, 4 for this one's.
     @ivar fired: each schedule's last fire time.
     @ivar schedules: the schedules added at run time and not removed: their
         SCHEDULE payloads by name.
+    @ivar shared: each shared-data name's last version and its data.
+    @ivar kept: the kept outcomes, in the order they were kept.
+    @ivar forgotten: the ids of kept outcomes since forgotten, oldest first.
+    @ivar groups: the groups not forgotten.
+    @ivar last_group_id: the highest group id the journal names.
     """
 
     tasks: tuple[RecoveredTask, ...]
@@ -359,3 +423,8 @@ class Recovery:
     format: int = FORMAT
     fired: Mapping[str, float] = field(factory=dict)
     schedules: Mapping[str, bytes] = field(factory=dict)
+    shared: Mapping[str, tuple[int, bytes]] = field(factory=dict)
+    kept: tuple[KeptEntry, ...] = ()
+    forgotten: tuple[int, ...] = ()
+    groups: tuple[GroupEntry, ...] = ()
+    last_group_id: int = 0

@@ -8,11 +8,14 @@ import zlib
 
 from attrs import evolve, frozen
 
-from quicx.daemon.journal.interface import DeadInfo, KeyEntry
+from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry
 from quicx.daemon.journal.records import (
     BACKOFF,
     DEAD_HEAD,
     FIRED_HEAD,
+    FORGOTTEN,
+    FORMAT,
+    GROUP_HEAD,
     ID,
     KEY_HEAD,
     KIND_CANCELLED,
@@ -20,15 +23,19 @@ from quicx.daemon.journal.records import (
     KIND_DEAD,
     KIND_DONE,
     KIND_FIRED,
+    KIND_GROUP,
     KIND_KEY,
     KIND_PAUSE,
     KIND_REPLAY,
     KIND_RESERVE,
+    KIND_RESULT,
     KIND_RETRY,
     KIND_SCHEDULE,
+    KIND_SHARED,
     KIND_SUBMIT,
     KIND_SUBMIT2,
     KIND_SUBMIT3,
+    KIND_SUBMIT4,
     KIND_UNSCHEDULE,
     KINDS,
     MAGIC,
@@ -36,9 +43,12 @@ from quicx.daemon.journal.records import (
     MAX_BODY,
     OUTCOME_NAMES,
     RECORD_HEADER,
+    RESULT_HEAD,
     RETRY_HEAD,
+    SHARED_HEAD,
     SUBMIT2_HEAD,
     SUBMIT3_HEAD,
+    SUBMIT4_HEAD,
     SUBMIT_HEAD,
     JournalCorrupt,
     RecoveredTask,
@@ -46,6 +56,11 @@ from quicx.daemon.journal.records import (
 )
 
 _OUTCOME_OF_KIND = {KIND_DONE: "done", KIND_CANCELLED: "cancelled"}
+_RESULT_STATES = frozenset(range(1, FORGOTTEN + 1))
+_RESULT_KINDS = frozenset(range(4))
+_GROUP_PHASES = frozenset(range(4))
+_GROUP_FORGOTTEN = 3
+_LIFECYCLE_HEADS = {KIND_SUBMIT3: SUBMIT3_HEAD, KIND_SUBMIT4: SUBMIT4_HEAD}
 
 
 def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:
@@ -60,14 +75,26 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
         _, _, _, _, queue, task_type, key, fairness = SUBMIT2_HEAD.unpack_from(data, start)
         if not queue or SUBMIT2_HEAD.size + queue + task_type + key + fairness > length:
             return "SUBMIT record shorter than its fields"
-    elif kind == KIND_SUBMIT3:
-        if length < SUBMIT3_HEAD.size:
+    elif kind in _LIFECYCLE_HEADS:
+        head = _LIFECYCLE_HEADS[kind]
+        if length < head.size:
             return "SUBMIT record shorter than its header"
-        *_, queue, task_type, key, fairness, backoff = SUBMIT3_HEAD.unpack_from(data, start)
+        *_, queue, task_type, key, fairness, backoff = head.unpack_from(data, start)
         if not queue or backoff not in (0, BACKOFF.size):
             return "SUBMIT record of the wrong shape"
-        if SUBMIT3_HEAD.size + queue + task_type + key + fairness + backoff > length:
+        if head.size + queue + task_type + key + fairness + backoff > length:
             return "SUBMIT record shorter than its fields"
+    elif kind == KIND_RESULT:
+        if length < RESULT_HEAD.size:
+            return "RESULT record shorter than its header"
+        _, _, state, result_kind, _ = RESULT_HEAD.unpack_from(data, start)
+        if state not in _RESULT_STATES or result_kind not in _RESULT_KINDS:
+            return "RESULT record of the wrong shape"
+        if state == FORGOTTEN and length != RESULT_HEAD.size:
+            return "RESULT record of the wrong length"
+    elif kind == KIND_GROUP:
+        if length != GROUP_HEAD.size or data[start + 5] not in _GROUP_PHASES:
+            return "GROUP record of the wrong shape"
     elif kind == KIND_RETRY:
         if length != RETRY_HEAD.size:
             return "RETRY record of the wrong length"
@@ -87,6 +114,12 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
             return "SCHEDULE record of the wrong shape"
         if kind == KIND_UNSCHEDULE and 2 + data[start + 1] != length:
             return "UNSCHEDULE record of the wrong length"
+    elif kind == KIND_SHARED:
+        if length < SHARED_HEAD.size or not data[start + 5]:
+            return "SHARED record of the wrong shape"
+        name_end = SHARED_HEAD.size + data[start + 5]
+        if name_end > length or (not ID.unpack_from(data, start + 1)[0] and name_end != length):
+            return "SHARED record of the wrong length"
     elif kind == KIND_PAUSE:
         if (
             length < 3
@@ -184,6 +217,8 @@ def recover(path: str) -> Recovery:
     keys: dict[tuple[str, bytes], KeyEntry] = {}
     fired: dict[str, float] = {}
     schedules: dict[str, bytes] = {}
+    shared: dict[str, tuple[int, bytes]] = {}
+    outcomes = _Outcomes()
     last_task_id = 0
     reserved: int | None = None
     records = 0
@@ -198,8 +233,16 @@ def recover(path: str) -> Recovery:
             break
         kind = data[offset + RECORD_HEADER.size]
         body = offset + RECORD_HEADER.size + 1
-        if kind in _SCHEDULE_KINDS:
-            _schedule_record(data, kind, body, end, paused, fired, schedules)
+        if kind in _NAMED_KINDS:
+            if kind == KIND_SHARED:
+                _shared_record(data, body - 1, end, shared)
+            else:
+                _schedule_record(data, kind, body, end, paused, fired, schedules)
+            records += 1
+            offset = end
+            continue
+        if kind == KIND_GROUP:
+            outcomes.group(data, body - 1)
             records += 1
             offset = end
             continue
@@ -213,14 +256,20 @@ def recover(path: str) -> Recovery:
             live.pop(task_id, None)
             live[task_id] = _submit2(data, body - 1, end)
             last_task_id = task_id
-        elif kind == KIND_SUBMIT3:
+        elif kind in _LIFECYCLE_HEADS:
             live.pop(task_id, None)
-            live[task_id] = _submit3(data, body - 1, end)
+            live[task_id] = recovered = _lifecycle_submit(data, body - 1, end, kind)
+            outcomes.join(recovered.group)
             last_task_id = task_id
         elif kind in _STATE_KINDS:
             task = live.get(task_id)
             if task is not None:
                 live[task_id] = _change(task, kind, data, body - 1, end)
+                if kind == KIND_DEAD and task.group:
+                    outcomes.count(task.group, "failed")
+                    live[task_id] = evolve(live[task_id], group=0)
+        elif kind == KIND_RESULT:
+            outcomes.result(data, body - 1, end)
         elif kind == KIND_KEY:
             entry = _key(data, body - 1, end)
             keys[(entry.queue, entry.key)] = entry
@@ -230,8 +279,10 @@ def recover(path: str) -> Recovery:
             last_task_id = task_id
         else:
             task = live.pop(task_id, None)
+            outcome = _OUTCOME_OF_KIND.get(kind, "failed")
+            if task is not None and task.group:
+                outcomes.count(task.group, outcome)
             if task is not None and task.key is not None and task.queue is not None:
-                outcome = _OUTCOME_OF_KIND.get(kind, "failed")
                 submitted = task.enqueued_at or 0.0
                 keys[(task.queue, task.key)] = KeyEntry(
                     task.queue, task.key, task_id, submitted, outcome
@@ -254,10 +305,16 @@ def recover(path: str) -> Recovery:
         MAGICS[data[: len(MAGIC)]],
         fired,
         schedules,
+        shared,
+        tuple(outcomes.kept.values()),
+        tuple(outcomes.forgotten),
+        tuple(outcomes.groups.values()),
+        outcomes.last_group_id,
     )
 
 
-_SCHEDULE_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE})
+_NAMED_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE, KIND_SHARED})
+"""The records of a queue, a schedule or shared data: of no task."""
 _STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY})
 
 
@@ -283,6 +340,17 @@ def _schedule_record(
             schedules[name] = data[name_end:end]
         else:
             schedules.pop(name, None)
+
+
+def _shared_record(data: bytes, start: int, end: int, shared: dict[str, tuple[int, bytes]]) -> None:
+    """Apply the (checked) SHARED record whose body is C{data[start:end]}."""
+    _, version, name_length = SHARED_HEAD.unpack_from(data, start)
+    name_end = start + SHARED_HEAD.size + name_length
+    name = data[start + SHARED_HEAD.size : name_end].decode("ascii")
+    if version:
+        shared[name] = (version, data[name_end:end])
+    else:
+        shared.pop(name, None)
 
 
 def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -> RecoveredTask:
@@ -330,13 +398,18 @@ def _submit2(data: bytes, start: int, end: int) -> RecoveredTask:
     )
 
 
-def _submit3(data: bytes, start: int, end: int) -> RecoveredTask:
-    """The task of the (checked) SUBMIT3 record whose body is C{data[start:end]}."""
-    _, task_id, priority, enqueued_ms, due_ms, retries, failures, *lengths = (
-        SUBMIT3_HEAD.unpack_from(data, start)
+def _lifecycle_submit(data: bytes, start: int, end: int, kind: int) -> RecoveredTask:
+    """
+    The task of the (checked) SUBMIT3 or SUBMIT4 record whose body is
+    C{data[start:end]}: a SUBMIT4 adds its keep time and group.
+    """
+    head = _LIFECYCLE_HEADS[kind]
+    _, task_id, priority, enqueued_ms, due_ms, retries, failures, *rest = head.unpack_from(
+        data, start
     )
+    keep_ms, group = rest[:-5] or (0, 0)
     queue, task_type, key, fairness, backoff, payload = _split(
-        data, start + SUBMIT3_HEAD.size, tuple(lengths), end
+        data, start + head.size, tuple(rest[-5:]), end
     )
     return RecoveredTask(
         task_id,
@@ -351,7 +424,58 @@ def _submit3(data: bytes, start: int, end: int) -> RecoveredTask:
         retries,
         failures,
         BACKOFF.unpack(backoff) if backoff else None,
+        keep_for=keep_ms / 1000,
+        group=group,
     )
+
+
+class _Outcomes:
+    """
+    What a journal says of kept outcomes and groups, as its records are read.
+
+    A GROUP record states a group's counts as they were; each member that
+    joins (its SUBMIT) or finishes (its outcome, or DEAD) after it moves
+    them on.  A member counted leaves its group.
+    """
+
+    def __init__(self) -> None:
+        self.kept: dict[int, KeptEntry] = {}
+        self.forgotten: dict[int, None] = {}
+        self.groups: dict[int, GroupEntry] = {}
+        self.last_group_id = 0
+
+    def result(self, data: bytes, start: int, end: int) -> None:
+        _, task_id, state, kind, expires_ms = RESULT_HEAD.unpack_from(data, start)
+        self.kept.pop(task_id, None)
+        self.forgotten.pop(task_id, None)
+        if state == FORGOTTEN:
+            self.forgotten[task_id] = None
+        else:
+            entry = KeptEntry(
+                task_id, state, kind, expires_ms / 1000, data[start + RESULT_HEAD.size : end]
+            )
+            self.kept[task_id] = entry
+
+    def group(self, data: bytes, start: int) -> None:
+        _, group_id, phase, opened_ms, finished_ms, *counts = GROUP_HEAD.unpack_from(data, start)
+        self.last_group_id = max(self.last_group_id, group_id)
+        if phase == _GROUP_FORGOTTEN:
+            self.groups.pop(group_id, None)
+            return
+        self.groups[group_id] = GroupEntry(
+            group_id, phase, opened_ms / 1000, finished_ms / 1000, *counts
+        )
+
+    def join(self, group_id: int) -> None:
+        entry = self.groups.get(group_id)
+        if entry is not None:
+            self.groups[group_id] = evolve(entry, members=entry.members + 1)
+
+    def count(self, group_id: int, outcome: str) -> None:
+        entry = self.groups.get(group_id)
+        if entry is not None:
+            field = outcome if outcome in ("done", "cancelled") else "failed"
+            self.groups[group_id] = evolve(entry, **{field: getattr(entry, field) + 1})
 
 
 def _key(data: bytes, start: int, end: int) -> KeyEntry:
@@ -392,7 +516,7 @@ def _read_journal(path: str) -> bytes | None:
                 path,
                 0,
                 f"written by a newer Quicx (journal format {head[6:7].decode()});"
-                " this release reads formats 1 to 3",
+                f" this release reads formats 1 to {FORMAT}",
             )
         raise JournalCorrupt(path, 0, "not a Quicx journal (bad magic)")
     return data

@@ -14,7 +14,14 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
-from quicx.daemon.journal.interface import IJournal, IJournalOwner, Record, Snapshot
+from quicx.daemon.journal.interface import (
+    GroupEntry,
+    IJournal,
+    IJournalOwner,
+    KeptEntry,
+    Record,
+    Snapshot,
+)
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
     DEFAULT_COMPACT_MIN_SIZE,
@@ -26,18 +33,23 @@ from quicx.daemon.journal.records import (
     Recovery,
     encode_dead,
     encode_fired,
+    encode_forgotten,
+    encode_group,
     encode_key,
     encode_outcome,
     encode_pause,
     encode_replay,
     encode_reserve,
+    encode_result,
     encode_retry,
     encode_schedule,
+    encode_shared,
     encode_submit2,
     encode_submit3,
     encode_unschedule,
     id_after,
     id_steps,
+    result_record_size,
     submit2_record_size,
 )
 from quicx.daemon.journal.recovery import sync_directory, write_all
@@ -51,8 +63,9 @@ class JournalStats:
     Figures for C{quicx status}.
 
     @ivar live_bytes: about what a compaction would write now: the live
-        tasks' SUBMIT records, and the keys and pauses the last compaction
-        kept.  Compaction is due when the file is C{compact_factor} times it.
+        tasks' SUBMIT records, the kept outcomes, and the keys, pauses and
+        shared data the last compaction kept.  Compaction is due when the file is
+        C{compact_factor} times it.
     """
 
     file_bytes: int = 0
@@ -156,6 +169,11 @@ class Journal(Service):
             submit2_record_size(t.queue or "", len(t.task_type), t.key, t.fairness, len(t.payload))
             for t in recovery.tasks
         )
+        self.stats.live_bytes += sum(
+            len(encode_shared(name, version, data))
+            for name, (version, data) in recovery.shared.items()
+        )
+        self.stats.live_bytes += sum(result_record_size(len(e.data)) for e in recovery.kept)
 
     def _upgrade(self, valid_length: int) -> None:
         """Rewrite an older format's good records under this format's magic."""
@@ -236,6 +254,21 @@ class Journal(Service):
         else:
             self._append(encode_schedule(schedule, definition))
 
+    def record_shared(self, name: str, version: int, data: bytes) -> None:
+        self._append(encode_shared(name, version, data))
+
+    def record_result(self, entry: KeptEntry) -> None:
+        record = encode_result(entry)
+        self.stats.live_bytes += len(record)
+        self._append(record)
+
+    def record_forgotten(self, task_id: int, size: int) -> None:
+        self.stats.live_bytes -= result_record_size(size)
+        self._append(encode_forgotten(task_id))
+
+    def record_group(self, entry: GroupEntry) -> None:
+        self._append(encode_group(entry))
+
     def durable(self) -> Deferred[None] | None:
         """
         With C{fsync = always}: a Deferred that fires once every record
@@ -288,9 +321,15 @@ class Journal(Service):
                 for t in dead
                 if t.dead is not None
             ]
+            # After the tasks: their SUBMITs join no group the file knows
+            # yet, so the groups' counts stand as written.
+            snapshot += [encode_group(entry) for entry in state.groups]
+            snapshot += [encode_result(entry) for entry in state.kept]
+            snapshot += [encode_forgotten(task_id) for task_id in state.forgotten]
             snapshot += [encode_schedule(name, body) for name, body in state.schedules]
             snapshot += [encode_fired(name, when) for name, when in state.fired]
             snapshot += [encode_pause(name, True) for name in state.paused]
+            snapshot += [encode_shared(*version) for version in state.shared]
             snapshot += [
                 encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
             ]
@@ -462,7 +501,10 @@ class Journal(Service):
 
 
 def _submit_record(task: Record, payload: bytes) -> bytes:
-    """A task's SUBMIT: format 2's, or format 3's for a task with a lifecycle."""
+    """
+    A task's SUBMIT: format 2's; format 3's for a task with a lifecycle;
+    format 4's for one whose outcome is kept, or in a group.
+    """
     fields = (
         task.task_id,
         task.task_type,
@@ -473,8 +515,16 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
         task.key,
         task.fairness,
     )
-    if task.due or task.retries or task.failures or task.backoff is not None:
-        return encode_submit3(*fields, task.due, task.retries, task.failures, task.backoff)
+    if (
+        task.due
+        or task.retries
+        or task.failures
+        or task.backoff is not None
+        or task.keep_for
+        or task.group
+    ):
+        lifecycle = (task.due, task.retries, task.failures, task.backoff)
+        return encode_submit3(*fields, *lifecycle, task.keep_for, task.group)
     return encode_submit2(*fields)
 
 

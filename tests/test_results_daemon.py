@@ -1,0 +1,181 @@
+"""
+Results, AWAIT and groups against a real daemon on loopback, over raw
+sockets: a worker's result reaches its producer's DONE and another
+connection's AWAIT; a kill -9 with a journal keeps the kept results and
+the groups, and compaction rewrites them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from quicx.daemon.control import fetch_status
+from quicx.daemon.journal.recovery import recover
+from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol.results import GroupOp, GroupPhase, GroupState, Outcome, OutcomeState
+from quicx.protocol.v2 import ErrorCode, Result, ResultKind
+from tests.peer import Peer
+
+REPORT = Result(ResultKind.JSON, b'{"rows":1200,"file":"r.csv"}')
+
+
+def submit(peer: Peer, payload: bytes, **options: object) -> int:
+    reply = peer.request(
+        v2.encode_submit(b"t", payload, v2.submit_options(**options))  # type: ignore[arg-type]
+    )
+    assert isinstance(reply, v2.Ok), reply
+    return reply.task_id
+
+
+def group_request(peer: Peer, op: GroupOp, group: int = 0) -> dict[str, object]:
+    reply = peer.request(results.encode_group(op, group))
+    assert isinstance(reply, v2.Info), reply
+    return reply.document  # type: ignore[no-any-return]
+
+
+def test_a_result_reaches_the_producer_and_another_connections_await(start_daemon) -> None:
+    daemon = start_daemon("--result-max-size=100")
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        hello = producer.request(v2.encode_hello("test", "1", ["results", "groups"])).document
+        assert hello["missing"] == [] and hello["limits"]["max_result"] == 100
+        task_id = submit(producer, b"report", result_ttl=0)
+        with Peer(daemon.address) as watcher:
+            watcher.send(results.encode_await(task_id, 10_000))
+            assert watcher.nothing_for(0.2)
+            worker.send(v2.encode_ready(1))
+            task = worker.receive()
+            worker.send(
+                lifecycle.encode_ack(task.task_id, task.token, Result(ResultKind.BYTES, b"x" * 101))
+            )
+            error = worker.receive()
+            assert isinstance(error, wire.Error) and error.code == ErrorCode.PAYLOAD_TOO_LARGE
+            assert "101 bytes" in error.message and "100 bytes" in error.message
+            worker.send(lifecycle.encode_ack(task.task_id, task.token, REPORT))
+            assert producer.receive() == v2.Done(task_id, REPORT)
+            assert watcher.receive() == Outcome(task_id, OutcomeState.DONE, REPORT)
+        with Peer(daemon.address) as later:
+            assert later.request(results.encode_await(task_id)) == Outcome(
+                task_id, OutcomeState.DONE, REPORT
+            )
+            assert later.request(results.encode_await(task_id + 1)) == Outcome(
+                task_id + 1, OutcomeState.UNKNOWN
+            )
+    status = fetch_status(str(daemon.control_path))
+    assert status["tasks"]["results_kept"] == 1 and status["results"]["kept"] == 1
+
+
+def test_kept_results_and_groups_survive_kill_9(tmp_path: Path, start_daemon) -> None:
+    journal = str(tmp_path / "j")
+    daemon = start_daemon(f"--journal={journal}", "--fsync=always")
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        finished_group = group_request(producer, GroupOp.OPEN)["group"]
+        kept = submit(producer, b"kept", result_ttl=3600, group=finished_group)
+        group = group_request(producer, GroupOp.OPEN)["group"]
+        members = [submit(producer, b"m%d" % n, queue="g", group=group) for n in range(3)]
+        worker.send(v2.encode_ready(1, ["default"]))
+        task = worker.receive()
+        worker.send(lifecycle.encode_ack(task.task_id, task.token, REPORT))
+        assert producer.receive() == v2.Done(kept, REPORT)
+        # Closing finishes it: its GROUP_STATE (not an answer) may come before the INFO.
+        producer.send(results.encode_group(GroupOp.CLOSE, finished_group))
+        answers = [producer.receive(), producer.receive()]
+        assert GroupState(finished_group, GroupPhase.FINISHED, 1, 1) in answers
+        (info,) = [m for m in answers if isinstance(m, v2.Info)]
+        assert info.document["state"] == "finished"
+        worker.send(v2.encode_ready(1, ["g"]))
+        done = worker.receive()
+        worker.send(lifecycle.encode_ack(done.task_id, done.token))
+        failed = worker.receive()
+        worker.send(lifecycle.encode_nack(failed.task_id, failed.token, "no"))
+        assert {producer.receive().task_id, producer.receive().task_id} == set(members[:2])
+        # Closing waits for the journal (fsync = always): every record before it is on disk.
+        assert group_request(producer, GroupOp.CLOSE, group)["pending"] == 1
+    daemon.kill()
+
+    restarted = start_daemon(f"--journal={journal}")
+    with Peer(restarted.address) as client, Peer(restarted.address) as worker:
+        assert client.request(results.encode_await(kept)) == Outcome(
+            kept, OutcomeState.DONE, REPORT
+        )
+        assert client.request(results.encode_await(members[1])) == Outcome(
+            members[1], OutcomeState.UNKNOWN
+        )
+        finished = group_request(client, GroupOp.STATE, finished_group)
+        assert (finished["state"], finished["done"]) == ("finished", 1)
+        state = group_request(client, GroupOp.STATE, group)
+        assert (state["state"], state["members"], state["done"], state["failed"]) == (
+            "closed",
+            3,
+            1,
+            1,
+        )
+        client.send(results.encode_group(GroupOp.WAIT, group, 10_000))
+        client.send(results.encode_await(members[2], 10_000))
+        worker.send(v2.encode_ready(1, ["g"]))
+        last = worker.receive()
+        assert last.task_id == members[2]
+        worker.send(lifecycle.encode_ack(last.task_id, last.token, REPORT))
+        answers = [client.receive(), client.receive()]
+        assert GroupState(group, GroupPhase.FINISHED, 3, 2, 1, 0, 0) in answers
+        # Its producer is gone (a restart): the outcome was kept, and awaited.
+        assert Outcome(members[2], OutcomeState.DONE, REPORT) in answers
+        assert client.request(results.encode_await(members[2])) == Outcome(
+            members[2], OutcomeState.DONE, REPORT
+        )
+        # A group opened now is numbered past the ones before the restart.
+        assert group_request(client, GroupOp.OPEN)["group"] == group + 1
+
+
+def test_compaction_rewrites_kept_results_and_groups(tmp_path: Path, start_daemon) -> None:
+    path = tmp_path / "j"
+    config = tmp_path / "quicx.conf"
+    config.write_text(
+        f"[journal]\npath = {path}\nfsync = always\ncompact_factor = 2\ncompact_min_size = 16K\n"
+    )
+    daemon = start_daemon(f"--config={config}", "--listen=tcp:0:interface=127.0.0.1")
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        group = group_request(producer, GroupOp.OPEN)["group"]
+        kept = submit(producer, b"kept", queue="one", result_ttl=600, group=group)
+        worker.send(v2.encode_ready(1, ["one"]))
+        task = worker.receive()
+        worker.send(lifecycle.encode_ack(task.task_id, task.token, REPORT))
+        assert producer.receive() == v2.Done(kept, REPORT)
+        assert worker.request(v2.encode_ready(64, ["churn"])) == wire.Wait()
+        for _ in range(400):  # enough finished records to pass 16K and compact
+            ok = submit(producer, b"x" * 40, queue="churn")
+            task = worker.receive()
+            worker.send(lifecycle.encode_ack(task.task_id, task.token))
+            assert producer.receive().task_id == ok
+        assert group_request(producer, GroupOp.STATE, group)["done"] == 1
+    assert fetch_status(str(daemon.control_path))["journal"]["compactions"] >= 1
+    daemon.kill()
+    recovery = recover(str(path))
+    assert [(e.task_id, e.state, e.data) for e in recovery.kept] == [
+        (kept, OutcomeState.DONE, REPORT.data)
+    ]
+    assert [(g.group_id, g.phase, g.members, g.done) for g in recovery.groups] == [
+        (group, GroupPhase.OPEN, 1, 1)
+    ]
+    assert recovery.last_group_id == group
+
+
+def test_groups_and_waits_over_the_wire_refuse_what_they_must(start_daemon) -> None:
+    daemon = start_daemon("--max-waiters-per-connection=1")
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        worker.send(v2.encode_ready(1))
+        assert worker.receive() == wire.Wait()
+        refused = worker.request(results.encode_group(GroupOp.OPEN))
+        assert isinstance(refused, wire.Error) and refused.code == ErrorCode.INVALID_MESSAGE
+        # A new connection's OPEN makes it a producer.
+        group = group_request(producer, GroupOp.OPEN)["group"]
+        unknown = producer.request(results.encode_group(GroupOp.CLOSE, group + 1))
+        assert isinstance(unknown, wire.Error) and unknown.code == ErrorCode.NOT_FOUND
+        task_id = submit(producer, b"x", queue="nobody", group=group)
+        producer.send(results.encode_group(GroupOp.WAIT, group, 60_000))
+        full = producer.request(results.encode_await(task_id, 60_000))
+        assert isinstance(full, wire.Error) and full.code == ErrorCode.QUEUE_FULL
+        assert "max_waiters_per_connection = 1" in full.message
+        short = v2.frame(v2.MessageType.GROUP, results.encode_group(GroupOp.STATE, group)[6:-1])
+        bad = producer.request(short)
+        assert isinstance(bad, wire.Error) and bad.code == ErrorCode.INVALID_MESSAGE
+        assert producer.nothing_for(0.1)
