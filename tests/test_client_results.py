@@ -1,22 +1,26 @@
 """
 The clients' side of results, waits from anywhere, progress, shared data and
-groups, against fakes: the sans-I/O parts (waits, progress callbacks,
+groups: against fakes, the sans-I/O parts (waits, progress callbacks,
 options), the worker runner on a string transport (the fake daemon of
 L{tests.test_worker_leases}), and both producers against a raw daemon in a
-thread that answers where it is most awkward.
+thread that answers where it is most awkward; then end to end, against a
+real daemon, with the C{quicx} command and workers of both kinds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import succeed
 from twisted.internet.threads import deferToThread
 from twisted.logger import ILogObserver, LogLevel, formatEvent, globalLogPublisher
 
@@ -40,8 +44,12 @@ from quicx.protocol.errors import (
 )
 from quicx.protocol.results import GroupOp, GroupPhase, GroupState, OutcomeState
 from quicx.protocol.v2 import Result, ResultKind
+from tests import test_cli
+from tests.conftest import DaemonProcess
 from tests.peer import Peer
+from tests.test_cli import ROOT, env_for, quicx
 from tests.test_client_options import submitted
+from tests.test_twisted_clients import eventually
 from tests.test_worker_leases import FakeDaemon, Handler, worker_with
 
 # -- the sans-I/O parts ----------------------------------------------------------------
@@ -668,3 +676,183 @@ async def test_twisted_waits_end_with_the_connection(raw) -> None:
     with pytest.raises(ConnectionLost):
         await client.wait_group(5, timeout=30)
     await deferToThread(daemon.join)
+
+
+# -- against a real daemon ---------------------------------------------------------------
+
+background = test_cli.background  # the fixture: quicx commands that run until stopped
+
+HANDLERS = """
+from quicx import Unrecoverable
+
+def resize(payload, context):
+    for step in (1, 2, 3):
+        context.progress(step / 4, f"step {step}")
+    return {"size": len(payload)}
+
+def fail(payload):
+    raise Unrecoverable("bad " + payload.decode())
+
+def big(payload):
+    return b"x" * int(payload)
+
+def rates(payload, context):
+    return context.shared.get("rates")
+
+handlers = {"resize": resize, "fail": fail, "big": big, "rates": rates}
+"""
+
+
+@pytest.fixture
+def handlers(tmp_path: Path) -> Callable[[DaemonProcess], dict[str, str]]:
+    """The environment of C{quicx} commands that can import C{handlers:handlers}."""
+    (tmp_path / "handlers.py").write_text(HANDLERS)
+
+    def environment(daemon: DaemonProcess) -> dict[str, str]:
+        return {**env_for(daemon), "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+
+    return environment
+
+
+def test_a_result_reaches_submit_wait_and_any_connection(daemon, background, handlers) -> None:
+    env = handlers(daemon)
+    background("worker", "handlers:handlers", env=env)
+    done = quicx("submit", "resize", "abc", "--keep-result", "--wait", env=env)
+    assert done.returncode == 0, done.stderr
+    task_id, said, value = done.stdout.splitlines()
+    assert (said, value) == (f"task {task_id} done", '{"size": 3}')
+    with QuicxClient(env["QUICX_ADDRESS"]) as other:
+        assert other.result(int(task_id), timeout=0) == {"size": 3}
+    shown = quicx("result", task_id, env=env)
+    assert (shown.returncode, shown.stdout) == (0, '{"size": 3}\n')
+
+    # Its producer heard it, and it was not kept.
+    plain = quicx("submit", "resize", "abcd", "--wait", env=env).stdout.split()[0]
+    unknown = quicx("result", plain, env=env)
+    assert (unknown.returncode, unknown.stderr) == (
+        1,
+        f"quicx: no task {plain}, or its outcome was not kept\n",
+    )
+    # Its producer went away at once: kept anyway.
+    failing = quicx("submit", "fail", "x", env=env).stdout.strip()
+    failed = quicx("result", failing, "--wait", env=env)
+    assert (failed.returncode, failed.stdout) == (1, f"task {failing} failed: bad x\n")
+    parked = quicx("submit", "resize", "x", "--queue", "parked", env=env).stdout.strip()
+    pending = quicx("result", parked, env=env)
+    assert (pending.returncode, pending.stderr) == (
+        1,
+        f"quicx: task {parked} has not finished yet (--wait waits for it)\n",
+    )
+    waited = quicx("result", parked, "--wait", "--timeout", "0.3", env=env)
+    assert waited.stderr == f"quicx: task {parked} has not finished within 0.3 s\n"
+
+
+def test_progress_reaches_the_callback_in_order(start_daemon, background, handlers) -> None:
+    daemon = start_daemon("--progress-interval=0")
+    env = handlers(daemon)
+    background("worker", "handlers:handlers", env=env)
+    heard: list[ProgressReport] = []
+    with QuicxClient(env["QUICX_ADDRESS"]) as client:
+        task_id = client.submit("resize", b"abcd", progress=heard.append)
+        assert client.wait(task_id, timeout=30) == {"size": 4}
+    assert heard == [
+        ProgressReport(task_id, 0.25, "step 1"),
+        ProgressReport(task_id, 0.5, "step 2"),
+        ProgressReport(task_id, 0.75, "step 3"),
+    ]
+
+
+def test_a_worker_sees_what_is_published(daemon, background, handlers, tmp_path: Path) -> None:
+    env = handlers(daemon)
+    with QuicxClient(env["QUICX_ADDRESS"]) as client:
+        assert client.publish("rates", b"v1")["version"] == 1
+        # It follows after the publish: the current version comes before any task.
+        background("worker", "handlers:handlers", "--follow", "rates", env=env)
+        assert client.wait(client.submit("rates", b""), timeout=30) == b"v1"
+        (tmp_path / "rates.bin").write_bytes(b"v2")
+        published = quicx("publish", "rates", str(tmp_path / "rates.bin"), env=env)
+        assert published.stdout == "shared data rates version 2: 2 bytes, 1 worker follows it\n"
+        assert client.wait(client.submit("rates", b""), timeout=30) == b"v2"
+        deleted = quicx("publish", "rates", "--delete", env=env)
+        assert deleted.stdout == "shared data rates deleted\n"
+        assert client.wait(client.submit("rates", b""), timeout=30) is None
+    gone = quicx("publish", "rates", "--delete", env=env)
+    assert gone.returncode == 1 and gone.stderr.startswith("quicx: ")
+
+
+def test_a_group_of_a_thousand_finishes_with_its_counts(daemon, background, handlers) -> None:
+    env = handlers(daemon)
+    background("worker", "handlers:handlers", "--credits", "16", env=env)
+    tasks: list[Any] = [("resize", b"x")] * 990 + [("fail", b"y")] * 8
+    tasks += [("resize", b"z", Options(queue="parked"))] * 2
+    with QuicxClient(env["QUICX_ADDRESS"]) as client:
+        group = client.submit_group(tasks)
+        with QuicxClient(f"unix:{daemon.control_path}") as admin:
+            assert admin.purge("parked")["purged"] == 2
+    with QuicxClient(env["QUICX_ADDRESS"]) as other:
+        assert other.wait_group(group, timeout=60) == {
+            "group": group,
+            "state": "finished",
+            "members": 1000,
+            "done": 990,
+            "failed": 8,
+            "cancelled": 2,
+            "pending": 0,
+        }
+        assert other.group(group)["finished_at"] is not None
+    line = f"group {group}: finished, 1,000 tasks: 990 done, 8 failed, 2 cancelled, 0 pending\n"
+    shown = quicx("group", str(group), env=env)
+    assert (shown.returncode, shown.stdout) == (0, line)
+    waited = quicx("group", str(group), "--wait", env=env)
+    assert (waited.returncode, waited.stdout) == (1, line)  # not every task is done
+    unknown = quicx("group", "999999", env=env)
+    assert (unknown.returncode, unknown.stderr) == (
+        1,
+        "quicx: no group 999999 (or it finished too long ago)\n",
+    )
+
+
+def test_a_result_larger_than_the_daemon_takes_fails_its_task(daemon, background, handlers) -> None:
+    env = handlers(daemon)
+    background("worker", "handlers:handlers", env=env)
+    with QuicxClient(env["QUICX_ADDRESS"]) as client:
+        assert client.wait(client.submit("big", b"1024"), timeout=30) == b"x" * 1024
+        with pytest.raises(TaskFailed) as caught:
+            client.wait(client.submit("big", b"1025"), timeout=30)
+    assert caught.value.reason == (
+        "the result is 1,025 bytes, more than the daemon takes (1,024: [results] max_size)"
+    )
+
+
+@pytest_twisted.ensureDeferred
+async def test_twisted_results_from_a_worker_in_the_same_reactor(daemon: DaemonProcess) -> None:
+    release = threading.Event()
+
+    def slow(payload: bytes, context: TaskContext) -> str:
+        context.progress(0.5, "half")
+        release.wait(10)
+        return payload.decode()
+
+    address = daemon.client_address
+    worker = Worker({"slow": slow})
+    worker.start(reactor, address)
+    producer = await connect(reactor, address)
+    other = await connect(reactor, address)
+    try:
+        heard: list[ProgressReport] = []
+        task_id = await producer.submit("slow", b"hi", progress=heard.append)
+        # Waited for before it finishes: answered though its outcome is not kept.
+        waiting = other.result(task_id, timeout=30)
+        with pytest.raises(NotFinished):
+            await other.result(task_id)
+        await eventually(lambda: succeed(bool(heard)))
+        release.set()
+        assert await waiting == "hi"
+        assert await producer.outcome(task_id) == "hi"
+        assert heard == [ProgressReport(task_id, 0.5, "half")]
+        group = await producer.submit_group([("slow", b"a"), ("slow", b"b")])
+        assert (await other.wait_group(group, timeout=30))["done"] == 2
+    finally:
+        producer.close()
+        other.close()
+        await worker.stop()
