@@ -822,8 +822,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from quicx.clients.worker import Worker
     from quicx.net.busypoll import enable_busy_poll
 
-    if args.protocol == 1 and (args.queues or args.follow):
-        raise CommandError("--queues and --follow need protocol version 2 (not --protocol 1)")
+    for flag, given in (("--queues", args.queues), ("--follow", args.follow)):
+        if args.protocol == 1 and given:
+            raise CommandError(f"{flag} needs protocol version 2 (not --protocol 1)")
     target = import_object(args.target)
     address = client_address(args)
     if isinstance(target, Worker):

@@ -209,9 +209,9 @@ MAX_REASON = 1024
 max_reason_length, which refuses longer ones."""
 
 RESULTS_REMEMBERED = 1024
-"""
-How many ACKs with a result a connection remembers, the latest, in case the
-daemon refuses one as too large (its ERROR does not say which: the largest)."""
+"""How many ACKs with a result a connection remembers, the latest, in case the
+daemon refuses one as too large (the protocol does not say its ERROR names the
+task: it is the largest)."""
 
 _ACK_SIZE = len(lifecycle.encode_ack(1, 1))
 """The size of an ACK frame without a result."""
@@ -408,7 +408,7 @@ class WorkerProtocol(FrameReceiver):
     def _result_refused(self, message: str) -> None:
         """
         The daemon refused an ACK's result as too large (and holds the task
-        still): fail the task for good.  Its ERROR does not say which ACK;
+        still): fail the task for good.  Its ERROR need not say which ACK;
         those it took had smaller results, so it is the largest remembered.
         """
         sent = self._results_sent
