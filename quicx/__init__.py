@@ -8,6 +8,7 @@ The public API, importable from here (see docs/clients.md):
     from quicx import Worker, Unrecoverable          # the worker runner
     from quicx import submit_dataframe               # Spark
     from quicx import QuicxError, TaskFailed, ...    # what they raise
+    from quicx import ProgressReport                 # what a submit's progress callback gets
 
 Each name is imported when first used, so C{import quicx} (or the blocking
 client alone) does not load Twisted.
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from quicx.clients.address import DEFAULT_ADDRESS
     from quicx.clients.blocking import QuicxClient
     from quicx.clients.outcomes import RetryNotice
+    from quicx.clients.progress import ProgressReport
     from quicx.clients.requests import Options
     from quicx.clients.spark import submit_dataframe
     from quicx.clients.twisted_client import (
@@ -38,15 +40,20 @@ if TYPE_CHECKING:
         ConnectionLost,
         DaemonError,
         Forbidden,
+        GroupUnknown,
         InvalidMessage,
         NeedsVersion2,
+        NotFinished,
         NotFound,
+        OutcomeExpired,
         OutcomeUnknown,
         PayloadTooLarge,
         QueueFull,
         QuicxError,
         TaskCancelled,
+        TaskDead,
         TaskFailed,
+        TaskUnknown,
         UnknownTaskType,
     )
 
@@ -59,6 +66,7 @@ _PUBLIC = {
     "QuicxClientProtocol": "quicx.clients.twisted_client",
     "Options": "quicx.clients.requests",
     "RetryNotice": "quicx.clients.outcomes",
+    "ProgressReport": "quicx.clients.progress",
     "Worker": "quicx.clients.worker",
     "TaskContext": "quicx.clients.worker",
     "Unrecoverable": "quicx.clients.worker",
@@ -77,6 +85,11 @@ _PUBLIC = {
     "Conflict": "quicx.protocol.errors",
     "TaskCancelled": "quicx.protocol.errors",
     "NeedsVersion2": "quicx.protocol.errors",
+    "TaskDead": "quicx.protocol.errors",
+    "OutcomeExpired": "quicx.protocol.errors",
+    "TaskUnknown": "quicx.protocol.errors",
+    "GroupUnknown": "quicx.protocol.errors",
+    "NotFinished": "quicx.protocol.errors",
 }
 
 __all__ = [
@@ -85,13 +98,17 @@ __all__ = [
     "ConnectionLost",
     "DaemonError",
     "Forbidden",
+    "GroupUnknown",
     "InvalidMessage",
     "NeedsVersion2",
+    "NotFinished",
     "NotFound",
     "Options",
+    "OutcomeExpired",
     "OutcomeUnknown",
     "PayloadTooLarge",
     "ProducerService",
+    "ProgressReport",
     "QueueFull",
     "QuicxClient",
     "QuicxClientFactory",
@@ -100,7 +117,9 @@ __all__ = [
     "RetryNotice",
     "TaskCancelled",
     "TaskContext",
+    "TaskDead",
     "TaskFailed",
+    "TaskUnknown",
     "UnknownTaskType",
     "Unrecoverable",
     "Worker",

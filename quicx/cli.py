@@ -6,11 +6,14 @@ The C{quicx} command.
     quicx status [--config FILE] [--json]                  what it is doing
     quicx submit TYPE PAYLOAD|- [--wait] [--queue Q] [--priority N] [--key K]
                  [--delay 30s | --at TIME] [--retries N] [--backoff exponential:1s:5m]
+                 [--keep-result [--result-ttl 1h]]
+    quicx result ID [--wait] | group GID [--wait]          outcomes, from anywhere
+    quicx publish NAME FILE|- | publish NAME --delete      shared data for workers
     quicx queues | peek QUEUE | task ID | schedules [--json]   look inside
     quicx cancel ID | pause Q | resume Q | purge Q --yes   act (admin)
     quicx dlq list [Q] | show ID | replay ID|--all | purge [Q] --yes   dead letters
     quicx schedule add NAME (--cron EXPR | --every 10m) TYPE PAYLOAD | remove NAME
-    quicx worker MODULE:OBJECT [-n N] [--queues A,B]       run handlers
+    quicx worker MODULE:OBJECT [-n N] [--queues A,B] [--follow NAME]   run handlers
     quicx version | quicx init | quicx report | quicx repair-journal
 
 Commands that talk to a daemon find it the same way: C{--connect ADDRESS}
@@ -38,6 +41,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
 
 from quicx import version_line
@@ -49,7 +53,8 @@ from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.settings import format_size
 from quicx.protocol import durations, lifecycle, wire
-from quicx.protocol.errors import QuicxError, TaskCancelled, TaskFailed
+from quicx.protocol.errors import NotFinished, QuicxError, TaskCancelled, TaskFailed
+from quicx.protocol.results import MAX_FOLLOW
 from quicx.protocol.v2 import MAX_OPTION, MAX_RETRIES, MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
 
@@ -59,7 +64,10 @@ T = TypeVar("T")
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run the daemon", ("start", "stop", "init", "repair-journal")),
-    ("producers and monitors", ("submit", "status", "queues", "peek", "task", "schedules")),
+    (
+        "producers and monitors",
+        ("submit", "result", "group", "publish", "status", "queues", "peek", "task", "schedules"),
+    ),
     ("admins", ("cancel", "pause", "resume", "purge", "dlq", "schedule")),
     ("workers", ("worker",)),
     ("data", ("report",)),
@@ -367,6 +375,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 run_at=args.run_at,
                 retries=args.retries,
                 backoff=args.backoff,
+                keep_result=args.keep_result,
+                result_ttl=args.result_ttl,
             )
         except TimeoutError:
             raise CommandError(f"no answer from the daemon within {args.timeout:g} s") from None
@@ -374,7 +384,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         try:
-            client.wait(task_id, timeout=args.timeout, on_retry=print_retry)
+            value = client.wait(task_id, timeout=args.timeout, on_retry=print_retry)
         except TaskFailed as e:
             print(f"task {e.task_id} failed: {e.reason}")
             return 1
@@ -383,8 +393,94 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return 1
         except TimeoutError:
             raise CommandError(f"no outcome within {args.timeout:g} s") from None
-    print(f"task {task_id} done")
+    print(f"task {task_id} done", flush=True)
+    if value is not None:
+        print_value(value)
     return 0
+
+
+def print_value(value: object) -> None:
+    """A task's result: bytes as they are, text as it is, anything else as JSON."""
+    if isinstance(value, bytes):
+        sys.stdout.buffer.write(value)
+        sys.stdout.buffer.flush()
+    elif isinstance(value, str):
+        print(value)
+    else:
+        print(json.dumps(value, ensure_ascii=False))
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    wait = args.timeout if args.wait else 0.0
+    try:
+        value = _ask(args, lambda client: client.result(args.id, timeout=wait))
+    except (TaskFailed, TaskCancelled) as e:
+        print(e)  # task N failed: REASON, task N is dead: REASON, task N was cancelled
+        return 1
+    except NotFinished:
+        if args.wait:
+            raise CommandError(f"task {args.id} has not finished within {wait:g} s") from None
+        raise CommandError(f"task {args.id} has not finished yet (--wait waits for it)") from None
+    if value is None:
+        print(f"task {args.id} done")
+    else:
+        print_value(value)
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    if args.delete == (args.file is not None):
+        raise CommandError("give the data's FILE ('-': stdin), or --delete (not both)", status=2)
+    if args.delete:
+        _ask(args, lambda client: client.unpublish(args.name))
+        print(f"shared data {args.name} deleted")
+        return 0
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as e:
+        raise CommandError(f"cannot read {args.file}: {e.strerror}") from None
+    answer = _ask(args, lambda client: client.publish(args.name, data))
+    print(
+        f"shared data {answer['name']} version {answer['version']}:"
+        f" {thousands(answer['size'])} bytes, {_followers(answer['followers'])}"
+    )
+    return 0
+
+
+def _followers(count: int) -> str:
+    return "1 worker follows it" if count == 1 else f"{thousands(count)} workers follow it"
+
+
+def cmd_group(args: argparse.Namespace) -> int:
+    try:
+        if args.wait:
+            state = _ask(args, lambda client: client.wait_group(args.group, timeout=args.timeout))
+        else:
+            state = _ask(args, lambda client: client.group(args.group))
+    except NotFinished as e:
+        assert e.state is not None
+        print(_group_line(e.state))
+        raise CommandError(
+            f"group {args.group} has not finished within {args.timeout:g} s"
+        ) from None
+    if state["state"] == "unknown":
+        raise CommandError(f"no group {args.group} (or it finished too long ago)")
+    if args.json:
+        _print_json(state)
+    else:
+        print(_group_line(state))
+    return 0 if not args.wait or state["done"] == state["members"] else 1
+
+
+def _group_line(state: Mapping[str, Any]) -> str:
+    """C{group 7: finished, 1,000 tasks: 990 done, 8 failed, 2 cancelled, 0 pending}."""
+    members = state["members"]
+    return (
+        f"group {state['group']}: {state['state']}, {thousands(members)}"
+        f" task{'' if members == 1 else 's'}: {thousands(state['done'])} done,"
+        f" {thousands(state['failed'])} failed, {thousands(state['cancelled'])} cancelled,"
+        f" {thousands(state['pending'])} pending"
+    )
 
 
 def read_payload(given: str) -> bytes:
@@ -410,6 +506,8 @@ def _ask(args: argparse.Namespace, call: Callable[[QuicxClient], T], admin: bool
     try:
         with QuicxClient(address, timeout=args.timeout) as client:
             return call(client)
+    except NotFinished:
+        raise  # the daemon's answer: the wait ran out
     except TimeoutError:
         raise CommandError(f"no answer from {address} within {args.timeout:g} s") from None
     except ValueError as e:
@@ -724,8 +822,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from quicx.clients.worker import Worker
     from quicx.net.busypoll import enable_busy_poll
 
-    if args.protocol == 1 and args.queues:
-        raise CommandError("--queues needs protocol version 2 (not --protocol 1)")
+    for flag, given in (("--queues", args.queues), ("--follow", args.follow)):
+        if args.protocol == 1 and given:
+            raise CommandError(f"{flag} needs protocol version 2 (not --protocol 1)")
     target = import_object(args.target)
     address = client_address(args)
     if isinstance(target, Worker):
@@ -740,6 +839,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
             worker.protocol = args.protocol
         if args.auto_extend:
             worker.auto_extend = True
+        if args.follow:
+            worker.follow = args.follow
     elif isinstance(target, Mapping):
         for task_type, handler in target.items():
             if not isinstance(task_type, str) or not callable(handler):
@@ -754,6 +855,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             queues=args.queues or (),
             protocol=args.protocol or 2,
             auto_extend=args.auto_extend,
+            follow=args.follow or (),
         )
     else:
         raise CommandError(
@@ -903,15 +1005,33 @@ def option_key(text: str) -> bytes:
     return key
 
 
-def schedule_name(text: str) -> str:
-    """An argparse type: a schedule name (made as a queue name is)."""
-    try:
-        check_queue(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"a schedule name is 1 to 64 letters, digits or '_.:-', not {text!r}"
-        ) from None
-    return text
+def name_of(what: str) -> Callable[[str], str]:
+    """An argparse type: the name of C{what}, made as a queue name is."""
+
+    def parse(text: str) -> str:
+        try:
+            check_queue(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"a {what} name is 1 to 64 letters, digits or '_.:-', not {text!r}"
+            ) from None
+        return text
+
+    return parse
+
+
+schedule_name = name_of("schedule")
+shared_name = name_of("shared-data")
+
+
+def shared_names(text: str) -> tuple[str, ...]:
+    """An argparse type: shared-data names, comma-separated (as FOLLOW takes them)."""
+    names = tuple(shared_name(name.strip()) for name in text.split(","))
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} names shared data twice")
+    if len(names) > MAX_FOLLOW:
+        raise argparse.ArgumentTypeError(f"at most {MAX_FOLLOW} names")
+    return names
 
 
 MAX_DELAY = 0xFFFFFFFF / 1000
@@ -1136,8 +1256,67 @@ def build_parser() -> argparse.ArgumentParser:
         help="the wait before each retry: fixed:10s or exponential:1s:5m, either"
         " optionally ending in :20%% of jitter (default: the queue's)",
     )
+    submit.add_argument(
+        "--keep-result",
+        action="store_true",
+        help="keep the outcome and result once it finishes, for quicx result ID"
+        " (default: as the queue says)",
+    )
+    submit.add_argument(
+        "--result-ttl",
+        type=configuration_argument(timing.ttl_seconds),
+        metavar="DURATION",
+        help="keep them this long: 90 (seconds), 30m, 1h (implies --keep-result;"
+        " default: the daemon's [results] ttl)",
+    )
     connect_option(submit)
     submit.set_defaults(run=cmd_submit)
+
+    def waiting_options(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--wait", action="store_true", help="wait for it to finish")
+        sub.add_argument(
+            "--timeout", type=duration, default=30.0, help="seconds to wait (30), or for an answer"
+        )
+        connect_option(sub)
+
+    result = command(
+        "result",
+        "print a task's result, from any connection",
+        "Print the outcome of task ID, submitted by anyone: its result (bytes and text as"
+        " they are, anything else as JSON), or 'task ID done' when it gave none; exit 1"
+        " when it failed, is dead or was cancelled, its kept outcome expired, it is"
+        " unknown (or its outcome was not kept: see submit --keep-result), or it has not"
+        " finished. With --wait, wait for it to finish.",
+    )
+    result.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
+    waiting_options(result)
+    result.set_defaults(run=cmd_result)
+
+    group = command(
+        "group",
+        "show a group of tasks",
+        "Show group GID: open, closed or finished, and its tasks done, failed, cancelled"
+        " and pending. With --wait, wait for it to finish: exit 0 when every task is done,"
+        " 1 otherwise.",
+    )
+    group.add_argument("group", metavar="GID", type=bounded_int(1, wire.MAX_TASK_ID))
+    group.add_argument("--json", action="store_true", help="print the group's JSON state")
+    waiting_options(group)
+    group.set_defaults(run=cmd_group)
+
+    publish = command(
+        "publish",
+        "publish shared data to the workers",
+        "Publish FILE ('-': stdin) as the next version of shared data NAME: every worker"
+        " that follows NAME (quicx worker --follow NAME) gets it once, and handlers read"
+        " it as context.shared[NAME]. --delete deletes NAME.",
+    )
+    publish.add_argument("name", type=shared_name)
+    publish.add_argument("file", nargs="?", help="the data, or - for stdin")
+    publish.add_argument("--delete", action="store_true", help="delete NAME")
+    publish.add_argument("--timeout", type=duration, default=10.0, help="seconds to wait (10)")
+    connect_option(publish)
+    publish.set_defaults(run=cmd_publish)
 
     def looking_options(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="print the daemon's JSON answer")
@@ -1348,6 +1527,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         choices=(1, 2),
         help="the protocol version to speak (default 2, falling back to 1)",
+    )
+    worker.add_argument(
+        "--follow",
+        type=shared_names,
+        metavar="NAME,...",
+        help="shared data to follow: handlers read it as context.shared[NAME]",
     )
     worker.add_argument(
         "--auto-extend",

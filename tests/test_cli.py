@@ -108,6 +108,9 @@ def test_init_prints_the_built_in_default(tmp_path: Path) -> None:
         ["stop"],
         ["status"],
         ["submit"],
+        ["result"],
+        ["group"],
+        ["publish"],
         ["worker"],
         ["version"],
         ["init"],
@@ -134,7 +137,17 @@ def test_help_groups_the_commands_by_who_uses_them() -> None:
             group.append(match.group(1))
     assert listed == {
         "run the daemon": ["start", "stop", "init", "repair-journal"],
-        "producers and monitors": ["submit", "status", "queues", "peek", "task", "schedules"],
+        "producers and monitors": [
+            "submit",
+            "result",
+            "group",
+            "publish",
+            "status",
+            "queues",
+            "peek",
+            "task",
+            "schedules",
+        ],
         "admins": ["cancel", "pause", "resume", "purge", "dlq", "schedule"],
         "workers": ["worker"],
         "data": ["report"],

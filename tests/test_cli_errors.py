@@ -393,6 +393,18 @@ CASES = {
         "--queues needs protocol version 2",
         1,
     ),
+    "worker follow in version 1": (
+        ["worker", "handlers:handlers", "--follow=rates", "--protocol=1"],
+        FAILED,
+        "--follow needs protocol version 2",
+        1,
+    ),
+    "worker follows twice": (
+        ["worker", "handlers:handlers", "--follow=a,a"],
+        USAGE,
+        "'a,a' names shared data twice",
+        1,
+    ),
     "worker not module:object": (["worker", "json"], FAILED, "'json' is not MODULE:OBJECT", 1),
     "worker no such object": (["worker", "json:nothing"], FAILED, "json has no 'nothing'", 1),
     "worker not handlers": (
@@ -451,6 +463,45 @@ CASES = {
         1,
     ),
     "report without --out": (["report", "events"], USAGE, "the following arguments are", 1),
+    "submit bad result ttl": (
+        ["submit", "t", "x", "--result-ttl=soon"],
+        USAGE,
+        "'soon' is not a duration",
+        1,
+    ),
+    "submit no result ttl": (
+        ["submit", "t", "x", "--result-ttl=0"],
+        USAGE,
+        "a result TTL is more than 0",
+        1,
+    ),
+    "result bad id": (["result", "0"], USAGE, "0 is not from 1 to 4294967295", 1),
+    "result daemon down": (
+        ["result", "5", "--wait", "--connect=tcp:127.0.0.1:1"],
+        FAILED,
+        "cannot connect to tcp:127.0.0.1:1",
+        1,
+    ),
+    "group bad id": (["group", "seven"], USAGE, "'seven' is not a whole number", 1),
+    "publish no data": (["publish", "rates"], USAGE, "give the data's FILE", 1),
+    "publish data and delete": (
+        ["publish", "rates", "{tmp}/handlers.py", "--delete"],
+        USAGE,
+        "give the data's FILE ('-': stdin), or --delete (not both)",
+        1,
+    ),
+    "publish bad name": (
+        ["publish", "no way", "{tmp}/handlers.py"],
+        USAGE,
+        "a shared-data name is 1 to 64 letters, digits or '_.:-', not 'no way'",
+        1,
+    ),
+    "publish missing file": (
+        ["publish", "rates", "{tmp}/missing.bin"],
+        FAILED,
+        "cannot read {tmp}/missing.bin: No such file or directory",
+        1,
+    ),
 }
 
 
@@ -515,6 +566,10 @@ def test_version_2_commands_against_a_version_1_daemon(start_daemon, workspace: 
         ["dlq", "list"],
         ["dlq", "show", "1"],
         ["schedules"],
+        ["submit", "t", "x", "--keep-result"],
+        ["result", "1"],
+        ["group", "1", "--wait"],
+        ["publish", "rates", "--delete"],
     ):
         result = run_quicx(workspace, *command, connect)
         assert result.returncode == FAILED, result

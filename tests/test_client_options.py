@@ -95,9 +95,13 @@ def test_every_new_option_needs_version_2() -> None:
         Options(run_at=1.0),
         Options(retries=0),
         Options(backoff="fixed:1s"),
+        Options(keep_result=True),
+        Options(result_ttl="1h"),
+        Options(progress=True),
+        Options(group=7),
     ):
         assert options.any
-        with pytest.raises(NeedsVersion2, match="delays and retries"):
+        with pytest.raises(NeedsVersion2, match="results, progress and groups need protocol"):
             requests.encode_submit(1, "t", b"x", options)
     assert not Options().any
 

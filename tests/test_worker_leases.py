@@ -33,19 +33,23 @@ class ThreadedClock(Clock):
 
 
 class FakeDaemon:
-    """A worker slot connected to nothing: feeds it frames, decodes what it writes."""
+    """
+    A worker slot connected to nothing: feeds it frames, decodes what it writes.
 
-    def __init__(self, worker: Worker) -> None:
+    @ivar before_ready: what the slot sent between HELLO and READY (FOLLOW).
+    """
+
+    def __init__(self, worker: Worker, hello: dict[str, Any] | None = None) -> None:
         self.clock = ThreadedClock()
         worker._reactor = self.clock
         self.slot = WorkerProtocol(worker)
         self.transport = StringTransport()
-        self.parser = FrameParser(1 << 20, check_types=False, v2_max_length=1 << 20)
+        self.parser = FrameParser(1 << 22, check_types=False, v2_max_length=1 << 22)
         self.slot.makeConnection(self.transport)
         if worker.protocol == v2.VERSION:
             assert self.sent() == [v2.Hello("quicx-python", __version__, ())]
-            self.feed(v2.encode_info({"server": "quicx"}))
-        (ready,) = self.sent()
+            self.feed(v2.encode_info(hello or {"server": "quicx"}))
+        *self.before_ready, ready = self.sent()
         assert isinstance(ready, v2.Ready | wire.Ready)
 
     def feed(self, data: bytes) -> None:

@@ -8,6 +8,10 @@ views, Spark executors.
         ids = client.submit_many(("resize", p) for p in pictures)
         client.submit("charge", b"...", queue="billing", priority=9, key="order-42")
         client.submit("sync", b"...", delay=30, retries=5, backoff="exponential:1s:5m")
+        task_id = client.submit("resize", b"...", keep_result=True)
+        client.result(task_id, timeout=60)    # the handler's return value, from any client
+        group = client.submit_group(("resize", p) for p in pictures)
+        client.wait_group(group, timeout=600)  # {"done": 998, "failed": 2, ...}
 
 One client keeps one connection open and reuses it; it reconnects on the next
 call after the connection drops.  It speaks protocol version 2, or version 1
@@ -27,15 +31,19 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+import attrs
 from service_identity import VerificationError
 
-from quicx.clients import requests
-from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, parse_address
-from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of
+from quicx.clients import awaits, requests
+from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, as_bytes, parse_address
+from quicx.clients.awaits import Waits
+from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of, value_of
+from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
 from quicx.clients.requests import Options
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, error_from
 from quicx.protocol.frames import Frame, FrameParser
+from quicx.protocol.results import GroupOp
 
 Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]
 """What L{QuicxClient.submit_many} takes: C{(type, payload)}, or with L{Options}."""
@@ -82,6 +90,9 @@ class QuicxClient:
         # up (a timeout, an error part-way) are read at the start of the next.
         self._owed = 0
         self._book = OutcomeBook(keep_outcomes)
+        self._progress = ProgressListeners()
+        self._awaits = awaits.outcome_waits()
+        self._group_waits = awaits.group_waits()
         self._hello_frame = requests.HELLO  # what each connection opens with (see hello)
 
     @staticmethod
@@ -154,11 +165,14 @@ class QuicxClient:
                 self._book.expect(reply.task_id)
 
     def _drop(self) -> None:
-        """Forget the connection; pending outcomes become unknown."""
+        """Forget the connection; pending outcomes become unknown, waits and progress end."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
         self._book.lose_all()
+        self._progress.clear()
+        self._awaits.clear()
+        self._group_waits.clear()
 
     def close(self) -> None:
         with self._lock:
@@ -189,13 +203,21 @@ class QuicxClient:
 
     def _pump(self, deadline: float) -> object | None:
         """
-        Read one message: file an outcome or a retry notice, answer a
-        heartbeat (and return C{None}), or return anything else.
+        Read one message: file an outcome, a retry notice or the answer to a
+        wait, hand a progress report to its callback, answer a heartbeat
+        (and return C{None}), or return anything else.
         """
         message = self._read(deadline)
         settled = outcome_of(message)
         if settled is not None:
             self._book.arrived(*settled)
+            self._progress.forget(settled[0])
+        elif isinstance(message, results.Progress):
+            self._report_progress(message)
+        elif isinstance(message, results.Outcome):
+            self._awaits.answer(message.task_id, message)
+        elif isinstance(message, results.GroupState):
+            self._group_waits.answer(message.group, message)  # or the opener's notice: dropped
         elif isinstance(message, lifecycle.Retrying):
             self._book.notice(RetryNotice.of(message))
         elif isinstance(message, wire.Heartbeat):
@@ -203,6 +225,21 @@ class QuicxClient:
         elif not isinstance(message, wire.Pong):
             return message
         return None
+
+    def _report_progress(self, message: results.Progress) -> None:
+        found = self._progress.report(message)
+        if found is not None:
+            listener, report = found
+            self._tell_progress(listener, [report])
+
+    def _tell_progress(self, listener: Listener, reports: list[ProgressReport]) -> None:
+        # A callback's mistake is logged: raised here, it would end whichever
+        # call happened to read the report.
+        for report in reports:
+            try:
+                listener(report)
+            except Exception:
+                log.exception("the progress callback of task %s raised", report.task_id)
 
     def _read(self, deadline: float) -> object:
         while not self._inbox:
@@ -250,6 +287,10 @@ class QuicxClient:
         run_at: datetime | float | None = None,
         retries: int | None = None,
         backoff: str | v2.Backoff | None = None,
+        keep_result: bool = False,
+        result_ttl: float | str | None = None,
+        progress: Listener | None = None,
+        group: int | None = None,
     ) -> int:
         """
         Submit one task; return its id.
@@ -267,19 +308,43 @@ class QuicxClient:
         @param backoff: the wait before each retry: C{"fixed:10s"},
             C{"exponential:1s:5m"}, either optionally with C{":20%"} of
             jitter, or a L{v2.Backoff} (default: the queue's).
+        @param keep_result: keep its outcome and result once it finishes, for
+            L{result} on any connection, for C{result_ttl} (seconds, or text
+            such as C{"1h"}) or the daemon's C{[results] ttl}; a C{result_ttl}
+            alone keeps it too (default: as its queue says).
+        @param progress: called with a L{ProgressReport} for each progress
+            report of its worker's, in order, before its outcome; by
+            whichever call of this client reads it (L{wait}, most often).
+        @param group: the group it joins (see L{open_group}).
         @raise QueueFull, PayloadTooLarge, UnknownTaskType, InvalidMessage:
             the daemon refused it.
+        @raise NotFound, Conflict: C{group} is unknown, or closed.
         @raise NeedsVersion2: an option was given to a version-1 daemon.
         @raise ValueError: an option is out of range, or a backoff malformed.
         @raise ConnectionLost: the daemon could not be reached or went away.
         """
-        options = Options(queue, priority, key, fairness_key, delay, run_at, retries, backoff)
+        options = Options(
+            queue,
+            priority,
+            key,
+            fairness_key,
+            delay,
+            run_at,
+            retries,
+            backoff,
+            keep_result,
+            result_ttl,
+            progress is not None,
+            group,
+        )
         with self._lock:
             self._begin(time.monotonic() + self.timeout)
             self._send_submits([(task_type, payload, options)])
             (result,) = self._read_replies(1)
-        if isinstance(result, Exception):
-            raise result
+            if isinstance(result, Exception):
+                raise result
+            if progress is not None:
+                self._tell_progress(progress, self._progress.listen(result, progress))
         return result
 
     def submit_many(
@@ -347,10 +412,13 @@ class QuicxClient:
         task_id: int,
         timeout: float | None = None,
         on_retry: Callable[[RetryNotice], object] | None = None,
-    ) -> None:
+    ) -> Any:
         """
         Block until the outcome of C{task_id} (submitted by this client)
         arrives.
+
+        @return: the handler's return value, as it returned it (C{bytes},
+            C{str}, or what its JSON holds); C{None} when it gave none.
 
         @param on_retry: called with a L{RetryNotice} for each failed attempt
             the daemon retries, in order, before the outcome (those that
@@ -380,8 +448,7 @@ class QuicxClient:
             except ConnectionLost:
                 pass  # the outcome is now filed as unknown
             outcome = self._book.take(task_id)
-        if outcome is not None:
-            raise outcome
+        return value_of(outcome)
 
     def _tell(self, task_id: int, on_retry: Callable[[RetryNotice], object] | None) -> None:
         """Hand the retry notices kept for C{task_id} to C{on_retry}."""
@@ -580,3 +647,167 @@ class QuicxClient:
         """
         document: dict[str, Any] = self._info("unschedule", lifecycle.encode_unschedule(name))
         return document
+
+    # -- results, shared data and groups ----------------------------------------------
+
+    def _wait_on(
+        self,
+        what: str,
+        waits: Waits[Any],
+        key: int,
+        timeout: float | None,
+        encode: Callable[[int], bytes],
+    ) -> Any:
+        """
+        Send the wait C{encode} makes of its milliseconds, on C{key}, and
+        read until its answer: the daemon's wait, and this client's
+        C{timeout} more for the answer to come back.
+        """
+        wait = self.timeout if timeout is None else timeout
+        frame = encode(awaits.wait_ms(wait))
+        deadline = time.monotonic() + wait + self.timeout
+        with self._lock:
+            self._begin(deadline)
+            requests.needs_version_2(self.version, what)
+            self._send(frame)
+            waiter = waits.add(key, deadline)
+            while waiter.answer is None:
+                # Nothing else is owed to this call: an ERROR refuses the wait.
+                reply = self._pump(deadline)
+                if reply is None:
+                    continue
+                waits.refused(key, waiter)
+                if isinstance(reply, wire.Error):
+                    raise error_from(reply)
+                self._drop()
+                raise QuicxError(f"unexpected {type(reply).__name__} for {what}")
+            return waiter.answer
+
+    def result(self, task_id: int, timeout: float | None = None) -> Any:
+        """
+        The outcome of any task, from any client (AWAIT): at once if it is
+        known, else when the task finishes, waiting up to C{timeout} seconds
+        (default: the client's; 0: answer now; the daemon cuts it to its
+        C{[results] max_wait}).  A finished task's outcome is known while it
+        is kept (see C{keep_result}), or to a wait that began before it
+        finished.
+
+        @return: the handler's return value (C{None} when it gave none).
+        @raise TaskFailed: it failed for good (L{TaskDead}: and is in the
+            dead-letter set), with the worker's C{reason}.
+        @raise TaskCancelled: it was cancelled before it ran.
+        @raise OutcomeExpired: its kept outcome has expired.
+        @raise TaskUnknown: no such task, or it finished without its outcome kept.
+        @raise NotFinished: it had not finished when the wait ended (a
+            C{TimeoutError}); ask again.
+        @raise QueueFull: this connection, or the daemon, waits for as many
+            tasks as it may.
+        """
+        outcome = self._wait_on(
+            "result",
+            self._awaits,
+            task_id,
+            timeout,
+            lambda ms: results.encode_await(task_id, ms),
+        )
+        return awaits.awaited_value(outcome)
+
+    def publish(self, name: str, data: str | bytes) -> dict[str, Any]:
+        """
+        Publish C{data} as the next version of shared data C{name}: every
+        worker that follows C{name} gets it once (see C{Worker(follow=...)}).
+
+        @return: C{{"name": ..., "version": N, "size": bytes, "followers": N}},
+            once the daemon's journal holds it.
+        @raise PayloadTooLarge: C{data} is over C{[shared] max_size}.
+        @raise QueueFull: a new name past C{max_names}, or past C{max_memory} in all.
+        @raise Forbidden: a worker's connection (or an identity without the
+            producer or admin role) may not publish.
+        """
+        frame = results.encode_publish(name, as_bytes(data))
+        document: dict[str, Any] = self._info("publish", frame)
+        return document
+
+    def unpublish(self, name: str) -> dict[str, Any]:
+        """
+        Delete shared data C{name}; its followers hear it is gone.
+
+        @raise NotFound: no such name.
+        """
+        frame = results.encode_publish(name, delete=True)
+        document: dict[str, Any] = self._info("unpublish", frame)
+        return document
+
+    def open_group(self) -> int:
+        """
+        Open a group: tasks join it with C{submit(..., group=id)} until
+        L{close_group}; it finishes when it is closed and every member has.
+
+        @return: its id.
+        @raise QueueFull: the daemon has C{[groups] max_groups} open.
+        """
+        document = self._info("open_group", results.encode_group(GroupOp.OPEN))
+        group: int = document["group"]
+        return group
+
+    def close_group(self, group: int) -> dict[str, Any]:
+        """No more members for C{group}; returns its state (see L{group})."""
+        document: dict[str, Any] = self._info(
+            "close_group", results.encode_group(GroupOp.CLOSE, group)
+        )
+        return document
+
+    def group(self, group: int) -> dict[str, Any]:
+        """
+        A group's state now: C{state} (C{"open"}, C{"closed"}, C{"finished"}
+        or C{"unknown"}), its C{members} and how many are C{done},
+        C{failed} (dead and given up included), C{cancelled} and
+        C{pending}, C{opened_at} and C{finished_at} (Unix seconds, or C{None}).
+        """
+        document: dict[str, Any] = self._info("group", results.encode_group(GroupOp.STATE, group))
+        return document
+
+    def wait_group(self, group: int, timeout: float | None = None) -> dict[str, Any]:
+        """
+        Wait up to C{timeout} seconds (default: the client's) for C{group} to
+        finish, from any client.
+
+        @return: its final counts: C{group}, C{state} (C{"finished"}),
+            C{members}, C{done}, C{failed}, C{cancelled}, C{pending} (0).
+        @raise NotFinished: it had not finished when the wait ended; its
+            C{state} has the counts so far.
+        @raise GroupUnknown: no such group, or it is forgotten.
+        """
+        state = self._wait_on(
+            "wait_group",
+            self._group_waits,
+            group,
+            timeout,
+            lambda ms: results.encode_group(GroupOp.WAIT, group, ms),
+        )
+        return awaits.finished_group(state)
+
+    def submit_group(self, tasks: Iterable[Task], window: int = DEFAULT_WINDOW) -> int:
+        """
+        Submit C{tasks} (as L{submit_many} takes them) as one group: open
+        it, submit each into it, close it.  Wait for it with L{wait_group}.
+
+        @return: the group's id.
+        @raise DaemonError: a task was refused (its C{results} hold every
+            task's id or error); the group is closed with the others.
+        """
+        group = self.open_group()
+        plain = Options(group=group)
+        try:
+            self.submit_many(
+                (
+                    (task[0], task[1], plain)
+                    if len(task) == 2
+                    else (task[0], task[1], attrs.evolve(task[2], group=group))
+                    for task in tasks
+                ),
+                window=window,
+            )
+        finally:
+            self.close_group(group)
+        return group

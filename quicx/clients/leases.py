@@ -6,7 +6,8 @@ worker may hold the task that long before it is taken back and queued
 again.  TOUCH, quoting the token, sets the lease to run out so many seconds
 from now.  A L{Lease} sends it when the handler asks (L{Lease.extend_soon},
 from any thread) or, with L{Lease.keep_alive}, every half lease while the
-handler runs, and never after the task's outcome.
+handler runs, and never after the task's outcome.  The handler's progress
+reports on its delivery go the same way (L{Lease.progress_soon}).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from twisted.internet.task import LoopingCall
 
-from quicx.protocol import lifecycle
+from quicx.protocol import lifecycle, results
 
 MAX_TOUCH = 0xFFFFFFFF
 """The longest extension a TOUCH carries, in seconds."""
@@ -42,6 +43,7 @@ class Lease:
     @ivar deadline: when it runs out, by the reactor's clock, as far as this
         worker knows (C{None}: no limit, or not known).
     @ivar ended: the outcome was reported; nothing more is sent.
+    @ivar reports: whether the daemon takes progress reports.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class Lease:
         task_id: int,
         token: int,
         lease_ms: int,
+        reports: bool = True,
     ) -> None:
         self._reactor = reactor
         self._send = send
@@ -59,6 +62,7 @@ class Lease:
         self.seconds = lease_ms / 1000
         self.deadline: float | None = reactor.seconds() + self.seconds if lease_ms else None
         self.ended = False
+        self.reports = reports
         self._renewal: LoopingCall | None = None
 
     def extend(self, seconds: float) -> None:
@@ -83,6 +87,20 @@ class Lease:
         """
         touch_seconds(seconds)
         self._reactor.callFromThread(self.extend, seconds)
+
+    def progress_soon(self, fraction: int, message: str) -> None:
+        """
+        PROGRESS: C{fraction} ten-thousandths done, and C{message}; from any
+        thread, sent by the reactor thread unless the outcome was reported
+        first (or the daemon takes no progress reports).
+        """
+        if self.reports:
+            frame = results.encode_progress(self.task_id, self.token, fraction, message)
+            self._reactor.callFromThread(self._send_unless_ended, frame)
+
+    def _send_unless_ended(self, frame: bytes) -> None:
+        if not self.ended:
+            self._send(frame)
 
     def keep_alive(self) -> None:
         """

@@ -1,8 +1,9 @@
 """
 Outcome bookkeeping shared by the Twisted and blocking producer clients.
 
-A producer's connection receives DONE and FAILED for the tasks it submitted,
-whenever the workers finish them, interleaved with its other replies.  An
+A producer's connection receives DONE (with the handler's result, if it
+gave one) and FAILED for the tasks it submitted, whenever the workers finish
+them, interleaved with its other replies.  An
 L{OutcomeBook} remembers which tasks still owe an outcome and keeps outcomes
 that arrived before anyone asked for them, up to a bound (the oldest are
 forgotten first), so a producer that never asks does not grow without limit.
@@ -14,16 +15,18 @@ until they are asked for with the outcome.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 from attrs import frozen
 
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.errors import OutcomeUnknown, QuicxError, TaskCancelled, TaskFailed
 
-Outcome = QuicxError | None
+Outcome = QuicxError | v2.Result | None
 """
-C{None} for DONE, L{TaskFailed} for FAILED, L{TaskCancelled} for CANCELLED,
-L{OutcomeUnknown} if it never came.
+For DONE, its L{v2.Result}, or C{None} when the worker gave none;
+L{TaskFailed} for FAILED, L{TaskCancelled} for CANCELLED, L{OutcomeUnknown}
+if it never came.
 """
 
 DEFAULT_KEEP = 100_000
@@ -116,9 +119,23 @@ class OutcomeBook:
         return lost
 
 
+def value_of(outcome: Outcome) -> Any:
+    """
+    The value of a task that is done: its handler's return value (C{None}
+    when it gave none).
+
+    @raise QuicxError: the outcome is not done (L{TaskFailed}...).
+    """
+    if isinstance(outcome, QuicxError):
+        raise outcome
+    return None if outcome is None else outcome.value()
+
+
 def outcome_of(message: object) -> tuple[int, Outcome] | None:
     """The task id and outcome a DONE, FAILED or CANCELLED message carries, else C{None}."""
-    if isinstance(message, wire.Done | v2.Done):
+    if isinstance(message, v2.Done):
+        return message.task_id, message.result
+    if isinstance(message, wire.Done):
         return message.task_id, None
     if isinstance(message, wire.Failed):
         return message.task_id, TaskFailed(message.task_id, message.reason)

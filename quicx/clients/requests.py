@@ -8,7 +8,8 @@ version 1 (the protocol page's daemon, or one with C{[protocol] versions =
 1}), and the connection goes on in version 1 -- the daemon ignored the
 version-2 frame, so nothing else changes.  Calls that need version 2
 (queues, priorities, keys, delays, retries, cancel, introspection, dead
-letters, schedules) then raise L{NeedsVersion2}.
+letters, schedules, results, shared data, groups) then raise
+L{NeedsVersion2}.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ CLIENT_NAME = "quicx-python"
 HELLO = v2.encode_hello(CLIENT_NAME, quicx.__version__)
 
 
+def _optional_ttl(value: float | str | None) -> int | None:
+    return None if value is None else timing.ttl_seconds(value)
+
+
 @frozen
 class Options:
     """
@@ -42,6 +47,13 @@ class Options:
     @ivar backoff: the wait before each retry: a L{v2.Backoff}, or given as
         C{"fixed:10s"} or C{"exponential:1s:5m"}, either optionally ending
         in C{":20%"} of jitter (see L{timing.parse_backoff}); default: the queue's.
+    @ivar keep_result: keep the task's outcome and result after it finishes,
+        for any connection to ask (L{quicx.clients.blocking.QuicxClient.result}),
+        C{result_ttl} (seconds, or text such as C{"1h"}; rounded up to whole
+        seconds) or the daemon's C{[results] ttl}; a C{result_ttl} alone keeps
+        it too.  Default: as the queue says (C{keep_results}).
+    @ivar progress: forward the task's progress reports to this connection.
+    @ivar group: the group the task joins (see C{open_group}).
     """
 
     queue: str | None = None
@@ -52,6 +64,10 @@ class Options:
     run_at: datetime | float | None = None
     retries: int | None = None
     backoff: v2.Backoff | None = field(default=None, converter=timing.as_backoff)
+    keep_result: bool = False
+    result_ttl: int | None = field(default=None, converter=_optional_ttl)
+    progress: bool = False
+    group: int | None = None
 
     @property
     def any(self) -> bool:
@@ -67,7 +83,17 @@ class Options:
             and self.run_at is None
             and self.retries is None
             and self.backoff is None
+            and self._result_ttl is None
+            and not self.progress
+            and self.group is None
         )
+
+    @property
+    def _result_ttl(self) -> int | None:
+        """The result option's value: 0 keeps the result for the daemon's TTL."""
+        if self.result_ttl is not None:
+            return self.result_ttl
+        return 0 if self.keep_result else None
 
     def encode(self) -> bytes:
         """
@@ -86,6 +112,9 @@ class Options:
             None if self.run_at is None else timing.milliseconds(timing.unix_seconds(self.run_at)),
             self.retries,
             self.backoff,
+            self._result_ttl,
+            self.progress,
+            self.group,
         )
 
 
@@ -110,8 +139,8 @@ def encode_submit(
     if version == 1:
         if options.any:
             raise NeedsVersion2(
-                "queue, priority, keys, delays and retries need protocol version 2;"
-                " the daemon speaks version 1"
+                "queue, priority, keys, delays, retries, results, progress and groups"
+                " need protocol version 2; the daemon speaks version 1"
             )
         return wire.encode_submit(as_bytes(task_type), as_bytes(payload))
     return v2.encode_submit(

@@ -1,8 +1,9 @@
 """
 When a task runs, as clients are given it: times to run at (C{datetime}s,
-Unix seconds, or ISO 8601 text for the C{quicx} command) and backoffs (a
-L{v2.Backoff}, or its text form).  Durations and backoffs are read as the
-configuration reads them, by L{quicx.protocol.durations}.
+Unix seconds, or ISO 8601 text for the C{quicx} command), backoffs (a
+L{v2.Backoff}, or its text form), and how long its result is kept.
+Durations and backoffs are read as the configuration reads them, by
+L{quicx.protocol.durations}.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from datetime import datetime
 
 from quicx.protocol import v2
-from quicx.protocol.durations import parse_backoff
+from quicx.protocol.durations import parse_backoff, parse_duration
 
 _NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 
@@ -70,3 +71,20 @@ def as_backoff(value: str | v2.Backoff | None) -> v2.Backoff | None:
     @raise ValueError: malformed text.
     """
     return parse_backoff(value) if isinstance(value, str) else value
+
+
+MAX_TTL = 0xFFFFFFFF
+"""The longest result TTL a SUBMIT carries, in seconds."""
+
+
+def ttl_seconds(value: float | str) -> int:
+    """
+    How long a kept result lives, as SUBMIT carries it: whole seconds,
+    rounded up, from seconds or a duration's text (C{1h}, C{30m}).
+
+    @raise ValueError: not more than 0, past L{MAX_TTL}, or malformed text.
+    """
+    seconds = parse_duration(value) if isinstance(value, str) else value
+    if not 0 < seconds <= MAX_TTL:
+        raise ValueError(f"a result TTL is more than 0 to {MAX_TTL} s, not {value}")
+    return math.ceil(seconds)

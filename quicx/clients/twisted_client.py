@@ -6,29 +6,39 @@ The Twisted producer client.
 
     client = await connect(reactor, "tcp:127.0.0.1:16381")
     task_id = await client.submit("send_email", b'{"to": "user@gmail.com"}')
-    await client.outcome(task_id)        # raises TaskFailed if a worker failed it
+    await client.outcome(task_id)        # its result; raises TaskFailed if a worker failed it
+    await client.result(task_id, timeout=60)   # any task's, kept or running, from any client
 
 Every call returns a L{Deferred}.  Any number of requests may be outstanding
 on one connection: the daemon answers them in order.  For a long-lived service
 that must survive daemon restarts, use L{ProducerService}.
 
 The connection speaks protocol version 2 (queues, priorities, keys, delays,
-retries, cancel, introspection, dead letters, schedules), or version 1 with
-a daemon that speaks only that: it opens with HELLO, and requests made
-before the answer wait for it.
+retries, cancel, introspection, dead letters, schedules, results, shared
+data, groups), or version 1 with a daemon that speaks only that: it opens
+with HELLO, and requests made before the answer wait for it.
+
+A wait on the daemon (L{QuicxClientProtocol.result}, C{wait_group}) is
+answered at once or much later, between other answers; only a refusal
+(ERROR) comes in order.  To tell a refusal of the wait from one of the next
+request, each wait is sent with a HEARTBEAT behind it, whose PONG (in order)
+says the wait was taken.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, cast
 
+import attrs
 from twisted.application.internet import ClientService, backoffPolicy
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.endpoints import (
     HostnameEndpoint,
     clientFromString,
@@ -41,23 +51,41 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from quicx.clients import requests
+from quicx.clients import awaits, requests
 from quicx.clients.address import (
     CLIENT_MAX_LENGTH,
     DEFAULT_ADDRESS,
+    as_bytes,
     normalize_address,
     parse_address,
 )
-from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of
+from quicx.clients.awaits import Waiter, Waits
+from quicx.clients.outcomes import (
+    DEFAULT_KEEP,
+    Outcome,
+    OutcomeBook,
+    RetryNotice,
+    outcome_of,
+    value_of,
+)
+from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
 from quicx.clients.requests import Options
 from quicx.net.framer import FrameReceiver, set_no_delay
 from quicx.net.tls import client_tls
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
+from quicx.protocol.results import GroupOp
 from quicx.protocol.wire import ErrorCode
 
 RetryListener = Callable[[RetryNotice], object]
 """What C{on_retry} is: called with each L{RetryNotice} of a task."""
+
+
+class _Fence:
+    """
+    What the HEARTBEAT sent behind a wait expects: its PONG, after the wait's
+    ERROR if the daemon refused the wait.
+    """
 
 
 class QuicxClientProtocol(FrameReceiver):
@@ -85,8 +113,13 @@ class QuicxClientProtocol(FrameReceiver):
         # Waiting for the answer to HELLO (see greeted).
         self._greeters: list[Deferred[QuicxClientProtocol]] = []
         self._book = OutcomeBook(keep_outcomes)
-        self._waiters: dict[int, list[Deferred[None]]] = {}
+        self._waiters: dict[int, list[Deferred[Any]]] = {}
         self._watchers: dict[int, list[RetryListener]] = {}
+        self._progress = ProgressListeners()
+        self._awaits = awaits.outcome_waits()
+        self._group_waits = awaits.group_waits()
+        # The answers of the waits sent (result, wait_group), until they fire.
+        self._answers: set[Deferred[Any]] = set()
         self._closed: Failure | None = None
 
     def connectionMade(self) -> None:
@@ -143,46 +176,78 @@ class QuicxClientProtocol(FrameReceiver):
         run_at: datetime | float | None = None,
         retries: int | None = None,
         backoff: str | v2.Backoff | None = None,
+        keep_result: bool = False,
+        result_ttl: float | str | None = None,
+        progress: Listener | None = None,
+        group: int | None = None,
     ) -> Deferred[int]:
         """
-        Submit a task (options as L{quicx.clients.blocking.QuicxClient.submit}).
+        Submit a task (options as L{quicx.clients.blocking.QuicxClient.submit};
+        C{progress} is called on the reactor thread).
 
         @return: fires with the task id, or fails with L{QueueFull},
             L{PayloadTooLarge}, L{UnknownTaskType}, L{InvalidMessage},
+            L{NotFound} or L{Conflict} (an unknown or closed C{group}),
             L{NeedsVersion2}, L{ConnectionLost}, or C{ValueError} for an
             option out of range or a malformed backoff.
         """
 
         def encode(version: int) -> bytes:
-            options = Options(queue, priority, key, fairness_key, delay, run_at, retries, backoff)
+            options = Options(
+                queue,
+                priority,
+                key,
+                fairness_key,
+                delay,
+                run_at,
+                retries,
+                backoff,
+                keep_result,
+                result_ttl,
+                progress is not None,
+                group,
+            )
             return requests.encode_submit(version, task_type, payload, options)
 
-        return self._request(wire.Ok, encode)
+        submitted = self._request(wire.Ok, encode)
+        if progress is not None:
+            submitted.addCallback(self._listen, progress)
+        return submitted
 
-    def outcome(self, task_id: int, on_retry: RetryListener | None = None) -> Deferred[None]:
+    def _listen(self, task_id: int, listener: Listener) -> int:
+        """Hand C{task_id}'s progress reports to C{listener}, those that came already first."""
+        for report in self._progress.listen(task_id, listener):
+            self._tell_progress(listener, report)
+        return task_id
+
+    def outcome(self, task_id: int, on_retry: RetryListener | None = None) -> Deferred[Any]:
         """
         The outcome of a task submitted on this connection.
 
         @param on_retry: called with a L{RetryNotice} for each failed attempt
             the daemon retries, in order (those that came before this call
             at once); the Deferred fires once, with the final outcome.
-        @return: fires with C{None} on DONE; fails with L{TaskFailed} carrying
-            the worker's reason, L{TaskCancelled}, or L{OutcomeUnknown} if the
-            connection closes first.  An outcome that arrived before this call
-            is kept (up to C{keep_outcomes} of them) and delivered at once.
+        @return: fires on DONE with the handler's return value (C{None} when
+            it gave none); fails with L{TaskFailed} carrying the worker's
+            reason, L{TaskCancelled}, or L{OutcomeUnknown} if the connection
+            closes first.  An outcome that arrived before this call is kept
+            (up to C{keep_outcomes} of them) and delivered at once.
         @raise KeyError: C{task_id} was not submitted on this connection, or
             its outcome was already taken or forgotten.
         """
         kept = self._book.notices(task_id)
         if self._book.pending(task_id):
-            waiter: Deferred[None] = Deferred()
+            waiter: Deferred[Any] = Deferred()
             self._waiters.setdefault(task_id, []).append(waiter)
             if on_retry is not None:
                 self._watchers.setdefault(task_id, []).append(on_retry)
-            result: Deferred[None] = waiter
+            result: Deferred[Any] = waiter
         else:
-            failure = self._book.take(task_id)
-            result = succeed(None) if failure is None else fail(failure)
+            outcome = self._book.take(task_id)
+            try:
+                result = succeed(value_of(outcome))
+            except QuicxError as e:
+                result = fail(e)
         if on_retry is not None:
             for notice in kept:
                 self._tell(on_retry, notice)
@@ -199,6 +264,124 @@ class QuicxClientProtocol(FrameReceiver):
         task_id = await self.submit(task_type, payload, **options)
         await self.outcome(task_id, on_retry)
         return task_id
+
+    def _wait_on(
+        self,
+        what: str,
+        waits: Waits[Any],
+        key: int,
+        timeout: float,
+        make: Callable[[int], bytes],
+    ) -> Deferred[Any]:
+        """
+        Send the wait C{make} makes of its milliseconds, on C{key}, with its
+        fence; fires with the answer.
+        """
+        answer: Deferred[Any] = Deferred()
+        sent: list[Waiter[Any]] = []
+
+        def encode(version: int) -> bytes:
+            requests.needs_version_2(version, what)
+            frame = make(awaits.wait_ms(timeout)) + v2.HEARTBEAT_FRAME
+            sent.append(waits.add(key, time.monotonic() + timeout, answer.callback))
+            return frame
+
+        def refused(failure: Failure) -> None:
+            if sent:
+                waits.refused(key, sent[0])
+            if not answer.called:
+                answer.errback(failure)
+
+        self._answers.add(answer)
+        answer.addBoth(self._answered, answer)
+        self._request(_Fence, encode).addCallbacks(lambda _: None, refused)
+        return answer
+
+    def _answered(self, result: object, answer: Deferred[Any]) -> object:
+        self._answers.discard(answer)
+        return result
+
+    def result(self, task_id: int, timeout: float = 0.0) -> Deferred[Any]:
+        """
+        The outcome of any task, from any client: at once if known, else
+        when it finishes, within C{timeout} seconds (0: answer now). As
+        L{quicx.clients.blocking.QuicxClient.result}.
+
+        @return: fires with the handler's return value; fails with
+            L{TaskFailed} (L{TaskDead}), L{TaskCancelled}, L{OutcomeExpired},
+            L{TaskUnknown}, L{NotFinished}, L{QueueFull} (too many waits),
+            L{NeedsVersion2} or L{ConnectionLost}.
+        """
+        return self._wait_on(
+            "result",
+            self._awaits,
+            task_id,
+            timeout,
+            lambda ms: results.encode_await(task_id, ms),
+        ).addCallback(awaits.awaited_value)
+
+    def publish(self, name: str, data: str | bytes) -> Deferred[dict[str, Any]]:
+        """Publish shared data (see L{quicx.clients.blocking.QuicxClient.publish})."""
+        return self._info("publish", lambda: results.encode_publish(name, as_bytes(data)))
+
+    def unpublish(self, name: str) -> Deferred[dict[str, Any]]:
+        """Delete shared data C{name}."""
+        return self._info("unpublish", lambda: results.encode_publish(name, delete=True))
+
+    def open_group(self) -> Deferred[int]:
+        """Open a group; fires with its id (as L{quicx.clients.blocking.QuicxClient.open_group})."""
+        return self._info("open_group", lambda: results.encode_group(GroupOp.OPEN)).addCallback(
+            lambda document: document["group"]
+        )
+
+    def close_group(self, group: int) -> Deferred[dict[str, Any]]:
+        """No more members for C{group}; fires with its state."""
+        return self._info("close_group", lambda: results.encode_group(GroupOp.CLOSE, group))
+
+    def group(self, group: int) -> Deferred[dict[str, Any]]:
+        """A group's state now (see L{quicx.clients.blocking.QuicxClient.group})."""
+        return self._info("group", lambda: results.encode_group(GroupOp.STATE, group))
+
+    def wait_group(self, group: int, timeout: float = 0.0) -> Deferred[dict[str, Any]]:
+        """
+        Wait up to C{timeout} seconds for C{group} to finish; fires with its
+        final counts, or fails with L{NotFinished} (with the counts so far)
+        or L{GroupUnknown}.
+        """
+        return self._wait_on(
+            "wait_group",
+            self._group_waits,
+            group,
+            timeout,
+            lambda ms: results.encode_group(GroupOp.WAIT, group, ms),
+        ).addCallback(awaits.finished_group)
+
+    async def submit_group(
+        self,
+        tasks: Iterable[tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]],
+    ) -> int:
+        """
+        Submit C{tasks}, C{(type, payload)} or C{(type, payload, Options)},
+        as one group: open it, submit each into it (pipelined), close it.
+
+        @return: the group's id.
+        @raise DaemonError: a task was refused (the first refusal; the group
+            is closed with the others).
+        """
+        group = await self.open_group()
+        submits = []
+        for task_type, payload, *rest in tasks:
+            options = attrs.evolve(rest[0] if rest else Options(), group=group)
+            encode = functools.partial(
+                requests.encode_submit, task_type=task_type, payload=payload, options=options
+            )
+            submits.append(self._request(wire.Ok, encode))
+        answers = await DeferredList(submits, consumeErrors=True)
+        await self.close_group(group)
+        for ok, answer in answers:
+            if not ok:
+                answer.raiseException()
+        return group
 
     def stats(self) -> Deferred[wire.StatsResponse]:
         """Fires with the daemon's L{wire.StatsResponse}."""
@@ -310,13 +493,21 @@ class QuicxClientProtocol(FrameReceiver):
             return
         if (settled := outcome_of(message)) is not None:
             self._deliver(*settled)
+        elif isinstance(message, results.Progress):
+            found = self._progress.report(message)
+            if found is not None:
+                self._tell_progress(*found)
+        elif isinstance(message, results.Outcome):
+            self._awaits.answer(message.task_id, message)
+        elif isinstance(message, results.GroupState):
+            self._group_waits.answer(message.group, message)  # or the opener's notice: dropped
         elif isinstance(message, lifecycle.Retrying):
             self._retrying(RetryNotice.of(message))
         elif isinstance(message, wire.Heartbeat):
             pong = v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME
             self.transport.write(pong)
-        elif isinstance(message, wire.Pong):
-            pass
+        elif isinstance(message, wire.Pong) and not self._fenced():
+            pass  # a PONG this client did not ask for
         elif not self._requests:
             if isinstance(message, wire.Error):
                 self.log.error("unexpected ERROR from the daemon: {e}", e=message.message)
@@ -329,7 +520,14 @@ class QuicxClientProtocol(FrameReceiver):
         else:
             self._answer(message)
 
+    def _fenced(self) -> bool:
+        """Whether the next answer due is a wait's fence (see L{_Fence})."""
+        return bool(self._requests) and self._requests[0][0] is _Fence
+
     def _answer(self, message: Any) -> None:
+        if self._fenced():
+            self._fence_answered(message)
+            return
         expected, reply = self._requests.popleft()
         if isinstance(message, wire.Error):
             reply.errback(error_from(message))
@@ -340,6 +538,20 @@ class QuicxClientProtocol(FrameReceiver):
             reply.callback(message.document if isinstance(message, v2.Info) else message)
         else:
             reply.errback(QuicxError(f"unexpected {type(message).__name__} from the daemon"))
+
+    def _fence_answered(self, message: Any) -> None:
+        """A wait's ERROR (its PONG follows), or the PONG: the wait was taken."""
+        fence = self._requests[0][1]
+        if isinstance(message, wire.Pong):
+            self._requests.popleft()
+            if not fence.called:
+                fence.callback(None)
+        elif isinstance(message, wire.Error) and not fence.called:
+            fence.errback(error_from(message))
+        else:
+            self.frameRejected(
+                ErrorCode.INVALID_MESSAGE, f"{type(message).__name__} where a wait's PONG was due"
+            )
 
     def _hello_answered(self, message: Any) -> None:
         """The answer to HELLO decides the version; the held requests go out."""
@@ -374,18 +586,27 @@ class QuicxClientProtocol(FrameReceiver):
         except Exception:
             self.log.failure("on_retry for task {id} raised", id=notice.task_id)
 
-    def _deliver(self, task_id: int, failure: QuicxError | None) -> None:
+    def _tell_progress(self, listener: Listener, report: ProgressReport) -> None:
+        try:
+            listener(report)
+        except Exception:
+            self.log.failure("the progress callback of task {id} raised", id=report.task_id)
+
+    def _deliver(self, task_id: int, outcome: Outcome) -> None:
         self._watchers.pop(task_id, None)
+        self._progress.forget(task_id)
         waiters = self._waiters.pop(task_id, None)
         if not waiters:
-            self._book.arrived(task_id, failure)
+            self._book.arrived(task_id, outcome)
             return
         self._book.settle(task_id)
+        if isinstance(outcome, QuicxError):
+            for waiter in waiters:
+                waiter.errback(outcome)
+            return
+        value = value_of(outcome)
         for waiter in waiters:
-            if failure is None:
-                waiter.callback(None)
-            else:
-                waiter.errback(failure)
+            waiter.callback(value)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closed = Failure(ConnectionLost(f"connection to the daemon closed: {reason.value}"))
@@ -395,11 +616,19 @@ class QuicxClientProtocol(FrameReceiver):
         self._requests, self._held, self._greeters = deque(), None, []
         for request in pending:
             request.errback(self._closed)
+        # The waits the daemon had taken (their fences passed) end too.
+        self._awaits.clear()
+        self._group_waits.clear()
+        for answer in list(self._answers):
+            if not answer.called:
+                answer.errback(self._closed)
+        self._progress.clear()
         self._watchers = {}
         for task_id in self._book.lose_all():
             waiters = self._waiters.pop(task_id, None)
             if waiters:
                 unknown = self._book.take(task_id)
+                assert isinstance(unknown, QuicxError)  # lose_all filed an OutcomeUnknown
                 for waiter in waiters:
                     waiter.errback(unknown)
 

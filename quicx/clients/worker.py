@@ -11,15 +11,18 @@ The worker runner.
 
 Handlers take the task's payload (C{bytes}), and may take a second argument,
 the task's L{TaskContext} (id, queue, priority, attempt, enqueue time, keys,
-the delivery's fencing token and lease, its failures and retries).
-Returning normally means done; raising means failed, with the exception's
-message (L{Unrecoverable}: failed for good, not to be retried).  To a
-version-2 daemon the worker reports with ACK and NACK, quoting the
-delivery's token; to a version-1 daemon, with DONE and FAILED.  Plain
-functions run in a
-thread pool, so the reactor stays free to answer heartbeats while they work;
-C{async def} handlers, and handlers registered with C{thread=False} (which
-may return a L{Deferred}), run on the reactor thread.
+the delivery's fencing token and lease, its failures and retries, progress
+reports, shared data).  Returning normally means done, and what the handler
+returns (C{bytes}, C{str}, or anything JSON-serialisable; C{None}: nothing)
+is the task's result; raising means failed, with the exception's message
+(L{Unrecoverable}: failed for good, not to be retried).  To a version-2
+daemon the worker reports with ACK, with the result, and NACK, quoting the
+delivery's token; to a version-1 daemon, with DONE and FAILED (and no
+result).  A result that cannot be sent (not serialisable, or larger than
+the daemon takes) fails the task for good, saying why.  Plain functions run
+in a thread pool, so the reactor stays free to answer heartbeats while they
+work; C{async def} handlers, and handlers registered with C{thread=False}
+(which may return a L{Deferred}), run on the reactor thread.
 
 Each of C{concurrency} slots is one connection.  A slot holds one task at a
 time, as the protocol page has it, or with C{credits} above 1 up to that many
@@ -29,8 +32,10 @@ daemon without the extension a slot falls back to one task at a time.  Slots
 reconnect with backoff (at most 3 s apart, as the reference worker waits)
 whenever the daemon goes away.
 
-Each slot speaks protocol version 2: it opens with HELLO, then READY names
-the worker's C{queues}, served in that order.  Against a daemon that speaks
+Each slot speaks protocol version 2: it opens with HELLO, then FOLLOWs the
+worker's shared data (C{follow}: the daemon sends the current version of
+each name before any task, and every later one), and READY names the
+worker's C{queues}, served in that order.  Against a daemon that speaks
 only version 1 it falls back to version 1: it serves the default queue, and
 a handler's context has the queue C{None}, priority 0 and the time the task
 arrived, and no token or lease.
@@ -46,8 +51,10 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from types import MappingProxyType
+from typing import Any, cast
 
 from attrs import field, frozen
 from twisted.internet.defer import (
@@ -67,9 +74,10 @@ from twisted.python.threadpool import ThreadPool
 from quicx.clients import requests
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
 from quicx.clients.leases import Lease, touch_seconds
+from quicx.clients.progress import ten_thousandths
 from quicx.clients.twisted_client import endpoint_for
 from quicx.net.framer import FrameReceiver, set_no_delay, write_now
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol.wire import ErrorCode
 
 Handler = Callable[..., Any]
@@ -103,6 +111,9 @@ class TaskContext:
         back, counted from its delivery, unless extended (C{None}: no limit).
     @ivar failures: the failed attempts before this one; C{retries}: how many
         the task may have (0 when it may not retry).
+    @ivar shared: the newest version of each shared-data name the worker
+        follows (C{Worker(follow=...)}), by name: read-only, and kept up to
+        date as new versions come, also while the handler runs.
     """
 
     task_id: int
@@ -117,13 +128,20 @@ class TaskContext:
     lease: float | None = None
     failures: int = 0
     retries: int = 0
+    shared: Mapping[str, bytes] = field(factory=dict, eq=False, repr=False)
     _delivery: Lease | None = field(default=None, eq=False, repr=False)
 
     @classmethod
-    def of(cls, task: wire.Task | v2.Task, delivery: Lease | None = None) -> TaskContext:
+    def of(
+        cls,
+        task: wire.Task | v2.Task,
+        delivery: Lease | None = None,
+        shared: Mapping[str, bytes] | None = None,
+    ) -> TaskContext:
         task_type = task.task_type.decode("utf-8", "replace")
+        shared = {} if shared is None else shared
         if isinstance(task, wire.Task):
-            return cls(task.task_id, task_type, None, 0, 1, time.time())
+            return cls(task.task_id, task_type, None, 0, 1, time.time(), shared=shared)
         return cls(
             task.task_id,
             task_type,
@@ -137,6 +155,7 @@ class TaskContext:
             task.lease_ms / 1000 if task.lease_ms else None,
             task.failures,
             task.retries,
+            shared,
             delivery,
         )
 
@@ -153,6 +172,22 @@ class TaskContext:
         touch_seconds(seconds)
         if self._delivery is not None:
             self._delivery.extend_soon(seconds)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        """
+        Say how far the handler has got: C{fraction} of the work (0 to 1,
+        sent in ten-thousandths) and a short C{message}, for the producer
+        that asked for progress, and the daemon's events.  Safe from any
+        thread; sent at once, without an answer (the daemon passes on at
+        most one a task per C{[progress] interval}, the newest).  Once the
+        handler has finished, or without a token (a daemon without leases),
+        it does nothing; so it does to a daemon without progress reports.
+
+        @raise ValueError: C{fraction} is not from 0 to 1.
+        """
+        encoded = ten_thousandths(fraction)
+        if self._delivery is not None:
+            self._delivery.progress_soon(encoded, message)
 
 
 RETRY_FIRST = 0.1
@@ -173,15 +208,27 @@ MAX_REASON = 1024
 """FAILED reasons are cut to this many bytes: the daemon's default
 max_reason_length, which refuses longer ones."""
 
+RESULTS_REMEMBERED = 1024
+"""How many ACKs with a result a connection remembers, the latest, in case the
+daemon refuses one as too large (the protocol does not say its ERROR names the
+task: it is the largest)."""
 
-def failure_reason(failure: Failure) -> str:
-    """The FAILED reason for a handler's exception: its message, else its type."""
-    error = failure.value
-    reason = str(error) or type(error).__name__
+_ACK_SIZE = len(lifecycle.encode_ack(1, 1))
+"""The size of an ACK frame without a result."""
+
+
+def cut_reason(reason: str) -> str:
+    """C{reason}, cut to L{MAX_REASON} bytes."""
     encoded = reason.encode("utf-8")
     if len(encoded) <= MAX_REASON:
         return reason
     return encoded[: MAX_REASON - 3].decode("utf-8", "ignore") + "..."
+
+
+def failure_reason(failure: Failure) -> str:
+    """The FAILED reason for a handler's exception: its message, else its type."""
+    error = failure.value
+    return cut_reason(str(error) or type(error).__name__)
 
 
 class WorkerProtocol(FrameReceiver):
@@ -189,6 +236,9 @@ class WorkerProtocol(FrameReceiver):
     One worker connection: READY once, then up to C{credits} tasks at a time.
 
     @ivar running: tasks received and not yet answered.
+    @ivar capabilities: what the daemon says it can do, in answer to HELLO.
+    @ivar max_result: the largest result the daemon takes, in bytes, as its
+        answer to HELLO says (C{None}: it did not say).
     """
 
     log = Logger()
@@ -205,6 +255,12 @@ class WorkerProtocol(FrameReceiver):
         self.stopping = False
         self.closed: Deferred[None] = Deferred()
         self._answered = False
+        self.capabilities: frozenset[str] = frozenset()
+        self.max_result: int | None = None
+        # FOLLOW was sent and its answer has not come.
+        self._following = False
+        # The latest ACKs with a result: task id -> (token, frame size).
+        self._results_sent: OrderedDict[int, tuple[int, int]] = OrderedDict()
         # Outcomes found while a read is handled, sent together at its end.
         self._replies: list[bytes] | None = None
 
@@ -249,17 +305,7 @@ class WorkerProtocol(FrameReceiver):
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if not self._greeted:
-            # The answer to HELLO: INFO, or ERROR from a version-1 daemon.
-            self._greeted = True
-            if self._parser.version == wire.PROTOCOL_VERSION:
-                if self.worker.queues:
-                    self.log.warn(
-                        "the daemon speaks protocol version 1 only: this worker serves its"
-                        " default queue, not {queues}",
-                        queues=", ".join(self.worker.queues),
-                    )
-                self.version = wire.PROTOCOL_VERSION
-            self._ready()
+            self._hello_answered(message_type, payload)
             return
         if message_type == wire.MessageType.TASK:
             self._answered = True
@@ -287,8 +333,20 @@ class WorkerProtocol(FrameReceiver):
             self._answered = True
         elif message_type == wire.MessageType.HEARTBEAT:
             self.transport.write(v2.PONG_FRAME if self.version == v2.VERSION else wire.PONG_FRAME)
+        elif message_type == v2.MessageType.SHARED:
+            self.worker.shared_arrived(results.decode_shared(payload))
+        elif message_type == v2.MessageType.INFO:
+            self._following = False  # the answer to FOLLOW: what this connection follows
         elif message_type == wire.MessageType.ERROR:
             error = wire.decode_error(payload)
+            if self._following:
+                self._following = False
+                self.log.error(
+                    "the daemon refuses to send shared data {names} ({message}): handlers see none",
+                    names=", ".join(self.worker.follow),
+                    message=error.message,
+                )
+                return
             if self.credits > 1 and not self._answered and error.code == ErrorCode.INVALID_MESSAGE:
                 # The first answer to a READY with credits is an ERROR: a
                 # daemon without the extension (the reference one).
@@ -307,13 +365,71 @@ class WorkerProtocol(FrameReceiver):
                     message=error.message,
                 )
                 return
+            if error.code == ErrorCode.PAYLOAD_TOO_LARGE and self._results_sent:
+                self._result_refused(error.message)
+                return
             self.log.error("daemon error: {message}", message=error.message)
+
+    def _hello_answered(self, message_type: int, payload: bytes) -> None:
+        """The answer to HELLO: INFO, or ERROR from a version-1 daemon."""
+        self._greeted = True
+        if self._parser.version == wire.PROTOCOL_VERSION:
+            if self.worker.queues or self.worker.follow:
+                self.log.warn(
+                    "the daemon speaks protocol version 1 only: this worker serves its"
+                    " default queue, not {queues}, and gets no shared data",
+                    queues=", ".join(self.worker.queues) or "-",
+                )
+            self.version = wire.PROTOCOL_VERSION
+        else:
+            if message_type == v2.MessageType.INFO:
+                self._learn(v2.decode_info(payload).document)
+            if self.worker.follow and "shared" not in self.capabilities:
+                self.log.error(
+                    "the daemon has no shared data: handlers see none of {names}",
+                    names=", ".join(self.worker.follow),
+                )
+            elif self.worker.follow:
+                # Before READY: the shared data comes before any task.
+                self._following = True
+                self.transport.write(results.encode_follow(self.worker.follow))
+        self._ready()
+
+    def _learn(self, hello: object) -> None:
+        """What the daemon's answer to HELLO says it can do, and its largest result."""
+        if not isinstance(hello, dict):
+            return
+        capabilities, limits = hello.get("capabilities"), hello.get("limits")
+        if isinstance(capabilities, list):
+            self.capabilities = frozenset(map(str, capabilities))
+        limit = limits.get("max_result") if isinstance(limits, dict) else None
+        self.max_result = limit if isinstance(limit, int) else None
+
+    def _result_refused(self, message: str) -> None:
+        """
+        The daemon refused an ACK's result as too large (and holds the task
+        still): fail the task for good.  Its ERROR need not say which ACK;
+        those it took had smaller results, so it is the largest remembered.
+        """
+        sent = self._results_sent
+        task_id = max(sent, key=lambda remembered: sent[remembered][1])
+        token, _ = sent.pop(task_id)
+        reason = f"the result is larger than the daemon takes: {message}"
+        self.log.warn("task {id} failed: {reason}", id=task_id, reason=reason)
+        self._write(lifecycle.encode_nack(task_id, token, cut_reason(reason), permanent=True))
 
     def _lease(self, task: wire.Task | v2.Task) -> Lease | None:
         """The lease of a delivery with a token (kept alive with C{auto_extend})."""
         if not isinstance(task, v2.Task) or not task.token:
             return None
-        lease = Lease(self.worker._reactor, self._write, task.task_id, task.token, task.lease_ms)
+        lease = Lease(
+            self.worker._reactor,
+            self._write,
+            task.task_id,
+            task.token,
+            task.lease_ms,
+            "progress" in self.capabilities,
+        )
         if self.worker.auto_extend:
             lease.keep_alive()
         return lease
@@ -322,7 +438,13 @@ class WorkerProtocol(FrameReceiver):
         self.running -= 1
         if lease is not None:
             lease.end()
-        self._write(report(task, result))
+        frame = report(task, result, self.max_result, "results" in self.capabilities)
+        if len(frame) > _ACK_SIZE and frame[1] == v2.MessageType.ACK:
+            sent = self._results_sent
+            sent[task.task_id] = (cast(v2.Task, task).token, len(frame))
+            if len(sent) > RESULTS_REMEMBERED:
+                sent.popitem(last=False)
+        self._write(frame)
         if self._replies is None and self.stopping and not self.running:
             self.transport.loseConnection()
 
@@ -341,20 +463,41 @@ class WorkerProtocol(FrameReceiver):
         return self.closed
 
 
-def report(task: wire.Task | v2.Task, result: object) -> bytes:
+def report(
+    task: wire.Task | v2.Task,
+    result: object,
+    max_result: int | None = None,
+    results: bool = True,
+) -> bytes:
     """
     The frame that reports C{task}'s outcome, C{result} (a L{Failure}, or
-    anything else for done): ACK or NACK quoting the delivery's token (NACK
-    permanent for L{Unrecoverable}); DONE or FAILED to a daemon that gave no
-    token (version 1, or version 2 without leases).
+    the handler's return value for done): ACK or NACK quoting the delivery's
+    token (NACK permanent for L{Unrecoverable}); DONE or FAILED to a daemon
+    that gave no token (version 1, or version 2 without leases), which
+    takes no result.
+
+    @param max_result: the largest result the daemon takes, in bytes, if known.
+    @param results: whether the daemon takes results (else the ACK has none).
     """
     if isinstance(task, v2.Task) and task.token:
+        task_id, token = task.task_id, task.token
         if isinstance(result, Failure):
             permanent = result.check(Unrecoverable) is not None
-            return lifecycle.encode_nack(
-                task.task_id, task.token, failure_reason(result), permanent
+            return lifecycle.encode_nack(task_id, token, failure_reason(result), permanent)
+        if result is None or not results:
+            return lifecycle.encode_ack(task_id, token)
+        # A result that cannot be sent would not be one on a retry either.
+        try:
+            value = v2.Result.of(result)
+        except TypeError as e:
+            return lifecycle.encode_nack(task_id, token, cut_reason(f"no result: {e}"), True)
+        if max_result is not None and len(value.data) > max_result:
+            reason = (
+                f"the result is {len(value.data):,} bytes, more than the daemon takes"
+                f" ({max_result:,}: [results] max_size)"
             )
-        return lifecycle.encode_ack(task.task_id, task.token)
+            return lifecycle.encode_nack(task_id, token, reason, permanent=True)
+        return lifecycle.encode_ack(task_id, token, value)
     codec = v2 if isinstance(task, v2.Task) else wire
     if isinstance(result, Failure):
         return codec.encode_failed(task.task_id, failure_reason(result))
@@ -374,6 +517,9 @@ class Worker:
     @ivar auto_extend: while a handler runs, extend its task's lease every
         half lease (a task whose lease would otherwise run out before its
         handler is done; a handler stuck for good then holds it for good too).
+    @ivar follow: the shared-data names it follows (at most 32).
+    @ivar shared: the newest version of each of them, by name (read-only;
+        what each task's C{context.shared} is).
     """
 
     log = Logger()
@@ -386,6 +532,7 @@ class Worker:
         queues: Sequence[str] = (),
         protocol: int = 2,
         auto_extend: bool = False,
+        follow: Sequence[str] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -394,11 +541,17 @@ class Worker:
         self.concurrency = concurrency
         self.credits = credits
         self.queues = tuple(queues)
-        if protocol not in (1, 2) or (protocol == 1 and self.queues):
-            raise ValueError("protocol is 2, or 1 without queues")
+        self.follow = tuple(follow)
+        if protocol not in (1, 2) or (protocol == 1 and (self.queues or self.follow)):
+            raise ValueError("protocol is 2, or 1 without queues or shared data")
         self.protocol = protocol
         self.auto_extend = auto_extend
         v2.encode_ready(credits, self.queues)  # checks the names and their number
+        if self.follow:
+            results.encode_follow(self.follow)  # the same
+        self._shared: dict[str, bytes] = {}
+        self._versions: dict[str, int] = {}
+        self.shared: Mapping[str, bytes] = MappingProxyType(self._shared)
         self._handlers: dict[bytes, Registration] = {}
         for name, function in (handlers or {}).items():
             self.register(name, function)
@@ -430,16 +583,29 @@ class Worker:
 
         return decorate
 
-    def run(
-        self, task: wire.Task | v2.Task, lease: Lease | None = None
-    ) -> Deferred[Any] | Failure | None:
+    def shared_arrived(self, shared: results.Shared) -> None:
+        """
+        A connection got a version of shared data (each connection gets
+        every one): keep it if it is newer than the one kept; version 0
+        deletes the name.
+        """
+        name = shared.name
+        if not shared.version:
+            self._shared.pop(name, None)
+            self._versions.pop(name, None)
+        elif shared.version > self._versions.get(name, 0):
+            self._versions[name] = shared.version
+            self._shared[name] = shared.data
+
+    def run(self, task: wire.Task | v2.Task, lease: Lease | None = None) -> object:
         """
         Run the handler for C{task}, whose context extends C{lease}.
 
         @return: a L{Deferred} of its outcome; or, for a handler that ran on
-            the reactor and returned a plain value, the outcome itself: C{None}
-            (done) or a L{Failure} (no handler, or it raised).  Skipping the
-            Deferred for the common case halves the worker's cost per task.
+            the reactor and returned a plain value, the outcome itself: its
+            return value (done) or a L{Failure} (no handler, or it raised).
+            Skipping the Deferred for the common case halves the worker's
+            cost per task.
         """
         registration = self._handlers.get(task.task_type)
         if registration is None:
@@ -447,7 +613,7 @@ class Worker:
             return Failure(LookupError(f"no handler for: {name}"))
         args: tuple[Any, ...] = (task.payload,)
         if registration.wants_context:
-            args += (TaskContext.of(task, lease),)
+            args += (TaskContext.of(task, lease, self.shared),)
         if registration.in_thread:
             assert self._threads is not None and self._reactor is not None
             return deferToThreadPool(self._reactor, self._threads, registration.function, *args)
@@ -457,9 +623,7 @@ class Worker:
             return Failure()
         if inspect.isawaitable(result):
             return ensureDeferred(result)  # type: ignore[arg-type]
-        if isinstance(result, Deferred):
-            return result
-        return None
+        return result
 
     def start(self, reactor: Any, address: str = DEFAULT_ADDRESS) -> None:
         """Connect C{concurrency} slots to the daemon at C{address}."""

@@ -119,6 +119,71 @@ class TaskCancelled(QuicxError):
         self.task_id = task_id
 
 
+class TaskDead(TaskFailed):
+    """
+    The task failed for good and is in its queue's dead-letter set (what
+    AWAIT says of it; its producer hears a plain FAILED).
+    """
+
+    def __init__(self, task_id: int, reason: str) -> None:
+        super().__init__(task_id, reason)
+        self.args = (f"task {task_id} is dead: {reason}",)
+
+
+class OutcomeExpired(QuicxError):
+    """
+    The task's outcome was kept, and no longer is: its TTL ran out, or the
+    daemon evicted it for room.
+
+    @ivar task_id: the task.
+    """
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(f"the outcome of task {task_id} was kept, and has expired")
+        self.task_id = task_id
+
+
+class TaskUnknown(QuicxError):
+    """
+    The daemon knows no such task: never submitted, or finished without its
+    outcome kept (see C{keep_result}).
+
+    @ivar task_id: the task.
+    """
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(f"no task {task_id}, or its outcome was not kept")
+        self.task_id = task_id
+
+
+class GroupUnknown(QuicxError):
+    """
+    The daemon knows no such group: never opened, or finished longer ago
+    than its C{[groups] ttl}.
+
+    @ivar group: the group.
+    """
+
+    def __init__(self, group: int) -> None:
+        super().__init__(f"no group {group}, or it finished too long ago to be remembered")
+        self.group = group
+
+
+class NotFinished(QuicxError, TimeoutError):
+    """
+    A wait for a task's outcome or a group's end ran out first: the task or
+    group is still going, and may be waited for again.  A C{TimeoutError}.
+
+    @ivar state: for a group, its state when the wait ended (a dict with
+        C{group}, C{state}, C{members}, C{done}, C{failed}, C{cancelled},
+        C{pending}); C{None} for a task.
+    """
+
+    def __init__(self, message: str, state: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.state = state
+
+
 class NeedsVersion2(QuicxError):
     """The call needs protocol version 2, and the daemon speaks only version 1."""
 
