@@ -71,6 +71,7 @@ _PUBLIC = {
     "TaskContext": "quicx.clients.worker",
     "Unrecoverable": "quicx.clients.worker",
     "submit_dataframe": "quicx.clients.spark",
+    "submit_dataframe_group": "quicx.clients.spark",
     "QuicxError": "quicx.protocol.errors",
     "DaemonError": "quicx.protocol.errors",
     "QueueFull": "quicx.protocol.errors",
@@ -126,6 +127,7 @@ __all__ = [
     "__version__",
     "connect",
     "submit_dataframe",
+    "submit_dataframe_group",
     "version_line",
 ]
 

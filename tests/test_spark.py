@@ -174,3 +174,53 @@ def test_a_chosen_interpreter_is_kept(spark, monkeypatch) -> None:
     before = spark.sparkContext.pythonExec
     assert use_this_python(spark) is False
     assert spark.sparkContext.pythonExec == before
+
+
+def test_a_dataframe_as_a_group_reports_when_every_row_is_done(
+    tmp_path: Path, start_daemon, spark
+) -> None:
+    from quicx.clients.blocking import QuicxClient
+    from quicx.clients.spark import submit_dataframe_group, submit_partition
+
+    daemon = start_daemon()
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    (tmp_path / "recorder.py").write_text(RECORDER.format(directory=str(seen)))
+    quicx = str(Path(sys.executable).with_name("quicx"))
+    address = f"tcp:127.0.0.1:{daemon.port}"
+    rows = 2000
+    df = spark.range(rows).selectExpr("id", "concat('row-', id) AS body").repartition(4)
+    batch = submit_dataframe_group(
+        df, address, key_column="id", task_type="row", payload_column="body"
+    )
+    assert batch.ids.count() == rows
+    state = batch.state()
+    assert (state["state"], state["members"], state["pending"]) == ("closed", rows, rows)
+    # A partition sent again (as a recomputed one would be) is answered as
+    # duplicates: it neither joins nor runs twice.
+    plan = evolve_plan(batch.group, address)
+    again = list(submit_partition(plan, df.limit(50).collect()))
+    assert len(again) == 50
+    assert batch.state()["members"] == rows
+    worker = subprocess.Popen(
+        [quicx, "worker", "recorder:worker", "-n2", f"--connect={address}"],
+        cwd=tmp_path,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        counts = batch.wait(timeout=120)
+    finally:
+        worker.terminate()
+        worker.wait()
+    assert (counts["done"], counts["failed"], counts["cancelled"]) == (rows, 0, 0)
+    delivered = [line for path in seen.iterdir() for line in path.read_text().splitlines()]
+    assert sorted(delivered) == sorted(f"row-{n}" for n in range(rows))
+    with QuicxClient(address) as client:
+        assert client.group(batch.group)["state"] == "finished"
+
+
+def evolve_plan(group: int, address: str) -> object:
+    """The plan the executors of a grouped submit of the test's DataFrame had."""
+    from quicx.clients.spark import _Plan
+
+    return _Plan(address, "id", "row", None, "body", 1000, 600.0, group)

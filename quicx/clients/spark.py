@@ -17,6 +17,19 @@ a backoff (0.05 s doubling to 2 s, for up to C{retry_for} seconds): no row
 is lost, and none is submitted twice.  Any other refusal (payload too large,
 unknown type) fails the job with that error.
 
+As a group, so a pipeline learns when the whole DataFrame has been
+processed (protocol version 2):
+
+    batch = submit_dataframe_group(orders, "tcp:queue.internal:16381",
+                                   key_column="order_id", task_type="send_receipt")
+    batch.ids.show()
+    counts = batch.wait(timeout=3600)   # {"done": ..., "failed": ..., ...}
+
+The driver opens the group, the executors submit into it, and the driver
+closes it once every row is in.  Each row's SUBMIT carries the idempotency
+key C{group-ID:KEY}: a partition sent again (a lost executor's, recomputed)
+is answered as duplicates, and neither runs nor counts twice.
+
 The result is computed once, when this function runs, and kept
 (C{MEMORY_AND_DISK}).  Spark recomputes a partition only if an executor
 holding it is lost.  Recomputing would submit that partition's rows again,
@@ -39,9 +52,10 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 
-from quicx.clients.blocking import QuicxClient
+from quicx.clients.blocking import QuicxClient, Task
+from quicx.clients.requests import Options
 from quicx.protocol.errors import DaemonError, QueueFull
 
 FIRST_BACKOFF = 0.05
@@ -59,6 +73,32 @@ class _Plan:
     payload_column: str | None
     window: int
     retry_for: float
+    group: int | None = None
+
+
+@frozen
+class SubmittedGroup:
+    """
+    A DataFrame submitted as one group: C{ids}, a DataFrame of (key,
+    task_id), and the C{group} they joined on the daemon at C{address}.
+    """
+
+    ids: Any
+    group: int
+    address: str
+
+    def state(self) -> dict[str, Any]:
+        """The group's counts now (see L{QuicxClient.group})."""
+        with QuicxClient(self.address) as client:
+            return client.group(self.group)
+
+    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+        """
+        Wait up to C{timeout} seconds for every row's task to finish; the
+        final counts.  @raise quicx.NotFinished: not within C{timeout}.
+        """
+        with QuicxClient(self.address, timeout=timeout or 30.0) as client:
+            return client.wait_group(self.group, timeout)
 
 
 def use_this_python(spark: Any) -> bool:
@@ -104,17 +144,63 @@ def submit_dataframe(
     @param retry_for: seconds to keep retrying rows refused as queue full.
     @raise ValueError: the columns are not there, or not one type source.
     """
-    from pyspark import StorageLevel
-    from pyspark.sql.types import LongType, StructField, StructType
+    plan = _plan(df, address, key_column, task_type, type_column, payload_column)
+    return _submit(df, evolve(plan, window=window, retry_for=retry_for))
 
+
+def submit_dataframe_group(
+    df: Any,
+    address: str,
+    *,
+    key_column: str,
+    task_type: str | None = None,
+    type_column: str | None = None,
+    payload_column: str | None = None,
+    window: int = 1000,
+    retry_for: float = 600.0,
+) -> SubmittedGroup:
+    """
+    L{submit_dataframe}, the rows' tasks one group (the key column's values
+    must be unique: they make the tasks' idempotency keys).
+
+    @return: the ids and the group, to wait for.
+    """
+    plan = _plan(df, address, key_column, task_type, type_column, payload_column)
+    with QuicxClient(address) as client:
+        group = client.open_group()
+        try:
+            ids = _submit(df, evolve(plan, window=window, retry_for=retry_for, group=group))
+        finally:
+            client.close_group(group)
+    return SubmittedGroup(ids, group, address)
+
+
+def _plan(
+    df: Any,
+    address: str,
+    key_column: str,
+    task_type: str | None,
+    type_column: str | None,
+    payload_column: str | None,
+) -> _Plan:
+    """@raise ValueError: the columns are not there, or not one type source."""
     if (task_type is None) == (type_column is None):
         raise ValueError("give task_type or type_column, not both or neither")
     for column in (key_column, type_column, payload_column):
         if column is not None and column not in df.columns:
             raise ValueError(f"no column {column!r} in {df.columns}")
+    return _Plan(address, key_column, task_type, type_column, payload_column, 1000, 600.0)
+
+
+def _submit(df: Any, plan: _Plan) -> Any:
+    """Submit C{df}'s rows from the executors, once; the (key, task_id) DataFrame."""
+    from pyspark import StorageLevel
+    from pyspark.sql.types import LongType, StructField, StructType
+
     use_this_python(df.sparkSession)
-    plan = _Plan(address, key_column, task_type, type_column, payload_column, window, retry_for)
-    schema = StructType([df.schema[key_column], StructField("task_id", LongType(), nullable=False)])
+    schema = StructType(
+        [df.schema[plan.key_column], StructField("task_id", LongType(), nullable=False)]
+    )
     ids = df.sparkSession.createDataFrame(
         df.rdd.mapPartitions(lambda rows: submit_partition(plan, rows)), schema
     )
@@ -126,7 +212,7 @@ def submit_dataframe(
 def submit_partition(plan: _Plan, rows: Iterable[Any]) -> Iterator[tuple[Any, int]]:
     """(On an executor.) Submit C{rows} over one connection; yield (key, task id)."""
     with QuicxClient(plan.address, keep_outcomes=0) as client:
-        batch: list[tuple[Any, str, bytes]] = []
+        batch: list[tuple[Any, Task]] = []
         for row in rows:
             batch.append(_task_of(plan, row))
             if len(batch) == plan.window:
@@ -136,25 +222,26 @@ def submit_partition(plan: _Plan, rows: Iterable[Any]) -> Iterator[tuple[Any, in
             yield from _submit_with_retry(client, plan, batch)
 
 
-def _task_of(plan: _Plan, row: Any) -> tuple[Any, str, bytes]:
+def _task_of(plan: _Plan, row: Any) -> tuple[Any, Task]:
     task_type = plan.task_type if plan.task_type is not None else row[plan.type_column]
     if plan.payload_column is None:
         payload = json.dumps(row.asDict(recursive=True), default=str).encode("utf-8")
     else:
         value = row[plan.payload_column]
         payload = value.encode("utf-8") if isinstance(value, str) else bytes(value or b"")
-    return row[plan.key_column], task_type, payload
+    key = row[plan.key_column]
+    if plan.group is None:
+        return key, (task_type, payload)
+    return key, (task_type, payload, Options(group=plan.group, key=f"group-{plan.group}:{key}"))
 
 
 def _submit_with_retry(
-    client: QuicxClient, plan: _Plan, tasks: list[tuple[Any, str, bytes]]
+    client: QuicxClient, plan: _Plan, tasks: list[tuple[Any, Task]]
 ) -> Iterator[tuple[Any, int]]:
     delay, deadline = FIRST_BACKOFF, time.monotonic() + plan.retry_for
     while tasks:
-        results = client.submit_many(
-            ((task_type, payload) for _, task_type, payload in tasks), return_exceptions=True
-        )
-        refused: list[tuple[Any, str, bytes]] = []
+        results = client.submit_many((task for _, task in tasks), return_exceptions=True)
+        refused: list[tuple[Any, Task]] = []
         for task, result in zip(tasks, results, strict=True):
             if isinstance(result, QueueFull):
                 refused.append(task)
