@@ -31,6 +31,7 @@ MAX_INTERVAL = 0xFFFFFFFF
 
 ID_TOKEN = struct.Struct(">IQ")
 """ACK's payload: the task id and the delivery's token."""
+_ACK_HEAD = struct.Struct(">BBIIQB")  # header, task id, token, result kind
 _TOUCH = struct.Struct(">IQI")
 _RETRYING = struct.Struct(">IHQ")
 _DEAD = struct.Struct(">H")
@@ -161,8 +162,11 @@ Message = (
 
 
 def encode_ack(task_id: int, token: int, result: v2.Result | None = None) -> bytes:
-    head = ID_TOKEN.pack(task_id, token)
-    return frame(MessageType.ACK, head if result is None else head + result.encode())
+    if result is None:
+        return frame(MessageType.ACK, ID_TOKEN.pack(task_id, token))
+    kind, data = result
+    # One copy of the result: it may be the largest part of the frame.
+    return _ACK_HEAD.pack(v2.VERSION, MessageType.ACK, 13 + len(data), task_id, token, kind) + data
 
 
 def encode_nack(task_id: int, token: int, reason: str | bytes, permanent: bool = False) -> bytes:

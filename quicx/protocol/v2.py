@@ -46,6 +46,7 @@ U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _TASK_HEAD = struct.Struct(">BBIIHBQ")  # header, then task id, attempt, priority, enqueued ms
 _HEADER_AND_ID = struct.Struct(">BBII")
+_DONE_HEAD = struct.Struct(">BBIIB")  # header, task id, result kind
 
 
 class MessageType(IntEnum):
@@ -257,25 +258,25 @@ class Result(NamedTuple):
         return bytes((self.kind,)) + self.data
 
 
-_RESULT_KINDS = frozenset(ResultKind)
+_RESULT_KINDS = {kind.value: kind for kind in ResultKind}
 
 
 def decode_result(message_type: int, payload: bytes, start: int) -> Result | None:
     """The C{[kind u8][data]} result at C{payload[start:]}; C{None} if there is none."""
     if len(payload) <= start:
         return None
-    kind = payload[start]
-    if kind not in _RESULT_KINDS:
-        raise _bad(message_type, f"has unknown result kind 0x{kind:02x}")
+    kind = _RESULT_KINDS.get(payload[start])
+    if kind is None:
+        raise _bad(message_type, f"has unknown result kind 0x{payload[start]:02x}")
     data = payload[start + 1 :]
-    if kind != ResultKind.BYTES:
+    if kind is not ResultKind.BYTES:
         try:
             text = data.decode("utf-8")
-            if kind == ResultKind.JSON:
+            if kind is ResultKind.JSON:
                 json.loads(text)
         except ValueError:
-            raise _bad(message_type, f"result is not {ResultKind(kind).name}") from None
-    return Result(ResultKind(kind), data)
+            raise _bad(message_type, f"result is not {kind.name}") from None
+    return Result(kind, data)
 
 
 class Done(NamedTuple):
@@ -623,7 +624,9 @@ def encode_task(
 def encode_done(task_id: int, result: Result | None = None) -> bytes:
     if result is None:
         return _HEADER_AND_ID.pack(VERSION, MessageType.DONE, 4, task_id)
-    return frame(MessageType.DONE, wire.TASK_ID.pack(task_id) + result.encode())
+    kind, data = result
+    # One copy of the result: it may be the largest part of the frame.
+    return _DONE_HEAD.pack(VERSION, MessageType.DONE, 5 + len(data), task_id, kind) + data
 
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:
