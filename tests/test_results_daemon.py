@@ -179,3 +179,30 @@ def test_groups_and_waits_over_the_wire_refuse_what_they_must(start_daemon) -> N
         bad = producer.request(short)
         assert isinstance(bad, wire.Error) and bad.code == ErrorCode.INVALID_MESSAGE
         assert producer.nothing_for(0.1)
+
+
+def test_a_daemon_at_its_result_memory_limit_evicts_the_oldest_and_counts_it(
+    start_daemon,
+) -> None:
+    # Each kept result takes a 1 KiB block: 3 KiB holds three of them.
+    daemon = start_daemon("--result-max-memory=3K", "--result-max-size=1000")
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        worker.send(v2.encode_ready(1))
+        ids = []
+        for n in range(5):
+            task_id = submit(producer, b"p%d" % n, result_ttl=3600)
+            task = worker.receive()
+            while not isinstance(task, v2.Task):  # a WAIT before the first task
+                task = worker.receive()
+            result = Result(ResultKind.BYTES, bytes([n]) * 1000)
+            worker.send(lifecycle.encode_ack(task.task_id, task.token, result))
+            assert producer.receive() == v2.Done(task_id, result)
+            ids.append(task_id)
+        with Peer(daemon.address) as later:
+            answers = [later.request(results.encode_await(task_id)) for task_id in ids]
+    states = [answer.state for answer in answers]  # type: ignore[attr-defined]
+    assert states[:2] == [OutcomeState.EXPIRED] * 2  # the oldest went first
+    assert states[2:] == [OutcomeState.DONE] * 3
+    assert answers[4] == Outcome(ids[4], OutcomeState.DONE, Result(ResultKind.BYTES, b"\4" * 1000))
+    status = fetch_status(str(daemon.control_path))
+    assert status["tasks"]["results_evicted"] == 2 and status["results"]["kept"] == 3
