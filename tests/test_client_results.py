@@ -321,10 +321,13 @@ def test_a_worker_follows_shared_data_before_it_takes_tasks() -> None:
     assert dict(context.shared) == {"model": b"weights v3"}
     daemon.feed(results.encode_shared("rates", 1, b"1.1"))
     daemon.feed(results.encode_shared("model", 4, b"weights v4"))
-    daemon.feed(results.encode_shared("model", 3, b"weights v3"))  # another slot, behind
     assert dict(context.shared) == {"model": b"weights v4", "rates": b"1.1"}  # while it runs
     daemon.feed(results.encode_shared("rates", 0))
     assert dict(worker.shared) == {"model": b"weights v4"}
+    # Versions count again from 1 after a delete (or a restart without a
+    # journal): what comes is the newest, whatever its number.
+    daemon.feed(results.encode_shared("model", 0) + results.encode_shared("model", 1, b"new"))
+    assert dict(worker.shared) == {"model": b"new"}
     with pytest.raises(TypeError):
         cast(Any, context.shared)["model"] = b"mine"
     assert daemon.sent() == []
@@ -767,7 +770,7 @@ def test_a_worker_sees_what_is_published(daemon, background, handlers, tmp_path:
     with QuicxClient(env["QUICX_ADDRESS"]) as client:
         assert client.publish("rates", b"v1")["version"] == 1
         # It follows after the publish: the current version comes before any task.
-        background("worker", "handlers:handlers", "--follow", "rates", env=env)
+        background("worker", "handlers:handlers", "-n3", "--follow", "rates", env=env)
         assert client.wait(client.submit("rates", b""), timeout=30) == b"v1"
         (tmp_path / "rates.bin").write_bytes(b"v2")
         published = quicx("publish", "rates", str(tmp_path / "rates.bin"), env=env)
@@ -776,6 +779,10 @@ def test_a_worker_sees_what_is_published(daemon, background, handlers, tmp_path:
         deleted = quicx("publish", "rates", "--delete", env=env)
         assert deleted.stdout == "shared data rates deleted\n"
         assert client.wait(client.submit("rates", b""), timeout=30) is None
+        # Published again, it counts from version 1: the workers take it.
+        assert client.publish("rates", b"v3")["version"] == 1
+        assert client.wait(client.submit("rates", b""), timeout=30) == b"v3"
+        client.unpublish("rates")
     gone = quicx("publish", "rates", "--delete", env=env)
     assert gone.returncode == 1 and gone.stderr.startswith("quicx: ")
 

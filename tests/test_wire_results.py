@@ -294,6 +294,7 @@ def test_the_new_submit_options_round_trip_with_the_others(
         ),
         (MessageType.OUTCOME, b"\x00\x00\x00\x01\x01\x04x", "OUTCOME has unknown result kind 0x04"),
         (MessageType.OUTCOME, b"\x00\x00\x00\x01\x01\x03{", "OUTCOME result is not JSON"),
+        (MessageType.DONE, b"\x00\x00\x00\x01\x03" + b"[" * 5000, "DONE result is not JSON"),
         (MessageType.OUTCOME, b"\x00\x00\x00\x01\x02\x00\xff", "OUTCOME reason is not UTF-8"),
         (MessageType.ACK, b"\x00\x00\x00\x01" + bytes(8) + b"\x02\xff", "ACK result is not TEXT"),
         (MessageType.DONE, b"\x00\x00\x00\x01\x00", "DONE has unknown result kind 0x00"),

@@ -285,7 +285,13 @@ class WorkerProtocol(FrameReceiver):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.worker._slots.discard(self)
+        self.worker._slot_lost(self)
         self.closed.callback(None)
+
+    def follow(self) -> None:
+        """Follow the worker's shared data on this connection (its FOLLOW answer comes later)."""
+        self._following = True
+        self.transport.write(results.encode_follow(self.worker.follow))
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
         self.log.error("daemon sent a frame this worker refuses: {reason}", reason=reason)
@@ -334,9 +340,13 @@ class WorkerProtocol(FrameReceiver):
         elif message_type == wire.MessageType.HEARTBEAT:
             self.transport.write(v2.PONG_FRAME if self.version == v2.VERSION else wire.PONG_FRAME)
         elif message_type == v2.MessageType.SHARED:
-            self.worker.shared_arrived(results.decode_shared(payload))
+            if self.worker._follower is self:
+                self.worker.shared_arrived(results.decode_shared(payload))
         elif message_type == v2.MessageType.INFO:
-            self._following = False  # the answer to FOLLOW: what this connection follows
+            if self._following:  # the answer to FOLLOW: what exists of what it follows
+                self._following = False
+                following = v2.decode_info(payload).document
+                self.worker.followed(following.get("following", {}), self)
         elif message_type == wire.MessageType.ERROR:
             error = wire.decode_error(payload)
             if self._following:
@@ -346,6 +356,7 @@ class WorkerProtocol(FrameReceiver):
                     names=", ".join(self.worker.follow),
                     message=error.message,
                 )
+                self.worker.followed({}, self)
                 return
             if self.credits > 1 and not self._answered and error.code == ErrorCode.INVALID_MESSAGE:
                 # The first answer to a READY with credits is an ERROR: a
@@ -389,10 +400,8 @@ class WorkerProtocol(FrameReceiver):
                     "the daemon has no shared data: handlers see none of {names}",
                     names=", ".join(self.worker.follow),
                 )
-            elif self.worker.follow:
-                # Before READY: the shared data comes before any task.
-                self._following = True
-                self.transport.write(results.encode_follow(self.worker.follow))
+            elif self.worker.follow and not self.worker._slot_greeted(self):
+                return  # its READY waits until the shared data has come
         self._ready()
 
     def _learn(self, hello: object) -> None:
@@ -550,8 +559,12 @@ class Worker:
         if self.follow:
             results.encode_follow(self.follow)  # the same
         self._shared: dict[str, bytes] = {}
-        self._versions: dict[str, int] = {}
         self.shared: Mapping[str, bytes] = MappingProxyType(self._shared)
+        # One slot follows the shared data for all (the follower); the
+        # others' READYs wait until its first FOLLOW answer has come.
+        self._follower: WorkerProtocol | None = None
+        self._shared_known = False
+        self._held: list[WorkerProtocol] = []
         self._handlers: dict[bytes, Registration] = {}
         for name, function in (handlers or {}).items():
             self.register(name, function)
@@ -583,19 +596,62 @@ class Worker:
 
         return decorate
 
+    def _slot_greeted(self, slot: WorkerProtocol) -> bool:
+        """
+        A slot's daemon has shared data: the first such slot follows it (its
+        FOLLOW goes before its READY, so the data comes before any task).
+
+        @return: whether C{slot} may send READY now (not before the data has come).
+        """
+        if self._follower is None:
+            self._follower = slot
+            slot.follow()
+            return True
+        if self._shared_known:
+            return True
+        self._held.append(slot)
+        return False
+
+    def _slot_lost(self, slot: WorkerProtocol) -> None:
+        """A slot's connection closed: another slot follows, if it followed."""
+        if slot in self._held:
+            self._held.remove(slot)
+        if self._follower is not slot:
+            return
+        self._follower = None
+        for other in self._slots:
+            if other._greeted and "shared" in other.capabilities and not other.stopping:
+                self._follower = other
+                other.follow()
+                return
+
+    def followed(self, following: object, slot: WorkerProtocol) -> None:
+        """
+        The follower's FOLLOW was answered (C{following}: each name's current
+        version, 0 for none): forget the names that no longer exist; the
+        held slots may now ask for tasks.
+        """
+        if slot is not self._follower:
+            return
+        if isinstance(following, dict):
+            for name, version in following.items():
+                if not version:
+                    self._shared.pop(name, None)
+        self._shared_known = True
+        held, self._held = self._held, []
+        for other in held:
+            other._ready()
+
     def shared_arrived(self, shared: results.Shared) -> None:
         """
-        A connection got a version of shared data (each connection gets
-        every one): keep it if it is newer than the one kept; version 0
-        deletes the name.
+        The follower got a version of shared data: the newest, as the daemon
+        sends them in order (versions count again from 1 after a delete, or
+        after a restart without a journal); version 0 deletes the name.
         """
-        name = shared.name
-        if not shared.version:
-            self._shared.pop(name, None)
-            self._versions.pop(name, None)
-        elif shared.version > self._versions.get(name, 0):
-            self._versions[name] = shared.version
-            self._shared[name] = shared.data
+        if shared.version:
+            self._shared[shared.name] = shared.data
+        else:
+            self._shared.pop(shared.name, None)
 
     def run(self, task: wire.Task | v2.Task, lease: Lease | None = None) -> object:
         """

@@ -274,7 +274,8 @@ def decode_result(message_type: int, payload: bytes, start: int) -> Result | Non
             text = data.decode("utf-8")
             if kind is ResultKind.JSON:
                 json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
+            # RecursionError: JSON nested deeper than the interpreter can parse.
             raise _bad(message_type, f"result is not {kind.name}") from None
     return Result(kind, data)
 
@@ -1033,7 +1034,7 @@ def decode_peek(payload: bytes) -> Peek:
 def decode_info(payload: bytes) -> Info:
     try:
         return Info(json.loads(payload.decode("utf-8")))
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise _bad(MessageType.INFO, f"is not a UTF-8 JSON document: {e}") from None
 
 

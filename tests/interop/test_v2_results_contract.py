@@ -182,7 +182,7 @@ def test_a_bad_result_is_error_0x02_and_the_task_is_still_held(connect: Connect)
     producer, worker = connect(), connect()
     task = run(producer, worker, b"r-bad")
     token = token_of(task)
-    for result in (b"\x00x", b"\x04x", b"\x02\xff", b"\x03{"):
+    for result in (b"\x00x", b"\x04x", b"\x02\xff", b"\x03{", b"\x03" + b"[" * 5000):
         assert worker.error(ack(task["id"], token, result))[0] == 2
     assert producer.silent_for(0.2)
     worker.send(ack(task["id"], token, b"\x01ok"))
