@@ -183,3 +183,30 @@ def test_a_producer_gone_misses_the_reports_and_the_last_is_still_kept() -> None
     clock.advance(1)
     last = queue.progress.last(task.task_id)
     assert last is not None and (last.fraction, last.message) == (7000, "on")
+
+
+def test_a_producer_that_stops_reading_is_kept_the_latest_report_of_each_task() -> None:
+    clock, queue = started(interval=0)
+    producer, worker, task = running(queue)
+    other = v2_worker_of(queue)
+    other.take()
+    queue.submit(producer.session, b"t", b"y", progress=True)
+    (second,) = [m for m in other.take() if isinstance(m, v2.Task)]
+    producer.take()
+    producer.session.paused = True  # its output is backed up
+    for step in range(1, 1001):
+        report(queue, worker, task, step, f"a{step}")
+        report(queue, other, second, step, f"b{step}")
+    assert producer.take() == []
+    assert len(producer.session.held_progress) == 2  # not 2,000 frames
+    assert queue.progress.coalesced == 1998
+    producer.session.paused = False
+    queue.output_drained(producer.session)
+    assert heard(producer) == [(1000, "a1000"), (1000, "b1000")]
+    # A task that finishes while its report is held: the outcome supersedes it.
+    producer.session.paused = True
+    report(queue, worker, task, 5, "late")
+    queue.ack(worker.session, task.task_id, task.token)
+    producer.session.paused = False
+    queue.output_drained(producer.session)
+    assert producer.take() == [v2.Done(task.task_id)]

@@ -141,6 +141,9 @@ class Session(protocol.Session[Task]):
     @ivar client: what its HELLO said it is (name and version).
     @ivar subscriptions: the queues a worker serves, in order.
     @ivar waiting: it is among the idle workers of its queues.
+    @ivar held_progress: while its output is backed up (C{paused}), the
+        latest PROGRESS of each of its tasks, by task id: sent when the
+        output drains, if the task has not finished by then.
     """
 
     version: int = 1
@@ -149,6 +152,7 @@ class Session(protocol.Session[Task]):
     client: str = ""
     subscriptions: tuple[NamedQueue[Task, Session], ...] = field(factory=tuple)
     waiting: bool = False
+    held_progress: dict[int, bytes] = field(factory=dict)
 
 
 class ScheduledTask(Protocol):
@@ -185,6 +189,9 @@ class ISharedData(Protocol):
 
     def unfollow(self, session: Session) -> None:
         """Forget a connection that closed."""
+
+    def caught_up(self, session: Session) -> None:
+        """C{session}'s output drained: send it the newest of what it missed."""
 
 
 class Refused(Exception):
@@ -1164,9 +1171,31 @@ class QueueService(Service):
             and producer.connected
             and producer.version == 2
         ):
-            producer.peer.sendFrame(
-                results.encode_progress(task.task_id, report.token, report.fraction, report.message)
+            frame = results.encode_progress(
+                task.task_id, report.token, report.fraction, report.message
             )
+            if producer.paused:
+                # Its output is backed up: keep the latest of each task, not a backlog.
+                if producer.held_progress.pop(task.task_id, None) is not None:
+                    self.progress.coalesced += 1
+                producer.held_progress[task.task_id] = frame
+            else:
+                producer.peer.sendFrame(frame)
+
+    def output_drained(self, session: Session) -> None:
+        """
+        C{session}'s output drained: it gets the progress held meanwhile
+        (of tasks not yet finished: an outcome supersedes it) and the newest
+        shared data it missed.
+        """
+        if session.held_progress:
+            held, session.held_progress = session.held_progress, {}
+            for task_id, frame in held.items():
+                task = self._live.get(task_id)
+                if task is not None and task.dead is None:
+                    session.peer.sendFrame(frame)
+        if self.shared is not None:
+            self.shared.caught_up(session)
 
     def _delivery(self, session: Session, task_id: int, token: int, what: str) -> Task:
         """

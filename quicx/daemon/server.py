@@ -177,10 +177,7 @@ class QuicxServerProtocol(FrameReceiver):
         assert session is not None
         session.paused = False
         self.transport.resumeProducing()
-        shared = self.queue.shared
-        if isinstance(shared, SharedData):
-            # A follower that lagged gets the newest of what it missed.
-            shared.caught_up(session)
+        self.queue.output_drained(session)
 
     def stopProducing(self) -> None:
         pass
