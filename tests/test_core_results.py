@@ -369,3 +369,28 @@ def test_a_kept_reason_longer_than_a_block_is_cut_to_it() -> None:
     outcome = awaited(queue, task.task_id)
     assert outcome.state == OutcomeState.FAILED and outcome.reason == "x" + "é" * 31
     assert queue.kept.memory == pmad.BLOCK_HEADER_SIZE + BLOCK
+
+
+def test_a_replayed_task_whose_death_was_kept_keeps_its_new_outcome() -> None:
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue, queues=("work",))
+    queue.submit(producer.session, b"t", b"x", "work", retries=1)
+    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    producer.disconnect()  # its death is kept: its producer is gone
+    queue.nack(worker.session, task.task_id, task.token, "boom", True)
+    assert awaited(queue, task.task_id) == Outcome(task.task_id, OutcomeState.DEAD, None, "boom")
+    queue.replay(task.task_id, None)
+    (again,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    queue.ack(worker.session, again.task_id, again.token, v2.Result.of("all good"))
+    assert awaited(queue, task.task_id) == Outcome(
+        task.task_id, OutcomeState.DONE, v2.Result.of("all good")
+    )
+
+
+def test_no_waits_at_all_per_connection_refuses_the_first() -> None:
+    queue = queue_with(Clock(), max_waiters_per_connection=0)
+    producer = v2_producer_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    with pytest.raises(Refused, match="max_waiters_per_connection = 0"):
+        queue.await_outcome(FakePeer(queue, "one", 2).session, 1, 1000)

@@ -788,6 +788,7 @@ class QueueService(Service):
         @raise Refused: they need more queues than C{max_queues}.
         """
         now = self.clock()
+        limits = self.limits.results
         dead: list[Task] = []
         self.groups.restore(recovery.groups, recovery.last_group_id)
         for name in recovery.paused:
@@ -813,7 +814,7 @@ class QueueService(Service):
                 failures=recovered.failures,
                 backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
                 dead=recovered.dead,
-                keep_for=recovered.keep_for or self.limits.results.ttl,
+                keep_for=recovered.keep_for or min(limits.ttl, limits.max_ttl),
                 group=recovered.group if self.groups.get(recovered.group) else 0,
             )
             self._live[task.task_id] = task
@@ -1417,9 +1418,13 @@ class QueueService(Service):
         else:
             tasks = list(self.dead_letters.of(queue))
         queues: dict[NamedQueue[Task, Session], None] = {}
+        limits = self.limits.results
         for task in tasks:
             self._unbury(task)
             task.failures = 0
+            if task.task_id in self.kept and not task.keep_for:
+                # Its death was kept: its next outcome replaces it.
+                task.keep_for = min(limits.ttl, limits.max_ttl)
             self.journal.record_replay(task)
             if self.events is not None:
                 self._event("replayed", task, None, None)
@@ -1904,7 +1909,7 @@ class QueueService(Service):
         producer = task.producer
         if producer is not None and not producer.connected:
             # A producer cut off learns its outcomes when it reconnects.
-            return limits.ttl
+            return min(limits.ttl, limits.max_ttl)
         return 0.0
 
     def _answer_waits(self, task_id: int, frame: bytes) -> None:

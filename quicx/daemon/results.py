@@ -131,6 +131,9 @@ class KeptOutcomes:
     def __len__(self) -> int:
         return len(self._outcomes)
 
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._outcomes
+
     def get(self, task_id: int) -> tuple[KeptOutcome, bytes] | None:
         """Task C{task_id}'s kept outcome and its data, if it is kept."""
         outcome = self._outcomes.get(task_id)
@@ -158,6 +161,10 @@ class KeptOutcomes:
         """
         if not self.max_count:
             return
+        if len(data) > self.pool.max_size:
+            # A reason may be longer than a block (a result never is): cut
+            # to whole characters, before it is journaled.
+            data = data[: self.pool.max_size].decode("utf-8", "ignore").encode("utf-8")
         entry = KeptEntry(task_id, state, kind, self._clock() + ttl, data)
         self.kept += 1
         if self._add(entry):
@@ -172,10 +179,6 @@ class KeptOutcomes:
             self._timer.remove(old)
             self._drop(old)
         data = entry.data
-        if len(data) > self.pool.max_size:
-            # A reason may be longer than a block (a result never is): cut
-            # to whole characters.
-            data = data[: self.pool.max_size].decode("utf-8", "ignore").encode("utf-8")
         block = self._store(data)
         if block is None:
             self.evicted += 1

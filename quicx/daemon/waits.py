@@ -70,7 +70,7 @@ class Waits(Generic[S]):
         if self.count >= self.max_waiters:
             return f"too many waits (max_waiters = {self.max_waiters})"
         held = self._by_session.get(session)
-        if held is not None and len(held) >= self.max_per_connection:
+        if (0 if held is None else len(held)) >= self.max_per_connection:
             return (
                 "too many waits on this connection"
                 f" (max_waiters_per_connection = {self.max_per_connection})"
