@@ -9,6 +9,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import Logger, formatEvent
 from zope.interface import implementer
@@ -78,6 +79,7 @@ class FakeJournal:
         self.shared: list[tuple[str, int, bytes]] = []
         self.results: list[KeptEntry | int] = []
         self.groups: list[GroupEntry] = []
+        self.syncing: list[Deferred[None]] | None = None
 
     def bind(self, owner: IJournalOwner) -> None:
         self.owner = owner
@@ -121,8 +123,12 @@ class FakeJournal:
     def record_group(self, entry: GroupEntry) -> None:
         self.groups.append(entry)
 
-    def durable(self) -> None:
-        return None
+    def durable(self) -> Deferred[None] | None:
+        """C{None} (all is durable), unless a test set C{syncing}: then one more to fire."""
+        if self.syncing is None:
+            return None
+        self.syncing.append(Deferred())
+        return self.syncing[-1]
 
     def sync(self) -> None:
         waiting, self.waiting = self.waiting, []

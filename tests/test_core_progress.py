@@ -186,7 +186,7 @@ def test_a_producer_gone_misses_the_reports_and_the_last_is_still_kept() -> None
 
 
 def test_a_producer_that_stops_reading_is_kept_the_latest_report_of_each_task() -> None:
-    clock, queue = started(interval=0)
+    _, queue = started(interval=0)
     producer, worker, task = running(queue)
     other = v2_worker_of(queue)
     other.take()

@@ -205,3 +205,18 @@ def test_a_broken_journal_refuses_a_publish() -> None:
         ErrorCode.QUEUE_FULL, shared.publish, v2_producer_of(queue).session, "a", b"x", False
     )
     assert shared.names == 0 and journal.shared == []
+
+
+def test_followers_see_a_version_once_the_journal_has_it() -> None:
+    queue, shared, journal = shared_data()
+    journal.syncing = []  # fsync = always: each record is durable when its Deferred fires
+    producer = v2_producer_of(queue)
+    peer = follower(queue, shared, "model")
+    shared.publish(producer.session, "model", b"v1", False)
+    shared.publish(producer.session, "model", b"v2", False)
+    assert peer.take() == []  # not yet on disk
+    first, second = journal.syncing
+    first.callback(None)
+    assert peer.take() == [Shared("model", 1, b"v1")]
+    second.errback(OSError("disk gone"))  # never durable: never shown
+    assert peer.take() == []

@@ -134,11 +134,13 @@ class SharedData:
         followers = self._following.get(name, {})
         if followers:
             frame = results.encode_shared(name, number, data)
-            for follower in followers.values():
-                if follower.session.paused:
-                    follower.behind[name] = None
-                else:
-                    follower.session.peer.sendFrame(frame)
+            durable = journal.durable()
+            if durable is None:
+                self._send(name, frame)
+            else:
+                # Followers see a version once the journal has it (with fsync
+                # = always): a crash never takes back one a worker has used.
+                durable.addCallbacks(lambda _: self._send(name, frame), lambda _: None)
         answer: dict[str, Any] = {
             "name": name,
             "version": number,
@@ -148,6 +150,14 @@ class SharedData:
         if delete:
             answer["deleted"] = True
         return answer
+
+    def _send(self, name: str, frame: bytes) -> None:
+        """Send a version of C{name} to its followers; one backed up is sent the newest later."""
+        for follower in self._following.get(name, {}).values():
+            if follower.session.paused:
+                follower.behind[name] = None
+            else:
+                follower.session.peer.sendFrame(frame)
 
     def _check(self, name: str, data: bytes, old: _Version | None) -> None:
         """@raise Refused: C{data} may not be the next version of C{name}."""
