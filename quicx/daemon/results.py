@@ -17,6 +17,7 @@ as a RESULT record, a forgotten one as a RESULT of state I{expired}.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 
@@ -121,6 +122,8 @@ class KeptOutcomes:
         self._clock = clock
         self._on_evicted = evicted
         self._outcomes: dict[int, KeptOutcome] = {}
+        # How many kept outcomes have blocks of each capacity (a few classes).
+        self._capacities: Counter[int] = Counter()
         self._forgotten: dict[int, None] = {}
         self._timer: Delays[KeptOutcome] = Delays(scheduler, clock, self._expire)
         self.memory = 0
@@ -196,6 +199,7 @@ class KeptOutcomes:
             capacity + pmad.BLOCK_HEADER_SIZE,
         )
         self._outcomes[task_id] = outcome
+        self._capacities[capacity] += 1
         self._forgotten.pop(task_id, None)
         self.memory += outcome.cost
         self._timer.add(outcome, entry.expires_at)
@@ -213,8 +217,11 @@ class KeptOutcomes:
     def make_room(self, size: int) -> bool:
         """
         Evict the oldest kept outcome whose block can hold C{size} bytes, so
-        that the pool has room for them; C{False} if none can.
+        that the pool has room for them; C{False} if none can (known without
+        a look at each: a full pool may refuse every SUBMIT).
         """
+        if not any(count for capacity, count in self._capacities.items() if capacity >= size):
+            return False
         for outcome in self._outcomes.values():
             if outcome.capacity >= size:
                 self._evict(outcome, "evicted: the pool is full")
@@ -246,6 +253,7 @@ class KeptOutcomes:
     def _drop(self, outcome: KeptOutcome) -> None:
         """Let go of an outcome's block (the caller took it off the timer)."""
         del self._outcomes[outcome.task_id]
+        self._capacities[outcome.capacity] -= 1
         self.memory -= outcome.cost
         self.pool.free(outcome.block)
 
