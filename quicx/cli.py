@@ -53,7 +53,13 @@ from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.settings import format_size
 from quicx.protocol import durations, lifecycle, wire
-from quicx.protocol.errors import NotFinished, QuicxError, TaskCancelled, TaskFailed
+from quicx.protocol.errors import (
+    GroupUnknown,
+    NotFinished,
+    QuicxError,
+    TaskCancelled,
+    TaskFailed,
+)
 from quicx.protocol.results import MAX_FOLLOW
 from quicx.protocol.v2 import MAX_OPTION, MAX_RETRIES, MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
@@ -392,7 +398,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"task {e.task_id} cancelled")
             return 1
         except TimeoutError:
-            raise CommandError(f"no outcome within {args.timeout:g} s") from None
+            raise CommandError(
+                f"task {task_id} has not finished within {args.timeout:g} s; it still runs"
+                f" (`quicx result {task_id} --wait` waits for it)"
+            ) from None
     print(f"task {task_id} done", flush=True)
     if value is not None:
         print_value(value)
@@ -403,6 +412,8 @@ def print_value(value: object) -> None:
     """A task's result: bytes as they are, text as it is, anything else as JSON."""
     if isinstance(value, bytes):
         sys.stdout.buffer.write(value)
+        if sys.stdout.isatty() and not value.endswith(b"\n"):
+            sys.stdout.buffer.write(b"\n")  # a prompt after it, on a terminal only
         sys.stdout.buffer.flush()
     elif isinstance(value, str):
         print(value)
@@ -463,13 +474,18 @@ def cmd_group(args: argparse.Namespace) -> int:
         raise CommandError(
             f"group {args.group} has not finished within {args.timeout:g} s"
         ) from None
-    if state["state"] == "unknown":
-        raise CommandError(f"no group {args.group} (or it finished too long ago)")
     if args.json:
         _print_json(state)
+        return 0 if state["state"] != "unknown" and (not args.wait or _all_done(state)) else 1
+    if state["state"] == "unknown":
+        raise CommandError(str(GroupUnknown(args.group)))
     else:
         print(_group_line(state))
-    return 0 if not args.wait or state["done"] == state["members"] else 1
+    return 0 if not args.wait or _all_done(state) else 1
+
+
+def _all_done(state: Mapping[str, Any]) -> bool:
+    return bool(state["done"] == state["members"])
 
 
 def _group_line(state: Mapping[str, Any]) -> str:
@@ -1266,8 +1282,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--result-ttl",
         type=configuration_argument(timing.ttl_seconds),
         metavar="DURATION",
-        help="keep them this long: 90 (seconds), 30m, 1h (implies --keep-result;"
-        " default: the daemon's [results] ttl)",
+        help="keep them this long, in whole seconds (rounded up): 90, 30m, 1h (implies"
+        " --keep-result; default: the daemon's [results] ttl; at most its max_ttl)",
     )
     connect_option(submit)
     submit.set_defaults(run=cmd_submit)
@@ -1626,6 +1642,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`quicx task 3 | head -2`): stop quietly, as a
+        # shell tool killed by SIGPIPE does; nothing more is written to it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -472,7 +472,7 @@ CASES = {
     "submit no result ttl": (
         ["submit", "t", "x", "--result-ttl=0"],
         USAGE,
-        "a result TTL is more than 0",
+        "a result TTL is a positive number of seconds up to 4,294,967,295",
         1,
     ),
     "result bad id": (["result", "0"], USAGE, "0 is not from 1 to 4294967295", 1),
@@ -638,3 +638,16 @@ def test_a_second_interrupt_stops_the_worker_at_once(
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_a_reader_that_goes_away_stops_the_command_without_a_traceback() -> None:
+    # `quicx task 3 | head -1`: head exits, and the next write meets a closed pipe.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [QUICX, "version"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")

@@ -36,6 +36,7 @@ from quicx.protocol.errors import (
     GroupUnknown,
     NotFinished,
     OutcomeExpired,
+    PayloadTooLarge,
     QueueFull,
     TaskCancelled,
     TaskDead,
@@ -135,10 +136,11 @@ def test_a_groups_end() -> None:
 
 
 def test_wait_milliseconds() -> None:
-    assert [awaits.wait_ms(s) for s in (0, 0.0004, 1.5, 1e12)] == [0, 0, 1500, 0xFFFFFFFF]
-    for bad in (-1, float("nan")):
+    waits = [awaits.wait_ms(awaits.wait_seconds(s)) for s in (0, 0.0004, 1.5, 1e12, 10**12)]
+    assert waits == [0, 0, 1500, 0xFFFFFFFF, 0xFFFFFFFF]
+    for bad in (-1, float("nan"), "abc", True, None):
         with pytest.raises(ValueError, match="0 seconds or more"):
-            awaits.wait_ms(bad)
+            awaits.wait_seconds(bad)
 
 
 def progress(task_id: int, fraction: int, message: str = "") -> results.Progress:
@@ -225,6 +227,25 @@ def test_a_result_that_cannot_be_sent_fails_the_task_for_good() -> None:
     assert "not set" in nack.reason
 
 
+def test_text_that_is_not_valid_unicode_never_leaves_a_task_held() -> None:
+    # Lone surrogates come from os.fsdecode() of a file name that is not UTF-8.
+    handler = Handler()
+    daemon = FakeDaemon(worker_with(handler, credits=3), PART_3)
+    for n in (1, 2, 3):
+        daemon.task(n, token=70 + n)
+    handler.contexts[2].progress(0.5, "file \udcff")
+    daemon.clock.advance(0)
+    handler.outcomes[0].callback("name \ud800")
+    handler.outcomes[1].errback(RuntimeError("bad name \udcff"))
+    handler.outcomes[2].callback(None)
+    progress, first, second, third = daemon.sent()
+    assert progress == results.Progress(3, 73, 5000, "file ?")
+    assert (first.task_id, first.permanent) == (1, True)
+    assert first.reason.startswith("no result: a text result must be valid Unicode")
+    assert (second.task_id, second.reason, second.permanent) == (2, "bad name ?", False)
+    assert third == lifecycle.Ack(3, 73)
+
+
 def test_a_result_over_the_daemons_limit_is_not_sent() -> None:
     handler = Handler()
     daemon = FakeDaemon(worker_with(handler), {**PART_3, "limits": {"max_result": 8}})
@@ -238,7 +259,8 @@ def test_a_result_over_the_daemons_limit_is_not_sent() -> None:
         lifecycle.Nack(
             2,
             72,
-            "the result is 9 bytes, more than the daemon takes (8: [results] max_size)",
+            "the result is 9 bytes, more than the daemon takes (8: the daemon's"
+            " [results] max_size, or its pool's largest block if that is smaller)",
             permanent=True,
         ),
     ]
@@ -815,7 +837,7 @@ def test_a_group_of_a_thousand_finishes_with_its_counts(daemon, background, hand
     unknown = quicx("group", "999999", env=env)
     assert (unknown.returncode, unknown.stderr) == (
         1,
-        "quicx: no group 999999 (or it finished too long ago)\n",
+        "quicx: no group 999999, or it finished too long ago to be remembered\n",
     )
 
 
@@ -827,8 +849,10 @@ def test_a_result_larger_than_the_daemon_takes_fails_its_task(daemon, background
         with pytest.raises(TaskFailed) as caught:
             client.wait(client.submit("big", b"1025"), timeout=30)
     assert caught.value.reason == (
-        "the result is 1,025 bytes, more than the daemon takes (1,024: [results] max_size)"
+        "the result is 1,025 bytes, more than the daemon takes (1,024: the daemon's"
+        " [results] max_size, or its pool's largest block if that is smaller)"
     )
+    assert "results are held to 1,024 bytes, the pool's largest block" in daemon.log()
 
 
 @pytest_twisted.ensureDeferred
@@ -863,3 +887,20 @@ async def test_twisted_results_from_a_worker_in_the_same_reactor(daemon: DaemonP
         producer.close()
         other.close()
         await worker.stop()
+
+
+def test_shared_data_past_the_daemons_limit_is_refused_in_its_words(
+    start_daemon, tmp_path: Path
+) -> None:
+    daemon = start_daemon("--shared-max-size=8")
+    env = env_for(daemon)
+    with QuicxClient(env["QUICX_ADDRESS"]) as client:
+        with pytest.raises(PayloadTooLarge, match=r"shared data of 2,000,000 bytes exceeds"):
+            client.publish("rates", bytes(2_000_000))  # past the frame limit too
+        assert client.publish("rates", bytes(8))["version"] == 1
+    (tmp_path / "big.bin").write_bytes(bytes(9))
+    published = quicx("publish", "rates", str(tmp_path / "big.bin"), env=env)
+    assert (published.returncode, published.stderr) == (
+        1,
+        "quicx: shared data of 9 bytes exceeds the daemon's [shared] max_size (8)\n",
+    )

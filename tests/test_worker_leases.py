@@ -152,7 +152,7 @@ def test_extend_sends_touch_until_the_outcome() -> None:
     assert daemon.sent() == []
     daemon.clock.advance(0)
     assert daemon.sent() == [lifecycle.Touch(1, 71, 30)]
-    with pytest.raises(ValueError, match="more than 0"):
+    with pytest.raises(ValueError, match="a positive number of seconds"):
         context.extend(0)
     context.extend(60)
     handler.outcomes[0].callback(None)

@@ -131,14 +131,21 @@ def group_waits() -> Waits[results.GroupState]:
     return Waits(lambda state: state.phase in (GroupPhase.FINISHED, GroupPhase.UNKNOWN))
 
 
-def wait_ms(seconds: float) -> int:
-    """A wait of C{seconds}, as AWAIT and GROUP carry it.
+def wait_seconds(seconds: object) -> float:
+    """
+    A wait's C{seconds}, checked, and cut to the longest AWAIT and GROUP
+    carry (about 49 days; the daemon cuts it further, to its C{max_wait}).
 
     @raise ValueError: less than 0, or not a number.
     """
-    if not seconds >= 0:
-        raise ValueError(f"a wait is 0 seconds or more, not {seconds}")
-    return min(round(seconds * 1000), MAX_WAIT_MS)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise ValueError(f"a wait is 0 seconds or more, not {seconds!r}")
+    return min(float(seconds), MAX_WAIT_MS / 1000)
+
+
+def wait_ms(seconds: float) -> int:
+    """A wait of C{seconds} (see L{wait_seconds}), as AWAIT and GROUP carry it."""
+    return round(seconds * 1000)
 
 
 def awaited_value(outcome: results.Outcome) -> Any:

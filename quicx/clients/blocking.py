@@ -663,7 +663,7 @@ class QuicxClient:
         read until its answer: the daemon's wait, and this client's
         C{timeout} more for the answer to come back.
         """
-        wait = self.timeout if timeout is None else timeout
+        wait = awaits.wait_seconds(self.timeout if timeout is None else timeout)
         frame = encode(awaits.wait_ms(wait))
         deadline = time.monotonic() + wait + self.timeout
         with self._lock:
@@ -724,7 +724,9 @@ class QuicxClient:
         @raise Forbidden: a worker's connection (or an identity without the
             producer or admin role) may not publish.
         """
-        frame = results.encode_publish(name, as_bytes(data))
+        with self._lock:
+            self._begin(time.monotonic() + self.timeout)  # its HELLO tells the limit
+            frame = requests.encode_publish(self.server, name, as_bytes(data))
         document: dict[str, Any] = self._info("publish", frame)
         return document
 

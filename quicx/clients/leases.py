@@ -31,7 +31,10 @@ def touch_seconds(seconds: float) -> int:
     @raise ValueError: not more than 0, or past L{MAX_TOUCH}.
     """
     if not 0 < seconds <= MAX_TOUCH:
-        raise ValueError(f"a lease is extended by more than 0 to {MAX_TOUCH} s, not {seconds}")
+        raise ValueError(
+            f"a lease is extended by a positive number of seconds up to {MAX_TOUCH:,},"
+            f" not {seconds}"
+        )
     return math.ceil(seconds)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +26,7 @@ import quicx
 from quicx.clients import timing
 from quicx.clients.address import as_bytes
 from quicx.protocol import lifecycle, results, v2, wire
-from quicx.protocol.errors import NeedsVersion2
+from quicx.protocol.errors import NeedsVersion2, PayloadTooLarge
 
 CLIENT_NAME = "quicx-python"
 HELLO = v2.encode_hello(CLIENT_NAME, quicx.__version__)
@@ -241,3 +241,21 @@ def encode_schedule(
             catch_up,
         )
     )
+
+
+def encode_publish(server: Mapping[str, object], name: str, data: bytes) -> bytes:
+    """
+    PUBLISH of C{data} as C{name}, refused here when the daemon's answer to
+    HELLO (C{server}) says it is more than the daemon takes: it would only
+    refuse the whole frame, in words about frames.
+
+    @raise PayloadTooLarge: C{data} is longer than the daemon's C{[shared] max_size}.
+    @raise ValueError: a bad name.
+    """
+    limits = server.get("limits")
+    limit = limits.get("max_shared_size") if isinstance(limits, dict) else None
+    if isinstance(limit, int) and len(data) > limit:
+        raise PayloadTooLarge(
+            f"shared data of {len(data):,} bytes exceeds the daemon's [shared] max_size ({limit:,})"
+        )
+    return results.encode_publish(name, data)

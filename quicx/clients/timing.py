@@ -84,7 +84,12 @@ def ttl_seconds(value: float | str) -> int:
 
     @raise ValueError: not more than 0, past L{MAX_TTL}, or malformed text.
     """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"a result TTL is seconds or a duration such as 1h, not {value!r}")
     seconds = parse_duration(value) if isinstance(value, str) else value
     if not 0 < seconds <= MAX_TTL:
-        raise ValueError(f"a result TTL is more than 0 to {MAX_TTL} s, not {value}")
+        raise ValueError(
+            f"a result TTL is a positive number of seconds up to {MAX_TTL:,}"
+            f" (rounded up to whole seconds), not {value}"
+        )
     return math.ceil(seconds)

@@ -277,6 +277,7 @@ class QuicxClientProtocol(FrameReceiver):
         Send the wait C{make} makes of its milliseconds, on C{key}, with its
         fence; fires with the answer.
         """
+        timeout = awaits.wait_seconds(timeout)
         answer: Deferred[Any] = Deferred()
         sent: list[Waiter[Any]] = []
 
@@ -322,7 +323,9 @@ class QuicxClientProtocol(FrameReceiver):
 
     def publish(self, name: str, data: str | bytes) -> Deferred[dict[str, Any]]:
         """Publish shared data (see L{quicx.clients.blocking.QuicxClient.publish})."""
-        return self._info("publish", lambda: results.encode_publish(name, as_bytes(data)))
+        return self._info(
+            "publish", lambda: requests.encode_publish(self.server, name, as_bytes(data))
+        )
 
     def unpublish(self, name: str) -> Deferred[dict[str, Any]]:
         """Delete shared data C{name}."""

@@ -219,9 +219,10 @@ _ACK_SIZE = len(lifecycle.encode_ack(1, 1))
 
 def cut_reason(reason: str) -> str:
     """C{reason}, cut to L{MAX_REASON} bytes."""
-    encoded = reason.encode("utf-8")
+    # "replace": a message may hold lone surrogates (os.fsdecode of a bad name).
+    encoded = reason.encode("utf-8", "replace")
     if len(encoded) <= MAX_REASON:
-        return reason
+        return encoded.decode("utf-8")
     return encoded[: MAX_REASON - 3].decode("utf-8", "ignore") + "..."
 
 
@@ -447,7 +448,12 @@ class WorkerProtocol(FrameReceiver):
         self.running -= 1
         if lease is not None:
             lease.end()
-        frame = report(task, result, self.max_result, "results" in self.capabilities)
+        try:
+            frame = report(task, result, self.max_result, "results" in self.capabilities)
+        except Exception as e:
+            # Never leave a task held for want of a frame: it fails, saying why.
+            self.log.failure("task {id}: its outcome could not be reported", id=task.task_id)
+            frame = report(task, Failure(Unrecoverable(f"the outcome could not be sent: {e!r}")))
         if len(frame) > _ACK_SIZE and frame[1] == v2.MessageType.ACK:
             sent = self._results_sent
             sent[task.task_id] = (cast(v2.Task, task).token, len(frame))
@@ -503,7 +509,8 @@ def report(
         if max_result is not None and len(value.data) > max_result:
             reason = (
                 f"the result is {len(value.data):,} bytes, more than the daemon takes"
-                f" ({max_result:,}: [results] max_size)"
+                f" ({max_result:,}: the daemon's [results] max_size, or its pool's largest"
+                " block if that is smaller)"
             )
             return lifecycle.encode_nack(task_id, token, reason, permanent=True)
         return lifecycle.encode_ack(task_id, token, value)

@@ -305,6 +305,13 @@ class QuicxDaemon(MultiService):
             largest=pool.max_size,
             blocks=sum(pool.blocks_total),
         )
+        if self.queue.max_result < config.result_max_size:
+            self.log.info(
+                "results are held to {largest:,} bytes, the pool's largest block"
+                " ([results] max_size is {size:,}): add a larger class to take larger ones",
+                largest=self.queue.max_result,
+                size=config.result_max_size,
+            )
         if self.journal is None:
             self.log.info("no journal: queued tasks are lost when the daemon stops")
         types = config.allowed_types

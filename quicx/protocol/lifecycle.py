@@ -171,7 +171,7 @@ def encode_ack(task_id: int, token: int, result: v2.Result | None = None) -> byt
 
 def encode_nack(task_id: int, token: int, reason: str | bytes, permanent: bool = False) -> bytes:
     if isinstance(reason, str):
-        reason = reason.encode("utf-8")
+        reason = reason.encode("utf-8", "replace")
     flags = bytes((NACK_PERMANENT if permanent else 0,))
     return frame(MessageType.NACK, ID_TOKEN.pack(task_id, token) + flags + reason)
 
@@ -184,7 +184,7 @@ def encode_touch(task_id: int, token: int, seconds: int) -> bytes:
 
 def encode_retrying(task_id: int, attempt: int, due_ms: int, reason: str | bytes) -> bytes:
     if isinstance(reason, str):
-        reason = reason.encode("utf-8")
+        reason = reason.encode("utf-8", "replace")
     return frame(
         MessageType.RETRYING, _RETRYING.pack(task_id, min(attempt, 0xFFFF), due_ms) + reason
     )

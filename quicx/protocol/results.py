@@ -206,7 +206,7 @@ def encode_outcome(
             raise ValueError("only a DONE outcome carries a result")
         return frame(MessageType.OUTCOME, _OUTCOME.pack(task_id, state, result.kind) + result.data)
     if isinstance(reason, str):
-        reason = reason.encode("utf-8")
+        reason = reason.encode("utf-8", "replace")
     return frame(MessageType.OUTCOME, _OUTCOME.pack(task_id, state, 0) + reason)
 
 
@@ -214,7 +214,7 @@ def encode_progress(task_id: int, token: int, fraction: int, message: str | byte
     if not 0 <= fraction <= MAX_FRACTION:
         raise ValueError(f"a progress fraction is 0 to {MAX_FRACTION}, not {fraction}")
     if isinstance(message, str):
-        message = message.encode("utf-8")
+        message = message.encode("utf-8", "replace")
     return frame(MessageType.PROGRESS, _PROGRESS.pack(task_id, token, fraction) + message)
 
 

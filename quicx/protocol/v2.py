@@ -236,7 +236,11 @@ class Result(NamedTuple):
         if isinstance(value, bytes | bytearray | memoryview):
             return cls(ResultKind.BYTES, bytes(value))
         if isinstance(value, str):
-            return cls(ResultKind.TEXT, value.encode("utf-8"))
+            try:
+                return cls(ResultKind.TEXT, value.encode("utf-8"))
+            except UnicodeEncodeError as e:
+                # Lone surrogates: from os.fsdecode() of a name that is not UTF-8.
+                raise TypeError(f"a text result must be valid Unicode ({e})") from None
         try:
             text = json.dumps(value, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as e:
@@ -632,7 +636,7 @@ def encode_done(task_id: int, result: Result | None = None) -> bytes:
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:
     if isinstance(reason, str):
-        reason = reason.encode("utf-8")
+        reason = reason.encode("utf-8", "replace")
     return frame(MessageType.FAILED, wire.TASK_ID.pack(task_id) + reason)
 
 

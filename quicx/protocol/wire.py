@@ -243,7 +243,7 @@ def encode_done(task_id: int) -> bytes:
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:
     if isinstance(reason, str):
-        reason = reason.encode("utf-8")
+        reason = reason.encode("utf-8", "replace")
     return frame(MessageType.FAILED, TASK_ID.pack(task_id) + reason)
 
 
