@@ -852,7 +852,6 @@ def test_a_result_larger_than_the_daemon_takes_fails_its_task(daemon, background
         "the result is 1,025 bytes, more than the daemon takes (1,024: the daemon's"
         " [results] max_size, or its pool's largest block if that is smaller)"
     )
-    assert "results are held to 1,024 bytes, the pool's largest block" in daemon.log()
 
 
 @pytest_twisted.ensureDeferred

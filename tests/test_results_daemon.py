@@ -206,3 +206,11 @@ def test_a_daemon_at_its_result_memory_limit_evicts_the_oldest_and_counts_it(
     assert answers[4] == Outcome(ids[4], OutcomeState.DONE, Result(ResultKind.BYTES, b"\4" * 1000))
     status = fetch_status(str(daemon.control_path))
     assert status["tasks"]["results_evicted"] == 2 and status["results"]["kept"] == 3
+
+
+def test_a_max_size_set_past_the_pools_largest_block_is_logged(start_daemon) -> None:
+    daemon = start_daemon("--result-max-size=4K")
+    assert (
+        "results are held to 1,024 bytes, the pool's largest block ([results] max_size is"
+        " 4,096): add a larger class to take larger ones" in daemon.log()
+    )

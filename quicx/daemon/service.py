@@ -42,6 +42,7 @@ from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.logsummary import LogSummary
 from quicx.daemon.periodic import every
+from quicx.daemon.results import ResultLimits
 from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.shared import SharedData
@@ -305,7 +306,8 @@ class QuicxDaemon(MultiService):
             largest=pool.max_size,
             blocks=sum(pool.blocks_total),
         )
-        if self.queue.max_result < config.result_max_size:
+        if self.queue.max_result < config.result_max_size != ResultLimits().max_size:
+            # Set above what the pool holds (the default often is: the docs say so).
             self.log.info(
                 "results are held to {largest:,} bytes, the pool's largest block"
                 " ([results] max_size is {size:,}): add a larger class to take larger ones",
