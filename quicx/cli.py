@@ -1633,7 +1633,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        status: int = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return status
     except CommandError as e:
         print(f"quicx: {e}", file=sys.stderr)
         return e.status

@@ -640,13 +640,23 @@ def test_a_second_interrupt_stops_the_worker_at_once(
         worker.wait()
 
 
-def test_a_reader_that_goes_away_stops_the_command_without_a_traceback() -> None:
-    # `quicx task 3 | head -1`: head exits, and the next write meets a closed pipe.
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_a_reader_that_goes_away_stops_the_command_without_a_traceback(unbuffered: str) -> None:
+    # `quicx task 3 | head -1`: head exits, and the next write meets a closed
+    # pipe (when the output is written, or when it is flushed at the end).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
     read, write = os.pipe()
     os.close(read)
     try:
         done = subprocess.run(
-            [QUICX, "version"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60
+            [QUICX, "version"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env=env,
         )
     finally:
         os.close(write)
