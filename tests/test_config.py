@@ -207,6 +207,7 @@ EVERY_SETTING_CHANGED = config.Config(
     max_wait=30,
     max_groups=3,
     group_ttl=120,
+    group_idle_close=600,
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,

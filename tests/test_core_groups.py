@@ -244,3 +244,38 @@ def test_the_last_members_outcome_comes_before_the_groups(how: str) -> None:
     kinds = [type(m).__name__ for m in producer.take() if not isinstance(m, v2.Info)]
     outcome = {"ack": "Done", "nack": "Failed", "dead": "Failed", "cancel": "Cancelled"}[how]
     assert kinds == [outcome, "GroupState"]
+
+
+def test_an_open_group_nobody_joins_is_closed_by_the_daemon_and_finishes() -> None:
+    clock = Clock()
+    clock.advance(1_800_000_000)
+    queue = queue_with(clock, idle_close=60.0)
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue, queues=("work",))
+    worker.take()
+    active = queue.open_group(producer.session)["group"]
+    forgotten = queue.open_group(producer.session)["group"]
+    queue.submit(producer.session, b"t", b"x", "work", group=forgotten)
+    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    clock.advance(59)
+    queue.submit(producer.session, b"t", b"y", "parked", group=active)  # it took one: not idle
+    producer.take()
+    clock.advance(1)
+    assert queue.groups.describe(forgotten)["state"] == "closed"
+    assert queue.groups.describe(active)["state"] == "open"
+    queue.ack(worker.session, task.task_id, task.token)
+    assert states(producer) == [GroupState(forgotten, GroupPhase.FINISHED, 1, 1, 0, 0, 0)]
+    clock.advance(59)
+    assert queue.groups.describe(active)["state"] == "closed"  # 60 s after its last member
+    empty = queue.open_group(producer.session)["group"]
+    clock.advance(60)  # closed with no members: finished at once, and said so
+    assert states(producer) == [GroupState(empty, GroupPhase.FINISHED)]
+
+
+def test_idle_close_0_leaves_open_groups_open() -> None:
+    clock = Clock()
+    queue = queue_with(clock, idle_close=0.0)
+    producer = v2_producer_of(queue)
+    group = queue.open_group(producer.session)["group"]
+    clock.advance(10 * 86_400)
+    assert queue.groups.describe(group)["state"] == "open"

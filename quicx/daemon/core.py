@@ -330,7 +330,9 @@ class QueueService(Service):
         self.kept = KeptOutcomes(
             pool, self.journal, limits.results, self._scheduler, clock, self._result_evicted
         )
-        self.groups = Groups(limits.groups, self.journal, self._scheduler, clock)
+        self.groups = Groups(
+            limits.groups, self.journal, self._scheduler, clock, self._group_idle_closed
+        )
         self.waits: Waits[Session] = Waits(limits.results, self._scheduler, clock, self._wait_ended)
         self.max_result = min(limits.results.max_size, pool.max_size)
 
@@ -2026,6 +2028,19 @@ class QueueService(Service):
         if group is None:
             return
         finished = self.groups.leave(group) if state is None else self.groups.count(group, state)
+        if finished:
+            self._group_finished(group)
+
+    def _group_idle_closed(self, group: Group, finished: bool) -> None:
+        """(The groups.) A group took no member for C{[groups] idle_close}: it is closed."""
+        self.log.info(
+            "group {group} closed by the daemon: no task joined it for {idle:g} s"
+            " ({members} members, {pending} still to finish)",
+            group=group.group_id,
+            idle=self.groups.idle_close,
+            members=group.members,
+            pending=group.pending,
+        )
         if finished:
             self._group_finished(group)
 

@@ -4,9 +4,11 @@ Groups of tasks that finish as one.
 A producer opens a group (the daemon numbers it), submits tasks into it and
 closes it; the group is finished once it is closed and every member has
 finished (done, failed -- dead and given up included -- or cancelled).  A
-finished group is remembered C{ttl} seconds (one timer for the earliest),
-and at most C{max_groups} groups exist: past it the oldest finished group is
-forgotten, and when every group is unfinished no new one opens.
+finished group is remembered C{ttl} seconds, and at most C{max_groups}
+groups exist: past it the oldest finished group is forgotten, and when
+every group is unfinished no new one opens.  An open group that no task has
+joined for C{idle_close} seconds is closed by the daemon (its producer
+died before it closed it), so that it finishes.  One timer serves both.
 
 Sans-I/O: the queue core tells the groups of members joining and finishing,
 and sends GROUP_STATE when L{Groups.count} says a group finished.  Every
@@ -35,10 +37,13 @@ class GroupLimits:
 
     @ivar max_groups: the most groups, open or finished and remembered.
     @ivar ttl: seconds a finished group is remembered.
+    @ivar idle_close: seconds an open group may go without a new member
+        before the daemon closes it (0: never).
     """
 
     max_groups: int = 10_000
     ttl: float = 3600.0
+    idle_close: float = 86_400.0
 
 
 @define(eq=False)
@@ -48,7 +53,9 @@ class Group:
 
     @ivar opener: the session id of the connection that opened it, told
         when it finishes (0: none, as after a restart).
-    @ivar due: when a finished group is forgotten (Unix seconds).
+    @ivar due: when an open group is looked at for idleness, or a finished
+        one forgotten (Unix seconds; 0: neither, while it is closed).
+    @ivar joined_at: when it last took a member (or opened).
     """
 
     group_id: int
@@ -61,6 +68,7 @@ class Group:
     cancelled: int = 0
     finished_at: float = 0.0
     due: float = 0.0
+    joined_at: float = 0.0
 
     @property
     def pending(self) -> int:
@@ -115,9 +123,16 @@ class Groups:
         journal: IJournal,
         scheduler: IReactorTime,
         clock: Callable[[], float],
+        idle_closed: Callable[[Group, bool], None],
     ) -> None:
+        """
+        @param idle_closed: told of each group closed for want of new
+            members, and whether that finished it.
+        """
         self.max_groups = limits.max_groups
         self.ttl = limits.ttl
+        self.idle_close = limits.idle_close
+        self._idle_closed = idle_closed
         self.journal = journal
         self._clock = clock
         self._groups: dict[int, Group] = {}
@@ -174,14 +189,19 @@ class Groups:
             if group_id not in self._groups:
                 break
         self._last_id = group_id
-        group = self._groups[group_id] = Group(group_id, self._clock(), opener)
+        now = self._clock()
+        group = self._groups[group_id] = Group(group_id, now, opener, joined_at=now)
         self.journal.record_group(group.entry())
+        if self.idle_close:
+            self._timer.add(group, now + self.idle_close)
         return group
 
     def close(self, group: Group) -> bool:
         """Take no more members into C{group}; whether that finished it."""
         if group.phase is not GroupPhase.OPEN:
             return False
+        if group.due:
+            self._timer.remove(group)
         group.phase = GroupPhase.CLOSED
         if not group.pending:
             self._finish(group)
@@ -192,6 +212,7 @@ class Groups:
     def join(self, group: Group) -> None:
         """A task joins C{group} (it is open)."""
         group.members += 1
+        group.joined_at = self._clock()
 
     def leave(self, group: Group) -> bool:
         """A member's SUBMIT was refused after all; whether that finished C{group}."""
@@ -222,9 +243,21 @@ class Groups:
         self._timer.add(group, now + self.ttl)
 
     def _expire(self, groups: list[Group]) -> None:
-        """(The timer.) These finished groups' time is up."""
+        """
+        (The timer.) These groups' time is up: a finished one is forgotten;
+        an open one is closed if it took no member for C{idle_close}, else
+        looked at again then.
+        """
+        now = self._clock()
         for group in groups:
-            self._forget(group, timed_out=True)
+            if group.phase is GroupPhase.FINISHED:
+                self._forget(group, timed_out=True)
+                continue
+            idle_until = group.joined_at + self.idle_close
+            if idle_until > now:
+                self._timer.add(group, idle_until)
+            else:
+                self._idle_closed(group, self.close(group))
 
     def _forget(self, group: Group, timed_out: bool = False) -> None:
         if not timed_out:
@@ -271,6 +304,11 @@ class Groups:
                     self._forget(group, timed_out=True)
                 else:
                     self._timer.add(group, group.finished_at + self.ttl)
+            elif group.phase is GroupPhase.OPEN:
+                # When it last took a member is not journaled: from now.
+                group.joined_at = now
+                if self.idle_close:
+                    self._timer.add(group, now + self.idle_close)
             else:
                 self._check(group)
         while len(self._groups) > self.max_groups and self._finished:

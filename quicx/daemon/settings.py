@@ -1079,6 +1079,13 @@ class Config:
         _DEFAULT_GROUPS.ttl,
         "Seconds a finished group is remembered.",
     )
+    group_idle_close: float = setting(
+        "groups",
+        "idle_close",
+        Seconds(),
+        _DEFAULT_GROUPS.idle_close,
+        "Seconds an open group may go without a new member before the daemon closes it (0: never).",
+    )
     events_directory: str = setting(
         "events",
         "directory",
@@ -1190,7 +1197,7 @@ class Config:
                 self.max_waiters_per_connection,
                 self.max_wait,
             ),
-            GroupLimits(self.max_groups, self.group_ttl),
+            GroupLimits(self.max_groups, self.group_ttl, self.group_idle_close),
         )
 
     @property
