@@ -145,12 +145,10 @@ def group_state(peer: Wire) -> tuple[int, ...]:
     return struct.unpack(">IBIIIII", body)
 
 
-def run(
-    producer: Wire, worker: Wire, queue: bytes, *options: bytes, credits: int = 1
-) -> dict[str, Any]:
-    """Submit a task to C{queue}; C{worker} (which may hold C{credits} tasks) takes it."""
+def run(producer: Wire, worker: Wire, queue: bytes, *options: bytes) -> dict[str, Any]:
+    """Submit a task to C{queue}; C{worker} (holding none) takes it."""
     task_id, _ = producer.ok(submit(b"t", b"x", option(QUEUE, queue), *options))
-    task = worker.task(ready(credits, queue))
+    task = worker.task(ready(1, queue))
     assert task["id"] == task_id
     return task
 
@@ -419,7 +417,12 @@ def test_a_group_reports_once_when_its_members_have_finished(connect: Connect) -
     gid = opened["group"]
     assert opened["state"] == "open" and opened["members"] == 0
     member = option(IN_GROUP, u32(gid))
-    tasks = [run(producer, worker, b"g-run", member, credits=3) for _ in range(3)]
+    assert worker.ask(ready(3, b"g-run"))[0] == 0x08  # WAIT: it may hold three
+    tasks = []
+    for _ in range(3):
+        task_id, _ = producer.ok(submit(b"t", b"x", option(QUEUE, b"g-run"), member))
+        tasks.append(worker.task())  # pushed to the waiting worker
+        assert tasks[-1]["id"] == task_id
     closed = producer.info(group(CLOSE, gid))
     assert (closed["state"], closed["members"], closed["pending"]) == ("closed", 3, 3)
     for task in tasks[:2]:
