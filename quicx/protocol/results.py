@@ -335,19 +335,7 @@ def decode_shared(payload: bytes) -> Shared:
 def decode_follow(payload: bytes) -> Follow:
     if not payload:
         raise _bad(MessageType.FOLLOW, "has no name count")
-    count = payload[0]
-    if not 1 <= count <= MAX_FOLLOW:
-        raise _bad(MessageType.FOLLOW, f"lists 1 to {MAX_FOLLOW} names, not {count}")
-    names: list[str] = []
-    offset = 1
-    for _ in range(count):
-        name, offset = _split_name(MessageType.FOLLOW, payload, offset)
-        names.append(name)
-    if offset != len(payload):
-        raise _bad(MessageType.FOLLOW, f"has {len(payload) - offset} bytes after its names")
-    if len(set(names)) != len(names):
-        raise _bad(MessageType.FOLLOW, "lists a name twice")
-    return Follow(tuple(names))
+    return Follow(v2._name_list(MessageType.FOLLOW, payload, 0, MAX_FOLLOW, "name", "names"))
 
 
 def decode_group(payload: bytes) -> Group:

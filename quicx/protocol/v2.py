@@ -883,19 +883,31 @@ def decode_ready(payload: bytes) -> Ready:
         raise _bad(MessageType.READY, "credits must be at least 1")
     if len(payload) == 2:
         return Ready(credits)
-    count = payload[2]
-    if not 1 <= count <= MAX_SUBSCRIPTIONS:
-        raise _bad(MessageType.READY, f"lists 1 to {MAX_SUBSCRIPTIONS} queues, not {count}")
-    queues: list[str] = []
-    offset = 3
+    queues = _name_list(MessageType.READY, payload, 2, MAX_SUBSCRIPTIONS, "queue", "queue list")
+    return Ready(credits, queues)
+
+
+def _name_list(
+    message_type: int, payload: bytes, offset: int, most: int, noun: str, trailer: str
+) -> tuple[str, ...]:
+    """
+    The C{[count u8]} then C{count} C{[len u8][name]} at C{payload[offset:]},
+    to its end: 1 to C{most} of them, none twice (C{noun} and C{trailer}
+    name them in errors).
+    """
+    count = payload[offset]
+    if not 1 <= count <= most:
+        raise _bad(message_type, f"lists 1 to {most} {noun}s, not {count}")
+    names: list[str] = []
+    offset += 1
     for _ in range(count):
-        name, offset = _split_name(MessageType.READY, payload, offset)
-        queues.append(name)
+        name, offset = _split_name(message_type, payload, offset)
+        names.append(name)
     if offset != len(payload):
-        raise _bad(MessageType.READY, f"has {len(payload) - offset} bytes after its queue list")
-    if len(set(queues)) != len(queues):
-        raise _bad(MessageType.READY, "lists a queue twice")
-    return Ready(credits, tuple(queues))
+        raise _bad(message_type, f"has {len(payload) - offset} bytes after its {trailer}")
+    if len(set(names)) != len(names):
+        raise _bad(message_type, f"lists a {noun} twice")
+    return tuple(names)
 
 
 _TASK_FIXED = struct.Struct(">IHBQ")
