@@ -27,6 +27,7 @@ from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.policy import QueuePolicy
 from quicx.daemon.queues import NamedQueue
+from quicx.daemon.telemetry import Tally
 from quicx.protocol import wire
 
 
@@ -225,7 +226,8 @@ _QUEUE: NamedQueue[Task, Session] = NamedQueue("default", QueuePolicy(), False)
 
 
 def fake_task(task_id: int) -> Task:
-    return Task(task_id, b"t", 0, 1, None, _QUEUE, 0, 0.0)
+    tally = Tally("default", "t")
+    return Task(task_id, b"t", 0, 1, None, _QUEUE, 0, 0.0, tally=tally, ready_at=0.0)
 
 
 @implementer(IJournalOwner)

@@ -44,6 +44,7 @@ from quicx.daemon.progress import ProgressBook, Report
 from quicx.daemon.queues import NamedQueue
 from quicx.daemon.results import KeptOutcome, KeptOutcomes
 from quicx.daemon.retries import retry_wait
+from quicx.daemon.telemetry import Tally, Telemetry
 from quicx.daemon.waits import Target, Wait, Waits
 from quicx.net.twisted_types import Service
 from quicx.protocol import lifecycle, results, v2, wire
@@ -87,6 +88,9 @@ class Task:
     @ivar keep_for: seconds its outcome is kept after it finishes, as its
         SUBMIT asked (0: as its queue says, or if its producer is gone).
     @ivar group: the group it counts in until it finishes (0: none).
+    @ivar tally: what it counts in: its queue and type's L{Tally}.
+    @ivar ready_at: when it last became ready to run (queued, or due, or
+        requeued), for its wait time.
     """
 
     task_id: int
@@ -116,6 +120,8 @@ class Task:
     forward_progress: bool = False
     keep_for: float = 0.0
     group: int = 0
+    tally: Tally = field(kw_only=True)
+    ready_at: float = field(kw_only=True)
 
     @property
     def queue(self) -> str:
@@ -269,8 +275,10 @@ class QueueService(Service):
         limits: QueueLimits | None = None,
         scheduler: IReactorTime | None = None,
         progress: ProgressSettings | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.pool = pool
+        self.telemetry = telemetry or Telemetry()
         self.allowed_types = allowed_types
         self.clock = clock
         self.journal: IJournal = journal if journal is not None else NullJournal()
@@ -557,6 +565,8 @@ class QueueService(Service):
             retries=queue.policy.retries if retries is None else retries,
             backoff=backoff,
             forward_progress=progress,
+            tally=self.telemetry.tally(queue.name, task_type),
+            ready_at=now,
         )
         if result_ttl is not None:
             kept = self.limits.results
@@ -652,6 +662,7 @@ class QueueService(Service):
         """Answer OK for C{task} and queue it."""
         self._submitted += 1
         task.accepted = True
+        task.tally.submitted += 1
         if self.events is not None:
             self._event("submitted", task)
         producer = task.producer
@@ -694,6 +705,7 @@ class QueueService(Service):
         for task in tasks:
             self._submitted += 1
             task.accepted = True
+            task.tally.submitted += 1
             task.home.pending -= 1
             if self.events is not None:
                 self._event("submitted", task)
@@ -818,6 +830,8 @@ class QueueService(Service):
                 dead=recovered.dead,
                 keep_for=recovered.keep_for or min(limits.ttl, limits.max_ttl),
                 group=recovered.group if self.groups.get(recovered.group) else 0,
+                tally=self.telemetry.tally(queue.name, recovered.task_type),
+                ready_at=now,
             )
             self._live[task.task_id] = task
             if key is not None:
@@ -850,6 +864,7 @@ class QueueService(Service):
         self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
         self._rejected += 1
+        self.telemetry.rejected[code.name.lower()] += 1
         if self.events is not None:
             producer = None if session is None else session.session_id
             self.events.record(
@@ -935,6 +950,7 @@ class QueueService(Service):
     def _cancel(self, task: Task, why: str) -> None:
         """Finish a task taken off its queue as cancelled."""
         self._cancelled += 1
+        task.tally.cancelled += 1
         self._end(task, "cancelled")
         if self.events is not None:
             self._event("cancelled", task, None, why)
@@ -1046,6 +1062,7 @@ class QueueService(Service):
         if finished is not None:
             task, attempt = finished
             self._completed += 1
+            task.tally.done += 1
             if self.events is not None:
                 self._event("done", task, session, None, attempt)
             producer = task.producer
@@ -1261,7 +1278,9 @@ class QueueService(Service):
     def _delays_due(self, tasks: list[Task]) -> None:
         """(The delays.) These tasks' time has come: queue them, in due order."""
         queues: dict[NamedQueue[Task, Session], None] = {}
+        now = self.clock()
         for task in tasks:
+            task.ready_at = now
             queue = task.home
             queue.delayed -= 1
             if queue.push(task):
@@ -1293,6 +1312,7 @@ class QueueService(Service):
             task.due = due
             self.journal.record_retry(task)
             self._retried += 1
+            task.tally.retried += 1
             self._delay(task, due)
             if self.events is not None:
                 self._event("retrying", task, session, reason, attempt)
@@ -1323,6 +1343,10 @@ class QueueService(Service):
             self._event("failed", task, session, reason, attempt)
         producer = task.producer
         dead = bool(dead_letter and task.retries and self.dead_letters.max_count)
+        if dead:
+            task.tally.dead += 1
+        else:
+            task.tally.failed += 1
         if dead:
             self._bury(task, reason, worker)
         else:
@@ -1421,9 +1445,11 @@ class QueueService(Service):
             tasks = list(self.dead_letters.of(queue))
         queues: dict[NamedQueue[Task, Session], None] = {}
         limits = self.limits.results
+        now = self.clock()
         for task in tasks:
             self._unbury(task)
             task.failures = 0
+            task.ready_at = now
             if task.task_id in self.kept and not task.keep_for:
                 # Its death was kept: its next outcome replaces it.
                 task.keep_for = min(limits.ttl, limits.max_ttl)
@@ -1483,6 +1509,8 @@ class QueueService(Service):
             now,
             key,
             retries=queue.policy.retries,
+            tally=self.telemetry.tally(queue.name, spec.task_type),
+            ready_at=now,
         )
         self._live[task.task_id] = task
         self.keys.add(queue.name, key, task)
@@ -1507,6 +1535,7 @@ class QueueService(Service):
         """
         task = session.tasks.pop(task_id, None)
         if task is not None:
+            task.tally.run.observe(self.clock() - task.dispatched_at)
             attempt = task.attempts
             home = task.home
             if home.limited:
@@ -1681,6 +1710,7 @@ class QueueService(Service):
         # The caller keeps the worker's place among the idle right.
         task.attempts += 1
         task.dispatched_at = now
+        task.tally.wait.observe(now - task.ready_at)
         task.holder = worker
         if task.lease_until:
             task.lease_until = 0.0  # a TOUCH extends one delivery only
@@ -1845,8 +1875,10 @@ class QueueService(Service):
             return
         if self.events is not None:
             self._event("requeued", task, None, cause)
+        task.ready_at = self.clock()
         task.home.push(task, at_head)
         self._requeued += 1
+        task.tally.requeued += 1
         self.failures.note(
             "requeued",
             task.task_type,

@@ -46,6 +46,7 @@ from quicx.daemon.results import ResultLimits
 from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.shared import SharedData
+from quicx.daemon.telemetry import Telemetry
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
 from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
@@ -264,6 +265,7 @@ class QuicxDaemon(MultiService):
                 {"size": u.size, "blocks_used": u.blocks_used, "blocks_total": u.blocks_total}
                 for u in pool.usage()
             ],
+            "telemetry": queue.telemetry.as_dict(),
             "journal": self._journal_status(),
             "events": None
             if queue.events is None
@@ -402,6 +404,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         limits=config.queue_limits,
         scheduler=reactor,
         progress=config.progress,
+        telemetry=Telemetry(config.metrics_max_types, config.metrics_max_series),
     )
     shared = SharedData(queue, config.shared)
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)

@@ -51,6 +51,7 @@ from quicx.daemon.policy import (
 )
 from quicx.daemon.results import ResultLimits, Share
 from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
+from quicx.daemon.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
 from quicx.protocol.durations import format_backoff, parse_backoff
@@ -1109,6 +1110,70 @@ class Config:
         Seconds(),
         3600.0,
         "...or past this many seconds.",
+    )
+    metrics_listen: str = setting(
+        "metrics",
+        "listen",
+        Text(),
+        "",
+        "Serve Prometheus metrics at /metrics on this endpoint (tcp:9464:interface=127.0.0.1).",
+        flag="metrics-listen",
+        metavar="ENDPOINT",
+        unset="none",
+    )
+    metrics_max_types: int = setting(
+        "metrics",
+        "max_types",
+        Integer(1, 100_000),
+        DEFAULT_MAX_TYPES,
+        "Task types with labels of their own; later types count as `other`.",
+    )
+    metrics_max_series: int = setting(
+        "metrics",
+        "max_series",
+        Integer(1, 1_000_000),
+        DEFAULT_MAX_SERIES,
+        "(queue, type) pairs with labels of their own; later pairs count as queue `other`.",
+    )
+    web_listen: str = setting(
+        "web",
+        "listen",
+        Text(),
+        "",
+        "Serve the web dashboard on this endpoint (e.g. tcp:8080:interface=127.0.0.1).",
+        flag="web-listen",
+        metavar="ENDPOINT",
+        unset="none",
+    )
+    web_admin_token: str = setting(
+        "web",
+        "admin_token",
+        Text(),
+        "",
+        "A bearer token that gives the dashboard's admin role (every action).",
+        unset="none",
+    )
+    web_monitor_token: str = setting(
+        "web",
+        "monitor_token",
+        Text(),
+        "",
+        "A bearer token that gives the dashboard's monitor role (read only).",
+        unset="none",
+    )
+    web_history: float = setting(
+        "web",
+        "history",
+        Seconds(),
+        3600.0,
+        "Seconds of per-second figures the dashboard's charts keep (in memory).",
+    )
+    web_max_streams: int = setting(
+        "web",
+        "max_streams",
+        Integer(1, 10_000),
+        32,
+        "Live dashboard streams (open pages) at once; one more is refused (503).",
     )
     journal: str = setting(
         "journal",

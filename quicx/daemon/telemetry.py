@@ -1,0 +1,196 @@
+"""
+Counts and latencies per queue and task type: what C{quicx status}, the
+Prometheus C{/metrics} and the web dashboard show.
+
+Always on, and cheap enough to be: the core keeps one L{Tally} per (queue,
+task type) and a task holds its own, so counting is an attribute increment
+and a latency is one C{bisect} into fixed buckets.  Nothing here allocates
+per task.
+
+Label cardinality is bounded: past C{max_types} task types, further types
+count as C{other}; past C{max_series} (queue, type) pairs, further pairs
+count under queue C{other} too.  Tallies are never forgotten (Prometheus
+counters only go up), so these two bounds are what bounds the memory.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from typing import Any
+
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    1800.0,
+)
+"""Upper bounds (seconds) of the wait- and run-time buckets; a last one takes the rest."""
+
+OTHER = "other"
+"""The label that types (and queues) past the cardinality bounds count under."""
+
+DEFAULT_MAX_TYPES = 50
+DEFAULT_MAX_SERIES = 2000
+
+
+class Histogram:
+    """
+    Counts of observations (seconds) per bucket of L{LATENCY_BUCKETS}, and
+    their sum.  C{counts[i]} is the number in bucket C{i} alone (not
+    cumulative); the last bucket has no upper bound.
+    """
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def add(self, other: Histogram) -> None:
+        """Add C{other}'s observations to these."""
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.total += other.total
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"counts": list(self.counts), "sum": round(self.total, 6)}
+
+
+def quantile(counts: list[int], fraction: float) -> float | None:
+    """
+    The C{fraction} quantile (0 to 1) of bucket C{counts} (as in
+    L{Histogram.counts}), interpolated linearly inside its bucket, as
+    Prometheus' C{histogram_quantile} does; C{None} with no observations.
+    One past the last bound is answered with the last bound.
+    """
+    total = sum(counts)
+    if not total:
+        return None
+    rank = fraction * total
+    seen = 0
+    for index, count in enumerate(counts):
+        if count and seen + count >= rank:
+            if index == len(LATENCY_BUCKETS):
+                return LATENCY_BUCKETS[-1]
+            lower = LATENCY_BUCKETS[index - 1] if index else 0.0
+            upper = LATENCY_BUCKETS[index]
+            return lower + (upper - lower) * max(0.0, rank - seen) / count
+        seen += count
+    return LATENCY_BUCKETS[-1]
+
+
+class Tally:
+    """
+    One (queue, task type)'s counts since start: tasks submitted (accepted),
+    finished (done, failed, dead, cancelled), attempts retried and requeued;
+    the wait (ready to dispatched) and the run (dispatched to the worker's
+    report) of each delivery.
+    """
+
+    __slots__ = (
+        "cancelled",
+        "dead",
+        "done",
+        "failed",
+        "queue",
+        "requeued",
+        "retried",
+        "run",
+        "submitted",
+        "task_type",
+        "wait",
+    )
+
+    OUTCOMES = ("done", "failed", "dead", "cancelled")
+
+    def __init__(self, queue: str, task_type: str) -> None:
+        self.queue = queue
+        self.task_type = task_type
+        self.submitted = self.done = self.failed = self.dead = self.cancelled = 0
+        self.retried = self.requeued = 0
+        self.wait = Histogram()
+        self.run = Histogram()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "type": self.task_type,
+            "submitted": self.submitted,
+            "done": self.done,
+            "failed": self.failed,
+            "dead": self.dead,
+            "cancelled": self.cancelled,
+            "retried": self.retried,
+            "requeued": self.requeued,
+            "wait": self.wait.as_dict(),
+            "run": self.run.as_dict(),
+        }
+
+
+class Telemetry:
+    """
+    Every L{Tally}, and the rejected SUBMITs by error code.
+
+    @ivar max_types: task types with a label of their own.
+    @ivar max_series: (queue, type) pairs with labels of their own.
+    """
+
+    def __init__(self, max_types: int = DEFAULT_MAX_TYPES, max_series: int = DEFAULT_MAX_SERIES):
+        self.max_types = max_types
+        self.max_series = max_series
+        self.tallies: dict[tuple[str, bytes], Tally] = {}
+        self._types: dict[bytes, str] = {}
+        self.rejected: Counter[str] = Counter()
+
+    def tally(self, queue: str, task_type: bytes) -> Tally:
+        """The tally a task of C{task_type} in C{queue} counts in (made on first use)."""
+        found = self.tallies.get((queue, task_type))
+        if found is not None:
+            return found
+        label = self._types.get(task_type)
+        if label is None:
+            if len(self._types) < self.max_types:
+                label = self._types[task_type] = task_type.decode("utf-8", "replace")
+            else:
+                label = OTHER
+        if label == OTHER:
+            task_type = OTHER.encode()
+        elif len(self.tallies) >= self.max_series:
+            queue, task_type = OTHER, OTHER.encode()
+        found = self.tallies.get((queue, task_type))
+        if found is None:
+            found = self.tallies[queue, task_type] = Tally(queue, label)
+        return found
+
+    def as_dict(self) -> dict[str, Any]:
+        """For the status document: bounds, every tally, rejections by code."""
+        return {
+            "buckets": list(LATENCY_BUCKETS),
+            "tallies": [
+                tally.as_dict()
+                for _, tally in sorted(self.tallies.items(), key=lambda item: item[0])
+            ],
+            "rejected": dict(self.rejected),
+        }
