@@ -364,6 +364,13 @@ class QueueService(Service):
             )
         return queue
 
+    def _tally(self, queue: NamedQueue[Task, Session], task_type: bytes) -> Tally:
+        """The tally of C{task_type} in C{queue}, cached in the queue (up to max_types)."""
+        tally = self.telemetry.tally(queue.name, task_type)
+        if len(queue.tallies) < self.telemetry.max_types:
+            queue.tallies[task_type] = tally
+        return tally
+
     def _forget_if_idle(self, queue: NamedQueue[Task, Session]) -> None:
         """Forget an undeclared queue nothing refers to any more (so queues stay bounded)."""
         if queue.keys:
@@ -565,7 +572,7 @@ class QueueService(Service):
             retries=queue.policy.retries if retries is None else retries,
             backoff=backoff,
             forward_progress=progress,
-            tally=self.telemetry.tally(queue.name, task_type),
+            tally=queue.tallies.get(task_type) or self._tally(queue, task_type),
             ready_at=now,
         )
         if result_ttl is not None:
@@ -830,7 +837,7 @@ class QueueService(Service):
                 dead=recovered.dead,
                 keep_for=recovered.keep_for or min(limits.ttl, limits.max_ttl),
                 group=recovered.group if self.groups.get(recovered.group) else 0,
-                tally=self.telemetry.tally(queue.name, recovered.task_type),
+                tally=self._tally(queue, recovered.task_type),
                 ready_at=now,
             )
             self._live[task.task_id] = task
@@ -1509,7 +1516,7 @@ class QueueService(Service):
             now,
             key,
             retries=queue.policy.retries,
-            tally=self.telemetry.tally(queue.name, spec.task_type),
+            tally=self._tally(queue, spec.task_type),
             ready_at=now,
         )
         self._live[task.task_id] = task
@@ -1535,7 +1542,7 @@ class QueueService(Service):
         """
         task = session.tasks.pop(task_id, None)
         if task is not None:
-            task.tally.run.observe(self.clock() - task.dispatched_at)
+            task.tally.ran(task.dispatched_at - task.ready_at, self.clock() - task.dispatched_at)
             attempt = task.attempts
             home = task.home
             if home.limited:
@@ -1710,7 +1717,6 @@ class QueueService(Service):
         # The caller keeps the worker's place among the idle right.
         task.attempts += 1
         task.dispatched_at = now
-        task.tally.wait.observe(now - task.ready_at)
         task.holder = worker
         if task.lease_until:
             task.lease_until = 0.0  # a TOUCH extends one delivery only

@@ -22,6 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from attrs import define, field
 
 from quicx.daemon.policy import QueuePolicy
+from quicx.daemon.telemetry import Tally
 
 RATE_WINDOW = 60.0
 """Seconds of finished tasks the drain rate is measured over."""
@@ -181,6 +182,8 @@ class NamedQueue(Generic[T, W]):
     @ivar dead: its tasks in the dead-letter set.
     @ivar keys: fairness keys with tasks queued or running, or a bucket not full.
     @ivar finished: when its recent tasks finished, for the drain rate.
+    @ivar tallies: its task types' tallies, by type (a cache of the core's
+        L{Telemetry}, up to its C{max_types}).
     """
 
     name: str
@@ -203,6 +206,7 @@ class NamedQueue(Generic[T, W]):
     limited: bool = False
     max_depth: int = 0
     priority: int = 0
+    tallies: dict[bytes, Tally] = field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.header = bytes((len(self.name),)) + self.name.encode("ascii")

@@ -105,8 +105,8 @@ class Tally:
     """
     One (queue, task type)'s counts since start: tasks submitted (accepted),
     finished (done, failed, dead, cancelled), attempts retried and requeued;
-    the wait (ready to dispatched) and the run (dispatched to the worker's
-    report) of each delivery.
+    for each delivery a worker reported, its wait (from ready -- queued,
+    due or requeued -- to dispatched) and its run (dispatched to reported).
     """
 
     __slots__ = (
@@ -132,6 +132,18 @@ class Tally:
         self.retried = self.requeued = 0
         self.wait = Histogram()
         self.run = Histogram()
+
+    def ran(self, wait: float, run: float) -> None:
+        """
+        A delivery reported: it waited C{wait} seconds to be dispatched,
+        then ran C{run}.  (One call for both: this is on the hot path.)
+        """
+        histogram = self.wait
+        histogram.counts[bisect_left(LATENCY_BUCKETS, wait)] += 1
+        histogram.total += wait
+        histogram = self.run
+        histogram.counts[bisect_left(LATENCY_BUCKETS, run)] += 1
+        histogram.total += run
 
     def as_dict(self) -> dict[str, Any]:
         return {
