@@ -167,8 +167,9 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     from twisted.internet import reactor
-    from twisted.logger import globalLogBeginner, textFileLogObserver
+    from twisted.logger import globalLogBeginner
 
+    from quicx.daemon.logformat import observer
     from quicx.daemon.service import build_daemon
 
     config = daemon_config(args)
@@ -176,7 +177,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     claim_pid_file(pid_path)
     try:
         globalLogBeginner.beginLoggingTo(
-            [textFileLogObserver(sys.stdout)], redirectStandardIO=False
+            [observer(config.log_format, sys.stdout)], redirectStandardIO=False
         )
         try:
             service = build_daemon(config, reactor)

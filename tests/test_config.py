@@ -13,6 +13,7 @@ from quicx import cli
 from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.journal.records import FsyncPolicy
+from quicx.daemon.logformat import LogFormat
 from quicx.daemon.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
 from quicx.daemon.results import Share
 from quicx.daemon.schedules import ScheduleSpec
@@ -224,6 +225,7 @@ EVERY_SETTING_CHANGED = config.Config(
     compact_factor=2.5,
     compact_min_size=4096,
     log_summary_interval=0,
+    log_format=LogFormat.JSON,
     queue_sections={
         "mail": {
             "priority": 5,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -214,3 +215,155 @@ def test_the_schedule_section_example_says_what_it_says() -> None:
             name="ping", every=60, task_type=b"ping", missed=Missed.SKIP, source="config"
         ),
     }
+
+
+# -- the log messages table of docs/operations.md against the code -------------------------
+
+OPERATIONS = ROOT / "docs" / "operations.md"
+DAEMON = "quicx/daemon/"
+LEVELS = ("debug", "info", "warn", "error", "critical")
+LOGGED_BY = {
+    "failure": "critical",
+    "note": "info",
+    "limit": "warn",
+    "Refused": "warn",
+    "ListenerService": "info",
+}
+"""The level of a message whose C{log_id} is given to a call other than a
+Logger's own methods: C{Logger.failure}, L{LogSummary.note} and
+L{LogSummary.limit}, a L{Refused} logged by C{QueueService.limit_hit}, a
+listener's announcement."""
+
+
+def log_table(text: str) -> dict[str, list[str]]:
+    """The "Log messages" table: each id's other cells (level, when, fields)."""
+    for _, rows in tables(text):
+        if [c.strip() for c in cells(rows[0])] == ["id", "level", "when", "fields"]:
+            found = {}
+            for row in rows[2:]:
+                first, *rest = (c.strip() for c in cells(row))
+                found[first.strip("`")] = rest
+            return found
+    return {}
+
+
+def _called(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _is_logger_call(call: ast.Call) -> bool:
+    """C{log.info(...)}, C{self.log.warn(...)}, C{QuicxDaemon.log.failure(...)}..."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in (*LEVELS, "failure"):
+        return False
+    owner = func.value
+    return (isinstance(owner, ast.Name) and owner.id == "log") or (
+        isinstance(owner, ast.Attribute) and owner.attr == "log"
+    )
+
+
+def logged_ids(sources: dict[str, str]) -> tuple[dict[str, set[str]], list[str]]:
+    """
+    The ids given as C{log_id="..."} in C{sources} (by path), each with its
+    levels; and the problems: a Logger call of the daemon without a
+    C{log_id}, an id given to a call of no known level.
+    """
+    found: dict[str, set[str]] = {}
+    problems = []
+    for name, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Call):
+                continue
+            keyword = next((k for k in node.keywords if k.arg == "log_id"), None)
+            if keyword is None:
+                if name.startswith(DAEMON) and _is_logger_call(node):
+                    problems.append(f"{name}:{node.lineno}: a log message without a log_id")
+                continue
+            log_id = keyword.value
+            if not (isinstance(log_id, ast.Constant) and isinstance(log_id.value, str)):
+                continue  # passed on, from a caller's constant
+            called = _called(node)
+            level = called if called in LEVELS else LOGGED_BY.get(called)
+            if level is None:
+                problems.append(f"{name}:{node.lineno}: log_id given to {called}(): what level?")
+                continue
+            found.setdefault(log_id.value, set()).add(level)
+    return found, problems
+
+
+def log_problems(text: str, sources: dict[str, str]) -> list[str]:
+    """Where the docs' log messages table and the code's log ids disagree."""
+    documented = log_table(text)
+    used, problems = logged_ids(sources)
+    ids, table = used.keys(), documented.keys()
+    problems += [f"{i}: logged by the code, not in the table" for i in sorted(ids - table)]
+    problems += [f"{i}: in the table, logged nowhere" for i in sorted(table - ids)]
+    for log_id in sorted(ids & table):
+        levels = {level.strip() for level in documented[log_id][0].split(",")}
+        if levels != used[log_id]:
+            problems.append(
+                f"{log_id}: the table says {', '.join(sorted(levels))},"
+                f" the code logs at {', '.join(sorted(used[log_id]))}"
+            )
+    return problems
+
+
+def package_sources() -> dict[str, str]:
+    return {
+        path.relative_to(ROOT).as_posix(): path.read_text()
+        for path in sorted((ROOT / "quicx").rglob("*.py"))
+    }
+
+
+def test_the_log_messages_table_is_the_codes() -> None:
+    text = OPERATIONS.read_text()
+    assert len(log_table(text)) > 40
+    assert log_problems(text, package_sources()) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problems"),
+    [
+        (
+            "| `limit.pool` | warn |",
+            "| `limit.poll` | warn |",
+            [
+                "limit.pool: logged by the code, not in the table",
+                "limit.poll: in the table, logged nowhere",
+            ],
+        ),
+        (
+            "| `journal.broken` | critical |",
+            "| `journal.broken` | error |",
+            ["journal.broken: the table says error, the code logs at critical"],
+        ),
+        (
+            "| `daemon.stopped` | info, warn |",
+            "| `daemon.stopped` | info |",
+            ["daemon.stopped: the table says info, the code logs at info, warn"],
+        ),
+    ],
+)
+def test_the_log_check_finds_a_disagreement(old: str, new: str, problems: list[str]) -> None:
+    text = OPERATIONS.read_text()
+    assert text.count(old) == 1
+    assert log_problems(text.replace(old, new), package_sources()) == problems
+
+
+def test_the_log_check_finds_a_message_without_an_id_or_a_level() -> None:
+    source = (
+        "log.info('a {x}', x=1)\n"
+        "self.log.warn('b', log_id='daemon.start')\n"
+        "self.log.error(format, **fields)\n"
+        "shout('c', log_id='daemon.ready')\n"
+        "Refused(code, 'd', log_id='limit.pool')\n"
+    )
+    used, problems = logged_ids({"quicx/daemon/m.py": source, "quicx/clients/m.py": source})
+    assert used == {"daemon.start": {"warn"}, "limit.pool": {"warn"}}
+    assert problems == [
+        "quicx/daemon/m.py:1: a log message without a log_id",
+        "quicx/daemon/m.py:3: a log message without a log_id",
+        "quicx/daemon/m.py:4: log_id given to shout(): what level?",
+        "quicx/clients/m.py:4: log_id given to shout(): what level?",
+    ]

@@ -201,11 +201,17 @@ class ISharedData(Protocol):
 
 
 class Refused(Exception):
-    """A request the queue turns down: answered ERROR C{code}, C{str(self)}."""
+    """
+    A request the queue turns down: answered ERROR C{code}, C{str(self)}.
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    @ivar log_id: when the refusal is a limit hit, the id of its log line
+        (see L{QueueService.limit_hit}); C{None}: it is not logged.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, log_id: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.log_id = log_id
 
 
 _OK = {1: lambda task_id, duplicate: wire.encode_ok(task_id), 2: v2.encode_ok}
@@ -358,6 +364,7 @@ class QueueService(Service):
                 raise Refused(
                     ErrorCode.QUEUE_FULL,
                     f"too many queues (max_queues = {self.limits.max_queues}); {name!r} is new",
+                    log_id="limit.queues",
                 )
             queue = self.queues[name] = NamedQueue(
                 name, self.limits.policy(name), name in self.limits.declared
@@ -504,7 +511,7 @@ class QueueService(Service):
             ):
                 self._check_submit(queue, task_type)
         except Refused as e:
-            self._reject(session, e.code, str(e), task_type, len(payload))
+            self._reject(session, e, task_type, len(payload))
             return
         now = self.clock()
         due = 0.0
@@ -512,7 +519,7 @@ class QueueService(Service):
             due = now + delay_ms / 1000 if delay_ms is not None else run_at_ms / 1000  # type: ignore[operator]
             refusal = self._check_delay(due, now)
             if refusal is not None:
-                self._reject(session, refusal.code, str(refusal), task_type, len(payload))
+                self._reject(session, refusal, task_type, len(payload))
                 return
             # Kept to the millisecond, as the wire and the journal carry it.
             due = round(due, 3) if due > now else 0.0
@@ -526,7 +533,7 @@ class QueueService(Service):
             try:
                 joined = self._open_group(group)
             except Refused as e:
-                self._reject(session, e.code, str(e), task_type, len(payload))
+                self._reject(session, e, task_type, len(payload))
                 return
         if (
             fairness is not None
@@ -536,8 +543,11 @@ class QueueService(Service):
         ):
             self._reject(
                 session,
-                ErrorCode.QUEUE_FULL,
-                f"too many fairness keys (max_fairness_keys = {self.limits.max_fairness_keys})",
+                Refused(
+                    ErrorCode.QUEUE_FULL,
+                    f"too many fairness keys (max_fairness_keys = {self.limits.max_fairness_keys})",
+                    log_id="limit.fairness_keys",
+                ),
                 task_type,
                 len(payload),
             )
@@ -547,13 +557,14 @@ class QueueService(Service):
             # holds a block, so the pool bounds how many tasks there are.
             block = self.pool.store(payload)
         except pmad.AllocationTooLarge as e:
-            self._reject(session, ErrorCode.PAYLOAD_TOO_LARGE, str(e), task_type, len(payload))
+            too_large = Refused(ErrorCode.PAYLOAD_TOO_LARGE, str(e))
+            self._reject(session, too_large, task_type, len(payload))
             return
         except pmad.PoolExhausted as e:
             room = self._store(payload)
             if room is None:
-                full = f"queue full: {e}"
-                self._reject(session, ErrorCode.QUEUE_FULL, full, task_type, len(payload))
+                full = Refused(ErrorCode.QUEUE_FULL, f"queue full: {e}", log_id="limit.pool")
+                self._reject(session, full, task_type, len(payload))
                 return
             block = room
         task = Task(
@@ -603,7 +614,9 @@ class QueueService(Service):
             )
         if due > now and self.delays.count >= limits.max_delayed:
             return Refused(
-                ErrorCode.QUEUE_FULL, f"too many delayed tasks (max_delayed = {limits.max_delayed})"
+                ErrorCode.QUEUE_FULL,
+                f"too many delayed tasks (max_delayed = {limits.max_delayed})",
+                log_id="limit.delayed",
             )
         return None
 
@@ -621,7 +634,9 @@ class QueueService(Service):
         depth = queue.policy.max_depth
         if depth and queue.depth >= depth:
             raise Refused(
-                ErrorCode.QUEUE_FULL, f"queue {queue.name!r} is full (max_depth = {depth})"
+                ErrorCode.QUEUE_FULL,
+                f"queue {queue.name!r} is full (max_depth = {depth})",
+                log_id="limit.queue_depth",
             )
 
     def _store(self, payload: bytes) -> int | None:
@@ -861,11 +876,21 @@ class QueueService(Service):
         # After the tasks: a task's payload comes before a kept result.
         self.kept.restore(recovery.kept, recovery.forgotten)
 
-    def _reject(
-        self, session: Session, code: ErrorCode, reason: str, task_type: bytes, size: int
-    ) -> None:
-        self._count_rejection(session, code, reason, task_type, size)
-        session.reply(_ERROR[session.version](code, reason))
+    def _reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
+        reason = str(refusal)
+        self._count_rejection(session, refusal.code, reason, task_type, size)
+        self.limit_hit(session.peer.peer_name, refusal)
+        session.reply(_ERROR[session.version](refusal.code, reason))
+
+    def limit_hit(self, peer: str, refusal: Refused) -> None:
+        """
+        Log C{refusal} of C{peer}'s request if it is a limit hit: at once the
+        first time, then summarised (see L{LogSummary.limit}).
+        """
+        if refusal.log_id is not None:
+            self.failures.limit(
+                "refused {peer}: {reason}", log_id=refusal.log_id, peer=peer, reason=str(refusal)
+            )
 
     def _count_rejection(
         self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
@@ -1020,9 +1045,9 @@ class QueueService(Service):
             queue.paused = paused
             self.journal.record_pause(name, paused)
             if paused:
-                self.log.info("queue {queue} paused", queue=name)
+                self.log.info("queue {queue} paused", log_id="queue.paused", queue=name)
             else:
-                self.log.info("queue {queue} resumed", queue=name)
+                self.log.info("queue {queue} resumed", log_id="queue.resumed", queue=name)
                 self._serve_queue(queue)
                 self._forget_if_idle(queue)
         return {"queue": name, "paused": paused}
@@ -1042,7 +1067,12 @@ class QueueService(Service):
             tasks += delayed
         self._forget_if_idle(queue)
         if tasks:
-            self.log.info("queue {queue} purged: {count} tasks", queue=name, count=len(tasks))
+            self.log.info(
+                "queue {queue} purged: {count} tasks",
+                log_id="queue.purged",
+                queue=name,
+                count=len(tasks),
+            )
         return {"queue": name, "purged": len(tasks)}
 
     # -- workers ----------------------------------------------------------------
@@ -1105,6 +1135,7 @@ class QueueService(Service):
                 task.task_type,
                 reason,
                 "task {task_id} ({task_type}) failed on {worker}: {reason}",
+                log_id="task.failed",
                 task_id=task_id,
                 task_type=task.task_type.decode("utf-8", "replace"),
                 worker=session.peer.peer_name,
@@ -1261,6 +1292,7 @@ class QueueService(Service):
             b"",
             f"a stale {what} was refused",
             "stale {what} for task {task_id} (token {token}) from {worker} refused",
+            log_id="task.stale",
             what=what,
             task_id=task_id,
             token=token,
@@ -1394,6 +1426,7 @@ class QueueService(Service):
             task.task_type,
             why,
             "dead task {task_id} dropped: {why}",
+            log_id="task.dead_dropped",
             task_id=task.task_id,
             why=why,
         )
@@ -1500,6 +1533,7 @@ class QueueService(Service):
             self._count_rejection(None, ErrorCode.QUEUE_FULL, str(e), spec.task_type, 0)
             self.log.warn(
                 "schedule {name}: the firing for {when} was refused: {reason}",
+                log_id="schedule.refused",
                 name=name,
                 when=fire_time,
                 reason=str(e),
@@ -1609,6 +1643,7 @@ class QueueService(Service):
                 task.task_type,
                 "the task was finished before",
                 "outcome of task {task_id} from {worker} ignored: it was finished before",
+                log_id="task.late",
                 task_id=task_id,
                 worker=session.peer.peer_name,
             )
@@ -1630,6 +1665,7 @@ class QueueService(Service):
             task.task_type,
             "its worker reported it after it was taken back",
             "task {task_id} finished by {worker} after it was taken back",
+            log_id="task.finished_late",
             task_id=task_id,
             worker=session.peer.peer_name,
         )
@@ -1890,6 +1926,7 @@ class QueueService(Service):
             task.task_type,
             why,
             "task {task_id} requeued: {cause}",
+            log_id="task.requeued",
             task_id=task.task_id,
             cause=cause,
         )
@@ -1902,6 +1939,7 @@ class QueueService(Service):
             task.task_type,
             "delivered max_attempts times",
             "task {task_id} failed: {reason}",
+            log_id="task.given_up",
             task_id=task.task_id,
             reason=reason,
         )
@@ -1964,6 +2002,7 @@ class QueueService(Service):
             b"",
             why,
             "the kept outcome of task {task_id} was {why}",
+            log_id="limit.results",
             task_id=task_id,
             why=why,
         )
@@ -1991,7 +2030,7 @@ class QueueService(Service):
         """@raise Refused: (queue full) one more wait would pass a waiter limit."""
         refusal = self.waits.refusal(session)
         if refusal is not None:
-            raise Refused(ErrorCode.QUEUE_FULL, refusal)
+            raise Refused(ErrorCode.QUEUE_FULL, refusal, log_id="limit.waiters")
         self.waits.add(session, target, target_id, timeout_ms / 1000)
 
     def _wait_ended(self, wait: Wait[Session]) -> None:
@@ -2013,6 +2052,7 @@ class QueueService(Service):
             raise Refused(
                 ErrorCode.QUEUE_FULL,
                 f"too many groups (max_groups = {self.groups.max_groups}), none finished",
+                log_id="limit.groups",
             )
         return group.describe()
 
@@ -2074,6 +2114,7 @@ class QueueService(Service):
         self.log.info(
             "group {group} closed by the daemon: no task joined it for {idle:g} s"
             " ({members} members, {pending} still to finish)",
+            log_id="group.idle_closed",
             group=group.group_id,
             idle=self.groups.idle_close,
             members=group.members,
@@ -2158,11 +2199,14 @@ class QueueService(Service):
         live = len(self._live)
         queued, running = self.queued, self.tasks_running
         if not live:
-            self.log.info("stopping with no live tasks")
+            self.log.info(
+                "stopping with no live tasks", log_id="daemon.stopped", queued=0, running=0
+            )
         elif self.journal.path is not None:
             self.log.info(
                 "stopping with {queued} queued and {running} running tasks;"
                 " the journal {path} keeps them",
+                log_id="daemon.stopped",
                 queued=queued,
                 running=running,
                 path=self.journal.path,
@@ -2174,6 +2218,7 @@ class QueueService(Service):
             self.log.warn(
                 "stopping with {queued} queued and {running} running tasks;"
                 " without a journal they are dropped",
+                log_id="daemon.stopped",
                 queued=queued,
                 running=running,
             )

@@ -205,6 +205,7 @@ class EventLog(Service):
         self._buffer = []
         self.log.error(
             "events: writing to {directory} failed ({reason}); no more events are recorded",
+            log_id="events.broken",
             directory=self.settings.directory,
             reason=self.broken,
         )

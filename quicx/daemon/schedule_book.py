@@ -54,6 +54,7 @@ class ScheduleBook(Service):
                 self.log.warn(
                     "schedule {name}: declared in the configuration, which replaces the one"
                     " added at run time",
+                    log_id="schedule.replaced",
                     name=name,
                 )
                 continue
@@ -62,7 +63,10 @@ class ScheduleBook(Service):
                 self.scheduler.add(spec, fired.get(name))
             except (MalformedMessage, ValueError, TooManySchedules) as e:
                 self.log.error(
-                    "schedule {name} from the journal is not kept: {reason}", name=name, reason=e
+                    "schedule {name} from the journal is not kept: {reason}",
+                    log_id="schedule.dropped",
+                    name=name,
+                    reason=e,
                 )
                 continue
             self._definitions[name] = payload
@@ -89,12 +93,12 @@ class ScheduleBook(Service):
         try:
             self.scheduler.add(ScheduleSpec.from_message(message))
         except TooManySchedules as e:
-            raise Refused(ErrorCode.QUEUE_FULL, str(e)) from None
+            raise Refused(ErrorCode.QUEUE_FULL, str(e), log_id="limit.schedules") from None
         except ValueError as e:
             raise Refused(ErrorCode.INVALID_MESSAGE, f"schedule {name!r}: {e}") from None
         self._definitions[name] = payload
         self.queue.journal.record_schedule(name, payload)
-        self.log.info("schedule {name} added", name=name)
+        self.log.info("schedule {name} added", log_id="schedule.added", name=name)
         return self.scheduler.info(name)
 
     def remove(self, name: str) -> dict[str, Any]:
@@ -115,7 +119,7 @@ class ScheduleBook(Service):
             raise Refused(ErrorCode.NOT_FOUND, f"no schedule named {name!r}") from None
         del self._definitions[name]
         self.queue.journal.record_schedule(name, None)
-        self.log.info("schedule {name} removed", name=name)
+        self.log.info("schedule {name} removed", log_id="schedule.removed", name=name)
         return {"name": name, "removed": True}
 
     def describe(self) -> list[dict[str, Any]]:

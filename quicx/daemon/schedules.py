@@ -437,6 +437,7 @@ class Scheduler:
         times = missed_firings(spec, since, now)
         self.log.info(
             "schedule {name} missed its firings after {since} (missed = {policy}): firing {count}",
+            log_id="schedule.missed",
             name=spec.name,
             since=_stamp(since),
             policy=spec.missed.name.lower(),
@@ -453,7 +454,10 @@ class Scheduler:
                 self._fire(entry.spec, when)
             except Exception:
                 self.log.failure(
-                    "schedule {name}: firing at {when} failed", name=name, when=_stamp(when)
+                    "schedule {name}: firing at {when} failed",
+                    log_id="schedule.failed",
+                    name=name,
+                    when=_stamp(when),
                 )
 
     def _queue(self, entry: _Entry, now: float) -> None:

@@ -112,13 +112,14 @@ class QuicxServerProtocol(FrameReceiver):
         self.limits = limits = factory.limits
         if len(self.queue.sessions) >= limits.max_connections:
             # Refused before it costs a session: one ERROR, then the close.
-            transport.write(
-                wire.encode_error(
-                    ErrorCode.QUEUE_FULL,
-                    f"too many connections (max_connections = {limits.max_connections})",
-                )
+            refusal = Refused(
+                v2.ErrorCode.QUEUE_FULL,
+                f"too many connections (max_connections = {limits.max_connections})",
+                log_id="limit.connections",
             )
+            transport.write(wire.encode_error(refusal.code, str(refusal)))
             transport.loseConnection()
+            self.queue.limit_hit(self.peer_name, refusal)
             return
         set_no_delay(transport)
         self._batcher = factory.batcher
@@ -144,6 +145,7 @@ class QuicxServerProtocol(FrameReceiver):
         self._first_frame_deadline = None
         self.log.info(
             "closing {peer}: no whole frame within {seconds:g} s",
+            log_id="connection.no_frame",
             peer=self.peer_name,
             seconds=self.limits.first_frame_timeout,
         )
@@ -171,6 +173,13 @@ class QuicxServerProtocol(FrameReceiver):
         assert self.session is not None
         self.session.paused = True
         self.transport.pauseProducing()
+        self.queue.failures.limit(
+            "not reading from {peer}: its unsent replies passed max_output_buffer"
+            " ({size:,} bytes) until it reads them",
+            log_id="limit.output_buffer",
+            peer=self.peer_name,
+            size=self.limits.max_output_buffer,
+        )
 
     def resumeProducing(self) -> None:
         session = self.session
@@ -244,9 +253,15 @@ class QuicxServerProtocol(FrameReceiver):
         except (wire.MalformedMessage, ProtocolViolation) as e:
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
         except Refused as e:
+            self.queue.limit_hit(self.peer_name, e)
             self.frameRejected(e.code, str(e))
         except NotAuthorized as e:
-            self.log.info("refused {peer}: {reason}", peer=self.peer_name, reason=str(e))
+            self.log.info(
+                "refused {peer}: {reason}",
+                log_id="connection.forbidden",
+                peer=self.peer_name,
+                reason=str(e),
+            )
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
             self._output.flush()
             # A TLS transport will not close while a producer is registered.

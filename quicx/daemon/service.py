@@ -59,7 +59,7 @@ from quicx.protocol import wire
 class ListenerService(Service):
     """
     Listens on one endpoint string and logs the address actually bound (so
-    C{tcp:0} reports its port).  A failure to listen stops start-up with a
+    C{tcp:0} reports its port), under C{log_id}.  A failure to listen stops start-up with a
     one-line error, as C{strports} services do with a traceback.
     """
 
@@ -72,11 +72,14 @@ class ListenerService(Service):
         factory: IProtocolFactory,
         announcement: str = "listening",
         tls: TlsSettings | None = None,
+        *,
+        log_id: str,
     ) -> None:
         self.reactor = reactor
         self.description = description
         self.factory = factory
         self.announcement = announcement
+        self.log_id = log_id
         self.tls = tls or TlsSettings()
         self.port: IListeningPort | None = None
 
@@ -116,6 +119,7 @@ class ListenerService(Service):
         if self.port is not None:
             self.log.info(
                 "{what} on {address} ({description})",
+                log_id=self.log_id,
                 what=self.announcement,
                 address=self.address,
                 description=self.description,
@@ -177,6 +181,7 @@ class QuicxDaemon(MultiService):
             if not drained.called:
                 self.log.info(
                     "draining: {queued} queued and {running} running tasks, up to {timeout:g} s",
+                    log_id="daemon.draining",
                     queued=queue.stats().queue_depth,
                     running=queue.tasks_running,
                     timeout=timeout,
@@ -295,6 +300,7 @@ class QuicxDaemon(MultiService):
         config, pool = self.config, self.queue.pool
         self.log.info(
             "Quicx {version} (protocol {protocol}); config: {source}",
+            log_id="daemon.start",
             version=__version__,
             protocol=" and ".join(f"v{v}" for v in sorted(self.queue.limits.versions)),
             source=config.source,
@@ -302,6 +308,7 @@ class QuicxDaemon(MultiService):
         self.log.info(
             "pool {pool}: {count} size classes from {smallest} to {largest} bytes,"
             " {blocks:,} blocks (`quicx status` shows each class)",
+            log_id="daemon.pool",
             pool=configuration.format_size(pool.pool_size),
             count=len(pool.classes),
             smallest=pool.classes[0].size,
@@ -313,15 +320,19 @@ class QuicxDaemon(MultiService):
             self.log.info(
                 "results are held to {largest:,} bytes, the pool's largest block"
                 " ([results] max_size is {size:,}): add a larger class to take larger ones",
+                log_id="daemon.result_size",
                 largest=self.queue.max_result,
                 size=config.result_max_size,
             )
         if self.journal is None:
-            self.log.info("no journal: queued tasks are lost when the daemon stops")
+            self.log.info(
+                "no journal: queued tasks are lost when the daemon stops", log_id="journal.none"
+            )
         types = config.allowed_types
         self.log.info(
             "heartbeat every {interval:g} s of silence, drop after {timeout:g} s;"
             " task types: {types}; up to {connections:,} connections",
+            log_id="daemon.settings",
             interval=config.heartbeat_interval,
             timeout=config.heartbeat_timeout,
             types=", ".join(sorted(t.decode() for t in types)) if types else "any",
@@ -329,31 +340,37 @@ class QuicxDaemon(MultiService):
         )
         if config.busy_poll:
             self.log.info(
-                "busy polling: {micros:g} µs before each sleep", micros=config.busy_poll * 1e6
+                "busy polling: {micros:g} µs before each sleep",
+                log_id="daemon.busy_poll",
+                micros=config.busy_poll * 1e6,
             )
         super().privilegedStartService()
 
     def startService(self) -> None:
         super().startService()
-        self.reactor.callWhenRunning(self._handle_signals)
+        self.reactor.callWhenRunning(self._ready)
 
-    def _handle_signals(self) -> None:
+    def _ready(self) -> None:
         """
         SIGTERM and SIGINT stop the daemon; a second one, while it drains,
         stops the drain (twistd's own handler would stop the reactor twice).
+        Logged once they are handled, after the listeners' lines.
         """
         for number in (signal.SIGTERM, signal.SIGINT):
             signal.signal(number, self._signalled)
+        self.log.info("ready (pid {pid})", log_id="daemon.ready", pid=os.getpid())
 
     def _signalled(self, number: int, frame: object) -> None:
         name = signal.Signals(number).name
         if not self._stopping:
             self._stopping = True
-            self.log.info("{signal}: stopping", signal=name)
+            self.log.info("{signal}: stopping", log_id="daemon.signal", signal=name)
             set_exit_signal(self.reactor, number)
             self.reactor.callFromThread(self.reactor.stop)
             return
-        self.log.info("{signal} again: not waiting for the drain", signal=name)
+        self.log.info(
+            "{signal} again: not waiting for the drain", log_id="daemon.signal_again", signal=name
+        )
         self.reactor.callFromThread(self.queue.stop_draining)
 
 
@@ -438,7 +455,9 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         if timer is not None:
             timer.setServiceParent(daemon)
     for description in config.endpoints:
-        ListenerService(reactor, description, factory, tls=config.tls).setServiceParent(daemon)
+        ListenerService(
+            reactor, description, factory, tls=config.tls, log_id="daemon.listening"
+        ).setServiceParent(daemon)
     if config.control_path is not None:
         # lockfile: a socket left behind by a crashed daemon is replaced; one
         # held by a live daemon is not.
@@ -450,6 +469,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
                 QuicxServerFactory(queue, reactor, config.limits, config.authorization, admin=True),
             ),
             announcement="control socket",
+            log_id="daemon.control",
         ).setServiceParent(daemon)
     return daemon
 
@@ -492,6 +512,7 @@ def fit_file_limit(config: configuration.Config) -> configuration.Config:
     QuicxDaemon.log.warn(
         "max_connections lowered from {wanted} to {fitted}: the open-file limit is {soft}"
         " (hard limit {hard}); raise it (ulimit -n, LimitNOFILE=) for more",
+        log_id="limit.open_files",
         wanted=config.max_connections,
         fitted=fitted,
         soft=soft,
@@ -535,6 +556,7 @@ def restore(queue: QueueService, journal: Journal) -> Recovery:
     if recovery.torn_bytes:
         log.warn(
             "journal {path}: cut a torn tail of {torn} bytes at offset {offset}",
+            log_id="journal.torn_tail",
             path=journal.path,
             torn=recovery.torn_bytes,
             offset=recovery.valid_length,
@@ -556,6 +578,7 @@ def restore(queue: QueueService, journal: Journal) -> Recovery:
         ) from None
     log.info(
         "journal {path} (fsync {policy}): {records} records, {tasks} tasks recovered",
+        log_id="journal.recovered",
         path=journal.path,
         policy=journal.policy.value,
         records=recovery.records,

@@ -42,6 +42,7 @@ from quicx.daemon.journal.records import (
     MAX_SHARED_DATA,
     FsyncPolicy,
 )
+from quicx.daemon.logformat import LogFormat
 from quicx.daemon.policy import (
     DEFAULT_BACKOFF,
     ProgressSettings,
@@ -1210,7 +1211,15 @@ class Config:
         "summary_interval",
         Seconds(),
         5.0,
-        "Log failed, requeued and given-up tasks in a summary this often (0: each).",
+        "Log failed, requeued and given-up tasks, and limits hit again, in a summary this often"
+        " (0: each).",
+    )
+    log_format: LogFormat = setting(  # noqa: RUF009 (returns a field)
+        "log",
+        "format",
+        Choice(LogFormat),
+        LogFormat.TEXT,
+        "Log lines on stdout as text, or as one JSON object per line.",
     )
     queue_sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     schedule_sections: Mapping[str, ScheduleSpec] = field(factory=dict)

@@ -92,6 +92,7 @@ class SharedData:
                 "the journal kept {names} shared names of {size} bytes, past [shared]"
                 " max_names or max_memory: new names and more data are refused until some are"
                 " deleted",
+                log_id="shared.over_limits",
                 names=self.names,
                 size=self.size,
             )
@@ -171,6 +172,7 @@ class SharedData:
             raise Refused(
                 ErrorCode.QUEUE_FULL,
                 f"too many shared names (max_names = {limits.max_names}); {name!r} is new",
+                log_id="limit.shared",
             )
         total = self.size + len(data) - (0 if old is None else len(old.data))
         if total > limits.max_memory:
@@ -178,6 +180,7 @@ class SharedData:
                 ErrorCode.QUEUE_FULL,
                 f"shared data would take {total} bytes, past [shared] max_memory"
                 f" ({limits.max_memory})",
+                log_id="limit.shared",
             )
 
     # -- FOLLOW ------------------------------------------------------------------------
@@ -199,6 +202,7 @@ class SharedData:
                 ErrorCode.QUEUE_FULL,
                 f"a connection follows at most {self.limits.max_names} shared names"
                 " ([shared] max_names)",
+                log_id="limit.shared",
             )
         if follower is None:
             follower = self._followers[session.session_id] = _Follower(session)

@@ -2,6 +2,11 @@
 The C{twistd quicx} plugin's wiring: L{Options} parses the command line
 (one flag per setting, from L{quicx.daemon.settings.SETTINGS}), L{makeService}
 builds the daemon with L{quicx.daemon.service.build_daemon}.
+
+twistd starts logging after it has built the service, with the observer its
+own options name: so C{[log] format = json} (file or flag) is carried out by
+naming L{quicx.daemon.logformat.json_stdout} as twistd's C{--logger} while
+the options are parsed (L{Options.postOptions}).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from twisted.application.service import IService
 
 from quicx import version_line
 from quicx.daemon import settings as configuration
+from quicx.daemon.logformat import JSON_LOGGER, LogFormat
 from quicx.daemon.service import build_daemon
 from quicx.net.twisted_types import Options as BaseOptions
 
@@ -54,6 +60,41 @@ class Options(BaseOptions):
         base = configuration.load(self["config"]) if self["config"] else configuration.Config()
         return configuration.with_flags(base, self.given)
 
+    def checked_config(self) -> configuration.Config:
+        """L{load_config}'s configuration. @raise SystemExit: it is unusable (one line)."""
+        try:
+            return self.load_config()
+        except configuration.ConfigError as e:
+            raise SystemExit(f"quicx: {e}") from None
+
+    def postOptions(self) -> None:
+        """Under twistd (whose options are the C{parent}), choose its log observer."""
+        parent = getattr(self, "parent", None)
+        if parent is not None and self.checked_config().log_format is LogFormat.JSON:
+            log_json(parent)
+
+
+def log_json(twistd: Any) -> None:
+    """
+    Have twistd (its parsed options C{twistd}) log JSON lines to stdout,
+    unless a C{--logger} of its own was given.
+
+    @raise SystemExit: it was told to log elsewhere: a daemon in the
+        background, C{--logfile}, C{--syslog}.
+    """
+    if twistd.get("logger") is not None:
+        return
+    if (
+        not twistd.get("nodaemon")
+        or twistd.get("logfile") not in (None, "", "-")
+        or twistd.get("syslog")
+    ):
+        raise SystemExit(
+            "quicx: [log] format = json writes JSON lines to stdout: run twistd -n,"
+            " without --logfile or --syslog"
+        )
+    twistd["logger"] = JSON_LOGGER
+
 
 def _recorder(setting: configuration.Setting) -> Callable[[Options, str], None]:
     def record(self: Options, text: str) -> None:
@@ -69,8 +110,4 @@ for _setting in configuration.SETTINGS:
 
 def makeService(options: Options, reactor: Any = None) -> IService:
     """Build the daemon from parsed options (the twistd plugin's entry point)."""
-    try:
-        config = options.load_config()
-    except configuration.ConfigError as e:
-        raise SystemExit(f"quicx: {e}") from None
-    return build_daemon(config, reactor)
+    return build_daemon(options.checked_config(), reactor)

@@ -70,6 +70,7 @@ class Heartbeats:
             ):
                 self.log.info(
                     "dropping {peer}: silent for {silent:.1f} s",
+                    log_id="connection.silent",
                     peer=session.peer.peer_name,
                     silent=silent,
                 )

@@ -190,6 +190,7 @@ class Journal(Service):
         sync_directory(self.path)
         self.log.info(
             "journal {path} upgraded to format {number} (a previous release can no longer read it)",
+            log_id="journal.upgraded",
             path=self.path,
             number=FORMAT,
         )
@@ -338,6 +339,7 @@ class Journal(Service):
             self.stats.live_bytes = sum(map(len, snapshot))
             self.log.info(
                 "compacting journal {path}: {size} bytes, {live} live tasks",
+                log_id="journal.compacting",
                 path=self.path,
                 size=self.stats.file_bytes,
                 live=live,
@@ -439,6 +441,7 @@ class Journal(Service):
         in_doubt = failure.check(JournalInDoubt) is not None
         self.log.critical(
             "journal {path}: write failed: {reason}; refusing new tasks until restart",
+            log_id="journal.broken",
             path=self.path,
             reason=self.broken,
         )
