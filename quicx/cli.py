@@ -3,7 +3,8 @@ The C{quicx} command.
 
     quicx start [--config FILE] [--SETTING VALUE ...]      run the daemon
     quicx stop [--config FILE]                             stop it (SIGTERM)
-    quicx status [--config FILE] [--json]                  what it is doing
+    quicx status [--config FILE] [--json] [--classes]      what it is doing
+    quicx status --watch [--interval S] [--count N]        ... live, every second
     quicx submit TYPE PAYLOAD|- [--wait] [--queue Q] [--priority N] [--key K]
                  [--delay 30s | --at TIME] [--retries N] [--backoff exponential:1s:5m]
                  [--keep-result [--result-ttl 1h]]
@@ -40,6 +41,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
@@ -63,6 +65,7 @@ from quicx.protocol.errors import (
 from quicx.protocol.results import MAX_FOLLOW
 from quicx.protocol.v2 import MAX_OPTION, MAX_RETRIES, MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
+from quicx.status.text import bar, human_duration, thousands
 
 CONFIG_VARIABLE = "QUICX_CONFIG"
 
@@ -91,29 +94,6 @@ class CommandError(Exception):
 
 
 # -- helpers ----------------------------------------------------------------------------
-
-
-def thousands(value: int) -> str:
-    return f"{value:,}"
-
-
-def human_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    days, seconds = divmod(seconds, 86400)
-    hours, seconds = divmod(seconds, 3600)
-    minutes, seconds = divmod(seconds, 60)
-    if days:
-        return f"{days}d {hours:02d}h {minutes:02d}m"
-    if hours:
-        return f"{hours}h {minutes:02d}m {seconds:02d}s"
-    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
-
-
-def bar(used: int, total: int, width: int = 20) -> str:
-    filled = round(width * used / total) if total else 0
-    if used and not filled:
-        filled = 1  # never show a used resource as empty
-    return "[" + "█" * filled + "░" * (width - filled) + "]"
 
 
 def daemon_config(args: argparse.Namespace) -> configuration.Config:
@@ -254,19 +234,43 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if not args.watch and (args.interval or args.count):
+        raise CommandError("--interval and --count go with --watch", status=2)
+    path = control_path(args)
     try:
-        status = fetch_status(control_path(args), timeout=args.timeout)
+        if args.watch:
+            return watch_status(path, args)
+        status = fetch_status(path, timeout=args.timeout)
     except StatusUnavailable as e:
         raise CommandError(str(e)) from None
     if args.json:
         print(json.dumps(status, indent=2))
     else:
-        sys.stdout.write(render_status(status))
+        sys.stdout.write(render_status(status, classes=args.every_class))
     return 0
 
 
-def render_status(status: Mapping[str, Any]) -> str:
-    """The human view of a status document."""
+def watch_status(path: str, args: argparse.Namespace) -> int:
+    """C{quicx status --watch}: until Ctrl-C (exit 0), C{--count} or the daemon goes."""
+    from quicx.status.watch import watch  # rich: loaded only to watch
+
+    with suppress(KeyboardInterrupt):  # how a watch is meant to end
+        watch(
+            lambda: fetch_status(path, timeout=args.timeout),
+            sys.stdout,
+            args.interval or 1.0,
+            args.count,
+            as_json=args.json,
+        )
+    return 0
+
+
+FULLEST_CLASSES = 3
+"""The size classes the folded status view shows: the fullest in use."""
+
+
+def render_status(status: Mapping[str, Any], classes: bool = False) -> str:
+    """The human view of a status document: every size class's line if C{classes}."""
     tasks, connections, memory = status["tasks"], status["connections"], status["memory"]
     used, total = memory["used"], memory["total"]
     lines = [
@@ -319,15 +323,34 @@ def render_status(status: Mapping[str, Any]) -> str:
         *_shared_lines(status.get("shared")),
         "",
         *_journal_lines(status.get("journal")),
-        "Size classes      blocks used / total",
+        *(_class_lines if classes else _folded_class_lines)(status["classes"]),
     ]
-    for size_class in status["classes"]:
-        used_blocks, total_blocks = size_class["blocks_used"], size_class["blocks_total"]
-        lines.append(
-            f"  {thousands(size_class['size']):>9} B  {bar(used_blocks, total_blocks)}"
-            f"  {thousands(used_blocks):>9} / {thousands(total_blocks)}"
-        )
     return "\n".join(lines) + "\n"
+
+
+def _class_lines(classes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every size class: its blocks used out of its total, with a bar."""
+    return ["Size classes      blocks used / total", *map(_class_line, classes)]
+
+
+def _folded_class_lines(classes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """How many size classes are in use, and the fullest few."""
+    used = [c for c in classes if c["blocks_used"]]
+    fullest = sorted(used, key=lambda c: (-c["blocks_used"] / c["blocks_total"], c["size"]))
+    blocks = sum(c["blocks_used"] for c in classes), sum(c["blocks_total"] for c in classes)
+    return [
+        f"Size classes      {len(used)} of {len(classes)} in use,"
+        f" {thousands(blocks[0])} / {thousands(blocks[1])} blocks (--classes: each one)",
+        *map(_class_line, fullest[:FULLEST_CLASSES]),
+    ]
+
+
+def _class_line(size_class: Mapping[str, Any]) -> str:
+    used, total = size_class["blocks_used"], size_class["blocks_total"]
+    return (
+        f"  {thousands(size_class['size']):>9} B  {bar(used, total)}"
+        f"  {thousands(used):>9} / {thousands(total)}"
+    )
 
 
 def _queue_lines(queues: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -1218,12 +1241,40 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         "show what the daemon is doing",
         "Show version, pid, uptime, task totals, memory and size-class use from"
-        " the daemon's control socket. Exits 1 if no daemon answers.",
+        " the daemon's control socket. Exits 1 if no daemon answers. --watch shows,"
+        " every --interval, the tasks per second and latencies since the refresh before,"
+        " the queues, workers and memory, in place on a terminal and as one plain block"
+        " per refresh otherwise, until Ctrl-C (exit 0) or --count refreshes; it exits 1"
+        " when the daemon goes away.",
     )
     config_option(status)
     add_setting_flags(status.add_argument, settings("control", "port"))
-    status.add_argument("--json", action="store_true", help="print the status document as JSON")
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="print the status document as JSON (with --watch: one a line)",
+    )
     status.add_argument("--timeout", type=duration, default=5.0, help="seconds to wait (5)")
+    shown = status.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--classes",
+        dest="every_class",  # not "classes": the [pool] setting's
+        action="store_true",
+        help="show every size class, not the fullest few",
+    )
+    shown.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    status.add_argument(
+        "--interval",
+        type=duration,
+        metavar="S",
+        help="with --watch: seconds between refreshes (1)",
+    )
+    status.add_argument(
+        "--count",
+        type=bounded_int(1, 1 << 31),
+        metavar="N",
+        help="with --watch: stop after N refreshes",
+    )
     status.set_defaults(run=cmd_status)
 
     submit = command(

@@ -206,6 +206,7 @@ def test_start_status_stop(tmp_path: Path, background) -> None:
     with QuicxClient(f"tcp:127.0.0.1:{port}") as client:
         client.submit_many(("t", b"x" * 100) for _ in range(1234))
         table = quicx("status", f"--control={control}")
+        detail = quicx("status", f"--control={control}", "--classes")
         document = quicx("status", f"--control={control}", "--json")
     assert table.returncode == 0, table.stderr
     assert f"pid {daemon.process.pid}" in table.stdout
@@ -218,7 +219,17 @@ def test_start_status_stop(tmp_path: Path, background) -> None:
     used = 80 + 655 * (112 + 16) + 579 * (128 + 16)
     assert f"{used / 1024:.1f} KiB / 8.0 MiB" in table.stdout
     assert re.search(r"128 B  \[█+░*\]\s+579 / 582", table.stdout)
-    assert re.search(r"1,024 B  \[░+\]\s+0 / 161", table.stdout)
+    # Folded: the classes in use, the fullest first; --classes shows each one.
+    folded = table.stdout.partition("Size classes")[2].splitlines()
+    in_use = r" +2 of 64 in use, 1,234 / [\d,]+ blocks \(--classes: each one\)"
+    assert re.fullmatch(in_use, folded[0])
+    assert [line.split(" B")[0].strip() for line in folded[1:]] == ["112", "128"]
+    assert detail.returncode == 0, detail.stderr
+    every = detail.stdout.partition("Size classes")[2].splitlines()
+    assert every[0].strip() == "blocks used / total"
+    assert len(every) == 1 + 64
+    assert re.search(r"112 B  \[█+\]\s+655 / 655", detail.stdout)
+    assert re.search(r"1,024 B  \[░+\]\s+0 / 161", detail.stdout)
     assert "shared data: 0 names, 0 B (0 versions published, 0 followers)" in table.stdout
     status = json.loads(document.stdout)
     assert status["tasks"]["queued"] == 1234

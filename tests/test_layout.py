@@ -23,6 +23,7 @@ LAYERS = {
     "quicx.daemon": 2,
     "quicx.clients": 2,
     "quicx.report": 3,
+    "quicx.status": 3,
     "quicx.cli": 4,
 }
 """A module may import its own layer's package and lower layers only."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 LATENCY_BUCKETS: tuple[float, ...] = (
@@ -78,12 +79,15 @@ class Histogram:
         return {"counts": list(self.counts), "sum": round(self.total, 6)}
 
 
-def quantile(counts: list[int], fraction: float) -> float | None:
+def quantile(
+    counts: Sequence[int], fraction: float, bounds: Sequence[float] = LATENCY_BUCKETS
+) -> float | None:
     """
     The C{fraction} quantile (0 to 1) of bucket C{counts} (as in
-    L{Histogram.counts}), interpolated linearly inside its bucket, as
-    Prometheus' C{histogram_quantile} does; C{None} with no observations.
-    One past the last bound is answered with the last bound.
+    L{Histogram.counts}, one more than C{bounds}, the buckets' upper bounds),
+    interpolated linearly inside its bucket, as Prometheus'
+    C{histogram_quantile} does; C{None} with no observations.  One past the
+    last bound is answered with the last bound.
     """
     total = sum(counts)
     if not total:
@@ -92,13 +96,13 @@ def quantile(counts: list[int], fraction: float) -> float | None:
     seen = 0
     for index, count in enumerate(counts):
         if count and seen + count >= rank:
-            if index == len(LATENCY_BUCKETS):
-                return LATENCY_BUCKETS[-1]
-            lower = LATENCY_BUCKETS[index - 1] if index else 0.0
-            upper = LATENCY_BUCKETS[index]
+            if index == len(bounds):
+                return bounds[-1]
+            lower = bounds[index - 1] if index else 0.0
+            upper = bounds[index]
             return lower + (upper - lower) * max(0.0, rank - seen) / count
         seen += count
-    return LATENCY_BUCKETS[-1]
+    return bounds[-1]
 
 
 class Tally:

@@ -1,0 +1,166 @@
+"""
+What went through the daemon between two status documents: tasks per
+second submitted, done and failed, and the wait and run percentiles, for
+the daemon as a whole, per queue and per task type.
+
+Pure functions over the documents' C{"telemetry"} tallies (see
+docs/operations.md): the counts and histogram buckets of the later one
+less those of the earlier one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from quicx.daemon.telemetry import LATENCY_BUCKETS, quantile
+
+PERCENTILES = (0.5, 0.95, 0.99)
+"""The fractions each latency is shown at: p50, p95, p99."""
+
+
+@attrs.frozen
+class Flow:
+    """
+    One row's traffic over the interval: the daemon's (C{name} C{"all"}),
+    a queue's or a task type's.
+
+    @ivar submitted: tasks accepted per second.
+    @ivar done: tasks done per second.
+    @ivar failed: tasks failed per second, into the dead letters or not.
+    @ivar wait: the p50, p95 and p99 (seconds) of the waits, ready to
+        dispatched, that ended in the interval; C{None} each without any.
+    @ivar run: the same of the runs, dispatched to reported.
+    @ivar moved: tasks submitted, done and failed in the interval (a count,
+        for ordering the rows busiest first).
+    """
+
+    name: str
+    submitted: float
+    done: float
+    failed: float
+    wait: tuple[float | None, ...]
+    run: tuple[float | None, ...]
+    moved: int
+
+
+@attrs.frozen
+class Activity:
+    """
+    The interval between two status documents, and what went through.
+
+    @ivar seconds: its length, by the daemon's clock.
+    @ivar since_start: whether it runs from the daemon's start (there was no
+        earlier document from this daemon process).
+    @ivar queues: a L{Flow} per queue, busiest first.
+    @ivar types: a L{Flow} per task type, busiest first.
+    """
+
+    seconds: float
+    since_start: bool
+    overall: Flow
+    queues: tuple[Flow, ...]
+    types: tuple[Flow, ...]
+
+
+@attrs.define
+class _Sum:
+    """Counts and histogram buckets added up, for one row."""
+
+    submitted: int = 0
+    done: int = 0
+    failed: int = 0
+    wait: list[int] = attrs.Factory(list)
+    run: list[int] = attrs.Factory(list)
+
+    def add(self, later: Mapping[str, Any], earlier: Mapping[str, Any] | None) -> None:
+        """Add what one tally counted from C{earlier} (C{None}: from zero) to C{later}."""
+
+        def grew(key: str) -> int:
+            return int(later[key]) - (int(earlier[key]) if earlier else 0)
+
+        self.submitted += grew("submitted")
+        self.done += grew("done")
+        self.failed += grew("failed") + grew("dead")
+        for mine, key in ((self.wait, "wait"), (self.run, "run")):
+            counts = later[key]["counts"]
+            before = earlier[key]["counts"] if earlier else [0] * len(counts)
+            if not mine:
+                mine.extend([0] * len(counts))
+            for index, (now, then) in enumerate(zip(counts, before, strict=True)):
+                mine[index] += now - then
+
+    def flow(self, name: str, seconds: float, bounds: Sequence[float]) -> Flow:
+        def rate(count: int) -> float:
+            return count / seconds if seconds > 0 else 0.0
+
+        return Flow(
+            name=name,
+            submitted=rate(self.submitted),
+            done=rate(self.done),
+            failed=rate(self.failed),
+            wait=percentiles(self.wait, bounds),
+            run=percentiles(self.run, bounds),
+            moved=self.submitted + self.done + self.failed,
+        )
+
+
+def percentiles(counts: Sequence[int], bounds: Sequence[float]) -> tuple[float | None, ...]:
+    """The L{PERCENTILES} of histogram bucket C{counts} (C{None} each when empty)."""
+    return tuple(quantile(counts, fraction, bounds) for fraction in PERCENTILES)
+
+
+def same_run(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> bool:
+    """Whether C{earlier} came from the same daemon process as C{later}, before it."""
+    return (
+        earlier is not None
+        and earlier.get("pid") == later.get("pid")
+        and earlier.get("started_at") == later.get("started_at")
+        and earlier["uptime"] <= later["uptime"]
+    )
+
+
+def activity(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> Activity:
+    """
+    What went through between status documents C{earlier} and C{later}:
+    since the daemon started when C{earlier} is C{None} or came from
+    another daemon process (one restarted in between).
+    """
+    if not same_run(earlier, later):
+        earlier = None
+    telemetry = later.get("telemetry") or {}
+    bounds = telemetry.get("buckets") or LATENCY_BUCKETS
+    before = {
+        (tally["queue"], tally["type"]): tally
+        for tally in ((earlier or {}).get("telemetry") or {}).get("tallies", ())
+    }
+    overall = _Sum()
+    queues: dict[str, _Sum] = {}
+    types: dict[str, _Sum] = {}
+    for tally in telemetry.get("tallies", ()):
+        then = before.get((tally["queue"], tally["type"]))
+        for row in (
+            overall,
+            queues.setdefault(tally["queue"], _Sum()),
+            types.setdefault(tally["type"], _Sum()),
+        ):
+            row.add(tally, then)
+    seconds = later["uptime"] - (earlier["uptime"] if earlier else 0.0)
+    return Activity(
+        seconds=seconds,
+        since_start=earlier is None,
+        overall=overall.flow("all", seconds, bounds),
+        queues=_rows(queues, seconds, bounds),
+        types=_rows(types, seconds, bounds),
+    )
+
+
+def _rows(sums: Mapping[str, _Sum], seconds: float, bounds: Sequence[float]) -> tuple[Flow, ...]:
+    return busiest(total.flow(name, seconds, bounds) for name, total in sums.items())
+
+
+def busiest(flows: Iterable[Flow]) -> tuple[Flow, ...]:
+    """C{flows}, the most tasks moved first, then by name."""
+    return tuple(sorted(flows, key=lambda flow: (-flow.moved, flow.name)))
