@@ -138,3 +138,14 @@ def test_the_public_api_is_importable_from_quicx() -> None:
     assert connect.__module__ == "quicx.clients.twisted_client"
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         quicx.Nope  # noqa: B018
+
+
+def test_every_package_is_shipped_by_a_regular_install() -> None:
+    """setup.cfg lists packages by name: a new one left out works only from a checkout."""
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(PACKAGE.parent / "setup.cfg")
+    listed = set(setup["options"]["packages"].split())
+    found = {module_name(init) for init in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set()
