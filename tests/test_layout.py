@@ -145,7 +145,7 @@ def test_every_package_is_shipped_by_a_regular_install() -> None:
     import configparser
 
     setup = configparser.ConfigParser()
-    setup.read(PACKAGE.parent / "setup.cfg")
+    setup.read(Path(__file__).parent.parent / "setup.cfg")
     listed = set(setup["options"]["packages"].split())
     found = {module_name(init) for init in PACKAGE.rglob("__init__.py")}
     assert found - listed == set()
