@@ -7,7 +7,8 @@ The daemon's service tree, built from a checked configuration:
       +- Journal             the write-ahead journal (when configured)
       +- QueueService        the state
       +- TimerService...     heartbeats, the task timeout
-      +- ListenerService...  one per endpoint string, and the control socket
+      +- ListenerService...  one per endpoint string, the control socket, and
+                             the Prometheus metrics (when configured)
 
 On SIGTERM the daemon drains (see L{QuicxDaemon}), then the services stop
 in reverse order.
@@ -32,7 +33,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from quicx import __version__
-from quicx.daemon import introspect, pmad
+from quicx.daemon import introspect, metrics, pmad
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import STATUS_FORMAT, ControlFactory
 from quicx.daemon.core import QueueService, Refused
@@ -41,6 +42,7 @@ from quicx.daemon.journal.records import JournalCorrupt, Recovery
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.logsummary import LogSummary
+from quicx.daemon.metrics_web import MetricsSite
 from quicx.daemon.periodic import every
 from quicx.daemon.results import ResultLimits
 from quicx.daemon.schedule_book import ScheduleBook
@@ -60,7 +62,8 @@ class ListenerService(Service):
     """
     Listens on one endpoint string and logs the address actually bound (so
     C{tcp:0} reports its port).  A failure to listen stops start-up with a
-    one-line error, as C{strports} services do with a traceback.
+    one-line error that names the C{setting} the endpoint string came from,
+    as C{strports} services do with a traceback.
     """
 
     log = Logger()
@@ -72,12 +75,14 @@ class ListenerService(Service):
         factory: IProtocolFactory,
         announcement: str = "listening",
         tls: TlsSettings | None = None,
+        setting: str = "[server] listen",
     ) -> None:
         self.reactor = reactor
         self.description = description
         self.factory = factory
         self.announcement = announcement
         self.tls = tls or TlsSettings()
+        self.setting = setting
         self.port: IListeningPort | None = None
 
     def privilegedStartService(self) -> None:
@@ -91,10 +96,13 @@ class ListenerService(Service):
                 endpoint = serverFromString(self.reactor, description)
             endpoint.listen(self.factory).addBoth(outcome.append)
         except ValueError as e:
-            raise SystemExit(f"quicx: bad listen address {self.description!r}: {e}") from None
+            raise SystemExit(
+                f"quicx: bad listen address {self.description!r} ({self.setting}): {e}"
+            ) from None
         if isinstance(outcome[0], Failure):
             raise SystemExit(
-                f"quicx: cannot listen on {self.description}: {outcome[0].getErrorMessage()}"
+                f"quicx: cannot listen on {self.description} ({self.setting}):"
+                f" {outcome[0].getErrorMessage()}"
             )
         self.port = outcome[0]
         # Announce once the reactor runs: by then SIGTERM is handled, so the
@@ -450,6 +458,16 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
                 QuicxServerFactory(queue, reactor, config.limits, config.authorization, admin=True),
             ),
             announcement="control socket",
+            setting="[server] control",
+        ).setServiceParent(daemon)
+    if config.metrics_listen:
+        ListenerService(
+            reactor,
+            config.metrics_listen,
+            MetricsSite(metrics.registry(queue, shared, journal)),
+            announcement="metrics",
+            tls=config.tls,
+            setting="[metrics] listen",
         ).setServiceParent(daemon)
     return daemon
 
