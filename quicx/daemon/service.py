@@ -33,7 +33,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from quicx import __version__
-from quicx.daemon import introspect, metrics, pmad
+from quicx.daemon import introspect, pmad
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import STATUS_FORMAT, ControlFactory
 from quicx.daemon.core import QueueService, Refused
@@ -42,7 +42,6 @@ from quicx.daemon.journal.records import JournalCorrupt, Recovery
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.logsummary import LogSummary
-from quicx.daemon.metrics_web import MetricsSite
 from quicx.daemon.periodic import every
 from quicx.daemon.results import ResultLimits
 from quicx.daemon.schedule_book import ScheduleBook
@@ -461,6 +460,11 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             setting="[server] control",
         ).setServiceParent(daemon)
     if config.metrics_listen:
+        # Imported only when on: prometheus_client and twisted.web are
+        # about 3 MiB of the daemon's memory (docs/operations.md, "Memory").
+        from quicx.daemon import metrics
+        from quicx.daemon.metrics_web import MetricsSite
+
         ListenerService(
             reactor,
             config.metrics_listen,
