@@ -76,3 +76,13 @@ def test_bench_refuses_a_delays_count_below_one() -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "1 or more" in result.stderr
+
+
+def test_bench_observability_scrapes_the_on_runs() -> None:
+    from tools.bench import OBSERVABILITY_ON, observability_workload
+
+    figures = observability_workload(2000, rounds=1)
+    assert figures["flags"] == OBSERVABILITY_ON
+    assert [len(figures["rounds"][k]) for k in ("off", "on")] == [1, 1]
+    assert figures["ratio"] == figures["median_on"] / figures["median_off"] > 0
+    assert figures["scrapes"] >= 1 and figures["scrape_ms_max"] > 0

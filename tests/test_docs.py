@@ -367,3 +367,36 @@ def test_the_log_check_finds_a_message_without_an_id_or_a_level() -> None:
         "quicx/daemon/m.py:4: log_id given to shout(): what level?",
         "quicx/clients/m.py:4: log_id given to shout(): what level?",
     ]
+
+
+# -- the metrics table of docs/operations.md against the collector ----------------------
+
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+
+def metrics_table(text: str) -> dict[str, str]:
+    """The first table under C{## Prometheus metrics}: each metric's type, by name."""
+    start = text.splitlines().index("## Prometheus metrics")
+    _, rows = next((first, rows) for first, rows in tables(text) if first > start)
+    assert [c.strip() for c in cells(rows[0])] == ["metric", "type", "labels", "meaning"]
+    return {
+        name.strip().strip("`"): kind.strip() for name, kind, *_ in (cells(row) for row in rows[2:])
+    }
+
+
+def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> None:
+    from prometheus_client import generate_latest
+    from twisted.internet.task import Clock
+
+    from quicx.daemon.journal.records import FsyncPolicy
+    from quicx.daemon.journal.writer import Journal
+    from quicx.daemon.metrics import registry
+    from quicx.daemon.shared import SharedData
+    from tests.fakes import make_queue
+
+    queue = make_queue()
+    journal = Journal(str(tmp_path / "journal"), FsyncPolicy.ALWAYS, Clock())
+    text = generate_latest(registry(queue, SharedData(queue), journal)).decode()
+    # Each family's "# TYPE NAME KIND" line, with the name as exposed (a counter's ends in _total).
+    emitted = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
+    assert metrics_table(OPERATIONS.read_text()) == emitted

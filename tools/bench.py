@@ -11,6 +11,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench e2e latency --quick  # a subset, smaller N
     python -m tools.bench journal              # e2e per journal fsync policy
     python -m tools.bench delays               # delayed tasks: dispatch spread, memory
+    python -m tools.bench observability        # e2e with /metrics off and on, scraped
 
 See docs/performance.md for the figures and how to read them.
 """
@@ -30,9 +31,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import IO, Any
 
@@ -252,12 +255,14 @@ def e2e_workload(
     layout: tuple[int, int] = CREDITS,
     protocol: int = 1,
     result_size: int = 0,
+    during: Callable[[DaemonProcess], AbstractContextManager[object]] | None = None,
 ) -> dict[str, Any]:
     """
     One producer pipelines C{n} tasks; 2 worker processes run them.  With
     C{protocol} 2, the tasks are spread over 4 queues and 3 priorities and
     the workers serve the 4 queues.  With C{result_size} (version 2), each
     handler returns a result of that many bytes, which reaches the producer.
+    C{during(daemon)}: a context the timed part runs in (a scraper, say).
     """
     worker_args = ("--protocol=1",) if protocol == 1 else (f"--queues={','.join(V2_QUEUES)}",)
     target = "tools.bench:result_worker" if result_size else "tools.bench:noop_worker"
@@ -265,9 +270,10 @@ def e2e_workload(
     with running(extra, 2, layout, 0.0, worker_args, target) as (daemon, workers):
         assert workers is not None
         cpu = cpu_seconds(daemon.pid), workers.cpu_seconds(), time.process_time()
-        seconds = _produce_and_wait(
-            daemon.client_address, n, payload_of(payload_size), protocol, result_size
-        )
+        with nullcontext() if during is None else during(daemon):
+            seconds = _produce_and_wait(
+                daemon.client_address, n, payload_of(payload_size), protocol, result_size
+            )
         daemon_cpu = cpu_seconds(daemon.pid) - cpu[0]
         workers_cpu = workers.cpu_seconds() - cpu[1]
         producer_cpu = time.process_time() - cpu[2]
@@ -638,6 +644,78 @@ def events_workload(n: int, directory: Path, rounds: int = 3) -> dict[str, Any]:
     return {"n": n, "rounds": rates, "median_off": off, "median_on": on, "ratio": on / off}
 
 
+OBSERVABILITY_ON = ["--metrics-listen=tcp:0:interface=127.0.0.1"]
+"""The daemon flags of the observability workload's "on" runs: every live
+view the daemon serves (C{/metrics}; the web dashboard's C{--web-listen=...}
+joins it)."""
+
+SCRAPE_INTERVAL = 1.0
+
+
+class Scraper:
+    """
+    While in use for a daemon, fetches its C{/metrics} every
+    L{SCRAPE_INTERVAL} on a thread (as Prometheus would), the first at once.
+
+    @ivar seconds: how long each scrape took, over every use.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    @contextmanager
+    def __call__(self, daemon: DaemonProcess) -> Iterator[None]:
+        url = f"http://127.0.0.1:{daemon.announced_port('metrics')}/metrics"
+        stop = threading.Event()
+        failures: list[BaseException] = []
+
+        def scrape() -> None:
+            try:
+                while True:
+                    started = time.perf_counter()
+                    with urllib.request.urlopen(url, timeout=10) as reply:
+                        reply.read()
+                    self.seconds.append(time.perf_counter() - started)
+                    if stop.wait(SCRAPE_INTERVAL):
+                        return
+            except Exception as e:  # told in the caller's thread
+                failures.append(e)
+
+        thread = threading.Thread(target=scrape, name="scraper", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(15)
+        if failures:
+            raise SystemExit(f"tools.bench: scraping {url} failed: {failures[0]}")
+
+
+def observability_workload(n: int, rounds: int = 3) -> dict[str, Any]:
+    """
+    End-to-end throughput with the live views off, and on (L{OBSERVABILITY_ON})
+    with a scraper fetching C{/metrics} every second; alternated.
+    """
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    scraper = Scraper()
+    for _ in range(rounds):
+        rates["off"].append(e2e_workload(n)["tasks_per_s"])
+        on = e2e_workload(n, extra=OBSERVABILITY_ON, during=scraper)
+        rates["on"].append(on["tasks_per_s"])
+    off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    return {
+        "n": n,
+        "flags": OBSERVABILITY_ON,
+        "rounds": rates,
+        "median_off": off,
+        "median_on": on,
+        "ratio": on / off,
+        "scrapes": len(scraper.seconds),
+        "scrape_ms_max": 1000 * max(scraper.seconds),
+    }
+
+
 def synthetic_events(directory: Path, events: int) -> int:
     """Write about C{events} lifecycle events (3 or 4 per task) as NDJSON."""
     from random import Random
@@ -796,6 +874,7 @@ WORKLOADS = (
     "harness",
     "journal",
     "events",
+    "observability",
     "report",
     "delays",
     "results",
@@ -986,6 +1065,17 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def run_observability() -> None:
+        ours = observability_workload(100_000 // scale)
+        emit(
+            "observability e2e",
+            f"off {ours['median_off']:,.0f}/s  on {ours['median_on']:,.0f}/s"
+            f"  (median of 3 each, alternated; {ours['scrapes']} scrapes, the longest"
+            f" {ours['scrape_ms_max']:.1f} ms): ratio {ours['ratio']:.2f}",
+            ours,
+            table,
+        )
+
     def run_report() -> None:
         ours = report_workload(1_000_000 // scale)
         emit(
@@ -1057,6 +1147,7 @@ def main(argv: list[str] | None = None) -> int:
         results=run_results,
         report=run_report,
         events=run_events,
+        observability=run_observability,
         harness=run_harness,
         submit=run_submit,
         e2e=run_e2e,

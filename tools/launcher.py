@@ -211,6 +211,16 @@ class DaemonProcess:
             time.sleep(0.05)
         return log
 
+    def announced_port(self, what: str, timeout: float = 10.0) -> int:
+        """
+        The port in this run's first C{WHAT on 127.0.0.1:PORT} line (C{metrics},
+        say: a listener other than the tasks'); AssertionError after C{timeout}.
+        """
+        announced = re.compile(rf"{re.escape(what)} on 127\.0\.0\.1:(\d+)")
+        match = announced.search(self.wait_for_log(f"{what} on 127.0.0.1:", timeout))
+        assert match is not None
+        return int(match.group(1))
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 

@@ -7,7 +7,8 @@ The daemon's service tree, built from a checked configuration:
       +- Journal             the write-ahead journal (when configured)
       +- QueueService        the state
       +- TimerService...     heartbeats, the task timeout
-      +- ListenerService...  one per endpoint string, and the control socket
+      +- ListenerService...  one per endpoint string, the control socket, and
+                             the Prometheus metrics (when configured)
 
 On SIGTERM the daemon drains (see L{QuicxDaemon}), then the services stop
 in reverse order.
@@ -59,8 +60,9 @@ from quicx.protocol import wire
 class ListenerService(Service):
     """
     Listens on one endpoint string and logs the address actually bound (so
-    C{tcp:0} reports its port), under C{log_id}.  A failure to listen stops start-up with a
-    one-line error, as C{strports} services do with a traceback.
+    C{tcp:0} reports its port), under C{log_id}.  A failure to listen stops
+    start-up with a one-line error that names the C{setting} the endpoint
+    string came from, as C{strports} services do with a traceback.
     """
 
     log = Logger()
@@ -74,6 +76,7 @@ class ListenerService(Service):
         tls: TlsSettings | None = None,
         *,
         log_id: str,
+        setting: str = "[server] listen",
     ) -> None:
         self.reactor = reactor
         self.description = description
@@ -81,6 +84,7 @@ class ListenerService(Service):
         self.announcement = announcement
         self.log_id = log_id
         self.tls = tls or TlsSettings()
+        self.setting = setting
         self.port: IListeningPort | None = None
 
     def privilegedStartService(self) -> None:
@@ -94,10 +98,13 @@ class ListenerService(Service):
                 endpoint = serverFromString(self.reactor, description)
             endpoint.listen(self.factory).addBoth(outcome.append)
         except ValueError as e:
-            raise SystemExit(f"quicx: bad listen address {self.description!r}: {e}") from None
+            raise SystemExit(
+                f"quicx: bad listen address {self.description!r} ({self.setting}): {e}"
+            ) from None
         if isinstance(outcome[0], Failure):
             raise SystemExit(
-                f"quicx: cannot listen on {self.description}: {outcome[0].getErrorMessage()}"
+                f"quicx: cannot listen on {self.description} ({self.setting}):"
+                f" {outcome[0].getErrorMessage()}"
             )
         self.port = outcome[0]
         # Announce once the reactor runs: by then SIGTERM is handled, so the
@@ -470,6 +477,22 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             ),
             announcement="control socket",
             log_id="daemon.control",
+            setting="[server] control",
+        ).setServiceParent(daemon)
+    if config.metrics_listen:
+        # Imported only when on: prometheus_client and twisted.web are
+        # about 3 MiB of the daemon's memory (docs/operations.md, "Memory").
+        from quicx.daemon import metrics
+        from quicx.daemon.metrics_web import MetricsSite
+
+        ListenerService(
+            reactor,
+            config.metrics_listen,
+            MetricsSite(metrics.registry(queue, shared, journal)),
+            announcement="metrics",
+            tls=config.tls,
+            log_id="daemon.metrics",
+            setting="[metrics] listen",
         ).setServiceParent(daemon)
     return daemon
 

@@ -1,0 +1,258 @@
+"""
+The daemon's state as Prometheus metrics: a collector that reads it when
+scraped (see docs/operations.md#prometheus-metrics for every metric).
+
+Nothing is counted here: the counts and latencies per queue and task type
+are L{quicx.daemon.telemetry}'s, the rest is read from the queue, the pool,
+the shared data and the journal as they stand, on the reactor thread.  The
+collector sits on a registry of its own (L{registry}), not on
+C{prometheus_client}'s global one, so a second daemon in the same process
+(as in the tests) has its own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from quicx import __version__
+from quicx.daemon.core import QueueService
+from quicx.daemon.journal.writer import Journal
+from quicx.daemon.shared import SharedData
+from quicx.daemon.telemetry import LATENCY_BUCKETS, Histogram, Tally
+from quicx.protocol.session import Role
+
+BOUNDS = [*map(floatToGoString, LATENCY_BUCKETS), "+Inf"]
+"""The C{le} labels of every histogram's buckets."""
+
+
+def buckets(histogram: Histogram) -> list[tuple[str, float]]:
+    """C{histogram}'s counts as Prometheus buckets: cumulative, C{+Inf} last."""
+    found, seen = [], 0
+    for bound, count in zip(BOUNDS, list(histogram.counts), strict=True):
+        seen += count
+        found.append((bound, float(seen)))
+    return found
+
+
+class QuicxCollector(Collector):
+    """
+    Every metric of one daemon, read at each scrape.
+
+    @ivar journal: the journal, or C{None} without one (no journal metrics).
+    """
+
+    def __init__(self, queue: QueueService, shared: SharedData, journal: Journal | None) -> None:
+        self.queue = queue
+        self.shared = shared
+        self.journal = journal
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._process()
+        yield from self._tasks()
+        yield from self._queues()
+        yield from self._connections()
+        yield from self._pool()
+        yield from self._kept()
+        if self.journal is not None:
+            yield from self._journal(self.journal)
+
+    def _process(self) -> Iterator[Metric]:
+        queue = self.queue
+        info = InfoMetricFamily(
+            "quicx_build", "The daemon's version and protocol versions.", labels=["version"]
+        )
+        info.add_metric(
+            [__version__],
+            {"protocols": ",".join(map(str, sorted(queue.limits.versions)))},
+        )
+        yield info
+        yield GaugeMetricFamily(
+            "quicx_start_time_seconds",
+            "When the daemon started (Unix time).",
+            value=queue.started_at,
+        )
+        yield GaugeMetricFamily(
+            "quicx_uptime_seconds",
+            "Seconds since the daemon started.",
+            value=queue.clock() - queue.started_at,
+        )
+
+    def _tasks(self) -> Iterator[Metric]:
+        telemetry = self.queue.telemetry
+        tallies = [telemetry.tallies[key] for key in sorted(telemetry.tallies)]
+        labels = ["queue", "type"]
+        submitted = CounterMetricFamily(
+            "quicx_tasks_submitted", "Tasks accepted (OK sent).", labels=labels
+        )
+        finished = CounterMetricFamily(
+            "quicx_tasks_finished",
+            "Tasks finished, by outcome: done, failed (for good), dead (into the"
+            " dead letters) or cancelled.",
+            labels=[*labels, "outcome"],
+        )
+        retried = CounterMetricFamily(
+            "quicx_tasks_retried", "Failed attempts that run again after a backoff.", labels=labels
+        )
+        requeued = CounterMetricFamily(
+            "quicx_tasks_requeued",
+            "Deliveries taken back and queued again (a worker lost, a timeout).",
+            labels=labels,
+        )
+        for tally in tallies:
+            names = [tally.queue, tally.task_type]
+            submitted.add_metric(names, tally.submitted)
+            for outcome in Tally.OUTCOMES:
+                finished.add_metric([*names, outcome], getattr(tally, outcome))
+            retried.add_metric(names, tally.retried)
+            requeued.add_metric(names, tally.requeued)
+        yield from (submitted, finished, retried, requeued)
+        rejected = CounterMetricFamily(
+            "quicx_tasks_rejected", "SUBMITs refused, by error code.", labels=["code"]
+        )
+        for code, count in sorted(telemetry.rejected.items()):
+            rejected.add_metric([code], count)
+        yield rejected
+        yield latencies(
+            "quicx_task_wait_seconds",
+            "From ready to run (queued, due, or requeued) to dispatched.",
+            labels,
+            (([tally.queue, tally.task_type], tally.wait) for tally in tallies),
+        )
+        yield latencies(
+            "quicx_task_run_seconds",
+            "From dispatched to the worker's outcome.",
+            labels,
+            (([tally.queue, tally.task_type], tally.run) for tally in tallies),
+        )
+
+    def _queues(self) -> Iterator[Metric]:
+        queues = [self.queue.queues[name] for name in sorted(self.queue.queues)]
+        depth = GaugeMetricFamily(
+            "quicx_queue_depth",
+            "Tasks queued, by priority (the queue's default priority always, others while they"
+            " have tasks).",
+            labels=["queue", "priority"],
+        )
+        for queue in queues:
+            levels = queue.by_priority()
+            levels.setdefault(str(queue.priority), 0)
+            for priority, count in sorted(levels.items(), key=lambda item: int(item[0])):
+                depth.add_metric([queue.name, priority], count)
+        yield depth
+        for name, text, attribute in (
+            ("quicx_queue_delayed", "Tasks waiting for their time (delays, retries).", "delayed"),
+            ("quicx_queue_running", "Tasks held by workers (in flight).", "running"),
+            ("quicx_queue_dead_letters", "Tasks in the dead-letter set.", "dead"),
+            ("quicx_queue_workers", "Workers subscribed.", "subscribers"),
+            ("quicx_queue_paused", "1 while the queue is paused.", "paused"),
+        ):
+            gauge = GaugeMetricFamily(name, text, labels=["queue"])
+            for queue in queues:
+                gauge.add_metric([queue.name], int(getattr(queue, attribute)))
+            yield gauge
+
+    def _connections(self) -> Iterator[Metric]:
+        queue = self.queue
+        roles = Counter(session.role for session in queue.sessions.values())
+        connections = GaugeMetricFamily(
+            "quicx_connections",
+            "Open connections, by role (new: no SUBMIT or READY yet, as a monitor).",
+            labels=["role"],
+        )
+        for role in Role:
+            connections.add_metric([role.value], roles[role])
+        yield connections
+        yield GaugeMetricFamily(
+            "quicx_workers_idle",
+            "Workers with a credit free.",
+            value=queue.stats().workers_idle,
+        )
+
+    def _pool(self) -> Iterator[Metric]:
+        pool = self.queue.pool
+        yield GaugeMetricFamily(
+            "quicx_pool_size_bytes", "The memory pool's size.", value=pool.bytes_total
+        )
+        yield GaugeMetricFamily(
+            "quicx_pool_used_bytes",
+            "Pool bytes in use (blocks with their headers, and the lookup table).",
+            value=pool.bytes_used,
+        )
+        blocks = GaugeMetricFamily(
+            "quicx_pool_class_blocks", "Blocks of each size class.", labels=["size"]
+        )
+        used = GaugeMetricFamily(
+            "quicx_pool_class_used_blocks", "Blocks in use, by size class.", labels=["size"]
+        )
+        for usage in pool.usage():
+            blocks.add_metric([str(usage.size)], usage.blocks_total)
+            used.add_metric([str(usage.size)], usage.blocks_used)
+        yield from (blocks, used)
+
+    def _kept(self) -> Iterator[Metric]:
+        queue, shared = self.queue, self.shared
+        for name, text, value in (
+            ("quicx_results_kept", "Task outcomes kept for AWAIT.", len(queue.kept)),
+            ("quicx_results_kept_bytes", "Pool bytes the kept outcomes take.", queue.kept.memory),
+            ("quicx_result_waiters", "AWAITs and group WAITs waiting.", queue.waits.count),
+            ("quicx_groups", "Groups known (open, closed or finished).", len(queue.groups)),
+            ("quicx_groups_unfinished", "Groups not finished yet.", queue.groups.unfinished),
+            ("quicx_shared_names", "Shared-data names.", shared.names),
+            ("quicx_shared_bytes", "Bytes of the shared data's current versions.", shared.size),
+        ):
+            yield GaugeMetricFamily(name, text, value=value)
+
+    def _journal(self, journal: Journal) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "quicx_journal_file_bytes", "The journal file's size.", value=journal.stats.file_bytes
+        )
+        yield CounterMetricFamily(
+            "quicx_journal_compactions",
+            "Compactions since start.",
+            value=journal.stats.compactions,
+        )
+        yield GaugeMetricFamily(
+            "quicx_journal_broken",
+            "1 once a write failed: new tasks are refused until restart.",
+            value=int(bool(journal.broken)),
+        )
+        yield latencies(
+            "quicx_journal_append_seconds",
+            "Writing one batch of records (a group commit, its sync left out).",
+            [],
+            [([], journal.append_latency)],
+        )
+        yield latencies(
+            "quicx_journal_fsync_seconds",
+            "One sync of appended records (group commit or once a second).",
+            [],
+            [([], journal.fsync_latency)],
+        )
+
+
+def latencies(
+    name: str, text: str, labels: Sequence[str], series: Iterable[tuple[list[str], Histogram]]
+) -> HistogramMetricFamily:
+    """A histogram family of C{series}: (label values, L{Histogram}) pairs."""
+    family = HistogramMetricFamily(name, text, labels=labels)
+    for values, histogram in series:
+        family.add_metric(values, buckets(histogram), histogram.total)
+    return family
+
+
+def registry(queue: QueueService, shared: SharedData, journal: Journal | None) -> CollectorRegistry:
+    """A registry of this daemon's metrics alone."""
+    found = CollectorRegistry(auto_describe=False)
+    found.register(QuicxCollector(queue, shared, journal))
+    return found
