@@ -390,13 +390,13 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
 
     from quicx.daemon.journal.records import FsyncPolicy
     from quicx.daemon.journal.writer import Journal
-    from quicx.daemon.metrics import registry
+    from quicx.daemon.metrics import QuicxCollector
     from quicx.daemon.shared import SharedData
     from tests.fakes import make_queue
 
     queue = make_queue()
     journal = Journal(str(tmp_path / "journal"), FsyncPolicy.ALWAYS, Clock())
-    text = generate_latest(registry(queue, SharedData(queue), journal)).decode()
+    text = generate_latest(QuicxCollector(queue, SharedData(queue), journal)).decode()
     # Each family's "# TYPE NAME KIND" line, with the name as exposed (a counter's ends in _total).
     emitted = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
     assert metrics_table(OPERATIONS.read_text()) == emitted

@@ -21,7 +21,7 @@ from twisted.internet.task import Clock
 from quicx import __version__
 from quicx.daemon import metrics, pmad
 from quicx.daemon.shared import SharedData
-from quicx.daemon.telemetry import LATENCY_BUCKETS
+from quicx.daemon.telemetry import JOURNAL_BUCKETS, LATENCY_BUCKETS
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.v2 import Backoff, BackoffKind
 from tests.fakes import make_queue, producer_of, worker_of
@@ -71,8 +71,10 @@ def one(samples: Scrape, name: str) -> float:
     return value
 
 
-def check_histograms(samples: Scrape, name: str) -> None:
-    """Every series of histogram C{name}: buckets cumulative, up to +Inf, which is _count."""
+def check_histograms(
+    samples: Scrape, name: str, bounds: tuple[float, ...] = LATENCY_BUCKETS
+) -> None:
+    """Every series of histogram C{name}: buckets C{bounds}, cumulative, up to +Inf (_count)."""
     by_series: dict[Labels, list[tuple[float, float]]] = defaultdict(list)
     for labels, value in samples[f"{name}_bucket"].items():
         bound = dict(labels)["le"]
@@ -80,7 +82,7 @@ def check_histograms(samples: Scrape, name: str) -> None:
     assert by_series, name
     for labels, found in by_series.items():
         found.sort()
-        assert [bound for bound, _ in found] == [*LATENCY_BUCKETS, float("inf")]
+        assert [bound for bound, _ in found] == [*bounds, float("inf")]
         counts = [count for _, count in found]
         assert counts == sorted(counts), (name, labels, counts)
         assert counts[-1] == samples[f"{name}_count"][labels]
@@ -217,7 +219,7 @@ def test_a_scrape_says_exactly_what_a_known_workload_did(tmp_path: Path, start_d
 
     assert one(samples, "quicx_journal_append_seconds_count") > 0
     assert one(samples, "quicx_journal_fsync_seconds_count") > 0  # fsync = always
-    check_histograms(samples, "quicx_journal_append_seconds")
+    check_histograms(samples, "quicx_journal_append_seconds", JOURNAL_BUCKETS)
     assert one(samples, "quicx_journal_file_bytes") > 0
     assert one(samples, "quicx_journal_broken") == 0
     assert series(samples, "quicx_build_info", "version") == {(__version__,): 1}
@@ -268,7 +270,9 @@ def test_histogram_buckets_are_cumulative_counts_of_each_bound() -> None:
     for task_id, seconds in ((1, 0.003), (2, 0.2), (3, 4000.0)):
         clock.advance(seconds)
         queue.done(worker.session, task_id)
-    samples = parse(generate_latest(metrics.registry(queue, SharedData(queue), None)).decode())
+    samples = parse(
+        generate_latest(metrics.QuicxCollector(queue, SharedData(queue), None)).decode()
+    )
     run = series(samples, "quicx_task_run_seconds_bucket", "le")
     assert run["0.0025",] == 0
     assert run["0.005",] == run["0.1",] == 1

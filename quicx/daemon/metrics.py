@@ -5,9 +5,9 @@ scraped (see docs/operations.md#prometheus-metrics for every metric).
 Nothing is counted here: the counts and latencies per queue and task type
 are L{quicx.daemon.telemetry}'s, the rest is read from the queue, the pool,
 the shared data and the journal as they stand, on the reactor thread.  The
-collector sits on a registry of its own (L{registry}), not on
-C{prometheus_client}'s global one, so a second daemon in the same process
-(as in the tests) has its own.
+collector is used alone (C{generate_latest} takes it as its registry), not
+through C{prometheus_client}'s global registry, so a second daemon in the
+same process (as in the tests) has its own.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
+from attrs import define
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -22,27 +23,43 @@ from prometheus_client.core import (
     InfoMetricFamily,
     Metric,
 )
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from quicx import __version__
 from quicx.daemon.core import QueueService
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.shared import SharedData
-from quicx.daemon.telemetry import LATENCY_BUCKETS, Histogram, Tally
+from quicx.daemon.telemetry import Histogram, Tally
 from quicx.protocol.session import Role
-
-BOUNDS = [*map(floatToGoString, LATENCY_BUCKETS), "+Inf"]
-"""The C{le} labels of every histogram's buckets."""
 
 
 def buckets(histogram: Histogram) -> list[tuple[str, float]]:
     """C{histogram}'s counts as Prometheus buckets: cumulative, C{+Inf} last."""
     found, seen = [], 0
-    for bound, count in zip(BOUNDS, list(histogram.counts), strict=True):
+    bounds = [*map(floatToGoString, histogram.bounds), "+Inf"]
+    for bound, count in zip(bounds, list(histogram.counts), strict=True):
         seen += count
         found.append((bound, float(seen)))
     return found
+
+
+@define
+class Snapshot:
+    """
+    The metrics as they stood at one moment: the small families built, the
+    tallies copied.  Its L{collect} builds the tallies' families -- most of a
+    scrape's work when there are many (queue, type) pairs -- and may run on
+    any thread.
+    """
+
+    families: list[Metric]
+    tallies: list[Tally]
+    rejected: dict[str, int]
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families
+        yield from task_families(self.tallies, self.rejected)
 
 
 class QuicxCollector(Collector):
@@ -58,14 +75,22 @@ class QuicxCollector(Collector):
         self.journal = journal
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._process()
-        yield from self._tasks()
-        yield from self._queues()
-        yield from self._connections()
-        yield from self._pool()
-        yield from self._kept()
+        return self.snapshot().collect()
+
+    def snapshot(self) -> Snapshot:
+        """(The reactor's thread.) The state now, for a scrape to format anywhere."""
+        families = [
+            *self._process(),
+            *self._queues(),
+            *self._connections(),
+            *self._pool(),
+            *self._kept(),
+        ]
         if self.journal is not None:
-            yield from self._journal(self.journal)
+            families.extend(self._journal(self.journal))
+        telemetry = self.queue.telemetry
+        tallies = [telemetry.tallies[key].copy() for key in sorted(telemetry.tallies)]
+        return Snapshot(families, tallies, dict(telemetry.rejected))
 
     def _process(self) -> Iterator[Metric]:
         queue = self.queue
@@ -86,54 +111,6 @@ class QuicxCollector(Collector):
             "quicx_uptime_seconds",
             "Seconds since the daemon started.",
             value=queue.clock() - queue.started_at,
-        )
-
-    def _tasks(self) -> Iterator[Metric]:
-        telemetry = self.queue.telemetry
-        tallies = [telemetry.tallies[key] for key in sorted(telemetry.tallies)]
-        labels = ["queue", "type"]
-        submitted = CounterMetricFamily(
-            "quicx_tasks_submitted", "Tasks accepted (OK sent).", labels=labels
-        )
-        finished = CounterMetricFamily(
-            "quicx_tasks_finished",
-            "Tasks finished, by outcome: done, failed (for good), dead (into the"
-            " dead letters) or cancelled.",
-            labels=[*labels, "outcome"],
-        )
-        retried = CounterMetricFamily(
-            "quicx_tasks_retried", "Failed attempts that run again after a backoff.", labels=labels
-        )
-        requeued = CounterMetricFamily(
-            "quicx_tasks_requeued",
-            "Deliveries taken back and queued again (a worker lost, a timeout).",
-            labels=labels,
-        )
-        for tally in tallies:
-            names = [tally.queue, tally.task_type]
-            submitted.add_metric(names, tally.submitted)
-            for outcome in Tally.OUTCOMES:
-                finished.add_metric([*names, outcome], getattr(tally, outcome))
-            retried.add_metric(names, tally.retried)
-            requeued.add_metric(names, tally.requeued)
-        yield from (submitted, finished, retried, requeued)
-        rejected = CounterMetricFamily(
-            "quicx_tasks_rejected", "SUBMITs refused, by error code.", labels=["code"]
-        )
-        for code, count in sorted(telemetry.rejected.items()):
-            rejected.add_metric([code], count)
-        yield rejected
-        yield latencies(
-            "quicx_task_wait_seconds",
-            "From ready to run (queued, due, or requeued) to dispatched.",
-            labels,
-            (([tally.queue, tally.task_type], tally.wait) for tally in tallies),
-        )
-        yield latencies(
-            "quicx_task_run_seconds",
-            "From dispatched to the worker's outcome.",
-            labels,
-            (([tally.queue, tally.task_type], tally.run) for tally in tallies),
         )
 
     def _queues(self) -> Iterator[Metric]:
@@ -241,6 +218,54 @@ class QuicxCollector(Collector):
         )
 
 
+def task_families(tallies: list[Tally], rejected_by_code: dict[str, int]) -> Iterator[Metric]:
+    """The families of the counts and latencies per queue and type, and of rejections."""
+    labels = ["queue", "type"]
+    submitted = CounterMetricFamily(
+        "quicx_tasks_submitted", "Tasks accepted (OK sent).", labels=labels
+    )
+    finished = CounterMetricFamily(
+        "quicx_tasks_finished",
+        "Tasks finished, by outcome: done, failed (for good), dead (into the"
+        " dead letters) or cancelled.",
+        labels=[*labels, "outcome"],
+    )
+    retried = CounterMetricFamily(
+        "quicx_tasks_retried", "Failed attempts that run again after a backoff.", labels=labels
+    )
+    requeued = CounterMetricFamily(
+        "quicx_tasks_requeued",
+        "Deliveries taken back and queued again (a worker lost, a timeout).",
+        labels=labels,
+    )
+    for tally in tallies:
+        names = [tally.queue, tally.task_type]
+        submitted.add_metric(names, tally.submitted)
+        for outcome in Tally.OUTCOMES:
+            finished.add_metric([*names, outcome], getattr(tally, outcome))
+        retried.add_metric(names, tally.retried)
+        requeued.add_metric(names, tally.requeued)
+    yield from (submitted, finished, retried, requeued)
+    rejected = CounterMetricFamily(
+        "quicx_tasks_rejected", "SUBMITs refused, by error code.", labels=["code"]
+    )
+    for code, count in sorted(rejected_by_code.items()):
+        rejected.add_metric([code], count)
+    yield rejected
+    yield latencies(
+        "quicx_task_wait_seconds",
+        "From ready to run (queued, due, or requeued) to dispatched.",
+        labels,
+        (([tally.queue, tally.task_type], tally.wait) for tally in tallies),
+    )
+    yield latencies(
+        "quicx_task_run_seconds",
+        "From dispatched to the worker's outcome.",
+        labels,
+        (([tally.queue, tally.task_type], tally.run) for tally in tallies),
+    )
+
+
 def latencies(
     name: str, text: str, labels: Sequence[str], series: Iterable[tuple[list[str], Histogram]]
 ) -> HistogramMetricFamily:
@@ -249,10 +274,3 @@ def latencies(
     for values, histogram in series:
         family.add_metric(values, buckets(histogram), histogram.total)
     return family
-
-
-def registry(queue: QueueService, shared: SharedData, journal: Journal | None) -> CollectorRegistry:
-    """A registry of this daemon's metrics alone."""
-    found = CollectorRegistry(auto_describe=False)
-    found.register(QuicxCollector(queue, shared, journal))
-    return found

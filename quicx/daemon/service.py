@@ -488,7 +488,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         ListenerService(
             reactor,
             config.metrics_listen,
-            MetricsSite(metrics.registry(queue, shared, journal)),
+            MetricsSite(metrics.QuicxCollector(queue, shared, journal)),
             announcement="metrics",
             tls=config.tls,
             log_id="daemon.metrics",

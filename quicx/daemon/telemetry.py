@@ -42,6 +42,26 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 )
 """Upper bounds (seconds) of the wait- and run-time buckets; a last one takes the rest."""
 
+JOURNAL_BUCKETS: tuple[float, ...] = (
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+)
+"""Upper bounds (seconds) of the journal's write and sync buckets: from 10 µs."""
+
 OTHER = "other"
 """The label that types (and queues) past the cardinality bounds count under."""
 
@@ -51,19 +71,20 @@ DEFAULT_MAX_SERIES = 2000
 
 class Histogram:
     """
-    Counts of observations (seconds) per bucket of L{LATENCY_BUCKETS}, and
-    their sum.  C{counts[i]} is the number in bucket C{i} alone (not
-    cumulative); the last bucket has no upper bound.
+    Counts of observations (seconds) per bucket of C{bounds} (their upper
+    bounds), and their sum.  C{counts[i]} is the number in bucket C{i} alone
+    (not cumulative); the last bucket has no upper bound.
     """
 
-    __slots__ = ("counts", "total")
+    __slots__ = ("bounds", "counts", "total")
 
-    def __init__(self) -> None:
-        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+    def __init__(self, bounds: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
         self.total = 0.0
 
     def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.counts[bisect_left(self.bounds, seconds)] += 1
         self.total += seconds
 
     @property
@@ -148,6 +169,15 @@ class Tally:
         histogram = self.run
         histogram.counts[bisect_left(LATENCY_BUCKETS, run)] += 1
         histogram.total += run
+
+    def copy(self) -> Tally:
+        """A copy of these counts as they are now."""
+        copy = Tally(self.queue, self.task_type)
+        for name in ("submitted", "done", "failed", "dead", "cancelled", "retried", "requeued"):
+            setattr(copy, name, getattr(self, name))
+        for mine, theirs in ((self.wait, copy.wait), (self.run, copy.run)):
+            theirs.counts, theirs.total = list(mine.counts), mine.total
+        return copy
 
     def as_dict(self) -> dict[str, Any]:
         return {

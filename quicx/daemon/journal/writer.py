@@ -55,7 +55,7 @@ from quicx.daemon.journal.records import (
 )
 from quicx.daemon.journal.recovery import sync_directory, write_all
 from quicx.daemon.periodic import every
-from quicx.daemon.telemetry import Histogram
+from quicx.daemon.telemetry import JOURNAL_BUCKETS, Histogram
 from quicx.net.twisted_types import Service
 
 
@@ -117,8 +117,8 @@ class Journal(Service):
         self.id_block = id_block
         self.stats = JournalStats()
         self.broken = ""
-        self.append_latency = Histogram()
-        self.fsync_latency = Histogram()
+        self.append_latency = Histogram(JOURNAL_BUCKETS)
+        self.fsync_latency = Histogram(JOURNAL_BUCKETS)
         self._fd = -1
         self._buffer: list[bytes] = []
         self._unsynced: list[Record] = []
