@@ -8,6 +8,8 @@ The daemon's service tree, built from a checked configuration:
       +- QueueService        the state
       +- TimerService...     heartbeats, the task timeout
       +- ListenerService...  one per endpoint string, and the control socket
+      +- TimerService        the dashboard's history (when [web] listen is set)
+      +- ListenerService     the web dashboard (when [web] listen is set)
 
 On SIGTERM the daemon drains (see L{QuicxDaemon}), then the services stop
 in reverse order.
@@ -48,6 +50,9 @@ from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.shared import SharedData
 from quicx.daemon.telemetry import Telemetry
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
+from quicx.daemon.web.auth import Gate
+from quicx.daemon.web.history import History
+from quicx.daemon.web.site import dashboard_site
 from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
 from quicx.net.private import set_exit_signal
@@ -451,7 +456,29 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             ),
             announcement="control socket",
         ).setServiceParent(daemon)
+    if config.web_listen:
+        serve_dashboard(daemon, schedules)
     return daemon
+
+
+def serve_dashboard(daemon: QuicxDaemon, schedules: ScheduleBook) -> None:
+    """
+    Add the web dashboard to C{daemon}: its history, sampled every second,
+    and its site on C{[web] listen} (announced as C{dashboard on ADDRESS}).
+    """
+    config, queue, reactor = daemon.config, daemon.queue, daemon.reactor
+    history = History(queue, config.web_history)
+    every(1.0, history.sample, reactor).setServiceParent(daemon)
+    certificates = config.web_listen.startswith("tls:") and bool(config.tls_client_ca)
+    gate = Gate(
+        config.web_admin_token,
+        config.web_monitor_token,
+        config.tls.authorization if certificates else None,
+    )
+    site = dashboard_site(queue, schedules, history, gate, config.web_max_streams)
+    ListenerService(
+        reactor, config.web_listen, site, announcement="dashboard", tls=config.tls
+    ).setServiceParent(daemon)
 
 
 def _clients(queue: QueueService) -> list[dict[str, Any]]:
