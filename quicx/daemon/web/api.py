@@ -28,8 +28,8 @@ from quicx.daemon.core import QueueService, Refused
 from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.web import views
 from quicx.daemon.web.auth import Gate, Role, Visitor, same_origin
-from quicx.daemon.web.history import History
-from quicx.daemon.web.stream import Streams
+from quicx.daemon.web.history import History, Sample
+from quicx.daemon.web.stream import Streams, event
 from quicx.protocol.lifecycle import MAX_DEAD_LIST
 from quicx.protocol.v2 import ErrorCode, check_queue
 
@@ -158,7 +158,7 @@ class Api:
             case ["session"]:
                 return document(lambda: self._session(visitor))
             case ["overview"]:
-                return document(lambda: views.overview(queue, self.history.latest))
+                return document(lambda: self._overview(self.history.latest))
             case ["history"]:
                 return document(self.history.as_dict)
             case ["queues"]:
@@ -177,8 +177,27 @@ class Api:
             case ["schedules"]:
                 return document(self.schedules.describe)
             case ["stream"]:
-                return lambda: self.streams.start(request, self.history.latest)
+                return lambda: self._stream(request)
         return None
+
+    def _overview(self, sample: Sample | None) -> dict[str, Any]:
+        """The overview, with the live streams' own figures."""
+        streams = self.streams
+        document = views.overview(self.queue, sample)
+        document["streams"] = {"open": len(streams.open), "dropped": streams.dropped}
+        return document
+
+    def _stream(self, request: Request) -> bytes | int:
+        streams = self.streams
+        if streams.full:
+            return refusal(request, 503, f"{streams.limit} live streams are open (max_streams)")
+        streams.start(request, event(self._overview(self.history.latest)))
+        return NOT_DONE_YET
+
+    def publish(self, sample: Sample) -> None:
+        """Send each open stream the overview with C{sample} (built once, if one is open)."""
+        if self.streams.open:
+            self.streams.publish(event(self._overview(sample)))
 
     def _session(self, visitor: Visitor) -> dict[str, Any]:
         return {

@@ -22,11 +22,10 @@ from twisted.web.server import Request, Site
 
 from quicx.daemon.core import QueueService
 from quicx.daemon.schedule_book import ScheduleBook
-from quicx.daemon.web import views
 from quicx.daemon.web.api import Api, header, refusal
 from quicx.daemon.web.auth import COOKIE, Gate
 from quicx.daemon.web.history import History
-from quicx.daemon.web.stream import Streams, event
+from quicx.daemon.web.stream import Streams
 from quicx.net.tls import peer_identity
 
 STATIC: dict[str, tuple[str, bytes]] = {
@@ -153,7 +152,7 @@ class DashboardSite(Site):
 def dashboard_site(
     queue: QueueService, schedules: ScheduleBook, history: History, gate: Gate, max_streams: int
 ) -> DashboardSite:
-    """The site of the dashboard over C{queue}; its live stream follows C{history}."""
-    streams = Streams(max_streams, lambda sample: event(views.overview(queue, sample)))
-    history.listen(streams.publish)
-    return DashboardSite(Dashboard(Api(queue, schedules, history, streams, gate), gate))
+    """The site of the dashboard over C{queue}; its live streams follow C{history}."""
+    api = Api(queue, schedules, history, Streams(max_streams), gate)
+    history.listen(api.publish)
+    return DashboardSite(Dashboard(api, gate))

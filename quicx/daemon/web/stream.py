@@ -1,9 +1,10 @@
 """
 The live updates: C{/api/stream}, server-sent events, one a second.
 
-Each message is built once per sample, whoever listens, and written to every
-open stream: the newest sample and the overview.  The streams are bounded
-(C{[web] max_streams}; one more is answered 503), and none buffers without
+Each message is built once (by the API: the newest sample and the
+overview), whoever listens, and written to every open stream.  The streams
+are bounded
+(C{[web] max_streams}; the API answers one more 503), and none buffers without
 bound: a stream is its HTTP transport's push producer, and while the
 transport says its buffer is full (it does not drain: the browser reads too
 slowly, or is gone without a word) the stream's messages are dropped and
@@ -14,15 +15,12 @@ a drop of the connection, and the next message carries all that changed.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
-from twisted.web.server import NOT_DONE_YET, Request
+from twisted.web.server import Request
 from zope.interface import implementer
-
-from quicx.daemon.web.history import Sample
 
 RETRY_MS = 2000
 """How long a browser waits before it reconnects a dropped stream."""
@@ -60,44 +58,36 @@ class Stream:
 
 class Streams:
     """
-    The open streams, at most C{limit}; L{publish} sends each sample to all.
+    The open streams, at most C{limit}; L{publish} sends a message to all.
 
     @ivar dropped: messages dropped for full transports, all streams together.
     """
 
-    def __init__(self, limit: int, message: Callable[[Sample | None], bytes]) -> None:
-        """@param message: builds the message for a sample (the newest, or none yet)."""
+    def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.message = message
         self.open: list[Stream] = []
         self.dropped = 0
 
-    def start(self, request: Request, latest: Sample | None) -> bytes | int:
-        """
-        Answer C{request} (render it) with a stream that begins with the
-        message for C{latest}; 503 when C{limit} are open.
-        """
-        if len(self.open) >= self.limit:
-            request.setResponseCode(503)
-            request.setHeader(b"content-type", b"text/plain; charset=utf-8")
-            return f"{self.limit} live streams are open ([web] max_streams)\n".encode()
+    @property
+    def full(self) -> bool:
+        """C{limit} streams are open: no more now."""
+        return len(self.open) >= self.limit
+
+    def start(self, request: Request, first: bytes) -> None:
+        """Answer C{request} with a stream that begins with C{first}."""
         request.setHeader(b"content-type", b"text/event-stream; charset=utf-8")
         request.setHeader(b"cache-control", b"no-store")
         stream = Stream(request)
         self.open.append(stream)
         request.registerProducer(stream, True)
         request.notifyFinish().addBoth(self._closed, stream)
-        stream.send(b"retry: %d\n\n" % RETRY_MS + self.message(latest))
-        return NOT_DONE_YET
+        stream.send(b"retry: %d\n\n" % RETRY_MS + first)
 
     def _closed(self, result: Failure | None, stream: Stream) -> None:
         self.open.remove(stream)
 
-    def publish(self, sample: Sample) -> None:
-        """Send every stream the message for C{sample} (built only if one is open)."""
-        if not self.open:
-            return
-        message = self.message(sample)
+    def publish(self, message: bytes) -> None:
+        """Send every open stream C{message}."""
         for stream in self.open:
             if not stream.send(message):
                 self.dropped += 1

@@ -125,7 +125,9 @@ function renderOverview() {
   fill('now-connections', `${count(doc.connections.idle_workers)} idle; ${count(doc.connections.total)} conn.`);
   fill('pool', `${(100 * doc.memory.used / doc.memory.total).toFixed(1)} %`);
   fill('pool-total', `${bytes(doc.memory.used)} of ${bytes(doc.memory.total)}`);
-  fill('about', `Quicx ${doc.version}, up ${seconds(doc.uptime)}; ${count(doc.results_kept)} outcomes kept.`);
+  const dropped = doc.streams.dropped ? `, ${count(doc.streams.dropped)} updates dropped for slow ones` : '';
+  fill('about', `Quicx ${doc.version}, up ${seconds(doc.uptime)}; ${count(doc.results_kept)} outcomes kept;` +
+    ` ${count(doc.streams.open)} live page(s)${dropped}.`);
   renderCharts();
 }
 
