@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from quicx.protocol import lifecycle, results, v2, wire
+from tests.browser import headless_chromium
 from tests.peer import Peer
-from tests.test_report_page import CHROMEDRIVER, CHROMIUM
 from tools.launcher import DaemonProcess
 
 ADMIN = "admin-token-for-the-test"
@@ -69,17 +69,7 @@ def web(daemon: DaemonProcess) -> str:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(f"no {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    options.add_argument("--window-size=1280,900")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
-    driver.implicitly_wait(0)
+    driver = headless_chromium(1280, 900)
     yield driver
     driver.quit()
 
