@@ -89,8 +89,11 @@ class Dashboard:
         self, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
     ) -> Connection:
         """Send a request (HTTP/1.0: the answer ends with the connection); its connection."""
-        transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 50000))
-        channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 8080))
+        transport = StringTransport(
+            hostAddress=IPv4Address("TCP", "127.0.0.1", 8080),
+            peerAddress=IPv4Address("TCP", "127.0.0.1", 50000),
+        )
+        channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 50000))
         assert channel is not None
         channel.makeConnection(transport)
         lines = [f"{method} {path} HTTP/1.0", f"Host: {HOST}"]
@@ -167,7 +170,7 @@ def test_without_a_role_every_path_is_401_and_shows_nothing(path: str) -> None:
         assert response.status == 401
         assert response.header("www-authenticate") == 'Bearer realm="quicx"'
         assert b"default" not in response.body and b"quicx_session" not in response.body
-    assert site.request("GET", path, {"Cookie": "quicx_session=admin.00.00"}).status == 401
+    assert site.request("GET", path, {"Cookie": "quicx_session_8080=admin.0.0"}).status == 401
 
 
 def test_a_bearer_token_gives_its_role_and_a_wrong_one_refuses_even_with_a_session() -> None:
@@ -197,7 +200,7 @@ def test_login_sets_an_httponly_samesite_strict_cookie_and_sends_the_browser_hom
     assert (response.status, response.header("location")) == (303, "/")
     cookie = response.header("set-cookie") or ""
     name, _, attributes = cookie.partition("=")
-    assert name == "quicx_session"
+    assert name == "quicx_session_8080"  # the dashboard's port: one cookie per dashboard
     assert {"Path=/", "HttpOnly", "SameSite=strict"} <= {a.strip() for a in attributes.split(";")}
     assert "Secure" not in cookie  # plain HTTP: a Secure cookie would never come back
     session = site.get("/api/session").json()
@@ -418,6 +421,7 @@ def test_the_reads_the_pages_use() -> None:
         assert site.get(path, MONITOR).status == 200, path
     assert site.get("/api/nothing", MONITOR).status == 404
     assert site.post("/api/overview", bearer(ADMIN)).status == 405
+    assert site.request("HEAD", "/api/stream", bearer(ADMIN)).status == 404
     assert site.request("DELETE", "/api/queues", bearer(ADMIN)).status == 405
     assert site.request("POST", "/", bearer(ADMIN)).status == 405
 

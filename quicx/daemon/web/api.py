@@ -176,7 +176,7 @@ class Api:
                 return document(lambda: views.connections(queue))
             case ["schedules"]:
                 return document(self.schedules.describe)
-            case ["stream"]:
+            case ["stream"] if request.method == b"GET":
                 return lambda: self._stream(request)
         return None
 

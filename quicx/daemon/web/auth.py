@@ -34,8 +34,9 @@ from attrs import frozen
 
 from quicx.net.certificates import Authorization
 
-COOKIE = "quicx_session"
-"""The session cookie's name."""
+COOKIE = "quicx_session_{port}"
+"""The session cookie's name: a browser keeps one per dashboard port of a
+host (cookies do not tell ports apart)."""
 
 
 class Role(Enum):

@@ -76,7 +76,7 @@ class Dashboard(Resource):
             return refusal(request, 400, "the path is not UTF-8")
         if path == ["login"]:
             return self._login(request)
-        cookie = request.getCookie(COOKIE.encode())
+        cookie = request.getCookie(_cookie_name(request))
         visitor = self.gate.visitor(
             header(request, b"authorization"),
             None if cookie is None else cookie.decode("latin-1"),
@@ -109,7 +109,7 @@ class Dashboard(Resource):
         if cookie is None:
             return refusal(request, 401, "that token gives no role")
         request.addCookie(
-            COOKIE.encode(),
+            _cookie_name(request),
             cookie.encode(),
             path=b"/",
             secure=request.isSecure(),
@@ -119,6 +119,10 @@ class Dashboard(Resource):
         request.redirect(b"/")
         request.setResponseCode(303)
         return b""
+
+
+def _cookie_name(request: Request) -> bytes:
+    return COOKIE.format(port=getattr(request.getHost(), "port", 0)).encode()
 
 
 class BodylessRequest(Request):
