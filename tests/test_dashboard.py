@@ -51,7 +51,7 @@ def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> An
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
     directory = tmp_path_factory.mktemp("dashboard")
     args = (
-        "--web-listen=tcp:0:interface=127.0.0.1",
+        "--web-listen=tcp:0",  # no interface: on loopback (see the announcement)
         f"--web-admin-token={ADMIN}",
         f"--web-monitor-token={MONITOR}",
     )
@@ -61,7 +61,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
 
 @pytest.fixture(scope="module")
 def web(daemon: DaemonProcess) -> str:
-    """The dashboard's base URL, from its announcement."""
+    """The dashboard's base URL, from its announcement (on loopback: no interface was given)."""
     match = DASHBOARD.search(daemon.wait_for_log("dashboard on"))
     assert match is not None
     return f"http://127.0.0.1:{match.group(1)}"

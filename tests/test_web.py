@@ -22,6 +22,7 @@ from quicx.daemon import settings
 from quicx.daemon.core import QueueService
 from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.schedules import ScheduleSpec
+from quicx.daemon.service import on_loopback
 from quicx.daemon.web.auth import Gate, Role, same_origin
 from quicx.daemon.web.history import History
 from quicx.daemon.web.site import DashboardSite, dashboard_site
@@ -481,6 +482,20 @@ def test_a_stream_whose_transport_is_full_drops_samples_instead_of_buffering() -
 
 
 # -- configuration --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "listened"),
+    [
+        ("tcp:8080", "tcp:8080:interface=127.0.0.1"),
+        ("tls:8443", "tls:8443:interface=127.0.0.1"),
+        ("tcp6:8080", "tcp6:8080:interface=\\:\\:1"),
+        ("tcp:8080:interface=0.0.0.0", "tcp:8080:interface=0.0.0.0"),
+        ("unix:/run/quicx/web.sock", "unix:/run/quicx/web.sock"),
+    ],
+)
+def test_the_dashboard_listens_on_loopback_unless_told_otherwise(given: str, listened: str) -> None:
+    assert on_loopback(given) == listened
 
 
 @pytest.mark.parametrize(

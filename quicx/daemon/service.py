@@ -477,7 +477,7 @@ def serve_dashboard(daemon: QuicxDaemon, schedules: ScheduleBook) -> None:
     )
     site = dashboard_site(queue, schedules, history, gate, config.web_max_streams)
     ListenerService(
-        reactor, config.web_listen, site, announcement="dashboard", tls=config.tls
+        reactor, on_loopback(config.web_listen), site, announcement="dashboard", tls=config.tls
     ).setServiceParent(daemon)
 
 
@@ -601,6 +601,19 @@ def with_backlog(description: str) -> str:
     kind = description.partition(":")[0]
     if kind in {"tcp", "tcp6", "ssl", "tls", "unix"} and "backlog=" not in description:
         return f"{description}:backlog={LISTEN_BACKLOG}"
+    return description
+
+
+def on_loopback(description: str) -> str:
+    """
+    C{description} with C{:interface=127.0.0.1} (C{::1} for C{tcp6}) added to
+    a TCP or TLS endpoint that names no interface: the dashboard listens on
+    loopback unless told otherwise.
+    """
+    kind = description.partition(":")[0]
+    loopback = {"tcp": "127.0.0.1", "tls": "127.0.0.1", "ssl": "127.0.0.1", "tcp6": "\\:\\:1"}
+    if kind in loopback and "interface=" not in description:
+        return f"{description}:interface={loopback[kind]}"
     return description
 
 
