@@ -171,7 +171,9 @@ function renderQueues(queues) {
   $('queue-names').replaceChildren(...queues.map((q) => el('option', { value: q.name })));
   $('queue-rows').replaceChildren(...queues.map((q) => {
     const name = encodeURIComponent(q.name);
+    // Highest priority first (an object lists number-like keys lowest first).
     const priorities = Object.entries(q.priorities).filter(([, n]) => n)
+      .sort(([a], [b]) => Number(b) - Number(a))
       .map(([p, n]) => `${p}: ${count(n)}`).join(' · ');
     const actions = isAdmin() ? el('td', { class: 'actions' },
       q.paused
@@ -209,7 +211,7 @@ function renderTask(found) {
     box.replaceChildren(
       el('h3', {}, `Task ${t.id}: ${t.state}`),
       facts([
-        ['type', t.type], ['queue', t.queue], ['priority', t.priority], ['size', `${count(t.size)} bytes`],
+        ['type', t.type], ['queue', t.queue], ['priority', t.priority], ['size', bytes(t.size)],
         ['age', seconds(t.age)], ['attempt', t.attempt], ['failures', `${t.failures} of ${t.retries} retries`],
         ['fairness key', t.fairness_key], ['worker', t.worker],
         ['running for', t.running_for === undefined ? undefined : seconds(t.running_for)],
