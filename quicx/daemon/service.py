@@ -50,9 +50,6 @@ from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.shared import SharedData
 from quicx.daemon.telemetry import Telemetry
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
-from quicx.daemon.web.auth import Gate
-from quicx.daemon.web.history import History
-from quicx.daemon.web.site import dashboard_site
 from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
 from quicx.net.private import set_exit_signal
@@ -466,6 +463,12 @@ def serve_dashboard(daemon: QuicxDaemon, schedules: ScheduleBook) -> None:
     Add the web dashboard to C{daemon}: its history, sampled every second,
     and its site on C{[web] listen} (announced as C{dashboard on ADDRESS}).
     """
+    # Imported only when on: twisted.web is memory a daemon without a
+    # dashboard need not hold.
+    from quicx.daemon.web.auth import Gate
+    from quicx.daemon.web.history import History
+    from quicx.daemon.web.site import dashboard_site
+
     config, queue, reactor = daemon.config, daemon.queue, daemon.reactor
     history = History(queue, config.web_history)
     every(1.0, history.sample, reactor).setServiceParent(daemon)
