@@ -9,7 +9,6 @@ against the events.
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
@@ -20,10 +19,9 @@ import pytest
 
 from quicx.daemon.events import format_event
 from quicx.report.pipeline import QUEUE_COUNTS, normalise_reason
+from tests.browser import headless_chromium
 from tests.test_report import percentile
 
-CHROMIUM = os.environ.get("QUICX_CHROMIUM", "/usr/bin/chromium")
-CHROMEDRIVER = os.environ.get("QUICX_CHROMEDRIVER", "/usr/bin/chromedriver")
 WIDTH = 1280
 
 
@@ -292,15 +290,7 @@ def test_events_of_the_previous_release_still_report(spark, tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Any:
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(f"no {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="pip install selenium")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    options.add_argument(f"--window-size={WIDTH},1000")
-    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(CHROMEDRIVER))
+    driver = headless_chromium(WIDTH, 1000)
     yield driver
     driver.quit()
 

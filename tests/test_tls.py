@@ -6,10 +6,13 @@ right CA only, and roles authorized by certificate identity.
 
 from __future__ import annotations
 
+import http.client
+import json
 import re
 import socket
 import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_twisted
@@ -316,3 +319,51 @@ def test_admins_and_owners_follow_certificate_identity(tmp_path: Path, start_dae
             alice.pause("default")
         assert dave.pause("default") == {"queue": "default", "paused": True}
         assert dave.cancel(second)["state"] == "cancelled"
+
+
+def test_the_dashboard_over_tls_lets_client_certificates_in_by_role(
+    tmp_path: Path, start_daemon, pki
+) -> None:
+    server, key = pki["server"]
+    conf = tmp_path / "web.conf"
+    conf.write_text(
+        "[server]\nlisten = tcp:0:interface=127.0.0.1\n"
+        f"[tls]\ncertificate = {server}\nprivate_key = {key}\nclient_ca = {pki['ca'].path}\n"
+        "admins = alice\nmonitors = bob\n"
+        "[web]\nlisten = tls:0:interface=127.0.0.1\nadmin_token = web-token\n"
+    )
+    daemon: DaemonProcess = start_daemon(f"--config={conf}")
+    found = re.search(r"dashboard on 127\.0\.0\.1:(\d+)", daemon.wait_for_log("dashboard on"))
+    assert found is not None
+    port = int(found.group(1))
+    web = f"https://localhost:{port}"
+
+    def fetch(who: str, path: str, method: str = "GET", **headers: str) -> tuple[int, Any, bytes]:
+        context = ssl.create_default_context(cafile=str(pki["ca"].path))
+        if who:
+            context.load_cert_chain(*pki[who])
+        connection = http.client.HTTPSConnection("localhost", port, timeout=10, context=context)
+        try:
+            connection.request(method, path, headers=headers)
+            answer = connection.getresponse()
+            return answer.status, answer.headers, answer.read()
+        finally:
+            connection.close()
+
+    status, _, body = fetch("alice", "/api/session")
+    session = json.loads(body)
+    assert (status, session["role"]) == (200, "admin")
+    assert fetch("bob", "/api/session")[0] == 200
+    assert fetch("carol", "/api/session")[0] == 401  # verified, but on neither list
+    with pytest.raises((ssl.SSLError, ConnectionError)):  # client_ca: no certificate, no TLS
+        fetch("", "/api/session")
+    # A certificate is a browser's ambient credential: its actions need the CSRF token.
+    assert fetch("alice", "/api/queues/q/pause", "POST")[0] == 403
+    assert fetch("bob", "/api/queues/q/pause", "POST", **{"X-Quicx-CSRF": "x"})[0] == 403
+    status, _, body = fetch(
+        "alice", "/api/queues/q/pause", "POST", Origin=web, **{"X-Quicx-CSRF": session["csrf"]}
+    )
+    assert (status, json.loads(body)) == (200, {"queue": "q", "paused": True})
+    # Over TLS the session cookie is Secure.
+    status, headers, _ = fetch("alice", "/login?token=web-token")
+    assert status == 303 and "; Secure" in headers["Set-Cookie"]

@@ -144,11 +144,15 @@ class KeptOutcomes:
             return None
         return outcome, self.pool.read(outcome.block)
 
+    def forgot(self, task_id: int) -> bool:
+        """Whether task C{task_id}'s outcome was kept and is forgotten (expired, evicted)."""
+        return task_id in self._forgotten
+
     def outcome(self, task_id: int) -> bytes:
         """The OUTCOME of a task that is not live: kept, forgotten (expired), or unknown."""
         found = self.get(task_id)
         if found is None:
-            state = OutcomeState.EXPIRED if task_id in self._forgotten else OutcomeState.UNKNOWN
+            state = OutcomeState.EXPIRED if self.forgot(task_id) else OutcomeState.UNKNOWN
             return results.encode_outcome(task_id, state)
         kept, data = found
         if kept.kind:

@@ -9,6 +9,8 @@ The daemon's service tree, built from a checked configuration:
       +- TimerService...     heartbeats, the task timeout
       +- ListenerService...  one per endpoint string, the control socket, and
                              the Prometheus metrics (when configured)
+      +- TimerService        the dashboard's history (when [web] listen is set)
+      +- ListenerService     the web dashboard (when [web] listen is set)
 
 On SIGTERM the daemon drains (see L{QuicxDaemon}), then the services stop
 in reverse order.
@@ -494,7 +496,41 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             log_id="daemon.metrics",
             setting="[metrics] listen",
         ).setServiceParent(daemon)
+    if config.web_listen:
+        serve_dashboard(daemon, schedules)
     return daemon
+
+
+def serve_dashboard(daemon: QuicxDaemon, schedules: ScheduleBook) -> None:
+    """
+    Add the web dashboard to C{daemon}: its history, sampled every second,
+    and its site on C{[web] listen} (announced as C{dashboard on ADDRESS}).
+    """
+    # Imported only when on: twisted.web is memory a daemon without a
+    # dashboard need not hold.
+    from quicx.daemon.web.auth import Gate
+    from quicx.daemon.web.history import History
+    from quicx.daemon.web.site import dashboard_site
+
+    config, queue, reactor = daemon.config, daemon.queue, daemon.reactor
+    history = History(queue, config.web_history)
+    every(1.0, history.sample, reactor).setServiceParent(daemon)
+    certificates = config.web_listen.startswith("tls:") and bool(config.tls_client_ca)
+    gate = Gate(
+        config.web_admin_token,
+        config.web_monitor_token,
+        config.tls.authorization if certificates else None,
+    )
+    site = dashboard_site(queue, schedules, history, gate, config.web_max_streams)
+    ListenerService(
+        reactor,
+        on_loopback(config.web_listen),
+        site,
+        announcement="dashboard",
+        tls=config.tls,
+        log_id="daemon.web",
+        setting="[web] listen",
+    ).setServiceParent(daemon)
 
 
 def _clients(queue: QueueService) -> list[dict[str, Any]]:
@@ -620,6 +656,19 @@ def with_backlog(description: str) -> str:
     kind = description.partition(":")[0]
     if kind in {"tcp", "tcp6", "ssl", "tls", "unix"} and "backlog=" not in description:
         return f"{description}:backlog={LISTEN_BACKLOG}"
+    return description
+
+
+def on_loopback(description: str) -> str:
+    """
+    C{description} with C{:interface=127.0.0.1} (C{::1} for C{tcp6}) added to
+    a TCP or TLS endpoint that names no interface: the dashboard listens on
+    loopback unless told otherwise.
+    """
+    kind = description.partition(":")[0]
+    loopback = {"tcp": "127.0.0.1", "tls": "127.0.0.1", "ssl": "127.0.0.1", "tcp6": "\\:\\:1"}
+    if kind in loopback and "interface=" not in description:
+        return f"{description}:interface={loopback[kind]}"
     return description
 
 

@@ -1477,6 +1477,16 @@ def validate(config: Config) -> None:
         raise Conflict(
             f"{role.key} needs client_ca: identities come from client certificates", role.name
         )
+    if (
+        config.web_listen
+        and not (config.web_admin_token or config.web_monitor_token)
+        and not (config.web_listen.startswith("tls:") and config.tls_client_ca)
+    ):
+        raise Conflict(
+            "[web] listen needs admin_token or monitor_token (or a tls: listener and"
+            " [tls] client_ca): without one no request would get in",
+            "web_listen",
+        )
     queues = {*config.queue_sections, config.default_queue}
     if len(queues) > config.max_queues:
         raise Conflict(

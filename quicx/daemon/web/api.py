@@ -1,0 +1,288 @@
+"""
+The JSON API under C{/api/} that the pages use (docs/operations.md lists it).
+
+GET reads: the session, the overview, the history, queues, a task, dead
+letters, connections, schedules, and the live stream.  POST acts: pause,
+resume and purge a queue; replay one dead task, or every dead task (of a
+queue); purge the dead tasks (of a queue).  An action needs the admin role,
+its session's CSRF token and the dashboard's own origin (L{auth}); it calls
+the queue core's method that the wire's admin message calls, so it is
+journaled and logged as that is, and it is answered once the journal holds
+it (with C{fsync = always}).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from attrs import frozen
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.server import NOT_DONE_YET, Request
+
+from quicx import __version__
+from quicx.daemon import introspect
+from quicx.daemon.core import QueueService, Refused
+from quicx.daemon.schedule_book import ScheduleBook
+from quicx.daemon.web import views
+from quicx.daemon.web.auth import Gate, Role, Visitor, same_origin
+from quicx.daemon.web.history import History, Sample
+from quicx.daemon.web.stream import Streams, event
+from quicx.protocol.lifecycle import MAX_DEAD_LIST
+from quicx.protocol.v2 import ErrorCode, check_queue
+
+CSRF_HEADER = b"x-quicx-csrf"
+"""The header an action echoes its session's CSRF token in."""
+
+DEFAULT_DEAD_LIST = 100
+MAX_TASK_ID = 0xFFFFFFFF
+
+_STATUS = {ErrorCode.NOT_FOUND: 404, ErrorCode.FORBIDDEN: 403}
+"""The HTTP status of a refusal by the core, by its error code (else 409)."""
+
+
+class BadRequest(Exception):
+    """A path or argument the API cannot use (answered 400)."""
+
+
+@frozen
+class Action:
+    """A POST: what the log calls it, and the core call that does it."""
+
+    name: str
+    call: Callable[[], dict[str, Any]]
+
+
+def answer(request: Request, status: int, document: object) -> bytes:
+    """Set C{status} and the headers of a JSON answer; its body."""
+    request.setResponseCode(status)
+    request.setHeader(b"content-type", b"application/json; charset=utf-8")
+    request.setHeader(b"cache-control", b"no-store")
+    return json.dumps(document).encode() + b"\n"
+
+
+def refusal(request: Request, status: int, message: str) -> bytes:
+    return answer(request, status, {"error": message})
+
+
+def _argument(request: Request, name: str) -> str | None:
+    values = (request.args or {}).get(name.encode())
+    return values[0].decode("utf-8", "replace") if values else None
+
+
+def _queue_argument(request: Request) -> str | None:
+    """The C{?queue=} argument (C{None}: none, or empty), checked."""
+    name = _argument(request, "queue")
+    return _queue_name(name) if name else None
+
+
+def _queue_name(name: str) -> str:
+    try:
+        check_queue(name)
+    except ValueError as e:
+        raise BadRequest(str(e)) from None
+    return name
+
+
+def _number(text: str | None, what: str, low: int, high: int, default: int = 0) -> int:
+    """C{text} as a number from C{low} to C{high}; C{default} for none."""
+    if text is None:
+        return default
+    digits = text.isascii() and text.isdigit() and len(text) <= len(str(high))
+    if not digits or not low <= int(text) <= high:
+        raise BadRequest(f"{what} is a number from {low} to {high}, not {text!r}")
+    return int(text)
+
+
+class Api:
+    """Answers the requests under C{/api/} of visitors the gate let in."""
+
+    log = Logger()
+
+    def __init__(
+        self,
+        queue: QueueService,
+        schedules: ScheduleBook,
+        history: History,
+        streams: Streams,
+        gate: Gate,
+    ) -> None:
+        self.queue = queue
+        self.schedules = schedules
+        self.history = history
+        self.streams = streams
+        self.gate = gate
+
+    def render(self, request: Request, visitor: Visitor, path: list[str]) -> bytes | int:
+        """Answer C{request} for C{/api/PATH...}."""
+        try:
+            if request.method == b"POST":
+                action = self._action(request, path)
+                if action is None:
+                    return self._unknown(request, visitor, path)
+                return self._act(request, visitor, action)
+            if request.method in (b"GET", b"HEAD"):
+                read = self._read(request, visitor, path)
+                if read is None:
+                    return self._unknown(request, visitor, path)
+                return read()
+        except BadRequest as e:
+            return refusal(request, 400, str(e))
+        except Refused as e:
+            return refusal(request, _STATUS.get(e.code, 409), str(e))
+        request.setHeader(b"allow", b"GET, HEAD, POST")
+        return refusal(request, 405, f"{request.method.decode()} is not used here")
+
+    def _unknown(self, request: Request, visitor: Visitor, path: list[str]) -> bytes:
+        """404, or 405 when the path is there for the other method."""
+        if request.method == b"POST" and self._read(request, visitor, path) is not None:
+            request.setHeader(b"allow", b"GET, HEAD")
+            return refusal(request, 405, "this is read with GET")
+        if request.method != b"POST" and self._action(request, path) is not None:
+            request.setHeader(b"allow", b"POST")
+            return refusal(request, 405, "this is an action: POST it")
+        return refusal(request, 404, f"no such API: /api/{'/'.join(path)}")
+
+    def _read(
+        self, request: Request, visitor: Visitor, path: list[str]
+    ) -> Callable[[], bytes | int] | None:
+        """What answers a GET of C{path}, if anything does."""
+        queue = self.queue
+
+        def document(make: Callable[[], object]) -> Callable[[], bytes]:
+            return lambda: answer(request, 200, make())
+
+        match path:
+            case ["session"]:
+                return document(lambda: self._session(visitor))
+            case ["overview"]:
+                return document(lambda: self._overview(self.history.latest))
+            case ["history"]:
+                return document(self.history.as_dict)
+            case ["queues"]:
+                return document(lambda: introspect.queues(queue))
+            case ["tasks", task_id]:
+                found = _number(task_id, "a task id", 1, MAX_TASK_ID)
+                return document(lambda: views.lookup(queue, found))
+            case ["dead"]:
+                name = _queue_argument(request)
+                limit = _number(
+                    _argument(request, "limit"), "limit", 1, MAX_DEAD_LIST, DEFAULT_DEAD_LIST
+                )
+                return document(lambda: queue.dead_tasks(name, limit))
+            case ["workers"]:
+                return document(lambda: views.connections(queue))
+            case ["schedules"]:
+                return document(self.schedules.describe)
+            case ["stream"] if request.method == b"GET":
+                return lambda: self._stream(request)
+        return None
+
+    def _overview(self, sample: Sample | None) -> dict[str, Any]:
+        """The overview, with the live streams' own figures."""
+        streams = self.streams
+        document = views.overview(self.queue, sample)
+        document["streams"] = {"open": len(streams.open), "dropped": streams.dropped}
+        return document
+
+    def _stream(self, request: Request) -> bytes | int:
+        streams = self.streams
+        if streams.full:
+            return refusal(request, 503, f"{streams.limit} live streams are open (max_streams)")
+        streams.start(request, event(self._overview(self.history.latest)))
+        return NOT_DONE_YET
+
+    def publish(self, sample: Sample) -> None:
+        """Send each open stream the overview with C{sample} (built once, if one is open)."""
+        if self.streams.open:
+            self.streams.publish(event(self._overview(sample)))
+
+    def _session(self, visitor: Visitor) -> dict[str, Any]:
+        return {
+            "role": visitor.role.value,
+            "csrf": visitor.csrf,
+            "version": __version__,
+            "history": self.history.samples.maxlen,
+        }
+
+    def _action(self, request: Request, path: list[str]) -> Action | None:
+        """What a POST of C{path} does, if anything."""
+        queue = self.queue
+        match path:
+            case ["queues", name, "pause" | "resume" as verb]:
+                paused = verb == "pause"
+                return Action(
+                    f"{verb} queue {name}", lambda: queue.set_paused(_queue_name(name), paused)
+                )
+            case ["queues", name, "purge"]:
+                return Action(f"purge queue {name}", lambda: queue.purge(_queue_name(name)))
+            case ["dead", task_id, "replay"]:
+                found = _number(task_id, "a task id", 1, MAX_TASK_ID)
+                return Action(f"replay dead task {found}", lambda: queue.replay(found, None))
+            case ["dead", "replay" | "purge" as verb]:
+                named = _queue_argument(request)
+                what = f"{verb} the dead tasks of " + (f"queue {named}" if named else "every queue")
+                if verb == "replay":
+                    return Action(what, lambda: queue.replay(0, named))
+                return Action(what, lambda: queue.purge_dead(named))
+        return None
+
+    def _act(self, request: Request, visitor: Visitor, action: Action) -> bytes | int:
+        if visitor.role is not Role.ADMIN:
+            return refusal(request, 403, f"{action.name}: the {visitor.role.value} role reads only")
+        scheme = "https" if request.isSecure() else "http"
+        if not same_origin(
+            header(request, b"origin"),
+            header(request, b"referer"),
+            scheme,
+            header(request, b"host") or "",
+        ):
+            return refusal(request, 403, f"{action.name}: not from this dashboard's own pages")
+        if not self.gate.csrf_ok(visitor, header(request, CSRF_HEADER)):
+            return refusal(
+                request, 403, f"{action.name}: the session's CSRF token is missing or wrong"
+            )
+        done = action.call()
+        self.log.info(
+            "dashboard: {action} (by {how}, {role}): {answer}",
+            log_id="web.action",
+            action=action.name,
+            how=visitor.how,
+            role=visitor.role.value,
+            answer=", ".join(
+                f"{key} {len(value) if isinstance(value, list) else value}"
+                for key, value in done.items()
+            ),
+        )
+        durable = self.queue.journal.durable()
+        if durable is None:
+            return answer(request, 200, done)
+        gone: list[Failure] = []
+        request.notifyFinish().addErrback(gone.append)
+
+        def decided(result: Failure | None) -> None:
+            if gone:
+                return
+            if isinstance(result, Failure):
+                body = refusal(
+                    request,
+                    500,
+                    f"done, but not journaled ({result.getErrorMessage()}): a restart may undo it",
+                )
+            else:
+                body = answer(request, 200, done)
+            request.write(body)
+            request.finish()
+
+        durable.addBoth(decided)
+        return NOT_DONE_YET
+
+
+def header(request: Request, name: bytes) -> str | None:
+    """A request header's value, as text."""
+    value = request.getHeader(name)
+    if value is None or isinstance(value, str):
+        return value
+    return value.decode("latin-1")

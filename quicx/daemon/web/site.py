@@ -1,0 +1,162 @@
+"""
+The dashboard's web site: every request is let in by the L{Gate} or
+refused (401, nothing of the daemon's in the answer); then C{/api/...} goes
+to the L{Api}, and the rest are the few static files of the pages.
+
+C{/login?token=TOKEN} is the one way in without credentials: it sets the
+session cookie (HttpOnly, SameSite=Strict; Secure over TLS) and sends the
+browser to C{/}.  Every answer forbids framing, sniffing and any script,
+style or connection but the dashboard's own (a Content-Security-Policy).
+The site writes no access log, and keeps no request body (no request of
+the dashboard has one: one that has is refused unread).
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from io import BytesIO
+from typing import Any
+
+from twisted.web.resource import Resource
+from twisted.web.server import Request, Site
+
+from quicx.daemon.core import QueueService
+from quicx.daemon.schedule_book import ScheduleBook
+from quicx.daemon.web.api import Api, header, refusal
+from quicx.daemon.web.auth import COOKIE, Gate
+from quicx.daemon.web.history import History
+from quicx.daemon.web.stream import Streams
+from quicx.net.tls import peer_identity
+
+STATIC: dict[str, tuple[str, bytes]] = {
+    "": ("index.html", b"text/html; charset=utf-8"),
+    "app.js": ("app.js", b"text/javascript; charset=utf-8"),
+    "chart.js": ("chart.js", b"text/javascript; charset=utf-8"),
+    "style.css": ("style.css", b"text/css; charset=utf-8"),
+    "favicon.svg": ("favicon.svg", b"image/svg+xml"),
+}
+"""The pages' files, by path: the file in C{static/} and its type."""
+
+HEADERS = {
+    b"content-security-policy": b"default-src 'self'; frame-ancestors 'none'; base-uri 'none';"
+    b" form-action 'self'",
+    b"x-content-type-options": b"nosniff",
+    b"x-frame-options": b"DENY",
+    b"referrer-policy": b"same-origin",
+}
+"""Sent with every answer."""
+
+
+def static_files() -> dict[str, tuple[bytes, bytes]]:
+    """The pages' files, read once from the package: body and type, by path."""
+    folder = files(__package__) / "static"
+    return {path: ((folder / name).read_bytes(), kind) for path, (name, kind) in STATIC.items()}
+
+
+class Dashboard(Resource):
+    """The root, and every path under it (a leaf: it routes by itself)."""
+
+    isLeaf = True
+
+    def __init__(self, api: Api, gate: Gate) -> None:
+        Resource.__init__(self)
+        self.api = api
+        self.gate = gate
+        self.files = static_files()
+
+    def render(self, request: Any) -> bytes | int:
+        assert isinstance(request, Request)
+        for name, value in HEADERS.items():
+            request.setHeader(name, value)
+        if isinstance(request, BodylessRequest) and request.has_body:
+            return refusal(request, 413, "no request of the dashboard has a body")
+        try:
+            path = [segment.decode() for segment in request.postpath or []]
+        except UnicodeDecodeError:
+            return refusal(request, 400, "the path is not UTF-8")
+        if path == ["login"]:
+            return self._login(request)
+        cookie = request.getCookie(_cookie_name(request))
+        visitor = self.gate.visitor(
+            header(request, b"authorization"),
+            None if cookie is None else cookie.decode("latin-1"),
+            peer_identity(request.transport) if self.gate.authorization else None,
+        )
+        if visitor is None:
+            request.setHeader(b"www-authenticate", b'Bearer realm="quicx"')
+            return refusal(
+                request,
+                401,
+                "a token is needed (Authorization: Bearer TOKEN, or open /login?token=TOKEN)"
+                " or a client certificate",
+            )
+        if path[:1] == ["api"]:
+            return self.api.render(request, visitor, path[1:])
+        found = self.files.get("/".join(path))
+        if found is None:
+            return refusal(request, 404, "no such page")
+        if request.method not in (b"GET", b"HEAD"):
+            request.setHeader(b"allow", b"GET, HEAD")
+            return refusal(request, 405, "a page is read with GET")
+        body, kind = found
+        request.setHeader(b"content-type", kind)
+        request.setHeader(b"cache-control", b"no-cache")
+        return body
+
+    def _login(self, request: Request) -> bytes:
+        token = (request.args or {}).get(b"token", [b""])[0].decode("utf-8", "replace")
+        cookie = self.gate.login(token)
+        if cookie is None:
+            return refusal(request, 401, "that token gives no role")
+        request.addCookie(
+            _cookie_name(request),
+            cookie.encode(),
+            path=b"/",
+            secure=request.isSecure(),
+            httpOnly=True,
+            sameSite="strict",
+        )
+        request.redirect(b"/")
+        request.setResponseCode(303)
+        return b""
+
+
+def _cookie_name(request: Request) -> bytes:
+    return COOKIE.format(port=getattr(request.getHost(), "port", 0)).encode()
+
+
+class BodylessRequest(Request):
+    """
+    A request whose body is not kept: no request of the dashboard has one,
+    and one that has is refused (413) unread.
+    """
+
+    has_body = False
+
+    def gotLength(self, length: int | None) -> None:
+        self.content = BytesIO()
+
+    def handleContentChunk(self, data: bytes) -> None:
+        self.has_body = self.has_body or bool(data)
+
+
+class DashboardSite(Site):
+    """The site: no access log (the actions are logged by the API)."""
+
+    noisy = False
+    requestFactory = BodylessRequest
+
+    def __init__(self, resource: Dashboard) -> None:
+        Site.__init__(self, resource, parsePOSTFormSubmission=False)
+
+    def log(self, request: Any) -> None:
+        pass
+
+
+def dashboard_site(
+    queue: QueueService, schedules: ScheduleBook, history: History, gate: Gate, max_streams: int
+) -> DashboardSite:
+    """The site of the dashboard over C{queue}; its live streams follow C{history}."""
+    api = Api(queue, schedules, history, Streams(max_streams), gate)
+    history.listen(api.publish)
+    return DashboardSite(Dashboard(api, gate))

@@ -1,0 +1,116 @@
+"""
+What the dashboard's pages show, as JSON-ready documents: the overview, the
+connections (workers first), and a task looked up by id.  Plain functions
+over L{QueueService}'s state: they read, never change.  (The queues, dead
+letters and schedules are the documents C{QUEUES}, C{DEAD} and C{SCHEDULES}
+answer on the wire.)
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter
+from itertools import islice
+from typing import Any
+
+from quicx import __version__
+from quicx.daemon import introspect
+from quicx.daemon.core import QueueService, Refused
+from quicx.daemon.web.history import Sample
+from quicx.protocol.results import OutcomeState
+from quicx.protocol.session import Role
+from quicx.protocol.v2 import ResultKind
+
+SHOWN_TASKS = 20
+"""The task ids listed per connection (the count is always whole)."""
+
+
+def overview(queue: QueueService, sample: Sample | None) -> dict[str, Any]:
+    """The overview page (and each live update): totals, what is where now, every queue."""
+    counters = queue.counters()
+    stats = queue.stats()
+    roles = Counter(session.role for session in queue.sessions.values())
+    return {
+        "version": __version__,
+        "uptime": round(queue.clock() - queue.started_at, 1),
+        "tasks": {
+            "submitted": counters.submitted,
+            "done": counters.completed,
+            "failed": counters.failed,
+            "cancelled": counters.cancelled,
+            "retried": counters.retried,
+            "rejected": counters.rejected,
+        },
+        "queued": stats.queue_depth,
+        "running": queue.tasks_running,
+        "delayed": counters.delayed,
+        "dead": len(queue.dead_letters),
+        "connections": {
+            "total": len(queue.sessions),
+            "producers": roles[Role.PRODUCER],
+            "workers": stats.workers_total,
+            "idle_workers": stats.workers_idle,
+        },
+        "memory": {"used": stats.pmad_bytes_used, "total": stats.pmad_bytes_total},
+        "results_kept": len(queue.kept),
+        "queues": introspect.queues(queue),
+        "sample": None if sample is None else sample.as_dict(),
+    }
+
+
+def connections(queue: QueueService) -> list[dict[str, Any]]:
+    """Every connection, workers first: who it is, what it serves, what it holds."""
+    now = queue.clock()
+    sessions = sorted(
+        queue.sessions.values(),
+        key=lambda s: (s.role is not Role.WORKER, s.session_id),
+    )
+    return [
+        {
+            "id": session.session_id,
+            "role": session.role.value,
+            "peer": session.peer.peer_name,
+            "client": session.client or None,
+            "identity": session.identity,
+            "protocol": session.version,
+            "queues": [q.name for q in session.subscriptions],
+            "credits": session.credits,
+            "held": len(session.tasks),
+            "tasks": list(islice(session.tasks, SHOWN_TASKS)),
+            "idle": session.waiting,
+            "silent_for": round(max(0.0, now - session.last_received), 1),
+        }
+        for session in sessions
+    ]
+
+
+def lookup(queue: QueueService, task_id: int) -> dict[str, Any]:
+    """
+    Task C{task_id}: live (queued, delayed, running or dead, as C{INSPECT}
+    shows it), finished with its outcome kept, finished with its outcome
+    forgotten (C{expired}), or C{unknown}.
+    """
+    try:
+        return {"found": "live", "task": introspect.inspect(queue, task_id)}
+    except Refused:
+        pass
+    kept = queue.kept.get(task_id)
+    if kept is None:
+        return {"found": "expired" if queue.kept.forgot(task_id) else "unknown", "id": task_id}
+    outcome, data = kept
+    answer: dict[str, Any] = {
+        "found": "kept",
+        "id": task_id,
+        "outcome": OutcomeState(outcome.state).name.lower(),
+        "kept_until": round(outcome.due, 3),
+    }
+    if not outcome.kind:
+        answer["reason"] = data.decode("utf-8", "replace")
+    elif outcome.kind == ResultKind.BYTES:
+        answer["result"] = {"kind": "bytes", "base64": base64.b64encode(data).decode()}
+    else:
+        answer["result"] = {
+            "kind": ResultKind(outcome.kind).name.lower(),
+            "text": data.decode("utf-8", "replace"),
+        }
+    return answer

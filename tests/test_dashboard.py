@@ -1,0 +1,251 @@
+"""
+The web dashboard of a real daemon (C{twistd -n quicx} with C{[web]
+listen}) in a real headless Chromium driven by selenium: the page loads
+without console errors, its numbers move while a worker drains 10,000
+tasks, pausing a queue from the page stops dispatch (checked over the
+wire), a dead letter replayed from the page runs, and the monitor role has
+no buttons and is refused an action.  Without the token nothing is served.
+
+One daemon and one browser for the module.  The test saves a screenshot of
+the overview; with C{QUICX_UPDATE_SCREENSHOT=1} it writes docs/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quicx.protocol import lifecycle, results, v2, wire
+from tests.browser import headless_chromium
+from tests.peer import Peer
+from tools.launcher import DaemonProcess
+
+ADMIN = "admin-token-for-the-test"
+MONITOR = "monitor-token-for-the-test"
+DASHBOARD = re.compile(r"dashboard on 127\.0\.0\.1:(\d+)")
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "dashboard.png"
+TASKS = 10_000
+
+
+def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """C{check()}'s first true answer, polled; AssertionError after C{timeout}."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what or check}")
+        time.sleep(0.05)
+    return found
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    directory = tmp_path_factory.mktemp("dashboard")
+    args = (
+        "--web-listen=tcp:0",  # no interface: on loopback (see the announcement)
+        f"--web-admin-token={ADMIN}",
+        f"--web-monitor-token={MONITOR}",
+    )
+    with DaemonProcess(directory, args) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def web(daemon: DaemonProcess) -> str:
+    """The dashboard's base URL, from its announcement (on loopback: no interface was given)."""
+    match = DASHBOARD.search(daemon.wait_for_log("dashboard on"))
+    assert match is not None
+    return f"http://127.0.0.1:{match.group(1)}"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    driver = headless_chromium(1280, 900)
+    yield driver
+    driver.quit()
+
+
+def console_errors(driver: Any) -> list[str]:
+    """The console's SEVERE entries since the last call."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def log_in(driver: Any, web: str, token: str, page: str = "overview") -> None:
+    driver.get(f"{web}/login?token={token}")
+    until(lambda: driver.current_url == f"{web}/", what="the login's redirect")
+    driver.get(f"{web}/#{page}")
+    until(lambda: text(driver, "live") == "live", what="the live stream")
+
+
+def text(driver: Any, element_id: str) -> str:
+    found = driver.find_elements("id", element_id)
+    return str(found[0].text) if found else ""
+
+
+def shown_number(driver: Any, element_id: str) -> int:
+    """The first number in an element's text (C{1,234 in all} -> 1234)."""
+    match = re.search(r"[\d,]+", text(driver, element_id))
+    return int(match.group().replace(",", "")) if match else -1
+
+
+def click(driver: Any, selector: str) -> None:
+    until(lambda: driver.find_elements("css selector", selector), what=selector)[0].click()
+
+
+def save_screenshot(driver: Any, tmp_path: Path) -> None:
+    """The overview as it is now, in C{tmp_path} (or docs/, with QUICX_UPDATE_SCREENSHOT=1)."""
+    path = SCREENSHOT if os.environ.get("QUICX_UPDATE_SCREENSHOT") == "1" else tmp_path / "d.png"
+    assert driver.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+
+
+def submit(peer: Peer, queue: str, count: int = 1, **options: int) -> list[int]:
+    """Submit C{count} tasks to C{queue} (pipelined); their ids."""
+    frame = v2.encode_submit(b"job", b"payload", v2.submit_options(queue, **options))
+    peer.send(frame * count)
+    answers = [peer.receive() for _ in range(count)]
+    assert all(isinstance(a, v2.Ok) for a in answers), answers[:3]
+    return [a.task_id for a in answers]
+
+
+def queue_state(daemon: DaemonProcess, name: str) -> dict[str, Any]:
+    with Peer(daemon.address) as monitor:
+        answer = monitor.request(v2.encode_queues())
+    found: dict[str, Any] = next(q for q in answer.document if q["name"] == name)
+    return found
+
+
+def drain(daemon: DaemonProcess, queue: str, count: int, per_second: float) -> None:
+    """A raw-socket worker that ACKs C{count} tasks of C{queue}, at most C{per_second}."""
+    with Peer(daemon.address) as worker:
+        worker.send(v2.encode_ready(100, [queue]))
+        start = time.monotonic()
+        for done in range(count):
+            task = worker.receive(10)
+            worker.send(lifecycle.encode_ack(task.task_id, task.token))
+            ahead = start + done / per_second - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+
+
+def test_a_request_without_the_token_is_refused(web: str) -> None:
+    for path, headers in [
+        ("/", {}),
+        ("/api/overview", {}),
+        ("/api/overview", {"Authorization": "Bearer not-the-token"}),
+        ("/login?token=not-the-token", {}),
+    ]:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(web + path, headers=headers), timeout=5)
+        assert refused.value.code == 401, path
+        assert b"queue" not in refused.value.read()
+    request = urllib.request.Request(
+        f"{web}/api/overview", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        assert json.load(answer)["version"]
+
+
+def test_the_page_loads_cleanly_and_its_numbers_move_while_a_worker_drains(
+    daemon: DaemonProcess, web: str, browser: Any, tmp_path: Path
+) -> None:
+    with Peer(daemon.address) as producer:
+        submit(producer, "bulk", TASKS)
+    log_in(browser, web, ADMIN)
+    until(lambda: shown_number(browser, "now-queued") >= TASKS, what="the queued count")
+    before = shown_number(browser, "total-done")
+    worker = threading.Thread(target=drain, args=(daemon, "bulk", TASKS, 2500.0))
+    worker.start()
+    try:
+        first = until(
+            lambda: (n := shown_number(browser, "total-done")) > before and n,
+            what="the done count moving",
+        )
+        assert first < before + TASKS, "drained before the page showed it moving"
+        assert float(text(browser, "rate-done").replace(",", "")) > 0
+        time.sleep(1.5)
+        assert shown_number(browser, "total-done") > first
+        save_screenshot(browser, tmp_path)
+    finally:
+        worker.join(30)
+    until(lambda: shown_number(browser, "total-done") >= before + TASKS, what="all done")
+    assert browser.find_elements("css selector", "#chart-rates polyline")
+    assert console_errors(browser) == []
+
+
+def test_pausing_a_queue_from_the_page_stops_dispatch(
+    daemon: DaemonProcess, web: str, browser: Any
+) -> None:
+    with Peer(daemon.address) as worker, Peer(daemon.address) as producer:
+        worker.send(v2.encode_ready(5, ["mail"]))
+        assert isinstance(worker.receive(), wire.Wait)
+        log_in(browser, web, ADMIN, "queues")
+        click(browser, 'button[data-action="pause"][data-queue="mail"]')
+        until(lambda: queue_state(daemon, "mail")["paused"], what="mail paused over the wire")
+        until(
+            lambda: browser.find_elements("css selector", 'button[data-action="resume"]'),
+            what="the page showing it paused",
+        )
+        (task_id,) = submit(producer, "mail")
+        assert worker.nothing_for(1.5), "a task was dispatched from a paused queue"
+        click(browser, 'button[data-action="resume"][data-queue="mail"]')
+        task = worker.receive(5)
+        assert task.task_id == task_id
+        worker.send(lifecycle.encode_ack(task.task_id, task.token))
+        assert producer.receive() == v2.Done(task_id)
+        assert not queue_state(daemon, "mail")["paused"]
+    assert console_errors(browser) == []
+
+
+def test_a_dead_letter_replayed_from_the_page_runs(
+    daemon: DaemonProcess, web: str, browser: Any
+) -> None:
+    with Peer(daemon.address) as worker, Peer(daemon.address) as producer:
+        (task_id,) = submit(producer, "jobs", retries=1, result_ttl=600)
+        worker.send(v2.encode_ready(1, ["jobs"]))
+        task = worker.receive()
+        worker.send(lifecycle.encode_nack(task.task_id, task.token, "hopeless", permanent=True))
+        assert producer.receive() == wire.Failed(task_id, "hopeless")
+        log_in(browser, web, ADMIN, "dead")
+        click(browser, f'button[data-action="replay"][data-task="{task_id}"]')
+        again = worker.receive(5)
+        assert (again.task_id, again.failures) == (task_id, 0)
+        result = v2.Result(v2.ResultKind.TEXT, b"ran after all")
+        worker.send(lifecycle.encode_ack(again.task_id, again.token, result))
+        producer.send(results.encode_await(task_id, 5000))
+        assert producer.receive() == results.Outcome(task_id, results.OutcomeState.DONE, result)
+    until(lambda: "replayed 1 task" in text(browser, "message"), what="the page's word")
+    assert console_errors(browser) == []
+
+
+def test_a_monitor_session_has_no_buttons_and_is_refused_an_action(
+    daemon: DaemonProcess, web: str, browser: Any
+) -> None:
+    with Peer(daemon.address) as worker:
+        worker.send(v2.encode_ready(1, ["mail"]))
+        log_in(browser, web, MONITOR, "queues")
+        until(lambda: browser.find_elements("css selector", 'tr[data-queue="mail"]'))
+        assert text(browser, "who") == "monitor: read only"
+        assert browser.find_elements("css selector", "button[data-action]") == []
+        browser.get(f"{web}/#dead")
+        assert browser.find_elements("css selector", "button[data-action]") == []
+        status = browser.execute_async_script(
+            """
+            const done = arguments[arguments.length - 1];
+            fetch('/api/session').then((r) => r.json()).then((session) =>
+              fetch('/api/queues/mail/pause',
+                    {method: 'POST', headers: {'X-Quicx-CSRF': session.csrf}}))
+              .then((r) => done(r.status), (e) => done(String(e)));
+            """
+        )
+        assert status == 403
+        assert not queue_state(daemon, "mail")["paused"]
