@@ -48,12 +48,14 @@ FAILED reason a daemon takes (1 MiB), every byte of it escaped."""
 
 MAX_WATCH_SIZE = (
     1
-    + 3
+    + 1
     + MAX_WATCH * (1 + v2.MAX_QUEUE_NAME)
+    + 1
     + MAX_WATCH * (1 + wire.MAX_TYPE_LENGTH)
-    + MAX_WATCH * (1 + max(map(len, EVENT_KINDS)))
+    + 1
+    + sum(1 + len(kind) for kind in EVENT_KINDS)
 )
-"""The longest WATCH: its flags, and three lists of as many of the longest items as they hold."""
+"""The longest WATCH: its flags, 32 of the longest queue names and types, every kind."""
 
 _KINDS = {kind.encode("ascii"): kind for kind in EVENT_KINDS}
 _MISSED = struct.Struct(">Q")
