@@ -19,7 +19,7 @@ from attrs import frozen
 
 from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol.v2 import MessageType, _bad, _split_name, counted, frame
-from quicx.protocol.wire import MalformedMessage
+from quicx.protocol.wire import HEADER, MalformedMessage
 
 EVENT_KINDS = (
     "submitted",
@@ -149,24 +149,36 @@ def encode_events(lines: Sequence[str], missed: int = 0) -> bytes:
     """
     if not 0 <= missed < 1 << 64:
         raise ValueError(f"a missed count is a u64, not {missed}")
-    frames: list[bytes] = []
-    chunk: list[bytes] = []
-    size = 0
-    for line in lines:
-        if not line or "\n" in line:
-            raise ValueError(f"an event line is one line of text, not {line[:40]!r}")
-        data = line.encode("utf-8")
-        if chunk and size + len(data) + 1 > MAX_EVENTS_BYTES:
-            frames.append(_events_frame(missed, chunk))
-            missed, chunk, size = 0, [], 0
-        chunk.append(data)
-        size += len(data) + 1
-    frames.append(_events_frame(missed, chunk))
-    return b"".join(frames)
+    if not lines:
+        return _events_frame(missed, b"")
+    # One join and one encoding for the lot (the daemon sends thousands of
+    # lines at a time), then cuts at the last newline that fits.
+    text = ("\n".join(lines) + "\n").encode("utf-8")
+    if text.count(b"\n") != len(lines) or "" in lines:
+        bad = next(line for line in lines if not line or "\n" in line)
+        raise ValueError(f"an event line is one line of text, not {bad[:40]!r}")
+    if len(text) <= MAX_EVENTS_BYTES:
+        return _events_frame(missed, text)
+    # Headers and views of the text, joined once: the text is copied once.
+    pieces: list[bytes | memoryview] = []
+    view = memoryview(text)
+    start = 0
+    while start < len(text):
+        end = start + MAX_EVENTS_BYTES
+        if end < len(text):
+            cut = text.rfind(b"\n", start, end)
+            # No newline within the limit: one longer line, alone.
+            end = (cut if cut >= 0 else text.index(b"\n", end)) + 1
+        else:
+            end = len(text)
+        pieces.append(HEADER.pack(v2.VERSION, MessageType.EVENTS, 8 + end - start))
+        pieces.append(_MISSED.pack(missed))
+        pieces.append(view[start:end])
+        missed, start = 0, end
+    return b"".join(pieces)
 
 
-def _events_frame(missed: int, lines: list[bytes]) -> bytes:
-    text = b"\n".join(lines) + b"\n" if lines else b""
+def _events_frame(missed: int, text: bytes) -> bytes:
     return frame(MessageType.EVENTS, _MISSED.pack(missed) + text)
 
 
