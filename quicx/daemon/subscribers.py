@@ -119,7 +119,7 @@ class Subscribers:
     def take(self, events: list[Event]) -> None:
         """Send each subscriber the events that pass its filter, or hold them."""
         line = format_event if self.count == 1 else _formatted_once()
-        for subscriber in self._subscribers.values():
+        for subscriber in list(self._subscribers.values()):
             matched = (
                 events if subscriber.everything else [e for e in events if subscriber.matches(e)]
             )
