@@ -11,6 +11,7 @@ The C{quicx} command.
     quicx result ID [--wait] | group GID [--wait]          outcomes, from anywhere
     quicx publish NAME FILE|- | publish NAME --delete      shared data for workers
     quicx queues | peek QUEUE | task ID | schedules [--json]   look inside
+    quicx events --follow [--queue Q] [--type T] [--kind K] [--json] [--count N]   live
     quicx cancel ID | pause Q | resume Q | purge Q --yes   act (admin)
     quicx dlq list [Q] | show ID | replay ID|--all | purge [Q] --yes   dead letters
     quicx schedule add NAME (--cron EXPR | --every 10m) TYPE PAYLOAD | remove NAME
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import importlib
 import json
 import math
@@ -51,6 +53,7 @@ from quicx.clients import timing
 from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS, default_address, parse_address
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.outcomes import RetryNotice
+from quicx.clients.watching import MISSED
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.settings import format_size
@@ -62,6 +65,7 @@ from quicx.protocol.errors import (
     TaskCancelled,
     TaskFailed,
 )
+from quicx.protocol.monitor import EVENT_KINDS
 from quicx.protocol.results import MAX_FOLLOW
 from quicx.protocol.v2 import MAX_OPTION, MAX_RETRIES, MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
@@ -75,7 +79,18 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run the daemon", ("start", "stop", "init", "repair-journal")),
     (
         "producers and monitors",
-        ("submit", "result", "group", "publish", "status", "queues", "peek", "task", "schedules"),
+        (
+            "submit",
+            "result",
+            "group",
+            "publish",
+            "status",
+            "queues",
+            "peek",
+            "task",
+            "schedules",
+            "events",
+        ),
     ),
     ("admins", ("cancel", "pause", "resume", "purge", "dlq", "schedule")),
     ("workers", ("worker",)),
@@ -823,6 +838,68 @@ def cmd_schedules(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_events(args: argparse.Namespace) -> int:
+    if not args.follow and args.count is None:
+        raise CommandError("events: give --follow, or --count N to stop after N events", 2)
+    return _ask(args, lambda client: _print_events(args, client))
+
+
+def _print_events(args: argparse.Namespace, client: QuicxClient) -> int:
+    """
+    Print each live event as it comes, flushed when no more are waiting (a
+    pipe sees each batch at once), up to --count.
+    """
+    printed = 0
+    events = client.events(args.queue or (), args.type or (), args.kind or ())
+    write = sys.stdout.write
+    for event in events:
+        if args.json:
+            write(json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n")
+        elif event["event"] == MISSED:
+            write(f"missed {thousands(event['count'])} events\n")
+        else:
+            write(event_line(event) + "\n")
+        if event["event"] != MISSED:
+            printed += 1
+            if printed == args.count:
+                break
+        if not events.waiting:
+            sys.stdout.flush()
+    return 0
+
+
+_EVENT_FIELDS = frozenset(
+    {"t", "event", "task", "type", "size", "producer", "worker", "attempt", "queue", "priority"}
+)
+
+
+@functools.lru_cache(maxsize=4)
+def _clock(second: int) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(second))
+
+
+def event_line(event: Mapping[str, Any]) -> str:
+    """
+    One event for people: its time (UTC), kind, task, queue, type, worker,
+    and its own fields (C{reason: SMTP 550}).
+    """
+    second, millisecond = divmod(event["t"], 1000)
+    task, worker = event["task"], event["worker"]
+    line = (
+        f"{_clock(second)}.{millisecond:03d}Z  {event['event']:<10}  "
+        f"{'-' if task is None else f'#{task}':<8}  {event['queue'] or '-'}  {event['type']}"
+    )
+    if worker is not None:
+        line += f"  worker {worker}"
+    if len(event) > len(_EVENT_FIELDS):
+        line += "  " + ", ".join(
+            f"{key}: {_one_line(str(value))}"
+            for key, value in event.items()
+            if key not in _EVENT_FIELDS
+        )
+    return line
+
+
 def cmd_schedule_add(args: argparse.Namespace) -> int:
     payload = read_payload(args.payload)
     answer = _ask(
@@ -1428,6 +1505,37 @@ def build_parser() -> argparse.ArgumentParser:
         " fire (UTC). --json prints the daemon's array (see docs/protocol.md).",
     )
     schedules.set_defaults(run=cmd_schedules)
+    events = command(
+        "events",
+        "print task lifecycle events as they happen",
+        "Print the daemon's task lifecycle events live: one line per event (time in UTC,"
+        " event, task, queue, type, worker, and the event's own fields such as a reason),"
+        " or with --json the daemon's NDJSON lines (the events files' schema). When the"
+        " daemon dropped events because this command read too slowly, a line says how many"
+        ' ("missed N events"; with --json, {"event":"missed","count":N}). Repeat --queue,'
+        " --type and --kind to watch several; without them, every event.",
+    )
+    events.add_argument(
+        "--json", action="store_true", help="print the daemon's NDJSON lines as they come"
+    )
+    events.add_argument(
+        "--timeout", type=duration, default=10.0, help="seconds to wait for the daemon (10)"
+    )
+    connect_option(events)
+    events.add_argument("--follow", "-f", action="store_true", help="keep printing (Ctrl-C ends)")
+    events.add_argument(
+        "--count",
+        metavar="N",
+        type=bounded_int(1, 1 << 62),
+        help="stop after N events (implies --follow)",
+    )
+    events.add_argument("--queue", type=queue_name, action="append", help="only this queue")
+    events.add_argument("--type", type=task_type, action="append", help="only this task type")
+    events.add_argument(
+        "--kind", choices=EVENT_KINDS, action="append", metavar="KIND",
+        help=f"only this kind of event: {', '.join(EVENT_KINDS)}",
+    )  # fmt: skip
+    events.set_defaults(run=cmd_events)
 
     def acting_options(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         config_option(sub)

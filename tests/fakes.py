@@ -18,7 +18,7 @@ from quicx.daemon import pmad
 from quicx.daemon.core import QueueService, Session, Task
 from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry
 from quicx.daemon.logsummary import LogSummary
-from quicx.protocol import results, v2, wire
+from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.session import IPeer, Role
 
@@ -34,7 +34,7 @@ class FakePeer:
         self.received: list[Any] = []
         self.session: Session = queue.open_session(self)
         self.session.version = version
-        self._decode = results.decode if version == 2 else wire.decode
+        self._decode = monitor.decode if version == 2 else wire.decode
 
     def sendFrame(self, data: bytes) -> None:
         assert self.session.connected, f"a frame sent to {self.peer_name} after it left"

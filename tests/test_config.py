@@ -212,6 +212,8 @@ EVERY_SETTING_CHANGED = config.Config(
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,
+    events_max_subscribers=4,
+    events_max_held=500,
     metrics_listen="tcp:9464:interface=127.0.0.1",
     metrics_max_types=10,
     metrics_max_series=100,

@@ -316,9 +316,11 @@ def test_any_stream_of_messages_decodes_whatever_the_reads(
 PROTOCOL = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
 VERSION_2 = PROTOCOL[PROTOCOL.index("\n# Version 2") :]
 LIFECYCLE = PROTOCOL[PROTOCOL.index("\n# Version 2: retries, dead letters") :]
+"""The page's section on part 2 of version 2 (L{quicx.protocol.lifecycle})."""
 RESULTS = PROTOCOL[PROTOCOL.index("\n# Version 2: results, progress") :]
 """The page's section on part 3 of version 2 (L{quicx.protocol.results})."""
-"""The page's section on part 2 of version 2 (L{quicx.protocol.lifecycle})."""
+MONITOR = PROTOCOL[PROTOCOL.index("\n# Version 2: live events") :]
+"""The page's section on part 4 of version 2 (L{quicx.protocol.monitor})."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -363,7 +365,7 @@ def table(text: str, after: str) -> list[list[str]]:
 
 def test_the_pages_message_tables_are_the_codecs() -> None:
     rows = table(VERSION_2, "## Messages") + table(LIFECYCLE, "## Messages")
-    rows += table(RESULTS, "## Messages")
+    rows += table(RESULTS, "## Messages") + table(MONITOR, "## Messages")
     assert [(int(code, 16), name) for code, name, *_ in rows] == [
         (t.value, t.name) for t in MessageType
     ]

@@ -23,7 +23,7 @@ from service_identity.cryptography import (
 )
 
 from quicx.net.certificates import TlsConfigError, trust_roots
-from quicx.protocol import v2, wire
+from quicx.protocol import monitor, v2, wire
 
 ADDRESS_VARIABLE = "QUICX_ADDRESS"
 """The environment variable naming the daemon's address (see L{default_address})."""
@@ -34,6 +34,8 @@ ENDPOINT_KINDS = frozenset({"tcp", "unix", "tls", "ssl"})
 CLIENT_MAX_LENGTH = wire.MAX_PAYLOAD + v2.SUBMIT_OVERHEAD + 1024
 """The largest frame a client accepts: a version-2 TASK of the largest possible
 class, with its queue and context."""
+CLIENT_TYPE_LIMITS: dict[int, int] = {v2.MessageType.EVENTS: monitor.MAX_EVENTS_FRAME}
+"""Larger limits for some version-2 frames: EVENTS with one long line."""
 
 
 def as_bytes(value: str | bytes) -> bytes:

@@ -12,6 +12,8 @@ views, Spark executors.
         client.result(task_id, timeout=60)    # the handler's return value, from any client
         group = client.submit_group(("resize", p) for p in pictures)
         client.wait_group(group, timeout=600)  # {"done": 998, "failed": 2, ...}
+        for event in client.events(queues=["mail"], kinds=["failed"]):  # live, each a dict
+            print(event["task"], event["reason"])
 
 One client keeps one connection open and reuses it; it reconnects on the next
 call after the connection drops.  It speaks protocol version 2, or version 1
@@ -22,6 +24,7 @@ submit in parallel are faster with a client each.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -34,13 +37,19 @@ from typing import Any
 import attrs
 from service_identity import VerificationError
 
-from quicx.clients import awaits, requests
-from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, as_bytes, parse_address
+from quicx.clients import awaits, requests, watching
+from quicx.clients.address import (
+    CLIENT_MAX_LENGTH,
+    CLIENT_TYPE_LIMITS,
+    DEFAULT_ADDRESS,
+    as_bytes,
+    parse_address,
+)
 from quicx.clients.awaits import Waits
 from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of, value_of
 from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
 from quicx.clients.requests import Options
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import lifecycle, monitor, results, v2, wire
 from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, error_from
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.results import GroupOp
@@ -50,6 +59,8 @@ Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
+FOREVER = 3600.0
+"""How long one read waits when a call waits as long as it takes (it reads again)."""
 
 log = logging.getLogger(__name__)
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
@@ -93,11 +104,17 @@ class QuicxClient:
         self._progress = ProgressListeners()
         self._awaits = awaits.outcome_waits()
         self._group_waits = awaits.group_waits()
+        self._feed = watching.EventFeed()
         self._hello_frame = requests.HELLO  # what each connection opens with (see hello)
 
     @staticmethod
     def _new_parser() -> FrameParser:
-        return FrameParser(CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH)
+        return FrameParser(
+            CLIENT_MAX_LENGTH,
+            check_types=False,
+            v2_max_length=CLIENT_MAX_LENGTH,
+            v2_type_limits=CLIENT_TYPE_LIMITS,
+        )
 
     # -- connection -------------------------------------------------------------------
 
@@ -165,7 +182,10 @@ class QuicxClient:
                 self._book.expect(reply.task_id)
 
     def _drop(self) -> None:
-        """Forget the connection; pending outcomes become unknown, waits and progress end."""
+        """
+        Forget the connection; pending outcomes become unknown, waits,
+        progress and live events end.
+        """
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -173,6 +193,7 @@ class QuicxClient:
         self._progress.clear()
         self._awaits.clear()
         self._group_waits.clear()
+        self._feed.stop()
 
     def close(self) -> None:
         with self._lock:
@@ -203,9 +224,9 @@ class QuicxClient:
 
     def _pump(self, deadline: float) -> object | None:
         """
-        Read one message: file an outcome, a retry notice or the answer to a
-        wait, hand a progress report to its callback, answer a heartbeat
-        (and return C{None}), or return anything else.
+        Read one message: file an outcome, a retry notice, live events or
+        the answer to a wait, hand a progress report to its callback, answer
+        a heartbeat (and return C{None}), or return anything else.
         """
         message = self._read(deadline)
         settled = outcome_of(message)
@@ -220,6 +241,8 @@ class QuicxClient:
             self._group_waits.answer(message.group, message)  # or the opener's notice: dropped
         elif isinstance(message, lifecycle.Retrying):
             self._book.notice(RetryNotice.of(message))
+        elif isinstance(message, monitor.Events):
+            self._feed.arrived(message)
         elif isinstance(message, wire.Heartbeat):
             self._send(v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME)
         elif not isinstance(message, wire.Pong):
@@ -813,3 +836,111 @@ class QuicxClient:
         finally:
             self.close_group(group)
         return group
+
+    # -- live events --------------------------------------------------------------------
+
+    def events(
+        self,
+        queues: Iterable[str] = (),
+        types: Iterable[str | bytes] = (),
+        kinds: Iterable[str] = (),
+        timeout: float | None = None,
+    ) -> EventStream:
+        """
+        Watch the daemon's task lifecycle events as they happen, those of
+        C{queues}, task C{types} and event C{kinds} (each empty: any; kinds
+        are C{quicx.protocol.monitor.EVENT_KINDS}).  The watch starts here.
+
+            with client.events(queues=["mail"], kinds=["failed"]) as events:
+                for event in events:
+                    print(event["task"], event["reason"])
+
+        @return: an iterator of dicts, each an event as the daemon's events
+            files write it (C{t} in epoch milliseconds, C{event}, C{task},
+            C{type}, C{queue}, C{worker}...), and C{{"event": "missed",
+            "count": N}} when N events were dropped because this client read
+            too slowly.  Its C{next()} raises C{TimeoutError} when no event
+            comes within C{timeout} seconds (C{None}: it waits as long as it
+            takes).  Closing it (or leaving its C{with} block, or dropping
+            it) ends the watch; one watch at a time per client.
+        @raise QueueFull: the daemon has C{[events] max_subscribers} watching.
+        @raise ValueError: a bad queue name, an empty type, an unknown kind.
+        @raise NeedsVersion2: the daemon speaks version 1.
+        """
+        frame = watching.encode_watch(queues, types, kinds)
+        with self._lock:
+            self._feed.watching = True  # its EVENTS may come before its answer
+            try:
+                self._info("events", frame)
+            except BaseException:
+                self._feed.stop()
+                raise
+        return EventStream(self, timeout)
+
+    def _next_event(self, timeout: float | None) -> dict[str, Any]:
+        wait = FOREVER if timeout is None else timeout
+        with self._lock:
+            deadline = time.monotonic() + wait
+            while (item := self._feed.next()) is None:
+                if not self._feed.watching:
+                    raise QuicxError("this client no longer watches events")
+                try:
+                    unexpected = self._pump(deadline)
+                except TimeoutError:
+                    if timeout is not None:
+                        raise
+                    deadline = time.monotonic() + wait
+                    continue
+                if unexpected is not None:
+                    self._drop()
+                    raise QuicxError(f"unexpected {type(unexpected).__name__} among events")
+            return item
+
+    def _unwatch(self) -> None:
+        """Stop watching; the daemon's answer is read by the next call."""
+        with self._lock:
+            was_watching = self._feed.watching
+            self._feed.stop()
+            if was_watching and self._sock is not None:
+                with contextlib.suppress(ConnectionLost):
+                    self._send(watching.STOP_FRAME, answers=1)
+
+
+class EventStream:
+    """
+    The live events of one L{QuicxClient.events} call: an iterator, and a
+    context manager that ends the watch.
+    """
+
+    def __init__(self, client: QuicxClient, timeout: float | None) -> None:
+        self._client = client
+        self._timeout = timeout
+        self._closed = False
+
+    def __iter__(self) -> EventStream:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        if self._closed:
+            raise StopIteration
+        return self._client._next_event(self._timeout)
+
+    @property
+    def waiting(self) -> int:
+        """Events read already, that the next C{next()} calls hand out without waiting."""
+        return len(self._client._feed)
+
+    def close(self) -> None:
+        """End the watch (the client stays connected)."""
+        if not self._closed:
+            self._closed = True
+            self._client._unwatch()
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()

@@ -25,7 +25,7 @@ from attrs import field, frozen
 import quicx
 from quicx.clients import timing
 from quicx.clients.address import as_bytes
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import lifecycle, monitor, results, v2, wire
 from quicx.protocol.errors import NeedsVersion2, PayloadTooLarge
 
 CLIENT_NAME = "quicx-python"
@@ -177,7 +177,7 @@ def needs_version_2(version: int, what: str) -> None:
 def decode(version: int | None, message_type: int, payload: bytes) -> Any:
     """A frame of C{version} (the parser's), decoded: any message of either version."""
     if version == v2.VERSION:
-        return results.decode(message_type, payload)
+        return monitor.decode(message_type, payload)
     return wire.decode(message_type, payload)
 
 

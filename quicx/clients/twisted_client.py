@@ -8,6 +8,7 @@ The Twisted producer client.
     task_id = await client.submit("send_email", b'{"to": "user@gmail.com"}')
     await client.outcome(task_id)        # its result; raises TaskFailed if a worker failed it
     await client.result(task_id, timeout=60)   # any task's, kept or running, from any client
+    await client.watch(print, kinds=["failed"])  # live lifecycle events, each a dict
 
 Every call returns a L{Deferred}.  Any number of requests may be outstanding
 on one connection: the daemon answers them in order.  For a long-lived service
@@ -51,9 +52,10 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from quicx.clients import awaits, requests
+from quicx.clients import awaits, requests, watching
 from quicx.clients.address import (
     CLIENT_MAX_LENGTH,
+    CLIENT_TYPE_LIMITS,
     DEFAULT_ADDRESS,
     as_bytes,
     normalize_address,
@@ -72,13 +74,15 @@ from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
 from quicx.clients.requests import Options
 from quicx.net.framer import FrameReceiver, set_no_delay
 from quicx.net.tls import client_tls
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import lifecycle, monitor, results, v2, wire
 from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
 from quicx.protocol.results import GroupOp
 from quicx.protocol.wire import ErrorCode
 
 RetryListener = Callable[[RetryNotice], object]
 """What C{on_retry} is: called with each L{RetryNotice} of a task."""
+EventListener = Callable[[dict[str, Any]], object]
+"""What L{QuicxClientProtocol.watch} calls with each live event."""
 
 
 class _Fence:
@@ -101,6 +105,7 @@ class QuicxClientProtocol(FrameReceiver):
     log = Logger()
     maxLength = CLIENT_MAX_LENGTH
     v2MaxLength = CLIENT_MAX_LENGTH
+    v2TypeLimits = CLIENT_TYPE_LIMITS
     checkTypes = False
 
     def __init__(self, keep_outcomes: int = DEFAULT_KEEP, protocol: int = 2) -> None:
@@ -120,6 +125,8 @@ class QuicxClientProtocol(FrameReceiver):
         self._group_waits = awaits.group_waits()
         # The answers of the waits sent (result, wait_group), until they fire.
         self._answers: set[Deferred[Any]] = set()
+        # Called with each live event while this connection watches them.
+        self._event_listener: EventListener | None = None
         self._closed: Failure | None = None
 
     def connectionMade(self) -> None:
@@ -479,6 +486,54 @@ class QuicxClientProtocol(FrameReceiver):
         """Remove a run-time schedule; needs the admin role."""
         return self._info("unschedule", lambda: lifecycle.encode_unschedule(name))
 
+    def watch(
+        self,
+        listener: EventListener,
+        queues: Iterable[str] = (),
+        types: Iterable[str | bytes] = (),
+        kinds: Iterable[str] = (),
+    ) -> Deferred[dict[str, Any]]:
+        """
+        Watch the daemon's task lifecycle events as they happen, those of
+        C{queues}, task C{types} and event C{kinds} (each empty: any; as
+        L{quicx.clients.blocking.QuicxClient.events}).  A second watch
+        replaces the first (and its listener).
+
+        @param listener: called on the reactor thread with each event, a
+            dict as the daemon's events files write it, and with
+            C{{"event": "missed", "count": N}} when N events were dropped
+            because this connection read too slowly.
+        @return: fires with the filter the daemon took (C{queues}, C{types},
+            C{kinds}); fails with L{QueueFull} (C{[events] max_subscribers}
+            watch already), C{ValueError} (a bad name or kind),
+            L{NeedsVersion2} or L{ConnectionLost}.
+        """
+        previous, self._event_listener = self._event_listener, listener
+
+        def refused(failure: Failure) -> Failure:
+            if self._event_listener is listener:
+                self._event_listener = previous
+            return failure
+
+        return self._info(
+            "watch", lambda: watching.encode_watch(queues, types, kinds)
+        ).addCallbacks(lambda document: document["watching"], refused)
+
+    def unwatch(self) -> Deferred[None]:
+        """Stop watching live events; fires once the daemon has stopped sending them."""
+        self._event_listener = None
+        return self._info("unwatch", lambda: watching.STOP_FRAME).addCallback(lambda _: None)
+
+    def _tell_events(self, message: monitor.Events) -> None:
+        listener = self._event_listener
+        if listener is None:
+            return  # the tail of a watch that stopped
+        for item in watching.items(message):
+            try:
+                listener(item)
+            except Exception:
+                self.log.failure("the live events listener raised")
+
     def close(self) -> None:
         self.transport.loseConnection()
 
@@ -506,6 +561,8 @@ class QuicxClientProtocol(FrameReceiver):
             self._group_waits.answer(message.group, message)  # or the opener's notice: dropped
         elif isinstance(message, lifecycle.Retrying):
             self._retrying(RetryNotice.of(message))
+        elif isinstance(message, monitor.Events):
+            self._tell_events(message)
         elif isinstance(message, wire.Heartbeat):
             pong = v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME
             self.transport.write(pong)
@@ -627,6 +684,7 @@ class QuicxClientProtocol(FrameReceiver):
                 answer.errback(self._closed)
         self._progress.clear()
         self._watchers = {}
+        self._event_listener = None
         for task_id in self._book.lose_all():
             waiters = self._waiters.pop(task_id, None)
             if waiters:

@@ -27,7 +27,6 @@ from quicx.daemon import pmad
 from quicx.daemon.deadletters import DeadLetters
 from quicx.daemon.dedup import KeyTable
 from quicx.daemon.delays import Delays
-from quicx.daemon.events import EventLog
 from quicx.daemon.groups import Group, Groups
 from quicx.daemon.journal.interface import (
     DeadInfo,
@@ -187,6 +186,30 @@ class IScheduleBook(Protocol):
         """The run-time schedules' SCHEDULE payloads, by name."""
 
 
+class IEvents(Protocol):
+    """Where the core records lifecycle events: L{quicx.daemon.eventbus.EventBus}."""
+
+    def record(
+        self,
+        kind: str,
+        task_id: int | None,
+        task_type: bytes,
+        size: int,
+        producer: int | None,
+        worker: int | None,
+        attempt: int,
+        extra: Any = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> None: ...
+
+    def forget(self, session: Session) -> None:
+        """C{session} closed."""
+
+    def caught_up(self, session: Session) -> None:
+        """C{session}'s output drained."""
+
+
 class ISharedData(Protocol):
     """The shared data, as the queue sees it."""
 
@@ -255,6 +278,10 @@ class QueueService(Service):
     @ivar sessions: the open connections by session id.
     @ivar queues: the named queues by name.
     @ivar progress: the tasks' progress reports.
+    @ivar events: where lifecycle events are recorded, while they have
+        somewhere to go (files, or a live subscriber): the daemon's event
+        bus, or C{None}.
+    @ivar event_bus: the event bus, once one is made for this queue.
     @ivar shared: the shared data, once a L{quicx.daemon.shared.SharedData}
         is made for this queue.
     @ivar kept: the kept outcomes of finished tasks.
@@ -276,7 +303,6 @@ class QueueService(Service):
         journal: IJournal | None = None,
         task_timeout: float = 0.0,
         max_attempts: int = 0,
-        events: EventLog | None = None,
         failures: LogSummary | None = None,
         limits: QueueLimits | None = None,
         scheduler: IReactorTime | None = None,
@@ -290,7 +316,10 @@ class QueueService(Service):
         self.journal: IJournal = journal if journal is not None else NullJournal()
         self.task_timeout = task_timeout
         self.max_attempts = max_attempts
-        self.events = events
+        # Set by the event bus while events have somewhere to go: the core
+        # records events only then.
+        self.events: IEvents | None = None
+        self.event_bus: IEvents | None = None
         self.failures = failures or LogSummary(self.log)
         self.limits = limits = limits or QueueLimits()
         if scheduler is None:
@@ -416,6 +445,8 @@ class QueueService(Service):
             self._unsubscribe(session)
             if self.shared is not None:
                 self.shared.unfollow(session)
+        if self.events is not None:
+            self.events.forget(session)
         session.replies.clear()
         if session.tasks or session.overdue:
             held, session.tasks = session.tasks, {}
@@ -1243,8 +1274,8 @@ class QueueService(Service):
     def output_drained(self, session: Session) -> None:
         """
         C{session}'s output drained: it gets the progress held meanwhile
-        (of tasks not yet finished: an outcome supersedes it) and the newest
-        shared data it missed.
+        (of tasks not yet finished: an outcome supersedes it), the newest
+        shared data it missed, and the lifecycle events held for it.
         """
         if session.held_progress:
             held, session.held_progress = session.held_progress, {}
@@ -1254,6 +1285,8 @@ class QueueService(Service):
                     session.peer.sendFrame(frame)
         if self.shared is not None:
             self.shared.caught_up(session)
+        if self.events is not None:
+            self.events.caught_up(session)
 
     def _delivery(self, session: Session, task_id: int, token: int, what: str) -> Task:
         """

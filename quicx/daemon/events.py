@@ -12,19 +12,22 @@ Each record is one line of JSON::
      "size": 118, "producer": 3, "worker": 7, "attempt": 1, "queue": "mail",
      "priority": 5}
 
-with C{event} one of submitted, rejected (with C{code} and C{reason}),
-dispatched, progress (with C{fraction}, 0 to 1, and C{message}), done,
-failed (with C{reason}), requeued (with C{cause}), cancelled (with
-C{cause}) and dropped (with C{cause}).  C{queue} and
-C{priority} are C{null} on a rejected SUBMIT.  C{t} is epoch milliseconds; C{producer} and
-C{worker} are connection ids (C{null} when not known: a task recovered from
-the journal has no producer); C{attempt} counts deliveries.
+with C{event} one of L{quicx.protocol.monitor.EVENT_KINDS}: submitted,
+rejected (with C{code} and C{reason}), dispatched, progress (with
+C{fraction}, 0 to 1, and C{message}), done, failed (with C{reason}),
+retrying (with C{reason}), requeued (with C{cause}), cancelled (with
+C{cause}), dead (with C{reason}), replayed and dropped (with C{cause}).
+C{queue} and C{priority} are C{null} on a rejected SUBMIT.  C{t} is epoch
+milliseconds; C{producer} and C{worker} are connection ids (C{null} when not
+known: a task recovered from the journal has no producer); C{attempt} counts
+deliveries.
 
-The hot path only appends a tuple to a list.  Once a second (or sooner when
-many are waiting) the list goes to a thread of the log's own, which formats
-the lines and writes them; the reactor never waits for the disk.  Files are
-named C{events-<start time>-<sequence>.ndjson} and rotated by size and age.
-Everything buffered is written when the daemon stops.
+The daemon's L{quicx.daemon.eventbus.EventBus} gathers the events and hands
+them to the L{EventLog} once a second (sooner when many are waiting, or
+while live subscribers watch); the log gives them to a thread of its own,
+which formats the lines and writes them, so the reactor never waits for the
+disk.  Files are named C{events-<start time>-<sequence>.ndjson} and rotated
+by size and age.  Everything handed to it is written when the daemon stops.
 """
 
 from __future__ import annotations
@@ -32,24 +35,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from attrs import frozen
-from twisted.application.internet import TimerService
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from quicx.daemon.periodic import every
 from quicx.net.twisted_types import Service
-
-FLUSH_EVERY = 1.0
-"""Seconds between hand-offs of buffered events to the writer thread."""
-FLUSH_AT = 20_000
-"""Hand off sooner once this many events are waiting."""
 
 Event = tuple[Any, ...]
 """(time, event, task id, type, size, producer id, worker id, attempt, extra, queue, priority)."""
@@ -124,7 +119,7 @@ def format_event(event: Event) -> str:
 
 class EventLog(Service):
     """
-    Buffers lifecycle events and writes them as rotated NDJSON files.
+    Writes the lifecycle events handed to it (L{take}) as rotated NDJSON files.
 
     @ivar written: events written so far.
     @ivar broken: why writing stopped (an I/O error), or C{""}.
@@ -132,59 +127,27 @@ class EventLog(Service):
 
     log = Logger()
 
-    def __init__(
-        self,
-        settings: EventSettings,
-        reactor: Any,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
+    def __init__(self, settings: EventSettings, reactor: Any) -> None:
         self.settings = settings
         self.reactor = reactor
-        self.clock = clock
         self.written = 0
         self.broken = ""
+        # Events taken while a write was in flight: they go with the next.
         self._buffer: list[Event] = []
         # The write in flight (its result goes to its callbacks).
         self._job: Deferred[Any] | None = None
-        self._timer: TimerService | None = None
         self._threads = ThreadPool(1, 1, name="quicx-events")
         self._file: Any = None
         self._file_bytes = 0
         self._file_opened = 0.0
         self._sequence = 0
 
-    def record(
-        self,
-        kind: str,
-        task_id: int | None,
-        task_type: bytes,
-        size: int,
-        producer: int | None,
-        worker: int | None,
-        attempt: int,
-        extra: Any = None,
-        queue: str | None = None,
-        priority: int | None = None,
-    ) -> None:
-        """Note one event (cheap: a tuple appended to a list)."""
-        buffer = self._buffer
-        buffer.append(
-            (
-                self.clock(),
-                kind,
-                task_id,
-                task_type,
-                size,
-                producer,
-                worker,
-                attempt,
-                extra,
-                queue,
-                priority,
-            )
-        )
-        if len(buffer) >= FLUSH_AT and self._job is None:
-            self._flush()
+    def take(self, events: list[Event]) -> None:
+        """Write C{events}, after those taken before (in the writer thread)."""
+        if self.broken:
+            return
+        self._buffer += events
+        self._flush()
 
     # -- writing ---------------------------------------------------------------------
 
@@ -198,6 +161,7 @@ class EventLog(Service):
     def _written(self, count: int) -> None:
         self._job = None
         self.written += count
+        self._flush()  # what was taken meanwhile
 
     def _failed(self, failure: Failure) -> None:
         self._job = None
@@ -250,17 +214,13 @@ class EventLog(Service):
         super().startService()
         os.makedirs(self.settings.directory, exist_ok=True)
         self._threads.start()
-        self._timer = every(FLUSH_EVERY, self._flush, self.reactor)
-        self._timer.startService()
 
     def stopService(self) -> Deferred[None]:
         super().stopService()
         return Deferred.fromCoroutine(self._close())
 
     async def _close(self) -> None:
-        """Write everything buffered, close the file, stop the thread."""
-        if self._timer is not None and self._timer.running:
-            await self._timer.stopService()
+        """Write everything taken, close the file, stop the thread."""
         try:
             while self._job is not None or (self._buffer and not self.broken):
                 if self._job is None:

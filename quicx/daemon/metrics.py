@@ -28,6 +28,7 @@ from prometheus_client.utils import floatToGoString
 
 from quicx import __version__
 from quicx.daemon.core import QueueService
+from quicx.daemon.eventbus import EventBus
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.shared import SharedData
 from quicx.daemon.telemetry import Histogram, Tally
@@ -67,12 +68,20 @@ class QuicxCollector(Collector):
     Every metric of one daemon, read at each scrape.
 
     @ivar journal: the journal, or C{None} without one (no journal metrics).
+    @ivar events: the event bus, or C{None} (no event metrics).
     """
 
-    def __init__(self, queue: QueueService, shared: SharedData, journal: Journal | None) -> None:
+    def __init__(
+        self,
+        queue: QueueService,
+        shared: SharedData,
+        journal: Journal | None,
+        events: EventBus | None = None,
+    ) -> None:
         self.queue = queue
         self.shared = shared
         self.journal = journal
+        self.events = events
 
     def collect(self) -> Iterator[Metric]:
         return self.snapshot().collect()
@@ -88,6 +97,8 @@ class QuicxCollector(Collector):
         ]
         if self.journal is not None:
             families.extend(self._journal(self.journal))
+        if self.events is not None:
+            families.extend(self._events(self.events))
         telemetry = self.queue.telemetry
         tallies = [telemetry.tallies[key].copy() for key in sorted(telemetry.tallies)]
         return Snapshot(families, tallies, dict(telemetry.rejected))
@@ -189,6 +200,23 @@ class QuicxCollector(Collector):
             ("quicx_shared_bytes", "Bytes of the shared data's current versions.", shared.size),
         ):
             yield GaugeMetricFamily(name, text, value=value)
+
+    def _events(self, events: EventBus) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "quicx_event_subscribers",
+            "Connections watching live events (WATCH).",
+            value=events.live.count,
+        )
+        yield CounterMetricFamily(
+            "quicx_events_dropped",
+            "Live events not sent to a subscriber that read too slowly.",
+            value=events.dropped,
+        )
+        yield CounterMetricFamily(
+            "quicx_events_written",
+            "Events written to the events files.",
+            value=0 if events.log is None else events.log.written,
+        )
 
     def _journal(self, journal: Journal) -> Iterator[Metric]:
         yield GaugeMetricFamily(

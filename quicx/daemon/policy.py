@@ -2,7 +2,7 @@
 What the configuration says about queues: each declared queue's policy, and
 the limits on queues, keys and the deduplication window; and about progress
 reports and shared data.  Plain data: the settings build it, the queue core
-reads it.
+reads it.  And about live event subscribers.
 """
 
 from __future__ import annotations
@@ -135,3 +135,16 @@ class SharedLimits:
     max_size: int = 1 << 20
     max_names: int = 64
     max_memory: int = 16 << 20
+
+
+@frozen
+class SubscriberLimits:
+    """
+    The C{[events]} limits on live subscribers (connections that sent WATCH).
+
+    @ivar max_subscribers: connections that may watch at once.
+    @ivar max_held: events held for one subscriber whose output is backed up.
+    """
+
+    max_subscribers: int = 16
+    max_held: int = 10_000

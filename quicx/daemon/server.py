@@ -30,6 +30,7 @@ from zope.interface import implementer
 import quicx
 from quicx.daemon import introspect
 from quicx.daemon.core import QueueService, Refused, Session
+from quicx.daemon.eventbus import EventBus
 from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.settings import Limits
 from quicx.daemon.shared import SharedData
@@ -37,7 +38,7 @@ from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import lifecycle, monitor, results, v2, wire
 from quicx.protocol.results import GroupOp
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.wire import ErrorCode, MessageType
@@ -62,6 +63,7 @@ CAPABILITIES = (
     "shared",
     "results",
     "groups",
+    "events",
 )
 """What a version-2 HELLO is told this daemon can do."""
 
@@ -393,6 +395,7 @@ class QuicxServerProtocol(FrameReceiver):
         session.client = " ".join(filter(None, (message.name, message.version)))
         limits = self.queue.limits
         shared = self._shared().limits
+        subscribers = self._events().limits
         self._reply(
             v2.encode_info(
                 {
@@ -416,6 +419,8 @@ class QuicxServerProtocol(FrameReceiver):
                         "max_wait": limits.results.max_wait,
                         "max_waiters_per_connection": limits.results.max_waiters_per_connection,
                         "max_groups": limits.groups.max_groups,
+                        "max_subscribers": subscribers.max_subscribers,
+                        "max_held_events": subscribers.max_held,
                     },
                 }
             )
@@ -645,6 +650,21 @@ class QuicxServerProtocol(FrameReceiver):
             raise Refused(v2.ErrorCode.NOT_FOUND, "this daemon keeps no shared data")
         return shared
 
+    # -- version 2, part 4: live events -------------------------------------------------
+
+    def _watch(self, payload: bytes) -> None:
+        message = monitor.decode_watch(payload)
+        session = self.session
+        assert session is not None
+        self._authorize("monitor")
+        self._reply(v2.encode_info(self._events().watch(session, message)))
+
+    def _events(self) -> EventBus:
+        bus = self.queue.event_bus
+        if not isinstance(bus, EventBus):
+            raise Refused(v2.ErrorCode.NOT_FOUND, "this daemon serves no live events")
+        return bus
+
     def _learn_identity(self) -> None:
         """
         Learn this peer's certificate identity, once: it decides which role
@@ -700,6 +720,7 @@ _HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     v2.MessageType.FOLLOW: QuicxServerProtocol._follow,
     v2.MessageType.AWAIT: QuicxServerProtocol._await,
     v2.MessageType.GROUP: QuicxServerProtocol._group,
+    v2.MessageType.WATCH: QuicxServerProtocol._watch,
 }
 
 
@@ -712,8 +733,8 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         longest reason the limits allow, whichever is longer.
     @ivar v2_max_length: the same for version 2 (its SUBMIT options may add
         up to 2 + 4,096 bytes); C{None} when version 2 is turned off.
-    @ivar v2_type_limits: the longest PROGRESS and PUBLISH the limits allow,
-        which may pass C{v2_max_length}.
+    @ivar v2_type_limits: the longest PROGRESS, PUBLISH and WATCH the
+        limits allow, which may pass C{v2_max_length}.
     @ivar admin: its connections have the admin role (the control socket's).
     """
 
@@ -747,9 +768,11 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             else None
         )
         # A PROGRESS: task id, token, fraction and the longest message; a
-        # PUBLISH: flags, the name and its length, and the most data.
+        # PUBLISH: flags, the name and its length, and the most data; a WATCH:
+        # its three lists full of the longest items.
         self.v2_type_limits: dict[int, int] = {
-            v2.MessageType.PROGRESS: 14 + queue.progress.settings.max_message
+            v2.MessageType.PROGRESS: 14 + queue.progress.settings.max_message,
+            v2.MessageType.WATCH: monitor.MAX_WATCH_SIZE,
         }
         shared = queue.shared
         if isinstance(shared, SharedData):

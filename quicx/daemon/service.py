@@ -3,7 +3,8 @@ The daemon's service tree, built from a checked configuration:
 
     QuicxDaemon (MultiService)
       +- TimerService        the log summary (when summary_interval > 0)
-      +- EventLog            lifecycle events (when configured)
+      +- EventBus            lifecycle events, to live subscribers...
+      |    +- EventLog       ...and to files (when configured)
       +- Journal             the write-ahead journal (when configured)
       +- QueueService        the state
       +- TimerService...     heartbeats, the task timeout
@@ -39,6 +40,7 @@ from quicx.daemon import introspect, pmad
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import STATUS_FORMAT, ControlFactory
 from quicx.daemon.core import QueueService, Refused
+from quicx.daemon.eventbus import EventBus
 from quicx.daemon.events import EventLog, EventSettings
 from quicx.daemon.journal.records import JournalCorrupt, Recovery
 from quicx.daemon.journal.recovery import recover
@@ -159,12 +161,14 @@ class QuicxDaemon(MultiService):
         shared: SharedData,
         reactor: Any,
         batcher: OutputBatcher,
+        events: EventBus,
         journal: Journal | None = None,
     ) -> None:
         super().__init__()
         self.config = config
         self.queue = queue
         self.shared = shared
+        self.events = events
         self.journal = journal
         self.reactor = reactor
         self.batcher = batcher
@@ -281,13 +285,17 @@ class QuicxDaemon(MultiService):
             ],
             "telemetry": queue.telemetry.as_dict(),
             "journal": self._journal_status(),
-            "events": None
-            if queue.events is None
-            else {
-                "directory": queue.events.settings.directory,
-                "written": queue.events.written,
-                "broken": queue.events.broken or None,
-            },
+            "events": self._events_status(),
+        }
+
+    def _events_status(self) -> dict[str, Any]:
+        events, log = self.events, self.events.log
+        return {
+            "directory": None if log is None else log.settings.directory,
+            "written": 0 if log is None else log.written,
+            "broken": None if log is None else log.broken or None,
+            "subscribers": events.live.count,
+            "dropped": events.dropped,
         }
 
     def _journal_status(self) -> dict[str, Any] | None:
@@ -408,11 +416,10 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             )
     pool = pmad.Pmad(config.pool_size, list(config.classes))
     journal = open_journal(config, reactor) if config.journal else None
-    events = (
+    log = (
         EventLog(
             EventSettings(config.events_directory, config.events_max_bytes, config.events_max_age),
             reactor,
-            clock=time.time,
         )
         if config.events_directory
         else None
@@ -425,7 +432,6 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         journal=journal,
         task_timeout=config.task_timeout,
         max_attempts=config.max_attempts,
-        events=events,
         failures=failures,
         limits=config.queue_limits,
         scheduler=reactor,
@@ -433,14 +439,14 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         telemetry=Telemetry(config.metrics_max_types, config.metrics_max_series),
     )
     shared = SharedData(queue, config.shared)
+    events = EventBus(queue, reactor, log, config.subscribers, clock=time.time)
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
-    daemon = QuicxDaemon(config, queue, shared, reactor, factory.batcher, journal)
+    daemon = QuicxDaemon(config, queue, shared, reactor, factory.batcher, events, journal)
     if config.log_summary_interval:
         every(config.log_summary_interval, failures.flush, reactor).setServiceParent(daemon)
-    if events is not None:
-        # Added before the queue, stopped after it: the queue's last events
-        # (tasks dropped at stop) are written.
-        events.setServiceParent(daemon)
+    # Added before the queue, stopped after it: the queue's last events
+    # (tasks dropped at stop) are written.
+    events.setServiceParent(daemon)
     schedules = ScheduleBook(queue, reactor, config.schedule_sections, config.max_schedules)
     if journal is not None:
         recovery = restore(queue, journal)
@@ -490,7 +496,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         ListenerService(
             reactor,
             config.metrics_listen,
-            MetricsSite(metrics.QuicxCollector(queue, shared, journal)),
+            MetricsSite(metrics.QuicxCollector(queue, shared, journal, events)),
             announcement="metrics",
             tls=config.tls,
             log_id="daemon.metrics",

@@ -49,6 +49,7 @@ from quicx.daemon.policy import (
     QueueLimits,
     QueuePolicy,
     SharedLimits,
+    SubscriberLimits,
 )
 from quicx.daemon.results import ResultLimits, Share
 from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
@@ -95,6 +96,7 @@ _DEFAULT_PROGRESS = ProgressSettings()
 _DEFAULT_SHARED = SharedLimits()
 _DEFAULT_RESULTS = ResultLimits()
 _DEFAULT_GROUPS = GroupLimits()
+_DEFAULT_SUBSCRIBERS = SubscriberLimits()
 
 
 class ConfigError(Exception):
@@ -1112,6 +1114,20 @@ class Config:
         3600.0,
         "...or past this many seconds.",
     )
+    events_max_subscribers: int = setting(
+        "events",
+        "max_subscribers",
+        Integer(0, 10_000),
+        _DEFAULT_SUBSCRIBERS.max_subscribers,
+        "Connections that may watch live events at once (WATCH; 0: none).",
+    )
+    events_max_held: int = setting(
+        "events",
+        "max_held",
+        Integer(0, 10_000_000),
+        _DEFAULT_SUBSCRIBERS.max_held,
+        "Events held for one subscriber that reads too slowly; older ones are dropped.",
+    )
     metrics_listen: str = setting(
         "metrics",
         "listen",
@@ -1281,6 +1297,10 @@ class Config:
     @property
     def shared(self) -> SharedLimits:
         return SharedLimits(self.shared_max_size, self.shared_max_names, self.shared_max_memory)
+
+    @property
+    def subscribers(self) -> SubscriberLimits:
+        return SubscriberLimits(self.events_max_subscribers, self.events_max_held)
 
     @property
     def tls(self) -> TlsSettings:

@@ -333,8 +333,6 @@ def decode_shared(payload: bytes) -> Shared:
 
 
 def decode_follow(payload: bytes) -> Follow:
-    if not payload:
-        raise _bad(MessageType.FOLLOW, "has no name count")
     return Follow(v2._name_list(MessageType.FOLLOW, payload, 0, MAX_FOLLOW, "name", "names"))
 
 

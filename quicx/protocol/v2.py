@@ -17,7 +17,7 @@ import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from attrs import frozen
 
@@ -95,6 +95,9 @@ class MessageType(IntEnum):
     FOLLOW = 0x26
     GROUP = 0x27
     GROUP_STATE = 0x28
+    # Part 4: live lifecycle events (quicx.protocol.monitor).
+    WATCH = 0x29
+    EVENTS = 0x2A
 
 
 KNOWN_TYPES = frozenset(MessageType)
@@ -895,19 +898,45 @@ def _name_list(
     to its end: 1 to C{most} of them, none twice (C{noun} and C{trailer}
     name them in errors).
     """
-    count = payload[offset]
-    if not 1 <= count <= most:
-        raise _bad(message_type, f"lists 1 to {most} {noun}s, not {count}")
-    names: list[str] = []
-    offset += 1
-    for _ in range(count):
-        name, offset = _split_name(message_type, payload, offset)
-        names.append(name)
+    names, offset = counted(message_type, payload, offset, 1, most, noun, _split_name)
     if offset != len(payload):
         raise _bad(message_type, f"has {len(payload) - offset} bytes after its {trailer}")
-    if len(set(names)) != len(names):
+    return names
+
+
+Item = TypeVar("Item")
+
+
+def counted(
+    message_type: int,
+    payload: bytes,
+    offset: int,
+    least: int,
+    most: int,
+    noun: str,
+    read: Callable[[int, bytes, int], tuple[Item, int]],
+) -> tuple[tuple[Item, ...], int]:
+    """
+    The C{[count u8]} then C{count} items at C{payload[offset:]}, each read
+    by C{read} (which returns it and the offset after it: L{_split_name}
+    reads a C{[len u8][name]} queue name): C{least} to C{most} of them, none
+    twice.
+
+    @return: the items, and the offset after the last.
+    """
+    if offset >= len(payload):
+        raise _bad(message_type, f"has no {noun} count")
+    count = payload[offset]
+    if not least <= count <= most:
+        raise _bad(message_type, f"lists {least} to {most} {noun}s, not {count}")
+    items: list[Item] = []
+    offset += 1
+    for _ in range(count):
+        item, offset = read(message_type, payload, offset)
+        items.append(item)
+    if len(set(items)) != len(items):
         raise _bad(message_type, f"lists a {noun} twice")
-    return tuple(names)
+    return tuple(items), offset
 
 
 _TASK_FIXED = struct.Struct(">IHBQ")

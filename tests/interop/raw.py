@@ -22,6 +22,8 @@ ACK, NACK, TOUCH, RETRYING, DEAD, REPLAY, DEAD_PURGE = range(0x17, 0x1E)
 SCHEDULES, SCHEDULE, UNSCHEDULE = 0x1E, 0x1F, 0x20
 # Version 2's part 3: results, progress, shared data and groups.
 AWAIT, OUTCOME, PROGRESS, PUBLISH, SHARED, FOLLOW, GROUP, GROUP_STATE = range(0x21, 0x29)
+# Version 2's part 4: live events.
+WATCH, EVENTS = 0x29, 0x2A
 
 # SUBMIT option tags, also the tags of a version-2 TASK's context.
 QUEUE, PRIORITY, KEY, FAIRNESS = 1, 2, 3, 4
@@ -127,13 +129,16 @@ def parse_task(body: bytes) -> dict[str, Any]:
 class Wire:
     """
     A raw connection (TCP, or a UNIX socket given as a path) that reads whole
-    frames, each checked to carry the connection's C{version}.
+    frames, each checked to carry the connection's C{version}; a TCP one
+    asks for a C{receive_buffer} of that many bytes (0: the system's).
 
     @ivar tokens: the fencing token of each version-2 TASK read by L{task},
         by task id: what its ACK must quote.
     """
 
-    def __init__(self, address: tuple[str, int] | str, version: int = 2) -> None:
+    def __init__(
+        self, address: tuple[str, int] | str, version: int = 2, receive_buffer: int = 0
+    ) -> None:
         self.version = version
         self.tokens: dict[int, int] = {}
         if isinstance(address, str):
@@ -141,7 +146,11 @@ class Wire:
             self.sock.settimeout(5)
             self.sock.connect(address)
         else:
-            self.sock = socket.create_connection(address, timeout=5)
+            self.sock = socket.socket(socket.AF_INET)
+            if receive_buffer:  # before the connection, so the window stays small
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            self.sock.settimeout(5)
+            self.sock.connect(address)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def _exactly(self, n: int) -> bytes:
