@@ -19,6 +19,7 @@ See docs/performance.md for the figures and how to read them.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import math
 import os
@@ -644,10 +645,15 @@ def events_workload(n: int, directory: Path, rounds: int = 3) -> dict[str, Any]:
     return {"n": n, "rounds": rates, "median_off": off, "median_on": on, "ratio": on / off}
 
 
-OBSERVABILITY_ON = ["--metrics-listen=tcp:0:interface=127.0.0.1"]
+BENCH_TOKEN = "bench-admin-token"
+
+OBSERVABILITY_ON = [
+    "--metrics-listen=tcp:0:interface=127.0.0.1",
+    "--web-listen=tcp:0:interface=127.0.0.1",
+    f"--web-admin-token={BENCH_TOKEN}",
+]
 """The daemon flags of the observability workload's "on" runs: every live
-view the daemon serves (C{/metrics}; the web dashboard's C{--web-listen=...}
-joins it)."""
+view the daemon serves (C{/metrics} and the web dashboard)."""
 
 SCRAPE_INTERVAL = 1.0
 
@@ -655,13 +661,17 @@ SCRAPE_INTERVAL = 1.0
 class Scraper:
     """
     While in use for a daemon, fetches its C{/metrics} every
-    L{SCRAPE_INTERVAL} on a thread (as Prometheus would), the first at once.
+    L{SCRAPE_INTERVAL} on a thread (as Prometheus would), the first at once,
+    and keeps a dashboard page's live stream open, reading it (as an open
+    browser tab would).
 
     @ivar seconds: how long each scrape took, over every use.
+    @ivar updates: the live stream's messages read, over every use.
     """
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
+        self.updates = 0
 
     @contextmanager
     def __call__(self, daemon: DaemonProcess) -> Iterator[None]:
@@ -681,13 +691,33 @@ class Scraper:
             except Exception as e:  # told in the caller's thread
                 failures.append(e)
 
-        thread = threading.Thread(target=scrape, name="scraper", daemon=True)
-        thread.start()
+        stream = http.client.HTTPConnection(
+            "127.0.0.1", daemon.announced_port("dashboard"), timeout=10
+        )
+        stream.request("GET", "/api/stream", headers={"Authorization": f"Bearer {BENCH_TOKEN}"})
+        reply = stream.getresponse()
+        if reply.status != 200:
+            raise SystemExit(f"tools.bench: the dashboard's stream answered {reply.status}")
+
+        def follow() -> None:
+            while not stop.is_set() and (line := reply.readline()):
+                self.updates += line.startswith(b"data:")
+
+        threads = [
+            threading.Thread(target=scrape, name="scraper", daemon=True),
+            threading.Thread(target=follow, name="dashboard", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
         try:
             yield
         finally:
             stop.set()
-            thread.join(15)
+            # The daemon closes the stream as it stops: the reader then sees
+            # its end (closing it under the reader's feet would race).
+            for thread in threads:
+                thread.join(15)
+            stream.close()
         if failures:
             raise SystemExit(f"tools.bench: scraping {url} failed: {failures[0]}")
 
@@ -698,11 +728,16 @@ def observability_workload(n: int, rounds: int = 3) -> dict[str, Any]:
     with a scraper fetching C{/metrics} every second; alternated.
     """
     rates: dict[str, list[float]] = {"off": [], "on": []}
+    daemon_cpu: dict[str, list[float]] = {"off": [], "on": []}
     scraper = Scraper()
     for _ in range(rounds):
-        rates["off"].append(e2e_workload(n)["tasks_per_s"])
-        on = e2e_workload(n, extra=OBSERVABILITY_ON, during=scraper)
-        rates["on"].append(on["tasks_per_s"])
+        for side, run in (
+            ("off", lambda: e2e_workload(n)),
+            ("on", lambda: e2e_workload(n, extra=OBSERVABILITY_ON, during=scraper)),
+        ):
+            figures = run()
+            rates[side].append(figures["tasks_per_s"])
+            daemon_cpu[side].append(figures["cpu_us_per_task"]["daemon"])
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
     return {
         "n": n,
@@ -711,8 +746,10 @@ def observability_workload(n: int, rounds: int = 3) -> dict[str, Any]:
         "median_off": off,
         "median_on": on,
         "ratio": on / off,
+        "daemon_cpu_us_per_task": {side: statistics.median(v) for side, v in daemon_cpu.items()},
         "scrapes": len(scraper.seconds),
         "scrape_ms_max": 1000 * max(scraper.seconds),
+        "stream_updates": scraper.updates,
     }
 
 
@@ -1071,7 +1108,10 @@ def main(argv: list[str] | None = None) -> int:
             "observability e2e",
             f"off {ours['median_off']:,.0f}/s  on {ours['median_on']:,.0f}/s"
             f"  (median of 3 each, alternated; {ours['scrapes']} scrapes, the longest"
-            f" {ours['scrape_ms_max']:.1f} ms): ratio {ours['ratio']:.2f}",
+            f" {ours['scrape_ms_max']:.1f} ms; {ours['stream_updates']} dashboard updates):"
+            f" ratio {ours['ratio']:.2f}; daemon CPU per task"
+            f" {ours['daemon_cpu_us_per_task']['off']:.2f} µs off,"
+            f" {ours['daemon_cpu_us_per_task']['on']:.2f} µs on",
             ours,
             table,
         )
