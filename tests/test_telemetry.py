@@ -59,9 +59,12 @@ def test_types_past_max_types_count_as_other_and_pairs_past_max_series_as_queue_
         ("default", "b"): 1,
         ("default", OTHER): 2,
     }
+    # Past max_series, every new pair counts in one tally: queue other, type other.
     queue.submit(producer.session, b"a", b"", "mail")
-    assert tallies(queue)[OTHER, "a"]["submitted"] == 1
-    assert len(queue.telemetry.tallies) == 4
+    queue.submit(producer.session, b"b", b"", "mail")
+    labels = [(t.queue, t.task_type) for t in queue.telemetry.tallies.values()]
+    assert labels.count((OTHER, OTHER)) == 1 and len(labels) == 4
+    assert tallies(queue)[OTHER, OTHER]["submitted"] == 2
 
 
 def test_rejections_count_by_error_code() -> None:

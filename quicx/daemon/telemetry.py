@@ -224,7 +224,7 @@ class Telemetry:
         if label == OTHER:
             task_type = OTHER.encode()
         elif len(self.tallies) >= self.max_series:
-            queue, task_type = OTHER, OTHER.encode()
+            queue, task_type, label = OTHER, OTHER.encode(), OTHER
         found = self.tallies.get((queue, task_type))
         if found is None:
             found = self.tallies[queue, task_type] = Tally(queue, label)
