@@ -12,14 +12,22 @@ import urllib.error
 import urllib.request
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from twisted.web.server import Site
 
 from quicx import __version__
 from quicx.daemon import metrics, pmad
+from quicx.daemon.metrics_web import MetricsPage
 from quicx.daemon.shared import SharedData
 from quicx.daemon.telemetry import JOURNAL_BUCKETS, LATENCY_BUCKETS
 from quicx.protocol import lifecycle, v2, wire
@@ -283,3 +291,40 @@ def test_histogram_buckets_are_cumulative_counts_of_each_bound() -> None:
     wait = series(samples, "quicx_task_wait_seconds_bucket", "le")
     assert (wait["0.0005",], wait["0.005",], wait["0.25",]) == (1, 2, 3)
     assert "quicx_journal_file_bytes" not in samples  # no journal
+
+
+def test_scrapes_that_come_at_once_share_one_snapshot_and_one_text() -> None:
+    """
+    A scrape that comes while a text is being built gets that text: a flood
+    of scrapes (answered or given up) holds one snapshot, not one each.
+    """
+    queue = make_queue()
+    jobs: list[tuple[Deferred[bytes], Any, tuple[Any, ...]]] = []
+
+    def in_thread(function: Any, *args: Any) -> Deferred[bytes]:
+        jobs.append((Deferred(), function, args))
+        return jobs[-1][0]
+
+    site = Site(MetricsPage(metrics.QuicxCollector(queue, SharedData(queue), None), in_thread))
+
+    def get() -> tuple[StringTransport, Any]:
+        transport = StringTransport()
+        channel = site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 50000))
+        channel.makeConnection(transport)
+        channel.dataReceived(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        return transport, channel
+
+    scrapes = [get() for _ in range(50)]
+    scrapes[1][1].connectionLost(Failure(ConnectionDone()))  # one gives up
+    assert len(jobs) == 1
+    done, function, args = jobs.pop()
+    done.callback(function(*args))
+    for index, (transport, _) in enumerate(scrapes):
+        answer = transport.value()
+        if index == 1:
+            assert answer == b""
+        else:
+            assert answer.startswith(b"HTTP/1.0 200 OK")
+            assert b"\nquicx_uptime_seconds " in answer
+    get()  # one more, once that text is sent: a snapshot of its own
+    assert len(jobs) == 1
