@@ -217,6 +217,7 @@ EVERY_SETTING_CHANGED = config.Config(
     metrics_listen="tcp:9464:interface=127.0.0.1",
     metrics_max_types=10,
     metrics_max_series=100,
+    metrics_max_scrapes=2,
     web_listen="tcp:8080:interface=127.0.0.1",
     web_admin_token="s3cret-admin",
     web_monitor_token="s3cret-monitor",

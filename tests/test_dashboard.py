@@ -249,3 +249,29 @@ def test_a_monitor_session_has_no_buttons_and_is_refused_an_action(
         )
         assert status == 403
         assert not queue_state(daemon, "mail")["paused"]
+
+
+def test_html_in_a_task_type_or_a_failure_reason_shows_as_text(
+    daemon: DaemonProcess, web: str, browser: Any
+) -> None:
+    """Clients name the types and the reasons: the pages show them, never run them."""
+    task_type = '<img src=x onerror="document.title=1">'
+    reason = '<b id="injected">bold</b><script>document.title=2</script>'
+    with Peer(daemon.address) as worker, Peer(daemon.address) as producer:
+        options = v2.submit_options("html", retries=1, result_ttl=600)
+        task_id = producer.request(v2.encode_submit(task_type.encode(), b"", options)).task_id
+        worker.send(v2.encode_ready(1, ["html"]))
+        task = worker.receive()
+        worker.send(lifecycle.encode_nack(task.task_id, task.token, reason, permanent=True))
+        assert producer.receive() == wire.Failed(task_id, reason)
+    console_errors(browser)  # what the tests before left
+    log_in(browser, web, MONITOR, "dead")
+    row = until(lambda: browser.find_elements("css selector", f'tr[data-task="{task_id}"]'))[0]
+    assert task_type in row.text and reason in row.text
+    browser.get(f"{web}/#task")
+    browser.find_element("id", "task-id").send_keys(str(task_id))
+    click(browser, '#task-form button[type="submit"]')
+    until(lambda: reason in text(browser, "task-answer"), what="the task's reason")
+    assert browser.find_elements("css selector", "#injected, main img") == []
+    assert browser.title == "Quicx dashboard"
+    assert console_errors(browser) == []

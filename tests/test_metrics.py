@@ -11,15 +11,26 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from attrs import define, field
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from twisted.web.server import Site
 
 from quicx import __version__
 from quicx.daemon import metrics, pmad
+from quicx.daemon.core import QueueService
+from quicx.daemon.metrics_web import MetricsPage
 from quicx.daemon.shared import SharedData
 from quicx.daemon.telemetry import JOURNAL_BUCKETS, LATENCY_BUCKETS
 from quicx.protocol import lifecycle, v2, wire
@@ -283,3 +294,124 @@ def test_histogram_buckets_are_cumulative_counts_of_each_bound() -> None:
     wait = series(samples, "quicx_task_wait_seconds_bucket", "le")
     assert (wait["0.0005",], wait["0.005",], wait["0.25",]) == (1, 2, 3)
     assert "quicx_journal_file_bytes" not in samples  # no journal
+
+
+class SlowTransport(StringTransport):
+    """
+    The daemon's side of a scraper's connection: full, as a socket's buffer
+    is, once it holds 64 KiB that the scraper has not read (L{read}).
+    """
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        if self.producer is not None and len(self.value()) > 1 << 16:
+            self.producer.pauseProducing()
+
+    def writeSequence(self, data: Iterable[bytes]) -> None:
+        self.write(b"".join(data))
+
+    def read(self) -> bytes:
+        """What the scraper reads: all written so far; then the buffer has room again."""
+        data = self.value()
+        self.clear()
+        if self.producer is not None:
+            self.producer.resumeProducing()
+        return data
+
+
+@define
+class InMemory:
+    """
+    The metrics page of C{queue} on in-memory connections; the texts it
+    builds wait in C{jobs} for L{build} (what the thread does).
+    """
+
+    queue: QueueService
+    max_scrapes: int = 100
+    jobs: list[tuple[Deferred[bytes], Any, tuple[Any, ...]]] = field(factory=list)
+    site: Site = field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        collector = metrics.QuicxCollector(self.queue, SharedData(self.queue), None)
+        self.site = Site(MetricsPage(collector, self.max_scrapes, self.in_thread))
+
+    def in_thread(self, function: Any, *args: Any) -> Deferred[bytes]:
+        self.jobs.append((Deferred(), function, args))
+        return self.jobs[-1][0]
+
+    def build(self) -> None:
+        done, function, args = self.jobs.pop(0)
+        done.callback(function(*args))
+
+    def get(self, version: bytes = b"1.0") -> tuple[SlowTransport, Any]:
+        transport = SlowTransport()
+        channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 50000))
+        channel.makeConnection(transport)
+        channel.dataReceived(b"GET /metrics HTTP/%s\r\nHost: x\r\n\r\n" % version)
+        return transport, channel
+
+
+def test_scrapes_that_come_at_once_share_one_snapshot_and_one_text() -> None:
+    """
+    A scrape that comes while a text is being built gets that text: a flood
+    of scrapes (answered or given up) holds one snapshot, not one each.
+    """
+    page = InMemory(make_queue())
+    scrapes = [page.get() for _ in range(50)]
+    scrapes[1][1].connectionLost(Failure(ConnectionDone()))  # one gives up
+    assert len(page.jobs) == 1
+    page.build()
+    for index, (transport, _) in enumerate(scrapes):
+        answer = transport.value()
+        if index == 1:
+            assert answer == b""
+        else:
+            assert answer.startswith(b"HTTP/1.0 200 OK")
+            assert b"\nquicx_uptime_seconds " in answer
+    page.get()  # one more, once that text is sent: a snapshot of its own
+    assert len(page.jobs) == 1
+
+
+def many_pairs() -> QueueService:
+    """A queue core with 500 (queue, type) pairs: a text of about 1.8 MB."""
+    queue = make_queue()
+    producer = producer_of(queue)
+    for n in range(500):
+        queue.submit(producer.session, b"type%d" % (n % 50), b"", f"queue{n // 50}")
+    return queue
+
+
+def test_a_scraper_that_does_not_read_holds_a_chunk_of_the_text_not_all_of_it() -> None:
+    page = InMemory(many_pairs())
+    transport, _ = page.get(b"1.1")
+    page.build()
+    held = len(transport.value())
+    assert held < 200_000
+    body = transport.read()
+    while transport.value():
+        body += transport.read()
+    assert body.endswith(b"\r\n0\r\n\r\n")  # the chunked body's end: the scrape is answered
+    assert len(body) > 1_500_000
+
+
+def test_past_max_scrapes_one_more_is_answered_503_at_once() -> None:
+    """
+    Each scrape holds its text until its scraper has taken it: their number
+    is bounded, so scrapers that stop reading cannot grow the daemon.
+    """
+    page = InMemory(many_pairs(), max_scrapes=2)
+    slow, _ = page.get(b"1.1")
+    page.build()  # its text: it takes 64 KiB of it, then stops reading
+    _, gives_up = page.get(b"1.1")
+    refused, _ = page.get(b"1.1")
+    assert refused.value().startswith(b"HTTP/1.1 503 ")
+    assert b"max_scrapes" in refused.value()
+    assert len(page.jobs) == 1  # the second's text, not the third's
+    gives_up.connectionLost(Failure(ConnectionDone()))  # a slot free again
+    while slow.value():
+        slow.read()  # the first is taken: another
+    answered = [page.get(b"1.1")[0] for _ in range(3)]
+    assert answered[2].value().startswith(b"HTTP/1.1 503 ")
+    page.build()
+    for transport in answered[:2]:
+        assert transport.value().startswith(b"HTTP/1.1 200 OK")

@@ -24,8 +24,10 @@ from pathlib import Path
 import pytest
 
 from quicx.clients.blocking import QuicxClient
+from quicx.protocol import wire
 from quicx.status.text import NONE
 from tests.conftest import DaemonProcess
+from tests.peer import Peer
 from tests.test_cli import QUICX, env_for, quicx
 
 HIDE_CURSOR, SHOW_CURSOR = b"\x1b[?25l", b"\x1b[?25h"
@@ -97,6 +99,21 @@ def test_watch_into_a_pipe_prints_plain_blocks_with_rates_and_latencies(
         assert re.search(r"^default +[\d,]+ +\d+ +0 +0 +2 +\d+$", block, re.MULTILINE)
         assert re.search(r"^workers 2 \(\d idle\)   connections [34] ", block, re.MULTILINE)
         assert re.search(r"^memory  \[█+░*\]  ", block, re.MULTILINE)
+
+
+def test_a_task_type_cannot_write_escape_codes_to_the_terminal_nor_break_a_row(
+    daemon: DaemonProcess,
+) -> None:
+    """A producer names the task types: the view shows their control characters escaped."""
+    producer = Peer(daemon.address)
+    for task_type in (b"\x1b]0;owned\x07\x1b[2J", b"two\nlines"):
+        producer.send(wire.encode_submit(task_type, b""))
+        assert isinstance(producer.receive(), wire.Ok)
+    result = quicx(*watching(daemon, "--count", "1"), env=env_for(daemon))
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert re.search(r"^type \\x1b\]0;owned\\x07", result.stdout, re.MULTILINE)
+    assert re.search(r"^type two\\nlines +[\d.]+ ", result.stdout, re.MULTILINE)
 
 
 def test_json_watch_prints_a_document_a_line(daemon: DaemonProcess) -> None:

@@ -59,9 +59,12 @@ def test_types_past_max_types_count_as_other_and_pairs_past_max_series_as_queue_
         ("default", "b"): 1,
         ("default", OTHER): 2,
     }
+    # Past max_series, every new pair counts in one tally: queue other, type other.
     queue.submit(producer.session, b"a", b"", "mail")
-    assert tallies(queue)[OTHER, "a"]["submitted"] == 1
-    assert len(queue.telemetry.tallies) == 4
+    queue.submit(producer.session, b"b", b"", "mail")
+    labels = [(t.queue, t.task_type) for t in queue.telemetry.tallies.values()]
+    assert labels.count((OTHER, OTHER)) == 1 and len(labels) == 4
+    assert tallies(queue)[OTHER, OTHER]["submitted"] == 2
 
 
 def test_rejections_count_by_error_code() -> None:
@@ -89,3 +92,18 @@ def test_a_quantile_lies_in_the_bucket_that_holds_it(samples: list[float]) -> No
         else:
             assert bounds[bucket] - 1e-9 <= estimate <= LATENCY_BUCKETS[bucket] + 1e-9
     assert quantile(Histogram().counts, 0.5) is None
+
+
+def test_types_that_are_not_utf8_never_share_a_label() -> None:
+    """b"\\xff" and b"\\xfe" both decode to U+FFFD: the second counts as other."""
+    queue = make_queue()
+    producer = producer_of(queue)
+    for task_type in (b"\xff", b"\xfe", b"\xfe", b"ok"):
+        queue.submit(producer.session, task_type, b"")
+    labels = [(t.queue, t.task_type) for t in queue.telemetry.tallies.values()]
+    assert len(labels) == len(set(labels))
+    assert {k: t["submitted"] for k, t in tallies(queue).items()} == {
+        ("default", "\N{REPLACEMENT CHARACTER}"): 1,
+        ("default", OTHER): 2,
+        ("default", "ok"): 1,
+    }

@@ -496,7 +496,9 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         ListenerService(
             reactor,
             config.metrics_listen,
-            MetricsSite(metrics.QuicxCollector(queue, shared, journal, events)),
+            MetricsSite(
+                metrics.QuicxCollector(queue, shared, journal, events), config.metrics_max_scrapes
+            ),
             announcement="metrics",
             tls=config.tls,
             log_id="daemon.metrics",

@@ -1152,6 +1152,13 @@ class Config:
         DEFAULT_MAX_SERIES,
         "(queue, type) pairs with labels of their own; later pairs count as queue `other`.",
     )
+    metrics_max_scrapes: int = setting(
+        "metrics",
+        "max_scrapes",
+        Integer(1, 1000),
+        8,
+        "Scrapes answered at once, until each scraper has read its text; one more gets 503.",
+    )
     web_listen: str = setting(
         "web",
         "listen",

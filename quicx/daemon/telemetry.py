@@ -9,8 +9,11 @@ per task.
 
 Label cardinality is bounded: past C{max_types} task types, further types
 count as C{other}; past C{max_series} (queue, type) pairs, further pairs
-count under queue C{other} too.  Tallies are never forgotten (Prometheus
-counters only go up), so these two bounds are what bounds the memory.
+count under queue C{other} too.  A type's label is its name decoded from
+UTF-8 (what is not UTF-8 becomes U+FFFD), so two types may decode alike: the
+later one counts as C{other}, as no two series may share their labels.
+Tallies are never forgotten (Prometheus counters only go up), so these two
+bounds are what bounds the memory.
 """
 
 from __future__ import annotations
@@ -208,6 +211,7 @@ class Telemetry:
         self.max_series = max_series
         self.tallies: dict[tuple[str, bytes], Tally] = {}
         self._types: dict[bytes, str] = {}
+        self._labels: set[str] = set()
         self.rejected: Counter[str] = Counter()
 
     def tally(self, queue: str, task_type: bytes) -> Tally:
@@ -217,14 +221,16 @@ class Telemetry:
             return found
         label = self._types.get(task_type)
         if label is None:
-            if len(self._types) < self.max_types:
-                label = self._types[task_type] = task_type.decode("utf-8", "replace")
+            decoded = task_type.decode("utf-8", "replace")
+            if len(self._types) < self.max_types and decoded not in self._labels:
+                label = self._types[task_type] = decoded
+                self._labels.add(decoded)
             else:
                 label = OTHER
         if label == OTHER:
             task_type = OTHER.encode()
         elif len(self.tallies) >= self.max_series:
-            queue, task_type = OTHER, OTHER.encode()
+            queue, task_type, label = OTHER, OTHER.encode(), OTHER
         found = self.tallies.get((queue, task_type))
         if found is None:
             found = self.tallies[queue, task_type] = Tally(queue, label)

@@ -6,6 +6,21 @@ NONE = "\N{EN DASH}"
 """What a latency without observations shows."""
 
 
+def printable(text: str) -> str:
+    """
+    C{text} (a name a client chose: a task type) with every character a
+    terminal would act on or break a line at -- control characters, line
+    separators, format characters -- written as its Python escape
+    (C{\\x1b}, C{\\n}, C{\\u202e}).
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
+
+
 def thousands(value: int) -> str:
     return f"{value:,}"
 

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from quicx.daemon.settings import format_size
 from quicx.status.activity import Activity, Flow, activity
-from quicx.status.text import bar, human_duration, latency, rate, thousands
+from quicx.status.text import bar, human_duration, latency, printable, rate, thousands
 
 MAX_ROWS = 8
 """Queues (and task types) shown at most, busiest first; the rest are counted."""
@@ -140,7 +140,7 @@ def _traffic(moved: Activity) -> Table:
     table.add_row(*_flow_cells("all", moved.overall), style="bold")
     for kind, flows in (("queue", moved.queues), ("type", moved.types)):
         for flow in flows[:MAX_ROWS]:
-            table.add_row(*_flow_cells(f"{kind} {flow.name}", flow))
+            table.add_row(*_flow_cells(f"{kind} {printable(flow.name)}", flow))
         if len(flows) > MAX_ROWS:
             table.add_row(f"  + {len(flows) - MAX_ROWS} more {kind}s", style="dim")
     return table
