@@ -758,8 +758,10 @@ def test_a_result_reaches_submit_wait_and_any_connection(daemon, background, han
         1,
         f"quicx: no task {plain}, or its outcome was not kept\n",
     )
-    # Its producer went away at once: kept anyway.
-    failing = quicx("submit", "fail", "x", env=env).stdout.strip()
+    # Its producer went away before it ran (a second later): kept anyway. (Without
+    # the delay, a fast worker can fail it while the producer is still connected:
+    # then the producer is told, and nothing is kept.)
+    failing = quicx("submit", "fail", "x", "--delay", "1", env=env).stdout.strip()
     failed = quicx("result", failing, "--wait", env=env)
     assert (failed.returncode, failed.stdout) == (1, f"task {failing} failed: bad x\n")
     parked = quicx("submit", "resize", "x", "--queue", "parked", env=env).stdout.strip()
