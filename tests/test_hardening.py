@@ -331,7 +331,7 @@ def documented_bound(status: dict) -> int:
     return (
         50 * MiB
         + status["memory"]["total"]
-        + 350 * live
+        + 400 * live
         + 2048 * connections["total"]
         + (1 << 20) * connections["total"]  # max_output_buffer, per connection
         + 16 * MiB
