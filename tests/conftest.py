@@ -7,12 +7,20 @@ loopback ports (with L{tools.launcher}) and stops each one it started.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tools.launcher import TWISTD, DaemonProcess
+
+# A suite started in the background (`make test &`, nohup, a CI runner's
+# non-interactive shell) inherits SIGINT ignored, and would hand that on to
+# every command it starts: the tests that stop one with Ctrl-C need it back.
+# A handler (not SIG_IGN) is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def config_option(tmp_path: Path, text: str = "") -> str:
