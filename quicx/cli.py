@@ -69,7 +69,7 @@ from quicx.protocol.monitor import EVENT_KINDS
 from quicx.protocol.results import MAX_FOLLOW
 from quicx.protocol.v2 import MAX_OPTION, MAX_RETRIES, MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
-from quicx.status.text import bar, human_duration, thousands
+from quicx.status.text import bar, human_duration, printable, thousands
 
 CONFIG_VARIABLE = "QUICX_CONFIG"
 
@@ -327,7 +327,7 @@ def render_status(status: Mapping[str, Any], classes: bool = False) -> str:
         f"   ({thousands(connections['paused'])} paused: not reading their replies)",
         f"  total       {thousands(connections['total']):>14}",
         *(
-            f"  {c['client']} (protocol {c['protocol']}): {c['connections']} {c['role']}"
+            f"  {printable(c['client'])} (protocol {c['protocol']}): {c['connections']} {c['role']}"
             for c in status.get("clients", ())
         ),
         "",
@@ -623,8 +623,8 @@ def cmd_peek(args: argparse.Namespace) -> int:
         print(f"queue {args.queue} has no queued task")
         return 0
     rows = [
-        [str(t["id"]), t["type"], str(t["priority"]), t["state"], thousands(t["size"]),
-         _age(t["age"]), t["fairness_key"] or "-"]
+        [str(t["id"]), printable(t["type"]), str(t["priority"]), t["state"],
+         thousands(t["size"]), _age(t["age"]), printable(t["fairness_key"] or "-")]
         for t in tasks
     ]  # fmt: skip
     sys.stdout.write(
@@ -639,7 +639,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         _print_json(task)
         return 0
     print(
-        f"task {task['id']} ({task['type']}): {task['state']} in queue {task['queue']},"
+        f"task {task['id']} ({printable(task['type'])}): {task['state']} in queue {task['queue']},"
         f" priority {task['priority']}, {thousands(task['size'])} bytes,"
         f" submitted {_age(task['age'])} ago, {_deliveries(task['attempt'])}"
     )
@@ -647,7 +647,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         print(f"  running on {task['worker']} for {_age(task['running_for'])}")
         return 0
     if task["state"] == "dead":
-        print(f"  dead after {_failures(task['failures'])}: {task['reason']}")
+        print(f"  dead after {_failures(task['failures'])}: {printable(task['reason'])}")
         print(
             f"  quicx dlq show {task['id']} shows its payload,"
             f" quicx dlq replay {task['id']} runs it again"
@@ -708,7 +708,7 @@ def _in_queue(queue: str | None) -> str:
 
 
 def _one_line(text: str, width: int = 60) -> str:
-    flat = " ".join(text.split())
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
@@ -763,12 +763,12 @@ def cmd_dlq_show(args: argparse.Namespace) -> int:
         _print_json(task)
         return 0
     print(
-        f"task {task['id']} ({task['type']}): dead in queue {task['queue']},"
+        f"task {task['id']} ({printable(task['type'])}): dead in queue {task['queue']},"
         f" priority {task['priority']}, {thousands(task['size'])} bytes,"
         f" dead for {_age(max(0.0, time.time() - task['died_at']))}"
     )
     print(f"  failures: {task['failures']}, the last on {task['worker'] or 'no worker'}")
-    print(f"  reason: {task['reason']}")
+    print(f"  reason: {printable(task['reason'])}")
     print(f"  payload: {_shown(payload)}")
     return 0
 
@@ -826,7 +826,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
         print("no schedules")
         return 0
     rows = [
-        [s["name"], _cadence(s), s["timezone"], s["type"], s["queue"] or "(default)",
+        [s["name"], _cadence(s), s["timezone"], printable(s["type"]), s["queue"] or "(default)",
          _when(s["next_fire"]), _when(s["last_fire"])]
         for s in schedules
     ]  # fmt: skip
@@ -887,7 +887,8 @@ def event_line(event: Mapping[str, Any]) -> str:
     task, worker = event["task"], event["worker"]
     line = (
         f"{_clock(second)}.{millisecond:03d}Z  {event['event']:<10}  "
-        f"{'-' if task is None else f'#{task}':<8}  {event['queue'] or '-'}  {event['type']}"
+        f"{'-' if task is None else f'#{task}':<8}  {event['queue'] or '-'}"
+        f"  {printable(event['type'])}"
     )
     if worker is not None:
         line += f"  worker {worker}"

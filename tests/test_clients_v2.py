@@ -484,3 +484,17 @@ def test_cli_queues_peek_task_and_admin_commands(daemon: DaemonProcess) -> None:
     assert missing.stderr == f"quicx: no queued or running task {task_id}\n"
     bad = quicx("submit", "t", "a", "--priority", "256", env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_cli_shows_a_task_types_control_characters_escaped(daemon: DaemonProcess) -> None:
+    """A producer names its task types: peek and task must not write its escape codes."""
+    env = env_for(daemon)
+    with QuicxClient(env["QUICX_ADDRESS"]) as client:
+        task_id = client.submit("\x1b]0;owned\x07\x1b[2J", b"", queue="escapes")
+    peeked = quicx("peek", "escapes", env=env)
+    shown = quicx("task", str(task_id), env=env)
+    for result in (peeked, shown):
+        assert (result.returncode, result.stderr) == (0, "")
+        assert "\x1b" not in result.stdout and "\x07" not in result.stdout
+    assert "\\x1b]0;owned\\x07\\x1b[2J" in peeked.stdout
+    assert shown.stdout.startswith(f"task {task_id} (\\x1b]0;owned\\x07\\x1b[2J): queued")
