@@ -342,18 +342,10 @@ class QueueService(Service):
         self._workers = 0
         self._last_task_id = 0
         self._last_session_id = 0
-        self._submitted = 0
-        self._completed = 0
-        self._failed = 0
-        self._cancelled = 0
-        self._rejected = 0
-        self._requeued = 0
         self._timed_out = 0
         self._given_up = 0
         self._late_outcomes = 0
         self._duplicates = 0
-        self._retried = 0
-        self._dead = 0
         self._dead_dropped = 0
         self._stale = 0
         self._last_token = 0
@@ -713,7 +705,6 @@ class QueueService(Service):
 
     def _accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
-        self._submitted += 1
         task.accepted = True
         task.tally.submitted += 1
         if self.events is not None:
@@ -756,7 +747,6 @@ class QueueService(Service):
         producers: dict[Session, None] = {}
         queues: dict[NamedQueue[Task, Session], None] = {}
         for task in tasks:
-            self._submitted += 1
             task.accepted = True
             task.tally.submitted += 1
             task.home.pending -= 1
@@ -926,7 +916,6 @@ class QueueService(Service):
     def _count_rejection(
         self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
-        self._rejected += 1
         self.telemetry.rejected[code.name.lower()] += 1
         if self.events is not None:
             producer = None if session is None else session.session_id
@@ -1012,7 +1001,6 @@ class QueueService(Service):
 
     def _cancel(self, task: Task, why: str) -> None:
         """Finish a task taken off its queue as cancelled."""
-        self._cancelled += 1
         task.tally.cancelled += 1
         self._end(task, "cancelled")
         if self.events is not None:
@@ -1129,7 +1117,6 @@ class QueueService(Service):
         finished = self._finish(session, task_id, "done")
         if finished is not None:
             task, attempt = finished
-            self._completed += 1
             task.tally.done += 1
             if self.events is not None:
                 self._event("done", task, session, None, attempt)
@@ -1383,7 +1370,6 @@ class QueueService(Service):
             due = round(now + retry_wait(backoff, task.failures, self.random), 3)
             task.due = due
             self.journal.record_retry(task)
-            self._retried += 1
             task.tally.retried += 1
             self._delay(task, due)
             if self.events is not None:
@@ -1410,18 +1396,15 @@ class QueueService(Service):
         set if C{dead_letter} and it had retries -- and tell its producer,
         once, FAILED with C{reason}.
         """
-        self._failed += 1
         if self.events is not None:
             self._event("failed", task, session, reason, attempt)
         producer = task.producer
         dead = bool(dead_letter and task.retries and self.dead_letters.max_count)
         if dead:
             task.tally.dead += 1
-        else:
-            task.tally.failed += 1
-        if dead:
             self._bury(task, reason, worker)
         else:
+            task.tally.failed += 1
             self._end(task, "failed")
         if producer is not None:
             producer.outstanding -= 1
@@ -1437,7 +1420,6 @@ class QueueService(Service):
         task.dead = DeadInfo(now, reason, worker)
         self.journal.record_dead(task)
         task.home.dead += 1
-        self._dead += 1
         if self.events is not None:
             self._event("dead", task, None, reason)
         for old in self.dead_letters.add(task):
@@ -1952,7 +1934,6 @@ class QueueService(Service):
             self._event("requeued", task, None, cause)
         task.ready_at = self.clock()
         task.home.push(task, at_head)
-        self._requeued += 1
         task.tally.requeued += 1
         self.failures.note(
             "requeued",
@@ -2178,20 +2159,26 @@ class QueueService(Service):
             pmad_bytes_total=self.pool.bytes_total,
         )
 
-    def counters(self) -> Counters:
+    def counters(self, total: Tally | None = None) -> Counters:
+        """
+        The totals since start; the task counts are the tallies' (their
+        L{Telemetry.total}: pass it if you have it).
+        """
+        if total is None:
+            total = self.telemetry.total()
         return Counters(
-            self._submitted,
-            self._completed,
-            self._failed,
-            self._rejected,
-            self._requeued,
+            total.submitted,
+            total.done,
+            total.failed + total.dead,
+            sum(self.telemetry.rejected.values()),
+            total.requeued,
             self._timed_out,
             self._given_up,
             self._late_outcomes,
-            self._cancelled,
+            total.cancelled,
             self._duplicates,
-            self._retried,
-            self._dead,
+            total.retried,
+            total.dead,
             self._dead_dropped,
             self._stale,
             self.delays.count,

@@ -152,6 +152,7 @@ class Tally:
     )
 
     OUTCOMES = ("done", "failed", "dead", "cancelled")
+    COUNTS = ("submitted", *OUTCOMES, "retried", "requeued")
 
     def __init__(self, queue: str, task_type: str) -> None:
         self.queue = queue
@@ -173,13 +174,17 @@ class Tally:
         histogram.counts[bisect_left(LATENCY_BUCKETS, run)] += 1
         histogram.total += run
 
+    def add(self, other: Tally) -> None:
+        """Add C{other}'s counts and observations to these."""
+        for name in Tally.COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.wait.add(other.wait)
+        self.run.add(other.run)
+
     def copy(self) -> Tally:
         """A copy of these counts as they are now."""
         copy = Tally(self.queue, self.task_type)
-        for name in ("submitted", "done", "failed", "dead", "cancelled", "retried", "requeued"):
-            setattr(copy, name, getattr(self, name))
-        for mine, theirs in ((self.wait, copy.wait), (self.run, copy.run)):
-            theirs.counts, theirs.total = list(mine.counts), mine.total
+        copy.add(self)
         return copy
 
     def as_dict(self) -> dict[str, Any]:
@@ -235,6 +240,13 @@ class Telemetry:
         if found is None:
             found = self.tallies[queue, task_type] = Tally(queue, label)
         return found
+
+    def total(self) -> Tally:
+        """Every tally added up (its queue and type C{*}): the daemon's own counts."""
+        total = Tally("*", "*")
+        for tally in self.tallies.values():
+            total.add(tally)
+        return total
 
     def as_dict(self) -> dict[str, Any]:
         """For the status document: bounds, every tally, rejections by code."""

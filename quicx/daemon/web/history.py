@@ -12,13 +12,13 @@ second before, which gives that second's wait and run percentiles.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from attrs import fields, frozen
 
 from quicx.daemon.core import QueueService
-from quicx.daemon.telemetry import LATENCY_BUCKETS, Histogram, quantile
+from quicx.daemon.telemetry import quantile
 
 
 @frozen
@@ -73,12 +73,6 @@ class _Totals:
     run: list[int]
 
 
-def _summed(histograms: Iterable[Histogram]) -> list[int]:
-    """The bucket counts of C{histograms}, added up."""
-    columns = list(zip(*(h.counts for h in histograms), strict=True))
-    return [sum(column) for column in columns] or [0] * (len(LATENCY_BUCKETS) + 1)
-
-
 def _percentile(before: list[int], after: list[int], fraction: float) -> float | None:
     found = quantile([b - a for a, b in zip(before, after, strict=True)], fraction)
     return None if found is None else round(found, 6)
@@ -105,15 +99,15 @@ class History:
 
     def _totals(self) -> _Totals:
         queue = self.queue
-        counters = queue.counters()
-        tallies = queue.telemetry.tallies.values()
+        total = queue.telemetry.total()
+        counters = queue.counters(total)
         return _Totals(
             queue.clock(),
             counters.submitted,
             counters.completed,
             counters.failed,
-            _summed(t.wait for t in tallies),
-            _summed(t.run for t in tallies),
+            total.wait.counts,
+            total.run.counts,
         )
 
     def sample(self) -> Sample | None:
