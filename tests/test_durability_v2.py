@@ -95,6 +95,11 @@ def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_da
         task = worker.receive()
         worker.send(lifecycle.encode_nack(task.task_id, task.token, "hopeless", permanent=True))
         assert producer.receive() == wire.Failed(dead, "hopeless")
+        # An outcome is not synced on its own (docs/operations.md): a task
+        # submitted now gets its OK only once the DEAD record before it is
+        # synced too, or a loaded machine could kill the daemon first.
+        barrier = v2.encode_submit(b"t", b"barrier", v2.submit_options("barrier"))
+        assert isinstance(producer.request(barrier), v2.Ok)
         before = {
             task_id: producer.request(v2.encode_inspect(task_id)).document
             for task_id in (later, soon, retrying)
