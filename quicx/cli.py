@@ -969,7 +969,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker = Worker(
             target,
             concurrency=args.concurrency or 1,
-            credits=args.credits or 1,
+            credits=args.credits,
             queues=args.queues or (),
             protocol=args.protocol or 2,
             auto_extend=args.auto_extend,
@@ -1690,8 +1690,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--credits",
         type=bounded_int(1, MAX_CREDITS),
-        help="tasks each connection may hold at once (default 1; more uses Quicx's"
-        " READY credit extension)",
+        help="tasks each connection may hold at once (default: each connection"
+        " chooses by its handlers' pace; above 1 uses Quicx's READY credit extension)",
     )
     worker.add_argument(
         "--queues",

@@ -209,7 +209,7 @@ def test_a_handlers_return_value_is_its_acks_result() -> None:
 
 
 def test_a_plain_handler_on_the_reactor_returns_its_result_too() -> None:
-    worker = Worker()
+    worker = Worker(credits=1)
     worker.register("t", lambda payload: payload.upper(), thread=False)
     daemon = FakeDaemon(worker, PART_3)
     daemon.task(1, token=71)

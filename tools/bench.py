@@ -70,6 +70,14 @@ def noop(payload: bytes) -> None:
     return None
 
 
+def plain_noop(payload: bytes) -> None:
+    return None
+
+
+STOCK = {BENCH_TYPE: plain_noop}
+"""What a user writes: a plain function in a mapping, run by C{quicx worker}
+with no flags (C{tools.bench:STOCK})."""
+
 RESULT_SIZE = 1024
 RESULT_1K = b"r" * RESULT_SIZE
 result_worker = Worker()
@@ -118,34 +126,35 @@ def wait_for_workers(
         time.sleep(0.05)
 
 
+Layout = tuple[int, int] | None
+"""Worker connections per process and credits per connection; C{None}: the
+stock worker (L{STOCK}, no flags: the defaults choose)."""
+
+
 class Workers:
     """
-    C{count} C{quicx worker} processes with C{slots} connections each, each
-    connection holding up to C{credits} tasks.
+    C{count} C{quicx worker} processes with C{layout}'s connections each, each
+    connection holding up to its credits; or, with no layout, stock workers.
     """
 
     def __init__(
         self,
         daemon: DaemonProcess,
         count: int,
-        slots: int,
-        credits: int,
-        busy_poll: float = 0.0,
+        layout: Layout,
+        busy_poll: float | None = None,
         extra: tuple[str, ...] = ("--protocol=1",),
         target: str = "tools.bench:noop_worker",
     ) -> None:
-        self.processes = start_workers(
-            target,
-            count,
-            [
-                f"-n{slots}",
-                f"--credits={credits}",
-                f"--busy-poll={busy_poll}",
-                f"--connect={daemon.client_address}",
-                *extra,
-            ],
-            daemon.directory,
-        )
+        args = [f"--connect={daemon.client_address}"]
+        if busy_poll is not None:
+            args.append(f"--busy-poll={busy_poll}")
+        if layout is None:
+            target, slots = "tools.bench:STOCK", 1
+        else:
+            slots = layout[0]
+            args += [f"-n{slots}", f"--credits={layout[1]}", *extra]
+        self.processes = start_workers(target, count, args, daemon.directory)
         wait_for_workers(daemon, count * slots, self.processes)
 
     def cpu_seconds(self) -> float:
@@ -155,12 +164,12 @@ class Workers:
         stop_all(self.processes, 30)
 
 
-CREDITS = (1, 64)
+CREDITS: Layout = (1, 64)
 """Worker connections per process and credits per connection: one connection
 that may hold 64 tasks (the READY credit extension), as docs/clients.md
 advises for short tasks."""
 
-ONE_TASK_EACH = (32, 1)
+ONE_TASK_EACH: Layout = (32, 1)
 """The protocol page's way: 32 connections per process, one task in flight
 on each (32 was the best count measured, docs/performance.md)."""
 
@@ -174,23 +183,26 @@ workers): 100 µs, the best of 50, 100, 200 and 300 µs measured."""
 def running(
     extra: list[str] | None = None,
     workers: int = 0,
-    layout: tuple[int, int] = CREDITS,
-    busy_poll: float = 0.0,
+    layout: Layout = CREDITS,
+    busy_poll: float | None = None,
     worker_args: tuple[str, ...] = ("--protocol=1",),
     target: str = "tools.bench:noop_worker",
 ) -> Iterator[tuple[DaemonProcess, Workers | None]]:
     """
     A daemon on L{BENCH_CONFIG} with C{workers} worker processes, all stopped
     after.  The workers speak protocol version 1 unless C{worker_args} say
-    otherwise.
+    otherwise.  C{busy_poll}: the daemon's and the workers' (C{None}: their
+    defaults).
     """
     with tempfile.TemporaryDirectory(prefix="quicx-bench-") as directory:
         config = Path(directory) / "quicx.conf"
         config.write_text(BENCH_CONFIG)
-        args = [f"--config={config}", *(extra or []), f"--busy-poll={busy_poll}"]
+        args = [f"--config={config}", *(extra or [])]
+        if busy_poll is not None:
+            args.append(f"--busy-poll={busy_poll}")
         with DaemonProcess(Path(directory), args) as daemon:
             pool = (
-                Workers(daemon, workers, *layout, busy_poll, worker_args, target)
+                Workers(daemon, workers, layout, busy_poll, worker_args, target)
                 if workers
                 else None
             )
@@ -253,7 +265,7 @@ def e2e_workload(
     n: int,
     payload_size: int = 100,
     extra: list[str] | None = None,
-    layout: tuple[int, int] = CREDITS,
+    layout: Layout = CREDITS,
     protocol: int = 1,
     result_size: int = 0,
     during: Callable[[DaemonProcess], AbstractContextManager[object]] | None = None,
@@ -268,7 +280,7 @@ def e2e_workload(
     worker_args = ("--protocol=1",) if protocol == 1 else (f"--queues={','.join(V2_QUEUES)}",)
     target = "tools.bench:result_worker" if result_size else "tools.bench:noop_worker"
     assert result_size in (0, RESULT_SIZE) and (protocol == 2 or not result_size)
-    with running(extra, 2, layout, 0.0, worker_args, target) as (daemon, workers):
+    with running(extra, 2, layout, None, worker_args, target) as (daemon, workers):
         assert workers is not None
         cpu = cpu_seconds(daemon.pid), workers.cpu_seconds(), time.process_time()
         with nullcontext() if during is None else during(daemon):
@@ -286,8 +298,8 @@ def e2e_workload(
         "protocol": protocol,
         "payload": payload_size,
         "result": result_size,
-        "connections_per_worker": layout[0],
-        "credits": layout[1],
+        "connections_per_worker": None if layout is None else layout[0],
+        "credits": None if layout is None else layout[1],
         "seconds": seconds,
         "tasks_per_s": n / seconds,
         "cpu_us_per_task": {
@@ -298,11 +310,16 @@ def e2e_workload(
     }
 
 
-def latency_workload(n: int, busy_poll: float = 0.0) -> dict[str, Any]:
-    """One task at a time: submit, run, DONE back at the producer (version 1)."""
+def latency_workload(
+    n: int, busy_poll: float | None = None, layout: Layout = None
+) -> dict[str, Any]:
+    """
+    One task at a time: submit, run, DONE back at the producer (version 1),
+    with 2 stock workers unless C{layout} says otherwise.
+    """
     payload = payload_of(100)
     with (
-        running(workers=2, layout=(1, 1), busy_poll=busy_poll) as (daemon, _),
+        running(workers=2, layout=layout, busy_poll=busy_poll) as (daemon, _),
         QuicxClient(daemon.client_address, protocol=1) as client,
     ):
         for _ in range(50):
@@ -999,6 +1016,9 @@ def main(argv: list[str] | None = None) -> int:
         emit_e2e("e2e", ours, theirs)
         # Without the credit extension: what a protocol-page-only worker gets.
         emit_e2e("e2e one task/conn", e2e_workload(n, layout=ONE_TASK_EACH), theirs)
+        emit_e2e("e2e one task/worker", e2e_workload(n // 4, layout=(1, 1)), theirs)
+        # What a user gets: `quicx worker module:handlers`, no flags.
+        emit_e2e("e2e stock worker", e2e_workload(n, layout=None), theirs)
 
     def run_v2() -> None:
         # Side by side, alternated: version 1 (one queue) against version 2

@@ -19,16 +19,20 @@ is the task's result; raising means failed, with the exception's message
 daemon the worker reports with ACK, with the result, and NACK, quoting the
 delivery's token; to a version-1 daemon, with DONE and FAILED (and no
 result).  A result that cannot be sent (not serialisable, or larger than
-the daemon takes) fails the task for good, saying why.  Plain functions run
-in a thread pool, so the reactor stays free to answer heartbeats while they
-work; C{async def} handlers, and handlers registered with C{thread=False}
-(which may return a L{Deferred}), run on the reactor thread.
+the daemon takes) fails the task for good, saying why.  Plain functions
+start in a thread pool, so the reactor stays free to answer heartbeats while
+they work, and move to the reactor while their calls are short (under a
+millisecond: see L{quicx.clients.adaptive}); C{thread=True} keeps one in the
+threads for good.  C{async def} handlers, and handlers registered with
+C{thread=False} (which may return a L{Deferred}), run on the reactor thread.
 
 Each of C{concurrency} slots is one connection.  A slot holds one task at a
 time, as the protocol page has it, or with C{credits} above 1 up to that many
 (Quicx's READY credit extension): the daemon then sends several TASKs in one
-write and the slot answers the outcomes of a read in one write.  Against a
-daemon without the extension a slot falls back to one task at a time.  Slots
+write and the slot answers the outcomes of a read in one write.  Without
+C{credits}, each slot chooses its own by its handlers' pace
+(L{quicx.clients.adaptive.AutoCredits}).  Against a daemon without the
+extension a slot falls back to one task at a time.  Slots
 reconnect with backoff (at most 3 s apart, as the reference worker waits)
 whenever the daemon goes away.
 
@@ -72,6 +76,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from quicx.clients import requests
+from quicx.clients.adaptive import AutoCredits, Placement
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
 from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.progress import ten_thousandths
@@ -197,11 +202,19 @@ RETRY_MAX = 3.0
 
 @frozen
 class Registration:
-    """A handler and where it runs."""
+    """
+    A handler and where it runs: in the thread pool (C{in_thread}), on the
+    reactor, or, with a L{Placement}, where that says.
+    """
 
     function: Handler
     in_thread: bool
     wants_context: bool = False
+    placement: Placement | None = None
+
+
+Timed = Callable[[float, bool], None]
+"""Told how long a handler's call took, and whether it ran on the reactor."""
 
 
 MAX_REASON = 1024
@@ -249,7 +262,11 @@ class WorkerProtocol(FrameReceiver):
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.credits = worker.credits
+        self.credits = worker.credits or 1
+        # Credits chosen by the connection itself (the user gave none).
+        self.auto = AutoCredits() if worker.credits is None else None
+        self._received = 0  # TASKs in the read being handled
+        self._lease_seconds: float | None = None  # the last delivery's lease
         self.version = v2.VERSION
         self._greeted = False
         self.running = 0
@@ -281,6 +298,10 @@ class WorkerProtocol(FrameReceiver):
         # and after WAIT it pushes the next task without being asked again.
         if self.version == v2.VERSION:
             self.transport.write(v2.encode_ready(self.credits, self.worker.queues))
+        elif self.auto is not None:
+            # Credits of 1, spelt out: a daemon without the extension says so
+            # now, before this connection asks for more.
+            self.transport.write(wire.frame(wire.MessageType.READY, wire.CREDITS.pack(1)))
         else:
             self.transport.write(wire.encode_ready(self.credits))
 
@@ -301,10 +322,13 @@ class WorkerProtocol(FrameReceiver):
     def dataReceived(self, data: bytes) -> None:
         replies: list[bytes] = []
         self._replies = replies
+        self._received = 0
         try:
             super().dataReceived(data)
         finally:
             self._replies = None
+            if self._received and self.auto is not None:
+                self._pace(replies)
             if replies and self.connected:
                 write_now(self.transport, b"".join(replies))
             if self.stopping and not self.running:
@@ -329,8 +353,9 @@ class WorkerProtocol(FrameReceiver):
                     credits=self.credits,
                 )
             self.running += 1
+            self._received += 1
             lease = self._lease(task)
-            outcome = self.worker.run(task, lease)
+            outcome = self.worker.run(task, lease, None if self.auto is None else self.auto.ran)
             if type(outcome) is Deferred:
                 outcome.addBoth(self._finished, task, lease)
             else:
@@ -359,15 +384,20 @@ class WorkerProtocol(FrameReceiver):
                 )
                 self.worker.followed({}, self)
                 return
-            if self.credits > 1 and not self._answered and error.code == ErrorCode.INVALID_MESSAGE:
+            if (
+                (self.credits > 1 or self.auto is not None)
+                and not self._answered
+                and error.code == ErrorCode.INVALID_MESSAGE
+            ):
                 # The first answer to a READY with credits is an ERROR: a
                 # daemon without the extension (the reference one).
-                self.log.warn(
-                    "the daemon refuses READY credits ({message}); this connection"
-                    " takes one task at a time",
-                    message=error.message,
-                )
-                self.credits = 1
+                if self.auto is None:
+                    self.log.warn(
+                        "the daemon refuses READY credits ({message}); this connection"
+                        " takes one task at a time",
+                        message=error.message,
+                    )
+                self.credits, self.auto = 1, None
                 self._ready()
                 return
             if error.code == v2.ErrorCode.STALE:
@@ -428,10 +458,20 @@ class WorkerProtocol(FrameReceiver):
         self.log.warn("task {id} failed: {reason}", id=task_id, reason=reason)
         self._write(lifecycle.encode_nack(task_id, token, cut_reason(reason), permanent=True))
 
+    def _pace(self, replies: list[bytes]) -> None:
+        """After a read that brought tasks: ask for more or fewer, if the pace says so."""
+        assert self.auto is not None
+        credits = self.auto.after_read(self._received, self._lease_seconds)
+        if credits is not None:
+            self.credits = credits
+            codec = v2 if self.version == v2.VERSION else wire
+            replies.append(codec.encode_ready(credits))
+
     def _lease(self, task: wire.Task | v2.Task) -> Lease | None:
         """The lease of a delivery with a token (kept alive with C{auto_extend})."""
         if not isinstance(task, v2.Task) or not task.token:
             return None
+        self._lease_seconds = task.lease_ms / 1000 if task.lease_ms else None
         lease = Lease(
             self.worker._reactor,
             self._write,
@@ -526,7 +566,10 @@ class Worker:
 
     @ivar concurrency: how many connections to the daemon it keeps.
     @ivar credits: how many tasks each connection may hold at once; up to
-        C{concurrency * credits} tasks run at once.
+        C{concurrency * credits} tasks run at once.  C{None} (the default):
+        each connection chooses, by its handlers' pace (L{AutoCredits}): as
+        many as its short handlers run on the reactor in 2 ms, one while a
+        handler runs in a thread.
     @ivar queues: the queues it serves, in order (empty: the daemon's
         default queue).
     @ivar protocol: 2, falling back to 1 where the daemon speaks only 1; or 1.
@@ -544,7 +587,7 @@ class Worker:
         self,
         handlers: Mapping[str, Handler] | None = None,
         concurrency: int = 1,
-        credits: int = 1,
+        credits: int | None = None,
         queues: Sequence[str] = (),
         protocol: int = 2,
         auto_extend: bool = False,
@@ -552,7 +595,7 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if not 1 <= credits <= wire.MAX_CREDITS:
+        if credits is not None and not 1 <= credits <= wire.MAX_CREDITS:
             raise ValueError(f"credits must be 1 to {wire.MAX_CREDITS}")
         self.concurrency = concurrency
         self.credits = credits
@@ -562,7 +605,7 @@ class Worker:
             raise ValueError("protocol is 2, or 1 without queues or shared data")
         self.protocol = protocol
         self.auto_extend = auto_extend
-        v2.encode_ready(credits, self.queues)  # checks the names and their number
+        v2.encode_ready(1, self.queues)  # checks the names and their number
         if self.follow:
             results.encode_follow(self.follow)  # the same
         self._shared: dict[str, bytes] = {}
@@ -586,12 +629,20 @@ class Worker:
         """
         Run C{function} for tasks of C{task_type}.
 
-        @param thread: run it in the thread pool; by default, yes unless it is
-            an C{async def} function.
+        @param thread: C{True}: always in the thread pool; C{False}: always
+            on the reactor (it may return a L{Deferred}).  By default an
+            C{async def} function runs on the reactor, and a plain one starts
+            in the thread pool and moves to the reactor while its calls are
+            short (see L{Placement}): register a function that is quick
+            except now and then, when it blocks for long, with C{True}.
         """
-        in_thread = not inspect.iscoroutinefunction(function) if thread is None else thread
+        coroutine = inspect.iscoroutinefunction(function)
+        in_thread = not coroutine if thread is None else thread
         self._handlers[task_type.encode("utf-8")] = Registration(
-            function, in_thread, _takes_context(function)
+            function,
+            in_thread,
+            _takes_context(function),
+            Placement() if thread is None and not coroutine else None,
         )
 
     def handler(self, task_type: str, thread: bool | None = None) -> Callable[[Handler], Handler]:
@@ -660,9 +711,12 @@ class Worker:
         else:
             self._shared.pop(shared.name, None)
 
-    def run(self, task: wire.Task | v2.Task, lease: Lease | None = None) -> object:
+    def run(
+        self, task: wire.Task | v2.Task, lease: Lease | None = None, timed: Timed | None = None
+    ) -> object:
         """
-        Run the handler for C{task}, whose context extends C{lease}.
+        Run the handler for C{task}, whose context extends C{lease}; tell
+        C{timed} how long its call took, if known.
 
         @return: a L{Deferred} of its outcome; or, for a handler that ran on
             the reactor and returned a plain value, the outcome itself: its
@@ -677,15 +731,32 @@ class Worker:
         args: tuple[Any, ...] = (task.payload,)
         if registration.wants_context:
             args += (TaskContext.of(task, lease, self.shared),)
-        if registration.in_thread:
+        placement = registration.placement
+        if placement is not None and not placement.inline:
             assert self._threads is not None and self._reactor is not None
+            called = deferToThreadPool(
+                self._reactor, self._threads, _timed_call, registration.function, args
+            )
+            return called.addCallback(_note_time, placement, timed)
+        if registration.in_thread and placement is None:
+            assert self._threads is not None and self._reactor is not None
+            if timed is not None:
+                timed(0.0, False)
             return deferToThreadPool(self._reactor, self._threads, registration.function, *args)
+        started = time.perf_counter()
         try:
             result = registration.function(*args)
         except Exception:
-            return Failure()
+            result = Failure()
         if inspect.isawaitable(result):
+            if timed is not None:
+                timed(0.0, False)
             return ensureDeferred(result)  # type: ignore[arg-type]
+        seconds = time.perf_counter() - started
+        if placement is not None:
+            placement.ran(seconds, True)
+        if timed is not None:
+            timed(seconds, True)
         return result
 
     def start(self, reactor: Any, address: str = DEFAULT_ADDRESS) -> None:
@@ -693,7 +764,7 @@ class Worker:
         self._reactor = reactor
         self._stopping = False
         self._threads = ThreadPool(
-            minthreads=0, maxthreads=self.concurrency * self.credits, name="quicx-worker"
+            minthreads=0, maxthreads=self.concurrency * (self.credits or 1), name="quicx-worker"
         )
         self._threads.start()
         endpoint = endpoint_for(reactor, address)
@@ -774,6 +845,25 @@ def _takes_context(function: Handler) -> bool:
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
     ]
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in positional)
+
+
+def _timed_call(function: Handler, args: tuple[Any, ...]) -> tuple[object, float]:
+    """In a pool thread: C{function(*args)} (or the L{Failure} it raised), and its seconds."""
+    started = time.perf_counter()
+    try:
+        result: object = function(*args)
+    except Exception:
+        result = Failure()
+    return result, time.perf_counter() - started
+
+
+def _note_time(called: tuple[object, float], placement: Placement, timed: Timed | None) -> object:
+    """Back on the reactor: note how long a call in a thread took; its outcome."""
+    result, seconds = called
+    placement.ran(seconds, False)
+    if timed is not None:
+        timed(seconds, False)
+    return result
 
 
 def _passthrough_after(result: object, forget: Callable[[Any], None], item: object) -> object:

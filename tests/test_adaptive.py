@@ -1,0 +1,202 @@
+"""
+How the worker runner adapts to its handlers: where a plain function runs
+(L{Placement}) and the credits a connection chooses (L{AutoCredits}), first
+with made-up durations, then on a worker connection to a fake daemon.
+"""
+
+from __future__ import annotations
+
+from quicx.clients.adaptive import (
+    AUTO_MAX,
+    MAX_PROBATION,
+    PROBATION,
+    SHORT,
+    TOO_LONG,
+    AutoCredits,
+    Placement,
+)
+from quicx.clients.worker import Worker
+from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol.wire import ErrorCode
+from tests.test_worker_leases import FakeDaemon
+
+NOOP = 5e-6
+
+
+def short_calls(placement: Placement, count: int, inline: bool = False) -> None:
+    for _ in range(count):
+        placement.ran(SHORT / 2, inline)
+
+
+# -- Placement -------------------------------------------------------------------------
+
+
+def test_a_handler_moves_to_the_reactor_after_a_probation_of_short_calls() -> None:
+    placement = Placement()
+    short_calls(placement, PROBATION - 1)
+    assert not placement.inline
+    placement.ran(SHORT, False)  # as long as "short" goes
+    assert placement.inline
+
+
+def test_one_long_call_in_a_thread_starts_the_probation_again() -> None:
+    placement = Placement()
+    short_calls(placement, PROBATION - 1)
+    placement.ran(SHORT * 1.01, False)
+    short_calls(placement, PROBATION - 1)
+    assert not placement.inline
+    short_calls(placement, 1)
+    assert placement.inline
+
+
+def test_a_call_too_long_for_the_reactor_sends_it_back_with_a_doubled_probation() -> None:
+    placement = Placement()
+    short_calls(placement, PROBATION)
+    for _ in range(100):
+        placement.ran(NOOP, True)
+    placement.ran(TOO_LONG / 2, True)  # slow, but once: the running mean stays short
+    assert placement.inline
+    placement.ran(TOO_LONG * 1.01, True)
+    assert (placement.inline, placement.demotions) == (False, 1)
+    short_calls(placement, 2 * PROBATION - 1)
+    assert not placement.inline
+    short_calls(placement, 1)
+    assert placement.inline
+
+
+def test_calls_that_grow_slower_on_the_reactor_send_it_back() -> None:
+    placement = Placement()
+    short_calls(placement, PROBATION)
+    calls = 0
+    while placement.inline:
+        placement.ran(SHORT * 1.5, True)  # each one under TOO_LONG
+        calls += 1
+    assert 1 < calls < 20 and placement.demotions == 1
+
+
+def test_the_probation_stops_doubling_at_its_maximum() -> None:
+    placement = Placement()
+    for _ in range(20):
+        short_calls(placement, MAX_PROBATION)
+        assert placement.inline
+        placement.ran(TOO_LONG * 2, True)
+    short_calls(placement, MAX_PROBATION - 1)
+    assert not placement.inline
+    short_calls(placement, 1)
+    assert placement.inline
+
+
+# -- AutoCredits -----------------------------------------------------------------------
+
+
+def grow(credits: AutoCredits, seconds: float, lease: float | None = None) -> list[int]:
+    """Full reads of tasks that take C{seconds} until the credits stop changing."""
+    asked = []
+    while True:
+        for _ in range(credits.credits):
+            credits.ran(seconds, True)
+        wanted = credits.after_read(credits.credits, lease)
+        if wanted is None:
+            return asked
+        asked.append(wanted)
+
+
+def test_credits_double_while_reads_fill_them_up_to_the_maximum_for_no_op_handlers() -> None:
+    credits = AutoCredits()
+    assert credits.credits == 1
+    assert grow(credits, NOOP) == [2, 4, 8, 16, 32, 64, 128, AUTO_MAX]
+
+
+def test_credits_do_not_grow_while_the_daemon_sends_fewer_than_they_allow() -> None:
+    credits = AutoCredits()
+    grow(credits, NOOP)
+    credits.credits = 8
+    for received in (1, 7):
+        assert credits.after_read(received, None) is None
+    assert credits.after_read(8, None) == 16
+
+
+def test_credits_stop_at_two_milliseconds_of_work() -> None:
+    credits = AutoCredits()
+    assert grow(credits, 100e-6) == [2, 4, 8, 16, 20]
+
+
+def test_credits_fall_at_once_when_handlers_get_slower() -> None:
+    credits = AutoCredits()
+    grow(credits, NOOP)
+    for _ in range(50):
+        credits.ran(1e-3, True)
+    assert credits.after_read(1, None) == 2
+
+
+def test_a_wavering_pace_sends_no_ready_on_every_read() -> None:
+    credits = AutoCredits()
+    grow(credits, 100e-6)
+    assert credits.credits == 20
+    for seconds in (95e-6, 105e-6, 90e-6, 110e-6) * 10:
+        credits.ran(seconds, True)
+        assert credits.after_read(20, None) is None
+
+
+def test_a_task_in_a_thread_holds_the_only_credit() -> None:
+    credits = AutoCredits()
+    grow(credits, NOOP)
+    credits.ran(0.0, False)
+    assert credits.after_read(1, None) == 1
+    assert grow(credits, NOOP) == [2, 4, 8, 16, 32, 64, 128, AUTO_MAX]
+
+
+def test_credits_hold_no_more_than_half_a_lease_of_work() -> None:
+    credits = AutoCredits()
+    assert grow(credits, 100e-6, lease=0.002) == [2, 4, 8, 10]
+
+
+# -- on a worker connection --------------------------------------------------------------
+
+
+def test_a_connection_asks_for_more_credits_as_its_short_handler_keeps_up() -> None:
+    worker = Worker()
+    worker.register("t", lambda payload: None, thread=False)
+    daemon = FakeDaemon(worker)
+    daemon.task(1, token=71)
+    assert daemon.sent() == [lifecycle.Ack(1, 71), v2.Ready(2, ())]
+    daemon.task(2, token=72)  # one of the two credits: no change
+    assert daemon.sent() == [lifecycle.Ack(2, 72)]
+    context = v2.task_context(None, None, 73, 10_000)
+    two = b"".join(
+        v2.encode_task(task_id, b"t", b"x", b"\x07default", 0, 1, 0, context) for task_id in (3, 4)
+    )
+    daemon.feed(two)
+    assert daemon.sent() == [lifecycle.Ack(3, 73), lifecycle.Ack(4, 73), v2.Ready(4, ())]
+
+
+def test_credits_given_by_the_user_never_change() -> None:
+    worker = Worker(credits=1)
+    worker.register("t", lambda payload: None, thread=False)
+    daemon = FakeDaemon(worker)
+    for task_id in (1, 2, 3):
+        daemon.task(task_id, token=70 + task_id)
+    assert daemon.sent() == [lifecycle.Ack(task_id, 70 + task_id) for task_id in (1, 2, 3)]
+
+
+def test_a_version_1_connection_asks_for_one_credit_and_falls_back_when_refused() -> None:
+    worker = Worker(protocol=1)
+    worker.register("t", lambda payload: None, thread=False)
+    daemon = FakeDaemon(worker)  # its READY said credits 1, in the extension's form
+    assert daemon.transport.value() == b""
+    # The reference daemon refuses any READY payload: the connection asks
+    # again the page's way, and never for credits again.
+    daemon.feed(wire.encode_error(ErrorCode.INVALID_MESSAGE, "READY takes no payload"))
+    assert daemon.transport.value() == wire.encode_ready()
+    daemon.transport.clear()
+    for task_id in (1, 2):
+        daemon.feed(wire.encode_task(task_id, b"t", b"x"))
+    assert daemon.sent() == [wire.Done(1), wire.Done(2)]
+
+
+def test_a_version_1_connection_to_a_quicx_daemon_grows_its_credits() -> None:
+    worker = Worker(protocol=1)
+    worker.register("t", lambda payload: None, thread=False)
+    daemon = FakeDaemon(worker)
+    daemon.feed(wire.encode_task(1, b"t", b"x"))
+    assert daemon.sent() == [wire.Done(1), wire.Ready(2)]
