@@ -10,7 +10,7 @@ own process.
 The points:
 
   - a read: C{dataReceived} of the daemon's and the worker's protocols, on
-    entry (L{READ}) and, in the daemon, on return (L{READ_END});
+    entry (L{READ}) and on return (L{READ_END});
   - a write: C{quicx.net.framer.write_now}, through which the daemon's
     output batcher and the worker's replies send, on entry (L{WRITE}) and
     on return (L{WRITE_END}: the kernel has taken the bytes);
@@ -20,7 +20,8 @@ Each event is its clock (C{time.monotonic_ns}: C{CLOCK_MONOTONIC}, one clock
 for every process of the machine) and its code, C{point * 256 + frame type}:
 the type of the first frame read or written (its header's second byte).
 Events go into preallocated lists, written to C{OUT} as JSON when the
-process exits (SIGTERM stops both cleanly).
+process exits (SIGTERM stops both cleanly).  In a process not started
+through this wrapper, L{mark} keeps nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ HANDLER = 5
 CAPACITY = 1 << 20
 """Events kept per process; later ones are dropped (and counted)."""
 
-_times = [0] * CAPACITY
-_codes = [0] * CAPACITY
+# Preallocated by start(): until then (a process not traced) mark keeps nothing.
+_times: list[int] = []
+_codes: list[int] = []
 # next() on a count is atomic under the GIL: a handler in a pool thread may mark.
 _slot = itertools.count().__next__
 _clock = time.monotonic_ns
@@ -54,9 +56,18 @@ def mark(code: int) -> None:
     """Record event C{code} now."""
     t = _clock()
     i = _slot()
-    if i < CAPACITY:
+    if i < len(_times):
         _times[i] = t
         _codes[i] = code
+
+
+def start(out: Path) -> None:
+    """Keep this process's events from now on, and write them to C{out} at its exit."""
+    global _slot
+    _times[:] = [0] * CAPACITY
+    _codes[:] = [0] * CAPACITY
+    _slot = itertools.count().__next__
+    atexit.register(dump, out)
 
 
 def event(point: int, message_type: int = 0) -> int:
@@ -90,15 +101,14 @@ def load(path: Path) -> dict[int, list[int]]:
     return by_code
 
 
-def trace_reads(protocol: type, ends: bool) -> None:
-    """Mark each C{dataReceived} of C{protocol} on entry (and on return, with C{ends})."""
+def trace_reads(protocol: type) -> None:
+    """Mark each C{dataReceived} of C{protocol} on entry and on return."""
     received: Callable[[Any, bytes], None] = protocol.dataReceived  # type: ignore[attr-defined]
 
     def dataReceived(self: Any, data: bytes) -> None:
         mark(frame_code(READ, data))
         received(self, data)
-        if ends:
-            mark(frame_code(READ_END, data))
+        mark(frame_code(READ_END, data))
 
     protocol.dataReceived = dataReceived  # type: ignore[attr-defined]
 
@@ -121,7 +131,7 @@ def run_daemon(args: Sequence[str]) -> None:
     from quicx.daemon import server
     from quicx.net import framer
 
-    trace_reads(server.QuicxServerProtocol, ends=True)
+    trace_reads(server.QuicxServerProtocol)
     # BatchedOutput.write finds write_now in the framer module at each call.
     framer.write_now = traced_write(framer.write_now)  # type: ignore[assignment]
     sys.argv = ["twistd", *args]
@@ -133,7 +143,7 @@ def run_worker(args: Sequence[str]) -> int:
     from quicx import cli
     from quicx.clients import worker
 
-    trace_reads(worker.WorkerProtocol, ends=False)
+    trace_reads(worker.WorkerProtocol)
     worker.write_now = traced_write(worker.write_now)  # type: ignore[assignment]
     return cli.main(["worker", *args])
 
@@ -142,7 +152,7 @@ def main(argv: Sequence[str]) -> int:
     out, role, *args = argv
     if time.get_clock_info("monotonic").implementation != "clock_gettime(CLOCK_MONOTONIC)":
         raise SystemExit("tools.hops_trace: needs CLOCK_MONOTONIC, one clock for all processes")
-    atexit.register(dump, Path(out))
+    start(Path(out))
     if role == "daemon":
         run_daemon(args)
         return 0
