@@ -12,18 +12,19 @@ those points:
     → worker reads TASK → worker sends DONE → daemon reads DONE
     → daemon sends DONE → producer reads DONE
 
-and a few inside a process split a hop: the daemon's OK to the producer and
-the return of its C{dataReceived} (after which the output batcher's
-C{callLater(0)} sends to other connections), and the handler's start.  Each
-hop's median, 90th percentile and mean: the means add up to the round
-trip's.  Then each send call (C{write_now}, the producer's C{sendall}):
-how long it took, and how often the frame's reader had read it before the
-call returned (it was woken and ran first).  Beside them, in the same run,
-the floor: two round trips of a SUBMIT's bytes through bare echo servers
-(L{tools.echo}: a blocking socket, an epoll loop, Twisted's epoll reactor),
-the task's shape (two sends out, two back) without the queue.
+with a few points inside a hop, timed from its start: the daemon's OK to
+the producer and the return of its C{dataReceived} (after which the output
+batcher's C{callLater(0)} sends to other connections), and the handler's
+start (in a pool thread for the stock worker).  Each hop's median, 90th
+percentile and mean: the means add up to the round trip's.  Then each send
+call (C{write_now}, the producer's C{sendall}): how long it took, and how
+often the frame's reader had read it before the call returned (it was
+woken and ran first).  Beside them, in the same run, the floor: two round
+trips of a SUBMIT's bytes through bare echo servers (L{tools.echo}: a
+blocking socket, an epoll loop, Twisted's epoll reactor), the task's shape
+(two sends out, two back) without the queue.
 
-Each timestamp costs about 0.2 µs; a round trip takes 14 in the daemon and
+Each timestamp costs about 0.2 µs; a round trip takes 15 in the daemon and
 the worker.
 
     python -m tools.hops                      # 2,000 round trips, no-op worker
@@ -133,8 +134,10 @@ class Point:
 def chain(protocol: int) -> tuple[Point, ...]:
     """
     The points of a round trip, in order.  The main ones cut it into the
-    hops; the others (C{main=False}, each in the process of the point before
-    it) split the hop they fall in.
+    hops, each at the first such event after the point before; each other
+    one (C{main=False}) is the first such event after the main point before
+    it, a point inside that hop whatever the order of such points (a change
+    to the daemon may send TASK before OK, or before its read returns).
     """
     reported = outcome_type(protocol)
     outcome = MessageType(reported).name
@@ -240,26 +243,30 @@ Events = dict[str, dict[int, list[int]]]
 """The times of each process's events, by code, sorted."""
 
 
-def cut(
-    windows: Sequence[tuple[int, int]], points: Sequence[Point], events: Events
-) -> list[list[int]]:
+Trip = dict[int, int]
+"""A round trip: the time at each point of the chain that happened, by its index."""
+
+
+def cut(windows: Sequence[tuple[int, int]], points: Sequence[Point], events: Events) -> list[Trip]:
     """
-    Each round trip's time at each of C{points}: the first event of each
-    point at or after the one before, within the round trip's window (one
-    task is in flight at a time).  Round trips some point of which is
-    missing are left out.
+    Each round trip's points (see L{chain}), within its window (one task is
+    in flight at a time).  Round trips some main point of which is missing
+    are left out.
     """
     trips = []
     for start, end in windows:
-        times: list[int] = []
+        trip: Trip = {}
         last = start
-        for point in points:
+        for i, point in enumerate(points):
             found = first(events[point.process].get(point.code, []), last, end)
-            if found is None:
-                break
-            times.append(last := found)
+            if found is not None:
+                trip[i] = found
+            if point.main:
+                if found is None:
+                    break
+                last = found
         else:
-            trips.append(times)
+            trips.append(trip)
     return trips
 
 
@@ -295,24 +302,20 @@ def summary(samples_ns: Sequence[int]) -> dict[str, float]:
     }
 
 
-def breakdown(points: Sequence[Point], trips: Sequence[Sequence[int]]) -> list[dict[str, Any]]:
+def breakdown(points: Sequence[Point], trips: Sequence[Trip]) -> list[dict[str, Any]]:
     """
-    The hops between the main points, each followed by its parts (C{"part":
-    True}) where other points split it.
+    The hops between the main points, each followed by the points inside
+    it (C{"inside": True}), timed from the hop's start.
     """
     rows = []
     mains = [i for i, point in enumerate(points) if point.main]
     for start, end in pairwise(mains):
-        spans = [(start, end)]
-        if end - start > 1:
-            spans += [(i, i + 1) for i in range(start, end)]
-        for a, b in spans:
+        for i in [end, *range(start + 1, end)]:
+            inside = i != end
+            hop = f"{points[start].name} → {points[end].name}"
+            samples = [trip[i] - trip[start] for trip in trips if i in trip]
             rows.append(
-                {
-                    "hop": f"{points[a].name} → {points[b].name}",
-                    "part": (a, b) != (start, end),
-                    **summary([trip[b] - trip[a] for trip in trips]),
-                }
+                {"hop": points[i].name if inside else hop, "inside": inside, **summary(samples)}
             )
     return rows
 
@@ -354,7 +357,7 @@ def traced_round_trips(n: int, worker: str, protocol: int, busy_poll: float) -> 
         raise SystemExit("tools.hops: no round trip could be cut at every point")
     return {
         "hops": breakdown(points, trips),
-        "total": summary([trip[-1] - trip[0] for trip in trips]),
+        "total": summary([trip[len(points) - 1] - trip[0] for trip in trips]),
         "left_out": len(windows) - len(trips),
         "sends": [send_calls(windows, send, events) for send in sends(protocol)],
     }
@@ -378,10 +381,11 @@ def table(result: dict[str, Any]) -> str:
         f" protocol {result['protocol']}, busy poll {result['busy_poll']:g} s"
         f" ({result['left_out']} left out: not cut at every point)",
         "",
-        f"{'hop':<{WIDTH}} {'median':>7} {'p90':>7} {'mean':>7}  (µs)",
+        f"{'hop (↳: a point inside it, from its start)':<{WIDTH}}"
+        f" {'median':>7} {'p90':>7} {'mean':>7}  (µs)",
     ]
     for row in result["hops"]:
-        lines.append(figures(("  · " if row["part"] else "") + row["hop"], row))
+        lines.append(figures(("  ↳ " if row["inside"] else "") + row["hop"], row))
     lines.append(figures("round trip", result["total"]))
     lines += ["", f"{'send call':<{WIDTH}} {'median':>7} {'p90':>7} {'mean':>7}  reader first"]
     for row in result["sends"]:
