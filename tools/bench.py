@@ -40,6 +40,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import IO, Any
 
+from attrs import evolve
+
 from quicx import __version__
 from quicx.clients.address import CLIENT_MAX_LENGTH, parse_address
 from quicx.clients.blocking import QuicxClient, Task
@@ -87,6 +89,23 @@ result_worker = Worker()
 @result_worker.handler(BENCH_TYPE, thread=False)
 def kibibyte(payload: bytes) -> bytes:
     return RESULT_1K
+
+
+SMALL_RESULT_SIZE = 16
+small_result_worker = Worker()
+"""The v2 comparison's results run: each task's result is 16 bytes."""
+
+
+@small_result_worker.handler(BENCH_TYPE, thread=False)
+def sixteen_bytes(payload: bytes) -> bytes:
+    return RESULT_1K[:SMALL_RESULT_SIZE]
+
+
+RESULT_WORKERS = {
+    0: "tools.bench:noop_worker",
+    SMALL_RESULT_SIZE: "tools.bench:small_result_worker",
+    RESULT_SIZE: "tools.bench:result_worker",
+}
 
 
 # A pool that holds 500,000 queued 100-byte tasks and 64 KiB payloads.
@@ -222,12 +241,20 @@ V2_OPTIONS = [Options(queue, priority) for queue in V2_QUEUES for priority in V2
 """The version-2 workload's mix: 4 queues, 3 priorities, dealt in turn."""
 
 
-def tasks_of(n: int, payload: bytes, protocol: int) -> Iterator[Task]:
-    """C{n} tasks: plain for version 1, spread over L{V2_OPTIONS} for version 2."""
+V2_DELAYED = [evolve(options, delay=0.001) for options in V2_OPTIONS]
+"""The same mix, each task to run a millisecond after its SUBMIT: every one
+goes through the delayed set and falls due."""
+
+
+def tasks_of(n: int, payload: bytes, protocol: int, delayed: bool = False) -> Iterator[Task]:
+    """
+    C{n} tasks: plain for version 1, spread over L{V2_OPTIONS} for version 2
+    (L{V2_DELAYED} if C{delayed}).
+    """
     if protocol == 1:
         return ((BENCH_TYPE, payload) for _ in range(n))
-    mix = len(V2_OPTIONS)
-    return ((BENCH_TYPE, payload, V2_OPTIONS[i % mix]) for i in range(n))
+    mix = V2_DELAYED if delayed else V2_OPTIONS
+    return ((BENCH_TYPE, payload, mix[i % len(mix)]) for i in range(n))
 
 
 def submit_workload(n: int, protocol: int = 1) -> dict[str, Any]:
@@ -245,7 +272,12 @@ def submit_workload(n: int, protocol: int = 1) -> dict[str, Any]:
 
 
 def _produce_and_wait(
-    address: str, n: int, payload: bytes, protocol: int = 1, result_size: int = 0
+    address: str,
+    n: int,
+    payload: bytes,
+    protocol: int = 1,
+    result_size: int = 0,
+    delayed: bool = False,
 ) -> float:
     """
     Pipeline C{n} tasks, wait for every DONE; the seconds it took.  With
@@ -253,7 +285,7 @@ def _produce_and_wait(
     """
     with QuicxClient(address, keep_outcomes=n + 1, protocol=protocol) as client:
         started = time.perf_counter()
-        ids = client.submit_many(tasks_of(n, payload, protocol))
+        ids = client.submit_many(tasks_of(n, payload, protocol, delayed))
         for task_id in ids:
             value = client.wait(task_id)  # type: ignore[arg-type]
             if result_size and len(value) != result_size:
@@ -269,23 +301,26 @@ def e2e_workload(
     protocol: int = 1,
     result_size: int = 0,
     during: Callable[[DaemonProcess], AbstractContextManager[object]] | None = None,
+    delayed: bool = False,
 ) -> dict[str, Any]:
     """
     One producer pipelines C{n} tasks; 2 worker processes run them.  With
     C{protocol} 2, the tasks are spread over 4 queues and 3 priorities and
-    the workers serve the 4 queues.  With C{result_size} (version 2), each
-    handler returns a result of that many bytes, which reaches the producer.
-    C{during(daemon)}: a context the timed part runs in (a scraper, say).
+    the workers serve the 4 queues (and with C{delayed}, each falls due a
+    millisecond after its SUBMIT).  With C{result_size} (version 2: one of
+    L{RESULT_WORKERS}), each handler returns a result of that many bytes,
+    which reaches the producer.  C{during(daemon)}: a context the timed part
+    runs in (a scraper, say).
     """
     worker_args = ("--protocol=1",) if protocol == 1 else (f"--queues={','.join(V2_QUEUES)}",)
-    target = "tools.bench:result_worker" if result_size else "tools.bench:noop_worker"
-    assert result_size in (0, RESULT_SIZE) and (protocol == 2 or not result_size)
+    target = RESULT_WORKERS[result_size]
+    assert protocol == 2 or not (result_size or delayed)
     with running(extra, 2, layout, None, worker_args, target) as (daemon, workers):
         assert workers is not None
         cpu = cpu_seconds(daemon.pid), workers.cpu_seconds(), time.process_time()
         with nullcontext() if during is None else during(daemon):
             seconds = _produce_and_wait(
-                daemon.client_address, n, payload_of(payload_size), protocol, result_size
+                daemon.client_address, n, payload_of(payload_size), protocol, result_size, delayed
             )
         daemon_cpu = cpu_seconds(daemon.pid) - cpu[0]
         workers_cpu = workers.cpu_seconds() - cpu[1]
@@ -739,6 +774,78 @@ class Scraper:
             raise SystemExit(f"tools.bench: scraping {url} failed: {failures[0]}")
 
 
+class Watcher:
+    """
+    While in use for a daemon, one client watches every lifecycle event it
+    has (protocol version 2's WATCH), reading them on a thread.
+
+    @ivar events: the events read, over every use.
+    """
+
+    def __init__(self) -> None:
+        self.events = 0
+
+    @contextmanager
+    def __call__(self, daemon: DaemonProcess) -> Iterator[None]:
+        client = QuicxClient(daemon.client_address)
+        stream = client.events(timeout=0.2)
+
+        def read() -> None:
+            while not stop.is_set():
+                try:
+                    next(stream)
+                except TimeoutError:
+                    continue
+                self.events += 1
+
+        stop = threading.Event()
+        thread = threading.Thread(target=read, name="watcher", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(15)
+            stream.close()
+            client.close()
+
+
+V2_FEATURES = ("v1", "v2", "v2 delayed", "v2 results", "v2 watched", "v2 observed")
+"""The version-2 comparison's runs: version 1, then version 2 (4 queues x
+3 priorities) plain, with every task delayed, with a 16-byte result each,
+with a live events subscriber, with /metrics and the dashboard served and
+read."""
+
+
+def v2_features_workload(n: int, rounds: int = 3) -> dict[str, Any]:
+    """Every run of L{V2_FEATURES}, alternated, C{rounds} times."""
+    runs: dict[str, Callable[[], dict[str, Any]]] = {
+        "v1": lambda: e2e_workload(n, protocol=1),
+        "v2": lambda: e2e_workload(n, protocol=2),
+        "v2 delayed": lambda: e2e_workload(n, protocol=2, delayed=True),
+        "v2 results": lambda: e2e_workload(n, protocol=2, result_size=SMALL_RESULT_SIZE),
+        "v2 watched": lambda: e2e_workload(n, protocol=2, during=Watcher()),
+        "v2 observed": lambda: e2e_workload(
+            n, protocol=2, extra=OBSERVABILITY_ON, during=Scraper()
+        ),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in V2_FEATURES}
+    daemon_cpu: dict[str, list[float]] = {name: [] for name in V2_FEATURES}
+    for _ in range(rounds):
+        for name in V2_FEATURES:
+            figures = runs[name]()
+            rates[name].append(figures["tasks_per_s"])
+            daemon_cpu[name].append(figures["cpu_us_per_task"]["daemon"])
+    return {
+        "n": n,
+        "rounds": rounds,
+        "tasks_per_s": rates,
+        "daemon_us_per_task": daemon_cpu,
+        "median": {name: statistics.median(rates[name]) for name in V2_FEATURES},
+        "median_daemon_us": {name: statistics.median(daemon_cpu[name]) for name in V2_FEATURES},
+    }
+
+
 def observability_workload(n: int, rounds: int = 3) -> dict[str, Any]:
     """
     End-to-end throughput with the live views off, and on (L{OBSERVABILITY_ON})
@@ -1022,23 +1129,30 @@ def main(argv: list[str] | None = None) -> int:
 
     def run_v2() -> None:
         # Side by side, alternated: version 1 (one queue) against version 2
-        # (4 queues x 3 priorities), each the median of its rounds.
+        # (4 queues x 3 priorities, then with each feature), each the
+        # median of its rounds.
         rounds, n = 3, 100_000 // scale
-        figures: dict[str, dict[int, list[float]]] = {
-            "submit": {1: [], 2: []},
-            "e2e": {1: [], 2: []},
-        }
+        submits: dict[int, list[float]] = {1: [], 2: []}
         for _ in range(rounds):
             for protocol in (1, 2):
-                figures["submit"][protocol].append(submit_workload(n, protocol)["oks_per_s"])
-                figures["e2e"][protocol].append(e2e_workload(n, protocol=protocol)["tasks_per_s"])
-        for name, by_protocol in figures.items():
-            v1, v2 = (statistics.median(by_protocol[p]) for p in (1, 2))
+                submits[protocol].append(submit_workload(n, protocol)["oks_per_s"])
+        v1, v2 = (statistics.median(submits[p]) for p in (1, 2))
+        emit(
+            "v2 submit",
+            f"v1 {v1:,.0f}/s  v2 (4 queues x 3 priorities) {v2:,.0f}/s"
+            f"  (median of {rounds}, alternated): ratio {v2 / v1:.2f}",
+            {"n": n, "rounds": rounds, "v1": submits[1], "v2": submits[2]},
+            table,
+        )
+        features = v2_features_workload(n, rounds)
+        plain, cpu = features["median"]["v1"], features["median_daemon_us"]
+        for name in V2_FEATURES[1:]:
+            rate = features["median"][name]
             emit(
-                f"v2 {name}",
-                f"v1 {v1:,.0f}/s  v2 (4 queues x 3 priorities) {v2:,.0f}/s"
-                f"  (median of {rounds}, alternated): ratio {v2 / v1:.2f}",
-                {"n": n, "rounds": rounds, "v1": by_protocol[1], "v2": by_protocol[2]},
+                f"v2 e2e {name[3:] or 'plain'}",
+                f"{rate:,.0f} tasks/s, daemon {cpu[name]:.1f} µs/task;  v1 {plain:,.0f},"
+                f" {cpu['v1']:.1f} µs  (median of {rounds}, alternated): ratio {rate / plain:.2f}",
+                {"n": n, "rounds": rounds, "run": name, **features},
                 table,
             )
 
