@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from attrs import define, field
 
+from quicx.daemon.dispatch import Idler, IdleWorkers
 from quicx.daemon.policy import QueuePolicy
 from quicx.daemon.telemetry import Tally
 
@@ -38,7 +39,7 @@ class Queued(Protocol):
 
 
 T = TypeVar("T", bound=Queued)
-W = TypeVar("W")
+W = TypeVar("W", bound=Idler)
 
 
 @define
@@ -172,7 +173,7 @@ class NamedQueue(Generic[T, W]):
 
     @ivar header: the name as a TASK carries it (C{[len u8][name]}).
     @ivar declared: it has a C{[queue NAME]} section: never forgotten.
-    @ivar idle: the subscribed workers with a credit free, longest idle first.
+    @ivar idle: the subscribed workers with a credit free, in their order.
     @ivar subscribers: how many workers are subscribed.
     @ivar depth: tasks queued.
     @ivar pending: tasks accepted into it whose journal record is not yet
@@ -193,7 +194,7 @@ class NamedQueue(Generic[T, W]):
     header: bytes = b""
     levels: dict[int, Level[T]] = field(factory=dict)
     order: list[int] = field(factory=list)  # priorities with tasks, ascending
-    idle: OrderedDict[int, W] = field(factory=OrderedDict)
+    idle: IdleWorkers[W] = field(factory=IdleWorkers)
     subscribers: int = 0
     depth: int = 0
     pending: int = 0
