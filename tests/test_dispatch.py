@@ -1,70 +1,87 @@
 """
-Which idle worker gets a task, against a real daemon over raw sockets: the
-one idle last by default (C{[queues] dispatch = lifo}), the one idle longest
-with C{fifo}, and a worker that fails every task at once passed over once it
-has failed C{failing_streak} in a row.
+The choice among idle workers (L{quicx.daemon.dispatch}), on its own: whom
+a task is offered, and when a worker counts as failing.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from attrs import define, field
 
-from quicx.protocol import wire
-from tests.conftest import config_option
-from tests.peer import Peer
-
-
-def ready(worker: Peer) -> None:
-    """READY, answered WAIT: the daemon has the worker idle."""
-    assert worker.request(wire.encode_ready()) == wire.Wait()
+from quicx.daemon.dispatch import DispatchSettings, Order, note_outcome, offer
 
 
-@pytest.mark.parametrize(("dispatch", "served"), [("lifo", 2), ("fifo", 0)])
-def test_the_task_goes_to_the_worker_idle_last_or_longest(
-    tmp_path: Path, start_daemon, dispatch: str, served: int
-) -> None:
-    daemon = start_daemon(config_option(tmp_path, f"[queues]\ndispatch = {dispatch}\n"))
-    with Peer(daemon.address) as producer:
-        workers = [Peer(daemon.address) for _ in range(3)]
-        try:
-            for worker in workers:
-                ready(worker)
-            for n in range(3):
-                task_id = producer.submit(b"t", b"%d" % n).task_id
-                task = workers[served].receive()
-                assert task == wire.Task(task_id, b"t", b"%d" % n)
-                workers[served].send(wire.encode_done(task_id))
-                assert producer.receive() == wire.Done(task_id)
-                if dispatch == "fifo":
-                    # The one that finished is now the one idle last.
-                    served = (served + 1) % 3
-            for worker in workers:
-                assert worker.nothing_for(0.1)
-        finally:
-            for worker in workers:
-                worker.close()
+@define
+class Worker:
+    session_id: int
+    failing_until: float = 0.0
+    failed_in_row: int = 0
+    overdue: dict[int, object] = field(factory=dict)
 
 
-def test_a_worker_that_fails_every_task_is_passed_over(daemon) -> None:
-    with (
-        Peer(daemon.address) as producer,
-        Peer(daemon.address) as good,
-        Peer(daemon.address) as failing,
-    ):
-        ready(good)
-        ready(failing)
-        # Idle last, it gets the tasks until it has failed three in a row...
-        for n in range(3):
-            task_id = producer.submit(b"t", b"%d" % n).task_id
-            assert failing.receive() == wire.Task(task_id, b"t", b"%d" % n)
-            failing.send(wire.encode_failed(task_id, "broken"))
-            assert producer.receive() == wire.Failed(task_id, "broken")
-        # ...then the good worker, idle too, gets every one.
-        for n in range(3, 10):
-            task_id = producer.submit(b"t", b"%d" % n).task_id
-            assert good.receive() == wire.Task(task_id, b"t", b"%d" % n)
-            good.send(wire.encode_done(task_id))
-            assert producer.receive() == wire.Done(task_id)
-        assert failing.nothing_for(0.1)
+def idle(*workers: Worker) -> dict[int, Worker]:
+    return {worker.session_id: worker for worker in workers}
+
+
+def test_the_first_idle_worker_is_offered_the_task() -> None:
+    first, second = Worker(2), Worker(1)
+    assert offer(idle(first, second), now=5.0, task_id=7) is first
+
+
+def test_a_failing_worker_is_passed_over_while_another_may_take_the_task() -> None:
+    failing, other = Worker(1, failing_until=6.0), Worker(2)
+    assert offer(idle(failing, other), now=5.0) is other
+    # Failing until 6.0: from then on it is not.
+    assert offer(idle(failing, other), now=6.0) is failing
+    # No other worker: it gets the task all the same.
+    assert offer(idle(failing), now=5.0) is failing
+
+
+def test_a_task_is_offered_first_to_a_worker_it_did_not_fail_on() -> None:
+    failed_on, other = Worker(1), Worker(2)
+    assert offer(idle(failed_on, other), now=0.0, task_id=7, avoid=1) is other
+    assert offer(idle(failed_on), now=0.0, task_id=7, avoid=1) is failed_on
+
+
+def test_when_every_worker_is_failing_or_avoided_the_first_is_offered_the_task() -> None:
+    workers = idle(Worker(1, failing_until=9.0), Worker(2), Worker(3, failing_until=9.0))
+    assert offer(workers, now=0.0, task_id=7, avoid=2) is workers[1]
+
+
+def test_a_task_never_goes_to_a_worker_running_a_late_copy_of_it() -> None:
+    late = Worker(1, overdue={7: object()})
+    failing = Worker(2, failing_until=9.0)
+    assert offer(idle(late, failing), now=0.0, task_id=7) is failing
+    assert offer(idle(late), now=0.0, task_id=7) is None
+    assert offer(idle(late), now=0.0, task_id=8) is late
+
+
+def test_a_worker_is_failing_after_failing_streak_failures_in_a_row() -> None:
+    settings = DispatchSettings(failing_streak=3, failing_window=10.0)
+    worker = Worker(1)
+    note_outcome(settings, worker, True, 1.0)
+    note_outcome(settings, worker, True, 2.0)
+    assert (worker.failed_in_row, worker.failing_until) == (2, 0.0)
+    note_outcome(settings, worker, True, 3.0)
+    assert worker.failing_until == 13.0
+    # Each further failure starts the window again.
+    note_outcome(settings, worker, True, 4.0)
+    assert (worker.failed_in_row, worker.failing_until) == (4, 14.0)
+    # A success ends the streak.
+    note_outcome(settings, worker, False, 5.0)
+    assert (worker.failed_in_row, worker.failing_until) == (0, 0.0)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        DispatchSettings(failing_streak=0),
+        DispatchSettings(failing_window=0),
+        DispatchSettings(Order.FIFO),
+    ],
+)
+def test_the_guard_is_off_with_a_zero_setting_or_fifo(settings: DispatchSettings) -> None:
+    worker = Worker(1)
+    for now in range(10):
+        note_outcome(settings, worker, True, float(now))
+    assert (worker.failed_in_row, worker.failing_until) == (10, 0.0)

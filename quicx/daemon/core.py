@@ -27,7 +27,7 @@ from quicx.daemon import pmad
 from quicx.daemon.deadletters import DeadLetters
 from quicx.daemon.dedup import KeyTable
 from quicx.daemon.delays import Delays
-from quicx.daemon.dispatch import IdleWorkers, note_outcome
+from quicx.daemon.dispatch import note_outcome, offer
 from quicx.daemon.groups import Group, Groups
 from quicx.daemon.journal.interface import (
     DeadInfo,
@@ -329,6 +329,7 @@ class QueueService(Service):
         self.event_bus: IEvents | None = None
         self.failures = failures or LogSummary(self.log)
         self.limits = limits = limits or QueueLimits()
+        self._lifo = limits.dispatch.lifo
         if scheduler is None:
             from twisted.internet import reactor as scheduler
         self._scheduler: IReactorTime = scheduler  # type: ignore[assignment]
@@ -398,10 +399,7 @@ class QueueService(Service):
                     log_id="limit.queues",
                 )
             queue = self.queues[name] = NamedQueue(
-                name,
-                self.limits.policy(name),
-                name in self.limits.declared,
-                idle=IdleWorkers(self.limits.dispatch.lifo),
+                name, self.limits.policy(name), name in self.limits.declared
             )
         return queue
 
@@ -740,15 +738,16 @@ class QueueService(Service):
             return
         idle = queue.idle
         if idle and not queue.depth and not queue.limited and not queue.paused:
-            # The common case, a worker waiting on an empty queue: straight to it.
-            worker = idle.offer(task.enqueued_at)
-            if worker is not None and not worker.overdue:
+            # The common case, a worker waiting on an empty queue: straight to
+            # the first, unless it is failing (then _serve_queue chooses).
+            worker = idle[next(iter(idle))]
+            if not worker.overdue and worker.failing_until <= task.enqueued_at:
                 queue.running += 1
                 self._deliver(worker, task, queue, task.enqueued_at)
                 if worker.credits - len(worker.tasks) <= 0:
                     self._unidle(worker)
                 else:
-                    idle.dealt(worker.session_id)
+                    idle.move_to_end(worker.session_id)
                 return
         if queue.push(task):
             self._fairness_keys += 1
@@ -1387,7 +1386,7 @@ class QueueService(Service):
             task.due = due
             self.journal.record_retry(task)
             task.tally.retried += 1
-            if session is not None and self.limits.dispatch.lifo:
+            if session is not None and self._lifo:
                 self._failed_on[task.task_id] = session.session_id
             self._delay(task, due)
             if self.events is not None:
@@ -1741,12 +1740,14 @@ class QueueService(Service):
                 return
         session_id = worker.session_id
         if not worker.waiting:
+            # Last in line (under fifo; one idle already keeps its place).
             worker.waiting = True
             for queue in worker.subscriptions:
                 queue.idle[session_id] = worker
-        else:
+        if self._lifo:
+            # It went idle last: it is offered the next task first.
             for queue in worker.subscriptions:
-                queue.idle.freed(session_id)
+                queue.idle.move_to_end(session_id, False)
 
     def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
         """
@@ -1759,23 +1760,25 @@ class QueueService(Service):
         if not idle or not queue.depth:
             return
         now = self.clock()
-        failed_on = self._failed_on
         set_aside: list[Task] = []
         while idle and queue.depth:
             task = queue.take(now)
             if task is None:
                 self._wait_for_tokens(queue, now)
                 break
-            avoid = failed_on.get(task.task_id, 0) if task.failures and failed_on else 0
-            worker = idle.offer(now, task.task_id, avoid)
-            if worker is None:
-                set_aside.append(task)
-                continue
+            worker = idle[next(iter(idle))]  # offer(), inlined for the common case
+            if worker.overdue or worker.failing_until > now or task.failures:
+                avoid = self._failed_on.get(task.task_id, 0)
+                chosen = offer(idle, now, task.task_id, avoid)
+                if chosen is None:
+                    set_aside.append(task)
+                    continue
+                worker = chosen
             self._deliver(worker, task, queue, now)
             if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
                 self._unidle(worker)
             else:
-                idle.dealt(worker.session_id)
+                idle.move_to_end(worker.session_id)
         for task in reversed(set_aside):
             self._put_back(task)
 

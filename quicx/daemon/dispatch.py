@@ -2,9 +2,12 @@
 Which idle worker is offered the next task: the order of a queue's idle
 workers, and the guard against a worker that fails everything.
 
-Sans-I/O: the queue core (L{quicx.daemon.core}) keeps one L{IdleWorkers}
-per queue, tells it when a worker is dealt a task or frees a credit, and
-asks it whom to offer each task; the times it compares come from the core.
+Sans-I/O: the queue core (L{quicx.daemon.core}) keeps each queue's idle
+workers in an ordered dict, in the order they are offered tasks: a worker
+that goes idle goes first under C{lifo}, last under C{fifo}; one dealt a
+task that keeps a credit free goes last in both.  It asks L{offer} whom to
+offer a task when the first worker may not take it, and tells
+L{note_outcome} each worker's outcomes; the times come from the core.
 
 Two orders (C{[queues] dispatch}):
 
@@ -26,8 +29,7 @@ task never goes to a worker that still runs a late copy of it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from enum import Enum
 from typing import Protocol, TypeVar
 
@@ -96,53 +98,20 @@ def note_outcome(settings: DispatchSettings, worker: Idler, failed: bool, now: f
         worker.failing_until = now + settings.failing_window
 
 
-class IdleWorkers(OrderedDict[int, W]):
+def offer(idle: Mapping[int, W], now: float, task_id: int = 0, avoid: int = 0) -> W | None:
     """
-    A queue's workers with a credit free, by session id, longest idle first
-    (the newest at the end); offered tasks from the end under C{lifo}, from
-    the front under C{fifo}.
+    The worker of C{idle} (a queue's idle workers, in the order they are
+    offered tasks) to offer task C{task_id}: the first that is not failing
+    at C{now} and is not worker C{avoid} (the one the task last failed on);
+    if every one is, the first.  Never a worker that runs a late copy of
+    the task: C{None} if every one does.
     """
-
-    def __init__(self, lifo: bool = True) -> None:
-        super().__init__()
-        self.lifo = lifo
-
-    def in_order(self) -> Iterator[W]:
-        """The workers, in the order they are offered tasks."""
-        return reversed(self.values()) if self.lifo else iter(self.values())
-
-    def offer(self, now: float, task_id: int = 0, avoid: int = 0) -> W | None:
-        """
-        The worker to offer task C{task_id}: the first in order that is not
-        failing at C{now} and is not worker C{avoid} (the one the task last
-        failed on); if every one is, the first.  Never a worker that runs a
-        late copy of the task: C{None} if every one does.
-        """
-        worker = next(reversed(self.values())) if self.lifo else next(iter(self.values()))
-        if (
-            worker.failing_until <= now
-            and worker.session_id != avoid
-            and not (worker.overdue and task_id in worker.overdue)
-        ):
+    fallback = None
+    for worker in idle.values():
+        if worker.overdue and task_id in worker.overdue:
+            continue
+        if worker.failing_until <= now and worker.session_id != avoid:
             return worker
-        fallback = None
-        for worker in self.in_order():
-            if worker.overdue and task_id in worker.overdue:
-                continue
-            if worker.failing_until <= now and worker.session_id != avoid:
-                return worker
-            if fallback is None:
-                fallback = worker
-        return fallback
-
-    def dealt(self, worker_id: int) -> None:
-        """Worker C{worker_id} was dealt a task and keeps a credit free: it goes behind the rest."""
-        self.move_to_end(worker_id, last=not self.lifo)
-
-    def freed(self, worker_id: int) -> None:
-        """
-        Worker C{worker_id}, idle already, freed another credit: under
-        C{lifo} it is offered the next task; under C{fifo} it keeps its place.
-        """
-        if self.lifo:
-            self.move_to_end(worker_id)
+        if fallback is None:
+            fallback = worker
+    return fallback

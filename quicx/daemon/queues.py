@@ -21,7 +21,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from attrs import define, field
 
-from quicx.daemon.dispatch import Idler, IdleWorkers
 from quicx.daemon.policy import QueuePolicy
 from quicx.daemon.telemetry import Tally
 
@@ -39,7 +38,7 @@ class Queued(Protocol):
 
 
 T = TypeVar("T", bound=Queued)
-W = TypeVar("W", bound=Idler)
+W = TypeVar("W")
 
 
 @define
@@ -173,7 +172,8 @@ class NamedQueue(Generic[T, W]):
 
     @ivar header: the name as a TASK carries it (C{[len u8][name]}).
     @ivar declared: it has a C{[queue NAME]} section: never forgotten.
-    @ivar idle: the subscribed workers with a credit free, in their order.
+    @ivar idle: the subscribed workers with a credit free, in the order they
+        are offered tasks (see L{quicx.daemon.dispatch}).
     @ivar subscribers: how many workers are subscribed.
     @ivar depth: tasks queued.
     @ivar pending: tasks accepted into it whose journal record is not yet
@@ -194,7 +194,7 @@ class NamedQueue(Generic[T, W]):
     header: bytes = b""
     levels: dict[int, Level[T]] = field(factory=dict)
     order: list[int] = field(factory=list)  # priorities with tasks, ascending
-    idle: IdleWorkers[W] = field(factory=IdleWorkers)
+    idle: OrderedDict[int, W] = field(factory=OrderedDict)
     subscribers: int = 0
     depth: int = 0
     pending: int = 0
