@@ -12,6 +12,7 @@ import pytest
 from quicx import cli
 from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
+from quicx.daemon.dispatch import DispatchSettings, Order
 from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.logformat import LogFormat
 from quicx.daemon.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
@@ -187,6 +188,9 @@ EVERY_SETTING_CHANGED = config.Config(
     dedup_window=60,
     max_dedup_keys=500,
     max_fairness_keys=99,
+    dispatch=Order.FIFO,
+    failing_streak=5,
+    failing_window=2.5,
     default_retries=3,
     default_backoff=Backoff(BackoffKind.FIXED, 2000, 2000, 10),
     count_lost=True,
@@ -537,6 +541,7 @@ def test_the_limits_reach_the_queue_core_as_configured() -> None:
         "[protocol]\nversions = 2\ndefault_queue = legacy\n"
         "[queues]\nmax_queues = 9\nmax_key_length = 64\ndedup_window = 60\n"
         "max_dedup_keys = 5\nmax_fairness_keys = 6\nmax_depth = 10\npriority = 4\n"
+        "dispatch = FIFO\nfailing_streak = 0\nfailing_window = 0.5\n"
         "[queue mail]\npriority = 8\n"
     )
     defaults = QueuePolicy(max_depth=10, priority=4)
@@ -551,7 +556,9 @@ def test_the_limits_reach_the_queue_core_as_configured() -> None:
         6,
         declared=declared,
         defaults=defaults,
+        dispatch=DispatchSettings(Order.FIFO, 0, 0.5),
     )
+    assert config.Config().queue_limits.dispatch == DispatchSettings(Order.LIFO, 3, 10.0)
 
 
 def test_the_progress_and_shared_limits_reach_the_daemon_as_configured() -> None:

@@ -6,11 +6,25 @@ reaching producers; connections leaving; STATS; the roles.
 from __future__ import annotations
 
 import pytest
+from twisted.internet.task import Clock
 
 from quicx.daemon.core import QueueService
+from quicx.daemon.dispatch import DispatchSettings, Order
+from quicx.daemon.policy import QueueLimits, QueuePolicy
 from quicx.protocol import wire
 from quicx.protocol.session import ProtocolViolation, Role
+from quicx.protocol.v2 import Backoff, BackoffKind
 from tests.fakes import EMPTY_POOL_BYTES, FakeJournal, FakePeer, make_queue, producer_of, worker_of
+
+FIFO = DispatchSettings(Order.FIFO)
+
+
+def dispatching(
+    dispatch: DispatchSettings, clock: Clock | None = None, **policy: object
+) -> QueueService:
+    """A queue that deals tasks as C{dispatch} says, its default queue with C{policy}."""
+    limits = QueueLimits(defaults=QueuePolicy(**policy), dispatch=dispatch)  # type: ignore[arg-type]
+    return make_queue(clock, limits=limits)
 
 
 def submit_many(queue: QueueService, producer: FakePeer, count: int) -> None:
@@ -67,8 +81,21 @@ def test_tasks_go_out_oldest_first_across_producers() -> None:
     assert order == [(1, b"a"), (2, b"b"), (3, b"b"), (4, b"a")]
 
 
-def test_idle_workers_are_served_longest_waiting_first() -> None:
+def test_idle_workers_are_served_last_idle_first_by_default() -> None:
     queue = make_queue()
+    workers = [worker_of(queue, name=f"w{n}") for n in range(3)]
+    producer = producer_of(queue)
+    submit_many(queue, producer, 3)
+    assert [w.task_ids() for w in workers] == [[3], [2], [1]]
+    # The last to finish is the first served next.
+    queue.done(workers[2].session, 1)
+    queue.done(workers[0].session, 3)
+    submit_many(queue, producer, 2)
+    assert [w.task_ids() for w in workers] == [[4], [], [5]]
+
+
+def test_with_fifo_idle_workers_are_served_longest_waiting_first() -> None:
+    queue = dispatching(FIFO)
     workers = [worker_of(queue, name=f"w{n}") for n in range(3)]
     producer = producer_of(queue)
     submit_many(queue, producer, 3)
@@ -80,14 +107,35 @@ def test_idle_workers_are_served_longest_waiting_first() -> None:
     assert [w.task_ids() for w in workers] == [[5], [], [4]]
 
 
-def test_tasks_are_dealt_round_robin_to_workers_with_credits() -> None:
-    queue = make_queue()
+@pytest.mark.parametrize(
+    ("dispatch", "dealt"), [(DispatchSettings(), ([2, 4], [1, 3, 5])), (FIFO, ([1, 3, 5], [2, 4]))]
+)
+def test_tasks_are_dealt_round_robin_to_workers_with_credits(
+    dispatch: DispatchSettings, dealt: tuple[list[int], list[int]]
+) -> None:
+    queue = dispatching(dispatch)
     first = worker_of(queue, credits=3, name="first")
     second = worker_of(queue, credits=3, name="second")
     producer = producer_of(queue)
     submit_many(queue, producer, 5)
-    assert first.task_ids() == [1, 3, 5]
-    assert second.task_ids() == [2, 4]
+    assert (first.task_ids(), second.task_ids()) == dealt
+
+
+@pytest.mark.parametrize(
+    ("dispatch", "reporter_served"), [(DispatchSettings(), True), (FIFO, False)]
+)
+def test_a_worker_with_credits_that_reports_is_served_first_under_lifo_only(
+    dispatch: DispatchSettings, reporter_served: bool
+) -> None:
+    queue = dispatching(dispatch)
+    workers = [worker_of(queue, credits=3, name=f"w{n}") for n in range(2)]
+    producer = producer_of(queue)
+    submit_many(queue, producer, 2)
+    reporter, other = sorted(workers, key=lambda worker: 2 not in worker.task_ids())
+    # The worker that just reported, with credits free already, is still awake.
+    queue.done(reporter.session, 2)
+    submit_many(queue, producer, 1)
+    assert (reporter.task_ids(), other.task_ids()) == (([3], []) if reporter_served else ([], [3]))
 
 
 # -- outcomes --------------------------------------------------------------------------
@@ -294,3 +342,109 @@ def test_a_task_reported_twice_is_a_protocol_violation() -> None:
         queue.failed(worker.session, 1, "no")
     assert producer.take() == [wire.Ok(1), wire.Done(1)]
     assert queue.counters().completed == 1 and queue.counters().failed == 0
+
+
+# -- the failing guard (lifo) -----------------------------------------------------------
+
+FAST_RETRY = Backoff(BackoffKind.FIXED, 1000, 1000, 0)
+
+
+def good_and_failing(queue: QueueService) -> tuple[FakePeer, FakePeer, FakePeer]:
+    """A producer, a good worker, and a failing one that went idle last."""
+    producer = producer_of(queue)
+    good = worker_of(queue, name="good")
+    failing = worker_of(queue, name="failing")
+    return producer, good, failing
+
+
+def fail_in_a_row(queue: QueueService, producer: FakePeer, worker: FakePeer, count: int) -> None:
+    """Submit C{count} tasks, one at a time, each dealt to C{worker} and failed at once."""
+    for _ in range(count):
+        queue.submit(producer.session, b"t", b"x")
+        (task_id,) = worker.task_ids()
+        queue.failed(worker.session, task_id, "broken")
+
+
+@pytest.mark.parametrize(
+    ("dispatch", "failed"),
+    [
+        (DispatchSettings(), 3),  # its failing_streak, then none while the good one is idle
+        (DispatchSettings(failing_streak=5), 5),
+        (DispatchSettings(failing_streak=0), 30),  # no guard: the black hole
+        (FIFO, 15),  # its turn, every other task
+    ],
+)
+def test_a_worker_that_fails_at_once_does_not_eat_the_tasks(
+    dispatch: DispatchSettings, failed: int
+) -> None:
+    clock = Clock()
+    queue = dispatching(dispatch, clock)
+    producer, good, failing = good_and_failing(queue)
+    dealt = {"good": 0, "failing": 0}
+    for _ in range(30):
+        # Light load: one task at a time, each submitted when the last is finished.
+        queue.submit(producer.session, b"t", b"x")
+        for worker in (good, failing):
+            for task_id in worker.task_ids():
+                dealt[worker.peer_name] += 1
+                if worker is failing:
+                    queue.failed(worker.session, task_id, "broken")
+                else:
+                    clock.advance(0.01)
+                    queue.done(worker.session, task_id)
+    assert dealt == {"good": 30 - failed, "failing": failed}
+    assert queue.counters().failed == failed
+
+
+def test_a_failing_worker_still_gets_a_task_when_no_other_worker_is_idle() -> None:
+    queue = make_queue()
+    producer, good, failing = good_and_failing(queue)
+    fail_in_a_row(queue, producer, failing, 3)
+    submit_many(queue, producer, 2)
+    assert (good.task_ids(), failing.task_ids()) == ([4], [5])
+
+
+@pytest.mark.parametrize(("wait", "served"), [(9.99, "good"), (10.0, "failing")])
+def test_a_worker_is_failing_for_failing_window_after_its_latest_failure(
+    wait: float, served: str
+) -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer, good, failing = good_and_failing(queue)
+    clock.advance(5)
+    fail_in_a_row(queue, producer, failing, 3)
+    clock.advance(wait)
+    queue.submit(producer.session, b"t", b"x")
+    assert {w.peer_name: w.task_ids() for w in (good, failing)}[served] == [4]
+
+
+def test_a_success_ends_the_streak() -> None:
+    queue = make_queue()
+    producer, good, failing = good_and_failing(queue)
+    fail_in_a_row(queue, producer, failing, 3)
+    submit_many(queue, producer, 2)
+    assert (good.task_ids(), failing.task_ids()) == ([4], [5])
+    queue.done(good.session, 4)
+    queue.done(failing.session, 5)
+    # It went idle last, and is no longer failing.
+    queue.submit(producer.session, b"t", b"x")
+    assert (good.task_ids(), failing.task_ids()) == ([], [6])
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_a_retried_task_goes_to_another_worker_than_the_one_it_failed_on(alone: bool) -> None:
+    clock = Clock()
+    queue = dispatching(DispatchSettings(), clock, retries=1, backoff=FAST_RETRY)
+    producer = producer_of(queue)
+    other = None if alone else worker_of(queue, name="other")
+    worker = worker_of(queue, name="worker")
+    queue.submit(producer.session, b"t", b"x")
+    queue.failed(worker.session, 1, "flaky")
+    # It went idle last, and one failure does not make it failing...
+    clock.advance(1.0)
+    if other is None:
+        # ...and with no other worker, the retry does not wait for one.
+        assert worker.task_ids() == [1, 1]
+    else:
+        # ...but the task is offered to the other worker first.
+        assert (worker.task_ids(), other.task_ids()) == ([1], [1])

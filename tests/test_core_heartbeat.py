@@ -92,9 +92,9 @@ def test_a_producer_owed_an_outcome_is_never_dropped() -> None:
 def test_a_busy_worker_is_dropped_unless_busy_workers_are_spared(spared: bool) -> None:
     clock, queue, _ = heartbeats(spare_busy_workers=spared)
     producer = producer_of(queue)
-    busy = worker_of(queue, name="busy")
-    idle = worker_of(queue, name="idle")
+    workers = [worker_of(queue, name=name) for name in ("a", "b")]
     queue.submit(producer.session, b"t", b"x")
+    busy, idle = sorted(workers, key=lambda worker: not worker.session.tasks)
     clock.pump([1.0] * int(TIMEOUT))
     assert busy.session.connected is spared
     assert not idle.session.connected, "an idle worker is never spared"

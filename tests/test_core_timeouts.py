@@ -200,14 +200,18 @@ def test_a_task_delivered_max_attempts_times_fails() -> None:
     clock = Clock()
     queue = make_queue(clock, journal=journal, task_timeout=10.0, max_attempts=2)
     producer = producer_of(queue)
-    first, second = worker_of(queue, name="first"), worker_of(queue, name="second")
+    workers = [worker_of(queue, name="a"), worker_of(queue, name="b")]
     queue.submit(producer.session, b"t", b"x")
+    first, second = sorted(workers, key=lambda worker: not worker.task_ids())
     clock.advance(10)
-    queue.expire_overdue()  # attempt 1 taken back, given to second
+    queue.expire_overdue()  # attempt 1 taken back, given to the other worker
     assert second.task_ids() == [1]
     clock.advance(10)
     queue.expire_overdue()  # attempt 2 taken back: that was the last
-    reason = "given up after 2 attempts; last: held for more than 10 s by second (attempt 2)"
+    reason = (
+        "given up after 2 attempts; last: held for more than 10 s by"
+        f" {second.peer_name} (attempt 2)"
+    )
     assert producer.take() == [wire.Ok(1), wire.Failed(1, reason)]
     counters = queue.counters()
     assert (counters.failed, counters.given_up, counters.requeued) == (1, 1, 1)

@@ -27,6 +27,7 @@ from quicx.daemon import pmad
 from quicx.daemon.deadletters import DeadLetters
 from quicx.daemon.dedup import KeyTable
 from quicx.daemon.delays import Delays
+from quicx.daemon.dispatch import note_outcome, offer
 from quicx.daemon.groups import Group, Groups
 from quicx.daemon.journal.interface import (
     DeadInfo,
@@ -149,6 +150,10 @@ class Session(protocol.Session[Task]):
     @ivar held_progress: while its output is backed up (C{paused}), the
         latest PROGRESS of each of its tasks, by task id: sent when the
         output drains, if the task has not finished by then.
+    @ivar failed_in_row: the outcomes it reported since its last success,
+        all failures.
+    @ivar failing_until: it is passed over while another worker is idle
+        until then (see L{quicx.daemon.dispatch}).
     """
 
     version: int = 1
@@ -158,6 +163,8 @@ class Session(protocol.Session[Task]):
     subscriptions: tuple[NamedQueue[Task, Session], ...] = field(factory=tuple)
     waiting: bool = False
     held_progress: dict[int, bytes] = field(factory=dict)
+    failed_in_row: int = 0
+    failing_until: float = 0.0
 
 
 class ScheduledTask(Protocol):
@@ -322,6 +329,7 @@ class QueueService(Service):
         self.event_bus: IEvents | None = None
         self.failures = failures or LogSummary(self.log)
         self.limits = limits = limits or QueueLimits()
+        self._lifo = limits.dispatch.lifo
         if scheduler is None:
             from twisted.internet import reactor as scheduler
         self._scheduler: IReactorTime = scheduler  # type: ignore[assignment]
@@ -362,6 +370,9 @@ class QueueService(Service):
         )
         # SUBMITs of a key whose task waits for the journal, by that task's id.
         self._duplicates_waiting: dict[int, list[Duplicate]] = {}
+        # The worker each retried task last failed on, by task id (lifo only):
+        # another is offered it first.  Kept out of Task, which every task pays for.
+        self._failed_on: dict[int, int] = {}
         self.kept = KeptOutcomes(
             pool, self.journal, limits.results, self._scheduler, clock, self._result_evicted
         )
@@ -727,9 +738,10 @@ class QueueService(Service):
             return
         idle = queue.idle
         if idle and not queue.depth and not queue.limited and not queue.paused:
-            # The common case, a worker waiting on an empty queue: straight to it.
-            worker = next(iter(idle.values()))
-            if not worker.overdue:
+            # The common case, a worker waiting on an empty queue: straight to
+            # the first, unless it is failing (then _serve_queue chooses).
+            worker = idle[next(iter(idle))]
+            if not worker.overdue and worker.failing_until <= task.enqueued_at:
                 queue.running += 1
                 self._deliver(worker, task, queue, task.enqueued_at)
                 if worker.credits - len(worker.tasks) <= 0:
@@ -1136,6 +1148,8 @@ class QueueService(Service):
                 or (producer is not None and not producer.connected)
             ):
                 self._settle(task, OutcomeState.DONE, result)
+        if session.failed_in_row:
+            note_outcome(self.limits.dispatch, session, False, 0.0)
         self._become_idle(session)
 
     def failed(self, session: Session, task_id: int, reason: str, permanent: bool = False) -> None:
@@ -1160,6 +1174,7 @@ class QueueService(Service):
                 reason=reason,
             )
             self._failure(task, reason, session.peer.peer_name, permanent, attempt, session)
+        note_outcome(self.limits.dispatch, session, True, self.clock())
         self._become_idle(session)
 
     # -- version-2 workers: fenced outcomes and leases -------------------------------
@@ -1371,6 +1386,8 @@ class QueueService(Service):
             task.due = due
             self.journal.record_retry(task)
             task.tally.retried += 1
+            if session is not None and self._lifo:
+                self._failed_on[task.task_id] = session.session_id
             self._delay(task, due)
             if self.events is not None:
                 self._event("retrying", task, session, reason, attempt)
@@ -1620,6 +1637,8 @@ class QueueService(Service):
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
         task.finished = True
         del self._live[task.task_id]
+        if self._failed_on:
+            self._failed_on.pop(task.task_id, None)
         self.progress.finished(task.task_id)
         self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
@@ -1719,18 +1738,23 @@ class QueueService(Service):
             if free <= 0:
                 self._unidle(worker)
                 return
+        session_id = worker.session_id
         if not worker.waiting:
+            # Last in line (under fifo; one idle already keeps its place).
             worker.waiting = True
-            session_id = worker.session_id
             for queue in worker.subscriptions:
                 queue.idle[session_id] = worker
+        if self._lifo:
+            # It went idle last: it is offered the next task first.
+            for queue in worker.subscriptions:
+                queue.idle.move_to_end(session_id, False)
 
     def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
         """
-        Hand C{queue}'s tasks to the workers waiting on it, longest waiting
-        first; a worker with credits left goes to the back of the line, so
-        tasks are dealt round-robin.  A task never goes to a worker that
-        still holds a late copy of it.
+        Hand C{queue}'s tasks to the workers waiting on it, in their order
+        (see L{quicx.daemon.dispatch}); a worker with credits left goes
+        behind the others, so tasks are dealt round-robin.  A task never
+        goes to a worker that still holds a late copy of it.
         """
         idle = queue.idle
         if not idle or not queue.depth:
@@ -1742,13 +1766,14 @@ class QueueService(Service):
             if task is None:
                 self._wait_for_tokens(queue, now)
                 break
-            worker = next(iter(idle.values()))
-            if worker.overdue and task.task_id in worker.overdue:
-                other = _first_without(idle, task.task_id)
-                if other is None:
+            worker = idle[next(iter(idle))]  # offer(), inlined for the common case
+            if worker.overdue or worker.failing_until > now or task.failures:
+                avoid = self._failed_on.get(task.task_id, 0)
+                chosen = offer(idle, now, task.task_id, avoid)
+                if chosen is None:
                     set_aside.append(task)
                     continue
-                worker = other
+                worker = chosen
             self._deliver(worker, task, queue, now)
             if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
                 self._unidle(worker)
@@ -2242,14 +2267,6 @@ class QueueService(Service):
                 queued=queued,
                 running=running,
             )
-
-
-def _first_without(idle: dict[int, Session], task_id: int) -> Session | None:
-    """The first idle worker holding no late copy of C{task_id}."""
-    for session in idle.values():
-        if task_id not in session.overdue:
-            return session
-    return None
 
 
 def _not_held(session: Session, task_id: int) -> ProtocolViolation:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from attrs import field, frozen
 
+from quicx.daemon.dispatch import DispatchSettings
 from quicx.daemon.groups import GroupLimits
 from quicx.daemon.results import ResultLimits
 from quicx.protocol.v2 import DEFAULT_QUEUE, Backoff
@@ -59,7 +60,7 @@ class QueuePolicy:
 class QueueLimits:
     """
     The limits on queues and keys across the daemon (C{[protocol]} and
-    C{[queues]}).
+    C{[queues]}), and how tasks are dealt to workers.
 
     @ivar versions: the protocol versions the daemon accepts.
     @ivar default_queue: where a SUBMIT without a queue goes, and what a
@@ -83,6 +84,7 @@ class QueueLimits:
     @ivar defaults: the policy of a queue without a section.
     @ivar results: the bounds on kept outcomes, results and waits.
     @ivar groups: the bounds on groups.
+    @ivar dispatch: which idle worker is offered a task first.
     """
 
     versions: frozenset[int] = frozenset({1, 2})
@@ -102,6 +104,7 @@ class QueueLimits:
     defaults: QueuePolicy = QueuePolicy()
     results: ResultLimits = field(factory=ResultLimits)
     groups: GroupLimits = field(factory=GroupLimits)
+    dispatch: DispatchSettings = field(factory=DispatchSettings)
 
     def policy(self, name: str) -> QueuePolicy:
         return self.declared.get(name, self.defaults)

@@ -172,7 +172,8 @@ class NamedQueue(Generic[T, W]):
 
     @ivar header: the name as a TASK carries it (C{[len u8][name]}).
     @ivar declared: it has a C{[queue NAME]} section: never forgotten.
-    @ivar idle: the subscribed workers with a credit free, longest idle first.
+    @ivar idle: the subscribed workers with a credit free, in the order they
+        are offered tasks (see L{quicx.daemon.dispatch}).
     @ivar subscribers: how many workers are subscribed.
     @ivar depth: tasks queued.
     @ivar pending: tasks accepted into it whose journal record is not yet

@@ -35,6 +35,7 @@ import attrs
 from attrs import Factory, define, field, frozen
 
 from quicx.daemon import pmad, schedules
+from quicx.daemon.dispatch import DispatchSettings, Order
 from quicx.daemon.groups import GroupLimits
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
@@ -97,6 +98,7 @@ _DEFAULT_SHARED = SharedLimits()
 _DEFAULT_RESULTS = ResultLimits()
 _DEFAULT_GROUPS = GroupLimits()
 _DEFAULT_SUBSCRIBERS = SubscriberLimits()
+_DEFAULT_DISPATCH = DispatchSettings()
 
 
 class ConfigError(Exception):
@@ -934,6 +936,28 @@ class Config:
         10_000,
         "Fairness keys with limit state, across all queues.",
     )
+    dispatch: Order = setting(  # noqa: RUF009 (returns a field)
+        "queues",
+        "dispatch",
+        Choice(Order),
+        _DEFAULT_DISPATCH.order,
+        "Which idle worker gets the next task: the one idle last, or the one idle longest.",
+    )
+    failing_streak: int = setting(
+        "queues",
+        "failing_streak",
+        Integer(0, 1_000_000),
+        _DEFAULT_DISPATCH.failing_streak,
+        "lifo: failures in a row after which a worker gets tasks only when no other is idle"
+        " (0: off).",
+    )
+    failing_window: float = setting(
+        "queues",
+        "failing_window",
+        Seconds(),
+        _DEFAULT_DISPATCH.failing_window,
+        "lifo: seconds after its latest failure that such a worker stays behind (0: off).",
+    )
     default_retries: int = setting(
         "retries",
         "retries",
@@ -1295,6 +1319,7 @@ class Config:
                 self.max_wait,
             ),
             GroupLimits(self.max_groups, self.group_ttl, self.group_idle_close),
+            DispatchSettings(self.dispatch, self.failing_streak, self.failing_window),
         )
 
     @property
