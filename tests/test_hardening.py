@@ -329,7 +329,7 @@ def documented_bound(status: dict) -> int:
     tasks, connections = status["tasks"], status["connections"]
     live = tasks["queued"] + tasks["running"]
     return (
-        50 * MiB
+        56 * MiB
         + status["memory"]["total"]
         + 400 * live
         + 2048 * connections["total"]
