@@ -367,6 +367,29 @@ def latency_workload(
     return {"n": n, "busy_poll": busy_poll, **percentiles(samples)}
 
 
+def idle_workload(seconds: float, busy_poll: float | None = None) -> dict[str, Any]:
+    """
+    The CPU an idle daemon and 2 idle stock workers use over C{seconds}
+    (with C{busy_poll}, or their defaults), as a percentage of one CPU each.
+    """
+    with running(workers=2, layout=None, busy_poll=busy_poll) as (daemon, workers):
+        assert workers is not None
+        time.sleep(1)  # past the start-up's work
+        before = cpu_seconds(daemon.pid), [cpu_seconds(p.pid) for p in workers.processes]
+        time.sleep(seconds)
+        daemon_cpu = cpu_seconds(daemon.pid) - before[0]
+        workers_cpu = [
+            cpu_seconds(process.pid) - started
+            for process, started in zip(workers.processes, before[1], strict=True)
+        ]
+    return {
+        "seconds": seconds,
+        "busy_poll": busy_poll,
+        "daemon_percent": 100 * daemon_cpu / seconds,
+        "worker_percent": max(100 * cpu / seconds for cpu in workers_cpu),
+    }
+
+
 def quantile(ordered: Sequence[float], fraction: float) -> float:
     """The C{fraction} quantile (nearest rank) of C{ordered}, which is sorted."""
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -1039,6 +1062,7 @@ WORKLOADS = (
     "report",
     "delays",
     "results",
+    "idle",
 )
 
 
@@ -1156,10 +1180,23 @@ def main(argv: list[str] | None = None) -> int:
                 table,
             )
 
+    def run_idle() -> None:
+        for name, busy_poll in (("idle", None), ("idle busy-poll", BUSY_POLL)):
+            ours = idle_workload(30 / scale, busy_poll)
+            emit(
+                name,
+                f"daemon {ours['daemon_percent']:.2f} % of a CPU,"
+                f" busiest worker {ours['worker_percent']:.2f} %",
+                ours,
+                table,
+            )
+
     def run_latency() -> None:
         n = 5000 // scale
         theirs = peer("latency", n)
-        for name, busy_poll in (("latency", 0.0), ("latency busy-poll", BUSY_POLL)):
+        # Stock workers; the daemon and the workers with their default
+        # busy polling, then with 100 µs.
+        for name, busy_poll in (("latency", None), ("latency busy-poll", BUSY_POLL)):
             ours = latency_workload(n, busy_poll)
             keys = ("p50_us", "p90_us", "p99_us", "max_us")
             line = " ".join(f"{k[:-3]} {ours[k]:,.0f}" for k in keys)
@@ -1332,6 +1369,7 @@ def main(argv: list[str] | None = None) -> int:
         memory=run_memory,
         journal=run_journal,
         delays=run_delays,
+        idle=run_idle,
     )
     try:
         for workload in chosen:
