@@ -217,6 +217,11 @@ def test_compaction_keeps_queues_pauses_and_keys(tmp_path: Path, start_daemon) -
             task = worker.receive()
             worker.send(lifecycle.encode_ack(task.task_id, task.token))
             assert producer.receive().task_id == ok.task_id
+    with Peer(str(daemon.control_path)) as admin:
+        # A no-op (held is paused): its answer waits until the last DONE, not synced
+        # on its own (docs/operations.md), is synced too.
+        again = admin.request(v2.encode_queue_action(v2.MessageType.PAUSE, "held"))
+        assert again == v2.Info({"queue": "held", "paused": True})
     assert fetch_status(str(daemon.control_path))["journal"]["compactions"] >= 1
     daemon.kill()
     recovery = recover(str(path))
