@@ -57,6 +57,7 @@ from quicx.clients.watching import MISSED
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.settings import format_size
+from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.protocol import durations, lifecycle, wire
 from quicx.protocol.errors import (
     GroupUnknown,
@@ -1720,7 +1721,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--busy-poll",
         type=configuration_argument(configuration.BUSY_POLL.parse),
         metavar="SECONDS",
-        help="poll for tasks this long before sleeping (default 0: off; up to 0.01)",
+        default=DEFAULT_SPIN,
+        help=f"poll for tasks this long before sleeping (default {DEFAULT_SPIN:g};"
+        " 0: off; up to 0.01)",
     )
     connect_option(worker)
     worker.set_defaults(run=cmd_worker)

@@ -23,11 +23,23 @@ def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     assert "tasks/s" in result.stdout and "p50" in result.stdout
     records = {record["workload"]: record for record in json.loads(out.read_text())}
-    assert list(records) == ["e2e", "e2e one task/conn", "latency", "latency busy-poll"]
-    for name, credits in (("e2e", 64), ("e2e one task/conn", 1)):
+    assert list(records) == [
+        "e2e",
+        "e2e one task/conn",
+        "e2e one task/worker",
+        "e2e stock worker",
+        "latency",
+        "latency no busy-poll",
+    ]
+    for name, n, credits in (
+        ("e2e", 20_000, 64),
+        ("e2e one task/conn", 20_000, 1),
+        ("e2e one task/worker", 5_000, 1),
+        ("e2e stock worker", 20_000, None),
+    ):
         e2e = records[name]
-        assert e2e["n"] == 20_000 and e2e["credits"] == credits and e2e["tasks_per_s"] > 0
-    for name, busy_poll in (("latency", 0.0), ("latency busy-poll", 0.0001)):
+        assert e2e["n"] == n and e2e["credits"] == credits and e2e["tasks_per_s"] > 0
+    for name, busy_poll in (("latency", None), ("latency no busy-poll", 0.0)):
         latency = records[name]
         assert latency["n"] == 500 and latency["busy_poll"] == busy_poll
         assert 0 < latency["p50_us"] <= latency["p99_us"] <= latency["max_us"]

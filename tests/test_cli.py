@@ -295,7 +295,7 @@ def test_worker_credits_and_busy_poll(daemon: DaemonProcess, background, tmp_pat
     (tmp_path / "handlers.py").write_text("handlers = {'t': lambda payload: None}\n")
     env = {**env_for(daemon), "PYTHONPATH": str(tmp_path)}
     worker = background(
-        "worker", "handlers:handlers", "--credits", "8", "--busy-poll", "0.0001", env=env
+        "worker", "handlers:handlers", "--credits", "8", "--busy-poll", "0", env=env
     )
     with QuicxClient(env["QUICX_ADDRESS"]) as client:
         ids = client.submit_many(("t", b"") for _ in range(100))

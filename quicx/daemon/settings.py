@@ -55,6 +55,7 @@ from quicx.daemon.policy import (
 from quicx.daemon.results import ResultLimits, Share
 from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.daemon.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
+from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
 from quicx.protocol.durations import format_backoff, parse_backoff
@@ -705,7 +706,7 @@ class Config:
         "server",
         "busy_poll",
         BUSY_POLL,
-        0.0,
+        DEFAULT_SPIN,
         "Poll sockets this many seconds before sleeping (0: off).",
     )
     pool_size: int = setting(
