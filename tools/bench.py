@@ -48,8 +48,9 @@ from quicx.clients.blocking import QuicxClient, Task
 from quicx.clients.requests import Options
 from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
-from quicx.protocol import lifecycle, v2
+from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
+from tools import echo
 from tools.launcher import (
     QUICX,
     DaemonError,
@@ -1206,6 +1207,17 @@ def main(argv: list[str] | None = None) -> int:
                     f" p50 ratio {ours['p50_us'] / theirs['p50_us']:.2f}x"
                 )
             emit(name, line, {**ours, "peer": theirs}, table)
+        # The floor: a task's round trip takes two round trips at least
+        # (producer <-> daemon, daemon <-> worker), here through a bare
+        # Python socket echo server.
+        submit = wire.encode_submit(BENCH_TYPE.encode(), payload_of(100))
+        floor = percentiles(echo.floor("socket", submit, n))
+        emit(
+            "latency floor",
+            f"two bare socket round trips: p50 {floor['p50_us']:,.1f} µs",
+            floor,
+            table,
+        )
 
     def run_fanin() -> None:
         ours = fanin_workload(50, 2000 // scale)

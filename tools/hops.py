@@ -320,13 +320,17 @@ def breakdown(points: Sequence[Point], trips: Sequence[Trip]) -> list[dict[str, 
     return rows
 
 
-def traced_round_trips(n: int, worker: str, protocol: int, busy_poll: float) -> dict[str, Any]:
+def traced_round_trips(
+    n: int, worker: str, protocol: int, busy_poll: float | None
+) -> dict[str, Any]:
     """
-    C{n} round trips through a traced daemon and worker: the hops, the
-    total, the send calls, and how many round trips could not be cut.
+    C{n} round trips through a traced daemon and worker (busy polling
+    C{busy_poll}, C{None}: their defaults): the hops, the total, the send
+    calls, and how many round trips could not be cut.
     """
+    spin = [] if busy_poll is None else [f"--busy-poll={busy_poll}"]
     with tempfile.TemporaryDirectory(prefix="quicx-hops-") as directory:
-        daemon = TracedDaemon(Path(directory), [f"--busy-poll={busy_poll}"])
+        daemon = TracedDaemon(Path(directory), spin)
         worker_trace = Path(directory) / "worker.trace"
         with daemon, (Path(directory) / "worker.log").open("wb") as log:
             process = subprocess.Popen(
@@ -335,7 +339,7 @@ def traced_round_trips(n: int, worker: str, protocol: int, busy_poll: float) -> 
                     WORKERS[worker],
                     f"--connect={daemon.client_address}",
                     f"--protocol={protocol}",
-                    f"--busy-poll={busy_poll}",
+                    *spin,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
@@ -376,9 +380,10 @@ def figures(name: str, row: dict[str, float]) -> str:
 
 
 def table(result: dict[str, Any]) -> str:
+    spin = "the defaults" if result["busy_poll"] is None else f"{result['busy_poll']:g} s"
     lines = [
         f"{result['n']:,} round trips, one at a time: worker {result['worker']},"
-        f" protocol {result['protocol']}, busy poll {result['busy_poll']:g} s"
+        f" protocol {result['protocol']}, busy poll {spin}"
         f" ({result['left_out']} left out: not cut at every point)",
         "",
         f"{'hop (↳: a point inside it, from its start)':<{WIDTH}}"
@@ -409,9 +414,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         nargs="?",
         const=BUSY_POLL,
-        default=0.0,
         metavar="SECONDS",
-        help=f"the daemon's and the worker's (default 0: off; alone: {BUSY_POLL:g})",
+        help=f"the daemon's and the worker's (default: theirs; alone: {BUSY_POLL:g})",
     )
     parser.add_argument("--json-out", type=Path, help="write the figures to this file too")
     args = parser.parse_args(argv)
