@@ -174,6 +174,36 @@ def test_task_round_trips(message: tuple[bytes, v2.Task]) -> None:
     assert encode_task(decoded) == encoded  # re-encoding what was decoded changes nothing
 
 
+@given(tasks, st.integers(0x10000, 0x7FFFFFFF))
+def test_a_delivery_is_the_task_with_its_context(
+    message: tuple[bytes, v2.Task], attempt: int
+) -> None:
+    """
+    The daemon's encoder, fast for a context of a token and lease alone,
+    makes the frame L{v2.encode_task} makes of L{v2.task_context}; an
+    attempt past 65,535 is sent as 65,535 either way.
+    """
+    _, task = message
+    queue = bytes((len(task.queue),)) + task.queue.encode()
+    for sent_attempt in (task.attempt, attempt):
+        delivered = v2.encode_delivery(
+            task.task_id,
+            task.task_type,
+            task.payload,
+            queue,
+            task.priority,
+            sent_attempt,
+            task.enqueued_ms,
+            task.key,
+            task.fairness,
+            task.token,
+            task.lease_ms,
+            task.failures,
+            task.retries,
+        )
+        assert delivered == encode_task(task._replace(attempt=min(sent_attempt, 0xFFFF)))
+
+
 @given(
     st.text(max_size=40).filter(lambda t: len(t.encode()) <= 255),
     st.text(max_size=40).filter(lambda t: len(t.encode()) <= 255),

@@ -629,6 +629,72 @@ def encode_task(
     )
 
 
+_DELIVERY_LAYOUTS: dict[tuple[bytes, bytes], tuple[struct.Struct, bytes, int]] = {}
+# Plain ints: an IntEnum member costs an attribute lookup and __index__.
+_TASK = int(MessageType.TASK)
+_TOKEN = int(Context.TOKEN)
+_LEASE = int(Context.LEASE)
+
+
+def encode_delivery(
+    task_id: int,
+    task_type: bytes,
+    payload: bytes,
+    queue_header: bytes,
+    priority: int,
+    attempt: int,
+    enqueued_ms: int,
+    key: bytes | None,
+    fairness: bytes | None,
+    token: int,
+    lease_ms: int,
+    failures: int,
+    retries: int,
+) -> bytes:
+    """
+    A TASK as the daemon delivers it: L{encode_task} with the context
+    L{task_context} makes of these fields.  The common context, a token and
+    a lease alone, is packed with the header, the queue and the type in one
+    call (a layout made once per queue and type).
+    """
+    if not token or key is not None or fairness is not None or retries:
+        context = task_context(key, fairness, token, lease_ms, failures, retries)
+        return encode_task(
+            task_id, task_type, payload, queue_header, priority, attempt, enqueued_ms, context
+        )
+    layout = _DELIVERY_LAYOUTS.get((queue_header, task_type))
+    if layout is None:
+        middle = queue_header + bytes((len(task_type),)) + task_type
+        layout = (
+            struct.Struct(f">BBIIHBQ{len(middle)}sHBBQBBI"),
+            middle,
+            _TASK_HEAD.size - HEADER.size + len(middle) + 2 + _DELIVERY.size,
+        )
+        if len(_DELIVERY_LAYOUTS) < _CACHE_SIZE:
+            _DELIVERY_LAYOUTS[(queue_header, task_type)] = layout
+    head, middle, length = layout
+    return (
+        head.pack(
+            VERSION,
+            _TASK,
+            length + len(payload),
+            task_id,
+            min(attempt, 0xFFFF),
+            priority,
+            enqueued_ms,
+            middle,
+            _DELIVERY.size,
+            _TOKEN,
+            8,
+            token,
+            _LEASE,
+            4,
+            lease_ms,
+        )
+        + payload
+    )
+
+
 def encode_done(task_id: int, result: Result | None = None) -> bytes:
     if result is None:
         return _HEADER_AND_ID.pack(VERSION, MessageType.DONE, 4, task_id)
