@@ -506,10 +506,11 @@ class QuicxServerProtocol(FrameReceiver):
         # task, a worker's or not.
         session = self.session
         assert session is not None
-        if len(payload) == 12 and payload[0:4].strip(b"\0"):
+        if len(payload) == 12:  # no result: the common ACK, in one unpack
             task_id, token = lifecycle.ID_TOKEN.unpack(payload)
-            self.queue.ack(session, task_id, token)
-            return
+            if task_id:
+                self.queue.ack(session, task_id, token)
+                return
         # With a result, or bad: decoding says why.
         self.queue.ack(session, *lifecycle.decode_ack(payload))
 
