@@ -156,6 +156,33 @@ def test_submit_round_trips(message: tuple[bytes, v2.Submit]) -> None:
     assert encode_submit(decoded) == encoded  # re-encoding what was decoded changes nothing
 
 
+@given(submits)
+def test_submit_fields_are_a_plain_submits(message: tuple[bytes, v2.Submit]) -> None:
+    """
+    The daemon's SUBMIT decoder gives the type, payload, queue and priority
+    of a SUBMIT with no other option (once its options were decoded), and
+    C{None} for any other.
+    """
+    encoded, expected = message
+    payload = encoded[wire.HEADER_SIZE :]
+    v2.decode_submit(payload)
+    task_type, body, queue, priority = expected[:4]
+    plain = expected == v2.Submit(task_type, body, queue, priority)
+    fields = v2.submit_fields(payload)
+    assert fields == ((task_type, body, queue, priority) if plain else None)
+
+
+def test_submit_options_that_run_past_the_payload_are_refused() -> None:
+    """Even when the bytes left are options decoded before."""
+    options = v2.submit_options("mail", 3)
+    payload = v2.encode_submit(b"t", b"", options)[wire.HEADER_SIZE :]
+    assert v2.decode_submit(payload) == v2.Submit(b"t", b"", "mail", 3)
+    cut = payload[:2] + v2.U16.pack(len(options) + 1) + options
+    assert v2.submit_fields(cut) is None
+    with pytest.raises(MalformedMessage, match="run past the payload"):
+        v2.decode_submit(cut)
+
+
 @given(task_ids, st.booleans())
 def test_ok_round_trips(task_id: int, duplicate: bool) -> None:
     assert through_parser(v2.encode_ok(task_id, duplicate)) == v2.Ok(task_id, duplicate)

@@ -833,7 +833,31 @@ def _split_name(message_type: int, payload: bytes, start: int) -> tuple[str, int
     return _queue_name(message_type, payload[start + 1 : end]), end
 
 
+def submit_fields(payload: bytes) -> tuple[bytes, bytes, str | None, int | None] | None:
+    """
+    A SUBMIT's task type, payload, queue and priority, without building a
+    L{Submit} (the daemon decodes one per task), when it has no other
+    option and its options were seen before; C{None} otherwise, and for a
+    malformed one: L{decode_submit} then decodes it, or says what is wrong.
+    """
+    size = len(payload)
+    type_end = 1 + payload[0] if size else 0
+    if not 1 < type_end <= size - 2:
+        return None
+    start = type_end + 2
+    end = start + ((payload[type_end] << 8) | payload[type_end + 1])
+    if end == start:
+        return payload[1:type_end], payload[start:], None, None
+    known = _OPTIONS.get(payload[start:end]) if end <= size else None
+    if known is None:
+        return None
+    return payload[1:type_end], payload[end:], known[0], known[1]
+
+
 def decode_submit(payload: bytes) -> Submit:
+    fields = submit_fields(payload)
+    if fields is not None:
+        return Submit(*fields)
     # Offsets into the payload, not slices of it: the payload is copied once.
     size = len(payload)
     type_end = 1 + payload[0] if size else 0
@@ -844,17 +868,12 @@ def decode_submit(payload: bytes) -> Submit:
         raise _bad(MessageType.SUBMIT, "has no options length")
     options_length = (payload[type_end] << 8) | payload[type_end + 1]
     start = type_end + 2
-    if not options_length:
-        return Submit(task_type, payload[start:])
     if options_length > MAX_OPTIONS:
         raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes exceed {MAX_OPTIONS}")
     end = start + options_length
     if end > size:
         raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes run past the payload")
     raw = payload[start:end]
-    known = _OPTIONS.get(raw)
-    if known is not None:
-        return Submit(task_type, payload[end:], known[0], known[1])
     items = _tlv(MessageType.SUBMIT, payload, start, end)
     queue = priority = key = fairness = delay_ms = run_at_ms = retries = None
     backoff = result_ttl = group = None
