@@ -46,7 +46,7 @@ U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _TASK_HEAD = struct.Struct(">BBIIHBQ")  # header, then task id, attempt, priority, enqueued ms
 _HEADER_AND_ID = struct.Struct(">BBII")
-_DONE_HEAD = struct.Struct(">BBIIB")  # header, task id, result kind
+_HEADER_ID_BYTE = struct.Struct(">BBIIB")  # header, task id, OK's flags or a result's kind
 
 
 class MessageType(IntEnum):
@@ -411,6 +411,14 @@ Message = (
 
 # -- encoders ---------------------------------------------------------------------
 
+# The encoders of each task's frames (OK, TASK, DONE) take plain ints: an
+# IntEnum member costs an attribute lookup and __index__.
+_OK = int(MessageType.OK)
+_TASK = int(MessageType.TASK)
+_DONE = int(MessageType.DONE)
+_TOKEN = int(Context.TOKEN)
+_LEASE = int(Context.LEASE)
+
 
 def frame(message_type: int, payload: bytes = b"") -> bytes:
     """Prefix C{payload} with the version-2 header for C{message_type}."""
@@ -540,9 +548,7 @@ def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> byt
 
 
 def encode_ok(task_id: int, duplicate: bool = False) -> bytes:
-    return _HEADER_AND_ID.pack(VERSION, MessageType.OK, 5, task_id) + (
-        b"\x01" if duplicate else b"\x00"
-    )
+    return _HEADER_ID_BYTE.pack(VERSION, _OK, 5, task_id, OK_DUPLICATE if duplicate else 0)
 
 
 def encode_error(code: int, message: str) -> bytes:
@@ -630,10 +636,6 @@ def encode_task(
 
 
 _DELIVERY_LAYOUTS: dict[tuple[bytes, bytes], tuple[struct.Struct, bytes, int]] = {}
-# Plain ints: an IntEnum member costs an attribute lookup and __index__.
-_TASK = int(MessageType.TASK)
-_TOKEN = int(Context.TOKEN)
-_LEASE = int(Context.LEASE)
 
 
 def encode_delivery(
@@ -697,10 +699,10 @@ def encode_delivery(
 
 def encode_done(task_id: int, result: Result | None = None) -> bytes:
     if result is None:
-        return _HEADER_AND_ID.pack(VERSION, MessageType.DONE, 4, task_id)
+        return _HEADER_AND_ID.pack(VERSION, _DONE, 4, task_id)
     kind, data = result
     # One copy of the result: it may be the largest part of the frame.
-    return _DONE_HEAD.pack(VERSION, MessageType.DONE, 5 + len(data), task_id, kind) + data
+    return _HEADER_ID_BYTE.pack(VERSION, _DONE, 5 + len(data), task_id, kind) + data
 
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:
