@@ -130,6 +130,18 @@ def test_a_running_task_is_not_cancelled(daemon: DaemonProcess) -> None:
         client.wait(task_id, timeout=10)
 
 
+def test_an_ack_of_task_0_is_malformed(daemon: DaemonProcess) -> None:
+    """The short ACK's fast path still sends task 0 to the decoder's refusal."""
+    with QuicxClient(address(daemon)) as client, Peer(daemon.address) as worker:
+        task_id = client.submit("t", b"")
+        task = worker.request(v2.encode_ready())
+        worker.send(lifecycle.encode_ack(0, task.token))
+        error = worker.receive()
+        assert error == wire.Error(v2.ErrorCode.INVALID_MESSAGE, "ACK names task 0")
+        worker.send(lifecycle.encode_ack(task_id, task.token))
+        client.wait(task_id, timeout=10)
+
+
 def test_a_version_1_daemon_gets_version_1_and_options_are_refused(start_daemon) -> None:
     daemon = start_daemon("--protocol-versions=1")
     with QuicxClient(address(daemon)) as client:

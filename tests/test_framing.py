@@ -57,6 +57,16 @@ def test_every_split_point() -> None:
         assert frames(parser.feed(STREAM[:cut]) + parser.feed(STREAM[cut:])) == EXPECTED
 
 
+def test_frames_are_frames_of_bytes_however_they_were_read() -> None:
+    """Whole in one read, across reads (from the buffer), or read as a bytearray."""
+    for cut in (len(STREAM), 1, 40):
+        for kind in (bytes, bytearray):
+            parser = FrameParser(1024)
+            events = parser.feed(kind(STREAM[:cut])) + parser.feed(kind(STREAM[cut:]))
+            assert frames(events) == EXPECTED
+            assert {(type(e), type(e.payload)) for e in events} == {(Frame, bytes)}
+
+
 def test_large_frame_in_many_reads_holds_only_that_frame() -> None:
     payload = bytes(range(256)) * 4096  # 1 MiB
     data = wire.encode_submit(b"big", payload)

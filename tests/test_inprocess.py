@@ -5,6 +5,8 @@ clients on a real loopback port: for what only in-process code can observe.
 
 from __future__ import annotations
 
+import gc
+
 import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
@@ -104,3 +106,13 @@ async def test_pipelined_burst_is_answered_in_order(daemon) -> None:
     assert daemon.queue.counters().submitted == 5000
     assert daemon.queue.stats().queue_depth == 5000
     producer.transport.loseConnection()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_started_daemon_settles_the_garbage_collector(daemon) -> None:
+    """
+    Once started, what the daemon built is frozen out of the collector's
+    reach, and the youngest generation waits for more allocations.
+    """
+    assert gc.get_threshold()[0] == service_module.GC_YOUNG_THRESHOLD
+    assert gc.get_freeze_count() > 0

@@ -156,6 +156,33 @@ def test_submit_round_trips(message: tuple[bytes, v2.Submit]) -> None:
     assert encode_submit(decoded) == encoded  # re-encoding what was decoded changes nothing
 
 
+@given(submits)
+def test_submit_fields_are_a_plain_submits(message: tuple[bytes, v2.Submit]) -> None:
+    """
+    The daemon's SUBMIT decoder gives the type, payload, queue and priority
+    of a SUBMIT with no other option (once its options were decoded), and
+    C{None} for any other.
+    """
+    encoded, expected = message
+    payload = encoded[wire.HEADER_SIZE :]
+    v2.decode_submit(payload)
+    task_type, body, queue, priority = expected[:4]
+    plain = expected == v2.Submit(task_type, body, queue, priority)
+    fields = v2.submit_fields(payload)
+    assert fields == ((task_type, body, queue, priority) if plain else None)
+
+
+def test_submit_options_that_run_past_the_payload_are_refused() -> None:
+    """Even when the bytes left are options decoded before."""
+    options = v2.submit_options("mail", 3)
+    payload = v2.encode_submit(b"t", b"", options)[wire.HEADER_SIZE :]
+    assert v2.decode_submit(payload) == v2.Submit(b"t", b"", "mail", 3)
+    cut = payload[:2] + v2.U16.pack(len(options) + 1) + options
+    assert v2.submit_fields(cut) is None
+    with pytest.raises(MalformedMessage, match="run past the payload"):
+        v2.decode_submit(cut)
+
+
 @given(task_ids, st.booleans())
 def test_ok_round_trips(task_id: int, duplicate: bool) -> None:
     assert through_parser(v2.encode_ok(task_id, duplicate)) == v2.Ok(task_id, duplicate)
@@ -172,6 +199,36 @@ def test_task_round_trips(message: tuple[bytes, v2.Task]) -> None:
     decoded = through_parser(encoded)
     assert decoded == expected and isinstance(decoded, v2.Task)
     assert encode_task(decoded) == encoded  # re-encoding what was decoded changes nothing
+
+
+@given(tasks, st.integers(0x10000, 0x7FFFFFFF))
+def test_a_delivery_is_the_task_with_its_context(
+    message: tuple[bytes, v2.Task], attempt: int
+) -> None:
+    """
+    The daemon's encoder, fast for a context of a token and lease alone,
+    makes the frame L{v2.encode_task} makes of L{v2.task_context}; an
+    attempt past 65,535 is sent as 65,535 either way.
+    """
+    _, task = message
+    queue = bytes((len(task.queue),)) + task.queue.encode()
+    for sent_attempt in (task.attempt, attempt):
+        delivered = v2.encode_delivery(
+            task.task_id,
+            task.task_type,
+            task.payload,
+            queue,
+            task.priority,
+            sent_attempt,
+            task.enqueued_ms,
+            task.key,
+            task.fairness,
+            task.token,
+            task.lease_ms,
+            task.failures,
+            task.retries,
+        )
+        assert delivered == encode_task(task._replace(attempt=min(sent_attempt, 0xFFFF)))
 
 
 @given(

@@ -1806,7 +1806,7 @@ class QueueService(Service):
             if token <= self._last_token:
                 token = self._last_token + 1
             self._last_token = task.token = token
-            frame = v2.encode_task(
+            frame = v2.encode_delivery(
                 task.task_id,
                 task.task_type,
                 payload,
@@ -1814,14 +1814,12 @@ class QueueService(Service):
                 task.priority,
                 task.attempts,
                 int(task.enqueued_at * 1000),
-                v2.task_context(
-                    task.key,
-                    task.fairness,
-                    token,
-                    int(self.timeout_of(task) * 1000),
-                    task.failures,
-                    task.retries,
-                ),
+                task.key,
+                task.fairness,
+                token,
+                int(self.timeout_of(task) * 1000),
+                task.failures,
+                task.retries,
             )
         worker.peer.sendFrame(frame)
         if self.events is not None:

@@ -272,17 +272,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _submit(self, payload: bytes) -> None:
         task_type, body = wire.submit_fields(payload)
-        if len(task_type) > self.limits.max_type_length:
-            raise ProtocolViolation(
-                f"task type of {len(task_type)} bytes exceeds max_type_length"
-                f" ({self.limits.max_type_length})"
-            )
-        session = self.session
-        assert session is not None
-        if session.role is not Role.PRODUCER:
-            self._authorize("producer")
-            self.queue.claim_role(session, Role.PRODUCER)
-        self.queue.submit(session, task_type, body)
+        self.queue.submit(self._producer(task_type), task_type, body)
 
     def _ready(self, payload: bytes) -> None:
         credits = wire.decode_ready(payload).credits
@@ -337,20 +327,14 @@ class QuicxServerProtocol(FrameReceiver):
             raise ProtocolViolation(f"{what} of {len(key)} bytes exceeds max_key_length ({limit})")
 
     def _submit_v2(self, payload: bytes) -> None:
+        fields = v2.submit_fields(payload)
+        if fields is not None:
+            # No option but a queue and a priority: the common SUBMIT.
+            task_type, body, queue, priority = fields
+            self.queue.submit(self._producer(task_type), task_type, body, queue, priority)
+            return
         message = v2.decode_submit(payload)
-        if len(message.task_type) > self.limits.max_type_length:
-            raise ProtocolViolation(
-                f"task type of {len(message.task_type)} bytes exceeds max_type_length"
-                f" ({self.limits.max_type_length})"
-            )
-        if message.key is not None or message.fairness is not None:
-            self._check_key(message.key, "idempotency key")
-            self._check_key(message.fairness, "fairness key")
-        session = self.session
-        assert session is not None
-        if session.role is not Role.PRODUCER:
-            self._authorize("producer")
-            self.queue.claim_role(session, Role.PRODUCER)
+        session = self._producer(message.task_type, message.key, message.fairness)
         self.queue.submit(
             session,
             message.task_type,
@@ -367,6 +351,32 @@ class QuicxServerProtocol(FrameReceiver):
             message.result_ttl,
             message.group,
         )
+
+    def _producer(
+        self, task_type: bytes, key: bytes | None = None, fairness: bytes | None = None
+    ) -> Session:
+        """
+        This connection's session, taking the producer role if it is new,
+        to submit a task of C{task_type} with these keys.
+
+        @raise ProtocolViolation: the type or a key is too long, or the
+            connection is a worker.
+        @raise NotAuthorized: its identity may not produce.
+        """
+        if len(task_type) > self.limits.max_type_length:
+            raise ProtocolViolation(
+                f"task type of {len(task_type)} bytes exceeds max_type_length"
+                f" ({self.limits.max_type_length})"
+            )
+        if key is not None or fairness is not None:
+            self._check_key(key, "idempotency key")
+            self._check_key(fairness, "fairness key")
+        session = self.session
+        assert session is not None
+        if session.role is not Role.PRODUCER:
+            self._authorize("producer")
+            self.queue.claim_role(session, Role.PRODUCER)
+        return session
 
     def _ready_v2(self, payload: bytes) -> None:
         message = v2.decode_ready(payload)
@@ -506,10 +516,11 @@ class QuicxServerProtocol(FrameReceiver):
         # task, a worker's or not.
         session = self.session
         assert session is not None
-        if len(payload) == 12 and payload[0:4].strip(b"\0"):
+        if len(payload) == 12:  # no result: the common ACK, in one unpack
             task_id, token = lifecycle.ID_TOKEN.unpack(payload)
-            self.queue.ack(session, task_id, token)
-            return
+            if task_id:
+                self.queue.ack(session, task_id, token)
+                return
         # With a result, or bad: decoding says why.
         self.queue.ack(session, *lifecycle.decode_ack(payload))
 

@@ -17,6 +17,7 @@ matter for a server facing untrusted peers:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import NamedTuple, final
 
 from attrs import frozen
@@ -34,6 +35,10 @@ class Frame(NamedTuple):
 
     message_type: int
     payload: bytes
+
+
+_new_frame = partial(tuple.__new__, Frame)
+"""C{Frame(message_type, payload)}, for a pair: without the named tuple's own C{__new__}."""
 
 
 @frozen
@@ -146,6 +151,9 @@ class FrameParser:
             source = buffer
         end = len(source)
         offset = 0
+        # A payload is sliced straight from the bytes read (one copy); from
+        # the buffer, through a view (a bytearray's slice is no bytes).
+        whole = type(source) is bytes
         unpack = HEADER.unpack_from
         # Locals, not attributes, in the loop; _reject may change them.
         expected, limit, known = self.version, self._limit, self._known
@@ -172,7 +180,8 @@ class FrameParser:
                 if end - body < length:
                     break
                 offset = body + length
-                events.append(Frame(message_type, bytes(view[body:offset])))
+                payload = source[body:offset] if whole else bytes(view[body:offset])
+                events.append(_new_frame((message_type, payload)))
         if source is buffer:
             del buffer[:offset]
         elif offset < end:

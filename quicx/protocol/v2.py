@@ -46,7 +46,7 @@ U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _TASK_HEAD = struct.Struct(">BBIIHBQ")  # header, then task id, attempt, priority, enqueued ms
 _HEADER_AND_ID = struct.Struct(">BBII")
-_DONE_HEAD = struct.Struct(">BBIIB")  # header, task id, result kind
+_HEADER_ID_BYTE = struct.Struct(">BBIIB")  # header, task id, OK's flags or a result's kind
 
 
 class MessageType(IntEnum):
@@ -411,6 +411,14 @@ Message = (
 
 # -- encoders ---------------------------------------------------------------------
 
+# The encoders of each task's frames (OK, TASK, DONE) take plain ints: an
+# IntEnum member costs an attribute lookup and __index__.
+_OK = int(MessageType.OK)
+_TASK = int(MessageType.TASK)
+_DONE = int(MessageType.DONE)
+_TOKEN = int(Context.TOKEN)
+_LEASE = int(Context.LEASE)
+
 
 def frame(message_type: int, payload: bytes = b"") -> bytes:
     """Prefix C{payload} with the version-2 header for C{message_type}."""
@@ -540,9 +548,7 @@ def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> byt
 
 
 def encode_ok(task_id: int, duplicate: bool = False) -> bytes:
-    return _HEADER_AND_ID.pack(VERSION, MessageType.OK, 5, task_id) + (
-        b"\x01" if duplicate else b"\x00"
-    )
+    return _HEADER_ID_BYTE.pack(VERSION, _OK, 5, task_id, OK_DUPLICATE if duplicate else 0)
 
 
 def encode_error(code: int, message: str) -> bytes:
@@ -629,12 +635,74 @@ def encode_task(
     )
 
 
+_DELIVERY_LAYOUTS: dict[tuple[bytes, bytes], tuple[struct.Struct, bytes, int]] = {}
+
+
+def encode_delivery(
+    task_id: int,
+    task_type: bytes,
+    payload: bytes,
+    queue_header: bytes,
+    priority: int,
+    attempt: int,
+    enqueued_ms: int,
+    key: bytes | None,
+    fairness: bytes | None,
+    token: int,
+    lease_ms: int,
+    failures: int,
+    retries: int,
+) -> bytes:
+    """
+    A TASK as the daemon delivers it: L{encode_task} with the context
+    L{task_context} makes of these fields.  The common context, a token and
+    a lease alone, is packed with the header, the queue and the type in one
+    call (a layout made once per queue and type).
+    """
+    if not token or key is not None or fairness is not None or retries:
+        context = task_context(key, fairness, token, lease_ms, failures, retries)
+        return encode_task(
+            task_id, task_type, payload, queue_header, priority, attempt, enqueued_ms, context
+        )
+    layout = _DELIVERY_LAYOUTS.get((queue_header, task_type))
+    if layout is None:
+        middle = queue_header + bytes((len(task_type),)) + task_type
+        layout = (
+            struct.Struct(f">BBIIHBQ{len(middle)}sHBBQBBI"),
+            middle,
+            _TASK_HEAD.size - HEADER.size + len(middle) + 2 + _DELIVERY.size,
+        )
+        if len(_DELIVERY_LAYOUTS) < _CACHE_SIZE:
+            _DELIVERY_LAYOUTS[(queue_header, task_type)] = layout
+    head, middle, length = layout
+    return (
+        head.pack(
+            VERSION,
+            _TASK,
+            length + len(payload),
+            task_id,
+            min(attempt, 0xFFFF),
+            priority,
+            enqueued_ms,
+            middle,
+            _DELIVERY.size,
+            _TOKEN,
+            8,
+            token,
+            _LEASE,
+            4,
+            lease_ms,
+        )
+        + payload
+    )
+
+
 def encode_done(task_id: int, result: Result | None = None) -> bytes:
     if result is None:
-        return _HEADER_AND_ID.pack(VERSION, MessageType.DONE, 4, task_id)
+        return _HEADER_AND_ID.pack(VERSION, _DONE, 4, task_id)
     kind, data = result
     # One copy of the result: it may be the largest part of the frame.
-    return _DONE_HEAD.pack(VERSION, MessageType.DONE, 5 + len(data), task_id, kind) + data
+    return _HEADER_ID_BYTE.pack(VERSION, _DONE, 5 + len(data), task_id, kind) + data
 
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:
@@ -767,7 +835,31 @@ def _split_name(message_type: int, payload: bytes, start: int) -> tuple[str, int
     return _queue_name(message_type, payload[start + 1 : end]), end
 
 
+def submit_fields(payload: bytes) -> tuple[bytes, bytes, str | None, int | None] | None:
+    """
+    A SUBMIT's task type, payload, queue and priority, without building a
+    L{Submit} (the daemon decodes one per task), when it has no other
+    option and its options were seen before; C{None} otherwise, and for a
+    malformed one: L{decode_submit} then decodes it, or says what is wrong.
+    """
+    size = len(payload)
+    type_end = 1 + payload[0] if size else 0
+    if not 1 < type_end <= size - 2:
+        return None
+    start = type_end + 2
+    end = start + ((payload[type_end] << 8) | payload[type_end + 1])
+    if end == start:
+        return payload[1:type_end], payload[start:], None, None
+    known = _OPTIONS.get(payload[start:end]) if end <= size else None
+    if known is None:
+        return None
+    return payload[1:type_end], payload[end:], known[0], known[1]
+
+
 def decode_submit(payload: bytes) -> Submit:
+    fields = submit_fields(payload)
+    if fields is not None:
+        return Submit(*fields)
     # Offsets into the payload, not slices of it: the payload is copied once.
     size = len(payload)
     type_end = 1 + payload[0] if size else 0
@@ -778,17 +870,12 @@ def decode_submit(payload: bytes) -> Submit:
         raise _bad(MessageType.SUBMIT, "has no options length")
     options_length = (payload[type_end] << 8) | payload[type_end + 1]
     start = type_end + 2
-    if not options_length:
-        return Submit(task_type, payload[start:])
     if options_length > MAX_OPTIONS:
         raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes exceed {MAX_OPTIONS}")
     end = start + options_length
     if end > size:
         raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes run past the payload")
     raw = payload[start:end]
-    known = _OPTIONS.get(raw)
-    if known is not None:
-        return Submit(task_type, payload[end:], known[0], known[1])
     items = _tlv(MessageType.SUBMIT, payload, start, end)
     queue = priority = key = fairness = delay_ms = run_at_ms = retries = None
     backoff = result_ttl = group = None
