@@ -31,10 +31,11 @@ def throughput_bars(
     """End-to-end tasks/s: Quicx and beanstalkd, per workload run in both."""
     labels, ours, theirs = [], [], []
     for name, label in (
-        ("e2e", "credits\n100 B"),
-        ("e2e one task/conn", "one task per\nconnection, 100 B"),
-        ("e2e 16 B", "credits\n16 B"),
-        ("e2e 1024 B", "credits\n1 KiB"),
+        ("e2e stock worker", "stock worker\n(no flags)"),
+        ("e2e", "64 credits\n100 B"),
+        ("e2e one task/conn", "one task per\nconnection ×32"),
+        ("e2e one task/worker", "one task\nper worker"),
+        ("e2e 1024 B", "64 credits\n1 KiB"),
         ("harness e2e", "both: one put\nper round trip"),
     ):
         result = results.get(name)
@@ -53,7 +54,7 @@ def throughput_bars(
 
 def main(source: str, target: str) -> None:
     results = by_workload(json.loads(Path(source).read_text()))
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), width_ratios=[3, 2])
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12.5, 4.4), width_ratios=[3.4, 2])
 
     labels, ours, theirs = throughput_bars(results)
     positions = range(len(labels))
@@ -75,14 +76,14 @@ def main(source: str, target: str) -> None:
     left.legend(loc="upper right")
 
     latency = results.get("latency", {})
-    spinning = results.get("latency busy-poll", {})
+    sleeping = results.get("latency no busy-poll", {})
     peer = latency.get("peer") or {}
     marks = ["p50_us", "p99_us"]  # the harness reports no p90 for beanstalkd
     if peer and all(m in peer for m in marks):
         positions = range(len(marks))
         series = [
-            (latency, "Quicx", QUICX),
-            (spinning, "Quicx, busy_poll 100 µs", QUICX_SPIN),
+            (latency, "Quicx (defaults: busy polling 100 µs)", QUICX),
+            (sleeping, "Quicx, busy polling off", QUICX_SPIN),
             (peer, "beanstalkd", PEER),
         ]
         for offset, (values, label, color) in zip((-0.27, 0, 0.27), series, strict=True):
