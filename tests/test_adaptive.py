@@ -6,6 +6,12 @@ with made-up durations, then on a worker connection to a fake daemon.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+
+import pytest
+from twisted.python.threadpool import ThreadPool
+
 from quicx.clients.adaptive import (
     AUTO_MAX,
     MAX_PROBATION,
@@ -200,3 +206,52 @@ def test_a_version_1_connection_to_a_quicx_daemon_grows_its_credits() -> None:
     daemon = FakeDaemon(worker)
     daemon.feed(wire.encode_task(1, b"t", b"x"))
     assert daemon.sent() == [wire.Done(1), wire.Ready(2)]
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPool]:
+    """One thread for a worker's handlers."""
+    threads = ThreadPool(minthreads=0, maxthreads=1)
+    threads.start()
+    yield threads
+    threads.stop()
+
+
+@pytest.fixture
+def blocked() -> Iterator[threading.Event]:
+    """What a slow handler waits for: set when the test ends."""
+    release = threading.Event()
+    yield release
+    release.set()
+
+
+def test_a_connection_asks_for_no_more_credits_while_its_first_task_runs_in_a_thread(
+    pool: ThreadPool, blocked: threading.Event
+) -> None:
+    worker = Worker()
+    worker.register("t", lambda payload: blocked.wait(10))  # a plain function: in a thread
+    worker._threads = pool
+    daemon = FakeDaemon(worker)
+    daemon.task(1, token=71)
+    # Asking for a second task now would hold it behind the first, in the
+    # pool's queue, with its lease running.
+    assert daemon.sent() == []
+
+
+def test_a_task_running_in_a_thread_holds_its_connections_only_credit_among_short_ones(
+    pool: ThreadPool, blocked: threading.Event
+) -> None:
+    worker = Worker()
+    worker.register("t", lambda payload: None, thread=False)
+    worker.register("slow", lambda payload: blocked.wait(10), thread=True)
+    worker._threads = pool
+    daemon = FakeDaemon(worker)
+    daemon.task(1, token=71)
+    assert daemon.sent() == [lifecycle.Ack(1, 71), v2.Ready(2, ())]
+    context = v2.task_context(None, None, 73, 10_000)
+    daemon.feed(
+        v2.encode_task(2, b"slow", b"x", b"\x07default", 0, 1, 0, context)
+        + v2.encode_task(3, b"t", b"x", b"\x07default", 0, 1, 0, context)
+    )
+    # The short handler's pace would have asked for 4.
+    assert daemon.sent() == [lifecycle.Ack(3, 73), v2.Ready(1, ())]

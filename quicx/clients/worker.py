@@ -461,7 +461,7 @@ class WorkerProtocol(FrameReceiver):
     def _pace(self, replies: list[bytes]) -> None:
         """After a read that brought tasks: ask for more or fewer, if the pace says so."""
         assert self.auto is not None
-        credits = self.auto.after_read(self._received, self._lease_seconds)
+        credits = self.auto.after_read(self._received, self._lease_seconds, self.running)
         if credits is not None:
             self.credits = credits
             codec = v2 if self.version == v2.VERSION else wire
