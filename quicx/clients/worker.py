@@ -459,13 +459,17 @@ class WorkerProtocol(FrameReceiver):
         self._write(lifecycle.encode_nack(task_id, token, cut_reason(reason), permanent=True))
 
     def _pace(self, replies: list[bytes]) -> None:
-        """After a read that brought tasks: ask for more or fewer, if the pace says so."""
+        """
+        After a read that brought tasks: ask for more or fewer, if the pace
+        says so, before the read's outcomes (the daemon would refill the old
+        credits on each outcome before it reads a READY that follows them).
+        """
         assert self.auto is not None
         credits = self.auto.after_read(self._received, self._lease_seconds, self.running)
         if credits is not None:
             self.credits = credits
             codec = v2 if self.version == v2.VERSION else wire
-            replies.append(codec.encode_ready(credits))
+            replies.insert(0, codec.encode_ready(credits))
 
     def _lease(self, task: wire.Task | v2.Task) -> Lease | None:
         """The lease of a delivery with a token (kept alive with C{auto_extend})."""
