@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactor
 from twisted.python.threadpool import ThreadPool
 from twisted.test import iosim
 
@@ -310,3 +311,43 @@ def test_credits_cut_take_effect_at_once_with_a_real_daemon() -> None:
     cut = slot.credits
     assert cut <= 2
     assert next_read() <= cut
+
+
+def test_tasks_held_when_their_handler_goes_back_to_the_threads_run_at_once() -> None:
+    """
+    A read of several tasks whose handler turns slow on the reactor: the
+    first call sends it back to the threads, and the others, already held,
+    each get a thread, as with credits given (none waits behind another).
+    """
+    started: list[int] = []
+    release = threading.Event()
+
+    def handler(payload: bytes) -> None:
+        if payload == b"slow":
+            time.sleep(TOO_LONG * 2)  # on the reactor: back to the threads
+        elif payload == b"blocks":
+            started.append(1)
+            release.wait(10)
+
+    worker = Worker()
+    worker.register("t", handler)
+    short_calls(worker._handlers[b"t"].placement, PROBATION)  # type: ignore[arg-type]
+    worker.start(MemoryReactor(), "tcp:127.0.0.1:1")  # its thread pool; no connection
+    try:
+        daemon = FakeDaemon(worker)
+        context = v2.task_context(None, None, 73, 10_000)
+        for count in (1, 2):  # grow to 4 credits
+            daemon.feed(v2.encode_task(1, b"t", b"", b"\x07default", 0, 1, 0, context) * count)
+        assert daemon.slot.credits == 4
+        daemon.feed(
+            v2.encode_task(5, b"t", b"slow", b"\x07default", 0, 1, 0, context)
+            + v2.encode_task(6, b"t", b"blocks", b"\x07default", 0, 1, 0, context) * 3
+        )
+        deadline = time.monotonic() + 5
+        while len(started) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(started) == 3
+    finally:
+        release.set()
+        assert worker._threads is not None
+        worker._threads.stop()  # waits for its threads

@@ -76,7 +76,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from quicx.clients import requests
-from quicx.clients.adaptive import AutoCredits, Placement
+from quicx.clients.adaptive import AUTO_MAX, AutoCredits, Placement
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
 from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.progress import ten_thousandths
@@ -767,8 +767,12 @@ class Worker:
         """Connect C{concurrency} slots to the daemon at C{address}."""
         self._reactor = reactor
         self._stopping = False
+        # A thread per credit, so that no task held waits for another's
+        # thread; threads start only when tasks wait for one.
         self._threads = ThreadPool(
-            minthreads=0, maxthreads=self.concurrency * (self.credits or 1), name="quicx-worker"
+            minthreads=0,
+            maxthreads=self.concurrency * (self.credits or AUTO_MAX),
+            name="quicx-worker",
         )
         self._threads.start()
         endpoint = endpoint_for(reactor, address)
