@@ -981,12 +981,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"{args.target} is a {type(target).__name__}, not a Worker or a mapping"
             " of task types to handlers"
         )
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
     if args.busy_poll:
         try:
             enable_busy_poll(reactor, args.busy_poll)
         except ValueError as e:
-            raise CommandError(str(e)) from None
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
+            # On by default, and it only saves wake-ups: never a reason not to run.
+            Worker.log.warn("busy polling is off: {error}", error=str(e))
     worker.start(reactor, address)
     reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
     stop_on_signals(reactor)

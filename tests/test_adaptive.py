@@ -6,6 +6,16 @@ with made-up durations, then on a worker connection to a fake daemon.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from twisted.internet.task import Clock
+from twisted.internet.testing import MemoryReactor
+from twisted.python.threadpool import ThreadPool
+from twisted.test import iosim
+
 from quicx.clients.adaptive import (
     AUTO_MAX,
     MAX_PROBATION,
@@ -15,9 +25,12 @@ from quicx.clients.adaptive import (
     AutoCredits,
     Placement,
 )
-from quicx.clients.worker import Worker
+from quicx.clients.worker import Worker, WorkerProtocol
+from quicx.daemon.server import QuicxServerFactory
+from quicx.daemon.settings import Limits
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.wire import ErrorCode
+from tests.fakes import make_queue, producer_of
 from tests.test_worker_leases import FakeDaemon
 
 NOOP = 5e-6
@@ -159,7 +172,7 @@ def test_a_connection_asks_for_more_credits_as_its_short_handler_keeps_up() -> N
     worker.register("t", lambda payload: None, thread=False)
     daemon = FakeDaemon(worker)
     daemon.task(1, token=71)
-    assert daemon.sent() == [lifecycle.Ack(1, 71), v2.Ready(2, ())]
+    assert daemon.sent() == [v2.Ready(2, ()), lifecycle.Ack(1, 71)]
     daemon.task(2, token=72)  # one of the two credits: no change
     assert daemon.sent() == [lifecycle.Ack(2, 72)]
     context = v2.task_context(None, None, 73, 10_000)
@@ -167,7 +180,7 @@ def test_a_connection_asks_for_more_credits_as_its_short_handler_keeps_up() -> N
         v2.encode_task(task_id, b"t", b"x", b"\x07default", 0, 1, 0, context) for task_id in (3, 4)
     )
     daemon.feed(two)
-    assert daemon.sent() == [lifecycle.Ack(3, 73), lifecycle.Ack(4, 73), v2.Ready(4, ())]
+    assert daemon.sent() == [v2.Ready(4, ()), lifecycle.Ack(3, 73), lifecycle.Ack(4, 73)]
 
 
 def test_credits_given_by_the_user_never_change() -> None:
@@ -199,4 +212,142 @@ def test_a_version_1_connection_to_a_quicx_daemon_grows_its_credits() -> None:
     worker.register("t", lambda payload: None, thread=False)
     daemon = FakeDaemon(worker)
     daemon.feed(wire.encode_task(1, b"t", b"x"))
-    assert daemon.sent() == [wire.Done(1), wire.Ready(2)]
+    assert daemon.sent() == [wire.Ready(2), wire.Done(1)]
+
+
+@pytest.fixture
+def pool() -> Iterator[ThreadPool]:
+    """One thread for a worker's handlers."""
+    threads = ThreadPool(minthreads=0, maxthreads=1)
+    threads.start()
+    yield threads
+    threads.stop()
+
+
+@pytest.fixture
+def blocked() -> Iterator[threading.Event]:
+    """What a slow handler waits for: set when the test ends."""
+    release = threading.Event()
+    yield release
+    release.set()
+
+
+def test_a_connection_asks_for_no_more_credits_while_its_first_task_runs_in_a_thread(
+    pool: ThreadPool, blocked: threading.Event
+) -> None:
+    worker = Worker()
+    worker.register("t", lambda payload: blocked.wait(10))  # a plain function: in a thread
+    worker._threads = pool
+    daemon = FakeDaemon(worker)
+    daemon.task(1, token=71)
+    # Asking for a second task now would hold it behind the first, in the
+    # pool's queue, with its lease running.
+    assert daemon.sent() == []
+
+
+def test_a_task_running_in_a_thread_holds_its_connections_only_credit_among_short_ones(
+    pool: ThreadPool, blocked: threading.Event
+) -> None:
+    worker = Worker()
+    worker.register("t", lambda payload: None, thread=False)
+    worker.register("slow", lambda payload: blocked.wait(10), thread=True)
+    worker._threads = pool
+    daemon = FakeDaemon(worker)
+    daemon.task(1, token=71)
+    assert daemon.sent() == [v2.Ready(2, ()), lifecycle.Ack(1, 71)]
+    context = v2.task_context(None, None, 73, 10_000)
+    daemon.feed(
+        v2.encode_task(2, b"slow", b"x", b"\x07default", 0, 1, 0, context)
+        + v2.encode_task(3, b"t", b"x", b"\x07default", 0, 1, 0, context)
+    )
+    # The short handler's pace would have asked for 4.
+    assert daemon.sent() == [v2.Ready(1, ()), lifecycle.Ack(3, 73)]
+
+
+def test_credits_cut_take_effect_at_once_with_a_real_daemon() -> None:
+    """
+    When its handlers get slower, a connection is sent no more tasks than
+    the credits it now asks for: its READY goes before the read's outcomes,
+    else the daemon would refill the old credits on each outcome first, and
+    the next read would bring as many slow tasks again.
+    """
+    clock = Clock()
+    queue = make_queue(clock)
+    server = QuicxServerFactory(queue, clock, Limits(max_credits=16)).buildProtocol(None)
+    pause = [0.0]
+    worker = Worker()
+    worker.register("t", lambda payload: pause[0] and time.sleep(pause[0]), thread=False)
+    worker._reactor = clock
+    slot = WorkerProtocol(worker)
+    reads: list[int] = []  # the TASKs each read brought
+    receive = slot.dataReceived
+
+    def counted(data: bytes) -> None:
+        receive(data)
+        reads.append(slot._received)
+
+    slot.dataReceived = counted  # type: ignore[method-assign]
+    pump = iosim.connect(
+        server, iosim.FakeTransport(server, True), slot, iosim.FakeTransport(slot, False)
+    )
+    producer = producer_of(queue)
+    for _ in range(200):
+        queue.submit(producer.session, b"t", b"x")
+
+    def next_read() -> int:
+        count = len(reads)
+        for _ in range(10):
+            clock.advance(0)  # the daemon's writes go out
+            pump.pump()
+            if len(reads) > count:
+                return reads[-1]
+        raise AssertionError("no read")
+
+    while next_read() < 16:  # no-op handlers: up to the daemon's 16 credits
+        pass
+    pause[0] = 0.001
+    # 16 tasks of a millisecond or more: 2 ms of work is 2 of them at most.
+    assert next_read() == 16
+    cut = slot.credits
+    assert cut <= 2
+    assert next_read() <= cut
+
+
+def test_tasks_held_when_their_handler_goes_back_to_the_threads_run_at_once() -> None:
+    """
+    A read of several tasks whose handler turns slow on the reactor: the
+    first call sends it back to the threads, and the others, already held,
+    each get a thread, as with credits given (none waits behind another).
+    """
+    started: list[int] = []
+    release = threading.Event()
+
+    def handler(payload: bytes) -> None:
+        if payload == b"slow":
+            time.sleep(TOO_LONG * 2)  # on the reactor: back to the threads
+        elif payload == b"blocks":
+            started.append(1)
+            release.wait(10)
+
+    worker = Worker()
+    worker.register("t", handler)
+    short_calls(worker._handlers[b"t"].placement, PROBATION)  # type: ignore[arg-type]
+    worker.start(MemoryReactor(), "tcp:127.0.0.1:1")  # its thread pool; no connection
+    try:
+        daemon = FakeDaemon(worker)
+        context = v2.task_context(None, None, 73, 10_000)
+        for count in (1, 2):  # grow to 4 credits
+            daemon.feed(v2.encode_task(1, b"t", b"", b"\x07default", 0, 1, 0, context) * count)
+        assert daemon.slot.credits == 4
+        daemon.feed(
+            v2.encode_task(5, b"t", b"slow", b"\x07default", 0, 1, 0, context)
+            + v2.encode_task(6, b"t", b"blocks", b"\x07default", 0, 1, 0, context) * 3
+        )
+        deadline = time.monotonic() + 5
+        while len(started) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(started) == 3
+    finally:
+        release.set()
+        assert worker._threads is not None
+        worker._threads.stop()  # waits for its threads

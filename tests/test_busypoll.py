@@ -19,7 +19,7 @@ from quicx.net.busypoll import SpinningPoller, enable_busy_poll
 from quicx.protocol import wire
 from tests.conftest import config_option
 from tests.peer import Peer
-from tools.launcher import cpu_seconds
+from tools.launcher import TWISTD, DaemonProcess, cpu_seconds
 
 
 @pytest.fixture
@@ -89,3 +89,24 @@ def test_a_busy_polling_daemon_stops_spinning_when_idle(tmp_path: Path, start_da
         time.sleep(1.0)
         idle_cpu = cpu_seconds(daemon.process.pid) - before
     assert idle_cpu < 0.1, f"{idle_cpu:.2f} s of CPU in an idle second"
+
+
+def test_a_daemon_on_a_reactor_without_epoll_runs_without_busy_polling(tmp_path: Path) -> None:
+    # Busy polling is on by default: twistd --reactor=poll (or another
+    # platform's default reactor) must not stop the daemon from starting.
+    twistd = tmp_path / "twistd-poll"
+    twistd.write_text(f'#!/bin/sh\nexec {TWISTD} --reactor=poll "$@"\n')
+    twistd.chmod(0o755)
+    daemon = DaemonProcess(tmp_path, twistd=str(twistd)).start()
+    try:
+        log = daemon.log()
+        assert "busy_poll is off: busy polling needs the epoll reactor, not PollReactor" in log
+        assert "busy polling: " not in log
+        with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+            assert worker.request(wire.encode_ready()) == wire.Wait()
+            ok = producer.submit(b"t", b"x")
+            assert worker.receive() == wire.Task(ok.task_id, b"t", b"x")
+            worker.send(wire.encode_done(ok.task_id))
+            assert producer.receive() == wire.Done(ok.task_id)
+    finally:
+        daemon.kill()

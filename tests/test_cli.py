@@ -382,3 +382,36 @@ def test_cli_worker_serves_its_queues(daemon: DaemonProcess, background, tmp_pat
     done = quicx("submit", "shout", "hello", "--queue", "quiet", "--wait", env=env)
     assert done.returncode == 0, done.stderr
     worker.wait_for("quiet HELLO")
+
+
+def test_a_worker_on_a_reactor_without_epoll_runs_without_busy_polling(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    # Busy polling is on by default: a reactor without epoll (another
+    # platform's default) must not stop quicx worker from running.
+    (tmp_path / "handlers.py").write_text("handlers = {'t': lambda payload: None}\n")
+    (tmp_path / "poll_worker.py").write_text(
+        "import sys\n"
+        "from twisted.internet import pollreactor\n"
+        "pollreactor.install()\n"
+        "from quicx.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = {**env_for(daemon), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, str(tmp_path / "poll_worker.py"), "worker", "handlers:handlers"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        with QuicxClient(env["QUICX_ADDRESS"]) as client:
+            assert client.wait(client.submit("t", b""), timeout=10) is None  # type: ignore[arg-type]
+        assert "busy polling is off: busy polling needs the epoll reactor, not PollReactor" in (
+            log.read_text()
+        )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(15) == 0

@@ -448,3 +448,22 @@ def test_a_retried_task_goes_to_another_worker_than_the_one_it_failed_on(alone: 
     else:
         # ...but the task is offered to the other worker first.
         assert (worker.task_ids(), other.task_ids()) == ([1], [1])
+
+
+def test_a_retried_task_goes_to_the_worker_it_failed_on_rather_than_to_a_failing_one() -> None:
+    clock = Clock()
+    queue = dispatching(DispatchSettings(), clock, retries=1, backoff=FAST_RETRY)
+    producer = producer_of(queue)
+    good = worker_of(queue, name="good")
+    queue.submit(producer.session, b"t", b"x")
+    assert good.task_ids() == [1]
+    queue.failed(good.session, 1, "flaky")  # once: the task's fault, most likely
+    broken = worker_of(queue, name="broken")
+    for _ in range(3):
+        queue.submit(producer.session, b"t", b"x", retries=0)
+        (task_id,) = broken.task_ids()
+        queue.failed(broken.session, task_id, "broken")
+    # Due again, with both idle and the broken one idle last: the worker it
+    # failed on once is a better bet than one that fails everything.
+    clock.advance(1.0)
+    assert (good.task_ids(), broken.task_ids()) == ([1], [])

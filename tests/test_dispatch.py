@@ -43,9 +43,15 @@ def test_a_task_is_offered_first_to_a_worker_it_did_not_fail_on() -> None:
     assert offer(idle(failed_on), now=0.0, task_id=7, avoid=1) is failed_on
 
 
-def test_when_every_worker_is_failing_or_avoided_the_first_is_offered_the_task() -> None:
+def test_a_failing_worker_is_passed_over_for_the_one_the_task_failed_on() -> None:
     workers = idle(Worker(1, failing_until=9.0), Worker(2), Worker(3, failing_until=9.0))
+    assert offer(workers, now=0.0, task_id=7, avoid=2) is workers[2]
+
+
+def test_when_every_worker_is_failing_the_first_is_offered_the_task() -> None:
+    workers = idle(Worker(1, failing_until=9.0), Worker(2, failing_until=9.0))
     assert offer(workers, now=0.0, task_id=7, avoid=2) is workers[1]
+    assert offer(workers, now=0.0, task_id=7) is workers[1]
 
 
 def test_a_task_never_goes_to_a_worker_running_a_late_copy_of_it() -> None:

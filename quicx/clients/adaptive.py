@@ -113,12 +113,14 @@ class AutoCredits:
             return self.maximum
         return max(1, int(budget / self._mean + 1e-9))
 
-    def after_read(self, received: int, lease: float | None) -> int | None:
+    def after_read(self, received: int, lease: float | None, running: int = 0) -> int | None:
         """
         A read brought C{received} TASKs and their handlers have run or
-        started: the new credit count to ask for, or C{None} to keep it.
+        started, and C{running} of the connection's tasks still run (in
+        threads or as coroutines, whose times are not known yet): the new
+        credit count to ask for, or C{None} to keep it.
         """
-        target, credits = self.target(lease), self.credits
+        target, credits = 1 if running else self.target(lease), self.credits
         # A quarter of slack each way, so that a mean that wavers around a
         # boundary does not send a READY on every read.
         if 4 * target < 3 * credits:

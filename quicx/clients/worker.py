@@ -76,7 +76,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from quicx.clients import requests
-from quicx.clients.adaptive import AutoCredits, Placement
+from quicx.clients.adaptive import AUTO_MAX, AutoCredits, Placement
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
 from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.progress import ten_thousandths
@@ -459,13 +459,17 @@ class WorkerProtocol(FrameReceiver):
         self._write(lifecycle.encode_nack(task_id, token, cut_reason(reason), permanent=True))
 
     def _pace(self, replies: list[bytes]) -> None:
-        """After a read that brought tasks: ask for more or fewer, if the pace says so."""
+        """
+        After a read that brought tasks: ask for more or fewer, if the pace
+        says so, before the read's outcomes (the daemon would refill the old
+        credits on each outcome before it reads a READY that follows them).
+        """
         assert self.auto is not None
-        credits = self.auto.after_read(self._received, self._lease_seconds)
+        credits = self.auto.after_read(self._received, self._lease_seconds, self.running)
         if credits is not None:
             self.credits = credits
             codec = v2 if self.version == v2.VERSION else wire
-            replies.append(codec.encode_ready(credits))
+            replies.insert(0, codec.encode_ready(credits))
 
     def _lease(self, task: wire.Task | v2.Task) -> Lease | None:
         """The lease of a delivery with a token (kept alive with C{auto_extend})."""
@@ -763,8 +767,12 @@ class Worker:
         """Connect C{concurrency} slots to the daemon at C{address}."""
         self._reactor = reactor
         self._stopping = False
+        # A thread per credit, so that no task held waits for another's
+        # thread; threads start only when tasks wait for one.
         self._threads = ThreadPool(
-            minthreads=0, maxthreads=self.concurrency * (self.credits or 1), name="quicx-worker"
+            minthreads=0,
+            maxthreads=self.concurrency * (self.credits or AUTO_MAX),
+            name="quicx-worker",
         )
         self._threads.start()
         endpoint = endpoint_for(reactor, address)

@@ -103,15 +103,18 @@ def offer(idle: Mapping[int, W], now: float, task_id: int = 0, avoid: int = 0) -
     The worker of C{idle} (a queue's idle workers, in the order they are
     offered tasks) to offer task C{task_id}: the first that is not failing
     at C{now} and is not worker C{avoid} (the one the task last failed on);
-    if every one is, the first.  Never a worker that runs a late copy of
-    the task: C{None} if every one does.
+    else C{avoid}, if it is not failing (one failure of this task says less
+    than a streak of failures); else the first.  Never a worker that runs a
+    late copy of the task: C{None} if every one does.
     """
     fallback = None
     for worker in idle.values():
         if worker.overdue and task_id in worker.overdue:
             continue
-        if worker.failing_until <= now and worker.session_id != avoid:
-            return worker
-        if fallback is None:
+        if worker.failing_until <= now:
+            if worker.session_id != avoid:
+                return worker
+            fallback = worker
+        elif fallback is None:
             fallback = worker
     return fallback

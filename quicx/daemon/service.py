@@ -428,11 +428,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     # (and every other) when stdout is a file or a supervisor's pipe.
     with suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    if config.busy_poll:
-        try:
-            enable_busy_poll(reactor, config.busy_poll)
-        except ValueError as e:
-            raise SystemExit(f"quicx: busy_poll: {e}") from None
+    config = fit_busy_poll(config, reactor)
     config = fit_file_limit(config)
     if config.events_directory:
         make_directory("[events] directory", config.events_directory)
@@ -585,6 +581,25 @@ def _clients(queue: QueueService) -> list[dict[str, Any]]:
 FILE_RESERVE = 128
 """File descriptors kept beyond max_connections: the journal, event files,
 listeners, control connections, and connections being refused."""
+
+
+def fit_busy_poll(config: configuration.Config, reactor: Any) -> configuration.Config:
+    """
+    Make C{reactor} busy-poll as C{busy_poll} says.  A reactor that cannot
+    (one without epoll: C{twistd --reactor=poll}, or another platform's
+    default) runs without it, with a warning: busy polling is on by default,
+    and only saves wake-ups.
+    """
+    if not config.busy_poll:
+        return config
+    try:
+        enable_busy_poll(reactor, config.busy_poll)
+    except ValueError as e:
+        QuicxDaemon.log.warn(
+            "busy_poll is off: {error}", log_id="daemon.busy_poll_off", error=str(e)
+        )
+        return attrs.evolve(config, busy_poll=0.0)
+    return config
 
 
 def fit_file_limit(config: configuration.Config) -> configuration.Config:
