@@ -30,6 +30,7 @@ def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
         "e2e stock worker",
         "latency",
         "latency no busy-poll",
+        "latency floor",
     ]
     for name, n, credits in (
         ("e2e", 20_000, 64),
@@ -43,6 +44,7 @@ def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
         latency = records[name]
         assert latency["n"] == 500 and latency["busy_poll"] == busy_poll
         assert 0 < latency["p50_us"] <= latency["p99_us"] <= latency["max_us"]
+    assert 0 < records["latency floor"]["p50_us"] <= records["latency floor"]["max_us"]
 
 
 def test_bench_refuses_an_unknown_workload() -> None:
