@@ -331,7 +331,7 @@ def documented_bound(status: dict) -> int:
     return (
         56 * MiB
         + status["memory"]["total"]
-        + 400 * live
+        + 500 * live
         + 2048 * connections["total"]
         + (1 << 20) * connections["total"]  # max_output_buffer, per connection
         + 16 * MiB
