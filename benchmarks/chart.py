@@ -33,8 +33,8 @@ def throughput_bars(
     for name, label in (
         ("e2e stock worker", "stock worker\n(no flags)"),
         ("e2e", "64 credits\n100 B"),
-        ("e2e one task/conn", "one task per\nconnection, 32 each"),
-        ("e2e one task/worker", "one task\nper worker"),
+        ("e2e one task/conn", "32 conns,\n1 task each"),
+        ("e2e one task/worker", "1 conn,\n1 task"),
         ("e2e 1024 B", "64 credits\n1 KiB"),
         ("harness e2e", "both: one put\nper round trip"),
     ):
