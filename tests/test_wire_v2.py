@@ -669,3 +669,20 @@ def test_version_2_types_are_unknown_to_a_version_1_connection() -> None:
     parser.feed(wire.PONG_FRAME)
     (event,) = parser.feed(wire.frame(MessageType.QUEUES))
     assert isinstance(event, RejectedFrame) and "unknown message type 0x13" in event.reason
+
+
+def test_repeated_submit_options_decode_alike() -> None:
+    """
+    Options decoded before (a delay, retries) give the same fields again,
+    with each SUBMIT's own type and payload; keys are each SUBMIT's own.
+    """
+    options = v2.submit_options("mail", 3, delay_ms=1, retries=2)
+    for task_type, body in ((b"a", b"first"), (b"bb", b"")):
+        payload = v2.encode_submit(task_type, body, options)[wire.HEADER_SIZE :]
+        assert v2.decode_submit(payload) == v2.Submit(
+            task_type, body, "mail", 3, delay_ms=1, retries=2
+        )
+    for key in (b"k1", b"k2"):
+        keyed = v2.submit_options("mail", key=key, delay_ms=1)
+        payload = v2.encode_submit(b"t", b"", keyed)[wire.HEADER_SIZE :]
+        assert v2.decode_submit(payload).key == key

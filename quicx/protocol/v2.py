@@ -806,6 +806,9 @@ _NAMES: dict[bytes, str] = {}
 """Queue names already checked: a name is checked once, not per message."""
 _OPTIONS: dict[bytes, tuple[str | None, int | None]] = {}
 """SUBMIT options without keys already decoded: queue and priority repeat."""
+_REPEATED: dict[bytes, tuple[Any, ...]] = {}
+"""SUBMIT options already decoded that repeat from task to task (no key, time
+to run at or group): the L{Submit} fields after its payload."""
 _CACHE_SIZE = 4096
 
 
@@ -876,6 +879,9 @@ def decode_submit(payload: bytes) -> Submit:
     if end > size:
         raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes run past the payload")
     raw = payload[start:end]
+    repeated = _REPEATED.get(raw)
+    if repeated is not None:
+        return Submit(task_type, payload[end:], *repeated)
     items = _tlv(MessageType.SUBMIT, payload, start, end)
     queue = priority = key = fairness = delay_ms = run_at_ms = retries = None
     backoff = result_ttl = group = None
@@ -931,7 +937,7 @@ def decode_submit(payload: bytes) -> Submit:
     only_queue_and_priority = len(items) == (queue is not None) + (priority is not None)
     if only_queue_and_priority and len(_OPTIONS) < _CACHE_SIZE:
         _OPTIONS[raw] = (queue, priority)
-    return Submit(
+    submit = Submit(
         task_type,
         payload[end:],
         queue,
@@ -946,6 +952,10 @@ def decode_submit(payload: bytes) -> Submit:
         progress,
         group,
     )
+    repeats = key is None and fairness is None and run_at_ms is None and group is None
+    if repeats and len(_REPEATED) < _CACHE_SIZE:
+        _REPEATED[raw] = submit[2:]
+    return submit
 
 
 def decode_done(payload: bytes) -> Done:
