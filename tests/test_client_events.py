@@ -130,6 +130,17 @@ def test_items_put_what_was_missed_before_the_events() -> None:
     assert watching.items(Events((line(2),))) == [{"event": "done", "task": 2}]
 
 
+def test_items_parse_each_line_as_one_event_or_refuse_the_batch() -> None:
+    # A batch is parsed as one array; lines that do not make one event
+    # each are refused, as parsing them one by one would.
+    assert watching.items(Events((line(1), line(2), line(3)))) == [
+        {"event": "done", "task": n} for n in (1, 2, 3)
+    ]
+    for bad in (("1,2", line(1)), ("[1", "2]"), (line(1), "{")):
+        with pytest.raises(ValueError):
+            watching.items(Events(bad))
+
+
 def test_the_feed_keeps_the_newest_and_says_how_many_it_dropped() -> None:
     feed = EventFeed(keep=3)
     feed.arrived(Events((line(1),)))

@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from quicx.daemon.events import format_event
+from quicx.daemon.events import format_event, format_events
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import config_option
@@ -50,6 +50,30 @@ def test_format_event_fields() -> None:
         format_event((1.0, "progress", 7, b"x", 5, 1, 2, 1, (0.25, 'a "quarter"'), "q", 0))
     )
     assert (progress["fraction"], progress["message"]) == (0.25, 'a "quarter"')
+
+
+def test_format_events_in_a_batch_writes_each_line_as_alone() -> None:
+    # Templates are kept per kind, task type and queue: a batch mixing
+    # them, with a type holding % and quotes, nulls and extras, gives each
+    # event the line it has alone, with its own numbers.
+    batch = [
+        (2.0005, "submitted", 1, b'50% "off"', 10, 3, None, 0, None, "q", 1),
+        (2.5, "dispatched", 1, b'50% "off"', 10, 3, 8, 1, None, "q", 1),
+        (3.0, "submitted", 2, b'50% "off"', 20, None, None, 0, None, "r", 0),
+        (4.0, "rejected", None, b'50% "off"', 5, 4, None, 0, (4, "no"), None, None),
+        (5.0, "done", 1, b'50% "off"', 10, 3, 8, 1, None, "q", 1),
+    ]
+    lines = format_events(batch)
+    assert lines == [format_event(event) for event in batch]
+    records = [json.loads(line) for line in lines]
+    assert [(r["t"], r["task"], r["type"], r["size"], r["queue"]) for r in records] == [
+        (2000, 1, '50% "off"', 10, "q"),
+        (2500, 1, '50% "off"', 10, "q"),
+        (3000, 2, '50% "off"', 20, "r"),
+        (4000, None, '50% "off"', 5, None),
+        (5000, 1, '50% "off"', 10, "q"),
+    ]
+    assert records[2]["producer"] is None and records[3]["reason"] == "no"
 
 
 def test_a_scripted_workload_leaves_every_kind_of_event(tmp_path: Path, start_daemon) -> None:

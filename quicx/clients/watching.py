@@ -45,7 +45,22 @@ def missed(count: int) -> dict[str, Any]:
 def items(message: monitor.Events) -> list[dict[str, Any]]:
     """An EVENTS frame's items: what it missed, if anything, then its events."""
     found = [missed(message.missed)] if message.missed else []
-    found += map(json.loads, message.lines)
+    found += _parsed(message.lines)
+    return found
+
+
+def _parsed(lines: tuple[str, ...]) -> list[Any]:
+    """
+    The JSON of each of C{lines}, parsed as one array: several times faster
+    than line by line (the daemon sends thousands at a time).  Lines that do
+    not make one item each are parsed one by one, which says which is bad.
+    """
+    try:
+        found: list[Any] = json.loads(f"[{','.join(lines)}]")
+    except ValueError:
+        found = []
+    if len(found) != len(lines):
+        found = [json.loads(line) for line in lines]
     return found
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from attrs import frozen
@@ -68,11 +69,11 @@ class EventSettings:
     max_age: float = 3600.0
 
 
-_LINE = (
-    '{"t":%d,"event":"%s","task":%s,"type":%s,"size":%d,"producer":%s,"worker":%s,"attempt":%d,'
-    '"queue":%s,"priority":%s'
-)
 _type_json: dict[bytes, str] = {}
+_Template = tuple[str, str, str]
+_templates: dict[tuple[str, bytes, str | None], _Template] = {}
+_CACHED = 10_000
+"""The most task types, and (kind, task type, queue) templates, kept encoded."""
 
 
 def _json_type(task_type: bytes) -> str:
@@ -80,32 +81,32 @@ def _json_type(task_type: bytes) -> str:
     encoded = _type_json.get(task_type)
     if encoded is None:
         encoded = json.dumps(task_type.decode("utf-8", "replace"), ensure_ascii=False)
-        if len(_type_json) < 10_000:
+        if len(_type_json) < _CACHED:
             _type_json[task_type] = encoded
     return encoded
 
 
-def format_event(event: Event) -> str:
+def _template(kind: str, task_type: bytes, queue: str | None) -> _Template:
     """
-    One record as its JSON line (without the newline).  Built from a
-    template, not with C{json.dumps} per record: this runs for every event,
-    in the daemon's process.
+    The text of a C{kind} event's line that its kind, task type and queue
+    make: before its task id, before its size, before its priority.
     """
-    when, kind, task_id, task_type, size, producer, worker, attempt, extra, queue, priority = event
-    line = _LINE % (
-        when * 1000,
-        kind,
-        "null" if task_id is None else task_id,
-        _json_type(task_type),
-        size,
-        "null" if producer is None else producer,
-        "null" if worker is None else worker,
-        attempt,
-        "null" if queue is None else f'"{queue}"',  # queue names need no escaping
-        "null" if priority is None else priority,
-    )
-    if extra is None:
-        return line + "}"
+    key = (kind, task_type, queue)
+    template = _templates.get(key)
+    if template is None:
+        queue_json = "null" if queue is None else f'"{queue}"'  # queue names need no escaping
+        template = (
+            f',"event":"{kind}","task":',
+            f',"type":{_json_type(task_type)},"size":',
+            f',"queue":{queue_json},"priority":',
+        )
+        if len(_templates) < _CACHED:
+            _templates[key] = template
+    return template
+
+
+def _extra_fields(kind: str, extra: Any) -> str:
+    """The fields an event's C{extra} adds, and the closing brace."""
     keys = _EXTRA_KEY[kind]
     if isinstance(keys, tuple):
         # Several fields: the extra is their values, in order.
@@ -113,8 +114,41 @@ def format_event(event: Event) -> str:
             f',"{key}":{json.dumps(value, ensure_ascii=False)}'
             for key, value in zip(keys, extra, strict=True)
         )
-        return f"{line}{fields}}}"
-    return f'{line},"{keys}":{json.dumps(extra, ensure_ascii=False)}}}'
+        return f"{fields}}}"
+    return f',"{keys}":{json.dumps(extra, ensure_ascii=False)}}}'
+
+
+def format_events(events: Iterable[Event]) -> list[str]:
+    """
+    Each record as its JSON line (without the newline).  Built from a
+    template per kind, task type and queue, not with C{json.dumps} per
+    record, and in one loop: this runs for every event, in the daemon's
+    process, thousands at a time.
+    """
+    lines: list[str] = []
+    add = lines.append
+    templates = _templates
+    for event in events:
+        when, kind, task_id, task_type, size, producer, worker, attempt, extra, queue, priority = (
+            event
+        )
+        task, size_field, priority_field = templates.get((kind, task_type, queue)) or _template(
+            kind, task_type, queue
+        )
+        add(
+            f'{{"t":{int(when * 1000)}{task}{"null" if task_id is None else task_id}'
+            f"{size_field}{size}"
+            f',"producer":{"null" if producer is None else producer}'
+            f',"worker":{"null" if worker is None else worker},"attempt":{attempt}'
+            f"{priority_field}{'null' if priority is None else priority}"
+            f"{'}' if extra is None else _extra_fields(kind, extra)}"
+        )
+    return lines
+
+
+def format_event(event: Event) -> str:
+    """One record as its JSON line (without the newline): see L{format_events}."""
+    return format_events((event,))[0]
 
 
 class EventLog(Service):
@@ -181,8 +215,8 @@ class EventLog(Service):
             self._rotate()
         chunk: list[bytes] = []
         room = settings.max_bytes - self._file_bytes
-        for event in events:
-            line = (format_event(event) + "\n").encode("utf-8")
+        for text in format_events(events):
+            line = (text + "\n").encode("utf-8")
             if len(line) > room and (chunk or self._file_bytes):
                 self._append(chunk)
                 self._rotate()

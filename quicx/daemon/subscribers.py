@@ -23,7 +23,7 @@ from typing import Any
 from attrs import define, field
 
 from quicx.daemon.core import Refused, Session
-from quicx.daemon.events import Event, format_event
+from quicx.daemon.events import Event, format_events
 from quicx.daemon.policy import SubscriberLimits
 from quicx.protocol import monitor
 from quicx.protocol.monitor import Watch
@@ -118,7 +118,7 @@ class Subscribers:
 
     def take(self, events: list[Event]) -> None:
         """Send each subscriber the events that pass its filter, or hold them."""
-        line = format_event if self.count == 1 else _formatted_once()
+        lines = format_events if self.count == 1 else _formatted_once()
         for subscriber in list(self._subscribers.values()):
             matched = (
                 events if subscriber.everything else [e for e in events if subscriber.matches(e)]
@@ -128,7 +128,7 @@ class Subscribers:
             if subscriber.session.paused:
                 self._hold(subscriber, matched)
             else:
-                self._send(subscriber, matched, line)
+                self._send(subscriber, matched, lines)
 
     def _hold(self, subscriber: Subscriber, events: list[Event]) -> None:
         held = subscriber.held
@@ -140,12 +140,12 @@ class Subscribers:
             self.dropped += excess
 
     def _send(
-        self, subscriber: Subscriber, events: list[Event], line: Callable[[Event], str]
+        self, subscriber: Subscriber, events: list[Event], lines: Callable[[list[Event]], list[str]]
     ) -> None:
         if subscriber.held:
             events = subscriber.held + events
             subscriber.held = []
-        frames = monitor.encode_events([line(event) for event in events], subscriber.missed)
+        frames = monitor.encode_events(lines(events), subscriber.missed)
         subscriber.missed = 0
         subscriber.session.peer.sendFrame(frames)
 
@@ -154,17 +154,16 @@ class Subscribers:
         subscriber = self._subscribers.get(session.session_id)
         if subscriber is not None and (subscriber.held or subscriber.missed):
             held, subscriber.held = subscriber.held, []
-            self._send(subscriber, held, format_event)
+            self._send(subscriber, held, format_events)
 
 
-def _formatted_once() -> Callable[[Event], str]:
-    """C{format_event}, remembering each line: several subscribers may send one event."""
-    lines: dict[int, str] = {}
+def _formatted_once() -> Callable[[list[Event]], list[str]]:
+    """C{format_events}, remembering each line: several subscribers may send one event."""
+    known: dict[int, str] = {}
 
-    def line(event: Event) -> str:
-        found = lines.get(id(event))
-        if found is None:
-            found = lines[id(event)] = format_event(event)
-        return found
+    def lines(events: list[Event]) -> list[str]:
+        new = [event for event in events if id(event) not in known]
+        known.update(zip(map(id, new), format_events(new), strict=True))
+        return [known[id(event)] for event in events]
 
-    return line
+    return lines
