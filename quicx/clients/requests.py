@@ -36,7 +36,7 @@ def _optional_ttl(value: float | str | None) -> int | None:
     return None if value is None else timing.ttl_seconds(value)
 
 
-@frozen
+@frozen(cache_hash=True)
 class Options:
     """
     A SUBMIT's version-2 options; every one C{None} means none.
@@ -155,12 +155,20 @@ def submit_frames(
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
     plain = wire.encode_submit if version == 1 else v2.encode_submit
     frames = []
+    # Tasks of a batch mostly share a few Options: each is encoded once.
+    encoded: dict[Options, bytes] = {}
     for task in tasks:
         if len(task) == 2:  # the common case, without a call to sort out options
             task_type, payload = task
             frames.append(plain(as_bytes(task_type), as_bytes(payload)))
-        else:
+        elif version == 1:
             frames.append(encode_submit(version, *task))
+        else:
+            task_type, payload, options = task
+            field = encoded.get(options)
+            if field is None:
+                field = encoded[options] = options.encode() if options.any else b""
+            frames.append(v2.encode_submit(as_bytes(task_type), as_bytes(payload), field))
     return b"".join(frames)
 
 
