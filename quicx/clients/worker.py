@@ -80,6 +80,7 @@ from quicx.clients.adaptive import AUTO_MAX, AutoCredits, Placement
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
 from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.progress import ten_thousandths
+from quicx.clients.stuck import StuckWatch
 from quicx.clients.twisted_client import endpoint_for
 from quicx.net.framer import FrameReceiver, set_no_delay, write_now
 from quicx.protocol import lifecycle, results, v2, wire
@@ -626,6 +627,8 @@ class Worker:
         self._waiting: set[Deferred[Any]] = set()
         self._stopping = False
         self._slots: set[WorkerProtocol] = set()
+        # Logs a call moved to the reactor that runs for long (the worker stalls).
+        self.stuck = StuckWatch()
         self._threads: ThreadPool | None = None
         self._reactor: Any = None  # its clock, its threads and its connections are used
 
@@ -748,10 +751,15 @@ class Worker:
                 timed(0.0, False)
             return deferToThreadPool(self._reactor, self._threads, registration.function, *args)
         started = time.perf_counter()
+        if placement is not None:
+            self.stuck.begin(task.task_type)
         try:
             result = registration.function(*args)
         except Exception:
             result = Failure()
+        finally:
+            if placement is not None:
+                self.stuck.end()
         if inspect.isawaitable(result):
             if timed is not None:
                 timed(0.0, False)
@@ -775,6 +783,7 @@ class Worker:
             name="quicx-worker",
         )
         self._threads.start()
+        self.stuck.start()
         endpoint = endpoint_for(reactor, address)
         self._loops = [
             ensureDeferred(self._keep_connected(endpoint, address)) for _ in range(self.concurrency)
@@ -827,6 +836,7 @@ class Worker:
         if self._threads is not None:
             threads, self._threads = self._threads, None
             threads.stop()
+        self.stuck.stop()
 
 
 class _SlotFactory(Factory):
