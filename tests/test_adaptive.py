@@ -167,9 +167,15 @@ def test_credits_hold_no_more_than_half_a_lease_of_work() -> None:
 # -- on a worker connection --------------------------------------------------------------
 
 
+def no_time() -> float:
+    """A clock that stands still: every call takes no time, however loaded the machine."""
+    return 0.0
+
+
 def test_a_connection_asks_for_more_credits_as_its_short_handler_keeps_up() -> None:
     worker = Worker()
     worker.register("t", lambda payload: None, thread=False)
+    worker.timer = no_time
     daemon = FakeDaemon(worker)
     daemon.task(1, token=71)
     assert daemon.sent() == [v2.Ready(2, ()), lifecycle.Ack(1, 71)]
@@ -210,6 +216,7 @@ def test_a_version_1_connection_asks_for_one_credit_and_falls_back_when_refused(
 def test_a_version_1_connection_to_a_quicx_daemon_grows_its_credits() -> None:
     worker = Worker(protocol=1)
     worker.register("t", lambda payload: None, thread=False)
+    worker.timer = no_time
     daemon = FakeDaemon(worker)
     daemon.feed(wire.encode_task(1, b"t", b"x"))
     assert daemon.sent() == [wire.Ready(2), wire.Done(1)]
@@ -252,6 +259,7 @@ def test_a_task_running_in_a_thread_holds_its_connections_only_credit_among_shor
     worker.register("t", lambda payload: None, thread=False)
     worker.register("slow", lambda payload: blocked.wait(10), thread=True)
     worker._threads = pool
+    worker.timer = no_time
     daemon = FakeDaemon(worker)
     daemon.task(1, token=71)
     assert daemon.sent() == [v2.Ready(2, ()), lifecycle.Ack(1, 71)]
@@ -336,9 +344,11 @@ def test_tasks_held_when_their_handler_goes_back_to_the_threads_run_at_once() ->
     try:
         daemon = FakeDaemon(worker)
         context = v2.task_context(None, None, 73, 10_000)
+        worker.timer = no_time
         for count in (1, 2):  # grow to 4 credits
             daemon.feed(v2.encode_task(1, b"t", b"", b"\x07default", 0, 1, 0, context) * count)
         assert daemon.slot.credits == 4
+        worker.timer = time.perf_counter
         daemon.feed(
             v2.encode_task(5, b"t", b"slow", b"\x07default", 0, 1, 0, context)
             + v2.encode_task(6, b"t", b"blocks", b"\x07default", 0, 1, 0, context) * 3

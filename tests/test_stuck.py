@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from twisted.internet.task import Clock
 from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from quicx.clients.stuck import StuckWatch
@@ -31,15 +32,17 @@ def errors() -> Iterator[list[str]]:
 
 
 def test_a_call_past_the_limit_is_logged_once(errors: list[str]) -> None:
-    watch = StuckWatch(after=0.05)
+    clock = Clock()
+    watch = StuckWatch(after=10, clock=clock.seconds)
     watch.begin(b"resize")
+    clock.advance(9.9)
     assert not watch.check()
-    time.sleep(0.06)
+    clock.advance(0.1)
     assert watch.check() and not watch.check()
     watch.end()
     assert not watch.check()
     watch.begin(b"resize")  # a new call: logged again when it is stuck in turn
-    time.sleep(0.06)
+    clock.advance(10)
     assert watch.check()
     assert len(errors) == 2 and "a handler for resize has run on the reactor" in errors[0]
     assert "register it with thread=True" in errors[0]
@@ -49,7 +52,7 @@ def test_a_handler_moved_to_the_reactor_that_blocks_is_logged_while_it_runs(
     errors: list[str],
 ) -> None:
     worker = Worker()
-    worker.register("t", lambda payload: time.sleep(0.4))
+    worker.register("t", lambda payload: time.sleep(1.0))
     placement = worker._handlers[b"t"].placement
     assert placement is not None
     placement.inline = True  # as after 16 short calls in a thread

@@ -58,9 +58,9 @@ async def test_producer_and_worker_round_trip(daemon: DaemonProcess) -> None:
         assert ids == list(range(1, 51))
         await defer.gatherResults([client.outcome(i) for i in ids])
         assert sorted(p for _, p in seen) == sorted(b"%d" % i for i in range(50))
-        # A plain function starts in the thread pool; its calls are short,
-        # so it moves to the reactor.
-        assert "quicx-worker" in seen[0][0] and seen[-1][0] == "MainThread"
+        # A plain function starts in the thread pool (when its calls are
+        # short it moves to the reactor: tests/test_adaptive.py).
+        assert "quicx-worker" in seen[0][0]
 
         assert await client.submit_and_wait("fetch", b"") == 51
         failing = await client.submit("explode", "boom")

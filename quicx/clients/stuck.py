@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from twisted.logger import Logger
 
@@ -29,15 +30,18 @@ class StuckWatch:
 
     log = Logger()
 
-    def __init__(self, after: float = STUCK_AFTER) -> None:
+    def __init__(
+        self, after: float = STUCK_AFTER, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.after = after
+        self._clock = clock
         self._call: tuple[float, bytes] | None = None
         self._told: tuple[float, bytes] | None = None
         self._stop: threading.Event | None = None
 
     def begin(self, task_type: bytes) -> None:
         """A call for a task of C{task_type} starts on the reactor."""
-        self._call = (time.monotonic(), task_type)
+        self._call = (self._clock(), task_type)
 
     def end(self) -> None:
         """It has returned."""
@@ -46,7 +50,7 @@ class StuckWatch:
     def check(self) -> bool:
         """Log the call running now if it is stuck and was not logged yet; whether it was."""
         call = self._call
-        if call is None or call is self._told or time.monotonic() - call[0] < self.after:
+        if call is None or call is self._told or self._clock() - call[0] < self.after:
             return False
         self._told = call
         self.log.error(

@@ -629,6 +629,8 @@ class Worker:
         self._slots: set[WorkerProtocol] = set()
         # Logs a call moved to the reactor that runs for long (the worker stalls).
         self.stuck = StuckWatch()
+        # Times the calls on the reactor (a test may give a clock of its own).
+        self.timer: Callable[[], float] = time.perf_counter
         self._threads: ThreadPool | None = None
         self._reactor: Any = None  # its clock, its threads and its connections are used
 
@@ -750,7 +752,7 @@ class Worker:
             if timed is not None:
                 timed(0.0, False)
             return deferToThreadPool(self._reactor, self._threads, registration.function, *args)
-        started = time.perf_counter()
+        started = self.timer()
         if placement is not None:
             self.stuck.begin(task.task_type)
         try:
@@ -764,7 +766,7 @@ class Worker:
             if timed is not None:
                 timed(0.0, False)
             return ensureDeferred(result)  # type: ignore[arg-type]
-        seconds = time.perf_counter() - started
+        seconds = self.timer() - started
         if placement is not None:
             placement.ran(seconds, True)
         if timed is not None:
