@@ -204,8 +204,8 @@ RETRY_MAX = 3.0
 @frozen
 class Registration:
     """
-    A handler and where it runs: in the thread pool (C{in_thread}), on the
-    reactor, or, with a L{Placement}, where that says.
+    A handler and where it runs: always in the thread pool (C{in_thread}),
+    where its L{Placement} says, or else on the reactor.
     """
 
     function: Handler
@@ -645,13 +645,9 @@ class Worker:
             short (see L{Placement}): register a function that is quick
             except now and then, when it blocks for long, with C{True}.
         """
-        coroutine = inspect.iscoroutinefunction(function)
-        in_thread = not coroutine if thread is None else thread
+        placed = thread is None and not inspect.iscoroutinefunction(function)
         self._handlers[task_type.encode("utf-8")] = Registration(
-            function,
-            in_thread,
-            _takes_context(function),
-            Placement() if thread is None and not coroutine else None,
+            function, bool(thread), _takes_context(function), Placement() if placed else None
         )
 
     def handler(self, task_type: str, thread: bool | None = None) -> Callable[[Handler], Handler]:
@@ -747,7 +743,7 @@ class Worker:
                 self._reactor, self._threads, _timed_call, registration.function, args
             )
             return called.addCallback(_note_time, placement, timed)
-        if registration.in_thread and placement is None:
+        if registration.in_thread:
             assert self._threads is not None and self._reactor is not None
             if timed is not None:
                 timed(0.0, False)
