@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quicx.clients.address import parse_address
+from quicx.clients.address import parse_address, split_addresses
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
 from quicx.protocol import v2, wire
@@ -272,3 +272,26 @@ def test_parse_address(text: str, parsed: object) -> None:
 def test_parse_address_refuses(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_address(text)
+
+
+def test_split_addresses_keeps_the_order_and_normalizes() -> None:
+    assert split_addresses("tcp:h1:16381, h2:16381 ,unix:/run/q") == (
+        "tcp:h1:16381",
+        "tcp:h2:16381",
+        "unix:/run/q",
+    )
+    assert split_addresses(["h1:1"]) == ("tcp:h1:1",)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty address"),
+        ("h1:1,,h2:2", "empty address"),
+        ("h1:1,tcp:h1:1", "tcp:h1:1 named twice"),
+        ([], "no daemon address"),
+    ],
+)
+def test_split_addresses_refuses_empty_and_repeated(text: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        split_addresses(text)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ import ipaddress
 import os
 import socket
 import ssl
+from collections.abc import Iterable
 
 from attrs import frozen
 from cryptography import x509
@@ -49,8 +50,34 @@ def normalize_address(address: str) -> str:
 
 
 def default_address() -> str:
-    """C{$QUICX_ADDRESS} if set, else L{DEFAULT_ADDRESS}."""
+    """
+    C{$QUICX_ADDRESS} if set, else L{DEFAULT_ADDRESS}: one address, or a
+    list of them (see L{split_addresses}).
+    """
     return os.environ.get(ADDRESS_VARIABLE) or DEFAULT_ADDRESS
+
+
+def split_addresses(addresses: str | Iterable[str]) -> tuple[str, ...]:
+    """
+    One daemon's address or several: C{"tcp:h1:16381,tcp:h2:16381"} (commas
+    separate; spaces around them are ignored) or an iterable of addresses ->
+    each address normalized (L{normalize_address}), in the order given.
+
+    The order matters: it is each daemon's place in a cluster, the same for
+    every client given the same list.
+
+    @raise ValueError: no address, an empty item, or one daemon named twice.
+    """
+    items = addresses.split(",") if isinstance(addresses, str) else list(addresses)
+    found = tuple(normalize_address(item.strip()) for item in items)
+    if not found:
+        raise ValueError("no daemon address given")
+    if any(item == "tcp:" for item in found):
+        raise ValueError(f"{addresses!r}: an empty address in the list")
+    repeated = sorted({item for item in found if found.count(item) > 1})
+    if repeated:
+        raise ValueError(f"{', '.join(repeated)} named twice in the address list")
+    return found
 
 
 @frozen
