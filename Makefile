@@ -11,7 +11,7 @@ PIP    := $(VENV)/bin/pip --quiet --disable-pip-version-check
 # plugin) only when one of these changed since the last install.
 SOURCES := setup.cfg pyproject.toml $(shell find quicx twisted -name '*.py' -not -path '*/__pycache__/*')
 
-.PHONY: run test java browser clean
+.PHONY: run test java browser haproxy clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ $(VENV)/.built: $(VENV)/.installed $(SOURCES)
 run: $(VENV)/.built
 	$(VENV)/bin/quicx start $(ARGS)
 
-test: $(VENV)/.installed java browser
+test: $(VENV)/.installed java browser haproxy
 	$(VENV)/bin/tox run -e lint,py311,interop
 
 # PySpark (the data pipeline) needs a Java runtime; Debian's is OpenJDK 17.
@@ -40,6 +40,12 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
 	  [ "$$(id -u)" = 0 ] || { echo "make: Chromium is missing: apt-get install chromium chromium-driver (its test is skipped)"; exit 0; }; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
+# The load balancer test puts Debian's HAProxy in front of two daemons.
+haproxy:
+	@test -x /usr/sbin/haproxy || { \
+	  [ "$$(id -u)" = 0 ] || { echo "make: HAProxy is missing: apt-get install haproxy (its test is skipped)"; exit 0; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; }
 
 clean:
 	rm -rf $(VENV) .tox build *.egg-info
