@@ -56,6 +56,7 @@ from quicx.clients.outcomes import RetryNotice
 from quicx.clients.watching import MISSED
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
+from quicx.daemon.instances import MAX_PROCESSES, address_of, instance_config, instance_configs
 from quicx.daemon.settings import format_size
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.protocol import durations, lifecycle, wire
@@ -124,9 +125,21 @@ def daemon_config(args: argparse.Namespace) -> configuration.Config:
             given += [(setting, text) for text in (value if setting.repeatable else [value])]
     try:
         base = configuration.load(args.config) if args.config else configuration.Config()
-        return configuration.with_flags(base, given)
+        config = configuration.with_flags(base, given)
+        return config if args.instance is None else instance_config(config, args.instance)
     except configuration.ConfigError as e:
         raise CommandError(str(e)) from None
+
+
+def setting_arguments(args: argparse.Namespace) -> list[str]:
+    """C{--config} and the setting flags given on the command line, as given."""
+    given = [f"--config={args.config}"] if args.config else []
+    for setting in configuration.SETTINGS:
+        value = getattr(args, setting.name, None)
+        if value is not None:
+            texts = value if setting.repeatable else [value]
+            given += [f"--{setting.flag}={text}" for text in texts]
+    return given
 
 
 def control_path(args: argparse.Namespace) -> str:
@@ -166,16 +179,23 @@ def cmd_start(args: argparse.Namespace) -> int:
     from twisted.logger import globalLogBeginner
 
     from quicx.daemon.logformat import observer
-    from quicx.daemon.service import build_daemon
+    from quicx.daemon.service import build_daemon, make_directory
 
+    if args.processes > 1 and args.instance is not None:
+        raise CommandError("--processes runs a set of daemons, --instance one of them: not both")
     config = daemon_config(args)
+    instances = set_of(config, args.processes) if args.processes > 1 else []
     pid_path = config.pid_path
     claim_pid_file(pid_path)
     try:
         globalLogBeginner.beginLoggingTo(
             [observer(config.log_format, sys.stdout)], redirectStandardIO=False
         )
+        if instances:
+            return supervise(args, instances)
         try:
+            if args.instance is not None and config.journal:
+                make_directory("[journal] path", os.path.dirname(config.journal))
             service = build_daemon(config, reactor)
             service.privilegedStartService()
         except SystemExit as e:
@@ -186,6 +206,27 @@ def cmd_start(args: argparse.Namespace) -> int:
     finally:
         with_pid_file_removed(pid_path)
     return 0
+
+
+def set_of(config: configuration.Config, count: int) -> list[configuration.Config]:
+    """The configurations of C{count} daemons of C{config} (L{instance_configs})."""
+    try:
+        return instance_configs(config, count)
+    except configuration.ConfigError as e:
+        raise CommandError(str(e)) from None
+
+
+def supervise(args: argparse.Namespace, configs: Sequence[configuration.Config]) -> int:
+    """Run C{configs}' daemons, each C{quicx start --instance I} in its own process."""
+    from quicx.daemon.supervisor import Daemon, Supervisor
+
+    command = [sys.executable, "-m", "quicx.cli", "start", *setting_arguments(args)]
+    addresses = [address_of(config) for config in configs]
+    daemons = [
+        Daemon(f"daemon {index} ({address})", [*command, f"--instance={index}"])
+        for index, address in enumerate(addresses)
+    ]
+    return Supervisor(daemons, ",".join(addresses)).run()
 
 
 def claim_pid_file(path: str) -> None:
@@ -1285,6 +1326,13 @@ def build_parser() -> argparse.ArgumentParser:
             default=os.environ.get(CONFIG_VARIABLE) or None,
             help=f"the daemon's quicx.conf (default ${CONFIG_VARIABLE}, else the built-in one)",
         )
+        sub.add_argument(
+            "--instance",
+            metavar="I",
+            type=bounded_int(0, MAX_PROCESSES - 1),
+            help="daemon I of a set (start --processes, or one systemd unit each): its port is"
+            " port + I, its control socket, pid file and journal its own (docs/operations.md)",
+        )
 
     def settings(*names: str) -> list[configuration.Setting]:
         return [configuration.BY_NAME[name] for name in names]
@@ -1298,6 +1346,14 @@ def build_parser() -> argparse.ArgumentParser:
         " overrides the file's (see docs/configuration.md).",
     )
     config_option(start)
+    start.add_argument(
+        "--processes",
+        metavar="N",
+        type=bounded_int(1, MAX_PROCESSES),
+        default=1,
+        help="run N daemons, one process each, on port, port + 1, ... (default 1); the"
+        " address list for clients is logged; SIGTERM stops them all",
+    )
     settings_group = start.add_argument_group("settings (override the file's)")
     add_setting_flags(settings_group.add_argument, configuration.SETTINGS)
     start.set_defaults(run=cmd_start)

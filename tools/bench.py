@@ -12,6 +12,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench journal              # e2e per journal fsync policy
     python -m tools.bench delays               # delayed tasks: dispatch spread, memory
     python -m tools.bench observability        # e2e with /metrics off and on, scraped
+    python -m tools.bench scale                # e2e with 1, 2 and 4 daemons side by side
 
 See docs/performance.md for the figures and how to read them.
 """
@@ -453,6 +454,143 @@ def _fanin_producer(address: str, connections: int, per_connection: int) -> None
         print(time.perf_counter() - started)
 
     react(lambda reactor: defer.ensureDeferred(main(reactor)))
+
+
+SCALE_DAEMONS = (1, 2, 4)
+"""The scale workload's runs: this many independent daemons side by side."""
+
+SCALE_WORKERS = 2
+"""Stock worker processes per daemon in the scale workload (as e2e has)."""
+
+
+def client_addresses(daemons: Sequence[DaemonProcess]) -> list[str]:
+    """
+    The address each of the scale workload's producers and its daemon's
+    workers are given: one daemon's each, as independent daemons are used
+    today (a task never crosses daemons).  With clients that take the list,
+    each would be given all of them: C{[",".join(all)] * len(daemons)}.
+    """
+    return [daemon.client_address for daemon in daemons]
+
+
+def line_of(process: subprocess.Popen[str]) -> str:
+    """The next line C{process} writes on its stdout (a pipe), stripped."""
+    assert process.stdout is not None
+    return process.stdout.readline().strip()
+
+
+def scale_run(count: int, n: int, size: int = 100) -> dict[str, Any]:
+    """
+    C{count} daemons on L{BENCH_CONFIG}, each with L{SCALE_WORKERS} stock
+    workers and one producer process that pipelines C{n} tasks and waits for
+    every DONE (C{size}-byte payloads); the producers start together.
+    Throughput: all the tasks over the time from the start to the last
+    producer's end.
+    """
+    with tempfile.TemporaryDirectory(prefix="quicx-bench-scale-") as directory:
+        config = Path(directory) / "quicx.conf"
+        config.write_text(BENCH_CONFIG)
+        daemons = [
+            DaemonProcess(Path(directory) / str(index), [f"--config={config}"])
+            for index in range(count)
+        ]
+        workers: list[subprocess.Popen[bytes]] = []
+        producers: list[subprocess.Popen[str]] = []
+        try:
+            for daemon in daemons:
+                daemon.directory.mkdir()
+                daemon.start()
+            addresses = client_addresses(daemons)
+            for daemon, address in zip(daemons, addresses, strict=True):
+                workers += start_workers(
+                    "tools.bench:STOCK", SCALE_WORKERS, [f"--connect={address}"], daemon.directory
+                )
+                wait_for_workers(daemon, SCALE_WORKERS, workers)
+            producers = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tools.bench",
+                        "_scale",
+                        address,
+                        str(n),
+                        str(size),
+                    ],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=tools_environment(),
+                )
+                for address in addresses
+            ]
+            for producer in producers:  # each is connected
+                if line_of(producer) != "ready":
+                    raise SystemExit("tools.bench: a scale producer did not connect")
+            cpu = [cpu_seconds(daemon.pid) for daemon in daemons]
+            started_at = time.perf_counter()
+            for producer in producers:
+                assert producer.stdin is not None
+                producer.stdin.write("go\n")
+                producer.stdin.flush()
+            # Each one's line, not its exit: closing a client and an interpreter takes time.
+            seconds = [float(line_of(producer)) for producer in producers]
+            wall = time.perf_counter() - started_at
+            daemon_cpu = sum(cpu_seconds(d.pid) for d in daemons) - sum(cpu)
+            completed = [status(daemon)["tasks"]["completed"] for daemon in daemons]
+        finally:
+            stop_all([*producers, *workers], 30)
+            for daemon in daemons:
+                daemon.stop()
+    if completed != [n] * count:
+        raise SystemExit(f"tools.bench: {completed} tasks completed, not {n} on each daemon")
+    total = count * n
+    return {
+        "daemons": count,
+        "n_per_daemon": n,
+        "seconds": wall,
+        "tasks_per_s": total / wall,
+        "per_daemon_tasks_per_s": total / wall / count,
+        "producer_tasks_per_s": [n / s for s in seconds],
+        "daemon_cpu_us_per_task": 1e6 * daemon_cpu / total,
+    }
+
+
+def scale_workload(n: int, rounds: int = 3) -> dict[str, Any]:
+    """Every run of L{SCALE_DAEMONS}, alternated, C{rounds} times; the medians."""
+    runs: dict[int, list[dict[str, Any]]] = {count: [] for count in SCALE_DAEMONS}
+    for _ in range(rounds):
+        for count in SCALE_DAEMONS:
+            runs[count].append(scale_run(count, n))
+    median = {
+        count: statistics.median(r["tasks_per_s"] for r in runs[count]) for count in SCALE_DAEMONS
+    }
+    return {
+        "n_per_daemon": n,
+        "rounds": rounds,
+        "workers_per_daemon": SCALE_WORKERS,
+        "runs": runs,
+        "median": median,
+        "median_per_daemon": {count: median[count] / count for count in SCALE_DAEMONS},
+        "median_daemon_us": {
+            count: statistics.median(r["daemon_cpu_us_per_task"] for r in runs[count])
+            for count in SCALE_DAEMONS
+        },
+    }
+
+
+def _scale_producer(address: str, n: int, payload_size: int) -> None:
+    """
+    (Its own process.) Connect, say C{ready}, wait for a line; then pipeline
+    C{n} tasks and wait for every DONE; print the seconds.
+    """
+    with QuicxClient(address, keep_outcomes=n + 1) as client:
+        print("ready", flush=True)
+        sys.stdin.readline()
+        started = time.perf_counter()
+        for task_id in client.submit_many(tasks_of(n, payload_of(payload_size), 1)):
+            client.wait(task_id)  # type: ignore[arg-type]
+        print(time.perf_counter() - started, flush=True)
 
 
 def rss_growth(
@@ -1064,6 +1202,7 @@ WORKLOADS = (
     "delays",
     "results",
     "idle",
+    "scale",
 )
 
 
@@ -1366,7 +1505,27 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def run_scale() -> None:
+        # Side by side, alternated: 1, 2 and 4 independent daemons, each
+        # with its own producer and stock workers.
+        ours = scale_workload(50_000 // scale)
+        rates, per, cpu = ours["median"], ours["median_per_daemon"], ours["median_daemon_us"]
+        most = SCALE_DAEMONS[-1]
+        emit(
+            "scale e2e",
+            "  ".join(
+                f"{count} daemon{'s' * (count > 1)} {rates[count]:,.0f}/s"
+                f" ({per[count]:,.0f}/s each, {cpu[count]:.1f} µs/task)"
+                for count in SCALE_DAEMONS
+            )
+            + f"  (median of {ours['rounds']}, alternated):"
+            f" x{rates[most] / rates[1]:.2f} with {most}",
+            ours,
+            table,
+        )
+
     runners.update(
+        scale=run_scale,
         results=run_results,
         report=run_report,
         events=run_events,
@@ -1396,6 +1555,7 @@ def main(argv: list[str] | None = None) -> int:
 HELPERS: dict[str, Callable[[str, int, int], None]] = {
     "_fanin": _fanin_producer,
     "_delays_worker": _delays_worker,
+    "_scale": _scale_producer,
 }
 """The processes a workload starts: C{python -m tools.bench NAME ADDRESS INT INT}."""
 
