@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -128,16 +129,33 @@ class Supervisor:
             addresses=self.addresses,
         )
         while self._by_pid:
-            # Interrupted by a signal, os.wait runs the handler and waits on (PEP 475).
-            pid, code = os.wait()
-            if pid in self._by_pid:
-                self._exited(self._by_pid.pop(pid), os.waitstatus_to_exitcode(code))
+            for pid in self._ended():
+                daemon = self._by_pid.pop(pid)
+                assert daemon.process is not None
+                self._exited(daemon, daemon.process.wait())
         self.log.info(
             "every daemon has stopped{failed}",
             log_id="processes.stopped",
             failed="; one failed" if self.failed else "",
         )
         return 1 if self.failed else 0
+
+    def _ended(self) -> list[int]:
+        """
+        Wait until some of our daemons have exited; their pids, not yet
+        reaped.  Each is watched through a pidfd, so no other child of this
+        process (a test's, a library's) is ever reaped here.  Interrupted
+        by a signal, the poll runs its handler and goes on (PEP 475).
+        """
+        watching = select.poll()
+        fds = {os.pidfd_open(pid): pid for pid in self._by_pid}
+        try:
+            for fd in fds:
+                watching.register(fd, select.POLLIN)
+            return [fds[fd] for fd, _ in watching.poll()]
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def _start(self, daemon: Daemon) -> None:
         daemon.process = subprocess.Popen(
@@ -148,7 +166,6 @@ class Supervisor:
 
     def _exited(self, daemon: Daemon, status: int) -> None:
         assert daemon.process is not None
-        daemon.process.returncode = status  # reaped by os.wait, not by Popen
         action = decide(status, self.clock() - daemon.started, self.stopping)
         # Stopped before it handled SIGTERM (early in its start): a stop all the same.
         stopped = self.stopping and status == -signal.SIGTERM
@@ -191,7 +208,6 @@ class Supervisor:
         """SIGTERM to every live daemon: the first time each drains, the second it stops now."""
         self.stopping = True
         for pid in self._by_pid:
-            # Not Popen.send_signal: its poll() could reap a daemon os.wait is waiting for.
             os.kill(pid, signal.SIGTERM)
 
     def _signalled(self, number: int, frame: object) -> None:
