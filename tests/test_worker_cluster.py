@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +295,27 @@ def cluster_worker(
     stop_all(processes, 5)
 
 
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Callable[..., list[DaemonProcess]]]:
+    """Starts daemons, one a list of C{twistd quicx} arguments, all at once; kills them after."""
+    started: list[DaemonProcess] = []
+
+    def start(*arguments: list[str]) -> list[DaemonProcess]:
+        made = [
+            DaemonProcess(tmp_path / f"daemon{len(started) + n}", args)
+            for n, args in enumerate(arguments)
+        ]
+        started.extend(made)
+        for daemon in made:
+            daemon.directory.mkdir()
+        with ThreadPoolExecutor(len(made)) as pool:
+            return list(pool.map(DaemonProcess.start, made))
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+
+
 def submit(daemon: DaemonProcess, name: str, count: int) -> list[bytes]:
     """C{count} jobs on C{daemon}, their payloads C{NAME-0}, C{NAME-1}...: all acknowledged."""
     payloads = [f"{name}-{n}".encode() for n in range(count)]
@@ -321,15 +343,15 @@ def until(
 
 
 def test_one_worker_drains_three_daemons_holding_its_credits_among_them(
-    start_daemon, cluster_worker
+    daemons, cluster_worker
 ) -> None:
-    daemons = [start_daemon() for _ in range(3)]
-    ran = cluster_worker(daemons, "-n", "1", "--credits", "4")
-    submitted = [submit(daemon, f"d{n}", 20) for n, daemon in enumerate(daemons)]
+    three = daemons([], [], [])
+    ran = cluster_worker(three, "-n", "1", "--credits", "4")
+    submitted = [submit(daemon, f"d{n}", 20) for n, daemon in enumerate(three)]
     peaks = [0, 0, 0]
 
     def watch() -> None:
-        for n, daemon in enumerate(daemons):
+        for n, daemon in enumerate(three):
             peaks[n] = max(peaks[n], running(daemon))
 
     until(lambda: len(ran()) >= 60, watch=watch)
@@ -346,12 +368,11 @@ def free_port() -> int:
 
 
 def test_a_daemon_killed_and_restarted_gets_its_tasks_run_and_the_others_flow_meanwhile(
-    tmp_path: Path, start_daemon, cluster_worker
+    tmp_path: Path, daemons, cluster_worker
 ) -> None:
     journal = tmp_path / "d0.journal"
     listen = f"--listen=tcp:{free_port()}:interface=127.0.0.1"
-    first = start_daemon(f"--journal={journal}", "--fsync=always", listen)
-    others = [start_daemon() for _ in range(2)]
+    first, *others = daemons([f"--journal={journal}", "--fsync=always", listen], [], [])
     ran = cluster_worker([first, *others], "-n", "1", "--credits", "6")
     queued = submit(first, "d0", 30)
     until(lambda: len(ran()) >= 2)

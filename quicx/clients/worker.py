@@ -252,7 +252,7 @@ class Member:
     """
     One of the worker's daemons (one, or each of a cluster's).
 
-    @ivar address: where it is, as given.
+    @ivar address: where it is (normalized: L{split_addresses}).
     @ivar slots: its connections open now, by their place (0 to
         C{concurrency - 1}).
     @ivar counted: whether it has a share of the worker's capacity: from the
@@ -618,14 +618,16 @@ def report(
 
 class Worker:
     """
-    Runs handlers for tasks from one daemon.
+    Runs handlers for tasks from one daemon, or from each of several (a
+    cluster), which share its capacity (L{quicx.clients.shares}).
 
-    @ivar concurrency: how many connections to the daemon it keeps.
+    @ivar concurrency: how many connections to each daemon it keeps.
     @ivar credits: how many tasks each connection may hold at once; up to
         C{concurrency * credits} tasks run at once.  C{None} (the default):
         each connection chooses, by its handlers' pace (L{AutoCredits}): as
         many as its short handlers run on the reactor in 2 ms, one while a
-        handler runs in a thread.
+        handler runs in a thread.  With several daemons, that many run at once
+        in all (see L{quicx.clients.shares}).
     @ivar queues: the queues it serves, in order (empty: the daemon's
         default queue).
     @ivar protocol: 2, falling back to 1 where the daemon speaks only 1; or 1.
@@ -635,6 +637,7 @@ class Worker:
     @ivar follow: the shared-data names it follows (at most 32).
     @ivar shared: the newest version of each of them, by name (read-only;
         what each task's C{context.shared} is).
+    @ivar members: its daemons, in the order given, once started.
     """
 
     log = Logger()
@@ -734,27 +737,23 @@ class Worker:
             return
         member, place = slot.place
         member.slots[place] = slot
-        if member.counted:
-            slot.allot(self._credits(member)[place])
-        else:
-            member.counted = True
-            self._share_out()
+        came = not member.counted
+        member.counted = True
+        self._share_out(came)
 
     def _slot_gone(self, member: Member) -> None:
         """A slot of C{member} lost its connection or could not open one."""
         if member.counted and not member.slots and not self._stopping:
             member.counted = False
-            self._share_out()
+            self._share_out(True)
 
-    def _credits(self, member: Member) -> tuple[int, ...]:
-        """The credits of C{member}'s slots now."""
-        table = slot_credits(self._capacity, self.concurrency, [m.counted for m in self.members])
-        return table[self.members.index(member)]
-
-    def _share_out(self) -> None:
-        """A daemon came or went: every open slot is told its credits now."""
+    def _share_out(self, changed: bool) -> None:
+        """
+        Every open slot is told its credits now; C{changed}: because a daemon
+        came or went (which a cluster's worker logs).
+        """
         counted = [m.counted for m in self.members]
-        if len(counted) > 1:
+        if changed and len(counted) > 1:
             self.log.info(
                 "{count} of {total} daemons have a share of this worker's capacity ({capacity}):"
                 " {addresses}",
@@ -874,22 +873,24 @@ class Worker:
         see L{split_addresses}), which share the worker's capacity (see
         L{quicx.clients.shares}).
 
-        @raise ValueError: the list is empty, or names a daemon twice.
+        @raise ValueError: the list is empty, or names a daemon twice; or
+            a malformed C{tls:} address (see L{endpoint_for}).
         """
         addresses = split_addresses(address)
+        self.members = [Member(each, endpoint_for(reactor, each)) for each in addresses]
         self._reactor = reactor
         self._stopping = False
         self._capacity = self.concurrency * (self.credits or AUTO_MAX)
         # A thread per credit, so that no task held waits for another's
-        # thread; threads start only when tasks wait for one.
+        # thread; threads start only when tasks wait for one.  (A slot
+        # holds one at least: with many daemons, more than the capacity.)
         self._threads = ThreadPool(
             minthreads=0,
-            maxthreads=max(self._capacity, self.concurrency * len(addresses)),
+            maxthreads=max(self._capacity, self.concurrency * len(self.members)),
             name="quicx-worker",
         )
         self._threads.start()
         self.stuck.start()
-        self.members = [Member(each, endpoint_for(reactor, each)) for each in addresses]
         self._loops = [
             ensureDeferred(self._keep_connected(member, place))
             for member in self.members
