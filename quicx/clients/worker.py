@@ -34,7 +34,10 @@ C{credits}, each slot chooses its own by its handlers' pace
 (L{quicx.clients.adaptive.AutoCredits}).  Against a daemon without the
 extension a slot falls back to one task at a time.  Slots
 reconnect with backoff (at most 3 s apart, as the reference worker waits)
-whenever the daemon goes away.
+whenever the daemon goes away.  Given several daemons (a cluster), the
+worker keeps C{concurrency} slots on each, and the daemons share its
+capacity, the daemons it reaches taking a gone one's share until it comes
+back (L{quicx.clients.shares}).
 
 Each slot speaks protocol version 2: it opens with HELLO, then FOLLOWs the
 worker's shared data (C{follow}: the daemon sends the current version of
