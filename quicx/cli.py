@@ -50,7 +50,13 @@ from typing import Any, NoReturn, TypeVar, cast
 
 from quicx import version_line
 from quicx.clients import timing
-from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS, default_address, parse_address
+from quicx.clients.address import (
+    ADDRESS_VARIABLE,
+    DEFAULT_ADDRESS,
+    default_address,
+    parse_address,
+    split_addresses,
+)
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.outcomes import RetryNotice
 from quicx.clients.watching import MISSED
@@ -152,13 +158,32 @@ def control_path(args: argparse.Namespace) -> str:
 def client_address(args: argparse.Namespace) -> str:
     """The daemon's address, checked: its form, and the files a C{tls:} one names."""
     address = args.connect or default_address()
+    check_address(address)
+    return address
+
+
+def check_address(address: str) -> None:
+    """
+    L{CommandError} unless C{address} is one daemon's well-formed address
+    whose C{tls:} files, if any, can be read.
+    """
     try:
         tls = parse_address(address)[2]
         if tls is not None:
             tls.context()
     except ValueError as e:  # TlsConfigError included
         raise CommandError(f"bad address: {e}") from None
-    return address
+
+
+def client_addresses(args: argparse.Namespace) -> tuple[str, ...]:
+    """The daemons' addresses, one or a comma-separated list, each checked."""
+    try:
+        addresses = split_addresses(args.connect or default_address())
+    except ValueError as e:
+        raise CommandError(f"bad address list: {e}") from None
+    for address in addresses:
+        check_address(address)
+    return addresses
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -986,7 +1011,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if args.protocol == 1 and given:
             raise CommandError(f"{flag} needs protocol version 2 (not --protocol 1)")
     target = import_object(args.target)
-    address = client_address(args)
+    addresses = client_addresses(args)
     if isinstance(target, Worker):
         worker = target
         if args.concurrency:
@@ -1029,7 +1054,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except ValueError as e:
             # On by default, and it only saves wake-ups: never a reason not to run.
             Worker.log.warn("busy polling is off: {error}", error=str(e))
-    worker.start(reactor, address)
+    worker.start(reactor, addresses)
     reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
     stop_on_signals(reactor)
     # The default reactor's run() takes installSignalHandlers; IReactorCore omits it.
@@ -1310,11 +1335,12 @@ def build_parser() -> argparse.ArgumentParser:
         helps[name] = help
         return commands.add_parser(name, help=help, description=description)
 
-    def connect_option(sub: argparse.ArgumentParser) -> None:
+    def connect_option(sub: argparse.ArgumentParser, several: bool = False) -> None:
         sub.add_argument(
             "--connect",
-            metavar="ADDRESS",
-            help=f"the daemon: tcp:HOST:PORT, unix:PATH or tls:HOST:PORT"
+            metavar="ADDRESS[,ADDRESS...]" if several else "ADDRESS",
+            help=f"the daemon{'s, one or a comma-separated list,' if several else ''}:"
+            f" tcp:HOST:PORT, unix:PATH or tls:HOST:PORT"
             f" (default ${ADDRESS_VARIABLE}, else {DEFAULT_ADDRESS})",
         )
 
@@ -1782,7 +1808,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"poll for tasks this long before sleeping (default {DEFAULT_SPIN:g};"
         " 0: off; up to 0.01)",
     )
-    connect_option(worker)
+    connect_option(worker, several=True)
     worker.set_defaults(run=cmd_worker)
 
     command("version", "print the version", "Print 'quicx VERSION protocol N'.").set_defaults(

@@ -34,7 +34,10 @@ C{credits}, each slot chooses its own by its handlers' pace
 (L{quicx.clients.adaptive.AutoCredits}).  Against a daemon without the
 extension a slot falls back to one task at a time.  Slots
 reconnect with backoff (at most 3 s apart, as the reference worker waits)
-whenever the daemon goes away.
+whenever the daemon goes away.  Given several daemons (a cluster), the
+worker keeps C{concurrency} slots on each, and the daemons share its
+capacity, the daemons it reaches taking a gone one's share until it comes
+back (L{quicx.clients.shares}).
 
 Each slot speaks protocol version 2: it opens with HELLO, then FOLLOWs the
 worker's shared data (C{follow}: the daemon sends the current version of
@@ -60,7 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, cast
 
-from attrs import field, frozen
+from attrs import define, field, frozen
 from twisted.internet.defer import (
     CancelledError,
     Deferred,
@@ -77,9 +80,10 @@ from twisted.python.threadpool import ThreadPool
 
 from quicx.clients import requests
 from quicx.clients.adaptive import AUTO_MAX, AutoCredits, Placement
-from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS
+from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, split_addresses
 from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.progress import ten_thousandths
+from quicx.clients.shares import slot_credits
 from quicx.clients.stuck import StuckWatch
 from quicx.clients.twisted_client import endpoint_for
 from quicx.net.framer import FrameReceiver, set_no_delay, write_now
@@ -246,10 +250,31 @@ def failure_reason(failure: Failure) -> str:
     return cut_reason(str(error) or type(error).__name__)
 
 
+@define(eq=False)
+class Member:
+    """
+    One of the worker's daemons (one, or each of a cluster's).
+
+    @ivar address: where it is (normalized: L{split_addresses}).
+    @ivar slots: its connections open now, by their place (0 to
+        C{concurrency - 1}).
+    @ivar counted: whether it has a share of the worker's capacity: from the
+        start, and again whenever a connection to it opens, until it has
+        none left open and one closes or fails to open.
+    """
+
+    address: str
+    endpoint: IStreamClientEndpoint
+    slots: dict[int, WorkerProtocol] = field(factory=dict)
+    counted: bool = True
+
+
 class WorkerProtocol(FrameReceiver):
     """
     One worker connection: READY once, then up to C{credits} tasks at a time.
 
+    @ivar place: its daemon and its place among that daemon's slots
+        (C{None}: a connection made by hand, with the worker's credits).
     @ivar running: tasks received and not yet answered.
     @ivar capabilities: what the daemon says it can do, in answer to HELLO.
     @ivar max_result: the largest result the daemon takes, in bytes, as its
@@ -261,11 +286,18 @@ class WorkerProtocol(FrameReceiver):
     v2MaxLength = CLIENT_MAX_LENGTH
     checkTypes = False
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, place: tuple[Member, int] | None = None) -> None:
         self.worker = worker
+        self.place = place
+        if place is not None and len(worker.members) > 1:
+            # Its lines name its daemon, one of several.
+            self.log = Logger(f"{self.log.namespace}@{place[0].address}", self)
         self.credits = worker.credits or 1
         # Credits chosen by the connection itself (the user gave none).
         self.auto = AutoCredits() if worker.credits is None else None
+        # READY was sent, with credits in the extension's form unless refused.
+        self._asked = False
+        self._refused = False
         self._received = 0  # TASKs in the read being handled
         self._lease_seconds: float | None = None  # the last delivery's lease
         self.version = v2.VERSION
@@ -287,6 +319,7 @@ class WorkerProtocol(FrameReceiver):
         super().connectionMade()
         set_no_delay(self.transport)
         self.worker._slots.add(self)
+        self.worker._slot_connected(self)
         if self.worker.protocol == v2.VERSION:
             self.transport.write(requests.HELLO)
         else:
@@ -297,6 +330,7 @@ class WorkerProtocol(FrameReceiver):
     def _ready(self) -> None:
         # Once only: after DONE/FAILED the daemon treats the worker as idle,
         # and after WAIT it pushes the next task without being asked again.
+        self._asked = True
         if self.version == v2.VERSION:
             self.transport.write(v2.encode_ready(self.credits, self.worker.queues))
         elif self.auto is not None:
@@ -398,7 +432,7 @@ class WorkerProtocol(FrameReceiver):
                         " takes one task at a time",
                         message=error.message,
                     )
-                self.credits, self.auto = 1, None
+                self.credits, self.auto, self._refused = 1, None, True
                 self._ready()
                 return
             if error.code == v2.ErrorCode.STALE:
@@ -471,6 +505,26 @@ class WorkerProtocol(FrameReceiver):
             self.credits = credits
             codec = v2 if self.version == v2.VERSION else wire
             replies.insert(0, codec.encode_ready(credits))
+
+    def allot(self, credits: int) -> None:
+        """
+        The worker's share of its capacity for this connection is now
+        C{credits} (see L{quicx.clients.shares}): with credits given, ask for
+        that many; with credits chosen, choose no more.  A READY that
+        changes the count goes at once if READY was sent, else it is the
+        first READY's.  A connection whose daemon refused credits keeps 1.
+        """
+        if self.auto is not None:
+            self.auto.maximum = credits
+            if self.auto.credits <= credits:
+                return
+            self.auto.credits = credits
+        elif self._refused or credits == self.credits:
+            return
+        self.credits = credits
+        if self._asked and not self.stopping:
+            codec = v2 if self.version == v2.VERSION else wire
+            self._write(codec.encode_ready(credits))
 
     def _lease(self, task: wire.Task | v2.Task) -> Lease | None:
         """The lease of a delivery with a token (kept alive with C{auto_extend})."""
@@ -567,14 +621,16 @@ def report(
 
 class Worker:
     """
-    Runs handlers for tasks from one daemon.
+    Runs handlers for tasks from one daemon, or from each of several (a
+    cluster), which share its capacity (L{quicx.clients.shares}).
 
-    @ivar concurrency: how many connections to the daemon it keeps.
+    @ivar concurrency: how many connections to each daemon it keeps.
     @ivar credits: how many tasks each connection may hold at once; up to
         C{concurrency * credits} tasks run at once.  C{None} (the default):
         each connection chooses, by its handlers' pace (L{AutoCredits}): as
         many as its short handlers run on the reactor in 2 ms, one while a
-        handler runs in a thread.
+        handler runs in a thread.  With several daemons, that many run at once
+        in all (see L{quicx.clients.shares}).
     @ivar queues: the queues it serves, in order (empty: the daemon's
         default queue).
     @ivar protocol: 2, falling back to 1 where the daemon speaks only 1; or 1.
@@ -584,6 +640,7 @@ class Worker:
     @ivar follow: the shared-data names it follows (at most 32).
     @ivar shared: the newest version of each of them, by name (read-only;
         what each task's C{context.shared} is).
+    @ivar members: its daemons, in the order given, once started.
     """
 
     log = Logger()
@@ -627,6 +684,8 @@ class Worker:
         self._waiting: set[Deferred[Any]] = set()
         self._stopping = False
         self._slots: set[WorkerProtocol] = set()
+        self.members: list[Member] = []
+        self._capacity = 0  # the tasks it may hold, whatever its daemons
         # Logs a call moved to the reactor that runs for long (the worker stalls).
         self.stuck = StuckWatch()
         # Times the calls on the reactor (a test may give a clock of its own).
@@ -675,8 +734,49 @@ class Worker:
         self._held.append(slot)
         return False
 
+    def _slot_connected(self, slot: WorkerProtocol) -> None:
+        """A slot's connection opened: its daemon is counted, and it learns its credits."""
+        if slot.place is None:
+            return
+        member, place = slot.place
+        member.slots[place] = slot
+        came = not member.counted
+        member.counted = True
+        self._share_out(came)
+
+    def _slot_gone(self, member: Member) -> None:
+        """A slot of C{member} lost its connection or could not open one."""
+        if member.counted and not member.slots and not self._stopping:
+            member.counted = False
+            self._share_out(True)
+
+    def _share_out(self, changed: bool) -> None:
+        """
+        Every open slot is told its credits now; C{changed}: because a daemon
+        came or went (which a cluster's worker logs).
+        """
+        counted = [m.counted for m in self.members]
+        if changed and len(counted) > 1:
+            self.log.info(
+                "{count} of {total} daemons have a share of this worker's capacity ({capacity}):"
+                " {addresses}",
+                count=sum(counted),
+                total=len(counted),
+                capacity=self._capacity,
+                addresses=", ".join(m.address for m in self.members if m.counted) or "none",
+            )
+        table = slot_credits(self._capacity, self.concurrency, counted)
+        for member, credits in zip(self.members, table, strict=True):
+            for place, slot in member.slots.items():
+                slot.allot(credits[place])
+
     def _slot_lost(self, slot: WorkerProtocol) -> None:
         """A slot's connection closed: another slot follows, if it followed."""
+        if slot.place is not None:
+            member, place = slot.place
+            if member.slots.get(place) is slot:
+                del member.slots[place]
+            self._slot_gone(member)
         if slot in self._held:
             self._held.remove(slot)
         if self._follower is not slot:
@@ -769,34 +869,49 @@ class Worker:
             timed(seconds, True)
         return result
 
-    def start(self, reactor: Any, address: str = DEFAULT_ADDRESS) -> None:
-        """Connect C{concurrency} slots to the daemon at C{address}."""
+    def start(self, reactor: Any, address: str | Sequence[str] = DEFAULT_ADDRESS) -> None:
+        """
+        Connect C{concurrency} slots to the daemon at C{address}, or to each
+        daemon of a list (C{"tcp:h1:16381,tcp:h2:16381"}, or a sequence:
+        see L{split_addresses}), which share the worker's capacity (see
+        L{quicx.clients.shares}).
+
+        @raise ValueError: the list is empty, or names a daemon twice; or
+            a malformed C{tls:} address (see L{endpoint_for}).
+        """
+        addresses = split_addresses(address)
+        self.members = [Member(each, endpoint_for(reactor, each)) for each in addresses]
         self._reactor = reactor
         self._stopping = False
+        self._capacity = self.concurrency * (self.credits or AUTO_MAX)
         # A thread per credit, so that no task held waits for another's
-        # thread; threads start only when tasks wait for one.
+        # thread; threads start only when tasks wait for one.  (A slot
+        # holds one at least: with many daemons, more than the capacity.)
         self._threads = ThreadPool(
             minthreads=0,
-            maxthreads=self.concurrency * (self.credits or AUTO_MAX),
+            maxthreads=max(self._capacity, self.concurrency * len(self.members)),
             name="quicx-worker",
         )
         self._threads.start()
         self.stuck.start()
-        endpoint = endpoint_for(reactor, address)
         self._loops = [
-            ensureDeferred(self._keep_connected(endpoint, address)) for _ in range(self.concurrency)
+            ensureDeferred(self._keep_connected(member, place))
+            for member in self.members
+            for place in range(self.concurrency)
         ]
 
-    async def _keep_connected(self, endpoint: IStreamClientEndpoint, address: str) -> None:
+    async def _keep_connected(self, member: Member, place: int) -> None:
         """One slot: connect, serve until the connection ends, reconnect."""
         delay = RETRY_FIRST
+        address = member.address
         while not self._stopping:
-            attempt = endpoint.connect(_SlotFactory(self))
+            attempt = member.endpoint.connect(_SlotFactory(self, member, place))
             try:
                 slot = await self._cancellable(attempt)
             except CancelledError:
                 return
             except Exception as e:
+                self._slot_gone(member)
                 self.log.warn(
                     "cannot reach {address} ({error}); retrying in {delay:.1f} s",
                     address=address,
@@ -842,11 +957,12 @@ class _SlotFactory(Factory):
 
     noisy = False
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, member: Member, place: int) -> None:
         self.worker = worker
+        self.place = (member, place)
 
     def buildProtocol(self, addr: Any) -> WorkerProtocol:
-        return WorkerProtocol(self.worker)
+        return WorkerProtocol(self.worker, self.place)
 
 
 def _takes_context(function: Handler) -> bool:
