@@ -9,6 +9,8 @@ from __future__ import annotations
 import heapq
 import json
 import random
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +20,13 @@ from twisted.internet.task import Clock
 from quicx.daemon.events import format_events
 from quicx.protocol import v2, wire
 from quicx.protocol.v2 import Backoff, BackoffKind
-from quicx.report.whatif import measured_backlog, parse_workers, simulate, workload
+from quicx.report.whatif import (
+    measured_backlog,
+    parse_workers,
+    percentile,
+    simulate,
+    workload,
+)
 from tests.fakes import FakePeer, make_queue, v2_producer_of, v2_worker_of
 
 QUEUES = ("a", "b")
@@ -164,3 +172,64 @@ def test_parse_workers() -> None:
     for bad in ("workers=", "workers=0", "workers=2,x", "slots=1", "workers=100000"):
         with pytest.raises(ValueError, match="workers"):
             parse_workers(bad)
+
+
+def test_the_report_replays_the_history_in_spark(tmp_path: Path, spark: Any) -> None:
+    """
+    C{build_report(what_if=...)}: per queue and worker count, the waits the
+    model gives (as percentiles) and the recording's own, in Parquet and on
+    the page, with a backlog chart.
+    """
+    from quicx.report.pipeline import build_report, render_html
+
+    records, _ = run_core(WORKLOAD[:120], 2)
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "events-20250101T000000-4242-0001.ndjson").write_text(
+        "".join(json.dumps(r) + "\n" for r in records)
+    )
+    report = build_report(spark, [str(events)], str(tmp_path / "out"), what_if=(1, 4))
+    work = workload(records)
+    expected: dict[tuple[str, int, str], list[int]] = defaultdict(list)
+    for task, wait in work.measured.items():
+        queue = next(job.queue for job in work.jobs if job.task == task)
+        expected["recorded", 2, queue].append(wait)
+    for workers in (1, 4):
+        for _, queue, wait in simulate(work, workers).waits:
+            expected["simulated", workers, queue].append(wait)
+    for key, waits in list(expected.items()):
+        expected[key[0], key[1], "*"] += waits
+    table = {(r["scenario"], r["workers"], r["queue"]): r for r in report.what_if.table}
+    assert set(table) == set(expected)
+    for key, waits in expected.items():
+        row = table[key]
+        assert row["tasks"] == len(waits)
+        assert row["wait_p95_ms"] == pytest.approx(percentile(waits, 0.95)), key
+        assert row["wait_p99_ms"] == pytest.approx(percentile(waits, 0.99)), key
+    assert table["simulated", 1, "*"]["max_backlog"] > table["recorded", 2, "*"]["max_backlog"]
+    assert spark.read.parquet(str(tmp_path / "out" / "whatif")).count() == len(table)
+    assert spark.read.parquet(str(tmp_path / "out" / "whatif_backlog")).count() > 0
+    page = render_html(report)
+    assert "<h2>Capacity what-if</h2>" in page and page.count("<polyline") >= 3
+
+
+P95_BOUND = 0.25
+"""The predicted p95 wait is within this much of the measured..."""
+P95_FLOOR_MS = 5.0
+"""...or within this many milliseconds (at 4 workers waits are a few ms)."""
+
+
+def test_predictions_from_a_real_run_at_2_workers_hold_at_1_and_4(tmp_path: Path) -> None:
+    """
+    Real daemons and workers (about 15 s): recorded with 2 workers, the
+    p95 wait predicted for 1 and 4 is within L{P95_BOUND} of what runs with
+    1 and 4 measure, or within L{P95_FLOOR_MS}.
+    """
+    from tools.whatif_validate import validate
+
+    comparisons = validate(seconds=2.0, load=0.7, seed=3, directory=tmp_path)
+    assert [c.workers for c in comparisons] == [2, 1, 4]
+    for c in comparisons:
+        allowed = max(P95_BOUND * c.measured[1], P95_FLOOR_MS)
+        assert abs(c.predicted[1] - c.measured[1]) <= allowed, c
+    assert comparisons[1].measured[1] > 10 * max(comparisons[2].measured[1], 1)  # 1 is overloaded

@@ -452,24 +452,30 @@ def percentile(values: list[int], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
-def rows(
-    work: Workload, scenarios: Iterable[int], origin: int, bucket_ms: int
-) -> Iterator[tuple[str, int, str, str, int, int]]:
+Row = tuple[str, int, str, str, int, int]
+"""(scenario, workers, queue, kind, time or bucket, value): see L{rows}."""
+
+
+def rows(work: Workload, slots: int | None, origin: int, bucket_ms: int) -> Iterator[Row]:
     """
-    The recording's and each scenario's results as flat rows for the Spark
-    job: (scenario, workers, queue, kind, time or bucket, value), with
-    scenario C{recorded} or C{simulated} and kind C{wait} (time: the
-    task's ready time, value: its wait) or C{backlog} (a bucket, and the
-    most tasks queued in it).
+    The recording's results (C{slots} C{None}), or those of a simulation
+    with C{slots} workers, as flat rows for the Spark job: scenario
+    C{recorded} or C{simulated}, the workers, the queue, and kind C{wait}
+    (time: when the task became ready, value: its wait in ms) or
+    C{backlog} (a bucket, and the most tasks queued in it).
     """
-    jobs = {job.task: job for job in work.jobs}
-    for task, wait in work.measured.items():
-        yield ("recorded", work.slots, jobs[task].queue, "wait", jobs[task].ready, wait)
-    for queue, bucket, most in measured_backlog(work, origin, bucket_ms):
-        yield ("recorded", work.slots, queue, "backlog", bucket, most)
-    for slots in scenarios:
+    ready = {job.task: (job.queue, job.ready) for job in work.jobs}
+    if slots is None:
+        scenario, slots = "recorded", work.slots
+        waits: Iterable[tuple[int, str, int]] = [
+            (task, ready[task][0], wait) for task, wait in work.measured.items()
+        ]
+        backlog = measured_backlog(work, origin, bucket_ms)
+    else:
+        scenario = "simulated"
         outcome = simulate(work, slots, origin, bucket_ms)
-        for task, queue, wait in outcome.waits:
-            yield ("simulated", slots, queue, "wait", jobs[task].ready, wait)
-        for queue, bucket, most in outcome.backlog:
-            yield ("simulated", slots, queue, "backlog", bucket, most)
+        waits, backlog = outcome.waits, outcome.backlog
+    for task, queue, wait in waits:
+        yield (scenario, slots, queue, "wait", ready[task][1], wait)
+    for queue, bucket, most in backlog:
+        yield (scenario, slots, queue, "backlog", bucket, most)
