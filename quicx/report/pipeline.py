@@ -24,7 +24,9 @@ C{--out}:
     cancelled and never completed, and queue wait at p50 / p95;
   - C{never_completed/}: tasks submitted and never done, failed or
     cancelled;
-  - C{report.html}: all of it in one self-contained page, with charts.
+  - C{report.html}: all of it in one self-contained page, with charts;
+  - with C{--what-if workers=...}: C{whatif/} and C{whatif_backlog/}, the
+    capacity what-if (L{quicx.report.capacity}).
 
 Tables are Parquet.  Task ids restart when a daemon without a journal
 restarts, so a task is identified by the daemon's pid (from the file name)
