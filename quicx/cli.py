@@ -77,6 +77,7 @@ from quicx.protocol.monitor import EVENT_KINDS
 from quicx.protocol.results import MAX_FOLLOW
 from quicx.protocol.v2 import MAX_OPTION, MAX_RETRIES, MAX_SUBSCRIPTIONS, check_queue
 from quicx.protocol.wire import MAX_CREDITS
+from quicx.report.pipeline import what_if_workers
 from quicx.status.text import bar, human_duration, printable, thousands
 
 CONFIG_VARIABLE = "QUICX_CONFIG"
@@ -1830,6 +1831,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("events", nargs="+", help="event files or directories")
     report.add_argument("--out", required=True, help="where the tables and report.html go")
     report.add_argument("--master", help="the Spark master (default local[*])")
+    report.add_argument(
+        "--what-if",
+        type=what_if_workers,
+        metavar="workers=N,N...",
+        help="also predict queue waits and backlog with these numbers of workers"
+        " (e.g. workers=1,2,4,8; see docs/pipeline.md)",
+    )
     report.set_defaults(run=cmd_report)
     repair = command(
         "repair-journal",
@@ -1874,6 +1882,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     argv = [*args.events, f"--out={args.out}"]
     if args.master:
         argv.append(f"--master={args.master}")
+    if args.what_if:
+        argv.append("--what-if=workers=" + ",".join(map(str, args.what_if)))
     return report.main(argv)
 
 

@@ -24,7 +24,9 @@ C{--out}:
     cancelled and never completed, and queue wait at p50 / p95;
   - C{never_completed/}: tasks submitted and never done, failed or
     cancelled;
-  - C{report.html}: all of it in one self-contained page, with charts.
+  - C{report.html}: all of it in one self-contained page, with charts;
+  - with C{--what-if workers=...}: C{whatif/} and C{whatif_backlog/}, the
+    capacity what-if (L{quicx.report.capacity}).
 
 Tables are Parquet.  Task ids restart when a daemon without a journal
 restarts, so a task is identified by the daemon's pid (from the file name)
@@ -48,6 +50,9 @@ from typing import Any
 
 from attrs import frozen
 
+from quicx.report import whatif
+from quicx.report.page import CHAR_PX, PERCENTILES, html_table, nice_step
+
 EVENT_SCHEMA = (
     "t LONG, event STRING, task LONG, type STRING, size LONG, producer LONG,"
     " worker LONG, attempt LONG, reason STRING, cause STRING, code LONG,"
@@ -55,7 +60,6 @@ EVENT_SCHEMA = (
 )
 QUEUE_COUNTS = ("submitted", "completed", "failed", "cancelled", "never_completed")
 """The per-queue table's counts (see docs/pipeline.md)."""
-PERCENTILES = (0.5, 0.95, 0.99)
 TOP_REASONS = 10
 COUNTS = (
     "submitted",
@@ -109,14 +113,20 @@ class Report:
     events: int
     wait_histogram: list[tuple[float, int]]
     run_histogram: list[tuple[float, int]]
+    what_if: Any = None  # a capacity.WhatIf, with --what-if
 
 
 def progress(message: str) -> None:
     print(f"quicx report: {message}", file=sys.stderr, flush=True)
 
 
-def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report:
-    """Compute the report from the event files at C{paths}; write it to C{out}."""
+def build_report(
+    spark: Any, paths: list[str], out: str | None = None, what_if: tuple[int, ...] = ()
+) -> Report:
+    """
+    Compute the report from the event files at C{paths}; write it to C{out}.
+    C{what_if}: the worker counts of the capacity what-if (L{capacity}).
+    """
     from pyspark.sql import functions as F
 
     progress(f"reading {', '.join(paths)}")
@@ -327,9 +337,19 @@ def build_report(spark: Any, paths: list[str], out: str | None = None) -> Report
         events=count,
         wait_histogram=_histogram(waits, "wait_ms"),
         run_histogram=_histogram(runs, "run_ms"),
+        what_if=_what_if(spark, events, what_if, out),
     )
     events.unpersist()
     return report
+
+
+def _what_if(spark: Any, events: Any, workers: tuple[int, ...], out: str | None) -> Any:
+    if not workers:
+        return None
+    from quicx.report import capacity
+
+    progress(f"replaying the workload for {', '.join(map(str, workers))} workers")
+    return capacity.what_if(spark, events, workers, out)
 
 
 def _histogram(frame: Any, column: str, buckets: int = 30) -> list[tuple[float, int]]:
@@ -355,8 +375,6 @@ def _histogram(frame: Any, column: str, buckets: int = 30) -> list[tuple[float, 
 
 MAX_BARS = 90
 """Throughput bars at most: minutes are grouped when the span is longer."""
-CHAR_PX = 7.5
-"""A generous width of one 12 px character, to space tick labels."""
 
 
 def render_html(report: Report, title: str = "Quicx task report") -> str:
@@ -390,27 +408,36 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
             x_title="run time, ms (log scale)",
         ),
         "</div><h2>Tasks by type</h2>",
-        _table(report.summary, ["type", *COUNTS]),
+        html_table(report.summary, ["type", *COUNTS]),
         "<p class='note'>Given up: failed by the daemon after the last allowed delivery;"
         " counted in failed too. Requeued: queued again after a lost worker or a timeout,"
         " give-ups not included (as in <code>quicx status</code>).</p>",
         "<h2>Queue wait and run time by type, ms</h2>",
-        _table(report.summary, latency_columns),
+        html_table(report.summary, latency_columns),
         "<h2>Tasks by queue and priority</h2>",
-        _table(report.queues),
+        html_table(report.queues),
         "<p class='note'>Never completed: no done, failed or cancelled event (still queued,"
         " dropped, or lost). Queue wait: first dispatch &minus; submit. Events of the release"
         " before protocol version 2 count as queue <code>default</code>, priority 0.</p>",
         "<h2>Top failure reasons</h2>",
-        _table(report.failures),
+        html_table(report.failures),
         f"<h2>Workers ({len(report.workers):,})</h2>",
-        _table(report.workers[:25]),
+        html_table(report.workers[:25]),
         f"<p>{len(report.workers) - 25:,} more in <code>workers/</code>.</p>"
         if len(report.workers) > 25
         else "",
+        _what_if_section(report),
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def _what_if_section(report: Report) -> str:
+    if report.what_if is None:
+        return ""
+    from quicx.report import capacity
+
+    return capacity.render(report.what_if)
 
 
 _CSS = """
@@ -430,23 +457,6 @@ svg .grid { stroke: #e4e4e4; } svg .axis { stroke: #888; } .note { color: #555; 
 
 def _ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.1f}"
-
-
-def _table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    if not rows:
-        return "<p>(none)</p>"
-    columns = columns or list(rows[0])
-
-    def cell(value: Any) -> str:
-        if isinstance(value, float):
-            return f"<td>{value:,.1f}</td>"
-        if isinstance(value, int):
-            return f"<td>{value:,}</td>"
-        return f"<td class='text'>{html.escape('' if value is None else str(value))}</td>"
-
-    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(cell(row[c]) for c in columns) + "</tr>" for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _throughput_chart(throughput: list[dict[str, Any]]) -> str:
@@ -476,13 +486,6 @@ def _throughput_chart(throughput: list[dict[str, Any]]) -> str:
     )
 
 
-def _nice_step(top: int, ticks: int = 4) -> int:
-    """A step of 1, 2 or 5 times a power of ten giving about C{ticks} ticks to C{top}."""
-    raw = max(top / ticks, 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
-    return int(next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw))
-
-
 def _bar_chart(
     title: str,
     bars: list[tuple[str, int]],
@@ -497,7 +500,7 @@ def _bar_chart(
     if not bars:
         return f"<p>{html.escape(title)}: (none)</p>"
     height = 260
-    step = _nice_step(max(c for _, c in bars))
+    step = nice_step(max(c for _, c in bars))
     top = step * math.ceil(max(max(c for _, c in bars), 1) / step)
     y_ticks = list(range(0, top + 1, step))
     left = 14 + CHAR_PX * max(len(f"{v:,}") for v in y_ticks)
@@ -553,6 +556,14 @@ def _bar_chart(
 # -- the command ---------------------------------------------------------------------------
 
 
+def what_if_workers(text: str) -> tuple[int, ...]:
+    """The argparse type of C{--what-if}: L{whatif.parse_workers}."""
+    try:
+        return whatif.parse_workers(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="quicx report", description="A report over the daemon's lifecycle events."
@@ -560,6 +571,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("events", nargs="+", help="event files or directories (any Spark URI)")
     parser.add_argument("--out", required=True, help="where the tables and report.html go")
     parser.add_argument("--master", help="the Spark master (default: local[*], or spark-submit's)")
+    parser.add_argument(
+        "--what-if",
+        type=what_if_workers,
+        default=(),
+        metavar="workers=N,N...",
+        help="also replay the workload with these numbers of workers (docs/pipeline.md)",
+    )
     args = parser.parse_args(argv)
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
@@ -575,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     use_this_python(spark)
     try:
         started = time.monotonic()
-        report = build_report(spark, args.events, args.out)
+        report = build_report(spark, args.events, args.out, args.what_if)
         page = render_html(report)
         if "://" in args.out and not args.out.startswith("file://"):
             target = "report.html"  # the tables went to the URI; the page stays here

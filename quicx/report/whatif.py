@@ -1,0 +1,481 @@
+"""
+The capacity what-if: the recorded workload replayed through a model of the
+daemon's dispatch, for other numbers of workers.
+
+Sans-I/O and Spark-free: L{workload} reads one history's lifecycle events
+(one daemon run's, for one group of queues that share workers) into
+L{Job}s; L{simulate} replays them through C{slots} workers and gives each
+task's queue wait and each queue's backlog over time.  The Spark job
+(L{quicx.report.capacity}) runs one simulation per scenario and history.
+
+The model is the daemon's dispatch (L{quicx.daemon.core}) for workers that
+are alike and subscribed to the same queues:
+
+  - a task ready to run goes to a worker with a credit free if there is one
+    (there is one only while every queue is empty);
+  - a worker that frees a credit takes the next task of the first of its
+    queues with tasks, in the order it subscribed (here: by name): the
+    highest priority first, first ready first within a priority;
+  - a task taken back from a worker that disconnected queues again at the
+    head of its priority, one taken back at its timeout at the tail;
+  - a retry is ready after its backoff.
+
+A worker is one credit (a slot): a connection with credits 3 is 3 workers.
+Which idle worker is offered a task (lifo, fifo, the failing-worker guard,
+the retry's other worker) changes nothing here: the workers are alike, and a
+task's run time is its own, as recorded.  Left out: fairness keys' turns,
+rate and concurrency limits, paused queues, the credit a timed-out delivery
+keeps until its worker reports, and workers that come and go.
+
+Times are the events' milliseconds.  A task's wait is its first dispatch
+less the time it became ready to run: its SUBMIT, or its due time for a
+delayed task.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from enum import IntEnum
+from typing import Any
+
+from attrs import define, field, frozen
+
+FREED_WITHIN = 1
+"""
+Milliseconds: a dispatch this soon after an outcome from the same worker
+took a task that was waiting (the outcome freed the credit).  A dispatch to
+a worker with a credit free for longer is of a task that was not ready
+before: a delayed task, or a retry, at its due time.
+"""
+OUTCOMES = frozenset({"done", "failed", "retrying", "requeued"})
+"""The events that end a delivery."""
+TIMED_OUT = "held for"
+"""How the cause of a requeue at the task timeout begins (it queues at the tail)."""
+
+
+def parse_workers(text: str) -> tuple[int, ...]:
+    """
+    The worker counts of C{--what-if workers=1,2,4,8}, ascending.
+
+    @raise ValueError: the text is not C{workers=} and counts from 1 to 10,000.
+    """
+    name, _, values = text.partition("=")
+    try:
+        if name.strip() != "workers":
+            raise ValueError
+        counts = sorted({int(value) for value in values.split(",")})
+    except ValueError:
+        raise ValueError(
+            f"expected workers=N[,N...] (e.g. workers=1,2,4,8), not {text!r}"
+        ) from None
+    if not 1 <= counts[0] <= counts[-1] <= 10_000:
+        raise ValueError(f"worker counts go from 1 to 10000, not {text!r}")
+    return tuple(counts)
+
+
+@frozen
+class Step:
+    """
+    One delivery of a task.
+
+    @ivar run: milliseconds it held its worker.
+    @ivar gap: milliseconds from its end until the next delivery may start
+        (a retry's backoff; 0 for a task taken back).
+    @ivar head: the next delivery queues at the head of its priority (its
+        worker disconnected), not at the tail.
+    """
+
+    run: int
+    gap: int = 0
+    head: bool = False
+
+
+@frozen
+class Job:
+    """
+    One task of the workload.
+
+    @ivar ready: when it became ready to run (ms).
+    @ivar cancelled: when it was cancelled, if it was (it leaves its queue
+        then, unless it started).
+    """
+
+    task: int
+    queue: str
+    priority: int
+    ready: int
+    steps: tuple[Step, ...]
+    cancelled: int | None = None
+
+
+@frozen
+class Workload:
+    """
+    One history to replay.
+
+    @ivar queues: the queues, in the order workers serve them.
+    @ivar jobs: the tasks, by when they became ready.
+    @ivar slots: the most deliveries held at once in the recording.
+    @ivar measured: each dispatched task's recorded wait (ms), by task id.
+    @ivar backlog: (time, queue, +1 or -1) as tasks were queued and taken
+        in the recording.
+    """
+
+    queues: tuple[str, ...]
+    jobs: tuple[Job, ...]
+    slots: int
+    measured: Mapping[int, int]
+    backlog: tuple[tuple[int, str, int], ...]
+
+
+@define
+class _Task:
+    """What L{workload} gathers of one task from its events."""
+
+    queue: str
+    priority: int
+    submitted: int | None = None
+    cancelled: int | None = None
+    dispatches: dict[int, tuple[int, int | None]] = field(factory=dict)  # attempt: (t, worker)
+    ends: dict[int, tuple[int, str, str]] = field(factory=dict)  # attempt: (t, event, cause)
+
+
+def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
+    """
+    The jobs of one history: C{records} are its task events as the files
+    hold them (C{t}, C{event}, C{task}, C{worker}, C{attempt}, C{queue},
+    C{priority}, C{cause}), in any order.
+
+    Each delivery's run time is its outcome (done, failed, retrying or
+    requeued) less its dispatch.  The events do not say when a delayed task
+    or a retry became due; a dispatch to a worker with a credit free (see
+    L{FREED_WITHIN}) is taken as the moment it did.  A retry whose dispatch
+    waited for a worker is taken as due after the shortest backoff seen for
+    its queue and attempt.  A task with no recorded run time (it never ran,
+    or its worker never reported) runs for the median of its queue's runs.
+    """
+    tasks: dict[int, _Task] = {}
+    freed: dict[int, set[int]] = defaultdict(set)  # worker: times its deliveries ended
+    for r in records:
+        task = tasks.get(r["task"])
+        if task is None:
+            task = tasks[r["task"]] = _Task(r["queue"], r["priority"] or 0)
+        event, t, worker = r["event"], r["t"], r.get("worker")
+        if event == "submitted":
+            task.submitted = t
+        elif event == "dispatched":
+            task.dispatches[r["attempt"]] = (t, worker)
+        elif event in OUTCOMES:
+            if r["attempt"] not in task.ends:
+                task.ends[r["attempt"]] = (t, event, r.get("cause") or "")
+            if worker is not None and event != "requeued":
+                freed[worker].add(t)
+        elif event == "cancelled":
+            task.cancelled = t
+
+    def was_waiting(dispatch: tuple[int, int | None], seen: set[int]) -> bool:
+        """Whether the task dispatched took a credit just freed (or of a new worker)."""
+        t, worker = dispatch
+        times = freed.get(worker) if worker is not None else None
+        if worker not in seen or not times:
+            return True  # the worker's first task: its READY is not recorded
+        return any(t - back in times for back in range(FREED_WITHIN + 1))
+
+    # Which workers had dispatches before each one: a worker's first is ambiguous.
+    order = sorted(
+        (t, worker, task_id, attempt)
+        for task_id, task in tasks.items()
+        for attempt, (t, worker) in task.dispatches.items()
+    )
+    seen: set[int] = set()
+    waiting: dict[tuple[int, int], bool] = {}
+    for t, worker, task_id, attempt in order:
+        waiting[task_id, attempt] = was_waiting((t, worker), seen)
+        if worker is not None:
+            seen.add(worker)
+
+    # The shortest backoff seen per queue and attempt: a retry that waited
+    # was due no sooner.
+    backoffs: dict[tuple[str, int], int] = {}
+    runs: dict[str, list[int]] = defaultdict(list)
+    for task in tasks.values():
+        for attempt, (t, _) in task.dispatches.items():
+            end = task.ends.get(attempt)
+            if end is not None:
+                runs[task.queue].append(end[0] - t)
+            before = task.ends.get(attempt - 1)
+            if before is not None and before[1] == "retrying":
+                key = (task.queue, attempt)
+                backoffs[key] = min(backoffs.get(key, t - before[0]), t - before[0])
+    every = [run for queue_runs in runs.values() for run in queue_runs]
+    median = {queue: round(statistics.median(r)) for queue, r in runs.items()}
+    overall = round(statistics.median(every)) if every else 0
+
+    jobs: list[Job] = []
+    measured: dict[int, int] = {}
+    backlog: list[tuple[int, str, int]] = []
+    slots = _most_held(tasks)
+    for task_id, task in tasks.items():
+        if task.submitted is None:
+            continue  # submitted before the history began
+        ready = task.submitted
+        steps: list[Step] = []
+        attempt = 1
+        while attempt in task.dispatches:
+            t, _ = task.dispatches[attempt]
+            if attempt > 1:
+                before = task.ends[attempt - 1]
+                if before[1] != "retrying":
+                    ready = before[0]
+                elif waiting[task_id, attempt]:
+                    ready = min(t, before[0] + backoffs[task.queue, attempt])
+                else:
+                    ready = t
+            elif not waiting[task_id, attempt]:
+                ready = t  # delayed: due when it went to a free worker
+            if attempt == 1:
+                first_ready = ready
+                measured[task_id] = t - ready
+            else:
+                # The step before waits from its end to this one's ready time.
+                end_t, event, cause = task.ends[attempt - 1]
+                head = event == "requeued" and not cause.startswith(TIMED_OUT)
+                steps[-1] = Step(steps[-1].run, ready - end_t, head)
+            backlog += [(ready, task.queue, 1), (t, task.queue, -1)]
+            end = task.ends.get(attempt)
+            if end is None:
+                steps.append(Step(median.get(task.queue, overall)))
+                break
+            steps.append(Step(end[0] - t))
+            attempt += 1
+        if not steps:
+            # Never dispatched: still queued at the end, dropped, or cancelled.
+            first_ready = ready
+            steps.append(Step(median.get(task.queue, overall)))
+            backlog.append((ready, task.queue, 1))
+            if task.cancelled is not None:
+                backlog.append((task.cancelled, task.queue, -1))
+        jobs.append(
+            Job(task_id, task.queue, task.priority, first_ready, tuple(steps), task.cancelled)
+        )
+    jobs.sort(key=lambda job: (job.ready, job.task))
+    backlog.sort()
+    return Workload(
+        tuple(sorted({task.queue for task in tasks.values()})),
+        tuple(jobs),
+        slots,
+        measured,
+        tuple(backlog),
+    )
+
+
+def _most_held(tasks: Mapping[int, _Task]) -> int:
+    """The most deliveries held at once: ends before starts at the same time."""
+    changes = []
+    for task in tasks.values():
+        for attempt, (t, _) in task.dispatches.items():
+            changes.append((t, 1))
+            end = task.ends.get(attempt)
+            if end is not None:
+                changes.append((end[0], -1))
+    held = most = 0
+    for _, change in sorted(changes):
+        held += change
+        most = max(most, held)
+    return most
+
+
+class _Kind(IntEnum):
+    """What happens at a time, in the order things at the same millisecond happen."""
+
+    DUE = 0  # a retry or a requeued task is ready again
+    ARRIVAL = 1
+    END = 2  # a delivery ends: its worker frees a credit
+    CANCEL = 3
+
+
+@frozen
+class Outcome:
+    """
+    What a simulation predicts.
+
+    @ivar waits: (task id, queue, wait in ms) of each task that ran.
+    @ivar backlog: (queue, bucket, most tasks queued in it) for each bucket
+        from the first to the last in which the queue had tasks queued
+        (buckets of C{bucket_ms} from C{origin}; a bucket not listed had none).
+    """
+
+    waits: tuple[tuple[int, str, int], ...]
+    backlog: tuple[tuple[str, int, int], ...]
+
+
+class Backlog:
+    """
+    The most tasks queued per queue and time bucket, from the changes as
+    they happen (in time order).  A queue's depth counts at the end of each
+    millisecond: a task queued and taken in the same one is not counted.
+    """
+
+    def __init__(self, origin: int, bucket_ms: int) -> None:
+        self.origin = origin
+        self.bucket_ms = bucket_ms
+        self.depth: dict[str, int] = defaultdict(int)
+        self._now = origin
+        self._changed: set[str] = set()
+        self._seen: dict[str, int] = {}  # the depth last counted
+        self._bucket: dict[str, int] = {}
+        self._most: dict[str, int] = {}
+        self.rows: list[tuple[str, int, int]] = []
+
+    def change(self, t: int, queue: str, by: int) -> None:
+        if t != self._now:
+            self._count()
+            self._now = t
+        self.depth[queue] += by
+        self._changed.add(queue)
+
+    def _count(self) -> None:
+        """Count the depth of the queues that changed in the millisecond now over."""
+        bucket = (self._now - self.origin) // self.bucket_ms
+        for queue in self._changed:
+            depth = self.depth[queue]
+            seen = self._seen.get(queue, 0)
+            current = self._bucket.get(queue)
+            if current != bucket:
+                if current is not None:
+                    self._close(queue, current)
+                    # Buckets with no change keep the depth they started with.
+                    if seen:
+                        self.rows += [(queue, b, seen) for b in range(current + 1, bucket)]
+                self._bucket[queue] = bucket
+                self._most[queue] = seen
+            self._most[queue] = max(self._most[queue], depth)
+            self._seen[queue] = depth
+        self._changed.clear()
+
+    def _close(self, queue: str, bucket: int) -> None:
+        if self._most[queue]:
+            self.rows.append((queue, bucket, self._most[queue]))
+
+    def finish(self) -> tuple[tuple[str, int, int], ...]:
+        self._count()
+        for queue, bucket in self._bucket.items():
+            self._close(queue, bucket)
+        return tuple(sorted(self.rows))
+
+
+def measured_backlog(
+    work: Workload, origin: int, bucket_ms: int
+) -> tuple[tuple[str, int, int], ...]:
+    """The recording's own backlog over time, as L{Outcome.backlog} gives it."""
+    backlog = Backlog(origin, bucket_ms)
+    for t, queue, by in work.backlog:
+        backlog.change(t, queue, by)
+    return backlog.finish()
+
+
+def simulate(work: Workload, slots: int, origin: int = 0, bucket_ms: int = 1000) -> Outcome:
+    """Replay C{work} through C{slots} workers (see the module's docstring)."""
+    events: list[tuple[int, int, int, Job, int]] = []  # (time, kind, seq, job, step)
+    seq = 0
+    for job in work.jobs:
+        events.append((job.ready, _Kind.ARRIVAL, seq, job, 0))
+        seq += 1
+        if job.cancelled is not None:
+            events.append((job.cancelled, _Kind.CANCEL, seq, job, 0))
+            seq += 1
+    heapq.heapify(events)
+    queued: dict[str, list[tuple[int, int, Job, int]]] = {q: [] for q in work.queues}
+    waiting: set[int] = set()  # queued tasks, by id (a cancelled one leaves the heap lazily)
+    started: set[int] = set()
+    head = 0  # decreasing: the latest pushed at the head goes first
+    free = slots
+    backlog = Backlog(origin, bucket_ms)
+    waits: list[tuple[int, str, int]] = []
+
+    def start(now: int, job: Job, step: int) -> None:
+        nonlocal seq
+        if step == 0:
+            started.add(job.task)
+            waits.append((job.task, job.queue, now - job.ready))
+        heapq.heappush(events, (now + job.steps[step].run, _Kind.END, seq, job, step))
+        seq += 1
+
+    while events:
+        now, kind, _, job, step = heapq.heappop(events)
+        if kind is _Kind.END:
+            done = job.steps[step]
+            if step + 1 < len(job.steps):
+                heapq.heappush(events, (now + done.gap, _Kind.DUE, seq, job, step + 1))
+                seq += 1
+            for queue in work.queues:
+                tasks = queued[queue]
+                while tasks and tasks[0][2].task not in waiting:
+                    heapq.heappop(tasks)  # cancelled
+                if tasks:
+                    _, _, next_job, next_step = heapq.heappop(tasks)
+                    waiting.discard(next_job.task)
+                    backlog.change(now, queue, -1)
+                    start(now, next_job, next_step)
+                    break
+            else:
+                free += 1
+        elif kind is _Kind.CANCEL:
+            if job.task in waiting:
+                waiting.discard(job.task)
+                backlog.change(now, job.queue, -1)
+        elif free:
+            free -= 1  # a worker is idle: every queue is empty
+            start(now, job, step)
+        else:
+            if kind is _Kind.DUE and job.steps[step - 1].head:
+                head -= 1
+                order = head
+            else:
+                order = seq
+                seq += 1
+            heapq.heappush(queued[job.queue], (-job.priority, order, job, step))
+            waiting.add(job.task)
+            backlog.change(now, job.queue, 1)
+    return Outcome(tuple(waits), backlog.finish())
+
+
+def percentile(values: list[int], p: float) -> float:
+    """The C{p} quantile of C{values}, interpolated between ranks (as Spark's C{percentile})."""
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p
+    low = int(k)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+Row = tuple[str, int, str, str, int, int]
+"""(scenario, workers, queue, kind, time or bucket, value): see L{rows}."""
+
+
+def rows(work: Workload, slots: int | None, origin: int, bucket_ms: int) -> Iterator[Row]:
+    """
+    The recording's results (C{slots} C{None}), or those of a simulation
+    with C{slots} workers, as flat rows for the Spark job: scenario
+    C{recorded} or C{simulated}, the workers, the queue, and kind C{wait}
+    (time: when the task became ready, value: its wait in ms) or
+    C{backlog} (a bucket, and the most tasks queued in it).
+    """
+    ready = {job.task: (job.queue, job.ready) for job in work.jobs}
+    if slots is None:
+        scenario, slots = "recorded", work.slots
+        waits: Iterable[tuple[int, str, int]] = [
+            (task, ready[task][0], wait) for task, wait in work.measured.items()
+        ]
+        backlog = measured_backlog(work, origin, bucket_ms)
+    else:
+        scenario = "simulated"
+        outcome = simulate(work, slots, origin, bucket_ms)
+        waits, backlog = outcome.waits, outcome.backlog
+    for task, queue, wait in waits:
+        yield (scenario, slots, queue, "wait", ready[task][1], wait)
+    for queue, bucket, most in backlog:
+        yield (scenario, slots, queue, "backlog", bucket, most)
