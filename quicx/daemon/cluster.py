@@ -182,9 +182,11 @@ def _total(
         },
     }
     for key in ("wait", "run"):
+        if bounds is None:
+            total[key] = dict.fromkeys(PERCENTILES)
+            continue
         histograms = [counts for one in moved if (counts := getattr(one, key))]
-        merged = [sum(bucket) for bucket in zip(*histograms, strict=True)]
-        total[key] = _percentiles(merged, bounds) if bounds else dict.fromkeys(PERCENTILES)
+        total[key] = _percentiles([sum(b) for b in zip(*histograms, strict=True)], bounds)
     return total
 
 
