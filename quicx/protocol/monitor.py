@@ -253,13 +253,17 @@ def decode_events(payload: bytes) -> Events:
     return Events(lines, missed)
 
 
+STATUS_FRAME = frame(MessageType.STATUS)
+
+
+def encode_status() -> bytes:
+    return STATUS_FRAME
+
+
 def decode_status(payload: bytes) -> Status:
     if payload:
         raise _bad(MessageType.STATUS, f"payload must be empty, got {len(payload)} bytes")
     return Status()
-
-
-STATUS_FRAME = frame(MessageType.STATUS)
 
 
 DECODERS: dict[int, Callable[[bytes], Message]] = {
