@@ -5,6 +5,7 @@ The C{quicx} command.
     quicx stop [--config FILE]                             stop it (SIGTERM)
     quicx status [--config FILE] [--json] [--classes]      what it is doing
     quicx status --watch [--interval S] [--count N]        ... live, every second
+    quicx status --connect A,B,... [--json] [--watch]      a cluster, side by side
     quicx submit TYPE PAYLOAD|- [--wait] [--queue Q] [--priority N] [--key K]
                  [--delay 30s | --at TIME] [--retries N] [--backoff exponential:1s:5m]
                  [--keep-result [--result-ttl 1h]]
@@ -319,13 +320,20 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     if not args.watch and (args.interval or args.count):
         raise CommandError("--interval and --count go with --watch", status=2)
+    if args.connect:
+        return wire_status(args)
     path = control_path(args)
+    fetch = functools.partial(fetch_status, path, timeout=args.timeout)
     try:
         if args.watch:
-            return watch_status(path, args)
-        status = fetch_status(path, timeout=args.timeout)
+            return watch_status(fetch, args)
+        status = fetch()
     except StatusUnavailable as e:
         raise CommandError(str(e)) from None
+    return show_status(status, args)
+
+
+def show_status(status: Mapping[str, Any], args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
     else:
@@ -333,19 +341,65 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def watch_status(path: str, args: argparse.Namespace) -> int:
+def watch_status(
+    fetch: Callable[[], dict[str, Any]], args: argparse.Namespace, views: Any = None
+) -> int:
     """C{quicx status --watch}: until Ctrl-C (exit 0), C{--count} or the daemon goes."""
     from quicx.status.watch import watch  # rich: loaded only to watch
 
     with suppress(KeyboardInterrupt):  # how a watch is meant to end
-        watch(
-            lambda: fetch_status(path, timeout=args.timeout),
-            sys.stdout,
-            args.interval or 1.0,
-            args.count,
-            as_json=args.json,
-        )
+        watch(fetch, sys.stdout, args.interval or 1.0, args.count, as_json=args.json, views=views)
     return 0
+
+
+def ask_status(address: str, timeout: float) -> dict[str, Any]:
+    """
+    The status document of the daemon at C{address}, over the wire (STATUS).
+
+    @raise StatusUnavailable: with a one-line reason.
+    """
+    try:
+        with QuicxClient(address, timeout=timeout) as client:
+            return client.status()
+    except TimeoutError:
+        raise StatusUnavailable(f"no answer from {address} within {timeout:g} s") from None
+    except OSError as e:
+        raise StatusUnavailable(f"no daemon answers on {address}: {e.strerror or e}") from None
+    except (QuicxError, ValueError) as e:
+        raise StatusUnavailable(str(e)) from None
+
+
+def wire_status(args: argparse.Namespace) -> int:
+    """
+    C{quicx status --connect A[,B...]}: one daemon as over the control
+    socket; several side by side (exit 1 when one is down, but with --watch).
+    """
+    try:
+        addresses = split_addresses(args.connect)
+        for address in addresses:
+            tls = parse_address(address)[2]
+            if tls is not None:
+                tls.context()
+    except ValueError as e:  # TlsConfigError included
+        raise CommandError(f"bad address: {e}") from None
+    ask = functools.partial(ask_status, timeout=args.timeout)
+    if len(addresses) == 1:
+        fetch = functools.partial(ask, addresses[0])
+        try:
+            return watch_status(fetch, args) if args.watch else show_status(fetch(), args)
+        except StatusUnavailable as e:
+            raise CommandError(str(e)) from None
+    from quicx.status.cluster import cluster_views, fetcher, render_cluster  # rich
+
+    fetch_view = fetcher(addresses, ask)
+    if args.watch:
+        return watch_status(fetch_view, args, cluster_views)
+    view = fetch_view()
+    if args.json:
+        print(json.dumps(view, indent=2))
+    else:
+        sys.stdout.write(render_cluster(view))
+    return 1 if view["total"]["down"] else 0
 
 
 FULLEST_CLASSES = 3
@@ -1404,7 +1458,9 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         "show what the daemon is doing",
         "Show version, pid, uptime, task totals, memory and size-class use from"
-        " the daemon's control socket. Exits 1 if no daemon answers. --watch shows,"
+        " the daemon's control socket, or over the wire with --connect. Exits 1 if no"
+        " daemon answers. With --connect A,B,... every daemon is shown side by side with"
+        " their total, a daemon that does not answer as down (exit 1 then). --watch shows,"
         " every --interval, the tasks per second and latencies since the refresh before,"
         " the queues, workers and memory, in place on a terminal and as one plain block"
         " per refresh otherwise, until Ctrl-C (exit 0) or --count refreshes; it exits 1"
@@ -1412,6 +1468,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config_option(status)
     add_setting_flags(status.add_argument, settings("control", "port"))
+    status.add_argument(
+        "--connect",
+        metavar="ADDRESS[,ADDRESS...]",
+        help="ask over the wire, not the control socket; several daemons (a cluster,"
+        " comma-separated) are shown side by side with their total",
+    )
     status.add_argument(
         "--json",
         action="store_true",

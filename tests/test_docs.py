@@ -388,6 +388,7 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     from prometheus_client import generate_latest
     from twisted.internet.task import Clock
 
+    from quicx.daemon.cluster import Member, cluster_view
     from quicx.daemon.eventbus import EventBus
     from quicx.daemon.journal.records import FsyncPolicy
     from quicx.daemon.journal.writer import Journal
@@ -398,7 +399,11 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     queue = make_queue()
     journal = Journal(str(tmp_path / "journal"), FsyncPolicy.ALWAYS, Clock())
     events = EventBus(queue, Clock())
-    text = generate_latest(QuicxCollector(queue, SharedData(queue), journal, events)).decode()
+    # With [cluster] peers: one daemon up, whose document has nothing in it.
+    cluster = Member("self", {"uptime": 1.0, "memory": {"used": 0, "total": 0}})
+    text = generate_latest(
+        QuicxCollector(queue, SharedData(queue), journal, events, lambda: cluster_view([cluster]))
+    ).decode()
     # Each family's "# TYPE NAME KIND" line, with the name as exposed (a counter's ends in _total).
     emitted = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
     assert metrics_table(OPERATIONS.read_text()) == emitted

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from quicx.daemon.events import _EXTRA_KEY, format_event
 from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
-from quicx.protocol.monitor import EVENT_KINDS, MAX_EVENTS_BYTES, MAX_WATCH, Events, Watch
+from quicx.protocol.monitor import EVENT_KINDS, MAX_EVENTS_BYTES, MAX_WATCH, Events, Status, Watch
 from quicx.protocol.v2 import MessageType
 from quicx.protocol.wire import MalformedMessage
 from tests.test_wire_lifecycle import mutate, new_messages, spell
@@ -41,12 +41,14 @@ MESSAGES: dict[str, st.SearchStrategy[Any]] = {
     "EVENTS": st.builds(
         Events, st.lists(lines, max_size=10).map(tuple), st.integers(0, (1 << 64) - 1)
     ),
+    "STATUS": st.just(Status()),
 }
 """Every message of part 4, by name."""
 
 ENCODERS: dict[type, Callable[[Any], bytes]] = {
     Watch: lambda m: monitor.encode_watch(m.queues, m.types, m.kinds, m.stop),
     Events: lambda m: monitor.encode_events(m.lines, m.missed),
+    Status: lambda m: monitor.encode_status(),
 }
 
 
@@ -151,6 +153,7 @@ SPELLED: dict[str, tuple[dict[str, Any], object]] = {
         Watch(("mail",), (b"send", b"print"), ("failed",)),
     ),
     "EVENTS": ({"missed": 3, "lines": b'{"a":1}\n{"b":2}\n'}, Events(('{"a":1}', '{"b":2}'), 3)),
+    "STATUS": ({}, Status()),
 }
 """Values for each message's layout on the page, and the message they spell."""
 

@@ -13,7 +13,6 @@ import ipaddress
 import os
 import socket
 import ssl
-from collections.abc import Iterable
 
 from attrs import frozen
 from cryptography import x509
@@ -23,6 +22,10 @@ from service_identity.cryptography import (
     verify_certificate_ip_address,
 )
 
+# Re-exported: the clients' names for them since before they moved down.
+from quicx.net.addresses import ENDPOINT_KINDS as ENDPOINT_KINDS
+from quicx.net.addresses import normalize_address as normalize_address
+from quicx.net.addresses import split_addresses as split_addresses
 from quicx.net.certificates import TlsConfigError, trust_roots
 from quicx.protocol import monitor, v2, wire
 
@@ -30,7 +33,6 @@ ADDRESS_VARIABLE = "QUICX_ADDRESS"
 """The environment variable naming the daemon's address (see L{default_address})."""
 
 DEFAULT_ADDRESS = "tcp:127.0.0.1:16381"
-ENDPOINT_KINDS = frozenset({"tcp", "unix", "tls", "ssl"})
 
 CLIENT_MAX_LENGTH = wire.MAX_PAYLOAD + v2.SUBMIT_OVERHEAD + 1024
 """The largest frame a client accepts: a version-2 TASK of the largest possible
@@ -44,40 +46,12 @@ def as_bytes(value: str | bytes) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
-def normalize_address(address: str) -> str:
-    """An endpoint string as given, or C{tcp:HOST:PORT} for a bare C{HOST:PORT}."""
-    return address if address.partition(":")[0] in ENDPOINT_KINDS else f"tcp:{address}"
-
-
 def default_address() -> str:
     """
     C{$QUICX_ADDRESS} if set, else L{DEFAULT_ADDRESS}: one address, or a
     list of them (see L{split_addresses}).
     """
     return os.environ.get(ADDRESS_VARIABLE) or DEFAULT_ADDRESS
-
-
-def split_addresses(addresses: str | Iterable[str]) -> tuple[str, ...]:
-    """
-    One daemon's address or several: C{"tcp:h1:16381,tcp:h2:16381"} (commas
-    separate; spaces around them are ignored) or an iterable of addresses ->
-    each address normalized (L{normalize_address}), in the order given.
-
-    The order matters: it is each daemon's place in a cluster, the same for
-    every client given the same list.
-
-    @raise ValueError: no address, an empty item, or one daemon named twice.
-    """
-    items = addresses.split(",") if isinstance(addresses, str) else list(addresses)
-    found = tuple(normalize_address(item.strip()) for item in items)
-    if not found:
-        raise ValueError("no daemon address given")
-    if any(item == "tcp:" for item in found):
-        raise ValueError(f"{addresses!r}: an empty address in the list")
-    repeated = sorted({item for item in found if found.count(item) > 1})
-    if repeated:
-        raise ValueError(f"{', '.join(repeated)} named twice in the address list")
-    return found
 
 
 @frozen

@@ -550,6 +550,14 @@ class QuicxClient:
         found: list[dict[str, Any]] = self._info("queues", v2.QUEUES_FRAME)
         return found
 
+    def status(self) -> dict[str, Any]:
+        """
+        The daemon's status document: what C{quicx status} shows (see
+        docs/operations.md); under C{[tls]} role lists, for a monitor.
+        """
+        document: dict[str, Any] = self._info("status", monitor.STATUS_FRAME)
+        return document
+
     def peek(self, queue: str, count: int = 10) -> list[dict[str, Any]]:
         """The next C{count} tasks of C{queue}, in dispatch order, without taking them."""
         found: list[dict[str, Any]] = self._info("peek", v2.encode_peek(queue, count))

@@ -435,6 +435,10 @@ class QuicxClientProtocol(FrameReceiver):
     def queues(self) -> Deferred[list[dict[str, Any]]]:
         return self._info("queues", lambda: v2.QUEUES_FRAME)
 
+    def status(self) -> Deferred[dict[str, Any]]:
+        """The daemon's status document (as L{quicx.clients.blocking.QuicxClient.status})."""
+        return self._info("status", lambda: monitor.STATUS_FRAME)
+
     def peek(self, queue: str, count: int = 10) -> Deferred[list[dict[str, Any]]]:
         return self._info("peek", lambda: v2.encode_peek(queue, count))
 

@@ -13,7 +13,8 @@ same process (as in the tests) has its own.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from attrs import define
 from prometheus_client.core import (
@@ -69,6 +70,8 @@ class QuicxCollector(Collector):
 
     @ivar journal: the journal, or C{None} without one (no journal metrics).
     @ivar events: the event bus, or C{None} (no event metrics).
+    @ivar cluster: makes the cluster view of C{[cluster] peers} (see
+        L{quicx.daemon.cluster}), or C{None} (no C{quicx_cluster_*} metrics).
     """
 
     def __init__(
@@ -77,7 +80,9 @@ class QuicxCollector(Collector):
         shared: SharedData,
         journal: Journal | None,
         events: EventBus | None = None,
+        cluster: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        self.cluster = cluster
         self.queue = queue
         self.shared = shared
         self.journal = journal
@@ -99,6 +104,8 @@ class QuicxCollector(Collector):
             families.extend(self._journal(self.journal))
         if self.events is not None:
             families.extend(self._events(self.events))
+        if self.cluster is not None:
+            families.extend(cluster_families(self.cluster()))
         telemetry = self.queue.telemetry
         tallies = [telemetry.tallies[key].copy() for key in sorted(telemetry.tallies)]
         return Snapshot(families, tallies, dict(telemetry.rejected))
@@ -244,6 +251,63 @@ class QuicxCollector(Collector):
             [],
             [([], journal.fsync_latency)],
         )
+
+
+CLUSTER_GAUGES = (
+    ("queued", "quicx_cluster_queued", "Tasks queued in the daemon."),
+    ("running", "quicx_cluster_running", "Tasks held by the daemon's workers."),
+    ("delayed", "quicx_cluster_delayed", "Tasks waiting for their time in the daemon."),
+    ("dead", "quicx_cluster_dead_letters", "Tasks in the daemon's dead-letter set."),
+    ("workers", "quicx_cluster_workers", "The daemon's workers."),
+    ("idle_workers", "quicx_cluster_workers_idle", "The daemon's workers with a credit free."),
+    ("connections", "quicx_cluster_connections", "The daemon's open connections."),
+)
+"""The cluster view's figures of each daemon up, as gauges: key, name, help."""
+
+
+def cluster_families(view: Mapping[str, Any]) -> Iterator[Metric]:
+    """
+    The cluster view (L{quicx.daemon.cluster.cluster_view}) as gauges with a
+    C{daemon} label: the peer's address, or C{self}.  Their names are their
+    own, so that summing the daemons' own series never counts them again.
+    """
+    daemons = view["daemons"]
+    up = [row for row in daemons if row["up"]]
+    alive = GaugeMetricFamily(
+        "quicx_cluster_up", "1 if the daemon answered its last poll, else 0.", labels=["daemon"]
+    )
+    for row in daemons:
+        alive.add_metric([row["address"]], int(row["up"]))
+    yield alive
+    submitted = GaugeMetricFamily(
+        "quicx_cluster_tasks_submitted",
+        "Tasks the daemon accepted since it started.",
+        labels=["daemon"],
+    )
+    finished = GaugeMetricFamily(
+        "quicx_cluster_tasks_finished",
+        "Tasks the daemon finished since it started, by outcome: done, failed (dead ones"
+        " too) or cancelled.",
+        labels=["daemon", "outcome"],
+    )
+    for row in up:
+        submitted.add_metric([row["address"]], row["tasks"]["submitted"])
+        for outcome in ("done", "failed", "cancelled"):
+            finished.add_metric([row["address"], outcome], row["tasks"][outcome])
+    yield from (submitted, finished)
+    for key, name, text in CLUSTER_GAUGES:
+        gauge = GaugeMetricFamily(name, text, labels=["daemon"])
+        for row in up:
+            gauge.add_metric([row["address"]], row[key])
+        yield gauge
+    for key, name, text in (
+        ("used", "quicx_cluster_pool_used_bytes", "The daemon's pool bytes in use."),
+        ("total", "quicx_cluster_pool_size_bytes", "The daemon's pool size."),
+    ):
+        gauge = GaugeMetricFamily(name, text, labels=["daemon"])
+        for row in up:
+            gauge.add_metric([row["address"]], row["memory"][key])
+        yield gauge
 
 
 def task_families(tallies: list[Tally], rejected_by_code: dict[str, int]) -> Iterator[Metric]:

@@ -670,6 +670,14 @@ class QuicxServerProtocol(FrameReceiver):
         self._authorize("monitor")
         self._reply(v2.encode_info(self._events().watch(session, message)))
 
+    def _status(self, payload: bytes) -> None:
+        monitor.decode_status(payload)
+        self._authorize("monitor")
+        status = self.factory.status
+        if status is None:
+            raise Refused(v2.ErrorCode.NOT_FOUND, "this listener serves no status document")
+        self._reply(v2.encode_info(status()))
+
     def _events(self) -> EventBus:
         bus = self.queue.event_bus
         if not isinstance(bus, EventBus):
@@ -732,6 +740,7 @@ _HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
     v2.MessageType.AWAIT: QuicxServerProtocol._await,
     v2.MessageType.GROUP: QuicxServerProtocol._group,
     v2.MessageType.WATCH: QuicxServerProtocol._watch,
+    v2.MessageType.STATUS: QuicxServerProtocol._status,
 }
 
 
@@ -747,10 +756,13 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
     @ivar v2_type_limits: the longest PROGRESS, PUBLISH and WATCH the
         limits allow, which may pass C{v2_max_length}.
     @ivar admin: its connections have the admin role (the control socket's).
+    @ivar status: makes the daemon's status document, which STATUS answers;
+        C{None} (STATUS is answered not found) until the daemon sets it.
     """
 
     protocol = QuicxServerProtocol
     noisy = False
+    status: Callable[[], dict[str, Any]] | None = None
 
     def __init__(
         self,

@@ -10,6 +10,7 @@ The daemon's service tree, built from a checked configuration:
       +- TimerService...     heartbeats, the task timeout
       +- ListenerService...  one per endpoint string, the control socket, and
                              the Prometheus metrics (when configured)
+      +- TimerService        the polling of [cluster] peers (when set)
       +- TimerService        the dashboard's history (when [web] listen is set)
       +- ListenerService     the web dashboard (when [web] listen is set)
 
@@ -47,6 +48,7 @@ from quicx.daemon.journal.records import JournalCorrupt, Recovery
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.logsummary import LogSummary
+from quicx.daemon.peers import ClusterPoller, ask_status
 from quicx.daemon.periodic import every
 from quicx.daemon.results import ResultLimits
 from quicx.daemon.schedule_book import ScheduleBook
@@ -466,6 +468,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     events = EventBus(queue, reactor, log, config.subscribers, clock=time.time)
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, shared, reactor, factory.batcher, events, journal)
+    factory.status = daemon.status
     if config.log_summary_interval:
         every(config.log_summary_interval, failures.flush, reactor).setServiceParent(daemon)
     # Added before the queue, stopped after it: the queue's last events
@@ -503,14 +506,12 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         ListenerService(
             reactor,
             f"unix:{quote_endpoint(config.control_path)}:mode=600:lockfile=1",
-            ControlFactory(
-                daemon.status,
-                QuicxServerFactory(queue, reactor, config.limits, config.authorization, admin=True),
-            ),
+            ControlFactory(daemon.status, admin_factory(daemon, config)),
             announcement="control socket",
             log_id="daemon.control",
             setting="[server] control",
         ).setServiceParent(daemon)
+    cluster = cluster_poller(daemon) if config.peers else None
     if config.metrics_listen:
         # Imported only when on: prometheus_client and twisted.web are
         # about 3 MiB of the daemon's memory (docs/operations.md, "Memory").
@@ -521,7 +522,10 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             reactor,
             config.metrics_listen,
             MetricsSite(
-                metrics.QuicxCollector(queue, shared, journal, events), config.metrics_max_scrapes
+                metrics.QuicxCollector(
+                    queue, shared, journal, events, None if cluster is None else cluster.view
+                ),
+                config.metrics_max_scrapes,
             ),
             announcement="metrics",
             tls=config.tls,
@@ -529,14 +533,41 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             setting="[metrics] listen",
         ).setServiceParent(daemon)
     if config.web_listen:
-        serve_dashboard(daemon, schedules)
+        serve_dashboard(daemon, schedules, cluster)
     return daemon
 
 
-def serve_dashboard(daemon: QuicxDaemon, schedules: ScheduleBook) -> None:
+def cluster_poller(daemon: QuicxDaemon) -> ClusterPoller:
+    """
+    Add the polling of C{[cluster] peers} to C{daemon}, every C{[cluster]
+    interval} from its start (after its listeners: its own status lists them).
+    """
+    config, reactor = daemon.config, daemon.reactor
+    poller = ClusterPoller(
+        daemon.status,
+        config.peers,
+        lambda peer: ask_status(reactor, peer, config.cluster_timeout, config.cluster_max_status),
+    )
+    every(config.cluster_interval, poller.poll, reactor).setServiceParent(daemon)
+    return poller
+
+
+def admin_factory(daemon: QuicxDaemon, config: configuration.Config) -> QuicxServerFactory:
+    """The Quicx protocol of the control socket: the admin role, the daemon's status."""
+    factory = QuicxServerFactory(
+        daemon.queue, daemon.reactor, config.limits, config.authorization, admin=True
+    )
+    factory.status = daemon.status
+    return factory
+
+
+def serve_dashboard(
+    daemon: QuicxDaemon, schedules: ScheduleBook, cluster: ClusterPoller | None = None
+) -> None:
     """
     Add the web dashboard to C{daemon}: its history, sampled every second,
-    and its site on C{[web] listen} (announced as C{dashboard on ADDRESS}).
+    its site on C{[web] listen} (announced as C{dashboard on ADDRESS}), and
+    C{cluster}'s view, if it has one.
     """
     # Imported only when on: twisted.web is memory a daemon without a
     # dashboard need not hold.
@@ -553,7 +584,14 @@ def serve_dashboard(daemon: QuicxDaemon, schedules: ScheduleBook) -> None:
         config.web_monitor_token,
         config.tls.authorization if certificates else None,
     )
-    site = dashboard_site(queue, schedules, history, gate, config.web_max_streams)
+    site = dashboard_site(
+        queue,
+        schedules,
+        history,
+        gate,
+        config.web_max_streams,
+        None if cluster is None else cluster.view,
+    )
     ListenerService(
         reactor,
         on_loopback(config.web_listen),

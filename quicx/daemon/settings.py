@@ -55,6 +55,7 @@ from quicx.daemon.policy import (
 from quicx.daemon.results import ResultLimits, Share
 from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.daemon.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
+from quicx.net.addresses import split_addresses
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
@@ -417,6 +418,33 @@ class Names(Kind[frozenset[str]]):
 
     def format(self, value: frozenset[str]) -> str:
         return ", ".join(sorted(value))
+
+
+MAX_PEERS = 64
+"""The most daemons C{[cluster] peers} may name."""
+
+
+@frozen
+class Addresses(Kind[str]):
+    """
+    Daemons' addresses, comma-separated (as C{$QUICX_ADDRESS} lists them):
+    kept as C{"tcp:h1:16381, tcp:h2:16381"}, each normalized, at most
+    L{MAX_PEERS}.
+    """
+
+    def metavar(self) -> str:
+        return "ADDRESS,..."
+
+    def parse(self, text: str) -> str:
+        if not text.strip():
+            return ""
+        found = split_addresses(text)
+        if len(found) > MAX_PEERS:
+            raise ValueError(f"{len(found)} addresses, more than {MAX_PEERS}")
+        return ", ".join(found)
+
+    def bounds(self) -> str:
+        return f"up to {MAX_PEERS} addresses"
 
 
 @frozen
@@ -1224,6 +1252,36 @@ class Config:
         32,
         "Live dashboard streams (open pages) at once; one more is refused (503).",
     )
+    cluster_peers: str = setting(
+        "cluster",
+        "peers",
+        Addresses(),
+        "",
+        "The other daemons of a cluster, polled for the dashboard's and /metrics' cluster view.",
+        flag="cluster-peers",
+        unset="none",
+    )
+    cluster_interval: float = setting(
+        "cluster",
+        "interval",
+        Seconds(3600, 0.1),
+        5.0,
+        "Seconds between two polls of every peer's status.",
+    )
+    cluster_timeout: float = setting(
+        "cluster",
+        "timeout",
+        Seconds(60, 0.1),
+        2.0,
+        "Seconds a peer has to answer a poll; past it, it shows as down.",
+    )
+    cluster_max_status: int = setting(
+        "cluster",
+        "max_status",
+        Integer(64 << 10, 64 << 20, size=True),
+        4 << 20,
+        "The longest status document taken from a peer; a longer one shows it as down.",
+    )
     journal: str = setting(
         "journal",
         "path",
@@ -1330,6 +1388,11 @@ class Config:
     @property
     def shared(self) -> SharedLimits:
         return SharedLimits(self.shared_max_size, self.shared_max_names, self.shared_max_memory)
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """C{[cluster] peers}, one address each (none: the cluster view is off)."""
+        return split_addresses(self.cluster_peers) if self.cluster_peers else ()
 
     @property
     def subscribers(self) -> SubscriberLimits:

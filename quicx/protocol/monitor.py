@@ -1,12 +1,14 @@
 """
-Protocol version 2, part 4: live lifecycle events.
+Protocol version 2, part 4: live lifecycle events, and the status document.
 
 A monitor connection sends WATCH with a filter (queues, task types, event
 kinds; an empty list matches all) and the daemon sends it EVENTS frames:
 batches of the lifecycle events it records, each an NDJSON line of the
 events files' schema, with the count of events the connection missed by
-reading too slowly.  Same header and version byte as the rest of version 2;
-docs/protocol.md, "Version 2: live events", has every layout.  L{decode}
+reading too slowly.  STATUS asks for the daemon's status document (what
+C{quicx status} shows; answered with INFO), so that a cluster's daemons can
+be looked at over the wire.  Same header and version byte as the rest of
+version 2; docs/protocol.md, "Version 2: live events", has every layout.  L{decode}
 decodes any version-2 message.
 """
 
@@ -90,7 +92,15 @@ class Events:
     missed: int = 0
 
 
-Message = Watch | Events
+@frozen
+class Status:
+    """
+    Send me your status document (answered with INFO): what C{quicx status}
+    shows, as the control socket answers it.
+    """
+
+
+Message = Watch | Events | Status
 
 
 # -- encoders ---------------------------------------------------------------------
@@ -243,9 +253,23 @@ def decode_events(payload: bytes) -> Events:
     return Events(lines, missed)
 
 
+STATUS_FRAME = frame(MessageType.STATUS)
+
+
+def encode_status() -> bytes:
+    return STATUS_FRAME
+
+
+def decode_status(payload: bytes) -> Status:
+    if payload:
+        raise _bad(MessageType.STATUS, f"payload must be empty, got {len(payload)} bytes")
+    return Status()
+
+
 DECODERS: dict[int, Callable[[bytes], Message]] = {
     MessageType.WATCH: decode_watch,
     MessageType.EVENTS: decode_events,
+    MessageType.STATUS: decode_status,
 }
 
 

@@ -98,6 +98,7 @@ class MessageType(IntEnum):
     # Part 4: live lifecycle events (quicx.protocol.monitor).
     WATCH = 0x29
     EVENTS = 0x2A
+    STATUS = 0x2B
 
 
 KNOWN_TYPES = frozenset(MessageType)

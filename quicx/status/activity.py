@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from quicx.daemon.cluster import Moved, same_run
 from quicx.daemon.telemetry import LATENCY_BUCKETS, quantile
 
 PERCENTILES = (0.5, 0.95, 0.99)
@@ -65,61 +66,25 @@ class Activity:
     types: tuple[Flow, ...]
 
 
-@attrs.define
-class _Sum:
-    """Counts and histogram buckets added up, for one row."""
+def _flow(name: str, moved: Moved, seconds: float, bounds: Sequence[float]) -> Flow:
+    def rate(count: int) -> float:
+        return count / seconds if seconds > 0 else 0.0
 
-    submitted: int = 0
-    done: int = 0
-    failed: int = 0
-    wait: list[int] = attrs.Factory(list)
-    run: list[int] = attrs.Factory(list)
-
-    def add(self, later: Mapping[str, Any], earlier: Mapping[str, Any] | None) -> None:
-        """Add what one tally counted from C{earlier} (C{None}: from zero) to C{later}."""
-
-        def grew(key: str) -> int:
-            return int(later[key]) - (int(earlier[key]) if earlier else 0)
-
-        self.submitted += grew("submitted")
-        self.done += grew("done")
-        self.failed += grew("failed") + grew("dead")
-        for mine, key in ((self.wait, "wait"), (self.run, "run")):
-            counts = later[key]["counts"]
-            before = earlier[key]["counts"] if earlier else [0] * len(counts)
-            if not mine:
-                mine.extend([0] * len(counts))
-            for index, (now, then) in enumerate(zip(counts, before, strict=True)):
-                mine[index] += now - then
-
-    def flow(self, name: str, seconds: float, bounds: Sequence[float]) -> Flow:
-        def rate(count: int) -> float:
-            return count / seconds if seconds > 0 else 0.0
-
-        return Flow(
-            name=name,
-            submitted=rate(self.submitted),
-            done=rate(self.done),
-            failed=rate(self.failed),
-            wait=percentiles(self.wait, bounds),
-            run=percentiles(self.run, bounds),
-            moved=self.submitted + self.done + self.failed,
-        )
+    counts = moved.counts
+    return Flow(
+        name=name,
+        submitted=rate(counts["submitted"]),
+        done=rate(counts["done"]),
+        failed=rate(counts["failed"]),
+        wait=percentiles(moved.wait, bounds),
+        run=percentiles(moved.run, bounds),
+        moved=counts["submitted"] + counts["done"] + counts["failed"],
+    )
 
 
 def percentiles(counts: Sequence[int], bounds: Sequence[float]) -> tuple[float | None, ...]:
     """The L{PERCENTILES} of histogram bucket C{counts} (C{None} each when empty)."""
     return tuple(quantile(counts, fraction, bounds) for fraction in PERCENTILES)
-
-
-def same_run(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> bool:
-    """Whether C{earlier} came from the same daemon process as C{later}, before it."""
-    return (
-        earlier is not None
-        and earlier.get("pid") == later.get("pid")
-        and earlier.get("started_at") == later.get("started_at")
-        and earlier["uptime"] <= later["uptime"]
-    )
 
 
 def activity(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> Activity:
@@ -136,29 +101,29 @@ def activity(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> Act
         (tally["queue"], tally["type"]): tally
         for tally in ((earlier or {}).get("telemetry") or {}).get("tallies", ())
     }
-    overall = _Sum()
-    queues: dict[str, _Sum] = {}
-    types: dict[str, _Sum] = {}
+    overall = Moved()
+    queues: dict[str, Moved] = {}
+    types: dict[str, Moved] = {}
     for tally in telemetry.get("tallies", ()):
         then = before.get((tally["queue"], tally["type"]))
         for row in (
             overall,
-            queues.setdefault(tally["queue"], _Sum()),
-            types.setdefault(tally["type"], _Sum()),
+            queues.setdefault(tally["queue"], Moved()),
+            types.setdefault(tally["type"], Moved()),
         ):
             row.add(tally, then)
     seconds = later["uptime"] - (earlier["uptime"] if earlier else 0.0)
     return Activity(
         seconds=seconds,
         since_start=earlier is None,
-        overall=overall.flow("all", seconds, bounds),
+        overall=_flow("all", overall, seconds, bounds),
         queues=_rows(queues, seconds, bounds),
         types=_rows(types, seconds, bounds),
     )
 
 
-def _rows(sums: Mapping[str, _Sum], seconds: float, bounds: Sequence[float]) -> tuple[Flow, ...]:
-    return busiest(total.flow(name, seconds, bounds) for name, total in sums.items())
+def _rows(sums: Mapping[str, Moved], seconds: float, bounds: Sequence[float]) -> tuple[Flow, ...]:
+    return busiest(_flow(name, total, seconds, bounds) for name, total in sums.items())
 
 
 def busiest(flows: Iterable[Flow]) -> tuple[Flow, ...]:

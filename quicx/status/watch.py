@@ -73,11 +73,15 @@ def watch(
     as_json: bool = False,
     sleep: Callable[[float], object] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    views: Callable[[Iterator[dict[str, Any]]], Iterator[RenderableType]] | None = None,
 ) -> None:
     """
     Show C{fetch()}'s documents on C{out}, C{count} times (C{None}: until
     interrupted): as lines of JSON, or as views in place on a terminal, or
     as plain blocks.  Whatever C{fetch} raises ends it.
+
+    @param views: makes the views of the documents (default: a status
+        document's, from what went through since the one before).
     """
     documents = polled(fetch, interval, count, sleep, clock)
     if as_json:
@@ -85,17 +89,17 @@ def watch(
             out.write(json.dumps(document) + "\n")
             out.flush()
         return
-    views = _views(documents)
+    made = (views or _views)(documents)
     options: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
     if out.isatty():
         with Live(console=Console(file=out, **options), auto_refresh=False) as live:
-            for shown in views:
+            for shown in made:
                 live.update(shown, refresh=True)
         return
     console = Console(
         file=out, width=PLAIN_WIDTH, force_terminal=False, color_system=None, **options
     )
-    for shown in views:
+    for shown in made:
         console.print(shown)
         console.print()
         out.flush()

@@ -2,7 +2,7 @@
 The JSON API under C{/api/} that the pages use (docs/operations.md lists it).
 
 GET reads: the session, the overview, the history, queues, a task, dead
-letters, connections, schedules, and the live stream.  POST acts: pause,
+letters, connections, schedules, the cluster view, and the live stream.  POST acts: pause,
 resume and purge a queue; replay one dead task, or every dead task (of a
 queue); purge the dead tasks (of a queue).  An action needs the admin role,
 its session's CSRF token and the dashboard's own origin (L{auth}); it calls
@@ -108,7 +108,9 @@ class Api:
         history: History,
         streams: Streams,
         gate: Gate,
+        cluster: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
+        self.cluster = cluster
         self.queue = queue
         self.schedules = schedules
         self.history = history
@@ -176,6 +178,8 @@ class Api:
                 return document(lambda: views.connections(queue))
             case ["schedules"]:
                 return document(self.schedules.describe)
+            case ["cluster"]:
+                return lambda: self._cluster(request)
             case ["stream"] if request.method == b"GET":
                 return lambda: self._stream(request)
         return None
@@ -186,6 +190,12 @@ class Api:
         document = views.overview(self.queue, sample)
         document["streams"] = {"open": len(streams.open), "dropped": streams.dropped}
         return document
+
+    def _cluster(self, request: Request) -> bytes:
+        """The cluster view of C{[cluster] peers} as last polled; 404 without peers."""
+        if self.cluster is None:
+            return refusal(request, 404, "no cluster view: [cluster] peers is not set")
+        return answer(request, 200, self.cluster())
 
     def _stream(self, request: Request) -> bytes | int:
         streams = self.streams

@@ -13,6 +13,7 @@ the dashboard has one: one that has is refused unread).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.resources import files
 from io import BytesIO
 from typing import Any
@@ -154,9 +155,17 @@ class DashboardSite(Site):
 
 
 def dashboard_site(
-    queue: QueueService, schedules: ScheduleBook, history: History, gate: Gate, max_streams: int
+    queue: QueueService,
+    schedules: ScheduleBook,
+    history: History,
+    gate: Gate,
+    max_streams: int,
+    cluster: Callable[[], dict[str, Any]] | None = None,
 ) -> DashboardSite:
-    """The site of the dashboard over C{queue}; its live streams follow C{history}."""
-    api = Api(queue, schedules, history, Streams(max_streams), gate)
+    """
+    The site of the dashboard over C{queue}; its live streams follow
+    C{history}; C{cluster} makes its cluster view (C{None}: it has none).
+    """
+    api = Api(queue, schedules, history, Streams(max_streams), gate, cluster)
     history.listen(api.publish)
     return DashboardSite(Dashboard(api, gate))

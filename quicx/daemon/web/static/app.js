@@ -12,7 +12,7 @@ const state = {
   overview: null, // the newest overview from the stream
 };
 
-const PAGES = ['overview', 'queues', 'task', 'dead', 'workers', 'schedules'];
+const PAGES = ['overview', 'queues', 'task', 'dead', 'workers', 'schedules', 'cluster'];
 
 const $ = (id) => document.getElementById(id);
 
@@ -315,6 +315,49 @@ async function loadSchedules() {
   }
 }
 
+// -- the cluster: every daemon of [cluster] peers side by side, and the total ----------
+
+const CLUSTER_ROWS = [
+  ['state', (d) => (d.daemons === undefined ? (d.up ? 'up' : 'down') : `${d.up} of ${d.daemons} up`)],
+  ['submitted', (d) => count(d.tasks.submitted)],
+  ['done', (d) => count(d.tasks.done)],
+  ['failed', (d) => count(d.tasks.failed)],
+  ['submitted/s', (d) => rate(d.rates.submitted)],
+  ['done/s', (d) => rate(d.rates.done)],
+  ['failed/s', (d) => rate(d.rates.failed)],
+  ['queued', (d) => count(d.queued)],
+  ['running', (d) => count(d.running)],
+  ['delayed', (d) => count(d.delayed)],
+  ['dead', (d) => count(d.dead)],
+  ['workers (idle)', (d) => `${count(d.workers)} (${count(d.idle_workers)})`],
+  ['connections', (d) => count(d.connections)],
+  ['memory', (d) => `${bytes(d.memory.used)} / ${bytes(d.memory.total)}`],
+  ['wait p95', (d) => seconds(d.wait.p95)],
+  ['run p95', (d) => seconds(d.run.p95)],
+];
+
+async function loadCluster() {
+  let view;
+  try {
+    view = await api('cluster');
+  } catch (error) {
+    fill('cluster-note', error.message);
+    $('cluster-head').replaceChildren();
+    $('cluster-rows').replaceChildren();
+    return;
+  }
+  const columns = [...view.daemons, view.total];
+  const down = view.daemons.filter((d) => !d.up);
+  fill('cluster-note', down.map((d) => `down: ${d.address}: ${d.error}`).join('; '));
+  $('cluster-head').replaceChildren(el('th', {}, ''),
+    ...view.daemons.map((d) => el('th', { class: 'number' }, d.address)),
+    el('th', { class: 'number' }, 'total'));
+  $('cluster-rows').replaceChildren(...CLUSTER_ROWS.map(([name, cell], index) => el('tr', {},
+    el('th', {}, name),
+    ...columns.map((d) => el('td', { class: 'number' },
+      d.up || index === 0 ? cell(d) : '–')))));
+}
+
 // -- pages and the live stream ---------------------------------------------------
 
 function page() {
@@ -334,6 +377,7 @@ async function show() {
     else if (current === 'dead') await loadDead();
     else if (current === 'workers') await loadWorkers();
     else if (current === 'schedules') await loadSchedules();
+    else if (current === 'cluster') await loadCluster();
   } catch (error) {
     say(error.message, true);
   }
@@ -379,6 +423,7 @@ async function start() {
   if (!isAdmin()) for (const node of document.querySelectorAll('.admin-only')) node.remove();
   $('workers-refresh').addEventListener('click', show);
   $('schedules-refresh').addEventListener('click', show);
+  $('cluster-refresh').addEventListener('click', show);
   window.addEventListener('hashchange', show);
   window.addEventListener('resize', renderCharts);
   await show();
