@@ -991,7 +991,8 @@ def _print_events(args: argparse.Namespace, client: QuicxClient) -> int:
 
 
 _EVENT_FIELDS = frozenset(
-    {"t", "event", "task", "type", "size", "producer", "worker", "attempt", "queue", "priority"}
+    {"v", "t", "event", "task", "type", "size", "producer", "worker", "attempt", "queue"}
+    | {"priority"}
 )
 
 

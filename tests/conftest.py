@@ -64,8 +64,9 @@ def spark() -> Iterator:
     from pyspark.sql import SparkSession
 
     # No PYSPARK_PYTHON: quicx.clients.spark has local executors run this interpreter.
+    # A failed task is tried up to 4 times, as on a cluster (local[2] tries once).
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,4]")
         .appName("quicx-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

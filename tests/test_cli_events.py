@@ -95,7 +95,7 @@ def test_count_json_and_filters_for_scripts(daemon: DaemonProcess) -> None:
         ("done", first, "a"),
         ("done", third, "c"),
     ]
-    assert set(records[0]) == {"t", "event", "task", "type", "size", "producer", "worker"} | {
+    assert set(records[0]) == {"v", "t", "event", "task", "type", "size", "producer", "worker"} | {
         "attempt",
         "queue",
         "priority",

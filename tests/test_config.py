@@ -13,6 +13,7 @@ from quicx import cli
 from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.dispatch import DispatchSettings, Order
+from quicx.daemon.events import Compression
 from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.logformat import LogFormat
 from quicx.daemon.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
@@ -216,6 +217,7 @@ EVERY_SETTING_CHANGED = config.Config(
     events_directory="/tmp/events",
     events_max_bytes=1 << 20,
     events_max_age=60,
+    events_compress=Compression.GZIP,
     events_max_subscribers=4,
     events_max_held=500,
     metrics_listen="tcp:9464:interface=127.0.0.1",

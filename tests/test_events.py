@@ -5,6 +5,7 @@ written as NDJSON files, rotated by size and by age, and flushed at stop.
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from pathlib import Path
@@ -17,9 +18,11 @@ from tests.peer import Peer
 
 
 def read_events(directory: Path) -> list[dict]:
+    """The records of every events file in C{directory}, plain or compressed, in order."""
     records = []
-    for path in sorted(directory.glob("events-*.ndjson")):
-        for line in path.read_text().splitlines():
+    for path in sorted(directory.glob("events-*.ndjson*")):
+        text = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        for line in text.decode().splitlines():
             records.append(json.loads(line))
     return records
 
@@ -29,6 +32,7 @@ def test_format_event_fields() -> None:
         (1795000000.1234, "failed", 7, b"send_email", 12, 3, 9, 2, "SMTP 550", "mail", 5)
     )
     assert json.loads(line) == {
+        "v": 2,
         "t": 1795000000123,
         "event": "failed",
         "task": 7,
@@ -155,3 +159,35 @@ def test_files_rotate_by_age(tmp_path: Path, start_daemon) -> None:
     daemon.stop()
     assert len(list(events.glob("events-*.ndjson"))) >= 3
     assert [r["event"] for r in read_events(events)].count("submitted") == 3
+
+
+def test_rotated_files_are_compressed_and_the_report_reads_the_mix(
+    tmp_path: Path, start_daemon, spark
+) -> None:
+    from quicx.report.pipeline import build_report
+
+    events = tmp_path / "events"
+    conf = config_option(
+        tmp_path, f"[events]\ndirectory = {events}\nmax_bytes = 4096\ncompress = gzip\n"
+    )
+    daemon = start_daemon(conf, "--drain-timeout=0")
+    with Peer(daemon.address) as producer:
+        producer.send(b"".join(wire.encode_submit(b"t", b"p") for _ in range(300)))
+        for _ in range(300):
+            assert isinstance(producer.receive(), wire.Ok)
+    daemon.stop()  # waits for the compressions under way
+    names = sorted(path.name for path in events.iterdir())
+    plain = [name for name in names if name.endswith(".ndjson")]
+    compressed = [name for name in names if name.endswith(".ndjson.gz")]
+    # Every file but the last (open at the stop) compressed, nothing else left.
+    assert len(compressed) >= 4 and len(plain) == 1 and len(names) == len(compressed) + 1
+    assert plain[0] > max(compressed)
+    records = read_events(events)
+    assert all(record["v"] == 2 for record in records)
+    kinds = [record["event"] for record in records]
+    assert (kinds.count("submitted"), kinds.count("dropped")) == (300, 300)
+
+    report = build_report(spark, [str(events)])
+    overall = next(row for row in report.summary if row["type"] == "*")
+    assert report.events == len(records)
+    assert (overall["submitted"], overall["dropped"], overall["never_completed"]) == (300, 300, 300)

@@ -5,8 +5,11 @@ small enough that "queue full" happens: every row is delivered exactly once.
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -119,6 +122,48 @@ def test_bad_arguments_are_refused_before_any_submit(spark) -> None:
         submit_dataframe(df, "tcp:127.0.0.1:1", key_column="nope", task_type="t")
 
 
+def test_a_version_1_daemon_is_refused_before_any_submit(
+    tmp_path: Path, start_daemon, spark
+) -> None:
+    from quicx.clients.spark import submit_dataframe
+    from quicx.protocol.errors import NeedsVersion2
+
+    daemon = start_daemon(config_option(tmp_path, "[protocol]\nversions = 1\n"))
+    with pytest.raises(NeedsVersion2, match="version 1 only, which has no idempotency keys"):
+        submit_dataframe(
+            spark.range(3), f"tcp:127.0.0.1:{daemon.port}", key_column="id", task_type="t"
+        )
+    assert fetch_status(str(daemon.control_path))["tasks"]["submitted"] == 0
+
+
+def test_each_row_key_is_its_value_after_the_submission() -> None:
+    from quicx.clients.spark import _Plan, idempotency_key
+
+    plan = _Plan("tcp:127.0.0.1:1", "id", "t", None, None, 1000, 600.0, "job-7", 80)
+    assert idempotency_key(plan, 12) == "job-7:12"
+    assert idempotency_key(plan, "é" * 37) == "job-7:" + "é" * 37  # 80 bytes
+    # Longer than the daemon takes: the value's sha256, the same on every try.
+    long = idempotency_key(plan, "é" * 38)
+    assert long.startswith("job-7:#") and len(long) == 71
+    assert long == idempotency_key(plan, "é" * 38) != idempotency_key(plan, "é" * 39)
+    with pytest.raises(ValueError, match="'id' is null"):
+        idempotency_key(plan, None)
+
+
+def test_a_bad_submission_id_is_refused(spark) -> None:
+    from quicx.clients.spark import submit_dataframe
+
+    for submission in ("", "x" * 65):
+        with pytest.raises(ValueError, match="submission id is 1 to 64 bytes"):
+            submit_dataframe(
+                spark.range(3),
+                "tcp:127.0.0.1:1",
+                key_column="id",
+                task_type="t",
+                submission=submission,
+            )
+
+
 SUBMIT_WITHOUT_PYSPARK_PYTHON = """\
 import json, sys
 from pyspark.sql import SparkSession
@@ -223,4 +268,111 @@ def evolve_plan(group: int, address: str) -> object:
     """The plan the executors of a grouped submit of the test's DataFrame had."""
     from quicx.clients.spark import _Plan
 
-    return _Plan(address, "id", "row", None, "body", 1000, 600.0, group)
+    return _Plan(address, "id", "row", None, "body", 1000, 600.0, f"group-{group}", 255, group)
+
+
+def test_executors_killed_mid_submit_leave_every_row_submitted_once(
+    tmp_path: Path, start_daemon, spark
+) -> None:
+    """
+    The Python workers sending two partitions are killed (SIGKILL) while
+    they wait on a full queue, some of their rows in: Spark runs those
+    tasks again, the daemon answers the rows it has as duplicates, and each
+    row is one task, run once, with one id in the result.
+    """
+    from quicx.clients.spark import submit_dataframe
+
+    daemon = start_daemon(config_option(tmp_path, "[queues]\nmax_depth = 300\n"))
+    address = f"tcp:127.0.0.1:{daemon.port}"
+    rows = 2000
+    df = spark.range(rows).selectExpr("id", "concat('row-', id) AS body").repartition(4)
+    result: dict[str, object] = {}
+
+    def submit() -> None:
+        try:
+            ids = submit_dataframe(
+                df, address, key_column="id", task_type="row", payload_column="body", window=50
+            )
+            result["ids"] = {row["id"]: row["task_id"] for row in ids.collect()}
+        except Exception as e:
+            result["error"] = e
+
+    driver = threading.Thread(target=submit, daemon=True)
+    driver.start()
+    # Both running tasks hold rows the full queue refuses: they are mid-partition.
+    status = wait_for(daemon, lambda s: s["tasks"]["submitted"] >= 300 and s["tasks"]["rejected"])
+    killed = connected_descendants(daemon.port)
+    assert 1 <= len(killed) <= 2, killed  # one per running task
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    submitted_before = status["tasks"]["submitted"]
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    (tmp_path / "recorder.py").write_text(RECORDER.format(directory=str(seen)))
+    quicx = str(Path(sys.executable).with_name("quicx"))
+    worker = subprocess.Popen(
+        [quicx, "worker", "recorder:worker", "-n4", f"--connect={address}"],
+        cwd=tmp_path,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        driver.join(120)
+        assert "error" not in result, result.get("error")
+        ids = result["ids"]
+        assert isinstance(ids, dict)
+        assert sorted(ids) == list(range(rows)) and len(set(ids.values())) == rows
+        status = wait_for(daemon, lambda s: s["tasks"]["completed"] >= rows)
+    finally:
+        worker.terminate()
+        worker.wait()
+    tasks = status["tasks"]
+    assert (tasks["submitted"], tasks["failed"], tasks["queued"]) == (rows, 0, 0)
+    # The killed attempts' rows came again, and were answered with their first ids.
+    assert tasks["duplicates"] >= submitted_before > 0
+    delivered = [line for path in seen.iterdir() for line in path.read_text().splitlines()]
+    assert sorted(delivered) == sorted(f"row-{n}" for n in range(rows))
+
+
+def wait_for(daemon, done, timeout: float = 60.0) -> dict:
+    """The daemon's status, once C{done(status)} holds (within C{timeout} seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = fetch_status(str(daemon.control_path))
+        if done(status):
+            return status
+        assert time.monotonic() < deadline, status["tasks"]
+        time.sleep(0.05)
+
+
+def connected_descendants(port: int) -> set[int]:
+    """This process's descendants with a TCP connection to loopback C{port}: the executors."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                sockets.add(f"socket:[{fields[9]}]")
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    found = set()
+    for pid in filter(ours, parents):
+        try:
+            links = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+        except OSError:
+            continue
+        if links & sockets:
+            found.add(pid)
+    return found

@@ -17,6 +17,15 @@ a backoff (0.05 s doubling to 2 s, for up to C{retry_for} seconds): no row
 is lost, and none is submitted twice.  Any other refusal (payload too large,
 unknown type) fails the job with that error.
 
+Exactly once: each row's SUBMIT carries the idempotency key
+C{SUBMISSION:KEY}, its key column's value after the submission's id (a new
+uuid per call, made on the driver, or the caller's C{submission=}).  A
+Spark task retried after its executor died, or a partition recomputed,
+sends its rows again and the daemon answers those it has as duplicates,
+with their first ids: each row is one task, and the result has the id the
+daemon kept.  This holds while the daemon remembers the keys (protocol
+version 2; see docs/pipeline.md): a version-1 daemon is refused.
+
 As a group, so a pipeline learns when the whole DataFrame has been
 processed (protocol version 2):
 
@@ -26,15 +35,11 @@ processed (protocol version 2):
     counts = batch.wait(timeout=3600)   # {"done": ..., "failed": ..., ...}
 
 The driver opens the group, the executors submit into it, and the driver
-closes it once every row is in.  Each row's SUBMIT carries the idempotency
-key C{group-ID:KEY}: a partition sent again (a lost executor's, recomputed)
-is answered as duplicates, and neither runs nor counts twice.
+closes it once every row is in.  The keys are then C{group-ID:KEY}.
 
 The result is computed once, when this function runs, and kept
 (C{MEMORY_AND_DISK}).  Spark recomputes a partition only if an executor
-holding it is lost.  Recomputing would submit that partition's rows again,
-which is the same at-least-once promise a producer gets when its connection
-drops.
+holding it is lost, and its rows are then answered as duplicates.
 
 On a local master (C{local[*]} and the like), the executors run this
 interpreter (C{sys.executable}) unless C{PYSPARK_PYTHON} names another: see
@@ -45,21 +50,26 @@ Needs C{pip install 'quicx[spark]'} (PySpark) and Java.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from attrs import evolve, frozen
 
+import quicx
 from quicx.clients.blocking import QuicxClient, Task
-from quicx.clients.requests import Options
-from quicx.protocol.errors import DaemonError, QueueFull
+from quicx.clients.requests import CLIENT_NAME, Options
+from quicx.protocol.errors import DaemonError, NeedsVersion2, QueueFull
 
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
+MAX_SUBMISSION = 64
+"""The longest C{submission} id, in bytes: each key's prefix, with room for a hash."""
 
 
 @frozen
@@ -73,6 +83,10 @@ class _Plan:
     payload_column: str | None
     window: int
     retry_for: float
+    prefix: str = ""
+    """Each row's idempotency key is C{prefix:KEY}."""
+    max_key: int = 255
+    """The daemon's longest key, in bytes: longer keys are hashed."""
     group: int | None = None
 
 
@@ -131,21 +145,45 @@ def submit_dataframe(
     payload_column: str | None = None,
     window: int = 1000,
     retry_for: float = 600.0,
+    submission: str | None = None,
 ) -> Any:
     """
-    Submit one task per row of C{df}; return a DataFrame of (key, task_id).
+    Submit one task per row of C{df}, exactly once; return a DataFrame of
+    (key, task_id).
 
-    @param key_column: the column that identifies a row in the result.
+    @param key_column: the column that identifies a row, in the result and
+        in its idempotency key: its values must be unique (rows with the
+        same key are one task) and not null.
     @param task_type: the type of every task, or...
     @param type_column: ...the column holding each row's type.
     @param payload_column: a column of bytes or str; without it, each
         payload is the row as a JSON object.
     @param window: SUBMITs pipelined before reading their answers.
     @param retry_for: seconds to keep retrying rows refused as queue full.
-    @raise ValueError: the columns are not there, or not one type source.
+    @param submission: this submission's id (1 to 64 bytes; default: a new
+        uuid).  Give the same one to run the same job again (its driver
+        died, say): the rows already submitted are answered as duplicates.
+    @raise ValueError: the columns are not there, or not one type source, or
+        C{submission} is empty or too long.
+    @raise NeedsVersion2: the daemon speaks protocol version 1, which has no
+        idempotency keys.
     """
     plan = _plan(df, address, key_column, task_type, type_column, payload_column)
-    return _submit(df, evolve(plan, window=window, retry_for=retry_for))
+    if submission is None:
+        submission = uuid.uuid4().hex
+    if not 1 <= len(submission.encode("utf-8")) <= MAX_SUBMISSION:
+        raise ValueError(f"a submission id is 1 to {MAX_SUBMISSION} bytes: {submission!r}")
+    with QuicxClient(address) as client:
+        try:
+            client.hello(CLIENT_NAME, quicx.__version__, ("idempotency",))
+        except NeedsVersion2:
+            raise NeedsVersion2(
+                f"{address} speaks protocol version 1 only, which has no idempotency keys:"
+                " submit_dataframe could submit a row twice when Spark retries a task"
+            ) from None
+        max_key = _max_key(client)
+    plan = evolve(plan, window=window, retry_for=retry_for, prefix=submission, max_key=max_key)
+    return _submit(df, plan)
 
 
 def submit_dataframe_group(
@@ -169,10 +207,26 @@ def submit_dataframe_group(
     with QuicxClient(address) as client:
         group = client.open_group()
         try:
-            ids = _submit(df, evolve(plan, window=window, retry_for=retry_for, group=group))
+            ids = _submit(
+                df,
+                evolve(
+                    plan,
+                    window=window,
+                    retry_for=retry_for,
+                    prefix=f"group-{group}",
+                    max_key=_max_key(client),
+                    group=group,
+                ),
+            )
         finally:
             client.close_group(group)
     return SubmittedGroup(ids, group, address)
+
+
+def _max_key(client: QuicxClient) -> int:
+    """The longest idempotency key the daemon C{client} spoke with takes, in bytes."""
+    limits: Any = client.server.get("limits", {})
+    return int(limits.get("max_key_length", 255))
 
 
 def _plan(
@@ -230,9 +284,22 @@ def _task_of(plan: _Plan, row: Any) -> tuple[Any, Task]:
         value = row[plan.payload_column]
         payload = value.encode("utf-8") if isinstance(value, str) else bytes(value or b"")
     key = row[plan.key_column]
-    if plan.group is None:
-        return key, (task_type, payload)
-    return key, (task_type, payload, Options(group=plan.group, key=f"group-{plan.group}:{key}"))
+    return key, (task_type, payload, Options(group=plan.group, key=idempotency_key(plan, key)))
+
+
+def idempotency_key(plan: _Plan, value: Any) -> str:
+    """
+    C{value}'s row's key: C{PREFIX:VALUE}, or C{PREFIX:#SHA256} of the
+    value when that is longer than the daemon takes.
+
+    @raise ValueError: C{value} is null.
+    """
+    if value is None:
+        raise ValueError(f"a row's {plan.key_column!r} is null: each row needs a key")
+    key = f"{plan.prefix}:{value}"
+    if len(key.encode("utf-8")) <= plan.max_key:
+        return key
+    return f"{plan.prefix}:#{hashlib.sha256(str(value).encode('utf-8')).hexdigest()}"
 
 
 def _submit_with_retry(

@@ -8,9 +8,9 @@ Task lifecycle events: one JSON line per step of every task's life.
 
 Each record is one line of JSON::
 
-    {"t": 1795284911827, "event": "dispatched", "task": 42, "type": "send_email",
-     "size": 118, "producer": 3, "worker": 7, "attempt": 1, "queue": "mail",
-     "priority": 5}
+    {"v": 2, "t": 1795284911827, "event": "dispatched", "task": 42,
+     "type": "send_email", "size": 118, "producer": 3, "worker": 7,
+     "attempt": 1, "queue": "mail", "priority": 5}
 
 with C{event} one of L{quicx.protocol.monitor.EVENT_KINDS}: submitted,
 rejected (with C{code} and C{reason}), dispatched, progress (with
@@ -20,32 +20,41 @@ C{cause}), dead (with C{reason}), replayed and dropped (with C{cause}).
 C{queue} and C{priority} are C{null} on a rejected SUBMIT.  C{t} is epoch
 milliseconds; C{producer} and C{worker} are connection ids (C{null} when not
 known: a task recovered from the journal has no producer); C{attempt} counts
-deliveries.
+deliveries; C{v} is the schema's version (L{EVENTS_SCHEMA}: each line
+says it, as the live stream's lines are the same and have no file to head).
 
 The daemon's L{quicx.daemon.eventbus.EventBus} gathers the events and hands
 them to the L{EventLog} once a second (sooner when many are waiting, or
 while live subscribers watch); the log gives them to a thread of its own,
 which formats the lines and writes them, so the reactor never waits for the
-disk.  Files are named C{events-<start time>-<sequence>.ndjson} and rotated
-by size and age.  Everything handed to it is written when the daemon stops.
+disk.  Files are named C{events-<start time>-<pid>-<sequence>.ndjson} and rotated
+by size and age; with C{compress = gzip}, each file is compressed once a
+newer one starts, by a thread of its own (L{gzip_file}), so neither the
+reactor nor the writing waits for it.  Everything handed to it is written,
+and every rotated file compressed, when the daemon stops; the file open at
+the stop stays plain.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterable
+from enum import Enum
 from typing import Any
 
 from attrs import frozen
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from quicx.net.twisted_types import Service
+from quicx.protocol.monitor import EVENTS_SCHEMA
 
 Event = tuple[Any, ...]
 """(time, event, task id, type, size, producer id, worker id, attempt, extra, queue, priority)."""
@@ -62,11 +71,19 @@ _EXTRA_KEY: dict[str, str | tuple[str, ...]] = {
 }
 
 
+class Compression(Enum):
+    """What becomes of an events file once a newer one starts."""
+
+    NONE = "none"
+    GZIP = "gzip"
+
+
 @frozen
 class EventSettings:
     directory: str
     max_bytes: int = 64 << 20
     max_age: float = 3600.0
+    compress: Compression = Compression.NONE
 
 
 _type_json: dict[bytes, str] = {}
@@ -74,6 +91,10 @@ _Template = tuple[str, str, str]
 _templates: dict[tuple[str, bytes, str | None], _Template] = {}
 _CACHED = 10_000
 """The most task types, and (kind, task type, queue) templates, kept encoded."""
+_HEAD = f'{{"v":{EVENTS_SCHEMA},"t":'
+"""Every line's start: the schema's version, then the time."""
+GZIP_LEVEL = 6
+"""zlib's own default: most of level 9's gain at a fraction of its time."""
 
 
 def _json_type(task_type: bytes) -> str:
@@ -128,6 +149,7 @@ def format_events(events: Iterable[Event]) -> list[str]:
     lines: list[str] = []
     add = lines.append
     templates = _templates
+    head = _HEAD
     for event in events:
         when, kind, task_id, task_type, size, producer, worker, attempt, extra, queue, priority = (
             event
@@ -136,7 +158,7 @@ def format_events(events: Iterable[Event]) -> list[str]:
             kind, task_type, queue
         )
         add(
-            f'{{"t":{int(when * 1000)}{task}{"null" if task_id is None else task_id}'
+            f"{head}{int(when * 1000)}{task}{'null' if task_id is None else task_id}"
             f"{size_field}{size}"
             f',"producer":{"null" if producer is None else producer}'
             f',"worker":{"null" if worker is None else worker},"attempt":{attempt}'
@@ -149,6 +171,21 @@ def format_events(events: Iterable[Event]) -> list[str]:
 def format_event(event: Event) -> str:
     """One record as its JSON line (without the newline): see L{format_events}."""
     return format_events((event,))[0]
+
+
+def gzip_file(path: str) -> str:
+    """
+    Compress the file at C{path} into C{path + ".gz"} and remove it; the
+    new file's path.  The C{.gz} appears whole: it is written under a
+    hidden name (a leading dot, which Spark and Hadoop skip) and renamed.
+    """
+    directory, name = os.path.split(path)
+    part = os.path.join(directory, f".{name}.gz")
+    with open(path, "rb") as source, gzip.open(part, "wb", GZIP_LEVEL) as target:
+        shutil.copyfileobj(source, target, 1 << 20)
+    os.replace(part, path + ".gz")
+    os.unlink(path)
+    return path + ".gz"
 
 
 class EventLog(Service):
@@ -171,7 +208,12 @@ class EventLog(Service):
         # The write in flight (its result goes to its callbacks).
         self._job: Deferred[Any] | None = None
         self._threads = ThreadPool(1, 1, name="quicx-events")
+        # Rotated files being compressed, by a thread of their own.
+        self._compressor = ThreadPool(1, 1, name="quicx-events-gzip")
+        self._compressing: set[Deferred[Any]] = set()
         self._file: Any = None
+        self._path = ""
+        self._rotated: list[str] = []
         self._file_bytes = 0
         self._file_opened = 0.0
         self._sequence = 0
@@ -192,9 +234,12 @@ class EventLog(Service):
         self._job = deferToThreadPool(self.reactor, self._threads, self._write, events)
         self._job.addCallbacks(self._written, self._failed)
 
-    def _written(self, count: int) -> None:
+    def _written(self, result: tuple[int, list[str]]) -> None:
+        count, rotated = result
         self._job = None
         self.written += count
+        for path in rotated:
+            self._compress(path)
         self._flush()  # what was taken meanwhile
 
     def _failed(self, failure: Failure) -> None:
@@ -208,8 +253,28 @@ class EventLog(Service):
             reason=self.broken,
         )
 
-    def _write(self, events: list[Event]) -> int:
-        """(Writer thread.) Format and append C{events}, rotating as needed."""
+    def _compress(self, path: str) -> None:
+        """Compress the rotated file at C{path}, if the settings say so (in its thread)."""
+        if self.settings.compress is Compression.NONE:
+            return
+        job = deferToThreadPool(self.reactor, self._compressor, gzip_file, path)
+        self._compressing.add(job)
+        job.addErrback(self._not_compressed, path)
+        job.addBoth(lambda _: self._compressing.discard(job))
+
+    def _not_compressed(self, failure: Failure, path: str) -> None:
+        self.log.error(
+            "events: compressing {path} failed ({reason}); it stays as it was",
+            log_id="events.not_compressed",
+            path=path,
+            reason=failure.getErrorMessage(),
+        )
+
+    def _write(self, events: list[Event]) -> tuple[int, list[str]]:
+        """
+        (Writer thread.) Format and append C{events}, rotating as needed;
+        how many, and the files closed meanwhile.
+        """
         settings = self.settings
         if self._file is None or time.time() - self._file_opened >= settings.max_age:
             self._rotate()
@@ -225,7 +290,8 @@ class EventLog(Service):
             room -= len(line)
         self._append(chunk)
         self._file.flush()
-        return len(events)
+        rotated, self._rotated = self._rotated, []
+        return len(events), rotated
 
     def _append(self, lines: list[bytes]) -> None:
         data = b"".join(lines)
@@ -235,10 +301,12 @@ class EventLog(Service):
     def _rotate(self) -> None:
         if self._file is not None:
             self._file.close()
+            self._rotated.append(self._path)
         self._sequence += 1
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         name = f"events-{stamp}-{os.getpid()}-{self._sequence:04d}.ndjson"
-        self._file = open(os.path.join(self.settings.directory, name), "ab")  # noqa: SIM115
+        self._path = os.path.join(self.settings.directory, name)
+        self._file = open(self._path, "ab")  # noqa: SIM115
         self._file_bytes = 0
         self._file_opened = time.time()
 
@@ -248,13 +316,14 @@ class EventLog(Service):
         super().startService()
         os.makedirs(self.settings.directory, exist_ok=True)
         self._threads.start()
+        self._compressor.start()
 
     def stopService(self) -> Deferred[None]:
         super().stopService()
         return Deferred.fromCoroutine(self._close())
 
     async def _close(self) -> None:
-        """Write everything taken, close the file, stop the thread."""
+        """Write everything taken, close the file, finish compressing, stop the threads."""
         try:
             while self._job is not None or (self._buffer and not self.broken):
                 if self._job is None:
@@ -264,5 +333,7 @@ class EventLog(Service):
             if self._file is not None:
                 await deferToThreadPool(self.reactor, self._threads, self._file.close)
                 self._file = None
+            await gatherResults(list(self._compressing))
         finally:
             self._threads.stop()
+            self._compressor.stop()

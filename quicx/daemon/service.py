@@ -444,7 +444,12 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     journal = open_journal(config, reactor) if config.journal else None
     log = (
         EventLog(
-            EventSettings(config.events_directory, config.events_max_bytes, config.events_max_age),
+            EventSettings(
+                config.events_directory,
+                config.events_max_bytes,
+                config.events_max_age,
+                config.events_compress,
+            ),
             reactor,
         )
         if config.events_directory

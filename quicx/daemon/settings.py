@@ -36,6 +36,7 @@ from attrs import Factory, define, field, frozen
 
 from quicx.daemon import pmad, schedules
 from quicx.daemon.dispatch import DispatchSettings, Order
+from quicx.daemon.events import Compression
 from quicx.daemon.groups import GroupLimits
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
@@ -1166,6 +1167,13 @@ class Config:
         Seconds(),
         3600.0,
         "...or past this many seconds.",
+    )
+    events_compress: Compression = setting(  # noqa: RUF009 (returns a field)
+        "events",
+        "compress",
+        Choice(Compression),
+        Compression.NONE,
+        "Compress each events file once a newer one starts (in a thread of its own).",
     )
     events_max_subscribers: int = setting(
         "events",

@@ -38,6 +38,12 @@ EVENT_KINDS = (
     "dropped",
 )
 """Every kind of lifecycle event the daemon records, as its C{event} field names it."""
+EVENTS_SCHEMA = 2
+"""
+The version of the events' JSON schema, each line's C{v} (files and EVENTS
+alike; docs/pipeline.md has every field).  Lines without a C{v} are version
+1, which had no C{v} and is otherwise the same.
+"""
 MAX_WATCH = 32
 """The most queues, task types or event kinds one WATCH lists (each)."""
 WATCH_STOP = 0x01

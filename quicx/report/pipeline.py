@@ -6,8 +6,9 @@ The lifecycle-event report: a PySpark job over the daemon's event files.
     JOB=$(python -c 'import quicx.report.job as j; print(j.__file__)')
     spark-submit --master yarn "$JOB" hdfs:///quicx/events --out hdfs:///quicx/report
 
-It reads the NDJSON files (any path or URI Spark reads), and writes to
-C{--out}:
+It reads the NDJSON files (any path or URI Spark reads; compressed ones too,
+C{.gz}), of every events schema version up to L{EVENTS_SCHEMA}, and writes
+to C{--out}:
 
   - C{summary/}: per task type and overall (type C{*}), the counts
     (submitted, completed, failed, given up, requeued, rejected, dropped,
@@ -50,14 +51,16 @@ from typing import Any
 
 from attrs import frozen
 
+from quicx.protocol.monitor import EVENTS_SCHEMA
 from quicx.report import whatif
 from quicx.report.page import CHAR_PX, PERCENTILES, html_table, nice_step
 
 EVENT_SCHEMA = (
-    "t LONG, event STRING, task LONG, type STRING, size LONG, producer LONG,"
+    "v LONG, t LONG, event STRING, task LONG, type STRING, size LONG, producer LONG,"
     " worker LONG, attempt LONG, reason STRING, cause STRING, code LONG,"
     " queue STRING, priority LONG"
 )
+"""The fields the report reads, of every schema version up to L{EVENTS_SCHEMA}."""
 QUEUE_COUNTS = ("submitted", "completed", "failed", "cancelled", "never_completed")
 """The per-queue table's counts (see docs/pipeline.md)."""
 TOP_REASONS = 10
@@ -140,7 +143,12 @@ def build_report(
         .withColumn("priority", F.coalesce(F.col("priority"), F.lit(0)))
         .cache()
     )
-    count = events.count()
+    count, newest = events.agg(F.count("*"), F.max("v")).first()
+    if newest is not None and newest > EVENTS_SCHEMA:
+        raise ValueError(
+            f"events of schema version {newest} (a newer daemon's): this report reads"
+            f" versions 1 to {EVENTS_SCHEMA}"
+        )
     progress(f"{count:,} events")
     tasks = events.where(F.col("task").isNotNull())
 
