@@ -4,9 +4,11 @@ listen}) in a real headless Chromium driven by selenium: the page loads
 without console errors, its numbers move while a worker drains 10,000
 tasks, pausing a queue from the page stops dispatch (checked over the
 wire), a dead letter replayed from the page runs, and the monitor role has
-no buttons and is refused an action.  Without the token nothing is served.
+no buttons and is refused an action, and the Cluster page shows the daemon
+and its C{[cluster]} peer side by side, and the peer down once it stops.
+Without the token nothing is served.
 
-One daemon and one browser for the module.  The test saves a screenshot of
+One daemon (and its peer) and one browser for the module.  The test saves a screenshot of
 the overview; with C{QUICX_UPDATE_SCREENSHOT=1} it writes docs/dashboard.png.
 """
 
@@ -48,12 +50,24 @@ def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> An
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """A second daemon, the dashboard daemon's one C{[cluster]} peer."""
+    with DaemonProcess(tmp_path_factory.mktemp("peer"), ()) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def daemon(
+    tmp_path_factory: pytest.TempPathFactory, peer: DaemonProcess
+) -> Iterator[DaemonProcess]:
     directory = tmp_path_factory.mktemp("dashboard")
     args = (
         "--web-listen=tcp:0",  # no interface: on loopback (see the announcement)
         f"--web-admin-token={ADMIN}",
         f"--web-monitor-token={MONITOR}",
+        f"--cluster-peers={peer.client_address}",
+        "--cluster-interval=0.3",
+        "--cluster-timeout=1",
     )
     with DaemonProcess(directory, args) as started:
         yield started
@@ -274,4 +288,43 @@ def test_html_in_a_task_type_or_a_failure_reason_shows_as_text(
     until(lambda: reason in text(browser, "task-answer"), what="the task's reason")
     assert browser.find_elements("css selector", "#injected, main img") == []
     assert browser.title == "Quicx dashboard"
+    assert console_errors(browser) == []
+
+
+def cluster_cell(driver: Any, row: str, column: int) -> str:
+    """The Cluster page's cell of C{row} (its heading) in C{column} (0: this daemon)."""
+    table = driver.execute_script(
+        "return [...document.querySelectorAll('#cluster-rows tr')]"
+        ".map((tr) => [...tr.children].map((cell) => cell.textContent));"
+    )
+    return next((str(line[1 + column]) for line in table if line[0] == row), "")
+
+
+def test_the_cluster_page_shows_both_daemons_and_the_total_then_the_peer_down(
+    daemon: DaemonProcess, peer: DaemonProcess, web: str, browser: Any
+) -> None:
+    with Peer(daemon.address) as here, Peer(peer.address) as there:
+        submit(here, "cluster-here", 2)
+        submit(there, "cluster-there", 3)
+    log_in(browser, web, MONITOR, "cluster")
+    heads = until(
+        lambda: [h.text for h in browser.find_elements("css selector", "#cluster-head th")],
+        what="the cluster table",
+    )
+    assert heads == ["", "self", peer.client_address, "total"]
+
+    def queued() -> list[int]:
+        browser.find_element("id", "cluster-refresh").click()
+        cells = [cluster_cell(browser, "queued", i).replace(",", "") for i in range(3)]
+        return [int(cell) if cell.isdigit() else -1 for cell in cells]
+
+    until(lambda: (q := queued())[1] == 3 and q[2] == q[0] + 3, what="the peer's queued and total")
+    assert cluster_cell(browser, "state", 2) == "2 of 2 up"
+    peer.kill()
+    until(
+        lambda: (queued(), cluster_cell(browser, "state", 1) == "down")[1],
+        what="the peer shown down",
+    )
+    assert cluster_cell(browser, "state", 2) == "1 of 2 up"
+    assert f"down: {peer.client_address}" in text(browser, "cluster-note")
     assert console_errors(browser) == []

@@ -367,3 +367,25 @@ def test_the_dashboard_over_tls_lets_client_certificates_in_by_role(
     # Over TLS the session cookie is Secure.
     status, headers, _ = fetch("alice", "/login?token=web-token")
     assert status == 303 and "; Secure" in headers["Set-Cookie"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_cluster_peer_over_tls_is_polled_with_a_monitor_certificate(
+    tmp_path: Path, start_daemon, pki
+) -> None:
+    from twisted.internet import reactor
+
+    from quicx.daemon.peers import PeerUnavailable, ask_status
+
+    port = tls_daemon(tmp_path, start_daemon, pki["server"], MTLS.format(ca=pki["ca"].path))
+
+    def peer(who: str) -> str:  # trustRoots a PEM file, as [cluster] peers documents it
+        cert, key = pki[who]
+        return (
+            f"tls:localhost:{port}:trustRoots={pki['ca'].path}:certificate={cert}:privateKey={key}"
+        )
+
+    document = await ask_status(reactor, peer("carol"), 5.0, 1 << 20)
+    assert document["format"] == "quicx-status/1"
+    with pytest.raises(PeerUnavailable, match="identity 'alice' may not act as a monitor"):
+        await ask_status(reactor, peer("alice"), 5.0, 1 << 20)

@@ -8,6 +8,7 @@ role may not do, CSRF, the API's answers, and the live stream's bounds.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -138,7 +139,10 @@ def page_post(csrf: str) -> dict[str, str]:
 
 
 def dashboard(
-    journal: FakeJournal | None = None, max_streams: int = 4, gate: Gate | None = None
+    journal: FakeJournal | None = None,
+    max_streams: int = 4,
+    gate: Gate | None = None,
+    cluster: Callable[[], dict[str, Any]] | None = None,
 ) -> Dashboard:
     clock = Clock()
     clock.advance(1_800_000_000)
@@ -156,7 +160,7 @@ def dashboard(
     book.restore({}, {})
     book.startService()
     history = History(queue, 60)
-    site = dashboard_site(queue, book, history, gate or Gate(ADMIN, MONITOR), max_streams)
+    site = dashboard_site(queue, book, history, gate or Gate(ADMIN, MONITOR), max_streams, cluster)
     return Dashboard(queue, site, history, clock)
 
 
@@ -252,6 +256,18 @@ def test_the_monitor_role_reads_but_every_action_is_403() -> None:
         assert "the monitor role reads only" in response.json()["error"]
     assert site.post("/api/queues/default/pause", bearer(MONITOR)).status == 403
     assert not site.queue.queues["default"].paused
+
+
+def test_the_cluster_view_is_404_without_peers_and_the_monitor_role_reads_it() -> None:
+    none = dashboard().get("/api/cluster", ADMIN)
+    assert none.status == 404
+    assert none.json()["error"] == "no cluster view: [cluster] peers is not set"
+    view = {"daemons": [{"address": "self", "up": True}], "total": {"daemons": 1}}
+    site = dashboard(cluster=lambda: view)
+    assert site.get("/api/cluster").status == 401
+    for token in (MONITOR, ADMIN):
+        answer = site.get("/api/cluster", token)
+        assert (answer.status, answer.json()) == (200, view)
 
 
 def test_a_session_action_needs_its_csrf_token_and_the_dashboards_origin() -> None:

@@ -41,12 +41,8 @@ import attrs
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.endpoints import (
-    HostnameEndpoint,
-    clientFromString,
     connectProtocol,
-    wrapClientTLS,
 )
-from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory, connectionDone
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
@@ -58,8 +54,6 @@ from quicx.clients.address import (
     CLIENT_TYPE_LIMITS,
     DEFAULT_ADDRESS,
     as_bytes,
-    normalize_address,
-    parse_address,
 )
 from quicx.clients.awaits import Waiter, Waits
 from quicx.clients.outcomes import (
@@ -73,7 +67,9 @@ from quicx.clients.outcomes import (
 from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
 from quicx.clients.requests import Options
 from quicx.net.framer import FrameReceiver, set_no_delay
-from quicx.net.tls import client_tls
+
+# Re-exported: the clients' name for it since before it moved down.
+from quicx.net.tls import client_endpoint as endpoint_for
 from quicx.protocol import lifecycle, monitor, results, v2, wire
 from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
 from quicx.protocol.results import GroupOp
@@ -710,28 +706,6 @@ class QuicxClientFactory(Factory):
 
     def buildProtocol(self, addr: Any) -> QuicxClientProtocol:
         return QuicxClientProtocol(self.keep_outcomes, self.version)
-
-
-def endpoint_for(reactor: Any, address: str) -> IStreamClientEndpoint:
-    """
-    A client endpoint for C{address}: an endpoint string (C{tcp:HOST:PORT},
-    C{unix:PATH}, C{tls:HOST:PORT}) or a bare C{HOST:PORT}.
-
-    A C{tls:} address takes the blocking client's options, read the same way:
-    C{trustRoots=} may name a PEM bundle as well as a directory (Twisted's
-    own C{tls:} parser takes only a directory, and one certificate a file).
-
-    @raise ValueError: a malformed C{tls:} address, or a
-        L{quicx.net.tls.TlsConfigError} for a file it names.
-    """
-    address = normalize_address(address)
-    if not address.startswith("tls:"):
-        return clientFromString(reactor, address)
-    _, sockaddr, options = parse_address(address)
-    assert isinstance(sockaddr, tuple) and options is not None
-    host, port = sockaddr
-    creator = client_tls(host, options.trust_roots, options.certificate, options.private_key)
-    return wrapClientTLS(creator, HostnameEndpoint(reactor, host, port))
 
 
 async def connect(

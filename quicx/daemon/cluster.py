@@ -35,12 +35,20 @@ NOW = ("queued", "running", "delayed", "dead", "workers", "idle_workers", "conne
 
 
 def same_run(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> bool:
-    """Whether C{earlier} came from the same daemon process as C{later}, before it."""
+    """
+    Whether C{earlier} came from the same daemon process as C{later}, before
+    it (not when either has no numeric C{uptime}: a peer's document may be
+    anything).
+    """
+    if earlier is None:
+        return False
+    before, after = earlier.get("uptime"), later.get("uptime")
     return (
-        earlier is not None
-        and earlier.get("pid") == later.get("pid")
+        earlier.get("pid") == later.get("pid")
         and earlier.get("started_at") == later.get("started_at")
-        and earlier["uptime"] <= later["uptime"]
+        and isinstance(before, int | float)
+        and isinstance(after, int | float)
+        and before <= after
     )
 
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.endpoints import clientFromString, connectProtocol
+from twisted.internet.defer import CancelledError, Deferred, TimeoutError, fail
+from twisted.internet.endpoints import connectProtocol
 from twisted.internet.interfaces import ITransport
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 
 from quicx.daemon.cluster import Member, cluster_view
 from quicx.daemon.control import STATUS_FORMAT
+from quicx.net.tls import client_endpoint
 from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser, RejectedFrame
 
@@ -101,11 +102,17 @@ def status_document(event: Frame | RejectedFrame) -> dict[str, Any]:
 def ask_status(reactor: Any, address: str, timeout: float, max_size: int) -> Deferred[Any]:
     """
     Fires with the status document of the daemon at C{address} (a client
-    endpoint string), or fails with L{PeerUnavailable} or the connection's
-    error; within C{timeout} seconds either way.
+    endpoint string, read as the clients read it: L{client_endpoint}), or
+    fails with L{PeerUnavailable} or the connection's error (a C{tls:}
+    address whose files cannot be read: L{TlsConfigError}); within
+    C{timeout} seconds either way.
     """
     query = StatusQuery(max_size)
-    connecting = connectProtocol(clientFromString(reactor, address), query)
+    try:
+        endpoint = client_endpoint(reactor, address)
+    except ValueError as e:  # TlsConfigError too
+        return fail(PeerUnavailable(f"{address}: {e}"))
+    connecting = connectProtocol(endpoint, query)
 
     def cancel(_: Deferred[Any]) -> None:
         connecting.cancel()

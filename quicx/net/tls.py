@@ -26,9 +26,19 @@ from typing import Any
 from attrs import field, frozen
 from OpenSSL import crypto
 from twisted.internet import ssl
-from twisted.internet.endpoints import SSL4ServerEndpoint
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IStreamServerEndpoint
+from twisted.internet.endpoints import (
+    HostnameEndpoint,
+    SSL4ServerEndpoint,
+    clientFromString,
+    wrapClientTLS,
+)
+from twisted.internet.interfaces import (
+    IOpenSSLClientConnectionCreator,
+    IStreamClientEndpoint,
+    IStreamServerEndpoint,
+)
 
+from quicx.net.addresses import normalize_address, parse_address
 from quicx.net.certificates import (
     Authorization,
     TlsConfigError,
@@ -135,3 +145,27 @@ def peer_identity(transport: Any) -> str | None:
 def describe_peer(transport: Any) -> str:
     """How a refusal names the peer on C{transport}: see L{describe_certificate}."""
     return describe_certificate(_peer_certificate(transport))
+
+
+def client_endpoint(reactor: Any, address: str) -> IStreamClientEndpoint:
+    """
+    A client endpoint for C{address}: an endpoint string (C{tcp:HOST:PORT},
+    C{unix:PATH}, C{tls:HOST:PORT}) or a bare C{HOST:PORT}.  The Twisted
+    clients connect with it, and the daemon to poll its C{[cluster] peers}.
+
+    A C{tls:} address takes the blocking client's options, read the same way:
+    C{trustRoots=} may name a PEM bundle as well as a directory (Twisted's
+    own C{tls:} parser takes only a directory, and one certificate a file).
+
+    @raise ValueError: a malformed C{tls:} address, or a
+        L{quicx.net.tls.TlsConfigError} for a file it names.
+    """
+    address = normalize_address(address)
+    if not address.startswith("tls:"):
+        endpoint: IStreamClientEndpoint = clientFromString(reactor, address)
+        return endpoint
+    _, sockaddr, options = parse_address(address)
+    assert isinstance(sockaddr, tuple) and options is not None
+    host, port = sockaddr
+    creator = client_tls(host, options.trust_roots, options.certificate, options.private_key)
+    return wrapClientTLS(creator, HostnameEndpoint(reactor, host, port))
