@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import quicx
+from quicx.cli import main
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.blocking_cluster import ClusterClient, open_client
 from quicx.clients.cluster import (
@@ -24,7 +25,6 @@ from quicx.clients.cluster import (
     Cluster,
     TaskRef,
     ranking,
-    task_id_of,
 )
 
 THREE = "tcp:10.0.0.1:16381,tcp:10.0.0.2:16381,tcp:10.0.0.3:16381"
@@ -159,6 +159,18 @@ def test_when_every_daemon_is_down_each_is_tried() -> None:
     assert cluster.place("order-1", 0.0) == ranking("order-1", cluster.addresses)[0]
 
 
+def test_a_task_avoids_the_daemons_that_just_failed_it_even_once_their_wait_is_over() -> None:
+    cluster = Cluster.of(THREE)
+    a, b, c = cluster.addresses
+    key = next(k for k in KEYS if ranking(k, cluster.addresses)[0] == a)
+    cluster.lost(a, now=0.0)
+    later = LAST_RETRY  # a is live again, as far as time goes
+    assert cluster.place(key, later) == a
+    assert cluster.place(key, later, avoid={a}) == ranking(key, cluster.addresses)[1]
+    assert cluster.place(None, later, avoid={a, b}) == c
+    assert cluster.place(key, later, avoid={a, b, c}) is None
+
+
 def test_a_task_ref_reads_back_from_its_text() -> None:
     ref = TaskRef(42, "10.0.0.2:16381")
     assert ref.daemon == "tcp:10.0.0.2:16381"
@@ -174,14 +186,6 @@ def test_a_task_ref_reads_back_from_its_text() -> None:
 def test_a_malformed_task_ref_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="ID@ADDRESS"):
         TaskRef.parse(text)
-
-
-def test_a_task_id_is_plain_or_qualified() -> None:
-    assert task_id_of("42") == 42
-    assert task_id_of("42@h:1") == TaskRef(42, "tcp:h:1")
-    for text in ("0", "-1", "x"):
-        with pytest.raises(ValueError, match="not a task id"):
-            task_id_of(text)
 
 
 def test_a_ref_to_another_cluster_is_refused_before_anything_is_sent() -> None:
@@ -203,3 +207,35 @@ def test_open_client_is_a_plain_client_for_one_address_and_a_cluster_for_several
     assert isinstance(quicx.open_client(), quicx.ClusterClient)
     with pytest.raises(ValueError, match="named twice"):
         open_client("h:1,h:1")
+
+
+ONE_OF_THREE = "names 3 daemons, and a task id means something on one"
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "says"),
+    [
+        (["task", "7", "--connect", THREE], 2, ONE_OF_THREE),
+        (["result", "7"], 2, ONE_OF_THREE),
+        (["queues"], 2, "quicx queues talks to one daemon, and --connect (or $QUICX_ADDRESS)"),
+        (["cancel", "7@10.0.0.2:16381"], 2, "give task 7 there as a plain id, with the --config"),
+        (["task", "7@"], 2, "'7@' is not a task ID@ADDRESS"),
+        (["submit", "t", "x", "--connect", "h:1,,h:2"], 1, "bad address: 'h:1,,h:2': an empty"),
+    ],
+)
+def test_the_command_wants_a_task_with_its_daemon_when_it_has_several(
+    argv: list[str],
+    status: int,
+    says: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("QUICX_ADDRESS", THREE)
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's
+        code = e.code
+    assert code == status
+    error = capsys.readouterr().err
+    assert says in error
+    assert len(error.strip().splitlines()) == 1

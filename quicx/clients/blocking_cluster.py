@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -106,9 +106,9 @@ class ClusterClient:
 
     # -- placement ----------------------------------------------------------------------
 
-    def _place(self, key: str | bytes | None) -> str:
+    def _place(self, key: str | bytes | None, avoid: Collection[str]) -> str | None:
         with self._lock:
-            return self._cluster.place(key, self._clock())
+            return self._cluster.place(key, self._clock(), avoid)
 
     def _sent(self, address: str, count: int) -> None:
         with self._lock:
@@ -156,7 +156,7 @@ class ClusterClient:
         """
         placed = shard_key if shard_key is not None else options.get("key")
         tried: set[str] = set()
-        while (address := self._place(placed)) not in tried:
+        while (address := self._place(placed, tried)) is not None:
             tried.add(address)
             if not self._reachable(address):
                 continue  # nothing was sent: the next daemon may have it
@@ -215,8 +215,8 @@ class ClusterClient:
         while pending:
             placed: dict[str, list[int]] = {}
             for i in pending:
-                address = self._place(_shard_key(items[i]))
-                if address in gone:
+                address = self._place(_shard_key(items[i]), gone)
+                if address is None:
                     results[i] = ConnectionLost(
                         f"none of the {len(self.addresses)} daemons could take this submit"
                     )

@@ -30,7 +30,7 @@ While every daemon is down, each is tried.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from attrs import define, field, frozen
 
@@ -77,15 +77,6 @@ class TaskRef:
         if not at or not number.isdigit() or int(number) < 1 or not address:
             raise ValueError(f"{text!r} is not a task ID@ADDRESS (42@tcp:host:16381)")
         return cls(int(number), address)
-
-
-def task_id_of(text: str) -> int | TaskRef:
-    """A task id as a user gives it: a plain id (C{42}) or a L{TaskRef}'s text form."""
-    if "@" in text:
-        return TaskRef.parse(text)
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{text!r} is not a task id (42, or 42@ADDRESS)")
-    return int(text)
 
 
 def weight(key: bytes, address: str) -> int:
@@ -159,13 +150,23 @@ class Cluster:
             raise ValueError(f"{address} is not one of this cluster's daemons")
         return found
 
-    def live(self, now: float) -> list[Member]:
-        """The members a task may go to now: the live ones; all of them when none is."""
-        return [m for m in self.members.values() if m.live(now)] or list(self.members.values())
+    def live(self, now: float, avoid: Collection[str] = ()) -> list[Member]:
+        """
+        The members a task may go to now, but those in C{avoid}: the live
+        ones; all of them when none is.
+        """
+        allowed = [m for m in self.members.values() if m.address not in avoid]
+        return [m for m in allowed if m.live(now)] or allowed
 
-    def place(self, key: str | bytes | None, now: float) -> str:
-        """The address a task with shard key C{key} (C{None}: none) goes to now."""
-        live = self.live(now)
+    def place(self, key: str | bytes | None, now: float, avoid: Collection[str] = ()) -> str | None:
+        """
+        The address a task with shard key C{key} (C{None}: none) goes to
+        now, avoiding the addresses in C{avoid} (those that just failed it);
+        C{None} when it avoids them all.
+        """
+        live = self.live(now, avoid)
+        if not live:
+            return None
         if key is not None:
             allowed = {m.address for m in live}
             return next(a for a in ranking(key, self.members) if a in allowed)
