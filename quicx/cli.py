@@ -144,81 +144,35 @@ def control_path(args: argparse.Namespace) -> str:
     return path
 
 
-def checked_address(address: str) -> str:
-    """C{address}, checked: its form, and the files a C{tls:} one names."""
+def client_address(args: argparse.Namespace) -> str:
+    """The daemon's address, checked: its form, and the files a C{tls:} one names."""
+    address = args.connect or default_address()
+    check_address(address)
+    return address
+
+
+def check_address(address: str) -> None:
+    """
+    L{CommandError} unless C{address} is one daemon's well-formed address
+    whose C{tls:} files, if any, can be read.
+    """
     try:
         tls = parse_address(address)[2]
         if tls is not None:
             tls.context()
     except ValueError as e:  # TlsConfigError included
         raise CommandError(f"bad address: {e}") from None
-    return address
 
 
 def client_addresses(args: argparse.Namespace) -> tuple[str, ...]:
-    """
-    The daemons' addresses, each checked: C{--connect}'s, else
-    C{$QUICX_ADDRESS}'s, else the default; one, or a comma-separated list.
-    """
+    """The daemons' addresses, one or a comma-separated list, each checked."""
     try:
         addresses = split_addresses(args.connect or default_address())
     except ValueError as e:
-        raise CommandError(f"bad address: {e}") from None
-    return tuple(checked_address(address) for address in addresses)
-
-
-def client_address(args: argparse.Namespace) -> str:
-    """The one daemon's address, checked; a list is refused (the command talks to one)."""
-    addresses = client_addresses(args)
-    if len(addresses) > 1:
-        raise CommandError(
-            f"quicx {args.command} talks to one daemon, and --connect (or ${ADDRESS_VARIABLE})"
-            f" names {len(addresses)}: give one with --connect",
-            status=2,
-        )
-    return addresses[0]
-
-
-def task_argument(text: str) -> int | TaskRef:
-    """An argparse type: a task id, plain (C{42}) or with its daemon (C{42@tcp:HOST:PORT})."""
-    number, at, _ = text.partition("@")
-    plain = bounded_int(1, wire.MAX_TASK_ID)(number)
-    if not at:
-        return plain
-    try:
-        return TaskRef.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def task_daemon(args: argparse.Namespace) -> tuple[int, str]:
-    """
-    C{args.id}'s number and the daemon that has it: the one an C{ID@ADDRESS}
-    names, else C{--connect}'s, which must then be one daemon (ids are per daemon).
-    """
-    if isinstance(args.id, TaskRef):
-        return args.id.id, checked_address(args.id.daemon)
-    addresses = client_addresses(args)
-    if len(addresses) > 1:
-        raise CommandError(
-            f"--connect (or ${ADDRESS_VARIABLE}) names {len(addresses)} daemons, and a task id"
-            f" means something on one: give the task as ID@ADDRESS, as quicx submit prints it",
-            status=2,
-        )
-    return args.id, addresses[0]
-
-
-def local_task(args: argparse.Namespace) -> int:
-    """C{args.id} for the control socket: a plain id, as that socket is one daemon's."""
-    if isinstance(args.id, TaskRef):
-        raise CommandError(
-            f"quicx {args.command} goes through the control socket of the daemon --config"
-            f" names: give task {args.id.id} there as a plain id, with the --config of the"
-            f" daemon at {args.id.daemon}",
-            status=2,
-        )
-    task_id: int = args.id
-    return task_id
+        raise CommandError(f"bad address list: {e}") from None
+    for address in addresses:
+        check_address(address)
+    return addresses
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -629,6 +583,61 @@ def print_retry(notice: RetryNotice) -> None:
     )
 
 
+def task_argument(text: str) -> int | TaskRef:
+    """An argparse type: a task id, plain (C{42}) or with its daemon (C{42@tcp:HOST:PORT})."""
+    number, at, _ = text.partition("@")
+    plain = bounded_int(1, wire.MAX_TASK_ID)(number)
+    if not at:
+        return plain
+    try:
+        return TaskRef.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def task_daemon(args: argparse.Namespace) -> tuple[int, str]:
+    """
+    C{args.id}'s number and the daemon that has it: the one an C{ID@ADDRESS}
+    names, else C{--connect}'s, which must then be one daemon (ids are per daemon).
+    """
+    if isinstance(args.id, TaskRef):
+        check_address(args.id.daemon)
+        return args.id.id, args.id.daemon
+    addresses = client_addresses(args)
+    if len(addresses) > 1:
+        raise CommandError(
+            f"--connect (or ${ADDRESS_VARIABLE}) names {len(addresses)} daemons, and a task id"
+            f" means something on one: give the task as ID@ADDRESS, as quicx submit prints it",
+            status=2,
+        )
+    return args.id, addresses[0]
+
+
+def local_task(args: argparse.Namespace) -> int:
+    """C{args.id} for the control socket: a plain id, as that socket is one daemon's."""
+    if isinstance(args.id, TaskRef):
+        raise CommandError(
+            f"quicx {args.command} goes through the control socket of the daemon --config"
+            f" names: give task {args.id.id} there as a plain id, with the --config of the"
+            f" daemon at {args.id.daemon}",
+            status=2,
+        )
+    task_id: int = args.id
+    return task_id
+
+
+def one_daemon(args: argparse.Namespace) -> str:
+    """C{--connect}'s daemon, checked; a list is refused, as the command talks to one."""
+    addresses = client_addresses(args)
+    if len(addresses) > 1:
+        raise CommandError(
+            f"quicx {args.command} talks to one daemon, and --connect (or ${ADDRESS_VARIABLE})"
+            f" names {len(addresses)}: give one with --connect",
+            status=2,
+        )
+    return addresses[0]
+
+
 def _ask(
     args: argparse.Namespace,
     call: Callable[[QuicxClient], T],
@@ -641,7 +650,7 @@ def _ask(
     C{ValueError}) is a usage mistake.
     """
     if address is None:
-        address = f"unix:{control_path(args)}" if admin else client_address(args)
+        address = f"unix:{control_path(args)}" if admin else one_daemon(args)
     try:
         with QuicxClient(address, timeout=args.timeout) as client:
             return call(client)
@@ -1356,12 +1365,13 @@ def build_parser() -> argparse.ArgumentParser:
         helps[name] = help
         return commands.add_parser(name, help=help, description=description)
 
-    def connect_option(sub: argparse.ArgumentParser) -> None:
+    def connect_option(sub: argparse.ArgumentParser, several: bool = False) -> None:
         sub.add_argument(
             "--connect",
-            metavar="ADDRESS",
-            help=f"the daemon: tcp:HOST:PORT, unix:PATH or tls:HOST:PORT; for submit, several,"
-            f" comma-separated (default ${ADDRESS_VARIABLE}, else {DEFAULT_ADDRESS})",
+            metavar="ADDRESS[,ADDRESS...]" if several else "ADDRESS",
+            help=f"the daemon{'s, one or a comma-separated list,' if several else ''}:"
+            f" tcp:HOST:PORT, unix:PATH or tls:HOST:PORT"
+            f" (default ${ADDRESS_VARIABLE}, else {DEFAULT_ADDRESS})",
         )
 
     def config_option(sub: argparse.ArgumentParser) -> None:
@@ -1504,7 +1514,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep them this long, in whole seconds (rounded up): 90, 30m, 1h (implies"
         " --keep-result; default: the daemon's [results] ttl; at most its max_ttl)",
     )
-    connect_option(submit)
+    connect_option(submit, several=True)
     submit.set_defaults(run=cmd_submit)
 
     def waiting_options(sub: argparse.ArgumentParser) -> None:

@@ -220,7 +220,7 @@ ONE_OF_THREE = "names 3 daemons, and a task id means something on one"
         (["queues"], 2, "quicx queues talks to one daemon, and --connect (or $QUICX_ADDRESS)"),
         (["cancel", "7@10.0.0.2:16381"], 2, "give task 7 there as a plain id, with the --config"),
         (["task", "7@"], 2, "'7@' is not a task ID@ADDRESS"),
-        (["submit", "t", "x", "--connect", "h:1,,h:2"], 1, "bad address: 'h:1,,h:2': an empty"),
+        (["submit", "t", "x", "--connect", "h:1,,h:2"], 1, "bad address list: 'h:1,,h:2'"),
     ],
 )
 def test_the_command_wants_a_task_with_its_daemon_when_it_has_several(
