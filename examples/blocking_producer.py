@@ -3,19 +3,19 @@ Submit send_email tasks from ordinary blocking code and wait for each outcome.
 
     python examples/blocking_producer.py user@gmail.com nobody
 
-QUICX_ADDRESS selects the daemon (default tcp:127.0.0.1:16381).
+QUICX_ADDRESS selects the daemon (default tcp:127.0.0.1:16381), or several,
+comma-separated: the same code then spreads the tasks over them.
 """
 
 import json
-import os
 import sys
 
-from quicx import QuicxClient, TaskFailed
+from quicx import TaskFailed, open_client
 
 
 def main(addresses: list[str]) -> int:
     failures = 0
-    with QuicxClient(os.environ.get("QUICX_ADDRESS", "tcp:127.0.0.1:16381")) as client:
+    with open_client() as client:
         ids = client.submit_many(
             ("send_email", json.dumps({"to": address})) for address in addresses
         )

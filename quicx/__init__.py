@@ -4,6 +4,7 @@ Quicx: a small, fast task-queue daemon and its clients, built on Twisted.
 The public API, importable from here (see docs/clients.md):
 
     from quicx import QuicxClient                    # blocking producer and monitor
+    from quicx import ClusterClient, open_client     # ... of several daemons
     from quicx import connect, ProducerService       # Twisted producers
     from quicx import Worker, Unrecoverable          # the worker runner
     from quicx import submit_dataframe               # Spark
@@ -24,6 +25,8 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from quicx.clients.address import DEFAULT_ADDRESS
     from quicx.clients.blocking import QuicxClient
+    from quicx.clients.blocking_cluster import ClusterClient, open_client
+    from quicx.clients.cluster import TaskRef
     from quicx.clients.outcomes import RetryNotice
     from quicx.clients.progress import ProgressReport
     from quicx.clients.requests import Options
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
         GroupUnknown,
         InvalidMessage,
         NeedsVersion2,
+        NotAcknowledged,
         NotFinished,
         NotFound,
         OutcomeExpired,
@@ -60,6 +64,9 @@ if TYPE_CHECKING:
 _PUBLIC = {
     "DEFAULT_ADDRESS": "quicx.clients.address",
     "QuicxClient": "quicx.clients.blocking",
+    "ClusterClient": "quicx.clients.blocking_cluster",
+    "open_client": "quicx.clients.blocking_cluster",
+    "TaskRef": "quicx.clients.cluster",
     "connect": "quicx.clients.twisted_client",
     "ProducerService": "quicx.clients.twisted_client",
     "QuicxClientFactory": "quicx.clients.twisted_client",
@@ -81,6 +88,7 @@ _PUBLIC = {
     "TaskFailed": "quicx.protocol.errors",
     "OutcomeUnknown": "quicx.protocol.errors",
     "ConnectionLost": "quicx.protocol.errors",
+    "NotAcknowledged": "quicx.protocol.errors",
     "NotFound": "quicx.protocol.errors",
     "Forbidden": "quicx.protocol.errors",
     "Conflict": "quicx.protocol.errors",
@@ -95,6 +103,7 @@ _PUBLIC = {
 
 __all__ = [
     "DEFAULT_ADDRESS",
+    "ClusterClient",
     "Conflict",
     "ConnectionLost",
     "DaemonError",
@@ -102,6 +111,7 @@ __all__ = [
     "GroupUnknown",
     "InvalidMessage",
     "NeedsVersion2",
+    "NotAcknowledged",
     "NotFinished",
     "NotFound",
     "Options",
@@ -120,12 +130,14 @@ __all__ = [
     "TaskContext",
     "TaskDead",
     "TaskFailed",
+    "TaskRef",
     "TaskUnknown",
     "UnknownTaskType",
     "Unrecoverable",
     "Worker",
     "__version__",
     "connect",
+    "open_client",
     "submit_dataframe",
     "submit_dataframe_group",
     "version_line",

@@ -59,6 +59,8 @@ from quicx.clients.address import (
     split_addresses,
 )
 from quicx.clients.blocking import QuicxClient
+from quicx.clients.blocking_cluster import open_client
+from quicx.clients.cluster import TaskRef
 from quicx.clients.outcomes import RetryNotice
 from quicx.clients.watching import MISSED
 from quicx.daemon import settings as configuration
@@ -529,7 +531,9 @@ def _journal_lines(journal: Mapping[str, Any] | None) -> list[str]:
 def cmd_submit(args: argparse.Namespace) -> int:
     # fsencode: the bytes as given, even those that are not UTF-8.
     payload = read_payload(args.payload)
-    with QuicxClient(client_address(args), timeout=args.timeout) as client:
+    # The same calls on one daemon (task ids) or several (ID@ADDRESS task refs).
+    client: Any = open_client(client_addresses(args), timeout=args.timeout)
+    with client:
         try:
             task_id = client.submit(
                 os.fsencode(args.type),
@@ -553,10 +557,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         try:
             value = client.wait(task_id, timeout=args.timeout, on_retry=print_retry)
         except TaskFailed as e:
-            print(f"task {e.task_id} failed: {e.reason}")
+            print(f"task {task_id} failed: {e.reason}")
             return 1
-        except TaskCancelled as e:
-            print(f"task {e.task_id} cancelled")
+        except TaskCancelled:
+            print(f"task {task_id} cancelled")
             return 1
         except TimeoutError:
             raise CommandError(
@@ -585,7 +589,8 @@ def print_value(value: object) -> None:
 def cmd_result(args: argparse.Namespace) -> int:
     wait = args.timeout if args.wait else 0.0
     try:
-        value = _ask(args, lambda client: client.result(args.id, timeout=wait))
+        task_id, address = task_daemon(args)
+        value = _ask(args, lambda client: client.result(task_id, timeout=wait), address=address)
     except (TaskFailed, TaskCancelled) as e:
         print(e)  # task N failed: REASON, task N is dead: REASON, task N was cancelled
         return 1
@@ -674,12 +679,74 @@ def print_retry(notice: RetryNotice) -> None:
     )
 
 
-def _ask(args: argparse.Namespace, call: Callable[[QuicxClient], T], admin: bool = False) -> T:
+def task_argument(text: str) -> int | TaskRef:
+    """An argparse type: a task id, plain (C{42}) or with its daemon (C{42@tcp:HOST:PORT})."""
+    number, at, _ = text.partition("@")
+    plain = bounded_int(1, wire.MAX_TASK_ID)(number)
+    if not at:
+        return plain
+    try:
+        return TaskRef.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def task_daemon(args: argparse.Namespace) -> tuple[int, str]:
     """
-    Call the daemon: over the control socket (the admin role) or --connect.
-    A value the client refuses to send (its C{ValueError}) is a usage mistake.
+    C{args.id}'s number and the daemon that has it: the one an C{ID@ADDRESS}
+    names, else C{--connect}'s, which must then be one daemon (ids are per daemon).
     """
-    address = f"unix:{control_path(args)}" if admin else client_address(args)
+    if isinstance(args.id, TaskRef):
+        check_address(args.id.daemon)
+        return args.id.id, args.id.daemon
+    addresses = client_addresses(args)
+    if len(addresses) > 1:
+        raise CommandError(
+            f"--connect (or ${ADDRESS_VARIABLE}) names {len(addresses)} daemons, and a task id"
+            f" means something on one: give the task as ID@ADDRESS, as quicx submit prints it",
+            status=2,
+        )
+    return args.id, addresses[0]
+
+
+def local_task(args: argparse.Namespace) -> int:
+    """C{args.id} for the control socket: a plain id, as that socket is one daemon's."""
+    if isinstance(args.id, TaskRef):
+        raise CommandError(
+            f"quicx {args.command} goes through the control socket of the daemon --config"
+            f" names: give task {args.id.id} there as a plain id, with the --config of the"
+            f" daemon at {args.id.daemon}",
+            status=2,
+        )
+    task_id: int = args.id
+    return task_id
+
+
+def one_daemon(args: argparse.Namespace) -> str:
+    """C{--connect}'s daemon, checked; a list is refused, as the command talks to one."""
+    addresses = client_addresses(args)
+    if len(addresses) > 1:
+        raise CommandError(
+            f"quicx {args.command} talks to one daemon, and --connect (or ${ADDRESS_VARIABLE})"
+            f" names {len(addresses)}: give one with --connect",
+            status=2,
+        )
+    return addresses[0]
+
+
+def _ask(
+    args: argparse.Namespace,
+    call: Callable[[QuicxClient], T],
+    admin: bool = False,
+    address: str | None = None,
+) -> T:
+    """
+    Call the daemon: over the control socket (the admin role), at
+    C{address}, or at --connect's.  A value the client refuses to send (its
+    C{ValueError}) is a usage mistake.
+    """
+    if address is None:
+        address = f"unix:{control_path(args)}" if admin else one_daemon(args)
     try:
         with QuicxClient(address, timeout=args.timeout) as client:
             return call(client)
@@ -756,7 +823,8 @@ def cmd_peek(args: argparse.Namespace) -> int:
 
 
 def cmd_task(args: argparse.Namespace) -> int:
-    task = _ask(args, lambda client: client.task(args.id))
+    task_id, address = task_daemon(args)
+    task = _ask(args, lambda client: client.task(task_id), address=address)
     if args.json:
         _print_json(task)
         return 0
@@ -807,7 +875,8 @@ def _deliveries(attempt: int) -> str:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    answer = _ask(args, lambda client: client.cancel(args.id), admin=True)
+    task_id = local_task(args)
+    answer = _ask(args, lambda client: client.cancel(task_id), admin=True)
     print(f"task {answer['id']} cancelled (queue {answer['queue']})")
     return 0
 
@@ -872,7 +941,8 @@ def _dead_tasks(count: int) -> str:
 
 
 def cmd_dlq_show(args: argparse.Namespace) -> int:
-    task = _ask(args, lambda client: client.task(args.id))
+    task_id, address = task_daemon(args)
+    task = _ask(args, lambda client: client.task(task_id), address=address)
     if task["state"] != "dead":
         raise CommandError(
             f"task {args.id} is {task['state']}, not dead (see quicx task {args.id})"
@@ -909,7 +979,8 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         raise CommandError("name a dead task's ID, or --all (not both)", status=2)
     if args.queue is not None and not args.all:
         raise CommandError("--queue goes with --all (a task's own queue is known)", status=2)
-    answer = _ask(args, lambda client: client.replay(args.id or 0, args.queue), admin=True)
+    task_id = 0 if args.id is None else local_task(args)
+    answer = _ask(args, lambda client: client.replay(task_id, args.queue), admin=True)
     replayed = answer["replayed"]
     if args.id is not None:
         print(f"task {args.id} replayed: queued again, its failures reset")
@@ -1563,7 +1634,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep them this long, in whole seconds (rounded up): 90, 30m, 1h (implies"
         " --keep-result; default: the daemon's [results] ttl; at most its max_ttl)",
     )
-    connect_option(submit)
+    connect_option(submit, several=True)
     submit.set_defaults(run=cmd_submit)
 
     def waiting_options(sub: argparse.ArgumentParser) -> None:
@@ -1582,7 +1653,7 @@ def build_parser() -> argparse.ArgumentParser:
         " unknown (or its outcome was not kept: see submit --keep-result), or it has not"
         " finished. With --wait, wait for it to finish.",
     )
-    result.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
+    result.add_argument("id", type=task_argument)
     waiting_options(result)
     result.set_defaults(run=cmd_result)
 
@@ -1644,7 +1715,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Show one task's state; for a waiting one, why it is not running yet"
         " (queue paused, tasks ahead, no worker, a key or rate limit) and an estimated start.",
     )
-    task.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
+    task.add_argument("id", type=task_argument)
     task.set_defaults(run=cmd_task)
     schedules = looking(
         "schedules",
@@ -1702,7 +1773,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Cancel a queued task: its producer hears CANCELLED. A running task is not"
         " interrupted (exit 1).",
     )
-    cancel.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
+    cancel.add_argument("id", type=task_argument)
     cancel.set_defaults(run=cmd_cancel)
     for name, help, description in (
         ("pause", "stop dispatching from a queue", "The queue keeps accepting tasks."),
@@ -1740,7 +1811,7 @@ def build_parser() -> argparse.ArgumentParser:
             description="Show a dead task: its failures, last worker, reason and payload.",
         )
     )
-    dead_show.add_argument("id", type=bounded_int(1, wire.MAX_TASK_ID))
+    dead_show.add_argument("id", type=task_argument)
     dead_show.add_argument(
         "--payload", action="store_true", help="write only its payload's bytes to stdout"
     )
@@ -1754,7 +1825,7 @@ def build_parser() -> argparse.ArgumentParser:
             " control socket.",
         )
     )
-    replay.add_argument("id", nargs="?", type=bounded_int(1, wire.MAX_TASK_ID))
+    replay.add_argument("id", nargs="?", type=task_argument)
     replay.add_argument("--all", action="store_true", help="every dead task (of --queue)")
     replay.add_argument("--queue", type=queue_name, help="with --all: only this queue's")
     replay.set_defaults(run=cmd_dlq_replay)

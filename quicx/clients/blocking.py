@@ -195,6 +195,15 @@ class QuicxClient:
         self._group_waits.clear()
         self._feed.stop()
 
+    def connect(self) -> None:
+        """
+        Connect now, if not connected (every call connects when it needs to).
+
+        @raise ConnectionLost: the daemon cannot be reached.
+        """
+        with self._lock:
+            self._begin(time.monotonic() + self.timeout)
+
     def close(self) -> None:
         with self._lock:
             self._drop()
@@ -388,21 +397,28 @@ class QuicxClient:
         @return: task ids (or errors), in the order of C{tasks}.
         @raise DaemonError: the first refusal, after every reply was read;
             its C{results} attribute holds the whole list.
+        @raise ConnectionLost: the connection closed part-way; its C{results}
+            hold the answers read before, for the first tasks: the others
+            were not acknowledged (and may have been accepted).
         """
         results: list[int | DaemonError] = []
         batch: list[Task] = []
         unanswered = 0  # SUBMITs of the previous batch, sent and not yet read
         with self._lock:
-            self._begin(time.monotonic() + self.timeout)
-            for task in tasks:
-                batch.append(task)
-                if len(batch) == window:
+            try:
+                self._begin(time.monotonic() + self.timeout)
+                for task in tasks:
+                    batch.append(task)
+                    if len(batch) == window:
+                        self._send_submits(batch)
+                        self._read_replies(unanswered, results)
+                        unanswered, batch = len(batch), []
+                if batch:
                     self._send_submits(batch)
-                    results += self._read_replies(unanswered)
-                    unanswered, batch = len(batch), []
-            if batch:
-                self._send_submits(batch)
-            results += self._read_replies(unanswered + len(batch))
+                self._read_replies(unanswered + len(batch), results)
+            except ConnectionLost as e:
+                e.results = list(results)
+                raise
         if not return_exceptions:
             for result in results:
                 if isinstance(result, DaemonError):
@@ -414,10 +430,15 @@ class QuicxClient:
         """Send C{batch}, encoded in the version of the connection L{_begin} made."""
         self._send(requests.submit_frames(self.version, batch), answers=len(batch))
 
-    def _read_replies(self, count: int) -> list[int | DaemonError]:
-        """Read the answers to C{count} SUBMITs: task ids, or the refusals."""
+    def _read_replies(
+        self, count: int, results: list[int | DaemonError] | None = None
+    ) -> list[int | DaemonError]:
+        """
+        Read the answers to C{count} SUBMITs: task ids, or the refusals,
+        each added to C{results} (a new list if none) as it comes.
+        """
         deadline = time.monotonic() + self.timeout
-        results: list[int | DaemonError] = []
+        results = [] if results is None else results
         for _ in range(count):
             reply = self._next_reply(deadline)
             if isinstance(reply, requests.OK_TYPES):

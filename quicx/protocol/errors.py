@@ -4,6 +4,9 @@ Exceptions clients raise, and the mapping from ERROR codes to them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 
@@ -19,11 +22,12 @@ class DaemonError(QuicxError):
     @ivar code: the protocol's error code.
     @ivar message: the daemon's explanation.
     @ivar results: on the error L{QuicxClient.submit_many} raises, the
-        results of every task it was given (ids, and errors in their places).
+        results of every task it was given (ids, and errors in their places;
+        a L{ClusterClient}'s: task refs, and errors).
     """
 
     code: int = 0
-    results: list[int | DaemonError]
+    results: list[Any]
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
@@ -207,4 +211,30 @@ class ConnectionLost(QuicxError):
 
     A SUBMIT that was sent but not answered may or may not have been
     accepted: resubmitting it can run the task twice.
+
+    @ivar results: on the error L{QuicxClient.submit_many} raises, the
+        answers read before the connection closed (ids, and errors in their
+        places), in the order of its tasks: the tasks after them were not
+        acknowledged.  Empty on the errors of other calls.
     """
+
+    def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
+        super().__init__(message)
+        self.results = list(results)
+
+
+class NotAcknowledged(ConnectionLost):
+    """
+    A daemon of a cluster went away before it answered a SUBMIT that had no
+    idempotency key.  It may have accepted it, and would then run it: so the
+    client sent it to no other daemon.  Resubmit it only if running it twice
+    does no harm, or give such tasks keys (see docs/clients.md, "Many daemons").
+
+    @ivar daemon: the daemon's address.
+    """
+
+    def __init__(self, daemon: str) -> None:
+        super().__init__(
+            f"{daemon} went away before it answered this submit: it may have accepted it"
+        )
+        self.daemon = daemon

@@ -1,0 +1,253 @@
+"""
+Several real daemons on loopback and one L{ClusterClient}: how the tasks
+spread, keys that stay on their daemon, and a daemon killed with -9 and
+restarted while a producer streams tasks and workers run them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from quicx.cli import main
+from quicx.clients.blocking_cluster import ClusterClient
+from quicx.clients.cluster import TaskRef, ranking
+from quicx.clients.requests import Options
+from quicx.clients.worker import TaskContext, Worker
+from quicx.protocol.errors import ConnectionLost, NotAcknowledged, QuicxError
+from tools.launcher import start_workers, stop_all
+
+RUNS_VARIABLE = "QUICX_TEST_RUNS"
+
+recorder = Worker()
+"""The workers of these tests: each run of a task, a line in C{$QUICX_TEST_RUNS}."""
+
+
+@recorder.handler("record", thread=False)
+def record(payload: bytes, context: TaskContext) -> None:
+    with open(os.environ[RUNS_VARIABLE], "ab") as runs:
+        runs.write(b"%d %d %s\n" % (os.getpid(), context.task_id, payload))
+
+
+def runs_of(path: Path, daemon_of_pid: dict[int, str]) -> dict[bytes, list[TaskRef]]:
+    """Each payload's runs, as the tasks that ran: id and daemon."""
+    found: dict[bytes, list[TaskRef]] = defaultdict(list)
+    if path.exists():
+        for line in path.read_bytes().splitlines():
+            pid, task_id, payload = line.split(b" ", 2)
+            found[payload].append(TaskRef(int(task_id), daemon_of_pid[int(pid)]))
+    return found
+
+
+def keyed(name: str) -> tuple[str, bytes, Options]:
+    return ("record", name.encode(), Options(key=name))
+
+
+def test_tasks_spread_over_three_daemons_and_keys_stay_on_theirs(
+    start_daemon, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemons = [start_daemon() for _ in range(3)]
+    addresses = [d.client_address for d in daemons]
+    with ClusterClient(addresses) as cluster:
+        spread = Counter(ref.daemon for ref in cluster.submit_many(("t", b"x") for _ in range(300)))
+        spread.update(cluster.submit("t", b"one").daemon for _ in range(30))
+        print(f"\nround-robin, 330 tasks: {dict(spread)}")
+        assert sorted(spread.values()) == [110, 110, 110]
+
+        names = [f"order-{n}" for n in range(300)]
+        refs = cluster.submit_many(keyed(name) for name in names)
+        by_key = Counter(ref.daemon for ref in refs)
+        print(f"by key, 300 keys: {dict(by_key)}")
+        assert all(60 <= n <= 140 for n in by_key.values()), by_key
+        assert [ref.daemon for ref in refs] == [ranking(name, addresses)[0] for name in names]
+        for address, stats in cluster.stats().items():
+            assert not isinstance(stats, Exception)
+            assert stats.queue_depth == spread[address] + by_key[address]
+        one = cluster.submit("record", b"again", key="order-7")
+        assert one == refs[7]
+
+    # Another client, given the daemons in another order: the same daemon
+    # for each key, and the daemon's own answer to a repeated key.
+    with ClusterClient(reversed(addresses)) as other:
+        assert other.submit_many(keyed(name) for name in names) == refs
+        by_shard = [other.submit("t", b"s", shard_key=name) for name in names[:30]]
+        assert [ref.daemon for ref in by_shard] == [ref.daemon for ref in refs[:30]]
+
+    # The command: submit prints ID@ADDRESS, which task and result take back.
+    capsys.readouterr()
+    cluster_flag = f"--connect={','.join(addresses)}"
+    assert main(["submit", "cli", "x", "--key", "order-7", cluster_flag]) == 0
+    assert capsys.readouterr().out.strip() == str(refs[7])
+    assert main(["submit", "cli", "x", cluster_flag]) == 0
+    ref = TaskRef.parse(capsys.readouterr().out.strip())
+    assert main(["task", str(ref), "--json"]) == 0  # no --connect: the ref says where
+    assert json.loads(capsys.readouterr().out)["type"] == "cli"
+    assert main(["result", str(ref), cluster_flag]) == 1
+    assert f"task {ref} has not finished yet" in capsys.readouterr().err
+
+
+def test_a_daemon_that_goes_away_keeps_keyed_submits_and_reports_the_others(
+    start_daemon,
+) -> None:
+    gone, live = start_daemon(), start_daemon()
+    addresses = [gone.client_address, live.client_address]
+    now = [0.0]
+    with ClusterClient(addresses, timeout=5, clock=lambda: now[0]) as cluster:
+        for client in cluster.clients.values():
+            client.connect()
+        gone.kill()  # after the connection opened: the SUBMITs go, no answer comes
+        names = [f"k{n}" for n in range(100) if ranking(f"k{n}", addresses)[0] == addresses[0]][:5]
+        tasks = [("t", b"u%d" % n) for n in range(6)] + [keyed(name) for name in names]
+        results = cluster.submit_many(tasks, return_exceptions=True)
+        unkeyed, keyed_refs = results[:6], results[6:]
+        # Round-robin: every other unkeyed task went to the daemon that went away.
+        assert all(isinstance(r, NotAcknowledged) for r in unkeyed[0::2]), unkeyed
+        assert {r.daemon for r in unkeyed[0::2]} == {gone.client_address}
+        assert all(
+            isinstance(r, TaskRef) and r.daemon == live.client_address for r in unkeyed[1::2]
+        )
+        assert all(isinstance(r, TaskRef) and r.daemon == live.client_address for r in keyed_refs)
+
+        # Down now: nothing more goes to it until its retry time.
+        assert {cluster.submit("t", b"x").daemon for _ in range(4)} == {live.client_address}
+        assert cluster.submit("record", b"k", key=names[0]) == keyed_refs[0]
+        # Its retry time has come: it cannot be reached, so nothing was sent
+        # and the task goes to the next daemon, keyed or not.
+        now[0] += 10
+        assert cluster.submit("t", b"y").daemon == live.client_address
+        assert [m.failures for m in cluster.members] == [2, 0]
+
+        # Raised, the error holds every task's result.
+        live.kill()
+        with pytest.raises(ConnectionLost) as raised:
+            cluster.submit_many([("t", b"z")] * 3)
+        assert len(raised.value.results) == 3
+        assert all(isinstance(r, QuicxError) for r in raised.value.results)
+
+
+def test_a_daemon_killed_mid_stream_and_restarted_loses_no_acknowledged_task(
+    tmp_path: Path, start_daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journals = [tmp_path / f"journal{n}" for n in range(3)]
+    daemons = [start_daemon(f"--journal={j}", "--fsync=always") for j in journals]
+    addresses = [d.client_address for d in daemons]
+    runs_path = tmp_path / "runs"
+    monkeypatch.setenv(RUNS_VARIABLE, str(runs_path))
+    workers = []
+    for n, address in enumerate(addresses):
+        (tmp_path / f"worker{n}").mkdir()
+        args = ["--connect", address]
+        workers += start_workers(f"{__name__}:recorder", 1, args, tmp_path / f"worker{n}")
+    daemon_of_pid = {w.pid: a for w, a in zip(workers, addresses, strict=True)}
+    try:
+        stream = Stream(ClusterClient(addresses, timeout=5))
+        stream.start()
+        stream.wait_for(lambda: len(stream.acknowledged) >= 600)
+        victim = daemons[1]
+        victim.kill()
+        before = len(stream.acknowledged)
+        stream.wait_for(lambda: len(stream.acknowledged) >= before + 100)
+        restarted = start_daemon(
+            f"--journal={journals[1]}",
+            "--fsync=always",
+            f"--listen=tcp:{victim.port}:interface=127.0.0.1",
+        )
+        assert restarted.client_address == victim.client_address
+        assert "tasks recovered" in restarted.log()
+        before = stream.count(victim.client_address)
+        stream.wait_for(lambda: stream.count(victim.client_address) >= before + 100)
+        stream.stop()
+
+        # Every acknowledged task runs, at least once, on the daemon that acknowledged it.
+        deadline = time.monotonic() + 20
+        while True:
+            runs = runs_of(runs_path, daemon_of_pid)
+            missing = [p for p, ref in stream.acknowledged.items() if ref not in runs.get(p, [])]
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        spread = Counter(ref.daemon for ref in stream.acknowledged.values())
+        print(
+            f"\n{len(stream.acknowledged)} acknowledged ({dict(spread)}),"
+            f" {len(stream.unacknowledged)} not acknowledged, reported;"
+            f" {sum(map(len, runs.values()))} runs"
+        )
+        assert not missing, f"{len(missing)} acknowledged tasks never ran, e.g. {missing[:3]}"
+        assert stream.unacknowledged <= {p for p in stream.sent if p.startswith(b"u")}
+        assert not stream.failures, stream.failures[:3]
+        # A keyed task may run on two daemons (its own went away, and had
+        # taken it), but it is one task on each: never two on one daemon.
+        for payload, refs in runs.items():
+            if payload.startswith(b"k"):
+                per_daemon = Counter(ref.daemon for ref in set(refs))
+                assert max(per_daemon.values()) == 1, (payload, refs)
+        # A keyed task went to its key's next daemon only while the victim was down.
+        moved = 0
+        for payload, ref in stream.acknowledged.items():
+            choices = ranking(payload, addresses)
+            if payload.startswith(b"k") and ref.daemon != choices[0]:
+                assert (choices[0], ref.daemon) == (victim.client_address, choices[1])
+                moved += 1
+        print(f"{moved} keyed tasks went to their key's next daemon")
+        assert moved
+    finally:
+        stop_all(workers)
+
+
+class Stream(threading.Thread):
+    """
+    Submits rounds of tasks, half with keys (C{k...}, the payload its key),
+    half without (C{u...}), until stopped; keeps what each got.
+    """
+
+    def __init__(self, cluster: ClusterClient) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.acknowledged: dict[bytes, TaskRef] = {}
+        self.unacknowledged: set[bytes] = set()
+        self.failures: list[tuple[bytes, QuicxError]] = []
+        self.sent: list[bytes] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with self.cluster:
+            seq = 0
+            while not self.stopping.is_set():
+                batch = [
+                    keyed(f"k{n}") if n % 2 else ("record", b"u%d" % n)
+                    for n in range(seq, seq + 40)
+                ]
+                seq += len(batch)
+                self.sent += [task[1] for task in batch]
+                for task, result in zip(
+                    batch, self.cluster.submit_many(batch, return_exceptions=True), strict=True
+                ):
+                    if isinstance(result, TaskRef):
+                        self.acknowledged[task[1]] = result
+                    elif isinstance(result, NotAcknowledged):
+                        self.unacknowledged.add(task[1])
+                    else:
+                        self.failures.append((task[1], result))
+                time.sleep(0.01)
+
+    def count(self, address: str) -> int:
+        """The tasks acknowledged by the daemon at C{address} so far."""
+        return sum(ref.daemon == address for ref in list(self.acknowledged.values()))
+
+    def wait_for(self, done: Callable[[], bool], timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert self.is_alive(), "the stream stopped"
+            assert time.monotonic() < deadline, "the stream did not get there in time"
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)
