@@ -133,6 +133,26 @@ def test_a_daemon_failing_at_its_start_stops_the_others(tmp_path: Path) -> None:
     assert signal.getsignal(signal.SIGTERM) is not supervisor._signalled
 
 
+def test_a_stop_during_the_start_stops_the_daemons_started_and_starts_no_more() -> None:
+    # SIGTERM comes as the first daemon has just started (its start time read).
+    signalled: list[bool] = []
+
+    def clock() -> float:
+        if not signalled:
+            signalled.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return 0.0
+
+    first, *others = [Daemon(f"daemon {n}", ["sleep", "20"]) for n in range(3)]
+    supervisor = Supervisor([first, *others], "a,b,c", clock=clock)
+    started = time.monotonic()
+    assert supervisor.run() == 0
+    assert time.monotonic() - started < 10
+    # It got the SIGTERM (not held, as the parent held it while starting it).
+    assert first.process is not None and first.process.returncode == -signal.SIGTERM
+    assert [daemon.process for daemon in others] == [None, None]
+
+
 # -- the real command ----------------------------------------------------------------------
 
 
