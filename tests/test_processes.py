@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from quicx.cli import main
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon import instances
 from quicx.daemon.control import StatusUnavailable, fetch_status
@@ -279,6 +280,18 @@ def test_a_daemon_that_cannot_start_stops_the_set(tmp_path: Path, three) -> None
         output, _ = parent.communicate(timeout=30)
     assert parent.returncode == 1
     assert b"daemon 1 (tcp:127.0.0.1:" in output and b"stopping the others" in output
+
+
+@pytest.mark.parametrize("command", [["status"], ["pause", "mail"]])
+def test_a_command_without_instance_names_the_set_it_finds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    for index in range(3):  # the control sockets of a set's daemons
+        (tmp_path / f"quicx.{index}.sock").touch()
+    assert main([*command, f"--control={tmp_path / 'quicx.sock'}"]) == 1
+    error = capsys.readouterr().err
+    assert "but 3 of a set (quicx start --processes)" in error
+    assert "give --instance I, from 0 to 2" in error
 
 
 @pytest.mark.parametrize(
