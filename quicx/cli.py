@@ -65,7 +65,13 @@ from quicx.clients.outcomes import RetryNotice
 from quicx.clients.watching import MISSED
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
-from quicx.daemon.instances import MAX_PROCESSES, address_of, instance_config, instance_configs
+from quicx.daemon.instances import (
+    MAX_PROCESSES,
+    address_of,
+    indexed,
+    instance_config,
+    instance_configs,
+)
 from quicx.daemon.settings import format_size
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.protocol import durations, lifecycle, wire
@@ -156,7 +162,21 @@ def control_path(args: argparse.Namespace) -> str:
     path = daemon_config(args).control_path
     if path is None:
         raise CommandError("the configuration turns the control socket off (control = none)")
+    count = 0 if args.instance is not None or os.path.exists(path) else set_size(path)
+    if count:
+        raise CommandError(
+            f"no daemon at {path}, but {count} of a set (quicx start --processes) at"
+            f" {indexed(path, 0)} ...: give --instance I, from 0 to {count - 1}"
+        )
     return path
+
+
+def set_size(path: str) -> int:
+    """How many daemons of a set have their control socket beside C{path}: C{.0}, C{.1} ..."""
+    count = 0
+    while count < MAX_PROCESSES and os.path.exists(indexed(path, count)):
+        count += 1
+    return count
 
 
 def client_address(args: argparse.Namespace) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from quicx.cli import main
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon import instances
 from quicx.daemon.control import StatusUnavailable, fetch_status
@@ -131,6 +132,26 @@ def test_a_daemon_failing_at_its_start_stops_the_others(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
     assert other.process is not None and other.process.returncode == -signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is not supervisor._signalled
+
+
+def test_a_stop_during_the_start_stops_the_daemons_started_and_starts_no_more() -> None:
+    # SIGTERM comes as the first daemon has just started (its start time read).
+    signalled: list[bool] = []
+
+    def clock() -> float:
+        if not signalled:
+            signalled.append(True)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return 0.0
+
+    first, *others = [Daemon(f"daemon {n}", ["sleep", "20"]) for n in range(3)]
+    supervisor = Supervisor([first, *others], "a,b,c", clock=clock)
+    started = time.monotonic()
+    assert supervisor.run() == 0
+    assert time.monotonic() - started < 10
+    # It got the SIGTERM (not held, as the parent held it while starting it).
+    assert first.process is not None and first.process.returncode == -signal.SIGTERM
+    assert [daemon.process for daemon in others] == [None, None]
 
 
 # -- the real command ----------------------------------------------------------------------
@@ -259,6 +280,18 @@ def test_a_daemon_that_cannot_start_stops_the_set(tmp_path: Path, three) -> None
         output, _ = parent.communicate(timeout=30)
     assert parent.returncode == 1
     assert b"daemon 1 (tcp:127.0.0.1:" in output and b"stopping the others" in output
+
+
+@pytest.mark.parametrize("command", [["status"], ["pause", "mail"]])
+def test_a_command_without_instance_names_the_set_it_finds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    for index in range(3):  # the control sockets of a set's daemons
+        (tmp_path / f"quicx.{index}.sock").touch()
+    assert main([*command, f"--control={tmp_path / 'quicx.sock'}"]) == 1
+    error = capsys.readouterr().err
+    assert "but 3 of a set (quicx start --processes)" in error
+    assert "give --instance I, from 0 to 2" in error
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from quicx.cli import main
 from quicx.clients.adaptive import AUTO_MAX
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.shares import slot_credits, split
-from quicx.clients.worker import Worker, WorkerProtocol
+from quicx.clients.worker import HELLO_TIMEOUT, RETRY_FIRST, Worker, WorkerProtocol
 from quicx.protocol import results, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.wire import ErrorCode
@@ -104,6 +104,12 @@ class Cluster:
 
     def accept(self, factory: Any) -> WorkerProtocol:
         """The attempt succeeds, and the daemon answers HELLO."""
+        slot = self.connect(factory)
+        slot.dataReceived(v2.encode_info({"server": "quicx"}))
+        return slot
+
+    def connect(self, factory: Any) -> WorkerProtocol:
+        """The attempt succeeds; HELLO is not answered (yet)."""
         wrapper = factory.buildProtocol(None)
         transport = StringTransport()
         wrapper.makeConnection(transport)
@@ -111,7 +117,6 @@ class Cluster:
         self.open[slot] = transport
         self.parser[slot] = FrameParser(1 << 22, check_types=False, v2_max_length=1 << 22)
         assert self.sent(slot) == [v2.Hello("quicx-python", __version__, ())]
-        slot.dataReceived(v2.encode_info({"server": "quicx"}))
         return slot
 
     def refuse(self, factory: Any) -> None:
@@ -192,6 +197,28 @@ def test_a_daemon_unreachable_from_the_start_leaves_its_share_to_the_others(clus
     [(_, again)] = c.attempts()
     c.refuse(again)
     assert c.readies() == {}
+
+
+def test_a_daemon_that_takes_connections_and_never_answers_leaves_its_share(cluster) -> None:
+    c = cluster(Worker(credits=8), 2)
+    (_, first), (_, second) = c.attempts()
+    c.accept(first)
+    silent = c.connect(second)  # a hung host: the connection opens, HELLO goes unanswered
+    assert c.readies() == {(0, 0): 4}
+    c.reactor.advance(HELLO_TIMEOUT - 0.1)
+    assert not c.open[silent].disconnecting
+    c.reactor.advance(0.1)
+    assert c.open[silent].disconnecting  # given up on ...
+    c.lose(silent)
+    assert c.readies() == {(0, 0): 8}  # ... and its share is the other's
+    # Tried again: only an answer counts it.
+    c.reactor.advance(RETRY_FIRST)
+    [(daemon, again)] = c.attempts()
+    assert daemon == 1
+    answering = c.connect(again)
+    assert c.readies() == {}
+    answering.dataReceived(v2.encode_info({"server": "quicx"}))
+    assert c.readies() == {(0, 0): 4, (1, 0): 4}
 
 
 def test_one_daemon_connections_ask_for_the_worker_credits_whatever_comes_and_goes(

@@ -70,7 +70,7 @@ from twisted.internet.defer import (
     DeferredList,
     ensureDeferred,
 )
-from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.interfaces import IDelayedCall, IStreamClientEndpoint
 from twisted.internet.protocol import Factory, connectionDone
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
@@ -204,6 +204,11 @@ RETRY_FIRST = 0.1
 RETRY_MAX = 3.0
 """Reconnect delays double from RETRY_FIRST up to RETRY_MAX (the reference's 3 s)."""
 
+HELLO_TIMEOUT = 10.0
+"""Seconds a slot waits for the answer to its HELLO before it closes the
+connection and tries again: a host that takes connections and never answers
+(hung, or not a daemon) would hold its share of the worker's capacity."""
+
 
 @frozen
 class Registration:
@@ -256,11 +261,12 @@ class Member:
     One of the worker's daemons (one, or each of a cluster's).
 
     @ivar address: where it is (normalized: L{split_addresses}).
-    @ivar slots: its connections open now, by their place (0 to
+    @ivar slots: its connections open and answered now, by their place (0 to
         C{concurrency - 1}).
     @ivar counted: whether it has a share of the worker's capacity: from the
-        start, and again whenever a connection to it opens, until it has
-        none left open and one closes or fails to open.
+        start, and again whenever a connection to it opens and is answered
+        (its HELLO), until it has none left open and one closes, fails to
+        open or goes unanswered (L{HELLO_TIMEOUT}).
     """
 
     address: str
@@ -302,6 +308,8 @@ class WorkerProtocol(FrameReceiver):
         self._lease_seconds: float | None = None  # the last delivery's lease
         self.version = v2.VERSION
         self._greeted = False
+        # Closes the connection if HELLO is not answered in time.
+        self._unanswered: IDelayedCall | None = None
         self.running = 0
         self.stopping = False
         self.closed: Deferred[None] = Deferred()
@@ -319,10 +327,12 @@ class WorkerProtocol(FrameReceiver):
         super().connectionMade()
         set_no_delay(self.transport)
         self.worker._slots.add(self)
-        self.worker._slot_connected(self)
         if self.worker.protocol == v2.VERSION:
             self.transport.write(requests.HELLO)
+            if self.place is not None:
+                self._unanswered = self.worker._reactor.callLater(HELLO_TIMEOUT, self._no_answer)
         else:
+            self.worker._slot_connected(self)
             self._greeted = True
             self.version = wire.PROTOCOL_VERSION
             self._ready()
@@ -340,7 +350,16 @@ class WorkerProtocol(FrameReceiver):
         else:
             self.transport.write(wire.encode_ready(self.credits))
 
+    def _no_answer(self) -> None:
+        """No answer to HELLO in L{HELLO_TIMEOUT} seconds: close, and try again."""
+        self.log.warn(
+            "no answer to HELLO in {timeout:.0f} s; closing this connection", timeout=HELLO_TIMEOUT
+        )
+        self.transport.abortConnection()
+
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._unanswered is not None and self._unanswered.active():
+            self._unanswered.cancel()
         self.worker._slots.discard(self)
         self.worker._slot_lost(self)
         self.closed.callback(None)
@@ -450,6 +469,9 @@ class WorkerProtocol(FrameReceiver):
     def _hello_answered(self, message_type: int, payload: bytes) -> None:
         """The answer to HELLO: INFO, or ERROR from a version-1 daemon."""
         self._greeted = True
+        if self._unanswered is not None:
+            self._unanswered.cancel()
+        self.worker._slot_connected(self)
         if self._parser.version == wire.PROTOCOL_VERSION:
             if self.worker.queues or self.worker.follow:
                 self.log.warn(
@@ -735,7 +757,10 @@ class Worker:
         return False
 
     def _slot_connected(self, slot: WorkerProtocol) -> None:
-        """A slot's connection opened: its daemon is counted, and it learns its credits."""
+        """
+        A slot's connection opened and was answered: its daemon is counted,
+        and it learns its credits.
+        """
         if slot.place is None:
             return
         member, place = slot.place

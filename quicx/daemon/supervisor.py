@@ -70,10 +70,19 @@ def describe(status: int) -> str:
     return f"exited with status {status}"
 
 
+STOPPING_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+"""The signals that stop the set (and each daemon)."""
+
+
 def die_with_parent() -> None:
-    """In a child, before it runs its command: SIGTERM when the parent dies (Linux)."""
+    """
+    In a child, before it runs its command: SIGTERM when the parent dies
+    (Linux); the stopping signals, which the parent held while it started
+    the child, no longer held.
+    """
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
 
 
 @define
@@ -111,7 +120,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Start every daemon, wait for them all to exit; the parent's exit status."""
-        before = {n: signal.signal(n, self._signalled) for n in (signal.SIGTERM, signal.SIGINT)}
+        before = {n: signal.signal(n, self._signalled) for n in STOPPING_SIGNALS}
         try:
             return self._run()
         finally:
@@ -120,7 +129,8 @@ class Supervisor:
 
     def _run(self) -> int:
         for daemon in self.daemons:
-            self._start(daemon)
+            if not self.stopping:  # a signal during the start: the rest never start
+                self._start(daemon)
         self.log.info(
             "{count} daemons (pids {pids}); clients: QUICX_ADDRESS={addresses}",
             log_id="processes.started",
@@ -158,11 +168,22 @@ class Supervisor:
                 os.close(fd)
 
     def _start(self, daemon: Daemon) -> None:
-        daemon.process = subprocess.Popen(
-            daemon.command, stdin=subprocess.DEVNULL, process_group=0, preexec_fn=die_with_parent
-        )
-        daemon.started = self.clock()
-        self._by_pid[daemon.process.pid] = daemon
+        """
+        Start C{daemon}'s process and count it, the stopping signals held
+        meanwhile: a stop that came between the two would miss it.
+        """
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING_SIGNALS)
+        try:
+            daemon.process = subprocess.Popen(
+                daemon.command,
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+                preexec_fn=die_with_parent,
+            )
+            daemon.started = self.clock()
+            self._by_pid[daemon.process.pid] = daemon
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def _exited(self, daemon: Daemon, status: int) -> None:
         assert daemon.process is not None
