@@ -25,6 +25,7 @@ without processes or clocks.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import select
 import signal
@@ -74,14 +75,17 @@ STOPPING_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 """The signals that stop the set (and each daemon)."""
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int) -> None:
     """
-    In a child, before it runs its command: SIGTERM when the parent dies
-    (Linux); the stopping signals, which the parent held while it started
-    the child, no longer held.
+    In a child of C{parent}, before it runs its command: SIGTERM when the
+    parent dies (Linux), or an exit now if it died before that was set up;
+    the stopping signals, which the parent held while it started the child,
+    no longer held.
     """
     if sys.platform == "linux":
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING_SIGNALS)
 
 
@@ -178,7 +182,7 @@ class Supervisor:
                 daemon.command,
                 stdin=subprocess.DEVNULL,
                 process_group=0,
-                preexec_fn=die_with_parent,
+                preexec_fn=functools.partial(die_with_parent, os.getpid()),
             )
             daemon.started = self.clock()
             self._by_pid[daemon.process.pid] = daemon
