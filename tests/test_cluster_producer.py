@@ -131,6 +131,19 @@ def test_least_loaded_takes_the_daemon_with_the_fewest_awaiting_answers() -> Non
     assert [cluster.place(None, 0.0) for _ in range(3)] == [b, c, a]
 
 
+def test_a_batch_is_placed_as_its_tasks_one_by_one() -> None:
+    batch, single = Cluster.of(THREE), Cluster.of(THREE)
+    a, b, c = batch.addresses
+    for cluster in (batch, single):
+        cluster.lost(b, now=0.0)
+    keys = [None, "order-1", None, None, "order-2", None]
+    placed = batch.place_many(keys, 0.0)
+    assert placed == [single.place(key, 0.0) for key in keys]
+    assert [placed[i] for i in (0, 2, 3, 5)] == [a, c, a, c]
+    assert [placed[i] for i in (1, 4)] == [documented_choice(k, [a, c]) for k in KEYS[1:3]]
+    assert batch.place_many(keys, 0.0, avoid={a, b, c}) == [None] * len(keys)
+
+
 def test_an_unknown_spread_is_refused() -> None:
     with pytest.raises(ValueError, match="round-robin or least-loaded"):
         Cluster.of(THREE, spread="random")
@@ -200,6 +213,7 @@ def test_open_client_is_a_plain_client_for_one_address_and_a_cluster_for_several
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert type(open_client("10.0.0.1:16381")) is QuicxClient
+    assert type(open_client(["10.0.0.1:16381"])) is QuicxClient
     with open_client(THREE) as cluster:
         assert isinstance(cluster, ClusterClient)
         assert cluster.addresses == tuple(THREE.split(","))

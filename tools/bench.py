@@ -12,7 +12,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench journal              # e2e per journal fsync policy
     python -m tools.bench delays               # delayed tasks: dispatch spread, memory
     python -m tools.bench observability        # e2e with /metrics off and on, scraped
-    python -m tools.bench scale                # e2e with 1, 2 and 4 daemons side by side
+    python -m tools.bench scale                # 1, 2, 4 daemons: independent, as a cluster
 
 See docs/performance.md for the figures and how to read them.
 """
@@ -46,6 +46,7 @@ from attrs import evolve
 from quicx import __version__
 from quicx.clients.address import CLIENT_MAX_LENGTH, parse_address
 from quicx.clients.blocking import QuicxClient, Task
+from quicx.clients.blocking_cluster import ClusterClient, open_client
 from quicx.clients.requests import Options
 from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
@@ -457,19 +458,28 @@ def _fanin_producer(address: str, connections: int, per_connection: int) -> None
 
 
 SCALE_DAEMONS = (1, 2, 4)
-"""The scale workload's runs: this many independent daemons side by side."""
+"""The scale workload's runs: this many daemons side by side."""
 
 SCALE_WORKERS = 2
 """Stock worker processes per daemon in the scale workload (as e2e has)."""
 
+INDEPENDENT = "independent"
+CLUSTER = "cluster"
+SCALE_MODES = (INDEPENDENT, CLUSTER)
+"""How the scale workload's producers and workers use the daemons: each
+given one daemon's address (L{INDEPENDENT}), or each given all of them
+(L{CLUSTER}: C{open_client(LIST)} and C{quicx worker --connect LIST})."""
 
-def client_addresses(daemons: Sequence[DaemonProcess]) -> list[str]:
+
+def client_addresses(daemons: Sequence[DaemonProcess], mode: str) -> list[str]:
     """
-    The address each of the scale workload's producers and its daemon's
-    workers are given: one daemon's each, as independent daemons are used
-    today (a task never crosses daemons).  With clients that take the list,
-    each would be given all of them: C{[",".join(all)] * len(daemons)}.
+    The address each of the scale workload's producers, and each daemon's
+    share of its workers, are given: in L{INDEPENDENT} mode one daemon's
+    each, as independent daemons are used (a task never crosses daemons);
+    in L{CLUSTER} mode all of them, as a list, to each.
     """
+    if mode == CLUSTER:
+        return [",".join(daemon.client_address for daemon in daemons)] * len(daemons)
     return [daemon.client_address for daemon in daemons]
 
 
@@ -479,13 +489,15 @@ def line_of(process: subprocess.Popen[str]) -> str:
     return process.stdout.readline().strip()
 
 
-def scale_run(count: int, n: int, size: int = 100) -> dict[str, Any]:
+def scale_run(count: int, n: int, mode: str = INDEPENDENT, size: int = 100) -> dict[str, Any]:
     """
-    C{count} daemons on L{BENCH_CONFIG}, each with L{SCALE_WORKERS} stock
-    workers and one producer process that pipelines C{n} tasks and waits for
-    every DONE (C{size}-byte payloads); the producers start together.
-    Throughput: all the tasks over the time from the start to the last
-    producer's end.
+    C{count} daemons on L{BENCH_CONFIG}, with C{count} producer processes
+    and L{SCALE_WORKERS} stock workers per daemon, their addresses as
+    L{client_addresses} gives them in C{mode}.  Each producer pipelines
+    C{n} tasks (C{size}-byte payloads) and waits for every DONE; the
+    producers start together; each daemon runs C{n} tasks in either mode
+    (a cluster producer spreads its tasks round-robin).  Throughput: all
+    the tasks over the time from the start to the last producer's end.
     """
     with tempfile.TemporaryDirectory(prefix="quicx-bench-scale-") as directory:
         config = Path(directory) / "quicx.conf"
@@ -500,12 +512,15 @@ def scale_run(count: int, n: int, size: int = 100) -> dict[str, Any]:
             for daemon in daemons:
                 daemon.directory.mkdir()
                 daemon.start()
-            addresses = client_addresses(daemons)
+            addresses = client_addresses(daemons, mode)
             for daemon, address in zip(daemons, addresses, strict=True):
                 workers += start_workers(
                     "tools.bench:STOCK", SCALE_WORKERS, [f"--connect={address}"], daemon.directory
                 )
-                wait_for_workers(daemon, SCALE_WORKERS, workers)
+            # A cluster worker holds a connection to every daemon.
+            connections = len(workers) if mode == CLUSTER else SCALE_WORKERS
+            for daemon in daemons:
+                wait_for_workers(daemon, connections, workers)
             producers = [
                 subprocess.Popen(
                     [
@@ -546,6 +561,7 @@ def scale_run(count: int, n: int, size: int = 100) -> dict[str, Any]:
         raise SystemExit(f"tools.bench: {completed} tasks completed, not {n} on each daemon")
     total = count * n
     return {
+        "mode": mode,
         "daemons": count,
         "n_per_daemon": n,
         "seconds": wall,
@@ -557,34 +573,46 @@ def scale_run(count: int, n: int, size: int = 100) -> dict[str, Any]:
 
 
 def scale_workload(n: int, rounds: int = 3) -> dict[str, Any]:
-    """Every run of L{SCALE_DAEMONS}, alternated, C{rounds} times; the medians."""
-    runs: dict[int, list[dict[str, Any]]] = {count: [] for count in SCALE_DAEMONS}
+    """
+    Every run of L{SCALE_DAEMONS} in each of L{SCALE_MODES}, alternated,
+    C{rounds} times; the medians.  With one daemon both modes are the same
+    run (one address: the plain client and worker), made once a round.
+    """
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {
+        mode: {count: [] for count in SCALE_DAEMONS} for mode in SCALE_MODES
+    }
     for _ in range(rounds):
         for count in SCALE_DAEMONS:
-            runs[count].append(scale_run(count, n))
-    median = {
-        count: statistics.median(r["tasks_per_s"] for r in runs[count]) for count in SCALE_DAEMONS
-    }
+            for mode in SCALE_MODES[: 1 if count == 1 else None]:
+                runs[mode][count].append(scale_run(count, n, mode))
+    runs[CLUSTER][1] = runs[INDEPENDENT][1]
+
+    def median(mode: str, figure: str) -> dict[int, float]:
+        return {
+            count: statistics.median(r[figure] for r in runs[mode][count])
+            for count in SCALE_DAEMONS
+        }
+
     return {
         "n_per_daemon": n,
         "rounds": rounds,
         "workers_per_daemon": SCALE_WORKERS,
         "runs": runs,
-        "median": median,
-        "median_per_daemon": {count: median[count] / count for count in SCALE_DAEMONS},
-        "median_daemon_us": {
-            count: statistics.median(r["daemon_cpu_us_per_task"] for r in runs[count])
-            for count in SCALE_DAEMONS
-        },
+        "median": {mode: median(mode, "tasks_per_s") for mode in SCALE_MODES},
+        "median_per_daemon": {mode: median(mode, "per_daemon_tasks_per_s") for mode in SCALE_MODES},
+        "median_daemon_us": {mode: median(mode, "daemon_cpu_us_per_task") for mode in SCALE_MODES},
     }
 
 
 def _scale_producer(address: str, n: int, payload_size: int) -> None:
     """
-    (Its own process.) Connect, say C{ready}, wait for a line; then pipeline
-    C{n} tasks and wait for every DONE; print the seconds.
+    (Its own process.) Connect to C{address} (one daemon's, or a list:
+    L{open_client}), say C{ready}, wait for a line; then pipeline C{n} tasks
+    and wait for every DONE; print the seconds.
     """
-    with QuicxClient(address, keep_outcomes=n + 1) as client:
+    with open_client(address, keep_outcomes=n + 1) as client:
+        for one in client.clients.values() if isinstance(client, ClusterClient) else [client]:
+            one.connect()
         print("ready", flush=True)
         sys.stdin.readline()
         started = time.perf_counter()
@@ -1506,20 +1534,32 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def run_scale() -> None:
-        # Side by side, alternated: 1, 2 and 4 independent daemons, each
-        # with its own producer and stock workers.
+        # Side by side, alternated: 1, 2 and 4 daemons, each producer and
+        # worker given one daemon's address (independent) or all of them
+        # (cluster); with 1 daemon both are the same run.
         ours = scale_workload(50_000 // scale)
         rates, per, cpu = ours["median"], ours["median_per_daemon"], ours["median_daemon_us"]
         most = SCALE_DAEMONS[-1]
+
+        def figures(mode: str, count: int) -> str:
+            return (
+                f"{rates[mode][count]:,.0f}/s ({per[mode][count]:,.0f}/s each,"
+                f" {cpu[mode][count]:.1f} µs/task)"
+            )
+
         emit(
             "scale e2e",
             "  ".join(
-                f"{count} daemon{'s' * (count > 1)} {rates[count]:,.0f}/s"
-                f" ({per[count]:,.0f}/s each, {cpu[count]:.1f} µs/task)"
+                f"{count} daemon: {figures(INDEPENDENT, count)}"
+                if count == 1
+                else f"{count} daemons: "
+                + ", ".join(f"{mode} {figures(mode, count)}" for mode in SCALE_MODES)
                 for count in SCALE_DAEMONS
             )
-            + f"  (median of {ours['rounds']}, alternated):"
-            f" x{rates[most] / rates[1]:.2f} with {most}",
+            + f"  (median of {ours['rounds']}, alternated): with {most}, "
+            + ", ".join(
+                f"{mode} x{rates[mode][most] / rates[mode][1]:.2f}" for mode in SCALE_MODES
+            ),
             ours,
             table,
         )

@@ -110,6 +110,12 @@ class ClusterClient:
         with self._lock:
             return self._cluster.place(key, self._clock(), avoid)
 
+    def _place_many(
+        self, keys: list[str | bytes | None], avoid: Collection[str]
+    ) -> list[str | None]:
+        with self._lock:
+            return self._cluster.place_many(keys, self._clock(), avoid)
+
     def _sent(self, address: str, count: int) -> None:
         with self._lock:
             self._cluster.sent(address, count)
@@ -214,8 +220,8 @@ class ClusterClient:
         gone: set[str] = set()  # daemons that went away during this call
         while pending:
             placed: dict[str, list[int]] = {}
-            for i in pending:
-                address = self._place(_shard_key(items[i]), gone)
+            addresses = self._place_many([_shard_key(items[i]) for i in pending], gone)
+            for i, address in zip(pending, addresses, strict=True):
                 if address is None:
                     results[i] = ConnectionLost(
                         f"none of the {len(self.addresses)} daemons could take this submit"

@@ -164,18 +164,41 @@ class Cluster:
         now, avoiding the addresses in C{avoid} (those that just failed it);
         C{None} when it avoids them all.
         """
+        return self.place_many([key], now, avoid)[0]
+
+    def place_many(
+        self, keys: Iterable[str | bytes | None], now: float, avoid: Collection[str] = ()
+    ) -> list[str | None]:
+        """
+        L{place} for each task of C{keys} in turn, at the same C{now}: the
+        live members are found once for them all.
+        """
         live = self.live(now, avoid)
         if not live:
-            return None
-        if key is not None:
-            allowed = {m.address for m in live}
-            return next(a for a in ranking(key, self.members) if a in allowed)
-        order = list(self.members)
-        # Each in turn from the one after the last chosen; least-loaded
-        # takes the first of those with the fewest awaiting.
-        turn = sorted(live, key=lambda m: (order.index(m.address) - self._turn) % len(order))
-        chosen = min(turn, key=lambda m: m.awaiting) if self.spread == LEAST_LOADED else turn[0]
-        self._turn = order.index(chosen.address) + 1
+            return [None for _ in keys]
+        allowed = {m.address for m in live}
+        # Each live member and its place in the order the client was given them.
+        index = {address: i for i, address in enumerate(self.members)}
+        placed = [(index[m.address], m) for m in live]
+        return [
+            self._turn_of(placed)
+            if key is None
+            else next(a for a in ranking(key, self.members) if a in allowed)
+            for key in keys
+        ]
+
+    def _turn_of(self, placed: list[tuple[int, Member]]) -> str:
+        """
+        The next of C{placed} (the live members with their places, in order)
+        by the spread: each in turn from the one after the last chosen;
+        least-loaded takes the first of those with the fewest awaiting.
+        """
+        after = [p for p in placed if p[0] >= self._turn]
+        turn = after + placed[: len(placed) - len(after)]  # from the turn on, then before it
+        i, chosen = (
+            min(turn, key=lambda p: p[1].awaiting) if self.spread == LEAST_LOADED else turn[0]
+        )
+        self._turn = i + 1
         return chosen.address
 
     def sent(self, address: str, count: int = 1) -> None:
