@@ -6,6 +6,7 @@ The public API, importable from here (see docs/clients.md):
     from quicx import QuicxClient                    # blocking producer and monitor
     from quicx import ClusterClient, open_client     # ... of several daemons
     from quicx import connect, ProducerService       # Twisted producers
+    from quicx import ClusterProducerService, open_producer   # ... of several daemons
     from quicx import Worker, Unrecoverable          # the worker runner
     from quicx import submit_dataframe               # Spark
     from quicx import QuicxError, TaskFailed, ...    # what they raise
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         QuicxClientProtocol,
         connect,
     )
+    from quicx.clients.twisted_cluster import ClusterProducerService, open_producer
     from quicx.clients.worker import TaskContext, Unrecoverable, Worker
     from quicx.protocol.errors import (
         Conflict,
@@ -71,6 +73,8 @@ _PUBLIC = {
     "ProducerService": "quicx.clients.twisted_client",
     "QuicxClientFactory": "quicx.clients.twisted_client",
     "QuicxClientProtocol": "quicx.clients.twisted_client",
+    "ClusterProducerService": "quicx.clients.twisted_cluster",
+    "open_producer": "quicx.clients.twisted_cluster",
     "Options": "quicx.clients.requests",
     "RetryNotice": "quicx.clients.outcomes",
     "ProgressReport": "quicx.clients.progress",
@@ -104,6 +108,7 @@ _PUBLIC = {
 __all__ = [
     "DEFAULT_ADDRESS",
     "ClusterClient",
+    "ClusterProducerService",
     "Conflict",
     "ConnectionLost",
     "DaemonError",
@@ -138,6 +143,7 @@ __all__ = [
     "__version__",
     "connect",
     "open_client",
+    "open_producer",
     "submit_dataframe",
     "submit_dataframe_group",
     "version_line",

@@ -315,7 +315,9 @@ def test_worker_credits_and_busy_poll(daemon: DaemonProcess, background, tmp_pat
         assert option in refused.stderr
 
 
-@pytest.mark.parametrize("example", ["blocking_producer.py", "twisted_producer.py"])
+@pytest.mark.parametrize(
+    "example", ["blocking_producer.py", "twisted_producer.py", "twisted_cluster_producer.py"]
+)
 def test_examples(daemon: DaemonProcess, background, example: str) -> None:
     env = env_for(daemon)
     background("worker", "examples.send_email:worker", env=env, cwd=ROOT)

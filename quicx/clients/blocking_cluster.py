@@ -33,7 +33,7 @@ import attrs
 
 from quicx.clients.address import default_address, split_addresses
 from quicx.clients.blocking import DEFAULT_WINDOW, QuicxClient, Task
-from quicx.clients.cluster import ROUND_ROBIN, Cluster, Member, TaskRef
+from quicx.clients.cluster import ROUND_ROBIN, Cluster, Member, Route, TaskRef
 from quicx.clients.outcomes import DEFAULT_KEEP, RetryNotice
 from quicx.clients.requests import Options
 from quicx.protocol import wire
@@ -160,26 +160,32 @@ class ClusterClient:
         @raise ConnectionLost: no daemon of the cluster can be reached.
         @raise DaemonError, ValueError: as L{QuicxClient.submit}.
         """
-        placed = shard_key if shard_key is not None else options.get("key")
-        tried: set[str] = set()
-        while (address := self._place(placed, tried)) is not None:
-            tried.add(address)
+        route = Route.of(self._cluster, shard_key, options.get("key"))
+        while (address := self._next(route)) is not None:
             if not self._reachable(address):
                 continue  # nothing was sent: the next daemon may have it
-            self._sent(address, 1)
+            with self._lock:
+                route.sent(address)
             try:
                 task_id = self.clients[address].submit(task_type, payload, **options)
             except ConnectionLost:
-                self._answered(address, 1, reached=False)
-                if options.get("key") is None:
-                    raise NotAcknowledged(address) from None
+                with self._lock:
+                    error = route.lost(address, self._clock())
+                if error is not None:
+                    raise error from None
                 continue
             except BaseException:
-                self._answered(address, 1, reached=True)  # a refusal, or slow: it is there
+                with self._lock:
+                    route.answered(address)  # a refusal, or slow: it is there
                 raise
-            self._answered(address, 1, reached=True)
+            with self._lock:
+                route.answered(address)
             return TaskRef(task_id, address)
-        raise ConnectionLost(f"none of the {len(self.addresses)} daemons can be reached")
+        raise route.exhausted()
+
+    def _next(self, route: Route) -> str | None:
+        with self._lock:
+            return route.next(self._clock())
 
     def submit_many(
         self,
@@ -277,8 +283,8 @@ class ClusterClient:
 
     def _route(self, ref: Ref) -> tuple[QuicxClient, int]:
         """The client of C{ref}'s daemon, and its id there."""
-        found = TaskRef.parse(ref) if isinstance(ref, str) else ref
-        return self.clients[self._cluster.member(found.daemon).address], found.id
+        found = self._cluster.locate(ref)
+        return self.clients[found.daemon], found.id
 
     def wait(
         self,

@@ -25,6 +25,12 @@ A daemon that cannot be reached is down until its retry time: L{FIRST_RETRY}
 after its first failure, twice as long after each further one, at most
 L{LAST_RETRY}; it is tried again then, and live again once it answers.
 While every daemon is down, each is tried.
+
+A submit follows a L{Route} from daemon to daemon: one that cannot be
+reached was sent nothing, so the next may have it; one that goes away
+before it answers may have accepted it, so only a submit with an
+idempotency key goes on to the key's next daemon (the task may then run
+once on each, never twice on one), and one without is L{NotAcknowledged}.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterable
 
-from attrs import define, field, frozen
+from attrs import Factory, define, field, frozen
 
 from quicx.clients.address import as_bytes, normalize_address, split_addresses
+from quicx.protocol.errors import ConnectionLost, NotAcknowledged
 
 ROUND_ROBIN = "round-robin"
 LEAST_LOADED = "least-loaded"
@@ -150,6 +157,16 @@ class Cluster:
             raise ValueError(f"{address} is not one of this cluster's daemons")
         return found
 
+    def locate(self, ref: TaskRef | str) -> TaskRef:
+        """
+        C{ref} (or its text, C{ID@ADDRESS}) with its daemon's address as
+        this cluster names it.
+
+        @raise ValueError: malformed text, or no daemon of the cluster has that address.
+        """
+        found = TaskRef.parse(ref) if isinstance(ref, str) else ref
+        return TaskRef(found.id, self.member(found.daemon).address)
+
     def live(self, now: float, avoid: Collection[str] = ()) -> list[Member]:
         """
         The members a task may go to now, but those in C{avoid}: the live
@@ -221,3 +238,69 @@ class Cluster:
         member = self.members[address]
         member.failures += 1
         member.retry_at = now + min(LAST_RETRY, FIRST_RETRY * 2 ** min(member.failures - 1, 8))
+
+
+@define
+class Route:
+    """
+    The way of one submit through a cluster, daemon after daemon: both
+    cluster clients follow it.
+
+        route = Route.of(cluster, shard_key, key)
+        while (address := route.next(now)) is not None:
+            if <address cannot be reached>:
+                route.unreachable(address, now)      # nothing was sent
+                continue
+            route.sent(address)
+            <submit>: answered (an id or a refusal): route.answered(address)
+                      went away first: raise route.lost(address, now), or go on if None
+        raise route.exhausted()
+
+    @ivar key: the shard key it is placed by (C{None}: spread).
+    @ivar keyed: whether it carries an idempotency key, so that sending it
+        again elsewhere keeps it once per daemon.
+    @ivar tried: the daemons it was sent to or found down.
+    """
+
+    cluster: Cluster
+    key: str | bytes | None
+    keyed: bool
+    tried: set[str] = Factory(set)
+
+    @classmethod
+    def of(cls, cluster: Cluster, shard_key: str | bytes | None, key: str | bytes | None) -> Route:
+        """A submit with C{shard_key} (placed by it) and idempotency key C{key} (else by it)."""
+        return cls(cluster, shard_key if shard_key is not None else key, key is not None)
+
+    def next(self, now: float) -> str | None:
+        """The daemon to try next; C{None} when every daemon was tried."""
+        address = self.cluster.place(self.key, now, self.tried)
+        if address is not None:
+            self.tried.add(address)
+        return address
+
+    def unreachable(self, address: str, now: float) -> None:
+        """C{address} could not be reached: nothing was sent to it."""
+        self.cluster.lost(address, now)
+
+    def sent(self, address: str) -> None:
+        self.cluster.sent(address)
+
+    def answered(self, address: str) -> None:
+        """C{address} answered the submit: with its id, or a refusal."""
+        self.cluster.answered(address)
+        self.cluster.reached(address)
+
+    def lost(self, address: str, now: float) -> NotAcknowledged | None:
+        """
+        C{address} went away before it answered: it may have accepted the
+        submit.  C{None} when it goes on to the next daemon (it has an
+        idempotency key), else the error to report.
+        """
+        self.cluster.answered(address)
+        self.cluster.lost(address, now)
+        return None if self.keyed else NotAcknowledged(address)
+
+    def exhausted(self) -> ConnectionLost:
+        """The error when L{next} has no daemon left."""
+        return ConnectionLost(f"none of the {len(self.cluster.members)} daemons can be reached")

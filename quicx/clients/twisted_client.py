@@ -54,6 +54,7 @@ from quicx.clients.address import (
     CLIENT_TYPE_LIMITS,
     DEFAULT_ADDRESS,
     as_bytes,
+    split_addresses,
 )
 from quicx.clients.awaits import Waiter, Waits
 from quicx.clients.outcomes import (
@@ -694,6 +695,21 @@ class QuicxClientProtocol(FrameReceiver):
                     waiter.errback(unknown)
 
 
+def one_address(address: str, who: str) -> str:
+    """
+    C{address}, which must name one daemon: C{who} talks to one.
+
+    @raise ValueError: it names several (or none).
+    """
+    count = len(split_addresses(address))
+    if count > 1:
+        raise ValueError(
+            f"{address!r} names {count} daemons, and {who} talks to one: use"
+            " ClusterProducerService or open_producer (quicx.clients.twisted_cluster) for several"
+        )
+    return address
+
+
 class QuicxClientFactory(Factory):
     """Builds L{QuicxClientProtocol}s, for C{endpoint.connect(factory)}."""
 
@@ -724,7 +740,7 @@ async def connect(
         fails every call with L{ConnectionLost}).
     """
     client = QuicxClientProtocol(keep_outcomes, protocol)
-    await connectProtocol(endpoint_for(reactor, address), client)
+    await connectProtocol(endpoint_for(reactor, one_address(address, "connect")), client)
     # Closed at once (a TLS peer refused): then every call fails with ConnectionLost.
     with contextlib.suppress(ConnectionLost):
         await client.greeted()
@@ -745,7 +761,8 @@ class ProducerService(ClientService):
     gives none), and one that fails with L{ConnectionLost} is sent again on
     the next connection with the same key: the daemon answers the first
     task's id and queues no copy, so a task is never run twice for a
-    reconnect.  Its outcome then comes on the new connection.  Against a
+    reconnect.  Its outcome then comes on the new connection.  It talks to
+    one daemon: for several, see L{quicx.clients.twisted_cluster}.  Against a
     version-1 daemon there are no keys: a resubmit there may run twice, so
     it is not retried and L{ConnectionLost} is raised (and a C{key=} given
     there is L{NeedsVersion2}, like any other version-2 option).
@@ -753,7 +770,7 @@ class ProducerService(ClientService):
 
     def __init__(self, reactor: Any, address: str = DEFAULT_ADDRESS, attempts: int = 5) -> None:
         super().__init__(
-            endpoint_for(reactor, address),
+            endpoint_for(reactor, one_address(address, "ProducerService")),
             QuicxClientFactory(),
             retryPolicy=backoffPolicy(initialDelay=0.1, maxDelay=3.0),
             clock=reactor,
