@@ -436,9 +436,10 @@ class QuicxClient:
         @return: task ids (or errors), in the order of C{tasks}.
         @raise DaemonError: the first refusal, after every reply was read;
             its C{results} attribute holds the whole list.
-        @raise ConnectionLost: the connection closed part-way; its C{results}
-            hold the answers read before, for the first tasks: the others
-            were not acknowledged (and may have been accepted).
+        @raise ConnectionLost, TimeoutError: the connection closed part-way,
+            or an answer did not come in time; its C{results} hold the
+            answers read before, for the first tasks: the others were not
+            acknowledged (and may have been accepted).
         """
         results: list[int | DaemonError] = []
         batch: list[Task] = []
@@ -455,8 +456,8 @@ class QuicxClient:
                 if batch:
                     self._send_submits(batch)
                 self._read_replies(unanswered + len(batch), results)
-            except ConnectionLost as e:
-                e.results = list(results)
+            except (ConnectionLost, TimeoutError) as e:
+                e.results = list(results)  # type: ignore[union-attr]
                 raise
         if not return_exceptions:
             for result in results:
