@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 
 from quicx.clients.address import parse_address, split_addresses
 from quicx.clients.blocking import QuicxClient
+from quicx.clients.blocking_cluster import ClusterClient
+from quicx.clients.cluster import TaskRef
 from quicx.clients.requests import Options
 from quicx.protocol import v2, wire
 from quicx.protocol.errors import (
@@ -225,6 +228,49 @@ def test_heartbeats_are_answered_while_waiting(start_daemon) -> None:
             with pytest.raises(TimeoutError):
                 client.wait(client.submit("t", b"p"), timeout=0.5)
         assert stats.queue_depth == 2
+
+
+def test_an_idle_client_the_daemon_dropped_sends_its_next_call_on_a_new_connection(
+    start_daemon,
+) -> None:
+    daemon = start_daemon("--heartbeat-interval=0.1", "--heartbeat-timeout=0.3")
+    cluster = ClusterClient([address(daemon)], timeout=5)
+    with QuicxClient(address(daemon), timeout=5) as client, cluster:
+        client.stats()  # a monitor owes nothing: silent, it is dropped
+        cluster.clients[address(daemon)].stats()
+        deadline = time.monotonic() + 5
+        while daemon.log().count("silent for") < 2:
+            assert time.monotonic() < deadline, daemon.log()
+            time.sleep(0.05)
+        assert client.submit("t", b"p") == 1  # never sent on the closed connection
+        assert cluster.submit("t", b"p") == TaskRef(2, address(daemon))  # not NotAcknowledged
+        assert client.stats().queue_depth == 2
+
+
+def test_what_came_before_the_daemon_closed_is_kept_and_the_next_call_reconnects() -> None:
+    """A raw daemon answers a SUBMIT, sends the task's outcome, and closes."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    closed = threading.Event()
+
+    def closing_daemon() -> None:
+        for task_id in (7, 8):
+            with Peer(listener.accept()[0]) as peer:
+                assert isinstance(peer.receive(), v2.Hello)
+                peer.send(v2.encode_info({"server": "raw"}))
+                assert isinstance(peer.receive(), v2.Submit)
+                peer.send(v2.encode_ok(task_id))
+                peer.send(v2.HEARTBEAT_FRAME + v2.encode_done(task_id))
+            closed.set()
+
+    thread = threading.Thread(target=closing_daemon, daemon=True)
+    thread.start()
+    with QuicxClient(f"tcp:127.0.0.1:{listener.getsockname()[1]}", timeout=5) as client:
+        assert client.submit("t", b"p") == 7
+        assert closed.wait(5)
+        assert client.submit("t", b"q") == 8
+        assert client.wait(7) is None  # its DONE, read before the close, is kept
+    thread.join(5)
+    listener.close()
 
 
 def test_shared_by_threads(daemon: DaemonProcess) -> None:

@@ -6,8 +6,11 @@ restarted while a producer streams tasks and workers run them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import threading
 import time
 from collections import Counter, defaultdict
@@ -21,7 +24,9 @@ from quicx.clients.blocking_cluster import ClusterClient
 from quicx.clients.cluster import TaskRef, ranking
 from quicx.clients.requests import Options
 from quicx.clients.worker import TaskContext, Worker
+from quicx.protocol import v2
 from quicx.protocol.errors import ConnectionLost, NotAcknowledged, QuicxError
+from tests.peer import Peer
 from tools.launcher import start_workers, stop_all
 
 RUNS_VARIABLE = "QUICX_TEST_RUNS"
@@ -102,7 +107,11 @@ def test_a_daemon_that_goes_away_keeps_keyed_submits_and_reports_the_others(
     with ClusterClient(addresses, timeout=5, clock=lambda: now[0]) as cluster:
         for client in cluster.clients.values():
             client.connect()
-        gone.kill()  # after the connection opened: the SUBMITs go, no answer comes
+        # Stopped after the connection opened: the SUBMITs go, no answer
+        # comes, and then it goes away.  (Killed at once, its closed
+        # connection would be noticed before anything is sent.)
+        os.kill(gone.pid, signal.SIGSTOP)
+        threading.Timer(0.5, gone.kill).start()
         names = [f"k{n}" for n in range(100) if ranking(f"k{n}", addresses)[0] == addresses[0]][:5]
         tasks = [("t", b"u%d" % n) for n in range(6)] + [keyed(name) for name in names]
         results = cluster.submit_many(tasks, return_exceptions=True)
@@ -251,3 +260,46 @@ class Stream(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join(10)
+
+
+def test_a_daemon_that_never_answers_hello_is_down_and_nothing_waits_on_it(start_daemon) -> None:
+    """A listening socket nobody accepts on: connections open, HELLO is never answered."""
+    live = start_daemon()
+    with socket.create_server(("127.0.0.1", 0)) as hung:
+        addresses = [f"tcp:127.0.0.1:{hung.getsockname()[1]}", live.client_address]
+        with ClusterClient(addresses, timeout=0.3, clock=lambda: 0.0) as cluster:
+            refs = cluster.submit_many([("t", b"m")] * 4 + [keyed("k")])  # nothing was sent
+            assert {ref.daemon for ref in refs} == {live.client_address}
+            assert cluster.submit("t", b"one").daemon == live.client_address
+            assert [m.failures for m in cluster.members] == [1, 0]
+
+
+def test_a_daemon_that_never_answers_a_submit_is_like_one_that_went_away(start_daemon) -> None:
+    live = start_daemon()
+    listener = socket.create_server(("127.0.0.1", 0))
+    submits: list[object] = []
+
+    def deaf_daemon() -> None:
+        with Peer(listener.accept()[0]) as peer:
+            assert isinstance(peer.receive(), v2.Hello)
+            peer.send(v2.encode_info({"server": "deaf"}))
+            with contextlib.suppress(ConnectionError):  # until the client closes
+                while True:
+                    submits.append(peer.receive(timeout=5))
+
+    thread = threading.Thread(target=deaf_daemon, daemon=True)
+    thread.start()
+    deaf = f"tcp:127.0.0.1:{listener.getsockname()[1]}"
+    addresses = [deaf, live.client_address]
+    names = [f"k{n}" for n in range(100) if ranking(f"k{n}", addresses)[0] == deaf][:2]
+    with ClusterClient(addresses, timeout=0.3, clock=lambda: 0.0) as cluster:
+        results = cluster.submit_many(
+            [("t", b"u0"), ("t", b"u1"), keyed(names[0]), keyed(names[1])], return_exceptions=True
+        )
+        assert isinstance(results[0], NotAcknowledged) and results[0].daemon == deaf
+        assert isinstance(results[1], TaskRef) and results[1].daemon == live.client_address
+        assert [r.daemon for r in results[2:]] == [live.client_address] * 2  # type: ignore[union-attr]
+        assert cluster.submit("t", b"next").daemon == live.client_address  # it is down now
+    thread.join(10)
+    listener.close()
+    assert len(submits) == 3  # each sent once

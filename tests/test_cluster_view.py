@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from quicx.daemon.cluster import Member, cluster_view
 from quicx.daemon.telemetry import LATENCY_BUCKETS, quantile
 from quicx.protocol import lifecycle, v2
+from quicx.status.cluster import render_cluster
 from tests.peer import Peer
 from tools.launcher import DaemonProcess, tools_environment
 
@@ -114,6 +115,17 @@ def test_a_daemon_down_or_unreadable_is_shown_as_down_and_left_out_of_the_totals
     ]
     assert (view["total"]["up"], view["total"]["down"]) == (1, 2)
     assert view["total"]["tasks"]["submitted"] == 7
+
+
+def test_what_a_daemon_down_sent_reaches_no_terminal_as_escapes() -> None:
+    size = len(LATENCY_BUCKETS) + 1
+    members = [
+        Member("tcp:a:1", document(1, 1.0, [0] * size)),
+        Member("tcp:b:2\x1b[2J", error="refused: \x1b]0;owned\x07\x1b[2J\nfake line"),
+    ]
+    shown = render_cluster(cluster_view(members))
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "down: tcp:b:2\\x1b[2J: refused: \\x1b]0;owned\\x07\\x1b[2J\\nfake line" in shown
 
 
 # -- end to end ----------------------------------------------------------------------------

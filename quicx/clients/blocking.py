@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -172,14 +173,41 @@ class QuicxClient:
 
     def _begin(self, deadline: float) -> None:
         """
-        Start a call: connect, and read the answers owed to calls that gave up
-        (their accepted tasks' outcomes are still kept).
+        Start a call: connect (anew if the daemon closed the connection
+        since the last call), and read the answers owed to calls that gave
+        up (their accepted tasks' outcomes are still kept).
         """
+        if self._closed_meanwhile():
+            self._drop()
         self._connection()
         while self._owed:
             reply = self._next_reply(deadline)
             if isinstance(reply, requests.OK_TYPES):
                 self._book.expect(reply.task_id)
+
+    def _closed_meanwhile(self) -> bool:
+        """
+        Whether the daemon closed the connection between calls (an idle
+        client past its C{heartbeat_timeout}, a restart), read without
+        waiting; what it sent before is filed (outcomes, notices), nothing
+        is answered.  Checked before a call sends anything, so that a call
+        never sent is sent on a new connection, not lost with the old one.
+        """
+        sock = self._sock
+        if sock is None:
+            return False
+        sock.settimeout(0)
+        try:
+            while data := sock.recv(1 << 18):
+                self._take_in(data)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            sock.settimeout(self.timeout)
+            return False  # open, and nothing more to read now
+        except OSError:
+            pass  # reset
+        while self._inbox:
+            self._file(self._inbox.popleft())
+        return True
 
     def _drop(self) -> None:
         """
@@ -238,6 +266,17 @@ class QuicxClient:
         a heartbeat (and return C{None}), or return anything else.
         """
         message = self._read(deadline)
+        if isinstance(message, wire.Heartbeat):
+            self._send(v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME)
+            return None
+        return self._file(message)
+
+    def _file(self, message: object) -> object | None:
+        """
+        File an outcome, a retry notice, live events or the answer to a
+        wait, hand a progress report to its callback, and return C{None};
+        or return what answers a request.
+        """
         settled = outcome_of(message)
         if settled is not None:
             self._book.arrived(*settled)
@@ -252,9 +291,7 @@ class QuicxClient:
             self._book.notice(RetryNotice.of(message))
         elif isinstance(message, monitor.Events):
             self._feed.arrived(message)
-        elif isinstance(message, wire.Heartbeat):
-            self._send(v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME)
-        elif not isinstance(message, wire.Pong):
+        elif not isinstance(message, (wire.Heartbeat, wire.Pong)):
             return message
         return None
 
@@ -290,19 +327,21 @@ class QuicxClient:
             if not data:
                 self._drop()
                 raise ConnectionLost(f"{self.address} closed the connection")
-            for event in self._parser.feed(data):
-                if not isinstance(event, Frame):
-                    self._drop()
-                    raise QuicxError(f"{self.address} sent a bad frame: {event.reason}")
-                try:
-                    message = requests.decode(
-                        self._parser.version, event.message_type, event.payload
-                    )
-                except wire.MalformedMessage as e:
-                    self._drop()
-                    raise QuicxError(f"{self.address} sent a malformed message: {e}") from None
-                self._inbox.append(message)
+            self._take_in(data)
         return self._inbox.popleft()
+
+    def _take_in(self, data: bytes) -> None:
+        """Parse C{data} from the daemon into the inbox."""
+        for event in self._parser.feed(data):
+            if not isinstance(event, Frame):
+                self._drop()
+                raise QuicxError(f"{self.address} sent a bad frame: {event.reason}")
+            try:
+                message = requests.decode(self._parser.version, event.message_type, event.payload)
+            except wire.MalformedMessage as e:
+                self._drop()
+                raise QuicxError(f"{self.address} sent a malformed message: {e}") from None
+            self._inbox.append(message)
 
     # -- requests ----------------------------------------------------------------------
 
@@ -397,9 +436,10 @@ class QuicxClient:
         @return: task ids (or errors), in the order of C{tasks}.
         @raise DaemonError: the first refusal, after every reply was read;
             its C{results} attribute holds the whole list.
-        @raise ConnectionLost: the connection closed part-way; its C{results}
-            hold the answers read before, for the first tasks: the others
-            were not acknowledged (and may have been accepted).
+        @raise ConnectionLost, TimeoutError: the connection closed part-way,
+            or an answer did not come in time; its C{results} hold the
+            answers read before, for the first tasks: the others were not
+            acknowledged (and may have been accepted).
         """
         results: list[int | DaemonError] = []
         batch: list[Task] = []
@@ -416,8 +456,8 @@ class QuicxClient:
                 if batch:
                     self._send_submits(batch)
                 self._read_replies(unanswered + len(batch), results)
-            except ConnectionLost as e:
-                e.results = list(results)
+            except (ConnectionLost, TimeoutError) as e:
+                e.results = list(results)  # type: ignore[union-attr]
                 raise
         if not return_exceptions:
             for result in results:

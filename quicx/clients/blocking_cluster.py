@@ -13,11 +13,12 @@ task placed on one of them by the rules of L{quicx.clients.cluster}.
 Or C{open_client(addresses)}: a L{QuicxClient} for one address, a
 L{ClusterClient} for several (C{$QUICX_ADDRESS} when none is given).
 
-When a daemon goes away part-way, what it had not answered is not lost
-silently: a submit with an idempotency key goes to the key's next daemon
-(the daemon that went away may have accepted it: the task may then run once
-on each, never twice on one); one without is not sent again, as it may have
-been accepted, and is reported with L{NotAcknowledged}.
+When a daemon goes away part-way (or answers nothing for the client's
+C{timeout}), what it had not answered is not lost silently: a submit with
+an idempotency key goes to the key's next daemon (the daemon that went away
+may have accepted it: the task may then run once on each, never twice on
+one); one without is not sent again, as it may have been accepted, and is
+reported with L{NotAcknowledged}.
 """
 
 from __future__ import annotations
@@ -130,10 +131,13 @@ class ClusterClient:
                 self._cluster.lost(address, self._clock())
 
     def _reachable(self, address: str) -> bool:
-        """Whether C{address} can be reached (nothing is sent); if not, it is down."""
+        """
+        Whether C{address} can be reached and answers HELLO (nothing else is
+        sent); if not, it is down.
+        """
         try:
             self.clients[address].connect()
-        except ConnectionLost:
+        except (QuicxError, TimeoutError):
             self._answered(address, 0, reached=False)
             return False
         return True
@@ -155,8 +159,8 @@ class ClusterClient:
             to its idempotency key's (C{key=}); without either, to the
             next by the spread.
         @param options: as L{QuicxClient.submit} takes them.
-        @raise NotAcknowledged: its daemon went away before it answered,
-            and it has no idempotency key.
+        @raise NotAcknowledged: its daemon went away, or did not answer in
+            C{timeout}, and it has no idempotency key.
         @raise ConnectionLost: no daemon of the cluster can be reached.
         @raise DaemonError, ValueError: as L{QuicxClient.submit}.
         """
@@ -168,11 +172,18 @@ class ClusterClient:
                 route.sent(address)
             try:
                 task_id = self.clients[address].submit(task_type, payload, **options)
+<<<<<<< HEAD
             except ConnectionLost:
                 with self._lock:
                     error = route.lost(address, self._clock())
                 if error is not None:
                     raise error from None
+=======
+            except (ConnectionLost, TimeoutError):  # gone, or hung: it may have accepted it
+                self._answered(address, 1, reached=False)
+                if options.get("key") is None:
+                    raise NotAcknowledged(address) from None
+>>>>>>> h/review20b
                 continue
             except BaseException:
                 with self._lock:
@@ -267,8 +278,8 @@ class ClusterClient:
             answers: list[int | DaemonError] = []
             try:
                 answers = self.clients[address].submit_many(tasks, True, window)
-            except ConnectionLost as e:
-                answers = e.results
+            except (ConnectionLost, TimeoutError) as e:  # gone, or hung
+                answers = e.results  # type: ignore[union-attr]
             finally:
                 self._answered(address, len(tasks), reached=len(answers) == len(tasks))
             return answers, True

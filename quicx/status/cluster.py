@@ -16,7 +16,7 @@ from rich.text import Text
 
 from quicx.daemon.cluster import PERCENTILES, Member, cluster_view
 from quicx.daemon.settings import format_size
-from quicx.status.text import NONE, human_duration, latency, rate, thousands
+from quicx.status.text import NONE, human_duration, latency, printable, rate, thousands
 
 Ask = Callable[[str], Mapping[str, Any]]
 """Fetches one daemon's status document, or raises an exception whose text says why."""
@@ -101,7 +101,7 @@ def cluster_table(view: Mapping[str, Any]) -> RenderableType:
     table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 1))
     table.add_column("", no_wrap=True)
     for entry in daemons:
-        table.add_column(entry["address"], justify="right", no_wrap=True)
+        table.add_column(printable(entry["address"]), justify="right", no_wrap=True)
     table.add_column("total", justify="right", no_wrap=True, style="bold")
     columns = [_cells(entry) for entry in (*daemons, view["total"])]
     for index, heading in enumerate(ROWS):
@@ -112,8 +112,11 @@ def cluster_table(view: Mapping[str, Any]) -> RenderableType:
         if all(entry["since_start"] for entry in up)
         else f"over the last {max(entry['seconds'] for entry in up):.1f} s"
     )
+    # Why one is down may hold what it sent (an ERROR's text): never a terminal's escape.
     down = [
-        Text(f"down: {entry['address']}: {entry['error']}") for entry in daemons if not entry["up"]
+        Text(printable(f"down: {entry['address']}: {entry['error']}"))
+        for entry in daemons
+        if not entry["up"]
     ]
     return Group(Text(f"Quicx cluster   tasks per second {over}", style="bold"), table, *down)
 
