@@ -172,18 +172,11 @@ class ClusterClient:
                 route.sent(address)
             try:
                 task_id = self.clients[address].submit(task_type, payload, **options)
-<<<<<<< HEAD
-            except ConnectionLost:
+            except (ConnectionLost, TimeoutError):  # gone, or hung: it may have accepted it
                 with self._lock:
                     error = route.lost(address, self._clock())
                 if error is not None:
                     raise error from None
-=======
-            except (ConnectionLost, TimeoutError):  # gone, or hung: it may have accepted it
-                self._answered(address, 1, reached=False)
-                if options.get("key") is None:
-                    raise NotAcknowledged(address) from None
->>>>>>> h/review20b
                 continue
             except BaseException:
                 with self._lock:
