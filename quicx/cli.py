@@ -1748,6 +1748,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("events", nargs="+", help="event files or directories")
     report.add_argument("--out", required=True, help="where the tables and report.html go")
     report.add_argument("--master", help="the Spark master (default local[*])")
+    report.add_argument(
+        "--timings", action="store_true", help="print the seconds each phase took to stderr"
+    )
     report.set_defaults(run=cmd_report)
     repair = command(
         "repair-journal",
@@ -1792,6 +1795,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     argv = [*args.events, f"--out={args.out}"]
     if args.master:
         argv.append(f"--master={args.master}")
+    if args.timings:
+        argv.append("--timings")
     return report.main(argv)
 
 
