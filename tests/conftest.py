@@ -78,3 +78,20 @@ def spark() -> Iterator:
 
 def pytest_report_header() -> str:
     return f"quicx daemon: {TWISTD} -n quicx (pid {os.getpid()} starts and stops each one)"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cluster",
+        action="store_true",
+        help="run the tests marked cluster too: a real Spark standalone cluster",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--cluster"):
+        return
+    skip = pytest.mark.skip(reason="a real Spark standalone cluster: run with --cluster")
+    for item in items:
+        if item.get_closest_marker("cluster"):
+            item.add_marker(skip)
