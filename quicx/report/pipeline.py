@@ -169,7 +169,7 @@ def build_report(
         kept.append(frame.cache())
         return frame
 
-    progress(f"reading {', '.join(paths)}")
+    progress(f"reading {', '.join(paths)} on {spark.sparkContext.master}")
     with timings.phase("read"):
         events = keep(
             spark.read.schema(EVENT_SCHEMA)
@@ -679,28 +679,33 @@ def main(argv: list[str] | None = None) -> int:
 
 def start_spark(master: str | None) -> Any:
     """
-    The report's Spark session: on C{master}, else spark-submit's, else
-    C{local[*]}.  Settings the user gave (C{spark-submit --conf},
-    C{spark-defaults.conf}) are kept; otherwise:
+    The report's Spark session: on C{master}, else spark-submit's (C{local[*]}
+    when it was given none).  Settings the user gave (C{spark-submit --conf},
+    C{spark-defaults.conf}) are kept, but for two:
 
-      - Spark's console progress bars only when stderr is a terminal (they
-        would flood a log);
-      - on a local master, as many shuffle partitions as cores (Spark's 200
-        are for clusters: here each is a task run in turn).
+      - Spark's console progress bars are off when stderr is not a terminal
+        (they would flood a log);
+      - on a local master, there are as many shuffle partitions as cores,
+        unless the user set how many (Spark's 200 are for clusters: here each
+        is a task run in turn).
     """
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
     from quicx.clients.spark import use_this_python
 
+    # With no JVM yet, SparkConf() is an empty dict: start (or, under
+    # spark-submit, join) the JVM first, so that it holds spark-submit's
+    # --master and --conf, and spark-defaults.conf's settings.
+    SparkContext._ensure_initialized()
     given = SparkConf()
     builder = SparkSession.builder.appName("quicx report")
     if master:
         builder = builder.master(master)
     elif not given.contains("spark.master"):
         builder = builder.master("local[*]")
-    if not given.contains("spark.ui.showConsoleProgress"):
-        builder = builder.config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
+    if not sys.stderr.isatty():
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
     spark = builder.getOrCreate()
     context = spark.sparkContext
     if context.master.startswith("local") and not given.contains("spark.sql.shuffle.partitions"):
