@@ -306,8 +306,9 @@ def test_the_report_job_runs_under_spark_submit(tmp_path: Path) -> None:
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    # spark-submit's master, not the local[*] the command would choose.
-    assert f"quicx report: reading {events} on local[2]" in result.stderr
+    # spark-submit's master, not the local[*] the command would choose (the
+    # driver's stderr is in spark-submit's stdout).
+    assert f"quicx report: reading {events} on local[2]" in result.stdout
     assert json.loads(result.stdout.splitlines()[-1])["events"] == written
     assert (out / "report.html").exists() and (out / "summary").is_dir()
 
