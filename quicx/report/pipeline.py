@@ -228,7 +228,7 @@ def build_report(
     # -- is a failed event with no worker: an outcome, not a run.
     runs = keep(
         outcomes.where(F.col("worker").isNotNull())
-        .join(dispatched, ["run", "task", "attempt", "worker"], "inner")
+        .join(dispatched.hint("shuffle_hash"), ["run", "task", "attempt", "worker"], "inner")
         .withColumn("run_ms", F.col("outcome_t") - F.col("dispatched_t"))
     )
     gave_up = (
@@ -247,7 +247,7 @@ def build_report(
             return [row.asDict() for row in keep(frame).collect()]
 
     progress("computing the summary")
-    summary = _summary(events, runs, waits, never, gave_up)
+    summary = _summary(keep(_counts(events, gave_up)), runs, waits, never)
     summary_rows = table("summary", summary)
 
     progress("computing the queues")
@@ -330,8 +330,8 @@ def _latency(frame: Any, column: str, prefix: str, *by: str) -> Any:
     )
 
 
-def _summary(events: Any, runs: Any, waits: Any, never: Any, gave_up: Any) -> Any:
-    """The summary table: counts and latencies per type, and overall (type C{*})."""
+def _counts(events: Any, gave_up: Any) -> Any:
+    """The summary's counts (but never completed) per type."""
     from pyspark.sql import functions as F
 
     # The daemon records "requeued" before it decides to give up; like
@@ -342,7 +342,7 @@ def _summary(events: Any, runs: Any, waits: Any, never: Any, gave_up: Any) -> An
     requeued = (event == "requeued") & F.col("gave_up").isNull()
     # (Give-ups are few: each executor gets them all, and the events stay
     # where they are.)
-    counts = (
+    return (
         events.join(F.broadcast(gave_up), ["run", "task", "attempt"], "left")
         .groupBy("type")
         .agg(
@@ -362,6 +362,12 @@ def _summary(events: Any, runs: Any, waits: Any, never: Any, gave_up: Any) -> An
             )
         )
     )
+
+
+def _summary(counts: Any, runs: Any, waits: Any, never: Any) -> Any:
+    """The summary table: counts and latencies per type, and overall (type C{*})."""
+    from pyspark.sql import functions as F
+
     never_by_type = never.groupBy("type").agg(F.count("*").alias("never_completed"))
     per_type = (
         counts.join(never_by_type, "type", "left")
