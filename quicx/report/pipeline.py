@@ -228,7 +228,7 @@ def build_report(
     # -- is a failed event with no worker: an outcome, not a run.
     runs = keep(
         outcomes.where(F.col("worker").isNotNull())
-        .join(dispatched.hint("shuffle_hash"), ["run", "task", "attempt", "worker"], "inner")
+        .join(dispatched, ["run", "task", "attempt", "worker"], "inner")
         .withColumn("run_ms", F.col("outcome_t") - F.col("dispatched_t"))
     )
     gave_up = (
