@@ -2,6 +2,8 @@
 #   make run    - the daemon on its built-in default (tcp:16381 on 127.0.0.1);
 #                 ARGS="--config quicx.conf" passes flags to `quicx start`
 #   make test   - lint, the test suite and the interop suite, through tox
+#   make test-cluster - the slow tier, alone: the tests on a real Spark standalone
+#                 cluster and the load-sensitive ones (the what-if against real runs); CI runs it
 # A second run with nothing changed does no set-up at all.
 
 PYTHON ?= python3
@@ -11,7 +13,7 @@ PIP    := $(VENV)/bin/pip --quiet --disable-pip-version-check
 # plugin) only when one of these changed since the last install.
 SOURCES := setup.cfg pyproject.toml $(shell find quicx twisted -name '*.py' -not -path '*/__pycache__/*')
 
-.PHONY: run test java browser haproxy clean
+.PHONY: run test test-cluster java browser haproxy clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +30,12 @@ run: $(VENV)/.built
 
 test: $(VENV)/.installed java browser haproxy
 	$(VENV)/bin/tox run -e lint,py311,interop
+
+# A Spark master and worker started from the installed pyspark, on loopback
+# (tests/test_cluster.py), and the tests marked slow: in the py311 environment,
+# one at a time, only those.
+test-cluster: $(VENV)/.installed java
+	$(VENV)/bin/tox run -e py311 -- --cluster -m "cluster or slow" tests --ignore=tests/interop
 
 # PySpark (the data pipeline) needs a Java runtime; Debian's is OpenJDK 17.
 java:

@@ -1992,6 +1992,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also predict queue waits and backlog with these numbers of workers"
         " (e.g. workers=1,2,4,8; see docs/pipeline.md)",
     )
+    report.add_argument(
+        "--timings", action="store_true", help="print the seconds each phase took to stderr"
+    )
     report.set_defaults(run=cmd_report)
     repair = command(
         "repair-journal",
@@ -2038,6 +2041,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         argv.append(f"--master={args.master}")
     if args.what_if:
         argv.append("--what-if=workers=" + ",".join(map(str, args.what_if)))
+    if args.timings:
+        argv.append("--timings")
     return report.main(argv)
 
 

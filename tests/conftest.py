@@ -79,3 +79,24 @@ def spark() -> Iterator:
 
 def pytest_report_header() -> str:
     return f"quicx daemon: {TWISTD} -n quicx (pid {os.getpid()} starts and stops each one)"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cluster",
+        action="store_true",
+        help="run the tests marked cluster (a real Spark standalone cluster) and slow too",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--cluster"):
+        return
+    reasons = {
+        "cluster": "a real Spark standalone cluster: run with --cluster (make test-cluster)",
+        "slow": "long or load-sensitive: run with --cluster (make test-cluster)",
+    }
+    for item in items:
+        for marker, reason in reasons.items():
+            if item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.skip(reason=reason))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -237,23 +238,54 @@ def test_report_matches_a_plain_python_computation(tmp_path: Path, start_daemon,
 
 
 def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:
+    """
+    C{quicx report --timings} with stderr to a file, as under a service
+    manager: the progress lines and each phase's seconds, and none of
+    Spark's progress bars.
+    """
     pytest.importorskip("pyspark")
+    from tools.bench import synthetic_events
+
     events = tmp_path / "events"
     daemon = start_daemon(f"--events={events}", "--drain-timeout=0")
     with Peer(daemon.address) as producer:
         producer.submit(b"mail", b"x")
     daemon.stop()
+    # Enough events for stages longer than the half second after which
+    # Spark draws a stage's progress bar (when it may).
+    written = synthetic_events(events, 200_000)
     out = tmp_path / "out"
-    result = subprocess.run(
-        [str(Path(sys.executable).with_name("quicx")), "report", str(events), f"--out={out}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "quicx report: reading" in result.stderr and "quicx report: wrote" in result.stderr
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        result = subprocess.run(
+            [str(Path(sys.executable).with_name("quicx")), "report", str(events),
+             f"--out={out}", "--timings"],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=300,
+        )  # fmt: skip
+    errors = log.read_text()
+    assert result.returncode == 0, errors[-2000:]
+    assert "quicx report: reading" in errors and "quicx report: wrote" in errors
+    assert "[Stage" not in errors and "\r" not in errors
+    phases = re.findall(r"^quicx report: (\w[\w ]*?) +[0-9]+\.[0-9]{2} s$", errors, re.MULTILINE)
+    assert phases == [
+        "spark start", "read", "tasks", "summary", "queues", "throughput", "failures",
+        "workers", "histograms", "parquet", "html", "total",
+    ]  # fmt: skip
     assert (out / "report.html").read_text().startswith("<!doctype html>")
-    assert json.loads(result.stdout.splitlines()[-1])["events"] == 2
+    assert json.loads(result.stdout.splitlines()[-1])["events"] == 2 + written
+
+
+def test_timings_are_each_phase_in_order() -> None:
+    from quicx.report.pipeline import Timings
+
+    ticks = iter([10.0, 11.5, 12.0, 14.25])
+    timings = Timings(clock=lambda: next(ticks))
+    with timings.phase("read"):
+        pass
+    with pytest.raises(ZeroDivisionError), timings.phase("summary"):
+        1 / 0  # noqa: B018
+    assert timings.phases == [("read", 1.5), ("summary", 2.25)]
+    assert timings.lines() == ["read       1.50 s", "summary    2.25 s", "total      3.75 s"]
 
 
 def test_the_report_job_runs_under_spark_submit(tmp_path: Path) -> None:
@@ -274,6 +306,9 @@ def test_the_report_job_runs_under_spark_submit(tmp_path: Path) -> None:
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
+    # spark-submit's master, not the local[*] the command would choose (the
+    # driver's stderr is in spark-submit's stdout).
+    assert f"quicx report: reading {events} on local[2]" in result.stdout
     assert json.loads(result.stdout.splitlines()[-1])["events"] == written
     assert (out / "report.html").exists() and (out / "summary").is_dir()
 

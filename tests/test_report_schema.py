@@ -45,6 +45,7 @@ def as_event(record: dict) -> tuple:
     )
 
 
+@pytest.mark.slow
 def test_version_1_and_this_version_give_the_same_report(spark, tmp_path: Path) -> None:
     from quicx.report.pipeline import build_report
 

@@ -174,6 +174,7 @@ def test_parse_workers() -> None:
             parse_workers(bad)
 
 
+@pytest.mark.slow
 def test_the_report_replays_the_history_in_spark(tmp_path: Path, spark: Any) -> None:
     """
     C{build_report(what_if=...)}: per queue and worker count, the waits the
@@ -219,6 +220,7 @@ P95_FLOOR_MS = 5.0
 """...or within this many milliseconds (at 4 workers waits are a few ms)."""
 
 
+@pytest.mark.slow
 def test_predictions_from_a_real_run_at_2_workers_hold_at_1_and_4(tmp_path: Path) -> None:
     """
     Real daemons and workers (about 15 s): recorded with 2 workers, the

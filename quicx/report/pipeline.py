@@ -46,10 +46,12 @@ import math
 import re
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from attrs import frozen
+from attrs import Factory, define, frozen
 
 from quicx.protocol.monitor import EVENTS_SCHEMA
 from quicx.report import whatif
@@ -123,27 +125,77 @@ def progress(message: str) -> None:
     print(f"quicx report: {message}", file=sys.stderr, flush=True)
 
 
+@define
+class Timings:
+    """
+    Seconds spent in each phase of a report, in order (C{quicx report
+    --timings}).  Spark computes lazily: each phase ends with the action that
+    computes its tables, so a phase's seconds are its own work.
+
+    @ivar phases: (phase, seconds), in the order they ran.
+    """
+
+    phases: list[tuple[str, float]] = Factory(list)
+    clock: Callable[[], float] = time.monotonic
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as phase C{name}."""
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.phases.append((name, self.clock() - started))
+
+    def lines(self) -> list[str]:
+        """One line per phase, and the total."""
+        width = max((len(name) for name, _ in self.phases), default=5)
+        total = sum(seconds for _, seconds in self.phases)
+        return [
+            f"{name:<{width}} {seconds:7.2f} s"
+            for name, seconds in [*self.phases, ("total", total)]
+        ]
+
+
 def build_report(
-    spark: Any, paths: list[str], out: str | None = None, what_if: tuple[int, ...] = ()
+    spark: Any,
+    paths: list[str],
+    out: str | None = None,
+    timings: Timings | None = None,
+    what_if: tuple[int, ...] = (),
 ) -> Report:
     """
     Compute the report from the event files at C{paths}; write it to C{out}.
     C{what_if}: the worker counts of the capacity what-if (L{capacity}).
+
+    The events are parsed once and kept in memory; so are the frames that
+    most tables use (one row per task submitted, from one pass over the
+    events; the runs), and each table, which is computed once and then both
+    written and collected.
     """
     from pyspark.sql import functions as F
 
-    progress(f"reading {', '.join(paths)}")
-    events = (
-        spark.read.schema(EVENT_SCHEMA)
-        .json(paths)
-        .withColumn("run", F.regexp_extract(F.input_file_name(), r"events-[0-9T]+-([0-9]+)-", 1))
-        # Files of the previous release have neither: their tasks were all
-        # in the one queue, at one priority.
-        .withColumn("queue", F.coalesce(F.col("queue"), F.lit("default")))
-        .withColumn("priority", F.coalesce(F.col("priority"), F.lit(0)))
-        .cache()
-    )
-    count, newest = events.agg(F.count("*"), F.max("v")).first()
+    timings = timings or Timings()
+    kept: list[Any] = []
+
+    def keep(frame: Any) -> Any:
+        kept.append(frame.cache())
+        return frame
+
+    progress(f"reading {', '.join(paths)} on {spark.sparkContext.master}")
+    with timings.phase("read"):
+        events = keep(
+            spark.read.schema(EVENT_SCHEMA)
+            .json(paths)
+            .withColumn(
+                "run", F.regexp_extract(F.input_file_name(), r"events-[0-9T]+-([0-9]+)-", 1)
+            )
+            # Files of the previous release have neither: their tasks were all
+            # in the one queue, at one priority.
+            .withColumn("queue", F.coalesce(F.col("queue"), F.lit("default")))
+            .withColumn("priority", F.coalesce(F.col("priority"), F.lit(0)))
+        )
+        count, newest = events.agg(F.count("*"), F.max("v")).first()
     if newest is not None and newest > EVENTS_SCHEMA:
         raise ValueError(
             f"events of schema version {newest} (a newer daemon's): this report reads"
@@ -152,20 +204,39 @@ def build_report(
     progress(f"{count:,} events")
     tasks = events.where(F.col("task").isNotNull())
 
-    submitted = (
-        tasks.where("event = 'submitted'")
-        .groupBy("run", "task")
+    # One row per task submitted, from one pass over its events: when it was
+    # submitted (and as what), first dispatched, and whether it ended.
+    event = F.col("event")
+
+    def seen(condition: Any) -> Any:
+        return F.count(F.when(condition, 1)) > 0
+
+    def of_submit(column: str) -> Any:
+        return F.first(F.when(event == "submitted", F.col(column)), ignorenulls=True)
+
+    submitted = keep(
+        tasks.groupBy("run", "task")
         .agg(
-            F.min("t").alias("submitted_t"),
-            F.first("type").alias("type"),
-            F.first("queue").alias("queue"),
-            F.first("priority").alias("priority"),
+            seen(event == "submitted").alias("submitted"),
+            F.min(F.when(event == "submitted", F.col("t"))).alias("submitted_t"),
+            *(of_submit(column).alias(column) for column in ("type", "queue", "priority")),
+            seen(event == "dispatched").alias("dispatched"),
+            F.min(F.when(event == "dispatched", F.col("t"))).alias("first_t"),
+            # Cancelled tasks never ran, and were not lost: they are not
+            # "never completed".
+            seen(event.isin("done", "failed", "cancelled")).alias("finished"),
         )
+        .where("submitted")
+    )
+    waits = submitted.where("dispatched").withColumn(
+        "wait_ms", F.col("first_t") - F.col("submitted_t")
+    )
+    never = submitted.where("NOT finished").select(
+        "run", "task", "submitted_t", "type", "queue", "priority"
     )
     dispatched = tasks.where("event = 'dispatched'").select(
         "run", "task", "attempt", F.col("t").alias("dispatched_t"), "worker"
     )
-    first_dispatch = dispatched.groupBy("run", "task").agg(F.min("dispatched_t").alias("first_t"))
     outcomes = tasks.where("event IN ('done', 'failed')").select(
         "run", "task", "attempt", "event", "reason", "worker", F.col("t").alias("outcome_t"), "type"
     )
@@ -173,7 +244,7 @@ def build_report(
     # attempt, to the same worker).  A give-up -- the daemon failing a task
     # no worker holds, after its last allowed delivery was lost or timed out
     # -- is a failed event with no worker: an outcome, not a run.
-    runs = (
+    runs = keep(
         outcomes.where(F.col("worker").isNotNull())
         .join(dispatched, ["run", "task", "attempt", "worker"], "inner")
         .withColumn("run_ms", F.col("outcome_t") - F.col("dispatched_t"))
@@ -184,19 +255,118 @@ def build_report(
         .distinct()
         .withColumn("gave_up", F.lit(True))
     )
-    waits = submitted.join(first_dispatch, ["run", "task"]).withColumn(
-        "wait_ms", F.col("first_t") - F.col("submitted_t")
-    )
+    with timings.phase("tasks"):
+        submitted.count()
+        runs.count()
+
+    def table(name: str, frame: Any) -> list[dict[str, Any]]:
+        """C{frame}, computed once (phase C{name}): kept to be written, and its rows."""
+        with timings.phase(name):
+            return [row.asDict() for row in keep(frame).collect()]
 
     progress("computing the summary")
+    summary = _summary(keep(_counts(events, gave_up)), runs, waits, never)
+    summary_rows = table("summary", summary)
+
+    progress("computing the queues")
+    queues = _queues(tasks, waits, never)
+    queue_rows = table("queues", queues)
+
+    progress("computing throughput, failures and workers")
+    throughput = (
+        tasks.where("event IN ('submitted', 'done', 'failed')")
+        .withColumn("minute", (F.col("t") / 60000).cast("long") * 60000)
+        .groupBy("minute", "type")
+        .pivot("event", ["submitted", "done", "failed"])
+        .count()
+        .fillna(0)
+        .withColumnRenamed("done", "completed")
+        .orderBy("minute", "type")
+    )
+    throughput_rows = table("throughput", throughput)
+    normalised = F.col("reason")
+    for pattern, placeholder in REASON_PATTERNS:
+        normalised = F.regexp_replace(normalised, pattern, placeholder)
+    failures = (
+        outcomes.where("event = 'failed'")
+        .withColumn("cause", normalised)
+        .groupBy("type", "cause")
+        .agg(F.count("*").alias("count"), F.min("reason").alias("example"))
+        .withColumnRenamed("cause", "reason")
+        .orderBy(F.desc("count"), "type", "reason")
+        .limit(TOP_REASONS * 10)
+    )
+    failure_rows = table("failures", failures)
+    workers = (
+        runs.groupBy("run", "worker")
+        .agg(F.count("*").alias("tasks"), F.sum("run_ms").alias("busy_ms"))
+        .orderBy(F.desc("tasks"), "run", "worker")
+    )
+    worker_rows = table("workers", workers)
+    with timings.phase("histograms"):
+        wait_histogram = _histogram(waits, "wait_ms")
+        run_histogram = _histogram(runs, "run_ms")
+
+    if out is not None:
+        progress(f"writing Parquet tables to {out}")
+        with timings.phase("parquet"):
+            for name, frame in (
+                ("summary", summary),
+                ("throughput", throughput),
+                ("failures", failures),
+                ("workers", workers),
+                ("queues", queues),
+            ):
+                # Small, and in order: one file each.
+                frame.coalesce(1).write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
+            never.write.mode("overwrite").parquet(f"{out.rstrip('/')}/never_completed")
+
+    predicted = None
+    if what_if:
+        with timings.phase("what-if"):
+            predicted = _what_if(spark, events, what_if, out)
+    report = Report(
+        summary=summary_rows,
+        throughput=throughput_rows,
+        failures=failure_rows,
+        workers=worker_rows,
+        queues=queue_rows,
+        never_completed=never.count(),
+        events=count,
+        wait_histogram=wait_histogram,
+        run_histogram=run_histogram,
+        what_if=predicted,
+    )
+    for frame in kept:
+        frame.unpersist()
+    return report
+
+
+def _latency(frame: Any, column: str, prefix: str, *by: str) -> Any:
+    """C{column}'s percentiles (an array, C{PREFIX_p}) and maximum, by C{by}."""
+    from pyspark.sql import functions as F
+
+    pct = "array(" + ", ".join(str(p) for p in PERCENTILES) + ")"
+    return frame.groupBy(*by).agg(
+        F.expr(f"percentile({column}, {pct})").alias(f"{prefix}_p"),
+        F.max(column).alias(f"{prefix}_max_ms"),
+    )
+
+
+def _counts(events: Any, gave_up: Any) -> Any:
+    """The summary's counts (but never completed) per type."""
+    from pyspark.sql import functions as F
+
     # The daemon records "requeued" before it decides to give up; like
     # `quicx status`, a requeue that ended in a give-up is counted as given
     # up, not as requeued.
     event = F.col("event")
     given_up = (event == "failed") & F.col("worker").isNull()
     requeued = (event == "requeued") & F.col("gave_up").isNull()
-    counts = (
-        events.join(gave_up, ["run", "task", "attempt"], "left")
+    # (Give-ups are few: each executor gets them all, and the events stay
+    # where they are.)
+    return (
+        events.join(F.broadcast(gave_up), ["run", "task", "attempt"], "left")
         .groupBy("type")
         .agg(
             *(
@@ -215,40 +385,23 @@ def build_report(
             )
         )
     )
-    # Cancelled tasks never ran, and were not lost: they are not "never completed".
-    finished = (
-        tasks.where("event IN ('done', 'failed', 'cancelled')").select("run", "task").distinct()
-    )
-    never = submitted.join(finished, ["run", "task"], "left_anti")
+
+
+def _summary(counts: Any, runs: Any, waits: Any, never: Any) -> Any:
+    """The summary table: counts and latencies per type, and overall (type C{*})."""
+    from pyspark.sql import functions as F
+
     never_by_type = never.groupBy("type").agg(F.count("*").alias("never_completed"))
-    pct = "array(" + ", ".join(str(p) for p in PERCENTILES) + ")"
-
-    def latency(frame: Any, column: str, prefix: str) -> Any:
-        return frame.groupBy("type").agg(
-            F.expr(f"percentile({column}, {pct})").alias(f"{prefix}_p"),
-            F.max(column).alias(f"{prefix}_max_ms"),
-        )
-
     per_type = (
         counts.join(never_by_type, "type", "left")
-        .join(latency(waits, "wait_ms", "wait"), "type", "left")
-        .join(latency(runs, "run_ms", "run"), "type", "left")
+        .join(_latency(waits, "wait_ms", "wait", "type"), "type", "left")
+        .join(_latency(runs, "run_ms", "run", "type"), "type", "left")
     )
     overall = (
         counts.agg(*(F.sum(c).alias(c) for c in counts.columns if c != "type"))
         .crossJoin(never.agg(F.count("*").alias("never_completed")))
-        .crossJoin(
-            waits.agg(
-                F.expr(f"percentile(wait_ms, {pct})").alias("wait_p"),
-                F.max("wait_ms").alias("wait_max_ms"),
-            )
-        )
-        .crossJoin(
-            runs.agg(
-                F.expr(f"percentile(run_ms, {pct})").alias("run_p"),
-                F.max("run_ms").alias("run_max_ms"),
-            )
-        )
+        .crossJoin(_latency(waits, "wait_ms", "wait"))
+        .crossJoin(_latency(runs, "run_ms", "run"))
         .withColumn("type", F.lit("*"))
     )
     summary = per_type.unionByName(overall)
@@ -262,11 +415,16 @@ def build_report(
     for prefix in ("wait", "run"):
         columns += [f"{prefix}_p{round(p * 100)}_ms" for p in PERCENTILES]
         columns.append(f"{prefix}_max_ms")
-    summary = summary.fillna(0, subset=["never_completed"]).select(columns).orderBy("type")
+    return summary.fillna(0, subset=["never_completed"]).select(columns).orderBy("type")
 
-    progress("computing the queues")
+
+def _queues(tasks: Any, waits: Any, never: Any) -> Any:
+    """The per-queue table: counts and queue waits per queue and priority."""
+    from pyspark.sql import functions as F
+
+    event = F.col("event")
     queue_counts = (
-        tasks.where(F.col("event") != "rejected")
+        tasks.where(event != "rejected")
         .groupBy("queue", "priority")
         .agg(
             *(
@@ -281,10 +439,8 @@ def build_report(
         )
     )
     queue_never = never.groupBy("queue", "priority").agg(F.count("*").alias("never_completed"))
-    queue_waits = waits.groupBy("queue", "priority").agg(
-        F.expr(f"percentile(wait_ms, {pct})").alias("wait_p")
-    )
-    queues = (
+    queue_waits = _latency(waits, "wait_ms", "wait", "queue", "priority")
+    return (
         queue_counts.join(queue_never, ["queue", "priority"], "left")
         .join(queue_waits, ["queue", "priority"], "left")
         .fillna(0, subset=["never_completed"])
@@ -294,66 +450,8 @@ def build_report(
         .orderBy("queue", F.desc("priority"))
     )
 
-    progress("computing throughput, failures and workers")
-    throughput = (
-        tasks.where("event IN ('submitted', 'done', 'failed')")
-        .withColumn("minute", (F.col("t") / 60000).cast("long") * 60000)
-        .groupBy("minute", "type")
-        .pivot("event", ["submitted", "done", "failed"])
-        .count()
-        .fillna(0)
-        .withColumnRenamed("done", "completed")
-        .orderBy("minute", "type")
-    )
-    normalised = F.col("reason")
-    for pattern, placeholder in REASON_PATTERNS:
-        normalised = F.regexp_replace(normalised, pattern, placeholder)
-    failures = (
-        outcomes.where("event = 'failed'")
-        .withColumn("cause", normalised)
-        .groupBy("type", "cause")
-        .agg(F.count("*").alias("count"), F.min("reason").alias("example"))
-        .withColumnRenamed("cause", "reason")
-        .orderBy(F.desc("count"), "type", "reason")
-        .limit(TOP_REASONS * 10)
-    )
-    workers = (
-        runs.groupBy("run", "worker")
-        .agg(F.count("*").alias("tasks"), F.sum("run_ms").alias("busy_ms"))
-        .orderBy(F.desc("tasks"), "run", "worker")
-    )
-
-    if out is not None:
-        progress(f"writing Parquet tables to {out}")
-        for name, frame in (
-            ("summary", summary),
-            ("throughput", throughput),
-            ("failures", failures),
-            ("workers", workers),
-            ("queues", queues),
-            ("never_completed", never),
-        ):
-            frame.write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
-
-    report = Report(
-        summary=[row.asDict() for row in summary.collect()],
-        throughput=[row.asDict() for row in throughput.collect()],
-        failures=[row.asDict() for row in failures.collect()],
-        workers=[row.asDict() for row in workers.collect()],
-        queues=[row.asDict() for row in queues.collect()],
-        never_completed=never.count(),
-        events=count,
-        wait_histogram=_histogram(waits, "wait_ms"),
-        run_histogram=_histogram(runs, "run_ms"),
-        what_if=_what_if(spark, events, what_if, out),
-    )
-    events.unpersist()
-    return report
-
 
 def _what_if(spark: Any, events: Any, workers: tuple[int, ...], out: str | None) -> Any:
-    if not workers:
-        return None
     from quicx.report import capacity
 
     progress(f"replaying the workload for {', '.join(map(str, workers))} workers")
@@ -586,31 +684,65 @@ def main(argv: list[str] | None = None) -> int:
         metavar="workers=N,N...",
         help="also replay the workload with these numbers of workers (docs/pipeline.md)",
     )
+    parser.add_argument(
+        "--timings", action="store_true", help="print the seconds each phase took to stderr"
+    )
     args = parser.parse_args(argv)
-    from pyspark import SparkConf
-    from pyspark.sql import SparkSession
-
-    from quicx.clients.spark import use_this_python
-
-    builder = SparkSession.builder.appName("quicx report")
-    if args.master:
-        builder = builder.master(args.master)
-    elif not SparkConf().contains("spark.master"):
-        builder = builder.master("local[*]")
-    spark = builder.getOrCreate()
-    use_this_python(spark)
+    timings = Timings()
+    with timings.phase("spark start"):
+        spark = start_spark(args.master)
     try:
-        started = time.monotonic()
-        report = build_report(spark, args.events, args.out, args.what_if)
-        page = render_html(report)
-        if "://" in args.out and not args.out.startswith("file://"):
-            target = "report.html"  # the tables went to the URI; the page stays here
-        else:
-            Path(args.out.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-            target = str(Path(args.out.removeprefix("file://")) / "report.html")
-        Path(target).write_text(page, encoding="utf-8")
-        progress(f"wrote {target} in {time.monotonic() - started:.1f} s")
+        report = build_report(spark, args.events, args.out, timings, args.what_if)
+        with timings.phase("html"):
+            page = render_html(report)
+            if "://" in args.out and not args.out.startswith("file://"):
+                target = "report.html"  # the tables went to the URI; the page stays here
+            else:
+                Path(args.out.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+                target = str(Path(args.out.removeprefix("file://")) / "report.html")
+            Path(target).write_text(page, encoding="utf-8")
+        progress(f"wrote {target} in {sum(s for _, s in timings.phases[1:]):.1f} s")
+        if args.timings:
+            for line in timings.lines():
+                progress(line)
         print(json.dumps({"events": report.events, "report": target}))
     finally:
         spark.stop()
     return 0
+
+
+def start_spark(master: str | None) -> Any:
+    """
+    The report's Spark session: on C{master}, else spark-submit's (C{local[*]}
+    when it was given none).  Settings the user gave (C{spark-submit --conf},
+    C{spark-defaults.conf}) are kept, but for two:
+
+      - Spark's console progress bars are off when stderr is not a terminal
+        (they would flood a log);
+      - on a local master, there are as many shuffle partitions as cores,
+        unless the user set how many (Spark's 200 are for clusters: here each
+        is a task run in turn).
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    from quicx.clients.spark import use_this_python
+
+    # With no JVM yet, SparkConf() is an empty dict: start (or, under
+    # spark-submit, join) the JVM first, so that it holds spark-submit's
+    # --master and --conf, and spark-defaults.conf's settings.
+    SparkContext._ensure_initialized()
+    given = SparkConf()
+    builder = SparkSession.builder.appName("quicx report")
+    if master:
+        builder = builder.master(master)
+    elif not given.contains("spark.master"):
+        builder = builder.master("local[*]")
+    if not sys.stderr.isatty():
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
+    spark = builder.getOrCreate()
+    context = spark.sparkContext
+    if context.master.startswith("local") and not given.contains("spark.sql.shuffle.partitions"):
+        spark.conf.set("spark.sql.shuffle.partitions", str(context.defaultParallelism))
+    use_this_python(spark)
+    return spark
