@@ -191,3 +191,30 @@ def test_rotated_files_are_compressed_and_the_report_reads_the_mix(
     overall = next(row for row in report.summary if row["type"] == "*")
     assert report.events == len(records)
     assert (overall["submitted"], overall["dropped"], overall["never_completed"]) == (300, 300, 300)
+
+
+def test_a_file_left_beside_its_gz_is_removed_at_start_so_no_event_counts_twice(
+    tmp_path: Path, start_daemon
+) -> None:
+    """
+    A daemon stopped between writing a rotated file's C{.gz} and removing
+    the file leaves both; the next start removes the plain one (logged),
+    and leaves every other file as it was.
+    """
+    events = tmp_path / "events"
+    events.mkdir()
+    line = b'{"v":2,"t":1,"event":"submitted","task":1,"type":"t","size":1,"producer":1}\n'
+    twin = events / "events-20260101T000000-1-0001.ndjson"
+    twin.write_bytes(line)
+    (events / f"{twin.name}.gz").write_bytes(gzip.compress(line))
+    alone = events / "events-20260101T000000-1-0002.ndjson"
+    alone.write_bytes(line)
+    conf = config_option(tmp_path, f"[events]\ndirectory = {events}\ncompress = gzip\n")
+    daemon = start_daemon(conf)
+    try:
+        assert not twin.exists()
+        assert gzip.decompress((events / f"{twin.name}.gz").read_bytes()) == line
+        assert alone.read_bytes() == line
+    finally:
+        daemon.stop()
+    assert f"events: removed {twin}, already compressed" in daemon.log()

@@ -181,11 +181,32 @@ def gzip_file(path: str) -> str:
     """
     directory, name = os.path.split(path)
     part = os.path.join(directory, f".{name}.gz")
-    with open(path, "rb") as source, gzip.open(part, "wb", GZIP_LEVEL) as target:
-        shutil.copyfileobj(source, target, 1 << 20)
+    with open(path, "rb") as source, open(part, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+        raw.flush()
+        os.fsync(raw.fileno())  # whole on disk before it takes the plain file's place
     os.replace(part, path + ".gz")
     os.unlink(path)
     return path + ".gz"
+
+
+def remove_compressed_twins(directory: str) -> list[str]:
+    """
+    Remove each C{events-*.ndjson} of C{directory} that has its C{.gz}
+    beside it: a daemon stopped between the two steps of L{gzip_file} left
+    it, and the report would count its events twice.  The C{.gz} is whole
+    (it took its name last).  The paths removed.
+    """
+    names = set(os.listdir(directory))
+    twins = sorted(
+        os.path.join(directory, name)
+        for name in names
+        if name.startswith("events-") and name.endswith(".ndjson") and f"{name}.gz" in names
+    )
+    for path in twins:
+        os.unlink(path)
+    return twins
 
 
 class EventLog(Service):
@@ -315,6 +336,12 @@ class EventLog(Service):
     def startService(self) -> None:
         super().startService()
         os.makedirs(self.settings.directory, exist_ok=True)
+        for path in remove_compressed_twins(self.settings.directory):
+            self.log.info(
+                "events: removed {path}, already compressed by the daemon before",
+                log_id="events.twin_removed",
+                path=path,
+            )
         self._threads.start()
         self._compressor.start()
 
