@@ -288,6 +288,7 @@ def test_timings_are_each_phase_in_order() -> None:
     assert timings.lines() == ["read       1.50 s", "summary    2.25 s", "total      3.75 s"]
 
 
+@pytest.mark.slow
 def test_the_report_job_runs_under_spark_submit(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
     import os
