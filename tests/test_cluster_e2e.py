@@ -7,6 +7,7 @@ restarted while a producer streams tasks and workers run them.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -20,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from quicx.cli import main
-from quicx.clients.blocking_cluster import ClusterClient
+from quicx.clients.blocking_cluster import ClusterClient, ClusterTask
 from quicx.clients.cluster import TaskRef, ranking
 from quicx.clients.requests import Options
 from quicx.clients.worker import TaskContext, Worker
 from quicx.protocol import v2
-from quicx.protocol.errors import ConnectionLost, NotAcknowledged, QuicxError
+from quicx.protocol.errors import ConnectionLost, NeedsVersion2, NotAcknowledged, QuicxError
 from tests.peer import Peer
 from tools.launcher import start_workers, stop_all
 
@@ -49,6 +50,12 @@ def runs_of(path: Path, daemon_of_pid: dict[int, str]) -> dict[bytes, list[TaskR
             pid, task_id, payload = line.split(b" ", 2)
             found[payload].append(TaskRef(int(task_id), daemon_of_pid[int(pid)]))
     return found
+
+
+def keys_of(daemon: str, addresses: list[str], count: int) -> list[str]:
+    """C{count} keys, C{k0} on, that go to C{daemon} of C{addresses}."""
+    keys = (f"k{n}" for n in itertools.count())
+    return list(itertools.islice((k for k in keys if ranking(k, addresses)[0] == daemon), count))
 
 
 def keyed(name: str) -> tuple[str, bytes, Options]:
@@ -112,7 +119,7 @@ def test_a_daemon_that_goes_away_keeps_keyed_submits_and_reports_the_others(
         # connection would be noticed before anything is sent.)
         os.kill(gone.pid, signal.SIGSTOP)
         threading.Timer(0.5, gone.kill).start()
-        names = [f"k{n}" for n in range(100) if ranking(f"k{n}", addresses)[0] == addresses[0]][:5]
+        names = keys_of(addresses[0], addresses, 5)
         tasks = [("t", b"u%d" % n) for n in range(6)] + [keyed(name) for name in names]
         results = cluster.submit_many(tasks, return_exceptions=True)
         unkeyed, keyed_refs = results[:6], results[6:]
@@ -291,7 +298,7 @@ def test_a_daemon_that_never_answers_a_submit_is_like_one_that_went_away(start_d
     thread.start()
     deaf = f"tcp:127.0.0.1:{listener.getsockname()[1]}"
     addresses = [deaf, live.client_address]
-    names = [f"k{n}" for n in range(100) if ranking(f"k{n}", addresses)[0] == deaf][:2]
+    names = keys_of(deaf, addresses, 2)
     with ClusterClient(addresses, timeout=0.3, clock=lambda: 0.0) as cluster:
         results = cluster.submit_many(
             [("t", b"u0"), ("t", b"u1"), keyed(names[0]), keyed(names[1])], return_exceptions=True
@@ -303,3 +310,56 @@ def test_a_daemon_that_never_answers_a_submit_is_like_one_that_went_away(start_d
     thread.join(10)
     listener.close()
     assert len(submits) == 3  # each sent once
+
+
+def test_a_version_1_daemon_is_sent_no_task_with_options_and_the_others_answer(
+    start_daemon,
+) -> None:
+    old, new = start_daemon("--protocol-versions=1"), start_daemon()
+    addresses = [old.client_address, new.client_address]
+    on_old, on_new = (
+        keys_of(old.client_address, addresses, 2),
+        keys_of(new.client_address, addresses, 1),
+    )
+    tasks: list[ClusterTask] = [("t", b"p%d" % n) for n in range(4)]
+    tasks += [keyed(on_old[0]), keyed(on_new[0]), ("t", b"q", Options(queue="q"), on_old[1])]
+    with ClusterClient(addresses, timeout=5, clock=lambda: 0.0) as cluster:
+        with pytest.raises(NeedsVersion2) as raised:
+            cluster.submit_many(tasks, window=2)
+        results = raised.value.results  # type: ignore[attr-defined]
+        plain, refused, accepted = results[:4], [results[4], results[6]], results[5]
+        assert sorted(r.daemon for r in plain) == sorted(addresses * 2)  # round-robin
+        assert all(isinstance(r, NeedsVersion2) for r in refused)
+        assert old.client_address in str(refused[0])
+        assert isinstance(accepted, TaskRef) and accepted.daemon == new.client_address
+        stats = cluster.stats()
+        assert [s.queue_depth for s in stats.values()] == [2, 3]  # type: ignore[union-attr]
+        assert [m.failures for m in cluster.members] == [0, 0]  # a refusal, not a loss
+
+        # One client of a version-1 daemon: the batch before the one that
+        # cannot be encoded was sent, and answered before the error.
+        client = cluster.clients[old.client_address]
+        with pytest.raises(NeedsVersion2) as alone:
+            client.submit_many([("t", b"a"), ("t", b"b"), ("t", b"c"), keyed("x")], window=2)
+        assert alone.value.results == [3, 4] and alone.value.sent == 2  # type: ignore[attr-defined]
+        assert client.stats().queue_depth == 4
+
+
+def test_a_task_that_cannot_be_encoded_stops_its_daemon_only(start_daemon) -> None:
+    first, second = start_daemon(), start_daemon()
+    addresses = [first.client_address, second.client_address]
+    key, *shards = keys_of(addresses[0], addresses, 1) + keys_of(addresses[1], addresses, 3)
+    good = [("t", b"g%d" % n, Options(), key) for n in range(3)]
+    bad = ("t", b"bad", Options(priority=300), key)
+    others = [("t", b"o%d" % n, Options(), shards[n]) for n in range(3)]
+    with ClusterClient(addresses, timeout=5, clock=lambda: 0.0) as cluster:
+        # On the first daemon, window 2: [g0 g1] is sent, then [g2 bad] cannot be.
+        results = cluster.submit_many(
+            [*good, bad, good[0], *others], return_exceptions=True, window=2
+        )
+        assert [r.daemon for r in results[:2]] == [addresses[0]] * 2  # type: ignore[union-attr]
+        errors = results[2:5]
+        assert all(isinstance(e, ValueError) and "priority" in str(e) for e in errors), errors
+        assert [r.daemon for r in results[5:]] == [addresses[1]] * 3  # type: ignore[union-attr]
+        assert [s.queue_depth for s in cluster.stats().values()] == [2, 3]  # type: ignore[union-attr]
+        assert [m.failures for m in cluster.members] == [0, 0]

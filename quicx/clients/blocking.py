@@ -429,6 +429,11 @@ class QuicxClient:
         batches of C{window}, and each batch is sent before the OKs of the one
         before it are read, so the daemon and this client work at once.
 
+        Any error raised part-way holds the answers read before it in
+        C{results}, for the first tasks, and in C{sent} how many tasks may
+        have reached the daemon: those after the answers, up to C{sent}, were
+        not acknowledged (and may have been accepted); the others were not sent.
+
         @param tasks: C{(type, payload)}, or C{(type, payload, Options(...))}
             for a queue, priority or keys.
         @param return_exceptions: put each refused task's L{DaemonError} in
@@ -437,27 +442,35 @@ class QuicxClient:
         @raise DaemonError: the first refusal, after every reply was read;
             its C{results} attribute holds the whole list.
         @raise ConnectionLost, TimeoutError: the connection closed part-way,
-            or an answer did not come in time; its C{results} hold the
-            answers read before, for the first tasks: the others were not
-            acknowledged (and may have been accepted).
+            or an answer did not come in time.
+        @raise NeedsVersion2, ValueError: a task could not be encoded (an
+            option to a version-1 daemon, one out of range): nothing of its
+            batch, nor after it, was sent; the answers to the batch before it
+            were read first.
         """
         results: list[int | DaemonError] = []
         batch: list[Task] = []
         unanswered = 0  # SUBMITs of the previous batch, sent and not yet read
+        sent = 0  # tasks that may have reached the daemon
         with self._lock:
             try:
                 self._begin(time.monotonic() + self.timeout)
                 for task in tasks:
                     batch.append(task)
                     if len(batch) == window:
-                        self._send_submits(batch)
+                        frames = self._encode_submits(batch, unanswered, results)
+                        sent += len(batch)
+                        self._send(frames, answers=len(batch))
                         self._read_replies(unanswered, results)
                         unanswered, batch = len(batch), []
                 if batch:
-                    self._send_submits(batch)
+                    frames = self._encode_submits(batch, unanswered, results)
+                    sent += len(batch)
+                    self._send(frames, answers=len(batch))
                 self._read_replies(unanswered + len(batch), results)
-            except (ConnectionLost, TimeoutError) as e:
-                e.results = list(results)  # type: ignore[union-attr]
+            except Exception as e:
+                e.results = list(results)  # type: ignore[attr-defined]
+                e.sent = sent  # type: ignore[attr-defined]
                 raise
         if not return_exceptions:
             for result in results:
@@ -469,6 +482,20 @@ class QuicxClient:
     def _send_submits(self, batch: list[Task]) -> None:
         """Send C{batch}, encoded in the version of the connection L{_begin} made."""
         self._send(requests.submit_frames(self.version, batch), answers=len(batch))
+
+    def _encode_submits(
+        self, batch: list[Task], unanswered: int, results: list[int | DaemonError]
+    ) -> bytes:
+        """
+        C{batch} encoded, to send.  If a task of it cannot be, the answers
+        to the C{unanswered} SUBMITs sent before it are read into C{results}
+        before the error is raised: they are all that was sent.
+        """
+        try:
+            return requests.submit_frames(self.version, batch)
+        except Exception:
+            self._read_replies(unanswered, results)
+            raise
 
     def _read_replies(
         self, count: int, results: list[int | DaemonError] | None = None

@@ -18,11 +18,15 @@ C{timeout}), what it had not answered is not lost silently: a submit with
 an idempotency key goes to the key's next daemon (the daemon that went away
 may have accepted it: the task may then run once on each, never twice on
 one); one without is not sent again, as it may have been accepted, and is
-reported with L{NotAcknowledged}.
+reported with L{NotAcknowledged}; one it was not sent yet goes to the next
+daemon.  A version-1 daemon is sent no task with options (each is
+L{NeedsVersion2}), and any other error of one daemon's share stops that
+share only: its tasks not sent have the error, the others their answers.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import threading
 import time
@@ -36,9 +40,9 @@ from quicx.clients.address import default_address, split_addresses
 from quicx.clients.blocking import DEFAULT_WINDOW, QuicxClient, Task
 from quicx.clients.cluster import ROUND_ROBIN, Cluster, Member, Route, TaskRef
 from quicx.clients.outcomes import DEFAULT_KEEP, RetryNotice
-from quicx.clients.requests import Options
+from quicx.clients.requests import OPTIONS_NEED_VERSION_2, Options, has_options
 from quicx.protocol import wire
-from quicx.protocol.errors import ConnectionLost, DaemonError, NotAcknowledged, QuicxError
+from quicx.protocol.errors import ConnectionLost, NeedsVersion2, NotAcknowledged, QuicxError
 
 T = TypeVar("T")
 
@@ -196,7 +200,7 @@ class ClusterClient:
         tasks: Iterable[ClusterTask],
         return_exceptions: bool = False,
         window: int = DEFAULT_WINDOW,
-    ) -> list[TaskRef | QuicxError]:
+    ) -> list[TaskRef | Exception]:
         """
         Submit many tasks, each placed on its daemon, pipelined to each
         daemon (as L{QuicxClient.submit_many}) and to the daemons at once.
@@ -209,23 +213,28 @@ class ClusterClient:
             task whose daemon went away before it answered was sent to the
             key's next daemon if it has an idempotency key, else its error
             is L{NotAcknowledged}; one no daemon could take, L{ConnectionLost}.
-        @raise QuicxError: the first error, after every task was placed;
-            its C{results} attribute holds the whole list.
+            One with options placed on a version-1 daemon is not sent: its
+            error is L{NeedsVersion2}.  When a daemon's client fails
+            otherwise part-way (a task it could not encode: a C{ValueError}),
+            its tasks not sent have that error, and the other daemons'
+            tasks their answers.
+        @raise QuicxError, ValueError: the first error, after every task was
+            placed; its C{results} attribute holds the whole list.
         """
         chunk = window * len(self.addresses) * 4
-        results: list[TaskRef | QuicxError] = []
+        results: list[TaskRef | Exception] = []
         iterator = iter(tasks)
         while items := list(itertools.islice(iterator, chunk)):
             results += self._submit_chunk(items, window)
         if not return_exceptions:
             for result in results:
-                if isinstance(result, QuicxError):
+                if isinstance(result, Exception):
                     result.results = results  # type: ignore[attr-defined]
                     raise result
         return results
 
-    def _submit_chunk(self, items: list[ClusterTask], window: int) -> list[TaskRef | QuicxError]:
-        results: list[TaskRef | QuicxError | None] = [None] * len(items)
+    def _submit_chunk(self, items: list[ClusterTask], window: int) -> list[TaskRef | Exception]:
+        results: list[TaskRef | Exception | None] = [None] * len(items)
         pending = list(range(len(items)))
         gone: set[str] = set()  # daemons that went away during this call
         while pending:
@@ -240,15 +249,13 @@ class ClusterClient:
                     placed.setdefault(address, []).append(i)
             pending = []
             sent = {a: [_as_task(items[i]) for i in indexes] for a, indexes in placed.items()}
-            for address, (answers, connected) in self._each_daemon(sent, window).items():
-                indexes = placed[address]
-                for i, answer in zip(indexes, answers, strict=False):
-                    results[i] = TaskRef(answer, address) if isinstance(answer, int) else answer
-                if len(answers) == len(indexes):
-                    continue
-                gone.add(address)
-                for i in indexes[len(answers) :]:
-                    if not connected or _idempotent(items[i]):
+            for address, fates in self._each_daemon(sent, window).items():
+                for i, fate in zip(placed[address], fates, strict=True):
+                    if not isinstance(fate, _Fate):
+                        results[i] = TaskRef(fate, address) if isinstance(fate, int) else fate
+                        continue
+                    gone.add(address)
+                    if fate is _Fate.UNSENT or _idempotent(items[i]):
                         pending.append(i)  # nothing sent, or the key keeps it once a daemon
                     else:
                         results[i] = NotAcknowledged(address)
@@ -256,32 +263,61 @@ class ClusterClient:
 
     def _each_daemon(
         self, sent: dict[str, list[Task]], window: int
-    ) -> dict[str, tuple[list[int | DaemonError], bool]]:
+    ) -> dict[str, list[int | Exception | _Fate]]:
         """
-        Each daemon's tasks submitted to it, the daemons at once: what each
-        answered (its first tasks', all of them unless it went away), and
-        whether it could be reached at all.
+        Each daemon's tasks submitted to it, the daemons at once: what
+        became of each task, in order.  A version-1 daemon is sent none of
+        its tasks with options: each is L{NeedsVersion2}.
         """
 
-        def submit(address: str) -> tuple[list[int | DaemonError], bool]:
-            if not self._reachable(address):
-                return [], False
+        def submit(address: str) -> list[int | Exception | _Fate]:
             tasks = sent[address]
-            self._sent(address, len(tasks))
-            answers: list[int | DaemonError] = []
-            try:
-                answers = self.clients[address].submit_many(tasks, True, window)
-            except (ConnectionLost, TimeoutError) as e:  # gone, or hung
-                answers = e.results  # type: ignore[union-attr]
-            finally:
-                self._answered(address, len(tasks), reached=len(answers) == len(tasks))
-            return answers, True
+            if not self._reachable(address):
+                return [_Fate.UNSENT] * len(tasks)
+            version_1 = self.clients[address].version == 1
+            refused = [version_1 and has_options(task) for task in tasks]
+            kept = [task for task, no in zip(tasks, refused, strict=True) if not no]
+            fates = iter(self._submit_to(address, kept, window))
+            refusal = NeedsVersion2(f"{OPTIONS_NEED_VERSION_2}; {address} speaks version 1 only")
+            return [refusal if no else next(fates) for no in refused]
 
         if len(sent) == 1:
             return {address: submit(address) for address in sent}
         if self._pool is None:
             self._pool = ThreadPoolExecutor(len(self.addresses), "quicx-cluster")
         return dict(zip(sent, self._pool.map(submit, sent), strict=True))
+
+    def _submit_to(
+        self, address: str, tasks: list[Task], window: int
+    ) -> list[int | Exception | _Fate]:
+        """
+        C{tasks} submitted to C{address}, pipelined: what became of each.
+        When its client raises part-way (see L{QuicxClient.submit_many}),
+        the tasks it answered have their answers; those sent and not
+        answered are L{_Fate.UNANSWERED}; those not sent are
+        L{_Fate.UNSENT} when it went away or hung, else the error (a task
+        that could not be encoded, and those after it).
+        """
+        reached = False
+        self._sent(address, len(tasks))
+        try:
+            answers: list[int | Exception | _Fate] = []
+            answers += self.clients[address].submit_many(tasks, True, window)
+            reached = True
+            return answers
+        except Exception as e:
+            answers = list(getattr(e, "results", []))
+            sent = getattr(e, "sent", len(tasks))
+            lost = isinstance(e, ConnectionLost | TimeoutError)  # gone, or hung
+            reached = not lost and len(answers) == sent
+            unsent = _Fate.UNSENT if lost else e
+            return (
+                answers
+                + [_Fate.UNANSWERED] * (sent - len(answers))
+                + [unsent] * (len(tasks) - sent)
+            )
+        finally:
+            self._answered(address, len(tasks), reached)
 
     # -- one task, by its ref -----------------------------------------------------------
 
@@ -333,6 +369,13 @@ class ClusterClient:
     def stats(self) -> dict[str, wire.StatsResponse | Exception]:
         """Each daemon's STATS (L{QuicxClient.stats}), or the error it got."""
         return self.each(QuicxClient.stats)
+
+
+class _Fate(enum.Enum):
+    """What became of a task that its daemon did not answer."""
+
+    UNSENT = "not sent: another daemon may take it"
+    UNANSWERED = "sent and not answered: it may have been accepted"
 
 
 def _shard_key(task: ClusterTask) -> str | bytes | None:

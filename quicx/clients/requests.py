@@ -127,6 +127,19 @@ def _common_options(queue: str | None, priority: int | None) -> bytes:
 NO_OPTIONS = Options()
 
 
+OPTIONS_NEED_VERSION_2 = (
+    "queue, priority, keys, delays, retries, results, progress and groups need protocol version 2"
+)
+"""Why a SUBMIT with options cannot go to a version-1 daemon."""
+
+
+def has_options(
+    task: tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options],
+) -> bool:
+    """Whether C{task} (as L{submit_frames} takes it) has options, which only version 2 sends."""
+    return len(task) == 3 and task[2].any
+
+
 def encode_submit(
     version: int, task_type: str | bytes, payload: str | bytes, options: Options = NO_OPTIONS
 ) -> bytes:
@@ -138,10 +151,7 @@ def encode_submit(
     """
     if version == 1:
         if options.any:
-            raise NeedsVersion2(
-                "queue, priority, keys, delays, retries, results, progress and groups"
-                " need protocol version 2; the daemon speaks version 1"
-            )
+            raise NeedsVersion2(f"{OPTIONS_NEED_VERSION_2}; the daemon speaks version 1")
         return wire.encode_submit(as_bytes(task_type), as_bytes(payload))
     return v2.encode_submit(
         as_bytes(task_type), as_bytes(payload), options.encode() if options.any else b""

@@ -215,7 +215,8 @@ class ConnectionLost(QuicxError):
     @ivar results: on the error L{QuicxClient.submit_many} raises, the
         answers read before the connection closed (ids, and errors in their
         places), in the order of its tasks: the tasks after them were not
-        acknowledged.  Empty on the errors of other calls.
+        acknowledged; of those, the ones past its C{sent} (how many may have
+        reached the daemon) were not sent.  Empty on the errors of other calls.
     """
 
     def __init__(self, message: str, results: Sequence[Any] = ()) -> None:
