@@ -735,7 +735,7 @@ def local_task(args: argparse.Namespace) -> int:
         raise CommandError(
             f"quicx {args.command} goes through the control socket of the daemon --config"
             f" names: give task {args.id.id} there as a plain id, with the --config of the"
-            f" daemon at {args.id.daemon}",
+            f" daemon at {args.id.daemon} (and --instance I for daemon I of a set)",
             status=2,
         )
     task_id: int = args.id

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import reactor, task
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 
 from quicx.daemon.cluster import Member
@@ -67,6 +68,25 @@ async def poll(answer: bytes, close: bool = False, timeout: float = 2.0) -> str:
         await port.stopListening()
     assert heard[0].startswith(monitor.STATUS_FRAME)
     return ""
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_poll_logs_nothing() -> None:
+    """A poll every C{[cluster] interval} adds no line to the daemon's log."""
+    address, _, port = peer(info({"format": STATUS_FORMAT, "uptime": 1.0}))
+    logged: list[str] = []
+
+    def observer(event: dict[str, Any]) -> None:
+        logged.append(formatEvent(event))
+
+    globalLogPublisher.addObserver(observer)
+    try:
+        await ask_status(reactor, address, 2.0, MAX)
+        await task.deferLater(reactor, 0.1, lambda: None)  # its connection closes
+    finally:
+        globalLogPublisher.removeObserver(observer)
+        await port.stopListening()
+    assert logged == []
 
 
 @pytest_twisted.ensureDeferred

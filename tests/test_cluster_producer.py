@@ -232,7 +232,11 @@ ONE_OF_THREE = "names 3 daemons, and a task id means something on one"
         (["task", "7", "--connect", THREE], 2, ONE_OF_THREE),
         (["result", "7"], 2, ONE_OF_THREE),
         (["queues"], 2, "quicx queues talks to one daemon, and --connect (or $QUICX_ADDRESS)"),
-        (["cancel", "7@10.0.0.2:16381"], 2, "give task 7 there as a plain id, with the --config"),
+        (
+            ["cancel", "7@10.0.0.2:16381"],
+            2,
+            "the --config of the daemon at tcp:10.0.0.2:16381 (and --instance I",
+        ),
         (["task", "7@"], 2, "'7@' is not a task ID@ADDRESS"),
         (["submit", "t", "x", "--connect", "h:1,,h:2"], 1, "bad address list: 'h:1,,h:2'"),
     ],

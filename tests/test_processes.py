@@ -67,6 +67,17 @@ def test_listen_endpoints_shift_their_port_or_path() -> None:
     assert instances.address_of(anywhere) == f"tls:{socket.gethostname()}:7000"
 
 
+def test_each_daemon_of_a_set_polls_the_others_of_one_peer_list() -> None:
+    everyone = "tcp:127.0.0.1:16381, tcp:127.0.0.1:16382, 127.0.0.1:16383, tcp:h4:16381"
+    peers = [c.peers for c in instances.instance_configs(Config(cluster_peers=everyone), 3)]
+    assert peers == [
+        ("tcp:127.0.0.1:16382", "tcp:127.0.0.1:16383", "tcp:h4:16381"),
+        ("tcp:127.0.0.1:16381", "tcp:127.0.0.1:16383", "tcp:h4:16381"),
+        ("tcp:127.0.0.1:16381", "tcp:127.0.0.1:16382", "tcp:h4:16381"),
+    ]
+    assert instances.instance_config(Config(), 1).peers == ()
+
+
 @pytest.mark.parametrize(
     ("config", "count", "error"),
     [

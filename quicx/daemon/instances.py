@@ -15,7 +15,9 @@ made its own:
       C{quicx-16381.sock} -> C{quicx-16381.2.sock};
     - its journal goes into a directory C{I} beside the configured file
       (C{/var/lib/quicx/tasks.journal} -> C{/var/lib/quicx/2/tasks.journal}),
-      and its lifecycle events into C{[events] directory/I}.
+      and its lifecycle events into C{[events] directory/I};
+    - its C{[cluster] peers} leave out its own address (L{address_of}), so
+      that one list of every daemon of the set serves each of them.
 
 The daemons share nothing else: a task never crosses them.  Pure functions
 of the configuration; nothing here starts a process.
@@ -146,10 +148,15 @@ def instance_config(config: Config, index: int) -> Config:
         head, tail = os.path.split(journal)
         journal = os.path.join(head, str(index), tail)
     events = config.events_directory
-    return attrs.evolve(
+    own = attrs.evolve(
         config,
         port=config.port + index if config.port else 0,
         listen=tuple(shifted(d, "[server] listen") for d in config.listen),
+    )
+    peers = [peer for peer in config.peers if peer != address_of(own)] if config.peers else []
+    return attrs.evolve(
+        own,
+        cluster_peers=", ".join(peers),
         control="none" if control is None else indexed(control, index),
         pid_file=indexed(config.pid_path, index),
         journal=journal,

@@ -17,9 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError, fail
-from twisted.internet.endpoints import connectProtocol
 from twisted.internet.interfaces import ITransport
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
 from quicx.daemon.cluster import Member, cluster_view
@@ -99,6 +98,21 @@ def status_document(event: Frame | RejectedFrame) -> dict[str, Any]:
     return document
 
 
+class QueryFactory(Factory):
+    """
+    Builds the one L{StatusQuery} of a poll, quietly: a poll every
+    C{[cluster] interval} logs nothing when its connection opens or closes.
+    """
+
+    noisy = False
+
+    def __init__(self, query: StatusQuery) -> None:
+        self.query = query
+
+    def buildProtocol(self, addr: Any) -> StatusQuery:
+        return self.query
+
+
 def ask_status(reactor: Any, address: str, timeout: float, max_size: int) -> Deferred[Any]:
     """
     Fires with the status document of the daemon at C{address} (a client
@@ -112,7 +126,7 @@ def ask_status(reactor: Any, address: str, timeout: float, max_size: int) -> Def
         endpoint = client_endpoint(reactor, address)
     except ValueError as e:  # TlsConfigError too
         return fail(PeerUnavailable(f"{address}: {e}"))
-    connecting = connectProtocol(endpoint, query)
+    connecting = endpoint.connect(QueryFactory(query))
 
     def cancel(_: Deferred[Any]) -> None:
         connecting.cancel()
