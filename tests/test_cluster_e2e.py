@@ -67,7 +67,7 @@ def test_tasks_spread_over_three_daemons_and_keys_stay_on_theirs(
 ) -> None:
     daemons = [start_daemon() for _ in range(3)]
     addresses = [d.client_address for d in daemons]
-    with ClusterClient(addresses) as cluster:
+    with ClusterClient(addresses, first=0) as cluster:
         spread = Counter(ref.daemon for ref in cluster.submit_many(("t", b"x") for _ in range(300)))
         spread.update(cluster.submit("t", b"one").daemon for _ in range(30))
         print(f"\nround-robin, 330 tasks: {dict(spread)}")
@@ -87,7 +87,7 @@ def test_tasks_spread_over_three_daemons_and_keys_stay_on_theirs(
 
     # Another client, given the daemons in another order: the same daemon
     # for each key, and the daemon's own answer to a repeated key.
-    with ClusterClient(reversed(addresses)) as other:
+    with ClusterClient(reversed(addresses), first=0) as other:
         assert other.submit_many(keyed(name) for name in names) == refs
         by_shard = [other.submit("t", b"s", shard_key=name) for name in names[:30]]
         assert [ref.daemon for ref in by_shard] == [ref.daemon for ref in refs[:30]]
@@ -111,7 +111,7 @@ def test_a_daemon_that_goes_away_keeps_keyed_submits_and_reports_the_others(
     gone, live = start_daemon(), start_daemon()
     addresses = [gone.client_address, live.client_address]
     now = [0.0]
-    with ClusterClient(addresses, timeout=5, clock=lambda: now[0]) as cluster:
+    with ClusterClient(addresses, first=0, timeout=5, clock=lambda: now[0]) as cluster:
         for client in cluster.clients.values():
             client.connect()
         # Stopped after the connection opened: the SUBMITs go, no answer
@@ -163,7 +163,7 @@ def test_a_daemon_killed_mid_stream_and_restarted_loses_no_acknowledged_task(
         workers += start_workers(f"{__name__}:recorder", 1, args, tmp_path / f"worker{n}")
     daemon_of_pid = {w.pid: a for w, a in zip(workers, addresses, strict=True)}
     try:
-        stream = Stream(ClusterClient(addresses, timeout=5))
+        stream = Stream(ClusterClient(addresses, first=0, timeout=5))
         stream.start()
         stream.wait_for(lambda: len(stream.acknowledged) >= 600)
         victim = daemons[1]
@@ -274,7 +274,7 @@ def test_a_daemon_that_never_answers_hello_is_down_and_nothing_waits_on_it(start
     live = start_daemon()
     with socket.create_server(("127.0.0.1", 0)) as hung:
         addresses = [f"tcp:127.0.0.1:{hung.getsockname()[1]}", live.client_address]
-        with ClusterClient(addresses, timeout=0.3, clock=lambda: 0.0) as cluster:
+        with ClusterClient(addresses, first=0, timeout=0.3, clock=lambda: 0.0) as cluster:
             refs = cluster.submit_many([("t", b"m")] * 4 + [keyed("k")])  # nothing was sent
             assert {ref.daemon for ref in refs} == {live.client_address}
             assert cluster.submit("t", b"one").daemon == live.client_address
@@ -299,7 +299,7 @@ def test_a_daemon_that_never_answers_a_submit_is_like_one_that_went_away(start_d
     deaf = f"tcp:127.0.0.1:{listener.getsockname()[1]}"
     addresses = [deaf, live.client_address]
     names = keys_of(deaf, addresses, 2)
-    with ClusterClient(addresses, timeout=0.3, clock=lambda: 0.0) as cluster:
+    with ClusterClient(addresses, first=0, timeout=0.3, clock=lambda: 0.0) as cluster:
         results = cluster.submit_many(
             [("t", b"u0"), ("t", b"u1"), keyed(names[0]), keyed(names[1])], return_exceptions=True
         )
@@ -323,7 +323,7 @@ def test_a_version_1_daemon_is_sent_no_task_with_options_and_the_others_answer(
     )
     tasks: list[ClusterTask] = [("t", b"p%d" % n) for n in range(4)]
     tasks += [keyed(on_old[0]), keyed(on_new[0]), ("t", b"q", Options(queue="q"), on_old[1])]
-    with ClusterClient(addresses, timeout=5, clock=lambda: 0.0) as cluster:
+    with ClusterClient(addresses, first=0, timeout=5, clock=lambda: 0.0) as cluster:
         with pytest.raises(NeedsVersion2) as raised:
             cluster.submit_many(tasks, window=2)
         results = raised.value.results  # type: ignore[attr-defined]
@@ -352,7 +352,7 @@ def test_a_task_that_cannot_be_encoded_stops_its_daemon_only(start_daemon) -> No
     good = [("t", b"g%d" % n, Options(), key) for n in range(3)]
     bad = ("t", b"bad", Options(priority=300), key)
     others = [("t", b"o%d" % n, Options(), shards[n]) for n in range(3)]
-    with ClusterClient(addresses, timeout=5, clock=lambda: 0.0) as cluster:
+    with ClusterClient(addresses, first=0, timeout=5, clock=lambda: 0.0) as cluster:
         # On the first daemon, window 2: [g0 g1] is sent, then [g2 bad] cannot be.
         results = cluster.submit_many(
             [*good, bad, good[0], *others], return_exceptions=True, window=2

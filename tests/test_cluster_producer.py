@@ -42,7 +42,7 @@ def documented_choice(key: str, addresses: list[str]) -> str:
 
 
 def test_a_key_goes_to_the_daemon_of_highest_weight() -> None:
-    cluster = Cluster.of(THREE)
+    cluster = Cluster.of(THREE, first=0)
     for key in KEYS[:200]:
         assert cluster.place(key, 0.0) == documented_choice(key, cluster.addresses)
 
@@ -57,12 +57,12 @@ def test_a_key_goes_to_the_same_daemon_in_another_process() -> None:
     root = Path(__file__).resolve().parents[1]
     command = [sys.executable, "-c", script]
     other = subprocess.run(command, capture_output=True, text=True, check=True, env=env, cwd=root)
-    here = Cluster.of(THREE)
+    here = Cluster.of(THREE, first=0)
     assert other.stdout.split() == [here.place(k, 0.0) for k in KEYS[:50]]
 
 
 def test_keys_spread_over_the_daemons() -> None:
-    cluster = Cluster.of(THREE)
+    cluster = Cluster.of(THREE, first=0)
     counts = Counter(cluster.place(key, 0.0) for key in KEYS)
     print("keys per daemon:", dict(counts))
     assert len(counts) == 3
@@ -70,7 +70,7 @@ def test_keys_spread_over_the_daemons() -> None:
 
 
 def test_a_down_daemon_moves_only_its_own_keys_to_their_next_choice() -> None:
-    cluster = Cluster.of(THREE)
+    cluster = Cluster.of(THREE, first=0)
     before = {key: cluster.place(key, 0.0) for key in KEYS}
     down = cluster.addresses[1]
     cluster.lost(down, now=10.0)
@@ -84,7 +84,7 @@ def test_a_down_daemon_moves_only_its_own_keys_to_their_next_choice() -> None:
 
 
 def test_a_removed_daemon_moves_only_its_keys() -> None:
-    three = Cluster.of(THREE)
+    three = Cluster.of(THREE, first=0)
     two = Cluster.of(three.addresses[:2])
     for key in KEYS:
         if three.place(key, 0.0) != three.addresses[2]:
@@ -92,7 +92,7 @@ def test_a_removed_daemon_moves_only_its_keys() -> None:
 
 
 def test_an_added_daemon_takes_keys_from_the_others_and_moves_no_other() -> None:
-    three = Cluster.of(THREE)
+    three = Cluster.of(THREE, first=0)
     four = Cluster.of([*three.addresses, "tcp:10.0.0.4:16381"])
     moved = [key for key in KEYS if four.place(key, 0.0) != three.place(key, 0.0)]
     assert {four.place(key, 0.0) for key in moved} == {"tcp:10.0.0.4:16381"}
@@ -101,14 +101,14 @@ def test_an_added_daemon_takes_keys_from_the_others_and_moves_no_other() -> None
 
 def test_the_spelling_of_an_address_does_not_matter() -> None:
     bare = Cluster.of("10.0.0.1:16381,10.0.0.2:16381,10.0.0.3:16381")
-    assert bare.addresses == Cluster.of(THREE).addresses
+    assert bare.addresses == Cluster.of(THREE, first=0).addresses
     assert [bare.place(k, 0.0) for k in KEYS[:20]] == [
-        Cluster.of(THREE).place(k, 0.0) for k in KEYS[:20]
+        Cluster.of(THREE, first=0).place(k, 0.0) for k in KEYS[:20]
     ]
 
 
 def test_round_robin_takes_each_live_daemon_in_turn() -> None:
-    cluster = Cluster.of(THREE)
+    cluster = Cluster.of(THREE, first=0)
     a, b, c = cluster.addresses
     assert [cluster.place(None, 0.0) for _ in range(6)] == [a, b, c, a, b, c]
     cluster.lost(b, now=0.0)
@@ -116,7 +116,7 @@ def test_round_robin_takes_each_live_daemon_in_turn() -> None:
 
 
 def test_least_loaded_takes_the_daemon_with_the_fewest_awaiting_answers() -> None:
-    cluster = Cluster.of(THREE, spread=LEAST_LOADED)
+    cluster = Cluster.of(THREE, spread=LEAST_LOADED, first=0)
     a, b, c = cluster.addresses
     cluster.sent(a, 5)
     cluster.sent(b, 2)
@@ -132,7 +132,7 @@ def test_least_loaded_takes_the_daemon_with_the_fewest_awaiting_answers() -> Non
 
 
 def test_a_batch_is_placed_as_its_tasks_one_by_one() -> None:
-    batch, single = Cluster.of(THREE), Cluster.of(THREE)
+    batch, single = Cluster.of(THREE, first=0), Cluster.of(THREE, first=0)
     a, b, c = batch.addresses
     for cluster in (batch, single):
         cluster.lost(b, now=0.0)
@@ -150,7 +150,7 @@ def test_an_unknown_spread_is_refused() -> None:
 
 
 def test_a_down_daemon_waits_longer_after_each_failure_then_is_live_again() -> None:
-    cluster = Cluster.of(THREE)
+    cluster = Cluster.of(THREE, first=0)
     a = cluster.member(cluster.addresses[0])
     waits = []
     for _ in range(10):
@@ -165,7 +165,7 @@ def test_a_down_daemon_waits_longer_after_each_failure_then_is_live_again() -> N
 
 
 def test_when_every_daemon_is_down_each_is_tried() -> None:
-    cluster = Cluster.of(THREE)
+    cluster = Cluster.of(THREE, first=0)
     for address in cluster.addresses:
         cluster.lost(address, now=0.0)
     assert [cluster.place(None, 0.0) for _ in range(3)] == cluster.addresses
@@ -173,7 +173,7 @@ def test_when_every_daemon_is_down_each_is_tried() -> None:
 
 
 def test_a_task_avoids_the_daemons_that_just_failed_it_even_once_their_wait_is_over() -> None:
-    cluster = Cluster.of(THREE)
+    cluster = Cluster.of(THREE, first=0)
     a, b, c = cluster.addresses
     key = next(k for k in KEYS if ranking(k, cluster.addresses)[0] == a)
     cluster.lost(a, now=0.0)
@@ -257,3 +257,12 @@ def test_the_command_wants_a_task_with_its_daemon_when_it_has_several(
     error = capsys.readouterr().err
     assert says in error
     assert len(error.strip().splitlines()) == 1
+
+
+def test_round_robin_begins_at_a_random_daemon_unless_told() -> None:
+    """A loop of one-task producers (C{quicx submit}) spreads its tasks."""
+    firsts = {Cluster.of(THREE).place(None, 0.0) for _ in range(100)}
+    assert firsts == set(Cluster.of(THREE).addresses)  # each: 1 - (2/3)^100 sure
+    assert {Cluster.of(THREE, first=2).place(None, 0.0) for _ in range(5)} == {
+        Cluster.of(THREE).addresses[2]
+    }

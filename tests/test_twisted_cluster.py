@@ -39,7 +39,7 @@ class Daemons:
 
     def __init__(self, **options: Any) -> None:
         self.reactor = MemoryReactorClock()
-        self.service = ClusterProducerService(self.reactor, THREE, **options)
+        self.service = ClusterProducerService(self.reactor, THREE, first=0, **options)
         self.service.startService()
         self._seen = 0
         self.links: dict[int, tuple[Any, StringTransport, FrameParser]] = {}
@@ -268,7 +268,7 @@ async def test_three_daemons_spread_keys_stay_and_a_killed_one_fails_keyed_submi
 ) -> None:
     daemons: list[DaemonProcess] = [start_daemon() for _ in range(3)]
     addresses = [d.client_address for d in daemons]
-    producer = ClusterProducerService(reactor, ",".join(addresses))
+    producer = ClusterProducerService(reactor, ",".join(addresses), first=0)
     producer.startService()
     try:
         spread = [await producer.submit("t", b"x") for _ in range(30)]

@@ -73,6 +73,7 @@ class ClusterClient:
         protocol: int = 2,
         spread: str = ROUND_ROBIN,
         clock: Callable[[], float] = time.monotonic,
+        first: int | None = None,
     ) -> None:
         """
         @param addresses: C{"tcp:h1:16381,tcp:h2:16381"}, or an iterable of
@@ -80,10 +81,12 @@ class ClusterClient:
             the same way, as placement hashes the names.
         @param spread: how tasks without a shard key are spread:
             C{"round-robin"} or C{"least-loaded"} (see L{quicx.clients.cluster}).
+        @param first: the index of the daemon the spread begins at (default:
+            a random one).
         @raise ValueError: no address, one named twice, a malformed one, an
             unknown spread.
         """
-        self._cluster = Cluster.of(addresses, spread)
+        self._cluster = Cluster.of(addresses, spread, first)
         self.addresses = tuple(self._cluster.members)
         self.clients = {a: QuicxClient(a, timeout, keep_outcomes, protocol) for a in self.addresses}
         self._clock = clock

@@ -36,6 +36,7 @@ once on each, never twice on one), and one without is L{NotAcknowledged}.
 from __future__ import annotations
 
 import hashlib
+import random
 from collections.abc import Collection, Iterable
 
 from attrs import Factory, define, field, frozen
@@ -132,15 +133,23 @@ class Cluster:
     _turn: int = 0
 
     @classmethod
-    def of(cls, addresses: str | Iterable[str], spread: str = ROUND_ROBIN) -> Cluster:
+    def of(
+        cls, addresses: str | Iterable[str], spread: str = ROUND_ROBIN, first: int | None = None
+    ) -> Cluster:
         """
         The cluster of C{addresses} (as L{split_addresses} takes them).
 
+        @param first: the index of the daemon the spread's turns begin at;
+            C{None}, the default, a random one, so that producers that each
+            submit a few tasks (a C{quicx submit} a task) do not all load
+            the first daemon.
         @raise ValueError: no address, one given twice, or an unknown spread.
         """
         if spread not in SPREADS:
             raise ValueError(f"spread is {' or '.join(SPREADS)}, not {spread!r}")
-        return cls({a: Member(a) for a in split_addresses(addresses)}, spread)
+        members = {a: Member(a) for a in split_addresses(addresses)}
+        turn = random.randrange(len(members)) if first is None else first
+        return cls(members, spread, turn)
 
     @property
     def addresses(self) -> list[str]:

@@ -53,7 +53,11 @@ class ClusterProducerService(MultiService):
     """
 
     def __init__(
-        self, reactor: Any, addresses: str | Iterable[str], spread: str = ROUND_ROBIN
+        self,
+        reactor: Any,
+        addresses: str | Iterable[str],
+        spread: str = ROUND_ROBIN,
+        first: int | None = None,
     ) -> None:
         """
         @param addresses: C{"tcp:h1:16381,tcp:h2:16381"}, or an iterable of
@@ -61,11 +65,13 @@ class ClusterProducerService(MultiService):
             same way, as placement hashes the names.
         @param spread: how tasks without a shard key are spread:
             C{"round-robin"} or C{"least-loaded"} (see L{quicx.clients.cluster}).
+        @param first: the index of the daemon the spread begins at (default:
+            a random one).
         @raise ValueError: no address, one named twice, a malformed one, an
             unknown spread.
         """
         super().__init__()
-        self._cluster = Cluster.of(addresses, spread)
+        self._cluster = Cluster.of(addresses, spread, first)
         self._reactor = reactor
         self.addresses = tuple(self._cluster.members)
         self.producers = {a: ProducerService(reactor, a) for a in self.addresses}
