@@ -37,6 +37,7 @@ the stop stays plain.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -181,12 +182,18 @@ def gzip_file(path: str) -> str:
     """
     directory, name = os.path.split(path)
     part = os.path.join(directory, f".{name}.gz")
-    with open(path, "rb") as source, open(part, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL) as target:
-            shutil.copyfileobj(source, target, 1 << 20)
-        raw.flush()
-        os.fsync(raw.fileno())  # whole on disk before it takes the plain file's place
-    os.replace(part, path + ".gz")
+    try:
+        with open(path, "rb") as source, open(part, "wb") as raw:
+            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL) as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+            raw.flush()
+            os.fsync(raw.fileno())  # whole on disk before it takes the plain file's place
+        os.replace(part, path + ".gz")
+    except BaseException:
+        # A full disk, say: the part would hold the space the plain file needs.
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
     os.unlink(path)
     return path + ".gz"
 
