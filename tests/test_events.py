@@ -202,7 +202,8 @@ def test_a_file_left_beside_its_gz_is_removed_at_start_so_no_event_counts_twice(
     """
     A daemon stopped between writing a rotated file's C{.gz} and removing
     the file leaves both; the next start removes the plain one (logged),
-    and leaves every other file as it was.
+    and a part of a compression the stop cut short, and leaves every other
+    file as it was.
     """
     events = tmp_path / "events"
     events.mkdir()
@@ -212,15 +213,19 @@ def test_a_file_left_beside_its_gz_is_removed_at_start_so_no_event_counts_twice(
     (events / f"{twin.name}.gz").write_bytes(gzip.compress(line))
     alone = events / "events-20260101T000000-1-0002.ndjson"
     alone.write_bytes(line)
+    # A daemon killed while compressing the file beside it leaves its part.
+    part = events / f".{alone.name}.gz"
+    part.write_bytes(gzip.compress(line)[:10])
     conf = config_option(tmp_path, f"[events]\ndirectory = {events}\ncompress = gzip\n")
     daemon = start_daemon(conf)
     try:
         assert not twin.exists()
         assert gzip.decompress((events / f"{twin.name}.gz").read_bytes()) == line
-        assert alone.read_bytes() == line
+        assert alone.read_bytes() == line and not part.exists()
     finally:
         daemon.stop()
     assert f"events: removed {twin}, already compressed" in daemon.log()
+    assert f"events: removed {part}, a part of a compression the daemon stopped" in daemon.log()
 
 
 COMPRESS_UNDER_A_FILE_SIZE_LIMIT = """\

@@ -203,13 +203,16 @@ def remove_compressed_twins(directory: str) -> list[str]:
     Remove each C{events-*.ndjson} of C{directory} that has its C{.gz}
     beside it: a daemon stopped between the two steps of L{gzip_file} left
     it, and the report would count its events twice.  The C{.gz} is whole
-    (it took its name last).  The paths removed.
+    (it took its name last).  Remove too each part (C{.events-*.ndjson.gz})
+    a daemon stopped while compressing left: its plain file is whole.  The
+    paths removed.
     """
     names = set(os.listdir(directory))
     twins = sorted(
         os.path.join(directory, name)
         for name in names
-        if name.startswith("events-") and name.endswith(".ndjson") and f"{name}.gz" in names
+        if (name.startswith("events-") and name.endswith(".ndjson") and f"{name}.gz" in names)
+        or (name.startswith(".events-") and name.endswith(".ndjson.gz"))
     )
     for path in twins:
         os.unlink(path)
@@ -345,9 +348,12 @@ class EventLog(Service):
         os.makedirs(self.settings.directory, exist_ok=True)
         for path in remove_compressed_twins(self.settings.directory):
             self.log.info(
-                "events: removed {path}, already compressed by the daemon before",
+                "events: removed {path}, {why}",
                 log_id="events.twin_removed",
                 path=path,
+                why="a part of a compression the daemon stopped"
+                if os.path.basename(path).startswith(".")
+                else "already compressed by the daemon before",
             )
         self._threads.start()
         self._compressor.start()
