@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -199,7 +202,8 @@ def test_a_file_left_beside_its_gz_is_removed_at_start_so_no_event_counts_twice(
     """
     A daemon stopped between writing a rotated file's C{.gz} and removing
     the file leaves both; the next start removes the plain one (logged),
-    and leaves every other file as it was.
+    and a part of a compression the stop cut short, and leaves every other
+    file as it was.
     """
     events = tmp_path / "events"
     events.mkdir()
@@ -209,12 +213,48 @@ def test_a_file_left_beside_its_gz_is_removed_at_start_so_no_event_counts_twice(
     (events / f"{twin.name}.gz").write_bytes(gzip.compress(line))
     alone = events / "events-20260101T000000-1-0002.ndjson"
     alone.write_bytes(line)
+    # A daemon killed while compressing the file beside it leaves its part.
+    part = events / f".{alone.name}.gz"
+    part.write_bytes(gzip.compress(line)[:10])
     conf = config_option(tmp_path, f"[events]\ndirectory = {events}\ncompress = gzip\n")
     daemon = start_daemon(conf)
     try:
         assert not twin.exists()
         assert gzip.decompress((events / f"{twin.name}.gz").read_bytes()) == line
-        assert alone.read_bytes() == line
+        assert alone.read_bytes() == line and not part.exists()
     finally:
         daemon.stop()
     assert f"events: removed {twin}, already compressed" in daemon.log()
+    assert f"events: removed {part}, a part of a compression the daemon stopped" in daemon.log()
+
+
+COMPRESS_UNDER_A_FILE_SIZE_LIMIT = """\
+import resource, signal, sys
+from quicx.daemon.events import gzip_file
+
+# Writes past 4 KiB fail (EFBIG), as they would on a full disk.
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    gzip_file(sys.argv[1])
+except OSError as e:
+    print(e.strerror)
+"""
+
+
+def test_a_compression_that_fails_leaves_the_file_and_no_part(tmp_path: Path) -> None:
+    """
+    Compressing a rotated file fails part-way (the disk full): the plain file
+    stays whole, and the part written so far is removed, not left to hold
+    the space.
+    """
+    path = tmp_path / "events-20260101T000000-1-0001.ndjson"
+    data = os.urandom(64 * 1024).hex().encode()  # compresses to more than 4 KiB
+    path.write_bytes(data)
+    result = subprocess.run(
+        [sys.executable, "-c", COMPRESS_UNDER_A_FILE_SIZE_LIMIT, str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0 and result.stdout.strip() == "File too large", result.stderr
+    assert path.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import attrs
@@ -71,10 +73,47 @@ def test_version_1_and_this_version_give_the_same_report(spark, tmp_path: Path) 
 
 
 def test_a_newer_schema_is_refused(spark, tmp_path: Path) -> None:
-    from quicx.report.pipeline import build_report
+    from quicx.report.pipeline import ReportError, build_report
 
     (old,) = VERSION_1.glob("events-*.ndjson")
     newer = tmp_path / old.name
     newer.write_text('{"v":3,' + old.read_text().splitlines()[0][1:] + "\n")
-    with pytest.raises(ValueError, match=r"schema version 3 .* reads versions 1 to 2"):
+    with pytest.raises(ReportError, match=r"schema version 3 .* reads versions 1 to 2"):
         build_report(spark, [str(newer)])
+
+
+def test_quicx_report_refuses_a_newer_schema_in_one_line(tmp_path: Path) -> None:
+    """The command's error is one line naming the version, with no traceback."""
+    pytest.importorskip("pyspark")
+    (old,) = VERSION_1.glob("events-*.ndjson")
+    newer = tmp_path / old.name
+    newer.write_text('{"v":3,' + old.read_text().splitlines()[0][1:] + "\n")
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("quicx")), "report", str(newer),
+         f"--out={tmp_path / 'out'}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.splitlines()[-1] == (
+        "quicx report: error: events of schema version 3 (a newer daemon's):"
+        " this report reads versions 1 to 2"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_path_is_named(spark, tmp_path: Path) -> None:
+    from quicx.report.pipeline import ReportError, build_report
+
+    with pytest.raises(ReportError, match=r"^file:.*/nowhere: no such file or directory$"):
+        build_report(spark, [str(tmp_path / "nowhere")])
+
+
+def test_a_report_over_no_events(spark, tmp_path: Path) -> None:
+    """An empty directory: every count 0, and the page says so."""
+    from quicx.report.pipeline import COUNTS, build_report, render_html
+
+    (tmp_path / "events").mkdir()
+    report = build_report(spark, [str(tmp_path / "events")], str(tmp_path / "out"))
+    (overall,) = report.summary
+    assert overall["type"] == "*" and all(overall[count] == 0 for count in COUNTS)
+    assert "0 events; 0 tasks submitted" in render_html(report)

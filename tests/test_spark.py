@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 
 from quicx.daemon.control import fetch_status
@@ -148,6 +149,24 @@ def test_each_row_key_is_its_value_after_the_submission() -> None:
     assert long == idempotency_key(plan, "é" * 38) != idempotency_key(plan, "é" * 39)
     with pytest.raises(ValueError, match="'id' is null"):
         idempotency_key(plan, None)
+
+
+def test_a_long_keys_hash_fits_a_short_max_key_length() -> None:
+    """
+    A daemon with C{max_key_length} under 130 bytes (a 64-byte prefix, C{:#}
+    and 64 hex digits): the hash is cut to fit, and where not even 32 digits
+    fit, the row is refused by name, not sent to be refused as a protocol error.
+    """
+    from quicx.clients.spark import _Plan, idempotency_key
+
+    prefix = "0123456789abcdef0123456789abcdef"  # a default submission id: a uuid's hex
+    plan = _Plan("tcp:127.0.0.1:1", "id", "t", None, None, 1000, 600.0, prefix, 80)
+    key = idempotency_key(plan, "x" * 60)
+    assert key.startswith(prefix + ":#") and len(key) == 80
+    assert key != idempotency_key(plan, "x" * 61)
+    assert idempotency_key(plan, 7) == prefix + ":7"
+    with pytest.raises(ValueError, match=r"max_key_length \(60\), which leaves no room"):
+        idempotency_key(attrs.evolve(plan, max_key=60), "x" * 60)
 
 
 def test_a_bad_submission_id_is_refused(spark) -> None:

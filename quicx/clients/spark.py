@@ -70,6 +70,8 @@ FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
 MAX_SUBMISSION = 64
 """The longest C{submission} id, in bytes: each key's prefix, with room for a hash."""
+MIN_HASH = 32
+"""The fewest hex digits (128 bits) of a long key's hash in its idempotency key."""
 
 
 @frozen
@@ -290,16 +292,26 @@ def _task_of(plan: _Plan, row: Any) -> tuple[Any, Task]:
 def idempotency_key(plan: _Plan, value: Any) -> str:
     """
     C{value}'s row's key: C{PREFIX:VALUE}, or C{PREFIX:#SHA256} of the
-    value when that is longer than the daemon takes.
+    value when that is longer than the daemon takes (the SHA-256's hex cut to
+    fit, but never below L{MIN_HASH} digits).
 
-    @raise ValueError: C{value} is null.
+    @raise ValueError: C{value} is null, or too long for a daemon whose
+        C{max_key_length} leaves no room for its hash after the prefix.
     """
     if value is None:
         raise ValueError(f"a row's {plan.key_column!r} is null: each row needs a key")
     key = f"{plan.prefix}:{value}"
     if len(key.encode("utf-8")) <= plan.max_key:
         return key
-    return f"{plan.prefix}:#{hashlib.sha256(str(value).encode('utf-8')).hexdigest()}"
+    room = plan.max_key - len(plan.prefix.encode("utf-8")) - 2
+    if room < MIN_HASH:
+        raise ValueError(
+            f"a {plan.key_column!r} of {len(key.encode('utf-8'))} bytes with its prefix is"
+            f" over the daemon's max_key_length ({plan.max_key}), which leaves no room for"
+            f" its hash ({MIN_HASH} digits) after {plan.prefix!r}"
+        )
+    digest = hashlib.sha256(str(value).encode("utf-8")).hexdigest()
+    return f"{plan.prefix}:#{digest[:room]}"
 
 
 def _submit_with_retry(

@@ -37,6 +37,7 @@ the stop stays plain.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -181,12 +182,18 @@ def gzip_file(path: str) -> str:
     """
     directory, name = os.path.split(path)
     part = os.path.join(directory, f".{name}.gz")
-    with open(path, "rb") as source, open(part, "wb") as raw:
-        with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL) as target:
-            shutil.copyfileobj(source, target, 1 << 20)
-        raw.flush()
-        os.fsync(raw.fileno())  # whole on disk before it takes the plain file's place
-    os.replace(part, path + ".gz")
+    try:
+        with open(path, "rb") as source, open(part, "wb") as raw:
+            with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=GZIP_LEVEL) as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+            raw.flush()
+            os.fsync(raw.fileno())  # whole on disk before it takes the plain file's place
+        os.replace(part, path + ".gz")
+    except BaseException:
+        # A full disk, say: the part would hold the space the plain file needs.
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise
     os.unlink(path)
     return path + ".gz"
 
@@ -196,13 +203,16 @@ def remove_compressed_twins(directory: str) -> list[str]:
     Remove each C{events-*.ndjson} of C{directory} that has its C{.gz}
     beside it: a daemon stopped between the two steps of L{gzip_file} left
     it, and the report would count its events twice.  The C{.gz} is whole
-    (it took its name last).  The paths removed.
+    (it took its name last).  Remove too each part (C{.events-*.ndjson.gz})
+    a daemon stopped while compressing left: its plain file is whole.  The
+    paths removed.
     """
     names = set(os.listdir(directory))
     twins = sorted(
         os.path.join(directory, name)
         for name in names
-        if name.startswith("events-") and name.endswith(".ndjson") and f"{name}.gz" in names
+        if (name.startswith("events-") and name.endswith(".ndjson") and f"{name}.gz" in names)
+        or (name.startswith(".events-") and name.endswith(".ndjson.gz"))
     )
     for path in twins:
         os.unlink(path)
@@ -338,9 +348,12 @@ class EventLog(Service):
         os.makedirs(self.settings.directory, exist_ok=True)
         for path in remove_compressed_twins(self.settings.directory):
             self.log.info(
-                "events: removed {path}, already compressed by the daemon before",
+                "events: removed {path}, {why}",
                 log_id="events.twin_removed",
                 path=path,
+                why="a part of a compression the daemon stopped"
+                if os.path.basename(path).startswith(".")
+                else "already compressed by the daemon before",
             )
         self._threads.start()
         self._compressor.start()

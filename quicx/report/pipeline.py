@@ -121,6 +121,10 @@ class Report:
     what_if: Any = None  # a capacity.WhatIf, with --what-if
 
 
+class ReportError(Exception):
+    """The report cannot be made from these events (a one-line error, no traceback)."""
+
+
 def progress(message: str) -> None:
     print(f"quicx report: {message}", file=sys.stderr, flush=True)
 
@@ -173,6 +177,7 @@ def build_report(
     events; the runs), and each table, which is computed once and then both
     written and collected.
     """
+    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     timings = timings or Timings()
@@ -184,10 +189,16 @@ def build_report(
 
     progress(f"reading {', '.join(paths)} on {spark.sparkContext.master}")
     with timings.phase("read"):
+        try:
+            read = spark.read.schema(EVENT_SCHEMA).json(paths)
+        except AnalysisException as e:
+            # getCondition since PySpark 4.0; getErrorClass, deprecated there, before.
+            if getattr(e, "getCondition", e.getErrorClass)() != "PATH_NOT_FOUND":
+                raise
+            path = e.getMessageParameters().get("path", ", ".join(paths))
+            raise ReportError(f"{path}: no such file or directory") from None
         events = keep(
-            spark.read.schema(EVENT_SCHEMA)
-            .json(paths)
-            .withColumn(
+            read.withColumn(
                 "run", F.regexp_extract(F.input_file_name(), r"events-[0-9T]+-([0-9]+)-", 1)
             )
             # Files of the previous release have neither: their tasks were all
@@ -197,7 +208,7 @@ def build_report(
         )
         count, newest = events.agg(F.count("*"), F.max("v")).first()
     if newest is not None and newest > EVENTS_SCHEMA:
-        raise ValueError(
+        raise ReportError(
             f"events of schema version {newest} (a newer daemon's): this report reads"
             f" versions 1 to {EVENTS_SCHEMA}"
         )
@@ -415,7 +426,8 @@ def _summary(counts: Any, runs: Any, waits: Any, never: Any) -> Any:
     for prefix in ("wait", "run"):
         columns += [f"{prefix}_p{round(p * 100)}_ms" for p in PERCENTILES]
         columns.append(f"{prefix}_max_ms")
-    return summary.fillna(0, subset=["never_completed"]).select(columns).orderBy("type")
+    # Over no events, the overall sums are null: they are 0.
+    return summary.fillna(0, subset=list(COUNTS)).select(columns).orderBy("type")
 
 
 def _queues(tasks: Any, waits: Any, never: Any) -> Any:
@@ -692,7 +704,11 @@ def main(argv: list[str] | None = None) -> int:
     with timings.phase("spark start"):
         spark = start_spark(args.master)
     try:
-        report = build_report(spark, args.events, args.out, timings, args.what_if)
+        try:
+            report = build_report(spark, args.events, args.out, timings, args.what_if)
+        except ReportError as e:
+            progress(f"error: {e}")
+            return 1
         with timings.phase("html"):
             page = render_html(report)
             if "://" in args.out and not args.out.startswith("file://"):
