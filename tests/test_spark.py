@@ -172,8 +172,13 @@ def test_a_long_keys_hash_fits_a_short_max_key_length() -> None:
 def test_a_bad_submission_id_is_refused(spark) -> None:
     from quicx.clients.spark import submit_dataframe
 
-    for submission in ("", "x" * 65):
-        with pytest.raises(ValueError, match="submission id is 1 to 64 bytes"):
+    for submission, error in [
+        ("", "is 1 to 64 bytes"),
+        ("x" * 65, "is 1 to 64 bytes"),
+        ("a:b", "has no ':'"),  # 'a:b' + 'c' would be 'a' + 'b:c'
+        ("group-5", "has no ':' and does not begin 'group-': 'group-5'"),  # group 5's keys
+    ]:
+        with pytest.raises(ValueError, match=f"submission id {error}"):
             submit_dataframe(
                 spark.range(3),
                 "tcp:127.0.0.1:1",

@@ -166,7 +166,8 @@ def submit_dataframe(
         uuid).  Give the same one to run the same job again (its driver
         died, say): the rows already submitted are answered as duplicates.
     @raise ValueError: the columns are not there, or not one type source, or
-        C{submission} is empty or too long.
+        C{submission} is empty, too long, holds a C{:} or begins
+        C{group-} (two calls could then make the same keys).
     @raise NeedsVersion2: the daemon speaks protocol version 1, which has no
         idempotency keys.
     """
@@ -175,6 +176,10 @@ def submit_dataframe(
         submission = uuid.uuid4().hex
     if not 1 <= len(submission.encode("utf-8")) <= MAX_SUBMISSION:
         raise ValueError(f"a submission id is 1 to {MAX_SUBMISSION} bytes: {submission!r}")
+    # Its keys are SUBMISSION:KEY: with a colon in it, or group-N (the keys
+    # of submit_dataframe_group's rows), two calls could make the same keys.
+    if ":" in submission or submission.startswith("group-"):
+        raise ValueError(f"a submission id has no ':' and does not begin 'group-': {submission!r}")
     with QuicxClient(address) as client:
         try:
             client.hello(CLIENT_NAME, quicx.__version__, ("idempotency",))
