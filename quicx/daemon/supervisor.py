@@ -102,6 +102,7 @@ class Daemon:
     command: Sequence[str]
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
+    stops: int = 0
 
 
 @define
@@ -119,6 +120,7 @@ class Supervisor:
     stopping: bool = False
     failed: bool = False
     _by_pid: dict[int, Daemon] = field(factory=dict)
+    _stops: int = 0
 
     log = Logger()
 
@@ -188,6 +190,9 @@ class Supervisor:
             self._by_pid[daemon.process.pid] = daemon
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        # Held by this thread only: in a process with other threads, a
+        # stop may have come all the same, and missed this daemon.
+        self._catch_up(daemon)
 
     def _exited(self, daemon: Daemon, status: int) -> None:
         assert daemon.process is not None
@@ -232,8 +237,16 @@ class Supervisor:
     def stop(self) -> None:
         """SIGTERM to every live daemon: the first time each drains, the second it stops now."""
         self.stopping = True
-        for pid in self._by_pid:
-            os.kill(pid, signal.SIGTERM)
+        self._stops += 1
+        for daemon in list(self._by_pid.values()):
+            self._catch_up(daemon)
+
+    def _catch_up(self, daemon: Daemon) -> None:
+        """A SIGTERM to C{daemon} for each L{stop} it has not had one for."""
+        assert daemon.process is not None
+        while daemon.stops < self._stops:
+            daemon.stops += 1  # before the kill: a stop coming meanwhile sends its own
+            os.kill(daemon.process.pid, signal.SIGTERM)
 
     def _signalled(self, number: int, frame: object) -> None:
         self.stop()

@@ -73,8 +73,8 @@ KINDS = (
 )
 """The event kinds, in the page's order."""
 FIELDS = {"t", "event", "task", "type", "size", "producer", "worker", "attempt", "queue"}
-FIELDS |= {"priority"}
-"""The fields every line has (the events files')."""
+FIELDS |= {"priority", "v"}
+"""The fields every line has (the events files'; C{v}, the schema version, 2)."""
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +161,7 @@ def test_a_watcher_hears_each_step_of_a_task_as_the_files_write_it(connect: Conn
     records = heard(watcher, 3)
     assert [r["event"] for r in records] == ["submitted", "dispatched", "done"]
     assert all(set(r) == FIELDS for r in records)
+    assert all(r["v"] == 2 for r in records)  # the schema version, on every line
     assert {(r["task"], r["type"], r["queue"], r["size"]) for r in records} == {
         (task_id, "send_email", "ev-one", 1)
     }
