@@ -78,8 +78,11 @@ def test_a_newer_schema_is_refused(spark, tmp_path: Path) -> None:
     (old,) = VERSION_1.glob("events-*.ndjson")
     newer = tmp_path / old.name
     newer.write_text('{"v":3,' + old.read_text().splitlines()[0][1:] + "\n")
+    cached = spark.sparkContext._jsc.getPersistentRDDs().size()
     with pytest.raises(ReportError, match=r"schema version 3 .* reads versions 1 to 2"):
         build_report(spark, [str(newer)])
+    # The events it had read and kept are let go: the session may live on.
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == cached
 
 
 def test_quicx_report_refuses_a_newer_schema_in_one_line(tmp_path: Path) -> None:

@@ -177,15 +177,31 @@ def build_report(
     events; the runs), and each table, which is computed once and then both
     written and collected.
     """
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
-
     timings = timings or Timings()
     kept: list[Any] = []
 
     def keep(frame: Any) -> Any:
         kept.append(frame.cache())
         return frame
+
+    try:
+        return _compute(spark, paths, out, timings, what_if, keep)
+    finally:  # a report refused half-way too: its frames leave the session's memory
+        for frame in kept:
+            frame.unpersist()
+
+
+def _compute(
+    spark: Any,
+    paths: list[str],
+    out: str | None,
+    timings: Timings,
+    what_if: tuple[int, ...],
+    keep: Callable[[Any], Any],
+) -> Report:
+    """L{build_report}'s work, each frame it keeps given to C{keep}."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
 
     progress(f"reading {', '.join(paths)} on {spark.sparkContext.master}")
     with timings.phase("read"):
@@ -348,8 +364,6 @@ def build_report(
         run_histogram=run_histogram,
         what_if=predicted,
     )
-    for frame in kept:
-        frame.unpersist()
     return report
 
 
