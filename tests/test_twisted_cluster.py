@@ -22,7 +22,7 @@ import quicx
 from quicx.clients.cluster import TaskRef, ranking
 from quicx.clients.twisted_client import ProducerService, QuicxClientProtocol, connect
 from quicx.clients.twisted_cluster import ClusterProducerService, open_producer
-from quicx.protocol import results, v2
+from quicx.protocol import results, v2, wire
 from quicx.protocol.errors import ConnectionLost, NotAcknowledged, QueueFull
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.wire import ErrorCode
@@ -51,8 +51,8 @@ class Daemons:
         self._seen = len(self.reactor.tcpClients)
         return {port - 1001: factory for _, port, factory, _, _ in new}
 
-    def accept(self, daemon: int, factory: Any) -> QuicxClientProtocol:
-        """The attempt succeeds and the daemon answers HELLO."""
+    def accept(self, daemon: int, factory: Any, greet: bool = True) -> QuicxClientProtocol:
+        """The attempt succeeds and the daemon answers HELLO (unless not C{greet})."""
         wrapper = factory.buildProtocol(None)
         transport = StringTransport()
         wrapper.makeConnection(transport)
@@ -60,7 +60,8 @@ class Daemons:
         self.links[daemon] = (wrapper, transport, parser)
         assert [type(m) for m in self.sent(daemon)] == [v2.Hello]
         protocol: QuicxClientProtocol = wrapper._wrappedProtocol._protocol
-        protocol.dataReceived(v2.encode_info({"server": "quicx"}))
+        if greet:
+            protocol.dataReceived(v2.encode_info({"server": "quicx"}))
         return protocol
 
     def accept_all(self) -> None:
@@ -205,6 +206,92 @@ def test_a_daemon_is_waited_for_until_its_first_connection_is_made_or_fails(
     spread = [daemons.submit() for _ in range(4)]
     daemons.answer(1), daemons.answer(2)
     assert Counter(d.result.daemon for d in spread) == {THREE[1]: 2, THREE[2]: 2}
+
+
+def test_a_submit_not_answered_in_the_timeout_is_lost_and_a_late_answer_is_dropped() -> None:
+    daemons = Daemons(timeout=5)
+    try:
+        daemons.accept_all()
+        [name] = keys_of(0, 1)
+        keyed = daemons.submit(key=name)
+        unkeyed = daemons.submit()
+        assert [s.key for s in daemons.sent(0)] == [name.encode(), None]  # both on daemon 0
+        daemons.reactor.advance(4.9)
+        assert not (keyed.called or unkeyed.called)
+        daemons.reactor.advance(0.2)  # daemon 0 never answered them
+        with pytest.raises(NotAcknowledged) as raised:
+            value(unkeyed)
+        assert raised.value.daemon == THREE[0]
+        # The keyed one went on to its key's next daemon, with its key.
+        nxt = THREE.index(ranking(name, THREE)[1])
+        assert [s.key for s in daemons.answer(nxt)] == [name.encode()]
+        assert value(keyed) == TaskRef(1, THREE[nxt])
+        # Down, once for each submit lost, and awaiting none.
+        member = daemons.service.members[0]
+        assert (member.failures, member.awaiting) == (2, 0)
+
+        # Down until its retry time: skipped, though still connected.
+        later = [daemons.submit() for _ in range(2)]
+        daemons.answer(1), daemons.answer(2)
+        assert daemons.sent(0) == []
+        assert {value(d).daemon for d in later} == {THREE[1], THREE[2]}
+
+        # Its late answers are dropped; the connection stays in step.
+        link = daemons.links[0][0]
+        link.dataReceived(v2.encode_ok(41) + v2.encode_ok(42))
+        assert not daemons.links[0][1].disconnecting
+        daemons.reactor.advance(1)  # its retry time is over
+        again = daemons.submit(key=name)
+        daemons.answer(0)
+        assert value(again) == TaskRef(1, THREE[0])
+        assert daemons.service.members[0].failures == 0
+    finally:
+        daemons.stop()
+
+
+def test_a_daemon_that_never_answers_hello_is_skipped_after_the_timeout() -> None:
+    daemons = Daemons(timeout=5)
+    try:
+        attempts = daemons.attempts()
+        daemons.accept(0, attempts[0], greet=False)
+        daemons.accept(1, attempts[1])
+        daemons.accept(2, attempts[2])
+        [name] = keys_of(0, 1)
+        keyed = daemons.submit(key=name)
+        daemons.reactor.advance(5.1)
+        nxt = THREE.index(ranking(name, THREE)[1])
+        daemons.answer(nxt)
+        assert value(keyed).daemon == THREE[nxt]  # nothing was sent to daemon 0
+        assert daemons.sent(0) == []
+        assert daemons.service.members[0].failures == 1
+    finally:
+        daemons.stop()
+
+
+def test_stats_and_each_answer_by_daemon_with_errors_in_place() -> None:
+    daemons = Daemons(timeout=5)
+    try:
+        daemons.accept_all()
+        daemons.lose(0)
+        stats = ensureDeferred(daemons.service.stats())
+        assert [type(m) for m in daemons.sent(1) + daemons.sent(2)] == [wire.StatsRequest] * 2
+        numbers = wire.StatsResponse(1, 2, 3, 4, 5)
+        daemons.links[1][0].dataReceived(v2.encode_stats_response(numbers))
+        assert not stats.called
+        daemons.reactor.advance(5.1)  # daemon 2 never answers
+        answers = value(stats)
+        assert list(answers) == THREE
+        assert isinstance(answers[THREE[0]], ConnectionLost)
+        assert answers[THREE[1]] == numbers
+        assert isinstance(answers[THREE[2]], TimeoutError)
+        # The late answer is dropped.
+        daemons.links[2][0].dataReceived(v2.encode_stats_response(numbers))
+        tasks = ensureDeferred(daemons.service.each(lambda client: client.task(7)))
+        daemons.links[1][0].dataReceived(v2.encode_info({"id": 7}))
+        daemons.links[2][0].dataReceived(v2.encode_info({"id": 7}))
+        assert list(value(tasks).values())[1:] == [{"id": 7}, {"id": 7}]
+    finally:
+        daemons.stop()
 
 
 def test_with_every_daemon_down_a_submit_fails_at_once(daemons: Daemons) -> None:

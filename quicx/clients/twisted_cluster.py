@@ -14,10 +14,12 @@ rules of L{quicx.clients.cluster} (the blocking L{ClusterClient}'s).
 Or C{open_producer(reactor, addresses)}: a L{ProducerService} for one
 address, a L{ClusterProducerService} for several.
 
-A daemon whose connection is down is skipped (nothing was sent to it); its
-service reconnects in the background, and the daemon takes tasks again once
-it is connected.  A daemon that goes away with submits unanswered may have
-accepted them: one with an idempotency key goes to the key's next daemon,
+A daemon whose connection is down, or that does not answer HELLO in the
+service's C{timeout}, is skipped (nothing was sent to it); its service
+reconnects in the background, and the daemon takes tasks again once it is
+connected.  A daemon that goes away with submits unanswered, or does not
+answer one in C{timeout}, may have accepted them (it is down until its
+retry time, as if it had gone away): one with an idempotency key goes to the key's next daemon,
 one without is L{NotAcknowledged}.  So, unlike a L{ProducerService} of one
 daemon, this service gives a submit no key of its own: such a key keeps a
 task once per daemon, and sent to another daemon it could run once on each.
@@ -25,19 +27,27 @@ task once per daemon, and sent to another daemon it could run once on each.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any, TypeVar, cast
 
 import attrs
 from twisted.application.service import MultiService
-from twisted.internet.defer import CancelledError
+from twisted.internet.defer import (
+    CancelledError,
+    Deferred,
+    DeferredList,
+    ensureDeferred,
+)
 from twisted.internet.error import ConnectError
 from twisted.python.failure import Failure
 
 from quicx.clients.address import default_address, split_addresses
 from quicx.clients.cluster import ROUND_ROBIN, Cluster, Member, Route, TaskRef
 from quicx.clients.twisted_client import ProducerService, QuicxClientProtocol, RetryListener
-from quicx.protocol.errors import ConnectionLost
+from quicx.protocol import wire
+from quicx.protocol.errors import ConnectionLost, QuicxError
+
+T = TypeVar("T")
 
 Ref = TaskRef | str
 """A task of the cluster: a L{TaskRef}, or its text form C{ID@ADDRESS}."""
@@ -50,6 +60,8 @@ class ClusterProducerService(MultiService):
     @ivar addresses: the daemons, normalized, in the order given.
     @ivar producers: each daemon's L{ProducerService}, by address: for what
         goes to one daemon.
+    @ivar timeout: seconds a daemon has to answer HELLO, a submit, or a
+        call of L{each}.
     """
 
     def __init__(
@@ -58,6 +70,7 @@ class ClusterProducerService(MultiService):
         addresses: str | Iterable[str],
         spread: str = ROUND_ROBIN,
         first: int | None = None,
+        timeout: float = 30.0,
     ) -> None:
         """
         @param addresses: C{"tcp:h1:16381,tcp:h2:16381"}, or an iterable of
@@ -67,12 +80,17 @@ class ClusterProducerService(MultiService):
             C{"round-robin"} or C{"least-loaded"} (see L{quicx.clients.cluster}).
         @param first: the index of the daemon the spread begins at (default:
             a random one).
+        @param timeout: seconds a daemon has to answer HELLO (else it
+            counts as one that cannot be reached) or a submit (else the
+            submit is lost as if its daemon went away, and the daemon is
+            down until its retry time); a late answer is dropped.
         @raise ValueError: no address, one named twice, a malformed one, an
             unknown spread.
         """
         super().__init__()
         self._cluster = Cluster.of(addresses, spread, first)
         self._reactor = reactor
+        self.timeout = timeout
         self.addresses = tuple(self._cluster.members)
         self.producers = {a: ProducerService(reactor, a) for a in self.addresses}
         for address, producer in self.producers.items():
@@ -107,20 +125,30 @@ class ClusterProducerService(MultiService):
     def _now(self) -> float:
         return cast(float, self._reactor.seconds())
 
+    def _timed(self, answer: Deferred[T]) -> Deferred[T]:
+        """
+        C{answer}, cancelled (so that a late answer is dropped) and failed
+        with C{TimeoutError} when it does not fire in C{timeout}.
+        """
+        return answer.addTimeout(self.timeout, self._reactor, _timed_out)
+
     async def _connection(self, address: str) -> QuicxClientProtocol:
         """
         C{address}'s connection, once greeted: the current one; while the
         service has never been connected to it, the first it makes.
 
         @raise ConnectionLost: it is not connected (it went away, or its
-            first connection failed): nothing was sent.
+            first connection failed), or did not answer HELLO in
+            C{timeout}: nothing was sent.
         """
         connected = self.producers[address].whenConnected(failAfterFailures=1)
         if not connected.called and address in self._known:
             connected.cancel()  # its service goes on reconnecting
         try:
             client = cast(QuicxClientProtocol, await connected)
-            await client.greeted()
+            await self._timed(client.greeted())
+        except TimeoutError:
+            raise ConnectionLost(f"{address} did not answer HELLO in {self.timeout} s") from None
         except (ConnectionLost, ConnectError, OSError) as e:
             raise ConnectionLost(f"{address} cannot be reached: {e}") from None
         except CancelledError:
@@ -145,8 +173,8 @@ class ClusterProducerService(MultiService):
                 continue
             route.sent(address)
             try:
-                task_id = await client.submit(task_type, payload, **options)
-            except ConnectionLost:
+                task_id = await self._timed(client.submit(task_type, payload, **options))
+            except (ConnectionLost, TimeoutError):  # gone, or hung: it may have accepted it
                 error = route.lost(address, self._now())
                 if error is not None:
                     raise error from None
@@ -173,8 +201,8 @@ class ClusterProducerService(MultiService):
             to its idempotency key's (C{key=}); without either, to the next
             connected daemon by the spread.
         @param options: as L{QuicxClientProtocol.submit} takes them.
-        @raise NotAcknowledged: its daemon went away before it answered, and
-            it has no idempotency key.
+        @raise NotAcknowledged: its daemon went away, or did not answer in
+            C{timeout}, and it has no idempotency key.
         @raise ConnectionLost: no daemon of the cluster is connected.
         @raise DaemonError, ValueError: as L{QuicxClientProtocol.submit}.
         """
@@ -225,6 +253,45 @@ class ClusterProducerService(MultiService):
         """One task's state, from its daemon: see L{QuicxClientProtocol.task}."""
         client, task_id = await self._route(ref)
         return await client.task(task_id)
+
+    # -- each daemon --------------------------------------------------------------------
+
+    async def each(
+        self, call: Callable[[QuicxClientProtocol], Deferred[T] | Coroutine[Any, Any, T]]
+    ) -> dict[str, T | Exception]:
+        """
+        C{call} each daemon's connection, the daemons at once: what each
+        call fired with, or the error it failed with (a daemon that is down,
+        or does not answer in C{timeout}, does not stop the others).
+        """
+
+        async def ask(address: str) -> T:
+            client = await self._connection(address)
+            return await self._timed(ensureDeferred(call(client)))
+
+        asked = [ensureDeferred(ask(address)) for address in self.addresses]
+        answers = await DeferredList(asked, consumeErrors=True)
+        found: dict[str, T | Exception] = {}
+        for address, (ok, answer) in zip(self.addresses, answers, strict=True):
+            if ok:
+                found[address] = answer
+            else:
+                failure = cast(Failure, answer)
+                failure.trap(QuicxError, TimeoutError)
+                found[address] = cast(Exception, failure.value)
+        return found
+
+    async def stats(self) -> dict[str, wire.StatsResponse | Exception]:
+        """Each daemon's STATS (L{QuicxClientProtocol.stats}), or the error it got."""
+        return await self.each(QuicxClientProtocol.stats)
+
+
+def _timed_out(result: T | Failure, timeout: float) -> T:
+    """A timed-out answer's C{CancelledError} as the C{TimeoutError} to raise."""
+    if isinstance(result, Failure):
+        result.trap(CancelledError)
+        raise TimeoutError(f"no answer in {timeout} s")
+    return result
 
 
 def open_producer(
