@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
 import socket
 import ssl
 import threading
@@ -96,6 +97,9 @@ class QuicxClient:
         self._keep = keep_outcomes
         self._lock = threading.RLock()
         self._sock: socket.socket | None = None
+        # Tells without a syscall's error whether the daemon sent or closed
+        # anything since the last call (L{_closed_meanwhile}).
+        self._readable = select.poll()
         self._parser = self._new_parser()
         self._inbox: deque[object] = deque()
         # Answers the daemon owes this connection; those of a call that gave
@@ -142,6 +146,8 @@ class QuicxClient:
                     f"cannot connect to {self.address}: {e.strerror or e}"
                 ) from None
             self._sock = sock
+            self._readable = select.poll()
+            self._readable.register(sock, select.POLLIN)
             self._parser = self._new_parser()
             self._inbox.clear()
             self._owed = 0
@@ -171,13 +177,15 @@ class QuicxClient:
         else:
             raise QuicxError(f"unexpected {type(answer).__name__} for HELLO")
 
-    def _begin(self, deadline: float) -> None:
+    def _begin(self, deadline: float, sends: bool = True) -> None:
         """
         Start a call: connect (anew if the daemon closed the connection
-        since the last call), and read the answers owed to calls that gave
-        up (their accepted tasks' outcomes are still kept).
+        since the last call, when the call C{sends} a request: one that
+        only reads learns of a close as it reads), and read the answers
+        owed to calls that gave up (their accepted tasks' outcomes are
+        still kept).
         """
-        if self._closed_meanwhile():
+        if sends and self._closed_meanwhile():
             self._drop()
         self._connection()
         while self._owed:
@@ -195,6 +203,10 @@ class QuicxClient:
         """
         sock = self._sock
         if sock is None:
+            return False
+        # One poll, no waiting: most calls follow another at once, with
+        # nothing read since (TLS may hold decrypted bytes poll cannot see).
+        if not self._readable.poll(0) and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
             return False
         sock.settimeout(0)
         try:
@@ -547,7 +559,7 @@ class QuicxClient:
         with self._lock:
             try:
                 if self._book.pending(task_id):
-                    self._begin(deadline)
+                    self._begin(deadline, sends=False)
                 self._tell(task_id, on_retry)
                 while self._book.pending(task_id):
                     # Nothing but outcomes, notices and heartbeats is owed to us here.
