@@ -10,13 +10,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from quicx.daemon.cluster import PERCENTILES, Member, cluster_view
 from quicx.daemon.settings import format_size
 from quicx.status.text import NONE, human_duration, latency, printable, rate, thousands
+from quicx.status.watch import plain_console
 
 Ask = Callable[[str], Mapping[str, Any]]
 """Fetches one daemon's status document, or raises an exception whose text says why."""
@@ -128,14 +129,7 @@ def cluster_views(documents: Iterator[dict[str, Any]]) -> Iterator[RenderableTyp
 
 def render_cluster(view: Mapping[str, Any]) -> str:
     """The view as plain text, for a one-shot C{quicx status --connect A,B}."""
-    console = Console(
-        width=PLAIN_WIDTH,
-        force_terminal=False,
-        color_system=None,
-        highlight=False,
-        markup=False,
-        emoji=False,
-    )
+    console = plain_console(width=PLAIN_WIDTH)
     with console.capture() as captured:
         console.print(cluster_table(view))
     return "\n".join(line.rstrip() for line in captured.get().splitlines()) + "\n"

@@ -32,6 +32,8 @@ MAX_ROWS = 8
 
 PLAIN_WIDTH = 100
 """The width of the plain blocks: the view fits it."""
+TEXT_ONLY: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
+"""What a console of ours leaves as it is: the daemon's and clients' text."""
 
 LATENCIES = ("wait p50", "p95", "p99", "run p50", "p95", "p99")
 """The latency columns' headings (L{activity.PERCENTILES} of each)."""
@@ -90,19 +92,21 @@ def watch(
             out.flush()
         return
     made = (views or _views)(documents)
-    options: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
     if out.isatty():
-        with Live(console=Console(file=out, **options), auto_refresh=False) as live:
+        with Live(console=Console(file=out, **TEXT_ONLY), auto_refresh=False) as live:
             for shown in made:
                 live.update(shown, refresh=True)
         return
-    console = Console(
-        file=out, width=PLAIN_WIDTH, force_terminal=False, color_system=None, **options
-    )
+    console = plain_console(out)
     for shown in made:
         console.print(shown)
         console.print()
         out.flush()
+
+
+def plain_console(out: TextIO | None = None, width: int = PLAIN_WIDTH) -> Console:
+    """A console writing plain text to C{out} (C{None}: to capture), C{width} wide."""
+    return Console(file=out, width=width, force_terminal=False, color_system=None, **TEXT_ONLY)
 
 
 def _views(documents: Iterator[dict[str, Any]]) -> Iterator[RenderableType]:
