@@ -114,10 +114,6 @@ class ClusterClient:
 
     # -- placement ----------------------------------------------------------------------
 
-    def _place(self, key: str | bytes | None, avoid: Collection[str]) -> str | None:
-        with self._lock:
-            return self._cluster.place(key, self._clock(), avoid)
-
     def _place_many(
         self, keys: list[str | bytes | None], avoid: Collection[str]
     ) -> list[str | None]:
