@@ -146,13 +146,16 @@ def test_a_daemon_failing_at_its_start_stops_the_others(tmp_path: Path) -> None:
 
 
 def test_a_stop_during_the_start_stops_the_daemons_started_and_starts_no_more() -> None:
-    # SIGTERM comes as the first daemon has just started (its start time read).
+    # SIGTERM comes as the first daemon has just started (its start time
+    # read), to this thread, as to the supervisor's one thread: a signal sent
+    # to the process goes to any thread, and pytest-xdist's worker has others
+    # (then the supervisor's catch-up sends it, as the daemons started later).
     signalled: list[bool] = []
 
     def clock() -> float:
         if not signalled:
             signalled.append(True)
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
         return 0.0
 
     first, *others = [Daemon(f"daemon {n}", ["sleep", "20"]) for n in range(3)]
@@ -162,6 +165,26 @@ def test_a_stop_during_the_start_stops_the_daemons_started_and_starts_no_more() 
     assert time.monotonic() - started < 10
     # It got the SIGTERM (not held, as the parent held it while starting it).
     assert first.process is not None and first.process.returncode == -signal.SIGTERM
+    assert [daemon.process for daemon in others] == [None, None]
+
+
+def test_a_daemon_a_stop_missed_while_it_started_gets_its_sigterm_when_recorded() -> None:
+    # As when another thread took the SIGTERM: the stop runs between the
+    # daemon's start and its recording, so it does not see that daemon.
+    supervisor: Supervisor
+
+    def clock() -> float:
+        if not supervisor.stopping:
+            supervisor.stop()
+        return 0.0
+
+    first, *others = [Daemon(f"daemon {n}", ["sleep", "20"]) for n in range(3)]
+    supervisor = Supervisor([first, *others], "a,b,c", clock=clock)
+    started = time.monotonic()
+    assert supervisor.run() == 0
+    assert time.monotonic() - started < 10
+    assert first.process is not None and first.process.returncode == -signal.SIGTERM
+    assert first.stops == 1  # one SIGTERM: a drain, not the second signal's stop
     assert [daemon.process for daemon in others] == [None, None]
 
 
