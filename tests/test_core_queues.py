@@ -207,7 +207,11 @@ def test_a_refused_request_leaves_no_queue_behind() -> None:
     assert producer.take()[0] == v2.Ok(task.task_id, True)
     with pytest.raises(Refused, match="max_queues = 4"):
         queue.subscribe(worker.session, ("a", "b", "c", "d"))
-    queue.fire("tick", clock.seconds(), ScheduleSpec(name="tick", cron="* * * * *", task_type=b"nope", queue="cron"))
+    queue.fire(
+        "tick",
+        clock.seconds(),
+        ScheduleSpec(name="tick", cron="* * * * *", task_type=b"nope", queue="cron"),
+    )
     assert sorted(queue.queues) == ["default"]
     # Nothing was taken from the limit: three new queues still fit.
     for name in ("a", "b", "c"):

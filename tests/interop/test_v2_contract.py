@@ -838,7 +838,9 @@ def test_refused_requests_leave_no_queue_to_count_against_max_queues(
                 code, _ = producer.error(submit(b"t", b"x" * 2000, queue))
                 assert code == 3
             else:
-                code, _ = producer.error(submit(b"t", b"x", queue, option(IN_GROUP, struct.pack(">I", 99))))
+                code, _ = producer.error(
+                    submit(b"t", b"x", queue, option(IN_GROUP, struct.pack(">I", 99)))
+                )
                 assert code == 5
         many = [b"ready%d" % n for n in range(25)]
         code, message = worker.error(ready(1, *many))
