@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 from twisted.internet.task import Clock
 
+from quicx.daemon.core import Refused
 from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.schedules import ScheduleSpec
 from quicx.protocol import v2, wire
 from tests.fakes import (
     make_queue,
@@ -173,6 +175,48 @@ def test_max_queues_refuses_a_new_queue_and_an_idle_queue_is_forgotten() -> None
     assert producer.take() == [v2.Done(1)]
     queue.submit(producer.session, b"t", b"x", "b")
     assert producer.take() == [v2.Ok(2)]
+
+
+def test_a_refused_request_leaves_no_queue_behind() -> None:
+    """
+    Refused SUBMITs, a duplicate one, a refused READY and a refused firing
+    each made their queue first, empty and never forgotten: with
+    max_queues = 4, four of them and every new queue was refused for everyone.
+    """
+    clock = Clock()
+    queue = make_queue(
+        clock, limits=QueueLimits(max_queues=4, max_delay=60.0), allowed_types=frozenset({b"t"})
+    )
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue)
+    queue.submit(producer.session, b"t", b"x", "kept", key=b"k")
+    kept = v2_worker_of(queue, queues=("kept",))
+    (task,) = tasks_of(kept)
+    queue.ack(kept.session, task.task_id, task.token)
+    kept.disconnect()
+    assert sorted(queue.queues) == ["default"]  # "kept" had nothing left: forgotten
+    producer.take()
+    queue.submit(producer.session, b"t", b"x" * (queue.pool.max_size + 1), "new0")  # too large
+    queue.submit(producer.session, b"t", b"x", "new1", group=99)  # no such group
+    queue.submit(producer.session, b"nope", b"x", "new2")  # unknown type
+    queue.submit(producer.session, b"t", b"x", "new3", delay_ms=3_600_000)  # past max_delay
+    answers = producer.take()
+    assert [a.code for a in answers if isinstance(a, wire.Error)] == [3, 5, 4, 2]
+    # A duplicate of a task whose queue has been forgotten since: no task, no queue.
+    queue.submit(producer.session, b"t", b"x", "kept", key=b"k")
+    assert producer.take()[0] == v2.Ok(task.task_id, True)
+    with pytest.raises(Refused, match="max_queues = 4"):
+        queue.subscribe(worker.session, ("a", "b", "c", "d"))
+    queue.fire(
+        "tick",
+        clock.seconds(),
+        ScheduleSpec(name="tick", cron="* * * * *", task_type=b"nope", queue="cron"),
+    )
+    assert sorted(queue.queues) == ["default"]
+    # Nothing was taken from the limit: three new queues still fit.
+    for name in ("a", "b", "c"):
+        queue.submit(producer.session, b"t", b"x", name)
+    assert [type(a) for a in producer.take()] == [v2.Ok] * 3
 
 
 def test_fairness_keys_take_turns_within_a_priority() -> None:

@@ -255,6 +255,20 @@ def test_task_types_past_max_types_count_as_other(start_daemon) -> None:
     }
 
 
+def test_queues_of_types_counted_as_other_stay_within_max_series(start_daemon) -> None:
+    """Each queue given a type past max_types was a pair past max_series: 321 of 50."""
+    daemon = start_daemon(METRICS, "--metrics-max-types=1", "--metrics-max-series=5")
+    with Peer(daemon.address) as producer:
+        assert isinstance(submit(producer, b"a", b""), v2.Ok)
+        for n in range(30):
+            assert isinstance(submit(producer, b"b", b"", queue=f"queue{n}"), v2.Ok)
+        samples = scrape(daemon.announced_port("metrics"))
+    submitted = series(samples, "quicx_tasks_submitted_total", "queue", "type")
+    assert len(submitted) == 6  # max_series, and (other, other)
+    assert submitted["other", "other"] == 26
+    assert sum(submitted.values()) == 31
+
+
 def test_metrics_are_off_by_default(daemon: DaemonProcess) -> None:
     assert listening_ports(daemon.pid) == {daemon.port}
     assert "metrics on" not in daemon.log()

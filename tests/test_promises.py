@@ -102,6 +102,139 @@ def test_past_a_low_hard_limit_connections_get_the_documented_error(tmp_path: Pa
         daemon.kill()
 
 
+def _answer(sock: socket.socket, size: int = 4096) -> bytes:
+    """What the daemon sent on C{sock} before closing it (up to C{size} bytes)."""
+    sock.settimeout(10)
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_connections_past_the_limit_get_the_error_even_once_descriptors_run_out(
+    tmp_path: Path,
+) -> None:
+    """
+    Past the 128 descriptors kept beyond max_connections, Twisted closed what
+    it accepted unanswered: of 204 connections at once, 87 were reset.
+    """
+    daemon = _start_limited(tmp_path, 200, 200)
+    opened: list[socket.socket] = []
+    try:
+        for _ in range(72):
+            peer = Peer(daemon.address)
+            opened.append(peer.sock)
+            assert isinstance(peer.request(wire.encode_stats()), wire.StatsResponse)
+        burst = [socket.create_connection(daemon.address) for _ in range(300)]
+        opened += burst
+        for sock in burst:
+            answer = _answer(sock)
+            assert answer[:2] == bytes((1, wire.MessageType.ERROR)), answer
+            assert answer[6] == ErrorCode.QUEUE_FULL and b"too many connections" in answer
+        assert "out of file descriptors" in daemon.log()  # the spare descriptor served
+        with Peer(daemon.address) as refused:
+            assert isinstance(refused.receive(), wire.Error)
+        opened.pop(0).close()
+        status = fetch_status(str(daemon.control_path))
+        assert status["connections"]["total"] <= 72
+    finally:
+        for sock in opened:
+            sock.close()
+        daemon.kill()
+
+
+def test_idle_dashboard_connections_leave_the_task_port_its_descriptors(tmp_path: Path) -> None:
+    """
+    600 idle connections to the dashboard (no token needed to open one)
+    took every descriptor of 512: a new producer was reset, unanswered.
+    """
+    daemon = _start_limited(
+        tmp_path, 512, 512, "--web-listen=tcp:0:interface=127.0.0.1", "--web-monitor-token=m"
+    )
+    web = daemon.announced_port("dashboard")
+    assert "max_connections lowered from 4096 to 320: the open-file limit is 512" in daemon.log()
+    opened: list[socket.socket] = []
+    try:
+        opened += [socket.create_connection(("127.0.0.1", web)) for _ in range(600)]
+        for sock in opened[64:]:  # the first 64 are held; the rest answered and closed
+            answer = _answer(sock)
+            assert answer.startswith(b"HTTP/1.1 503 "), answer
+            assert b"too many connections ([web] max_connections = 64)" in answer
+        with Peer(daemon.address) as producer:
+            assert isinstance(producer.submit(b"t", b"p"), wire.Ok)
+        assert fetch_status(str(daemon.control_path))["connections"]["total"] == 0
+    finally:
+        for sock in opened:
+            sock.close()
+        daemon.kill()
+
+
+# -- the HTTP listeners: connections at once, no request body ---------------------------------
+
+HTTP = {
+    "metrics": ("--metrics-listen=tcp:0:interface=127.0.0.1", "metrics"),
+    "web": ("--web-listen=tcp:0:interface=127.0.0.1", "dashboard"),
+}
+"""Each HTTP listener's section: how it is turned on, and what it is announced as."""
+
+
+def _http_daemon(start_daemon, section: str, *args: str) -> tuple[DaemonProcess, int]:
+    listen, announced = HTTP[section]
+    daemon = start_daemon(listen, "--web-monitor-token=m", *args)
+    return daemon, daemon.announced_port(announced)
+
+
+def _get(port: int) -> bytes:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        return _answer(sock, 1 << 20)
+
+
+@pytest.mark.parametrize("section", HTTP)
+def test_an_http_listener_holds_max_connections_and_answers_one_more_503(
+    start_daemon, section: str
+) -> None:
+    daemon, port = _http_daemon(start_daemon, section, f"--{section}-max-connections=3")
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        for _ in range(2):
+            answer = _get(port)
+            assert answer.startswith(b"HTTP/1.1 503 "), answer
+            assert f"too many connections ([{section}] max_connections = 3)".encode() in answer
+        held.pop().close()
+        deadline = time.monotonic() + 10
+        while (answer := _get(port)).startswith(b"HTTP/1.1 503 "):  # until the close is seen
+            assert time.monotonic() < deadline, answer
+        assert answer.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 401 ")), answer
+        assert daemon.alive()
+    finally:
+        for sock in held:
+            sock.close()
+
+
+@pytest.mark.parametrize("section", HTTP)
+def test_an_http_request_body_is_refused_from_its_header(start_daemon, section: str) -> None:
+    """/metrics took (and spooled to disk) a 64 MiB POST body."""
+    _daemon, port = _http_daemon(start_daemon, section)
+    heads = [
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 67108864\r\n\r\n",
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n",
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ]
+    for head in heads:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(head)  # the body never comes: the answer and the close do
+            answer = _answer(sock)
+        assert answer.startswith(b"HTTP/1.1 413 "), (head, answer)
+        assert answer.endswith(b"\r\n\r\nno request here has a body\n"), answer
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        assert not _answer(sock, 12).startswith(b"HTTP/1.1 413")
+
+
 # -- FAILED reasons and the frame limit -----------------------------------------------------
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 import configparser
 import inspect
 import select
+import socket
+import time
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from twisted.application import app
 from twisted.internet import abstract, base, tcp, unix
 from twisted.internet.epollreactor import EPollReactor
+from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactor
 
 import twisted
@@ -77,4 +80,36 @@ def test_twistd_exits_with_the_signal_the_reactor_keeps() -> None:
         private.set_exit_signal(reactor, 15)
         assert reactor._exitSignal == 15
     finally:
+        private.epoll_of(reactor).close()  # type: ignore[union-attr]
+
+
+def test_a_listening_port_accepts_through_the_socket_it_keeps() -> None:
+    reactor = EPollReactor()
+    accepted: list[object] = []
+
+    class Recording:
+        def __init__(self, listener: socket.socket) -> None:
+            self.listener = listener
+
+        def accept(self) -> tuple[socket.socket, object]:
+            client = self.listener.accept()
+            accepted.append(client)
+            return client
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.listener, name)
+
+    port = reactor.listenTCP(0, Factory.forProtocol(Protocol), interface="127.0.0.1")
+    try:
+        listener = private.listening_socket(port)
+        assert isinstance(listener, socket.socket)
+        private.replace_listening_socket(port, Recording(listener))
+        with socket.create_connection(("127.0.0.1", port.getHost().port)):
+            deadline = time.monotonic() + 10
+            while not accepted:
+                assert time.monotonic() < deadline
+                port.doRead()
+    finally:
+        port.stopListening()
+        reactor.runUntilCurrent()
         private.epoll_of(reactor).close()  # type: ignore[union-attr]

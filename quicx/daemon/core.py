@@ -392,16 +392,24 @@ class QueueService(Service):
         """
         queue = self.queues.get(name)
         if queue is None:
-            if len(self.queues) >= self.limits.max_queues:
-                raise Refused(
-                    ErrorCode.QUEUE_FULL,
-                    f"too many queues (max_queues = {self.limits.max_queues}); {name!r} is new",
-                    log_id="limit.queues",
-                )
-            queue = self.queues[name] = NamedQueue(
-                name, self.limits.policy(name), name in self.limits.declared
-            )
+            queue = self.queues[name] = self._new_queue(name)
         return queue
+
+    def _new_queue(self, name: str, more: int = 0) -> NamedQueue[Task, Session]:
+        """
+        A new queue called C{name}, not kept in C{queues} yet: a request
+        keeps it there once it is taken, so that one refused leaves none.
+
+        @raise Refused: keeping it, and C{more} new queues besides, would
+            pass C{max_queues}.
+        """
+        if len(self.queues) + more >= self.limits.max_queues:
+            raise Refused(
+                ErrorCode.QUEUE_FULL,
+                f"too many queues (max_queues = {self.limits.max_queues}); {name!r} is new",
+                log_id="limit.queues",
+            )
+        return NamedQueue(name, self.limits.policy(name), name in self.limits.declared)
 
     def _tally(self, queue: NamedQueue[Task, Session], task_type: bytes) -> Tally:
         """The tally of C{task_type} in C{queue}, cached in the queue (up to max_types)."""
@@ -481,7 +489,10 @@ class QueueService(Service):
 
         @raise Refused: a queue would pass C{max_queues}.
         """
-        queues = tuple(self._queue(name) for name in names)
+        new = [name for name in dict.fromkeys(names) if name not in self.queues]
+        # All made before any is kept: a READY refused leaves no queue behind.
+        self.queues.update({name: self._new_queue(name, more) for more, name in enumerate(new)})
+        queues = tuple(self.queues[name] for name in names)
         old = session.subscriptions
         self._subscribe(session, queues)
         for queue in old:
@@ -535,7 +546,7 @@ class QueueService(Service):
             queue = (
                 self.default_queue
                 if queue_name is None
-                else self.queues.get(queue_name) or self._queue(queue_name)
+                else self.queues.get(queue_name) or self._new_queue(queue_name)
             )
             if (
                 self.allowed_types is not None
@@ -601,6 +612,8 @@ class QueueService(Service):
                 self._reject(session, full, task_type, len(payload))
                 return
             block = room
+        # Kept from now on, if it was new: no refusal before left it behind.
+        queue = self.queues.setdefault(queue.name, queue)
         task = Task(
             self._next_task_id(),
             task_type,
@@ -1553,7 +1566,8 @@ class QueueService(Service):
         """
         key = f"schedule:{name}:{int(fire_time * 1000)}".encode()
         try:
-            queue = self._queue(spec.queue or self.default_queue.name)
+            queue_name = spec.queue or self.default_queue.name
+            queue = self.queues.get(queue_name) or self._new_queue(queue_name)
             self._check_submit(queue, spec.task_type)
             now = self.clock()
             if self.keys.find(queue.name, key, now) is not None:
@@ -1571,6 +1585,7 @@ class QueueService(Service):
                 reason=str(e),
             )
             return
+        queue = self.queues.setdefault(queue.name, queue)
         task = Task(
             self._next_task_id(),
             spec.task_type,

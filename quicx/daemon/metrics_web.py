@@ -25,6 +25,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
+from quicx.daemon.http_limits import BodylessRequest
 from quicx.daemon.metrics import QuicxCollector
 
 PATH = b"/metrics"
@@ -147,9 +148,13 @@ def _plain(request: Request, status: int, text: str) -> bytes:
 
 
 class MetricsSite(Site):
-    """The page's site: scrapes are not logged (one every few seconds, forever)."""
+    """
+    The page's site: scrapes are not logged (one every few seconds,
+    forever), and a request with a body is refused from its header.
+    """
 
     noisy = False
+    requestFactory = BodylessRequest
 
     def __init__(self, collector: QuicxCollector, max_scrapes: int) -> None:
         Site.__init__(self, MetricsPage(collector, max_scrapes))

@@ -114,11 +114,7 @@ class QuicxServerProtocol(FrameReceiver):
         self.limits = limits = factory.limits
         if len(self.queue.sessions) >= limits.max_connections:
             # Refused before it costs a session: one ERROR, then the close.
-            refusal = Refused(
-                v2.ErrorCode.QUEUE_FULL,
-                f"too many connections (max_connections = {limits.max_connections})",
-                log_id="limit.connections",
-            )
+            refusal = factory.connection_refusal()
             transport.write(wire.encode_error(refusal.code, str(refusal)))
             transport.loseConnection()
             self.queue.limit_hit(self.peer_name, refusal)
@@ -802,3 +798,15 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             publish = 2 + v2.MAX_QUEUE_NAME + shared.limits.max_size
             self.v2_type_limits[v2.MessageType.PUBLISH] = publish
         self.max_key_length = queue.limits.max_key_length
+
+    def connection_refusal(self, out_of_files: bool = False) -> Refused:
+        """
+        What a connection past C{max_connections} is answered; C{out_of_files}:
+        one the process had no descriptor for, answered with the spare.
+        """
+        limit = f"max_connections = {self.limits.max_connections}"
+        if out_of_files:
+            reason = f"too many connections (out of file descriptors; {limit})"
+            return Refused(v2.ErrorCode.QUEUE_FULL, reason, log_id="limit.descriptors")
+        reason = f"too many connections ({limit})"
+        return Refused(v2.ErrorCode.QUEUE_FULL, reason, log_id="limit.connections")

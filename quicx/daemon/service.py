@@ -27,6 +27,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
@@ -58,7 +59,8 @@ from quicx.daemon.telemetry import Telemetry
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
 from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
-from quicx.net.private import set_exit_signal
+from quicx.net.private import listening_socket, replace_listening_socket, set_exit_signal
+from quicx.net.spare import AnsweringSocket, Spare
 from quicx.net.tls import TlsSettings, tls_endpoint
 from quicx.net.twisted_types import MultiService, Service
 from quicx.protocol import wire
@@ -84,6 +86,7 @@ class ListenerService(Service):
         *,
         log_id: str,
         setting: str = "[server] listen",
+        listening: Callable[[Any], None] | None = None,
     ) -> None:
         self.reactor = reactor
         self.description = description
@@ -92,6 +95,7 @@ class ListenerService(Service):
         self.log_id = log_id
         self.tls = tls or TlsSettings()
         self.setting = setting
+        self.listening = listening
         self.port: IListeningPort | None = None
 
     def privilegedStartService(self) -> None:
@@ -114,6 +118,8 @@ class ListenerService(Service):
                 f" {outcome[0].getErrorMessage()}"
             )
         self.port = outcome[0]
+        if self.listening is not None:
+            self.listening(self.port)
         # Announce once the reactor runs: by then SIGTERM is handled, so the
         # line means "ready" to whoever waits for it.
         self.reactor.callWhenRunning(self._announce)
@@ -501,9 +507,15 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     for timer in (heartbeat_timer(heartbeats), task_timeout_timer(queue, reactor)):
         if timer is not None:
             timer.setServiceParent(daemon)
+    spare = Spare()
     for description in config.endpoints:
         ListenerService(
-            reactor, description, factory, tls=config.tls, log_id="daemon.listening"
+            reactor,
+            description,
+            factory,
+            tls=config.tls,
+            log_id="daemon.listening",
+            listening=lambda port: answer_out_of_files(port, factory, spare),
         ).setServiceParent(daemon)
     if config.control_path is not None:
         # lockfile: a socket left behind by a crashed daemon is replaced; one
@@ -521,16 +533,21 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         # Imported only when on: prometheus_client and twisted.web are
         # about 3 MiB of the daemon's memory (docs/operations.md, "Memory").
         from quicx.daemon import metrics
+        from quicx.daemon.http_limits import ConnectionCap
         from quicx.daemon.metrics_web import MetricsSite
 
         ListenerService(
             reactor,
             config.metrics_listen,
-            MetricsSite(
-                metrics.QuicxCollector(
-                    queue, shared, journal, events, None if cluster is None else cluster.view
+            ConnectionCap(
+                MetricsSite(
+                    metrics.QuicxCollector(
+                        queue, shared, journal, events, None if cluster is None else cluster.view
+                    ),
+                    config.metrics_max_scrapes,
                 ),
-                config.metrics_max_scrapes,
+                config.metrics_max_connections,
+                "[metrics] max_connections",
             ),
             announcement="metrics",
             tls=config.tls,
@@ -576,6 +593,7 @@ def serve_dashboard(
     """
     # Imported only when on: twisted.web is memory a daemon without a
     # dashboard need not hold.
+    from quicx.daemon.http_limits import ConnectionCap
     from quicx.daemon.web.auth import Gate
     from quicx.daemon.web.history import History
     from quicx.daemon.web.site import dashboard_site
@@ -600,7 +618,7 @@ def serve_dashboard(
     ListenerService(
         reactor,
         on_loopback(config.web_listen),
-        site,
+        ConnectionCap(site, config.web_max_connections, "[web] max_connections"),
         announcement="dashboard",
         tls=config.tls,
         log_id="daemon.web",
@@ -622,8 +640,33 @@ def _clients(queue: QueueService) -> list[dict[str, Any]]:
 
 
 FILE_RESERVE = 128
-"""File descriptors kept beyond max_connections: the journal, event files,
-listeners, control connections, and connections being refused."""
+"""File descriptors kept beyond max_connections and the HTTP listeners'
+connections: the journal, event files, listeners, control connections,
+connections being refused, and the spare that answers one past them all."""
+
+
+def answer_out_of_files(port: IListeningPort, factory: QuicxServerFactory, spare: Spare) -> None:
+    """
+    Make C{port} answer a connection it has no descriptor for with the
+    documented ERROR (and log it, as a connection past C{max_connections}),
+    rather than Twisted closing it unanswered.
+    """
+    refusal = factory.connection_refusal(out_of_files=True)
+
+    def answered(address: Any) -> None:
+        peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else "unix"
+        factory.queue.limit_hit(peer, refusal)
+
+    answer = wire.encode_error(refusal.code, str(refusal))
+    listener = AnsweringSocket(listening_socket(port), answer, spare, answered)
+    replace_listening_socket(port, listener)
+
+
+def http_connections(config: configuration.Config) -> int:
+    """The connections the HTTP listeners that are on may hold at once."""
+    return (config.web_max_connections if config.web_listen else 0) + (
+        config.metrics_max_connections if config.metrics_listen else 0
+    )
 
 
 def fit_busy_poll(config: configuration.Config, reactor: Any) -> configuration.Config:
@@ -647,12 +690,14 @@ def fit_busy_poll(config: configuration.Config, reactor: Any) -> configuration.C
 
 def fit_file_limit(config: configuration.Config) -> configuration.Config:
     """
-    Raise the soft limit on open files to what C{max_connections} needs (up
-    to the hard limit); if it cannot go that high, lower C{max_connections}
-    to fit, with a warning, so that a connection past it still gets the
-    documented ERROR rather than a failed accept.
+    Raise the soft limit on open files to what C{max_connections} and the
+    HTTP listeners' connections need (up to the hard limit); if it cannot go
+    that high, lower C{max_connections} to fit, with a warning, so that a
+    connection past it still gets the documented ERROR rather than a failed
+    accept.
     """
-    needed = config.max_connections + FILE_RESERVE
+    http = http_connections(config)
+    needed = config.max_connections + http + FILE_RESERVE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
@@ -661,7 +706,7 @@ def fit_file_limit(config: configuration.Config) -> configuration.Config:
             soft = target
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return config
-    fitted = max(1, soft - FILE_RESERVE)
+    fitted = max(1, soft - FILE_RESERVE - http)
     QuicxDaemon.log.warn(
         "max_connections lowered from {wanted} to {fitted}: the open-file limit is {soft}"
         " (hard limit {hard}); raise it (ulimit -n, LimitNOFILE=) for more",

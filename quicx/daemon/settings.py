@@ -1220,6 +1220,13 @@ class Config:
         8,
         "Scrapes answered at once, until each scraper has read its text; one more gets 503.",
     )
+    metrics_max_connections: int = setting(
+        "metrics",
+        "max_connections",
+        Integer(1, 100_000),
+        16,
+        "Connections to /metrics at once; one more is answered 503 and closed.",
+    )
     web_listen: str = setting(
         "web",
         "listen",
@@ -1259,6 +1266,13 @@ class Config:
         Integer(1, 10_000),
         32,
         "Live dashboard streams (open pages) at once; one more is refused (503).",
+    )
+    web_max_connections: int = setting(
+        "web",
+        "max_connections",
+        Integer(1, 100_000),
+        64,
+        "Connections to the dashboard at once; one more is answered 503 and closed.",
     )
     cluster_peers: str = setting(
         "cluster",

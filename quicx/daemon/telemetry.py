@@ -9,9 +9,11 @@ per task.
 
 Label cardinality is bounded: past C{max_types} task types, further types
 count as C{other}; past C{max_series} (queue, type) pairs, further pairs
-count under queue C{other} too.  A type's label is its name decoded from
-UTF-8 (what is not UTF-8 becomes U+FFFD), so two types may decode alike: the
-later one counts as C{other}, as no two series may share their labels.
+count under queue C{other} too, whether their type has a label of its own
+or counts as C{other}: there are at most C{max_series} pairs, and one
+(C{other}, C{other}).  A type's label is its name decoded from UTF-8 (what
+is not UTF-8 becomes U+FFFD), so two types may decode alike: the later one
+counts as C{other}, as no two series may share their labels.
 Tallies are never forgotten (Prometheus counters only go up), so these two
 bounds are what bounds the memory.
 """
@@ -234,11 +236,14 @@ class Telemetry:
                 label = OTHER
         if label == OTHER:
             task_type = OTHER.encode()
-        elif len(self.tallies) >= self.max_series:
-            queue, task_type, label = OTHER, OTHER.encode(), OTHER
-        found = self.tallies.get((queue, task_type))
+            found = self.tallies.get((queue, task_type))
         if found is None:
-            found = self.tallies[queue, task_type] = Tally(queue, label)
+            if len(self.tallies) >= self.max_series:
+                # A new pair past the bound, of a type of its own or of other.
+                queue, task_type, label = OTHER, OTHER.encode(), OTHER
+                found = self.tallies.get((queue, task_type))
+            if found is None:
+                found = self.tallies[queue, task_type] = Tally(queue, label)
         return found
 
     def total(self) -> Tally:

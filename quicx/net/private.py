@@ -1,7 +1,7 @@
 """
 Every private Twisted attribute this project reaches, in one place.
 
-Twisted offers no public way to do these three things, and each is worth it:
+Twisted offers no public way to do these four things, and each is worth it:
 
   - L{has_unsent_output}: a socket transport's pending output, read so that
     a frame can go out with one C{send} instead of two C{epoll_ctl} calls
@@ -12,7 +12,11 @@ Twisted offers no public way to do these three things, and each is worth it:
   - L{set_exit_signal}: the signal twistd re-raises at exit
     (C{ReactorBase._exitSignal}, read by C{twisted.application.app}): set
     by the daemon's own signal handler, and cleared after a clean drain so
-    that the daemon exits 0.
+    that the daemon exits 0;
+  - L{listening_socket} / L{replace_listening_socket}: the socket a TCP,
+    UNIX or TLS port accepts on (C{Port.socket} of
+    L{twisted.internet.tcp}), wrapped so that a connection past the
+    open-file limit is answered (L{quicx.net.spare}).
 
 C{tests/test_twisted_private.py} checks each against the installed Twisted,
 so a release that changes one fails loudly there, and C{setup.cfg} bounds
@@ -45,3 +49,13 @@ def set_exit_signal(reactor: Any, number: int | None) -> None:
     normally, status 0).
     """
     reactor._exitSignal = number
+
+
+def listening_socket(port: Any) -> Any:
+    """The socket a listening TCP, UNIX or TLS port accepts connections on."""
+    return port.socket
+
+
+def replace_listening_socket(port: Any, listener: object) -> None:
+    """Make C{port} accept through C{listener} (wrapping its socket)."""
+    port.socket = listener

@@ -17,6 +17,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from tests.interop.raw import (
     FAIRNESS,
     HEARTBEAT,
     HELLO,
+    IN_GROUP,
     INFO,
     INSPECT,
     KEY,
@@ -818,6 +820,34 @@ def test_max_queues_is_error_0x01_naming_the_limit(
     for queue, task_id in kept.items():
         assert worker.task(ready(1, queue))["id"] == task_id
         finish(worker, producer, task_id)
+
+
+def test_refused_requests_leave_no_queue_to_count_against_max_queues(
+    tmp_path: Path, wires: Connect
+) -> None:
+    """
+    A SUBMIT refused for its size (0x03) or an unknown group (0x05), and a
+    READY refused for the queue limit, each left its empty queue behind for
+    good: with max_queues = 20, every new queue was then refused for everyone.
+    """
+    with launch(tmp_path, "[queues]\nmax_queues = 20\n") as daemon:
+        producer, worker = wires(daemon.address), wires(daemon.address)
+        for n in range(50):
+            queue = option(QUEUE, b"refused%d" % n)
+            if n % 2:
+                code, _ = producer.error(submit(b"t", b"x" * 2000, queue))
+                assert code == 3
+            else:
+                code, _ = producer.error(
+                    submit(b"t", b"x", queue, option(IN_GROUP, struct.pack(">I", 99)))
+                )
+                assert code == 5
+        many = [b"ready%d" % n for n in range(25)]
+        code, message = worker.error(ready(1, *many))
+        assert code == 1 and "max_queues = 20" in message
+        assert [q["name"] for q in producer.info(frame(QUEUES))] == ["default"]
+        task_id, _ = producer.ok(submit(b"t", b"x", option(QUEUE, b"fresh")))
+        assert wires(daemon.address).task(ready(1, b"fresh"))["id"] == task_id
 
 
 def test_key_concurrency_holds_a_key_back_and_inspect_says_why(connect_limited: Connect) -> None:

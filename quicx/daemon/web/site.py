@@ -8,20 +8,20 @@ session cookie (HttpOnly, SameSite=Strict; Secure over TLS) and sends the
 browser to C{/}.  Every answer forbids framing, sniffing and any script,
 style or connection but the dashboard's own (a Content-Security-Policy).
 The site writes no access log, and keeps no request body (no request of
-the dashboard has one: one that has is refused unread).
+the dashboard has one: one that has is refused from its header, unread).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from importlib.resources import files
-from io import BytesIO
 from typing import Any
 
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
 from quicx.daemon.core import QueueService
+from quicx.daemon.http_limits import BodylessRequest
 from quicx.daemon.schedule_book import ScheduleBook
 from quicx.daemon.web.api import Api, header, refusal
 from quicx.daemon.web.auth import COOKIE, Gate
@@ -69,8 +69,6 @@ class Dashboard(Resource):
         assert isinstance(request, Request)
         for name, value in HEADERS.items():
             request.setHeader(name, value)
-        if isinstance(request, BodylessRequest) and request.has_body:
-            return refusal(request, 413, "no request of the dashboard has a body")
         try:
             path = [segment.decode() for segment in request.postpath or []]
         except UnicodeDecodeError:
@@ -124,21 +122,6 @@ class Dashboard(Resource):
 
 def _cookie_name(request: Request) -> bytes:
     return COOKIE.format(port=getattr(request.getHost(), "port", 0)).encode()
-
-
-class BodylessRequest(Request):
-    """
-    A request whose body is not kept: no request of the dashboard has one,
-    and one that has is refused (413) unread.
-    """
-
-    has_body = False
-
-    def gotLength(self, length: int | None) -> None:
-        self.content = BytesIO()
-
-    def handleContentChunk(self, data: bytes) -> None:
-        self.has_body = self.has_body or bool(data)
 
 
 class DashboardSite(Site):

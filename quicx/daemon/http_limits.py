@@ -1,0 +1,95 @@
+"""
+What every HTTP listener of the daemon (the dashboard, C{/metrics}) holds
+to, so that what anyone may open costs a bounded share of the daemon's file
+descriptors and memory: at most so many connections at once (one more is
+answered 503 and closed, L{ConnectionCap}), and no request body (none of
+their requests has one: one that declares or sends one is answered 413 from
+its header and the connection closed, its body never read,
+L{BodylessRequest}).
+"""
+
+from __future__ import annotations
+
+from io import BytesIO
+from typing import Any
+
+from twisted.internet.interfaces import IAddress, IProtocolFactory
+from twisted.internet.protocol import Protocol
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
+from twisted.web.server import Request
+
+
+def plain_answer(status: bytes, text: str) -> bytes:
+    """A whole HTTP/1.1 answer of C{status} (C{b"503 Service Unavailable"}), then a close."""
+    body = text.encode() + b"\n"
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (status, len(body), body)
+    )
+
+
+TOO_LARGE = plain_answer(b"413 Content Too Large", "no request here has a body")
+
+
+class _Refusal(Protocol):
+    """Writes its answer as the connection opens, then closes it (reading nothing)."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+
+    def connectionMade(self) -> None:
+        assert self.transport is not None
+        self.transport.write(self.answer)
+        self.transport.loseConnection()
+
+
+class ConnectionCap(WrappingFactory[ProtocolWrapper]):
+    """
+    C{wrapped}'s connections, at most C{limit} at once: one more is answered
+    503, naming the C{setting}, and closed.
+    """
+
+    noisy = False
+
+    def __init__(self, wrapped: IProtocolFactory, limit: int, setting: str) -> None:
+        super().__init__(wrapped)  # type: ignore[no-untyped-call]
+        self.limit = limit
+        self.refusal = plain_answer(
+            b"503 Service Unavailable", f"too many connections ({setting} = {limit})"
+        )
+
+    def buildProtocol(self, addr: IAddress | None) -> Any:
+        if len(self.protocols) >= self.limit:
+            return _Refusal(self.refusal)
+        return super().buildProtocol(addr)
+
+
+class BodylessRequest(Request):
+    """
+    A request of a site where none has a body: one that declares one (a
+    C{Content-Length} past 0, or chunks) is answered 413 from its header,
+    and its connection closed with the body unread; none is ever kept.
+    """
+
+    refused = False
+
+    def gotLength(self, length: int | None) -> None:
+        self.content = BytesIO()
+        if length or self.requestHeaders.hasHeader(b"transfer-encoding"):
+            self._refuse()
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if data:
+            self._refuse()
+
+    def _refuse(self) -> None:
+        channel: Any = self.channel
+        if self.refused or channel is None:
+            return
+        self.refused = True
+        # Nothing more is read: no "100 Continue" asks for the body, and
+        # what came with the header is dropped.
+        self.requestHeaders.removeHeader(b"expect")
+        channel.dataReceived = lambda data: None
+        channel.transport.write(TOO_LARGE)
+        channel.loseConnection()
