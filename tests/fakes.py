@@ -105,6 +105,9 @@ class FakeJournal:
     def record_replay(self, task: Task) -> None:
         self.changes.append(("replay", task.task_id))
 
+    def record_attempts(self, task: Task) -> None:
+        self.changes.append(("attempts", task.task_id))
+
     def record_fired(self, schedule: str, fire_time: float) -> None:
         self.fired.append((schedule, fire_time))
 

@@ -127,6 +127,11 @@ class Task:
     def queue(self) -> str:
         return self.home.name
 
+    @property
+    def ended_attempts(self) -> int:
+        """Its deliveries that ended (what the journal keeps of C{attempts})."""
+        return self.attempts - (self.holder is not None)
+
 
 @define(eq=False)
 class Duplicate:
@@ -881,6 +886,7 @@ class QueueService(Service):
                 accepted=True,
                 retries=recovered.retries,
                 failures=recovered.failures,
+                attempts=recovered.attempts,
                 backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
                 dead=recovered.dead,
                 keep_for=recovered.keep_for or min(limits.ttl, limits.max_ttl),
@@ -1955,6 +1961,7 @@ class QueueService(Service):
             return
         if self.events is not None:
             self._event("requeued", task, None, cause)
+        self.journal.record_attempts(task)
         task.ready_at = self.clock()
         task.home.push(task, at_head)
         task.tally.requeued += 1

@@ -60,6 +60,10 @@ class Record(Protocol):
         """The failed attempts it has had."""
 
     @property
+    def ended_attempts(self) -> int:
+        """Its deliveries that ended: failed, lost or timed out (not one running now)."""
+
+    @property
     def backoff(self) -> tuple[int, int, int, int] | None:
         """Its own backoff (kind, base ms, cap ms, jitter percent), if it has one."""
 
@@ -222,6 +226,9 @@ class IJournal(Interface):
     def record_replay(task: Record) -> None:
         """Record that dead C{task} is back in its queue, its failures reset."""
 
+    def record_attempts(task: Record) -> None:
+        """Record that a delivery of C{task} ended (lost, timed out) and it is queued again."""
+
     def record_fired(schedule: str, fire_time: float) -> None:
         """Record that C{schedule} fired for C{fire_time} (after its task's SUBMIT)."""
 
@@ -274,6 +281,9 @@ class NullJournal:
         pass
 
     def record_replay(self, task: Record) -> None:
+        pass
+
+    def record_attempts(self, task: Record) -> None:
         pass
 
     def record_fired(self, schedule: str, fire_time: float) -> None:

@@ -19,7 +19,7 @@ MAGIC_V2 = b"QUICXJ2\n"
 MAGIC_V3 = b"QUICXJ3\n"
 """The release of protocol v2 part 2: kinds 1 to 16."""
 MAGIC = b"QUICXJ4\n"
-"""This release's: kinds 1 to 20 (a previous release refuses the file; 18 is not yet written)."""
+"""This release's: kinds 1 to 21 (a previous release refuses the file)."""
 MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC: 4}
 FORMAT = 4
 RECORD_HEADER = struct.Struct(">II")
@@ -45,6 +45,8 @@ GROUP_HEAD = struct.Struct(">BIBQQIIII")
 """Kind, group id, phase, opened ms, finished ms, members, done, failed, cancelled."""
 RETRY_HEAD = struct.Struct(">BIHQ")
 """Kind, id, failures, due ms."""
+ATTEMPTS_HEAD = struct.Struct(">BII")
+"""Kind, id, deliveries that ended (when not its failures)."""
 DEAD_HEAD = struct.Struct(">BIQHHB")
 """Kind, id, died ms, failures, then the lengths of reason and worker."""
 FIRED_HEAD = struct.Struct(">BQB")
@@ -73,6 +75,7 @@ KIND_SHARED = 18
 KIND_RESULT = 17
 KIND_GROUP = 19
 KIND_SUBMIT4 = 20
+KIND_ATTEMPTS = 21
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
     KIND_SUBMIT2,
@@ -90,6 +93,7 @@ KINDS = KINDS_V1 | {
     KIND_RESULT,
     KIND_GROUP,
     KIND_SUBMIT4,
+    KIND_ATTEMPTS,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
@@ -268,6 +272,15 @@ def encode_retry(task_id: int, failures: int, due: float) -> bytes:
     return _frame(RETRY_HEAD.pack(KIND_RETRY, task_id, failures, round(due * 1000)))
 
 
+def encode_attempts(task_id: int, attempts: int) -> bytes:
+    """
+    A live task's deliveries that ended, written when they are not its
+    failures (a worker lost, a timeout, a replay): without one, a task's
+    SUBMIT, RETRY or DEAD record's failures are its attempts.
+    """
+    return _frame(ATTEMPTS_HEAD.pack(KIND_ATTEMPTS, task_id, min(attempts, 0xFFFFFFFF)))
+
+
 def encode_dead(task_id: int, died_at: float, failures: int, reason: str, worker: str) -> bytes:
     """A task moved to its queue's dead-letter set."""
     text = reason.encode("utf-8")[:0xFFFF]
@@ -368,7 +381,8 @@ class RecoveredTask:
     """
     A live task as the journal kept it.  A record of the previous format
     has no queue, priority or enqueue time (C{None}: the daemon's default
-    queue, that queue's priority, the time of recovery).
+    queue, that queue's priority, the time of recovery).  C{attempts}: its
+    deliveries that ended (one cut short by the daemon's own stop is not).
     """
 
     task_id: int
@@ -386,6 +400,7 @@ class RecoveredTask:
     dead: DeadInfo | None = None
     keep_for: float = 0.0
     group: int = 0
+    attempts: int = 0
 
 
 @frozen
