@@ -120,7 +120,7 @@ class FakeJournal:
     def record_result(self, entry: KeptEntry) -> None:
         self.results.append(entry)
 
-    def record_forgotten(self, task_id: int, size: int) -> None:
+    def record_forgotten(self, task_id: int, size: int, evicted: bool = False) -> None:
         self.results.append(task_id)
 
     def record_group(self, entry: GroupEntry) -> None:

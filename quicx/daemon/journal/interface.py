@@ -10,7 +10,7 @@ it never knows which journal it has, and the writer never imports the queue.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any, Protocol
 
 from attrs import frozen
@@ -120,6 +120,8 @@ class KeptEntry:
     @ivar kind: the result's kind (a L{quicx.protocol.v2.ResultKind}); 0:
         C{data} is a reason (UTF-8), or a done task gave no result.
     @ivar expires_at: when it is forgotten (Unix seconds).
+    @ivar automatic: nobody asked for it to be kept (its producer was gone):
+        evicted before those that were asked for.
     """
 
     task_id: int
@@ -127,6 +129,7 @@ class KeptEntry:
     kind: int
     expires_at: float
     data: bytes
+    automatic: bool = False
 
 
 @frozen
@@ -160,6 +163,7 @@ class Snapshot:
     @ivar shared: each shared-data name's current version and data.
     @ivar kept: the kept outcomes, oldest first.
     @ivar forgotten: the ids of outcomes that were kept and no longer are.
+    @ivar evicted: those of C{forgotten} that were evicted (not expired).
     @ivar groups: the groups, open or remembered.
     """
 
@@ -172,6 +176,7 @@ class Snapshot:
     kept: Iterable[KeptEntry] = ()
     forgotten: Iterable[int] = ()
     groups: Iterable[GroupEntry] = ()
+    evicted: Container[int] = frozenset()
 
 
 class IJournalOwner(Interface):
@@ -241,8 +246,11 @@ class IJournal(Interface):
     def record_result(entry: KeptEntry) -> None:
         """Record a kept outcome (after its task's own outcome record)."""
 
-    def record_forgotten(task_id: int, size: int) -> None:
-        """Record that the kept outcome of C{task_id} (C{size} bytes of data) is forgotten."""
+    def record_forgotten(task_id: int, size: int, evicted: bool) -> None:
+        """
+        Record that the kept outcome of C{task_id} (C{size} bytes of data)
+        is forgotten: C{evicted} before its time, or expired.
+        """
 
     def record_group(entry: GroupEntry) -> None:
         """Record a group's state now: opened, closed, finished or forgotten."""
@@ -298,7 +306,7 @@ class NullJournal:
     def record_result(self, entry: KeptEntry) -> None:
         pass
 
-    def record_forgotten(self, task_id: int, size: int) -> None:
+    def record_forgotten(self, task_id: int, size: int, evicted: bool) -> None:
         pass
 
     def record_group(self, entry: GroupEntry) -> None:

@@ -40,7 +40,13 @@ SUBMIT3's fields and, before the lengths, how long its outcome is kept
 (ms; 0: as the queue says) and its group (0: none).
 """
 RESULT_HEAD = struct.Struct(">BIBBQ")
-"""Kind, id, outcome state, result kind, expires ms; then the data."""
+"""
+Kind, id, outcome state, result kind (with L{AUTOMATIC}), expires ms; then
+the data.  Forgotten (state L{FORGOTTEN}): its result kind is 1 when it
+was evicted, 0 when it expired.
+"""
+AUTOMATIC = 0x80
+"""A RESULT's result-kind flag: the outcome was kept though nobody asked."""
 GROUP_HEAD = struct.Struct(">BIBQQIIII")
 """Kind, group id, phase, opened ms, finished ms, members, done, failed, cancelled."""
 RETRY_HEAD = struct.Struct(">BIHQ")
@@ -232,17 +238,21 @@ def encode_submit3(
 
 def encode_result(entry: KeptEntry) -> bytes:
     """A kept outcome (written after its task's outcome record)."""
+    kind = entry.kind | AUTOMATIC if entry.automatic else entry.kind
     return _frame(
         RESULT_HEAD.pack(
-            KIND_RESULT, entry.task_id, entry.state, entry.kind, round(entry.expires_at * 1000)
+            KIND_RESULT, entry.task_id, entry.state, kind, round(entry.expires_at * 1000)
         )
         + entry.data
     )
 
 
-def encode_forgotten(task_id: int) -> bytes:
-    """A kept outcome forgotten (a RESULT of state expired: its id is remembered as such)."""
-    return _frame(RESULT_HEAD.pack(KIND_RESULT, task_id, FORGOTTEN, 0, 0))
+def encode_forgotten(task_id: int, evicted: bool = False) -> bytes:
+    """
+    A kept outcome forgotten (a RESULT of state expired: its id is
+    remembered as such), C{evicted} before its time or not.
+    """
+    return _frame(RESULT_HEAD.pack(KIND_RESULT, task_id, FORGOTTEN, int(evicted), 0))
 
 
 def result_record_size(size: int) -> int:
@@ -424,6 +434,7 @@ class Recovery:
     @ivar shared: each shared-data name's last version and its data.
     @ivar kept: the kept outcomes, in the order they were kept.
     @ivar forgotten: the ids of kept outcomes since forgotten, oldest first.
+    @ivar evicted: those of C{forgotten} evicted before their time.
     @ivar groups: the groups not forgotten.
     @ivar last_group_id: the highest group id the journal names.
     """
@@ -443,3 +454,4 @@ class Recovery:
     forgotten: tuple[int, ...] = ()
     groups: tuple[GroupEntry, ...] = ()
     last_group_id: int = 0
+    evicted: frozenset[int] = frozenset()

@@ -11,6 +11,7 @@ from attrs import evolve, frozen
 from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry
 from quicx.daemon.journal.records import (
     ATTEMPTS_HEAD,
+    AUTOMATIC,
     BACKOFF,
     DEAD_HEAD,
     FIRED_HEAD,
@@ -90,7 +91,9 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
         if length < RESULT_HEAD.size:
             return "RESULT record shorter than its header"
         _, _, state, result_kind, _ = RESULT_HEAD.unpack_from(data, start)
-        if state not in _RESULT_STATES or result_kind not in _RESULT_KINDS:
+        if state not in _RESULT_STATES or result_kind & ~AUTOMATIC not in _RESULT_KINDS:
+            return "RESULT record of the wrong shape"
+        if state == FORGOTTEN and result_kind > 1:
             return "RESULT record of the wrong shape"
         if state == FORGOTTEN and length != RESULT_HEAD.size:
             return "RESULT record of the wrong length"
@@ -315,6 +318,7 @@ def recover(path: str) -> Recovery:
         tuple(outcomes.forgotten),
         tuple(outcomes.groups.values()),
         outcomes.last_group_id,
+        frozenset(task_id for task_id, evicted in outcomes.forgotten.items() if evicted),
     )
 
 
@@ -451,7 +455,8 @@ class _Outcomes:
 
     def __init__(self) -> None:
         self.kept: dict[int, KeptEntry] = {}
-        self.forgotten: dict[int, None] = {}
+        # Each forgotten id, and whether it was evicted (not expired).
+        self.forgotten: dict[int, bool] = {}
         self.groups: dict[int, GroupEntry] = {}
         self.last_group_id = 0
 
@@ -460,10 +465,15 @@ class _Outcomes:
         self.kept.pop(task_id, None)
         self.forgotten.pop(task_id, None)
         if state == FORGOTTEN:
-            self.forgotten[task_id] = None
+            self.forgotten[task_id] = bool(kind)
         else:
             entry = KeptEntry(
-                task_id, state, kind, expires_ms / 1000, data[start + RESULT_HEAD.size : end]
+                task_id,
+                state,
+                kind & ~AUTOMATIC,
+                expires_ms / 1000,
+                data[start + RESULT_HEAD.size : end],
+                bool(kind & AUTOMATIC),
             )
             self.kept[task_id] = entry
 

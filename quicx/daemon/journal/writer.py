@@ -281,9 +281,9 @@ class Journal(Service):
         self.stats.live_bytes += len(record)
         self._append(record)
 
-    def record_forgotten(self, task_id: int, size: int) -> None:
+    def record_forgotten(self, task_id: int, size: int, evicted: bool) -> None:
         self.stats.live_bytes -= result_record_size(size)
-        self._append(encode_forgotten(task_id))
+        self._append(encode_forgotten(task_id, evicted))
 
     def record_group(self, entry: GroupEntry) -> None:
         self._append(encode_group(entry))
@@ -349,7 +349,8 @@ class Journal(Service):
             # yet, so the groups' counts stand as written.
             snapshot += [encode_group(entry) for entry in state.groups]
             snapshot += [encode_result(entry) for entry in state.kept]
-            snapshot += [encode_forgotten(task_id) for task_id in state.forgotten]
+            evicted = state.evicted
+            snapshot += [encode_forgotten(i, i in evicted) for i in state.forgotten]
             snapshot += [encode_schedule(name, body) for name, body in state.schedules]
             snapshot += [encode_fired(name, when) for name, when in state.fired]
             snapshot += [encode_pause(name, True) for name in state.paused]
