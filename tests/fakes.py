@@ -105,6 +105,9 @@ class FakeJournal:
     def record_replay(self, task: Task) -> None:
         self.changes.append(("replay", task.task_id))
 
+    def record_attempts(self, task: Task) -> None:
+        self.changes.append(("attempts", task.task_id))
+
     def record_fired(self, schedule: str, fire_time: float) -> None:
         self.fired.append((schedule, fire_time))
 
@@ -117,7 +120,7 @@ class FakeJournal:
     def record_result(self, entry: KeptEntry) -> None:
         self.results.append(entry)
 
-    def record_forgotten(self, task_id: int, size: int) -> None:
+    def record_forgotten(self, task_id: int, size: int, evicted: bool = False) -> None:
         self.results.append(task_id)
 
     def record_group(self, entry: GroupEntry) -> None:

@@ -102,6 +102,11 @@ def test_a_refused_wait_owes_nothing() -> None:
         (outcome(7, OutcomeState.DEAD, reason="boom"), TaskDead, "task 7 is dead: boom"),
         (outcome(7, OutcomeState.CANCELLED, reason="admin"), TaskCancelled, "cancelled"),
         (outcome(7, OutcomeState.EXPIRED), OutcomeExpired, "has expired"),
+        (
+            outcome(7, OutcomeState.EXPIRED, reason="evicted: the pool is full"),
+            OutcomeExpired,
+            "task 7 was kept, and was evicted: the pool is full",
+        ),
         (outcome(7, OutcomeState.UNKNOWN), TaskUnknown, "no task 7"),
         (outcome(7, PENDING), NotFinished, "task 7 has not finished yet"),
     ],

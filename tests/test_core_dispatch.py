@@ -14,7 +14,15 @@ from quicx.daemon.policy import QueueLimits, QueuePolicy
 from quicx.protocol import wire
 from quicx.protocol.session import ProtocolViolation, Role
 from quicx.protocol.v2 import Backoff, BackoffKind
-from tests.fakes import EMPTY_POOL_BYTES, FakeJournal, FakePeer, make_queue, producer_of, worker_of
+from tests.fakes import (
+    EMPTY_POOL_BYTES,
+    FakeJournal,
+    FakePeer,
+    make_queue,
+    producer_of,
+    v2_producer_of,
+    worker_of,
+)
 
 FIFO = DispatchSettings(Order.FIFO)
 
@@ -238,9 +246,10 @@ def test_a_leaving_idle_worker_is_no_longer_counted_or_served() -> None:
     assert staying.task_ids() == [1]
 
 
-def test_a_leaving_producer_s_tasks_still_run_unreported() -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_leaving_producer_s_tasks_still_run_unreported(version: int) -> None:
     queue = make_queue()
-    producer = producer_of(queue)
+    producer = producer_of(queue) if version == 1 else v2_producer_of(queue)
     submit_many(queue, producer, 2)
     producer.disconnect()
     assert queue.stats().queue_depth == 2
@@ -248,8 +257,9 @@ def test_a_leaving_producer_s_tasks_still_run_unreported() -> None:
     queue.done(worker.session, 1)  # FakePeer fails if its producer is sent anything
     queue.failed(worker.session, 2, "no")
     assert queue.counters().completed == 1 and queue.counters().failed == 1
-    # Their outcomes are kept, for the producer to ask when it comes back.
-    assert len(queue.kept) == 2
+    # A version-2 producer may ask for their outcomes when it comes back: they
+    # are kept.  A version-1 one never could: nothing is, the pool as before.
+    assert len(queue.kept) == (2 if version == 2 else 0)
     assert queue.pool.bytes_used == EMPTY_POOL_BYTES + queue.kept.memory
 
 

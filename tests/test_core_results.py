@@ -16,6 +16,7 @@ from twisted.internet.task import Clock
 from quicx.daemon import pmad
 from quicx.daemon.core import QueueService, Refused
 from quicx.daemon.journal.interface import KeptEntry
+from quicx.daemon.journal.records import RecoveredTask, Recovery
 from quicx.daemon.policy import QueueLimits, QueuePolicy
 from quicx.daemon.results import ResultLimits, Share
 from quicx.protocol import results, v2, wire
@@ -31,6 +32,7 @@ from tests.fakes import (
     small_pool,
     v2_producer_of,
     v2_worker_of,
+    worker_of,
 )
 
 START = 1_800_000_000.0
@@ -174,6 +176,75 @@ def test_the_outcome_of_a_task_whose_producer_left_is_kept() -> None:
     assert awaited(queue, task.task_id) == Outcome(task.task_id, OutcomeState.DONE, ANSWER)
     clock.advance(120)
     assert awaited(queue, task.task_id).state == OutcomeState.EXPIRED
+
+
+def test_no_outcome_is_kept_for_a_version_1_producer_that_left() -> None:
+    queue = make_queue()
+    producer, worker = producer_of(queue), v2_worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    producer.disconnect()
+    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    queue.ack(worker.session, task.task_id, task.token, ANSWER)
+    assert awaited(queue, task.task_id).state == OutcomeState.UNKNOWN
+    assert len(queue.kept) == 0 and queue.pool.bytes_used == EMPTY_POOL_BYTES
+
+
+def test_outcomes_kept_for_nobody_are_evicted_before_requested_ones() -> None:
+    queue = queue_with(Clock(), max_count=2)
+    producer, worker = v2_producer_of(queue), v2_worker_of(queue)
+    asked = run(queue, producer, worker, result_ttl=0)
+    gone = v2_producer_of(queue, "gone")
+    for _ in range(3):
+        queue.submit(gone.session, b"t", b"x")
+    gone.disconnect()
+    for _ in range(3):
+        (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+        queue.ack(worker.session, task.task_id, task.token)
+    assert awaited(queue, asked).state == OutcomeState.DONE
+    assert [awaited(queue, t).state for t in (2, 3, 4)] == [
+        OutcomeState.EXPIRED,
+        OutcomeState.EXPIRED,
+        OutcomeState.DONE,
+    ]
+    assert awaited(queue, 2).reason == "evicted: past [results] max_count"
+    # Requested ones go too, oldest first, once no automatic one is left.
+    run(queue, producer, worker, result_ttl=0)
+    run(queue, producer, worker, result_ttl=0)
+    assert awaited(queue, asked) == Outcome(
+        asked, OutcomeState.EXPIRED, None, "evicted: past [results] max_count"
+    )
+
+
+def test_a_full_pool_evicts_an_outcome_kept_for_nobody_before_a_requested_one() -> None:
+    limits = QueueLimits(results=ResultLimits(max_memory=Share(percent=Decimal(100))))
+    queue = make_queue(pool=small_pool(3), limits=limits)
+    producer, worker = v2_producer_of(queue), v2_worker_of(queue)
+    asked = [run(queue, producer, worker, result_ttl=0) for _ in range(2)]
+    gone = v2_producer_of(queue, "gone")
+    queue.submit(gone.session, b"t", b"x")  # the third block: the pool is full
+    gone.disconnect()
+    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    queue.ack(worker.session, task.task_id, task.token, ANSWER)
+    # Its payload's block was freed first: its outcome took it.
+    assert [awaited(queue, t).state for t in (*asked, task.task_id)] == [OutcomeState.DONE] * 3
+    # The next SUBMIT finds the pool full: the automatic one goes, and only it.
+    run(queue, producer, worker, result_ttl=0)
+    assert [awaited(queue, t).state for t in asked] == [OutcomeState.DONE] * 2
+    assert awaited(queue, task.task_id).reason == "evicted: the pool is full"
+
+
+@pytest.mark.parametrize(("versions", "kept"), [({1, 2}, True), ({1}, False)])
+def test_a_recovered_tasks_outcome_is_kept_only_where_version_2_is_spoken(
+    versions: set[int], kept: bool
+) -> None:
+    queue = make_queue(limits=QueueLimits(versions=frozenset(versions)))
+    queue.restore(Recovery((RecoveredTask(7, b"t", b"x"),), 7, 0, 0, 0))
+    worker = worker_of(queue)
+    (task,) = [m for m in worker.take() if isinstance(m, wire.Task)]
+    queue.done(worker.session, task.task_id)
+    assert len(queue.kept) == int(kept)
+    if not kept:
+        assert queue.pool.bytes_used == EMPTY_POOL_BYTES
 
 
 def test_a_queue_that_keeps_results_keeps_them_for_its_ttl() -> None:

@@ -328,3 +328,27 @@ def test_the_cluster_page_shows_both_daemons_and_the_total_then_the_peer_down(
     assert cluster_cell(browser, "state", 2) == "1 of 2 up"
     assert f"down: {peer.client_address}" in text(browser, "cluster-note")
     assert console_errors(browser) == []
+
+
+def test_the_task_page_says_an_outcome_was_evicted_not_expired(
+    tmp_path: Path, browser: Any
+) -> None:
+    args = ("--web-listen=tcp:0", f"--web-monitor-token={MONITOR}", "--result-max-count=1")
+    with DaemonProcess(tmp_path, args) as small:
+        match = DASHBOARD.search(small.wait_for_log("dashboard on"))
+        assert match is not None
+        site = f"http://127.0.0.1:{match.group(1)}"
+        with Peer(small.address) as worker, Peer(small.address) as producer:
+            first, _ = submit(producer, "evict", 2, result_ttl=600)
+            worker.send(v2.encode_ready(1, ["evict"]))
+            for _ in range(2):
+                task = worker.receive()
+                worker.send(lifecycle.encode_ack(task.task_id, task.token))
+                assert isinstance(producer.receive(), v2.Done)
+        console_errors(browser)  # what the tests before left
+        log_in(browser, site, MONITOR, "task")
+        browser.find_element("id", "task-id").send_keys(str(first))
+        click(browser, '#task-form button[type="submit"]')
+        words = "its outcome was kept and was evicted: past [results] max_count"
+        until(lambda: words in text(browser, "task-answer"), what="the eviction")
+        assert console_errors(browser) == []

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol.results import OutcomeState
 from tests.peer import Peer
 
 
@@ -183,3 +184,72 @@ def test_a_run_time_schedule_survives_kill_9_and_never_fires_a_time_twice(
     # Every fire time once: no key twice, in fire-time order.
     times = [int(key.rsplit(b":", 1)[1]) for key in keys]
     assert len(set(times)) == len(times) and times == sorted(times)
+
+
+def test_a_tasks_attempts_survive_kill_9_and_max_attempts_keeps_counting(
+    tmp_path: Path, start_daemon
+) -> None:
+    """
+    A failure (RETRY) and a lost worker (ATTEMPTS) are counted across a
+    kill -9: the next delivery has the next attempt, INSPECT shows the ones
+    that ended, and max_attempts gives up on time.
+    """
+    journal = str(tmp_path / "j")
+    options = (
+        f"--journal={journal}",
+        "--default-retries=2",
+        "--max-attempts=3",
+        "--default-backoff=fixed:2s",
+    )
+    daemon = start_daemon(*options, "--fsync=always")
+    with Peer(daemon.address) as producer:
+
+        def submit(queue: str) -> int:
+            reply = producer.request(
+                v2.encode_submit(b"t", queue.encode(), v2.submit_options(queue))
+            )
+            assert isinstance(reply, v2.Ok), reply
+            return reply.task_id
+
+        failed_once, lost = submit("once"), submit("lost")
+        with Peer(daemon.address) as worker:
+            worker.send(v2.encode_ready(1, ["once"]))
+            task = worker.receive()
+            assert (task.task_id, task.attempt) == (failed_once, 1)
+            # Gone with its NACK: the retry, due in 2 s, finds no worker.
+            worker.send(lifecycle.encode_nack(task.task_id, task.token, "try again"))
+        assert isinstance(producer.receive(), lifecycle.Retrying)
+        for attempt in (1, 2):  # two deliveries that end with their worker gone
+            with Peer(daemon.address) as worker:
+                worker.send(v2.encode_ready(1, ["lost"]))
+                task = worker.receive()
+                assert (task.task_id, task.attempt) == (lost, attempt)
+            # Queued again once the daemon sees the worker gone.
+            deadline = time.monotonic() + 30
+            while producer.request(v2.encode_inspect(lost)).document["state"] != "queued":
+                assert time.monotonic() < deadline
+        # With fsync = always this OK waits for every record before it.
+        barrier = v2.encode_submit(b"t", b"barrier", v2.submit_options("barrier"))
+        assert isinstance(producer.request(barrier), v2.Ok)
+    daemon.kill()
+
+    restarted = start_daemon(*options)
+    with Peer(restarted.address) as client:
+        for task_id, attempt, failures in ((failed_once, 1, 1), (lost, 2, 0)):
+            document = client.request(v2.encode_inspect(task_id)).document
+            assert (document["attempt"], document["failures"]) == (attempt, failures)
+    with Peer(restarted.address) as worker:
+        worker.send(v2.encode_ready(1, ["once"]))
+        task = worker.receive()
+        while isinstance(task, wire.Wait):  # until its retry is due
+            task = worker.receive(timeout=30)
+        assert (task.task_id, task.attempt, task.failures) == (failed_once, 2, 1)
+    with Peer(restarted.address) as worker:
+        worker.send(v2.encode_ready(1, ["lost"]))
+        task = worker.receive()
+        assert (task.task_id, task.attempt) == (lost, 3)
+    # Its third delivery lost too: max_attempts = 3 gives up on it.
+    with Peer(restarted.address) as client:
+        outcome = client.request(results.encode_await(lost, 30_000))
+        assert outcome.state == OutcomeState.FAILED
+        assert outcome.reason.startswith("given up after 3 attempts")

@@ -6,6 +6,7 @@ are written, read back, refused when damaged, and kept by compaction.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -52,20 +53,44 @@ def test_lifecycle_records_come_back(tmp_path: Path) -> None:
     common = {"queue": "q", "priority": 4, "enqueued_at": T0, "key": b"k", "backoff": BACKOFF}
     assert recovery.tasks == (
         RecoveredTask(1, b"t", b"p1", due=T0 + 60, **common),  # type: ignore[arg-type]
-        RecoveredTask(2, b"t", b"p2", due=T0 + 5, retries=3, failures=1, **common),  # type: ignore[arg-type]
+        RecoveredTask(2, b"t", b"p2", due=T0 + 5, retries=3, failures=1, attempts=1, **common),  # type: ignore[arg-type]
         RecoveredTask(
             3,
             b"t",
             b"p3",
             retries=1,
             failures=2,
+            attempts=2,
             dead=DeadInfo(T0 + 9, "boom ☠", "127.0.0.1:5000"),
             **common,  # type: ignore[arg-type]
         ),
-        RecoveredTask(4, b"t", b"p4", retries=1, **common),  # type: ignore[arg-type]
+        RecoveredTask(4, b"t", b"p4", retries=1, attempts=2, **common),  # type: ignore[arg-type]
     )
     assert recovery.fired == {"nightly": T0 + 86400}
     assert recovery.schedules == {"hourly": b"definition"}
+
+
+def test_attempts_are_the_failures_unless_an_attempts_record_says_more(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    write(
+        path,
+        submit3(1, retries=3, failures=2),  # a journal written before ATTEMPTS records
+        submit3(2, retries=3),
+        journal.encode_retry(2, 1, T0 + 5),
+        journal.encode_attempts(2, 3),  # two lost workers after its failure
+        journal.encode_retry(2, 2, T0 + 9),
+        journal.encode_attempts(2, 4),
+        submit3(3, retries=1),
+        journal.encode_attempts(3, 2),
+        journal.encode_dead(3, T0 + 9, 1, "why", "w"),
+        journal.encode_attempts(3, 3),
+        journal.encode_replay(3),  # its failures reset, not its attempts
+        submit3(4),
+        journal.encode_attempts(4, 1),
+        journal.encode_retry(4, 1, T0),  # failures that are all its attempts: no ATTEMPTS
+    )
+    attempts = {t.task_id: (t.attempts, t.failures) for t in recover(str(path)).tasks}
+    assert attempts == {1: (2, 2), 2: (4, 2), 3: (3, 0), 4: (1, 1)}
 
 
 def test_a_state_record_of_a_finished_task_changes_nothing(tmp_path: Path) -> None:
@@ -80,6 +105,7 @@ def test_a_state_record_of_a_finished_task_changes_nothing(tmp_path: Path) -> No
         submit3(9, due=T0),
         journal.encode_retry(5, 1, T0),
         journal.encode_dead(5, T0, 1, "why", "who"),
+        journal.encode_attempts(5, 2),
         journal.encode_fired("s", T0),
         journal.encode_schedule("s", b"body"),
         journal.encode_unschedule("s"),
@@ -97,6 +123,7 @@ def test_a_torn_lifecycle_record_is_a_torn_tail(tmp_path: Path, record: bytes) -
     ("body", "problem"),
     [
         (bytes([11, 0, 0, 0, 1, 0, 1]), "RETRY record of the wrong length"),
+        (bytes([21, 0, 0, 0, 1, 0, 0, 1]), "ATTEMPTS record of the wrong length"),
         (bytes([12, 0, 0, 0, 1]) + bytes(8) + bytes([0, 1, 0, 9, 1]) + b"r", "DEAD record"),
         (bytes([14]) + bytes(8) + bytes([0]), "FIRED record of the wrong shape"),
         (bytes([14]) + bytes(8) + bytes([5]) + b"abc", "FIRED record of the wrong length"),
@@ -135,6 +162,13 @@ def test_compaction_keeps_delayed_retrying_and_dead_tasks(tmp_path: Path, start_
             task = worker.receive()
             worker.send(lifecycle.encode_nack(task.task_id, task.token, "no", permanent))
             producer.receive()  # RETRYING, or FAILED
+        lost = producer.request(v2.encode_submit(b"t", b"lost", v2.submit_options("lost")))
+        with Peer(daemon.address) as gone:
+            gone.send(v2.encode_ready(1, ["lost"]))
+            assert gone.receive().task_id == lost.task_id
+        deadline = time.monotonic() + 30  # queued again once its worker is seen gone
+        while producer.request(v2.encode_inspect(lost.task_id)).document["state"] != "queued":
+            assert time.monotonic() < deadline
         for _ in range(400):  # enough finished records to pass 16K and compact
             ok = producer.request(v2.encode_submit(b"t", b"x" * 40, v2.submit_options("q")))
             task = worker.receive()
@@ -149,7 +183,8 @@ def test_compaction_keeps_delayed_retrying_and_dead_tasks(tmp_path: Path, start_
     daemon.kill()
     tasks = {t.task_id: t for t in recover(str(path)).tasks}
     retrying, dead = (ok.task_id for ok in ids)
-    assert set(tasks) == {delayed.task_id, retrying, dead, barrier.task_id}
+    assert set(tasks) == {delayed.task_id, retrying, dead, lost.task_id, barrier.task_id}
+    assert (tasks[lost.task_id].attempts, tasks[retrying].attempts) == (1, 1)
     assert tasks[delayed.task_id].due > 0
     assert (tasks[retrying].failures, tasks[retrying].due > 0) == (1, True)
     assert tasks[dead].dead is not None and tasks[dead].dead.reason == "no"

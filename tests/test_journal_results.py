@@ -94,10 +94,35 @@ def test_a_later_result_replaces_a_kept_outcome_and_a_forgotten_one_ends_it(
     assert recovery.forgotten == (6,)
 
 
+def test_kept_for_nobody_and_evicted_come_back_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    automatic = KeptEntry(5, OutcomeState.DONE, 2, T + 1, b"ok", automatic=True)
+    write(
+        path,
+        journal.encode_result(automatic),
+        journal.encode_result(KeptEntry(6, OutcomeState.DONE, 1, T + 1, b"\x01")),
+        journal.encode_result(KeptEntry(7, OutcomeState.FAILED, 0, T + 1, b"no", True)),
+        journal.encode_forgotten(7, evicted=True),
+        journal.encode_result(KeptEntry(8, OutcomeState.FAILED, 0, T + 1, b"no")),
+        journal.encode_forgotten(8),
+    )
+    recovery = recover(str(path))
+    assert recovery.kept == (automatic, KeptEntry(6, OutcomeState.DONE, 1, T + 1, b"\x01"))
+    assert (recovery.forgotten, recovery.evicted) == ((7, 8), frozenset({7}))
+
+
 @pytest.mark.parametrize(
     ("record", "problem"),
     [
         (journal.encode_result(KeptEntry(1, 0, 0, T, b"")), "RESULT record of the wrong shape"),
+        (
+            journal._frame(bytes([17, 0, 0, 0, 1, 5, 2]) + bytes(8)),
+            "RESULT record of the wrong shape",
+        ),
+        (
+            journal._frame(bytes([17, 0, 0, 0, 1, 1, 0x84]) + bytes(8)),
+            "RESULT record of the wrong shape",
+        ),
         (journal.encode_result(KeptEntry(1, 1, 4, T, b"")), "RESULT record of the wrong shape"),
         (journal.encode_forgotten(1)[:-1], "RESULT record shorter than its header"),
         (group(1, GroupPhase.OPEN)[:-1], "GROUP record of the wrong shape"),

@@ -7,6 +7,7 @@ the groups, and compaction rewrites them.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from quicx.daemon.control import fetch_status
@@ -15,6 +16,7 @@ from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol.results import GroupOp, GroupPhase, GroupState, Outcome, OutcomeState
 from quicx.protocol.v2 import ErrorCode, Result, ResultKind
 from tests.peer import Peer
+from tests.test_cli import quicx
 
 REPORT = Result(ResultKind.JSON, b'{"rows":1200,"file":"r.csv"}')
 
@@ -214,3 +216,67 @@ def test_a_max_size_set_past_the_pools_largest_block_is_logged(start_daemon) -> 
         "results are held to 1,024 bytes, the pool's largest block ([results] max_size is"
         " 4,096): add a larger class to take larger ones" in daemon.log()
     )
+
+
+def test_a_fire_and_forget_load_does_not_evict_a_kept_result_and_quicx_result_says_evicted(
+    tmp_path: Path, start_daemon
+) -> None:
+    """
+    The new user's run: a result kept on request, then a load whose producer
+    leaves at once.  Its outcomes are kept for nobody in particular, so they
+    go first, across a kill -9 too; a result evicted is said to be.
+    """
+    journal = str(tmp_path / "j")
+    # Each kept result takes a 1 KiB block: 3 KiB holds three of them.
+    limits = ("--result-max-memory=3K", "--result-max-size=1000", f"--journal={journal}")
+    daemon = start_daemon(*limits, "--fsync=always")
+    result = Result(ResultKind.TEXT, b"r" * 1000)
+
+    def work(worker: Peer, count: int) -> None:
+        for _ in range(count):
+            task = worker.receive(timeout=30)
+            while not isinstance(task, v2.Task):  # a WAIT before the first task
+                task = worker.receive(timeout=30)
+            worker.send(lifecycle.encode_ack(task.task_id, task.token, result))
+        assert worker.request(v2.HEARTBEAT_FRAME) == wire.Pong()  # every ACK applied
+
+    with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
+        worker.send(v2.encode_ready(1))
+        asked = submit(producer, b"mine", result_ttl=3600)
+        work(worker, 1)
+        assert producer.receive() == v2.Done(asked, result)
+        with Peer(daemon.address) as loader:
+            load = [submit(loader, b"load") for _ in range(5)]
+        deadline = time.monotonic() + 30  # until the daemon sees the loader gone
+        while fetch_status(str(daemon.control_path))["connections"]["total"] != 2:
+            assert time.monotonic() < deadline
+        work(worker, 5)
+        # Barrier: with fsync = always, this OK follows every record before it.
+        submit(producer, b"barrier", queue="barrier")
+    daemon.kill()
+
+    restarted = start_daemon(*limits, "--fsync=always")
+    address = f"tcp:127.0.0.1:{restarted.port}"
+    shown = quicx("result", str(asked), f"--connect={address}")
+    assert (shown.returncode, shown.stdout.strip()) == (0, "r" * 1000), shown.stderr
+    with Peer(restarted.address) as client:
+        states = [client.request(results.encode_await(task_id)).state for task_id in load]
+    assert states == [OutcomeState.EXPIRED] * 3 + [OutcomeState.DONE] * 2
+    # Three results asked for now: the two automatic ones go, then the oldest asked for.
+    with Peer(restarted.address) as producer, Peer(restarted.address) as worker:
+        worker.send(v2.encode_ready(1))
+        for n in range(3):
+            submit(producer, b"%d" % n, result_ttl=3600)
+        work(worker, 3)
+        assert all(isinstance(producer.receive(), v2.Done) for _ in range(3))
+        submit(producer, b"barrier", queue="barrier")
+    shown = quicx("result", str(asked), f"--connect={address}")
+    assert shown.returncode == 1
+    assert shown.stderr.strip() == (
+        f"quicx: the outcome of task {asked} was kept, and was evicted: past [results] max_memory"
+    )
+    restarted.kill()
+    # The journal says it was evicted, not expired: so does a restart.
+    again = start_daemon(*limits)
+    shown = quicx("result", str(load[0]), f"--connect=tcp:127.0.0.1:{again.port}")
+    assert shown.stderr.strip().endswith(f"task {load[0]} was kept, and was evicted")

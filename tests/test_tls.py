@@ -21,7 +21,7 @@ from twisted.internet import defer
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.twisted_client import connect
 from quicx.protocol import wire
-from quicx.protocol.errors import ConnectionLost, Forbidden
+from quicx.protocol.errors import ConnectionLost, Forbidden, InvalidMessage
 from quicx.protocol.wire import ErrorCode
 from tests.certs import Authority
 from tests.conftest import DaemonProcess
@@ -389,3 +389,35 @@ async def test_a_cluster_peer_over_tls_is_polled_with_a_monitor_certificate(
     assert document["format"] == "quicx-status/1"
     with pytest.raises(PeerUnavailable, match="identity 'alice' may not act as a monitor"):
         await ask_status(reactor, peer("alice"), 5.0, 1 << 20)
+
+
+def test_the_control_socket_reads_as_an_admin_under_role_lists(
+    tmp_path: Path, start_daemon, pki
+) -> None:
+    """With every role list set, the control socket (the admin) may still read, as may admins."""
+    pki["dave"] = pki["ca"].issue("dave")  # type: ignore[attr-defined]
+    conf = tmp_path / "tls.conf"
+    server, key = pki["server"]
+    conf.write_text(
+        "[server]\nlisten = tls:0:interface=127.0.0.1\n"
+        f"[tls]\ncertificate = {server}\nprivate_key = {key}\n"
+        + MTLS.format(ca=pki["ca"].path)
+        + "admins = dave\n"
+    )
+    daemon: DaemonProcess = start_daemon(f"--config={conf}")
+    port = listening_port(daemon.log(), "tls:")
+    with QuicxClient(f"unix:{daemon.control_path}") as admin:
+        assert admin.stats().queue_depth == 0
+        assert [q["name"] for q in admin.queues()] == ["default"]
+        assert admin.dead()["tasks"] == []
+        assert admin.schedules() == []
+        assert admin.pause("default") == {"queue": "default", "paused": True}
+        assert admin.queues()[0]["paused"]
+    # A TLS admin may read too; an identity on no list still may not.
+    with QuicxClient(address(port, pki, who="dave")) as dave:
+        assert dave.queues()[0]["paused"]
+    with (
+        QuicxClient(address(port, pki, who="alice")) as alice,
+        pytest.raises(InvalidMessage, match="identity 'alice' may not act as a monitor"),
+    ):
+        alice.queues()

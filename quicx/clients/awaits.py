@@ -155,7 +155,7 @@ def awaited_value(outcome: results.Outcome) -> Any:
 
     @raise TaskFailed: it failed (C{TaskDead}: and is in the dead-letter set).
     @raise TaskCancelled: it was cancelled before it ran.
-    @raise OutcomeExpired: its kept outcome expired.
+    @raise OutcomeExpired: its kept outcome expired, or was evicted.
     @raise TaskUnknown: no such task, or its outcome was not kept.
     @raise NotFinished: it had not finished when the wait ended.
     """
@@ -169,7 +169,7 @@ def awaited_value(outcome: results.Outcome) -> Any:
     if state == OutcomeState.CANCELLED:
         raise TaskCancelled(task_id)
     if state == OutcomeState.EXPIRED:
-        raise OutcomeExpired(task_id)
+        raise OutcomeExpired(task_id, outcome.reason)
     if state == OutcomeState.UNKNOWN:
         raise TaskUnknown(task_id)
     raise NotFinished(f"task {task_id} has not finished yet")

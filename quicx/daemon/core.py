@@ -87,6 +87,7 @@ class Task:
     @ivar forward_progress: its producer asked for its PROGRESS reports.
     @ivar keep_for: seconds its outcome is kept after it finishes, as its
         SUBMIT asked (0: as its queue says, or if its producer is gone).
+    @ivar recovered: it came back from the journal (its producer is gone).
     @ivar group: the group it counts in until it finishes (0: none).
     @ivar tally: what it counts in: its queue and type's L{Tally}.
     @ivar ready_at: when it last became ready to run (queued, or due, or
@@ -119,6 +120,7 @@ class Task:
     dead: DeadInfo | None = None
     forward_progress: bool = False
     keep_for: float = 0.0
+    recovered: bool = False
     group: int = 0
     tally: Tally = field(kw_only=True)
     ready_at: float = field(kw_only=True)
@@ -126,6 +128,11 @@ class Task:
     @property
     def queue(self) -> str:
         return self.home.name
+
+    @property
+    def ended_attempts(self) -> int:
+        """Its deliveries that ended (what the journal keeps of C{attempts})."""
+        return self.attempts - (self.holder is not None)
 
 
 @define(eq=False)
@@ -858,19 +865,20 @@ class QueueService(Service):
             list(self.kept.entries()),
             self.kept.forgotten_ids(),
             list(self.groups.entries()),
+            self.kept.evicted_ids(),
         )
 
     def restore(self, recovery: Recovery) -> None:
         """
         Queue the tasks a journal kept, in their order and with their ids and
         queues; pause the queues it paused; remember its keys; keep its kept
-        outcomes and groups.  A task's producer is gone: its outcome is kept.
+        outcomes and groups.  A task's producer is gone: its outcome is kept
+        (as one nobody asked for) where version 2 is spoken.
 
         @raise pmad.PmadError: they do not fit this pool.
         @raise Refused: they need more queues than C{max_queues}.
         """
         now = self.clock()
-        limits = self.limits.results
         dead: list[Task] = []
         self.groups.restore(recovery.groups, recovery.last_group_id)
         for name in recovery.paused:
@@ -894,9 +902,11 @@ class QueueService(Service):
                 accepted=True,
                 retries=recovered.retries,
                 failures=recovered.failures,
+                attempts=recovered.attempts,
                 backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
                 dead=recovered.dead,
-                keep_for=recovered.keep_for or min(limits.ttl, limits.max_ttl),
+                keep_for=recovered.keep_for,
+                recovered=True,
                 group=recovered.group if self.groups.get(recovered.group) else 0,
                 tally=self._tally(queue, recovered.task_type),
                 ready_at=now,
@@ -920,7 +930,7 @@ class QueueService(Service):
         self.keys.restore(recovery.keys, now)
         self._last_task_id = recovery.last_task_id
         # After the tasks: a task's payload comes before a kept result.
-        self.kept.restore(recovery.kept, recovery.forgotten)
+        self.kept.restore(recovery.kept, recovery.forgotten, recovery.evicted)
 
     def _reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
         reason = str(refusal)
@@ -1158,7 +1168,7 @@ class QueueService(Service):
                 or task.group
                 or self.waits.count
                 or task.home.policy.keep_results
-                or (producer is not None and not producer.connected)
+                or (producer is None or not producer.connected)
             ):
                 self._settle(task, OutcomeState.DONE, result)
         if session.failed_in_row:
@@ -1970,6 +1980,7 @@ class QueueService(Service):
             return
         if self.events is not None:
             self._event("requeued", task, None, cause)
+        self.journal.record_attempts(task)
         task.ready_at = self.clock()
         task.home.push(task, at_head)
         task.tally.requeued += 1
@@ -2011,7 +2022,7 @@ class QueueService(Service):
         it should be kept, send it to every wait for it, count it in its
         group (whose GROUP_STATE then follows the outcome).
         """
-        ttl = self._keep_for(task)
+        ttl, automatic = self._keep_for(task)
         if ttl or self.waits.count:
             task_id = task.task_id
             if result is None:
@@ -2019,7 +2030,7 @@ class QueueService(Service):
             else:
                 kind, data = result.kind, result.data
             if ttl:
-                self.kept.keep(task_id, state, kind, data, ttl)
+                self.kept.keep(task_id, state, kind, data, ttl, automatic)
             if self.waits.count:
                 reason_data = b"" if result is not None else data
                 self._answer_waits(
@@ -2028,19 +2039,28 @@ class QueueService(Service):
         if task.group:
             self._leave_group(task, state)
 
-    def _keep_for(self, task: Task) -> float:
-        """Seconds C{task}'s outcome is kept (0: it is not)."""
+    def _keep_for(self, task: Task) -> tuple[float, bool]:
+        """
+        Seconds C{task}'s outcome is kept (0: it is not), and whether nobody
+        asked (it is kept for a producer that is gone, and evicted first).
+        """
         if task.keep_for:
-            return task.keep_for
+            return task.keep_for, False
         policy = task.home.policy
         limits = self.limits.results
         if policy.keep_results:
-            return min(policy.result_ttl or limits.ttl, limits.max_ttl)
+            return min(policy.result_ttl or limits.ttl, limits.max_ttl), False
         producer = task.producer
-        if producer is not None and not producer.connected:
-            # A producer cut off learns its outcomes when it reconnects.
-            return min(limits.ttl, limits.max_ttl)
-        return 0.0
+        if producer is None:
+            # Back from the journal: its producer may come back for it.
+            claimable = task.recovered and v2.VERSION in self.limits.versions
+        else:
+            # A version-2 producer cut off learns its outcomes when it
+            # reconnects; a version-1 one never could: nothing is kept.
+            claimable = producer.version == 2 and not producer.connected
+        if claimable:
+            return min(limits.ttl, limits.max_ttl), True
+        return 0.0, False
 
     def _answer_waits(self, task_id: int, frame: bytes) -> None:
         """End the waits for C{task_id} with C{frame} (not an answer: sent at once)."""

@@ -1,18 +1,22 @@
 """
 Kept outcomes: what became of finished tasks, for AWAIT to answer later.
 
-A task's outcome is kept when its SUBMIT or its queue asks, or when its
-producer is gone by the time it finishes (the queue core decides).  Each
-kept outcome holds its data (the result, or the reason) in one block of the
-pool, and is forgotten C{ttl} seconds after its task finished: one timer is
-armed at a time, for the earliest (a L{Delays} of outcomes).
+A task's outcome is kept when its SUBMIT or its queue asks (I{requested}),
+or when its version-2 producer is gone by the time it finishes
+(I{automatic}: the queue core decides).  Each kept outcome holds its data
+(the result, or the reason) in one block of the pool, and is forgotten
+C{ttl} seconds after its task finished: one timer is armed at a time, for
+the earliest (a L{Delays} of outcomes).
 
 The store is bounded by C{max_count} outcomes and C{max_memory} bytes of
 pool; past either, and when the pool has no room for a new task's payload,
-the oldest outcomes are evicted first.  The ids of outcomes forgotten (by
-TTL or eviction) are remembered, as many as C{max_count}, so that AWAIT can
-tell I{expired} from I{unknown}.  Every change is journaled: a kept outcome
-as a RESULT record, a forgotten one as a RESULT of state I{expired}.
+outcomes are evicted: the oldest automatic ones first, then the oldest
+requested ones (an automatic one never evicts a requested one).  The ids
+of outcomes forgotten (by TTL or eviction) are remembered, as many as
+C{max_count}, with why when they were evicted, so that AWAIT can tell
+I{expired} from I{unknown} and say I{evicted}.  Every change is journaled:
+a kept outcome as a RESULT record, a forgotten one as a RESULT of state
+I{expired}.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ class KeptOutcome:
     @ivar kind: the result's kind; 0: the data is a reason (or no result).
     @ivar capacity: the bytes its block could hold (what evicting it frees).
     @ivar cost: the pool bytes its block takes, header included.
+    @ivar automatic: nobody asked for it (its producer was gone).
     @ivar due: when it is forgotten (Unix seconds).
     """
 
@@ -90,12 +95,13 @@ class KeptOutcome:
     size: int
     capacity: int
     cost: int
+    automatic: bool
     due: float = 0.0
 
 
 class KeptOutcomes:
     """
-    The kept outcomes, oldest first.
+    The kept outcomes, oldest first: the automatic ones, then the requested.
 
     @ivar memory: the pool bytes they take.
     @ivar kept: outcomes kept since start.
@@ -122,9 +128,13 @@ class KeptOutcomes:
         self._clock = clock
         self._on_evicted = evicted
         self._outcomes: dict[int, KeptOutcome] = {}
+        # The same, by class, oldest first: each evicted before the next.
+        self._automatic: dict[int, KeptOutcome] = {}
+        self._requested: dict[int, KeptOutcome] = {}
         # How many kept outcomes have blocks of each capacity (a few classes).
         self._capacities: Counter[int] = Counter()
-        self._forgotten: dict[int, None] = {}
+        # Why each forgotten one was evicted ("": its TTL ran out).
+        self._forgotten: dict[int, str] = {}
         self._timer: Delays[KeptOutcome] = Delays(scheduler, clock, self._expire)
         self.memory = 0
         self.kept = 0
@@ -148,23 +158,42 @@ class KeptOutcomes:
         """Whether task C{task_id}'s outcome was kept and is forgotten (expired, evicted)."""
         return task_id in self._forgotten
 
+    def eviction(self, task_id: int) -> str:
+        """Why task C{task_id}'s forgotten outcome was evicted (C{""}: it expired, or unknown)."""
+        return self._forgotten.get(task_id, "")
+
     def outcome(self, task_id: int) -> bytes:
-        """The OUTCOME of a task that is not live: kept, forgotten (expired), or unknown."""
+        """
+        The OUTCOME of a task that is not live: kept, forgotten (expired,
+        with why when it was evicted), or unknown.
+        """
         found = self.get(task_id)
         if found is None:
-            state = OutcomeState.EXPIRED if self.forgot(task_id) else OutcomeState.UNKNOWN
-            return results.encode_outcome(task_id, state)
+            if self.forgot(task_id):
+                return results.encode_outcome(
+                    task_id, OutcomeState.EXPIRED, None, self.eviction(task_id)
+                )
+            return results.encode_outcome(task_id, OutcomeState.UNKNOWN)
         kept, data = found
         if kept.kind:
             result = v2.Result(v2.ResultKind(kept.kind), data)
             return results.encode_outcome(task_id, kept.state, result)
         return results.encode_outcome(task_id, kept.state, None, data)
 
-    def keep(self, task_id: int, state: OutcomeState, kind: int, data: bytes, ttl: float) -> None:
+    def keep(
+        self,
+        task_id: int,
+        state: OutcomeState,
+        kind: int,
+        data: bytes,
+        ttl: float,
+        automatic: bool = False,
+    ) -> None:
         """
         Keep a task's outcome for C{ttl} seconds from now, replacing any
         kept before; the oldest outcomes go when the bounds are passed (this
         one too, when it alone passes them or finds no room in the pool).
+        An C{automatic} one (nobody asked) evicts only automatic ones.
         """
         if not self.max_count:
             return
@@ -172,7 +201,7 @@ class KeptOutcomes:
             # A reason may be longer than a block (a result never is): cut
             # to whole characters, before it is journaled.
             data = data[: self.pool.max_size].decode("utf-8", "ignore").encode("utf-8")
-        entry = KeptEntry(task_id, state, kind, self._clock() + ttl, data)
+        entry = KeptEntry(task_id, state, kind, self._clock() + ttl, data, automatic)
         self.kept += 1
         if self._add(entry):
             self.journal.record_result(entry)
@@ -186,11 +215,12 @@ class KeptOutcomes:
             self._timer.remove(old)
             self._drop(old)
         data = entry.data
-        block = self._store(data)
+        block = self._store(data, entry.automatic)
         if block is None:
+            why = "evicted at once: no room in the pool"
             self.evicted += 1
-            self._forget(task_id, 0)
-            self._on_evicted(task_id, "evicted at once: no room in the pool")
+            self._forget(task_id, 0, why)
+            self._on_evicted(task_id, why)
             return False
         capacity = self.pool.capacity(block)
         outcome = KeptOutcome(
@@ -201,42 +231,47 @@ class KeptOutcomes:
             len(data),
             capacity,
             capacity + pmad.BLOCK_HEADER_SIZE,
+            entry.automatic,
         )
         self._outcomes[task_id] = outcome
+        (self._automatic if entry.automatic else self._requested)[task_id] = outcome
         self._capacities[capacity] += 1
         self._forgotten.pop(task_id, None)
         self.memory += outcome.cost
         self._timer.add(outcome, entry.expires_at)
         return True
 
-    def _store(self, data: bytes) -> int | None:
+    def _store(self, data: bytes, automatic: bool) -> int | None:
         """A block holding C{data}, evicting for it if the pool is full; C{None}: no room."""
         while True:
             try:
                 return self.pool.store(data)
             except pmad.PoolExhausted:
-                if not self.make_room(len(data)):
+                if not self.make_room(len(data), automatic):
                     return None
 
-    def make_room(self, size: int) -> bool:
+    def make_room(self, size: int, automatic_only: bool = False) -> bool:
         """
-        Evict the oldest kept outcome whose block can hold C{size} bytes, so
+        Evict the oldest kept outcome whose block can hold C{size} bytes
+        (an automatic one first; with C{automatic_only}, only those), so
         that the pool has room for them; C{False} if none can (known without
         a look at each: a full pool may refuse every SUBMIT).
         """
         if not any(count for capacity, count in self._capacities.items() if capacity >= size):
             return False
-        for outcome in self._outcomes.values():
-            if outcome.capacity >= size:
-                self._evict(outcome, "evicted: the pool is full")
-                return True
+        classes = (self._automatic,) if automatic_only else (self._automatic, self._requested)
+        for outcomes in classes:
+            for outcome in outcomes.values():
+                if outcome.capacity >= size:
+                    self._evict(outcome, "evicted: the pool is full")
+                    return True
         return False
 
     def _trim(self) -> None:
-        """Evict the oldest outcomes while the bounds are passed."""
+        """Evict the oldest outcomes, automatic ones first, while the bounds are passed."""
         outcomes = self._outcomes
         while outcomes and (len(outcomes) > self.max_count or self.memory > self.max_memory):
-            oldest = next(iter(outcomes.values()))
+            oldest = next(iter((self._automatic or self._requested).values()))
             why = "max_count" if len(outcomes) > self.max_count else "max_memory"
             self._evict(oldest, f"evicted: past [results] {why}")
 
@@ -244,7 +279,7 @@ class KeptOutcomes:
         self.evicted += 1
         self._timer.remove(outcome)
         self._drop(outcome)
-        self._forget(outcome.task_id, outcome.size)
+        self._forget(outcome.task_id, outcome.size, why)
         self._on_evicted(outcome.task_id, why)
 
     def _expire(self, outcomes: list[KeptOutcome]) -> None:
@@ -257,36 +292,60 @@ class KeptOutcomes:
     def _drop(self, outcome: KeptOutcome) -> None:
         """Let go of an outcome's block (the caller took it off the timer)."""
         del self._outcomes[outcome.task_id]
+        del (self._automatic if outcome.automatic else self._requested)[outcome.task_id]
         self._capacities[outcome.capacity] -= 1
         self.memory -= outcome.cost
         self.pool.free(outcome.block)
 
-    def _forget(self, task_id: int, size: int) -> None:
-        """Remember C{task_id} as forgotten (the oldest such ids go past C{max_count})."""
-        self.journal.record_forgotten(task_id, size)
+    def _forget(self, task_id: int, size: int, why: str = "") -> None:
+        """
+        Remember C{task_id} as forgotten, and C{why} it was evicted (C{""}:
+        it expired); the oldest such ids go past C{max_count}.
+        """
+        self.journal.record_forgotten(task_id, size, bool(why))
         forgotten = self._forgotten
-        forgotten[task_id] = None
+        forgotten.pop(task_id, None)
+        forgotten[task_id] = why
         while len(forgotten) > self.max_count:
             del forgotten[next(iter(forgotten))]
 
     def entries(self) -> Iterator[KeptEntry]:
-        """The kept outcomes, oldest first, with their data (for a journal snapshot)."""
+        """
+        The kept outcomes, each class oldest first, with their data (for a
+        journal snapshot).
+        """
         read = self.pool.read
-        for outcome in self._outcomes.values():
-            yield KeptEntry(
-                outcome.task_id, outcome.state, outcome.kind, outcome.due, read(outcome.block)
-            )
+        for outcomes in (self._automatic, self._requested):
+            for outcome in outcomes.values():
+                yield KeptEntry(
+                    outcome.task_id,
+                    outcome.state,
+                    outcome.kind,
+                    outcome.due,
+                    read(outcome.block),
+                    outcome.automatic,
+                )
 
     def forgotten_ids(self) -> list[int]:
         return list(self._forgotten)
 
-    def restore(self, kept: tuple[KeptEntry, ...], forgotten: tuple[int, ...]) -> None:
+    def evicted_ids(self) -> frozenset[int]:
+        """The forgotten ids whose outcomes were evicted (not expired)."""
+        return frozenset(task_id for task_id, why in self._forgotten.items() if why)
+
+    def restore(
+        self,
+        kept: tuple[KeptEntry, ...],
+        forgotten: tuple[int, ...],
+        evicted: frozenset[int] = frozenset(),
+    ) -> None:
         """
         Take back what a journal kept: outcomes whose time has passed are
-        forgotten (counted as expired); the bounds are enforced.
+        forgotten (counted as expired); the bounds are enforced.  Those of
+        C{forgotten} in C{evicted} were evicted (why is not journaled).
         """
         for task_id in forgotten:
-            self._forgotten[task_id] = None
+            self._forgotten[task_id] = "evicted" if task_id in evicted else ""
         now = self._clock()
         for entry in kept:
             if entry.expires_at <= now:

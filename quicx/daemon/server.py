@@ -152,7 +152,8 @@ class QuicxServerProtocol(FrameReceiver):
     def _authorize(self, *roles: str) -> None:
         """
         @raise NotAuthorized: the [tls] role lists do not let this peer's
-            certificate identity act as any of C{roles}.
+            certificate identity act as any of C{roles}.  An admin (the
+            control socket, or an identity in C{admins}) may always read.
         """
         authorization = self.factory.authorization
         if authorization is None:
@@ -160,6 +161,8 @@ class QuicxServerProtocol(FrameReceiver):
         self._learn_identity()
         identity = self.identity
         assert identity is not _UNKNOWN
+        if "monitor" in roles and (self.factory.admin or authorization.allows(identity, "admin")):
+            return
         if not any(authorization.allows(identity, role) for role in roles):
             raise NotAuthorized(
                 f"{describe_peer(self.transport)} may not act as a {' or '.join(roles)}"

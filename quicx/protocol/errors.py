@@ -140,11 +140,18 @@ class OutcomeExpired(QuicxError):
     daemon evicted it for room.
 
     @ivar task_id: the task.
+    @ivar eviction: why the daemon evicted it before its TTL (C{""}: it
+        expired, or the daemon does not say).
     """
 
-    def __init__(self, task_id: int) -> None:
-        super().__init__(f"the outcome of task {task_id} was kept, and has expired")
+    def __init__(self, task_id: int, eviction: str = "") -> None:
+        if eviction:
+            message = f"the outcome of task {task_id} was kept, and was {eviction}"
+        else:
+            message = f"the outcome of task {task_id} was kept, and has expired"
+        super().__init__(message)
         self.task_id = task_id
+        self.eviction = eviction
 
 
 class TaskUnknown(QuicxError):

@@ -13,6 +13,7 @@ small limits, tests each limit at its edge.
 from __future__ import annotations
 
 import json
+import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -30,13 +31,18 @@ from tests.interop.raw import (
     GROUP_STATE,
     HELLO,
     IN_GROUP,
+    OK,
     OUTCOME,
     PROGRESS,
     PUBLISH,
     QUEUE,
+    READY,
     RESULT,
     SHARED,
+    STATS,
+    STATS_RESPONSE,
     SUBMIT,
+    TASK,
     WANT_PROGRESS,
     Wire,
     ack,
@@ -490,3 +496,90 @@ def test_open_groups_are_bounded(small: Connect) -> None:
 def test_hello_lists_the_part_3_capabilities(connect: Connect) -> None:
     hello = connect().info(frame(HELLO, b""))
     assert {"results", "progress", "shared", "groups"} <= set(hello["capabilities"])
+
+
+# -- whose outcomes are kept: a version-1 producer's never; requested before automatic ----
+
+
+def control_status(daemon: DaemonProcess) -> dict[str, Any]:
+    """The control socket's status document (its C{status} line)."""
+    with socket.socket(socket.AF_UNIX) as control:
+        control.settimeout(5)
+        control.connect(str(daemon.control_path))
+        control.sendall(b"status\n")
+        data = b""
+        while chunk := control.recv(65536):
+            data += chunk
+    return json.loads(data)
+
+
+def until_connections(daemon: DaemonProcess, count: int) -> None:
+    """Wait until the daemon counts C{count} connections (one that closed is seen gone)."""
+    deadline = time.monotonic() + 30
+    while control_status(daemon)["connections"]["total"] != count:
+        assert time.monotonic() < deadline, "the daemon never saw the connection go"
+        time.sleep(0.02)
+
+
+def bytes_used(peer: Wire) -> int:
+    """STATS_RESPONSE's pmad_bytes_used, asked on C{peer} (after what it sent before)."""
+    kind, body = peer.ask(frame(STATS, version=peer.version))
+    assert (kind, len(body)) == (STATS_RESPONSE, 28)
+    return struct.unpack_from(">Q", body, 12)[0]
+
+
+@pytest.mark.parametrize("config", ["", "[protocol]\nversions = 1\n"])
+def test_no_outcome_is_kept_for_a_version_1_producer_that_left(
+    tmp_path: Any, wires: Connect, config: str
+) -> None:
+    with launch(tmp_path, config) as daemon:
+        worker = wires(daemon.address, 1)
+        baseline = bytes_used(worker)
+        producer = wires(daemon.address, 1)
+        kind, body = producer.ask(submit_v1(b"t", b"fire and forget"))
+        assert kind == OK
+        (task_id,) = struct.unpack(">I", body)
+        assert bytes_used(worker) > baseline
+        producer.close()
+        until_connections(daemon, 1)
+        assert worker.ask(frame(READY, version=1))[0] == TASK
+        worker.send(frame(DONE, u32(task_id), version=1))
+        # Its block is free, and no outcome took one: a v1 producer could never ask.
+        assert bytes_used(worker) == baseline
+        assert control_status(daemon)["results"]["kept"] == 0
+
+
+KEPT_FEW = "[results]\nmax_count = 3\n"
+
+
+def test_outcomes_kept_for_nobody_go_before_requested_ones(tmp_path: Any, wires: Connect) -> None:
+    with launch(tmp_path, KEPT_FEW) as daemon:
+        producer, worker = wires(daemon.address), wires(daemon.address)
+        asked = run(producer, worker, b"mine", keep())
+        worker.send(ack(asked["id"], token_of(asked), b"\x02keep me"))
+        assert producer.read()[0] == DONE
+        # A fire-and-forget load from a version-2 producer that leaves: its
+        # outcomes are kept for it, but never at the cost of one asked for.
+        loader = wires(daemon.address)
+        ids = [loader.ok(submit(b"t", b"x", option(QUEUE, b"load")))[0] for _ in range(5)]
+        loader.close()
+        until_connections(daemon, 2)
+        for task_id in ids:
+            task = worker.task(ready(1, b"load"))
+            assert task["id"] == task_id
+            worker.send(ack(task_id, token_of(task)))
+        assert worker.alive()  # every ACK is applied
+        producer.send(await_(asked["id"]))
+        assert outcome(producer) == (asked["id"], DONE_STATE, TEXT, b"keep me")
+        # The oldest automatic ones were evicted, and AWAIT says so.
+        producer.send(await_(ids[0]))
+        assert outcome(producer) == (ids[0], EXPIRED, 0, b"evicted: past [results] max_count")
+        producer.send(await_(ids[-1]))
+        assert outcome(producer)[1] == DONE_STATE
+        # Requested ones go too once they alone pass the bound, oldest first.
+        for n in range(3):
+            task = run(producer, worker, b"mine", keep())
+            worker.send(ack(task["id"], token_of(task), b"\x02%d" % n))
+            assert producer.read()[0] == DONE
+        producer.send(await_(asked["id"]))
+        assert outcome(producer) == (asked["id"], EXPIRED, 0, b"evicted: past [results] max_count")

@@ -10,7 +10,7 @@ it never knows which journal it has, and the writer never imports the queue.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any, Protocol
 
 from attrs import frozen
@@ -58,6 +58,10 @@ class Record(Protocol):
     @property
     def failures(self) -> int:
         """The failed attempts it has had."""
+
+    @property
+    def ended_attempts(self) -> int:
+        """Its deliveries that ended: failed, lost or timed out (not one running now)."""
 
     @property
     def backoff(self) -> tuple[int, int, int, int] | None:
@@ -116,6 +120,8 @@ class KeptEntry:
     @ivar kind: the result's kind (a L{quicx.protocol.v2.ResultKind}); 0:
         C{data} is a reason (UTF-8), or a done task gave no result.
     @ivar expires_at: when it is forgotten (Unix seconds).
+    @ivar automatic: nobody asked for it to be kept (its producer was gone):
+        evicted before those that were asked for.
     """
 
     task_id: int
@@ -123,6 +129,7 @@ class KeptEntry:
     kind: int
     expires_at: float
     data: bytes
+    automatic: bool = False
 
 
 @frozen
@@ -156,6 +163,7 @@ class Snapshot:
     @ivar shared: each shared-data name's current version and data.
     @ivar kept: the kept outcomes, oldest first.
     @ivar forgotten: the ids of outcomes that were kept and no longer are.
+    @ivar evicted: those of C{forgotten} that were evicted (not expired).
     @ivar groups: the groups, open or remembered.
     """
 
@@ -168,6 +176,7 @@ class Snapshot:
     kept: Iterable[KeptEntry] = ()
     forgotten: Iterable[int] = ()
     groups: Iterable[GroupEntry] = ()
+    evicted: Container[int] = frozenset()
 
 
 class IJournalOwner(Interface):
@@ -222,6 +231,9 @@ class IJournal(Interface):
     def record_replay(task: Record) -> None:
         """Record that dead C{task} is back in its queue, its failures reset."""
 
+    def record_attempts(task: Record) -> None:
+        """Record that a delivery of C{task} ended (lost, timed out) and it is queued again."""
+
     def record_fired(schedule: str, fire_time: float) -> None:
         """Record that C{schedule} fired for C{fire_time} (after its task's SUBMIT)."""
 
@@ -234,8 +246,11 @@ class IJournal(Interface):
     def record_result(entry: KeptEntry) -> None:
         """Record a kept outcome (after its task's own outcome record)."""
 
-    def record_forgotten(task_id: int, size: int) -> None:
-        """Record that the kept outcome of C{task_id} (C{size} bytes of data) is forgotten."""
+    def record_forgotten(task_id: int, size: int, evicted: bool) -> None:
+        """
+        Record that the kept outcome of C{task_id} (C{size} bytes of data)
+        is forgotten: C{evicted} before its time, or expired.
+        """
 
     def record_group(entry: GroupEntry) -> None:
         """Record a group's state now: opened, closed, finished or forgotten."""
@@ -276,6 +291,9 @@ class NullJournal:
     def record_replay(self, task: Record) -> None:
         pass
 
+    def record_attempts(self, task: Record) -> None:
+        pass
+
     def record_fired(self, schedule: str, fire_time: float) -> None:
         pass
 
@@ -288,7 +306,7 @@ class NullJournal:
     def record_result(self, entry: KeptEntry) -> None:
         pass
 
-    def record_forgotten(self, task_id: int, size: int) -> None:
+    def record_forgotten(self, task_id: int, size: int, evicted: bool) -> None:
         pass
 
     def record_group(self, entry: GroupEntry) -> None:

@@ -19,7 +19,7 @@ MAGIC_V2 = b"QUICXJ2\n"
 MAGIC_V3 = b"QUICXJ3\n"
 """The release of protocol v2 part 2: kinds 1 to 16."""
 MAGIC = b"QUICXJ4\n"
-"""This release's: kinds 1 to 20 (a previous release refuses the file; 18 is not yet written)."""
+"""This release's: kinds 1 to 21 (a previous release refuses the file)."""
 MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC: 4}
 FORMAT = 4
 RECORD_HEADER = struct.Struct(">II")
@@ -40,11 +40,19 @@ SUBMIT3's fields and, before the lengths, how long its outcome is kept
 (ms; 0: as the queue says) and its group (0: none).
 """
 RESULT_HEAD = struct.Struct(">BIBBQ")
-"""Kind, id, outcome state, result kind, expires ms; then the data."""
+"""
+Kind, id, outcome state, result kind (with L{AUTOMATIC}), expires ms; then
+the data.  Forgotten (state L{FORGOTTEN}): its result kind is 1 when it
+was evicted, 0 when it expired.
+"""
+AUTOMATIC = 0x80
+"""A RESULT's result-kind flag: the outcome was kept though nobody asked."""
 GROUP_HEAD = struct.Struct(">BIBQQIIII")
 """Kind, group id, phase, opened ms, finished ms, members, done, failed, cancelled."""
 RETRY_HEAD = struct.Struct(">BIHQ")
 """Kind, id, failures, due ms."""
+ATTEMPTS_HEAD = struct.Struct(">BII")
+"""Kind, id, deliveries that ended (when not its failures)."""
 DEAD_HEAD = struct.Struct(">BIQHHB")
 """Kind, id, died ms, failures, then the lengths of reason and worker."""
 FIRED_HEAD = struct.Struct(">BQB")
@@ -73,6 +81,7 @@ KIND_SHARED = 18
 KIND_RESULT = 17
 KIND_GROUP = 19
 KIND_SUBMIT4 = 20
+KIND_ATTEMPTS = 21
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
     KIND_SUBMIT2,
@@ -90,6 +99,7 @@ KINDS = KINDS_V1 | {
     KIND_RESULT,
     KIND_GROUP,
     KIND_SUBMIT4,
+    KIND_ATTEMPTS,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
@@ -228,17 +238,21 @@ def encode_submit3(
 
 def encode_result(entry: KeptEntry) -> bytes:
     """A kept outcome (written after its task's outcome record)."""
+    kind = entry.kind | AUTOMATIC if entry.automatic else entry.kind
     return _frame(
         RESULT_HEAD.pack(
-            KIND_RESULT, entry.task_id, entry.state, entry.kind, round(entry.expires_at * 1000)
+            KIND_RESULT, entry.task_id, entry.state, kind, round(entry.expires_at * 1000)
         )
         + entry.data
     )
 
 
-def encode_forgotten(task_id: int) -> bytes:
-    """A kept outcome forgotten (a RESULT of state expired: its id is remembered as such)."""
-    return _frame(RESULT_HEAD.pack(KIND_RESULT, task_id, FORGOTTEN, 0, 0))
+def encode_forgotten(task_id: int, evicted: bool = False) -> bytes:
+    """
+    A kept outcome forgotten (a RESULT of state expired: its id is
+    remembered as such), C{evicted} before its time or not.
+    """
+    return _frame(RESULT_HEAD.pack(KIND_RESULT, task_id, FORGOTTEN, int(evicted), 0))
 
 
 def result_record_size(size: int) -> int:
@@ -266,6 +280,15 @@ def encode_group(entry: GroupEntry) -> bytes:
 def encode_retry(task_id: int, failures: int, due: float) -> bytes:
     """A failed attempt of a live task: it waits until C{due} for its next."""
     return _frame(RETRY_HEAD.pack(KIND_RETRY, task_id, failures, round(due * 1000)))
+
+
+def encode_attempts(task_id: int, attempts: int) -> bytes:
+    """
+    A live task's deliveries that ended, written when they are not its
+    failures (a worker lost, a timeout, a replay): without one, a task's
+    SUBMIT, RETRY or DEAD record's failures are its attempts.
+    """
+    return _frame(ATTEMPTS_HEAD.pack(KIND_ATTEMPTS, task_id, min(attempts, 0xFFFFFFFF)))
 
 
 def encode_dead(task_id: int, died_at: float, failures: int, reason: str, worker: str) -> bytes:
@@ -368,7 +391,8 @@ class RecoveredTask:
     """
     A live task as the journal kept it.  A record of the previous format
     has no queue, priority or enqueue time (C{None}: the daemon's default
-    queue, that queue's priority, the time of recovery).
+    queue, that queue's priority, the time of recovery).  C{attempts}: its
+    deliveries that ended (one cut short by the daemon's own stop is not).
     """
 
     task_id: int
@@ -386,6 +410,7 @@ class RecoveredTask:
     dead: DeadInfo | None = None
     keep_for: float = 0.0
     group: int = 0
+    attempts: int = 0
 
 
 @frozen
@@ -409,6 +434,7 @@ class Recovery:
     @ivar shared: each shared-data name's last version and its data.
     @ivar kept: the kept outcomes, in the order they were kept.
     @ivar forgotten: the ids of kept outcomes since forgotten, oldest first.
+    @ivar evicted: those of C{forgotten} evicted before their time.
     @ivar groups: the groups not forgotten.
     @ivar last_group_id: the highest group id the journal names.
     """
@@ -428,3 +454,4 @@ class Recovery:
     forgotten: tuple[int, ...] = ()
     groups: tuple[GroupEntry, ...] = ()
     last_group_id: int = 0
+    evicted: frozenset[int] = frozenset()

@@ -10,6 +10,8 @@ from attrs import evolve, frozen
 
 from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry
 from quicx.daemon.journal.records import (
+    ATTEMPTS_HEAD,
+    AUTOMATIC,
     BACKOFF,
     DEAD_HEAD,
     FIRED_HEAD,
@@ -18,6 +20,7 @@ from quicx.daemon.journal.records import (
     GROUP_HEAD,
     ID,
     KEY_HEAD,
+    KIND_ATTEMPTS,
     KIND_CANCELLED,
     KIND_CHECKPOINT,
     KIND_DEAD,
@@ -88,7 +91,9 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
         if length < RESULT_HEAD.size:
             return "RESULT record shorter than its header"
         _, _, state, result_kind, _ = RESULT_HEAD.unpack_from(data, start)
-        if state not in _RESULT_STATES or result_kind not in _RESULT_KINDS:
+        if state not in _RESULT_STATES or result_kind & ~AUTOMATIC not in _RESULT_KINDS:
+            return "RESULT record of the wrong shape"
+        if state == FORGOTTEN and result_kind > 1:
             return "RESULT record of the wrong shape"
         if state == FORGOTTEN and length != RESULT_HEAD.size:
             return "RESULT record of the wrong length"
@@ -98,6 +103,9 @@ def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> 
     elif kind == KIND_RETRY:
         if length != RETRY_HEAD.size:
             return "RETRY record of the wrong length"
+    elif kind == KIND_ATTEMPTS:
+        if length != ATTEMPTS_HEAD.size:
+            return "ATTEMPTS record of the wrong length"
     elif kind == KIND_DEAD:
         if length < DEAD_HEAD.size:
             return "DEAD record shorter than its header"
@@ -310,12 +318,13 @@ def recover(path: str) -> Recovery:
         tuple(outcomes.forgotten),
         tuple(outcomes.groups.values()),
         outcomes.last_group_id,
+        frozenset(task_id for task_id, evicted in outcomes.forgotten.items() if evicted),
     )
 
 
 _NAMED_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE, KIND_SHARED})
 """The records of a queue, a schedule or shared data: of no task."""
-_STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY})
+_STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS})
 
 
 def _schedule_record(
@@ -354,10 +363,15 @@ def _shared_record(data: bytes, start: int, end: int, shared: dict[str, tuple[in
 
 
 def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -> RecoveredTask:
-    """A live task after a (checked) RETRY, DEAD or REPLAY record."""
+    """
+    A live task after a (checked) RETRY, DEAD, REPLAY or ATTEMPTS record: a
+    RETRY's or DEAD's failures are its attempts, unless an ATTEMPTS follows.
+    """
+    if kind == KIND_ATTEMPTS:
+        return evolve(task, attempts=ATTEMPTS_HEAD.unpack_from(data, start)[2])
     if kind == KIND_RETRY:
         _, _, failures, due_ms = RETRY_HEAD.unpack_from(data, start)
-        return evolve(task, failures=failures, due=due_ms / 1000)
+        return evolve(task, failures=failures, attempts=failures, due=due_ms / 1000)
     if kind == KIND_DEAD:
         _, _, died_ms, failures, reason_length, _ = DEAD_HEAD.unpack_from(data, start)
         reason_end = start + DEAD_HEAD.size + reason_length
@@ -366,7 +380,7 @@ def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -
             data[start + DEAD_HEAD.size : reason_end].decode("utf-8", "replace"),
             data[reason_end:end].decode("utf-8", "replace"),
         )
-        return evolve(task, failures=failures, due=0.0, dead=dead)
+        return evolve(task, failures=failures, attempts=failures, due=0.0, dead=dead)
     return evolve(task, failures=0, due=0.0, dead=None)
 
 
@@ -426,6 +440,7 @@ def _lifecycle_submit(data: bytes, start: int, end: int, kind: int) -> Recovered
         BACKOFF.unpack(backoff) if backoff else None,
         keep_for=keep_ms / 1000,
         group=group,
+        attempts=failures,
     )
 
 
@@ -440,7 +455,8 @@ class _Outcomes:
 
     def __init__(self) -> None:
         self.kept: dict[int, KeptEntry] = {}
-        self.forgotten: dict[int, None] = {}
+        # Each forgotten id, and whether it was evicted (not expired).
+        self.forgotten: dict[int, bool] = {}
         self.groups: dict[int, GroupEntry] = {}
         self.last_group_id = 0
 
@@ -449,10 +465,15 @@ class _Outcomes:
         self.kept.pop(task_id, None)
         self.forgotten.pop(task_id, None)
         if state == FORGOTTEN:
-            self.forgotten[task_id] = None
+            self.forgotten[task_id] = bool(kind)
         else:
             entry = KeptEntry(
-                task_id, state, kind, expires_ms / 1000, data[start + RESULT_HEAD.size : end]
+                task_id,
+                state,
+                kind & ~AUTOMATIC,
+                expires_ms / 1000,
+                data[start + RESULT_HEAD.size : end],
+                bool(kind & AUTOMATIC),
             )
             self.kept[task_id] = entry
 

@@ -32,6 +32,7 @@ from quicx.daemon.journal.records import (
     FsyncPolicy,
     JournalInDoubt,
     Recovery,
+    encode_attempts,
     encode_dead,
     encode_fired,
     encode_forgotten,
@@ -245,6 +246,8 @@ class Journal(Service):
 
     def record_retry(self, task: Record) -> None:
         self._append(encode_retry(task.task_id, task.failures, task.due))
+        if task.ended_attempts != task.failures:
+            self.record_attempts(task)
 
     def record_dead(self, task: Record) -> None:
         dead = task.dead
@@ -252,6 +255,11 @@ class Journal(Service):
         self._append(
             encode_dead(task.task_id, dead.died_at, task.failures, dead.reason, dead.worker)
         )
+        if task.ended_attempts != task.failures:
+            self.record_attempts(task)
+
+    def record_attempts(self, task: Record) -> None:
+        self._append(encode_attempts(task.task_id, task.ended_attempts))
 
     def record_replay(self, task: Record) -> None:
         self._append(encode_replay(task.task_id))
@@ -273,9 +281,9 @@ class Journal(Service):
         self.stats.live_bytes += len(record)
         self._append(record)
 
-    def record_forgotten(self, task_id: int, size: int) -> None:
+    def record_forgotten(self, task_id: int, size: int, evicted: bool) -> None:
         self.stats.live_bytes -= result_record_size(size)
-        self._append(encode_forgotten(task_id))
+        self._append(encode_forgotten(task_id, evicted))
 
     def record_group(self, entry: GroupEntry) -> None:
         self._append(encode_group(entry))
@@ -322,21 +330,27 @@ class Journal(Service):
             state = self._owner.snapshot()
             snapshot = [MAGIC, encode_reserve(self._reserved_id)]
             dead: list[Record] = []
+            attempted: list[Record] = []
             for task, payload in state.tasks:
                 snapshot.append(_submit_record(task, payload))
                 if task.dead is not None:
                     dead.append(task)
+                if task.ended_attempts != task.failures:
+                    attempted.append(task)
             live = len(snapshot) - 2
             snapshot += [
                 encode_dead(t.task_id, t.dead.died_at, t.failures, t.dead.reason, t.dead.worker)
                 for t in dead
                 if t.dead is not None
             ]
+            # After the SUBMITs and DEADs, whose failures they correct.
+            snapshot += [encode_attempts(t.task_id, t.ended_attempts) for t in attempted]
             # After the tasks: their SUBMITs join no group the file knows
             # yet, so the groups' counts stand as written.
             snapshot += [encode_group(entry) for entry in state.groups]
             snapshot += [encode_result(entry) for entry in state.kept]
-            snapshot += [encode_forgotten(task_id) for task_id in state.forgotten]
+            evicted = state.evicted
+            snapshot += [encode_forgotten(i, i in evicted) for i in state.forgotten]
             snapshot += [encode_schedule(name, body) for name, body in state.schedules]
             snapshot += [encode_fired(name, when) for name, when in state.fired]
             snapshot += [encode_pause(name, True) for name in state.paused]

@@ -88,7 +88,8 @@ def lookup(queue: QueueService, task_id: int) -> dict[str, Any]:
     """
     Task C{task_id}: live (queued, delayed, running or dead, as C{INSPECT}
     shows it), finished with its outcome kept, finished with its outcome
-    forgotten (C{expired}), or C{unknown}.
+    forgotten (C{expired}, with why when it was C{evicted} before its time),
+    or C{unknown}.
     """
     try:
         return {"found": "live", "task": introspect.inspect(queue, task_id)}
@@ -96,7 +97,10 @@ def lookup(queue: QueueService, task_id: int) -> dict[str, Any]:
         pass
     kept = queue.kept.get(task_id)
     if kept is None:
-        return {"found": "expired" if queue.kept.forgot(task_id) else "unknown", "id": task_id}
+        if not queue.kept.forgot(task_id):
+            return {"found": "unknown", "id": task_id}
+        eviction = queue.kept.eviction(task_id)
+        return {"found": "expired", "id": task_id} | ({"evicted": eviction} if eviction else {})
     outcome, data = kept
     answer: dict[str, Any] = {
         "found": "kept",

@@ -232,9 +232,11 @@ function renderTask(found) {
         ['kept until', when(found.kept_until)],
       ]));
   } else {
-    const words = found.found === 'expired'
-      ? 'finished; its outcome was kept and has expired'
-      : 'unknown: no live task, and no outcome kept';
+    const words = found.found !== 'expired'
+      ? 'unknown: no live task, and no outcome kept'
+      : found.evicted
+        ? `finished; its outcome was kept and was ${found.evicted}`
+        : 'finished; its outcome was kept and has expired';
     box.replaceChildren(el('h3', {}, `Task ${found.id}: ${found.found}`), el('p', {}, words));
   }
 }
