@@ -7,9 +7,12 @@ before anything is sent where the client can tell.
 from __future__ import annotations
 
 import pytest
+import pytest_twisted
+from twisted.internet import reactor
 
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.outcomes import OutcomeBook
+from quicx.clients.twisted_client import connect
 from quicx.protocol.errors import NotSubmittedHere, PayloadTooLarge
 from tests.conftest import DaemonProcess
 
@@ -48,6 +51,21 @@ def test_a_payload_that_is_not_bytes_or_text_is_refused_before_it_is_sent(
         assert client.stats().queue_depth == 0
         assert client.submit("t", bytearray(b"a buffer")) == 1
         assert client.submit("t", "text") == 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_twisted_client_refuses_such_a_payload_and_waits_alike(
+    daemon: DaemonProcess,
+) -> None:
+    client = await connect(reactor, daemon.client_address)
+    try:
+        with pytest.raises(TypeError, match="not dict: encode it first"):
+            await client.submit("t", {"a": 1})  # type: ignore[arg-type]
+        assert await client.submit("t", b"ok") == 1
+        with pytest.raises(NotSubmittedHere, match="task 999999 was not submitted"):
+            client.outcome(999999)
+    finally:
+        client.transport.loseConnection()
 
 
 def test_a_list_of_daemons_points_to_the_clients_that_take_one() -> None:

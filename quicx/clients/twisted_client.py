@@ -161,7 +161,7 @@ class QuicxClientProtocol(FrameReceiver):
             return reply
         try:
             data = encode(self.version)
-        except (QuicxError, ValueError) as e:
+        except (QuicxError, ValueError, TypeError) as e:
             return fail(e)
         self._requests.append((answer, reply))
         self.transport.write(data)
