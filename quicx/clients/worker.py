@@ -14,8 +14,9 @@ the task's L{TaskContext} (id, queue, priority, attempt, enqueue time, keys,
 the delivery's fencing token and lease, its failures and retries, progress
 reports, shared data).  Returning normally means done, and what the handler
 returns (C{bytes}, C{str}, or anything JSON-serialisable; C{None}: nothing)
-is the task's result; raising means failed, with the exception's message
-(L{Unrecoverable}: failed for good, not to be retried).  To a version-2
+is the task's result; raising means failed, with the exception's type,
+message and traceback as the reason (see L{failure_reason}; the worker logs
+it too), L{Unrecoverable}: failed for good, not to be retried.  To a version-2
 daemon the worker reports with ACK, with the result, and NACK, quoting the
 delivery's token; to a version-1 daemon, with DONE and FAILED (and no
 result).  A result that cannot be sent (not serialisable, or larger than
