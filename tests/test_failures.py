@@ -37,7 +37,17 @@ def leave(payload):
     sys.exit(3)
 
 
-handlers = {"lookup": lookup, "leave": leave}
+def deep(payload):
+    dive(40)
+
+
+def dive(depth):
+    if depth:
+        dive(depth - 1)
+    raise ValueError("at the bottom")
+
+
+handlers = {"lookup": lookup, "leave": leave, "deep": deep}
 """
 
 
@@ -113,7 +123,7 @@ def test_a_real_worker_reports_logs_and_shows_the_exception(
     worker: Background = background("worker", "handlers:handlers", env=env)
     worker.wait_for(
         rf"worker for tcp:127\.0\.0\.1:{daemon.port}: queues the default queue;"
-        r" handlers leave, lookup; 1 connection\(s\) to each"
+        r" handlers deep, leave, lookup; 1 connection\(s\) to each"
     )
     worker.wait_for(rf"connected to tcp:127\.0\.0\.1:{daemon.port} \(protocol version 2\)")
 
@@ -161,6 +171,24 @@ def test_a_real_worker_reports_logs_and_shows_the_exception(
     daemon.start()
     worker.wait_for(rf"reconnected to tcp:127\.0\.0\.1:{port}", timeout=30)
     assert len(re.findall("reconnected to", worker.log())) == 1
+
+
+def test_the_worker_cuts_a_reason_to_what_its_daemon_takes(
+    tmp_path: Path, start_daemon, background
+) -> None:
+    """A daemon that takes shorter reasons than 1,024 bytes says so, and gets them."""
+    daemon: DaemonProcess = start_daemon("--max-reason-length=300")
+    (tmp_path / "handlers.py").write_text(HANDLERS)
+    env = {**env_for(daemon), "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    background("worker", "handlers:handlers", env=env)
+    failed = quicx("submit", "deep", "x", "--wait", env=env)
+    assert failed.returncode == 1, failed.stderr
+    reason = failed.stdout.split("failed: ", 1)[1].rstrip("\n")
+    assert 200 < len(reason.encode()) <= 300
+    lines = reason.split("\n")
+    assert lines[:2] == ["ValueError: at the bottom", "Traceback (most recent call last):"]
+    assert re.fullmatch(r"  \.\.\. \(\d+ earlier frames cut\)", lines[2])
+    assert lines[-1].strip() == 'raise ValueError("at the bottom")'
 
 
 def wait_for_state(task_id: int, state: str, env: dict[str, str]) -> str:
