@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         NotAcknowledged,
         NotFinished,
         NotFound,
+        NotSubmittedHere,
         OutcomeExpired,
         OutcomeUnknown,
         PayloadTooLarge,
@@ -103,6 +104,7 @@ _PUBLIC = {
     "TaskUnknown": "quicx.protocol.errors",
     "GroupUnknown": "quicx.protocol.errors",
     "NotFinished": "quicx.protocol.errors",
+    "NotSubmittedHere": "quicx.protocol.errors",
 }
 
 __all__ = [
@@ -119,6 +121,7 @@ __all__ = [
     "NotAcknowledged",
     "NotFinished",
     "NotFound",
+    "NotSubmittedHere",
     "Options",
     "OutcomeExpired",
     "OutcomeUnknown",

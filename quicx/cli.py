@@ -692,8 +692,9 @@ def read_payload(given: str) -> bytes:
 
 def print_retry(notice: RetryNotice) -> None:
     """What C{submit --wait} says of a failed attempt the daemon retries."""
+    reason = _one_line(notice.reason, 200).removesuffix(" ...")  # without its traceback
     print(
-        f"task {notice.task_id}: attempt {notice.attempt} failed: {notice.reason};"
+        f"task {notice.task_id}: attempt {notice.attempt} failed: {reason};"
         f" retrying in {_age(max(0.0, notice.due - time.time()))}",
         flush=True,
     )
@@ -857,7 +858,7 @@ def cmd_task(args: argparse.Namespace) -> int:
         print(f"  running on {task['worker']} for {_age(task['running_for'])}")
         return 0
     if task["state"] == "dead":
-        print(f"  dead after {_failures(task['failures'])}: {printable(task['reason'])}")
+        print(f"  dead after {_failures(task['failures'])}: {_reason(task['reason'], 4)}")
         print(
             f"  quicx dlq show {task['id']} shows its payload,"
             f" quicx dlq replay {task['id']} runs it again"
@@ -918,9 +919,21 @@ def _in_queue(queue: str | None) -> str:
     return f" in queue {queue}" if queue else ""
 
 
+_TRACEBACK = "\nTraceback (most recent call last):"
+"""Where the traceback the Python worker sends after a failure's reason begins."""
+
+
 def _one_line(text: str, width: int = 60) -> str:
-    flat = printable(" ".join(text.split()))
+    """C{text} on one line, cut to C{width}; a failure's reason without its traceback."""
+    reason, traced, _ = text.partition(_TRACEBACK)
+    flat = printable(" ".join(reason.split())) + (" ..." if traced else "")
     return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _reason(text: str, indent: int) -> str:
+    """A failure's reason: its first line, then its other lines (a traceback) indented."""
+    first, *rest = text.rstrip("\n").split("\n")
+    return "".join([printable(first)] + [f"\n{' ' * indent}{printable(line)}" for line in rest])
 
 
 def _when(unix: float | None) -> str:
@@ -980,7 +993,7 @@ def cmd_dlq_show(args: argparse.Namespace) -> int:
         f" dead for {_age(max(0.0, time.time() - task['died_at']))}"
     )
     print(f"  failures: {task['failures']}, the last on {task['worker'] or 'no worker'}")
-    print(f"  reason: {printable(task['reason'])}")
+    print(f"  reason: {_reason(task['reason'], 4)}")
     print(f"  payload: {_shown(payload)}")
     return 0
 

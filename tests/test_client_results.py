@@ -768,7 +768,15 @@ def test_a_result_reaches_submit_wait_and_any_connection(daemon, background, han
     # then the producer is told, and nothing is kept.)
     failing = quicx("submit", "fail", "x", "--delay", "1", env=env).stdout.strip()
     failed = quicx("result", failing, "--wait", env=env)
-    assert (failed.returncode, failed.stdout) == (1, f"task {failing} failed: bad x\n")
+    # The reason (an Unrecoverable's message), then the handler's traceback.
+    assert failed.returncode == 1
+    assert failed.stdout.splitlines()[:2] == [
+        f"task {failing} failed: bad x",
+        "Traceback (most recent call last):",
+    ]
+    assert (
+        failed.stdout.splitlines()[-1].strip() == 'raise Unrecoverable("bad " + payload.decode())'
+    )
     parked = quicx("submit", "resize", "x", "--queue", "parked", env=env).stdout.strip()
     pending = quicx("result", parked, env=env)
     assert (pending.returncode, pending.stderr) == (

@@ -151,9 +151,10 @@ async def test_two_failures_then_done_at_the_backoffs_spacing(start) -> None:
         (3, 2, 3),
     ]
     assert len({c.token for c in handler.contexts}) == 3
-    assert [(n.task_id, n.attempt, n.reason) for n in heard] == [
-        (task_id, 1, "failure 1"),
-        (task_id, 2, "failure 2"),
+    # The exception, then the traceback of the handler's frames.
+    assert [(n.task_id, n.attempt, n.reason.split("\n")[:2]) for n in heard] == [
+        (task_id, 1, ["RuntimeError: failure 1", "Traceback (most recent call last):"]),
+        (task_id, 2, ["RuntimeError: failure 2", "Traceback (most recent call last):"]),
     ]
     kinds = [v2.MessageType(t) for t in producer.received]
     assert kinds.count(v2.MessageType.DONE) == 1 and v2.MessageType.FAILED not in kinds
@@ -190,7 +191,7 @@ async def test_always_failing_lands_in_the_dead_letters_and_replay_runs_it_again
             "flaky",
             3,
         )
-        assert entry["reason"] == "failure 3"
+        assert entry["reason"].startswith("RuntimeError: failure 3\nTraceback")
         assert (await producer.dead(queue="default"))["tasks"] == []
         # quicx dlq list and show, over the wire; replay, over the control socket.
         out, err, status = await quicx_command("dlq", "list", f"--connect={daemon.address}")
@@ -198,13 +199,18 @@ async def test_always_failing_lands_in_the_dead_letters_and_replay_runs_it_again
         header, row = out.decode().splitlines()
         assert header.split() == ["id", "queue", "type", "failures", "dead", "for", "reason"]
         assert row.split()[:4] == [str(task_id), "mail", "flaky", "3"]
-        assert row.endswith("failure 3")
+        assert row.endswith("RuntimeError: failure 3 ...")  # its first line
         out, err, status = await quicx_command("task", str(task_id), f"--connect={daemon.address}")
-        assert out.decode().splitlines()[1:] == [
-            "  dead after 3 failures: failure 3",
-            f"  quicx dlq show {task_id} shows its payload,"
-            f" quicx dlq replay {task_id} runs it again",
+        lines = out.decode().splitlines()
+        assert lines[1:3] == [
+            "  dead after 3 failures: RuntimeError: failure 3",
+            "    Traceback (most recent call last):",
         ]
+        assert lines[-2].strip() == 'raise RuntimeError(f"failure {len(self.runs)}")'
+        assert lines[-1] == (
+            f"  quicx dlq show {task_id} shows its payload,"
+            f" quicx dlq replay {task_id} runs it again"
+        )
         out, err, status = await quicx_command("dlq", "show", str(task_id), "--payload",
                                                f"--connect={daemon.address}")  # fmt: skip
         assert (out, status) == (b'{"to": "nobody"}', 0), err
@@ -371,7 +377,7 @@ async def test_cli_submit_waits_through_retries(start) -> None:
     assert status == 0, err
     assert out.decode().splitlines() == [
         "1",
-        "task 1: attempt 1 failed: failure 1; retrying in 0s",
+        "task 1: attempt 1 failed: RuntimeError: failure 1; retrying in 0s",
         "task 1 done",
     ]
 

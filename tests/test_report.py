@@ -96,7 +96,10 @@ def plain_python(directory: Path) -> dict:
             runs[r["type"]].append(r["t"] - t)
             busy[worker] += r["t"] - t
             tasks_by_worker[worker] += 1
-    reasons = Counter(r["reason"] for r in outcome.values() if r["event"] == "failed")
+    # The worker's reason, less the traceback it sends after it.
+    reasons = Counter(
+        r["reason"].split("\nTraceback")[0] for r in outcome.values() if r["event"] == "failed"
+    )
     never = {task for task in submitted if task not in outcome and task not in cancelled}
     for task in never:
         by_queue[submitted[task][2]]["never_completed"] += 1

@@ -159,6 +159,10 @@ def test_reasons_are_normalised_to_one_row_per_cause() -> None:
     b = normalise_reason("worker 127.0.0.1:40999 disconnected")
     assert a == b and "50321" not in a
     assert normalise_reason("over quota") == "over quota"
+    # The Python worker's traceback after the exception is not part of the cause.
+    traced = "KeyError: 'k1'\nTraceback (most recent call last):\n  File \"h.py\", line 6, in f"
+    assert normalise_reason(traced) == "KeyError: 'k<n>'"
+    assert normalise_reason("SMTP 550\nno such user") == "SMTP <n>\nno such user"
     ids = {
         normalise_reason(f"job {n} failed at 0x{n * 7919:x} ({n:032x})") for n in (3, 77, 100003)
     }

@@ -36,6 +36,39 @@ def as_bytes(value: str | bytes) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
+def payload_bytes(value: str | bytes) -> bytes:
+    """
+    A payload given as text (encoded UTF-8) or bytes (or another buffer:
+    a C{bytearray}, a C{memoryview}).
+
+    @raise TypeError: it is neither (a C{dict}, say): the daemon carries
+        bytes, and which encoding the handler reads is the caller's choice.
+    """
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return value
+    raise TypeError(
+        f"a task's payload is bytes or str, not {type(value).__name__}: encode it first,"
+        " for example json.dumps(payload), and decode it in the handler"
+    )
+
+
+def one_address(address: str, who: str, several: str) -> str:
+    """
+    C{address}, which must name one daemon: C{who} talks to one.
+
+    @param several: what to use for several instead.
+    @raise ValueError: it names several (or none).
+    """
+    count = len(split_addresses(address))
+    if count > 1:
+        raise ValueError(
+            f"{address!r} names {count} daemons, and {who} talks to one: use {several} for several"
+        )
+    return address
+
+
 def default_address() -> str:
     """
     C{$QUICX_ADDRESS} if set, else L{DEFAULT_ADDRESS}: one address, or a

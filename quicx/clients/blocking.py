@@ -45,6 +45,7 @@ from quicx.clients.address import (
     CLIENT_TYPE_LIMITS,
     DEFAULT_ADDRESS,
     as_bytes,
+    one_address,
     parse_address,
 )
 from quicx.clients.awaits import Waits
@@ -91,7 +92,8 @@ class QuicxClient:
         self.protocol = protocol
         self.version = protocol
         self.server: dict[str, object] = {}
-        _, self._sockaddr, self._tls = parse_address(address)
+        several = "open_client or ClusterClient (quicx.clients.blocking_cluster)"
+        _, self._sockaddr, self._tls = parse_address(one_address(address, "QuicxClient", several))
         self._context = self._tls.context() if self._tls is not None else None
         self.timeout = timeout
         self._keep = keep_outcomes
@@ -552,8 +554,8 @@ class QuicxClient:
         @raise OutcomeUnknown: the connection dropped before the outcome came.
         @raise TimeoutError: no outcome within C{timeout} (default: the
             client's); the task is still pending and may be waited for again.
-        @raise KeyError: this client did not submit C{task_id}, or its
-            outcome was already taken.
+        @raise NotSubmittedHere: (a C{KeyError}) this client did not submit
+            C{task_id}, or its outcome was already taken.
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         with self._lock:

@@ -20,7 +20,13 @@ from typing import Any
 from attrs import frozen
 
 from quicx.protocol import lifecycle, v2, wire
-from quicx.protocol.errors import OutcomeUnknown, QuicxError, TaskCancelled, TaskFailed
+from quicx.protocol.errors import (
+    NotSubmittedHere,
+    OutcomeUnknown,
+    QuicxError,
+    TaskCancelled,
+    TaskFailed,
+)
 
 Outcome = QuicxError | v2.Result | None
 """
@@ -30,6 +36,8 @@ if it never came.
 """
 
 DEFAULT_KEEP = 100_000
+
+_MISSING: Any = object()
 
 
 @frozen
@@ -101,10 +109,12 @@ class OutcomeBook:
         """
         Remove and return an outcome that has arrived.
 
-        @raise KeyError: it has not arrived (see L{pending}), or it was
-            never expected, already taken, or forgotten.
+        @raise NotSubmittedHere: (a C{KeyError}) it has not arrived (see
+            L{pending}), or it was never expected, already taken, or forgotten.
         """
-        outcome = self._arrived.pop(task_id)
+        outcome = self._arrived.pop(task_id, _MISSING)
+        if outcome is _MISSING:
+            raise NotSubmittedHere(task_id)
         self._notices.pop(task_id, None)
         return outcome
 

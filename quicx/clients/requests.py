@@ -24,7 +24,7 @@ from attrs import field, frozen
 
 import quicx
 from quicx.clients import timing
-from quicx.clients.address import as_bytes
+from quicx.clients.address import as_bytes, payload_bytes
 from quicx.protocol import lifecycle, monitor, results, v2, wire
 from quicx.protocol.errors import NeedsVersion2, PayloadTooLarge
 
@@ -152,9 +152,9 @@ def encode_submit(
     if version == 1:
         if options.any:
             raise NeedsVersion2(f"{OPTIONS_NEED_VERSION_2}; the daemon speaks version 1")
-        return wire.encode_submit(as_bytes(task_type), as_bytes(payload))
+        return wire.encode_submit(as_bytes(task_type), payload_bytes(payload))
     return v2.encode_submit(
-        as_bytes(task_type), as_bytes(payload), options.encode() if options.any else b""
+        as_bytes(task_type), payload_bytes(payload), options.encode() if options.any else b""
     )
 
 
@@ -170,7 +170,7 @@ def submit_frames(
     for task in tasks:
         if len(task) == 2:  # the common case, without a call to sort out options
             task_type, payload = task
-            frames.append(plain(as_bytes(task_type), as_bytes(payload)))
+            frames.append(plain(as_bytes(task_type), payload_bytes(payload)))
         elif version == 1:
             frames.append(encode_submit(version, *task))
         else:
@@ -178,7 +178,7 @@ def submit_frames(
             field = encoded.get(options)
             if field is None:
                 field = encoded[options] = options.encode() if options.any else b""
-            frames.append(v2.encode_submit(as_bytes(task_type), as_bytes(payload), field))
+            frames.append(v2.encode_submit(as_bytes(task_type), payload_bytes(payload), field))
     return b"".join(frames)
 
 
@@ -249,7 +249,7 @@ def encode_schedule(
         lifecycle.Schedule(
             name,
             as_bytes(task_type),
-            as_bytes(payload),
+            payload_bytes(payload),
             cron or "",
             interval,
             timezone,

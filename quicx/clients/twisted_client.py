@@ -54,7 +54,7 @@ from quicx.clients.address import (
     CLIENT_TYPE_LIMITS,
     DEFAULT_ADDRESS,
     as_bytes,
-    split_addresses,
+    one_address,
 )
 from quicx.clients.awaits import Waiter, Waits
 from quicx.clients.outcomes import (
@@ -161,7 +161,7 @@ class QuicxClientProtocol(FrameReceiver):
             return reply
         try:
             data = encode(self.version)
-        except (QuicxError, ValueError) as e:
+        except (QuicxError, ValueError, TypeError) as e:
             return fail(e)
         self._requests.append((answer, reply))
         self.transport.write(data)
@@ -236,8 +236,8 @@ class QuicxClientProtocol(FrameReceiver):
             reason, L{TaskCancelled}, or L{OutcomeUnknown} if the connection
             closes first.  An outcome that arrived before this call is kept
             (up to C{keep_outcomes} of them) and delivered at once.
-        @raise KeyError: C{task_id} was not submitted on this connection, or
-            its outcome was already taken or forgotten.
+        @raise NotSubmittedHere: (a C{KeyError}) C{task_id} was not submitted
+            on this connection, or its outcome was already taken or forgotten.
         """
         kept = self._book.notices(task_id)
         if self._book.pending(task_id):
@@ -695,19 +695,8 @@ class QuicxClientProtocol(FrameReceiver):
                     waiter.errback(unknown)
 
 
-def one_address(address: str, who: str) -> str:
-    """
-    C{address}, which must name one daemon: C{who} talks to one.
-
-    @raise ValueError: it names several (or none).
-    """
-    count = len(split_addresses(address))
-    if count > 1:
-        raise ValueError(
-            f"{address!r} names {count} daemons, and {who} talks to one: use"
-            " ClusterProducerService or open_producer (quicx.clients.twisted_cluster) for several"
-        )
-    return address
+SEVERAL = "ClusterProducerService or open_producer (quicx.clients.twisted_cluster)"
+"""What takes the addresses of several daemons, where these clients take one."""
 
 
 class QuicxClientFactory(Factory):
@@ -740,7 +729,7 @@ async def connect(
         fails every call with L{ConnectionLost}).
     """
     client = QuicxClientProtocol(keep_outcomes, protocol)
-    await connectProtocol(endpoint_for(reactor, one_address(address, "connect")), client)
+    await connectProtocol(endpoint_for(reactor, one_address(address, "connect", SEVERAL)), client)
     # Closed at once (a TLS peer refused): then every call fails with ConnectionLost.
     with contextlib.suppress(ConnectionLost):
         await client.greeted()
@@ -770,7 +759,7 @@ class ProducerService(ClientService):
 
     def __init__(self, reactor: Any, address: str = DEFAULT_ADDRESS, attempts: int = 5) -> None:
         super().__init__(
-            endpoint_for(reactor, one_address(address, "ProducerService")),
+            endpoint_for(reactor, one_address(address, "ProducerService", SEVERAL)),
             QuicxClientFactory(),
             retryPolicy=backoffPolicy(initialDelay=0.1, maxDelay=3.0),
             clock=reactor,

@@ -14,8 +14,9 @@ the task's L{TaskContext} (id, queue, priority, attempt, enqueue time, keys,
 the delivery's fencing token and lease, its failures and retries, progress
 reports, shared data).  Returning normally means done, and what the handler
 returns (C{bytes}, C{str}, or anything JSON-serialisable; C{None}: nothing)
-is the task's result; raising means failed, with the exception's message
-(L{Unrecoverable}: failed for good, not to be retried).  To a version-2
+is the task's result; raising means failed, with the exception's type,
+message and traceback as the reason (see L{failure_reason}; the worker logs
+it too), L{Unrecoverable}: failed for good, not to be retried.  To a version-2
 daemon the worker reports with ACK, with the result, and NACK, quoting the
 delivery's token; to a version-1 daemon, with DONE and FAILED (and no
 result).  A result that cannot be sent (not serialisable, or larger than
@@ -57,7 +58,9 @@ task went back to the queue) is logged as a warning.
 from __future__ import annotations
 
 import inspect
+import os
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -78,6 +81,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+import twisted
 from quicx.clients import requests
 from quicx.clients.adaptive import AUTO_MAX, AutoCredits, Placement
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, split_addresses
@@ -228,7 +232,8 @@ Timed = Callable[[float, bool], None]
 
 
 MAX_REASON = 1024
-"""FAILED reasons are cut to this many bytes: the daemon's default
+"""FAILED reasons are cut to this many bytes unless the daemon says how many
+it takes (C{max_reason} in its answer to HELLO): the daemon's default
 max_reason_length, which refuses longer ones."""
 
 RESULTS_REMEMBERED = 1024
@@ -239,20 +244,72 @@ task: it is the largest)."""
 _ACK_SIZE = len(lifecycle.encode_ack(1, 1))
 """The size of an ACK frame without a result."""
 
+MAX_LOGGED_REASON = 16 * 1024
+"""The most of a failure the worker's log line shows: more than it sends."""
 
-def cut_reason(reason: str) -> str:
-    """C{reason}, cut to L{MAX_REASON} bytes."""
+_TRACEBACK = "Traceback (most recent call last):\n"
+_CALLERS = (__file__, os.path.dirname(twisted.__file__) + os.sep)
+"""Where the frames that call a handler are (this module, and Twisted's
+threads and Deferreds): left out of a failure's traceback."""
+
+
+def cut_reason(reason: str, limit: int = MAX_REASON) -> str:
+    """C{reason}, cut to C{limit} bytes."""
     # "replace": a message may hold lone surrogates (os.fsdecode of a bad name).
     encoded = reason.encode("utf-8", "replace")
-    if len(encoded) <= MAX_REASON:
+    if len(encoded) <= limit:
         return encoded.decode("utf-8")
-    return encoded[: MAX_REASON - 3].decode("utf-8", "ignore") + "..."
+    return encoded[: max(0, limit - 3)].decode("utf-8", "ignore") + "..."[: max(0, limit)]
 
 
-def failure_reason(failure: Failure) -> str:
-    """The FAILED reason for a handler's exception: its message, else its type."""
+def failure_reason(failure: Failure, limit: int = MAX_REASON) -> str:
+    """
+    The FAILED reason for a handler's exception, at most C{limit} bytes: a
+    first line that says what went wrong, C{KeyError: 'missing'} (an
+    L{Unrecoverable}'s message alone), then, where the exception was raised
+    (not made by the worker itself), its traceback, as Python prints it
+    without the exception's line, cut to what fits: the last frames, where
+    it was raised, are kept, and the handler's callers in this module left
+    out.
+    """
     error = failure.value
-    return cut_reason(str(error) or type(error).__name__)
+    assert error is not None  # a Failure always holds its exception
+    raised, start = failure.frames, 0
+    while start < len(raised) and raised[start][1].startswith(_CALLERS):
+        start += 1
+    frames = raised[start:]
+    if isinstance(error, Unrecoverable) or not raised:
+        first = str(error) or type(error).__name__
+    else:
+        first = "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    if cause is not None:
+        first += "\n(from " + "".join(traceback.format_exception_only(type(cause), cause))
+        first = first.rstrip("\n") + ")"
+    head = cut_reason(first, limit)
+    room = limit - len(head.encode("utf-8")) - 1 - len(_TRACEBACK)
+    if not frames or room <= 0:
+        return head
+    # Frame by frame, the last first, until the room is spent: not the
+    # summary's own format(), which folds repeated lines (a recursion) into one.
+    stack = traceback.StackSummary.from_list([(f[1], f[2], f[0], None) for f in frames])
+    kept: list[str] = []
+    for frame in reversed(stack):
+        text = stack.format_frame_summary(frame)
+        cut = len(stack) - len(kept) - 1
+        note = f"  ... ({cut} earlier frame{'' if cut == 1 else 's'} cut)\n" if cut else ""
+        size = len(text.encode("utf-8", "replace"))
+        if size + len(note) > room:
+            break
+        kept.append(text)
+        room -= size
+    if not kept:
+        return head
+    cut = len(stack) - len(kept)
+    if cut:
+        kept.append(f"  ... ({cut} earlier frame{'' if cut == 1 else 's'} cut)\n")
+    body = (_TRACEBACK + "".join(reversed(kept))).rstrip("\n")
+    return head + "\n" + body.encode("utf-8", "replace").decode("utf-8")
 
 
 @define(eq=False)
@@ -263,6 +320,7 @@ class Member:
     @ivar address: where it is (normalized: L{split_addresses}).
     @ivar slots: its connections open and answered now, by their place (0 to
         C{concurrency - 1}).
+    @ivar reached: whether a connection to it has opened and been answered.
     @ivar counted: whether it has a share of the worker's capacity: from the
         start, and again whenever a connection to it opens and is answered
         (its HELLO), until it has none left open and one closes, fails to
@@ -273,6 +331,7 @@ class Member:
     endpoint: IStreamClientEndpoint
     slots: dict[int, WorkerProtocol] = field(factory=dict)
     counted: bool = True
+    reached: bool = False
 
 
 class WorkerProtocol(FrameReceiver):
@@ -316,6 +375,7 @@ class WorkerProtocol(FrameReceiver):
         self._answered = False
         self.capabilities: frozenset[str] = frozenset()
         self.max_result: int | None = None
+        self.max_reason = MAX_REASON
         # FOLLOW was sent and its answer has not come.
         self._following = False
         # The latest ACKs with a result: task id -> (token, frame size).
@@ -332,9 +392,9 @@ class WorkerProtocol(FrameReceiver):
             if self.place is not None:
                 self._unanswered = self.worker._reactor.callLater(HELLO_TIMEOUT, self._no_answer)
         else:
-            self.worker._slot_connected(self)
             self._greeted = True
             self.version = wire.PROTOCOL_VERSION
+            self.worker._slot_connected(self)
             self._ready()
 
     def _ready(self) -> None:
@@ -471,6 +531,8 @@ class WorkerProtocol(FrameReceiver):
         self._greeted = True
         if self._unanswered is not None:
             self._unanswered.cancel()
+        if self._parser.version == wire.PROTOCOL_VERSION:
+            self.version = wire.PROTOCOL_VERSION
         self.worker._slot_connected(self)
         if self._parser.version == wire.PROTOCOL_VERSION:
             if self.worker.queues or self.worker.follow:
@@ -479,7 +541,6 @@ class WorkerProtocol(FrameReceiver):
                     " default queue, not {queues}, and gets no shared data",
                     queues=", ".join(self.worker.queues) or "-",
                 )
-            self.version = wire.PROTOCOL_VERSION
         else:
             if message_type == v2.MessageType.INFO:
                 self._learn(v2.decode_info(payload).document)
@@ -499,8 +560,11 @@ class WorkerProtocol(FrameReceiver):
         capabilities, limits = hello.get("capabilities"), hello.get("limits")
         if isinstance(capabilities, list):
             self.capabilities = frozenset(map(str, capabilities))
-        limit = limits.get("max_result") if isinstance(limits, dict) else None
+        limits = limits if isinstance(limits, dict) else {}
+        limit, reason = limits.get("max_result"), limits.get("max_reason")
         self.max_result = limit if isinstance(limit, int) else None
+        if isinstance(reason, int) and reason > 0:
+            self.max_reason = reason
 
     def _result_refused(self, message: str) -> None:
         """
@@ -569,8 +633,12 @@ class WorkerProtocol(FrameReceiver):
         self.running -= 1
         if lease is not None:
             lease.end()
+        if isinstance(result, Failure):
+            self._log_failure(task, result)
         try:
-            frame = report(task, result, self.max_result, "results" in self.capabilities)
+            frame = report(
+                task, result, self.max_result, "results" in self.capabilities, self.max_reason
+            )
         except Exception as e:
             # Never leave a task held for want of a frame: it fails, saying why.
             self.log.failure("task {id}: its outcome could not be reported", id=task.task_id)
@@ -583,6 +651,18 @@ class WorkerProtocol(FrameReceiver):
         self._write(frame)
         if self._replies is None and self.stopping and not self.running:
             self.transport.loseConnection()
+
+    def _log_failure(self, task: wire.Task | v2.Task, failure: Failure) -> None:
+        """A handler failed: say which task, and why (with its traceback, if it has one)."""
+        attempt = f", attempt {task.attempt}" if isinstance(task, v2.Task) else ""
+        self.log.warn(
+            "task {id} ({type}{attempt}) failed{permanent}: {reason}",
+            id=task.task_id,
+            type=task.task_type.decode("utf-8", "replace"),
+            attempt=attempt,
+            permanent=" for good" if failure.check(Unrecoverable) else "",
+            reason=failure_reason(failure, MAX_LOGGED_REASON),
+        )
 
     def _write(self, frame: bytes) -> None:
         """Send C{frame}: at the end of the read being handled, if any, else now."""
@@ -604,6 +684,7 @@ def report(
     result: object,
     max_result: int | None = None,
     results: bool = True,
+    max_reason: int = MAX_REASON,
 ) -> bytes:
     """
     The frame that reports C{task}'s outcome, C{result} (a L{Failure}, or
@@ -614,12 +695,14 @@ def report(
 
     @param max_result: the largest result the daemon takes, in bytes, if known.
     @param results: whether the daemon takes results (else the ACK has none).
+    @param max_reason: the longest reason the daemon takes, in bytes.
     """
     if isinstance(task, v2.Task) and task.token:
         task_id, token = task.task_id, task.token
         if isinstance(result, Failure):
             permanent = result.check(Unrecoverable) is not None
-            return lifecycle.encode_nack(task_id, token, failure_reason(result), permanent)
+            reason = failure_reason(result, max_reason)
+            return lifecycle.encode_nack(task_id, token, reason, permanent)
         if result is None or not results:
             return lifecycle.encode_ack(task_id, token)
         # A result that cannot be sent would not be one on a retry either.
@@ -637,7 +720,7 @@ def report(
         return lifecycle.encode_ack(task_id, token, value)
     codec = v2 if isinstance(task, v2.Task) else wire
     if isinstance(result, Failure):
-        return codec.encode_failed(task.task_id, failure_reason(result))
+        return codec.encode_failed(task.task_id, failure_reason(result, max_reason))
     return codec.encode_done(task.task_id)
 
 
@@ -767,6 +850,14 @@ class Worker:
         member.slots[place] = slot
         came = not member.counted
         member.counted = True
+        if came or not member.reached:
+            self.log.info(
+                "{what} {address} (protocol version {version})",
+                what="reconnected to" if member.reached else "connected to",
+                address=member.address,
+                version=slot.version,
+            )
+            member.reached = True
         self._share_out(came)
 
     def _slot_gone(self, member: Member) -> None:
@@ -878,7 +969,7 @@ class Worker:
             self.stuck.begin(task.task_type)
         try:
             result = registration.function(*args)
-        except Exception:
+        except (Exception, SystemExit):  # sys.exit() in a handler fails its task
             result = Failure()
         finally:
             if placement is not None:
@@ -919,6 +1010,16 @@ class Worker:
         )
         self._threads.start()
         self.stuck.start()
+        self.log.info(
+            "worker for {addresses}: queues {queues}; handlers {handlers};"
+            " {concurrency} connection(s) to each, {credits} credits",
+            addresses=", ".join(addresses),
+            queues=", ".join(self.queues) or "the default queue",
+            handlers=", ".join(sorted(t.decode("utf-8", "replace") for t in self._handlers))
+            or "none",
+            concurrency=self.concurrency,
+            credits="automatic" if self.credits is None else self.credits,
+        )
         self._loops = [
             ensureDeferred(self._keep_connected(member, place))
             for member in self.members
@@ -1009,7 +1110,7 @@ def _timed_call(function: Handler, args: tuple[Any, ...]) -> tuple[object, float
     started = time.perf_counter()
     try:
         result: object = function(*args)
-    except Exception:
+    except (Exception, SystemExit):
         result = Failure()
     return result, time.perf_counter() - started
 

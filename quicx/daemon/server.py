@@ -106,6 +106,7 @@ class QuicxServerProtocol(FrameReceiver):
         self.maxLength = factory.max_length
         self.v2MaxLength = factory.v2_max_length
         self.v2TypeLimits = factory.v2_type_limits
+        self.maxPayload = factory.queue.pool.max_size
         super().connectionMade()
         peer = transport.getPeer()
         host = getattr(peer, "host", None)
@@ -424,6 +425,7 @@ class QuicxServerProtocol(FrameReceiver):
                         "max_shared_names": shared.max_names,
                         "max_shared_memory": shared.max_memory,
                         "max_result": self.queue.max_result,
+                        "max_reason": self.limits.max_reason_length,
                         "max_result_ttl": limits.results.max_ttl,
                         "max_wait": limits.results.max_wait,
                         "max_waiters_per_connection": limits.results.max_waiters_per_connection,

@@ -167,18 +167,21 @@ class FrameReceiver(Protocol):
     @ivar v2MaxLength: the same for protocol version 2; C{None} when the
         connection speaks version 1 only.
     @ivar v2TypeLimits: longer limits for some version-2 message types.
+    @ivar maxPayload: the largest task payload taken (the daemon's): named
+        when a SUBMIT is refused at its header.
     """
 
     maxLength: int = 1 << 20
     v2MaxLength: int | None = None
     v2TypeLimits: Mapping[int, int] | None = None
+    maxPayload: int | None = None
     checkTypes: bool = True
     transport: IStreamTransport  # set by makeConnection, before connectionMade
     _parser: FrameParser
 
     def connectionMade(self) -> None:
         self._parser = FrameParser(
-            self.maxLength, self.checkTypes, self.v2MaxLength, self.v2TypeLimits
+            self.maxLength, self.checkTypes, self.v2MaxLength, self.v2TypeLimits, self.maxPayload
         )
 
     def dataReceived(self, data: bytes) -> None:

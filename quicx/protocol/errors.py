@@ -167,6 +167,28 @@ class TaskUnknown(QuicxError):
         self.task_id = task_id
 
 
+class NotSubmittedHere(QuicxError, KeyError):
+    """
+    A wait for an outcome this client does not expect: the task was not
+    submitted by it (on its current connection), or its outcome was taken
+    already, or forgotten (past C{keep_outcomes} unclaimed).  A C{KeyError}
+    too, as this was before it had a name.
+
+    @ivar task_id: the task.
+    """
+
+    def __init__(self, task_id: int) -> None:
+        super().__init__(
+            f"task {task_id} was not submitted by this client, or its outcome was already"
+            f" taken; result({task_id}) reads an outcome the daemon kept (keep_result=True)"
+        )
+        self.task_id = task_id
+
+    def __str__(self) -> str:
+        # Not KeyError's repr() of its argument.
+        return str(self.args[0])
+
+
 class GroupUnknown(QuicxError):
     """
     The daemon knows no such group: never opened, or finished longer ago

@@ -23,7 +23,14 @@ from typing import NamedTuple, final
 from attrs import frozen
 
 from quicx.protocol import v2
-from quicx.protocol.wire import HEADER, HEADER_SIZE, KNOWN_TYPES, PROTOCOL_VERSION, ErrorCode
+from quicx.protocol.wire import (
+    HEADER,
+    HEADER_SIZE,
+    KNOWN_TYPES,
+    PROTOCOL_VERSION,
+    ErrorCode,
+    MessageType,
+)
 
 
 @final
@@ -70,6 +77,9 @@ class FrameParser:
         version-2 message types, by type (a PUBLISH carries shared data).
     @ivar check_types: whether an unknown message type is rejected at the
         header (the daemon does; clients pass frames on to their decoder).
+    @ivar max_payload: the largest task payload the daemon takes, if this
+        parser is the daemon's: a SUBMIT refused at its header names it (the
+        frame's limit also counts the type and options around the payload).
     @ivar version: the connection's version, once its first frame set it.
     """
 
@@ -79,8 +89,10 @@ class FrameParser:
         check_types: bool = True,
         v2_max_length: int | None = None,
         v2_type_limits: Mapping[int, int] | None = None,
+        max_payload: int | None = None,
     ) -> None:
         self.max_length = max_length
+        self.max_payload = max_payload
         self.v2_max_length = v2_max_length
         self.v2_type_limits = v2_type_limits or {}
         self.check_types = check_types
@@ -127,6 +139,12 @@ class FrameParser:
             )
         limit = max(self._limit, self._type_limits.get(message_type, 0))
         if length > limit:
+            if message_type == MessageType.SUBMIT and self.max_payload is not None:
+                return RejectedFrame(
+                    ErrorCode.PAYLOAD_TOO_LARGE,
+                    f"a SUBMIT of {length:,} bytes: its payload exceeds the largest size class"
+                    f" ({self.max_payload} bytes)",
+                )
             return RejectedFrame(
                 ErrorCode.PAYLOAD_TOO_LARGE,
                 f"payload of {length} bytes exceeds the limit of {limit}",

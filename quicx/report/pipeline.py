@@ -17,9 +17,9 @@ to C{--out}:
     run time (outcome - its dispatch) at p50 / p95 / p99 / max, in
     milliseconds;
   - C{throughput/}: per minute and type, tasks submitted, completed, failed;
-  - C{failures/}: the most frequent failure reasons per type, normalised
-    (L{normalise_reason}: numbers, addresses, ids become placeholders), each
-    with a count and one reason as written;
+  - C{failures/}: the most frequent failure reasons per type, without a
+    traceback, normalised (L{normalise_reason}: numbers, addresses, ids become
+    placeholders), each with a count and one reason as written;
   - C{workers/}: per worker connection, tasks finished and busy time;
   - C{queues/}: per queue and priority, tasks submitted, completed, failed,
     cancelled and never completed, and queue wait at p50 / p95;
@@ -98,8 +98,16 @@ Written for both Java's and Python's regular expressions.
 """
 
 
+TRACEBACK = "\nTraceback (most recent call last):"
+"""Where the traceback the Python worker sends after a failure's reason begins."""
+
+
 def normalise_reason(reason: str) -> str:
-    """C{reason} with its numbers, addresses, ids and hex as placeholders."""
+    """
+    C{reason} without the traceback the Python worker sends after it, with
+    its numbers, addresses, ids and hex as placeholders.
+    """
+    reason = reason.split(TRACEBACK, 1)[0]
     for pattern, placeholder in REASON_PATTERNS:
         reason = re.sub(pattern, placeholder, reason)
     return reason
@@ -311,14 +319,15 @@ def _compute(
         .orderBy("minute", "type")
     )
     throughput_rows = table("throughput", throughput)
-    normalised = F.col("reason")
+    untraced = F.substring_index(F.col("reason"), TRACEBACK, 1)
+    normalised = untraced
     for pattern, placeholder in REASON_PATTERNS:
         normalised = F.regexp_replace(normalised, pattern, placeholder)
     failures = (
         outcomes.where("event = 'failed'")
         .withColumn("cause", normalised)
         .groupBy("type", "cause")
-        .agg(F.count("*").alias("count"), F.min("reason").alias("example"))
+        .agg(F.count("*").alias("count"), F.min(untraced).alias("example"))
         .withColumnRenamed("cause", "reason")
         .orderBy(F.desc("count"), "type", "reason")
         .limit(TOP_REASONS * 10)

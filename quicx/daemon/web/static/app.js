@@ -204,6 +204,23 @@ function facts(pairs) {
     .flatMap(([term, value]) => [el('dt', {}, term), el('dd', {}, value)]));
 }
 
+const TRACEBACK = '\nTraceback (most recent call last):';
+
+// A failure's reason (the exception, from the Python worker), and the
+// traceback that worker sends after it, if any.
+function splitReason(reason) {
+  const at = (reason || '').indexOf(TRACEBACK);
+  return at < 0 ? [reason || '', ''] : [reason.slice(0, at), reason.slice(at + 1)];
+}
+
+// A reason shown in full: the exception, then its traceback apart, scrolling on its own.
+function reasonView(reason) {
+  if (reason === null || reason === undefined) return undefined;
+  const [summary, traceback] = splitReason(reason);
+  return el('div', { class: 'reason' }, el('strong', {}, summary),
+    traceback ? el('pre', { class: 'traceback' }, traceback) : null);
+}
+
 function renderTask(found) {
   const box = $('task-answer');
   if (found.found === 'live') {
@@ -216,17 +233,17 @@ function renderTask(found) {
         ['fairness key', t.fairness_key], ['worker', t.worker],
         ['running for', t.running_for === undefined ? undefined : seconds(t.running_for)],
         ['progress', t.progress && `${Math.round(t.progress.fraction * 100)} % ${t.progress.message}`],
-        ['reason', t.reason], ['died', t.died_at === undefined ? undefined : when(t.died_at)],
+        ['reason', reasonView(t.reason)], ['died', t.died_at === undefined ? undefined : when(t.died_at)],
         ['due', t.due === undefined ? undefined : when(t.due)],
         ['ahead of it', t.ahead], ['estimated start', t.estimated_start && when(t.estimated_start)],
       ]),
-      t.why && t.why.length ? el('ul', { class: 'why' }, ...t.why.map((w) => el('li', {}, w.text))) : null);
+      ...(t.why && t.why.length ? [el('ul', { class: 'why' }, ...t.why.map((w) => el('li', {}, w.text)))] : []));
   } else if (found.found === 'kept') {
     const result = found.result;
     box.replaceChildren(
       el('h3', {}, `Task ${found.id}: ${found.outcome}`),
       facts([
-        ['reason', found.reason],
+        ['reason', reasonView(found.reason)],
         ['result', result && (result.kind === 'bytes' ? `${result.base64} (base64)` : result.text)],
         ['result kind', result && result.kind],
         ['kept until', when(found.kept_until)],
@@ -277,7 +294,7 @@ async function loadDead() {
     el('td', {}, t.queue),
     el('td', {}, t.type),
     el('td', { class: 'number' }, t.failures),
-    el('td', { class: 'reason' }, t.reason),
+    el('td', { class: 'reason', title: t.reason }, splitReason(t.reason)[0]),
     el('td', {}, t.worker || '–'),
     el('td', {}, when(t.died_at)),
     isAdmin() ? el('td', { class: 'actions' },
@@ -426,7 +443,8 @@ async function start() {
   $('workers-refresh').addEventListener('click', show);
   $('schedules-refresh').addEventListener('click', show);
   $('cluster-refresh').addEventListener('click', show);
-  window.addEventListener('hashchange', show);
+  // What an action said belongs to its page: another page starts without it.
+  window.addEventListener('hashchange', () => { $('message').hidden = true; show(); });
   window.addEventListener('resize', renderCharts);
   await show();
   connect();
