@@ -22,6 +22,7 @@ import pytest
 
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon.control import fetch_status
+from quicx.protocol import wire
 from tests.peer import Peer
 
 HANDLERS = """\
@@ -392,3 +393,78 @@ def test_report_counts_agree_with_quicx_status(tmp_path: Path, start_daemon, spa
         assert overall[name] == tasks[name], name
     # A give-up is no worker's run.
     assert sum(row["tasks"] for row in report.workers) == tasks["completed"]
+
+
+def _events_of(directory: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted(directory.glob("events-*.ndjson"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def _serve(peer: Peer, count: int) -> None:
+    """Take C{count} tasks one at a time as a version-1 worker, and finish each."""
+    peer.send(wire.encode_ready())
+    for _ in range(count):
+        task = peer.receive(30)
+        assert isinstance(task, wire.Task), task
+        peer.send(wire.encode_done(task.task_id))
+
+
+def test_the_report_agrees_with_the_journal_across_a_kill_9(
+    tmp_path: Path, start_daemon, spark
+) -> None:
+    """
+    A daemon with a journal runs some of its tasks and is killed (SIGKILL);
+    the next one recovers the rest from the journal and runs them, writing
+    to the same events directory.  Every task submitted is one task in the
+    report, completed once: nothing "never completed", and no row with more
+    completed than submitted.  A delayed task's queue wait leaves out its
+    delay.
+    """
+    from quicx.report.pipeline import build_report
+
+    events, journal = tmp_path / "events", tmp_path / "quicx.journal"
+    options = (f"--journal={journal}", f"--events={events}", "--drain-timeout=0")
+    first = start_daemon(*options)
+    with Peer(first.address) as producer:
+        for n in range(200):
+            assert isinstance(producer.submit(b"mail", b"%d" % n), wire.Ok)
+    with Peer(first.address) as worker:
+        _serve(worker, 50)
+        held = worker.receive(30)  # taken, never finished: it comes back
+        assert isinstance(held, wire.Task)
+        # The first 50 are done in the events files before the crash.
+        deadline = time.monotonic() + 30
+        while sum(r["event"] == "done" for r in _events_of(events)) < 50:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        first.kill()
+
+    second = start_daemon(*options)
+    with QuicxClient(f"tcp:127.0.0.1:{second.port}") as client:
+        for n in range(5):
+            client.submit("later", b"%d" % n, delay=3)
+    with Peer(second.address) as worker:
+        _serve(worker, 150 + 5)
+        deadline = time.monotonic() + 30
+        while fetch_status(str(second.control_path))["tasks"]["completed"] < 155:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert second.stop() == 0
+    report = build_report(spark, [str(events)])
+    summary = {row["type"]: row for row in report.summary}
+    overall = summary["*"]
+    assert (overall["submitted"], overall["completed"]) == (205, 205)
+    assert overall["never_completed"] == report.never_completed == 0
+    for row in [*report.summary, *report.queues]:
+        assert row["completed"] <= row["submitted"], row
+    assert [(r["queue"], r["submitted"], r["completed"]) for r in report.queues] == [
+        ("default", 205, 205)
+    ]
+    # Each delayed task went to a waiting worker when it came due: its wait
+    # is not its 3 s delay.
+    assert summary["later"]["wait_max_ms"] < 3000
+    # The 150 tasks the second daemon recovered, each said so.
+    assert sum(r["event"] == "recovered" for r in _events_of(events)) == 150
