@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -267,6 +268,10 @@ def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:
     assert result.returncode == 0, errors[-2000:]
     assert "quicx report: reading" in errors and "quicx report: wrote" in errors
     assert "[Stage" not in errors and "\r" not in errors
+    # The JVM logs errors only: besides the report's own lines, at most
+    # the JVM's own notice of the modules Spark adds.
+    others = [line for line in errors.splitlines() if not line.startswith("quicx report: ")]
+    assert others in ([], ["WARNING: Using incubator modules: jdk.incubator.vector"]), errors
     phases = re.findall(r"^quicx report: (\w[\w ]*?) +[0-9]+\.[0-9]{2} s$", errors, re.MULTILINE)
     assert phases == [
         "spark start", "read", "tasks", "summary", "queues", "throughput", "failures",
@@ -274,6 +279,26 @@ def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:
     ]  # fmt: skip
     assert (out / "report.html").read_text().startswith("<!doctype html>")
     assert json.loads(result.stdout.splitlines()[-1])["events"] == 2 + written
+
+
+@pytest.mark.parametrize("missing", ["nowhere", "nowhere-*.ndjson", "file://{tmp}/nowhere"])
+def test_a_missing_input_is_one_line_before_spark_starts(tmp_path: Path, missing: str) -> None:
+    """
+    A path that names nothing is the report's one-line error, found before
+    the JVM starts: no Java, nothing of Spark's log, and no --out made.
+    """
+    events = tmp_path / "events"
+    events.mkdir()
+    missing = str(tmp_path / missing) if "://" not in missing else missing.format(tmp=tmp_path)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("quicx")), "report", str(events), missing,
+         f"--out={tmp_path / 'out'}"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == f"quicx report: error: {missing}: no such file or directory\n"
+    assert not (tmp_path / "out").exists()
 
 
 def test_timings_are_each_phase_in_order() -> None:

@@ -43,9 +43,11 @@ version-1 SUBMIT goes, on a daemon with no C{[queues]} settings).
 from __future__ import annotations
 
 import argparse
+import glob
 import html
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -774,6 +776,10 @@ def main(argv: list[str] | None = None) -> int:
         "--timings", action="store_true", help="print the seconds each phase took to stderr"
     )
     args = parser.parse_args(argv)
+    missing = missing_input(args.events)
+    if missing is not None:  # before the JVM: seconds, and its log
+        progress(f"error: {missing}: no such file or directory")
+        return 1
     timings = Timings()
     with timings.phase("spark start"):
         spark = start_spark(args.master)
@@ -801,6 +807,46 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def missing_input(paths: list[str]) -> str | None:
+    """
+    The first of C{paths} (local paths, C{file://} URIs, globs) that names
+    nothing, or C{None}.  Other URIs (C{s3a://}, C{hdfs://}) are left to
+    Spark, as are globs with C{{a,b}} (Hadoop's, not Python's).
+    """
+    for path in paths:
+        if "://" in path and not path.startswith("file://"):
+            continue
+        local = path.removeprefix("file://")
+        if "{" in local:
+            continue
+        if not (glob.glob(local) if glob.has_magic(local) else os.path.exists(local)):
+            return path
+    return None
+
+
+LOG_SETTINGS = Path(__file__).with_name("log4j2.properties")
+"""The JVM's log settings when the report starts it: errors only."""
+
+
+def quiet_log(conf: Any) -> None:
+    """
+    Have the JVM the report starts (not spark-submit's, which is started)
+    log errors only (L{LOG_SETTINGS}), unless log settings were given:
+    C{log4j2.properties} in C{SPARK_CONF_DIR}, or driver Java options in
+    its C{spark-defaults.conf}.
+    """
+    home = Path(os.environ.get("SPARK_HOME", "/nonexistent"))
+    conf_dir = Path(os.environ.get("SPARK_CONF_DIR") or home / "conf")
+    defaults = conf_dir / "spark-defaults.conf"
+    if (
+        "PYSPARK_GATEWAY_PORT" in os.environ
+        or (conf_dir / "log4j2.properties").exists()
+        or (defaults.exists() and "spark.driver.extraJavaOptions" in defaults.read_text())
+    ):
+        return
+    conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_SETTINGS}")
+
+
 def start_spark(master: str | None) -> Any:
     """
     The report's Spark session: on C{master}, else spark-submit's (C{local[*]}
@@ -821,7 +867,9 @@ def start_spark(master: str | None) -> Any:
     # With no JVM yet, SparkConf() is an empty dict: start (or, under
     # spark-submit, join) the JVM first, so that it holds spark-submit's
     # --master and --conf, and spark-defaults.conf's settings.
-    SparkContext._ensure_initialized()
+    launch = SparkConf(loadDefaults=False)
+    quiet_log(launch)
+    SparkContext._ensure_initialized(conf=launch)
     given = SparkConf()
     builder = SparkSession.builder.appName("quicx report")
     if master:
