@@ -637,8 +637,7 @@ def _what_if_section(report: Report) -> str:
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
 table { border-collapse: collapse; margin-bottom: 1em; max-width: 100%; }
-td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right;
-         white-space: nowrap; vertical-align: top; }
+td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right; vertical-align: top; }
 td.text { text-align: left; white-space: normal; overflow-wrap: anywhere; min-width: 9em; }
 th { background: #f0f0f0; }
 .row { display: flex; flex-wrap: wrap; gap: 2em; }
