@@ -264,8 +264,8 @@ def _backlog_chart(result: WhatIf, queue: str) -> str:
     for n, ((scenario, _), points) in enumerate(sorted(series.items())):
         colour = COLOURS[n % len(COLOURS)]
         dash = " stroke-dasharray='5 3'" if scenario == "recorded" else ""
-        row, x, label = legend[n]
-        y = bottom + 58 + row * LEGEND_ROW
+        line, x, label = legend[n]
+        y = bottom + 58 + line * LEGEND_ROW
         parts.append(
             f"<polyline fill='none' stroke='{colour}' stroke-width='1.5'{dash}"
             f" points='{_steps(points, start, end, bucket_ms, x_of, y_of)}'>"

@@ -299,10 +299,10 @@ def _starts(tasks: Mapping[int, _Task]) -> dict[tuple[int, int], int]:
                 reports[worker].append((end[0], t, task_id, attempt))
     starts: dict[tuple[int, int], int] = {}
     for ends in reports.values():
-        free = None
-        for end, t, task_id, attempt in sorted(ends):
+        free: int | None = None
+        for reported, t, task_id, attempt in sorted(ends):
             starts[task_id, attempt] = t if free is None else max(t, free)
-            free = end
+            free = reported
     return starts
 
 
