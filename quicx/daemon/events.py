@@ -8,7 +8,7 @@ Task lifecycle events: one JSON line per step of every task's life.
 
 Each record is one line of JSON::
 
-    {"v": 2, "t": 1795284911827, "event": "dispatched", "task": 42,
+    {"v": 3, "t": 1795284911827, "event": "dispatched", "task": 42,
      "type": "send_email", "size": 118, "producer": 3, "worker": 7,
      "attempt": 1, "queue": "mail", "priority": 5}
 
