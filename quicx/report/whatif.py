@@ -20,16 +20,21 @@ are alike and subscribed to the same queues:
     head of its priority, one taken back at its timeout at the tail;
   - a retry is ready after its backoff.
 
-A worker is one credit (a slot): a connection with credits 3 is 3 workers.
-Which idle worker is offered a task (lifo, fifo, the failing-worker guard,
-the retry's other worker) changes nothing here: the workers are alike, and a
+A worker is one connection running one delivery at a time, in the order
+of its reports (as C{quicx worker} runs what it holds: short handlers one
+after another on its event loop, a long one in a thread holding its only
+credit): a delivery runs from its dispatch or its worker's report before,
+whichever is later (L{_starts}), and the recording has as many workers as
+connections at once, whatever credits they held.  Which idle worker is
+offered a task (lifo, fifo, the failing-worker guard, the retry's other
+worker) changes nothing here: the workers are alike, and a
 task's run time is its own, as recorded.  Left out: fairness keys' turns,
 rate and concurrency limits, paused queues, the credit a timed-out delivery
 keeps until its worker reports, and workers that come and go.
 
-Times are the events' milliseconds.  A task's wait is its first dispatch
-less the time it became ready to run: its SUBMIT, or its due time for a
-delayed task.
+Times are the events' milliseconds.  A task's wait is the start of its
+first run less the time it became ready to run: its SUBMIT, or its due
+time for a delayed task.
 """
 
 from __future__ import annotations
