@@ -35,7 +35,7 @@ def test_format_event_fields() -> None:
         (1795000000.1234, "failed", 7, b"send_email", 12, 3, 9, 2, "SMTP 550", "mail", 5)
     )
     assert json.loads(line) == {
-        "v": 2,
+        "v": 3,
         "t": 1795000000123,
         "event": "failed",
         "task": 7,
@@ -186,7 +186,7 @@ def test_rotated_files_are_compressed_and_the_report_reads_the_mix(
     assert len(compressed) >= 4 and len(plain) == 1 and len(names) == len(compressed) + 1
     assert plain[0] > max(compressed)
     records = read_events(events)
-    assert all(record["v"] == 2 for record in records)
+    assert all(record["v"] == 3 for record in records)
     kinds = [record["event"] for record in records]
     assert (kinds.count("submitted"), kinds.count("dropped")) == (300, 300)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import pytest
 
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon.control import fetch_status
+from quicx.protocol import wire
 from tests.peer import Peer
 
 HANDLERS = """\
@@ -269,6 +271,10 @@ def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:
     assert result.returncode == 0, errors[-2000:]
     assert "quicx report: reading" in errors and "quicx report: wrote" in errors
     assert "[Stage" not in errors and "\r" not in errors
+    # The JVM logs errors only: besides the report's own lines, at most
+    # the JVM's own notice of the modules Spark adds.
+    others = [line for line in errors.splitlines() if not line.startswith("quicx report: ")]
+    assert others in ([], ["WARNING: Using incubator modules: jdk.incubator.vector"]), errors
     phases = re.findall(r"^quicx report: (\w[\w ]*?) +[0-9]+\.[0-9]{2} s$", errors, re.MULTILINE)
     assert phases == [
         "spark start", "read", "tasks", "summary", "queues", "throughput", "failures",
@@ -276,6 +282,26 @@ def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:
     ]  # fmt: skip
     assert (out / "report.html").read_text().startswith("<!doctype html>")
     assert json.loads(result.stdout.splitlines()[-1])["events"] == 2 + written
+
+
+@pytest.mark.parametrize("missing", ["nowhere", "nowhere-*.ndjson", "file://{tmp}/nowhere"])
+def test_a_missing_input_is_one_line_before_spark_starts(tmp_path: Path, missing: str) -> None:
+    """
+    A path that names nothing is the report's one-line error, found before
+    the JVM starts: no Java, nothing of Spark's log, and no --out made.
+    """
+    events = tmp_path / "events"
+    events.mkdir()
+    missing = str(tmp_path / missing) if "://" not in missing else missing.format(tmp=tmp_path)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("quicx")), "report", str(events), missing,
+         f"--out={tmp_path / 'out'}"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAVA_HOME": str(tmp_path / "no-java")},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr == f"quicx report: error: {missing}: no such file or directory\n"
+    assert not (tmp_path / "out").exists()
 
 
 def test_timings_are_each_phase_in_order() -> None:
@@ -395,3 +421,78 @@ def test_report_counts_agree_with_quicx_status(tmp_path: Path, start_daemon, spa
         assert overall[name] == tasks[name], name
     # A give-up is no worker's run.
     assert sum(row["tasks"] for row in report.workers) == tasks["completed"]
+
+
+def _events_of(directory: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for path in sorted(directory.glob("events-*.ndjson"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+def _serve(peer: Peer, count: int) -> None:
+    """Take C{count} tasks one at a time as a version-1 worker, and finish each."""
+    peer.send(wire.encode_ready())
+    for _ in range(count):
+        task = peer.receive(30)
+        assert isinstance(task, wire.Task), task
+        peer.send(wire.encode_done(task.task_id))
+
+
+def test_the_report_agrees_with_the_journal_across_a_kill_9(
+    tmp_path: Path, start_daemon, spark
+) -> None:
+    """
+    A daemon with a journal runs some of its tasks and is killed (SIGKILL);
+    the next one recovers the rest from the journal and runs them, writing
+    to the same events directory.  Every task submitted is one task in the
+    report, completed once: nothing "never completed", and no row with more
+    completed than submitted.  A delayed task's queue wait leaves out its
+    delay.
+    """
+    from quicx.report.pipeline import build_report
+
+    events, journal = tmp_path / "events", tmp_path / "quicx.journal"
+    options = (f"--journal={journal}", f"--events={events}", "--drain-timeout=0")
+    first = start_daemon(*options)
+    with Peer(first.address) as producer:
+        for n in range(200):
+            assert isinstance(producer.submit(b"mail", b"%d" % n), wire.Ok)
+    with Peer(first.address) as worker:
+        _serve(worker, 50)
+        held = worker.receive(30)  # taken, never finished: it comes back
+        assert isinstance(held, wire.Task)
+        # The first 50 are done in the events files before the crash.
+        deadline = time.monotonic() + 30
+        while sum(r["event"] == "done" for r in _events_of(events)) < 50:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        first.kill()
+
+    second = start_daemon(*options)
+    with QuicxClient(f"tcp:127.0.0.1:{second.port}") as client:
+        for n in range(5):
+            client.submit("later", b"%d" % n, delay=3)
+    with Peer(second.address) as worker:
+        _serve(worker, 150 + 5)
+        deadline = time.monotonic() + 30
+        while fetch_status(str(second.control_path))["tasks"]["completed"] < 155:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert second.stop() == 0
+    report = build_report(spark, [str(events)])
+    summary = {row["type"]: row for row in report.summary}
+    overall = summary["*"]
+    assert (overall["submitted"], overall["completed"]) == (205, 205)
+    assert overall["never_completed"] == report.never_completed == 0
+    for row in [*report.summary, *report.queues]:
+        assert row["completed"] <= row["submitted"], row
+    assert [(r["queue"], r["submitted"], r["completed"]) for r in report.queues] == [
+        ("default", 205, 205)
+    ]
+    # Each delayed task went to a waiting worker when it came due: its wait
+    # is not its 3 s delay.
+    assert summary["later"]["wait_max_ms"] < 3000
+    # The 150 tasks the second daemon recovered, each said so.
+    assert sum(r["event"] == "recovered" for r in _events_of(events)) == 150

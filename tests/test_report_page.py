@@ -347,3 +347,93 @@ def test_the_page_fits_1280_px_and_no_labels_touch(
             assert inside[0] <= box[0] and box[2] <= inside[2], f"{text!r} leaves its chart"
             for other, _, other_box in texts[n + 1 :]:
                 assert not overlap(box, other_box), f"{text!r} overlaps {other!r}"
+
+
+def wide_report() -> Any:
+    """
+    A report of a big deployment, made by hand: counts in the billions in
+    every column, long names, and a what-if of many worker counts (a long
+    legend).
+    """
+    from quicx.report.capacity import WhatIf
+    from quicx.report.pipeline import COUNTS, Report
+
+    big, origin, bucket = 1_234_567_890, 1_795_000_000_000, 60_000
+    latencies = {f"{p}_{q}_ms": 123_456_789.5 for p in ("wait", "run") for q in PCT_NAMES}
+    summary = [
+        {"type": kind, **dict.fromkeys(COUNTS, big), **latencies}
+        for kind in ("*", "send_receipt_to_every_customer_of_the_month", "sms")
+    ]
+    queues = [
+        {"queue": "a-queue-with-a-long-name", "priority": 255, **dict.fromkeys(QUEUE_COUNTS, big),
+         "wait_p50_ms": 123_456_789.5, "wait_p95_ms": 123_456_789.5}
+    ]  # fmt: skip
+    scenarios = [("recorded", 266), *(("simulated", n) for n in (1, 2, 4, 8, 16, 32, 64, 128))]
+    table = [
+        {"queue": queue, "workers": n, "scenario": scenario, "tasks": big,
+         "wait_p50_ms": 1234.5, "wait_p95_ms": 35_000.0, "wait_p99_ms": 41_234.0,
+         "max_backlog": 37_842}
+        for queue in ("*", "mail", "bulk") for scenario, n in scenarios
+    ]  # fmt: skip
+    backlog = [
+        {"scenario": scenario, "workers": n, "queue": queue, "t": origin + i * bucket,
+         "backlog": i * n % 500}
+        for queue in ("*", "mail", "bulk") for scenario, n in scenarios for i in range(120)
+    ]  # fmt: skip
+    minutes = [
+        {"minute": origin + i * 60_000, "type": "sms", "submitted": big, "completed": big,
+         "failed": 0}
+        for i in range(200)
+    ]  # fmt: skip
+    reasons = [
+        {"type": "send_receipt", "reason": "SMTP <address> refused message <hex> " * 4,
+         "count": big, "example": "x" * 300}
+    ]  # fmt: skip
+    return Report(
+        summary=summary,
+        throughput=minutes,
+        failures=reasons,
+        workers=[{"run": "123456", "worker": big, "tasks": big, "busy_ms": big * 1000}],
+        queues=queues,
+        never_completed=big,
+        events=big,
+        wait_histogram=[(10.0 * i, i) for i in range(30)],
+        run_histogram=[(10.0 * i, i) for i in range(30)],
+        what_if=WhatIf(table, backlog, origin, bucket),
+    )
+
+
+PCT_NAMES = ("p50", "p95", "p99", "max")
+
+
+def test_a_wide_report_and_its_what_if_fit_1280_px(browser, tmp_path: Path) -> None:
+    """
+    Ten-digit counts in every column of the widest table do not push the
+    page sideways (a number breaks after a separator where it must), and
+    each what-if chart's legend, however many worker counts, stays in its
+    chart, its entries apart.
+    """
+    from quicx.report.pipeline import render_html
+
+    page = tmp_path / "report.html"
+    page.write_text(render_html(wide_report()), encoding="utf-8")
+    browser.get(page.as_uri())
+    layout = browser.execute_script(LAYOUT)
+    browser.save_screenshot(str(tmp_path / "report.png"))
+
+    assert layout["scroll"] <= layout["inner"], "the page scrolls sideways"
+    assert layout["scrolling"] == [], "an element scrolls sideways"
+    backlogs = [c for c in layout["charts"] if any(k == "legend" for _, k, _ in c["texts"])]
+    assert len(backlogs) == 3
+    for chart in backlogs:
+        legend = [(text, box) for text, kind, box in chart["texts"] if kind == "legend"]
+        assert [text for text, _ in legend] == [
+            "266 recorded",
+            *(f"{n} workers" for n in (1, 2, 4, 8, 16, 32, 64, 128)),
+        ]
+        for n, (text, box) in enumerate(legend):
+            inside = chart["box"]
+            assert inside[0] <= box[0] and box[2] <= inside[2], f"{text!r} leaves its chart"
+            assert box[3] <= inside[3], f"{text!r} leaves its chart"
+            for other, other_box in legend[n + 1 :]:
+                assert not overlap(box, other_box), f"{text!r} overlaps {other!r}"

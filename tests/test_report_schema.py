@@ -28,7 +28,7 @@ def as_event(record: dict) -> tuple:
     extra = (
         None
         if keys is None
-        else record[keys]
+        else record.get(keys)
         if isinstance(keys, str)
         else tuple(record[key] for key in keys)
     )
@@ -53,10 +53,10 @@ def test_version_1_and_this_version_give_the_same_report(spark, tmp_path: Path) 
 
     (old,) = VERSION_1.glob("events-*.ndjson")
     old_lines = old.read_text().splitlines()
-    assert EVENTS_SCHEMA == 2 and not any('"v"' in line for line in old_lines)
+    assert EVENTS_SCHEMA == 3 and not any('"v"' in line for line in old_lines)
     new_lines = [format_event(as_event(json.loads(line))) for line in old_lines]
     # This version's line is the old one with the version first, and nothing else.
-    assert new_lines == ['{"v":2,' + line[1:] for line in old_lines]
+    assert new_lines == ['{"v":3,' + line[1:] for line in old_lines]
     new = tmp_path / "events"
     new.mkdir()
     (new / f"{old.name}.gz").write_bytes(
@@ -77,9 +77,9 @@ def test_a_newer_schema_is_refused(spark, tmp_path: Path) -> None:
 
     (old,) = VERSION_1.glob("events-*.ndjson")
     newer = tmp_path / old.name
-    newer.write_text('{"v":3,' + old.read_text().splitlines()[0][1:] + "\n")
+    newer.write_text('{"v":4,' + old.read_text().splitlines()[0][1:] + "\n")
     cached = spark.sparkContext._jsc.getPersistentRDDs().size()
-    with pytest.raises(ReportError, match=r"schema version 3 .* reads versions 1 to 2"):
+    with pytest.raises(ReportError, match=r"schema version 4 .* reads versions 1 to 3"):
         build_report(spark, [str(newer)])
     # The events it had read and kept are let go: the session may live on.
     assert spark.sparkContext._jsc.getPersistentRDDs().size() == cached
@@ -90,7 +90,7 @@ def test_quicx_report_refuses_a_newer_schema_in_one_line(tmp_path: Path) -> None
     pytest.importorskip("pyspark")
     (old,) = VERSION_1.glob("events-*.ndjson")
     newer = tmp_path / old.name
-    newer.write_text('{"v":3,' + old.read_text().splitlines()[0][1:] + "\n")
+    newer.write_text('{"v":4,' + old.read_text().splitlines()[0][1:] + "\n")
     result = subprocess.run(
         [str(Path(sys.executable).with_name("quicx")), "report", str(newer),
          f"--out={tmp_path / 'out'}"],
@@ -98,8 +98,8 @@ def test_quicx_report_refuses_a_newer_schema_in_one_line(tmp_path: Path) -> None
     )  # fmt: skip
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.splitlines()[-1] == (
-        "quicx report: error: events of schema version 3 (a newer daemon's):"
-        " this report reads versions 1 to 2"
+        "quicx report: error: events of schema version 4 (a newer daemon's):"
+        " this report reads versions 1 to 3"
     )
     assert not (tmp_path / "out").exists()
 

@@ -188,7 +188,7 @@ def test_every_kind_the_core_records_is_known() -> None:
 
 def test_the_stop_flag_and_the_sizes_are_the_pages() -> None:
     assert frames_of(v2.frame(MessageType.WATCH, b"\x01")) == [Watch(stop=True)]
-    assert "10,377 bytes" in MONITOR and monitor.MAX_WATCH_SIZE == 10_377
+    assert "10,387 bytes" in MONITOR and monitor.MAX_WATCH_SIZE == 10_387
     assert "at most 64 KiB of lines" in MONITOR and MAX_EVENTS_BYTES == 64 << 10
 
 

@@ -739,7 +739,7 @@ class QueueService(Service):
         task.accepted = True
         task.tally.submitted += 1
         if self.events is not None:
-            self._event("submitted", task)
+            self._event("submitted", task, None, _due_ms(task.due))
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
@@ -783,7 +783,7 @@ class QueueService(Service):
             task.tally.submitted += 1
             task.home.pending -= 1
             if self.events is not None:
-                self._event("submitted", task)
+                self._event("submitted", task, None, _due_ms(task.due))
             producer = task.producer
             if producer is not None:  # None: a schedule's task
                 task.reply = _OK[producer.version](task.task_id, False)
@@ -912,6 +912,9 @@ class QueueService(Service):
                 ready_at=now,
             )
             self._live[task.task_id] = task
+            if self.events is not None:
+                # The reports join it to its submit (in the run before).
+                self._event("recovered", task, None, _due_ms(recovered.due))
             if key is not None:
                 self.keys.add(queue.name, key, task)
             if task.dead is not None:
@@ -2320,3 +2323,8 @@ def _held(tasks: dict[int, Task]) -> str:
     shown = ", ".join(str(task_id) for task_id in ids[:5])
     more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
     return f"task{'s' if len(ids) > 1 else ''} {shown}{more}"
+
+
+def _due_ms(due: float) -> int | None:
+    """A delayed task's due time as its events give it (epoch ms), or C{None}: not delayed."""
+    return round(due * 1000) if due else None

@@ -8,7 +8,7 @@ Task lifecycle events: one JSON line per step of every task's life.
 
 Each record is one line of JSON::
 
-    {"v": 2, "t": 1795284911827, "event": "dispatched", "task": 42,
+    {"v": 3, "t": 1795284911827, "event": "dispatched", "task": 42,
      "type": "send_email", "size": 118, "producer": 3, "worker": 7,
      "attempt": 1, "queue": "mail", "priority": 5}
 
@@ -16,7 +16,9 @@ with C{event} one of L{quicx.protocol.monitor.EVENT_KINDS}: submitted,
 rejected (with C{code} and C{reason}), dispatched, progress (with
 C{fraction}, 0 to 1, and C{message}), done, failed (with C{reason}),
 retrying (with C{reason}), requeued (with C{cause}), cancelled (with
-C{cause}), dead (with C{reason}), replayed and dropped (with C{cause}).
+C{cause}), dead (with C{reason}), replayed, dropped (with C{cause}) and
+recovered.  A delayed task's submitted and recovered events add C{due}
+(epoch milliseconds); the others' have none.
 C{queue} and C{priority} are C{null} on a rejected SUBMIT.  C{t} is epoch
 milliseconds; C{producer} and C{worker} are connection ids (C{null} when not
 known: a task recovered from the journal has no producer); C{attempt} counts
@@ -61,6 +63,8 @@ Event = tuple[Any, ...]
 """(time, event, task id, type, size, producer id, worker id, attempt, extra, queue, priority)."""
 
 _EXTRA_KEY: dict[str, str | tuple[str, ...]] = {
+    "submitted": "due",
+    "recovered": "due",
     "rejected": ("code", "reason"),
     "progress": ("fraction", "message"),
     "failed": "reason",

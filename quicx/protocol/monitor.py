@@ -36,13 +36,15 @@ EVENT_KINDS = (
     "dead",
     "replayed",
     "dropped",
+    "recovered",
 )
 """Every kind of lifecycle event the daemon records, as its C{event} field names it."""
-EVENTS_SCHEMA = 2
+EVENTS_SCHEMA = 3
 """
 The version of the events' JSON schema, each line's C{v} (files and EVENTS
 alike; docs/pipeline.md has every field).  Lines without a C{v} are version
-1, which had no C{v} and is otherwise the same.
+1, which had no C{v} and is otherwise the same.  Version 3 adds the
+C{recovered} kind and a delayed task's C{due}.
 """
 MAX_WATCH = 32
 """The most queues, task types or event kinds one WATCH lists (each)."""

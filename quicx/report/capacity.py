@@ -224,9 +224,12 @@ def _backlog_chart(result: WhatIf, queue: str) -> str:
     top_value = max(max(points.values(), default=0) for points in series.values())
     step = nice_step(top_value)
     top = step * math.ceil(max(top_value, 1) / step)
-    width, height = 560, 280
+    width = 560
     left = 14 + CHAR_PX * len(f"{top:,}")
-    right, upper, lower = 16, 34, 70
+    right, upper = 16, 34
+    legend = _legend(sorted(series), left, width - right)
+    lower = 54 + LEGEND_ROW * (1 + max(row for row, _, _ in legend))
+    height = 210 + lower
     plot_w, plot_h = width - left - right, height - upper - lower
     bottom = upper + plot_h
 
@@ -258,25 +261,47 @@ def _backlog_chart(result: WhatIf, queue: str) -> str:
     parts.append(
         f"<line class='axis' x1='{left}' x2='{width - right}' y1='{bottom}' y2='{bottom}'/>"
     )
-    legend_x = left
-    for n, ((scenario, workers), points) in enumerate(sorted(series.items())):
+    for n, ((scenario, _), points) in enumerate(sorted(series.items())):
         colour = COLOURS[n % len(COLOURS)]
         dash = " stroke-dasharray='5 3'" if scenario == "recorded" else ""
-        label = f"{workers} recorded" if scenario == "recorded" else f"{workers} workers"
+        line, x, label = legend[n]
+        y = bottom + 58 + line * LEGEND_ROW
         parts.append(
             f"<polyline fill='none' stroke='{colour}' stroke-width='1.5'{dash}"
             f" points='{_steps(points, start, end, bucket_ms, x_of, y_of)}'>"
             f"<title>{html.escape(label)}</title></polyline>"
-            f"<line x1='{legend_x}' x2='{legend_x + 16}' y1='{height - 12}' y2='{height - 12}'"
+            f"<line x1='{x:.1f}' x2='{x + 16:.1f}' y1='{y - 4}' y2='{y - 4}'"
             f" stroke='{colour}' stroke-width='2'{dash}/>"
-            f"<text x='{legend_x + 20}' y='{height - 8}'>{html.escape(label)}</text>"
+            f"<text class='legend' x='{x + 20:.1f}' y='{y}'>{html.escape(label)}</text>"
         )
-        legend_x += 28 + CHAR_PX * len(label)
     parts.append(
         f"<text class='axis-title' x='{left + plot_w / 2:.1f}' y='{bottom + 36}'"
         " text-anchor='middle'>seconds from the first event</text></svg>"
     )
     return f"<figure><figcaption>{html.escape(title)}</figcaption>{''.join(parts)}</figure>"
+
+
+LEGEND_ROW = 16
+"""The height of a row of the backlog chart's legend, px."""
+
+
+def _legend(
+    series: list[tuple[str, int]], left: float, right: float
+) -> list[tuple[int, float, str]]:
+    """
+    Each series' legend entry: (row, x, label), the entries in rows that
+    end before C{right}, a new row where the next would not.
+    """
+    entries: list[tuple[int, float, str]] = []
+    row, x = 0, left
+    for scenario, workers in series:
+        label = f"{workers} recorded" if scenario == "recorded" else f"{workers} workers"
+        wide = 20 + CHAR_PX * len(label)
+        if x + wide > right and x > left:
+            row, x = row + 1, left
+        entries.append((row, x, label))
+        x += wide + 8
+    return entries
 
 
 def _steps(

@@ -16,16 +16,20 @@ CHAR_PX = 7.5
 
 
 def html_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    """C{rows} as an HTML table of C{columns} (default: all, as the first row has them)."""
+    """
+    C{rows} as an HTML table of C{columns} (default: all, as the first row
+    has them).  A number may break after a thousands separator (C{<wbr>}),
+    which it does only where the table would not fit otherwise.
+    """
     if not rows:
         return "<p>(none)</p>"
     columns = columns or list(rows[0])
 
     def cell(value: Any) -> str:
         if isinstance(value, float):
-            return f"<td>{value:,.1f}</td>"
+            return f"<td>{value:,.1f}</td>".replace(",", ",<wbr>")
         if isinstance(value, int):
-            return f"<td>{value:,}</td>"
+            return f"<td>{value:,}</td>".replace(",", ",<wbr>")
         return f"<td class='text'>{html.escape('' if value is None else str(value))}</td>"
 
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in columns)

@@ -13,7 +13,8 @@ to C{--out}:
   - C{summary/}: per task type and overall (type C{*}), the counts
     (submitted, completed, failed, given up, requeued, rejected, dropped,
     never completed; each defined in docs/pipeline.md, requeued and given up
-    as C{quicx status} counts them), queue wait (first dispatch - submit) and
+    as C{quicx status} counts them), queue wait (first dispatch - when it
+    became due: its submit, or a delayed task's due time) and
     run time (outcome - its dispatch) at p50 / p95 / p99 / max, in
     milliseconds;
   - C{throughput/}: per minute and type, tasks submitted, completed, failed;
@@ -31,7 +32,9 @@ to C{--out}:
 
 Tables are Parquet.  Task ids restart when a daemon without a journal
 restarts, so a task is identified by the daemon's pid (from the file name)
-and its id.  Percentiles are exact (linear interpolation between ranks).
+and its id; a task recovered from a journal by a later daemon is joined to
+the run that submitted it (L{_with_origin}).  Percentiles are exact (linear
+interpolation between ranks).
 Files of the release before protocol version 2 have no C{queue} or
 C{priority}: their tasks count as queue C{default}, priority 0 (where a
 version-1 SUBMIT goes, on a daemon with no C{[queues]} settings).
@@ -40,9 +43,11 @@ version-1 SUBMIT goes, on a daemon with no C{[queues]} settings).
 from __future__ import annotations
 
 import argparse
+import glob
 import html
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -60,7 +65,7 @@ from quicx.report.page import CHAR_PX, PERCENTILES, html_table, nice_step
 EVENT_SCHEMA = (
     "v LONG, t LONG, event STRING, task LONG, type STRING, size LONG, producer LONG,"
     " worker LONG, attempt LONG, reason STRING, cause STRING, code LONG,"
-    " queue STRING, priority LONG"
+    " queue STRING, priority LONG, due LONG"
 )
 """The fields the report reads, of every schema version up to L{EVENTS_SCHEMA}."""
 QUEUE_COUNTS = ("submitted", "completed", "failed", "cancelled", "never_completed")
@@ -79,6 +84,8 @@ COUNTS = (
     "never_completed",
 )
 """The summary's counts, in order (each defined once, in docs/pipeline.md)."""
+KINDS_BY = ("submitted", "recovered")
+"""The events that say what a task is (its type, queue, priority), the first first."""
 
 REASON_PATTERNS: tuple[tuple[str, str], ...] = (
     # uuids, then addresses with their ports, then hex, then any other number
@@ -230,44 +237,65 @@ def _compute(
             .withColumn("queue", F.coalesce(F.col("queue"), F.lit("default")))
             .withColumn("priority", F.coalesce(F.col("priority"), F.lit(0)))
         )
-        count, newest = events.agg(F.count("*"), F.max("v")).first()
+        count, newest, recovered = events.agg(
+            F.count("*"), F.max("v"), F.count(F.when(F.col("event") == "recovered", 1))
+        ).first()
     if newest is not None and newest > EVENTS_SCHEMA:
         raise ReportError(
             f"events of schema version {newest} (a newer daemon's): this report reads"
             f" versions 1 to {EVENTS_SCHEMA}"
         )
     progress(f"{count:,} events")
-    tasks = events.where(F.col("task").isNotNull())
+    tasks = _with_origin(events.where(F.col("task").isNotNull()), recovered)
+    if recovered:  # a join: computed once
+        tasks = keep(tasks)
 
-    # One row per task submitted, from one pass over its events: when it was
-    # submitted (and as what), first dispatched, and whether it ended.
+    # One row per task, from one pass over its events: when it was submitted
+    # (and as what), when it became due, first dispatched, how it ended.
     event = F.col("event")
 
     def seen(condition: Any) -> Any:
         return F.count(F.when(condition, 1)) > 0
 
-    def of_submit(column: str) -> Any:
-        return F.first(F.when(event == "submitted", F.col(column)), ignorenulls=True)
+    def first_of(kind: str, column: Any) -> Any:
+        return F.min(F.when(event == kind, column))
 
-    submitted = keep(
-        tasks.groupBy("run", "task")
+    def described(column: str) -> Any:
+        # As submitted; as recovered if its submitted line was lost; as any
+        # event says if it was submitted before the files began.
+        return F.coalesce(
+            *(F.first(F.when(event == kind, F.col(column)), ignorenulls=True) for kind in KINDS_BY),
+            F.first(column, ignorenulls=True),
+        )
+
+    # A delayed task is due at its `due`; one that comes back from the
+    # journal with its submitted line lost is submitted as it is recovered.
+    due = F.greatest(F.col("t"), F.coalesce(F.col("due"), F.col("t")))
+    per_task = keep(
+        tasks.groupBy("origin", "task")
         .agg(
-            seen(event == "submitted").alias("submitted"),
-            F.min(F.when(event == "submitted", F.col("t"))).alias("submitted_t"),
-            *(of_submit(column).alias(column) for column in ("type", "queue", "priority")),
+            seen(event.isin(*KINDS_BY)).alias("submitted"),
+            F.coalesce(first_of("submitted", F.col("t")), first_of("recovered", F.col("t"))).alias(
+                "submitted_t"
+            ),
+            F.coalesce(first_of("submitted", due), first_of("recovered", due)).alias("due_t"),
+            *(described(column).alias(column) for column in ("type", "queue", "priority")),
             seen(event == "dispatched").alias("dispatched"),
             F.min(F.when(event == "dispatched", F.col("t"))).alias("first_t"),
-            # Cancelled tasks never ran, and were not lost: they are not
-            # "never completed".
-            seen(event.isin("done", "failed", "cancelled")).alias("finished"),
+            seen(event == "done").alias("completed"),
+            seen(event == "failed").alias("failed"),
+            seen(event == "cancelled").alias("cancelled"),
         )
-        .where("submitted")
+        # Cancelled tasks never ran, and were not lost: they are not "never
+        # completed".
+        .withColumn("finished", F.col("completed") | F.col("failed") | F.col("cancelled"))
     )
+    submitted = per_task.where("submitted")
     waits = submitted.where("dispatched").withColumn(
-        "wait_ms", F.col("first_t") - F.col("submitted_t")
+        "wait_ms", F.greatest(F.col("first_t") - F.col("due_t"), F.lit(0))
     )
     never = submitted.where("NOT finished").select(
-        "run", "task", "submitted_t", "type", "queue", "priority"
+        F.col("origin").alias("run"), "task", "submitted_t", "type", "queue", "priority"
     )
     dispatched = tasks.where("event = 'dispatched'").select(
         "run", "task", "attempt", F.col("t").alias("dispatched_t"), "worker"
@@ -300,11 +328,11 @@ def _compute(
             return [row.asDict() for row in keep(frame).collect()]
 
     progress("computing the summary")
-    summary = _summary(keep(_counts(events, gave_up)), runs, waits, never)
+    summary = _summary(keep(_counts(events, gave_up, per_task)), runs, waits, never)
     summary_rows = table("summary", summary)
 
     progress("computing the queues")
-    queues = _queues(tasks, waits, never)
+    queues = _queues(per_task, waits, never)
     queue_rows = table("queues", queues)
 
     progress("computing throughput, failures and workers")
@@ -376,6 +404,41 @@ def _compute(
     return report
 
 
+def _with_origin(tasks: Any, recovered: int) -> Any:
+    """
+    C{tasks} (the events of tasks) with C{origin}: the daemon run (pid) the
+    task was submitted in.  A task a daemon recovered from its journal keeps
+    its id, and its events after the restart (C{recovered}, then dispatched,
+    done...) are in the new run's files: they belong to the latest earlier
+    run that has its C{submitted} event (runs in the order of their first
+    events).  A task recovered with no such run (its submitted line was lost
+    with the crash) is its recovering run's: the C{recovered} event stands
+    for its submit.  C{recovered}: how many C{recovered} events there are
+    (with none, each event's origin is its own run).
+    """
+    from pyspark.sql import functions as F
+
+    if not recovered:
+        return tasks.withColumn("origin", F.col("run"))
+    starts = tasks.groupBy("run").agg(F.min("t").alias("start"))
+    back = tasks.where("event = 'recovered'").select("run", "task").distinct().join(starts, "run")
+    before = (
+        tasks.where("event = 'submitted'")
+        .select(F.col("run").alias("origin"), "task")
+        .distinct()
+        .join(starts.select(F.col("run").alias("origin"), F.col("start").alias("began")), "origin")
+    )
+    links = (
+        back.join(before, "task")
+        .where(F.col("began") < F.col("start"))
+        .groupBy("run", "task")
+        .agg(F.max_by("origin", "began").alias("origin"))
+    )
+    return tasks.join(links, ["run", "task"], "left").withColumn(
+        "origin", F.coalesce(F.col("origin"), F.col("run"))
+    )
+
+
 def _latency(frame: Any, column: str, prefix: str, *by: str) -> Any:
     """C{column}'s percentiles (an array, C{PREFIX_p}) and maximum, by C{by}."""
     from pyspark.sql import functions as F
@@ -387,8 +450,11 @@ def _latency(frame: Any, column: str, prefix: str, *by: str) -> Any:
     )
 
 
-def _counts(events: Any, gave_up: Any) -> Any:
-    """The summary's counts (but never completed) per type."""
+def _counts(events: Any, gave_up: Any, per_task: Any) -> Any:
+    """
+    The summary's counts (but never completed) per type: submitted,
+    completed and failed are tasks (of C{per_task}), the others events.
+    """
     from pyspark.sql import functions as F
 
     # The daemon records "requeued" before it decides to give up; like
@@ -399,16 +465,13 @@ def _counts(events: Any, gave_up: Any) -> Any:
     requeued = (event == "requeued") & F.col("gave_up").isNull()
     # (Give-ups are few: each executor gets them all, and the events stay
     # where they are.)
-    return (
+    steps = (
         events.join(F.broadcast(gave_up), ["run", "task", "attempt"], "left")
         .groupBy("type")
         .agg(
             *(
                 F.sum(F.when(condition, 1).otherwise(0)).alias(name)
                 for condition, name in (
-                    (event == "submitted", "submitted"),
-                    (event == "done", "completed"),
-                    (event == "failed", "failed"),
                     (given_up, "given_up"),
                     (requeued, "requeued"),
                     (event == "retrying", "retried"),
@@ -417,6 +480,19 @@ def _counts(events: Any, gave_up: Any) -> Any:
                     (event == "dropped", "dropped"),
                 )
             )
+        )
+    )
+    return _task_counts(per_task, "type").join(steps, "type", "full").fillna(0)
+
+
+def _task_counts(per_task: Any, *by: str) -> Any:
+    """Tasks submitted, completed, failed and cancelled, by C{by}."""
+    from pyspark.sql import functions as F
+
+    return per_task.groupBy(*by).agg(
+        *(
+            F.sum(F.col(flag).cast("long")).alias(flag)
+            for flag in ("submitted", "completed", "failed", "cancelled")
         )
     )
 
@@ -453,26 +529,11 @@ def _summary(counts: Any, runs: Any, waits: Any, never: Any) -> Any:
     return summary.fillna(0, subset=list(COUNTS)).select(columns).orderBy("type")
 
 
-def _queues(tasks: Any, waits: Any, never: Any) -> Any:
+def _queues(per_task: Any, waits: Any, never: Any) -> Any:
     """The per-queue table: counts and queue waits per queue and priority."""
     from pyspark.sql import functions as F
 
-    event = F.col("event")
-    queue_counts = (
-        tasks.where(event != "rejected")
-        .groupBy("queue", "priority")
-        .agg(
-            *(
-                F.sum(F.when(event == kind, 1).otherwise(0)).alias(name)
-                for kind, name in (
-                    ("submitted", "submitted"),
-                    ("done", "completed"),
-                    ("failed", "failed"),
-                    ("cancelled", "cancelled"),
-                )
-            )
-        )
-    )
+    queue_counts = _task_counts(per_task, "queue", "priority")
     queue_never = never.groupBy("queue", "priority").agg(F.count("*").alias("never_completed"))
     queue_waits = _latency(waits, "wait_ms", "wait", "queue", "priority")
     return (
@@ -558,7 +619,8 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
         "<h2>Tasks by queue and priority</h2>",
         html_table(report.queues),
         "<p class='note'>Never completed: no done, failed or cancelled event (still queued,"
-        " dropped, or lost). Queue wait: first dispatch &minus; submit. Events of the release"
+        " dropped, or lost). Queue wait: first dispatch &minus; when it became due (its submit,"
+        " or its due time if delayed). Events of the release"
         " before protocol version 2 count as queue <code>default</code>, priority 0.</p>",
         "<h2>Top failure reasons</h2>",
         html_table(report.failures),
@@ -584,8 +646,7 @@ def _what_if_section(report: Report) -> str:
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
 table { border-collapse: collapse; margin-bottom: 1em; max-width: 100%; }
-td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right;
-         white-space: nowrap; vertical-align: top; }
+td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right; vertical-align: top; }
 td.text { text-align: left; white-space: normal; overflow-wrap: anywhere; min-width: 9em; }
 th { background: #f0f0f0; }
 .row { display: flex; flex-wrap: wrap; gap: 2em; }
@@ -723,6 +784,10 @@ def main(argv: list[str] | None = None) -> int:
         "--timings", action="store_true", help="print the seconds each phase took to stderr"
     )
     args = parser.parse_args(argv)
+    missing = missing_input(args.events)
+    if missing is not None:  # before the JVM: seconds, and its log
+        progress(f"error: {missing}: no such file or directory")
+        return 1
     timings = Timings()
     with timings.phase("spark start"):
         spark = start_spark(args.master)
@@ -750,6 +815,46 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def missing_input(paths: list[str]) -> str | None:
+    """
+    The first of C{paths} (local paths, C{file://} URIs, globs) that names
+    nothing, or C{None}.  Other URIs (C{s3a://}, C{hdfs://}) are left to
+    Spark, as are globs with C{{a,b}} (Hadoop's, not Python's).
+    """
+    for path in paths:
+        if "://" in path and not path.startswith("file://"):
+            continue
+        local = path.removeprefix("file://")
+        if "{" in local:
+            continue
+        if not (glob.glob(local) if glob.has_magic(local) else os.path.exists(local)):
+            return path
+    return None
+
+
+LOG_SETTINGS = Path(__file__).with_name("log4j2.properties")
+"""The JVM's log settings when the report starts it: errors only."""
+
+
+def quiet_log(conf: Any) -> None:
+    """
+    Have the JVM the report starts (not spark-submit's, which is started)
+    log errors only (L{LOG_SETTINGS}), unless log settings were given:
+    C{log4j2.properties} in C{SPARK_CONF_DIR}, or driver Java options in
+    its C{spark-defaults.conf}.
+    """
+    home = Path(os.environ.get("SPARK_HOME", "/nonexistent"))
+    conf_dir = Path(os.environ.get("SPARK_CONF_DIR") or home / "conf")
+    defaults = conf_dir / "spark-defaults.conf"
+    if (
+        "PYSPARK_GATEWAY_PORT" in os.environ
+        or (conf_dir / "log4j2.properties").exists()
+        or (defaults.exists() and "spark.driver.extraJavaOptions" in defaults.read_text())
+    ):
+        return
+    conf.set("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_SETTINGS}")
+
+
 def start_spark(master: str | None) -> Any:
     """
     The report's Spark session: on C{master}, else spark-submit's (C{local[*]}
@@ -770,7 +875,9 @@ def start_spark(master: str | None) -> Any:
     # With no JVM yet, SparkConf() is an empty dict: start (or, under
     # spark-submit, join) the JVM first, so that it holds spark-submit's
     # --master and --conf, and spark-defaults.conf's settings.
-    SparkContext._ensure_initialized()
+    launch = SparkConf(loadDefaults=False)
+    quiet_log(launch)
+    SparkContext._ensure_initialized(conf=launch)
     given = SparkConf()
     builder = SparkSession.builder.appName("quicx report")
     if master:

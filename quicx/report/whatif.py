@@ -20,16 +20,21 @@ are alike and subscribed to the same queues:
     head of its priority, one taken back at its timeout at the tail;
   - a retry is ready after its backoff.
 
-A worker is one credit (a slot): a connection with credits 3 is 3 workers.
-Which idle worker is offered a task (lifo, fifo, the failing-worker guard,
-the retry's other worker) changes nothing here: the workers are alike, and a
+A worker is one connection running one delivery at a time, in the order
+of its reports (as C{quicx worker} runs what it holds: short handlers one
+after another on its event loop, a long one in a thread holding its only
+credit): a delivery runs from its dispatch or its worker's report before,
+whichever is later (L{_starts}), and the recording has as many workers as
+connections at once, whatever credits they held.  Which idle worker is
+offered a task (lifo, fifo, the failing-worker guard, the retry's other
+worker) changes nothing here: the workers are alike, and a
 task's run time is its own, as recorded.  Left out: fairness keys' turns,
 rate and concurrency limits, paused queues, the credit a timed-out delivery
 keeps until its worker reports, and workers that come and go.
 
-Times are the events' milliseconds.  A task's wait is its first dispatch
-less the time it became ready to run: its SUBMIT, or its due time for a
-delayed task.
+Times are the events' milliseconds.  A task's wait is the start of its
+first run less the time it became ready to run: its SUBMIT, or its due
+time for a delayed task.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ took a task that was waiting (the outcome freed the credit).  A dispatch to
 a worker with a credit free for longer is of a task that was not ready
 before: a delayed task, or a retry, at its due time.
 """
+DUE_SAID = 3
+"""The events schema from which a delayed task's submitted event says when it is due."""
 OUTCOMES = frozenset({"done", "failed", "retrying", "requeued"})
 """The events that end a delivery."""
 TIMED_OUT = "held for"
@@ -118,8 +125,9 @@ class Workload:
 
     @ivar queues: the queues, in the order workers serve them.
     @ivar jobs: the tasks, by when they became ready.
-    @ivar slots: the most deliveries held at once in the recording.
-    @ivar measured: each dispatched task's recorded wait (ms), by task id.
+    @ivar slots: the most workers (connections) at once in the recording.
+    @ivar measured: each dispatched task's recorded wait (ms) until its
+        first run began, by task id.
     @ivar backlog: (time, queue, +1 or -1) as tasks were queued and taken
         in the recording.
     """
@@ -138,6 +146,7 @@ class _Task:
     queue: str
     priority: int
     submitted: int | None = None
+    due: int | None = None  # when it was due, if it said (schema 3: a delayed task's `due`)
     cancelled: int | None = None
     dispatches: dict[int, tuple[int, int | None]] = field(factory=dict)  # attempt: (t, worker)
     ends: dict[int, tuple[int, str, str]] = field(factory=dict)  # attempt: (t, event, cause)
@@ -166,6 +175,8 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
         event, t, worker = r["event"], r["t"], r.get("worker")
         if event == "submitted":
             task.submitted = t
+            if (r.get("v") or 1) >= DUE_SAID:
+                task.due = max(t, r.get("due") or t)
         elif event == "dispatched":
             task.dispatches[r["attempt"]] = (t, worker)
         elif event in OUTCOMES:
@@ -197,15 +208,17 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
         if worker is not None:
             seen.add(worker)
 
+    started = _starts(tasks)
+
     # The shortest backoff seen per queue and attempt: a retry that waited
     # was due no sooner.
     backoffs: dict[tuple[str, int], int] = {}
     runs: dict[str, list[int]] = defaultdict(list)
-    for task in tasks.values():
+    for task_id, task in tasks.items():
         for attempt, (t, _) in task.dispatches.items():
             end = task.ends.get(attempt)
             if end is not None:
-                runs[task.queue].append(end[0] - t)
+                runs[task.queue].append(end[0] - started.get((task_id, attempt), t))
             before = task.ends.get(attempt - 1)
             if before is not None and before[1] == "retrying":
                 key = (task.queue, attempt)
@@ -217,7 +230,7 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
     jobs: list[Job] = []
     measured: dict[int, int] = {}
     backlog: list[tuple[int, str, int]] = []
-    slots = _most_held(tasks)
+    slots = _most_workers(tasks)
     for task_id, task in tasks.items():
         if task.submitted is None:
             continue  # submitted before the history began
@@ -234,11 +247,14 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
                     ready = min(t, before[0] + backoffs[task.queue, attempt])
                 else:
                     ready = t
+            elif task.due is not None:
+                ready = task.due  # it said when it was due
             elif not waiting[task_id, attempt]:
                 ready = t  # delayed: due when it went to a free worker
+            start = started.get((task_id, attempt), t)
             if attempt == 1:
                 first_ready = ready
-                measured[task_id] = t - ready
+                measured[task_id] = start - ready
             else:
                 # The step before waits from its end to this one's ready time.
                 end_t, event, cause = task.ends[attempt - 1]
@@ -249,7 +265,7 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
             if end is None:
                 steps.append(Step(median.get(task.queue, overall)))
                 break
-            steps.append(Step(end[0] - t))
+            steps.append(Step(end[0] - start))
             attempt += 1
         if not steps:
             # Never dispatched: still queued at the end, dropped, or cancelled.
@@ -272,19 +288,50 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
     )
 
 
-def _most_held(tasks: Mapping[int, _Task]) -> int:
-    """The most deliveries held at once: ends before starts at the same time."""
-    changes = []
-    for task in tasks.values():
-        for attempt, (t, _) in task.dispatches.items():
-            changes.append((t, 1))
+def _starts(tasks: Mapping[int, _Task]) -> dict[tuple[int, int], int]:
+    """
+    When each delivery a worker reported began to run, by (task, attempt):
+    a worker runs what it holds one at a time, so a delivery starts at its
+    dispatch, or when the worker reported the one before (by the order of
+    its reports), whichever is later.  Deliveries with no report of their
+    worker (taken back) start at their dispatch.
+    """
+    reports: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
+    for task_id, task in tasks.items():
+        for attempt, (t, worker) in task.dispatches.items():
             end = task.ends.get(attempt)
-            if end is not None:
-                changes.append((end[0], -1))
-    held = most = 0
-    for _, change in sorted(changes):
-        held += change
-        most = max(most, held)
+            if worker is not None and end is not None and end[1] != "requeued":
+                reports[worker].append((end[0], t, task_id, attempt))
+    starts: dict[tuple[int, int], int] = {}
+    for ends in reports.values():
+        free: int | None = None
+        for reported, t, task_id, attempt in sorted(ends):
+            starts[task_id, attempt] = t if free is None else max(t, free)
+            free = reported
+    return starts
+
+
+def _most_workers(tasks: Mapping[int, _Task]) -> int:
+    """
+    The most workers at once: a worker (a connection) counts from its first
+    dispatch to its last outcome (ends before starts at the same time).
+    """
+    spans: dict[int, list[int]] = {}
+    for task in tasks.values():
+        for attempt, (t, worker) in task.dispatches.items():
+            if worker is None:
+                continue
+            end = task.ends.get(attempt)
+            span = spans.setdefault(worker, [t, t])
+            span[0] = min(span[0], t)
+            span[1] = max(span[1], t if end is None else end[0])
+    changes = sorted(
+        change for first, last in spans.values() for change in ((first, 1), (last, -1))
+    )
+    workers = most = 0
+    for _, change in changes:
+        workers += change
+        most = max(most, workers)
     return most
 
 

@@ -70,11 +70,12 @@ KINDS = (
     "dead",
     "replayed",
     "dropped",
+    "recovered",
 )
 """The event kinds, in the page's order."""
 FIELDS = {"t", "event", "task", "type", "size", "producer", "worker", "attempt", "queue"}
 FIELDS |= {"priority", "v"}
-"""The fields every line has (the events files'; C{v}, the schema version, 2)."""
+"""The fields every line has (the events files'; C{v}, the schema version, 3)."""
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +162,7 @@ def test_a_watcher_hears_each_step_of_a_task_as_the_files_write_it(connect: Conn
     records = heard(watcher, 3)
     assert [r["event"] for r in records] == ["submitted", "dispatched", "done"]
     assert all(set(r) == FIELDS for r in records)
-    assert all(r["v"] == 2 for r in records)  # the schema version, on every line
+    assert all(r["v"] == 3 for r in records)  # the schema version, on every line
     assert {(r["task"], r["type"], r["queue"], r["size"]) for r in records} == {
         (task_id, "send_email", "ev-one", 1)
     }
@@ -220,7 +221,7 @@ def test_the_longest_watch_is_taken_and_a_byte_more_is_too_large(connect: Connec
     types = tuple(bytes([i]) * 255 for i in range(32))
     kinds = tuple(k.encode() for k in KINDS)
     payload = b"\x00" + items(queues) + items(types) + items(kinds)
-    assert len(payload) == 10_377  # as the page says
+    assert len(payload) == 10_387  # as the page says
     peer = connect()
     answer = peer.info(frame(WATCH, payload))["watching"]
     assert len(answer["queues"]) == 32 and answer["kinds"] == list(KINDS)
