@@ -261,7 +261,12 @@ def test_second_start_with_the_same_pid_file_is_refused(tmp_path: Path, backgrou
         f"--pid-file={pid_file}",
     )
     first.wait_for("listening on")
-    second = quicx("start", "--listen=tcp:0:interface=127.0.0.1", f"--pid-file={pid_file}")
+    second = quicx(
+        "start",
+        "--listen=tcp:0:interface=127.0.0.1",
+        f"--control={tmp_path / 'c2'}",
+        f"--pid-file={pid_file}",
+    )
     assert second.returncode == 1
     assert f"a daemon is already running (pid {first.process.pid}" in second.stderr
 
