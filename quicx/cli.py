@@ -78,6 +78,7 @@ from quicx.protocol import durations, lifecycle, wire
 from quicx.protocol.errors import (
     GroupUnknown,
     NotFinished,
+    NotFound,
     QuicxError,
     TaskCancelled,
     TaskFailed,
@@ -246,7 +247,14 @@ def cmd_start(args: argparse.Namespace) -> int:
             if args.instance is not None and config.journal:
                 make_directory("[journal] path", os.path.dirname(config.journal))
             service = build_daemon(config, reactor)
-            service.privilegedStartService()
+            try:
+                service.privilegedStartService()
+            except SystemExit:
+                # No stale control socket: the ports opened close, then the error.
+                closed = service.close_listeners()
+                closed.addBoth(lambda _: reactor.callWhenRunning(reactor.stop))
+                reactor.run()
+                raise
         except SystemExit as e:
             raise CommandError(str(e.code).removeprefix("quicx: ")) from None
         reactor.callWhenRunning(service.startService)
@@ -329,7 +337,10 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if not process_alive(pid):
         os.unlink(path)
         raise CommandError(f"no daemon to stop: pid {pid} (from {path}) is not running")
+    note = drain_note(daemon_config(args))
     os.kill(pid, signal.SIGTERM)
+    if note:
+        print(f"stopping quicx (pid {pid}): {note}", flush=True)
     deadline = time.monotonic() + args.timeout
     while process_alive(pid):
         if time.monotonic() > deadline:
@@ -339,9 +350,39 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def drain_note(config: configuration.Config) -> str:
+    """
+    What the daemon's drain will wait for, asked of its control socket before
+    the stop: the running tasks and those queued where a worker may take them
+    (C{""} when nothing, or no answer).
+    """
+    if config.control_path is None or config.drain_timeout <= 0:
+        return ""
+    try:
+        status = fetch_status(config.control_path, timeout=2)
+    except StatusUnavailable:
+        return ""
+    served = [
+        q for q in status.get("queues", ()) if q["depth"] and q["workers"] and not q["paused"]
+    ]
+    running, queued = status["tasks"]["running"], sum(q["depth"] for q in served)
+    if not (running or queued):
+        return ""
+    names = ", ".join(printable(q["name"]) for q in served)
+    return (
+        f"waiting up to {config.drain_timeout:g} s (drain_timeout) for {thousands(running)}"
+        f" running tasks and {thousands(queued)} queued"
+        + (f" in {names}" if names else "")
+        + " to finish"
+    )
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     if not args.watch and (args.interval or args.count):
         raise CommandError("--interval and --count go with --watch", status=2)
+    listed = os.environ.get(ADDRESS_VARIABLE, "")
+    if not args.connect and "," in listed:
+        args.connect = listed  # a list of daemons is a cluster view, as with --connect
     if args.connect:
         return wire_status(args)
     path = control_path(args)
@@ -471,7 +512,8 @@ def render_status(status: Mapping[str, Any], classes: bool = False) -> str:
         f"   ({thousands(connections['paused'])} paused: not reading their replies)",
         f"  total       {thousands(connections['total']):>14}",
         *(
-            f"  {printable(c['client'])} (protocol {c['protocol']}): {c['connections']} {c['role']}"
+            f"  {printable(c['client'])} (protocol {c['protocol']}):"
+            f" {c['connections']} {c['role']}{'' if c['connections'] == 1 else 's'}"
             for c in status.get("clients", ())
         ),
         "",
@@ -874,7 +916,9 @@ def cmd_task(args: argparse.Namespace) -> int:
     if not task["why"]:
         print("  next in line: a worker takes it as soon as one is free")
     start = task["estimated_start"]
-    if start is not None:
+    if any(reason["reason"] == "paused" for reason in task["why"]):
+        print(f"  estimated start: none while queue {printable(task['queue'])} is paused")
+    elif start is not None:
         print(
             f"  estimated start: in {_age(max(0.0, start - time.time()))}"
             f" (the queue drains {task['drain_rate']:g} tasks/s)"
@@ -975,7 +1019,10 @@ def _dead_tasks(count: int) -> str:
 
 def cmd_dlq_show(args: argparse.Namespace) -> int:
     task_id, address = task_daemon(args)
-    task = _ask(args, lambda client: client.task(task_id), address=address)
+    try:
+        task = _ask(args, lambda client: client.task(task_id), address=address)
+    except NotFound:
+        raise CommandError(f"no dead task {args.id} (quicx dlq list shows them)") from None
     if task["state"] != "dead":
         raise CommandError(
             f"task {args.id} is {task['state']}, not dead (see quicx task {args.id})"
@@ -1257,7 +1304,9 @@ def import_object(target: str) -> object:
     """
     module_name, colon, attribute = target.partition(":")
     if not colon or not module_name or not attribute:
-        raise CommandError(f"{target!r} is not MODULE:OBJECT")
+        raise CommandError(
+            f"{target!r} is not MODULE:OBJECT (e.g. examples.send_email:worker)", status=2
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -1499,7 +1548,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--connect",
             metavar="ADDRESS[,ADDRESS...]" if several else "ADDRESS",
-            help=f"the daemon{'s, one or a comma-separated list,' if several else ''}:"
+            help=f"the daemon{'s (one or a comma-separated list of)' if several else ''}:"
             f" tcp:HOST:PORT, unix:PATH or tls:HOST:PORT"
             f" (default ${ADDRESS_VARIABLE}, else {DEFAULT_ADDRESS})",
         )

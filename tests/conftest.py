@@ -6,8 +6,11 @@ loopback ports (with L{tools.launcher}) and stops each one it started.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,15 @@ from tools.launcher import TWISTD, DaemonProcess
 # A handler (not SIG_IGN) is reset to the default in each child.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# No test may take a default path: the control socket and pid file a daemon
+# or command started without naming them uses are $XDG_RUNTIME_DIR/quicx-PORT.*
+# (or under /tmp), held by a daemon a developer runs beside the suite (`make
+# run`).  Here they are this process's own, inherited by what it starts.
+_RUNTIME_DIRECTORY = tempfile.mkdtemp(prefix="quicx-tests-")
+os.environ["XDG_RUNTIME_DIR"] = _RUNTIME_DIRECTORY
+atexit.register(shutil.rmtree, _RUNTIME_DIRECTORY, ignore_errors=True)
 
 
 def config_option(tmp_path: Path, text: str = "") -> str:

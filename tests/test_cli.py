@@ -84,13 +84,13 @@ def background(tmp_path: Path):
 def test_version_is_one_parsable_line() -> None:
     result = quicx("version")
     assert result.returncode == 0
-    assert re.fullmatch(r"quicx \d+\.\d+\.\d+ protocol 1\n", result.stdout)
+    assert re.fullmatch(r"quicx \d+\.\d+\.\d+ protocol 1, 2\n", result.stdout)
 
 
 def test_version_option_prints_what_the_command_does() -> None:
     option = quicx("--version")
     assert (option.returncode, option.stderr) == (0, "")
-    assert option.stdout == quicx("version").stdout == f"quicx {quicx_version} protocol 1\n"
+    assert option.stdout == quicx("version").stdout == f"quicx {quicx_version} protocol 1, 2\n"
 
 
 def test_init_prints_the_built_in_default(tmp_path: Path) -> None:
@@ -243,7 +243,7 @@ def test_start_status_stop(tmp_path: Path, background) -> None:
     assert stopped.returncode == 0, stopped.stderr
     assert f"stopped quicx (pid {daemon.process.pid})" in stopped.stdout
     assert daemon.process.wait(5) == 0
-    assert "stopping with 1234 queued and 0 running tasks" in daemon.log()
+    assert "stopping with 1234 queued, 0 delayed and 0 running tasks" in daemon.log()
     assert not pid_file.exists()
     again = quicx("stop", f"--pid-file={pid_file}")
     assert (again.returncode, again.stderr) == (
@@ -261,7 +261,12 @@ def test_second_start_with_the_same_pid_file_is_refused(tmp_path: Path, backgrou
         f"--pid-file={pid_file}",
     )
     first.wait_for("listening on")
-    second = quicx("start", "--listen=tcp:0:interface=127.0.0.1", f"--pid-file={pid_file}")
+    second = quicx(
+        "start",
+        "--listen=tcp:0:interface=127.0.0.1",
+        f"--control={tmp_path / 'c2'}",
+        f"--pid-file={pid_file}",
+    )
     assert second.returncode == 1
     assert f"a daemon is already running (pid {first.process.pid}" in second.stderr
 
@@ -417,3 +422,83 @@ def test_a_worker_on_a_reactor_without_epoll_runs_without_busy_polling(
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(15) == 0
+
+
+def test_submit_help_has_no_stray_punctuation() -> None:
+    result = quicx("submit", "--help")
+    assert result.returncode == 0
+    assert ",:" not in result.stdout and "list of):" in result.stdout
+
+
+def test_what_a_newcomer_reads_is_right(start_daemon) -> None:
+    """Issue 30, item 16: the words of status, task and dlq show."""
+    daemon = start_daemon()
+    env = env_for(daemon)
+    workers = [
+        Background(daemon.directory / f"w{n}.log", "worker", "examples.send_email:worker",
+                   "--queues=default", env=env, cwd=ROOT)
+        for n in range(2)
+    ]  # fmt: skip
+    try:
+        control = f"--control={daemon.control_path}"
+        until_status = time.monotonic() + 20
+        while "2 workers" not in (table := quicx("status", control).stdout):
+            assert time.monotonic() < until_status, table
+            time.sleep(0.05)
+        assert re.search(r"\(protocol 2\): 2 workers$", table, re.M), table
+        assert quicx("pause", "default", control).returncode == 0
+        submitted = quicx("submit", "send_email", '{"to":"a@b.c"}', env=env)
+        task = quicx("task", submitted.stdout.strip(), env=env)
+        assert "waiting: queue default is paused" in task.stdout
+        assert "estimated start: none while queue default is paused" in task.stdout
+        assert "estimated start: in" not in task.stdout
+        missing = quicx("dlq", "show", "999", env=env)
+        assert (missing.returncode, missing.stderr) == (
+            1,
+            "quicx: no dead task 999 (quicx dlq list shows them)\n",
+        )
+    finally:
+        for worker in workers:
+            worker.kill()
+
+
+def test_plain_status_shows_each_daemon_of_a_quicx_address_list(start_daemon) -> None:
+    one, two = start_daemon(), start_daemon()
+    env = {**os.environ, "QUICX_ADDRESS": f"{one.client_address},{two.client_address}"}
+    status = quicx("status", env=env)
+    assert status.returncode == 0, status.stderr
+    assert one.client_address.removeprefix("tcp:") in status.stdout
+    assert two.client_address.removeprefix("tcp:") in status.stdout
+
+
+def test_stop_says_what_the_drain_waits_for(tmp_path: Path, background) -> None:
+    conf = tmp_path / "quicx.conf"
+    conf.write_text(
+        f"[server]\nlisten = tcp:0:interface=127.0.0.1\ncontrol = {tmp_path / 'c.sock'}\n"
+        f"pid_file = {tmp_path / 'q.pid'}\ndrain_timeout = 60\n"
+    )
+    daemon = background("start", f"--config={conf}")
+    port = int(daemon.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+    daemon.wait_for("control socket on")
+    address = f"tcp:127.0.0.1:{port}"
+    (tmp_path / "slow.py").write_text(
+        "import time\n"
+        "def slow(payload):\n"
+        "    print('started', flush=True)\n"
+        "    time.sleep(1)\n"
+        "handlers = {'slow': slow}\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    worker = background("worker", "slow:handlers", f"--connect={address}", env=env)
+    with QuicxClient(address) as client:
+        client.submit("slow", b"")
+        client.submit("slow", b"", queue="nobody-serves-this", delay=600)
+        client.submit("other", b"", queue="nobody-serves-this")
+    worker.wait_for("started")
+    stopped = quicx("stop", f"--config={conf}")
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.splitlines()[0] == (
+        f"stopping quicx (pid {daemon.process.pid}): waiting up to 60 s (drain_timeout)"
+        " for 1 running tasks and 0 queued to finish"
+    )
+    assert "stopping with 1 queued, 1 delayed and 0 running tasks" in daemon.log()

@@ -199,6 +199,12 @@ CASES = {
         1,
     ),
     "submit bad address": (["submit", "t", "x", "--connect=nowhere"], FAILED, "bad address", 1),
+    "submit port out of range": (
+        ["submit", "t", "x", "--connect=tcp:127.0.0.1:99999"],
+        FAILED,
+        "bad address: 'tcp:127.0.0.1:99999': port 99999 is out of range (1 to 65535)",
+        1,
+    ),
     "submit unknown tls option": (
         ["submit", "t", "x", "--connect=tls:localhost:1:bogus=1"],
         FAILED,
@@ -405,7 +411,13 @@ CASES = {
         "'a,a' names shared data twice",
         1,
     ),
-    "worker not module:object": (["worker", "json"], FAILED, "'json' is not MODULE:OBJECT", 1),
+    "worker not module:object": (["worker", "json"], USAGE, "'json' is not MODULE:OBJECT", 1),
+    "worker example without object": (
+        ["worker", "examples.send_email"],
+        USAGE,
+        "'examples.send_email' is not MODULE:OBJECT (e.g. examples.send_email:worker)",
+        1,
+    ),
     "worker no such object": (["worker", "json:nothing"], FAILED, "json has no 'nothing'", 1),
     "worker not handlers": (
         ["worker", "json:dumps"],
@@ -661,3 +673,23 @@ def test_a_reader_that_goes_away_stops_the_command_without_a_traceback(unbuffere
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+@pytest.mark.parametrize("listener", ["metrics", "web"])
+def test_a_failed_start_leaves_no_control_socket(workspace: Path, listener: str) -> None:
+    control = workspace / "c.sock"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = run_quicx(
+            workspace,
+            "start",
+            LISTEN,
+            f"--control={control}",
+            f"--{listener}-listen=tcp:{port}:interface=127.0.0.1",
+            "--web-admin-token=t",
+        )
+    assert result.returncode == FAILED
+    assert (
+        f"cannot listen on tcp:{port}" in result.stderr and f"[{listener}] listen" in result.stderr
+    )
+    assert sorted(p.name for p in workspace.iterdir() if p.name.startswith("c.sock")) == []

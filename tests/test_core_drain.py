@@ -7,6 +7,7 @@ what is queued), or at its timeout, or when told to stop waiting.
 from __future__ import annotations
 
 from twisted.internet.task import Clock
+from twisted.logger import LogLevel, globalLogPublisher
 
 from quicx.protocol import wire
 from tests.fakes import make_queue, producer_of, worker_of
@@ -97,3 +98,51 @@ def test_a_drain_fires_when_a_timed_out_task_is_given_up() -> None:
     queue.expire_overdue()
     assert drained.called
     assert worker.session.overdue, "its worker still runs a copy: no matter"
+
+
+def test_a_drain_does_not_wait_for_a_queue_no_worker_serves() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer = producer_of(queue)
+    worker = worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")  # default: the worker runs it
+    queue.submit(producer.session, b"t", b"y", queue_name="mail")  # nobody serves mail
+    drained = queue.drain(30, clock)
+    assert not drained.called, "task 1 is running"
+    queue.done(worker.session, 1)
+    assert drained.called, "only mail's task is left, and no worker serves mail"
+
+
+def test_a_drain_does_not_wait_for_a_paused_queue() -> None:
+    clock = Clock()
+    queue = make_queue(clock)
+    producer = producer_of(queue)
+    worker = worker_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    queue.set_paused("default", True)
+    queue.submit(producer.session, b"t", b"y")
+    drained = queue.drain(30, clock)
+    queue.done(worker.session, 1)
+    assert drained.called, "task 2 waits for a resume that will not come"
+
+
+def test_a_stop_without_a_journal_counts_the_delayed_tasks_it_drops() -> None:
+    queue = make_queue(Clock())
+    producer = producer_of(queue)
+    queue.submit(producer.session, b"t", b"x")
+    queue.submit(producer.session, b"t", b"y", delay_ms=60_000)
+    said: list[str] = []
+
+    def observe(event: dict) -> None:
+        if event.get("log_id") == "daemon.stopped" and event["log_level"] >= LogLevel.warn:
+            said.append(event["log_format"].format(**event))
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        queue.startService()
+        queue.stopService()
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert said == [
+        "stopping with 1 queued, 1 delayed and 0 running tasks; without a journal they are dropped"
+    ]

@@ -73,7 +73,8 @@ def test_a_payload_larger_than_the_largest_block_is_rejected() -> None:
         queue,
         producer,
         ErrorCode.PAYLOAD_TOO_LARGE,
-        f"{BLOCK + 1} bytes exceeds the largest size class ({BLOCK} bytes)",
+        f"{BLOCK + 1} bytes exceeds the largest size class ({BLOCK} bytes);"
+        " a larger [allocator] class takes it",
     )
     assert queue.pool.bytes_used == empty
 
@@ -88,6 +89,7 @@ def test_a_full_pool_rejects_until_a_task_finishes() -> None:
     (reply,) = producer.take()
     assert isinstance(reply, wire.Error) and reply.code == ErrorCode.QUEUE_FULL
     assert reply.message.startswith("queue full: no free block for 1 bytes")
+    assert reply.message.endswith("; a larger [allocator] pool_size holds more")
     assert queue.counters().rejected == 1
     worker = worker_of(queue)
     queue.done(worker.session, 1)

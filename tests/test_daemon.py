@@ -355,7 +355,7 @@ def test_startup_log_and_clean_sigterm(daemon: DaemonProcess) -> None:
     assert len(log[: log.index("listening on")].splitlines()) <= 10, log
     assert daemon.stop() == 0  # a clean stop exits 0, not "killed by SIGTERM"
     log = daemon.log()
-    assert "stopping with 2 queued and 0 running tasks" in log
+    assert "stopping with 2 queued, 0 delayed and 0 running tasks" in log
     assert "Server Shut Down." in log
 
 

@@ -39,7 +39,7 @@ SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "dashboard.png"
 TASKS = 10_000
 
 
-def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+def until(check: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
     """C{check()}'s first true answer, polled; AssertionError after C{timeout}."""
     deadline = time.monotonic() + timeout
     while not (found := check()):
@@ -112,7 +112,23 @@ def shown_number(driver: Any, element_id: str) -> int:
 
 
 def click(driver: Any, selector: str) -> None:
-    until(lambda: driver.find_elements("css selector", selector), what=selector)[0].click()
+    """
+    Click the first element C{selector} finds, found again if the page
+    re-rendered it between finding and clicking (its tables are redrawn on
+    each update: on a loaded machine that window is wide).
+    """
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def clicked() -> bool:
+        try:
+            found = driver.find_elements("css selector", selector)
+            if found:
+                found[0].click()
+            return bool(found)
+        except StaleElementReferenceException:
+            return False
+
+    until(clicked, what=selector)
 
 
 def save_screenshot(driver: Any, tmp_path: Path) -> None:
@@ -212,7 +228,7 @@ def test_pausing_a_queue_from_the_page_stops_dispatch(
         (task_id,) = submit(producer, "mail")
         assert worker.nothing_for(1.5), "a task was dispatched from a paused queue"
         click(browser, 'button[data-action="resume"][data-queue="mail"]')
-        task = worker.receive(5)
+        task = worker.receive(30)  # the click goes through the browser: generous
         assert task.task_id == task_id
         worker.send(lifecycle.encode_ack(task.task_id, task.token))
         assert producer.receive() == v2.Done(task_id)
@@ -231,7 +247,7 @@ def test_a_dead_letter_replayed_from_the_page_runs(
         assert producer.receive() == wire.Failed(task_id, "hopeless")
         log_in(browser, web, ADMIN, "dead")
         click(browser, f'button[data-action="replay"][data-task="{task_id}"]')
-        again = worker.receive(5)
+        again = worker.receive(30)  # through the browser: generous
         assert (again.task_id, again.failures) == (task_id, 0)
         result = v2.Result(v2.ResultKind.TEXT, b"ran after all")
         worker.send(lifecycle.encode_ack(again.task_id, again.token, result))

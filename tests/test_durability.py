@@ -171,8 +171,9 @@ def test_without_a_journal_the_log_counts_what_is_dropped(start_daemon) -> None:
     with Peer(daemon.address) as worker:
         worker.request(wire.encode_ready())
         daemon.stop()
-    assert "stopping with 6 queued and 1 running tasks; without a journal they are dropped" in (
-        daemon.log()
+    assert (
+        "stopping with 6 queued, 0 delayed and 1 running tasks; without a journal they are dropped"
+        in (daemon.log())
     )
 
 

@@ -6,6 +6,7 @@ clients on a real loopback port: for what only in-process code can observe.
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 
 import pytest_twisted
 from twisted.internet import defer, reactor
@@ -52,9 +53,10 @@ class Client(FrameReceiver):
 
 
 @pytest_twisted.async_yield_fixture
-async def daemon():
+async def daemon(tmp_path: Path):
     options = tap.Options()
-    options.parseOptions(["--listen=tcp:0:interface=127.0.0.1"])
+    # Its own control socket: the default one is a daemon's run beside the tests.
+    options.parseOptions(["--listen=tcp:0:interface=127.0.0.1", f"--control={tmp_path / 'c.sock'}"])
     service = tap.makeService(options, reactor)
     service.privilegedStartService()
     service.startService()

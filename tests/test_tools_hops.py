@@ -53,10 +53,12 @@ def test_each_hop_is_measured_and_the_hops_add_up_to_the_round_trip(
         assert 0 < row["median_us"] <= row["p90_us"]
     total = result["total"]
     # Each round trip is the sum of its hops, so the means add up exactly
-    # (the medians need not).
+    # (the medians need not), and no hop's median passes the round trip's:
+    # each hop is at most its own trip.  Both hold on a loaded machine too,
+    # where a preempted trip's delay lands in a different hop each time (so
+    # the medians' sum may be a small part of the round trip's median).
     assert sum(row["mean_us"] for row in hops_) == pytest.approx(total["mean_us"])
-    medians = sum(row["median_us"] for row in hops_)
-    assert 0.5 * total["median_us"] < medians < 2 * total["median_us"]
+    assert all(row["median_us"] <= total["median_us"] for row in hops_)
     # The points inside a hop follow it, timed from its start.
     inside: list[list[str]] = []
     for row in result["hops"]:

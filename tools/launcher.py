@@ -103,7 +103,8 @@ class DaemonProcess:
     C{directory/quicx.log}.
 
     Unless C{args} say otherwise it listens on an ephemeral port of
-    127.0.0.1 (no C{--listen} or C{--config} among them) and has its control
+    127.0.0.1 (no C{--listen} among them; with C{--config}, no C{--port}
+    either, and the file's C{listen} wins over it) and has its control
     socket at C{directory/control.sock} (no C{--control}).  As a context
     manager it is started on entry (if it is not running) and stopped on exit.
 
@@ -153,6 +154,10 @@ class DaemonProcess:
         args = list(self.args)
         if not any(a.startswith(("--listen", "--config")) for a in args):
             args.append("--listen=tcp:0:interface=127.0.0.1")
+        elif not any(a.startswith(("--listen", "--port")) for a in args):
+            # A file without listen would take the default port (16381),
+            # perhaps held by a daemon run beside: an ephemeral one instead.
+            args.append("--port=0")
         if not any(a.startswith("--control") for a in args):
             args.append(f"--control={self.control_path}")
         return daemon_command(*args, twistd=self.twistd)

@@ -1942,11 +1942,12 @@ class QueueService(Service):
 
     def _check_drained(self) -> None:
         # Done when nothing is left, or when no worker is left to do it (the
-        # listeners are closed, so none will come).
+        # listeners are closed, so none will come): a queue no worker serves,
+        # or a paused one, is not waited for.
         if (
             self._drained is not None
             and not self.tasks_running
-            and (not self.queued or not self._workers)
+            and not any(q.depth and q.subscribers and not q.paused for q in self.queues.values())
         ):
             self.stop_draining()
 
@@ -2297,10 +2298,11 @@ class QueueService(Service):
                 for task in self._live.values():
                     self._event("dropped", task, None, "daemon stopped without a journal")
             self.log.warn(
-                "stopping with {queued} queued and {running} running tasks;"
+                "stopping with {queued} queued, {delayed} delayed and {running} running tasks;"
                 " without a journal they are dropped",
                 log_id="daemon.stopped",
                 queued=queued,
+                delayed=self.delays.count,
                 running=running,
             )
 

@@ -227,7 +227,8 @@ class Pmad:
             raise ZeroSizeAllocation("zero-byte allocation")
         if size > self.max_size:
             raise AllocationTooLarge(
-                f"{size} bytes exceeds the largest size class ({self.max_size} bytes)"
+                f"{size} bytes exceeds the largest size class ({self.max_size} bytes);"
+                " a larger [allocator] class takes it"
             )
         return self._pool[-(-size // self._granularity)]
 
@@ -261,7 +262,7 @@ class Pmad:
             return offset
         raise PoolExhausted(
             f"no free block for {size} bytes (classes of {self.classes[first].size}"
-            f" bytes and up are exhausted)"
+            f" bytes and up are exhausted); a larger [allocator] pool_size holds more"
         )
 
     def write(self, handle: int, data: bytes) -> None:

@@ -372,6 +372,15 @@ class QuicxDaemon(MultiService):
             )
         super().privilegedStartService()
 
+    def close_listeners(self) -> Deferred[Any]:
+        """
+        After a start that failed: close the ports already open, so that no
+        control socket file is left behind (it goes once the reactor runs).
+        """
+        return gatherResults(
+            [maybeDeferred(s.stopService) for s in self if isinstance(s, ListenerService)]
+        )
+
     def startService(self) -> None:
         super().startService()
         self.reactor.callWhenRunning(self._ready)

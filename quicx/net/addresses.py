@@ -152,6 +152,8 @@ def parse_address(address: str) -> tuple[int, tuple[str, int] | str, TlsOptions 
     port = named.pop("port", "") or (plain[1] if len(plain) > 1 else "")
     if not host or not port.isdigit():
         raise ValueError(f"{address!r} is not {kind}:HOST:PORT")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r}: port {port} is out of range (1 to 65535)")
     if kind == "tcp":
         return socket.AF_UNSPEC, (host, int(port)), None
     options = TlsOptions(
