@@ -108,7 +108,9 @@ def test_a_200_kib_payload_and_result_go_end_to_end_with_the_profile(
     background("worker", "handlers:handlers", env=env)
     payload = bytes(range(ord("a"), ord("z") + 1)) * (200 * 1024 // 26)
     assert len(payload) > 200_000
-    done = quicx("submit", "mirror", "-", "--keep-result", "--wait", input=payload.decode(), env=env)
+    done = quicx(
+        "submit", "mirror", "-", "--keep-result", "--wait", input=payload.decode(), env=env
+    )
     assert done.returncode == 0, done.stderr
     task_id = done.stdout.split()[0]
     assert done.stdout.startswith(f"{task_id}\ntask {task_id} done\n")
@@ -140,3 +142,16 @@ def test_an_unknown_profile_is_one_line_and_exit_2() -> None:
     assert (wrong.returncode, wrong.stdout) == (2, "")
     assert wrong.stderr.startswith("quicx init: ") and len(wrong.stderr.splitlines()) == 1
     assert "'huge'" in wrong.stderr and "production" in wrong.stderr
+
+
+def test_the_docs_state_what_the_profile_writes(tmp_path: Path) -> None:
+    _, said = production(tmp_path)
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    assert f"#   {said}" in operations  # the terminal line, as shown
+    row = next(
+        line
+        for line in (ROOT / "docs" / "configuration.md").read_text().splitlines()
+        if line.startswith("| `production` |")
+    )
+    blocks = re.search(r"([\d,]+) blocks", said)
+    assert blocks and f"({stated_bytes(said):,} bytes), {blocks.group(1)} blocks" in row
