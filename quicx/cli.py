@@ -72,6 +72,7 @@ from quicx.daemon.instances import (
     instance_config,
     instance_configs,
 )
+from quicx.daemon.profiles import PROFILES, Reservation
 from quicx.daemon.settings import format_size
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.protocol import durations, lifecycle, wire
@@ -220,7 +221,14 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    sys.stdout.write(configuration.render(configuration.Config()))
+    if args.profile is None:
+        sys.stdout.write(configuration.render(configuration.Config()))
+        return 0
+    profile = PROFILES[args.profile]
+    config = profile.config()
+    reservation = Reservation.of(config)
+    sys.stdout.write(configuration.render(config, reservation.notes(profile)))
+    print(reservation.line(profile), file=sys.stderr)
     return 0
 
 
@@ -2031,12 +2039,20 @@ def build_parser() -> argparse.ArgumentParser:
     command("version", "print the version", "Print 'quicx VERSION protocol N'.").set_defaults(
         run=cmd_version
     )
-    command(
+    init = command(
         "init",
         "print a quicx.conf of every setting at its default",
         "Print a quicx.conf with every setting, its help and its default"
-        " (the built-in configuration): quicx init > quicx.conf.",
-    ).set_defaults(run=cmd_init)
+        " (the built-in configuration): quicx init > quicx.conf."
+        " With --profile, a profile's settings instead, and the memory it reserves.",
+    )
+    init.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        help="; ".join(f"{p.name}: {p.summary}" for p in PROFILES.values())
+        + " (the memory it reserves goes to stderr and the file's head)",
+    )
+    init.set_defaults(run=cmd_init)
     report = command(
         "report",
         "a PySpark report over lifecycle events",

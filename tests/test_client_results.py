@@ -265,7 +265,7 @@ def test_a_result_over_the_daemons_limit_is_not_sent() -> None:
             2,
             72,
             "the result is 9 bytes, more than the daemon takes (8: the daemon's"
-            " [results] max_size, or its pool's largest block if that is smaller)",
+            " [results] max_size, or its largest [allocator] class if that is smaller)",
             permanent=True,
         ),
     ]
@@ -865,7 +865,7 @@ def test_a_result_larger_than_the_daemon_takes_fails_its_task(daemon, background
             client.wait(client.submit("big", b"1025"), timeout=30)
     assert caught.value.reason == (
         "the result is 1,025 bytes, more than the daemon takes (1,024: the daemon's"
-        " [results] max_size, or its pool's largest block if that is smaller)"
+        " [results] max_size, or its largest [allocator] class if that is smaller)"
     )
 
 

@@ -713,8 +713,8 @@ def report(
         if max_result is not None and len(value.data) > max_result:
             reason = (
                 f"the result is {len(value.data):,} bytes, more than the daemon takes"
-                f" ({max_result:,}: the daemon's [results] max_size, or its pool's largest"
-                " block if that is smaller)"
+                f" ({max_result:,}: the daemon's [results] max_size, or its largest"
+                " [allocator] class if that is smaller)"
             )
             return lifecycle.encode_nack(task_id, token, reason, permanent=True)
         return lifecycle.encode_ack(task_id, token, value)

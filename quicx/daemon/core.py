@@ -1220,7 +1220,7 @@ class QueueService(Service):
             raise Refused(
                 ErrorCode.PAYLOAD_TOO_LARGE,
                 f"task {task_id}: a result of {len(result.data)} bytes exceeds the limit of"
-                f" {self.max_result} bytes ([results] max_size, or the pool's largest block);"
+                f" {self.max_result} bytes ([results] max_size, or the largest [allocator] class);"
                 " the ACK is not applied",
             )
         task = session.tasks.get(task_id)

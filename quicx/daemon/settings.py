@@ -1856,14 +1856,16 @@ def with_flags(config: Config, given: Iterable[tuple[Setting, str]]) -> Config:
 # -- writing a file ------------------------------------------------------------------------
 
 
-def render(config: Config) -> str:
+def render(config: Config, notes: Iterable[str] = ()) -> str:
     """
     The text of a C{quicx.conf} equivalent to C{config}, every setting with
     its help; one that is unset is there commented out (C{quicx init}).
+    C{notes}, lines of text, come first as comments (a profile's).
     """
     lines = [
         "# quicx.conf -- every setting, with its help (see docs/configuration.md).",
         "# A commented-out key is unset: the daemon uses the default named there.",
+        *(f"# {note}".rstrip() for note in notes),
     ]
     for section in SECTIONS:
         lines += ["", f"[{section}]"]
