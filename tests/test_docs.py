@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 
+import attrs
 import pytest
+
+from tests.conftest import config_option
+from tools.launcher import DaemonProcess, tools_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -407,3 +419,240 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     # Each family's "# TYPE NAME KIND" line, with the name as exposed (a counter's ends in _total).
     emitted = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
     assert metrics_table(OPERATIONS.read_text()) == emitted
+
+
+# -- the README's command blocks, run as written against a real daemon --------------------
+
+README = ROOT / "README.md"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+SHOWN = "#   "
+"""In a shell block, a line of the output of the command above it, as a user sees it."""
+ANY = "..."
+"""In shown output: any text within a line; alone on a line, any lines (none included)."""
+QUICX_COMMAND = ".venv/bin/quicx"
+INSTEAD = {
+    ("make", "run"): "the test's daemon, started before the first step: the built-in default"
+    " but on an ephemeral port with its own control socket",
+    ("make", "test"): "not run: it is the suite this test is part of",
+}
+"""The only lines not run as written, and what stands for each."""
+STEP_TIMEOUT = 120.0
+"""Seconds one step may take, however loaded the machine (a --wait waits 30 at most)."""
+
+
+@attrs.frozen
+class Step:
+    """A command line of a shell block, with the output shown under it; or a Python block."""
+
+    line: int
+    code: str
+    python: bool = False
+    shown: tuple[str, ...] = ()
+
+    def where(self) -> str:
+        return f"README.md line {self.line}: {self.code.splitlines()[0]}"
+
+
+def readme_steps(text: str) -> list[Step]:
+    """The steps of every fenced block of C{text}, in order."""
+    steps: list[Step] = []
+    for block in FENCE.finditer(text):
+        language, body = block.groups()
+        first = text.count("\n", 0, block.start()) + 2
+        if language == "python":
+            steps.append(Step(first, body, python=True))
+            continue
+        if language not in ("", "sh"):
+            raise ValueError(f"line {first - 1}: a ```{language} block: a shell or a python one?")
+        commands = len(steps)
+        for number, line in enumerate(body.splitlines(), start=first):
+            if not line.startswith("#"):
+                if line.strip():
+                    steps.append(Step(number, line))
+            elif len(steps) == commands or not (line == "#" or line.startswith(SHOWN)):
+                raise ValueError(
+                    f"line {number}: output is shown as {SHOWN!r}TEXT, under a command"
+                )
+            else:
+                steps[-1] = attrs.evolve(steps[-1], shown=(*steps[-1].shown, line[len(SHOWN) :]))
+    return steps
+
+
+def shown_pattern(shown: tuple[str, ...]) -> re.Pattern[str]:
+    """What the output must match, whole: each line as shown, L{ANY} where it stands."""
+    parts = [
+        r"(?:[^\n]*\n)*?" if line == ANY else ".*?".join(map(re.escape, line.split(ANY))) + "\n"
+        for line in shown
+    ]
+    return re.compile("".join(parts))
+
+
+def words(step: Step) -> list[str]:
+    """The command line's words, as the shell splits them (its comment left out)."""
+    return shlex.split(step.code, comments=True)
+
+
+class StepFailed(AssertionError):
+    """A step did not do what the README says: where, and what it did instead."""
+
+    def __init__(self, step: Step, what: str) -> None:
+        super().__init__(f"{step.where()}\n{what}")
+
+
+def wait_for_output(step: Step, process: subprocess.Popen[bytes], log: Path, text: str) -> None:
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while text not in log.read_text():
+        if process.poll() is not None:
+            raise StepFailed(step, f"exited {process.returncode}:\n{log.read_text()}")
+        if time.monotonic() > deadline:
+            raise StepFailed(step, f"no {text!r} within {STEP_TIMEOUT:g} s:\n{log.read_text()}")
+        time.sleep(0.05)
+
+
+def interrupt(step: Step, process: subprocess.Popen[bytes], log: Path) -> None:
+    """Ctrl-C, as in a terminal: SIGINT to its process group; it must end, with status 0."""
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        status = process.wait(STEP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise StepFailed(step, f"still running {STEP_TIMEOUT:g} s after Ctrl-C") from None
+    if status != 0:
+        raise StepFailed(step, f"exited {status} on Ctrl-C:\n{log.read_text()}")
+
+
+def run_step(step: Step, cwd: Path, env: dict[str, str]) -> None:
+    """Run a step to its end: it must exit 0, and print what the README shows, if it shows any."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", step.code] if step.python else ["bash", "-c", step.code],
+            cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=STEP_TIMEOUT,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise StepFailed(step, f"still running after {STEP_TIMEOUT:g} s") from None
+    output = "".join(line.rstrip() + "\n" for line in done.stdout.splitlines())
+    if done.returncode != 0:
+        raise StepFailed(step, f"exited {done.returncode}:\n{output}")
+    if step.shown and not shown_pattern(step.shown).fullmatch(output):
+        shown = "".join(f"{line}\n" for line in step.shown)
+        raise StepFailed(step, f"printed:\n{output}the README shows:\n{shown}")
+
+
+def walk(steps: list[Step], cwd: Path, env: dict[str, str], daemon: DaemonProcess) -> None:
+    """
+    Run C{steps} in order in C{cwd}, as a user types them: each shell line with
+    bash, each Python block with this interpreter (L{run_step}).  L{INSTEAD}
+    lists the lines not run.  C{quicx worker} runs in the background, as in a
+    terminal of its own, from its "connected" line to the end, then gets
+    Ctrl-C; C{quicx status --watch} runs until it has shown a refresh, then
+    gets Ctrl-C.  Either must then exit 0.
+    """
+    running: list[tuple[Step, subprocess.Popen[bytes], Path]] = []
+
+    def start(step: Step) -> tuple[subprocess.Popen[bytes], Path]:
+        log = cwd.parent / f"line{step.line}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                ["bash", "-c", step.code], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        running.append((step, process, log))
+        return process, log
+
+    try:
+        for step in steps:
+            command = [] if step.python else words(step)
+            if tuple(command) in INSTEAD:
+                if not daemon.alive():
+                    raise StepFailed(step, f"the test's daemon is gone:\n{daemon.log()}")
+            elif command[:1] == ["make"]:
+                raise StepFailed(step, "a make line this test does not know: say in INSTEAD")
+            elif command[:2] == [QUICX_COMMAND, "worker"]:
+                if step.shown:
+                    raise StepFailed(step, "runs in the background: no output can be shown")
+                wait_for_output(step, *start(step), "connected to")
+            elif command[:2] == [QUICX_COMMAND, "status"] and "--watch" in command:
+                process, log = start(step)
+                wait_for_output(step, process, log, "tasks per second")
+                interrupt(*running.pop())
+            else:
+                run_step(step, cwd, env)
+        while running:
+            interrupt(*running.pop())
+    finally:
+        for _, process, _ in running:
+            with suppress(ProcessLookupError):  # the group's processes have all gone
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture
+def walkthrough(tmp_path: Path, start_daemon) -> Callable[[str], None]:
+    """
+    Walk a text's steps in a directory of their own, where C{.venv} is this
+    interpreter's and C{examples} the repository's, against a daemon of the
+    test's: C{$QUICX_ADDRESS} and C{$QUICX_CONFIG} (its control socket) name
+    it; C{$XDG_RUNTIME_DIR} is the test's, so no default path is taken.
+    """
+    control = tmp_path / "control.sock"
+    daemon = start_daemon(config_option(tmp_path, f"control = {control}\n"), f"--control={control}")
+    env = {
+        **tools_environment(),
+        "QUICX_ADDRESS": daemon.client_address,
+        "QUICX_CONFIG": str(tmp_path / "quicx.conf"),
+        "XDG_RUNTIME_DIR": str(tmp_path),
+    }
+    cwd = tmp_path / "walk"
+    cwd.mkdir()
+    (cwd / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    (cwd / "examples").symlink_to(ROOT / "examples")
+    return lambda text: walk(readme_steps(text), cwd, env, daemon)
+
+
+def test_every_command_of_the_readme_runs_as_written(walkthrough) -> None:
+    walkthrough(README.read_text())
+
+
+def test_the_readme_steps_and_their_output() -> None:
+    text = (
+        "text\n```\nmake run   # a comment\n```\n\n```python\nprint(1)\n```\n"
+        '```\na --wait; echo "exit $?"\n#   1\n#\n#   task ... done\n#   ...\nb\n```\n'
+    )
+    assert readme_steps(text) == [
+        Step(3, "make run   # a comment"),
+        Step(7, "print(1)\n", python=True),
+        Step(10, 'a --wait; echo "exit $?"', shown=("1", "", "task ... done", ANY)),
+        Step(15, "b"),
+    ]
+    assert words(readme_steps(text)[0]) == ["make", "run"]
+    pattern = shown_pattern(("1", "", "task ... done", ANY))
+    assert pattern.fullmatch("1\n\ntask 2 done\n")
+    assert pattern.fullmatch("1\n\ntask 2 done\nTraceback:\n  ...\n")
+    assert not pattern.fullmatch("1\ntask 2 done\n")
+    assert not pattern.fullmatch("1\n\ntask 2 failed\n")
+    assert shown_pattern(("",)).fullmatch("\n")
+    assert not shown_pattern(("",)).fullmatch("\n\n")
+    for bad in ("```\n#   1\n```\n", "```\na\n#1\n```\n", "```bash\na\n```\n"):
+        with pytest.raises(ValueError):
+            readme_steps(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("```\n.venv/bin/quicx result 99\n```\n", "line 2: .venv/bin/quicx result 99\nexited 1"),
+        (
+            "```\n.venv/bin/quicx submit t x\n#   2\n```\n",
+            "line 2: .venv/bin/quicx submit t x\nprinted:\n1\nthe README shows:\n2\n",
+        ),
+        ("```python\nraise SystemExit(3)\n```\n", "line 2: raise SystemExit(3)\nexited 3"),
+        ("```\nmake run ARGS=-v\n```\n", "line 2: make run ARGS=-v\na make line"),
+        (
+            "```\n.venv/bin/quicx worker examples.no_such:worker\n```\n",
+            "line 2: .venv/bin/quicx worker examples.no_such:worker\nexited 2",
+        ),
+    ],
+)
+def test_the_walkthrough_finds_a_step_that_breaks(walkthrough, text: str, problem: str) -> None:
+    with pytest.raises(StepFailed, match=re.escape(problem)):
+        walkthrough(text)
