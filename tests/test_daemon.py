@@ -227,7 +227,11 @@ def test_payload_too_large_keeps_the_connection(daemon: DaemonProcess) -> None:
         assert isinstance(ok, wire.Ok)
         # A huge length prefix: refused at the header, the payload skipped.
         producer.send(struct.pack(">BBI", 1, 1, 50_000_000))
-        expect_error(producer.receive(), ErrorCode.PAYLOAD_TOO_LARGE, "limit of 1280")
+        expect_error(
+            producer.receive(),
+            ErrorCode.PAYLOAD_TOO_LARGE,
+            "a SUBMIT of 50,000,000 bytes: its payload exceeds the largest size class (1024 bytes)",
+        )
         chunk = b"\x00" * (1 << 20)
         for _ in range(47):
             producer.send(chunk)

@@ -134,7 +134,9 @@ def test_connections_past_the_limit_get_the_error_even_once_descriptors_run_out(
             answer = _answer(sock)
             assert answer[:2] == bytes((1, wire.MessageType.ERROR)), answer
             assert answer[6] == ErrorCode.QUEUE_FULL and b"too many connections" in answer
-        assert "out of file descriptors" in daemon.log()  # the spare descriptor served
+        # Whether the spare answered some of them (the log's "out of file
+        # descriptors") depends on how many wait at once, so on the machine's
+        # load: tests/test_spare.py proves that path in-process.
         with Peer(daemon.address) as refused:
             assert isinstance(refused.receive(), wire.Error)
         opened.pop(0).close()
