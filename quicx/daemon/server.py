@@ -140,8 +140,14 @@ class QuicxServerProtocol(FrameReceiver):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self._first_frame_deadline is not None and self._first_frame_deadline.active():
             self._first_frame_deadline.cancel()
+        super().connectionLost(reason)
         if self.session is not None:
             self.queue.close_session(self.session)
+            # The session and this protocol refer to each other: a cycle that
+            # only a full collection would free, and the tuned collector
+            # seldom runs one.  (A session outlives its connection while a
+            # task it submitted is owed an outcome.)
+            self.session = None
 
     def _no_first_frame(self) -> None:
         self._first_frame_deadline = None
@@ -754,7 +760,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
     @ivar v2_max_length: the same for version 2 (its SUBMIT options may add
         up to 2 + 4,096 bytes); C{None} when version 2 is turned off.
     @ivar v2_type_limits: the longest PROGRESS, PUBLISH and WATCH the
-        limits allow, which may pass C{v2_max_length}.
+        limits allow, in place of C{v2_max_length}.
     @ivar admin: its connections have the admin role (the control socket's).
     @ivar status: makes the daemon's status document, which STATUS answers;
         C{None} (STATUS is answered not found) until the daemon sets it.
@@ -790,11 +796,15 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             if v2.VERSION in queue.limits.versions
             else None
         )
-        # A PROGRESS: task id, token, fraction and the longest message; a
-        # PUBLISH: flags, the name and its length, and the most data; a WATCH:
-        # its three lists full of the longest items.
+        # In place of v2_max_length, shorter or longer: a PUBLISH's flags, the
+        # name and its length, and the most data (no more, refused at its
+        # header); a WATCH's three lists full of the longest items.  A
+        # PROGRESS: task id, token, fraction and the longest message, when
+        # longer (a longer message is a bad message, not too large).
         self.v2_type_limits: dict[int, int] = {
-            v2.MessageType.PROGRESS: 14 + queue.progress.settings.max_message,
+            v2.MessageType.PROGRESS: max(
+                self.v2_max_length or 0, 14 + queue.progress.settings.max_message
+            ),
             v2.MessageType.WATCH: monitor.MAX_WATCH_SIZE,
         }
         shared = queue.shared

@@ -12,7 +12,8 @@ from typing import Any
 
 from twisted.internet import tcp, unix
 from twisted.internet.interfaces import IConsumer, IPushProducer, ITransport
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.python.failure import Failure
 from zope.interface import Attribute
 
 from quicx.net.private import has_unsent_output
@@ -180,6 +181,9 @@ class FrameReceiver(Protocol):
         self._parser = FrameParser(
             self.maxLength, self.checkTypes, self.v2MaxLength, self.v2TypeLimits
         )
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._parser.release()
 
     def dataReceived(self, data: bytes) -> None:
         transport = self.transport
