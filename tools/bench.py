@@ -679,6 +679,9 @@ def monitor_workload(depth: int, queries: int) -> dict[str, Any]:
                     raise SystemExit(f"tools.bench: INSPECT was not answered INFO: {frames}")
                 answers += len(frames)
             seconds = time.perf_counter() - started
+            finished = len(trips) + 1  # and the round trip under way then
+            while len(trips) < finished:
+                time.sleep(0.001)
             during = trips[before:]
         done.set()
         thread.join()

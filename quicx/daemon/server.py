@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from time import perf_counter
 from typing import Any, Final
 
 from attrs import define
@@ -39,6 +40,7 @@ from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
 from quicx.protocol import lifecycle, monitor, results, v2, wire
+from quicx.protocol.frames import Frame, RejectedFrame
 from quicx.protocol.results import GroupOp
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.wire import ErrorCode, MessageType
@@ -77,6 +79,14 @@ class _Unknown(Enum):
 _UNKNOWN: Final = _Unknown.UNKNOWN
 """A connection's certificate identity before it is first needed."""
 
+MONITOR_SLICE: Final = 0.002
+"""
+Seconds of the reactor a connection's monitor queries (STATS, QUEUES, PEEK,
+INSPECT, DEAD, SCHEDULES, WATCH, STATUS) may hold in one turn: past it, the
+rest of what was read waits for the next turn, the connection unread until
+then, so other connections are served in between.
+"""
+
 
 @define
 class _Held:
@@ -99,6 +109,8 @@ class QuicxServerProtocol(FrameReceiver):
     identity: str | _Unknown | None = _UNKNOWN
     _versioned = False
     _first_frame_deadline: IDelayedCall | None = None
+    _monitor_since = 0.0  # when this turn's first monitor query began
+    _deferred: list[Frame | RejectedFrame] | None = None  # read, for a later turn
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -141,6 +153,7 @@ class QuicxServerProtocol(FrameReceiver):
         if self._first_frame_deadline is not None and self._first_frame_deadline.active():
             self._first_frame_deadline.cancel()
         super().connectionLost(reason)
+        self._deferred = None
         if self.session is not None:
             self.queue.close_session(self.session)
             # The session and this protocol refer to each other: a cycle that
@@ -193,7 +206,8 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         assert session is not None
         session.paused = False
-        self.transport.resumeProducing()
+        if self._deferred is None:  # else reading resumes once they are handled
+            self.transport.resumeProducing()
         self.queue.output_drained(session)
 
     def stopProducing(self) -> None:
@@ -215,6 +229,10 @@ class QuicxServerProtocol(FrameReceiver):
         if self.session is None:
             return  # refused: closing
         self.session.last_received = self._clock()
+        if self._deferred is not None:  # bytes a TLS transport had read: after those
+            self._deferred += self._parser.feed(data)
+            return
+        self._monitor_since = 0.0
         batcher = self._batcher
         batcher.hold()
         try:
@@ -225,6 +243,41 @@ class QuicxServerProtocol(FrameReceiver):
             # for other connections (TASKs, outcomes) go out together at its end.
             self._output.flush()
             batcher.release()
+
+    def _monitor(self) -> None:
+        """
+        A monitor query begins: the peer must be allowed to ask, and the
+        turn may end once it is answered (see L{MONITOR_SLICE}).
+        """
+        self._authorize("monitor")
+        if not self._monitor_since:
+            self._monitor_since = perf_counter()
+        self.checkTurn = True
+
+    def turnEnded(self) -> bool:
+        return perf_counter() - self._monitor_since >= self.factory.monitor_slice
+
+    def framesDeferred(self, events: list[Frame | RejectedFrame]) -> None:
+        self._deferred = events
+        self.transport.pauseProducing()
+        self.factory.reactor.callLater(0, self._next_turn)
+
+    def _next_turn(self) -> None:
+        """Handle the frames a turn ended before, then read again."""
+        events, self._deferred = self._deferred, None
+        session = self.session
+        if events is None or session is None:
+            return  # the connection was lost meanwhile
+        self._monitor_since = 0.0
+        batcher = self._batcher
+        batcher.hold()
+        try:
+            self.deliverFrames(events)
+        finally:
+            self._output.flush()
+            batcher.release()
+        if self._deferred is None and not session.paused:
+            self.transport.resumeProducing()
 
     def _first_frame(self) -> None:
         """The connection's first frame: it sets the version, and the deadline is met."""
@@ -320,7 +373,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _stats(self, payload: bytes) -> None:
         wire.decode_stats(payload)
-        self._authorize("monitor")
+        self._monitor()
         # Any connection may ask, and asking does not fix its role: a client
         # may look at the queue before it submits.
         self._reply(wire.encode_stats_response(self.queue.stats()))
@@ -401,7 +454,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _stats_v2(self, payload: bytes) -> None:
         wire.decode_stats(payload)
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_stats_response(self.queue.stats()))
 
     def _hello(self, payload: bytes) -> None:
@@ -497,17 +550,17 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _queues(self, payload: bytes) -> None:
         v2.decode_queues(payload)
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(introspect.queues(self.queue)))
 
     def _peek(self, payload: bytes) -> None:
         message = v2.decode_peek(payload)
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(introspect.peek(self.queue, message.queue, message.count)))
 
     def _inspect(self, payload: bytes) -> None:
         task_id = v2.decode_inspect(payload).task_id
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(introspect.inspect(self.queue, task_id)))
 
     # -- version 2, part 2: fenced outcomes, leases, dead letters ------------------
@@ -591,7 +644,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _dead(self, payload: bytes) -> None:
         message = lifecycle.decode_dead(payload)
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(self.queue.dead_tasks(message.queue, message.limit)))
 
     def _replay(self, payload: bytes) -> None:
@@ -607,7 +660,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _schedules(self, payload: bytes) -> None:
         lifecycle.decode_schedules(payload)
-        self._authorize("monitor")
+        self._monitor()
         book = self.queue.schedules
         schedules = book.describe() if isinstance(book, ScheduleBook) else []
         self._reply(v2.encode_info(schedules))
@@ -673,12 +726,12 @@ class QuicxServerProtocol(FrameReceiver):
         message = monitor.decode_watch(payload)
         session = self.session
         assert session is not None
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(self._events().watch(session, message)))
 
     def _status(self, payload: bytes) -> None:
         monitor.decode_status(payload)
-        self._authorize("monitor")
+        self._monitor()
         status = self.factory.status
         if status is None:
             raise Refused(v2.ErrorCode.NOT_FOUND, "this listener serves no status document")
@@ -768,6 +821,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
 
     protocol = QuicxServerProtocol
     noisy = False
+    monitor_slice: float = MONITOR_SLICE
     status: Callable[[], dict[str, Any]] | None = None
 
     def __init__(
