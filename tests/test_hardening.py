@@ -414,3 +414,33 @@ def test_connections_that_leave_in_the_middle_of_a_frame_give_its_memory_back(
             baseline / MiB,
             rss(daemon.pid) / MiB,
         )
+
+
+def test_producers_that_leave_unread_replies_behind_do_not_keep_them(start_daemon) -> None:
+    """
+    Producers that each submit a task, then send HEARTBEATs without reading
+    their PONGs until the daemon stops reading them, then leave: their
+    sessions live on with their tasks, but their connections' unsent
+    replies go (a session kept its protocol, and so its transport and up to
+    max_output_buffer of replies each, while a task of its lived).
+    """
+    daemon = start_daemon()
+    control = str(daemon.control_path)
+    heartbeats = wire.encode_heartbeat() * 10_000
+    for _ in range(20):
+        with Peer(daemon.address) as producer:
+            assert isinstance(producer.request(wire.encode_submit(b"t", b"x")), wire.Ok)
+            sock = producer.sock
+            sock.setblocking(False)
+            deadline = time.monotonic() + 30
+            while not fetch_status(control)["connections"]["paused"]:
+                assert time.monotonic() < deadline, "the daemon never stopped reading"
+                try:
+                    while True:
+                        sock.send(heartbeats)
+                except BlockingIOError:
+                    time.sleep(0.01)
+        assert settles(lambda: fetch_status(control)["connections"]["total"] <= 1)
+    status = fetch_status(control)
+    assert status["tasks"]["queued"] == 20
+    assert rss(daemon.pid) <= documented_bound(status), (rss(daemon.pid) / MiB, status)

@@ -21,7 +21,7 @@ from enum import Enum
 from time import perf_counter
 from typing import Any, Final
 
-from attrs import define
+from attrs import define, frozen
 from twisted.internet.interfaces import IDelayedCall, IPushProducer
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -95,6 +95,26 @@ class _Held:
     reply: bytes | None = None
 
 
+@implementer(IPeer)
+@frozen
+class _GonePeer:
+    """
+    What a session refers to once its connection is lost: the peer's name,
+    for the logs.  Not the protocol: a session lives on while tasks it
+    submitted are owed an outcome, and through the protocol it would keep
+    the transport and its unsent replies (up to C{max_output_buffer} and
+    more) for as long.
+    """
+
+    peer_name: str
+
+    def sendFrame(self, data: bytes) -> None:
+        pass
+
+    def disconnect(self) -> None:
+        pass
+
+
 class NotAuthorized(Exception):
     """The peer's identity may not take the role it asked for (ERROR, then closed)."""
 
@@ -156,10 +176,10 @@ class QuicxServerProtocol(FrameReceiver):
         self._deferred = None
         if self.session is not None:
             self.queue.close_session(self.session)
-            # The session and this protocol refer to each other: a cycle that
-            # only a full collection would free, and the tuned collector
-            # seldom runs one.  (A session outlives its connection while a
-            # task it submitted is owed an outcome.)
+            # The session and this protocol referred to each other: a cycle
+            # that only a full collection frees (the tuned collector seldom
+            # runs one), and while its tasks live, no collection at all.
+            self.session.peer = _GonePeer(self.peer_name)
             self.session = None
 
     def _no_first_frame(self) -> None:
