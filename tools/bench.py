@@ -1469,7 +1469,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def run_monitor() -> None:
-        ours = monitor_workload(40_000, 300)
+        ours = monitor_workload(40_000 // scale, 300)
         emit(
             "monitor",
             f"{ours['queries']} pipelined INSPECTs, {ours['depth']:,} tasks ahead:"
