@@ -333,7 +333,7 @@ def documented_bound(status: dict) -> int:
     return (
         56 * MiB
         + status["memory"]["total"]
-        + 500 * live
+        + 550 * live
         + 2048 * connections["total"]
         + (1 << 20) * connections["total"]  # max_output_buffer, per connection
         + LARGEST_FRAME * connections["total"]  # the frame it is in the middle of
