@@ -47,6 +47,20 @@ def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
     assert 0 < records["latency floor"]["p50_us"] <= records["latency floor"]["max_us"]
 
 
+def test_bench_monitor_inspects_a_deep_queue_beside_round_trips(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "monitor", "--quick", "--no-peers",
+         f"--json-out={out}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "pipelined INSPECTs" in result.stdout
+    (record,) = json.loads(out.read_text())
+    assert (record["workload"], record["depth"], record["queries"]) == ("monitor", 4000, 300)
+    assert record["seconds"] > 0 and record["round_trips"] >= 1
+
+
 def test_bench_refuses_an_unknown_workload() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tools.bench", "fastest"], capture_output=True, text=True, cwd=ROOT

@@ -5,13 +5,20 @@ queue core, in-process on a task.Clock.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
 
 from quicx.daemon import introspect
 from quicx.daemon.core import Refused
 from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.server import QuicxServerFactory
 from quicx.protocol import v2, wire
+from quicx.protocol.frames import FrameParser
 from quicx.protocol.v2 import ErrorCode
 from tests.fakes import (
     FakeJournal,
@@ -304,3 +311,74 @@ def test_a_finished_tasks_key_does_not_shadow_a_newer_live_one() -> None:
     queue.keys.finish(KeyEntry("default", b"k", 1, clock.seconds() - 61, "done"), clock.seconds())
     queue.submit(producer.session, b"t", b"x", key=b"k")
     assert producer.take() == [v2.Ok(2, duplicate=True)]
+
+
+# -- monitor queries share the reactor --------------------------------------------------------
+
+
+def monitor_connection(slice_seconds: float) -> tuple[Clock, StringTransport, Any]:
+    """A daemon connection on a Clock, its monitor queries given C{slice_seconds} a turn."""
+    clock = Clock()
+    queue = make_queue(clock)
+    factory = QuicxServerFactory(queue, clock)
+    factory.monitor_slice = slice_seconds
+    server = factory.buildProtocol(None)
+    transport = StringTransport()
+    server.makeConnection(transport)
+    producer = v2_producer_of(queue)
+    for _ in range(3):
+        queue.submit(producer.session, b"t", b"x")
+    return clock, transport, server
+
+
+def answers(transport: StringTransport) -> list[int]:
+    """The types of the frames written so far, taking them."""
+    parser = FrameParser(1 << 20, check_types=False, v2_max_length=1 << 20)
+    written = parser.feed(transport.value())
+    transport.clear()
+    return [frame.message_type for frame in written]  # type: ignore[union-attr]
+
+
+def next_turn(clock: Clock) -> None:
+    """
+    One turn of the reactor: the calls due now, not those they schedule
+    (C{Clock.advance} would run those too, as if in the same turn).
+    """
+    due = [call for call in clock.getDelayedCalls() if call.getTime() <= clock.seconds()]
+    for call in due:
+        clock.calls.remove(call)
+        call.func(*call.args, **call.kw)
+
+
+def test_pipelined_monitor_queries_past_their_slice_wait_for_the_next_turn() -> None:
+    """
+    Past its slice of the reactor, the rest of a read's frames wait for the
+    next turn (the connection unread meanwhile), then are handled in order.
+    """
+    clock, transport, server = monitor_connection(0.0)  # one monitor query a turn
+    inspect, queues, heartbeat = v2.encode_inspect(3), v2.encode_queues(), v2.HEARTBEAT_FRAME
+    server.dataReceived(inspect * 3 + heartbeat + queues + heartbeat)
+    assert answers(transport) == [v2.MessageType.INFO]  # the first INSPECT's
+    assert transport.producerState == "paused"
+    turns = []
+    while transport.producerState == "paused":
+        next_turn(clock)
+        turns.append(answers(transport))
+    info, pong = v2.MessageType.INFO, v2.MessageType.PONG
+    assert turns == [[info], [info], [pong, info], [pong]]
+
+
+def test_monitor_queries_within_their_slice_are_answered_in_the_same_turn() -> None:
+    _, transport, server = monitor_connection(60.0)
+    server.dataReceived(v2.encode_inspect(3) * 50 + v2.HEARTBEAT_FRAME)
+    assert answers(transport) == [v2.MessageType.INFO] * 50 + [v2.MessageType.PONG]
+    assert transport.producerState == "producing"
+
+
+def test_a_connection_lost_with_frames_waiting_drops_them() -> None:
+    clock, transport, server = monitor_connection(0.0)
+    server.dataReceived(v2.encode_inspect(3) * 5)
+    answers(transport)
+    server.connectionLost(Failure(ConnectionDone()))
+    clock.advance(0)
+    assert answers(transport) == []

@@ -7,10 +7,14 @@ version-1 clients share the default queue.
 from __future__ import annotations
 
 import pytest
+from attrs import define
+from hypothesis import given
+from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from quicx.daemon.core import Refused
 from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.queues import NamedQueue
 from quicx.daemon.schedules import ScheduleSpec
 from quicx.protocol import v2, wire
 from tests.fakes import (
@@ -325,3 +329,54 @@ def test_subscribing_again_replaces_the_queues(credits: int) -> None:
     queue.submit(producer.session, b"t", b"y", "b")
     assert [t.payload for t in tasks_of(worker)] == [b"y"]
     assert queue.queues["a"].subscribers == 0 and queue.queues["b"].subscribers == 1
+
+
+# -- a task's place in its queue (INSPECT's "ahead") ----------------------------------------
+
+
+@define(eq=False)
+class Item:
+    """A queued thing, as L{NamedQueue} reads it."""
+
+    priority: int
+    fairness: bytes | None
+    enqueued_at: float = 0.0
+    ticket: int = 0
+
+
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["push", "push", "push", "head", "take", "remove"]),
+        st.integers(0, 2),  # the priority
+        st.sampled_from([None, None, b"a", b"b", b"c"]),  # the fairness key
+        st.integers(0, 1000),  # which task, for a removal
+    ),
+    max_size=120,
+)
+
+
+@given(operations)
+def test_a_tasks_place_is_counted_without_walking_the_queue(steps) -> None:
+    """
+    NamedQueue.ahead agrees with a walk of the queue in dispatch order, after
+    any pushes at the tail and the head, takes and removals from the middle,
+    with priorities and fairness keys.
+    """
+    queue: NamedQueue[Item, object] = NamedQueue("q", QueuePolicy(), False)
+    queued: list[Item] = []
+    for op, priority, key, which in steps:
+        if op in ("push", "head"):
+            item = Item(priority, key)
+            queue.push(item, at_head=op == "head")
+            queued.append(item)
+        elif op == "take" and queue.depth:
+            taken = queue.take(0.0)
+            assert taken is not None
+            queued.remove(taken)
+        elif op == "remove" and queued:
+            item = queued.pop(which % len(queued))
+            queue.remove(item)
+        order = list(queue.tasks())
+        for position, item in enumerate(order):
+            higher = sum(other.priority > item.priority for other in order[:position])
+            assert queue.ahead(item) == (position, higher)

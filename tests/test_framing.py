@@ -188,6 +188,30 @@ def test_any_split_of_any_stream_yields_the_same_frames(frame_list, cuts) -> Non
     assert parser.buffered == 0
 
 
+@given(frames_strategy, st.lists(st.integers(0, 10_000), max_size=30))
+def test_large_frames_gathered_apart_come_out_the_same_at_any_split(frame_list, cuts) -> None:
+    """With frames past 20 bytes gathered in a mapping of their own."""
+    stream = b"".join(wire.frame(t, p) for t, p in frame_list)
+    points = sorted({c % (len(stream) + 1) for c in cuts})
+    parser = FrameParser(200, large_frame=20)
+    events = []
+    for start, end in zip([0, *points], [*points, len(stream)], strict=True):
+        events += parser.feed(stream[start:end])
+        assert parser.buffered <= 6 + 200 + len(stream[start:end])
+    assert frames(events) == [(t, p) for t, p in frame_list if len(p) <= 200]
+    assert {type(e.payload) for e in events if isinstance(e, Frame)} <= {bytes}
+    assert parser.buffered == 0
+
+
+def test_release_drops_a_half_received_frame() -> None:
+    for large_frame in (1 << 20, 1000):  # in the buffer, or in a mapping of its own
+        parser = FrameParser(1 << 20, large_frame=large_frame)
+        parser.feed(wire.encode_submit(b"t", bytes(100_000))[:-1])
+        assert parser.buffered == 6 + 100_001
+        parser.release()
+        assert parser.buffered == 0
+
+
 @given(st.binary(max_size=2000), st.integers(1, 64))
 def test_garbage_never_grows_the_buffer_past_one_frame(garbage, chunk) -> None:
     parser = FrameParser(100)
@@ -318,4 +342,21 @@ def test_a_version_2_type_may_have_a_longer_limit_of_its_own() -> None:
     (refused,) = parser.feed(struct.pack(">BBI", 2, 0x01, 201))
     assert refused.reason == "payload of 201 bytes exceeds the limit of 200"  # type: ignore[union-attr]
     parser.feed(b"s" * 201)
+    assert parser.buffered == 0
+
+
+def test_a_version_2_type_limit_may_be_shorter_than_the_versions() -> None:
+    """A PUBLISH may carry no more than [shared] max_size: refused at its header."""
+    publish = 0x24
+    parser = FrameParser(100, v2_max_length=200, v2_type_limits={publish: 50})
+    assert frames(parser.feed(struct.pack(">BBI", 2, publish, 50) + b"p" * 50)) == [
+        (publish, b"p" * 50)
+    ]
+    (refused,) = parser.feed(struct.pack(">BBI", 2, publish, 51))
+    assert refused == RejectedFrame(
+        ErrorCode.PAYLOAD_TOO_LARGE, "payload of 51 bytes exceeds the limit of 50"
+    )
+    assert parser.feed(b"p" * 51 + struct.pack(">BBI", 2, 0x01, 200) + b"s" * 200) == [
+        Frame(0x01, b"s" * 200)
+    ]
     assert parser.buffered == 0

@@ -637,6 +637,65 @@ def rss_growth(
     return readings[0], readings[1]
 
 
+def monitor_workload(depth: int, queries: int) -> dict[str, Any]:
+    """
+    Monitor queries against a deep queue: C{queries} INSPECTs of the last of
+    C{depth} tasks queued in one queue, pipelined on one connection (one
+    send), while another connection makes round trips (a SUBMIT to another
+    queue and its OK, one at a time).  How long the INSPECTs take, and the
+    round trips meanwhile: the event loop held by the first shows in the
+    second.
+    """
+    with running() as (daemon, _), QuicxClient(daemon.client_address, protocol=2) as client:
+        ids = client.submit_many((BENCH_TYPE, b"x", Options("deep")) for _ in range(depth))
+        trips: list[float] = []
+        done = threading.Event()
+
+        def round_trips() -> None:
+            with QuicxClient(daemon.client_address, protocol=2) as other:
+                while not done.is_set():
+                    started = time.perf_counter()
+                    other.submit(BENCH_TYPE, b"x", queue="other")
+                    trips.append(time.perf_counter() - started)
+
+        thread = threading.Thread(target=round_trips)
+        thread.start()
+        with socket.create_connection(daemon.address) as monitor:
+            parser = FrameParser(CLIENT_MAX_LENGTH, False, CLIENT_MAX_LENGTH)
+            monitor.sendall(v2.encode_hello())
+            answers = -1  # the HELLO's INFO first
+            while answers < 0:
+                answers += len(parser.feed(monitor.recv(65536)))
+            while len(trips) < 20:  # the round trips are under way
+                time.sleep(0.01)
+            before = len(trips)
+            started = time.perf_counter()
+            monitor.sendall(v2.encode_inspect(ids[-1]) * queries)
+            while answers < queries:
+                frames = parser.feed(monitor.recv(65536))
+                if not all(
+                    type(f) is Frame and f.message_type == v2.MessageType.INFO for f in frames
+                ):
+                    raise SystemExit(f"tools.bench: INSPECT was not answered INFO: {frames}")
+                answers += len(frames)
+            seconds = time.perf_counter() - started
+            finished = len(trips) + 1  # and the round trip under way then
+            while len(trips) < finished:
+                time.sleep(0.001)
+            during = trips[before:]
+        done.set()
+        thread.join()
+    return {
+        "depth": depth,
+        "queries": queries,
+        "seconds": seconds,
+        "ms_per_inspect": seconds * 1000 / queries,
+        "round_trips": len(during),
+        "round_trip_max_ms": max(during, default=seconds) * 1000,
+        "round_trip_median_ms": statistics.median(during) * 1000 if during else None,
+    }
+
+
 def memory_workload(n: int) -> dict[str, Any]:
     """Resident memory with no tasks and with C{n} queued 100-byte tasks."""
     payload = payload_of(100)
@@ -1222,6 +1281,7 @@ WORKLOADS = (
     "fanin",
     "sweep",
     "memory",
+    "monitor",
     "harness",
     "journal",
     "events",
@@ -1408,6 +1468,18 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def run_monitor() -> None:
+        ours = monitor_workload(40_000 // scale, 300)
+        emit(
+            "monitor",
+            f"{ours['queries']} pipelined INSPECTs, {ours['depth']:,} tasks ahead:"
+            f" {ours['seconds'] * 1000:,.1f} ms ({ours['ms_per_inspect']:.3f} ms each);"
+            f" round trips on another queue meanwhile: {ours['round_trips']},"
+            f" the longest {ours['round_trip_max_ms']:,.1f} ms",
+            ours,
+            table,
+        )
+
     def run_journal() -> None:
         ours = journal_workload(100_000 // scale, journal_dir)
         rates, ratios = ours["tasks_per_s"], ours["ratio"]
@@ -1578,6 +1650,7 @@ def main(argv: list[str] | None = None) -> int:
         fanin=run_fanin,
         sweep=run_sweep,
         memory=run_memory,
+        monitor=run_monitor,
         journal=run_journal,
         delays=run_delays,
         idle=run_idle,

@@ -92,6 +92,8 @@ class Task:
     @ivar tally: what it counts in: its queue and type's L{Tally}.
     @ivar ready_at: when it last became ready to run (queued, or due, or
         requeued), for its wait time.
+    @ivar ticket: its place in its queue's FIFO while queued (see
+        L{quicx.daemon.queues.Level}).
     """
 
     task_id: int
@@ -122,6 +124,7 @@ class Task:
     keep_for: float = 0.0
     recovered: bool = False
     group: int = 0
+    ticket: int = 0
     tally: Tally = field(kw_only=True)
     ready_at: float = field(kw_only=True)
 

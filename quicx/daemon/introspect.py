@@ -119,12 +119,7 @@ def why(service: QueueService, task: Task, now: float) -> tuple[list[dict[str, A
         reasons.append({"reason": "paused", "text": f"queue {name} is paused"})
     if not queue.subscribers:
         reasons.append({"reason": "no_workers", "text": f"no worker is subscribed to queue {name}"})
-    ahead = higher = 0
-    for other in queue.tasks():
-        if other is task:
-            break
-        ahead += 1
-        higher += other.priority > task.priority
+    ahead, higher = queue.ahead(task)
     if ahead:
         reasons.append(
             {

@@ -10,6 +10,10 @@ Within a queue, tasks wait in one L{Level} per priority; the non-empty
 priorities are kept sorted, so taking the next task is O(log n) in the
 number of priorities (at most 256) plus O(1) in the tasks.  Within a level,
 tasks wait in one FIFO per fairness key, and the keys take turns.
+
+Each task queued gets a ticket from its level: counting up at the tail,
+down at the head, so every FIFO is sorted by ticket and a task's place in
+it is a binary search (L{Level.ahead}), not a walk of the queue.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict, deque
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import Any, Generic, Protocol, TypeVar
 
 from attrs import define, field
@@ -35,10 +40,13 @@ class Queued(Protocol):
     priority: int
     fairness: bytes | None
     enqueued_at: float
+    ticket: int
 
 
 T = TypeVar("T", bound=Queued)
 W = TypeVar("W")
+
+_ticket = attrgetter("ticket")
 
 
 @define
@@ -93,11 +101,16 @@ class Level(Generic[T]):
     first with tasks deals next, then goes to the back).  The FIFO of tasks
     without a key stays when empty (it is the common case: no allocation
     per task), behind the others; every other FIFO goes when empty.
+
+    @ivar head: the ticket last given at the head (counting down from 0).
+    @ivar tail: the ticket last given at the tail (counting up from 0).
     """
 
     plain: deque[T] = field(factory=deque)
     fifos: OrderedDict[bytes | None, deque[T]] = field(init=False)
     size: int = 0
+    head: int = 0
+    tail: int = 0
 
     def __attrs_post_init__(self) -> None:
         self.fifos = OrderedDict({None: self.plain})
@@ -111,9 +124,13 @@ class Level(Generic[T]):
         elif not fifo and not at_head and len(fifos) > 1:
             fifos.move_to_end(key)  # it joins the turns at the back
         if at_head:
+            self.head -= 1
+            task.ticket = self.head
             fifo.appendleft(task)
             self.fifos.move_to_end(key, last=False)
         else:
+            self.tail += 1
+            task.ticket = self.tail
             fifo.append(task)
         self.size += 1
 
@@ -152,6 +169,27 @@ class Level(Generic[T]):
         if not fifo and key is not None:
             del self.fifos[key]
         self.size -= 1
+
+    def ahead(self, task: T) -> int:
+        """
+        How many of this level's tasks L{tasks} yields before C{task} (which
+        is queued here): a binary search of its FIFO by ticket, and with
+        fairness keys, a look at each other key's FIFO length (the keys deal
+        in turns).
+        """
+        fifos = self.fifos
+        fifo = fifos[task.fairness]
+        rank = bisect.bisect_left(fifo, task.ticket, key=_ticket)
+        if len(fifos) == 1:
+            return rank
+        ahead = rank
+        turn = rank + 1  # the FIFOs before its own deal once more before it
+        for other in fifos.values():
+            if other is fifo:
+                turn = rank
+            else:
+                ahead += min(len(other), turn)
+        return ahead
 
     def tasks(self) -> Iterator[T]:
         """In the order they would be dealt (ignoring limits)."""
@@ -248,7 +286,9 @@ class NamedQueue(Generic[T, W]):
             bisect.insort(self.order, priority)
         key = task.fairness
         if key is None and not at_head and len(level.fifos) == 1:
-            level.plain.append(task)  # level.push(), for the common case
+            level.tail += 1  # level.push(), for the common case
+            task.ticket = level.tail
+            level.plain.append(task)
             level.size += 1
         else:
             level.push(task, at_head)
@@ -382,6 +422,17 @@ class NamedQueue(Generic[T, W]):
         """Every queued task in dispatch order (ignoring limits)."""
         for priority in reversed(self.order):
             yield from self.levels[priority].tasks()
+
+    def ahead(self, task: T) -> tuple[int, int]:
+        """
+        How many queued tasks go before C{task} (queued here), in dispatch
+        order (ignoring limits), and how many of them have a higher priority.
+        O(log n) in the tasks, plus the priorities and fairness keys.
+        """
+        priority = task.priority
+        levels = self.levels
+        higher = sum(levels[p].size for p in self.order if p > priority)
+        return higher + levels[priority].ahead(task), higher
 
     def by_priority(self) -> dict[str, int]:
         return {str(p): self.levels[p].size for p in reversed(self.order)}

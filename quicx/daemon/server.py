@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
+from time import perf_counter
 from typing import Any, Final
 
-from attrs import define
+from attrs import define, frozen
 from twisted.internet.interfaces import IDelayedCall, IPushProducer
 from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
@@ -39,6 +40,7 @@ from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
 from quicx.protocol import lifecycle, monitor, results, v2, wire
+from quicx.protocol.frames import Frame, RejectedFrame
 from quicx.protocol.results import GroupOp
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.wire import ErrorCode, MessageType
@@ -77,12 +79,40 @@ class _Unknown(Enum):
 _UNKNOWN: Final = _Unknown.UNKNOWN
 """A connection's certificate identity before it is first needed."""
 
+MONITOR_SLICE: Final = 0.002
+"""
+Seconds of the reactor a connection's monitor queries (STATS, QUEUES, PEEK,
+INSPECT, DEAD, SCHEDULES, WATCH, STATUS) may hold in one turn: past it, the
+rest of what was read waits for the next turn, the connection unread until
+then, so other connections are served in between.
+"""
+
 
 @define
 class _Held:
     """An answer that waits for the journal (see L{Session.wait_for})."""
 
     reply: bytes | None = None
+
+
+@implementer(IPeer)
+@frozen
+class _GonePeer:
+    """
+    What a session refers to once its connection is lost: the peer's name,
+    for the logs.  Not the protocol: a session lives on while tasks it
+    submitted are owed an outcome, and through the protocol it would keep
+    the transport and its unsent replies (up to C{max_output_buffer} and
+    more) for as long.
+    """
+
+    peer_name: str
+
+    def sendFrame(self, data: bytes) -> None:
+        pass
+
+    def disconnect(self) -> None:
+        pass
 
 
 class NotAuthorized(Exception):
@@ -99,6 +129,8 @@ class QuicxServerProtocol(FrameReceiver):
     identity: str | _Unknown | None = _UNKNOWN
     _versioned = False
     _first_frame_deadline: IDelayedCall | None = None
+    _monitor_since = 0.0  # when this turn's first monitor query began
+    _deferred: list[Frame | RejectedFrame] | None = None  # read, for a later turn
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -137,8 +169,15 @@ class QuicxServerProtocol(FrameReceiver):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self._first_frame_deadline is not None and self._first_frame_deadline.active():
             self._first_frame_deadline.cancel()
+        super().connectionLost(reason)
+        self._deferred = None
         if self.session is not None:
             self.queue.close_session(self.session)
+            # The session and this protocol referred to each other: a cycle
+            # that only a full collection frees (the tuned collector seldom
+            # runs one), and while its tasks live, no collection at all.
+            self.session.peer = _GonePeer(self.peer_name)
+            self.session = None
 
     def _no_first_frame(self) -> None:
         self._first_frame_deadline = None
@@ -187,7 +226,8 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         assert session is not None
         session.paused = False
-        self.transport.resumeProducing()
+        if self._deferred is None:  # else reading resumes once they are handled
+            self.transport.resumeProducing()
         self.queue.output_drained(session)
 
     def stopProducing(self) -> None:
@@ -209,6 +249,10 @@ class QuicxServerProtocol(FrameReceiver):
         if self.session is None:
             return  # refused: closing
         self.session.last_received = self._clock()
+        if self._deferred is not None:  # bytes a TLS transport had read: after those
+            self._deferred += self._parser.feed(data)
+            return
+        self._monitor_since = 0.0
         batcher = self._batcher
         batcher.hold()
         try:
@@ -219,6 +263,41 @@ class QuicxServerProtocol(FrameReceiver):
             # for other connections (TASKs, outcomes) go out together at its end.
             self._output.flush()
             batcher.release()
+
+    def _monitor(self) -> None:
+        """
+        A monitor query begins: the peer must be allowed to ask, and the
+        turn may end once it is answered (see L{MONITOR_SLICE}).
+        """
+        self._authorize("monitor")
+        if not self._monitor_since:
+            self._monitor_since = perf_counter()
+        self.checkTurn = True
+
+    def turnEnded(self) -> bool:
+        return perf_counter() - self._monitor_since >= self.factory.monitor_slice
+
+    def framesDeferred(self, events: list[Frame | RejectedFrame]) -> None:
+        self._deferred = events
+        self.transport.pauseProducing()
+        self.factory.reactor.callLater(0, self._next_turn)
+
+    def _next_turn(self) -> None:
+        """Handle the frames a turn ended before, then read again."""
+        events, self._deferred = self._deferred, None
+        session = self.session
+        if events is None or session is None:
+            return  # the connection was lost meanwhile
+        self._monitor_since = 0.0
+        batcher = self._batcher
+        batcher.hold()
+        try:
+            self.deliverFrames(events)
+        finally:
+            self._output.flush()
+            batcher.release()
+        if self._deferred is None and not session.paused:
+            self.transport.resumeProducing()
 
     def _first_frame(self) -> None:
         """The connection's first frame: it sets the version, and the deadline is met."""
@@ -314,7 +393,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _stats(self, payload: bytes) -> None:
         wire.decode_stats(payload)
-        self._authorize("monitor")
+        self._monitor()
         # Any connection may ask, and asking does not fix its role: a client
         # may look at the queue before it submits.
         self._reply(wire.encode_stats_response(self.queue.stats()))
@@ -395,7 +474,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _stats_v2(self, payload: bytes) -> None:
         wire.decode_stats(payload)
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_stats_response(self.queue.stats()))
 
     def _hello(self, payload: bytes) -> None:
@@ -492,17 +571,17 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _queues(self, payload: bytes) -> None:
         v2.decode_queues(payload)
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(introspect.queues(self.queue)))
 
     def _peek(self, payload: bytes) -> None:
         message = v2.decode_peek(payload)
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(introspect.peek(self.queue, message.queue, message.count)))
 
     def _inspect(self, payload: bytes) -> None:
         task_id = v2.decode_inspect(payload).task_id
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(introspect.inspect(self.queue, task_id)))
 
     # -- version 2, part 2: fenced outcomes, leases, dead letters ------------------
@@ -586,7 +665,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _dead(self, payload: bytes) -> None:
         message = lifecycle.decode_dead(payload)
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(self.queue.dead_tasks(message.queue, message.limit)))
 
     def _replay(self, payload: bytes) -> None:
@@ -602,7 +681,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _schedules(self, payload: bytes) -> None:
         lifecycle.decode_schedules(payload)
-        self._authorize("monitor")
+        self._monitor()
         book = self.queue.schedules
         schedules = book.describe() if isinstance(book, ScheduleBook) else []
         self._reply(v2.encode_info(schedules))
@@ -668,12 +747,12 @@ class QuicxServerProtocol(FrameReceiver):
         message = monitor.decode_watch(payload)
         session = self.session
         assert session is not None
-        self._authorize("monitor")
+        self._monitor()
         self._reply(v2.encode_info(self._events().watch(session, message)))
 
     def _status(self, payload: bytes) -> None:
         monitor.decode_status(payload)
-        self._authorize("monitor")
+        self._monitor()
         status = self.factory.status
         if status is None:
             raise Refused(v2.ErrorCode.NOT_FOUND, "this listener serves no status document")
@@ -755,7 +834,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
     @ivar v2_max_length: the same for version 2 (its SUBMIT options may add
         up to 2 + 4,096 bytes); C{None} when version 2 is turned off.
     @ivar v2_type_limits: the longest PROGRESS, PUBLISH and WATCH the
-        limits allow, which may pass C{v2_max_length}.
+        limits allow, in place of C{v2_max_length}.
     @ivar admin: its connections have the admin role (the control socket's).
     @ivar status: makes the daemon's status document, which STATUS answers;
         C{None} (STATUS is answered not found) until the daemon sets it.
@@ -763,6 +842,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
 
     protocol = QuicxServerProtocol
     noisy = False
+    monitor_slice: float = MONITOR_SLICE
     status: Callable[[], dict[str, Any]] | None = None
 
     def __init__(
@@ -791,11 +871,15 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             if v2.VERSION in queue.limits.versions
             else None
         )
-        # A PROGRESS: task id, token, fraction and the longest message; a
-        # PUBLISH: flags, the name and its length, and the most data; a WATCH:
-        # its three lists full of the longest items.
+        # In place of v2_max_length, shorter or longer: a PUBLISH's flags, the
+        # name and its length, and the most data (no more, refused at its
+        # header); a WATCH's three lists full of the longest items.  A
+        # PROGRESS: task id, token, fraction and the longest message, when
+        # longer (a longer message is a bad message, not too large).
         self.v2_type_limits: dict[int, int] = {
-            v2.MessageType.PROGRESS: 14 + queue.progress.settings.max_message,
+            v2.MessageType.PROGRESS: max(
+                self.v2_max_length or 0, 14 + queue.progress.settings.max_message
+            ),
             v2.MessageType.WATCH: monitor.MAX_WATCH_SIZE,
         }
         shared = queue.shared

@@ -12,11 +12,12 @@ from typing import Any
 
 from twisted.internet import tcp, unix
 from twisted.internet.interfaces import IConsumer, IPushProducer, ITransport
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Protocol, connectionDone
+from twisted.python.failure import Failure
 from zope.interface import Attribute
 
 from quicx.net.private import has_unsent_output
-from quicx.protocol.frames import Frame, FrameParser
+from quicx.protocol.frames import Frame, FrameParser, RejectedFrame
 from quicx.protocol.wire import ErrorCode
 
 
@@ -166,9 +167,13 @@ class FrameReceiver(Protocol):
         is made.
     @ivar v2MaxLength: the same for protocol version 2; C{None} when the
         connection speaks version 1 only.
-    @ivar v2TypeLimits: longer limits for some version-2 message types.
+    @ivar v2TypeLimits: the limits of some version-2 message types, in place
+        of C{v2MaxLength}.
     @ivar maxPayload: the largest task payload taken (the daemon's): named
         when a SUBMIT is refused at its header.
+    @ivar checkTurn: set by a frame's handler to have L{turnEnded} asked,
+        once the frame is handled, whether the rest of the read waits for a
+        later turn of the reactor.
     """
 
     maxLength: int = 1 << 20
@@ -176,6 +181,7 @@ class FrameReceiver(Protocol):
     v2TypeLimits: Mapping[int, int] | None = None
     maxPayload: int | None = None
     checkTypes: bool = True
+    checkTurn: bool = False
     transport: IStreamTransport  # set by makeConnection, before connectionMade
     _parser: FrameParser
 
@@ -184,15 +190,39 @@ class FrameReceiver(Protocol):
             self.maxLength, self.checkTypes, self.v2MaxLength, self.v2TypeLimits, self.maxPayload
         )
 
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._parser.release()
+
     def dataReceived(self, data: bytes) -> None:
+        self.deliverFrames(self._parser.feed(data))
+
+    def deliverFrames(self, events: list[Frame | RejectedFrame]) -> None:
+        """Handle frames (and rejections) read, in order, until the turn ends."""
         transport = self.transport
-        for event in self._parser.feed(data):
+        remaining = iter(events)
+        for event in remaining:
             if transport.disconnecting:
                 return
             if type(event) is Frame:
                 self.frameReceived(event.message_type, event.payload)
             else:
                 self.frameRejected(event.code, event.reason)
+            if self.checkTurn:
+                self.checkTurn = False
+                if self.turnEnded() and (rest := list(remaining)):
+                    self.framesDeferred(rest)
+                    return
+
+    def turnEnded(self) -> bool:
+        """Whether this read has had its share of the reactor (see L{checkTurn})."""
+        return False
+
+    def framesDeferred(self, events: list[Frame | RejectedFrame]) -> None:
+        """
+        The turn ended before these frames of the read were handled: the
+        protocol handles them later (L{deliverFrames}), before any read after.
+        """
+        raise NotImplementedError
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         """Called with each well-formed frame."""

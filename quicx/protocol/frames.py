@@ -11,11 +11,18 @@ matter for a server facing untrusted peers:
     many reads costs linear, not quadratic, time;
   - a frame that is too long, or has a bad version or unknown type, is
     reported at once and its payload is I{skipped} as it arrives, never
-    buffered, so the connection stays usable and memory stays bounded.
+    buffered, so the connection stays usable and memory stays bounded;
+  - a large frame (past L{LARGE_FRAME}) is gathered as it arrives in an
+    anonymous mapping of its exact size, not in the connection's growing
+    buffer: its memory goes back to the system the moment the frame is
+    complete or the connection is lost, whatever the C allocator would have
+    kept of a buffer grown and freed (a few hundred connections that each
+    sent most of a 1 MiB frame and left pinned hundreds of MiB).
 """
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Mapping
 from functools import partial
 from typing import NamedTuple, final
@@ -47,6 +54,9 @@ class Frame(NamedTuple):
 _new_frame = partial(tuple.__new__, Frame)
 """C{Frame(message_type, payload)}, for a pair: without the named tuple's own C{__new__}."""
 
+LARGE_FRAME = 64 << 10
+"""A payload longer than this is gathered in a mapping of its own (see above)."""
+
 
 @frozen
 class RejectedFrame:
@@ -73,14 +83,17 @@ class FrameParser:
         yields a L{RejectedFrame} with L{ErrorCode.PAYLOAD_TOO_LARGE}.
     @ivar v2_max_length: the same for version 2; C{None} when version 2 is
         not accepted (its frames are rejected as a bad version).
-    @ivar v2_type_limits: longer limits than C{v2_max_length} for some
-        version-2 message types, by type (a PUBLISH carries shared data).
+    @ivar v2_type_limits: the limits of some version-2 message types, by
+        type, in place of C{v2_max_length}: longer (a PUBLISH carries shared
+        data) or shorter (a PUBLISH may carry no more than that data).
     @ivar check_types: whether an unknown message type is rejected at the
         header (the daemon does; clients pass frames on to their decoder).
     @ivar max_payload: the largest task payload the daemon takes, if this
         parser is the daemon's: a SUBMIT refused at its header names it (the
         frame's limit also counts the type and options around the payload).
     @ivar version: the connection's version, once its first frame set it.
+    @ivar large_frame: a payload longer than this is gathered in a mapping
+        of its own size (L{LARGE_FRAME}; tests lower it).
     """
 
     def __init__(
@@ -90,6 +103,7 @@ class FrameParser:
         v2_max_length: int | None = None,
         v2_type_limits: Mapping[int, int] | None = None,
         max_payload: int | None = None,
+        large_frame: int = LARGE_FRAME,
     ) -> None:
         self.max_length = max_length
         self.max_payload = max_payload
@@ -97,16 +111,59 @@ class FrameParser:
         self.v2_type_limits = v2_type_limits or {}
         self.check_types = check_types
         self.version: int | None = None
-        self._limit = max_length
-        self._type_limits: Mapping[int, int] = {}
         self._known: frozenset[int] = KNOWN_TYPES
+        self._limits = self._by_type(max_length, {})
+        self.large_frame = large_frame
         self._buffer = bytearray()
         self._skip = 0
+        # A large frame being gathered: its payload so far, and its type.
+        self._large: mmap.mmap | None = None
+        self._large_type = 0
 
     @property
     def buffered(self) -> int:
         """How many bytes are held while waiting for the rest of a frame."""
+        if self._large is not None:
+            return HEADER_SIZE + self._large.tell()
         return len(self._buffer)
+
+    def release(self) -> None:
+        """
+        Drop what is held of an unfinished frame (the connection is gone): a
+        frame's bytes go back at once, not when the parser itself is freed.
+        """
+        self._buffer = bytearray()
+        self._skip = 0
+        if self._large is not None:
+            self._large.close()
+            self._large = None
+
+    def _gather(self, data: bytes, events: list[Frame | RejectedFrame]) -> bytes:
+        """Add C{data} to the large frame; return what follows it once it is whole."""
+        large = self._large
+        assert large is not None
+        room = len(large) - large.tell()
+        if len(data) < room:
+            large.write(data)
+            return b""
+        with memoryview(data) as view:
+            large.write(view[:room])
+        events.append(_new_frame((self._large_type, large[:])))
+        large.close()
+        self._large = None
+        return data[room:]
+
+    def _by_type(self, limit: int, type_limits: Mapping[int, int]) -> tuple[int, ...]:
+        """
+        The longest payload of each message type (0 to 255), one lookup per
+        header; -1 for a type to refuse (unknown, when types are checked).
+        """
+        return tuple(
+            type_limits.get(message_type, limit)
+            if message_type in self._known or not self.check_types
+            else -1
+            for message_type in range(256)
+        )
 
     def _settle(self, version: int) -> bool:
         """Let the connection's first frame of an accepted version set its version."""
@@ -116,9 +173,8 @@ class FrameParser:
             self.version = version
             if version == v2.VERSION:
                 assert self.v2_max_length is not None
-                self._limit = self.v2_max_length
-                self._type_limits = self.v2_type_limits
                 self._known = v2.KNOWN_TYPES
+                self._limits = self._by_type(self.v2_max_length, self.v2_type_limits)
         return version == self.version
 
     def _reject(self, version: int, message_type: int, length: int) -> RejectedFrame | None:
@@ -137,7 +193,7 @@ class FrameParser:
             return RejectedFrame(
                 ErrorCode.INVALID_MESSAGE, f"unknown message type 0x{message_type:02x}"
             )
-        limit = max(self._limit, self._type_limits.get(message_type, 0))
+        limit = self._limits[message_type]
         if length > limit:
             if message_type == MessageType.SUBMIT and self.max_payload is not None:
                 return RejectedFrame(
@@ -160,6 +216,8 @@ class FrameParser:
                 return events
             data = data[self._skip :]
             self._skip = 0
+        if self._large is not None and not (data := self._gather(data, events)):
+            return events
         buffer = self._buffer
         # Parse straight out of the new bytes when nothing is pending: the
         # common case of whole frames costs no extra copy.
@@ -174,18 +232,15 @@ class FrameParser:
         whole = type(source) is bytes
         unpack = HEADER.unpack_from
         # Locals, not attributes, in the loop; _reject may change them.
-        expected, limit, known = self.version, self._limit, self._known
-        check_types = self.check_types
+        expected, limits = self.version, self._limits
         with memoryview(source) as view:
             while end - offset >= HEADER_SIZE:
                 version, message_type, length = unpack(source, offset)
                 body = offset + HEADER_SIZE
-                if (
-                    version != expected
-                    or length > limit
-                    or (check_types and message_type not in known)
-                ) and (rejected := self._reject(version, message_type, length)) is not None:
-                    expected, limit, known = self.version, self._limit, self._known
+                if (version != expected or length > limits[message_type]) and (
+                    rejected := self._reject(version, message_type, length)
+                ) is not None:
+                    expected, limits = self.version, self._limits
                     events.append(rejected)
                     if end - body < length:
                         self._skip = length - (end - body)
@@ -194,12 +249,18 @@ class FrameParser:
                     offset = body + length
                     continue
                 if version != expected:  # the first frame set the version
-                    expected, limit, known = self.version, self._limit, self._known
+                    expected, limits = self.version, self._limits
                 if end - body < length:
                     break
                 offset = body + length
                 payload = source[body:offset] if whole else bytes(view[body:offset])
                 events.append(_new_frame((message_type, payload)))
+            if end - offset >= HEADER_SIZE and length > self.large_frame:
+                # The loop stopped at this large frame's header: gather it apart.
+                self._large = large = mmap.mmap(-1, length)
+                self._large_type = message_type
+                large.write(view[offset + HEADER_SIZE :])
+                offset = end
         if source is buffer:
             del buffer[:offset]
         elif offset < end:

@@ -414,6 +414,26 @@ def test_bad_publishes(connect: Connect, small: Connect) -> None:
     assert code == 1 and "max_names" in message
 
 
+def test_a_publish_longer_than_max_size_allows_is_refused_at_its_header(
+    small: Connect,
+) -> None:
+    """
+    Flags, the longest name (64) and [shared] max_size (8) of data: 74 bytes.
+    A longer PUBLISH is ERROR 0x03 on its header alone, before any of its
+    payload is sent (none of it is held), and its payload is skipped.
+    """
+    publisher = small()
+    assert publisher.alive()
+    code, message = publisher.error(struct.pack(">BBI", 2, PUBLISH, 75))
+    assert code == 3 and "75 bytes" in message and "74" in message
+    publisher.send(bytes(75))  # skipped
+    assert publisher.alive()
+    # 74 bytes pass the header: the message itself is then judged (a
+    # deletion carries no data).
+    code, message = publisher.error(publish(b"x" * 64, bytes(8), flags=0x01))
+    assert code == 2 and "carries data" in message
+
+
 # -- groups ----------------------------------------------------------------------
 
 
