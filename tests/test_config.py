@@ -118,6 +118,8 @@ def test_fractional_percentages() -> None:
         ("[tasks]\nallow =\n", "f:2: allow: a task type is 1 to 255 bytes"),
         ("[limits]\nmax_credits = 0\n", "f:2: max_credits: 0 is out of range"),
         ("[limits]\nmax_credits = 65536\n", "f:2: max_credits: 65536 is out of range"),
+        ("[limits]\nmonitor_slice = 0\n", "f:2: monitor_slice: 0 seconds is out of range"),
+        ("[limits]\nmonitor_slice = 2\n", "f:2: monitor_slice: 2 seconds is out of range"),
         (
             "[server]\nheartbeat_interval = 10\nheartbeat_timeout = 5\n",
             "f:3: heartbeat_timeout (5 s) must be longer than heartbeat_interval (10 s)",
@@ -169,6 +171,7 @@ EVERY_SETTING_CHANGED = config.Config(
     max_lease=600,
     max_connections=10,
     first_frame_timeout=2,
+    monitor_slice=0.01,
     max_type_length=20,
     max_reason_length=100,
     max_output_buffer=8192,

@@ -17,6 +17,7 @@ from quicx.daemon import introspect
 from quicx.daemon.core import Refused
 from quicx.daemon.policy import QueueLimits, QueuePolicy
 from quicx.daemon.server import QuicxServerFactory
+from quicx.daemon.settings import Limits
 from quicx.protocol import v2, wire
 from quicx.protocol.frames import FrameParser
 from quicx.protocol.v2 import ErrorCode
@@ -320,8 +321,7 @@ def monitor_connection(slice_seconds: float) -> tuple[Clock, StringTransport, An
     """A daemon connection on a Clock, its monitor queries given C{slice_seconds} a turn."""
     clock = Clock()
     queue = make_queue(clock)
-    factory = QuicxServerFactory(queue, clock)
-    factory.monitor_slice = slice_seconds
+    factory = QuicxServerFactory(queue, clock, Limits(monitor_slice=slice_seconds))
     server = factory.buildProtocol(None)
     transport = StringTransport()
     server.makeConnection(transport)

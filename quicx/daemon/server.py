@@ -79,14 +79,6 @@ class _Unknown(Enum):
 _UNKNOWN: Final = _Unknown.UNKNOWN
 """A connection's certificate identity before it is first needed."""
 
-MONITOR_SLICE: Final = 0.002
-"""
-Seconds of the reactor a connection's monitor queries (STATS, QUEUES, PEEK,
-INSPECT, DEAD, SCHEDULES, WATCH, STATUS) may hold in one turn: past it, the
-rest of what was read waits for the next turn, the connection unread until
-then, so other connections are served in between.
-"""
-
 
 @define
 class _Held:
@@ -267,7 +259,11 @@ class QuicxServerProtocol(FrameReceiver):
     def _monitor(self) -> None:
         """
         A monitor query begins: the peer must be allowed to ask, and the
-        turn may end once it is answered (see L{MONITOR_SLICE}).
+        turn may end once it is answered: a connection's monitor queries
+        (STATS, QUEUES, PEEK, INSPECT, DEAD, SCHEDULES, WATCH, STATUS) may
+        hold the reactor C{[limits] monitor_slice} in one turn; past it, the
+        rest of what was read waits for the next turn, the connection unread
+        until then, so other connections are served in between.
         """
         self._authorize("monitor")
         if not self._monitor_since:
@@ -275,7 +271,7 @@ class QuicxServerProtocol(FrameReceiver):
         self.checkTurn = True
 
     def turnEnded(self) -> bool:
-        return perf_counter() - self._monitor_since >= self.factory.monitor_slice
+        return perf_counter() - self._monitor_since >= self.limits.monitor_slice
 
     def framesDeferred(self, events: list[Frame | RejectedFrame]) -> None:
         self._deferred = events
@@ -842,7 +838,6 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
 
     protocol = QuicxServerProtocol
     noisy = False
-    monitor_slice: float = MONITOR_SLICE
     status: Callable[[], dict[str, Any]] | None = None
 
     def __init__(

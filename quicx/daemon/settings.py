@@ -85,6 +85,9 @@ class Limits:
         the daemon stops reading from it until they drain.
     @ivar max_credits: the most tasks one worker connection may hold at once
         (a READY asking for more is granted this many).
+    @ivar monitor_slice: seconds of the reactor one connection's monitor
+        queries may hold in a turn; the rest of what it sent waits for the
+        next turn, so that other connections are served in between.
     """
 
     max_connections: int = 4096
@@ -93,6 +96,7 @@ class Limits:
     max_reason_length: int = 1024
     max_output_buffer: int = 1 << 20
     max_credits: int = 1024
+    monitor_slice: float = 0.002
 
 
 _DEFAULT_LIMITS = Limits()
@@ -814,6 +818,14 @@ class Config:
         _DEFAULT_LIMITS.first_frame_timeout,
         "Seconds a new connection has to send a whole frame (0: off).",
     )
+    monitor_slice: float = setting(
+        "limits",
+        "monitor_slice",
+        Seconds(high=1.0, low=0.0001),
+        _DEFAULT_LIMITS.monitor_slice,
+        "Seconds of the event loop one connection's monitor queries (INSPECT, PEEK, QUEUES, ...)"
+        " may hold in a turn before the rest wait for the next.",
+    )
     max_type_length: int = setting(
         "limits",
         "max_type_length",
@@ -1362,6 +1374,7 @@ class Config:
             self.max_reason_length,
             self.max_output_buffer,
             self.max_credits,
+            self.monitor_slice,
         )
 
     @property
