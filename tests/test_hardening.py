@@ -255,7 +255,10 @@ def test_drain_timeout_stops_waiting(start_daemon) -> None:
         started = time.monotonic()
         assert daemon.stop() == 0
         assert time.monotonic() - started < 5
-    assert "0 queued, 0 delayed and 1 running tasks; without a journal they are dropped" in daemon.log()
+    assert (
+        "0 queued, 0 delayed and 1 running tasks; without a journal they are dropped"
+        in daemon.log()
+    )
 
 
 # -- a worker killed mid-task ----------------------------------------------------------------

@@ -223,7 +223,10 @@ def test_json_lines_from_start_to_stop_with_limits_hit(start_daemon) -> None:
     assert by_id(lines, "daemon.ready")[0]["fields"] == {"pid": daemon.pid}
     assert by_id(lines, "daemon.signal")[0]["fields"] == {"signal": "SIGTERM"}
     (stopped,) = by_id(lines, "daemon.stopped")
-    assert (stopped["level"], stopped["fields"]) == ("warn", {"queued": 1, "delayed": 0, "running": 0})
+    assert (stopped["level"], stopped["fields"]) == (
+        "warn",
+        {"queued": 1, "delayed": 0, "running": 0},
+    )
     # The first refusal at once, the other two counted until the stop flushed them.
     first, summary = by_id(lines, "limit.queue_depth")
     assert first["level"] == summary["level"] == "warn"
