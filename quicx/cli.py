@@ -627,7 +627,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         try:
             value = client.wait(task_id, timeout=args.timeout, on_retry=print_retry)
         except TaskFailed as e:
-            print(f"task {task_id} failed: {e.reason}")
+            print(f"task {task_id} failed: {_reason(e.reason, 0)}")
             return 1
         except TaskCancelled:
             print(f"task {task_id} cancelled")
@@ -662,7 +662,8 @@ def cmd_result(args: argparse.Namespace) -> int:
         task_id, address = task_daemon(args)
         value = _ask(args, lambda client: client.result(task_id, timeout=wait), address=address)
     except (TaskFailed, TaskCancelled) as e:
-        print(e)  # task N failed: REASON, task N is dead: REASON, task N was cancelled
+        # task N failed: REASON, task N is dead: REASON, task N was cancelled
+        print(_reason(str(e), 0))
         return 1
     except NotFinished:
         if args.wait:

@@ -200,3 +200,31 @@ def wait_for_state(task_id: int, state: str, env: dict[str, str]) -> str:
             return quicx("task", str(task_id), env=env).stdout
         assert time.monotonic() < deadline, asked.stdout + asked.stderr
         time.sleep(0.1)
+
+
+def test_a_reason_with_terminal_escapes_is_printed_escaped(
+    tmp_path: Path, start_daemon, background
+) -> None:
+    """
+    A handler's message may hold what its producer sent (C{ValueError(payload)}):
+    C{quicx submit --wait} and C{quicx result} printed it raw, so a payload's
+    escapes reached the operator's terminal (a title, a cleared screen).
+    """
+    daemon: DaemonProcess = start_daemon()
+    (tmp_path / "shouting.py").write_text(
+        "def shout(payload):\n    raise ValueError(payload.decode())\n\n"
+        'handlers = {"shout": shout}\n'
+    )
+    env = {**env_for(daemon), "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    background("worker", "shouting:handlers", env=env)
+    hostile = "\x1b]0;owned\x07\x1b[2Jgone\rcover"
+    waited = quicx("submit", "shout", hostile, "--wait", "--timeout", "30", env=env)
+    assert waited.returncode == 1, waited.stderr
+    submitted = quicx("submit", "shout", hostile, env=env)
+    asked = quicx("result", submitted.stdout.strip(), "--wait", "--timeout", "30", env=env)
+    assert asked.returncode == 1, asked.stderr
+    for shown in (waited.stdout, asked.stdout):
+        first = next(line for line in shown.splitlines() if " failed: " in line)
+        assert first.endswith(r"failed: ValueError: \x1b]0;owned\x07\x1b[2Jgone\rcover"), shown
+        assert "\x1b" not in shown and "\r" not in shown and "\x07" not in shown
+        assert "Traceback (most recent call last):" in shown  # the rest as before

@@ -23,6 +23,7 @@ from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess, config_option
 from tests.peer import Peer
+from tests.test_tls import pki as pki  # a fixture
 from tools.launcher import daemon_command
 
 # -- every reply on a connection leaves in request order -----------------------------
@@ -168,6 +169,39 @@ def test_idle_dashboard_connections_leave_the_task_port_its_descriptors(tmp_path
         with Peer(daemon.address) as producer:
             assert isinstance(producer.submit(b"t", b"p"), wire.Ok)
         assert fetch_status(str(daemon.control_path))["connections"]["total"] == 0
+    finally:
+        for sock in opened:
+            sock.close()
+        daemon.kill()
+
+
+def test_tls_dashboard_connections_past_the_cap_leave_the_task_port_its_descriptors(
+    tmp_path: Path, pki
+) -> None:
+    """
+    Over TLS, the 503 past [web] max_connections waits for the client's
+    handshake: 600 connections that never sent one each kept a descriptor,
+    for good, and took every one of 512 (a new producer was reset).
+    """
+    server, key = pki["server"]
+    conf = tmp_path / "tls-web.conf"
+    conf.write_text(
+        f"[server]\nlisten = tcp:0:interface=127.0.0.1\n[tls]\ncertificate = {server}\n"
+        f"private_key = {key}\n[web]\nlisten = tls:0:interface=127.0.0.1\nmonitor_token = m\n"
+    )
+    daemon = _start_limited(tmp_path, 512, 512, f"--config={conf}")
+    web = daemon.announced_port("dashboard")
+    # 64 held, 64 waiting to be refused: the budget counts both.
+    assert "max_connections lowered from 4096 to 256: the open-file limit is 512" in daemon.log()
+    opened: list[socket.socket] = []
+    try:
+        opened += [socket.create_connection(("127.0.0.1", web)) for _ in range(600)]
+        # The daemon has seen them all once a connection made after them is answered.
+        with Peer(daemon.address) as producer:
+            assert isinstance(producer.submit(b"t", b"p"), wire.Ok)
+        with Peer(daemon.address) as producer:
+            assert isinstance(producer.submit(b"t", b"p"), wire.Ok)
+        assert daemon.alive()
     finally:
         for sock in opened:
             sock.close()

@@ -672,10 +672,18 @@ def answer_out_of_files(port: IListeningPort, factory: QuicxServerFactory, spare
 
 
 def http_connections(config: configuration.Config) -> int:
-    """The connections the HTTP listeners that are on may hold at once."""
-    return (config.web_max_connections if config.web_listen else 0) + (
-        config.metrics_max_connections if config.metrics_listen else 0
-    )
+    """
+    The connections the HTTP listeners that are on may hold at once: over
+    TLS, as many again waiting for their handshakes to be refused.
+    """
+    held = 0
+    for listen, limit in (
+        (config.web_listen, config.web_max_connections),
+        (config.metrics_listen, config.metrics_max_connections),
+    ):
+        if listen:
+            held += 2 * limit if listen.startswith("tls:") else limit
+    return held
 
 
 def fit_busy_poll(config: configuration.Config, reactor: Any) -> configuration.Config:
