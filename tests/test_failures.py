@@ -180,8 +180,10 @@ def test_the_worker_cuts_a_reason_to_what_its_daemon_takes(
     daemon: DaemonProcess = start_daemon("--max-reason-length=300")
     (tmp_path / "handlers.py").write_text(HANDLERS)
     env = {**env_for(daemon), "PYTHONPATH": f"{tmp_path}:{ROOT}"}
-    background("worker", "handlers:handlers", env=env)
-    failed = quicx("submit", "deep", "x", "--wait", env=env)
+    worker = background("worker", "handlers:handlers", env=env)
+    # The submit's --wait is not the worker's start-up time (slow under load).
+    worker.wait_for(rf"connected to tcp:127\.0\.0\.1:{daemon.port} \(protocol version 2\)")
+    failed = quicx("submit", "deep", "x", "--wait", "--timeout", "120", env=env)
     assert failed.returncode == 1, failed.stderr
     reason = failed.stdout.split("failed: ", 1)[1].rstrip("\n")
     assert 200 < len(reason.encode()) <= 300

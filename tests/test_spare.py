@@ -53,3 +53,21 @@ def test_out_of_descriptors_each_waiting_connection_is_answered_and_closed() -> 
         for client in listener.clients:
             client.close()
         spare.release()
+
+
+def test_with_no_answer_a_waiting_connection_is_closed_with_nothing_sent() -> None:
+    """A C{tls:} port's: the ERROR would need a handshake, so none is sent."""
+    spare = Spare()
+    listener = OutOfFiles(spare, 3)
+    peers: list[Any] = []
+    answering = AnsweringSocket(listener, b"", spare, peers.append)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(BlockingIOError):
+            answering.accept()
+        assert len(peers) == 3 and spare.fd is not None
+        for client in listener.clients:
+            assert client.recv(100) == b""  # closed, nothing sent
+    finally:
+        for client in listener.clients:
+            client.close()
+        spare.release()

@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from typing import Any
 
 import attrs
@@ -524,7 +525,12 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
             factory,
             tls=config.tls,
             log_id="daemon.listening",
-            listening=lambda port: answer_out_of_files(port, factory, spare),
+            listening=partial(
+                answer_out_of_files,
+                factory=factory,
+                spare=spare,
+                tls=description.startswith("tls:"),
+            ),
         ).setServiceParent(daemon)
     if config.control_path is not None:
         # lockfile: a socket left behind by a crashed daemon is replaced; one
@@ -654,11 +660,15 @@ connections: the journal, event files, listeners, control connections,
 connections being refused, and the spare that answers one past them all."""
 
 
-def answer_out_of_files(port: IListeningPort, factory: QuicxServerFactory, spare: Spare) -> None:
+def answer_out_of_files(
+    port: IListeningPort, factory: QuicxServerFactory, spare: Spare, tls: bool = False
+) -> None:
     """
     Make C{port} answer a connection it has no descriptor for with the
     documented ERROR (and log it, as a connection past C{max_connections}),
-    rather than Twisted closing it unanswered.
+    rather than Twisted closing it unanswered.  A C{tls} port's connection
+    is closed with nothing sent: the ERROR would need a handshake first, and
+    a TLS client would read plain bytes as a broken record.
     """
     refusal = factory.connection_refusal(out_of_files=True)
 
@@ -666,7 +676,7 @@ def answer_out_of_files(port: IListeningPort, factory: QuicxServerFactory, spare
         peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else "unix"
         factory.queue.limit_hit(peer, refusal)
 
-    answer = wire.encode_error(refusal.code, str(refusal))
+    answer = b"" if tls else wire.encode_error(refusal.code, str(refusal))
     listener = AnsweringSocket(listening_socket(port), answer, spare, answered)
     replace_listening_socket(port, listener)
 

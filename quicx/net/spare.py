@@ -88,8 +88,9 @@ class AnsweringSocket:
                 return
             with client:
                 client.setblocking(False)
-                with suppress(OSError):
-                    client.send(self.answer)
+                if self.answer:
+                    with suppress(OSError):
+                        client.send(self.answer)
             self.spare.take()
             self.answered(address)
 
