@@ -61,6 +61,28 @@ def test_bench_monitor_inspects_a_deep_queue_beside_round_trips(tmp_path) -> Non
     assert record["seconds"] > 0 and record["round_trips"] >= 1
 
 
+def test_bench_abuse_prints_each_scenario_beside_the_bound(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "abuse", "--quick", "--no-peers",
+         f"--json-out={out}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = json.loads(out.read_text())
+    assert [r["scenario"] for r in records] == [
+        "1 half frames",
+        "2 other pairs",
+        "3 oversized",
+        "4 idle http",
+        "9 floods",
+    ]
+    for record in records:
+        assert 0 < record["rss_before"] <= record["rss_peak"] and record["readings"] > 0
+        assert record["bound_before"] > 0 and record["notes"]
+    assert "413" in records[3]["notes"][0] and "a producer served" in records[3]["notes"][0]
+
+
 def test_bench_refuses_an_unknown_workload() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "tools.bench", "fastest"], capture_output=True, text=True, cwd=ROOT

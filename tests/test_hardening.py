@@ -22,6 +22,7 @@ from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess, config_option
 from tests.peer import Peer
+from tools.abuse import documented_bound
 from tools.launcher import rss
 
 HERE = Path(__file__).parent
@@ -325,25 +326,6 @@ def test_a_task_that_kills_every_worker_is_given_up(tmp_path: Path, start_daemon
 # -- the memory bound ----------------------------------------------------------------------
 
 MiB = 1 << 20
-
-
-def documented_bound(status: dict) -> int:
-    """docs/operations.md, "Memory": the daemon's RSS never exceeds this."""
-    tasks, connections = status["tasks"], status["connections"]
-    live = tasks["queued"] + tasks["running"]
-    return (
-        56 * MiB
-        + status["memory"]["total"]
-        + 550 * live
-        + 2048 * connections["total"]
-        + (1 << 20) * connections["total"]  # max_output_buffer, per connection
-        + LARGEST_FRAME * connections["total"]  # the frame it is in the middle of
-        + 16 * MiB
-    )
-
-
-LARGEST_FRAME = 6 + 2 + 64 + (1 << 20)
-"""The longest frame the defaults accept: a PUBLISH of [shared] max_size (1 MiB)."""
 
 
 def test_a_full_pool_and_a_producer_that_never_reads_stay_within_the_bound(start_daemon) -> None:

@@ -7,6 +7,8 @@ the histograms' buckets.
 
 from __future__ import annotations
 
+import gc
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -406,6 +408,28 @@ def test_a_scraper_that_does_not_read_holds_a_chunk_of_the_text_not_all_of_it() 
         body += transport.read()
     assert body.endswith(b"\r\n0\r\n\r\n")  # the chunked body's end: the scrape is answered
     assert len(body) > 1_500_000
+
+
+def test_a_scraper_that_leaves_in_the_middle_of_the_text_leaves_no_text_behind() -> None:
+    """
+    The text goes with its scraper, not at the next full collection (the
+    tuned collector seldom runs one): 8 scrapers that stopped reading and
+    left kept 86 MiB resident at 2,000 pairs (python -m tools.bench abuse).
+    """
+    page = InMemory(many_pairs())
+    transport, channel = page.get(b"1.1")
+    built, function, args = page.jobs.pop(0)
+    text = function(*args)
+    alone = sys.getrefcount(text)
+    gc.disable()
+    try:
+        built.callback(text)
+        assert transport.value().startswith(b"HTTP/1.1 200 OK")
+        assert sys.getrefcount(text) > alone  # being sent
+        channel.connectionLost(Failure(ConnectionDone()))
+        assert sys.getrefcount(text) == alone
+    finally:
+        gc.enable()
 
 
 def test_past_max_scrapes_one_more_is_answered_503_at_once() -> None:

@@ -13,6 +13,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench delays               # delayed tasks: dispatch spread, memory
     python -m tools.bench observability        # e2e with /metrics off and on, scraped
     python -m tools.bench scale                # 1, 2, 4 daemons: independent, as a cluster
+    python -m tools.bench abuse                # the memory bound under abuse (tools/abuse.py)
 
 See docs/performance.md for the figures and how to read them.
 """
@@ -53,6 +54,8 @@ from quicx.daemon.control import fetch_status
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 from tools import echo
+from tools.abuse import abuse_workload
+from tools.abuse import line_of as abuse_line
 from tools.launcher import (
     QUICX,
     DaemonError,
@@ -1291,6 +1294,7 @@ WORKLOADS = (
     "results",
     "idle",
     "scale",
+    "abuse",
 )
 
 
@@ -1636,7 +1640,12 @@ def main(argv: list[str] | None = None) -> int:
             table,
         )
 
+    def run_abuse() -> None:
+        for result in abuse_workload(args.quick):
+            emit(f"abuse {result['scenario']}", abuse_line(result), result, table)
+
     runners.update(
+        abuse=run_abuse,
         scale=run_scale,
         results=run_results,
         report=run_report,

@@ -7,7 +7,8 @@ milliseconds at the default C{max_series}).  A scrape that comes while a
 text is being built is answered with that text: however many come at once,
 one snapshot is held and one text built.  The text goes out a chunk at a
 time, as the scraper takes it (L{Body}): one that reads slowly, or not at
-all, holds a chunk of it in the daemon, not a copy.
+all, holds a chunk of it in the daemon, not a copy; one that leaves takes
+its text with it.
 """
 
 from __future__ import annotations
@@ -49,8 +50,18 @@ class Body:
         self.paused = False
 
     def start(self) -> None:
+        self.request.notifyFinish().addBoth(self._over)
         self.request.registerProducer(self, True)
         self.resumeProducing()
+
+    def _over(self, ignored: object) -> None:
+        """
+        The scrape is answered, or its scraper gone: the text goes now.  (The
+        request and this refer to each other: a cycle that only a full
+        collection frees, and the tuned collector seldom runs one.)
+        """
+        self.text = memoryview(b"")
+        self.paused = True
 
     def resumeProducing(self) -> None:
         self.paused = False
