@@ -21,9 +21,9 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 
-from quicx.daemon.cluster import Member
 from quicx.daemon.control import STATUS_FORMAT
 from quicx.daemon.peers import SELF, ClusterPoller, ask_status, why
+from quicx.documents.cluster import Member
 from quicx.protocol import monitor
 
 MAX = 64 << 10

@@ -20,8 +20,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from quicx.daemon.cluster import Member, cluster_view
-from quicx.daemon.telemetry import LATENCY_BUCKETS, quantile
+from quicx.documents.cluster import Member, cluster_view
+from quicx.documents.latency import LATENCY_BUCKETS, quantile
 from quicx.protocol import lifecycle, v2
 from quicx.status.cluster import render_cluster
 from tests.peer import Peer

@@ -32,7 +32,8 @@ from quicx.daemon import metrics, pmad
 from quicx.daemon.core import QueueService
 from quicx.daemon.metrics_web import MetricsPage
 from quicx.daemon.shared import SharedData
-from quicx.daemon.telemetry import JOURNAL_BUCKETS, LATENCY_BUCKETS
+from quicx.daemon.telemetry import JOURNAL_BUCKETS
+from quicx.documents.latency import LATENCY_BUCKETS
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.v2 import Backoff, BackoffKind
 from tests.fakes import make_queue, producer_of, worker_of

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from quicx.daemon.core import QueueService
-from quicx.daemon.telemetry import LATENCY_BUCKETS, OTHER, Histogram, Telemetry, quantile
+from quicx.daemon.telemetry import OTHER, Histogram, Telemetry
+from quicx.documents.latency import LATENCY_BUCKETS, quantile
 from quicx.protocol.v2 import ErrorCode
 from tests.fakes import make_queue, producer_of, worker_of
 
