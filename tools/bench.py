@@ -1301,7 +1301,7 @@ def emit(name: str, line: str, figures: dict[str, Any], table: list[dict[str, An
     table.append(record)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:  # noqa: C901, PLR0915
     parser = argparse.ArgumentParser(
         prog="python -m tools.bench", description="Quicx benchmark (see docs/performance.md)"
     )
