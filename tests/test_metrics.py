@@ -139,7 +139,7 @@ def test_a_scrape_says_exactly_what_a_known_workload_did(tmp_path: Path, start_d
         Peer(daemon.address) as monitor,
     ):
         assert isinstance(monitor.request(wire.encode_stats()), wire.StatsResponse)
-        workload = [
+        workload: list[tuple[bytes, bytes, dict[str, Any]]] = [
             *[(b"email", b"ok", {"queue": "mail"})] * 5,
             *[(b"email", b"fail", {"queue": "mail", "retries": 0})] * 2,
             *[(b"resize", b"ok", {"queue": "img"})] * 4,

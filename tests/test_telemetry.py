@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from quicx.protocol.v2 import ErrorCode
 from tests.fakes import make_queue, producer_of, worker_of
 
 
-def tallies(queue: QueueService) -> dict[tuple[str, str], dict[str, object]]:
+def tallies(queue: QueueService) -> dict[tuple[str, str], dict[str, Any]]:
     return {(t["queue"], t["type"]): t for t in queue.telemetry.as_dict()["tallies"]}
 
 
