@@ -60,13 +60,14 @@ class Authority:
         subject = x509.Name(names)
         builder = self._builder(subject, key.public_key())
         if hosts:
-            names: list[x509.GeneralName] = []
+            alternatives: list[x509.GeneralName] = []
             for host in hosts:
                 try:
-                    names.append(x509.IPAddress(ipaddress.ip_address(host)))
+                    alternatives.append(x509.IPAddress(ipaddress.ip_address(host)))
                 except ValueError:
-                    names.append(x509.DNSName(host))
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+                    alternatives.append(x509.DNSName(host))
+            alternative = x509.SubjectAlternativeName(alternatives)
+            builder = builder.add_extension(alternative, critical=False)
             usage = ExtendedKeyUsageOID.SERVER_AUTH
         else:
             usage = ExtendedKeyUsageOID.CLIENT_AUTH

@@ -7,16 +7,16 @@ L{task.Clock}.  No reactor, no sockets.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
-from twisted.logger import Logger, formatEvent
+from twisted.logger import ILogObserver, Logger, formatEvent
 from zope.interface import implementer
 
 from quicx.daemon import pmad
 from quicx.daemon.core import QueueService, Session, Task
-from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry
+from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry, Record
 from quicx.daemon.logsummary import LogSummary
 from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
@@ -84,28 +84,28 @@ class FakeJournal:
     def bind(self, owner: IJournalOwner) -> None:
         self.owner = owner
 
-    def record_submit(self, task: Task, payload: bytes) -> bool:
+    def record_submit(self, task: Record, payload: bytes) -> bool:
         if not self.waits:
             return True
-        self.waiting.append(task)
+        self.waiting.append(cast(Task, task))  # the queue's own tasks
         return False
 
-    def record_outcome(self, task: Task, outcome: str) -> None:
+    def record_outcome(self, task: Record, outcome: str) -> None:
         self.outcomes.append((task.task_id, outcome))
 
     def record_pause(self, queue: str, paused: bool) -> None:
         self.pauses.append((queue, paused))
 
-    def record_retry(self, task: Task) -> None:
+    def record_retry(self, task: Record) -> None:
         self.changes.append(("retry", task.task_id))
 
-    def record_dead(self, task: Task) -> None:
+    def record_dead(self, task: Record) -> None:
         self.changes.append(("dead", task.task_id))
 
-    def record_replay(self, task: Task) -> None:
+    def record_replay(self, task: Record) -> None:
         self.changes.append(("replay", task.task_id))
 
-    def record_attempts(self, task: Task) -> None:
+    def record_attempts(self, task: Record) -> None:
         self.changes.append(("attempts", task.task_id))
 
     def record_fired(self, schedule: str, fire_time: float) -> None:
@@ -177,7 +177,8 @@ def make_queue(
     if log is None:
         failures = LogSummary(Logger(), 60.0)
     else:
-        failures = LogSummary(Logger(observer=lambda event: log.append(formatEvent(event))))
+        observer = cast(ILogObserver, lambda event: log.append(formatEvent(event)))
+        failures = LogSummary(Logger(observer=observer))
     return QueueService(
         pool or default_pool(),
         clock=clock.seconds,

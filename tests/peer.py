@@ -68,7 +68,8 @@ class Peer:
         self.send(data)
         return self.receive(timeout)
 
-    def submit(self, task_type: bytes, payload: bytes) -> wire.Message:
+    def submit(self, task_type: bytes, payload: bytes) -> Any:
+        """The reply, C{Any} as L{receive}'s: an C{Ok}, or an C{Error} a test expects."""
         return self.request(wire.encode_submit(task_type, payload))
 
     def stats(self) -> wire.StatsResponse:

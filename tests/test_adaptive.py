@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from twisted.internet.task import Clock
@@ -104,7 +105,7 @@ def test_the_probation_stops_doubling_at_its_maximum() -> None:
 
 def grow(credits: AutoCredits, seconds: float, lease: float | None = None) -> list[int]:
     """Full reads of tasks that take C{seconds} until the credits stop changing."""
-    asked = []
+    asked: list[Any] = []
     while True:
         for _ in range(credits.credits):
             credits.ran(seconds, True)

@@ -6,7 +6,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +34,9 @@ def address(daemon: DaemonProcess) -> str:
     return f"tcp:127.0.0.1:{daemon.port}"
 
 
-def serve(daemon: DaemonProcess, count: int, fail: set[int] = frozenset()) -> threading.Thread:
+def serve(
+    daemon: DaemonProcess, count: int, fail: Collection[int] = frozenset()
+) -> threading.Thread:
     """A raw worker in a thread that finishes C{count} tasks."""
 
     def work() -> None:

@@ -415,7 +415,7 @@ def test_a_worker_on_a_reactor_without_epoll_runs_without_busy_polling(
         )
     try:
         with QuicxClient(env["QUICX_ADDRESS"]) as client:
-            assert client.wait(client.submit("t", b""), timeout=10) is None  # type: ignore[arg-type]
+            assert client.wait(client.submit("t", b""), timeout=10) is None
         assert "busy polling is off: busy polling needs the epoll reactor, not PollReactor" in (
             log.read_text()
         )

@@ -13,12 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
-from twisted.logger import globalLogPublisher
+from twisted.logger import ILogObserver, globalLogPublisher
 
 from quicx import __version__
 from quicx.clients.blocking import QuicxClient
@@ -176,7 +177,7 @@ async def test_twisted_clients_against_a_version_1_daemon(start_daemon) -> None:
         if event.get("log_level") is not None and "version 1 only" in event.get("log_format", ""):
             logged.append(event["log_format"])
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(cast(ILogObserver, observe))
     service = ProducerService(reactor, address(daemon))
     service.startService()
     try:
@@ -192,7 +193,7 @@ async def test_twisted_clients_against_a_version_1_daemon(start_daemon) -> None:
         assert len(logged) == 2  # one per connection
         client.close()
     finally:
-        globalLogPublisher.removeObserver(observe)
+        globalLogPublisher.removeObserver(cast(ILogObserver, observe))
         await service.stopService()
 
 

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import pytest_twisted
 from twisted.internet import reactor, task
 from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Factory, Protocol
-from twisted.logger import formatEvent, globalLogPublisher
+from twisted.logger import ILogObserver, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 
-from quicx.daemon.cluster import Member
 from quicx.daemon.control import STATUS_FORMAT
 from quicx.daemon.peers import SELF, ClusterPoller, ask_status, why
+from quicx.documents.cluster import Member
 from quicx.protocol import monitor
 
 MAX = 64 << 10
@@ -43,6 +43,7 @@ class Scripted(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         self.heard.append(data)
+        assert self.transport is not None
         self.transport.write(self.answer)
         if self.close:
             self.transport.loseConnection()
@@ -54,7 +55,7 @@ def peer(answer: bytes, close: bool = False) -> tuple[str, list[bytes], Any]:
     port = reactor.listenTCP(
         0, Factory.forProtocol(lambda: Scripted(answer, close, heard)), interface="127.0.0.1"
     )
-    return f"tcp:127.0.0.1:{port.getHost().port}", heard, port
+    return f"tcp:127.0.0.1:{port.getHost().port}", heard, port  # type: ignore[attr-defined]
 
 
 async def poll(answer: bytes, close: bool = False, timeout: float = 2.0) -> str:
@@ -79,12 +80,12 @@ async def test_a_poll_logs_nothing() -> None:
     def observer(event: dict[str, Any]) -> None:
         logged.append(formatEvent(event))
 
-    globalLogPublisher.addObserver(observer)
+    globalLogPublisher.addObserver(cast(ILogObserver, observer))
     try:
         await ask_status(reactor, address, 2.0, MAX)
         await task.deferLater(reactor, 0.1, lambda: None)  # its connection closes
     finally:
-        globalLogPublisher.removeObserver(observer)
+        globalLogPublisher.removeObserver(cast(ILogObserver, observer))
         await port.stopListening()
     assert logged == []
 

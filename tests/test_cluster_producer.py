@@ -249,6 +249,7 @@ def test_the_command_wants_a_task_with_its_daemon_when_it_has_several(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("QUICX_ADDRESS", THREE)
+    code: str | int | None
     try:
         code = main(argv)
     except SystemExit as e:  # argparse's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -508,7 +509,7 @@ def test_max_queues_given_as_a_flag_is_checked_against_the_files_queues(tmp_path
     )
 
 
-EVERY_QUEUE_KEY_CHANGED = {
+EVERY_QUEUE_KEY_CHANGED: dict[str, Any] = {
     "max_depth": 7,
     "priority": 200,
     "timeout": 2.5,

@@ -6,8 +6,10 @@ what is queued), or at its timeout, or when told to stop waiting.
 
 from __future__ import annotations
 
+from typing import cast
+
 from twisted.internet.task import Clock
-from twisted.logger import LogLevel, globalLogPublisher
+from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
 
 from quicx.protocol import wire
 from tests.fakes import make_queue, producer_of, worker_of
@@ -137,12 +139,12 @@ def test_a_stop_without_a_journal_counts_the_delayed_tasks_it_drops() -> None:
         if event.get("log_id") == "daemon.stopped" and event["log_level"] >= LogLevel.warn:
             said.append(event["log_format"].format(**event))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(cast(ILogObserver, observe))
     try:
         queue.startService()
         queue.stopService()
     finally:
-        globalLogPublisher.removeObserver(observe)
+        globalLogPublisher.removeObserver(cast(ILogObserver, observe))
     assert said == [
         "stopping with 1 queued, 1 delayed and 0 running tasks; without a journal they are dropped"
     ]

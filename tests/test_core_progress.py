@@ -125,7 +125,7 @@ def test_a_held_report_is_dropped_when_the_task_finishes_first(outcome: str) -> 
     report(queue, worker, task, 9000, "almost")
     if outcome == "ack":
         queue.ack(worker.session, task.task_id, task.token)
-        final = v2.Done(task.task_id)
+        final: v2.Done | wire.Failed = v2.Done(task.task_id)
     else:
         queue.nack(worker.session, task.task_id, task.token, "broke", False)
         final = wire.Failed(task.task_id, "broke")

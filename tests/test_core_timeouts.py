@@ -51,7 +51,7 @@ def test_a_timed_out_task_is_never_sent_again_to_the_worker_that_holds_it() -> N
     assert queue.counters().completed == 1 and queue.counters().timed_out == 1
     # The queued copy is skipped, and the worker's credits are all free again.
     queue.submit(producer.session, b"t", b"next")
-    assert [m.task_id for m in worker.take()] == [2]  # type: ignore[union-attr]
+    assert [m.task_id for m in worker.take()] == [2]
     assert worker.session.free_credits == 3
 
 

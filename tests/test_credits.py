@@ -17,7 +17,7 @@ from tests.peer import Peer
 def received(peer: Peer, count: int) -> list[wire.Task]:
     tasks = [peer.receive() for _ in range(count)]
     assert all(isinstance(task, wire.Task) for task in tasks), tasks
-    return tasks  # type: ignore[return-value]
+    return tasks
 
 
 def test_credits_are_capped_at_max_credits(tmp_path: Path, start_daemon) -> None:

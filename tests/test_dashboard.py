@@ -138,7 +138,7 @@ def save_screenshot(driver: Any, tmp_path: Path) -> None:
     assert path.stat().st_size > 10_000
 
 
-def submit(peer: Peer, queue: str, count: int = 1, **options: int) -> list[int]:
+def submit(peer: Peer, queue: str, count: int = 1, **options: Any) -> list[int]:
     """Submit C{count} tasks to C{queue} (pipelined); their ids."""
     frame = v2.encode_submit(b"job", b"payload", v2.submit_options(queue, **options))
     peer.send(frame * count)

@@ -400,12 +400,12 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     from prometheus_client import generate_latest
     from twisted.internet.task import Clock
 
-    from quicx.daemon.cluster import Member, cluster_view
     from quicx.daemon.eventbus import EventBus
     from quicx.daemon.journal.records import FsyncPolicy
     from quicx.daemon.journal.writer import Journal
     from quicx.daemon.metrics import QuicxCollector
     from quicx.daemon.shared import SharedData
+    from quicx.documents.cluster import Member, cluster_view
     from tests.fakes import make_queue
 
     queue = make_queue()

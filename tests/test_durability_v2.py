@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol.results import OutcomeState
@@ -81,7 +82,7 @@ def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_da
         worker.send(lifecycle.encode_ack(task.task_id, task.token))
         assert producer.receive() == v2.Done(ok.task_id)
 
-        def submit(payload: bytes, **options: int) -> int:
+        def submit(payload: bytes, **options: Any) -> int:
             reply = producer.request(
                 v2.encode_submit(b"t", payload, v2.submit_options("q", **options))
             )
@@ -172,11 +173,12 @@ def test_a_run_time_schedule_survives_kill_9_and_never_fires_a_time_twice(
         assert after["source"] == "runtime" and after["last_fire"] >= before["last_fire"]
         with Peer(restarted.address) as worker:
             worker.send(v2.encode_ready(100, ["beats"]))
-            keys = []
+            keys: list[bytes] = []
             while True:
                 message = worker.receive()
                 if not isinstance(message, v2.Task):
                     break
+                assert message.key is not None, message
                 keys.append(message.key)
                 worker.send(lifecycle.encode_ack(message.task_id, message.token))
                 if len(keys) >= 4:

@@ -165,7 +165,7 @@ def test_a_real_worker_reports_logs_and_shows_the_exception(
     records = [r for r in read_events(events) if r["task"] == task_id]
     reasons = [r.get("reason") for r in records if r["event"] in ("retrying", "failed", "dead")]
     assert len(reasons) == 3 and all(
-        r.startswith("KeyError: 'missing'\nTraceback") for r in reasons
+        r is not None and r.startswith("KeyError: 'missing'\nTraceback") for r in reasons
     )
     daemon.args.append(f"--listen=tcp:{port}:interface=127.0.0.1")
     daemon.start()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock, deferLater
 from zope.interface import implementer
 
@@ -357,6 +358,13 @@ class OwnerWithKeys(RecordingOwner):
         return Snapshot((), (), keys)
 
 
+def durable(written: Journal) -> Deferred[None]:
+    """What C{fsync = always} waits on: never C{None} while a record is unsynced."""
+    waiting = written.durable()
+    assert waiting is not None
+    return waiting
+
+
 @pytest_twisted.ensureDeferred
 async def test_what_compaction_keeps_counts_as_live(tmp_path: Path) -> None:
     # 200 remembered keys make a compacted file of ~47 KiB with no live task:
@@ -370,10 +378,10 @@ async def test_what_compaction_keeps_counts_as_live(tmp_path: Path) -> None:
         for n in range(1, 121):  # ~6 KiB of finished tasks: past compact_min_size
             written.record_submit(fake_task(n), b"p")
             written.record_outcome(fake_task(n), "done")
-        await written.durable()
+        await durable(written)
         for _ in range(10):  # group commits: the first compacts
             written.record_pause("q", False)
-            await written.durable()
+            await durable(written)
         assert written.stats.compactions == 1
         assert written.stats.live_bytes > 40_000
     finally:

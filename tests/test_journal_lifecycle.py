@@ -187,4 +187,5 @@ def test_compaction_keeps_delayed_retrying_and_dead_tasks(tmp_path: Path, start_
     assert (tasks[lost.task_id].attempts, tasks[retrying].attempts) == (1, 1)
     assert tasks[delayed.task_id].due > 0
     assert (tasks[retrying].failures, tasks[retrying].due > 0) == (1, True)
-    assert tasks[dead].dead is not None and tasks[dead].dead.reason == "no"
+    died = tasks[dead].dead
+    assert died is not None and died.reason == "no"

@@ -1,7 +1,8 @@
 """
-The package's shape: imports only go down the layers, nothing imports the
-CLI, there are no import cycles, the blocking client and the protocol load
-no Twisted, and the public API is importable from C{quicx} itself.
+The package's shape: imports only go down the layers, C{quicx status} does
+not import the daemon, nothing imports the CLI, there are no import cycles,
+the blocking client, the protocol and the status views load no Twisted, and
+the public API is importable from C{quicx} itself.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ PACKAGE = Path(quicx.__file__).parent
 
 LAYERS = {
     "quicx.protocol": 0,
+    "quicx.documents": 0,
     "quicx.net": 1,
     "quicx.daemon": 2,
     "quicx.clients": 2,
@@ -27,6 +29,15 @@ LAYERS = {
     "quicx.cli": 4,
 }
 """A module may import its own layer's package and lower layers only."""
+
+FORBIDDEN = {
+    # What C{quicx status} shows comes from the status documents (and the
+    # pure functions over them, in quicx.documents), never from the daemon's
+    # insides: a status that imports the daemon stops at the daemon's next
+    # refactoring (and it loaded Twisted, through the settings).
+    ("quicx.status", "quicx.daemon"),
+}
+"""(importer, imported) packages that may not import each other though their layers allow it."""
 
 ROOT_NAMES = {"__version__", "version_line"}
 """What any module may import from the package root (which imports lazily)."""
@@ -82,6 +93,8 @@ def test_imports_only_go_down_the_layers() -> None:
                 wrong.append(f"{module} imports the CLI")
             elif mine is not None and theirs[0] != mine[0] and theirs[1] >= mine[1]:
                 wrong.append(f"{module} (layer {mine[1]}) imports {imported} (layer {theirs[1]})")
+            elif mine is not None and (mine[0], theirs[0]) in FORBIDDEN:
+                wrong.append(f"{module} imports {imported}: {mine[0]} may not import {theirs[0]}")
     assert not wrong, "\n".join(wrong)
 
 
@@ -115,6 +128,7 @@ def test_there_are_no_import_cycles() -> None:
         "import quicx.clients.blocking",
         "from quicx import QuicxClient, QuicxError",
         "import quicx.protocol.wire, quicx.protocol.frames, quicx.protocol.session",
+        "import quicx.status.activity, quicx.status.cluster, quicx.status.watch",
     ],
 )
 def test_the_protocol_and_the_blocking_client_load_no_twisted(statement: str) -> None:

@@ -14,11 +14,11 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from twisted.internet.task import Clock
-from twisted.logger import Logger, LogLevel, formatEvent
+from twisted.logger import ILogObserver, Logger, LogLevel, formatEvent
 
 from quicx.daemon.core import QueueService
 from quicx.daemon.logformat import json_line
@@ -42,7 +42,8 @@ DOCUMENTED = log_table(OPERATIONS.read_text())
 def logged(emit: Any) -> dict[str, Any]:
     """The JSON line of the one event C{emit(log)} logs, parsed; it is one line."""
     lines: list[str] = []
-    emit(Logger(namespace="quicx.test", observer=lambda event: lines.append(json_line(event))))
+    observer = cast(ILogObserver, lambda event: lines.append(json_line(event)))
+    emit(Logger(namespace="quicx.test", observer=observer))
     (line,) = lines
     assert line.endswith("\n") and "\n" not in line[:-1]
     parsed: dict[str, Any] = json.loads(line)
@@ -126,7 +127,7 @@ def test_a_limit_is_logged_at_once_then_once_per_interval_while_it_is_hit() -> N
         default_pool(),
         clock=clock.seconds,
         scheduler=clock,
-        failures=LogSummary(Logger(observer=events.append), 5.0),
+        failures=LogSummary(Logger(observer=cast(ILogObserver, events.append)), 5.0),
         limits=QueueLimits(declared={"mail": QueuePolicy(max_depth=1)}),
     )
     producer = v2_producer_of(queue)

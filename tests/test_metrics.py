@@ -34,7 +34,8 @@ from quicx.daemon import metrics, pmad
 from quicx.daemon.core import QueueService
 from quicx.daemon.metrics_web import MetricsPage
 from quicx.daemon.shared import SharedData
-from quicx.daemon.telemetry import JOURNAL_BUCKETS, LATENCY_BUCKETS
+from quicx.daemon.telemetry import JOURNAL_BUCKETS
+from quicx.documents.latency import LATENCY_BUCKETS
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.v2 import Backoff, BackoffKind
 from tests.fakes import make_queue, producer_of, worker_of
@@ -140,7 +141,7 @@ def test_a_scrape_says_exactly_what_a_known_workload_did(tmp_path: Path, start_d
         Peer(daemon.address) as monitor,
     ):
         assert isinstance(monitor.request(wire.encode_stats()), wire.StatsResponse)
-        workload = [
+        workload: list[tuple[bytes, bytes, dict[str, Any]]] = [
             *[(b"email", b"ok", {"queue": "mail"})] * 5,
             *[(b"email", b"fail", {"queue": "mail", "retries": 0})] * 2,
             *[(b"resize", b"ok", {"queue": "img"})] * 4,

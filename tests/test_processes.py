@@ -278,8 +278,8 @@ def test_three_daemons_each_with_its_own_journal(tmp_path: Path, three) -> None:
     for index, address in enumerate(addresses):
         with QuicxClient(address) as client:
             client.submit_many((f"t{index}", b"x") for _ in range(index + 1))
-    status = run_quicx("status", f"--config={config}", "--instance=2", "--json")
-    assert json.loads(status.stdout)["tasks"]["queued"] == 3, status.stderr
+    shown = run_quicx("status", f"--config={config}", "--instance=2", "--json")
+    assert json.loads(shown.stdout)["tasks"]["queued"] == 3, shown.stderr
 
     parent.send_signal(signal.SIGTERM)
     assert parent.wait(20) == 0, log.read_text()

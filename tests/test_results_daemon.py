@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from quicx.daemon.control import fetch_status
 from quicx.daemon.journal.recovery import recover
@@ -29,10 +30,10 @@ def submit(peer: Peer, payload: bytes, **options: object) -> int:
     return reply.task_id
 
 
-def group_request(peer: Peer, op: GroupOp, group: int = 0) -> dict[str, object]:
+def group_request(peer: Peer, op: GroupOp, group: int = 0) -> dict[str, Any]:
     reply = peer.request(results.encode_group(op, group))
     assert isinstance(reply, v2.Info), reply
-    return reply.document  # type: ignore[no-any-return]
+    return reply.document
 
 
 def test_a_result_reaches_the_producer_and_another_connections_await(start_daemon) -> None:
@@ -202,7 +203,7 @@ def test_a_daemon_at_its_result_memory_limit_evicts_the_oldest_and_counts_it(
             ids.append(task_id)
         with Peer(daemon.address) as later:
             answers = [later.request(results.encode_await(task_id)) for task_id in ids]
-    states = [answer.state for answer in answers]  # type: ignore[attr-defined]
+    states = [answer.state for answer in answers]
     assert states[:2] == [OutcomeState.EXPIRED] * 2  # the oldest went first
     assert states[2:] == [OutcomeState.DONE] * 3
     assert answers[4] == Outcome(ids[4], OutcomeState.DONE, Result(ResultKind.BYTES, b"\4" * 1000))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from quicx.daemon.control import fetch_status
 from quicx.daemon.journal.recovery import recover
@@ -27,7 +28,7 @@ def publish(peer: Peer, name: str, data: bytes = b"", delete: bool = False) -> d
 def follow(peer: Peer, *names: str) -> list:
     """FOLLOW C{names}: the SHARED frames that came first, then the INFO's document."""
     peer.send(results.encode_follow(names))
-    got = []
+    got: list[Any] = []
     while not isinstance(got[-1:] and got[-1], v2.Info):
         got.append(peer.receive())
     return [*got[:-1], got[-1].document]
@@ -75,7 +76,7 @@ def test_a_follower_that_stops_reading_gets_the_newest_version_not_a_backlog(
         # 40 MiB for a follower that reads nothing: far more than its socket holds.
         for n in range(1, 41):
             publish(producer, "blob", bytes([n]) * (1 << 20))
-        versions = []
+        versions: list[int] = []
         while not versions or versions[-1] != 40:
             shared = slow.receive()
             assert shared.data == bytes([shared.version]) * (1 << 20)

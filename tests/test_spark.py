@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -288,7 +289,7 @@ def test_a_dataframe_as_a_group_reports_when_every_row_is_done(
         assert client.group(batch.group)["state"] == "finished"
 
 
-def evolve_plan(group: int, address: str) -> object:
+def evolve_plan(group: int, address: str) -> Any:
     """The plan the executors of a grouped submit of the test's DataFrame had."""
     from quicx.clients.spark import _Plan
 

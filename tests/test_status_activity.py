@@ -18,7 +18,7 @@ from twisted.internet.testing import MemoryReactorClock
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable
 from quicx.daemon.service import QuicxDaemon, build_daemon
-from quicx.daemon.telemetry import LATENCY_BUCKETS, quantile
+from quicx.documents.latency import LATENCY_BUCKETS, quantile
 from quicx.status.activity import activity, percentiles
 from quicx.status.text import NONE, latency, rate
 from quicx.status.watch import PLAIN_WIDTH, polled, watch

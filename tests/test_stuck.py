@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 from twisted.internet.task import Clock
-from twisted.logger import LogLevel, formatEvent, globalLogPublisher
+from twisted.logger import ILogObserver, LogLevel, formatEvent, globalLogPublisher
 
 from quicx.clients.stuck import StuckWatch
 from quicx.clients.worker import Worker
@@ -26,9 +27,9 @@ def errors() -> Iterator[list[str]]:
         if event.get("log_level") is LogLevel.error:
             seen.append(formatEvent(event))
 
-    globalLogPublisher.addObserver(observe)
+    globalLogPublisher.addObserver(cast(ILogObserver, observe))
     yield seen
-    globalLogPublisher.removeObserver(observe)
+    globalLogPublisher.removeObserver(cast(ILogObserver, observe))
 
 
 def test_a_call_past_the_limit_is_logged_once(errors: list[str]) -> None:

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from quicx.daemon.core import QueueService
-from quicx.daemon.telemetry import LATENCY_BUCKETS, OTHER, Histogram, Telemetry, quantile
+from quicx.daemon.telemetry import OTHER, Histogram, Telemetry
+from quicx.documents.latency import LATENCY_BUCKETS, quantile
 from quicx.protocol.v2 import ErrorCode
 from tests.fakes import make_queue, producer_of, worker_of
 
 
-def tallies(queue: QueueService) -> dict[tuple[str, str], dict[str, object]]:
+def tallies(queue: QueueService) -> dict[tuple[str, str], dict[str, Any]]:
     return {(t["queue"], t["type"]): t for t in queue.telemetry.as_dict()["tallies"]}
 
 

@@ -301,7 +301,7 @@ def test_a_certificate_without_a_common_name_is_refused_for_that_reason(
 
 
 def test_admins_and_owners_follow_certificate_identity(tmp_path: Path, start_daemon, pki) -> None:
-    pki["dave"] = pki["ca"].issue("dave")  # type: ignore[attr-defined]
+    pki["dave"] = pki["ca"].issue("dave")
     extra = "client_ca = {ca}\nproducers = alice, bob\nadmins = dave\n".format(ca=pki["ca"].path)
     port = tls_daemon(tmp_path, start_daemon, pki["server"], extra)
     with (
@@ -395,7 +395,7 @@ def test_the_control_socket_reads_as_an_admin_under_role_lists(
     tmp_path: Path, start_daemon, pki
 ) -> None:
     """With every role list set, the control socket (the admin) may still read, as may admins."""
-    pki["dave"] = pki["ca"].issue("dave")  # type: ignore[attr-defined]
+    pki["dave"] = pki["ca"].issue("dave")
     conf = tmp_path / "tls.conf"
     server, key = pki["server"]
     conf.write_text(

@@ -8,11 +8,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import cast
 
 import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.task import deferLater
+from twisted.python.failure import Failure
 
 from quicx.clients import requests
 from quicx.clients.twisted_client import ProducerService, QuicxClientFactory, connect, endpoint_for
@@ -108,7 +110,7 @@ async def test_queue_full_is_a_typed_error(tmp_path, start_daemon) -> None:
     results = await defer.DeferredList(
         [client.submit("t", b"p") for _ in range(100)], consumeErrors=True
     )
-    refused = [r.value for ok, r in results if not ok]
+    refused = [cast(Failure, r).value for ok, r in results if not ok]
     assert refused and all(isinstance(e, QueueFull) for e in refused)
     assert all(ok for ok, _ in results[: len(results) - len(refused)])
     client.close()

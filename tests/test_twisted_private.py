@@ -68,7 +68,7 @@ def test_the_epoll_reactor_polls_through_the_object_it_keeps() -> None:
         reactor.callLater(0, lambda: None)
         reactor.doIteration(0)
     finally:
-        original.close()
+        original.close()  # type: ignore[attr-defined]
 
 
 def test_twistd_exits_with_the_signal_the_reactor_keeps() -> None:
@@ -80,7 +80,7 @@ def test_twistd_exits_with_the_signal_the_reactor_keeps() -> None:
         private.set_exit_signal(reactor, 15)
         assert reactor._exitSignal == 15
     finally:
-        private.epoll_of(reactor).close()  # type: ignore[union-attr]
+        private.epoll_of(reactor).close()  # type: ignore[attr-defined]
 
 
 def test_a_listening_port_accepts_through_the_socket_it_keeps() -> None:
@@ -112,4 +112,4 @@ def test_a_listening_port_accepts_through_the_socket_it_keeps() -> None:
     finally:
         port.stopListening()
         reactor.runUntilCurrent()
-        private.epoll_of(reactor).close()  # type: ignore[union-attr]
+        private.epoll_of(reactor).close()  # type: ignore[attr-defined]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from twisted.internet.task import Clock
 
 from quicx.daemon.periodic import every
-from quicx.daemon.telemetry import LATENCY_BUCKETS
 from quicx.daemon.web.history import FIELDS, History, Sample
+from quicx.documents.latency import LATENCY_BUCKETS
 from tests.fakes import make_queue, producer_of, worker_of
 
 

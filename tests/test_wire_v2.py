@@ -88,7 +88,7 @@ def _submit(
     return v2.Submit(task_type, payload, queue, priority, key, fairness, *when, retries, backoff)
 
 
-def _task(
+def _task(  # noqa: PLR0913
     task_id: int,
     task_type: bytes,
     payload: bytes,

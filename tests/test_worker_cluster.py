@@ -167,7 +167,7 @@ def cluster() -> Iterator[Callable[..., Cluster]]:
 
 def test_each_daemon_gets_its_share_and_a_lost_ones_goes_to_the_others(cluster) -> None:
     c = cluster(Worker(concurrency=2, credits=4), 3)
-    slots = {}
+    slots: dict[Any, Any] = {}
     for daemon, factory in c.attempts():
         slots.setdefault(daemon, []).append(c.accept(factory))
     assert sorted(len(s) for s in slots.values()) == [2, 2, 2]

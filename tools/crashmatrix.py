@@ -556,7 +556,7 @@ class Matrix:
 
     # -- counting --------------------------------------------------------------------------
 
-    def count(self, state: Round, directory: Path, result: RoundResult) -> None:
+    def count(self, state: Round, directory: Path, result: RoundResult) -> None:  # noqa: C901, PLR0912
         runs: dict[bytes, list[Run]] = defaultdict(list)
         by_worker: dict[str, list[float]] = defaultdict(list)
         ids: dict[int, set[bytes]] = defaultdict(set)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -57,7 +57,7 @@ def rss(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-def stop_all(processes: Iterable[subprocess.Popen[bytes]], timeout: float = 15.0) -> None:
+def stop_all(processes: Iterable[subprocess.Popen[Any]], timeout: float = 15.0) -> None:
     """SIGTERM every live process at once, then SIGKILL those not gone within C{timeout}."""
     processes = list(processes)
     for process in processes:

@@ -66,7 +66,7 @@ def arrivals(seconds: float, load: float, seed: int) -> list[Arrival]:
     rng = random.Random(seed)
     mean_run = sum(RUN_MS) / 2
     rate = load * RECORDED / (mean_run / 1000)  # tasks a second
-    at, out = 0.0, []
+    at, out = 0.0, list[Arrival]()
     while True:
         at += rng.expovariate(rate)
         if at >= seconds:

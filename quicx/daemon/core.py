@@ -312,7 +312,7 @@ class QueueService(Service):
     # [quicx.daemon.core.QueueService#info] in the log.
     log = Logger()
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         pool: pmad.Pmad,
         allowed_types: frozenset[bytes] | None = None,
@@ -525,7 +525,7 @@ class QueueService(Service):
 
     # -- producers ------------------------------------------------------------
 
-    def submit(
+    def submit(  # noqa: PLR0913
         self,
         session: Session,
         task_type: bytes,

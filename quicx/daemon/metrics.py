@@ -71,7 +71,7 @@ class QuicxCollector(Collector):
     @ivar journal: the journal, or C{None} without one (no journal metrics).
     @ivar events: the event bus, or C{None} (no event metrics).
     @ivar cluster: makes the cluster view of C{[cluster] peers} (see
-        L{quicx.daemon.cluster}), or C{None} (no C{quicx_cluster_*} metrics).
+        L{quicx.documents.cluster}), or C{None} (no C{quicx_cluster_*} metrics).
     """
 
     def __init__(
@@ -267,7 +267,7 @@ CLUSTER_GAUGES = (
 
 def cluster_families(view: Mapping[str, Any]) -> Iterator[Metric]:
     """
-    The cluster view (L{quicx.daemon.cluster.cluster_view}) as gauges with a
+    The cluster view (L{quicx.documents.cluster.cluster_view}) as gauges with a
     C{daemon} label: the peer's address, or C{self}.  Their names are their
     own, so that summing the daemons' own series never counts them again.
     """

@@ -20,7 +20,8 @@ import attrs
 from attrs import frozen
 
 from quicx.daemon import pmad
-from quicx.daemon.settings import Config, format_size, validate
+from quicx.daemon.settings import Config, validate
+from quicx.documents.units import format_size
 
 
 @frozen

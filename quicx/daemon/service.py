@@ -58,6 +58,7 @@ from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.shared import SharedData
 from quicx.daemon.telemetry import Telemetry
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
+from quicx.documents.units import format_size
 from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
 from quicx.net.private import listening_socket, replace_listening_socket, set_exit_signal
@@ -336,7 +337,7 @@ class QuicxDaemon(MultiService):
             "pool {pool}: {count} size classes from {smallest} to {largest} bytes,"
             " {blocks:,} blocks (`quicx status` shows each class)",
             log_id="daemon.pool",
-            pool=configuration.format_size(pool.pool_size),
+            pool=format_size(pool.pool_size),
             count=len(pool.classes),
             smallest=pool.classes[0].size,
             largest=pool.max_size,

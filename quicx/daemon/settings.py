@@ -56,6 +56,10 @@ from quicx.daemon.policy import (
 from quicx.daemon.results import ResultLimits, Share
 from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.daemon.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
+
+# Re-exported for quicx/cli.py (being split into a package by another step),
+# until it imports quicx.documents.units itself.
+from quicx.documents.units import format_size as format_size
 from quicx.net.addresses import split_addresses
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.net.certificates import Authorization, identities
@@ -131,15 +135,6 @@ def parse_size(text: str) -> int:
         raise ValueError(f"{text!r} is not a size in bytes (like 8388608 or 8MiB)")
     number, unit = match.groups()
     return int(number) * (_MULTIPLIERS[unit[0].lower()] if unit else 1)
-
-
-def format_size(count: float) -> str:
-    """C{8388608} -> C{'8.0 MiB'}: the human reading of a byte count."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
 
 
 def _short_size(count: int) -> str:

@@ -451,7 +451,7 @@ def _option(tag: int, value: bytes) -> bytes:
     return bytes((tag, len(value))) + value
 
 
-def submit_options(
+def submit_options(  # noqa: PLR0913
     queue: str | None = None,
     priority: int | None = None,
     key: bytes | None = None,
@@ -639,7 +639,7 @@ def encode_task(
 _DELIVERY_LAYOUTS: dict[tuple[bytes, bytes], tuple[struct.Struct, bytes, int]] = {}
 
 
-def encode_delivery(
+def encode_delivery(  # noqa: PLR0913
     task_id: int,
     task_type: bytes,
     payload: bytes,
@@ -860,7 +860,7 @@ def submit_fields(payload: bytes) -> tuple[bytes, bytes, str | None, int | None]
     return payload[1:type_end], payload[end:], known[0], known[1]
 
 
-def decode_submit(payload: bytes) -> Submit:
+def decode_submit(payload: bytes) -> Submit:  # noqa: C901, PLR0912
     fields = submit_fields(payload)
     if fields is not None:
         return Submit(*fields)

@@ -152,7 +152,7 @@ class _Task:
     ends: dict[int, tuple[int, str, str]] = field(factory=dict)  # attempt: (t, event, cause)
 
 
-def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
+def workload(records: Iterable[Mapping[str, Any]]) -> Workload:  # noqa: C901, PLR0912, PLR0915
     """
     The jobs of one history: C{records} are its task events as the files
     hold them (C{t}, C{event}, C{task}, C{worker}, C{attempt}, C{queue},

@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from quicx.daemon.cluster import Moved, same_run
-from quicx.daemon.telemetry import LATENCY_BUCKETS, quantile
+from quicx.documents.cluster import Moved, same_run
+from quicx.documents.latency import LATENCY_BUCKETS, quantile
 
 PERCENTILES = (0.5, 0.95, 0.99)
 """The fractions each latency is shown at: p50, p95, p99."""

@@ -14,8 +14,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from quicx.daemon.cluster import PERCENTILES, Member, cluster_view
-from quicx.daemon.settings import format_size
+from quicx.documents.cluster import PERCENTILES, Member, cluster_view
+from quicx.documents.units import format_size
 from quicx.status.text import NONE, human_duration, latency, printable, rate, thousands
 from quicx.status.watch import plain_console
 

@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from quicx.daemon.settings import format_size
+from quicx.documents.units import format_size
 from quicx.status.activity import Activity, Flow, activity
 from quicx.status.text import bar, human_duration, latency, printable, rate, thousands
 

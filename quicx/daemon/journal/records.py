@@ -198,7 +198,7 @@ def encode_submit2(
     )
 
 
-def encode_submit3(
+def encode_submit3(  # noqa: PLR0913
     task_id: int,
     task_type: bytes,
     payload: bytes,

@@ -66,7 +66,7 @@ _GROUP_FORGOTTEN = 3
 _LIFECYCLE_HEADS = {KIND_SUBMIT3: SUBMIT3_HEAD, KIND_SUBMIT4: SUBMIT4_HEAD}
 
 
-def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:
+def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:  # noqa: C901, PLR0912
     """What is wrong with the body of a record of C{kind} (C{""}: nothing)."""
     length = end - start
     if kind == KIND_SUBMIT:
@@ -208,7 +208,7 @@ def _damage(path: str, offset: int, problem: str, following: int | None) -> Jour
     )
 
 
-def recover(path: str) -> Recovery:
+def recover(path: str) -> Recovery:  # noqa: PLR0915
     """
     Read the journal at C{path} (a missing file is an empty journal).
 

@@ -18,7 +18,7 @@ from typing import Any
 from attrs import fields, frozen
 
 from quicx.daemon.core import QueueService
-from quicx.daemon.telemetry import quantile
+from quicx.documents.latency import quantile
 
 
 @frozen

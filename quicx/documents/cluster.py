@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 from attrs import frozen
 
-from quicx.daemon.telemetry import LATENCY_BUCKETS, quantile
+from quicx.documents.latency import LATENCY_BUCKETS, quantile
 
 PERCENTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 """The latency percentiles shown, by name."""
