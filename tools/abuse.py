@@ -51,8 +51,9 @@ LARGEST_FRAME = 6 + 2 + 64 + (1 << 20)
 PER_OUTCOME = 470
 PER_WAIT = 580
 PER_GROUP = 180
-PER_TALLY = 4 * 1024
-"""A (queue, task type) tally, at most [metrics] max_series + 1 of them."""
+PER_TALLY = 12 * 1024
+"""A (queue, task type) tally, at most [metrics] max_series + 1 of them: 4 KiB
+its own, 8 KiB what the allocators keep of the /metrics texts it was in."""
 PER_TALLY_BUILT = 25 * 1024
 PER_TALLY_SENT = 4 * 1024
 """A tally's share of the /metrics text being built (one at a time), and of

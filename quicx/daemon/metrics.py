@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from attrs import define
+from prometheus_client import generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -62,6 +63,39 @@ class Snapshot:
     def collect(self) -> Iterator[Metric]:
         yield from self.families
         yield from task_families(self.tallies, self.rejected)
+
+    def text(self) -> bytes:
+        """
+        What C{generate_latest(self)} writes, built L{TALLIES_PER_CHUNK}
+        tallies at a time: C{prometheus_client} holds each sample of a family
+        as an object (about 24 KiB a tally), so a family of thousands of
+        tallies built whole took tens of MiB, kept by the allocators after.
+        Each family's C{# HELP} and C{# TYPE} lines are written once.
+        """
+        parts = [generate_latest(_Families(self.families))]
+        for built, family in enumerate(TALLY_FAMILIES):
+            if built == REJECTED_AFTER:
+                parts.append(generate_latest(_Families([rejected_family(self.rejected)])))
+            for start in range(0, len(self.tallies) or 1, TALLIES_PER_CHUNK):
+                text = generate_latest(
+                    _Families([family(self.tallies[start : start + TALLIES_PER_CHUNK])])
+                )
+                parts.append(text.split(b"\n", 2)[2] if start else text)
+        return b"".join(parts)
+
+
+TALLIES_PER_CHUNK = 100
+"""Tallies whose samples are built at once, by L{Snapshot.text}."""
+
+
+@define
+class _Families:
+    """Metric families as a registry, for C{generate_latest}."""
+
+    families: list[Metric]
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
 
 
 class QuicxCollector(Collector):
@@ -310,52 +344,89 @@ def cluster_families(view: Mapping[str, Any]) -> Iterator[Metric]:
         yield gauge
 
 
-def task_families(tallies: list[Tally], rejected_by_code: dict[str, int]) -> Iterator[Metric]:
-    """The families of the counts and latencies per queue and type, and of rejections."""
-    labels = ["queue", "type"]
-    submitted = CounterMetricFamily(
-        "quicx_tasks_submitted", "Tasks accepted (OK sent).", labels=labels
-    )
-    finished = CounterMetricFamily(
+def _counts(
+    name: str, text: str, count: Callable[[Tally], Iterable[tuple[list[str], float]]]
+) -> Callable[[Sequence[Tally]], Metric]:
+    """A family of counters per queue and type; C{count} gives a tally's (extra labels, value)."""
+    outcome = name == "quicx_tasks_finished"
+
+    def family(tallies: Sequence[Tally]) -> Metric:
+        found = CounterMetricFamily(
+            name, text, labels=["queue", "type", "outcome"] if outcome else ["queue", "type"]
+        )
+        for tally in tallies:
+            for extra, value in count(tally):
+                found.add_metric([tally.queue, tally.task_type, *extra], value)
+        return found
+
+    return family
+
+
+def _latencies(
+    name: str, text: str, histogram: Callable[[Tally], Histogram]
+) -> Callable[[Sequence[Tally]], Metric]:
+    """A family of latency histograms per queue and type."""
+
+    def family(tallies: Sequence[Tally]) -> Metric:
+        return latencies(
+            name,
+            text,
+            ["queue", "type"],
+            (([tally.queue, tally.task_type], histogram(tally)) for tally in tallies),
+        )
+
+    return family
+
+
+TALLY_FAMILIES: tuple[Callable[[Sequence[Tally]], Metric], ...] = (
+    _counts("quicx_tasks_submitted", "Tasks accepted (OK sent).", lambda t: [([], t.submitted)]),
+    _counts(
         "quicx_tasks_finished",
         "Tasks finished, by outcome: done, failed (for good), dead (into the"
         " dead letters) or cancelled.",
-        labels=[*labels, "outcome"],
-    )
-    retried = CounterMetricFamily(
-        "quicx_tasks_retried", "Failed attempts that run again after a backoff.", labels=labels
-    )
-    requeued = CounterMetricFamily(
+        lambda t: [([outcome], getattr(t, outcome)) for outcome in Tally.OUTCOMES],
+    ),
+    _counts(
+        "quicx_tasks_retried",
+        "Failed attempts that run again after a backoff.",
+        lambda t: [([], t.retried)],
+    ),
+    _counts(
         "quicx_tasks_requeued",
         "Deliveries taken back and queued again (a worker lost, a timeout).",
-        labels=labels,
-    )
-    for tally in tallies:
-        names = [tally.queue, tally.task_type]
-        submitted.add_metric(names, tally.submitted)
-        for outcome in Tally.OUTCOMES:
-            finished.add_metric([*names, outcome], getattr(tally, outcome))
-        retried.add_metric(names, tally.retried)
-        requeued.add_metric(names, tally.requeued)
-    yield from (submitted, finished, retried, requeued)
+        lambda t: [([], t.requeued)],
+    ),
+    _latencies(
+        "quicx_task_wait_seconds",
+        "From ready to run (queued, due, or requeued) to dispatched.",
+        lambda t: t.wait,
+    ),
+    _latencies(
+        "quicx_task_run_seconds", "From dispatched to the worker's outcome.", lambda t: t.run
+    ),
+)
+"""The families of the counts and latencies per queue and type, in their order."""
+
+REJECTED_AFTER = 4
+"""The rejections' family comes after this many of L{TALLY_FAMILIES}."""
+
+
+def rejected_family(rejected_by_code: dict[str, int]) -> Metric:
+    """The family of SUBMITs refused, by error code."""
     rejected = CounterMetricFamily(
         "quicx_tasks_rejected", "SUBMITs refused, by error code.", labels=["code"]
     )
     for code, count in sorted(rejected_by_code.items()):
         rejected.add_metric([code], count)
-    yield rejected
-    yield latencies(
-        "quicx_task_wait_seconds",
-        "From ready to run (queued, due, or requeued) to dispatched.",
-        labels,
-        (([tally.queue, tally.task_type], tally.wait) for tally in tallies),
-    )
-    yield latencies(
-        "quicx_task_run_seconds",
-        "From dispatched to the worker's outcome.",
-        labels,
-        (([tally.queue, tally.task_type], tally.run) for tally in tallies),
-    )
+    return rejected
+
+
+def task_families(tallies: list[Tally], rejected_by_code: dict[str, int]) -> Iterator[Metric]:
+    """The families of the counts and latencies per queue and type, and of rejections."""
+    for built, family in enumerate(TALLY_FAMILIES):
+        if built == REJECTED_AFTER:
+            yield rejected_family(rejected_by_code)
+        yield family(tallies)
 
 
 def latencies(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.threads import deferToThread
@@ -27,7 +27,7 @@ from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
 from quicx.daemon.http_limits import BodylessRequest
-from quicx.daemon.metrics import QuicxCollector
+from quicx.daemon.metrics import QuicxCollector, Snapshot
 
 PATH = b"/metrics"
 
@@ -140,7 +140,7 @@ class MetricsPage(Resource):
             self._waiting.append(text)
             return text
         self._waiting = [text]
-        self.in_thread(generate_latest, self.collector.snapshot()).addBoth(self._built)
+        self.in_thread(Snapshot.text, self.collector.snapshot()).addBoth(self._built)
         return text
 
     def _built(self, result: bytes | Failure) -> None:
