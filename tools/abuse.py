@@ -238,6 +238,7 @@ def other_pairs(target: Target, scenario: Scenario, queues: int) -> None:
     with QuicxClient(target.daemon.client_address, protocol=2) as client:
         types = [(f"type{n}", b"x", Options("abuse-types")) for n in range(50)]
         for task_id in client.submit_many(types):
+            assert isinstance(task_id, int), task_id
             client.cancel(task_id)
         for start in range(0, queues, batch):
             tasks = [
@@ -245,6 +246,7 @@ def other_pairs(target: Target, scenario: Scenario, queues: int) -> None:
                 for n in range(start, min(queues, start + batch))
             ]
             for task_id in client.submit_many(tasks):
+                assert isinstance(task_id, int), task_id
                 client.cancel(task_id)
     scenario.during.append(target.read())
     target.scrapes = 1
@@ -357,10 +359,10 @@ def answered(socks: list[socket.socket], expected: int, start: bytes) -> int:
         deadline = time.monotonic() + 30
         while found < expected and time.monotonic() < deadline:
             for key, _ in selector.select(0.5):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                selector.unregister(sock)
-                found += sock.recv(1 << 16).startswith(start)
+                answered = key.fileobj
+                assert isinstance(answered, socket.socket)
+                selector.unregister(answered)
+                found += answered.recv(1 << 16).startswith(start)
     return found
 
 
