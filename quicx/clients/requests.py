@@ -126,6 +126,9 @@ def _common_options(queue: str | None, priority: int | None) -> bytes:
 
 NO_OPTIONS = Options()
 
+Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]
+"""A task to submit: C{(type, payload)}, or with L{Options}."""
+
 
 OPTIONS_NEED_VERSION_2 = (
     "queue, priority, keys, delays, retries, results, progress and groups need protocol version 2"
@@ -133,9 +136,7 @@ OPTIONS_NEED_VERSION_2 = (
 """Why a SUBMIT with options cannot go to a version-1 daemon."""
 
 
-def has_options(
-    task: tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options],
-) -> bool:
+def has_options(task: Task) -> bool:
     """Whether C{task} (as L{submit_frames} takes it) has options, which only version 2 sends."""
     return len(task) == 3 and task[2].any
 
@@ -158,10 +159,7 @@ def encode_submit(
     )
 
 
-def submit_frames(
-    version: int,
-    tasks: Iterable[tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]],
-) -> bytes:
+def submit_frames(version: int, tasks: Iterable[Task]) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
     plain = wire.encode_submit if version == 1 else v2.encode_submit
     frames = []
