@@ -38,7 +38,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from attrs import define, frozen
+from attrs import define
 
 from quicx.clients import awaits, requests
 from quicx.clients.address import CLIENT_MAX_LENGTH, CLIENT_TYPE_LIMITS
@@ -149,7 +149,7 @@ def _no_frame(version: int) -> bytes:
     raise AssertionError("a request's encode is set once it is made")
 
 
-@frozen
+@define
 class Greeted:
     """
     The handshake is over: the connection speaks C{version}.
@@ -165,7 +165,7 @@ class Greeted:
     error: QuicxError | None = None
 
 
-@frozen
+@define
 class Answer:
     """
     A request's answer, in order: a task id, an INFO's document, a
@@ -179,21 +179,21 @@ class Answer:
     value: Any
 
 
-@frozen
+@define
 class Settled:
     """A task submitted here finished: its outcome is in the book."""
 
     task_id: int
 
 
-@frozen
+@define
 class Retried:
     """A task submitted here will run again: the notice is in the book."""
 
     task_id: int
 
 
-@frozen
+@define
 class Progressed:
     """A progress report, for its task's callback."""
 
@@ -201,28 +201,28 @@ class Progressed:
     report: ProgressReport
 
 
-@frozen
+@define
 class LiveEvents:
     """Live lifecycle events (see L{quicx.clients.watching.items})."""
 
     message: monitor.Events
 
 
-@frozen
+@define
 class Send:
     """Bytes to send: a heartbeat's PONG, requests held until the handshake."""
 
     data: bytes
 
 
-@frozen
+@define
 class Unanswered:
     """A reply that no request is owed: an unfenced wait's refusal, or a daemon's mistake."""
 
     message: object
 
 
-@frozen
+@define
 class Rejected:
     """The daemon sent a bad frame or message: the connection is of no more use."""
 
@@ -233,6 +233,7 @@ Event = (
     Greeted | Answer | Settled | Retried | Progressed | LiveEvents | Send | Unanswered | Rejected
 )
 
+_OK = Expect.OK
 _ANSWERS = {
     Expect.OK: requests.OK_TYPES,
     Expect.INFO: (v2.Info,),
@@ -291,22 +292,21 @@ class ClientConnection:
         self._expect(Request("hello", Expect.HELLO, _no_frame))
         return self.hello
 
-    def connection_lost(self) -> tuple[list[Request], list[int]]:
+    def connection_lost(self) -> list[int]:
         """
-        The transport connection closed: waits and progress end, and
-        every pending outcome becomes an L{OutcomeUnknown} in the book.
+        The transport connection closed: requests get no answer, waits and
+        progress end, and every pending outcome becomes an
+        L{OutcomeUnknown} in the book.
 
-        @return: the requests that will get no answer (sent or held), and
-            the tasks whose outcomes are lost.
+        @return: the tasks whose outcomes are lost.
         """
-        unanswered = [r for r in self._owed if r.expect is not Expect.HELLO] + self._held
         self._owed.clear()
         self._held = []
         self._parser.release()
         self.progress.clear()
         self.awaits.clear()
         self.group_waits.clear()
-        return unanswered, self.book.lose_all()
+        return self.book.lose_all()
 
     @property
     def owed(self) -> bool:
@@ -351,7 +351,20 @@ class ClientConnection:
             if type(frame) is not Frame:
                 events.append(Rejected(f"a bad frame: {frame.reason}"))
                 break
-            if not self.receive_frame(parser.version, frame.message_type, frame.payload, events):
+            try:
+                message = requests.decode(parser.version, frame.message_type, frame.payload)
+            except wire.MalformedMessage as e:
+                events.append(Rejected(f"a malformed message: {e}"))
+                break
+            kind = type(message)
+            if (kind is v2.Ok or kind is wire.Ok) and self._owed and self._owed[0].expect is _OK:
+                # The common case, and a batch's thousands: an OK for a SUBMIT.
+                request = self._next()
+                self.book.expect(message.task_id)
+                if request.listener is not None:
+                    self._listen(request.listener, message.task_id, events)
+                events.append(Answer(request, message.task_id))
+            elif not self._file(parser.version, message, events):
                 break
         return events
 
@@ -428,8 +441,7 @@ class ClientConnection:
                 value = answer.task_id
                 self.book.expect(value)
                 if request.listener is not None:
-                    for report in self.progress.listen(value, request.listener):
-                        events.append(Progressed(request.listener, report))
+                    self._listen(request.listener, value, events)
             elif expect is Expect.INFO:
                 value = answer.document
             else:
@@ -437,6 +449,11 @@ class ClientConnection:
         else:
             value = QuicxError(f"unexpected {type(message).__name__} for {request.what}")
         events.append(Answer(request, value))
+
+    def _listen(self, listener: Listener, task_id: int, events: list[Event]) -> None:
+        """Hand C{task_id}'s progress reports to C{listener}, those that came already now."""
+        for report in self.progress.listen(task_id, listener):
+            events.append(Progressed(listener, report))
 
     def _fence(self, message: Any, events: list[Event]) -> bool:
         """A wait's ERROR (its PONG follows), or the PONG: the wait was taken."""
