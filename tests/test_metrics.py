@@ -104,7 +104,7 @@ def check_histograms(
 
 
 def submit(peer: Peer, task_type: bytes, payload: bytes, **options: object) -> wire.Message:
-    return peer.request(v2.encode_submit(task_type, payload, v2.submit_options(**options)))  # type: ignore[arg-type]
+    return peer.request(v2.encode_submit(task_type, payload, v2.submit_options(**options)))
 
 
 def listening_ports(pid: int) -> set[int]:

@@ -23,9 +23,7 @@ REPORT = Result(ResultKind.JSON, b'{"rows":1200,"file":"r.csv"}')
 
 
 def submit(peer: Peer, payload: bytes, **options: object) -> int:
-    reply = peer.request(
-        v2.encode_submit(b"t", payload, v2.submit_options(**options))  # type: ignore[arg-type]
-    )
+    reply = peer.request(v2.encode_submit(b"t", payload, v2.submit_options(**options)))
     assert isinstance(reply, v2.Ok), reply
     return reply.task_id
 

@@ -41,24 +41,30 @@ from service_identity import VerificationError
 
 from quicx.clients import awaits, requests, watching
 from quicx.clients.address import (
-    CLIENT_MAX_LENGTH,
-    CLIENT_TYPE_LIMITS,
     DEFAULT_ADDRESS,
     as_bytes,
     one_address,
     parse_address,
 )
 from quicx.clients.awaits import Waits
-from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of, value_of
-from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
-from quicx.clients.requests import Options
+from quicx.clients.connection import (
+    Answer,
+    ClientConnection,
+    Event,
+    Greeted,
+    LiveEvents,
+    Progressed,
+    Rejected,
+    Request,
+    Send,
+    Unanswered,
+)
+from quicx.clients.outcomes import DEFAULT_KEEP, RetryNotice, value_of
+from quicx.clients.progress import Listener, ProgressReport
+from quicx.clients.requests import Options, Task
 from quicx.protocol import lifecycle, monitor, results, v2, wire
 from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, error_from
-from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.results import GroupOp
-
-Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]
-"""What L{QuicxClient.submit_many} takes: C{(type, payload)}, or with L{Options}."""
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -71,7 +77,9 @@ log.addHandler(logging.NullHandler())  # silent unless the application configure
 
 class QuicxClient:
     """
-    A blocking producer and monitor client.
+    A blocking producer and monitor client: a byte pump around a
+    L{ClientConnection}, which owns the handshake, the order of the
+    replies, outcomes, waits and progress.
 
     @ivar timeout: seconds any one call may wait for the daemon.
     @ivar version: the protocol version of the connection (2, unless the
@@ -86,12 +94,9 @@ class QuicxClient:
         keep_outcomes: int = DEFAULT_KEEP,
         protocol: int = 2,
     ) -> None:
-        if protocol not in (1, 2):
-            raise ValueError(f"protocol is 1 or 2, not {protocol}")
+        self._conn = ClientConnection(protocol, keep_outcomes)
         self.address = address
         self.protocol = protocol
-        self.version = protocol
-        self.server: dict[str, object] = {}
         several = "open_client or ClusterClient (quicx.clients.blocking_cluster)"
         _, self._sockaddr, self._tls = parse_address(one_address(address, "QuicxClient", several))
         self._context = self._tls.context() if self._tls is not None else None
@@ -102,26 +107,17 @@ class QuicxClient:
         # Tells without a syscall's error whether the daemon sent or closed
         # anything since the last call (L{_closed_meanwhile}).
         self._readable = select.poll()
-        self._parser = self._new_parser()
-        self._inbox: deque[object] = deque()
-        # Answers the daemon owes this connection; those of a call that gave
-        # up (a timeout, an error part-way) are read at the start of the next.
-        self._owed = 0
-        self._book = OutcomeBook(keep_outcomes)
-        self._progress = ProgressListeners()
-        self._awaits = awaits.outcome_waits()
-        self._group_waits = awaits.group_waits()
+        # What the connection made of the bytes read, not yet handled.
+        self._inbox: deque[Event] = deque()
         self._feed = watching.EventFeed()
-        self._hello_frame = requests.HELLO  # what each connection opens with (see hello)
 
-    @staticmethod
-    def _new_parser() -> FrameParser:
-        return FrameParser(
-            CLIENT_MAX_LENGTH,
-            check_types=False,
-            v2_max_length=CLIENT_MAX_LENGTH,
-            v2_type_limits=CLIENT_TYPE_LIMITS,
-        )
+    @property
+    def version(self) -> int:
+        return self._conn.version
+
+    @property
+    def server(self) -> dict[str, Any]:
+        return self._conn.server
 
     # -- connection -------------------------------------------------------------------
 
@@ -150,34 +146,32 @@ class QuicxClient:
             self._sock = sock
             self._readable = select.poll()
             self._readable.register(sock, select.POLLIN)
-            self._parser = self._new_parser()
             self._inbox.clear()
-            self._owed = 0
-            if self.protocol == v2.VERSION:
+            hello = self._conn.connect()
+            if hello:
                 try:
-                    self._hello()
+                    self._hello(hello)
                 except BaseException:
                     self._drop()  # its answer may still come, as the answer to another
                     raise
         return self._sock
 
-    def _hello(self) -> None:
+    def _hello(self, hello: bytes) -> None:
         """Open a version-2 connection with HELLO; fall back to 1 if refused."""
-        self._send(self._hello_frame, answers=1)
-        answer = self._next_reply(time.monotonic() + self.timeout)
-        if requests.refuses_version_2(self._parser.version, answer):
-            if self.version == v2.VERSION:
-                log.warning(
-                    "%s speaks protocol version 1 only: this client speaks version 1 to it"
-                    " (queues, priorities, keys, cancel and introspection are unavailable)",
-                    self.address,
-                )
-            self.version = wire.PROTOCOL_VERSION
-        elif isinstance(answer, v2.Info) and isinstance(answer.document, dict):
-            self.version = v2.VERSION
-            self.server = answer.document
-        else:
-            raise QuicxError(f"unexpected {type(answer).__name__} for HELLO")
+        was = self._conn.version
+        self._send(hello)
+        deadline = time.monotonic() + self.timeout
+        while not isinstance(greeted := self._pump(deadline), Greeted):
+            if greeted is not None:
+                raise QuicxError(f"unexpected {type(greeted).__name__} for HELLO")
+        if greeted.error is not None:
+            raise greeted.error
+        if greeted.fell_back and was == v2.VERSION:
+            log.warning(
+                "%s speaks protocol version 1 only: this client speaks version 1 to it"
+                " (queues, priorities, keys, cancel and introspection are unavailable)",
+                self.address,
+            )
 
     def _begin(self, deadline: float, sends: bool = True) -> None:
         """
@@ -190,10 +184,8 @@ class QuicxClient:
         if sends and self._closed_meanwhile():
             self._drop()
         self._connection()
-        while self._owed:
-            reply = self._next_reply(deadline)
-            if isinstance(reply, requests.OK_TYPES):
-                self._book.expect(reply.task_id)
+        while self._conn.owed or self._inbox:
+            self._pump(deadline)
 
     def _closed_meanwhile(self) -> bool:
         """
@@ -220,7 +212,9 @@ class QuicxClient:
         except OSError:
             pass  # reset
         while self._inbox:
-            self._file(self._inbox.popleft())
+            event = self._inbox.popleft()
+            if type(event) is not Send:
+                self._handle(event)
         return True
 
     def _drop(self) -> None:
@@ -231,10 +225,7 @@ class QuicxClient:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        self._book.lose_all()
-        self._progress.clear()
-        self._awaits.clear()
-        self._group_waits.clear()
+        self._conn.connection_lost()
         self._feed.stop()
 
     def connect(self) -> None:
@@ -256,76 +247,64 @@ class QuicxClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _send(self, data: bytes, answers: int = 0) -> None:
-        """Send C{data}, which holds C{answers} requests the daemon answers."""
+    def _send(self, data: bytes) -> None:
         sock = self._connection()
         try:
             sock.sendall(data)
         except OSError as e:
             self._drop()
             raise ConnectionLost(f"connection to {self.address} failed: {e}") from None
-        self._owed += answers
 
-    def _next_reply(self, deadline: float) -> object:
-        """The next message that answers a request."""
-        while (message := self._pump(deadline)) is None:
-            pass
-        self._owed -= 1
-        return message
+    def _request(self, request: Request) -> None:
+        """Send C{request} on the connection L{_begin} made."""
+        self._send(self._conn.send(request))
 
-    def _pump(self, deadline: float) -> object | None:
-        """
-        Read one message: file an outcome, a retry notice, live events or
-        the answer to a wait, hand a progress report to its callback, answer
-        a heartbeat (and return C{None}), or return anything else.
-        """
-        message = self._read(deadline)
-        if isinstance(message, wire.Heartbeat):
-            self._send(v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME)
-            return None
-        return self._file(message)
+    def _answer(self, request: Request, deadline: float) -> Any:
+        """The next answer, which is C{request}'s (L{_begin} read those owed before)."""
+        while True:
+            event = self._pump(deadline)
+            if type(event) is Answer and event.request is request:
+                return event.value
+            if event is not None:
+                self._drop()
+                raise QuicxError(f"unexpected {_name(event)} for {request.what}")
 
-    def _file(self, message: object) -> object | None:
+    def _pump(self, deadline: float) -> Answer | Unanswered | Greeted | None:
         """
-        File an outcome, a retry notice, live events or the answer to a
-        wait, hand a progress report to its callback, and return C{None};
-        or return what answers a request.
+        Read one event: send what it sends, hand a progress report to its
+        callback, file live events (and return C{None}); return an answer,
+        or anything else that came.
         """
-        settled = outcome_of(message)
-        if settled is not None:
-            self._book.arrived(*settled)
-            self._progress.forget(settled[0])
-        elif isinstance(message, results.Progress):
-            self._report_progress(message)
-        elif isinstance(message, results.Outcome):
-            self._awaits.answer(message.task_id, message)
-        elif isinstance(message, results.GroupState):
-            self._group_waits.answer(message.group, message)  # or the opener's notice: dropped
-        elif isinstance(message, lifecycle.Retrying):
-            self._book.notice(RetryNotice.of(message))
-        elif isinstance(message, monitor.Events):
-            self._feed.arrived(message)
-        elif not isinstance(message, (wire.Heartbeat, wire.Pong)):
-            return message
+        event = self._read(deadline)
+        if isinstance(event, Answer | Unanswered | Greeted):
+            return event
+        if isinstance(event, Send):
+            if self._sock is not None:  # a PONG is not worth a new connection
+                self._send(event.data)
+        elif event is not None:
+            self._handle(event)
         return None
 
-    def _report_progress(self, message: results.Progress) -> None:
-        found = self._progress.report(message)
-        if found is not None:
-            listener, report = found
-            self._tell_progress(listener, [report])
+    def _handle(self, event: Event) -> None:
+        """Hand on what came unasked: progress reports, live events."""
+        if type(event) is Progressed:
+            self._tell_progress(event.listener, event.report)
+        elif type(event) is LiveEvents:
+            self._feed.arrived(event.message)
 
-    def _tell_progress(self, listener: Listener, reports: list[ProgressReport]) -> None:
+    def _tell_progress(self, listener: Listener, report: ProgressReport) -> None:
         # A callback's mistake is logged: raised here, it would end whichever
         # call happened to read the report.
-        for report in reports:
-            try:
-                listener(report)
-            except Exception:
-                log.exception("the progress callback of task %s raised", report.task_id)
+        try:
+            listener(report)
+        except Exception:
+            log.exception("the progress callback of task %s raised", report.task_id)
 
-    def _read(self, deadline: float) -> object:
-        while not self._inbox:
+    def _read(self, deadline: float) -> Event | None:
+        """The next event; C{None} when what was read made none (an outcome, a wait's answer)."""
+        if self._inbox:
+            return self._inbox.popleft()
+        while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no answer from {self.address} in time")
@@ -342,20 +321,17 @@ class QuicxClient:
                 self._drop()
                 raise ConnectionLost(f"{self.address} closed the connection")
             self._take_in(data)
-        return self._inbox.popleft()
+            return self._inbox.popleft() if self._inbox else None
 
     def _take_in(self, data: bytes) -> None:
-        """Parse C{data} from the daemon into the inbox."""
-        for event in self._parser.feed(data):
-            if not isinstance(event, Frame):
-                self._drop()
-                raise QuicxError(f"{self.address} sent a bad frame: {event.reason}")
-            try:
-                message = requests.decode(self._parser.version, event.message_type, event.payload)
-            except wire.MalformedMessage as e:
-                self._drop()
-                raise QuicxError(f"{self.address} sent a malformed message: {e}") from None
-            self._inbox.append(message)
+        """Read C{data} from the daemon into the inbox, as events."""
+        events = self._conn.receive(data)
+        if events and type(events[-1]) is Rejected:
+            self._inbox.extend(events[:-1])
+            reason = events[-1].reason
+            self._drop()
+            raise QuicxError(f"{self.address} sent {reason}")
+        self._inbox.extend(events)
 
     # -- requests ----------------------------------------------------------------------
 
@@ -409,27 +385,27 @@ class QuicxClient:
         @raise ConnectionLost: the daemon could not be reached or went away.
         """
         options = Options(
-            queue,
-            priority,
-            key,
-            fairness_key,
-            delay,
-            run_at,
-            retries,
-            backoff,
-            keep_result,
-            result_ttl,
-            progress is not None,
-            group,
+            queue=queue,
+            priority=priority,
+            key=key,
+            fairness_key=fairness_key,
+            delay=delay,
+            run_at=run_at,
+            retries=retries,
+            backoff=backoff,
+            keep_result=keep_result,
+            result_ttl=result_ttl,
+            progress=progress is not None,
+            group=group,
         )
         with self._lock:
-            self._begin(time.monotonic() + self.timeout)
-            self._send_submits([(task_type, payload, options)])
-            (result,) = self._read_replies(1)
+            deadline = time.monotonic() + self.timeout
+            self._begin(deadline)
+            request = Request.submit([(task_type, payload, options)], progress)
+            self._request(request)
+            (result,) = self._read_replies(request)
             if isinstance(result, Exception):
                 raise result
-            if progress is not None:
-                self._tell_progress(progress, self._progress.listen(result, progress))
         return result
 
     def submit_many(
@@ -464,7 +440,8 @@ class QuicxClient:
         """
         results: list[int | DaemonError] = []
         batch: list[Task] = []
-        unanswered = 0  # SUBMITs of the previous batch, sent and not yet read
+        # The SUBMITs of the previous batch, sent and not yet read.
+        unanswered: Request | None = None
         sent = 0  # tasks that may have reached the daemon
         with self._lock:
             try:
@@ -472,16 +449,16 @@ class QuicxClient:
                 for task in tasks:
                     batch.append(task)
                     if len(batch) == window:
-                        frames = self._encode_submits(batch, unanswered, results)
+                        request = self._send_submits(batch, unanswered, results)
                         sent += len(batch)
-                        self._send(frames, answers=len(batch))
                         self._read_replies(unanswered, results)
-                        unanswered, batch = len(batch), []
+                        unanswered, batch = request, []
                 if batch:
-                    frames = self._encode_submits(batch, unanswered, results)
+                    request = self._send_submits(batch, unanswered, results)
                     sent += len(batch)
-                    self._send(frames, answers=len(batch))
-                self._read_replies(unanswered + len(batch), results)
+                    self._read_replies(unanswered, results)
+                    unanswered = request
+                self._read_replies(unanswered, results)
             except Exception as e:
                 e.results = list(results)  # type: ignore[attr-defined]
                 e.sent = sent  # type: ignore[attr-defined]
@@ -493,43 +470,50 @@ class QuicxClient:
                     raise result
         return results
 
-    def _send_submits(self, batch: list[Task]) -> None:
-        """Send C{batch}, encoded in the version of the connection L{_begin} made."""
-        self._send(requests.submit_frames(self.version, batch), answers=len(batch))
-
-    def _encode_submits(
-        self, batch: list[Task], unanswered: int, results: list[int | DaemonError]
-    ) -> bytes:
+    def _send_submits(
+        self, batch: list[Task], unanswered: Request | None, results: list[int | DaemonError]
+    ) -> Request:
         """
-        C{batch} encoded, to send.  If a task of it cannot be, the answers
-        to the C{unanswered} SUBMITs sent before it are read into C{results}
-        before the error is raised: they are all that was sent.
+        Send C{batch}, encoded in the version of the connection L{_begin}
+        made.  If a task of it cannot be, the answers to the C{unanswered}
+        SUBMITs sent before it are read into C{results} before the error
+        is raised: they are all that was sent.
         """
+        request = Request.submit(batch)
         try:
-            return requests.submit_frames(self.version, batch)
+            data = self._conn.send(request)
         except Exception:
             self._read_replies(unanswered, results)
             raise
+        self._send(data)
+        return request
 
     def _read_replies(
-        self, count: int, results: list[int | DaemonError] | None = None
+        self, request: Request | None, results: list[int | DaemonError] | None = None
     ) -> list[int | DaemonError]:
         """
-        Read the answers to C{count} SUBMITs: task ids, or the refusals,
-        each added to C{results} (a new list if none) as it comes.
+        Read the answers to C{request}'s SUBMITs (none if C{None}): task
+        ids, or the refusals, each added to C{results} (a new list if none)
+        as it comes.
         """
-        deadline = time.monotonic() + self.timeout
         results = [] if results is None else results
-        for _ in range(count):
-            reply = self._next_reply(deadline)
-            if isinstance(reply, requests.OK_TYPES):
-                self._book.expect(reply.task_id)
-                results.append(reply.task_id)
-            elif isinstance(reply, wire.Error):
-                results.append(error_from(reply))
+        if request is None:
+            return results
+        deadline = time.monotonic() + self.timeout
+        inbox = self._inbox
+        for _ in range(request.count):
+            # Straight from the inbox, the common case, else through the pump.
+            event = inbox[0] if inbox else None
+            if type(event) is Answer and event.request is request:
+                inbox.popleft()
+                value = event.value
+            else:
+                value = self._answer(request, deadline)
+            if type(value) is int or isinstance(value, DaemonError):
+                results.append(value)
             else:
                 self._drop()
-                raise QuicxError(f"unexpected {type(reply).__name__} for a SUBMIT")
+                raise value
         return results
 
     def wait(
@@ -559,25 +543,30 @@ class QuicxClient:
         """
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         with self._lock:
+            book = self._conn.book
             try:
-                if self._book.pending(task_id):
+                # What was read before came before the outcome, if that came.
+                while self._inbox:
+                    self._pump(deadline)
+                if book.pending(task_id):
                     self._begin(deadline, sends=False)
                 self._tell(task_id, on_retry)
-                while self._book.pending(task_id):
+                # Until the outcome, and the reports read with it, are handled.
+                while book.pending(task_id) or self._inbox:
                     # Nothing but outcomes, notices and heartbeats is owed to us here.
                     unexpected = self._pump(deadline)
                     if unexpected is not None:
                         self._drop()
-                        raise QuicxError(f"unexpected {type(unexpected).__name__} while waiting")
+                        raise QuicxError(f"unexpected {_name(unexpected)} while waiting")
                     self._tell(task_id, on_retry)
             except ConnectionLost:
                 pass  # the outcome is now filed as unknown
-            outcome = self._book.take(task_id)
+            outcome = book.take(task_id)
         return value_of(outcome)
 
     def _tell(self, task_id: int, on_retry: Callable[[RetryNotice], object] | None) -> None:
         """Hand the retry notices kept for C{task_id} to C{on_retry}."""
-        for notice in self._book.notices(task_id):
+        for notice in self._conn.book.notices(task_id):
             if on_retry is not None:
                 on_retry(notice)
 
@@ -595,30 +584,25 @@ class QuicxClient:
 
     def stats(self) -> wire.StatsResponse:
         """The daemon's 28-byte STATS_RESPONSE, decoded."""
-        deadline = time.monotonic() + self.timeout
-        with self._lock:
-            self._begin(deadline)
-            self._send(v2.STATS_FRAME if self.version == v2.VERSION else wire.STATS_FRAME, 1)
-            reply = self._next_reply(deadline)
-        if not isinstance(reply, wire.StatsResponse):
-            raise QuicxError(f"unexpected {type(reply).__name__} for STATS")
+        reply: wire.StatsResponse = self._call(Request.stats())
         return reply
 
     # -- version 2 ----------------------------------------------------------------------
 
     def _info(self, what: str, frame: bytes) -> Any:
         """Send a version-2 request; its INFO document, or the error it got."""
+        return self._call(Request.info(what, lambda: frame))
+
+    def _call(self, request: Request) -> Any:
+        """Send C{request}; its answer, or the error it got."""
         deadline = time.monotonic() + self.timeout
         with self._lock:
             self._begin(deadline)
-            requests.needs_version_2(self.version, what)
-            self._send(frame, answers=1)
-            reply = self._next_reply(deadline)
-        if isinstance(reply, v2.Info):
-            return reply.document
-        if isinstance(reply, wire.Error):
-            raise error_from(reply)
-        raise QuicxError(f"unexpected {type(reply).__name__} for {what}")
+            self._request(request)
+            value = self._answer(request, deadline)
+        if isinstance(value, Exception):
+            raise value
+        return value
 
     def hello(self, name: str, version: str, capabilities: Iterable[str] = ()) -> dict[str, Any]:
         """
@@ -632,8 +616,8 @@ class QuicxClient:
         """
         frame = v2.encode_hello(name, version, capabilities)
         with self._lock:
-            self._hello_frame = frame
-            self.server = self._info("hello", frame)
+            self._conn.hello = frame
+            self._conn.server = self._info("hello", frame)
         return self.server
 
     def cancel(self, task_id: int) -> dict[str, Any]:
@@ -797,23 +781,24 @@ class QuicxClient:
         C{timeout} more for the answer to come back.
         """
         wait = awaits.wait_seconds(self.timeout if timeout is None else timeout)
-        frame = encode(awaits.wait_ms(wait))
+        encode(awaits.wait_ms(wait))  # a bad argument is refused before anything is sent
         deadline = time.monotonic() + wait + self.timeout
+        request = Request.wait(what, waits, key, wait, encode, deadline)
         with self._lock:
             self._begin(deadline)
-            requests.needs_version_2(self.version, what)
-            self._send(frame)
-            waiter = waits.add(key, deadline)
+            self._request(request)
+            waiter = request.waiter
+            assert waiter is not None  # sent
             while waiter.answer is None:
                 # Nothing else is owed to this call: an ERROR refuses the wait.
-                reply = self._pump(deadline)
-                if reply is None:
+                event = self._pump(deadline)
+                if event is None:
                     continue
-                waits.refused(key, waiter)
-                if isinstance(reply, wire.Error):
-                    raise error_from(reply)
+                self._conn.refused(request)
+                if type(event) is Unanswered and type(event.message) is wire.Error:
+                    raise error_from(event.message)
                 self._drop()
-                raise QuicxError(f"unexpected {type(reply).__name__} for {what}")
+                raise QuicxError(f"unexpected {_name(event)} for {what}")
             return waiter.answer
 
     def result(self, task_id: int, timeout: float | None = None) -> Any:
@@ -838,7 +823,7 @@ class QuicxClient:
         """
         outcome = self._wait_on(
             "result",
-            self._awaits,
+            self._conn.awaits,
             task_id,
             timeout,
             lambda ms: results.encode_await(task_id, ms),
@@ -915,7 +900,7 @@ class QuicxClient:
         """
         state = self._wait_on(
             "wait_group",
-            self._group_waits,
+            self._conn.group_waits,
             group,
             timeout,
             lambda ms: results.encode_group(GroupOp.WAIT, group, ms),
@@ -1003,7 +988,7 @@ class QuicxClient:
                     continue
                 if unexpected is not None:
                     self._drop()
-                    raise QuicxError(f"unexpected {type(unexpected).__name__} among events")
+                    raise QuicxError(f"unexpected {_name(unexpected)} among events")
             return item
 
     def _unwatch(self) -> None:
@@ -1013,7 +998,12 @@ class QuicxClient:
             self._feed.stop()
             if was_watching and self._sock is not None:
                 with contextlib.suppress(ConnectionLost):
-                    self._send(watching.STOP_FRAME, answers=1)
+                    self._request(Request.info("events", lambda: watching.STOP_FRAME))
+
+
+def _name(event: object) -> str:
+    """What came, in a message: the message's type, for a reply nobody asked for."""
+    return type(event.message if isinstance(event, Unanswered) else event).__name__
 
 
 class EventStream:

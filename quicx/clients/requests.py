@@ -39,7 +39,9 @@ def _optional_ttl(value: float | str | None) -> int | None:
 @frozen(cache_hash=True)
 class Options:
     """
-    A SUBMIT's version-2 options; every one C{None} means none.
+    A SUBMIT's version-2 options, as the client API takes them (seconds,
+    times, text), every one C{None} meaning none; L{wire} makes them the
+    L{v2.SubmitOptions} the codec encodes.
 
     @ivar delay: run it this many seconds from now; C{run_at}: at this time
         (a C{datetime} with its zone, or Unix seconds).  At most one of the two.
@@ -103,28 +105,40 @@ class Options:
         """
         if self._at_most_queue:
             return _common_options(self.queue, self.priority)
-        return v2.submit_options(
-            self.queue,
-            self.priority,
-            None if self.key is None else as_bytes(self.key),
-            None if self.fairness_key is None else as_bytes(self.fairness_key),
-            None if self.delay is None else timing.milliseconds(self.delay),
-            None if self.run_at is None else timing.milliseconds(timing.unix_seconds(self.run_at)),
-            self.retries,
-            self.backoff,
-            self._result_ttl,
-            self.progress,
-            self.group,
+        return self.wire().encode()
+
+    def wire(self) -> v2.SubmitOptions:
+        """
+        These options as the wire carries them, the value the codec encodes.
+
+        @raise ValueError: a naive C{datetime}.
+        """
+        run_at = None if self.run_at is None else timing.unix_seconds(self.run_at)
+        return v2.SubmitOptions(
+            queue=self.queue,
+            priority=self.priority,
+            key=None if self.key is None else as_bytes(self.key),
+            fairness=None if self.fairness_key is None else as_bytes(self.fairness_key),
+            delay_ms=None if self.delay is None else timing.milliseconds(self.delay),
+            run_at_ms=None if run_at is None else timing.milliseconds(run_at),
+            retries=self.retries,
+            backoff=self.backoff,
+            result_ttl=self._result_ttl,
+            progress=self.progress,
+            group=self.group,
         )
 
 
 @functools.lru_cache(maxsize=1024)
 def _common_options(queue: str | None, priority: int | None) -> bytes:
     """Options without keys: few combinations, each encoded once."""
-    return v2.submit_options(queue, priority)
+    return v2.SubmitOptions(queue=queue, priority=priority).encode()
 
 
 NO_OPTIONS = Options()
+
+Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]
+"""A task to submit: C{(type, payload)}, or with L{Options}."""
 
 
 OPTIONS_NEED_VERSION_2 = (
@@ -133,9 +147,7 @@ OPTIONS_NEED_VERSION_2 = (
 """Why a SUBMIT with options cannot go to a version-1 daemon."""
 
 
-def has_options(
-    task: tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options],
-) -> bool:
+def has_options(task: Task) -> bool:
     """Whether C{task} (as L{submit_frames} takes it) has options, which only version 2 sends."""
     return len(task) == 3 and task[2].any
 
@@ -158,10 +170,7 @@ def encode_submit(
     )
 
 
-def submit_frames(
-    version: int,
-    tasks: Iterable[tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]],
-) -> bytes:
+def submit_frames(version: int, tasks: Iterable[Task]) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
     plain = wire.encode_submit if version == 1 else v2.encode_submit
     frames = []

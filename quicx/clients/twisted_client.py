@@ -29,10 +29,8 @@ says the wait was taken.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, cast
@@ -56,23 +54,35 @@ from quicx.clients.address import (
     as_bytes,
     one_address,
 )
-from quicx.clients.awaits import Waiter, Waits
+from quicx.clients.awaits import Waits
+from quicx.clients.connection import (
+    Answer,
+    ClientConnection,
+    Event,
+    Greeted,
+    LiveEvents,
+    Progressed,
+    Rejected,
+    Request,
+    Retried,
+    Send,
+    Settled,
+    Unanswered,
+)
 from quicx.clients.outcomes import (
     DEFAULT_KEEP,
-    Outcome,
     OutcomeBook,
     RetryNotice,
-    outcome_of,
     value_of,
 )
-from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
+from quicx.clients.progress import Listener, ProgressReport
 from quicx.clients.requests import Options
 from quicx.net.framer import FrameReceiver, set_no_delay
 
 # Re-exported: the clients' name for it since before it moved down.
 from quicx.net.tls import client_endpoint as endpoint_for
 from quicx.protocol import lifecycle, monitor, results, v2, wire
-from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
+from quicx.protocol.errors import ConnectionLost, QuicxError
 from quicx.protocol.results import GroupOp
 from quicx.protocol.wire import ErrorCode
 
@@ -82,16 +92,11 @@ EventListener = Callable[[dict[str, Any]], object]
 """What L{QuicxClientProtocol.watch} calls with each live event."""
 
 
-class _Fence:
-    """
-    What the HEARTBEAT sent behind a wait expects: its PONG, after the wait's
-    ERROR if the daemon refused the wait.
-    """
-
-
 class QuicxClientProtocol(FrameReceiver):
     """
-    A producer (and monitor) connection.
+    A producer (and monitor) connection: a pump of frames into a
+    L{ClientConnection}, which owns the handshake, the order of the
+    replies, outcomes, waits and progress; its events fire Deferreds.
 
     @ivar keep_outcomes: how many outcomes nobody has asked for are kept.
     @ivar version: the protocol version of the connection, once HELLO is
@@ -106,34 +111,37 @@ class QuicxClientProtocol(FrameReceiver):
     checkTypes = False
 
     def __init__(self, keep_outcomes: int = DEFAULT_KEEP, protocol: int = 2) -> None:
-        self.version = protocol
-        self.server: dict[str, Any] = {}
-        # Requests sent and not yet answered, in order: what each expects.
-        self._requests: deque[tuple[type, Deferred[Any]]] = deque()
-        # Requests made before HELLO was answered: encoded once the version is known.
-        self._held: list[tuple[type, Callable[[int], bytes], Deferred[Any]]] | None = None
+        self._conn = ClientConnection(protocol, keep_outcomes)
+        # The Deferred of each request sent or held, until its answer.
+        self._replies: dict[Request, Deferred[Any]] = {}
         # Waiting for the answer to HELLO (see greeted).
         self._greeters: list[Deferred[QuicxClientProtocol]] = []
-        self._book = OutcomeBook(keep_outcomes)
         self._waiters: dict[int, list[Deferred[Any]]] = {}
         self._watchers: dict[int, list[RetryListener]] = {}
-        self._progress = ProgressListeners()
-        self._awaits = awaits.outcome_waits()
-        self._group_waits = awaits.group_waits()
         # The answers of the waits sent (result, wait_group), until they fire.
         self._answers: set[Deferred[Any]] = set()
         # Called with each live event while this connection watches them.
         self._event_listener: EventListener | None = None
         self._closed: Failure | None = None
 
+    @property
+    def version(self) -> int:
+        return self._conn.version
+
+    @property
+    def server(self) -> dict[str, Any]:
+        return self._conn.server
+
+    @property
+    def _book(self) -> OutcomeBook:
+        return self._conn.book
+
     def connectionMade(self) -> None:
         super().connectionMade()
         set_no_delay(self.transport)
-        if self.version == v2.VERSION:
-            self._held = []
-            hello: Deferred[Any] = Deferred()
-            self._requests.append((v2.Info, hello))
-            self.transport.write(requests.HELLO)
+        hello = self._conn.connect()
+        if hello:
+            self.transport.write(hello)
 
     def greeted(self) -> Deferred[QuicxClientProtocol]:
         """
@@ -143,7 +151,7 @@ class QuicxClientProtocol(FrameReceiver):
         """
         if self._closed is not None:
             return fail(self._closed)
-        if self._held is None:
+        if self._conn.greeted:
             return succeed(self)
         greeter: Deferred[QuicxClientProtocol] = Deferred()
         self._greeters.append(greeter)
@@ -151,20 +159,18 @@ class QuicxClientProtocol(FrameReceiver):
 
     # -- requests -----------------------------------------------------------------
 
-    def _request(self, answer: type, encode: Callable[[int], bytes]) -> Deferred[Any]:
-        """Send what C{encode} makes for the connection's version; fires with the answer."""
+    def _request(self, request: Request) -> Deferred[Any]:
+        """Send C{request} (or hold it until HELLO is answered); fires with its answer."""
         if self._closed is not None:
             return fail(self._closed)
-        reply: Deferred[Any] = Deferred()
-        if self._held is not None:
-            self._held.append((answer, encode, reply))
-            return reply
         try:
-            data = encode(self.version)
+            data = self._conn.send(request)
         except (QuicxError, ValueError, TypeError) as e:
             return fail(e)
-        self._requests.append((answer, reply))
-        self.transport.write(data)
+        reply: Deferred[Any] = Deferred()
+        self._replies[request] = reply
+        if data:
+            self.transport.write(data)
         return reply
 
     def submit(
@@ -195,34 +201,24 @@ class QuicxClientProtocol(FrameReceiver):
             L{NeedsVersion2}, L{ConnectionLost}, or C{ValueError} for an
             option out of range or a malformed backoff.
         """
-
-        def encode(version: int) -> bytes:
+        try:
             options = Options(
-                queue,
-                priority,
-                key,
-                fairness_key,
-                delay,
-                run_at,
-                retries,
-                backoff,
-                keep_result,
-                result_ttl,
-                progress is not None,
-                group,
+                queue=queue,
+                priority=priority,
+                key=key,
+                fairness_key=fairness_key,
+                delay=delay,
+                run_at=run_at,
+                retries=retries,
+                backoff=backoff,
+                keep_result=keep_result,
+                result_ttl=result_ttl,
+                progress=progress is not None,
+                group=group,
             )
-            return requests.encode_submit(version, task_type, payload, options)
-
-        submitted = self._request(wire.Ok, encode)
-        if progress is not None:
-            submitted.addCallback(self._listen, progress)
-        return submitted
-
-    def _listen(self, task_id: int, listener: Listener) -> int:
-        """Hand C{task_id}'s progress reports to C{listener}, those that came already first."""
-        for report in self._progress.listen(task_id, listener):
-            self._tell_progress(listener, report)
-        return task_id
+        except (ValueError, TypeError) as e:
+            return fail(e)
+        return self._request(Request.submit([(task_type, payload, options)], progress))
 
     def outcome(self, task_id: int, on_retry: RetryListener | None = None) -> Deferred[Any]:
         """
@@ -283,23 +279,16 @@ class QuicxClientProtocol(FrameReceiver):
         """
         timeout = awaits.wait_seconds(timeout)
         answer: Deferred[Any] = Deferred()
-        sent: list[Waiter[Any]] = []
-
-        def encode(version: int) -> bytes:
-            requests.needs_version_2(version, what)
-            frame = make(awaits.wait_ms(timeout)) + v2.HEARTBEAT_FRAME
-            sent.append(waits.add(key, time.monotonic() + timeout, answer.callback))
-            return frame
+        deadline = time.monotonic() + timeout
+        wait = Request.wait(what, waits, key, timeout, make, deadline, answer.callback, True)
 
         def refused(failure: Failure) -> None:
-            if sent:
-                waits.refused(key, sent[0])
             if not answer.called:
                 answer.errback(failure)
 
         self._answers.add(answer)
         answer.addBoth(self._answered, answer)
-        self._request(_Fence, encode).addCallbacks(lambda _: None, refused)
+        self._request(wait).addCallbacks(lambda _: None, refused)
         return answer
 
     def _answered(self, result: object, answer: Deferred[Any]) -> object:
@@ -319,7 +308,7 @@ class QuicxClientProtocol(FrameReceiver):
         """
         return self._wait_on(
             "result",
-            self._awaits,
+            self._conn.awaits,
             task_id,
             timeout,
             lambda ms: results.encode_await(task_id, ms),
@@ -357,7 +346,7 @@ class QuicxClientProtocol(FrameReceiver):
         """
         return self._wait_on(
             "wait_group",
-            self._group_waits,
+            self._conn.group_waits,
             group,
             timeout,
             lambda ms: results.encode_group(GroupOp.WAIT, group, ms),
@@ -379,10 +368,7 @@ class QuicxClientProtocol(FrameReceiver):
         submits = []
         for task_type, payload, *rest in tasks:
             options = attrs.evolve(rest[0] if rest else Options(), group=group)
-            encode = functools.partial(
-                requests.encode_submit, task_type=task_type, payload=payload, options=options
-            )
-            submits.append(self._request(wire.Ok, encode))
+            submits.append(self._request(Request.submit([(task_type, payload, options)])))
         answers = await DeferredList(submits, consumeErrors=True)
         await self.close_group(group)
         for ok, answer in answers:
@@ -392,22 +378,14 @@ class QuicxClientProtocol(FrameReceiver):
 
     def stats(self) -> Deferred[wire.StatsResponse]:
         """Fires with the daemon's L{wire.StatsResponse}."""
-        return self._request(
-            wire.StatsResponse,
-            lambda version: v2.STATS_FRAME if version == v2.VERSION else wire.STATS_FRAME,
-        )
+        return self._request(Request.stats())
 
     def _info(self, what: str, make: Callable[[], bytes]) -> Deferred[Any]:
         """
         A version-2 request answered with INFO, the frame C{make} returns:
         fires with its document (fails with C{make}'s C{ValueError}).
         """
-
-        def encode(version: int) -> bytes:
-            requests.needs_version_2(version, what)
-            return make()
-
-        return self._request(v2.Info, encode)
+        return self._request(Request.info(what, make))
 
     def hello(
         self, name: str, version: str, capabilities: Iterable[str] = ()
@@ -418,7 +396,7 @@ class QuicxClientProtocol(FrameReceiver):
         """
 
         def keep(document: dict[str, Any]) -> dict[str, Any]:
-            self.server = document
+            self._conn.server = document
             return document
 
         return self._info(
@@ -545,100 +523,65 @@ class QuicxClientProtocol(FrameReceiver):
         self.transport.loseConnection()
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
-        try:
-            message = requests.decode(self._parser.version, message_type, payload)
-        except wire.MalformedMessage as e:
-            self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
-            return
-        if (settled := outcome_of(message)) is not None:
-            self._deliver(*settled)
-        elif isinstance(message, results.Progress):
-            found = self._progress.report(message)
-            if found is not None:
-                self._tell_progress(*found)
-        elif isinstance(message, results.Outcome):
-            self._awaits.answer(message.task_id, message)
-        elif isinstance(message, results.GroupState):
-            self._group_waits.answer(message.group, message)  # or the opener's notice: dropped
-        elif isinstance(message, lifecycle.Retrying):
-            self._retrying(RetryNotice.of(message))
-        elif isinstance(message, monitor.Events):
-            self._tell_events(message)
-        elif isinstance(message, wire.Heartbeat):
-            pong = v2.PONG_FRAME if self._parser.version == v2.VERSION else wire.PONG_FRAME
-            self.transport.write(pong)
-        elif isinstance(message, wire.Pong) and not self._fenced():
-            pass  # a PONG this client did not ask for
-        elif not self._requests:
+        events: list[Event] = []
+        self._conn.receive_frame(self._parser.version, message_type, payload, events)
+        for event in events:
+            kind = type(event)
+            if kind is Answer:
+                self._answer(event)  # type: ignore[arg-type]
+            elif kind is Settled:
+                self._deliver(event.task_id)  # type: ignore[union-attr]
+            elif kind is Retried:
+                self._retrying(event.task_id)  # type: ignore[union-attr]
+            else:
+                self._other(event)
+
+    def _answer(self, answer: Answer) -> None:
+        reply = self._replies.pop(answer.request)
+        if isinstance(answer.value, Exception):
+            reply.errback(answer.value)
+        else:
+            reply.callback(answer.value)
+
+    def _other(self, event: Event) -> None:
+        """What is not an answer nor an outcome."""
+        if isinstance(event, Send):
+            self.transport.write(event.data)
+        elif isinstance(event, Progressed):
+            self._tell_progress(event.listener, event.report)
+        elif isinstance(event, LiveEvents):
+            self._tell_events(event.message)
+        elif isinstance(event, Greeted):
+            self._hello_answered(event)
+        elif isinstance(event, Rejected):
+            self.frameRejected(ErrorCode.INVALID_MESSAGE, event.reason)
+        elif isinstance(event, Unanswered):
+            message = event.message
             if isinstance(message, wire.Error):
                 self.log.error("unexpected ERROR from the daemon: {e}", e=message.message)
             else:
                 self.frameRejected(
                     ErrorCode.INVALID_MESSAGE, f"{type(message).__name__} answers no request"
                 )
-        elif self._held is not None:
-            self._hello_answered(message)
-        else:
-            self._answer(message)
 
-    def _fenced(self) -> bool:
-        """Whether the next answer due is a wait's fence (see L{_Fence})."""
-        return bool(self._requests) and self._requests[0][0] is _Fence
-
-    def _answer(self, message: Any) -> None:
-        if self._fenced():
-            self._fence_answered(message)
-            return
-        expected, reply = self._requests.popleft()
-        if isinstance(message, wire.Error):
-            reply.errback(error_from(message))
-        elif expected is wire.Ok and isinstance(message, requests.OK_TYPES):
-            self._book.expect(message.task_id)
-            reply.callback(message.task_id)
-        elif isinstance(message, expected):
-            reply.callback(message.document if isinstance(message, v2.Info) else message)
-        else:
-            reply.errback(QuicxError(f"unexpected {type(message).__name__} from the daemon"))
-
-    def _fence_answered(self, message: Any) -> None:
-        """A wait's ERROR (its PONG follows), or the PONG: the wait was taken."""
-        fence = self._requests[0][1]
-        if isinstance(message, wire.Pong):
-            self._requests.popleft()
-            if not fence.called:
-                fence.callback(None)
-        elif isinstance(message, wire.Error) and not fence.called:
-            fence.errback(error_from(message))
-        else:
-            self.frameRejected(
-                ErrorCode.INVALID_MESSAGE, f"{type(message).__name__} where a wait's PONG was due"
-            )
-
-    def _hello_answered(self, message: Any) -> None:
-        """The answer to HELLO decides the version; the held requests go out."""
-        self._requests.popleft()
-        if requests.refuses_version_2(self._parser.version, message):
+    def _hello_answered(self, greeted: Greeted) -> None:
+        """The answer to HELLO decided the version (the held requests went out)."""
+        if greeted.fell_back:
             self.log.warn(
                 "the daemon speaks protocol version 1 only: this connection speaks version 1"
                 " (queues, priorities, keys, cancel and introspection are unavailable)"
             )
-            self.version = wire.PROTOCOL_VERSION
-        elif isinstance(message, v2.Info):
-            self.server = message.document
-        held, self._held = self._held or [], None
-        for answer, encode, reply in held:
-            self._request(answer, encode).chainDeferred(reply)
         greeters, self._greeters = self._greeters, []
         for greeter in greeters:
             greeter.callback(self)
 
-    def _retrying(self, notice: RetryNotice) -> None:
+    def _retrying(self, task_id: int) -> None:
         """Hand a retry notice to the task's listeners, or keep it for them."""
-        listeners = self._watchers.get(notice.task_id)
-        if not listeners:
-            self._book.notice(notice)
-        for listener in listeners or ():
-            self._tell(listener, notice)
+        listeners = self._watchers.get(task_id)
+        if listeners:
+            for notice in self._book.notices(task_id):
+                for listener in listeners:
+                    self._tell(listener, notice)
 
     def _tell(self, listener: RetryListener, notice: RetryNotice) -> None:
         # A listener's mistake is logged: raised here, it would cut the connection.
@@ -653,14 +596,12 @@ class QuicxClientProtocol(FrameReceiver):
         except Exception:
             self.log.failure("the progress callback of task {id} raised", id=report.task_id)
 
-    def _deliver(self, task_id: int, outcome: Outcome) -> None:
+    def _deliver(self, task_id: int) -> None:
         self._watchers.pop(task_id, None)
-        self._progress.forget(task_id)
         waiters = self._waiters.pop(task_id, None)
         if not waiters:
-            self._book.arrived(task_id, outcome)
-            return
-        self._book.settle(task_id)
+            return  # kept in the book
+        outcome = self._book.take(task_id)
         if isinstance(outcome, QuicxError):
             for waiter in waiters:
                 waiter.errback(outcome)
@@ -671,22 +612,18 @@ class QuicxClientProtocol(FrameReceiver):
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self._closed = Failure(ConnectionLost(f"connection to the daemon closed: {reason.value}"))
-        pending = [reply for _, reply in self._requests]
-        pending += [reply for _, _, reply in self._held or []]
-        pending += self._greeters
-        self._requests, self._held, self._greeters = deque(), None, []
+        lost = self._conn.connection_lost()
+        pending = [*self._replies.values(), *self._greeters]
+        self._replies, self._greeters = {}, []
         for request in pending:
             request.errback(self._closed)
         # The waits the daemon had taken (their fences passed) end too.
-        self._awaits.clear()
-        self._group_waits.clear()
         for answer in list(self._answers):
             if not answer.called:
                 answer.errback(self._closed)
-        self._progress.clear()
         self._watchers = {}
         self._event_listener = None
-        for task_id in self._book.lose_all():
+        for task_id in lost:
             waiters = self._waiters.pop(task_id, None)
             if waiters:
                 unknown = self._book.take(task_id)

@@ -82,9 +82,18 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 import twisted
-from quicx.clients import requests
 from quicx.clients.adaptive import AUTO_MAX, AutoCredits, Placement
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, split_addresses
+from quicx.clients.connection import (
+    Answer,
+    ClientConnection,
+    Event,
+    Greeted,
+    Rejected,
+    Request,
+    Send,
+    Unanswered,
+)
 from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.progress import ten_thousandths
 from quicx.clients.shares import slot_credits
@@ -362,11 +371,12 @@ class WorkerProtocol(FrameReceiver):
         self.auto = AutoCredits() if worker.credits is None else None
         # READY was sent, with credits in the extension's form unless refused.
         self._asked = False
-        self._refused = False
+        self._refused_credits = False
         self._received = 0  # TASKs in the read being handled
         self._lease_seconds: float | None = None  # the last delivery's lease
-        self.version = v2.VERSION
-        self._greeted = False
+        # The handshake, heartbeats, FOLLOW's answer and ERRORs; TASKs are read here.
+        self._conn = ClientConnection(worker.protocol)
+        self.version = worker.protocol
         # Closes the connection if HELLO is not answered in time.
         self._unanswered: IDelayedCall | None = None
         self.running = 0
@@ -376,8 +386,6 @@ class WorkerProtocol(FrameReceiver):
         self.capabilities: frozenset[str] = frozenset()
         self.max_result: int | None = None
         self.max_reason = MAX_REASON
-        # FOLLOW was sent and its answer has not come.
-        self._following = False
         # The latest ACKs with a result: task id -> (token, frame size).
         self._results_sent: OrderedDict[int, tuple[int, int]] = OrderedDict()
         # Outcomes found while a read is handled, sent together at its end.
@@ -387,13 +395,12 @@ class WorkerProtocol(FrameReceiver):
         super().connectionMade()
         set_no_delay(self.transport)
         self.worker._slots.add(self)
-        if self.worker.protocol == v2.VERSION:
-            self.transport.write(requests.HELLO)
+        hello = self._conn.connect()
+        if hello:
+            self.transport.write(hello)
             if self.place is not None:
                 self._unanswered = self.worker._reactor.callLater(HELLO_TIMEOUT, self._no_answer)
         else:
-            self._greeted = True
-            self.version = wire.PROTOCOL_VERSION
             self.worker._slot_connected(self)
             self._ready()
 
@@ -426,8 +433,9 @@ class WorkerProtocol(FrameReceiver):
 
     def follow(self) -> None:
         """Follow the worker's shared data on this connection (its FOLLOW answer comes later)."""
-        self._following = True
-        self.transport.write(results.encode_follow(self.worker.follow))
+        names = self.worker.follow
+        follow = Request.info("follow", lambda: results.encode_follow(names))
+        self.transport.write(self._conn.send(follow))
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
         self.log.error("daemon sent a frame this worker refuses: {reason}", reason=reason)
@@ -448,11 +456,14 @@ class WorkerProtocol(FrameReceiver):
             if self.stopping and not self.running:
                 self.transport.loseConnection()
 
+    @property
+    def _greeted(self) -> bool:
+        return self._conn.greeted
+
     def frameReceived(self, message_type: int, payload: bytes) -> None:
-        if not self._greeted:
-            self._hello_answered(message_type, payload)
-            return
-        if message_type == wire.MessageType.TASK:
+        if not self._conn.greeted:
+            self._other(message_type, payload)  # the answer to HELLO
+        elif message_type == wire.MessageType.TASK:
             self._answered = True
             task: wire.Task | v2.Task = (
                 v2.decode_task(payload) if self.version == v2.VERSION else wire.decode_task(payload)
@@ -477,64 +488,77 @@ class WorkerProtocol(FrameReceiver):
                 self._finished(outcome, task, lease)
         elif message_type == wire.MessageType.WAIT:
             self._answered = True
-        elif message_type == wire.MessageType.HEARTBEAT:
-            self.transport.write(v2.PONG_FRAME if self.version == v2.VERSION else wire.PONG_FRAME)
-        elif message_type == v2.MessageType.SHARED:
+        elif message_type == v2.MessageType.SHARED and self.version == v2.VERSION:
             if self.worker._follower is self:
                 self.worker.shared_arrived(results.decode_shared(payload))
-        elif message_type == v2.MessageType.INFO:
-            if self._following:  # the answer to FOLLOW: what exists of what it follows
-                self._following = False
-                following = v2.decode_info(payload).document
-                self.worker.followed(following.get("following", {}), self)
-        elif message_type == wire.MessageType.ERROR:
-            error = wire.decode_error(payload)
-            if self._following:
-                self._following = False
+        else:
+            self._other(message_type, payload)
+
+    def _other(self, message_type: int, payload: bytes) -> None:
+        """A frame that is no task: the connection's to read."""
+        events: list[Event] = []
+        self._conn.receive_frame(self._parser.version, message_type, payload, events)
+        for event in events:
+            self._event(event)
+
+    def _event(self, event: Event) -> None:
+        """What the connection made of a frame that is not a task."""
+        if isinstance(event, Send):
+            self.transport.write(event.data)  # a heartbeat's PONG
+        elif isinstance(event, Greeted):
+            self._hello_answered(event)
+        elif isinstance(event, Answer):  # FOLLOW's: what exists of what it follows
+            if isinstance(event.value, Exception):
                 self.log.error(
                     "the daemon refuses to send shared data {names} ({message}): handlers see none",
                     names=", ".join(self.worker.follow),
-                    message=error.message,
+                    message=str(event.value),
                 )
                 self.worker.followed({}, self)
-                return
-            if (
-                (self.credits > 1 or self.auto is not None)
-                and not self._answered
-                and error.code == ErrorCode.INVALID_MESSAGE
-            ):
-                # The first answer to a READY with credits is an ERROR: a
-                # daemon without the extension (the reference one).
-                if self.auto is None:
-                    self.log.warn(
-                        "the daemon refuses READY credits ({message}); this connection"
-                        " takes one task at a time",
-                        message=error.message,
-                    )
-                self.credits, self.auto, self._refused = 1, None, True
-                self._ready()
-                return
-            if error.code == v2.ErrorCode.STALE:
+            else:
+                self.worker.followed(event.value.get("following", {}), self)
+        elif isinstance(event, Unanswered) and isinstance(event.message, wire.Error):
+            self._refused(event.message)
+        elif isinstance(event, Rejected):
+            self.frameRejected(ErrorCode.INVALID_MESSAGE, event.reason)
+
+    def _refused(self, error: wire.Error) -> None:
+        """An ERROR no request of the connection's is owed: of READY, or of a report."""
+        if (
+            (self.credits > 1 or self.auto is not None)
+            and not self._answered
+            and error.code == ErrorCode.INVALID_MESSAGE
+        ):
+            # The first answer to a READY with credits is an ERROR: a
+            # daemon without the extension (the reference one).
+            if self.auto is None:
                 self.log.warn(
-                    "the daemon refused a stale report ({message}): the task's lease ran"
-                    " out and it went back to its queue, so this outcome does not count",
+                    "the daemon refuses READY credits ({message}); this connection"
+                    " takes one task at a time",
                     message=error.message,
                 )
-                return
-            if error.code == ErrorCode.PAYLOAD_TOO_LARGE and self._results_sent:
-                self._result_refused(error.message)
-                return
-            self.log.error("daemon error: {message}", message=error.message)
+            self.credits, self.auto, self._refused_credits = 1, None, True
+            self._ready()
+            return
+        if error.code == v2.ErrorCode.STALE:
+            self.log.warn(
+                "the daemon refused a stale report ({message}): the task's lease ran"
+                " out and it went back to its queue, so this outcome does not count",
+                message=error.message,
+            )
+            return
+        if error.code == ErrorCode.PAYLOAD_TOO_LARGE and self._results_sent:
+            self._result_refused(error.message)
+            return
+        self.log.error("daemon error: {message}", message=error.message)
 
-    def _hello_answered(self, message_type: int, payload: bytes) -> None:
+    def _hello_answered(self, greeted: Greeted) -> None:
         """The answer to HELLO: INFO, or ERROR from a version-1 daemon."""
-        self._greeted = True
         if self._unanswered is not None:
             self._unanswered.cancel()
-        if self._parser.version == wire.PROTOCOL_VERSION:
-            self.version = wire.PROTOCOL_VERSION
+        self.version = greeted.version
         self.worker._slot_connected(self)
-        if self._parser.version == wire.PROTOCOL_VERSION:
+        if greeted.version == wire.PROTOCOL_VERSION:
             if self.worker.queues or self.worker.follow:
                 self.log.warn(
                     "the daemon speaks protocol version 1 only: this worker serves its"
@@ -542,8 +566,7 @@ class WorkerProtocol(FrameReceiver):
                     queues=", ".join(self.worker.queues) or "-",
                 )
         else:
-            if message_type == v2.MessageType.INFO:
-                self._learn(v2.decode_info(payload).document)
+            self._learn(greeted.server)
             if self.worker.follow and "shared" not in self.capabilities:
                 self.log.error(
                     "the daemon has no shared data: handlers see none of {names}",
@@ -605,7 +628,7 @@ class WorkerProtocol(FrameReceiver):
             if self.auto.credits <= credits:
                 return
             self.auto.credits = credits
-        elif self._refused or credits == self.credits:
+        elif self._refused_credits or credits == self.credits:
             return
         self.credits = credits
         if self._asked and not self.stopping:

@@ -451,58 +451,88 @@ def _option(tag: int, value: bytes) -> bytes:
     return bytes((tag, len(value))) + value
 
 
-def submit_options(  # noqa: PLR0913
-    queue: str | None = None,
-    priority: int | None = None,
-    key: bytes | None = None,
-    fairness: bytes | None = None,
-    delay_ms: int | None = None,
-    run_at_ms: int | None = None,
-    retries: int | None = None,
-    backoff: Backoff | None = None,
-    result_ttl: int | None = None,
-    progress: bool = False,
-    group: int | None = None,
-) -> bytes:
-    """The options field of a SUBMIT (without its length)."""
-    options = b""
-    if queue is not None:
-        options += _option(Option.QUEUE, check_queue(queue))
-    if priority is not None:
-        if not 0 <= priority <= 255:
-            raise ValueError(f"a priority is 0 to 255, not {priority}")
-        options += bytes((Option.PRIORITY, 1, priority))
-    if key is not None:
-        options += _option(Option.KEY, key)
-    if fairness is not None:
-        options += _option(Option.FAIRNESS, fairness)
-    if delay_ms is not None and run_at_ms is not None:
-        raise ValueError("a task has a delay or a time to run at, not both")
-    if delay_ms is not None:
-        if not 0 <= delay_ms <= 0xFFFFFFFF:
-            raise ValueError(f"a delay is 0 to {0xFFFFFFFF} ms, not {delay_ms}")
-        options += bytes((Option.DELAY, 4)) + wire.TASK_ID.pack(delay_ms)
-    if run_at_ms is not None:
-        if not 0 <= run_at_ms < 1 << 64:
-            raise ValueError(f"a time to run at is a u64 of milliseconds, not {run_at_ms}")
-        options += bytes((Option.RUN_AT, 8)) + _U64.pack(run_at_ms)
-    if retries is not None:
-        if not 0 <= retries <= MAX_RETRIES:
-            raise ValueError(f"retries are 0 to {MAX_RETRIES}, not {retries}")
-        options += bytes((Option.RETRIES, 2)) + U16.pack(retries)
-    if backoff is not None:
-        options += bytes((Option.BACKOFF, _BACKOFF.size)) + encode_backoff(backoff)
-    if result_ttl is not None:
-        if not 0 <= result_ttl <= 0xFFFFFFFF:
-            raise ValueError(f"a result TTL is 0 to {0xFFFFFFFF} s, not {result_ttl}")
-        options += bytes((Option.RESULT, 4)) + wire.TASK_ID.pack(result_ttl)
-    if progress:
-        options += bytes((Option.PROGRESS, 1, 1))
-    if group is not None:
-        if not 1 <= group <= wire.MAX_TASK_ID:
-            raise ValueError(f"a group id is 1 to {wire.MAX_TASK_ID}, not {group}")
-        options += bytes((Option.GROUP, 4)) + wire.TASK_ID.pack(group)
-    return options
+@frozen(cache_hash=True)
+class SubmitOptions:
+    """
+    A SUBMIT's options, as the wire carries them: the one value a client
+    builds and this codec encodes (L{encode}); a new option is a field
+    here and its tag (L{Option}).  Each C{None} (or C{False}) is absent.
+
+    @ivar key: the idempotency key; C{fairness}: the fairness key.
+    @ivar delay_ms: run it this many milliseconds from now; C{run_at_ms}:
+        at this time (milliseconds since the Unix epoch); at most one.
+    @ivar result_ttl: keep the outcome and result this many seconds (0: the
+        daemon's default).
+    @ivar progress: forward the task's progress reports to the producer.
+    @ivar group: the group it joins.
+    """
+
+    queue: str | None = None
+    priority: int | None = None
+    key: bytes | None = None
+    fairness: bytes | None = None
+    delay_ms: int | None = None
+    run_at_ms: int | None = None
+    retries: int | None = None
+    backoff: Backoff | None = None
+    result_ttl: int | None = None
+    progress: bool = False
+    group: int | None = None
+
+    def encode(self) -> bytes:
+        """
+        The options field of a SUBMIT (without its length).
+
+        @raise ValueError: an option is out of range.
+        """
+        options = b""
+        if self.queue is not None:
+            options += _option(Option.QUEUE, check_queue(self.queue))
+        priority = self.priority
+        if priority is not None:
+            if not 0 <= priority <= 255:
+                raise ValueError(f"a priority is 0 to 255, not {priority}")
+            options += bytes((Option.PRIORITY, 1, priority))
+        if self.key is not None:
+            options += _option(Option.KEY, self.key)
+        if self.fairness is not None:
+            options += _option(Option.FAIRNESS, self.fairness)
+        delay_ms, run_at_ms = self.delay_ms, self.run_at_ms
+        if delay_ms is not None and run_at_ms is not None:
+            raise ValueError("a task has a delay or a time to run at, not both")
+        if delay_ms is not None:
+            if not 0 <= delay_ms <= 0xFFFFFFFF:
+                raise ValueError(f"a delay is 0 to {0xFFFFFFFF} ms, not {delay_ms}")
+            options += bytes((Option.DELAY, 4)) + wire.TASK_ID.pack(delay_ms)
+        if run_at_ms is not None:
+            if not 0 <= run_at_ms < 1 << 64:
+                raise ValueError(f"a time to run at is a u64 of milliseconds, not {run_at_ms}")
+            options += bytes((Option.RUN_AT, 8)) + _U64.pack(run_at_ms)
+        retries = self.retries
+        if retries is not None:
+            if not 0 <= retries <= MAX_RETRIES:
+                raise ValueError(f"retries are 0 to {MAX_RETRIES}, not {retries}")
+            options += bytes((Option.RETRIES, 2)) + U16.pack(retries)
+        if self.backoff is not None:
+            options += bytes((Option.BACKOFF, _BACKOFF.size)) + encode_backoff(self.backoff)
+        result_ttl = self.result_ttl
+        if result_ttl is not None:
+            if not 0 <= result_ttl <= 0xFFFFFFFF:
+                raise ValueError(f"a result TTL is 0 to {0xFFFFFFFF} s, not {result_ttl}")
+            options += bytes((Option.RESULT, 4)) + wire.TASK_ID.pack(result_ttl)
+        if self.progress:
+            options += bytes((Option.PROGRESS, 1, 1))
+        group = self.group
+        if group is not None:
+            if not 1 <= group <= wire.MAX_TASK_ID:
+                raise ValueError(f"a group id is 1 to {wire.MAX_TASK_ID}, not {group}")
+            options += bytes((Option.GROUP, 4)) + wire.TASK_ID.pack(group)
+        return options
+
+
+def submit_options(*fields: Any, **named: Any) -> bytes:
+    """The options field of a SUBMIT: L{SubmitOptions} of C{fields}, encoded."""
+    return SubmitOptions(*fields, **named).encode()
 
 
 def encode_backoff(backoff: Backoff) -> bytes:
