@@ -2144,7 +2144,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         # shell tool killed by SIGPIPE does; nothing more is written to it.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-
-
-if __name__ == "__main__":
-    sys.exit(main())
