@@ -2,6 +2,6 @@
 
 import sys
 
-from quicx.cli import main
+from quicx.cli.app import main
 
 sys.exit(main())
