@@ -221,21 +221,23 @@ class Commands:
         self.helps: dict[str, str] = {}
 
     def add(self, name: str, help: str, description: str) -> argparse.ArgumentParser:
+        """Command C{name}'s parser: C{help} for C{quicx --help}, C{description} for its own."""
         self.helps[name] = help
         return self.parsers.add_parser(name, help=help, description=description)
 
     def looking(self, name: str, help: str, description: str) -> argparse.ArgumentParser:
-        """A command that looks, over the wire: C{--json}, C{--timeout}, C{--connect}."""
+        """A command that looks (L{looking_options})."""
         return looking_options(self.add(name, help, description))
 
     def acting(self, name: str, help: str, description: str) -> argparse.ArgumentParser:
-        """An admin command, through the control socket: C{--config} and its flags."""
+        """An admin command, through the control socket (L{acting_options})."""
         return acting_options(
             self.add(name, help, description + " Goes through the control socket.")
         )
 
 
 def connect_option(sub: argparse.ArgumentParser, several: bool = False) -> None:
+    """C{--connect}: the daemon's address (a list of them if C{several})."""
     sub.add_argument(
         "--connect",
         metavar="ADDRESS[,ADDRESS...]" if several else "ADDRESS",
@@ -246,6 +248,7 @@ def connect_option(sub: argparse.ArgumentParser, several: bool = False) -> None:
 
 
 def config_option(sub: argparse.ArgumentParser) -> None:
+    """C{--config} and C{--instance}: the daemon whose settings, socket and pid file to use."""
     sub.add_argument(
         "--config",
         "-c",
@@ -262,11 +265,13 @@ def config_option(sub: argparse.ArgumentParser) -> None:
     )
 
 
-def settings(*names: str) -> list[configuration.Setting]:
+def named_settings(*names: str) -> list[configuration.Setting]:
+    """The settings of C{names}, for L{add_setting_flags}."""
     return [configuration.BY_NAME[name] for name in names]
 
 
 def waiting_options(sub: argparse.ArgumentParser) -> None:
+    """C{--wait}, C{--timeout} and C{--connect}: a command that may wait for an outcome."""
     sub.add_argument("--wait", action="store_true", help="wait for it to finish")
     sub.add_argument(
         "--timeout", type=duration, default=30.0, help="seconds to wait (30), or for an answer"
@@ -275,6 +280,7 @@ def waiting_options(sub: argparse.ArgumentParser) -> None:
 
 
 def looking_options(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """C{--json}, C{--timeout} and C{--connect}: a command that looks, over the wire."""
     sub.add_argument("--json", action="store_true", help="print the daemon's JSON answer")
     sub.add_argument("--timeout", type=duration, default=10.0, help="seconds to wait (10)")
     connect_option(sub)
@@ -282,7 +288,8 @@ def looking_options(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def acting_options(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """C{--config}, C{--control}, C{--port} and C{--timeout}: an admin command."""
     config_option(sub)
-    add_setting_flags(sub.add_argument, settings("control", "port"))
+    add_setting_flags(sub.add_argument, named_settings("control", "port"))
     sub.add_argument("--timeout", type=duration, default=10.0, help="seconds to wait (10)")
     return sub

@@ -19,7 +19,7 @@ from quicx.cli.arguments import (
     bounded_int,
     config_option,
     duration,
-    settings,
+    named_settings,
 )
 from quicx.cli.common import CommandError, daemon_config, setting_arguments
 from quicx.daemon import settings as configuration
@@ -164,7 +164,7 @@ def add_stop(commands: Commands) -> None:
         "Send SIGTERM to the daemon named by the pid file and wait for it to exit.",
     )
     config_option(stop)
-    add_setting_flags(stop.add_argument, settings("pid_file", "port"))
+    add_setting_flags(stop.add_argument, named_settings("pid_file", "port"))
     stop.add_argument(
         "--timeout",
         type=duration,

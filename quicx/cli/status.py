@@ -20,7 +20,7 @@ from quicx.cli.arguments import (
     bounded_int,
     config_option,
     duration,
-    settings,
+    named_settings,
 )
 from quicx.cli.common import CommandError, control_path
 from quicx.clients.address import ADDRESS_VARIABLE, parse_address, split_addresses
@@ -46,7 +46,7 @@ def add_status(commands: Commands) -> None:
         " when the daemon goes away.",
     )
     config_option(status)
-    add_setting_flags(status.add_argument, settings("control", "port"))
+    add_setting_flags(status.add_argument, named_settings("control", "port"))
     status.add_argument(
         "--connect",
         metavar="ADDRESS[,ADDRESS...]",
