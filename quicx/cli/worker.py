@@ -12,7 +12,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from quicx.cli.arguments import (
     Commands,
@@ -26,6 +26,9 @@ from quicx.cli.common import CommandError, client_addresses
 from quicx.daemon import settings as configuration
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.protocol.wire import MAX_CREDITS
+
+if TYPE_CHECKING:
+    from quicx.clients.worker import Worker
 
 
 def add_worker(commands: Commands) -> None:
@@ -98,6 +101,29 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise CommandError(f"{flag} needs protocol version 2 (not --protocol 1)")
     target = import_object(args.target)
     addresses = client_addresses(args)
+    worker = configured_worker(target, args)
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
+    if args.busy_poll:
+        try:
+            enable_busy_poll(reactor, args.busy_poll)
+        except ValueError as e:
+            # On by default, and it only saves wake-ups: never a reason not to run.
+            Worker.log.warn("busy polling is off: {error}", error=str(e))
+    worker.start(reactor, addresses)
+    reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
+    stop_on_signals(reactor)
+    # The default reactor's run() takes installSignalHandlers; IReactorCore omits it.
+    cast(Any, reactor).run(installSignalHandlers=False)
+    return 0
+
+
+def configured_worker(target: object, args: argparse.Namespace) -> Worker:
+    """
+    The worker C{target} (what MODULE:OBJECT names) makes: a L{Worker} with
+    the flags given applied, or one made of a mapping of task types to handlers.
+    """
+    from quicx.clients.worker import Worker
+
     if isinstance(target, Worker):
         worker = target
         if args.concurrency:
@@ -133,19 +159,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"{args.target} is a {type(target).__name__}, not a Worker or a mapping"
             " of task types to handlers"
         )
-    globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
-    if args.busy_poll:
-        try:
-            enable_busy_poll(reactor, args.busy_poll)
-        except ValueError as e:
-            # On by default, and it only saves wake-ups: never a reason not to run.
-            Worker.log.warn("busy polling is off: {error}", error=str(e))
-    worker.start(reactor, addresses)
-    reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
-    stop_on_signals(reactor)
-    # The default reactor's run() takes installSignalHandlers; IReactorCore omits it.
-    cast(Any, reactor).run(installSignalHandlers=False)
-    return 0
+    return worker
 
 
 def stop_on_signals(reactor: Any) -> None:
