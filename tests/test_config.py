@@ -11,6 +11,7 @@ import attrs
 import pytest
 
 from quicx import cli
+from quicx.cli.common import daemon_config
 from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
 from quicx.daemon.dispatch import DispatchSettings, Order
@@ -307,7 +308,7 @@ def test_every_setting_is_a_twistd_flag() -> None:
 
 def test_every_setting_is_a_quicx_start_flag() -> None:
     args = cli.build_parser().parse_args(["start", *as_flags(EVERY_SETTING_CHANGED)])
-    assert cli.daemon_config(args) == EVERY_FLAG_CHANGED
+    assert daemon_config(args) == EVERY_FLAG_CHANGED
 
 
 def test_flags_override_the_file_and_repeated_ones_replace_its_values(tmp_path: Path) -> None:
