@@ -26,7 +26,7 @@ from quicx.cli.common import CommandError, control_path
 from quicx.clients.address import ADDRESS_VARIABLE, parse_address, split_addresses
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon.control import StatusUnavailable, fetch_status
-from quicx.daemon.settings import format_size
+from quicx.documents.units import format_size
 from quicx.protocol.errors import QuicxError
 from quicx.status.text import bar, human_duration, printable, thousands
 

@@ -56,10 +56,6 @@ from quicx.daemon.policy import (
 from quicx.daemon.results import ResultLimits, Share
 from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.daemon.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
-
-# Re-exported for quicx/cli.py (being split into a package by another step),
-# until it imports quicx.documents.units itself.
-from quicx.documents.units import format_size as format_size
 from quicx.net.addresses import split_addresses
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.net.certificates import Authorization, identities
