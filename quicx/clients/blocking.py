@@ -94,7 +94,7 @@ class QuicxClient:
         keep_outcomes: int = DEFAULT_KEEP,
         protocol: int = 2,
     ) -> None:
-        self._conn = ClientConnection(protocol, keep_outcomes)
+        self._conn = ClientConnection(protocol, keep_outcomes, announce=False)
         self.address = address
         self.protocol = protocol
         several = "open_client or ClusterClient (quicx.clients.blocking_cluster)"
@@ -276,7 +276,7 @@ class QuicxClient:
         or anything else that came.
         """
         event = self._read(deadline)
-        if isinstance(event, Answer | Unanswered | Greeted):
+        if isinstance(event, (Answer, Unanswered, Greeted)):
             return event
         if isinstance(event, Send):
             if self._sock is not None:  # a PONG is not worth a new connection

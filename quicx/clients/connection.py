@@ -253,6 +253,9 @@ class ClientConnection:
     @ivar book: outcomes and retry notices of the tasks submitted here.
     @ivar progress: the progress callbacks, by task.
     @ivar awaits: the waits on tasks (AWAIT); C{group_waits}: on groups.
+    @ivar announce: whether an outcome filed in C{book} is an event too
+        (L{Settled}, L{Retried}): a client that reads the book when asked
+        (the blocking one) has no use for them, one a call per task less.
     """
 
     def __init__(
@@ -260,6 +263,7 @@ class ClientConnection:
         protocol: int = 2,
         keep_outcomes: int = DEFAULT_KEEP,
         hello: bytes = requests.HELLO,
+        announce: bool = True,
     ) -> None:
         if protocol not in (1, 2):
             raise ValueError(f"protocol is 1 or 2, not {protocol}")
@@ -268,6 +272,7 @@ class ClientConnection:
         self.greeted = protocol == wire.PROTOCOL_VERSION
         self.server: dict[str, Any] = {}
         self.hello = hello
+        self.announce = announce
         self.book = OutcomeBook(keep_outcomes)
         self.progress = ProgressListeners()
         self.awaits = awaits.outcome_waits()
@@ -389,7 +394,8 @@ class ClientConnection:
         if settled is not None:
             self.book.arrived(*settled)
             self.progress.forget(settled[0])
-            events.append(Settled(settled[0]))
+            if self.announce:
+                events.append(Settled(settled[0]))
         elif isinstance(message, results.Progress):
             found = self.progress.report(message)
             if found is not None:
@@ -400,7 +406,8 @@ class ClientConnection:
             self.group_waits.answer(message.group, message)  # or the opener's notice: dropped
         elif isinstance(message, lifecycle.Retrying):
             self.book.notice(RetryNotice.of(message))
-            events.append(Retried(message.task_id))
+            if self.announce:
+                events.append(Retried(message.task_id))
         elif isinstance(message, monitor.Events):
             events.append(LiveEvents(message))
         elif isinstance(message, wire.Heartbeat):
