@@ -1,8 +1,10 @@
 """
-The package's shape: imports only go down the layers, C{quicx status} does
-not import the daemon, nothing imports the CLI, there are no import cycles,
-the blocking client, the protocol and the status views load no Twisted, and
-the public API is importable from C{quicx} itself.
+The package's shape: imports only go down the layers (L{LAYERS}, in
+tools/layout.py with the README's map they are written into), C{quicx status}
+does not import the daemon, nothing imports the CLI, there are no import
+cycles, the blocking client, the protocol and the status views load no
+Twisted, the public API is importable from C{quicx} itself, and the README's
+layout map lists every module with its docstring's first sentence.
 """
 
 from __future__ import annotations
@@ -15,29 +17,10 @@ from pathlib import Path
 import pytest
 
 import quicx
+from tools import layout
+from tools.layout import FORBIDDEN, LAYERS
 
 PACKAGE = Path(quicx.__file__).parent
-
-LAYERS = {
-    "quicx.protocol": 0,
-    "quicx.documents": 0,
-    "quicx.net": 1,
-    "quicx.daemon": 2,
-    "quicx.clients": 2,
-    "quicx.report": 3,
-    "quicx.status": 3,
-    "quicx.cli": 4,
-}
-"""A module may import its own layer's package and lower layers only."""
-
-FORBIDDEN = {
-    # What C{quicx status} shows comes from the status documents (and the
-    # pure functions over them, in quicx.documents), never from the daemon's
-    # insides: a status that imports the daemon stops at the daemon's next
-    # refactoring (and it loaded Twisted, through the settings).
-    ("quicx.status", "quicx.daemon"),
-}
-"""(importer, imported) packages that may not import each other though their layers allow it."""
 
 ROOT_NAMES = {"__version__", "version_line"}
 """What any module may import from the package root (which imports lazily)."""
@@ -163,3 +146,95 @@ def test_every_package_is_shipped_by_a_regular_install() -> None:
     listed = set(setup["options"]["packages"].split())
     found = {module_name(init) for init in PACKAGE.rglob("__init__.py")}
     assert found - listed == set()
+
+
+# -- the README's layout map: one row per module, its docstring's first sentence ----------------
+
+ROOT = PACKAGE.parent
+
+
+def test_the_readme_layout_map_is_the_modules_docstrings() -> None:
+    """The map python -m tools.layout writes is the one the README shows."""
+    assert layout.differences((ROOT / "README.md").read_text(), ROOT) == []
+
+
+def test_every_layered_package_is_in_the_map() -> None:
+    mapped = {layout.where(path, ROOT) for path in layout.sources(ROOT)}
+    assert {layout.where(path, ROOT) for path in ROOT.glob("quicx/**/*.py")} <= mapped
+    assert {f"`{package.replace('.', '/')}/`" for package in LAYERS} <= mapped
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A small checkout: two packages, the plugin, and a README whose map is up to date."""
+    for path, docstring in [
+        ("quicx/__init__.py", "The root."),
+        ("quicx/protocol/__init__.py", "The protocol."),
+        ("quicx/protocol/wire.py", "The wire format: constants\nand functions.  More here."),
+        ("quicx/cli/__init__.py", "The command."),
+        ("twisted/plugins/quicx_plugin.py", "The plugin."),
+    ]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(f'"""\n{docstring}\n"""\n\nX = 1\n')
+    readme = f"# Quicx\n\n## Layout\n\n{layout.BEGIN}\n{layout.END}\n\nThe end.\n"
+    (tmp_path / "README.md").write_text(layout.written(readme, tmp_path)[0])
+    return tmp_path
+
+
+def test_the_map_check_passes_an_up_to_date_map(tree: Path) -> None:
+    readme = (tree / "README.md").read_text()
+    assert layout.differences(readme, tree) == []
+    assert "| `quicx/protocol/wire.py` | The wire format: constants and functions. |" in readme
+    assert readme.endswith(f"{layout.END}\n\nThe end.\n")
+
+
+def test_the_map_check_names_a_module_missing_from_the_map(tree: Path) -> None:
+    (tree / "quicx/protocol/frames.py").write_text('"""Framing."""\n')
+    assert layout.differences((tree / "README.md").read_text(), tree) == [
+        "`quicx/protocol/frames.py` is missing from README.md's layout map",
+        "run: python -m tools.layout",
+    ]
+
+
+def test_the_map_check_names_a_stale_row_and_a_gone_module(tree: Path) -> None:
+    (tree / "quicx/protocol/wire.py").write_text('"""The wire format, renewed."""\n')
+    (tree / "quicx/cli/__init__.py").unlink()
+    assert layout.differences((tree / "README.md").read_text(), tree) == [
+        "`quicx/protocol/wire.py`'s row is stale: README.md says"
+        " 'The wire format: constants and functions.', its docstring 'The wire format, renewed.'",
+        "`quicx/cli/` is in README.md's layout map but is not a module",
+        "run: python -m tools.layout",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("X = 1\n", "has no docstring"),
+        ('"""\nThe wire format:\n\n    a drawing\n"""\n', "does not open with a sentence"),
+        (f'"""{"word " * 30}end."""\n', "first sentence is 154 characters"),
+    ],
+)
+def test_the_map_check_names_a_module_without_a_summary(
+    tree: Path, source: str, problem: str
+) -> None:
+    (tree / "quicx/protocol/wire.py").write_text(source)
+    problems = layout.differences((tree / "README.md").read_text(), tree)
+    assert len(problems) == 1
+    assert problems[0].startswith("quicx/protocol/wire.py: ")
+    assert problem in problems[0]
+
+
+def test_the_map_check_finds_a_stale_layering_sentence(tree: Path) -> None:
+    readme = (tree / "README.md").read_text().replace("Five layers", "Four layers")
+    assert layout.differences(readme, tree) == [
+        "README.md's layout part is out of order or its layering sentence is stale",
+        "run: python -m tools.layout",
+    ]
+
+
+def test_the_map_needs_its_markers(tree: Path) -> None:
+    readme = (tree / "README.md").read_text().replace(layout.END, "")
+    assert layout.differences(readme, tree) == [
+        f"README.md needs one {layout.BEGIN!r} and one {layout.END!r} line"
+    ]

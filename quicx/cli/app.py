@@ -1,4 +1,6 @@
 """
+The C{quicx} command's top parser, its commands' parsers in order, and L{main}.
+
 The C{quicx} command assembled: the top parser, each command's parser from
 its module, in the order argparse lists them, and L{main}.
 """

@@ -1,4 +1,6 @@
 """
+What the commands' parsers are made of: argparse types, setting flags, shared options.
+
 The pieces the commands' parsers are made of: argparse types that check a
 value as the daemon would (task ids, queue names, durations, keys), the
 setting flags, the option sets several commands share, and L{Commands}, which

@@ -1,4 +1,6 @@
 """
+What every command shares: addresses, calling a daemon, output, exit statuses.
+
 What every command shares: the daemon's configuration and address from the
 command line, calling a daemon, the output helpers (tables, ages, times,
 reasons made printable), and the mapping of mistakes to one stderr line and

@@ -1,4 +1,6 @@
 """
+C{quicx start}, C{stop}, C{init}, C{version} and C{repair-journal}.
+
 Running the daemon: C{quicx start} (one daemon or a set), C{stop} (waiting out
 its drain), C{init} (a quicx.conf), C{version} and C{repair-journal}.
 """

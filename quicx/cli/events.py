@@ -1,4 +1,6 @@
 """
+C{quicx events} (live lifecycle events) and C{quicx report} (the PySpark report).
+
 Task lifecycle events: C{quicx events} prints them live, C{quicx report} runs
 the PySpark report over the files the daemon writes them to.
 """

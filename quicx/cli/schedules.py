@@ -1,4 +1,6 @@
 """
+C{quicx schedules}, C{schedule add} and C{schedule remove}.
+
 Schedules: C{quicx schedules} lists them, C{quicx schedule add} and C{remove}
 change the run-time ones (through the control socket).
 """

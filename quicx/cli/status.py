@@ -1,4 +1,6 @@
 """
+C{quicx status}: one daemon or a cluster, once or live, as text or JSON.
+
 C{quicx status}: one daemon's status document from its control socket or over
 the wire, a cluster's side by side, once or live (C{--watch}), as text or JSON.
 """

@@ -1,4 +1,6 @@
 """
+C{quicx worker MODULE:OBJECT}: runs a L{Worker} until SIGTERM or Ctrl-C.
+
 C{quicx worker MODULE:OBJECT}: runs a L{Worker} (or a mapping of task types to
 handlers) until SIGTERM or Ctrl-C, which let the tasks in hand finish.
 """

@@ -1,4 +1,6 @@
 """
+How the worker runner adapts to its handlers: where they run, how many tasks it holds.
+
 How the worker runner adapts to its handlers, when the user leaves it to:
 where a plain function runs (L{Placement}), and how many tasks a connection
 asks to hold (L{AutoCredits}).  Both learn from how long handlers take;

@@ -1,4 +1,6 @@
 """
+The blocking client of several daemons (L{ClusterClient}).
+
 The blocking client of several daemons: one L{QuicxClient} per daemon, each
 task placed on one of them by the rules of L{quicx.clients.cluster}.
 

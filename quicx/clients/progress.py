@@ -1,4 +1,6 @@
 """
+Progress reports, both ways: from a worker's handler, to a producer's callback.
+
 Progress reports, both ways: a worker's handler says how far it has got
 (L{ten_thousandths}, as PROGRESS carries the fraction), and a producer that
 asked for them hands each to the callback it gave its submit

@@ -1,4 +1,6 @@
 """
+What the clients send and read, in either protocol version (sans-I/O).
+
 What the clients send and read, in either protocol version: sans-I/O, shared
 by the blocking client, the Twisted client and the worker runner.
 

@@ -1,4 +1,6 @@
 """
+How a worker splits its capacity among a cluster's daemons.
+
 How a worker with several daemons (a cluster: see L{split_addresses}) splits
 its capacity among them, so that it holds no more tasks with k daemons than
 with one.

@@ -1,4 +1,6 @@
 """
+A watch that logs a handler call stuck on the reactor, once.
+
 A watch over the handler calls the worker runner moved to the reactor: one
 that has run for L{STUCK_AFTER} seconds is logged as an error, once.
 

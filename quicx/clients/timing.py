@@ -1,4 +1,6 @@
 """
+When a task runs, as clients give it: run-at times, backoffs, how long results are kept.
+
 When a task runs, as clients are given it: times to run at (C{datetime}s,
 Unix seconds, or ISO 8601 text for the C{quicx} command), backoffs (a
 L{v2.Backoff}, or its text form), and how long its result is kept.

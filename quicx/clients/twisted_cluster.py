@@ -1,4 +1,6 @@
 """
+The Twisted producer of several daemons.
+
 The Twisted producer of several daemons: one L{ProducerService} per daemon,
 each reconnecting with backoff, and each task placed on one of them by the
 rules of L{quicx.clients.cluster} (the blocking L{ClusterClient}'s).

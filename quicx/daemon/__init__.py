@@ -1,4 +1,6 @@
 """
+The daemon: the queue, its storage, its servers, its settings and its twistd wiring.
+
 The daemon: the queue (L{core}) over the PMAD allocator (L{pmad}) and the
 journal (L{journal}), the Twisted server protocol (L{server}), lifecycle
 events (L{events}), timers (L{timers}), the control socket (L{control}),

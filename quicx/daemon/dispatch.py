@@ -1,4 +1,6 @@
 """
+Which idle worker is offered the next task, and the guard against one that fails everything.
+
 Which idle worker is offered the next task: the order of a queue's idle
 workers, and the guard against a worker that fails everything.
 

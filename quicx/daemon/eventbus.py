@@ -1,4 +1,6 @@
 """
+The lifecycle events' one way out of the core: to the events files and live subscribers.
+
 The lifecycle events' one way out of the core: a buffer, handed at each
 flush to the events files (L{EventLog}, when C{[events] directory} is set)
 and to the live subscribers (L{Subscribers}: connections that sent WATCH).

@@ -1,4 +1,6 @@
 """
+What every HTTP listener holds to: a cap on connections, and no request bodies.
+
 What every HTTP listener of the daemon (the dashboard, C{/metrics}) holds
 to, so that what anyone may open costs a bounded share of the daemon's file
 descriptors and memory: at most so many connections at once (one more is

@@ -1,4 +1,6 @@
 """
+A set of daemons on one host: each one's configuration, and its clients' address list.
+
 A set of daemons on one host (C{quicx start --processes N}, or one
 C{quicx start --instance I} per systemd unit): what daemon I of the set is
 configured with, and the address list its clients take.

@@ -1,4 +1,6 @@
 """
+How the daemon's log lines are written: C{[log] format = text} or C{json}.
+
 How the daemon's log lines are written: C{[log] format = text} (Twisted's
 usual lines) or C{json}, one JSON object per line for log shippers.
 

@@ -1,4 +1,6 @@
 """
+The daemon's state as Prometheus metrics, read when scraped.
+
 The daemon's state as Prometheus metrics: a collector that reads it when
 scraped (see docs/operations.md#prometheus-metrics for every metric).
 

@@ -1,4 +1,6 @@
 """
+The cluster view's polling: each peer's status document, never waited for on the reactor.
+
 The cluster view's polling: every C{[cluster] interval}, this daemon asks
 each of its C{[cluster] peers} for its status document over the wire (one
 STATUS, answered with INFO, on a connection of its own), without ever

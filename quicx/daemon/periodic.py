@@ -1,4 +1,6 @@
 """
+The daemon's one way to run something every so often (L{TimerService}).
+
 The daemon's one way to run something every so often: a Twisted
 L{TimerService} on the daemon's clock (the reactor, or a
 L{twisted.internet.task.Clock} in tests).

@@ -1,4 +1,6 @@
 """
+What the configuration says about queues, keys, progress, shared data and subscribers.
+
 What the configuration says about queues: each declared queue's policy, and
 the limits on queues, keys and the deduplication window; and about progress
 reports and shared data.  Plain data: the settings build it, the queue core

@@ -1,4 +1,6 @@
 """
+The daemon's schedules as a service: firing, journal records, SCHEDULE and UNSCHEDULE.
+
 The daemon's schedules as a service: the L{Scheduler} firing into the
 queue, the schedules' journal records, and the admin's SCHEDULE and
 UNSCHEDULE.

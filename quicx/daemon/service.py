@@ -1,5 +1,5 @@
 """
-The daemon's service tree, built from a checked configuration:
+The daemon's service tree, built from a checked configuration.  Its shape:
 
     QuicxDaemon (MultiService)
       +- TimerService        the log summary (when summary_interval > 0)

@@ -1,4 +1,6 @@
 """
+C{quicx start --processes N}: a parent process that runs N daemons and stops them.
+
 C{quicx start --processes N}: a parent process that runs N daemons, each
 in a process of its own (so each gets a core of its own), and stops them.
 

@@ -1,4 +1,6 @@
 """
+The C{twistd quicx} plugin's wiring: its options and L{makeService}.
+
 The C{twistd quicx} plugin's wiring: L{Options} parses the command line
 (one flag per setting, from L{quicx.daemon.settings.SETTINGS}), L{makeService}
 builds the daemon with L{quicx.daemon.service.build_daemon}.

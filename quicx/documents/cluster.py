@@ -1,5 +1,5 @@
 """
-A cluster's daemons side by side, and their totals: pure functions over
+A cluster's daemons side by side, and their totals.  Pure functions over
 their status documents (see docs/operations.md, "A cluster").
 
 Each daemon is a L{Member}: its address and its latest status document (or

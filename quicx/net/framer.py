@@ -1,4 +1,6 @@
 """
+The Twisted side of framing: a L{Protocol} base, and output with few system calls.
+
 The Twisted side of framing: a L{Protocol} base class that feeds
 L{quicx.protocol.frames.FrameParser}, and the output helpers that write
 frames with as few system calls as possible.

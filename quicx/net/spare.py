@@ -1,4 +1,6 @@
 """
+A file descriptor held in reserve, so a listener still answers when the process has none.
+
 A file descriptor held in reserve, so that a listener still answers a
 connection once the process has no other descriptor to accept it with.
 

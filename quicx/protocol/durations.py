@@ -1,4 +1,6 @@
 """
+The text forms of durations (C{30s}, C{5m}) and backoffs (C{exponential:1s:5m}).
+
 The text forms of durations and backoffs, shared by the configuration file,
 the command line and the clients: C{30s}, C{5m}, C{1.5h}, C{250ms}, C{2d}
 (a bare number is seconds), and C{exponential:1s:5m} or C{fixed:10s}, with

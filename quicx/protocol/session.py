@@ -1,4 +1,6 @@
 """
+A connection's state: its role, its credits, the tasks it holds, its answers' order.
+
 A connection's state, as the protocol defines it: its role, its credits, the
 tasks it holds and the order its answers leave in.
 

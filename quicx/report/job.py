@@ -1,5 +1,5 @@
 """
-C{quicx report} as a script for C{spark-submit}:
+C{quicx report} as a script for C{spark-submit}.  Run it as:
 
     JOB=$(python -c 'import quicx.report.job as j; print(j.__file__)')
     spark-submit --master URL "$JOB" EVENTS... --out DIR

@@ -1,4 +1,6 @@
 """
+What the report's tables and page share: percentiles, tables, chart scales.
+
 What the report's tables and page share: the percentiles they show, and the
 page's tables and chart scales (self-contained HTML and SVG).
 """

@@ -1,4 +1,6 @@
 """
+The capacity what-if: the recorded workload replayed for other numbers of workers.
+
 The capacity what-if: the recorded workload replayed through a model of the
 daemon's dispatch, for other numbers of workers.
 

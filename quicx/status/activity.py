@@ -1,4 +1,6 @@
 """
+What went through the daemon between two status documents: rates and percentiles.
+
 What went through the daemon between two status documents: tasks per
 second submitted, done and failed, and the wait and run percentiles, for
 the daemon as a whole, per queue and per task type.

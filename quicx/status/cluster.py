@@ -1,4 +1,6 @@
 """
+C{quicx status --connect A,B,...}: several daemons side by side, and their total.
+
 C{quicx status --connect A,B,...}: several daemons side by side, one column
 each and one for their total (the document of L{cluster_view}), asked over
 the wire at once.

@@ -1,4 +1,6 @@
 """
+C{quicx status --watch}: what went through since the last refresh, and the state now.
+
 C{quicx status --watch}: a status document every interval, shown as what
 went through since the one before (L{activity}) and the queues, workers and
 memory now.

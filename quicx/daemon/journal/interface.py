@@ -1,4 +1,6 @@
 """
+The queue and journal's interfaces (L{IJournal}, L{IJournalOwner}) and L{NullJournal}.
+
 What the queue asks of a journal (L{IJournal}), what a journal asks of the
 queue (L{IJournalOwner}), and the journal used when none is configured
 (L{NullJournal}).

@@ -1,4 +1,6 @@
 """
+The dashboard's memory: a sample of the daemon's figures a second, in a ring.
+
 The dashboard's memory: one L{Sample} of the daemon's figures a second, the
 last C{[web] history} seconds of them in a ring (what the charts of the last
 hour draw).

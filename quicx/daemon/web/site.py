@@ -1,4 +1,6 @@
 """
+The dashboard's web site: the gate, C{/api/}, and the static pages.
+
 The dashboard's web site: every request is let in by the L{Gate} or
 refused (401, nothing of the daemon's in the answer); then C{/api/...} goes
 to the L{Api}, and the rest are the few static files of the pages.

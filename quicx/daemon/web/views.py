@@ -1,4 +1,6 @@
 """
+What the dashboard's pages show, as JSON-ready documents.
+
 What the dashboard's pages show, as JSON-ready documents: the overview, the
 connections (workers first), and a task looked up by id.  Plain functions
 over L{QueueService}'s state: they read, never change.  (The queues, dead
