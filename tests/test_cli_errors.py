@@ -693,3 +693,33 @@ def test_a_failed_start_leaves_no_control_socket(workspace: Path, listener: str)
         f"cannot listen on tcp:{port}" in result.stderr and f"[{listener}] listen" in result.stderr
     )
     assert sorted(p.name for p in workspace.iterdir() if p.name.startswith("c.sock")) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "way"),
+    [
+        (["status"], "--control PATH, --config FILE or --connect ADDRESS"),
+        (["pause", "mail"], "--control PATH or --config FILE"),
+    ],
+)
+def test_a_missing_control_socket_says_quicx_address_is_not_read(
+    workspace: Path, command: list[str], way: str
+) -> None:
+    # A newcomer who exports QUICX_ADDRESS for a daemon on another port: the
+    # control socket commands look for the default socket, and say why.
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XDG_RUNTIME_DIR": str(workspace),
+        "QUICX_ADDRESS": "tcp:127.0.0.1:1",
+    }
+    env.pop("QUICX_CONFIG", None)
+    result = subprocess.run(
+        [QUICX, *command], capture_output=True, text=True, timeout=30, env=env, cwd=workspace
+    )
+    socket_path = workspace / "quicx-16381.sock"
+    assert (result.returncode, result.stderr) == (
+        FAILED,
+        f"quicx: no daemon: control socket {socket_path} does not exist; this command"
+        f" reads the control socket, not $QUICX_ADDRESS: give {way}\n",
+    )

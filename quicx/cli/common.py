@@ -67,7 +67,11 @@ def setting_arguments(args: argparse.Namespace) -> list[str]:
     return given
 
 
-def control_path(args: argparse.Namespace) -> str:
+def control_path(args: argparse.Namespace, ways: str = "--control PATH or --config FILE") -> str:
+    """
+    The daemon's control socket path; a L{CommandError} that says C{ways} to
+    name it when it is the default, absent, and C{$QUICX_ADDRESS} is set.
+    """
     path = daemon_config(args).control_path
     if path is None:
         raise CommandError("the configuration turns the control socket off (control = none)")
@@ -76,6 +80,12 @@ def control_path(args: argparse.Namespace) -> str:
         raise CommandError(
             f"no daemon at {path}, but {count} of a set (quicx start --processes) at"
             f" {indexed(path, 0)} ...: give --instance I, from 0 to {count - 1}"
+        )
+    named = getattr(args, "control", None) or args.config
+    if not named and os.environ.get(ADDRESS_VARIABLE) and not os.path.exists(path):
+        raise CommandError(
+            f"no daemon: control socket {path} does not exist; this command reads the"
+            f" control socket, not ${ADDRESS_VARIABLE}: give {ways}"
         )
     return path
 

@@ -92,7 +92,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         args.connect = listed  # a list of daemons is a cluster view, as with --connect
     if args.connect:
         return wire_status(args)
-    path = control_path(args)
+    path = control_path(args, "--control PATH, --config FILE or --connect ADDRESS")
     fetch = functools.partial(fetch_status, path, timeout=args.timeout)
     try:
         if args.watch:

@@ -160,9 +160,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def print_retry(notice: RetryNotice) -> None:
     """What C{submit --wait} says of a failed attempt the daemon retries."""
     reason = one_line(notice.reason, 200).removesuffix(" ...")  # without its traceback
+    wait = max(0.0, notice.due - time.time())  # a backoff of 1s is not "in 0s"
     print(
         f"task {notice.task_id}: attempt {notice.attempt} failed: {reason};"
-        f" retrying in {age(max(0.0, notice.due - time.time()))}",
+        f" retrying in {f'{wait:.1f}s' if wait < 60 else age(wait)}",
         flush=True,
     )
 

@@ -199,7 +199,7 @@ class FrameParser:
                 return RejectedFrame(
                     ErrorCode.PAYLOAD_TOO_LARGE,
                     f"a SUBMIT of {length:,} bytes: its payload exceeds the largest size class"
-                    f" ({self.max_payload} bytes)",
+                    f" ({self.max_payload} bytes); a larger [allocator] class takes it",
                 )
             return RejectedFrame(
                 ErrorCode.PAYLOAD_TOO_LARGE,
