@@ -347,18 +347,21 @@ def cluster_families(view: Mapping[str, Any]) -> Iterator[Metric]:
 
 
 def _counts(
-    name: str, text: str, count: Callable[[Tally], Iterable[tuple[list[str], float]]]
+    name: str,
+    text: str,
+    count: Callable[[Tally], Iterable[tuple[list[str], float]]],
+    extra: Sequence[str] = (),
 ) -> Callable[[Sequence[Tally]], Metric]:
-    """A family of counters per queue and type; C{count} gives a tally's (extra labels, value)."""
-    outcome = name == "quicx_tasks_finished"
+    """
+    A family of counters per queue and type (and the C{extra} labels);
+    C{count} gives a tally's (values of the extra labels, count) pairs.
+    """
 
     def family(tallies: Sequence[Tally]) -> Metric:
-        found = CounterMetricFamily(
-            name, text, labels=["queue", "type", "outcome"] if outcome else ["queue", "type"]
-        )
+        found = CounterMetricFamily(name, text, labels=["queue", "type", *extra])
         for tally in tallies:
-            for extra, value in count(tally):
-                found.add_metric([tally.queue, tally.task_type, *extra], value)
+            for values, value in count(tally):
+                found.add_metric([tally.queue, tally.task_type, *values], value)
         return found
 
     return family
@@ -387,6 +390,7 @@ TALLY_FAMILIES: tuple[Callable[[Sequence[Tally]], Metric], ...] = (
         "Tasks finished, by outcome: done, failed (for good), dead (into the"
         " dead letters) or cancelled.",
         lambda t: [([outcome], getattr(t, outcome)) for outcome in Tally.OUTCOMES],
+        extra=["outcome"],
     ),
     _counts(
         "quicx_tasks_retried",
