@@ -101,7 +101,6 @@ class QuicxClient:
         _, self._sockaddr, self._tls = parse_address(one_address(address, "QuicxClient", several))
         self._context = self._tls.context() if self._tls is not None else None
         self.timeout = timeout
-        self._keep = keep_outcomes
         self._lock = threading.RLock()
         self._sock: socket.socket | None = None
         # Tells without a syscall's error whether the daemon sent or closed

@@ -87,11 +87,6 @@ class OutcomeBook:
             forgotten, _ = self._arrived.popitem(last=False)
             self._notices.pop(forgotten, None)
 
-    def settle(self, task_id: int) -> None:
-        """The outcome arrived and was handed straight to a waiter."""
-        self._open.discard(task_id)
-        self._notices.pop(task_id, None)
-
     def notice(self, notice: RetryNotice) -> None:
         """
         Keep a retry notice until L{notices} is asked for it; one for a task
