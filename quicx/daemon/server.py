@@ -244,11 +244,15 @@ class QuicxServerProtocol(FrameReceiver):
         if self._deferred is not None:  # bytes a TLS transport had read: after those
             self._deferred += self._parser.feed(data)
             return
+        self._round(self._parser.feed(data))
+
+    def _round(self, events: list[Frame | RejectedFrame]) -> None:
+        """Handle frames read, in one turn of the reactor and one round of output."""
         self._monitor_since = 0.0
         batcher = self._batcher
         batcher.hold()
         try:
-            super().dataReceived(data)
+            self.deliverFrames(events)
         finally:
             # This peer's own replies (OKs, PONGs) go at once: a client
             # waiting for them is not kept for the rest of the round.  Frames
@@ -284,14 +288,7 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         if events is None or session is None:
             return  # the connection was lost meanwhile
-        self._monitor_since = 0.0
-        batcher = self._batcher
-        batcher.hold()
-        try:
-            self.deliverFrames(events)
-        finally:
-            self._output.flush()
-            batcher.release()
+        self._round(events)
         if self._deferred is None and not session.paused:
             self.transport.resumeProducing()
 
