@@ -127,8 +127,7 @@ class KeptOutcomes:
         self.max_memory = limits.max_memory.of(pool.pool_size)
         self._clock = clock
         self._on_evicted = evicted
-        self._outcomes: dict[int, KeptOutcome] = {}
-        # The same, by class, oldest first: each evicted before the next.
+        # The kept outcomes by class, oldest first: each evicted before the next.
         self._automatic: dict[int, KeptOutcome] = {}
         self._requested: dict[int, KeptOutcome] = {}
         # How many kept outcomes have blocks of each capacity (a few classes).
@@ -142,14 +141,18 @@ class KeptOutcomes:
         self.expired = 0
 
     def __len__(self) -> int:
-        return len(self._outcomes)
+        return len(self._automatic) + len(self._requested)
 
     def __contains__(self, task_id: object) -> bool:
-        return task_id in self._outcomes
+        return task_id in self._requested or task_id in self._automatic
+
+    def _find(self, task_id: int) -> KeptOutcome | None:
+        """Task C{task_id}'s kept outcome, of either class."""
+        return self._requested.get(task_id) or self._automatic.get(task_id)
 
     def get(self, task_id: int) -> tuple[KeptOutcome, bytes] | None:
         """Task C{task_id}'s kept outcome and its data, if it is kept."""
-        outcome = self._outcomes.get(task_id)
+        outcome = self._find(task_id)
         if outcome is None:
             return None
         return outcome, self.pool.read(outcome.block)
@@ -210,7 +213,7 @@ class KeptOutcomes:
     def _add(self, entry: KeptEntry) -> bool:
         """Hold C{entry} in the pool (evicting for room); C{False} if it found none."""
         task_id = entry.task_id
-        old = self._outcomes.get(task_id)
+        old = self._find(task_id)
         if old is not None:
             self._timer.remove(old)
             self._drop(old)
@@ -233,7 +236,6 @@ class KeptOutcomes:
             capacity + pmad.BLOCK_HEADER_SIZE,
             entry.automatic,
         )
-        self._outcomes[task_id] = outcome
         (self._automatic if entry.automatic else self._requested)[task_id] = outcome
         self._capacities[capacity] += 1
         self._forgotten.pop(task_id, None)
@@ -269,10 +271,9 @@ class KeptOutcomes:
 
     def _trim(self) -> None:
         """Evict the oldest outcomes, automatic ones first, while the bounds are passed."""
-        outcomes = self._outcomes
-        while outcomes and (len(outcomes) > self.max_count or self.memory > self.max_memory):
+        while self and (len(self) > self.max_count or self.memory > self.max_memory):
             oldest = next(iter((self._automatic or self._requested).values()))
-            why = "max_count" if len(outcomes) > self.max_count else "max_memory"
+            why = "max_count" if len(self) > self.max_count else "max_memory"
             self._evict(oldest, f"evicted: past [results] {why}")
 
     def _evict(self, outcome: KeptOutcome, why: str) -> None:
@@ -291,7 +292,6 @@ class KeptOutcomes:
 
     def _drop(self, outcome: KeptOutcome) -> None:
         """Let go of an outcome's block (the caller took it off the timer)."""
-        del self._outcomes[outcome.task_id]
         del (self._automatic if outcome.automatic else self._requested)[outcome.task_id]
         self._capacities[outcome.capacity] -= 1
         self.memory -= outcome.cost
