@@ -14,10 +14,10 @@ from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, Logger, formatEvent
 from zope.interface import implementer
 
-from quicx.daemon import pmad
-from quicx.daemon.core import QueueService, Session, Task
 from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry, Record
-from quicx.daemon.logsummary import LogSummary
+from quicx.daemon.observe.logsummary import LogSummary
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.core import QueueService, Session, Task
 from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.session import IPeer, Role

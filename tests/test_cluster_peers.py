@@ -1,5 +1,5 @@
 """
-The cluster view's polling of its peers (quicx/daemon/peers.py) against
+The cluster view's polling of its peers (quicx/daemon/fleet/peers.py) against
 peers that misbehave: one that accepts and never answers, one that answers
 garbage, a frame past C{max_status}, or a document that is no status
 document, one that closes mid-frame; and a poll whose address cannot be
@@ -22,7 +22,7 @@ from twisted.logger import ILogObserver, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 
 from quicx.daemon.control import STATUS_FORMAT
-from quicx.daemon.peers import SELF, ClusterPoller, ask_status, why
+from quicx.daemon.fleet.peers import SELF, ClusterPoller, ask_status, why
 from quicx.documents.cluster import Member
 from quicx.protocol import monitor
 

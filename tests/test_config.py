@@ -12,15 +12,16 @@ import pytest
 
 from quicx import cli
 from quicx.cli.common import daemon_config
-from quicx.daemon import pmad, tap
 from quicx.daemon import settings as config
-from quicx.daemon.dispatch import DispatchSettings, Order
-from quicx.daemon.events import Compression
+from quicx.daemon import tap
 from quicx.daemon.journal.records import FsyncPolicy
-from quicx.daemon.logformat import LogFormat
-from quicx.daemon.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
-from quicx.daemon.results import Share
-from quicx.daemon.schedules import ScheduleSpec
+from quicx.daemon.observe.events import Compression
+from quicx.daemon.observe.logformat import LogFormat
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.dispatch import DispatchSettings, Order
+from quicx.daemon.queue.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
+from quicx.daemon.queue.results import Share
+from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.daemon.settings import ConfigError
 from quicx.protocol.lifecycle import Missed
 from quicx.protocol.v2 import Backoff, BackoffKind

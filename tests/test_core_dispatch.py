@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService
-from quicx.daemon.dispatch import DispatchSettings, Order
-from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.dispatch import DispatchSettings, Order
+from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.protocol import wire
 from quicx.protocol.session import ProtocolViolation, Role
 from quicx.protocol.v2 import Backoff, BackoffKind

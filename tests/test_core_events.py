@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.eventbus import FLUSH_AT, LIVE_FLUSH_EVERY, EventBus
-from quicx.daemon.policy import SubscriberLimits
+from quicx.daemon.observe.eventbus import FLUSH_AT, LIVE_FLUSH_EVERY, EventBus
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.protocol import v2
 from quicx.protocol.monitor import Events, Watch
 from quicx.protocol.v2 import ErrorCode

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.groups import GroupLimits
 from quicx.daemon.journal.interface import GroupEntry
-from quicx.daemon.policy import QueueLimits
-from quicx.daemon.results import ResultLimits
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.groups import GroupLimits
+from quicx.daemon.queue.policy import QueueLimits
+from quicx.daemon.queue.results import ResultLimits
 from quicx.protocol import results, v2, wire
 from quicx.protocol.results import GroupPhase, GroupState
 from quicx.protocol.v2 import ErrorCode

@@ -11,7 +11,7 @@ import pytest
 from twisted.application.internet import TimerService
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService
+from quicx.daemon.queue.core import QueueService
 from quicx.daemon.timers import Heartbeats, heartbeat_timer
 from quicx.protocol import wire
 from tests.fakes import FakePeer, make_queue, producer_of, worker_of

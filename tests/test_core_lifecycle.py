@@ -10,9 +10,9 @@ from typing import cast
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.policy import QueueLimits, QueuePolicy
-from quicx.daemon.retries import retry_wait
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
+from quicx.daemon.queue.retries import retry_wait
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.session import ProtocolViolation
 from quicx.protocol.v2 import Backoff, BackoffKind, ErrorCode

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon import introspect
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.policy import ProgressSettings
+from quicx.daemon.queue import introspect
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.policy import ProgressSettings
 from quicx.protocol import results, v2, wire
 from quicx.protocol.session import ProtocolViolation
 from quicx.protocol.v2 import ErrorCode

@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import Refused
-from quicx.daemon.policy import QueueLimits, QueuePolicy
-from quicx.daemon.queues import NamedQueue
-from quicx.daemon.schedules import ScheduleSpec
+from quicx.daemon.queue.core import Refused
+from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
+from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.protocol import v2, wire
 from tests.fakes import (
     make_queue,

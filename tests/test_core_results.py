@@ -13,12 +13,12 @@ from decimal import Decimal
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon import pmad
-from quicx.daemon.core import QueueService, Refused
 from quicx.daemon.journal.interface import KeptEntry
 from quicx.daemon.journal.records import RecoveredTask, Recovery
-from quicx.daemon.policy import QueueLimits, QueuePolicy
-from quicx.daemon.results import ResultLimits, Share
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
+from quicx.daemon.queue.results import ResultLimits, Share
 from quicx.protocol import results, v2, wire
 from quicx.protocol.results import Outcome, OutcomeState
 from quicx.protocol.v2 import ErrorCode, Result, ResultKind

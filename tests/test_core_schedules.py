@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.policy import QueueLimits
-from quicx.daemon.schedule_book import ScheduleBook
-from quicx.daemon.schedules import ScheduleSpec
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.policy import QueueLimits
+from quicx.daemon.queue.schedule_book import ScheduleBook
+from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.protocol import lifecycle, v2
 from quicx.protocol.lifecycle import Missed
 from quicx.protocol.v2 import ErrorCode

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.policy import SharedLimits
-from quicx.daemon.shared import SharedData
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.policy import SharedLimits
+from quicx.daemon.queue.shared import SharedData
 from quicx.protocol.results import Shared
 from quicx.protocol.session import ProtocolViolation, Role
 from quicx.protocol.v2 import ErrorCode

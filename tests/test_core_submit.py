@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService
 from quicx.daemon.journal.records import RecoveredTask, Recovery
+from quicx.daemon.queue.core import QueueService
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.fakes import (

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService
+from quicx.daemon.queue.core import QueueService
 from quicx.daemon.timers import task_timeout_timer
 from quicx.protocol import wire
 from tests.fakes import EMPTY_POOL_BYTES, FakeJournal, FakePeer, make_queue, producer_of, worker_of

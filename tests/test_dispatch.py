@@ -1,5 +1,5 @@
 """
-The choice among idle workers (L{quicx.daemon.dispatch}), on its own: whom
+The choice among idle workers (L{quicx.daemon.queue.dispatch}), on its own: whom
 a task is offered, and when a worker counts as failing.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from attrs import define, field
 
-from quicx.daemon.dispatch import DispatchSettings, Order, note_outcome, offer
+from quicx.daemon.queue.dispatch import DispatchSettings, Order, note_outcome, offer
 
 
 @define

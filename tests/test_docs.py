@@ -197,7 +197,7 @@ def test_every_example_file_parses_and_has_no_comment_after_a_value(block: str) 
 
 def test_the_queue_section_example_says_what_it_says() -> None:
     from quicx.daemon import settings
-    from quicx.daemon.policy import QueuePolicy
+    from quicx.daemon.queue.policy import QueuePolicy
 
     (example,) = [b for b in ini_blocks(CONFIGURATION.read_text()) if "[queue mail]" in b]
     assert settings.parse(example).queue_limits.policy("mail") == QueuePolicy(
@@ -207,7 +207,7 @@ def test_the_queue_section_example_says_what_it_says() -> None:
 
 def test_the_schedule_section_example_says_what_it_says() -> None:
     from quicx.daemon import settings
-    from quicx.daemon.schedules import ScheduleSpec
+    from quicx.daemon.queue.schedules import ScheduleSpec
     from quicx.protocol.lifecycle import Missed
 
     (example,) = [b for b in ini_blocks(CONFIGURATION.read_text()) if "[schedule " in b]
@@ -400,11 +400,11 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     from prometheus_client import generate_latest
     from twisted.internet.task import Clock
 
-    from quicx.daemon.eventbus import EventBus
     from quicx.daemon.journal.records import FsyncPolicy
     from quicx.daemon.journal.writer import Journal
-    from quicx.daemon.metrics import QuicxCollector
-    from quicx.daemon.shared import SharedData
+    from quicx.daemon.observe.eventbus import EventBus
+    from quicx.daemon.observe.metrics import QuicxCollector
+    from quicx.daemon.queue.shared import SharedData
     from quicx.documents.cluster import Member, cluster_view
     from tests.fakes import make_queue
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from quicx.daemon.events import format_event, format_events
+from quicx.daemon.observe.events import format_event, format_events
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import config_option
@@ -230,7 +230,7 @@ def test_a_file_left_beside_its_gz_is_removed_at_start_so_no_event_counts_twice(
 
 COMPRESS_UNDER_A_FILE_SIZE_LIMIT = """\
 import resource, signal, sys
-from quicx.daemon.events import gzip_file
+from quicx.daemon.observe.events import gzip_file
 
 # Writes past 4 KiB fail (EFBIG), as they would on a full disk.
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -1,5 +1,5 @@
 """
-The HTTP listeners' connection cap (quicx.daemon.http_limits), in-process:
+The HTTP listeners' connection cap (quicx.daemon.observe.http_limits), in-process:
 over TLS, a refusal's 503 waits for the client's handshake, so the
 refusals waiting are bounded and each is aborted after a while.  (Against a
 real daemon: tests/test_promises.py.)
@@ -17,8 +17,8 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.protocols.tls import TLSMemoryBIOFactory
 
-from quicx.daemon import http_limits
-from quicx.daemon.http_limits import REFUSAL_TIMEOUT, ConnectionCap
+from quicx.daemon.observe import http_limits
+from quicx.daemon.observe.http_limits import REFUSAL_TIMEOUT, ConnectionCap
 from tests.certs import Authority
 
 

@@ -12,8 +12,9 @@ import pytest_twisted
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
 
-from quicx.daemon import pmad, tap
 from quicx.daemon import service as service_module
+from quicx.daemon import tap
+from quicx.daemon.queue import pmad
 from quicx.net.framer import FrameReceiver
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode

@@ -19,16 +19,16 @@ from twisted.internet.task import Clock, deferLater
 from zope.interface import implementer
 
 from quicx.daemon import settings as configuration
-from quicx.daemon.core import Session, Task
 from quicx.daemon.journal import records as journal
 from quicx.daemon.journal import recovery as journal_recovery
 from quicx.daemon.journal.interface import IJournalOwner, KeyEntry, Record, Snapshot
 from quicx.daemon.journal.records import MAGIC, FsyncPolicy, JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
-from quicx.daemon.policy import QueuePolicy
-from quicx.daemon.queues import NamedQueue
-from quicx.daemon.telemetry import Tally
+from quicx.daemon.observe.telemetry import Tally
+from quicx.daemon.queue.core import Session, Task
+from quicx.daemon.queue.policy import QueuePolicy
+from quicx.daemon.queue.queues import NamedQueue
 from quicx.protocol import wire
 
 

@@ -41,7 +41,7 @@ def quicx_imports(path: Path) -> list[tuple[str, list[str]]]:
             if node.module.split(".")[0] != "quicx":
                 continue
             names = [a.name for a in node.names]
-            # "from quicx.daemon import pmad" imports the module quicx.daemon.pmad.
+            # "from quicx.daemon import pmad" imports the module quicx.daemon.queue.pmad.
             where = PACKAGE.parent / node.module.replace(".", "/")
             submodules = [n for n in names if (where / f"{n}.py").exists() or (where / n).is_dir()]
             found += [(f"{node.module}.{n}", []) for n in submodules]

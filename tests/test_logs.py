@@ -20,10 +20,10 @@ import pytest
 from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, Logger, LogLevel, formatEvent
 
-from quicx.daemon.core import QueueService
-from quicx.daemon.logformat import json_line
-from quicx.daemon.logsummary import LogSummary
-from quicx.daemon.policy import QueueLimits, QueuePolicy
+from quicx.daemon.observe.logformat import json_line
+from quicx.daemon.observe.logsummary import LogSummary
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess, config_option

@@ -30,11 +30,12 @@ from twisted.python.failure import Failure
 from twisted.web.server import Site
 
 from quicx import __version__
-from quicx.daemon import metrics, pmad
-from quicx.daemon.core import QueueService
-from quicx.daemon.metrics_web import MetricsPage
-from quicx.daemon.shared import SharedData
-from quicx.daemon.telemetry import JOURNAL_BUCKETS
+from quicx.daemon.observe import metrics
+from quicx.daemon.observe.metrics_web import MetricsPage
+from quicx.daemon.observe.telemetry import JOURNAL_BUCKETS
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.shared import SharedData
 from quicx.documents.latency import LATENCY_BUCKETS
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.v2 import Backoff, BackoffKind

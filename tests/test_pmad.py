@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from quicx.daemon import pmad
-from quicx.daemon.pmad import (
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.pmad import (
     BLOCK_HEADER_SIZE,
     AllocationTooLarge,
     InvalidBlock,

@@ -23,10 +23,10 @@ import pytest
 
 from quicx.cli import main
 from quicx.clients.blocking import QuicxClient
-from quicx.daemon import instances
 from quicx.daemon.control import StatusUnavailable, fetch_status
+from quicx.daemon.fleet import instances
+from quicx.daemon.fleet.supervisor import STEADY, Action, Daemon, Supervisor, decide
 from quicx.daemon.settings import Config, ConfigError
-from quicx.daemon.supervisor import STEADY, Action, Daemon, Supervisor, decide
 
 ROOT = Path(__file__).resolve().parent.parent
 

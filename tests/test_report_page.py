@@ -2,7 +2,7 @@
 The report's page in a real headless Chromium at 1280 px: nothing scrolls
 sideways and no two labels of a chart touch.  The page is computed by a real
 local Spark from event files written with the daemon's own encoder
-(L{quicx.daemon.events.format_event}); and the counts the page shows are checked
+(L{quicx.daemon.observe.events.format_event}); and the counts the page shows are checked
 against the events.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from quicx.daemon.events import format_event
+from quicx.daemon.observe.events import format_event
 from quicx.report.pipeline import QUEUE_COUNTS, normalise_reason
 from tests.browser import headless_chromium
 from tests.test_report import percentile

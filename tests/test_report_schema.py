@@ -16,14 +16,14 @@ from pathlib import Path
 import attrs
 import pytest
 
-from quicx.daemon.events import _EXTRA_KEY, format_event
+from quicx.daemon.observe.events import _EXTRA_KEY, format_event
 from quicx.protocol.monitor import EVENTS_SCHEMA
 
 VERSION_1 = Path(__file__).parent / "data" / "events-v1"
 
 
 def as_event(record: dict) -> tuple:
-    """A line's record as the event tuple the daemon formats (L{quicx.daemon.events.Event})."""
+    """A line's record as the daemon's event tuple (L{quicx.daemon.observe.events.Event})."""
     keys = _EXTRA_KEY.get(record["event"])
     extra = (
         None

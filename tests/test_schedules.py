@@ -20,7 +20,7 @@ from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, LogEvent, Logger, LogLevel, formatEvent
 from zope.interface import implementer
 
-from quicx.daemon.schedules import (
+from quicx.daemon.queue.schedules import (
     Scheduler,
     ScheduleSpec,
     TooManySchedules,

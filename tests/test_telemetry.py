@@ -1,5 +1,5 @@
 """
-The counts and latencies per queue and task type (quicx.daemon.telemetry),
+The counts and latencies per queue and task type (quicx.daemon.observe.telemetry),
 kept by the core: proven in-process on a fake clock.
 """
 
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
-from quicx.daemon.core import QueueService
-from quicx.daemon.telemetry import OTHER, Histogram, Telemetry
+from quicx.daemon.observe.telemetry import OTHER, Histogram, Telemetry
+from quicx.daemon.queue.core import QueueService
 from quicx.documents.latency import LATENCY_BUCKETS, quantile
 from quicx.protocol.v2 import ErrorCode
 from tests.fakes import make_queue, producer_of, worker_of

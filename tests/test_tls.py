@@ -375,7 +375,7 @@ async def test_a_cluster_peer_over_tls_is_polled_with_a_monitor_certificate(
 ) -> None:
     from twisted.internet import reactor
 
-    from quicx.daemon.peers import PeerUnavailable, ask_status
+    from quicx.daemon.fleet.peers import PeerUnavailable, ask_status
 
     port = tls_daemon(tmp_path, start_daemon, pki["server"], MTLS.format(ca=pki["ca"].path))
 

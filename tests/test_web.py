@@ -20,13 +20,13 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from quicx.daemon import settings
-from quicx.daemon.core import QueueService
-from quicx.daemon.schedule_book import ScheduleBook
-from quicx.daemon.schedules import ScheduleSpec
+from quicx.daemon.observe.web.auth import Gate, Role, same_origin
+from quicx.daemon.observe.web.history import History
+from quicx.daemon.observe.web.site import DashboardSite, dashboard_site
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.schedule_book import ScheduleBook
+from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.daemon.service import on_loopback
-from quicx.daemon.web.auth import Gate, Role, same_origin
-from quicx.daemon.web.history import History
-from quicx.daemon.web.site import DashboardSite, dashboard_site
 from quicx.net.certificates import Authorization
 from quicx.protocol import v2
 from quicx.protocol.results import OutcomeState

@@ -1,5 +1,5 @@
 """
-The dashboard's history (quicx.daemon.web.history): a sample a second of
+The dashboard's history (quicx.daemon.observe.web.history): a sample a second of
 the core's figures, rates and that second's latency percentiles, in a ring
 bounded by [web] history.  In-process, on a L{task.Clock}.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from twisted.internet.task import Clock
 
+from quicx.daemon.observe.web.history import FIELDS, History, Sample
 from quicx.daemon.periodic import every
-from quicx.daemon.web.history import FIELDS, History, Sample
 from quicx.documents.latency import LATENCY_BUCKETS
 from tests.fakes import make_queue, producer_of, worker_of
 

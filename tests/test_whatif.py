@@ -17,7 +17,7 @@ import pytest
 from attrs import frozen
 from twisted.internet.task import Clock
 
-from quicx.daemon.events import format_events
+from quicx.daemon.observe.events import format_events
 from quicx.protocol import v2, wire
 from quicx.protocol.v2 import Backoff, BackoffKind
 from quicx.report.whatif import (

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quicx.daemon.events import _EXTRA_KEY, format_event
+from quicx.daemon.observe.events import _EXTRA_KEY, format_event
 from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.monitor import EVENT_KINDS, MAX_EVENTS_BYTES, MAX_WATCH, Events, Status, Watch

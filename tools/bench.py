@@ -727,7 +727,7 @@ DELAY_WORKERS = 4
 DELAY_CREDITS = 1000
 """The delays workload's workers: 4 version-2 connections (in one process)
 of 1,000 credits each, so that they hold every task the daemon makes due
-in one reactor turn (1,000, L{quicx.daemon.delays.BATCH})."""
+in one reactor turn (1,000, L{quicx.daemon.queue.delays.BATCH})."""
 
 PROBE_INTERVAL = 0.01
 """Seconds between the STATS round trips that watch the daemon's replies."""
@@ -1134,7 +1134,7 @@ def synthetic_events(directory: Path, events: int) -> int:
     """Write about C{events} lifecycle events (3 or 4 per task) as NDJSON."""
     from random import Random
 
-    from quicx.daemon.events import format_event
+    from quicx.daemon.observe.events import format_event
 
     rng = Random(7)
     written, task, now = 0, 0, 1_795_000_000.0

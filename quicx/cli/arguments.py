@@ -19,7 +19,7 @@ from quicx.cli.common import CONFIG_VARIABLE, T
 from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS
 from quicx.clients.cluster import TaskRef
 from quicx.daemon import settings as configuration
-from quicx.daemon.instances import MAX_PROCESSES
+from quicx.daemon.fleet.instances import MAX_PROCESSES
 from quicx.protocol import durations, lifecycle, wire
 from quicx.protocol.results import MAX_FOLLOW
 from quicx.protocol.v2 import MAX_OPTION, MAX_SUBSCRIPTIONS, check_queue

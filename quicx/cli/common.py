@@ -21,7 +21,7 @@ from quicx.clients.address import ADDRESS_VARIABLE, default_address, parse_addre
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.cluster import TaskRef
 from quicx.daemon import settings as configuration
-from quicx.daemon.instances import MAX_PROCESSES, indexed, instance_config
+from quicx.daemon.fleet.instances import MAX_PROCESSES, indexed, instance_config
 from quicx.protocol.errors import NotFinished, QuicxError
 from quicx.status.text import human_duration, printable
 

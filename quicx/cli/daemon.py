@@ -26,7 +26,7 @@ from quicx.cli.arguments import (
 from quicx.cli.common import CommandError, daemon_config, setting_arguments
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
-from quicx.daemon.instances import MAX_PROCESSES, address_of, instance_configs
+from quicx.daemon.fleet.instances import MAX_PROCESSES, address_of, instance_configs
 from quicx.daemon.profiles import PROFILES, Reservation
 from quicx.status.text import printable, thousands
 
@@ -59,7 +59,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     from twisted.internet import reactor
     from twisted.logger import globalLogBeginner
 
-    from quicx.daemon.logformat import observer
+    from quicx.daemon.observe.logformat import observer
     from quicx.daemon.service import build_daemon, make_directory
 
     if args.processes > 1 and args.instance is not None:
@@ -106,7 +106,7 @@ def set_of(config: configuration.Config, count: int) -> list[configuration.Confi
 
 def supervise(args: argparse.Namespace, configs: Sequence[configuration.Config]) -> int:
     """Run C{configs}' daemons, each C{quicx start --instance I} in its own process."""
-    from quicx.daemon.supervisor import Daemon, Supervisor
+    from quicx.daemon.fleet.supervisor import Daemon, Supervisor
 
     command = [sys.executable, "-m", "quicx.cli", "start", *setting_arguments(args)]
     addresses = [address_of(config) for config in configs]

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 from attrs import frozen
 
-from quicx.daemon import pmad
+from quicx.daemon.queue import pmad
 from quicx.daemon.settings import Config, validate
 from quicx.documents.units import format_size
 

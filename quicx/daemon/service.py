@@ -40,23 +40,23 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from quicx import __version__
-from quicx.daemon import introspect, pmad
 from quicx.daemon import settings as configuration
 from quicx.daemon.control import STATUS_FORMAT, ControlFactory
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.eventbus import EventBus
-from quicx.daemon.events import EventLog, EventSettings
+from quicx.daemon.fleet.peers import ClusterPoller, ask_status
 from quicx.daemon.journal.records import JournalCorrupt, Recovery
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
-from quicx.daemon.logsummary import LogSummary
-from quicx.daemon.peers import ClusterPoller, ask_status
+from quicx.daemon.observe.eventbus import EventBus
+from quicx.daemon.observe.events import EventLog, EventSettings
+from quicx.daemon.observe.logsummary import LogSummary
+from quicx.daemon.observe.telemetry import Telemetry
 from quicx.daemon.periodic import every
-from quicx.daemon.results import ResultLimits
-from quicx.daemon.schedule_book import ScheduleBook
+from quicx.daemon.queue import introspect, pmad
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.results import ResultLimits
+from quicx.daemon.queue.schedule_book import ScheduleBook
+from quicx.daemon.queue.shared import SharedData
 from quicx.daemon.server import QuicxServerFactory
-from quicx.daemon.shared import SharedData
-from quicx.daemon.telemetry import Telemetry
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
 from quicx.documents.units import format_size
 from quicx.net.busypoll import enable_busy_poll
@@ -548,9 +548,9 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     if config.metrics_listen:
         # Imported only when on: prometheus_client and twisted.web are
         # about 3 MiB of the daemon's memory (docs/operations.md, "Memory").
-        from quicx.daemon import metrics
-        from quicx.daemon.http_limits import ConnectionCap
-        from quicx.daemon.metrics_web import MetricsSite
+        from quicx.daemon.observe import metrics
+        from quicx.daemon.observe.http_limits import ConnectionCap
+        from quicx.daemon.observe.metrics_web import MetricsSite
 
         ListenerService(
             reactor,
@@ -609,10 +609,10 @@ def serve_dashboard(
     """
     # Imported only when on: twisted.web is memory a daemon without a
     # dashboard need not hold.
-    from quicx.daemon.http_limits import ConnectionCap
-    from quicx.daemon.web.auth import Gate
-    from quicx.daemon.web.history import History
-    from quicx.daemon.web.site import dashboard_site
+    from quicx.daemon.observe.http_limits import ConnectionCap
+    from quicx.daemon.observe.web.auth import Gate
+    from quicx.daemon.observe.web.history import History
+    from quicx.daemon.observe.web.site import dashboard_site
 
     config, queue, reactor = daemon.config, daemon.queue, daemon.reactor
     history = History(queue, config.web_history)

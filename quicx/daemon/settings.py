@@ -34,18 +34,19 @@ from typing import Any, Generic, TypeVar
 import attrs
 from attrs import Factory, define, field, frozen
 
-from quicx.daemon import pmad, schedules
-from quicx.daemon.dispatch import DispatchSettings, Order
-from quicx.daemon.events import Compression
-from quicx.daemon.groups import GroupLimits
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
     DEFAULT_COMPACT_MIN_SIZE,
     MAX_SHARED_DATA,
     FsyncPolicy,
 )
-from quicx.daemon.logformat import LogFormat
-from quicx.daemon.policy import (
+from quicx.daemon.observe.events import Compression
+from quicx.daemon.observe.logformat import LogFormat
+from quicx.daemon.observe.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
+from quicx.daemon.queue import pmad, schedules
+from quicx.daemon.queue.dispatch import DispatchSettings, Order
+from quicx.daemon.queue.groups import GroupLimits
+from quicx.daemon.queue.policy import (
     DEFAULT_BACKOFF,
     ProgressSettings,
     QueueLimits,
@@ -53,9 +54,8 @@ from quicx.daemon.policy import (
     SharedLimits,
     SubscriberLimits,
 )
-from quicx.daemon.results import ResultLimits, Share
-from quicx.daemon.schedules import MAX_CATCH_UP, ScheduleSpec
-from quicx.daemon.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
+from quicx.daemon.queue.results import ResultLimits, Share
+from quicx.daemon.queue.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.net.addresses import split_addresses
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.net.certificates import Authorization, identities
@@ -500,7 +500,7 @@ class QueueName(Kind[str]):
 
 @frozen
 class CronExpression(Kind[str]):
-    """A 5-field cron expression (see L{quicx.daemon.schedules})."""
+    """A 5-field cron expression (see L{quicx.daemon.queue.schedules})."""
 
     def metavar(self) -> str:
         return "CRON"

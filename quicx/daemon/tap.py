@@ -7,7 +7,7 @@ builds the daemon with L{quicx.daemon.service.build_daemon}.
 
 twistd starts logging after it has built the service, with the observer its
 own options name: so C{[log] format = json} (file or flag) is carried out by
-naming L{quicx.daemon.logformat.json_stdout} as twistd's C{--logger} while
+naming L{quicx.daemon.observe.logformat.json_stdout} as twistd's C{--logger} while
 the options are parsed (L{Options.postOptions}).
 """
 
@@ -20,7 +20,7 @@ from twisted.application.service import IService
 
 from quicx import version_line
 from quicx.daemon import settings as configuration
-from quicx.daemon.logformat import JSON_LOGGER, LogFormat
+from quicx.daemon.observe.logformat import JSON_LOGGER, LogFormat
 from quicx.daemon.service import build_daemon
 from quicx.net.twisted_types import Options as BaseOptions
 

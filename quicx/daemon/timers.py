@@ -27,8 +27,8 @@ from twisted.application.internet import TimerService
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from quicx.daemon.core import QueueService
 from quicx.daemon.periodic import every
+from quicx.daemon.queue.core import QueueService
 from quicx.protocol import v2
 from quicx.protocol.wire import HEARTBEAT_FRAME
 

@@ -6,7 +6,7 @@ tasks it holds and the order its answers leave in.
 
 Sans-I/O: a L{Session} writes to an L{IPeer} (the server protocol, or a fake
 peer in tests) and knows nothing of sockets, reactors or the queue.  The
-queue (L{quicx.daemon.core}) owns the sessions and decides what they hold.
+queue (L{quicx.daemon.queue.core}) owns the sessions and decides what they hold.
 """
 
 from __future__ import annotations

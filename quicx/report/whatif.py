@@ -10,7 +10,7 @@ L{Job}s; L{simulate} replays them through C{slots} workers and gives each
 task's queue wait and each queue's backlog over time.  The Spark job
 (L{quicx.report.capacity}) runs one simulation per scenario and history.
 
-The model is the daemon's dispatch (L{quicx.daemon.core}) for workers that
+The model is the daemon's dispatch (L{quicx.daemon.queue.core}) for workers that
 are alike and subscribed to the same queues:
 
   - a task ready to run goes to a worker with a credit free if there is one

@@ -5,7 +5,7 @@ What the queue asks of a journal (L{IJournal}), what a journal asks of the
 queue (L{IJournalOwner}), and the journal used when none is configured
 (L{NullJournal}).
 
-The queue (L{quicx.daemon.core}) calls its journal only through
+The queue (L{quicx.daemon.queue.core}) calls its journal only through
 L{IJournal} (it reads L{quicx.daemon.journal.records.Recovery} at start-up):
 it never knows which journal it has, and the writer never imports the queue.
 """
@@ -115,7 +115,7 @@ class DeadInfo:
 @frozen
 class KeptEntry:
     """
-    A kept outcome (see L{quicx.daemon.results}).
+    A kept outcome (see L{quicx.daemon.queue.results}).
 
     @ivar state: an L{quicx.protocol.results.OutcomeState} (done, failed,
         cancelled or dead).
@@ -137,7 +137,7 @@ class KeptEntry:
 @frozen
 class GroupEntry:
     """
-    A group's state (see L{quicx.daemon.groups}): its phase (a
+    A group's state (see L{quicx.daemon.queue.groups}): its phase (a
     L{quicx.protocol.results.GroupPhase}), when it opened and finished
     (Unix seconds; 0: not yet), and its members' counts.
     """

@@ -55,8 +55,8 @@ from quicx.daemon.journal.records import (
     submit2_record_size,
 )
 from quicx.daemon.journal.recovery import sync_directory, write_all
+from quicx.daemon.observe.telemetry import JOURNAL_BUCKETS, Histogram
 from quicx.daemon.periodic import every
-from quicx.daemon.telemetry import JOURNAL_BUCKETS, Histogram
 from quicx.net.twisted_types import Service
 
 

@@ -23,13 +23,13 @@ from twisted.python.failure import Failure
 from twisted.web.server import NOT_DONE_YET, Request
 
 from quicx import __version__
-from quicx.daemon import introspect
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.schedule_book import ScheduleBook
-from quicx.daemon.web import views
-from quicx.daemon.web.auth import Gate, Role, Visitor, same_origin
-from quicx.daemon.web.history import History, Sample
-from quicx.daemon.web.stream import Streams, event
+from quicx.daemon.observe.web import views
+from quicx.daemon.observe.web.auth import Gate, Role, Visitor, same_origin
+from quicx.daemon.observe.web.history import History, Sample
+from quicx.daemon.observe.web.stream import Streams, event
+from quicx.daemon.queue import introspect
+from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.protocol.lifecycle import MAX_DEAD_LIST
 from quicx.protocol.v2 import ErrorCode, check_queue
 

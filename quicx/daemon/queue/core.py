@@ -23,12 +23,6 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from quicx.daemon import pmad
-from quicx.daemon.deadletters import DeadLetters
-from quicx.daemon.dedup import KeyTable
-from quicx.daemon.delays import Delays
-from quicx.daemon.dispatch import note_outcome, offer
-from quicx.daemon.groups import Group, Groups
 from quicx.daemon.journal.interface import (
     DeadInfo,
     IJournal,
@@ -38,14 +32,20 @@ from quicx.daemon.journal.interface import (
     Snapshot,
 )
 from quicx.daemon.journal.records import Recovery
-from quicx.daemon.logsummary import LogSummary
-from quicx.daemon.policy import ProgressSettings, QueueLimits
-from quicx.daemon.progress import ProgressBook, Report
-from quicx.daemon.queues import NamedQueue
-from quicx.daemon.results import KeptOutcome, KeptOutcomes
-from quicx.daemon.retries import retry_wait
-from quicx.daemon.telemetry import Tally, Telemetry
-from quicx.daemon.waits import Target, Wait, Waits
+from quicx.daemon.observe.logsummary import LogSummary
+from quicx.daemon.observe.telemetry import Tally, Telemetry
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.deadletters import DeadLetters
+from quicx.daemon.queue.dedup import KeyTable
+from quicx.daemon.queue.delays import Delays
+from quicx.daemon.queue.dispatch import note_outcome, offer
+from quicx.daemon.queue.groups import Group, Groups
+from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
+from quicx.daemon.queue.progress import ProgressBook, Report
+from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.results import KeptOutcome, KeptOutcomes
+from quicx.daemon.queue.retries import retry_wait
+from quicx.daemon.queue.waits import Target, Wait, Waits
 from quicx.net.twisted_types import Service
 from quicx.protocol import lifecycle, results, v2, wire
 from quicx.protocol import session as protocol
@@ -93,7 +93,7 @@ class Task:
     @ivar ready_at: when it last became ready to run (queued, or due, or
         requeued), for its wait time.
     @ivar ticket: its place in its queue's FIFO while queued (see
-        L{quicx.daemon.queues.Level}).
+        L{quicx.daemon.queue.queues.Level}).
     """
 
     task_id: int
@@ -163,7 +163,7 @@ class Session(protocol.Session[Task]):
     @ivar failed_in_row: the outcomes it reported since its last success,
         all failures.
     @ivar failing_until: it is passed over while another worker is idle
-        until then (see L{quicx.daemon.dispatch}).
+        until then (see L{quicx.daemon.queue.dispatch}).
     """
 
     version: int = 1
@@ -204,7 +204,7 @@ class IScheduleBook(Protocol):
 
 
 class IEvents(Protocol):
-    """Where the core records lifecycle events: L{quicx.daemon.eventbus.EventBus}."""
+    """Where the core records lifecycle events: L{quicx.daemon.observe.eventbus.EventBus}."""
 
     def record(
         self,
@@ -299,7 +299,7 @@ class QueueService(Service):
         somewhere to go (files, or a live subscriber): the daemon's event
         bus, or C{None}.
     @ivar event_bus: the event bus, once one is made for this queue.
-    @ivar shared: the shared data, once a L{quicx.daemon.shared.SharedData}
+    @ivar shared: the shared data, once a L{quicx.daemon.queue.shared.SharedData}
         is made for this queue.
     @ivar kept: the kept outcomes of finished tasks.
     @ivar groups: the groups of tasks.
@@ -309,7 +309,7 @@ class QueueService(Service):
     """
 
     # A Logger as a class attribute is named after the class:
-    # [quicx.daemon.core.QueueService#info] in the log.
+    # [quicx.daemon.queue.core.QueueService#info] in the log.
     log = Logger()
 
     def __init__(  # noqa: PLR0913
@@ -1783,7 +1783,7 @@ class QueueService(Service):
     def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
         """
         Hand C{queue}'s tasks to the workers waiting on it, in their order
-        (see L{quicx.daemon.dispatch}); a worker with credits left goes
+        (see L{quicx.daemon.queue.dispatch}); a worker with credits left goes
         behind the others, so tasks are dealt round-robin.  A task never
         goes to a worker that still holds a late copy of it.
         """

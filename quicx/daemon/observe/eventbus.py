@@ -21,10 +21,10 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from quicx.daemon.core import QueueService, Session
-from quicx.daemon.events import Event, EventLog
-from quicx.daemon.policy import SubscriberLimits
-from quicx.daemon.subscribers import Subscribers
+from quicx.daemon.observe.events import Event, EventLog
+from quicx.daemon.observe.subscribers import Subscribers
+from quicx.daemon.queue.core import QueueService, Session
+from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.net.twisted_types import MultiService
 from quicx.protocol.monitor import Watch
 

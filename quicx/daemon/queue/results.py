@@ -28,9 +28,9 @@ from decimal import Decimal
 from attrs import define, frozen
 from twisted.internet.interfaces import IReactorTime
 
-from quicx.daemon import pmad
-from quicx.daemon.delays import Delays
 from quicx.daemon.journal.interface import IJournal, KeptEntry
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.delays import Delays
 from quicx.protocol import results, v2
 from quicx.protocol.results import OutcomeState
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 
 from attrs import field, frozen
 
-from quicx.daemon.dispatch import DispatchSettings
-from quicx.daemon.groups import GroupLimits
-from quicx.daemon.results import ResultLimits
+from quicx.daemon.queue.dispatch import DispatchSettings
+from quicx.daemon.queue.groups import GroupLimits
+from quicx.daemon.queue.results import ResultLimits
 from quicx.protocol.v2 import DEFAULT_QUEUE, Backoff
 
 DEFAULT_BACKOFF = Backoff()

@@ -23,8 +23,8 @@ from typing import Any
 from attrs import define, field, frozen
 from twisted.logger import Logger
 
-from quicx.daemon.core import QueueService, Refused, Session
-from quicx.daemon.policy import SharedLimits
+from quicx.daemon.queue.core import QueueService, Refused, Session
+from quicx.daemon.queue.policy import SharedLimits
 from quicx.protocol import results
 from quicx.protocol.session import Role
 from quicx.protocol.v2 import ErrorCode

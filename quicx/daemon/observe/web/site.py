@@ -22,13 +22,13 @@ from typing import Any
 from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
-from quicx.daemon.core import QueueService
-from quicx.daemon.http_limits import BodylessRequest
-from quicx.daemon.schedule_book import ScheduleBook
-from quicx.daemon.web.api import Api, header, refusal
-from quicx.daemon.web.auth import COOKIE, Gate
-from quicx.daemon.web.history import History
-from quicx.daemon.web.stream import Streams
+from quicx.daemon.observe.http_limits import BodylessRequest
+from quicx.daemon.observe.web.api import Api, header, refusal
+from quicx.daemon.observe.web.auth import COOKIE, Gate
+from quicx.daemon.observe.web.history import History
+from quicx.daemon.observe.web.stream import Streams
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.net.tls import peer_identity
 
 STATIC: dict[str, tuple[str, bytes]] = {

@@ -16,9 +16,9 @@ from itertools import islice
 from typing import Any
 
 from quicx import __version__
-from quicx.daemon import introspect
-from quicx.daemon.core import QueueService, Refused
-from quicx.daemon.web.history import Sample
+from quicx.daemon.observe.web.history import Sample
+from quicx.daemon.queue import introspect
+from quicx.daemon.queue.core import QueueService, Refused
 from quicx.protocol.results import OutcomeState
 from quicx.protocol.session import Role
 from quicx.protocol.v2 import ResultKind

@@ -2,7 +2,7 @@
 Live subscribers: connections that watch lifecycle events (WATCH).
 
 Each subscriber has a filter: queues, task types and event kinds, each
-empty for any.  At each flush of the L{quicx.daemon.eventbus.EventBus}, the
+empty for any.  At each flush of the L{quicx.daemon.observe.eventbus.EventBus}, the
 events that pass it go to the subscriber as EVENTS frames, NDJSON lines of
 the events files' schema.
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from attrs import define, field
 
-from quicx.daemon.core import Refused, Session
-from quicx.daemon.events import Event, format_events
-from quicx.daemon.policy import SubscriberLimits
+from quicx.daemon.observe.events import Event, format_events
+from quicx.daemon.queue.core import Refused, Session
+from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.protocol import monitor
 from quicx.protocol.monitor import Watch
 from quicx.protocol.v2 import ErrorCode

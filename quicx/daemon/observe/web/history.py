@@ -19,7 +19,7 @@ from typing import Any
 
 from attrs import fields, frozen
 
-from quicx.daemon.core import QueueService
+from quicx.daemon.queue.core import QueueService
 from quicx.documents.latency import quantile
 
 

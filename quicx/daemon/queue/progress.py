@@ -21,7 +21,7 @@ from typing import Generic, Protocol, TypeVar
 from attrs import define, frozen
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-from quicx.daemon.policy import ProgressSettings
+from quicx.daemon.queue.policy import ProgressSettings
 
 
 @frozen

@@ -24,8 +24,8 @@ from typing import Any
 from attrs import define, frozen
 from twisted.internet.interfaces import IReactorTime
 
-from quicx.daemon.delays import Delays
 from quicx.daemon.journal.interface import GroupEntry, IJournal
+from quicx.daemon.queue.delays import Delays
 from quicx.protocol import results, wire
 from quicx.protocol.results import GroupPhase, OutcomeState
 

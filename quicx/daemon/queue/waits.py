@@ -18,8 +18,8 @@ from typing import Generic, TypeVar
 from attrs import define
 from twisted.internet.interfaces import IReactorTime
 
-from quicx.daemon.delays import Delays
-from quicx.daemon.results import ResultLimits
+from quicx.daemon.queue.delays import Delays
+from quicx.daemon.queue.results import ResultLimits
 
 
 class Target(Enum):

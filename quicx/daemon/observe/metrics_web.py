@@ -26,8 +26,8 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request, Site
 from zope.interface import implementer
 
-from quicx.daemon.http_limits import BodylessRequest
-from quicx.daemon.metrics import QuicxCollector, Snapshot
+from quicx.daemon.observe.http_limits import BodylessRequest
+from quicx.daemon.observe.metrics import QuicxCollector, Snapshot
 
 PATH = b"/metrics"
 

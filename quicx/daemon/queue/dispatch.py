@@ -4,7 +4,7 @@ Which idle worker is offered the next task, and the guard against one that fails
 Which idle worker is offered the next task: the order of a queue's idle
 workers, and the guard against a worker that fails everything.
 
-Sans-I/O: the queue core (L{quicx.daemon.core}) keeps each queue's idle
+Sans-I/O: the queue core (L{quicx.daemon.queue.core}) keeps each queue's idle
 workers in an ordered dict, in the order they are offered tasks: a worker
 that goes idle goes first under C{lifo}, last under C{fifo}; one dealt a
 task that keeps a credit free goes last in both.  It asks L{offer} whom to

@@ -3,7 +3,7 @@ One named queue: its tasks by priority and fairness key, its limits, and
 the workers waiting on it.
 
 Sans-I/O and clock-driven: every method that depends on time takes C{now}.
-The queue core (L{quicx.daemon.core}) owns the queues and moves tasks
+The queue core (L{quicx.daemon.queue.core}) owns the queues and moves tasks
 between them and workers.
 
 Within a queue, tasks wait in one L{Level} per priority; the non-empty
@@ -26,8 +26,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from attrs import define, field
 
-from quicx.daemon.policy import QueuePolicy
-from quicx.daemon.telemetry import Tally
+from quicx.daemon.observe.telemetry import Tally
+from quicx.daemon.queue.policy import QueuePolicy
 
 RATE_WINDOW = 60.0
 """Seconds of finished tasks the drain rate is measured over."""
@@ -211,7 +211,7 @@ class NamedQueue(Generic[T, W]):
     @ivar header: the name as a TASK carries it (C{[len u8][name]}).
     @ivar declared: it has a C{[queue NAME]} section: never forgotten.
     @ivar idle: the subscribed workers with a credit free, in the order they
-        are offered tasks (see L{quicx.daemon.dispatch}).
+        are offered tasks (see L{quicx.daemon.queue.dispatch}).
     @ivar subscribers: how many workers are subscribed.
     @ivar depth: tasks queued.
     @ivar pending: tasks accepted into it whose journal record is not yet

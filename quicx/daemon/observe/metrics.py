@@ -5,7 +5,7 @@ The daemon's state as Prometheus metrics: a collector that reads it when
 scraped (see docs/operations.md#prometheus-metrics for every metric).
 
 Nothing is counted here: the counts and latencies per queue and task type
-are L{quicx.daemon.telemetry}'s, the rest is read from the queue, the pool,
+are L{quicx.daemon.observe.telemetry}'s, the rest is read from the queue, the pool,
 the shared data and the journal as they stand, on the reactor thread.  The
 collector is used alone (C{generate_latest} takes it as its registry), not
 through C{prometheus_client}'s global registry, so a second daemon in the
@@ -31,11 +31,11 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from quicx import __version__
-from quicx.daemon.core import QueueService
-from quicx.daemon.eventbus import EventBus
 from quicx.daemon.journal.writer import Journal
-from quicx.daemon.shared import SharedData
-from quicx.daemon.telemetry import Histogram, Tally
+from quicx.daemon.observe.eventbus import EventBus
+from quicx.daemon.observe.telemetry import Histogram, Tally
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.shared import SharedData
 from quicx.protocol.session import Role
 
 

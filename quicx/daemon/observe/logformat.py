@@ -33,7 +33,7 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
-JSON_LOGGER = "quicx.daemon.logformat.json_stdout"
+JSON_LOGGER = "quicx.daemon.observe.logformat.json_stdout"
 """L{json_stdout}'s name, for C{twistd --logger}."""
 
 LEGACY_KEYS = frozenset({"message", "time", "isError", "system", "logLevel", "format", "why"})

@@ -25,7 +25,7 @@ known: a task recovered from the journal has no producer); C{attempt} counts
 deliveries; C{v} is the schema's version (L{EVENTS_SCHEMA}: each line
 says it, as the live stream's lines are the same and have no file to head).
 
-The daemon's L{quicx.daemon.eventbus.EventBus} gathers the events and hands
+The daemon's L{quicx.daemon.observe.eventbus.EventBus} gathers the events and hands
 them to the L{EventLog} once a second (sooner when many are waiting, or
 while live subscribers watch); the log gives them to a thread of its own,
 which formats the lines and writes them, so the reactor never waits for the

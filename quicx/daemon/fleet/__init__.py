@@ -1,0 +1,3 @@
+"""
+Many daemons: a host's instances, the supervisor that runs them, and the cluster view's peers.
+"""

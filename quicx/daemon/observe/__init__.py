@@ -1,0 +1,3 @@
+"""
+What the daemon shows of itself: lifecycle events, telemetry, metrics, logs and the dashboard.
+"""
