@@ -180,9 +180,10 @@ def test_the_pages_event_kinds_are_the_codecs_and_the_files() -> None:
     assert {kind for kind, fields in extra.items() if fields} == set(_EXTRA_KEY)
 
 
-def test_every_kind_the_core_records_is_known() -> None:
-    core = (Path(__file__).resolve().parent.parent / "quicx" / "daemon" / "core.py").read_text()
-    recorded = set(re.findall(r'(?:_event|events\.record)\(\s*"(\w+)"', core))
+def test_every_kind_the_daemon_records_is_known() -> None:
+    daemon = Path(__file__).resolve().parent.parent / "quicx" / "daemon"
+    source = "\n".join(path.read_text() for path in daemon.rglob("*.py"))
+    recorded = set(re.findall(r'(?:_event|events\.record)\(\s*"(\w+)"', source))
     assert recorded == set(EVENT_KINDS)
 
 
