@@ -25,7 +25,6 @@ from tests.peer import Peer
 from tools.abuse import documented_bound
 from tools.launcher import rss
 
-HERE = Path(__file__).parent
 
 
 def expect_error(reply: wire.Message, code: ErrorCode, fragment: str) -> None:
