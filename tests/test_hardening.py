@@ -26,7 +26,6 @@ from tools.abuse import documented_bound
 from tools.launcher import rss
 
 
-
 def expect_error(reply: wire.Message, code: ErrorCode, fragment: str) -> None:
     assert isinstance(reply, wire.Error), reply
     assert reply.code == code and fragment in reply.message, reply
