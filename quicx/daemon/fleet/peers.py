@@ -23,8 +23,8 @@ from twisted.internet.interfaces import ITransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
-from quicx.daemon.control import STATUS_FORMAT
 from quicx.documents.cluster import Member, cluster_view
+from quicx.documents.status import STATUS_FORMAT
 from quicx.net.tls import client_endpoint
 from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser, RejectedFrame
