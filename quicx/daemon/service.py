@@ -492,7 +492,7 @@ def cluster_poller(daemon: QuicxDaemon) -> ClusterPoller:
     """
     config, reactor = daemon.config, daemon.reactor
     poller = ClusterPoller(
-        daemon.status,
+        daemon.status_document,
         config.peers,
         lambda peer: ask_status(reactor, peer, config.cluster_timeout, config.cluster_max_status),
     )

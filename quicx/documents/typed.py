@@ -58,10 +58,11 @@ def read(cls: type[T], data: object, where: str = "") -> T:
         raise DocumentError(f"{where or 'the document'} is not an object")
     values = {}
     for name, (kind, required) in _fields(cls).items():
+        path = f"{where}.{name}" if where else name
         if name in data:
-            values[name] = _value(kind, data[name], f"{where}{name}")
+            values[name] = _value(kind, data[name], path)
         elif required:
-            raise DocumentError(f"{where}{name} is missing")
+            raise DocumentError(f"{path} is missing")
     return cls(**values)
 
 
@@ -92,7 +93,7 @@ def _value(kind: Any, value: object, where: str) -> Any:
     if kind is Any:
         return value
     if attrs.has(kind):
-        return read(kind, value, f"{where}.")
+        return read(kind, value, where)
     if origin is tuple:
         if not isinstance(value, list):
             raise DocumentError(f"{where} is not a list")

@@ -63,7 +63,7 @@ def status(
         queues=introspect.queue_states(queue),
         keys=document.Keys(len(queue.keys), queue.keys.evicted, queue.keys.window),
         results=results(queue),
-        groups=document.Groups(len(queue.groups), queue.groups.unfinished),
+        groups=groups(queue),
         memory=memory(queue.pool),
         shared=shared_data(shared),
         classes=classes(queue.pool),
@@ -112,6 +112,10 @@ def clients(queue: QueueService) -> tuple[document.Client, ...]:
 def results(queue: QueueService) -> document.Results:
     kept = queue.kept
     return document.Results(len(kept), kept.memory, kept.max_memory, queue.waits.count)
+
+
+def groups(queue: QueueService) -> document.Groups:
+    return document.Groups(len(queue.groups), queue.groups.unfinished)
 
 
 def memory(pool: Pmad) -> document.Memory:
