@@ -21,9 +21,9 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import ILogObserver, formatEvent, globalLogPublisher
 from twisted.python.failure import Failure
 
-from quicx.daemon.control import STATUS_FORMAT
 from quicx.daemon.fleet.peers import SELF, ClusterPoller, ask_status, why
 from quicx.documents.cluster import Member
+from quicx.documents.status import STATUS_FORMAT
 from quicx.protocol import monitor
 
 MAX = 64 << 10

@@ -16,12 +16,13 @@ from twisted.internet.task import Clock
 from quicx.daemon.observe.telemetry import OTHER, Histogram, Telemetry
 from quicx.daemon.queue.core import QueueService
 from quicx.documents.latency import LATENCY_BUCKETS, quantile
+from quicx.documents.typed import as_json
 from quicx.protocol.v2 import ErrorCode
 from tests.fakes import make_queue, producer_of, worker_of
 
 
 def tallies(queue: QueueService) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(t["queue"], t["type"]): t for t in queue.telemetry.as_dict()["tallies"]}
+    return {(t["queue"], t["type"]): t for t in as_json(queue.telemetry.document())["tallies"]}
 
 
 def test_a_task_counts_its_submit_wait_run_and_outcome_in_its_queue_and_type() -> None:

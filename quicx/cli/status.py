@@ -28,6 +28,15 @@ from quicx.cli.common import CommandError, control_path
 from quicx.clients.address import ADDRESS_VARIABLE, parse_address, split_addresses
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon.control import StatusUnavailable, fetch_status
+from quicx.documents.status import (
+    Journal,
+    Queue,
+    Shared,
+    SizeClass,
+    StatusDocument,
+    read_status,
+)
+from quicx.documents.typed import DocumentError
 from quicx.documents.units import format_size
 from quicx.protocol.errors import QuicxError
 from quicx.status.text import bar, human_duration, printable, thousands
@@ -104,10 +113,15 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def show_status(status: Mapping[str, Any], args: argparse.Namespace) -> int:
+    """The document as the daemon sent it (C{--json}), or its human view."""
     if args.json:
         print(json.dumps(status, indent=2))
-    else:
-        sys.stdout.write(render_status(status, classes=args.every_class))
+        return 0
+    try:
+        shown = render_status(status, classes=args.every_class)
+    except DocumentError as e:
+        raise CommandError(f"the daemon's status document cannot be read: {e}") from None
+    sys.stdout.write(shown)
     return 0
 
 
@@ -176,76 +190,76 @@ FULLEST_CLASSES = 3
 """The size classes the folded status view shows: the fullest in use."""
 
 
-def render_status(status: Mapping[str, Any], classes: bool = False) -> str:
+def render_status(status: StatusDocument | Mapping[str, Any], classes: bool = False) -> str:
     """The human view of a status document: every size class's line if C{classes}."""
-    tasks, connections, memory = status["tasks"], status["connections"], status["memory"]
-    used, total = memory["used"], memory["total"]
+    status = read_status(status)
+    tasks, connections = status.tasks, status.connections
+    used, total = status.memory.used, status.memory.total
     lines = [
-        f"Quicx {status['version']} (protocol"
-        f" {', '.join(str(v) for v in status.get('protocols', [status['protocol']]))})"
-        f"   pid {status['pid']}"
-        f"   up {human_duration(status['uptime'])}",
-        f"  listening   {', '.join(status['listening']) or '-'}",
-        f"  config      {status['config']}",
+        f"Quicx {status.version} (protocol {', '.join(map(str, status.versions))})"
+        f"   pid {status.pid}"
+        f"   up {human_duration(status.uptime)}",
+        f"  listening   {', '.join(status.listening) or '-'}",
+        f"  config      {status.config}",
         "",
         "Tasks",
-        f"  submitted   {thousands(tasks['submitted']):>14}",
-        f"  completed   {thousands(tasks['completed']):>14}",
-        f"  failed      {thousands(tasks['failed']):>14}",
-        f"  rejected    {thousands(tasks['rejected']):>14}",
-        f"  requeued    {thousands(tasks['requeued']):>14}",
-        f"  cancelled   {thousands(tasks.get('cancelled', 0)):>14}"
-        f"   ({thousands(tasks.get('duplicates', 0))} duplicate submits answered)",
-        f"  timed out   {thousands(tasks['timed_out']):>14}"
-        f"   ({thousands(tasks.get('late_outcomes', 0))} outcomes came after another's)",
-        f"  given up    {thousands(tasks['given_up']):>14}   (counted in failed)",
-        f"  retried     {thousands(tasks.get('retried', 0)):>14}"
-        f"   ({thousands(tasks.get('stale_outcomes', 0))} stale outcomes refused)",
-        f"  dead        {thousands(tasks.get('dead', 0)):>14}"
-        f"   ({thousands(tasks.get('dead_now', 0))} kept,"
-        f" {thousands(tasks.get('dead_dropped', 0))} dropped)",
-        f"  delayed     {thousands(tasks.get('delayed', 0)):>14}   (waiting for their time)",
-        f"  results     {thousands(tasks.get('results_kept', 0)):>14}"
-        f"   ({thousands(status.get('results', {}).get('kept', 0))} kept now,"
-        f" {thousands(tasks.get('results_evicted', 0))} evicted,"
-        f" {thousands(tasks.get('results_expired', 0))} expired)",
-        f"  in flight   {thousands(tasks['queued'] + tasks['running']):>14}"
-        f"   ({thousands(tasks['queued'])} queued + {thousands(tasks['running'])} running)",
+        f"  submitted   {thousands(tasks.submitted):>14}",
+        f"  completed   {thousands(tasks.completed):>14}",
+        f"  failed      {thousands(tasks.failed):>14}",
+        f"  rejected    {thousands(tasks.rejected):>14}",
+        f"  requeued    {thousands(tasks.requeued):>14}",
+        f"  cancelled   {thousands(tasks.cancelled):>14}"
+        f"   ({thousands(tasks.duplicates)} duplicate submits answered)",
+        f"  timed out   {thousands(tasks.timed_out):>14}"
+        f"   ({thousands(tasks.late_outcomes)} outcomes came after another's)",
+        f"  given up    {thousands(tasks.given_up):>14}   (counted in failed)",
+        f"  retried     {thousands(tasks.retried):>14}"
+        f"   ({thousands(tasks.stale_outcomes)} stale outcomes refused)",
+        f"  dead        {thousands(tasks.dead):>14}"
+        f"   ({thousands(tasks.dead_now)} kept,"
+        f" {thousands(tasks.dead_dropped)} dropped)",
+        f"  delayed     {thousands(tasks.delayed):>14}   (waiting for their time)",
+        f"  results     {thousands(tasks.results_kept):>14}"
+        f"   ({thousands(status.results.kept)} kept now,"
+        f" {thousands(tasks.results_evicted)} evicted,"
+        f" {thousands(tasks.results_expired)} expired)",
+        f"  in flight   {thousands(tasks.queued + tasks.running):>14}"
+        f"   ({thousands(tasks.queued)} queued + {thousands(tasks.running)} running)",
         "",
         "Connections",
-        f"  workers     {thousands(connections['workers']):>14}"
-        f"   ({thousands(connections['idle_workers'])} idle)",
-        f"  producers   {thousands(connections['producers']):>14}"
-        f"   ({thousands(connections['paused'])} paused: not reading their replies)",
-        f"  total       {thousands(connections['total']):>14}",
+        f"  workers     {thousands(connections.workers):>14}"
+        f"   ({thousands(connections.idle_workers)} idle)",
+        f"  producers   {thousands(connections.producers):>14}"
+        f"   ({thousands(connections.paused)} paused: not reading their replies)",
+        f"  total       {thousands(connections.total):>14}",
         *(
-            f"  {printable(c['client'])} (protocol {c['protocol']}):"
-            f" {c['connections']} {c['role']}{'' if c['connections'] == 1 else 's'}"
-            for c in status.get("clients", ())
+            f"  {printable(c.client)} (protocol {c.protocol}):"
+            f" {c.connections} {c.role}{'' if c.connections == 1 else 's'}"
+            for c in status.clients
         ),
         "",
-        *_queue_lines(status.get("queues", ())),
+        *_queue_lines(status.queues),
         "Memory",
         f"  {bar(used, total)}  {format_size(used)} / {format_size(total)}"
         f"  ({100 * used / total:.1f}%)",
-        *_shared_lines(status.get("shared")),
+        *_shared_lines(status.shared),
         "",
-        *_journal_lines(status.get("journal")),
-        *(_class_lines if classes else _folded_class_lines)(status["classes"]),
+        *_journal_lines(status.journal),
+        *(_class_lines if classes else _folded_class_lines)(status.classes),
     ]
     return "\n".join(lines) + "\n"
 
 
-def _class_lines(classes: Sequence[Mapping[str, Any]]) -> list[str]:
+def _class_lines(classes: Sequence[SizeClass]) -> list[str]:
     """Every size class: its blocks used out of its total, with a bar."""
     return ["Size classes      blocks used / total", *map(_class_line, classes)]
 
 
-def _folded_class_lines(classes: Sequence[Mapping[str, Any]]) -> list[str]:
+def _folded_class_lines(classes: Sequence[SizeClass]) -> list[str]:
     """How many size classes are in use, and the fullest few."""
-    used = [c for c in classes if c["blocks_used"]]
-    fullest = sorted(used, key=lambda c: (-c["blocks_used"] / c["blocks_total"], c["size"]))
-    blocks = sum(c["blocks_used"] for c in classes), sum(c["blocks_total"] for c in classes)
+    used = [c for c in classes if c.blocks_used]
+    fullest = sorted(used, key=lambda c: (-c.blocks_used / c.blocks_total, c.size))
+    blocks = sum(c.blocks_used for c in classes), sum(c.blocks_total for c in classes)
     return [
         f"Size classes      {len(used)} of {len(classes)} in use,"
         f" {thousands(blocks[0])} / {thousands(blocks[1])} blocks (--classes: each one)",
@@ -253,45 +267,45 @@ def _folded_class_lines(classes: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def _class_line(size_class: Mapping[str, Any]) -> str:
-    used, total = size_class["blocks_used"], size_class["blocks_total"]
+def _class_line(size_class: SizeClass) -> str:
+    used, total = size_class.blocks_used, size_class.blocks_total
     return (
-        f"  {thousands(size_class['size']):>9} B  {bar(used, total)}"
+        f"  {thousands(size_class.size):>9} B  {bar(used, total)}"
         f"  {thousands(used):>9} / {thousands(total)}"
     )
 
 
-def _queue_lines(queues: Sequence[Mapping[str, Any]]) -> list[str]:
+def _queue_lines(queues: Sequence[Queue]) -> list[str]:
     if not queues:
         return []
     lines = ["Queues           queued   running   workers"]
     lines += [
-        f"  {q['name'][:12]:<12} {thousands(q['depth']):>8} {thousands(q['running']):>9}"
-        f" {thousands(q['workers']):>9}{'   paused' if q['paused'] else ''}"
+        f"  {q.name[:12]:<12} {thousands(q.depth):>8} {thousands(q.running):>9}"
+        f" {thousands(q.workers):>9}{'   paused' if q.paused else ''}"
         for q in queues
     ]
     return [*lines, ""]
 
 
-def _shared_lines(shared: Mapping[str, Any] | None) -> list[str]:
+def _shared_lines(shared: Shared | None) -> list[str]:
     """Shared data, outside the pool (a daemon before protocol v2 part 3 has none)."""
     if shared is None:
         return []
     return [
-        f"  shared data: {thousands(shared['names'])} names, {format_size(shared['bytes'])}"
-        f" ({thousands(shared['published'])} versions published,"
-        f" {thousands(shared['followers'])} followers)"
+        f"  shared data: {thousands(shared.names)} names, {format_size(shared.bytes)}"
+        f" ({thousands(shared.published)} versions published,"
+        f" {thousands(shared.followers)} followers)"
     ]
 
 
-def _journal_lines(journal: Mapping[str, Any] | None) -> list[str]:
+def _journal_lines(journal: Journal | None) -> list[str]:
     if journal is None:
         return ["Journal     none: live tasks do not survive a restart", ""]
     lines = [
-        f"Journal     {journal['path']}   (fsync {journal['fsync']})",
-        f"  {format_size(journal['file_bytes'])} on disk, {format_size(journal['live_bytes'])}"
-        f" live; {thousands(journal['syncs'])} syncs, {journal['compactions']} compactions",
+        f"Journal     {journal.path}   (fsync {journal.fsync})",
+        f"  {format_size(journal.file_bytes)} on disk, {format_size(journal.live_bytes)}"
+        f" live; {thousands(journal.syncs)} syncs, {journal.compactions} compactions",
     ]
-    if journal["broken"]:
-        lines.append(f"  BROKEN: {journal['broken']} (new tasks are refused)")
+    if journal.broken:
+        lines.append(f"  BROKEN: {journal.broken} (new tasks are refused)")
     return [*lines, ""]

@@ -22,9 +22,8 @@ from typing import Any
 from twisted.internet.interfaces import ITransport
 from twisted.protocols.basic import LineOnlyReceiver
 
+from quicx.documents.status import STATUS_FORMAT
 from quicx.net.twisted_types import Factory
-
-STATUS_FORMAT = "quicx-status/1"
 
 
 class ControlProtocol(LineOnlyReceiver):

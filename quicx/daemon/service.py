@@ -26,7 +26,6 @@ import resource
 import signal
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from functools import partial
@@ -41,7 +40,7 @@ from twisted.python.failure import Failure
 
 from quicx import __version__
 from quicx.daemon import settings as configuration
-from quicx.daemon.control import STATUS_FORMAT, ControlFactory
+from quicx.daemon.control import ControlFactory
 from quicx.daemon.fleet.peers import ClusterPoller, ask_status
 from quicx.daemon.journal.records import JournalCorrupt, Recovery
 from quicx.daemon.journal.recovery import recover
@@ -49,15 +48,17 @@ from quicx.daemon.journal.writer import Journal
 from quicx.daemon.observe.eventbus import EventBus
 from quicx.daemon.observe.events import EventLog, EventSettings
 from quicx.daemon.observe.logsummary import LogSummary
+from quicx.daemon.observe.status import Where, status
 from quicx.daemon.observe.telemetry import Telemetry
 from quicx.daemon.periodic import every
-from quicx.daemon.queue import introspect, pmad
+from quicx.daemon.queue import pmad
 from quicx.daemon.queue.core import QueueService, Refused
 from quicx.daemon.queue.results import ResultLimits
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.shared import SharedData
 from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
+from quicx.documents.status import StatusDocument
 from quicx.documents.units import format_size
 from quicx.net.busypoll import enable_busy_poll
 from quicx.net.framer import OutputBatcher
@@ -221,108 +222,17 @@ class QuicxDaemon(MultiService):
         set_exit_signal(self.reactor, None)
 
     def status(self) -> dict[str, Any]:
-        """Everything C{quicx status} shows (see docs/operations.md)."""
-        queue, pool = self.queue, self.queue.pool
-        counters = queue.counters()
-        stats = queue.stats()
-        roles = Counter(session.role.value for session in queue.sessions.values())
-        now = queue.clock()
-        return {
-            "format": STATUS_FORMAT,
-            "version": __version__,
-            "protocol": wire.PROTOCOL_VERSION,
-            "protocols": sorted(queue.limits.versions),
-            "pid": os.getpid(),
-            "started_at": queue.started_at,
-            "uptime": now - queue.started_at,
-            "config": self.config.source,
-            "listening": [listener.address for listener in self._listeners()],
-            "control": self.config.control_path,
-            "tasks": {
-                "submitted": counters.submitted,
-                "completed": counters.completed,
-                "failed": counters.failed,
-                "rejected": counters.rejected,
-                "requeued": counters.requeued,
-                "timed_out": counters.timed_out,
-                "given_up": counters.given_up,
-                "late_outcomes": counters.late_outcomes,
-                "cancelled": counters.cancelled,
-                "duplicates": counters.duplicates,
-                "retried": counters.retried,
-                "dead": counters.dead,
-                "dead_dropped": counters.dead_dropped,
-                "dead_now": len(queue.dead_letters),
-                "stale_outcomes": counters.stale_outcomes,
-                "delayed": counters.delayed,
-                "results_kept": counters.results_kept,
-                "results_evicted": counters.results_evicted,
-                "results_expired": counters.results_expired,
-                "queued": stats.queue_depth,
-                "running": queue.tasks_running,
-                "progress_coalesced": queue.progress.coalesced,
-            },
-            "connections": {
-                "total": len(queue.sessions),
-                "producers": roles["producer"],
-                "paused": sum(1 for session in queue.sessions.values() if session.paused),
-                "workers": stats.workers_total,
-                "idle_workers": stats.workers_idle,
-            },
-            "clients": _clients(queue),
-            "queues": introspect.queues(queue),
-            "keys": {
-                "remembered": len(queue.keys),
-                "evicted": queue.keys.evicted,
-                "window": queue.keys.window,
-            },
-            "results": {
-                "kept": len(queue.kept),
-                "memory": queue.kept.memory,
-                "max_memory": queue.kept.max_memory,
-                "waiters": queue.waits.count,
-            },
-            "groups": {"total": len(queue.groups), "unfinished": queue.groups.unfinished},
-            "memory": {"used": stats.pmad_bytes_used, "total": stats.pmad_bytes_total},
-            "shared": {
-                "names": self.shared.names,
-                "bytes": self.shared.size,
-                "published": self.shared.published,
-                "followers": self.shared.followers,
-            },
-            "classes": [
-                {"size": u.size, "blocks_used": u.blocks_used, "blocks_total": u.blocks_total}
-                for u in pool.usage()
-            ],
-            "telemetry": queue.telemetry.as_dict(),
-            "journal": self._journal_status(),
-            "events": self._events_status(),
-        }
+        """Everything C{quicx status} shows (see docs/operations.md), as JSON."""
+        return self.status_document().as_json()
 
-    def _events_status(self) -> dict[str, Any]:
-        events, log = self.events, self.events.log
-        return {
-            "directory": None if log is None else log.settings.directory,
-            "written": 0 if log is None else log.written,
-            "broken": None if log is None else log.broken or None,
-            "subscribers": events.live.count,
-            "dropped": events.dropped,
-        }
-
-    def _journal_status(self) -> dict[str, Any] | None:
-        journal = self.journal
-        if journal is None:
-            return None
-        stats = journal.stats
-        return {
-            "path": journal.path,
-            "fsync": journal.policy.value,
-            "file_bytes": stats.file_bytes,
-            "live_bytes": stats.live_bytes,
-            "syncs": stats.syncs,
-            "compactions": stats.compactions,
-            "broken": journal.broken or None,
-        }
+    def status_document(self) -> StatusDocument:
+        """Everything C{quicx status} shows, typed."""
+        where = Where(
+            self.config.source,
+            [listener.address for listener in self._listeners()],
+            self.config.control_path,
+        )
+        return status(self.queue, self.shared, self.events, self.journal, where)
 
     def privilegedStartService(self) -> None:
         config, pool = self.config, self.queue.pool
@@ -582,7 +492,7 @@ def cluster_poller(daemon: QuicxDaemon) -> ClusterPoller:
     """
     config, reactor = daemon.config, daemon.reactor
     poller = ClusterPoller(
-        daemon.status,
+        daemon.status_document,
         config.peers,
         lambda peer: ask_status(reactor, peer, config.cluster_timeout, config.cluster_max_status),
     )
@@ -640,19 +550,6 @@ def serve_dashboard(
         log_id="daemon.web",
         setting="[web] listen",
     ).setServiceParent(daemon)
-
-
-def _clients(queue: QueueService) -> list[dict[str, Any]]:
-    """The connections that said who they are (HELLO), by name and version."""
-    found = Counter(
-        (session.client, session.version, session.role.value)
-        for session in queue.sessions.values()
-        if session.client
-    )
-    return [
-        {"client": client, "protocol": version, "role": role, "connections": count}
-        for (client, version, role), count in sorted(found.items())
-    ]
 
 
 FILE_RESERVE = 128

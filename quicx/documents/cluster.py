@@ -16,13 +16,15 @@ daemon up uses the same bucket bounds; otherwise it is C{None}.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 from attrs import frozen
 
 from quicx.documents.latency import LATENCY_BUCKETS, quantile
+from quicx.documents.status import StatusDocument, Tally, read_status
+from quicx.documents.typed import DocumentError, as_json
 
 PERCENTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 """The latency percentiles shown, by name."""
@@ -30,25 +32,28 @@ PERCENTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 COUNTS = ("submitted", "done", "failed", "cancelled")
 """The tasks counted since each daemon started (C{failed}: dead ones too)."""
 
+Status = StatusDocument | Mapping[str, Any]
+"""A status document, typed or as JSON gave it (read with L{read_status})."""
+
 NOW = ("queued", "running", "delayed", "dead", "workers", "idle_workers", "connections")
 """What each daemon holds now."""
 
 
-def same_run(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> bool:
+def same_run(earlier: Status | None, later: Status) -> bool:
     """
     Whether C{earlier} came from the same daemon process as C{later}, before
-    it (not when either has no numeric C{uptime}: a peer's document may be
-    anything).
+    it (not when either cannot be read: a peer's document may be anything).
     """
     if earlier is None:
         return False
-    before, after = earlier.get("uptime"), later.get("uptime")
+    try:
+        before, after = read_status(earlier), read_status(later)
+    except DocumentError:
+        return False
     return (
-        earlier.get("pid") == later.get("pid")
-        and earlier.get("started_at") == later.get("started_at")
-        and isinstance(before, int | float)
-        and isinstance(after, int | float)
-        and before <= after
+        before.pid == after.pid
+        and before.started_at == after.started_at
+        and before.uptime <= after.uptime
     )
 
 
@@ -65,11 +70,11 @@ class Member:
     """
 
     address: str
-    status: Mapping[str, Any] | None = None
-    earlier: Mapping[str, Any] | None = None
+    status: Status | None = None
+    earlier: Status | None = None
     error: str = ""
 
-    def answered(self, status: Mapping[str, Any]) -> Member:
+    def answered(self, status: Status) -> Member:
         """This member after a new document: the latest becomes the one before."""
         earlier = self.status if self.status is not None and same_run(self.status, status) else None
         return Member(self.address, status, earlier)
@@ -90,39 +95,39 @@ class Moved:
     wait: list[int] = attrs.Factory(list)
     run: list[int] = attrs.Factory(list)
 
-    def add(self, later: Mapping[str, Any], earlier: Mapping[str, Any] | None) -> None:
+    def add(self, later: Tally, earlier: Tally | None) -> None:
         """Add one tally's growth from C{earlier} (C{None}: from zero) to C{later}."""
 
-        def grew(key: str) -> int:
-            return int(later.get(key, 0)) - (int(earlier.get(key, 0)) if earlier else 0)
+        def grew(count: Callable[[Tally], int]) -> int:
+            return count(later) - (count(earlier) if earlier else 0)
 
-        self.counts["submitted"] += grew("submitted")
-        self.counts["done"] += grew("done")
-        self.counts["failed"] += grew("failed") + grew("dead")
-        self.counts["cancelled"] += grew("cancelled")
-        for mine, key in ((self.wait, "wait"), (self.run, "run")):
-            counts = later[key]["counts"]
-            before = earlier[key]["counts"] if earlier else [0] * len(counts)
+        self.counts["submitted"] += grew(lambda tally: tally.submitted)
+        self.counts["done"] += grew(lambda tally: tally.done)
+        self.counts["failed"] += grew(lambda tally: tally.failed + tally.dead)
+        self.counts["cancelled"] += grew(lambda tally: tally.cancelled)
+        for mine, now, then in (
+            (self.wait, later.wait, earlier.wait if earlier else None),
+            (self.run, later.run, earlier.run if earlier else None),
+        ):
+            before = then.counts if then else (0,) * len(now.counts)
             if not mine:
-                mine.extend([0] * len(counts))
-            for index, (now, then) in enumerate(zip(counts, before, strict=True)):
-                mine[index] += now - then
+                mine.extend([0] * len(now.counts))
+            for index, (count, counted) in enumerate(zip(now.counts, before, strict=True)):
+                mine[index] += count - counted
 
 
-def _moved(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> Moved:
+def _moved(earlier: StatusDocument | None, later: StatusDocument) -> Moved:
     """Everything the telemetry of C{later} counted since C{earlier} (C{None}: since start)."""
-    before = {
-        (tally["queue"], tally["type"]): tally
-        for tally in ((earlier or {}).get("telemetry") or {}).get("tallies", ())
-    }
+    before = {tally.key: tally for tally in earlier.telemetry.tallies} if earlier else {}
     moved = Moved()
-    for tally in ((later.get("telemetry") or {}).get("tallies")) or ():
-        moved.add(tally, before.get((tally["queue"], tally["type"])))
+    for tally in later.telemetry.tallies:
+        moved.add(tally, before.get(tally.key))
     return moved
 
 
-def _bounds(status: Mapping[str, Any]) -> tuple[float, ...]:
-    return tuple((status.get("telemetry") or {}).get("buckets") or LATENCY_BUCKETS)
+def bucket_bounds(status: StatusDocument) -> tuple[float, ...]:
+    """The bounds of C{status}'s latency buckets."""
+    return status.telemetry.buckets or LATENCY_BUCKETS
 
 
 def _percentiles(counts: Sequence[int], bounds: Sequence[float]) -> dict[str, float | None]:
@@ -131,46 +136,53 @@ def _percentiles(counts: Sequence[int], bounds: Sequence[float]) -> dict[str, fl
     return {name: quantile(counts, fraction, bounds) for name, fraction in PERCENTILES.items()}
 
 
-def _now(status: Mapping[str, Any]) -> dict[str, int]:
-    tasks, connections = status.get("tasks", {}), status.get("connections", {})
+def _now(status: StatusDocument) -> dict[str, int]:
+    tasks, connections = status.tasks, status.connections
     return {
-        "queued": tasks.get("queued", 0),
-        "running": tasks.get("running", 0),
-        "delayed": tasks.get("delayed", 0),
-        "dead": tasks.get("dead_now", 0),
-        "workers": connections.get("workers", 0),
-        "idle_workers": connections.get("idle_workers", 0),
-        "connections": connections.get("total", 0),
+        "queued": tasks.queued,
+        "running": tasks.running,
+        "delayed": tasks.delayed,
+        "dead": tasks.dead_now,
+        "workers": connections.workers,
+        "idle_workers": connections.idle_workers,
+        "connections": connections.total,
     }
 
 
-def _row(member: Member) -> tuple[dict[str, Any], Moved | None]:
-    """One daemon's entry in the view, and what it moved over its interval."""
-    status = member.status
-    if status is None:
-        return {"address": member.address, "up": False, "error": member.error}, None
+def _row(member: Member) -> tuple[dict[str, Any], Moved | None, tuple[float, ...]]:
+    """
+    One daemon's entry in the view, what it moved over its interval and its
+    bucket bounds (none for a daemon down).
+    """
+    if member.status is None:
+        return {"address": member.address, "up": False, "error": member.error}, None, ()
+    status = read_status(member.status)
+    earlier = None if member.earlier is None else read_status(member.earlier)
     since = _moved(None, status)
-    moved = since if member.earlier is None else _moved(member.earlier, status)
-    seconds = status["uptime"] - (member.earlier["uptime"] if member.earlier else 0.0)
-    bounds = _bounds(status)
-    return {
-        "address": member.address,
-        "up": True,
-        "version": status.get("version"),
-        "pid": status.get("pid"),
-        "uptime": status["uptime"],
-        "tasks": since.counts,
-        **_now(status),
-        "memory": dict(status.get("memory", {"used": 0, "total": 0})),
-        "seconds": seconds,
-        "since_start": member.earlier is None,
-        "rates": {
-            key: (moved.counts[key] / seconds if seconds > 0 else 0.0)
-            for key in ("submitted", "done", "failed")
+    moved = since if earlier is None else _moved(earlier, status)
+    seconds = status.uptime - (earlier.uptime if earlier else 0.0)
+    return (
+        {
+            "address": member.address,
+            "up": True,
+            "version": status.version,
+            "pid": status.pid,
+            "uptime": status.uptime,
+            "tasks": since.counts,
+            **_now(status),
+            "memory": as_json(status.memory),
+            "seconds": seconds,
+            "since_start": earlier is None,
+            "rates": {
+                key: (moved.counts[key] / seconds if seconds > 0 else 0.0)
+                for key in ("submitted", "done", "failed")
+            },
+            "wait": _percentiles(moved.wait, bucket_bounds(status)),
+            "run": _percentiles(moved.run, bucket_bounds(status)),
         },
-        "wait": _percentiles(moved.wait, bounds),
-        "run": _percentiles(moved.run, bounds),
-    }, moved
+        moved,
+        bucket_bounds(status),
+    )
 
 
 def _total(
@@ -204,16 +216,16 @@ def cluster_view(members: Iterable[Member]) -> dict[str, Any]:
     (C{up}; the counts, what it holds now, memory, rates and percentiles;
     or the C{error} of one that is down), and their C{total}.
     """
-    rows, moved, bounds = [], [], set()
+    rows, moved, found = [], [], set()
     for member in members:
         try:
-            row, its = _row(member)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            row, its, bounds = _row(member)
+        except ValueError as e:  # DocumentError: a peer's document may be anything
             reason = f"its status document cannot be read: {type(e).__name__}: {e}"
-            row, its = _row(member.failed(reason))
+            row, its, bounds = _row(member.failed(reason))
         rows.append(row)
-        if its is not None and member.status is not None:
+        if its is not None:
             moved.append(its)
-            bounds.add(_bounds(member.status))
-    same = next(iter(bounds)) if len(bounds) == 1 else None
+            found.add(bounds)
+    same = next(iter(found)) if len(found) == 1 else None
     return {"daemons": rows, "total": _total(rows, moved, same)}

@@ -5,20 +5,20 @@ What went through the daemon between two status documents: tasks per
 second submitted, done and failed, and the wait and run percentiles, for
 the daemon as a whole, per queue and per task type.
 
-Pure functions over the documents' C{"telemetry"} tallies (see
-docs/operations.md): the counts and histogram buckets of the later one
-less those of the earlier one.
+Pure functions over the documents' C{telemetry} tallies (see
+docs/operations.md and L{quicx.documents.status}): the counts and histogram
+buckets of the later one less those of the earlier one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import attrs
 
-from quicx.documents.cluster import Moved, same_run
-from quicx.documents.latency import LATENCY_BUCKETS, quantile
+from quicx.documents.cluster import Moved, Status, bucket_bounds, same_run
+from quicx.documents.latency import quantile
+from quicx.documents.status import read_status
 
 PERCENTILES = (0.5, 0.95, 0.99)
 """The fractions each latency is shown at: p50, p95, p99."""
@@ -89,35 +89,30 @@ def percentiles(counts: Sequence[int], bounds: Sequence[float]) -> tuple[float |
     return tuple(quantile(counts, fraction, bounds) for fraction in PERCENTILES)
 
 
-def activity(earlier: Mapping[str, Any] | None, later: Mapping[str, Any]) -> Activity:
+def activity(earlier: Status | None, later: Status) -> Activity:
     """
     What went through between status documents C{earlier} and C{later}:
     since the daemon started when C{earlier} is C{None} or came from
     another daemon process (one restarted in between).
     """
-    if not same_run(earlier, later):
-        earlier = None
-    telemetry = later.get("telemetry") or {}
-    bounds = telemetry.get("buckets") or LATENCY_BUCKETS
-    before = {
-        (tally["queue"], tally["type"]): tally
-        for tally in ((earlier or {}).get("telemetry") or {}).get("tallies", ())
-    }
+    document = read_status(later)
+    before = read_status(earlier) if earlier is not None and same_run(earlier, later) else None
+    bounds = bucket_bounds(document)
+    then = {tally.key: tally for tally in before.telemetry.tallies} if before else {}
     overall = Moved()
     queues: dict[str, Moved] = {}
     types: dict[str, Moved] = {}
-    for tally in telemetry.get("tallies", ()):
-        then = before.get((tally["queue"], tally["type"]))
+    for tally in document.telemetry.tallies:
         for row in (
             overall,
-            queues.setdefault(tally["queue"], Moved()),
-            types.setdefault(tally["type"], Moved()),
+            queues.setdefault(tally.queue, Moved()),
+            types.setdefault(tally.type, Moved()),
         ):
-            row.add(tally, then)
-    seconds = later["uptime"] - (earlier["uptime"] if earlier else 0.0)
+            row.add(tally, then.get(tally.key))
+    seconds = document.uptime - (before.uptime if before else 0.0)
     return Activity(
         seconds=seconds,
-        since_start=earlier is None,
+        since_start=before is None,
         overall=_flow("all", overall, seconds, bounds),
         queues=_rows(queues, seconds, bounds),
         types=_rows(types, seconds, bounds),

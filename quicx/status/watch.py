@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -25,6 +25,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from quicx.documents.status import Queue, StatusDocument, read_status
 from quicx.documents.units import format_size
 from quicx.status.activity import Activity, Flow, activity
 from quicx.status.text import bar, human_duration, latency, printable, rate, thousands
@@ -115,27 +116,28 @@ def _views(documents: Iterator[dict[str, Any]]) -> Iterator[RenderableType]:
     """A L{view} of each document, from what went through since the one before."""
     earlier = None
     for later in documents:
-        yield view(later, activity(earlier, later))
-        earlier = later
+        document = read_status(later)
+        yield view(document, activity(earlier, document))
+        earlier = document
 
 
-def view(status: Mapping[str, Any], moved: Activity) -> RenderableType:
+def view(status: StatusDocument, moved: Activity) -> RenderableType:
     """One refresh: the header, the traffic, the queues, workers and memory."""
     return Group(
         _header(status, moved),
         Text(),
         _traffic(moved),
         Text(),
-        *_queues(status.get("queues", ())),
+        *_queues(status.queues),
         *_totals(status),
     )
 
 
-def _header(status: Mapping[str, Any], moved: Activity) -> Text:
-    now = datetime.fromtimestamp(status["started_at"] + status["uptime"])
+def _header(status: StatusDocument, moved: Activity) -> Text:
+    now = datetime.fromtimestamp((status.started_at or 0.0) + status.uptime)
     over = "since start" if moved.since_start else f"over the last {moved.seconds:.1f} s"
     return Text(
-        f"Quicx {status['version']}   pid {status['pid']}   up {human_duration(status['uptime'])}"
+        f"Quicx {status.version}   pid {status.pid}   up {human_duration(status.uptime)}"
         f"   {now:%Y-%m-%d %H:%M:%S}   tasks per second {over}",
         style="bold",
     )
@@ -167,7 +169,7 @@ def _flow_cells(label: str, flow: Flow) -> list[str]:
     ]
 
 
-def _queues(queues: Sequence[Mapping[str, Any]]) -> list[RenderableType]:
+def _queues(queues: Sequence[Queue]) -> list[RenderableType]:
     """Each queue's tasks and workers now, the fullest first."""
     if not queues:
         return []
@@ -175,36 +177,43 @@ def _queues(queues: Sequence[Mapping[str, Any]]) -> list[RenderableType]:
     table.add_column("queue", no_wrap=True, overflow="ellipsis", max_width=24)
     for heading in ("queued", "running", "delayed", "dead", "workers", "idle"):
         table.add_column(heading, justify="right", no_wrap=True)
-    paused = any(queue["paused"] for queue in queues)
+    paused = any(queue.paused for queue in queues)
     if paused:
         table.add_column("")
-    fullest = sorted(queues, key=lambda q: (-q["depth"] - q["running"], q["name"]))
+    fullest = sorted(queues, key=lambda q: (-q.depth - q.running, q.name))
     for queue in fullest[:MAX_ROWS]:
         table.add_row(
-            queue["name"],
-            *(
-                thousands(queue.get(key, 0))
-                for key in ("depth", "running", "delayed", "dead", "workers", "idle_workers")
+            queue.name,
+            *map(
+                thousands,
+                (
+                    queue.depth,
+                    queue.running,
+                    queue.delayed,
+                    queue.dead,
+                    queue.workers,
+                    queue.idle_workers,
+                ),
             ),
-            *(["paused" if queue["paused"] else ""] if paused else []),
+            *(["paused" if queue.paused else ""] if paused else []),
         )
     if len(queues) > MAX_ROWS:
         table.add_row(f"  + {len(queues) - MAX_ROWS} more queues", style="dim")
     return [table, Text()]
 
 
-def _totals(status: Mapping[str, Any]) -> list[RenderableType]:
+def _totals(status: StatusDocument) -> list[RenderableType]:
     """Workers, connections, kept results and dead letters; the pool's memory."""
-    tasks, connections, memory = status["tasks"], status["connections"], status["memory"]
-    used, total = memory["used"], memory["total"]
+    tasks, connections = status.tasks, status.connections
+    used, total = status.memory.used, status.memory.total
     return [
         Text(
-            f"workers {thousands(connections['workers'])}"
-            f" ({thousands(connections['idle_workers'])} idle)"
-            f"   connections {thousands(connections['total'])}"
-            f"   results kept {thousands(status.get('results', {}).get('kept', 0))}"
-            f"   dead letters {thousands(tasks.get('dead_now', 0))}"
-            f"   delayed {thousands(tasks.get('delayed', 0))}"
+            f"workers {thousands(connections.workers)}"
+            f" ({thousands(connections.idle_workers)} idle)"
+            f"   connections {thousands(connections.total)}"
+            f"   results kept {thousands(status.results.kept)}"
+            f"   dead letters {thousands(tasks.dead_now)}"
+            f"   delayed {thousands(tasks.delayed)}"
         ),
         Text(
             f"memory  {bar(used, total)}  {format_size(used)} / {format_size(total)}"

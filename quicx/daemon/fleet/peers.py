@@ -15,7 +15,7 @@ one request and one answer, no session.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred, TimeoutError, fail
@@ -23,8 +23,8 @@ from twisted.internet.interfaces import ITransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python.failure import Failure
 
-from quicx.daemon.control import STATUS_FORMAT
-from quicx.documents.cluster import Member, cluster_view
+from quicx.documents.cluster import Member, Status, cluster_view
+from quicx.documents.status import STATUS_FORMAT
 from quicx.net.tls import client_endpoint
 from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser, RejectedFrame
@@ -157,7 +157,7 @@ class ClusterPoller:
 
     def __init__(
         self,
-        status: Callable[[], Mapping[str, Any]],
+        status: Callable[[], Status],
         peers: Iterable[str],
         ask: Callable[[str], Deferred[Any]],
     ) -> None:
@@ -178,7 +178,7 @@ class ClusterPoller:
                     lambda failure, peer=peer: self._failed(peer, why(failure)),
                 )
 
-    def _answered(self, peer: str, document: Mapping[str, Any]) -> None:
+    def _answered(self, peer: str, document: Status) -> None:
         self.asking.discard(peer)
         self.members[peer] = self.members[peer].answered(document)
 

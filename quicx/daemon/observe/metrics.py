@@ -5,11 +5,12 @@ The daemon's state as Prometheus metrics: a collector that reads it when
 scraped (see docs/operations.md#prometheus-metrics for every metric).
 
 Nothing is counted here: the counts and latencies per queue and task type
-are L{quicx.daemon.observe.telemetry}'s, the rest is read from the queue, the pool,
-the shared data and the journal as they stand, on the reactor thread.  The
-collector is used alone (C{generate_latest} takes it as its registry), not
-through C{prometheus_client}'s global registry, so a second daemon in the
-same process (as in the tests) has its own.
+are L{quicx.daemon.observe.telemetry}'s, the rest are the parts of the
+status document (L{quicx.daemon.observe.status}) as they stand, on the
+reactor thread: the figures C{quicx status} shows, under the same names.
+The collector is used alone (C{generate_latest} takes it as its registry),
+not through C{prometheus_client}'s global registry, so a second daemon in
+the same process (as in the tests) has its own.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from prometheus_client.utils import floatToGoString
 
 from quicx import __version__
 from quicx.daemon.journal.writer import Journal
+from quicx.daemon.observe import status as parts
 from quicx.daemon.observe.eventbus import EventBus
 from quicx.daemon.observe.telemetry import Histogram, Tally
 from quicx.daemon.queue.core import QueueService
@@ -207,18 +209,19 @@ class QuicxCollector(Collector):
         yield GaugeMetricFamily(
             "quicx_workers_idle",
             "Workers with a credit free.",
-            value=queue.stats().workers_idle,
+            value=parts.connections(queue).idle_workers,
         )
 
     def _pool(self) -> Iterator[Metric]:
         pool = self.queue.pool
+        memory = parts.memory(pool)
         yield GaugeMetricFamily(
-            "quicx_pool_size_bytes", "The memory pool's size.", value=pool.bytes_total
+            "quicx_pool_size_bytes", "The memory pool's size.", value=memory.total
         )
         yield GaugeMetricFamily(
             "quicx_pool_used_bytes",
             "Pool bytes in use (blocks with their headers, and the lookup table).",
-            value=pool.bytes_used,
+            value=memory.used,
         )
         blocks = GaugeMetricFamily(
             "quicx_pool_class_blocks", "Blocks of each size class.", labels=["size"]
@@ -226,54 +229,58 @@ class QuicxCollector(Collector):
         used = GaugeMetricFamily(
             "quicx_pool_class_used_blocks", "Blocks in use, by size class.", labels=["size"]
         )
-        for usage in pool.usage():
-            blocks.add_metric([str(usage.size)], usage.blocks_total)
-            used.add_metric([str(usage.size)], usage.blocks_used)
+        for size_class in parts.classes(pool):
+            blocks.add_metric([str(size_class.size)], size_class.blocks_total)
+            used.add_metric([str(size_class.size)], size_class.blocks_used)
         yield from (blocks, used)
 
     def _kept(self) -> Iterator[Metric]:
-        queue, shared = self.queue, self.shared
+        results = parts.results(self.queue)
+        groups = parts.groups(self.queue)
+        shared = parts.shared_data(self.shared)
         for name, text, value in (
-            ("quicx_results_kept", "Task outcomes kept for AWAIT.", len(queue.kept)),
-            ("quicx_results_kept_bytes", "Pool bytes the kept outcomes take.", queue.kept.memory),
-            ("quicx_result_waiters", "AWAITs and group WAITs waiting.", queue.waits.count),
-            ("quicx_groups", "Groups known (open, closed or finished).", len(queue.groups)),
-            ("quicx_groups_unfinished", "Groups not finished yet.", queue.groups.unfinished),
+            ("quicx_results_kept", "Task outcomes kept for AWAIT.", results.kept),
+            ("quicx_results_kept_bytes", "Pool bytes the kept outcomes take.", results.memory),
+            ("quicx_result_waiters", "AWAITs and group WAITs waiting.", results.waiters),
+            ("quicx_groups", "Groups known (open, closed or finished).", groups.total),
+            ("quicx_groups_unfinished", "Groups not finished yet.", groups.unfinished),
             ("quicx_shared_names", "Shared-data names.", shared.names),
-            ("quicx_shared_bytes", "Bytes of the shared data's current versions.", shared.size),
+            ("quicx_shared_bytes", "Bytes of the shared data's current versions.", shared.bytes),
         ):
             yield GaugeMetricFamily(name, text, value=value)
 
     def _events(self, events: EventBus) -> Iterator[Metric]:
+        counted = parts.events_status(events)
         yield GaugeMetricFamily(
             "quicx_event_subscribers",
             "Connections watching live events (WATCH).",
-            value=events.live.count,
+            value=counted.subscribers,
         )
         yield CounterMetricFamily(
             "quicx_events_dropped",
             "Live events not sent to a subscriber that read too slowly.",
-            value=events.dropped,
+            value=counted.dropped,
         )
         yield CounterMetricFamily(
             "quicx_events_written",
             "Events written to the events files.",
-            value=0 if events.log is None else events.log.written,
+            value=counted.written,
         )
 
     def _journal(self, journal: Journal) -> Iterator[Metric]:
+        counted = parts.journal_status(journal)
         yield GaugeMetricFamily(
-            "quicx_journal_file_bytes", "The journal file's size.", value=journal.stats.file_bytes
+            "quicx_journal_file_bytes", "The journal file's size.", value=counted.file_bytes
         )
         yield CounterMetricFamily(
             "quicx_journal_compactions",
             "Compactions since start.",
-            value=journal.stats.compactions,
+            value=counted.compactions,
         )
         yield GaugeMetricFamily(
             "quicx_journal_broken",
             "1 once a write failed: new tasks are refused until restart.",
-            value=int(bool(journal.broken)),
+            value=int(bool(counted.broken)),
         )
         yield latencies(
             "quicx_journal_append_seconds",

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter
-from typing import Any
 
+from quicx.documents import status
 from quicx.documents.latency import LATENCY_BUCKETS
 
 JOURNAL_BUCKETS: tuple[float, ...] = (
@@ -80,8 +80,9 @@ class Histogram:
         self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
         self.total += other.total
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"counts": list(self.counts), "sum": round(self.total, 6)}
+    def document(self) -> status.Histogram:
+        """As the status document shows it."""
+        return status.Histogram(tuple(self.counts), round(self.total, 6))
 
 
 class Tally:
@@ -142,20 +143,15 @@ class Tally:
         copy.add(self)
         return copy
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "type": self.task_type,
-            "submitted": self.submitted,
-            "done": self.done,
-            "failed": self.failed,
-            "dead": self.dead,
-            "cancelled": self.cancelled,
-            "retried": self.retried,
-            "requeued": self.requeued,
-            "wait": self.wait.as_dict(),
-            "run": self.run.as_dict(),
-        }
+    def document(self) -> status.Tally:
+        """As the status document shows it."""
+        return status.Tally(
+            self.queue,
+            self.task_type,
+            **{name: getattr(self, name) for name in Tally.COUNTS},
+            wait=self.wait.document(),
+            run=self.run.document(),
+        )
 
 
 class Telemetry:
@@ -206,13 +202,10 @@ class Telemetry:
             total.add(tally)
         return total
 
-    def as_dict(self) -> dict[str, Any]:
+    def document(self) -> status.Telemetry:
         """For the status document: bounds, every tally, rejections by code."""
-        return {
-            "buckets": list(LATENCY_BUCKETS),
-            "tallies": [
-                tally.as_dict()
-                for _, tally in sorted(self.tallies.items(), key=lambda item: item[0])
-            ],
-            "rejected": dict(self.rejected),
-        }
+        return status.Telemetry(
+            LATENCY_BUCKETS,
+            tuple(self.tallies[key].document() for key in sorted(self.tallies)),
+            dict(self.rejected),
+        )

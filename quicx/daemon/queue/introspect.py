@@ -12,13 +12,20 @@ import base64
 from typing import Any
 
 from quicx.daemon.queue.core import QueueService, Task
+from quicx.documents.status import Queue
+from quicx.documents.typed import as_json
 from quicx.protocol.results import MAX_FRACTION
 
 
-def queues(service: QueueService) -> list[dict[str, Any]]:
+def queue_states(service: QueueService) -> tuple[Queue, ...]:
     """Every queue, by name."""
     now = service.clock()
-    return [service.queues[name].describe(now) for name in sorted(service.queues)]
+    return tuple(service.queues[name].describe(now) for name in sorted(service.queues))
+
+
+def queues(service: QueueService) -> list[dict[str, Any]]:
+    """Every queue, by name, as QUEUES answers."""
+    return [as_json(queue) for queue in queue_states(service)]
 
 
 def describe(task: Task, now: float) -> dict[str, Any]:

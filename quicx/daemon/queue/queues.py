@@ -22,12 +22,13 @@ import bisect
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 from operator import attrgetter
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from attrs import define, field
 
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue.policy import QueuePolicy
+from quicx.documents.status import Queue
 
 RATE_WINDOW = 60.0
 """Seconds of finished tasks the drain rate is measured over."""
@@ -456,19 +457,20 @@ class NamedQueue(Generic[T, W]):
             return 0.0
         return len(finished) / max(1.0, min(RATE_WINDOW, now - finished[0]))
 
-    def describe(self, now: float) -> dict[str, Any]:
+    def describe(self, now: float) -> Queue:
+        """This queue now, as the status document and QUEUES show it."""
         oldest = self.oldest()
-        return {
-            "name": self.name,
-            "depth": self.depth,
-            "paused": self.paused,
-            "workers": self.subscribers,
-            "idle_workers": len(self.idle),
-            "running": self.running,
-            "delayed": self.delayed,
-            "dead": self.dead,
-            "priorities": self.by_priority(),
-            "oldest_age": None if oldest is None else round(max(0.0, now - oldest), 3),
-            "declared": self.declared,
-            "drain_rate": round(self.drain_rate(now), 3),
-        }
+        return Queue(
+            name=self.name,
+            depth=self.depth,
+            paused=self.paused,
+            workers=self.subscribers,
+            idle_workers=len(self.idle),
+            running=self.running,
+            delayed=self.delayed,
+            dead=self.dead,
+            priorities=self.by_priority(),
+            oldest_age=None if oldest is None else round(max(0.0, now - oldest), 3),
+            declared=self.declared,
+            drain_rate=round(self.drain_rate(now), 3),
+        )

@@ -11,14 +11,15 @@ answer on the wire.)
 from __future__ import annotations
 
 import base64
-from collections import Counter
 from itertools import islice
 from typing import Any
 
 from quicx import __version__
+from quicx.daemon.observe import status as parts
 from quicx.daemon.observe.web.history import Sample
 from quicx.daemon.queue import introspect
 from quicx.daemon.queue.core import QueueService, Refused
+from quicx.documents.typed import as_json
 from quicx.protocol.results import OutcomeState
 from quicx.protocol.session import Role
 from quicx.protocol.v2 import ResultKind
@@ -29,31 +30,29 @@ SHOWN_TASKS = 20
 
 def overview(queue: QueueService, sample: Sample | None) -> dict[str, Any]:
     """The overview page (and each live update): totals, what is where now, every queue."""
-    counters = queue.counters()
-    stats = queue.stats()
-    roles = Counter(session.role for session in queue.sessions.values())
+    tasks, connected = parts.tasks(queue), parts.connections(queue)
     return {
         "version": __version__,
         "uptime": round(queue.clock() - queue.started_at, 1),
         "tasks": {
-            "submitted": counters.submitted,
-            "done": counters.completed,
-            "failed": counters.failed,
-            "cancelled": counters.cancelled,
-            "retried": counters.retried,
-            "rejected": counters.rejected,
+            "submitted": tasks.submitted,
+            "done": tasks.completed,
+            "failed": tasks.failed,
+            "cancelled": tasks.cancelled,
+            "retried": tasks.retried,
+            "rejected": tasks.rejected,
         },
-        "queued": stats.queue_depth,
-        "running": queue.tasks_running,
-        "delayed": counters.delayed,
-        "dead": len(queue.dead_letters),
+        "queued": tasks.queued,
+        "running": tasks.running,
+        "delayed": tasks.delayed,
+        "dead": tasks.dead_now,
         "connections": {
-            "total": len(queue.sessions),
-            "producers": roles[Role.PRODUCER],
-            "workers": stats.workers_total,
-            "idle_workers": stats.workers_idle,
+            "total": connected.total,
+            "producers": connected.producers,
+            "workers": connected.workers,
+            "idle_workers": connected.idle_workers,
         },
-        "memory": {"used": stats.pmad_bytes_used, "total": stats.pmad_bytes_total},
+        "memory": as_json(parts.memory(queue.pool)),
         "results_kept": len(queue.kept),
         "queues": introspect.queues(queue),
         "sample": None if sample is None else sample.as_dict(),
