@@ -10,6 +10,7 @@ backport, whichever is installed; skipped without either.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import subprocess
 import sys
@@ -23,10 +24,8 @@ import pytest
 
 from tools.launcher import DaemonProcess, tools_environment
 
-django = pytest.importorskip("django")
-try:
-    import django.tasks  # noqa: F401
-except ImportError:
+django = pytest.importorskip("django", reason="pip install 'quicx[django]'")
+if importlib.util.find_spec("django.tasks") is None:  # Django 5.2: the backport
     pytest.importorskip("django_tasks", reason="pip install 'quicx[django]'")
 
 SETTINGS = "tests.django_project.settings"
@@ -250,10 +249,8 @@ def test_bad_input_gets_the_framework_s_errors(project: dict[str, str]) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
     from quicx.contrib.django import QuicxBackend
-    from quicx.contrib.django.compat import InvalidTask, TaskResultDoesNotExist
+    from quicx.contrib.django.compat import InvalidTask, TaskResultDoesNotExist, task_enqueued
     from tests.django_project import tasks
-
-    from quicx.contrib.django.compat import task_enqueued
 
     enqueued: list[Any] = []
 
@@ -309,4 +306,3 @@ def test_quicx_worker_django_errors_are_one_line(
     assert done.returncode == 2, done.stderr
     assert error in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
-

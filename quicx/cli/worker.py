@@ -109,6 +109,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     for flag, given in (("--queues", args.queues), ("--follow", args.follow)):
         if args.protocol == 1 and given:
             raise CommandError(f"{flag} needs protocol version 2 (not --protocol 1)")
+    target: object
     if args.django is not None:
         target, address = django_target(args)
         if address and not args.connect:

@@ -9,7 +9,7 @@ from django.db import connection
 try:
     from django.tasks import task
 except ImportError:  # Django 5.2 and the django-tasks backport
-    from django_tasks import task  # type: ignore[no-redef]
+    from django_tasks import task
 
 
 class Declined(Exception):

@@ -1,5 +1,7 @@
 """
-A backend for Django's Tasks framework: C{@task} functions enqueued to Quicx, run by C{quicx worker --django}.
+A backend of Django's Tasks framework: C{@task} functions queued in Quicx, run by its workers.
+
+C{quicx worker --django} runs them.
 
 In settings::
 

@@ -57,7 +57,7 @@ Client = QuicxClient | ClusterClient
 _local = threading.local()
 
 
-class QuicxBackend(BaseTaskBackend):  # type: ignore[misc]
+class QuicxBackend(BaseTaskBackend):
     """
     Enqueues Django tasks to Quicx: C{TASKS = {"default": {"BACKEND":
     "quicx.contrib.django.QuicxBackend", "QUEUES": [...], "OPTIONS": {...}}}}.
@@ -107,10 +107,10 @@ class QuicxBackend(BaseTaskBackend):  # type: ignore[misc]
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Submit C{task} with C{args} and C{kwargs} (made JSON by Django's C{TaskResult})."""
         self.validate_task(task)
-        result = TaskResult(
+        result: TaskResult[Any] = TaskResult(
             task=task,
             id="",
-            status=TaskResultStatus.READY,
+            status=TaskResultStatus("READY"),
             enqueued_at=None,
             started_at=None,
             finished_at=None,
@@ -159,7 +159,9 @@ class QuicxBackend(BaseTaskBackend):  # type: ignore[misc]
             raise TaskResultDoesNotExist(f"{path} is not a task")
         client = self.client()
         if isinstance(ref, str) and not isinstance(client, ClusterClient):
-            raise TaskResultDoesNotExist(f"{result_id}: a task ref, and this backend has one daemon")
+            raise TaskResultDoesNotExist(
+                f"{result_id}: a task ref, and this backend has one daemon"
+            )
         try:
             return self._result(client, task, result_id, ref)
         except (OutcomeExpired, TaskUnknown, NotFound, ValueError) as e:
@@ -176,13 +178,13 @@ class QuicxBackend(BaseTaskBackend):  # type: ignore[misc]
             try:
                 envelope = client.result(ref, timeout=0)
             except TaskFailed as failed:
-                return made(TaskResultStatus.FAILED, errors=[codec.task_error(failed.reason)])
+                return made(TaskResultStatus("FAILED"), errors=[codec.task_error(failed.reason)])
             except TaskCancelled as cancelled:
                 error = TaskError(
                     exception_class_path="quicx.TaskCancelled",
                     traceback=f"quicx.TaskCancelled: {cancelled}\n",
                 )
-                return made(TaskResultStatus.FAILED, errors=[error])
+                return made(TaskResultStatus("FAILED"), errors=[error])
             except NotFinished:
                 try:
                     state = client.task(ref)
@@ -190,7 +192,7 @@ class QuicxBackend(BaseTaskBackend):  # type: ignore[misc]
                     continue
                 running = state.get("state") == "running"
                 return made(
-                    TaskResultStatus.RUNNING if running else TaskResultStatus.READY,
+                    TaskResultStatus("RUNNING" if running else "READY"),
                     task=task.using(
                         priority=codec.django_priority(state.get("priority", 100)),
                         queue_name=state.get("queue"),
@@ -206,7 +208,7 @@ def _finished(made: Callable[..., TaskResult], envelope: Any) -> TaskResult:
         raise ValueError("its result is not a Django task's (no envelope)")
     attempt = int(envelope.get("attempt", 1))
     result = made(
-        TaskResultStatus.SUCCESSFUL,
+        TaskResultStatus("SUCCESSFUL"),
         enqueued_at=codec.moment(envelope.get("enqueued_at")),
         started_at=codec.moment(envelope.get("started_at")),
         finished_at=codec.moment(envelope.get("finished_at")),

@@ -8,32 +8,32 @@ imported from here.
 
 from __future__ import annotations
 
-try:
-    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
-    from django.tasks.backends.base import BaseTaskBackend
-    from django.tasks.base import Task, TaskError
-    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued, task_finished, task_started
-    from django.utils.json import normalize_json
-except ImportError:  # Django 5.2: the backport
-    from django_tasks import (  # type: ignore[no-redef]
-        TaskContext,
-        TaskResult,
-        TaskResultStatus,
-        task_backends,
-    )
-    from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-    from django_tasks.base import Task, TaskError  # type: ignore[no-redef]
-    from django_tasks.exceptions import (  # type: ignore[no-redef]
-        InvalidTaskError as InvalidTask,
-    )
-    from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
-    from django_tasks.signals import (  # type: ignore[no-redef]
-        task_enqueued,
-        task_finished,
-        task_started,
-    )
-    from django_tasks.utils import normalize_json  # type: ignore[no-redef]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the backport's annotations (Django itself ships none)
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskError
+    from django_tasks.exceptions import InvalidTaskError as InvalidTask
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
+else:
+    try:
+        from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+        from django.tasks.backends.base import BaseTaskBackend
+        from django.tasks.base import Task, TaskError
+        from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+        from django.tasks.signals import task_enqueued, task_finished, task_started
+        from django.utils.json import normalize_json
+    except ImportError:  # Django 5.2: the backport
+        from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+        from django_tasks.backends.base import BaseTaskBackend
+        from django_tasks.base import Task, TaskError
+        from django_tasks.exceptions import InvalidTaskError as InvalidTask
+        from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.signals import task_enqueued, task_finished, task_started
+        from django_tasks.utils import normalize_json
 
 __all__ = [
     "BaseTaskBackend",

@@ -87,10 +87,10 @@ class Runner:
         if not isinstance(task, Task):
             raise Unrecoverable(f"{path} is a {type(task).__name__}, not a Django task")
         started = time.time()
-        result = TaskResult(
+        result: TaskResult[Any] = TaskResult(
             task=task,
             id=codec.result_id(path, context.task_id),
-            status=TaskResultStatus.RUNNING,
+            status=TaskResultStatus("RUNNING"),
             enqueued_at=codec.moment(context.enqueued_at),
             started_at=timezone.now(),
             finished_at=None,
@@ -116,7 +116,9 @@ class Runner:
         }
 
     @staticmethod
-    def _call(task: Task, result: TaskResult, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    def _call(
+        task: Task[Any, Any], result: TaskResult[Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> Any:
         """Run C{task}, sending Django's started and finished signals; its JSON return value."""
         sender = type(task.get_backend())
         task_started.send(sender, task_result=result)
@@ -135,11 +137,11 @@ class Runner:
                 traceback="".join(traceback.format_exception(e)),
             )
             result.errors.append(error)
-            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            object.__setattr__(result, "status", TaskResultStatus("FAILED"))
             object.__setattr__(result, "finished_at", timezone.now())
             task_finished.send(sender, task_result=result)  # in the except: logged with it
             raise
-        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "status", TaskResultStatus("SUCCESSFUL"))
         object.__setattr__(result, "finished_at", timezone.now())
         object.__setattr__(result, "_return_value", value)
         task_finished.send(sender, task_result=result)
