@@ -130,7 +130,7 @@ def test_a_task_that_raises_is_failed_with_its_exception_and_traceback(
     assert f"in {name}\n" in error.traceback  # the task's own frame
     assert error.traceback.endswith(f"{path.removeprefix('builtins.')}: {message}\n")
     with pytest.raises(ValueError, match="Task failed"):
-        result.return_value
+        _ = result.return_value
 
 
 def test_a_task_retried_by_quicx_succeeds_on_its_second_attempt(project: dict[str, str]) -> None:
