@@ -21,17 +21,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from quicx import (
-    ClusterClient,
-    NotFinished,
-    NotFound,
-    OutcomeExpired,
-    QuicxClient,
-    TaskCancelled,
-    TaskFailed,
-    TaskUnknown,
-    open_client,
-)
+from quicx.clients.blocking import QuicxClient
+from quicx.clients.blocking_cluster import ClusterClient, open_client
 from quicx.contrib.django import codec
 from quicx.contrib.django.compat import (
     BaseTaskBackend,
@@ -41,6 +32,14 @@ from quicx.contrib.django.compat import (
     TaskResultDoesNotExist,
     TaskResultStatus,
     task_enqueued,
+)
+from quicx.protocol.errors import (
+    NotFinished,
+    NotFound,
+    OutcomeExpired,
+    TaskCancelled,
+    TaskFailed,
+    TaskUnknown,
 )
 
 OPTIONS = {

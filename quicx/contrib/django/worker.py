@@ -21,8 +21,8 @@ from django.db import close_old_connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from quicx import TaskContext as QuicxContext
-from quicx import Unrecoverable, Worker
+from quicx.clients.worker import TaskContext as QuicxContext
+from quicx.clients.worker import Unrecoverable, Worker
 from quicx.contrib.django import codec
 from quicx.contrib.django.backend import QuicxBackend
 from quicx.contrib.django.compat import (
