@@ -306,3 +306,38 @@ def test_quicx_worker_django_errors_are_one_line(
     assert done.returncode == 2, done.stderr
     assert error in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_the_example_project_runs(tmp_path: Path) -> None:
+    """examples/django_app: its worker and its enqueue script, as its docstring says."""
+    daemon = DaemonProcess(tmp_path).start()
+    environment = tools_environment(
+        {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "examples.django_app.settings",
+            "QUICX_ADDRESS": daemon.client_address,
+        }
+    )
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "quicx.cli", "worker", "--django"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "examples.django_app.enqueue", "Ada"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=120,
+        )
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        daemon.kill()
+    assert done.returncode == 0, done.stderr
+    enqueued, message = done.stdout.splitlines()
+    assert enqueued.startswith("enqueued examples.django_app.tasks.welcome:")
+    assert message == "Welcome, Ada!"
