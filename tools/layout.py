@@ -31,6 +31,7 @@ LAYERS = {
     "quicx.clients": 2,
     "quicx.report": 3,
     "quicx.status": 3,
+    "quicx.contrib": 3,
     "quicx.cli": 4,
 }
 """A module may import its own layer's package and lower layers only."""

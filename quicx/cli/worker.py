@@ -42,7 +42,15 @@ def add_worker(commands: Commands) -> None:
         " of task types to functions -- until SIGTERM or Ctrl-C, which lets the"
         " tasks in hand finish.",
     )
-    worker.add_argument("target", metavar="MODULE:OBJECT")
+    worker.add_argument("target", metavar="MODULE:OBJECT", nargs="?")
+    worker.add_argument(
+        "--django",
+        nargs="?",
+        const="default",
+        metavar="ALIAS",
+        help="run Django's tasks of TASKS[ALIAS] (default 'default'), a QuicxBackend,"
+        " under $DJANGO_SETTINGS_MODULE, instead of MODULE:OBJECT",
+    )
     worker.add_argument(
         "--concurrency",
         "-n",
@@ -101,7 +109,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     for flag, given in (("--queues", args.queues), ("--follow", args.follow)):
         if args.protocol == 1 and given:
             raise CommandError(f"{flag} needs protocol version 2 (not --protocol 1)")
-    target = import_object(args.target)
+    target: object
+    if args.django is not None:
+        target, address = django_target(args)
+        if address and not args.connect:
+            args.connect = address
+    elif args.target is None:
+        raise CommandError("worker needs MODULE:OBJECT, or --django", status=2)
+    else:
+        target = import_object(args.target)
     addresses = client_addresses(args)
     worker = configured_worker(target, args)
     globalLogBeginner.beginLoggingTo([textFileLogObserver(sys.stderr)], redirectStandardIO=False)
@@ -117,6 +133,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # The default reactor's run() takes installSignalHandlers; IReactorCore omits it.
     cast(Any, reactor).run(installSignalHandlers=False)
     return 0
+
+
+def django_target(args: argparse.Namespace) -> tuple[Worker, str | None]:
+    """The worker of C{--django}'s backend and its C{ADDRESS} (L{quicx.contrib.django.worker})."""
+    if args.target is not None:
+        raise CommandError("--django runs Django's tasks: give no MODULE:OBJECT", status=2)
+    try:
+        from quicx.contrib.django.worker import django_worker
+    except ImportError as e:
+        raise CommandError(f"--django needs Django: pip install 'quicx[django]' ({e})") from None
+    try:
+        return django_worker(args.django)
+    except ValueError as e:
+        raise CommandError(str(e), status=2) from None
+    except Exception as e:  # django.setup(): the project's settings and apps
+        raise CommandError(f"cannot set Django up: {import_error(e)}", status=2) from None
 
 
 def configured_worker(target: object, args: argparse.Namespace) -> Worker:

@@ -1,0 +1,1 @@
+"""A minimal Django project whose tasks Quicx runs (docs/integrations.md)."""
