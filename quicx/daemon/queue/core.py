@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
-from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -40,141 +39,19 @@ from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatch import note_outcome, offer
 from quicx.daemon.queue.groups import Group, Groups
+from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
 from quicx.daemon.queue.progress import ProgressBook, Report
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcome, KeptOutcomes
 from quicx.daemon.queue.retries import retry_wait
+from quicx.daemon.queue.speaker import Speaker
 from quicx.daemon.queue.waits import Target, Wait, Waits
 from quicx.net.twisted_types import Service
-from quicx.protocol import lifecycle, results, v2, wire
-from quicx.protocol import session as protocol
+from quicx.protocol import results, v2, wire
 from quicx.protocol.results import GroupPhase, OutcomeState
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.v2 import Backoff, ErrorCode
-
-
-@define(eq=False)
-class Task:
-    """
-    A live task: queued, or held by a worker.
-
-    The payload is not here: it lives in PMAD block C{block}.
-
-    @ivar producer: the session that submitted it, told of the outcome;
-        C{None} for a task recovered from the journal.
-    @ivar home: the queue it belongs to.
-    @ivar priority: 0 to 255, higher first.
-    @ivar enqueued_at: when it was submitted (Unix seconds).
-    @ivar key: its idempotency key; C{fairness}: its fairness key.
-    @ivar owner: the TLS identity it was submitted under, if any.
-    @ivar attempts: how many times it has been handed to a worker.
-    @ivar dispatched_at: when it was last handed to a worker.
-    @ivar holder: the worker holding its current delivery, if any.
-    @ivar finished: its outcome is decided (a task taken back at its timeout
-        can still be at another worker when the first outcome arrives).
-    @ivar accepted: its SUBMIT was answered OK (its record is durable).
-    @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
-        it waits in its producer's L{Session.replies}.
-    @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
-    @ivar retries: how many times its failures are retried.
-    @ivar failures: the failed attempts it has had.
-    @ivar backoff: its own backoff (C{None}: its queue's).
-    @ivar token: the fencing token of its current (or last) delivery.
-    @ivar lease_until: when its delivery's lease runs out, once a TOUCH
-        extended it (0: the queue's timeout from the dispatch).
-    @ivar dead: why it died, while it is in the dead-letter set.
-    @ivar forward_progress: its producer asked for its PROGRESS reports.
-    @ivar keep_for: seconds its outcome is kept after it finishes, as its
-        SUBMIT asked (0: as its queue says, or if its producer is gone).
-    @ivar recovered: it came back from the journal (its producer is gone).
-    @ivar group: the group it counts in until it finishes (0: none).
-    @ivar tally: what it counts in: its queue and type's L{Tally}.
-    @ivar ready_at: when it last became ready to run (queued, or due, or
-        requeued), for its wait time.
-    @ivar ticket: its place in its queue's FIFO while queued (see
-        L{quicx.daemon.queue.queues.Level}).
-    """
-
-    task_id: int
-    task_type: bytes
-    block: int
-    size: int
-    producer: Session | None
-    home: NamedQueue[Task, Session]
-    priority: int
-    enqueued_at: float
-    key: bytes | None = None
-    fairness: bytes | None = None
-    owner: str | None = None
-    attempts: int = 0
-    dispatched_at: float = 0.0
-    holder: Session | None = None
-    finished: bool = False
-    accepted: bool = False
-    reply: bytes | None = None
-    due: float = 0.0
-    retries: int = 0
-    failures: int = 0
-    backoff: Backoff | None = None
-    token: int = 0
-    lease_until: float = 0.0
-    dead: DeadInfo | None = None
-    forward_progress: bool = False
-    keep_for: float = 0.0
-    recovered: bool = False
-    group: int = 0
-    ticket: int = 0
-    tally: Tally = field(kw_only=True)
-    ready_at: float = field(kw_only=True)
-
-    @property
-    def queue(self) -> str:
-        return self.home.name
-
-    @property
-    def ended_attempts(self) -> int:
-        """Its deliveries that ended (what the journal keeps of C{attempts})."""
-        return self.attempts - (self.holder is not None)
-
-
-@define(eq=False)
-class Duplicate:
-    """A SUBMIT whose key names a task not yet accepted: its answer waits for that task's."""
-
-    session: Session
-    reply: bytes | None = None
-
-
-@define(eq=False)
-class Session(protocol.Session[Task]):
-    """
-    A connection, holding these tasks.
-
-    @ivar version: the protocol version it speaks.
-    @ivar admin: it may pause, resume, purge and cancel any task.
-    @ivar identity: its TLS certificate identity, if it has one.
-    @ivar client: what its HELLO said it is (name and version).
-    @ivar subscriptions: the queues a worker serves, in order.
-    @ivar waiting: it is among the idle workers of its queues.
-    @ivar held_progress: while its output is backed up (C{paused}), the
-        latest PROGRESS of each of its tasks, by task id: sent when the
-        output drains, if the task has not finished by then.
-    @ivar failed_in_row: the outcomes it reported since its last success,
-        all failures.
-    @ivar failing_until: it is passed over while another worker is idle
-        until then (see L{quicx.daemon.queue.dispatch}).
-    """
-
-    version: int = 1
-    admin: bool = False
-    identity: str | None = None
-    client: str = ""
-    subscriptions: tuple[NamedQueue[Task, Session], ...] = field(factory=tuple)
-    waiting: bool = False
-    held_progress: dict[int, bytes] = field(factory=dict)
-    failed_in_row: int = 0
-    failing_until: float = 0.0
 
 
 class ScheduledTask(Protocol):
@@ -238,48 +115,6 @@ class ISharedData(Protocol):
 
     def caught_up(self, session: Session) -> None:
         """C{session}'s output drained: send it the newest of what it missed."""
-
-
-class Refused(Exception):
-    """
-    A request the queue turns down: answered ERROR C{code}, C{str(self)}.
-
-    @ivar log_id: when the refusal is a limit hit, the id of its log line
-        (see L{QueueService.limit_hit}); C{None}: it is not logged.
-    """
-
-    def __init__(self, code: ErrorCode, message: str, log_id: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.log_id = log_id
-
-
-_OK = {1: lambda task_id, duplicate: wire.encode_ok(task_id), 2: v2.encode_ok}
-_ERROR = {1: wire.encode_error, 2: v2.encode_error}
-
-
-@frozen
-class Counters:
-    """Totals since start, for the status view."""
-
-    submitted: int
-    completed: int
-    failed: int
-    rejected: int
-    requeued: int
-    timed_out: int
-    given_up: int
-    late_outcomes: int
-    cancelled: int
-    duplicates: int
-    retried: int
-    dead: int
-    dead_dropped: int
-    stale_outcomes: int
-    delayed: int
-    results_kept: int
-    results_evicted: int
-    results_expired: int
 
 
 @implementer(IJournalOwner)
@@ -449,9 +284,10 @@ class QueueService(Service):
 
     # -- sessions -----------------------------------------------------------
 
-    def open_session(self, peer: IPeer) -> Session:
+    def open_session(self, peer: IPeer, speaker: Speaker) -> Session:
+        """A new connection, spoken to by C{speaker} (until its first frame chooses another)."""
         self._last_session_id += 1
-        session = Session(self._last_session_id, peer, self.clock())
+        session = Session(self._last_session_id, peer, self.clock(), speaker=speaker)
         self.sessions[session.session_id] = session
         return session
 
@@ -715,7 +551,7 @@ class QueueService(Service):
         """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
         self._duplicates += 1
         if isinstance(found, KeyEntry):
-            session.reply(_OK[session.version](found.task_id, True))
+            session.reply(session.speaker.ok(found.task_id, True))
             kept = self.kept.get(found.task_id)
             if kept is not None:
                 self._tell_kept(session, *kept)
@@ -731,7 +567,7 @@ class QueueService(Service):
             task.producer = session
             session.outstanding += 1
         if task.accepted:
-            session.reply(_OK[session.version](task.task_id, True))
+            session.reply(session.speaker.ok(task.task_id, True))
         else:
             waiting = Duplicate(session)
             self._duplicates_waiting.setdefault(task.task_id, []).append(waiting)
@@ -746,11 +582,7 @@ class QueueService(Service):
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
-            ok = (
-                wire.encode_ok(task.task_id)
-                if producer.version == 1
-                else v2.encode_ok(task.task_id)
-            )
+            ok = producer.speaker.ok(task.task_id, False)
             if producer.replies:
                 producer.replies.append(ok)
             else:
@@ -789,10 +621,10 @@ class QueueService(Service):
                 self._event("submitted", task, None, _due_ms(task.due))
             producer = task.producer
             if producer is not None:  # None: a schedule's task
-                task.reply = _OK[producer.version](task.task_id, False)
+                task.reply = producer.speaker.ok(task.task_id, False)
                 producers[producer] = None
             for waiting in self._duplicates_waiting.pop(task.task_id, ()):
-                waiting.reply = _OK[waiting.session.version](task.task_id, True)
+                waiting.reply = waiting.session.speaker.ok(task.task_id, True)
                 producers[waiting.session] = None
             if task.due:
                 self._delay(task, task.due)
@@ -825,8 +657,7 @@ class QueueService(Service):
             if task.group:
                 self._leave_group(task)
             if self.waits.count:
-                unknown_outcome = results.encode_outcome(task.task_id, OutcomeState.UNKNOWN)
-                self._answer_waits(task.task_id, unknown_outcome)
+                self._answer_waits(task.task_id, OutcomeState.UNKNOWN)
             if task.key is not None:
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
@@ -843,7 +674,7 @@ class QueueService(Service):
                 self._count_rejection(
                     session, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
                 )
-                error = _ERROR[session.version](ErrorCode.QUEUE_FULL, message)
+                error = session.speaker.error(ErrorCode.QUEUE_FULL, message)
                 if isinstance(request, Duplicate):
                     request.reply = error
                 else:
@@ -942,7 +773,7 @@ class QueueService(Service):
         reason = str(refusal)
         self._count_rejection(session, refusal.code, reason, task_type, size)
         self.limit_hit(session.peer.peer_name, refusal)
-        session.reply(_ERROR[session.version](refusal.code, reason))
+        session.reply(session.speaker.error(refusal.code, reason))
 
     def limit_hit(self, peer: str, refusal: Refused) -> None:
         """
@@ -1067,19 +898,13 @@ class QueueService(Service):
         """
         if not session.connected:
             return
-        if session.version == 1:
-            if outcome == "done":
-                frame = wire.encode_done(task_id)
-            else:
-                frame = wire.encode_failed(
-                    task_id, "cancelled" if outcome == "cancelled" else reason
-                )
-        elif outcome == "done":
-            frame = v2.encode_done(task_id, result)
+        speaker = session.speaker
+        if outcome == "done":
+            frame = speaker.done(task_id, result)
         elif outcome == "cancelled":
-            frame = v2.encode_cancelled(task_id)
+            frame = speaker.cancelled(task_id)
         else:
-            frame = v2.encode_failed(task_id, reason)
+            frame = speaker.failed(task_id, reason)
         session.peer.sendFrame(frame)
 
     def _tell_kept(self, session: Session, kept: KeptOutcome, data: bytes) -> None:
@@ -1151,7 +976,7 @@ class QueueService(Service):
         self._serve_worker(session)
         # Nothing for it: none queued, or only tasks it still runs a late copy of.
         if len(session.tasks) == held:
-            session.peer.sendFrame(wire.WAIT_FRAME if session.version == 1 else v2.WAIT_FRAME)
+            session.peer.sendFrame(session.speaker.wait)
 
     def done(self, session: Session, task_id: int, result: v2.Result | None = None) -> None:
         """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
@@ -1163,11 +988,7 @@ class QueueService(Service):
                 self._event("done", task, session, None, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
-                producer.peer.sendFrame(
-                    wire.encode_done(task_id)
-                    if producer.version == 1
-                    else v2.encode_done(task_id, result)
-                )
+                producer.peer.sendFrame(producer.speaker.done(task_id, result))
             # The common case, nothing to keep, count or answer, in one test.
             if (
                 task.keep_for
@@ -1289,9 +1110,9 @@ class QueueService(Service):
             task.forward_progress
             and producer is not None
             and producer.connected
-            and producer.version == 2
+            and producer.speaker.hears_lifecycle
         ):
-            frame = results.encode_progress(
+            frame = producer.speaker.progress(
                 task.task_id, report.token, report.fraction, report.message
             )
             if producer.paused:
@@ -1421,9 +1242,9 @@ class QueueService(Service):
             if self.events is not None:
                 self._event("retrying", task, session, reason, attempt)
             producer = task.producer
-            if producer is not None and producer.connected and producer.version == 2:
+            if producer is not None and producer.connected and producer.speaker.hears_lifecycle:
                 producer.peer.sendFrame(
-                    lifecycle.encode_retrying(task.task_id, attempt, int(due * 1000), reason)
+                    producer.speaker.retrying(task.task_id, attempt, int(due * 1000), reason)
                 )
             return
         self._fail_for_good(task, reason, worker, session, attempt, dead_letter=True)
@@ -1828,30 +1649,16 @@ class QueueService(Service):
         if task.lease_until:
             task.lease_until = 0.0  # a TOUCH extends one delivery only
         worker.tasks[task.task_id] = task
-        payload = self.pool.read(task.block)
-        if worker.version == 1:
-            # Version 1 has no fencing: the delivery keeps no token.
-            frame = wire.encode_task(task.task_id, task.task_type, payload)
-        else:
+        speaker = worker.speaker
+        if speaker.fenced:
+            # Unfenced (version 1), the delivery keeps no token.
             token = int(now * 1000) << 20
             if token <= self._last_token:
                 token = self._last_token + 1
             self._last_token = task.token = token
-            frame = v2.encode_delivery(
-                task.task_id,
-                task.task_type,
-                payload,
-                queue.header,
-                task.priority,
-                task.attempts,
-                int(task.enqueued_at * 1000),
-                task.key,
-                task.fairness,
-                token,
-                int(self.timeout_of(task) * 1000),
-                task.failures,
-                task.retries,
-            )
+        frame = speaker.delivery(
+            task, self.pool.read(task.block), queue.header, self.timeout_of(task)
+        )
         worker.peer.sendFrame(frame)
         if self.events is not None:
             self._event("dispatched", task, worker)
@@ -2039,10 +1846,7 @@ class QueueService(Service):
             if ttl:
                 self.kept.keep(task_id, state, kind, data, ttl, automatic)
             if self.waits.count:
-                reason_data = b"" if result is not None else data
-                self._answer_waits(
-                    task_id, results.encode_outcome(task_id, state, result, reason_data)
-                )
+                self._answer_waits(task_id, state, result, b"" if result is not None else data)
         if task.group:
             self._leave_group(task, state)
 
@@ -2060,19 +1864,25 @@ class QueueService(Service):
         producer = task.producer
         if producer is None:
             # Back from the journal: its producer may come back for it.
-            claimable = task.recovered and v2.VERSION in self.limits.versions
+            claimable = task.recovered and self.limits.outcomes_claimable
         else:
             # A version-2 producer cut off learns its outcomes when it
             # reconnects; a version-1 one never could: nothing is kept.
-            claimable = producer.version == 2 and not producer.connected
+            claimable = producer.speaker.claims_outcomes and not producer.connected
         if claimable:
             return min(limits.ttl, limits.max_ttl), True
         return 0.0, False
 
-    def _answer_waits(self, task_id: int, frame: bytes) -> None:
-        """End the waits for C{task_id} with C{frame} (not an answer: sent at once)."""
+    def _answer_waits(
+        self,
+        task_id: int,
+        state: OutcomeState,
+        result: v2.Result | None = None,
+        reason: bytes = b"",
+    ) -> None:
+        """End the waits for C{task_id} with its OUTCOME (not an answer: sent at once)."""
         for session in self.waits.pop(Target.TASK, task_id):
-            session.peer.sendFrame(frame)
+            session.peer.sendFrame(session.speaker.outcome(task_id, state, result, reason))
 
     def _result_evicted(self, task_id: int, why: str) -> None:
         """(The kept outcomes.) One was evicted before its time."""
@@ -2098,12 +1908,13 @@ class QueueService(Service):
         if task is None:
             session.reply(self.kept.outcome(task_id))
         elif task.dead is not None:
-            dead = results.encode_outcome(task_id, OutcomeState.DEAD, None, task.dead.reason)
-            session.reply(dead)
+            session.reply(
+                session.speaker.outcome(task_id, OutcomeState.DEAD, None, task.dead.reason)
+            )
         elif timeout_ms:
             self._wait(session, Target.TASK, task_id, timeout_ms)
         else:
-            session.reply(results.encode_outcome(task_id, OutcomeState.PENDING))
+            session.reply(session.speaker.outcome(task_id, OutcomeState.PENDING, None, b""))
 
     def _wait(self, session: Session, target: Target, target_id: int, timeout_ms: int) -> None:
         """@raise Refused: (queue full) one more wait would pass a waiter limit."""
@@ -2115,7 +1926,7 @@ class QueueService(Service):
     def _wait_ended(self, wait: Wait[Session]) -> None:
         """(The waits.) A wait reached its timeout: answered with the state now."""
         if wait.target is Target.TASK:
-            frame = results.encode_outcome(wait.target_id, OutcomeState.PENDING)
+            frame = wait.session.speaker.outcome(wait.target_id, OutcomeState.PENDING, None, b"")
         else:
             frame = self.groups.state_frame(wait.target_id)
         wait.session.peer.sendFrame(frame)
@@ -2204,13 +2015,13 @@ class QueueService(Service):
 
     def _group_finished(self, group: Group) -> None:
         """GROUP_STATE, once, to the group's opener (if connected) and every wait for it."""
-        frame = results.encode_group_state(group.state())
+        state = group.state()
         waiting = self.waits.pop(Target.GROUP, group.group_id)
         opener = self.sessions.get(group.opener)
         if opener is not None and opener not in waiting:
             waiting.append(opener)
         for session in waiting:
-            session.peer.sendFrame(frame)
+            session.peer.sendFrame(session.speaker.group_state(state))
 
     # -- everyone -----------------------------------------------------------------
 
