@@ -37,8 +37,10 @@ from quicx.daemon.queue import pmad
 from quicx.daemon.queue.deadletters import DeadLetters
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
-from quicx.daemon.queue.dispatch import note_outcome, offer
+from quicx.daemon.queue.dispatch import note_outcome
+from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.groups import Group, Groups
+from quicx.daemon.queue.hooks import IEvents, record
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
 from quicx.daemon.queue.progress import ProgressBook, Report
@@ -78,30 +80,6 @@ class IScheduleBook(Protocol):
 
     def definitions(self) -> list[tuple[str, bytes]]:
         """The run-time schedules' SCHEDULE payloads, by name."""
-
-
-class IEvents(Protocol):
-    """Where the core records lifecycle events: L{quicx.daemon.observe.eventbus.EventBus}."""
-
-    def record(
-        self,
-        kind: str,
-        task_id: int | None,
-        task_type: bytes,
-        size: int,
-        producer: int | None,
-        worker: int | None,
-        attempt: int,
-        extra: Any = None,
-        queue: str | None = None,
-        priority: int | None = None,
-    ) -> None: ...
-
-    def forget(self, session: Session) -> None:
-        """C{session} closed."""
-
-    def caught_up(self, session: Session) -> None:
-        """C{session}'s output drained."""
 
 
 class ISharedData(Protocol):
@@ -168,20 +146,16 @@ class QueueService(Service):
         self.journal: IJournal = journal if journal is not None else NullJournal()
         self.task_timeout = task_timeout
         self.max_attempts = max_attempts
-        # Set by the event bus while events have somewhere to go: the core
-        # records events only then.
-        self.events: IEvents | None = None
+        self._events: IEvents | None = None
         self.event_bus: IEvents | None = None
         self.failures = failures or LogSummary(self.log)
         self.limits = limits = limits or QueueLimits()
-        self._lifo = limits.dispatch.lifo
         if scheduler is None:
             from twisted.internet import reactor as scheduler
         self._scheduler: IReactorTime = scheduler  # type: ignore[assignment]
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
-        self._rate_timer: IDelayedCall | None = None
         self.journal.bind(self)
         self.sessions: dict[int, Session] = {}
         self.started_at = clock()
@@ -201,7 +175,6 @@ class QueueService(Service):
         self._duplicates = 0
         self._dead_dropped = 0
         self._stale = 0
-        self._last_token = 0
         self._dead_timer: IDelayedCall | None = None
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
@@ -209,15 +182,15 @@ class QueueService(Service):
             self._scheduler, clock, progress or ProgressSettings(), self._progress_out
         )
         self.random: Callable[[], float] = random.random
+        self.dispatcher = Dispatcher(
+            pool, self.queues, clock, self._scheduler, self.timeout_of, limits.dispatch.lifo
+        )
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
         self.dead_letters: DeadLetters[Task] = DeadLetters(
             limits.dead_max_count, limits.dead_max_age
         )
         # SUBMITs of a key whose task waits for the journal, by that task's id.
         self._duplicates_waiting: dict[int, list[Duplicate]] = {}
-        # The worker each retried task last failed on, by task id (lifo only):
-        # another is offered it first.  Kept out of Task, which every task pays for.
-        self._failed_on: dict[int, int] = {}
         self.kept = KeptOutcomes(
             pool, self.journal, limits.results, self._scheduler, clock, self._result_evicted
         )
@@ -226,6 +199,18 @@ class QueueService(Service):
         )
         self.waits: Waits[Session] = Waits(limits.results, self._scheduler, clock, self._wait_ended)
         self.max_result = min(limits.results.max_size, pool.max_size)
+
+    @property
+    def events(self) -> IEvents | None:
+        """
+        Where lifecycle events are recorded, while they have somewhere to go
+        (the event bus sets it then): the kernel records events only then.
+        """
+        return self._events
+
+    @events.setter
+    def events(self, events: IEvents | None) -> None:
+        self._events = self.dispatcher.events = events
 
     # -- queues -------------------------------------------------------------
 
@@ -315,7 +300,7 @@ class QueueService(Service):
                 task.holder = None
                 self._requeue(task, "its worker disconnected", cause, worker=session.peer.peer_name)
             for queue in {task.home: None for task in held.values()}:
-                self._serve_queue(queue)
+                self.dispatcher.serve_queue(queue)
         if self._drained is not None:
             self._check_drained()
 
@@ -578,7 +563,7 @@ class QueueService(Service):
         task.accepted = True
         task.tally.submitted += 1
         if self.events is not None:
-            self._event("submitted", task, None, _due_ms(task.due))
+            record(self.events, "submitted", task, None, _due_ms(task.due))
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
@@ -591,23 +576,12 @@ class QueueService(Service):
         if task.due:
             self._delay(task, task.due)
             return
-        idle = queue.idle
-        if idle and not queue.depth and not queue.limited and not queue.paused:
-            # The common case, a worker waiting on an empty queue: straight to
-            # the first, unless it is failing (then _serve_queue chooses).
-            worker = idle[next(iter(idle))]
-            if not worker.overdue and worker.failing_until <= task.enqueued_at:
-                queue.running += 1
-                self._deliver(worker, task, queue, task.enqueued_at)
-                if worker.credits - len(worker.tasks) <= 0:
-                    self._unidle(worker)
-                else:
-                    idle.move_to_end(worker.session_id)
-                return
+        if queue.idle and self.dispatcher.hand_new(task, queue):
+            return
         if queue.push(task):
             self._fairness_keys += 1
-        if idle:
-            self._serve_queue(queue)
+        if queue.idle:
+            self.dispatcher.serve_queue(queue)
 
     def accepted(self, tasks: list[Task]) -> None:
         """(The journal.) These waiting tasks' records are durable."""
@@ -618,7 +592,7 @@ class QueueService(Service):
             task.tally.submitted += 1
             task.home.pending -= 1
             if self.events is not None:
-                self._event("submitted", task, None, _due_ms(task.due))
+                record(self.events, "submitted", task, None, _due_ms(task.due))
             producer = task.producer
             if producer is not None:  # None: a schedule's task
                 task.reply = producer.speaker.ok(task.task_id, False)
@@ -637,7 +611,7 @@ class QueueService(Service):
             producer.send_decided()
         for queue in queues:
             if queue.idle:
-                self._serve_queue(queue)
+                self.dispatcher.serve_queue(queue)
 
     def refused(self, tasks: list[Task], reason: str, in_doubt: bool) -> None:
         """
@@ -748,7 +722,7 @@ class QueueService(Service):
             self._live[task.task_id] = task
             if self.events is not None:
                 # The reports join it to its submit (in the run before).
-                self._event("recovered", task, None, _due_ms(recovered.due))
+                record(self.events, "recovered", task, None, _due_ms(recovered.due))
             if key is not None:
                 self.keys.add(queue.name, key, task)
             if task.dead is not None:
@@ -794,32 +768,6 @@ class QueueService(Service):
             self.events.record(
                 "rejected", None, task_type, size, producer, None, 0, (int(code), reason)
             )
-
-    def _event(
-        self,
-        kind: str,
-        task: Task,
-        worker: Session | None = None,
-        extra: object = None,
-        attempt: int | None = None,
-    ) -> None:
-        """
-        Record one step of C{task}'s life (the caller checks C{self.events});
-        C{attempt}: of the delivery it concerns, if not the latest.
-        """
-        producer = task.producer
-        self.events.record(  # type: ignore[union-attr]
-            kind,
-            task.task_id,
-            task.task_type,
-            task.size,
-            producer.session_id if producer is not None else None,
-            worker.session_id if worker is not None else None,
-            task.attempts if attempt is None else attempt,
-            extra,
-            task.home.name,
-            task.priority,
-        )
 
     def _next_task_id(self) -> int:
         # Ids increase and wrap after 2**32 - 1, skipping ids still live.
@@ -876,7 +824,7 @@ class QueueService(Service):
         task.tally.cancelled += 1
         self._end(task, "cancelled")
         if self.events is not None:
-            self._event("cancelled", task, None, why)
+            record(self.events, "cancelled", task, None, why)
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
@@ -933,7 +881,7 @@ class QueueService(Service):
                 self.log.info("queue {queue} paused", log_id="queue.paused", queue=name)
             else:
                 self.log.info("queue {queue} resumed", log_id="queue.resumed", queue=name)
-                self._serve_queue(queue)
+                self.dispatcher.serve_queue(queue)
                 self._forget_if_idle(queue)
         return {"queue": name, "paused": paused}
 
@@ -970,10 +918,10 @@ class QueueService(Service):
         session.credits = credits
         if session.free_credits <= 0:
             # Already holding all it may: not an error, and no more tasks.
-            self._unidle(session)
+            self.dispatcher.unidle(session)
             return
         held = len(session.tasks)
-        self._serve_worker(session)
+        self.dispatcher.serve_worker(session)
         # Nothing for it: none queued, or only tasks it still runs a late copy of.
         if len(session.tasks) == held:
             session.peer.sendFrame(session.speaker.wait)
@@ -985,7 +933,7 @@ class QueueService(Service):
             task, attempt = finished
             task.tally.done += 1
             if self.events is not None:
-                self._event("done", task, session, None, attempt)
+                record(self.events, "done", task, session, None, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
                 producer.peer.sendFrame(producer.speaker.done(task_id, result))
@@ -1099,7 +1047,8 @@ class QueueService(Service):
     def _progress_out(self, task: Task, report: Report) -> None:
         """(The progress book.) A report of C{task}'s goes out."""
         if self.events is not None:
-            self._event(
+            record(
+                self.events,
                 "progress",
                 task,
                 task.holder,
@@ -1212,7 +1161,7 @@ class QueueService(Service):
             queues[queue] = None
         for queue in queues:
             if queue.idle:
-                self._serve_queue(queue)
+                self.dispatcher.serve_queue(queue)
 
     def _failure(
         self,
@@ -1236,11 +1185,11 @@ class QueueService(Service):
             task.due = due
             self.journal.record_retry(task)
             task.tally.retried += 1
-            if session is not None and self._lifo:
-                self._failed_on[task.task_id] = session.session_id
+            if session is not None and self.dispatcher.lifo:
+                self.dispatcher.failed_on[task.task_id] = session.session_id
             self._delay(task, due)
             if self.events is not None:
-                self._event("retrying", task, session, reason, attempt)
+                record(self.events, "retrying", task, session, reason, attempt)
             producer = task.producer
             if producer is not None and producer.connected and producer.speaker.hears_lifecycle:
                 producer.peer.sendFrame(
@@ -1264,7 +1213,7 @@ class QueueService(Service):
         once, FAILED with C{reason}.
         """
         if self.events is not None:
-            self._event("failed", task, session, reason, attempt)
+            record(self.events, "failed", task, session, reason, attempt)
         producer = task.producer
         dead = bool(dead_letter and task.retries and self.dead_letters.max_count)
         if dead:
@@ -1288,7 +1237,7 @@ class QueueService(Service):
         self.journal.record_dead(task)
         task.home.dead += 1
         if self.events is not None:
-            self._event("dead", task, None, reason)
+            record(self.events, "dead", task, None, reason)
         for old in self.dead_letters.add(task):
             self._drop_dead(old, "pushed out of the dead-letter set (max_count)")
         self._arm_dead_expiry()
@@ -1377,12 +1326,12 @@ class QueueService(Service):
                 task.keep_for = min(limits.ttl, limits.max_ttl)
             self.journal.record_replay(task)
             if self.events is not None:
-                self._event("replayed", task, None, None)
+                record(self.events, "replayed", task, None, None)
             if task.home.push(task):
                 self._fairness_keys += 1
             queues[task.home] = None
         for home in queues:
-            self._serve_queue(home)
+            self.dispatcher.serve_queue(home)
         return {"replayed": [task.task_id for task in tasks]}
 
     def purge_dead(self, queue: str | None) -> dict[str, Any]:
@@ -1489,8 +1438,9 @@ class QueueService(Service):
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
         task.finished = True
         del self._live[task.task_id]
-        if self._failed_on:
-            self._failed_on.pop(task.task_id, None)
+        failed_on = self.dispatcher.failed_on
+        if failed_on:
+            failed_on.pop(task.task_id, None)
         self.progress.finished(task.task_id)
         self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
@@ -1505,7 +1455,7 @@ class QueueService(Service):
             )
         if queue.limited:
             # A key limit may have let go of a task.
-            self._serve_queue(queue)
+            self.dispatcher.serve_queue(queue)
             self._forget_if_idle(queue)
         elif not (queue.subscribers or queue.depth or queue.running or queue.declared):
             self._forget_if_idle(queue)
@@ -1561,133 +1511,9 @@ class QueueService(Service):
         # After DONE/FAILED a worker has a free credit without a new READY
         # (unless a READY has since lowered its credits below what it held).
         if session.connected:
-            self._serve_worker(session)
+            self.dispatcher.serve_worker(session)
         if self._drained is not None:
             self._check_drained()
-
-    def _serve_worker(self, worker: Session) -> None:
-        """
-        Send C{worker} tasks from its queues, in their order, while it has
-        credits; with credits left it waits on each of its queues.
-        """
-        free = worker.credits - len(worker.tasks) - len(worker.overdue)
-        if free <= 0:
-            return
-        now = self.clock()
-        deliver = self._deliver
-        for queue in worker.subscriptions:
-            while queue.depth and free > 0:
-                task = queue.take(now)
-                if task is None:
-                    self._wait_for_tokens(queue, now)
-                    break
-                if worker.overdue and task.task_id in worker.overdue:
-                    # It still runs a late copy: another worker must take it.
-                    self._put_back(task)
-                    break
-                deliver(worker, task, queue, now)
-                free -= 1
-            if free <= 0:
-                self._unidle(worker)
-                return
-        session_id = worker.session_id
-        if not worker.waiting:
-            # Last in line (under fifo; one idle already keeps its place).
-            worker.waiting = True
-            for queue in worker.subscriptions:
-                queue.idle[session_id] = worker
-        if self._lifo:
-            # It went idle last: it is offered the next task first.
-            for queue in worker.subscriptions:
-                queue.idle.move_to_end(session_id, False)
-
-    def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
-        """
-        Hand C{queue}'s tasks to the workers waiting on it, in their order
-        (see L{quicx.daemon.queue.dispatch}); a worker with credits left goes
-        behind the others, so tasks are dealt round-robin.  A task never
-        goes to a worker that still holds a late copy of it.
-        """
-        idle = queue.idle
-        if not idle or not queue.depth:
-            return
-        now = self.clock()
-        set_aside: list[Task] = []
-        while idle and queue.depth:
-            task = queue.take(now)
-            if task is None:
-                self._wait_for_tokens(queue, now)
-                break
-            worker = idle[next(iter(idle))]  # offer(), inlined for the common case
-            if worker.overdue or worker.failing_until > now or task.failures:
-                avoid = self._failed_on.get(task.task_id, 0)
-                chosen = offer(idle, now, task.task_id, avoid)
-                if chosen is None:
-                    set_aside.append(task)
-                    continue
-                worker = chosen
-            self._deliver(worker, task, queue, now)
-            if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
-                self._unidle(worker)
-            else:
-                idle.move_to_end(worker.session_id)
-        for task in reversed(set_aside):
-            self._put_back(task)
-
-    def _put_back(self, task: Task) -> None:
-        """Return a task just taken off its queue to the head of its priority."""
-        task.home.released(task)
-        task.home.push(task, at_head=True)
-
-    def _deliver(
-        self, worker: Session, task: Task, queue: NamedQueue[Task, Session], now: float
-    ) -> None:
-        # The caller keeps the worker's place among the idle right.
-        task.attempts += 1
-        task.dispatched_at = now
-        task.holder = worker
-        if task.lease_until:
-            task.lease_until = 0.0  # a TOUCH extends one delivery only
-        worker.tasks[task.task_id] = task
-        speaker = worker.speaker
-        if speaker.fenced:
-            # Unfenced (version 1), the delivery keeps no token.
-            token = int(now * 1000) << 20
-            if token <= self._last_token:
-                token = self._last_token + 1
-            self._last_token = task.token = token
-        frame = speaker.delivery(
-            task, self.pool.read(task.block), queue.header, self.timeout_of(task)
-        )
-        worker.peer.sendFrame(frame)
-        if self.events is not None:
-            self._event("dispatched", task, worker)
-
-    def _unidle(self, worker: Session) -> None:
-        if worker.waiting:
-            worker.waiting = False
-            session_id = worker.session_id
-            for queue in worker.subscriptions:
-                queue.idle.pop(session_id, None)
-
-    def _wait_for_tokens(self, queue: NamedQueue[Task, Session], now: float) -> None:
-        """A rate limit holds tasks back: serve the queues again when a token is due."""
-        due = queue.next_start(now)
-        if due is None:
-            return
-        scheduler = self._scheduler
-        timer = self._rate_timer
-        if timer is not None and timer.active():
-            if timer.getTime() <= scheduler.seconds() + (due - now):
-                return
-            timer.cancel()
-        self._rate_timer = scheduler.callLater(max(0.0, due - now), self._tokens_due)
-
-    def _tokens_due(self) -> None:
-        self._rate_timer = None
-        for queue in list(self.queues.values()):
-            if queue.idle and queue.depth:
-                self._serve_queue(queue)
 
     def expire_overdue(self) -> None:
         """
@@ -1722,7 +1548,7 @@ class QueueService(Service):
                     worker=session.peer.peer_name,
                 )
         for queue in touched:
-            self._serve_queue(queue)
+            self.dispatcher.serve_queue(queue)
         self._check_drained()
 
     def timeout_of(self, task: Task) -> float:
@@ -1768,8 +1594,7 @@ class QueueService(Service):
             if self._drain_timer is not None and self._drain_timer.active():
                 self._drain_timer.cancel()
             drained.callback(None)
-        if self._rate_timer is not None and self._rate_timer.active():
-            self._rate_timer.cancel()
+        self.dispatcher.stop()
 
     def awaits_outcome(self, session: Session) -> bool:
         """Whether C{session} is a producer still owed an outcome, or waits for one."""
@@ -1793,7 +1618,7 @@ class QueueService(Service):
             self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
             return
         if self.events is not None:
-            self._event("requeued", task, None, cause)
+            record(self.events, "requeued", task, None, cause)
         self.journal.record_attempts(task)
         task.ready_at = self.clock()
         task.home.push(task, at_head)
@@ -2083,8 +1908,7 @@ class QueueService(Service):
     def stopService(self) -> None:
         super().stopService()
         self.failures.flush()
-        if self._rate_timer is not None and self._rate_timer.active():
-            self._rate_timer.cancel()
+        self.dispatcher.stop()
         if self._dead_timer is not None and self._dead_timer.active():
             self._dead_timer.cancel()
         self.delays.stop()
@@ -2110,7 +1934,7 @@ class QueueService(Service):
         else:
             if self.events is not None:
                 for task in self._live.values():
-                    self._event("dropped", task, None, "daemon stopped without a journal")
+                    record(self.events, "dropped", task, None, "daemon stopped without a journal")
             self.log.warn(
                 "stopping with {queued} queued, {delayed} delayed and {running} running tasks;"
                 " without a journal they are dropped",
