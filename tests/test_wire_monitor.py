@@ -183,7 +183,7 @@ def test_the_pages_event_kinds_are_the_codecs_and_the_files() -> None:
 def test_every_kind_the_core_records_is_known() -> None:
     queue = Path(__file__).resolve().parent.parent / "quicx" / "daemon" / "queue"
     core = "".join(path.read_text() for path in sorted(queue.glob("*.py")))
-    recorded = set(re.findall(r'(?:record\(self\.events,|events\.record\()\s*"(\w+)"', core))
+    recorded = set(re.findall(r'(?:record\(\s*self\.events,|events\.record\()\s*"(\w+)"', core))
     assert recorded == set(EVENT_KINDS)
 
 
