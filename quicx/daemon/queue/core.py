@@ -189,8 +189,7 @@ class QueueService(Service):
         self.dead_letters: DeadLetters[Task] = DeadLetters(
             limits.dead_max_count, limits.dead_max_age
         )
-        # SUBMITs of a key whose task waits for the journal, by that task's id.
-        self._duplicates_waiting: dict[int, list[Duplicate]] = {}
+        self._duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
         self.outcomes = outcomes = Outcomes(
             pool,
             self.journal,
@@ -203,10 +202,8 @@ class QueueService(Service):
             self.log,
         )
         self.kept, self.groups, self.waits = outcomes.kept, outcomes.groups, outcomes.waits
-        self.await_outcome = outcomes.await_outcome
-        self.open_group = outcomes.open_group
-        self.close_group = outcomes.close_group
-        self.await_group = outcomes.await_group
+        self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
+        self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
 
     @property
