@@ -17,7 +17,9 @@ from zope.interface import implementer
 from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry, Record
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.core import QueueService, Session, Task
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.speakers import SPEAKERS
 from quicx.protocol import monitor, v2, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.session import IPeer, Role
@@ -32,8 +34,7 @@ class FakePeer:
         self.peer_name = name
         self.parser = FrameParser(1 << 20, check_types=False, v2_max_length=1 << 20)
         self.received: list[Any] = []
-        self.session: Session = queue.open_session(self)
-        self.session.version = version
+        self.session: Session = queue.open_session(self, SPEAKERS[version])
         self._decode = monitor.decode if version == 2 else wire.decode
 
     def sendFrame(self, data: bytes) -> None:

@@ -14,7 +14,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from quicx.daemon.queue import introspect
-from quicx.daemon.queue.core import Refused
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.settings import Limits

@@ -16,7 +16,8 @@ import pytest
 from twisted.internet.task import Clock
 
 from quicx.daemon.observe.eventbus import FLUSH_AT, LIVE_FLUSH_EVERY, EventBus
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.protocol import v2
 from quicx.protocol.monitor import Events, Watch

@@ -10,8 +10,9 @@ import pytest
 from twisted.internet.task import Clock
 
 from quicx.daemon.journal.interface import GroupEntry
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.groups import GroupLimits
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.results import ResultLimits
 from quicx.protocol import results, v2, wire

@@ -10,7 +10,8 @@ from typing import cast
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.retries import retry_wait
 from quicx.protocol import lifecycle, v2, wire

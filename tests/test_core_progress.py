@@ -10,7 +10,8 @@ import pytest
 from twisted.internet.task import Clock
 
 from quicx.daemon.queue import introspect
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import ProgressSettings
 from quicx.protocol import results, v2, wire
 from quicx.protocol.session import ProtocolViolation

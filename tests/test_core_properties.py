@@ -35,7 +35,7 @@ from hypothesis.stateful import (
 from twisted.internet.task import Clock
 
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.core import Refused
+from quicx.daemon.queue.model import Refused
 from quicx.protocol import v2, wire
 from quicx.protocol.session import Role
 from tests.fakes import BLOCK, FakeJournal, FakePeer, make_queue, small_pool

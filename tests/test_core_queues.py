@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
-from quicx.daemon.queue.core import Refused
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.schedules import ScheduleSpec

@@ -16,7 +16,8 @@ from twisted.internet.task import Clock
 from quicx.daemon.journal.interface import KeptEntry
 from quicx.daemon.journal.records import RecoveredTask, Recovery
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.results import ResultLimits, Share
 from quicx.protocol import results, v2, wire

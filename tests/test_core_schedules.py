@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from twisted.internet.task import Clock
 
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.schedules import ScheduleSpec

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import SharedLimits
 from quicx.daemon.queue.shared import SharedData
 from quicx.protocol.results import Shared

@@ -26,7 +26,7 @@ from quicx.daemon.journal.records import MAGIC, FsyncPolicy, JournalCorrupt, Rec
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.observe.telemetry import Tally
-from quicx.daemon.queue.core import Session, Task
+from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.policy import QueuePolicy
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.protocol import wire

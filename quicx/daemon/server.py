@@ -29,9 +29,11 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 import quicx
+from quicx.daemon import speakers
 from quicx.daemon.observe.eventbus import EventBus
 from quicx.daemon.queue import introspect
-from quicx.daemon.queue.core import QueueService, Refused, Session
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.shared import SharedData
 from quicx.daemon.settings import Limits
@@ -147,7 +149,7 @@ class QuicxServerProtocol(FrameReceiver):
         set_no_delay(transport)
         self._batcher = factory.batcher
         self._output = self._batcher.output(transport)
-        self.session = self.queue.open_session(self)
+        self.session = self.queue.open_session(self, speakers.V1)
         self.session.admin = factory.admin
         self._handlers = _HANDLERS
         self._clock = self.queue.clock
@@ -300,7 +302,7 @@ class QuicxServerProtocol(FrameReceiver):
             self._first_frame_deadline = None
         if self._parser.version == v2.VERSION:
             assert self.session is not None
-            self.session.version = v2.VERSION
+            self.session.speaker = speakers.V2
             self._handlers = _HANDLERS_V2
 
     def _reply(self, frame: bytes) -> None:

@@ -29,8 +29,6 @@ from twisted.logger import Logger
 
 from quicx.daemon.periodic import every
 from quicx.daemon.queue.core import QueueService
-from quicx.protocol import v2
-from quicx.protocol.wire import HEARTBEAT_FRAME
 
 
 class Heartbeats:
@@ -77,9 +75,7 @@ class Heartbeats:
                 session.peer.disconnect()
             elif silent >= self.interval and now - session.heartbeat_sent >= self.interval:
                 session.heartbeat_sent = now
-                session.peer.sendFrame(
-                    HEARTBEAT_FRAME if session.version == 1 else v2.HEARTBEAT_FRAME
-                )
+                session.peer.sendFrame(session.speaker.heartbeat)
 
 
 def heartbeat_timer(heartbeats: Heartbeats) -> TimerService | None:

@@ -23,7 +23,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from quicx.daemon.observe.events import Event, EventLog
 from quicx.daemon.observe.subscribers import Subscribers
-from quicx.daemon.queue.core import QueueService, Session
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Session
 from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.net.twisted_types import MultiService
 from quicx.protocol.monitor import Watch

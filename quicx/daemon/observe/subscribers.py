@@ -23,7 +23,7 @@ from typing import Any
 from attrs import define, field
 
 from quicx.daemon.observe.events import Event, format_events
-from quicx.daemon.queue.core import Refused, Session
+from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.protocol import monitor
 from quicx.protocol.monitor import Watch

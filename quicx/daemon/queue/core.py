@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
-from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -38,143 +37,23 @@ from quicx.daemon.queue import pmad
 from quicx.daemon.queue.deadletters import DeadLetters
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
-from quicx.daemon.queue.dispatch import note_outcome, offer
-from quicx.daemon.queue.groups import Group, Groups
+from quicx.daemon.queue.dispatch import note_outcome
+from quicx.daemon.queue.dispatcher import Dispatcher
+from quicx.daemon.queue.groups import Group
+from quicx.daemon.queue.hooks import IEvents, record
+from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
+from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
 from quicx.daemon.queue.progress import ProgressBook, Report
 from quicx.daemon.queue.queues import NamedQueue
-from quicx.daemon.queue.results import KeptOutcome, KeptOutcomes
+from quicx.daemon.queue.results import KeptOutcome
 from quicx.daemon.queue.retries import retry_wait
-from quicx.daemon.queue.waits import Target, Wait, Waits
+from quicx.daemon.queue.speaker import Speaker
 from quicx.net.twisted_types import Service
-from quicx.protocol import lifecycle, results, v2, wire
-from quicx.protocol import session as protocol
-from quicx.protocol.results import GroupPhase, OutcomeState
+from quicx.protocol import results, v2, wire
+from quicx.protocol.results import OutcomeState
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.v2 import Backoff, ErrorCode
-
-
-@define(eq=False)
-class Task:
-    """
-    A live task: queued, or held by a worker.
-
-    The payload is not here: it lives in PMAD block C{block}.
-
-    @ivar producer: the session that submitted it, told of the outcome;
-        C{None} for a task recovered from the journal.
-    @ivar home: the queue it belongs to.
-    @ivar priority: 0 to 255, higher first.
-    @ivar enqueued_at: when it was submitted (Unix seconds).
-    @ivar key: its idempotency key; C{fairness}: its fairness key.
-    @ivar owner: the TLS identity it was submitted under, if any.
-    @ivar attempts: how many times it has been handed to a worker.
-    @ivar dispatched_at: when it was last handed to a worker.
-    @ivar holder: the worker holding its current delivery, if any.
-    @ivar finished: its outcome is decided (a task taken back at its timeout
-        can still be at another worker when the first outcome arrives).
-    @ivar accepted: its SUBMIT was answered OK (its record is durable).
-    @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
-        it waits in its producer's L{Session.replies}.
-    @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
-    @ivar retries: how many times its failures are retried.
-    @ivar failures: the failed attempts it has had.
-    @ivar backoff: its own backoff (C{None}: its queue's).
-    @ivar token: the fencing token of its current (or last) delivery.
-    @ivar lease_until: when its delivery's lease runs out, once a TOUCH
-        extended it (0: the queue's timeout from the dispatch).
-    @ivar dead: why it died, while it is in the dead-letter set.
-    @ivar forward_progress: its producer asked for its PROGRESS reports.
-    @ivar keep_for: seconds its outcome is kept after it finishes, as its
-        SUBMIT asked (0: as its queue says, or if its producer is gone).
-    @ivar recovered: it came back from the journal (its producer is gone).
-    @ivar group: the group it counts in until it finishes (0: none).
-    @ivar tally: what it counts in: its queue and type's L{Tally}.
-    @ivar ready_at: when it last became ready to run (queued, or due, or
-        requeued), for its wait time.
-    @ivar ticket: its place in its queue's FIFO while queued (see
-        L{quicx.daemon.queue.queues.Level}).
-    """
-
-    task_id: int
-    task_type: bytes
-    block: int
-    size: int
-    producer: Session | None
-    home: NamedQueue[Task, Session]
-    priority: int
-    enqueued_at: float
-    key: bytes | None = None
-    fairness: bytes | None = None
-    owner: str | None = None
-    attempts: int = 0
-    dispatched_at: float = 0.0
-    holder: Session | None = None
-    finished: bool = False
-    accepted: bool = False
-    reply: bytes | None = None
-    due: float = 0.0
-    retries: int = 0
-    failures: int = 0
-    backoff: Backoff | None = None
-    token: int = 0
-    lease_until: float = 0.0
-    dead: DeadInfo | None = None
-    forward_progress: bool = False
-    keep_for: float = 0.0
-    recovered: bool = False
-    group: int = 0
-    ticket: int = 0
-    tally: Tally = field(kw_only=True)
-    ready_at: float = field(kw_only=True)
-
-    @property
-    def queue(self) -> str:
-        return self.home.name
-
-    @property
-    def ended_attempts(self) -> int:
-        """Its deliveries that ended (what the journal keeps of C{attempts})."""
-        return self.attempts - (self.holder is not None)
-
-
-@define(eq=False)
-class Duplicate:
-    """A SUBMIT whose key names a task not yet accepted: its answer waits for that task's."""
-
-    session: Session
-    reply: bytes | None = None
-
-
-@define(eq=False)
-class Session(protocol.Session[Task]):
-    """
-    A connection, holding these tasks.
-
-    @ivar version: the protocol version it speaks.
-    @ivar admin: it may pause, resume, purge and cancel any task.
-    @ivar identity: its TLS certificate identity, if it has one.
-    @ivar client: what its HELLO said it is (name and version).
-    @ivar subscriptions: the queues a worker serves, in order.
-    @ivar waiting: it is among the idle workers of its queues.
-    @ivar held_progress: while its output is backed up (C{paused}), the
-        latest PROGRESS of each of its tasks, by task id: sent when the
-        output drains, if the task has not finished by then.
-    @ivar failed_in_row: the outcomes it reported since its last success,
-        all failures.
-    @ivar failing_until: it is passed over while another worker is idle
-        until then (see L{quicx.daemon.queue.dispatch}).
-    """
-
-    version: int = 1
-    admin: bool = False
-    identity: str | None = None
-    client: str = ""
-    subscriptions: tuple[NamedQueue[Task, Session], ...] = field(factory=tuple)
-    waiting: bool = False
-    held_progress: dict[int, bytes] = field(factory=dict)
-    failed_in_row: int = 0
-    failing_until: float = 0.0
 
 
 class ScheduledTask(Protocol):
@@ -203,30 +82,6 @@ class IScheduleBook(Protocol):
         """The run-time schedules' SCHEDULE payloads, by name."""
 
 
-class IEvents(Protocol):
-    """Where the core records lifecycle events: L{quicx.daemon.observe.eventbus.EventBus}."""
-
-    def record(
-        self,
-        kind: str,
-        task_id: int | None,
-        task_type: bytes,
-        size: int,
-        producer: int | None,
-        worker: int | None,
-        attempt: int,
-        extra: Any = None,
-        queue: str | None = None,
-        priority: int | None = None,
-    ) -> None: ...
-
-    def forget(self, session: Session) -> None:
-        """C{session} closed."""
-
-    def caught_up(self, session: Session) -> None:
-        """C{session}'s output drained."""
-
-
 class ISharedData(Protocol):
     """The shared data, as the queue sees it."""
 
@@ -238,48 +93,6 @@ class ISharedData(Protocol):
 
     def caught_up(self, session: Session) -> None:
         """C{session}'s output drained: send it the newest of what it missed."""
-
-
-class Refused(Exception):
-    """
-    A request the queue turns down: answered ERROR C{code}, C{str(self)}.
-
-    @ivar log_id: when the refusal is a limit hit, the id of its log line
-        (see L{QueueService.limit_hit}); C{None}: it is not logged.
-    """
-
-    def __init__(self, code: ErrorCode, message: str, log_id: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.log_id = log_id
-
-
-_OK = {1: lambda task_id, duplicate: wire.encode_ok(task_id), 2: v2.encode_ok}
-_ERROR = {1: wire.encode_error, 2: v2.encode_error}
-
-
-@frozen
-class Counters:
-    """Totals since start, for the status view."""
-
-    submitted: int
-    completed: int
-    failed: int
-    rejected: int
-    requeued: int
-    timed_out: int
-    given_up: int
-    late_outcomes: int
-    cancelled: int
-    duplicates: int
-    retried: int
-    dead: int
-    dead_dropped: int
-    stale_outcomes: int
-    delayed: int
-    results_kept: int
-    results_evicted: int
-    results_expired: int
 
 
 @implementer(IJournalOwner)
@@ -333,20 +146,16 @@ class QueueService(Service):
         self.journal: IJournal = journal if journal is not None else NullJournal()
         self.task_timeout = task_timeout
         self.max_attempts = max_attempts
-        # Set by the event bus while events have somewhere to go: the core
-        # records events only then.
-        self.events: IEvents | None = None
+        self._events: IEvents | None = None
         self.event_bus: IEvents | None = None
         self.failures = failures or LogSummary(self.log)
         self.limits = limits = limits or QueueLimits()
-        self._lifo = limits.dispatch.lifo
         if scheduler is None:
             from twisted.internet import reactor as scheduler
         self._scheduler: IReactorTime = scheduler  # type: ignore[assignment]
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
-        self._rate_timer: IDelayedCall | None = None
         self.journal.bind(self)
         self.sessions: dict[int, Session] = {}
         self.started_at = clock()
@@ -366,7 +175,6 @@ class QueueService(Service):
         self._duplicates = 0
         self._dead_dropped = 0
         self._stale = 0
-        self._last_token = 0
         self._dead_timer: IDelayedCall | None = None
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
@@ -374,23 +182,41 @@ class QueueService(Service):
             self._scheduler, clock, progress or ProgressSettings(), self._progress_out
         )
         self.random: Callable[[], float] = random.random
+        self.dispatcher = Dispatcher(
+            pool, self.queues, clock, self._scheduler, self.timeout_of, limits.dispatch.lifo
+        )
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
         self.dead_letters: DeadLetters[Task] = DeadLetters(
             limits.dead_max_count, limits.dead_max_age
         )
-        # SUBMITs of a key whose task waits for the journal, by that task's id.
-        self._duplicates_waiting: dict[int, list[Duplicate]] = {}
-        # The worker each retried task last failed on, by task id (lifo only):
-        # another is offered it first.  Kept out of Task, which every task pays for.
-        self._failed_on: dict[int, int] = {}
-        self.kept = KeptOutcomes(
-            pool, self.journal, limits.results, self._scheduler, clock, self._result_evicted
+        self._duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
+        self.outcomes = outcomes = Outcomes(
+            pool,
+            self.journal,
+            limits,
+            self._scheduler,
+            clock,
+            self._live,
+            self.sessions,
+            self.failures,
+            self.log,
         )
-        self.groups = Groups(
-            limits.groups, self.journal, self._scheduler, clock, self._group_idle_closed
-        )
-        self.waits: Waits[Session] = Waits(limits.results, self._scheduler, clock, self._wait_ended)
+        self.kept, self.groups, self.waits = outcomes.kept, outcomes.groups, outcomes.waits
+        self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
+        self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
+
+    @property
+    def events(self) -> IEvents | None:
+        """
+        Where lifecycle events are recorded, while they have somewhere to go
+        (the event bus sets it then): the kernel records events only then.
+        """
+        return self._events
+
+    @events.setter
+    def events(self, events: IEvents | None) -> None:
+        self._events = self.dispatcher.events = events
 
     # -- queues -------------------------------------------------------------
 
@@ -449,9 +275,10 @@ class QueueService(Service):
 
     # -- sessions -----------------------------------------------------------
 
-    def open_session(self, peer: IPeer) -> Session:
+    def open_session(self, peer: IPeer, speaker: Speaker) -> Session:
+        """A new connection, spoken to by C{speaker} (until its first frame chooses another)."""
         self._last_session_id += 1
-        session = Session(self._last_session_id, peer, self.clock())
+        session = Session(self._last_session_id, peer, self.clock(), speaker=speaker)
         self.sessions[session.session_id] = session
         return session
 
@@ -479,7 +306,7 @@ class QueueService(Service):
                 task.holder = None
                 self._requeue(task, "its worker disconnected", cause, worker=session.peer.peer_name)
             for queue in {task.home: None for task in held.values()}:
-                self._serve_queue(queue)
+                self.dispatcher.serve_queue(queue)
         if self._drained is not None:
             self._check_drained()
 
@@ -586,7 +413,7 @@ class QueueService(Service):
         joined: Group | None = None
         if group is not None:
             try:
-                joined = self._open_group(group)
+                joined = self.outcomes.group_to_join(group)
             except Refused as e:
                 self._reject(session, e, task_type, len(payload))
                 return
@@ -715,7 +542,7 @@ class QueueService(Service):
         """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
         self._duplicates += 1
         if isinstance(found, KeyEntry):
-            session.reply(_OK[session.version](found.task_id, True))
+            session.reply(session.speaker.ok(found.task_id, True))
             kept = self.kept.get(found.task_id)
             if kept is not None:
                 self._tell_kept(session, *kept)
@@ -731,7 +558,7 @@ class QueueService(Service):
             task.producer = session
             session.outstanding += 1
         if task.accepted:
-            session.reply(_OK[session.version](task.task_id, True))
+            session.reply(session.speaker.ok(task.task_id, True))
         else:
             waiting = Duplicate(session)
             self._duplicates_waiting.setdefault(task.task_id, []).append(waiting)
@@ -742,15 +569,11 @@ class QueueService(Service):
         task.accepted = True
         task.tally.submitted += 1
         if self.events is not None:
-            self._event("submitted", task, None, _due_ms(task.due))
+            record(self.events, "submitted", task, None, _due_ms(task.due))
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
-            ok = (
-                wire.encode_ok(task.task_id)
-                if producer.version == 1
-                else v2.encode_ok(task.task_id)
-            )
+            ok = producer.speaker.ok(task.task_id, False)
             if producer.replies:
                 producer.replies.append(ok)
             else:
@@ -759,23 +582,12 @@ class QueueService(Service):
         if task.due:
             self._delay(task, task.due)
             return
-        idle = queue.idle
-        if idle and not queue.depth and not queue.limited and not queue.paused:
-            # The common case, a worker waiting on an empty queue: straight to
-            # the first, unless it is failing (then _serve_queue chooses).
-            worker = idle[next(iter(idle))]
-            if not worker.overdue and worker.failing_until <= task.enqueued_at:
-                queue.running += 1
-                self._deliver(worker, task, queue, task.enqueued_at)
-                if worker.credits - len(worker.tasks) <= 0:
-                    self._unidle(worker)
-                else:
-                    idle.move_to_end(worker.session_id)
-                return
+        if queue.idle and self.dispatcher.hand_new(task, queue):
+            return
         if queue.push(task):
             self._fairness_keys += 1
-        if idle:
-            self._serve_queue(queue)
+        if queue.idle:
+            self.dispatcher.serve_queue(queue)
 
     def accepted(self, tasks: list[Task]) -> None:
         """(The journal.) These waiting tasks' records are durable."""
@@ -786,13 +598,13 @@ class QueueService(Service):
             task.tally.submitted += 1
             task.home.pending -= 1
             if self.events is not None:
-                self._event("submitted", task, None, _due_ms(task.due))
+                record(self.events, "submitted", task, None, _due_ms(task.due))
             producer = task.producer
             if producer is not None:  # None: a schedule's task
-                task.reply = _OK[producer.version](task.task_id, False)
+                task.reply = producer.speaker.ok(task.task_id, False)
                 producers[producer] = None
             for waiting in self._duplicates_waiting.pop(task.task_id, ()):
-                waiting.reply = _OK[waiting.session.version](task.task_id, True)
+                waiting.reply = waiting.session.speaker.ok(task.task_id, True)
                 producers[waiting.session] = None
             if task.due:
                 self._delay(task, task.due)
@@ -805,7 +617,7 @@ class QueueService(Service):
             producer.send_decided()
         for queue in queues:
             if queue.idle:
-                self._serve_queue(queue)
+                self.dispatcher.serve_queue(queue)
 
     def refused(self, tasks: list[Task], reason: str, in_doubt: bool) -> None:
         """
@@ -823,10 +635,9 @@ class QueueService(Service):
             task.home.pending -= 1
             self._forget_if_idle(task.home)
             if task.group:
-                self._leave_group(task)
+                self.outcomes.leave_group(task)
             if self.waits.count:
-                unknown_outcome = results.encode_outcome(task.task_id, OutcomeState.UNKNOWN)
-                self._answer_waits(task.task_id, unknown_outcome)
+                self.outcomes.answer_waits(task.task_id, OutcomeState.UNKNOWN)
             if task.key is not None:
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
@@ -843,7 +654,7 @@ class QueueService(Service):
                 self._count_rejection(
                     session, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
                 )
-                error = _ERROR[session.version](ErrorCode.QUEUE_FULL, message)
+                error = session.speaker.error(ErrorCode.QUEUE_FULL, message)
                 if isinstance(request, Duplicate):
                     request.reply = error
                 else:
@@ -917,7 +728,7 @@ class QueueService(Service):
             self._live[task.task_id] = task
             if self.events is not None:
                 # The reports join it to its submit (in the run before).
-                self._event("recovered", task, None, _due_ms(recovered.due))
+                record(self.events, "recovered", task, None, _due_ms(recovered.due))
             if key is not None:
                 self.keys.add(queue.name, key, task)
             if task.dead is not None:
@@ -942,7 +753,7 @@ class QueueService(Service):
         reason = str(refusal)
         self._count_rejection(session, refusal.code, reason, task_type, size)
         self.limit_hit(session.peer.peer_name, refusal)
-        session.reply(_ERROR[session.version](refusal.code, reason))
+        session.reply(session.speaker.error(refusal.code, reason))
 
     def limit_hit(self, peer: str, refusal: Refused) -> None:
         """
@@ -963,32 +774,6 @@ class QueueService(Service):
             self.events.record(
                 "rejected", None, task_type, size, producer, None, 0, (int(code), reason)
             )
-
-    def _event(
-        self,
-        kind: str,
-        task: Task,
-        worker: Session | None = None,
-        extra: object = None,
-        attempt: int | None = None,
-    ) -> None:
-        """
-        Record one step of C{task}'s life (the caller checks C{self.events});
-        C{attempt}: of the delivery it concerns, if not the latest.
-        """
-        producer = task.producer
-        self.events.record(  # type: ignore[union-attr]
-            kind,
-            task.task_id,
-            task.task_type,
-            task.size,
-            producer.session_id if producer is not None else None,
-            worker.session_id if worker is not None else None,
-            task.attempts if attempt is None else attempt,
-            extra,
-            task.home.name,
-            task.priority,
-        )
 
     def _next_task_id(self) -> int:
         # Ids increase and wrap after 2**32 - 1, skipping ids still live.
@@ -1045,12 +830,12 @@ class QueueService(Service):
         task.tally.cancelled += 1
         self._end(task, "cancelled")
         if self.events is not None:
-            self._event("cancelled", task, None, why)
+            record(self.events, "cancelled", task, None, why)
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
             self._tell_outcome(producer, task.task_id, "cancelled", "")
-        self._settle(task, OutcomeState.CANCELLED, None, why)
+        self.outcomes.settle(task, OutcomeState.CANCELLED, None, why)
 
     def _tell_outcome(
         self,
@@ -1067,19 +852,13 @@ class QueueService(Service):
         """
         if not session.connected:
             return
-        if session.version == 1:
-            if outcome == "done":
-                frame = wire.encode_done(task_id)
-            else:
-                frame = wire.encode_failed(
-                    task_id, "cancelled" if outcome == "cancelled" else reason
-                )
-        elif outcome == "done":
-            frame = v2.encode_done(task_id, result)
+        speaker = session.speaker
+        if outcome == "done":
+            frame = speaker.done(task_id, result)
         elif outcome == "cancelled":
-            frame = v2.encode_cancelled(task_id)
+            frame = speaker.cancelled(task_id)
         else:
-            frame = v2.encode_failed(task_id, reason)
+            frame = speaker.failed(task_id, reason)
         session.peer.sendFrame(frame)
 
     def _tell_kept(self, session: Session, kept: KeptOutcome, data: bytes) -> None:
@@ -1108,7 +887,7 @@ class QueueService(Service):
                 self.log.info("queue {queue} paused", log_id="queue.paused", queue=name)
             else:
                 self.log.info("queue {queue} resumed", log_id="queue.resumed", queue=name)
-                self._serve_queue(queue)
+                self.dispatcher.serve_queue(queue)
                 self._forget_if_idle(queue)
         return {"queue": name, "paused": paused}
 
@@ -1145,13 +924,13 @@ class QueueService(Service):
         session.credits = credits
         if session.free_credits <= 0:
             # Already holding all it may: not an error, and no more tasks.
-            self._unidle(session)
+            self.dispatcher.unidle(session)
             return
         held = len(session.tasks)
-        self._serve_worker(session)
+        self.dispatcher.serve_worker(session)
         # Nothing for it: none queued, or only tasks it still runs a late copy of.
         if len(session.tasks) == held:
-            session.peer.sendFrame(wire.WAIT_FRAME if session.version == 1 else v2.WAIT_FRAME)
+            session.peer.sendFrame(session.speaker.wait)
 
     def done(self, session: Session, task_id: int, result: v2.Result | None = None) -> None:
         """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
@@ -1160,14 +939,10 @@ class QueueService(Service):
             task, attempt = finished
             task.tally.done += 1
             if self.events is not None:
-                self._event("done", task, session, None, attempt)
+                record(self.events, "done", task, session, None, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
-                producer.peer.sendFrame(
-                    wire.encode_done(task_id)
-                    if producer.version == 1
-                    else v2.encode_done(task_id, result)
-                )
+                producer.peer.sendFrame(producer.speaker.done(task_id, result))
             # The common case, nothing to keep, count or answer, in one test.
             if (
                 task.keep_for
@@ -1176,7 +951,7 @@ class QueueService(Service):
                 or task.home.policy.keep_results
                 or (producer is None or not producer.connected)
             ):
-                self._settle(task, OutcomeState.DONE, result)
+                self.outcomes.settle(task, OutcomeState.DONE, result)
         if session.failed_in_row:
             note_outcome(self.limits.dispatch, session, False, 0.0)
         self._become_idle(session)
@@ -1278,7 +1053,8 @@ class QueueService(Service):
     def _progress_out(self, task: Task, report: Report) -> None:
         """(The progress book.) A report of C{task}'s goes out."""
         if self.events is not None:
-            self._event(
+            record(
+                self.events,
                 "progress",
                 task,
                 task.holder,
@@ -1289,9 +1065,9 @@ class QueueService(Service):
             task.forward_progress
             and producer is not None
             and producer.connected
-            and producer.version == 2
+            and producer.speaker.hears_lifecycle
         ):
-            frame = results.encode_progress(
+            frame = producer.speaker.progress(
                 task.task_id, report.token, report.fraction, report.message
             )
             if producer.paused:
@@ -1391,7 +1167,7 @@ class QueueService(Service):
             queues[queue] = None
         for queue in queues:
             if queue.idle:
-                self._serve_queue(queue)
+                self.dispatcher.serve_queue(queue)
 
     def _failure(
         self,
@@ -1415,15 +1191,15 @@ class QueueService(Service):
             task.due = due
             self.journal.record_retry(task)
             task.tally.retried += 1
-            if session is not None and self._lifo:
-                self._failed_on[task.task_id] = session.session_id
+            if session is not None and self.dispatcher.lifo:
+                self.dispatcher.failed_on[task.task_id] = session.session_id
             self._delay(task, due)
             if self.events is not None:
-                self._event("retrying", task, session, reason, attempt)
+                record(self.events, "retrying", task, session, reason, attempt)
             producer = task.producer
-            if producer is not None and producer.connected and producer.version == 2:
+            if producer is not None and producer.connected and producer.speaker.hears_lifecycle:
                 producer.peer.sendFrame(
-                    lifecycle.encode_retrying(task.task_id, attempt, int(due * 1000), reason)
+                    producer.speaker.retrying(task.task_id, attempt, int(due * 1000), reason)
                 )
             return
         self._fail_for_good(task, reason, worker, session, attempt, dead_letter=True)
@@ -1443,7 +1219,7 @@ class QueueService(Service):
         once, FAILED with C{reason}.
         """
         if self.events is not None:
-            self._event("failed", task, session, reason, attempt)
+            record(self.events, "failed", task, session, reason, attempt)
         producer = task.producer
         dead = bool(dead_letter and task.retries and self.dead_letters.max_count)
         if dead:
@@ -1455,7 +1231,7 @@ class QueueService(Service):
         if producer is not None:
             producer.outstanding -= 1
             self._tell_outcome(producer, task.task_id, "failed", reason)
-        self._settle(task, OutcomeState.DEAD if dead else OutcomeState.FAILED, None, reason)
+        self.outcomes.settle(task, OutcomeState.DEAD if dead else OutcomeState.FAILED, None, reason)
         if dead:
             task.producer = None  # it has heard its outcome: a replay's goes to nobody
 
@@ -1467,7 +1243,7 @@ class QueueService(Service):
         self.journal.record_dead(task)
         task.home.dead += 1
         if self.events is not None:
-            self._event("dead", task, None, reason)
+            record(self.events, "dead", task, None, reason)
         for old in self.dead_letters.add(task):
             self._drop_dead(old, "pushed out of the dead-letter set (max_count)")
         self._arm_dead_expiry()
@@ -1556,12 +1332,12 @@ class QueueService(Service):
                 task.keep_for = min(limits.ttl, limits.max_ttl)
             self.journal.record_replay(task)
             if self.events is not None:
-                self._event("replayed", task, None, None)
+                record(self.events, "replayed", task, None, None)
             if task.home.push(task):
                 self._fairness_keys += 1
             queues[task.home] = None
         for home in queues:
-            self._serve_queue(home)
+            self.dispatcher.serve_queue(home)
         return {"replayed": [task.task_id for task in tasks]}
 
     def purge_dead(self, queue: str | None) -> dict[str, Any]:
@@ -1668,8 +1444,9 @@ class QueueService(Service):
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
         task.finished = True
         del self._live[task.task_id]
-        if self._failed_on:
-            self._failed_on.pop(task.task_id, None)
+        failed_on = self.dispatcher.failed_on
+        if failed_on:
+            failed_on.pop(task.task_id, None)
         self.progress.finished(task.task_id)
         self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
@@ -1684,7 +1461,7 @@ class QueueService(Service):
             )
         if queue.limited:
             # A key limit may have let go of a task.
-            self._serve_queue(queue)
+            self.dispatcher.serve_queue(queue)
             self._forget_if_idle(queue)
         elif not (queue.subscribers or queue.depth or queue.running or queue.declared):
             self._forget_if_idle(queue)
@@ -1740,147 +1517,9 @@ class QueueService(Service):
         # After DONE/FAILED a worker has a free credit without a new READY
         # (unless a READY has since lowered its credits below what it held).
         if session.connected:
-            self._serve_worker(session)
+            self.dispatcher.serve_worker(session)
         if self._drained is not None:
             self._check_drained()
-
-    def _serve_worker(self, worker: Session) -> None:
-        """
-        Send C{worker} tasks from its queues, in their order, while it has
-        credits; with credits left it waits on each of its queues.
-        """
-        free = worker.credits - len(worker.tasks) - len(worker.overdue)
-        if free <= 0:
-            return
-        now = self.clock()
-        deliver = self._deliver
-        for queue in worker.subscriptions:
-            while queue.depth and free > 0:
-                task = queue.take(now)
-                if task is None:
-                    self._wait_for_tokens(queue, now)
-                    break
-                if worker.overdue and task.task_id in worker.overdue:
-                    # It still runs a late copy: another worker must take it.
-                    self._put_back(task)
-                    break
-                deliver(worker, task, queue, now)
-                free -= 1
-            if free <= 0:
-                self._unidle(worker)
-                return
-        session_id = worker.session_id
-        if not worker.waiting:
-            # Last in line (under fifo; one idle already keeps its place).
-            worker.waiting = True
-            for queue in worker.subscriptions:
-                queue.idle[session_id] = worker
-        if self._lifo:
-            # It went idle last: it is offered the next task first.
-            for queue in worker.subscriptions:
-                queue.idle.move_to_end(session_id, False)
-
-    def _serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
-        """
-        Hand C{queue}'s tasks to the workers waiting on it, in their order
-        (see L{quicx.daemon.queue.dispatch}); a worker with credits left goes
-        behind the others, so tasks are dealt round-robin.  A task never
-        goes to a worker that still holds a late copy of it.
-        """
-        idle = queue.idle
-        if not idle or not queue.depth:
-            return
-        now = self.clock()
-        set_aside: list[Task] = []
-        while idle and queue.depth:
-            task = queue.take(now)
-            if task is None:
-                self._wait_for_tokens(queue, now)
-                break
-            worker = idle[next(iter(idle))]  # offer(), inlined for the common case
-            if worker.overdue or worker.failing_until > now or task.failures:
-                avoid = self._failed_on.get(task.task_id, 0)
-                chosen = offer(idle, now, task.task_id, avoid)
-                if chosen is None:
-                    set_aside.append(task)
-                    continue
-                worker = chosen
-            self._deliver(worker, task, queue, now)
-            if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
-                self._unidle(worker)
-            else:
-                idle.move_to_end(worker.session_id)
-        for task in reversed(set_aside):
-            self._put_back(task)
-
-    def _put_back(self, task: Task) -> None:
-        """Return a task just taken off its queue to the head of its priority."""
-        task.home.released(task)
-        task.home.push(task, at_head=True)
-
-    def _deliver(
-        self, worker: Session, task: Task, queue: NamedQueue[Task, Session], now: float
-    ) -> None:
-        # The caller keeps the worker's place among the idle right.
-        task.attempts += 1
-        task.dispatched_at = now
-        task.holder = worker
-        if task.lease_until:
-            task.lease_until = 0.0  # a TOUCH extends one delivery only
-        worker.tasks[task.task_id] = task
-        payload = self.pool.read(task.block)
-        if worker.version == 1:
-            # Version 1 has no fencing: the delivery keeps no token.
-            frame = wire.encode_task(task.task_id, task.task_type, payload)
-        else:
-            token = int(now * 1000) << 20
-            if token <= self._last_token:
-                token = self._last_token + 1
-            self._last_token = task.token = token
-            frame = v2.encode_delivery(
-                task.task_id,
-                task.task_type,
-                payload,
-                queue.header,
-                task.priority,
-                task.attempts,
-                int(task.enqueued_at * 1000),
-                task.key,
-                task.fairness,
-                token,
-                int(self.timeout_of(task) * 1000),
-                task.failures,
-                task.retries,
-            )
-        worker.peer.sendFrame(frame)
-        if self.events is not None:
-            self._event("dispatched", task, worker)
-
-    def _unidle(self, worker: Session) -> None:
-        if worker.waiting:
-            worker.waiting = False
-            session_id = worker.session_id
-            for queue in worker.subscriptions:
-                queue.idle.pop(session_id, None)
-
-    def _wait_for_tokens(self, queue: NamedQueue[Task, Session], now: float) -> None:
-        """A rate limit holds tasks back: serve the queues again when a token is due."""
-        due = queue.next_start(now)
-        if due is None:
-            return
-        scheduler = self._scheduler
-        timer = self._rate_timer
-        if timer is not None and timer.active():
-            if timer.getTime() <= scheduler.seconds() + (due - now):
-                return
-            timer.cancel()
-        self._rate_timer = scheduler.callLater(max(0.0, due - now), self._tokens_due)
-
-    def _tokens_due(self) -> None:
-        self._rate_timer = None
-        for queue in list(self.queues.values()):
-            if queue.idle and queue.depth:
-                self._serve_queue(queue)
 
     def expire_overdue(self) -> None:
         """
@@ -1915,7 +1554,7 @@ class QueueService(Service):
                     worker=session.peer.peer_name,
                 )
         for queue in touched:
-            self._serve_queue(queue)
+            self.dispatcher.serve_queue(queue)
         self._check_drained()
 
     def timeout_of(self, task: Task) -> float:
@@ -1961,8 +1600,7 @@ class QueueService(Service):
             if self._drain_timer is not None and self._drain_timer.active():
                 self._drain_timer.cancel()
             drained.callback(None)
-        if self._rate_timer is not None and self._rate_timer.active():
-            self._rate_timer.cancel()
+        self.dispatcher.stop()
 
     def awaits_outcome(self, session: Session) -> bool:
         """Whether C{session} is a producer still owed an outcome, or waits for one."""
@@ -1986,7 +1624,7 @@ class QueueService(Service):
             self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
             return
         if self.events is not None:
-            self._event("requeued", task, None, cause)
+            record(self.events, "requeued", task, None, cause)
         self.journal.record_attempts(task)
         task.ready_at = self.clock()
         task.home.push(task, at_head)
@@ -2014,203 +1652,6 @@ class QueueService(Service):
             reason=reason,
         )
         self._fail_for_good(task, reason, "", None, None, dead_letter=False)
-
-    # -- outcomes: kept, awaited; groups -----------------------------------------------
-
-    def _settle(
-        self,
-        task: Task,
-        state: OutcomeState,
-        result: v2.Result | None = None,
-        reason: str = "",
-    ) -> None:
-        """
-        C{task}'s outcome is decided (its producer has heard it): keep it if
-        it should be kept, send it to every wait for it, count it in its
-        group (whose GROUP_STATE then follows the outcome).
-        """
-        ttl, automatic = self._keep_for(task)
-        if ttl or self.waits.count:
-            task_id = task.task_id
-            if result is None:
-                kind, data = 0, reason.encode("utf-8")
-            else:
-                kind, data = result.kind, result.data
-            if ttl:
-                self.kept.keep(task_id, state, kind, data, ttl, automatic)
-            if self.waits.count:
-                reason_data = b"" if result is not None else data
-                self._answer_waits(
-                    task_id, results.encode_outcome(task_id, state, result, reason_data)
-                )
-        if task.group:
-            self._leave_group(task, state)
-
-    def _keep_for(self, task: Task) -> tuple[float, bool]:
-        """
-        Seconds C{task}'s outcome is kept (0: it is not), and whether nobody
-        asked (it is kept for a producer that is gone, and evicted first).
-        """
-        if task.keep_for:
-            return task.keep_for, False
-        policy = task.home.policy
-        limits = self.limits.results
-        if policy.keep_results:
-            return min(policy.result_ttl or limits.ttl, limits.max_ttl), False
-        producer = task.producer
-        if producer is None:
-            # Back from the journal: its producer may come back for it.
-            claimable = task.recovered and v2.VERSION in self.limits.versions
-        else:
-            # A version-2 producer cut off learns its outcomes when it
-            # reconnects; a version-1 one never could: nothing is kept.
-            claimable = producer.version == 2 and not producer.connected
-        if claimable:
-            return min(limits.ttl, limits.max_ttl), True
-        return 0.0, False
-
-    def _answer_waits(self, task_id: int, frame: bytes) -> None:
-        """End the waits for C{task_id} with C{frame} (not an answer: sent at once)."""
-        for session in self.waits.pop(Target.TASK, task_id):
-            session.peer.sendFrame(frame)
-
-    def _result_evicted(self, task_id: int, why: str) -> None:
-        """(The kept outcomes.) One was evicted before its time."""
-        self.failures.note(
-            "result evicted",
-            b"",
-            why,
-            "the kept outcome of task {task_id} was {why}",
-            log_id="limit.results",
-            task_id=task_id,
-            why=why,
-        )
-
-    def await_outcome(self, session: Session, task_id: int, timeout_ms: int) -> None:
-        """
-        Answer C{session} OUTCOME for C{task_id}: at once when it is known
-        (or C{timeout_ms} is 0), else when the task finishes or the timeout
-        passes (then I{pending}).
-
-        @raise Refused: (queue full) a wait would pass a waiter limit.
-        """
-        task = self._live.get(task_id)
-        if task is None:
-            session.reply(self.kept.outcome(task_id))
-        elif task.dead is not None:
-            dead = results.encode_outcome(task_id, OutcomeState.DEAD, None, task.dead.reason)
-            session.reply(dead)
-        elif timeout_ms:
-            self._wait(session, Target.TASK, task_id, timeout_ms)
-        else:
-            session.reply(results.encode_outcome(task_id, OutcomeState.PENDING))
-
-    def _wait(self, session: Session, target: Target, target_id: int, timeout_ms: int) -> None:
-        """@raise Refused: (queue full) one more wait would pass a waiter limit."""
-        refusal = self.waits.refusal(session)
-        if refusal is not None:
-            raise Refused(ErrorCode.QUEUE_FULL, refusal, log_id="limit.waiters")
-        self.waits.add(session, target, target_id, timeout_ms / 1000)
-
-    def _wait_ended(self, wait: Wait[Session]) -> None:
-        """(The waits.) A wait reached its timeout: answered with the state now."""
-        if wait.target is Target.TASK:
-            frame = results.encode_outcome(wait.target_id, OutcomeState.PENDING)
-        else:
-            frame = self.groups.state_frame(wait.target_id)
-        wait.session.peer.sendFrame(frame)
-
-    def open_group(self, session: Session) -> dict[str, Any]:
-        """
-        Open a group, told to C{session} when it finishes.
-
-        @raise Refused: (queue full) C{max_groups} are open.
-        """
-        group = self.groups.open(session.session_id)
-        if group is None:
-            raise Refused(
-                ErrorCode.QUEUE_FULL,
-                f"too many groups (max_groups = {self.groups.max_groups}), none finished",
-                log_id="limit.groups",
-            )
-        return group.describe()
-
-    def close_group(self, group_id: int) -> dict[str, Any]:
-        """
-        Close a group to new members (it finishes now if every member has).
-
-        @raise Refused: (not found) no such group.
-        """
-        group = self.groups.get(group_id)
-        if group is None:
-            raise Refused(ErrorCode.NOT_FOUND, f"no group {group_id} (or it was forgotten)")
-        if self.groups.close(group):
-            self._group_finished(group)
-        return group.describe()
-
-    def await_group(self, session: Session, group_id: int, timeout_ms: int) -> None:
-        """
-        Answer C{session} GROUP_STATE for C{group_id}: at once when it is
-        finished or unknown (or C{timeout_ms} is 0), else when it finishes or
-        the timeout passes.
-
-        @raise Refused: (queue full) a wait would pass a waiter limit.
-        """
-        group = self.groups.get(group_id)
-        if group is None or group.phase is GroupPhase.FINISHED or not timeout_ms:
-            session.reply(self.groups.state_frame(group_id))
-        else:
-            self._wait(session, Target.GROUP, group_id, timeout_ms)
-
-    def _open_group(self, group_id: int) -> Group:
-        """
-        The group a SUBMIT joins.
-
-        @raise Refused: (not found) no such group; (conflict) it is closed.
-        """
-        group = self.groups.get(group_id)
-        if group is None:
-            raise Refused(ErrorCode.NOT_FOUND, f"no group {group_id} (or it was forgotten)")
-        if group.phase is not GroupPhase.OPEN:
-            raise Refused(ErrorCode.CONFLICT, f"group {group_id} is closed: no new members")
-        return group
-
-    def _leave_group(self, task: Task, state: OutcomeState | None = None) -> None:
-        """
-        C{task} leaves its group: it finished as C{state}, or (C{None}) its
-        SUBMIT was refused after all.
-        """
-        group = self.groups.get(task.group)
-        task.group = 0
-        if group is None:
-            return
-        finished = self.groups.leave(group) if state is None else self.groups.count(group, state)
-        if finished:
-            self._group_finished(group)
-
-    def _group_idle_closed(self, group: Group, finished: bool) -> None:
-        """(The groups.) A group took no member for C{[groups] idle_close}: it is closed."""
-        self.log.info(
-            "group {group} closed by the daemon: no task joined it for {idle:g} s"
-            " ({members} members, {pending} still to finish)",
-            log_id="group.idle_closed",
-            group=group.group_id,
-            idle=self.groups.idle_close,
-            members=group.members,
-            pending=group.pending,
-        )
-        if finished:
-            self._group_finished(group)
-
-    def _group_finished(self, group: Group) -> None:
-        """GROUP_STATE, once, to the group's opener (if connected) and every wait for it."""
-        frame = results.encode_group_state(group.state())
-        waiting = self.waits.pop(Target.GROUP, group.group_id)
-        opener = self.sessions.get(group.opener)
-        if opener is not None and opener not in waiting:
-            waiting.append(opener)
-        for session in waiting:
-            session.peer.sendFrame(frame)
 
     # -- everyone -----------------------------------------------------------------
 
@@ -2272,15 +1713,12 @@ class QueueService(Service):
     def stopService(self) -> None:
         super().stopService()
         self.failures.flush()
-        if self._rate_timer is not None and self._rate_timer.active():
-            self._rate_timer.cancel()
+        self.dispatcher.stop()
         if self._dead_timer is not None and self._dead_timer.active():
             self._dead_timer.cancel()
         self.delays.stop()
         self.progress.stop()
-        self.kept.stop()
-        self.groups.stop()
-        self.waits.stop()
+        self.outcomes.stop()
         live = len(self._live)
         queued, running = self.queued, self.tasks_running
         if not live:
@@ -2299,7 +1737,7 @@ class QueueService(Service):
         else:
             if self.events is not None:
                 for task in self._live.values():
-                    self._event("dropped", task, None, "daemon stopped without a journal")
+                    record(self.events, "dropped", task, None, "daemon stopped without a journal")
             self.log.warn(
                 "stopping with {queued} queued, {delayed} delayed and {running} running tasks;"
                 " without a journal they are dropped",

@@ -11,7 +11,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from quicx.daemon.queue.core import QueueService, Task
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Task
 from quicx.documents.status import Queue
 from quicx.documents.typed import as_json
 from quicx.protocol.results import MAX_FRACTION

@@ -111,6 +111,11 @@ class QueueLimits:
     def policy(self, name: str) -> QueuePolicy:
         return self.declared.get(name, self.defaults)
 
+    @property
+    def outcomes_claimable(self) -> bool:
+        """A producer may come back for its outcomes: version 2 is spoken."""
+        return 2 in self.versions
+
 
 @frozen
 class ProgressSettings:

@@ -18,7 +18,8 @@ from typing import Any
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.schedules import Scheduler, ScheduleSpec, TooManySchedules, UnknownSchedule
 from quicx.net.twisted_types import Service
 from quicx.protocol import lifecycle

@@ -23,7 +23,8 @@ from typing import Any
 from attrs import define, field, frozen
 from twisted.logger import Logger
 
-from quicx.daemon.queue.core import QueueService, Refused, Session
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.policy import SharedLimits
 from quicx.protocol import results
 from quicx.protocol.session import Role

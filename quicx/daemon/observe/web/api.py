@@ -28,7 +28,8 @@ from quicx.daemon.observe.web.auth import Gate, Role, Visitor, same_origin
 from quicx.daemon.observe.web.history import History, Sample
 from quicx.daemon.observe.web.stream import Streams, event
 from quicx.daemon.queue import introspect
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.protocol.lifecycle import MAX_DEAD_LIST
 from quicx.protocol.v2 import ErrorCode, check_queue

@@ -18,7 +18,8 @@ from quicx import __version__
 from quicx.daemon.observe import status as parts
 from quicx.daemon.observe.web.history import Sample
 from quicx.daemon.queue import introspect
-from quicx.daemon.queue.core import QueueService, Refused
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Refused
 from quicx.documents.typed import as_json
 from quicx.protocol.results import OutcomeState
 from quicx.protocol.session import Role

@@ -1,0 +1,204 @@
+"""
+The dispatcher: hands queued tasks to idle workers, the one copy of the delivery path.
+
+It keeps the workers waiting on each queue (L{NamedQueue.idle}) in the
+order L{quicx.daemon.queue.dispatch} chooses from, deals tasks round-robin,
+fences each version-2 delivery with a token, and arms the one timer that
+serves the rate-limited queues again when a token is due.  The kernel calls
+it when a task becomes ready (L{hand_new}, L{serve_queue}) or a worker has a
+free credit (L{serve_worker}).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.dispatch import offer
+from quicx.daemon.queue.hooks import IEvents, record
+from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.queues import NamedQueue
+
+
+class Dispatcher:
+    """
+    Deliveries to the idle workers of C{queues}.
+
+    @ivar lifo: the worker idle last is offered the next task first.
+    @ivar failed_on: the worker each retried task last failed on, by task
+        id (lifo only): another is offered it first.  Kept out of L{Task},
+        which every task pays for.
+    @ivar events: where the deliveries are recorded, while events have
+        somewhere to go (the kernel keeps it in step with its own).
+    """
+
+    def __init__(
+        self,
+        pool: pmad.Pmad,
+        queues: dict[str, NamedQueue[Task, Session]],
+        clock: Callable[[], float],
+        scheduler: IReactorTime,
+        timeout_of: Callable[[Task], float],
+        lifo: bool,
+    ) -> None:
+        self.pool = pool
+        self.queues = queues
+        self.clock = clock
+        self._scheduler = scheduler
+        self.timeout_of = timeout_of
+        self.lifo = lifo
+        self.failed_on: dict[int, int] = {}
+        self.events: IEvents | None = None
+        self._last_token = 0
+        self._rate_timer: IDelayedCall | None = None
+
+    def hand_new(self, task: Task, queue: NamedQueue[Task, Session]) -> bool:
+        """
+        The common case, a worker waiting on C{queue} empty when C{task} is
+        accepted: straight to the first, unless it is failing (then
+        L{serve_queue} chooses).  Whether it was handed.
+        """
+        if queue.depth or queue.limited or queue.paused:
+            return False
+        idle = queue.idle
+        worker = idle[next(iter(idle))]
+        if worker.overdue or worker.failing_until > task.enqueued_at:
+            return False
+        queue.running += 1
+        self.deliver(worker, task, queue, task.enqueued_at)
+        if worker.credits - len(worker.tasks) <= 0:
+            self.unidle(worker)
+        else:
+            idle.move_to_end(worker.session_id)
+        return True
+
+    def serve_worker(self, worker: Session) -> None:
+        """
+        Send C{worker} tasks from its queues, in their order, while it has
+        credits; with credits left it waits on each of its queues.
+        """
+        free = worker.credits - len(worker.tasks) - len(worker.overdue)
+        if free <= 0:
+            return
+        now = self.clock()
+        deliver = self.deliver
+        for queue in worker.subscriptions:
+            while queue.depth and free > 0:
+                task = queue.take(now)
+                if task is None:
+                    self._wait_for_tokens(queue, now)
+                    break
+                if worker.overdue and task.task_id in worker.overdue:
+                    # It still runs a late copy: another worker must take it.
+                    self.put_back(task)
+                    break
+                deliver(worker, task, queue, now)
+                free -= 1
+            if free <= 0:
+                self.unidle(worker)
+                return
+        session_id = worker.session_id
+        if not worker.waiting:
+            # Last in line (under fifo; one idle already keeps its place).
+            worker.waiting = True
+            for queue in worker.subscriptions:
+                queue.idle[session_id] = worker
+        if self.lifo:
+            # It went idle last: it is offered the next task first.
+            for queue in worker.subscriptions:
+                queue.idle.move_to_end(session_id, False)
+
+    def serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
+        """
+        Hand C{queue}'s tasks to the workers waiting on it, in their order
+        (see L{quicx.daemon.queue.dispatch}); a worker with credits left goes
+        behind the others, so tasks are dealt round-robin.  A task never
+        goes to a worker that still holds a late copy of it.
+        """
+        idle = queue.idle
+        if not idle or not queue.depth:
+            return
+        now = self.clock()
+        set_aside: list[Task] = []
+        while idle and queue.depth:
+            task = queue.take(now)
+            if task is None:
+                self._wait_for_tokens(queue, now)
+                break
+            worker = idle[next(iter(idle))]  # offer(), inlined for the common case
+            if worker.overdue or worker.failing_until > now or task.failures:
+                avoid = self.failed_on.get(task.task_id, 0)
+                chosen = offer(idle, now, task.task_id, avoid)
+                if chosen is None:
+                    set_aside.append(task)
+                    continue
+                worker = chosen
+            self.deliver(worker, task, queue, now)
+            if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
+                self.unidle(worker)
+            else:
+                idle.move_to_end(worker.session_id)
+        for task in reversed(set_aside):
+            self.put_back(task)
+
+    def put_back(self, task: Task) -> None:
+        """Return a task just taken off its queue to the head of its priority."""
+        task.home.released(task)
+        task.home.push(task, at_head=True)
+
+    def deliver(
+        self, worker: Session, task: Task, queue: NamedQueue[Task, Session], now: float
+    ) -> None:
+        # The caller keeps the worker's place among the idle right.
+        task.attempts += 1
+        task.dispatched_at = now
+        task.holder = worker
+        if task.lease_until:
+            task.lease_until = 0.0  # a TOUCH extends one delivery only
+        worker.tasks[task.task_id] = task
+        speaker = worker.speaker
+        if speaker.fenced:
+            # Unfenced (version 1), the delivery keeps no token.
+            token = int(now * 1000) << 20
+            if token <= self._last_token:
+                token = self._last_token + 1
+            self._last_token = task.token = token
+        frame = speaker.delivery(
+            task, self.pool.read(task.block), queue.header, self.timeout_of(task)
+        )
+        worker.peer.sendFrame(frame)
+        if self.events is not None:
+            record(self.events, "dispatched", task, worker)
+
+    def unidle(self, worker: Session) -> None:
+        if worker.waiting:
+            worker.waiting = False
+            session_id = worker.session_id
+            for queue in worker.subscriptions:
+                queue.idle.pop(session_id, None)
+
+    def _wait_for_tokens(self, queue: NamedQueue[Task, Session], now: float) -> None:
+        """A rate limit holds tasks back: serve the queues again when a token is due."""
+        due = queue.next_start(now)
+        if due is None:
+            return
+        scheduler = self._scheduler
+        timer = self._rate_timer
+        if timer is not None and timer.active():
+            if timer.getTime() <= scheduler.seconds() + (due - now):
+                return
+            timer.cancel()
+        self._rate_timer = scheduler.callLater(max(0.0, due - now), self._tokens_due)
+
+    def _tokens_due(self) -> None:
+        self._rate_timer = None
+        for queue in list(self.queues.values()):
+            if queue.idle and queue.depth:
+                self.serve_queue(queue)
+
+    def stop(self) -> None:
+        """Cancel the rate limit's timer."""
+        if self._rate_timer is not None and self._rate_timer.active():
+            self._rate_timer.cancel()

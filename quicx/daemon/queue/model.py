@@ -1,0 +1,183 @@
+"""
+The queue's records: a live L{Task}, a connection's L{Session}, a refusal, the counters.
+
+They hold state and nothing else: the kernel (L{quicx.daemon.queue.core})
+and its features move them.
+"""
+
+from __future__ import annotations
+
+from attrs import define, field, frozen
+
+from quicx.daemon.journal.interface import DeadInfo
+from quicx.daemon.observe.telemetry import Tally
+from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.speaker import Speaker
+from quicx.protocol import session as protocol
+from quicx.protocol.v2 import Backoff, ErrorCode
+
+
+@define(eq=False)
+class Task:
+    """
+    A live task: queued, or held by a worker.
+
+    The payload is not here: it lives in PMAD block C{block}.
+
+    @ivar producer: the session that submitted it, told of the outcome;
+        C{None} for a task recovered from the journal.
+    @ivar home: the queue it belongs to.
+    @ivar priority: 0 to 255, higher first.
+    @ivar enqueued_at: when it was submitted (Unix seconds).
+    @ivar key: its idempotency key; C{fairness}: its fairness key.
+    @ivar owner: the TLS identity it was submitted under, if any.
+    @ivar attempts: how many times it has been handed to a worker.
+    @ivar dispatched_at: when it was last handed to a worker.
+    @ivar holder: the worker holding its current delivery, if any.
+    @ivar finished: its outcome is decided (a task taken back at its timeout
+        can still be at another worker when the first outcome arrives).
+    @ivar accepted: its SUBMIT was answered OK (its record is durable).
+    @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
+        it waits in its producer's L{Session.replies}.
+    @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
+    @ivar retries: how many times its failures are retried.
+    @ivar failures: the failed attempts it has had.
+    @ivar backoff: its own backoff (C{None}: its queue's).
+    @ivar token: the fencing token of its current (or last) delivery.
+    @ivar lease_until: when its delivery's lease runs out, once a TOUCH
+        extended it (0: the queue's timeout from the dispatch).
+    @ivar dead: why it died, while it is in the dead-letter set.
+    @ivar forward_progress: its producer asked for its PROGRESS reports.
+    @ivar keep_for: seconds its outcome is kept after it finishes, as its
+        SUBMIT asked (0: as its queue says, or if its producer is gone).
+    @ivar recovered: it came back from the journal (its producer is gone).
+    @ivar group: the group it counts in until it finishes (0: none).
+    @ivar tally: what it counts in: its queue and type's L{Tally}.
+    @ivar ready_at: when it last became ready to run (queued, or due, or
+        requeued), for its wait time.
+    @ivar ticket: its place in its queue's FIFO while queued (see
+        L{quicx.daemon.queue.queues.Level}).
+    """
+
+    task_id: int
+    task_type: bytes
+    block: int
+    size: int
+    producer: Session | None
+    home: NamedQueue[Task, Session]
+    priority: int
+    enqueued_at: float
+    key: bytes | None = None
+    fairness: bytes | None = None
+    owner: str | None = None
+    attempts: int = 0
+    dispatched_at: float = 0.0
+    holder: Session | None = None
+    finished: bool = False
+    accepted: bool = False
+    reply: bytes | None = None
+    due: float = 0.0
+    retries: int = 0
+    failures: int = 0
+    backoff: Backoff | None = None
+    token: int = 0
+    lease_until: float = 0.0
+    dead: DeadInfo | None = None
+    forward_progress: bool = False
+    keep_for: float = 0.0
+    recovered: bool = False
+    group: int = 0
+    ticket: int = 0
+    tally: Tally = field(kw_only=True)
+    ready_at: float = field(kw_only=True)
+
+    @property
+    def queue(self) -> str:
+        return self.home.name
+
+    @property
+    def ended_attempts(self) -> int:
+        """Its deliveries that ended (what the journal keeps of C{attempts})."""
+        return self.attempts - (self.holder is not None)
+
+
+@define(eq=False)
+class Duplicate:
+    """A SUBMIT whose key names a task not yet accepted: its answer waits for that task's."""
+
+    session: Session
+    reply: bytes | None = None
+
+
+@define(eq=False)
+class Session(protocol.Session[Task]):
+    """
+    A connection, holding these tasks.
+
+    @ivar speaker: its protocol version's replies (see L{Speaker}).
+    @ivar admin: it may pause, resume, purge and cancel any task.
+    @ivar identity: its TLS certificate identity, if it has one.
+    @ivar client: what its HELLO said it is (name and version).
+    @ivar subscriptions: the queues a worker serves, in order.
+    @ivar waiting: it is among the idle workers of its queues.
+    @ivar held_progress: while its output is backed up (C{paused}), the
+        latest PROGRESS of each of its tasks, by task id: sent when the
+        output drains, if the task has not finished by then.
+    @ivar failed_in_row: the outcomes it reported since its last success,
+        all failures.
+    @ivar failing_until: it is passed over while another worker is idle
+        until then (see L{quicx.daemon.queue.dispatch}).
+    """
+
+    speaker: Speaker = field(kw_only=True)
+    admin: bool = False
+    identity: str | None = None
+    client: str = ""
+    subscriptions: tuple[NamedQueue[Task, Session], ...] = field(factory=tuple)
+    waiting: bool = False
+    held_progress: dict[int, bytes] = field(factory=dict)
+    failed_in_row: int = 0
+    failing_until: float = 0.0
+
+    @property
+    def version(self) -> int:
+        """The protocol version it speaks."""
+        return self.speaker.version
+
+
+class Refused(Exception):
+    """
+    A request the queue turns down: answered ERROR C{code}, C{str(self)}.
+
+    @ivar log_id: when the refusal is a limit hit, the id of its log line
+        (see L{QueueService.limit_hit}); C{None}: it is not logged.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, log_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.log_id = log_id
+
+
+@frozen
+class Counters:
+    """Totals since start, for the status view."""
+
+    submitted: int
+    completed: int
+    failed: int
+    rejected: int
+    requeued: int
+    timed_out: int
+    given_up: int
+    late_outcomes: int
+    cancelled: int
+    duplicates: int
+    retried: int
+    dead: int
+    dead_dropped: int
+    stale_outcomes: int
+    delayed: int
+    results_kept: int
+    results_evicted: int
+    results_expired: int

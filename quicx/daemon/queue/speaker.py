@@ -1,0 +1,103 @@
+"""
+The speaker: how the queue's answers are spelled for one connection's protocol version.
+
+The kernel never branches on a version and never calls an encoder: each
+L{quicx.daemon.queue.model.Session} carries the L{Speaker} its first frame
+chose (the Twisted shell's L{quicx.daemon.speakers} has the two), whose
+attributes are plain functions with one signature for both versions, and
+whose flags say what the kernel may send it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from quicx.protocol.results import GroupState, OutcomeState
+from quicx.protocol.v2 import Result
+
+
+class Delivered(Protocol):
+    """What a TASK says of the task it delivers (a L{quicx.daemon.queue.model.Task})."""
+
+    task_id: int
+    task_type: bytes
+    priority: int
+    attempts: int
+    enqueued_at: float
+    key: bytes | None
+    fairness: bytes | None
+    token: int
+    failures: int
+    retries: int
+
+
+class Speaker(Protocol):
+    """
+    One protocol version's replies, and what a peer speaking it can hear.
+
+    @ivar version: the protocol version (for the status views).
+    @ivar fenced: its deliveries carry a fencing token and a lease.
+    @ivar hears_lifecycle: it hears RETRYING and PROGRESS of its tasks.
+    @ivar claims_outcomes: its producer's outcomes can be claimed after
+        it reconnects (so they are kept when it is cut off).
+    @ivar wait: the WAIT frame; C{heartbeat}: the HEARTBEAT frame.
+    """
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def fenced(self) -> bool: ...
+
+    @property
+    def hears_lifecycle(self) -> bool: ...
+
+    @property
+    def claims_outcomes(self) -> bool: ...
+
+    @property
+    def wait(self) -> bytes: ...
+
+    @property
+    def heartbeat(self) -> bytes: ...
+
+    @property
+    def ok(self) -> Callable[[int, bool], bytes]:
+        """C{ok(task_id, duplicate)}: a SUBMIT's OK."""
+
+    @property
+    def error(self) -> Callable[[int, str], bytes]:
+        """C{error(code, message)}: an ERROR."""
+
+    @property
+    def done(self) -> Callable[[int, Result | None], bytes]:
+        """C{done(task_id, result)}: a task's DONE (version 1: no result)."""
+
+    @property
+    def failed(self) -> Callable[[int, str], bytes]:
+        """C{failed(task_id, reason)}: a task's FAILED."""
+
+    @property
+    def cancelled(self) -> Callable[[int], bytes]:
+        """C{cancelled(task_id)}: version 1 hears FAILED C{cancelled}."""
+
+    @property
+    def delivery(self) -> Callable[[Delivered, bytes, bytes, float], bytes]:
+        """C{delivery(task, payload, queue_header, timeout)}: a TASK for a worker."""
+
+    @property
+    def retrying(self) -> Callable[[int, int, int, str], bytes]:
+        """C{retrying(task_id, attempt, due_ms, reason)} (only if L{hears_lifecycle})."""
+
+    @property
+    def progress(self) -> Callable[[int, int, int, str], bytes]:
+        """C{progress(task_id, token, fraction, message)} (only if L{hears_lifecycle})."""
+
+    @property
+    def outcome(self) -> Callable[[int, OutcomeState, Result | None, str | bytes], bytes]:
+        """C{outcome(task_id, state, result, reason)}: an OUTCOME."""
+
+    @property
+    def group_state(self) -> Callable[[GroupState], bytes]:
+        """C{group_state(state)}: a GROUP_STATE."""

@@ -1,0 +1,126 @@
+"""
+The two speakers: version 1's and version 2's replies, one chosen per connection at its first frame.
+
+The queue kernel sends frames only through a session's
+L{quicx.daemon.queue.speaker.Speaker}; this is the one place that maps its
+replies onto the encoders of L{quicx.protocol}.  Each attribute is a plain
+function (no bound method, no branch), so a reply costs what the encoder
+costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from attrs import frozen
+
+from quicx.daemon.queue.speaker import Delivered
+from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol.results import GroupState, OutcomeState
+from quicx.protocol.v2 import Result
+
+
+@frozen
+class _Speaker:
+    """A L{quicx.daemon.queue.speaker.Speaker} made of functions."""
+
+    version: int
+    fenced: bool
+    hears_lifecycle: bool
+    claims_outcomes: bool
+    wait: bytes
+    heartbeat: bytes
+    ok: Callable[[int, bool], bytes]
+    error: Callable[[int, str], bytes]
+    done: Callable[[int, Result | None], bytes]
+    failed: Callable[[int, str], bytes]
+    cancelled: Callable[[int], bytes]
+    delivery: Callable[[Delivered, bytes, bytes, float], bytes]
+    retrying: Callable[[int, int, int, str], bytes]
+    progress: Callable[[int, int, int, str], bytes]
+    outcome: Callable[[int, OutcomeState, Result | None, str | bytes], bytes]
+    group_state: Callable[[GroupState], bytes]
+
+
+def _ok_v1(task_id: int, duplicate: bool) -> bytes:
+    return wire.encode_ok(task_id)
+
+
+def _done_v1(task_id: int, result: Result | None) -> bytes:
+    return wire.encode_done(task_id)
+
+
+def _cancelled_v1(task_id: int) -> bytes:
+    # Version 1 has no CANCELLED: a cancel is FAILED "cancelled".
+    return wire.encode_failed(task_id, "cancelled")
+
+
+def _delivery_v1(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
+    # Version 1 has no fencing, no queue, no context: the id, the type, the payload.
+    return wire.encode_task(task.task_id, task.task_type, payload)
+
+
+def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
+    return v2.encode_delivery(
+        task.task_id,
+        task.task_type,
+        payload,
+        queue_header,
+        task.priority,
+        task.attempts,
+        int(task.enqueued_at * 1000),
+        task.key,
+        task.fairness,
+        task.token,
+        int(timeout * 1000),
+        task.failures,
+        task.retries,
+    )
+
+
+def _unheard(*_: object) -> bytes:
+    raise AssertionError("a version-1 peer hears no RETRYING, PROGRESS, OUTCOME or GROUP_STATE")
+
+
+V1 = _Speaker(
+    version=wire.PROTOCOL_VERSION,
+    fenced=False,
+    hears_lifecycle=False,
+    claims_outcomes=False,
+    wait=wire.WAIT_FRAME,
+    heartbeat=wire.HEARTBEAT_FRAME,
+    ok=_ok_v1,
+    error=wire.encode_error,
+    done=_done_v1,
+    failed=wire.encode_failed,
+    cancelled=_cancelled_v1,
+    delivery=_delivery_v1,
+    retrying=_unheard,
+    progress=_unheard,
+    outcome=_unheard,
+    group_state=_unheard,
+)
+"""Version 1, the protocol page's: no fencing, no lifecycle, nothing kept for it."""
+
+V2 = _Speaker(
+    version=v2.VERSION,
+    fenced=True,
+    hears_lifecycle=True,
+    claims_outcomes=True,
+    wait=v2.WAIT_FRAME,
+    heartbeat=v2.HEARTBEAT_FRAME,
+    ok=v2.encode_ok,
+    error=v2.encode_error,
+    done=v2.encode_done,
+    failed=v2.encode_failed,
+    cancelled=v2.encode_cancelled,
+    delivery=_delivery_v2,
+    retrying=lifecycle.encode_retrying,
+    progress=results.encode_progress,
+    outcome=results.encode_outcome,
+    group_state=results.encode_group_state,
+)
+"""Version 2: fenced deliveries, RETRYING and PROGRESS, outcomes kept and claimed."""
+
+SPEAKERS = {V1.version: V1, V2.version: V2}
+"""The speaker of each protocol version."""
