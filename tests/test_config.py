@@ -13,10 +13,12 @@ import pytest
 from quicx import cli
 from quicx.cli.common import daemon_config
 from quicx.daemon import config, tap
-from quicx.daemon.config import ConfigError
+from quicx.daemon.config import Config, ConfigError
+from quicx.daemon.config.sections import AllocatorSettings
 from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.observe.events import Compression
 from quicx.daemon.observe.logformat import LogFormat
+from quicx.daemon.profiles import PRODUCTION
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.dispatch import DispatchSettings, Order
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
@@ -717,3 +719,23 @@ def test_max_schedules_given_as_a_flag_is_checked_against_the_files_schedules(
         "quicx: command line: 1 [schedule NAME] sections, more than max_schedules = 0"
         " (--max-schedules)"
     )
+
+
+# -- the allocator's layout ---------------------------------------------------------------
+
+
+def test_the_layout_check_reserves_no_pool() -> None:
+    # 16 TiB: more than this machine could reserve; its layout is arithmetic.
+    huge = config.parse("[allocator]\npool_size = 16384G\n")
+    assert huge.allocator.pool_size == 1 << 44
+    assert huge.allocator.layout().blocks[0] > 1 << 30
+
+
+@pytest.mark.parametrize("allocator", [Config().allocator, PRODUCTION.config().allocator])
+def test_the_layout_is_the_pools_own(allocator: AllocatorSettings) -> None:
+    layout, pool = allocator.layout(), allocator.pool()
+    try:
+        assert list(layout.blocks) == pool.blocks_total
+        assert layout.metadata_bytes == pool.metadata_bytes
+    finally:
+        pool.close()
