@@ -27,8 +27,8 @@ from quicx.clients.adaptive import (
     Placement,
 )
 from quicx.clients.worker import Worker, WorkerProtocol
+from quicx.daemon.config import Limits
 from quicx.daemon.server import QuicxServerFactory
-from quicx.daemon.settings import Limits
 from quicx.protocol import lifecycle, v2, wire
 from quicx.protocol.wire import ErrorCode
 from tests.fakes import make_queue, producer_of

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from twisted.internet.selectreactor import SelectReactor
 
-from quicx.daemon.settings import ConfigError, parse
+from quicx.daemon.config import ConfigError, parse
 from quicx.net.busypoll import SpinningPoller, enable_busy_poll
 from quicx.protocol import wire
 from tests.conftest import config_option
@@ -70,7 +70,7 @@ def test_busy_polling_needs_the_epoll_reactor() -> None:
 def test_busy_poll_is_at_most_10_ms(text: str) -> None:
     with pytest.raises(ConfigError, match=r":2: busy_poll: .* out of range"):
         parse(f"[server]\nbusy_poll = {text}\n", "f")
-    assert parse("[server]\nbusy_poll = 0.01\n", "f").busy_poll == 0.01
+    assert parse("[server]\nbusy_poll = 0.01\n", "f").server.busy_poll == 0.01
 
 
 def test_a_busy_polling_daemon_stops_spinning_when_idle(tmp_path: Path, start_daemon) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from quicx.daemon import settings as config
+from quicx.daemon import config
 from quicx.daemon.control import fetch_status
 from quicx.protocol import wire
 from tests.peer import Peer
@@ -71,11 +71,11 @@ def test_init_without_a_profile_writes_the_built_in_default_and_says_nothing_els
 def test_the_production_profile_loads_and_takes_what_the_default_refuses(tmp_path: Path) -> None:
     path, said = production(tmp_path)
     loaded = config.load(path)
-    assert loaded.pool_size == 256 << 20
-    assert loaded.classes[-1].size == loaded.result_max_size == 256 << 10
-    assert config.Config().classes[-1].size == 1024  # the default is the reference's
+    assert loaded.allocator.pool_size == 256 << 20
+    assert loaded.allocator.classes[-1].size == loaded.results.max_size == 256 << 10
+    assert config.Config().allocator.classes[-1].size == 1024  # the default is the reference's
     # Stated in the file and on the terminal, in the same words.
-    assert stated_bytes(path.read_text()) == stated_bytes(said) == loaded.pool_size
+    assert stated_bytes(path.read_text()) == stated_bytes(said) == loaded.allocator.pool_size
     assert len(said.splitlines()) == 1 and "production" in said and "256 MiB" in said
 
 

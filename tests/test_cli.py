@@ -15,7 +15,7 @@ import pytest
 
 from quicx import __version__ as quicx_version
 from quicx.clients.blocking import QuicxClient
-from quicx.daemon import settings as config
+from quicx.daemon import config
 from tests.conftest import DaemonProcess
 
 QUICX = str(Path(sys.executable).with_name("quicx"))

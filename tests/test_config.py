@@ -12,17 +12,18 @@ import pytest
 
 from quicx import cli
 from quicx.cli.common import daemon_config
-from quicx.daemon import settings as config
-from quicx.daemon import tap
+from quicx.daemon import config, tap
+from quicx.daemon.config import Config, ConfigError
+from quicx.daemon.config.sections import AllocatorSettings
 from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.observe.events import Compression
 from quicx.daemon.observe.logformat import LogFormat
+from quicx.daemon.profiles import PRODUCTION
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.dispatch import DispatchSettings, Order
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
 from quicx.daemon.queue.results import Share
 from quicx.daemon.queue.schedules import ScheduleSpec
-from quicx.daemon.settings import ConfigError
 from quicx.protocol.lifecycle import Missed
 from quicx.protocol.v2 import Backoff, BackoffKind
 
@@ -42,25 +43,25 @@ class = 1024,50
 
 def test_reference_file_works_unchanged() -> None:
     parsed = config.parse(REFERENCE, "quicx.conf")
-    assert parsed.port == 16381
-    assert parsed.pool_size == 8388608
-    assert [(c.size, c.percent) for c in parsed.classes] == [
+    assert parsed.server.port == 16381
+    assert parsed.allocator.pool_size == 8388608
+    assert [(c.size, c.percent) for c in parsed.allocator.classes] == [
         (16, 2),
         (32, 2),
         (64, 12),
         (128, 34),
         (1024, 50),
     ]
-    assert parsed.endpoints == ("tcp:16381:interface=127.0.0.1",)
+    assert parsed.server.endpoints == ("tcp:16381:interface=127.0.0.1",)
     assert parsed.source == "quicx.conf"
 
 
 def test_built_in_default() -> None:
     default = config.Config()
-    assert default.port == 16381
-    assert default.pool_size == 8 * 1024 * 1024
-    assert list(default.classes) == pmad.default_classes()
-    assert default.allowed_types is None
+    assert default.server.port == 16381
+    assert default.allocator.pool_size == 8 * 1024 * 1024
+    assert list(default.allocator.classes) == pmad.default_classes()
+    assert default.tasks.allowed_types is None
     config.validate(default)
 
 
@@ -85,16 +86,17 @@ def test_additions() -> None:
         allow = resize_image
         """
     )
-    assert parsed.endpoints == ("tcp:7000:interface=127.0.0.1", "unix:/tmp/quicx.sock")
-    assert (parsed.heartbeat_interval, parsed.heartbeat_timeout) == (5, 12.5)
-    assert parsed.pool_size == 64 << 20
-    assert [(c.size, c.percent) for c in parsed.classes] == [(1024, 40), (1 << 20, 60)]
-    assert parsed.allowed_types == {b"send_email", b"resize_image"}
+    assert parsed.server.endpoints == ("tcp:7000:interface=127.0.0.1", "unix:/tmp/quicx.sock")
+    server = parsed.server
+    assert (server.heartbeat_interval, server.heartbeat_timeout) == (5, 12.5)
+    assert parsed.allocator.pool_size == 64 << 20
+    assert [(c.size, c.percent) for c in parsed.allocator.classes] == [(1024, 40), (1 << 20, 60)]
+    assert parsed.tasks.allowed_types == {b"send_email", b"resize_image"}
 
 
 def test_fractional_percentages() -> None:
     parsed = config.parse("[allocator]\nclass = 16,12.5\nclass = 32,87.5\n")
-    assert [c.percent for c in parsed.classes] == [Decimal("12.5"), Decimal("87.5")]
+    assert [c.percent for c in parsed.allocator.classes] == [Decimal("12.5"), Decimal("87.5")]
 
 
 @pytest.mark.parametrize(
@@ -154,7 +156,8 @@ def test_render_round_trips(tmp_path: Path) -> None:
 
 # -- one table: the file, the flags and quicx init agree -----------------------------------
 
-EVERY_SETTING_CHANGED = config.Config(
+EVERY_FLAG_CHANGED = config.with_settings(
+    config.Config(),
     port=7000,
     listen=("tcp:7001:interface=127.0.0.1", "unix:/tmp/quicx.sock"),
     heartbeat_interval=5,
@@ -247,6 +250,11 @@ EVERY_SETTING_CHANGED = config.Config(
     compact_min_size=4096,
     log_summary_interval=0,
     log_format=LogFormat.JSON,
+)
+"""What flags can set: all but the [queue NAME] and [schedule NAME] sections (file-only)."""
+
+EVERY_SETTING_CHANGED = attrs.evolve(
+    EVERY_FLAG_CHANGED,
     queue_sections={
         "mail": {
             "priority": 5,
@@ -265,17 +273,13 @@ EVERY_SETTING_CHANGED = config.Config(
 
 
 def as_flags(changed: config.Config) -> list[str]:
-    return [
-        f"--{s.flag}={text}" for s in config.SETTINGS for text in s.texts(getattr(changed, s.name))
-    ]
+    return [f"--{s.flag}={text}" for s in config.SETTINGS for text in s.texts(s.read(changed))]
 
 
 def test_the_example_changes_every_setting() -> None:
     default = config.Config()
     assert [
-        s.name
-        for s in config.SETTINGS
-        if getattr(EVERY_SETTING_CHANGED, s.name) == getattr(default, s.name)
+        s.name for s in config.SETTINGS if s.read(EVERY_SETTING_CHANGED) == s.read(default)
     ] == []
     config.validate(EVERY_SETTING_CHANGED)
 
@@ -293,10 +297,6 @@ def test_init_has_every_setting_with_its_help() -> None:
         assert re.search(rf"^(# )?{s.key} =", text, re.M), s.key
     # The unset ones are commented out: the file is the built-in default.
     assert config.parse(text, "built-in default") == config.Config()
-
-
-EVERY_FLAG_CHANGED = attrs.evolve(EVERY_SETTING_CHANGED, queue_sections={}, schedule_sections={})
-"""What flags can set: all but the [queue NAME] and [schedule NAME] sections (file-only)."""
 
 
 def test_every_setting_is_a_twistd_flag() -> None:
@@ -320,7 +320,11 @@ def test_flags_override_the_file_and_repeated_ones_replace_its_values(tmp_path: 
         [f"--config={path}", "--listen=unix:/tmp/c", "--task-timeout=1", "--task-timeout=2"]
     )
     loaded = options.load_config()
-    assert (loaded.listen, loaded.task_timeout, loaded.source) == (("unix:/tmp/c",), 2, str(path))
+    assert (loaded.server.listen, loaded.tasks.timeout, loaded.source) == (
+        ("unix:/tmp/c",),
+        2,
+        str(path),
+    )
 
 
 @pytest.mark.parametrize(
@@ -598,7 +602,7 @@ def test_schedule_sections_become_schedules() -> None:
         'payload = {"to": "été"}\nqueue = reports\npriority = 7\nmissed = ALL\ncatch_up = 3\n'
         "[ SCHEDULE  ping ]\nevery = 1.5\ntype = ping\n"
     )
-    assert loaded.max_schedules == 2
+    assert loaded.schedules.max_schedules == 2
     assert loaded.schedule_sections == {
         "nightly": ScheduleSpec(
             name="nightly",
@@ -715,3 +719,23 @@ def test_max_schedules_given_as_a_flag_is_checked_against_the_files_schedules(
         "quicx: command line: 1 [schedule NAME] sections, more than max_schedules = 0"
         " (--max-schedules)"
     )
+
+
+# -- the allocator's layout ---------------------------------------------------------------
+
+
+def test_the_layout_check_reserves_no_pool() -> None:
+    # 16 TiB: more than this machine could reserve; its layout is arithmetic.
+    huge = config.parse("[allocator]\npool_size = 16384G\n")
+    assert huge.allocator.pool_size == 1 << 44
+    assert huge.allocator.layout().blocks[0] > 1 << 30
+
+
+@pytest.mark.parametrize("allocator", [Config().allocator, PRODUCTION.config().allocator])
+def test_the_layout_is_the_pools_own(allocator: AllocatorSettings) -> None:
+    layout, pool = allocator.layout(), allocator.pool()
+    try:
+        assert list(layout.blocks) == pool.blocks_total
+        assert layout.metadata_bytes == pool.metadata_bytes
+    finally:
+        pool.close()

@@ -13,11 +13,11 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
+from quicx.daemon.config import Limits
 from quicx.daemon.queue import introspect
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.server import QuicxServerFactory
-from quicx.daemon.settings import Limits
 from quicx.protocol import v2, wire
 from quicx.protocol.frames import FrameParser
 from quicx.protocol.v2 import ErrorCode

@@ -105,7 +105,7 @@ def settings_tables(text: str) -> dict[str, list[list[str]]]:
 
 def settings_problems(text: str) -> list[str]:
     """Where the docs' settings tables and L{settings.SETTINGS} disagree."""
-    from quicx.daemon import settings
+    from quicx.daemon import config as settings
 
     documented = settings_tables(text)
     problems = []
@@ -116,7 +116,7 @@ def settings_problems(text: str) -> list[str]:
             problems.append(f"[{section}]: no key | flag | default | range | ... table")
             continue
         expected = [
-            [f"`{s.key}`", f"`--{s.flag}`", s.shown_default(), s.kind.bounds()]
+            [f"`{s.key}`", f"`--{s.flag}`", s.shown_default(), s.kind.bounds]
             for s in settings.SETTINGS
             if s.section == section
         ]
@@ -166,7 +166,7 @@ def test_the_settings_check_finds_a_missing_row() -> None:
     ("heading", "keys"), [("queue", "QUEUE_KEYS"), ("schedule", "SCHEDULE_KEYS")]
 )
 def test_the_named_section_tables_are_the_codes(heading: str, keys: str) -> None:
-    from quicx.daemon import settings
+    from quicx.daemon import config as settings
 
     text = CONFIGURATION.read_text()
     lines = text.splitlines()
@@ -177,7 +177,7 @@ def test_the_named_section_tables_are_the_codes(heading: str, keys: str) -> None
     )
     documented = [[c.strip() for c in cells(row)][:3] for row in rows[2:]]
     assert documented == [
-        [f"`{k.key}`", k.shown_default, k.kind.bounds()] for k in getattr(settings, keys)
+        [f"`{k.key}`", k.shown_default, k.kind.bounds] for k in getattr(settings, keys)
     ]
 
 
@@ -187,7 +187,7 @@ def ini_blocks(text: str) -> list[str]:
 
 @pytest.mark.parametrize("block", ini_blocks(CONFIGURATION.read_text()))
 def test_every_example_file_parses_and_has_no_comment_after_a_value(block: str) -> None:
-    from quicx.daemon import settings
+    from quicx.daemon import config as settings
 
     settings.parse(block, "docs/configuration.md")
     # A '#' after a value is part of the value (the reference format):
@@ -196,7 +196,7 @@ def test_every_example_file_parses_and_has_no_comment_after_a_value(block: str) 
 
 
 def test_the_queue_section_example_says_what_it_says() -> None:
-    from quicx.daemon import settings
+    from quicx.daemon import config as settings
     from quicx.daemon.queue.policy import QueuePolicy
 
     (example,) = [b for b in ini_blocks(CONFIGURATION.read_text()) if "[queue mail]" in b]
@@ -206,7 +206,7 @@ def test_the_queue_section_example_says_what_it_says() -> None:
 
 
 def test_the_schedule_section_example_says_what_it_says() -> None:
-    from quicx.daemon import settings
+    from quicx.daemon import config as settings
     from quicx.daemon.queue.schedules import ScheduleSpec
     from quicx.protocol.lifecycle import Missed
 

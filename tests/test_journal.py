@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock, deferLater
 from zope.interface import implementer
 
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
 from quicx.daemon.journal import records as journal
 from quicx.daemon.journal import recovery as journal_recovery
 from quicx.daemon.journal.interface import IJournalOwner, KeyEntry, Record, Snapshot
@@ -198,13 +198,12 @@ def test_journal_section_of_the_configuration() -> None:
         "[journal]\npath = /var/lib/quicx/journal\nfsync = always\n"
         "compact_factor = 3\ncompact_min_size = 1M\n"
     )
-    assert config.journal == "/var/lib/quicx/journal"
-    assert config.fsync is FsyncPolicy.ALWAYS
-    assert config.compact_factor == 3
-    assert config.compact_min_size == 1 << 20
-    assert configuration.parse(configuration.render(config)).fsync is FsyncPolicy.ALWAYS
-    assert configuration.Config().fsync is FsyncPolicy.EVERYSEC
-    assert configuration.Config().journal == ""
+    assert config.journal == configuration.sections.JournalSettings(
+        "/var/lib/quicx/journal", FsyncPolicy.ALWAYS, 3, 1 << 20
+    )
+    assert configuration.parse(configuration.render(config)).journal == config.journal
+    assert configuration.Config().journal.fsync is FsyncPolicy.EVERYSEC
+    assert configuration.Config().journal.path == ""
 
 
 @pytest.mark.parametrize(

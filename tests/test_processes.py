@@ -23,10 +23,10 @@ import pytest
 
 from quicx.cli import main
 from quicx.clients.blocking import QuicxClient
+from quicx.daemon.config import Config, ConfigError, with_settings
 from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.fleet import instances
 from quicx.daemon.fleet.supervisor import STEADY, Action, Daemon, Supervisor, decide
-from quicx.daemon.settings import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_instance_takes_the_next_port_and_paths_of_its_own() -> None:
-    base = Config(
+    base = with_settings(
+        Config(),
         port=16381,
         control="/run/quicx/quicx.sock",
         journal="/var/lib/quicx/tasks.journal",
@@ -42,50 +43,63 @@ def test_instance_takes_the_next_port_and_paths_of_its_own() -> None:
         metrics_listen="tcp:9464:interface=127.0.0.1",
     )
     second = instances.instance_config(base, 2)
-    assert second.endpoints == ("tcp:16383:interface=127.0.0.1",)
-    assert second.control_path == "/run/quicx/quicx.2.sock"
-    assert second.pid_path.endswith("/quicx-16381.2.pid")
-    assert second.journal == "/var/lib/quicx/2/tasks.journal"
-    assert second.events_directory == "/var/log/quicx/2"
-    assert second.metrics_listen == "tcp:9466:interface=127.0.0.1"
+    assert second.server.endpoints == ("tcp:16383:interface=127.0.0.1",)
+    assert second.server.control_path == "/run/quicx/quicx.2.sock"
+    assert second.server.pid_path.endswith("/quicx-16381.2.pid")
+    assert second.journal.path == "/var/lib/quicx/2/tasks.journal"
+    assert second.events.directory == "/var/log/quicx/2"
+    assert second.metrics.listen == "tcp:9466:interface=127.0.0.1"
     assert instances.address_of(second) == "tcp:127.0.0.1:16383"
-    assert instances.instance_config(Config(control="none"), 1).control_path is None
+    assert (
+        instances.instance_config(with_settings(Config(), control="none"), 1).server.control_path
+        is None
+    )
 
 
 def test_listen_endpoints_shift_their_port_or_path() -> None:
     listen = ("tcp:port=7000:interface=10.0.0.5", "tls:7100", "unix:/run/q\\:x.sock", "tcp:0")
-    first = instances.instance_config(Config(listen=listen), 1)
-    assert first.listen == (
+    first = instances.instance_config(with_settings(Config(), listen=listen), 1)
+    assert first.server.listen == (
         "tcp:port=7001:interface=10.0.0.5",
         "tls:7101",
         "unix:/run/q\\:x.1.sock",
         "tcp:0",  # each picks its own
     )
     assert instances.address_of(first) == "tcp:10.0.0.5:7001"
-    assert instances.address_of(Config(listen=("unix:/run/q.sock",))) == "unix:/run/q.sock"
-    anywhere = Config(listen=("tls:7000",))
+    assert (
+        instances.address_of(with_settings(Config(), listen=("unix:/run/q.sock",)))
+        == "unix:/run/q.sock"
+    )
+    anywhere = with_settings(Config(), listen=("tls:7000",))
     assert instances.address_of(anywhere) == f"tls:{socket.gethostname()}:7000"
 
 
 def test_each_daemon_of_a_set_polls_the_others_of_one_peer_list() -> None:
     everyone = "tcp:127.0.0.1:16381, tcp:127.0.0.1:16382, 127.0.0.1:16383, tcp:h4:16381"
-    peers = [c.peers for c in instances.instance_configs(Config(cluster_peers=everyone), 3)]
+    peers = [
+        c.cluster.addresses
+        for c in instances.instance_configs(with_settings(Config(), cluster_peers=everyone), 3)
+    ]
     assert peers == [
         ("tcp:127.0.0.1:16382", "tcp:127.0.0.1:16383", "tcp:h4:16381"),
         ("tcp:127.0.0.1:16381", "tcp:127.0.0.1:16383", "tcp:h4:16381"),
         ("tcp:127.0.0.1:16381", "tcp:127.0.0.1:16382", "tcp:h4:16381"),
     ]
-    assert instances.instance_config(Config(), 1).peers == ()
+    assert instances.instance_config(Config(), 1).cluster.addresses == ()
 
 
 @pytest.mark.parametrize(
     ("config", "count", "error"),
     [
-        (Config(port=0), 2, "--processes 2 needs a fixed port"),
-        (Config(listen=("tcp:0",)), 3, "--processes 3 needs a fixed port"),
-        (Config(port=65534), 3, "needs ports up to 65536, past 65535"),
+        (with_settings(Config(), port=0), 2, "--processes 2 needs a fixed port"),
+        (with_settings(Config(), listen=("tcp:0",)), 3, "--processes 3 needs a fixed port"),
+        (with_settings(Config(), port=65534), 3, "needs ports up to 65536, past 65535"),
         (Config(), 0, "--processes 0: from 1 to 256"),
-        (Config(listen=("systemd:domain=INET:index=0",)), 2, "need tcp:, tls: or unix:"),
+        (
+            with_settings(Config(), listen=("systemd:domain=INET:index=0",)),
+            2,
+            "need tcp:, tls: or unix:",
+        ),
     ],
 )
 def test_sets_that_cannot_run_are_refused(config: Config, count: int, error: str) -> None:
@@ -95,8 +109,8 @@ def test_sets_that_cannot_run_are_refused(config: Config, count: int, error: str
 
 def test_one_process_is_the_configuration_unchanged_but_its_paths() -> None:
     # Port 0 is fine for one daemon; the set of one is daemon 0.
-    (only,) = instances.instance_configs(Config(port=0), 1)
-    assert only.port == 0
+    (only,) = instances.instance_configs(with_settings(Config(), port=0), 1)
+    assert only.server.port == 0
 
 
 # -- the supervisor --------------------------------------------------------------------------

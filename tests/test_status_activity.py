@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
 from quicx.daemon.control import StatusUnavailable
 from quicx.daemon.service import QuicxDaemon, build_daemon
 from quicx.documents.latency import LATENCY_BUCKETS, quantile

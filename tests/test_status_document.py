@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from twisted.internet.testing import MemoryReactorClock
 
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
 from quicx.daemon.service import build_daemon
 from quicx.documents.status import STATUS_FORMAT, StatusDocument, Tasks, read_status
 from quicx.documents.typed import DocumentError

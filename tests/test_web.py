@@ -19,7 +19,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
-from quicx.daemon import settings
+from quicx.daemon import config as settings
 from quicx.daemon.observe.web.auth import Gate, Role, same_origin
 from quicx.daemon.observe.web.history import History
 from quicx.daemon.observe.web.site import DashboardSite, dashboard_site
@@ -544,4 +544,4 @@ def test_a_dashboard_nobody_can_get_into_is_refused_naming_the_key(text: str) ->
     ],
 )
 def test_a_token_or_client_certificates_let_the_dashboard_start(text: str) -> None:
-    assert settings.parse(text, "f").web_listen
+    assert settings.parse(text, "f").web.listen

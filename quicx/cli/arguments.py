@@ -18,7 +18,7 @@ from typing import NoReturn
 from quicx.cli.common import CONFIG_VARIABLE, T
 from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS
 from quicx.clients.cluster import TaskRef
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
 from quicx.daemon.fleet.instances import MAX_PROCESSES
 from quicx.protocol import durations, lifecycle, wire
 from quicx.protocol.results import MAX_FOLLOW
@@ -167,7 +167,7 @@ def task_argument(text: str) -> int | TaskRef:
 def configuration_argument(parse: Callable[[str], T]) -> Callable[[str], T]:
     """
     An argparse type from a parser that raises C{ValueError}: a
-    L{quicx.daemon.settings} value parser, or a L{durations} or L{timing} one.
+    L{quicx.daemon.config} value parser, or a L{durations} or L{timing} one.
     """
 
     def argument(text: str) -> T:
@@ -198,7 +198,7 @@ def add_setting_flags(
     with C{add_argument} (a parser's or an argument group's).
     """
     for setting in settings:
-        choices = setting.kind.choices()
+        choices = setting.kind.choices
         checked: dict[str, object] = (
             {"choices": choices}
             if choices

@@ -20,7 +20,7 @@ from typing import TypeVar
 from quicx.clients.address import ADDRESS_VARIABLE, default_address, parse_address, split_addresses
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.cluster import TaskRef
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
 from quicx.daemon.fleet.instances import MAX_PROCESSES, indexed, instance_config
 from quicx.protocol.errors import NotFinished, QuicxError
 from quicx.status.text import human_duration, printable
@@ -72,7 +72,7 @@ def control_path(args: argparse.Namespace, ways: str = "--control PATH or --conf
     The daemon's control socket path; a L{CommandError} that says C{ways} to
     name it when it is the default, absent, and C{$QUICX_ADDRESS} is set.
     """
-    path = daemon_config(args).control_path
+    path = daemon_config(args).server.control_path
     if path is None:
         raise CommandError("the configuration turns the control socket off (control = none)")
     count = 0 if args.instance is not None or os.path.exists(path) else set_size(path)

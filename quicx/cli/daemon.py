@@ -24,7 +24,7 @@ from quicx.cli.arguments import (
     named_settings,
 )
 from quicx.cli.common import CommandError, daemon_config, setting_arguments
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
 from quicx.daemon.control import StatusUnavailable, fetch_status
 from quicx.daemon.fleet.instances import MAX_PROCESSES, address_of, instance_configs
 from quicx.daemon.profiles import PROFILES, Reservation
@@ -66,17 +66,17 @@ def cmd_start(args: argparse.Namespace) -> int:
         raise CommandError("--processes runs a set of daemons, --instance one of them: not both")
     config = daemon_config(args)
     instances = set_of(config, args.processes) if args.processes > 1 else []
-    pid_path = config.pid_path
+    pid_path = config.server.pid_path
     claim_pid_file(pid_path)
     try:
         globalLogBeginner.beginLoggingTo(
-            [observer(config.log_format, sys.stdout)], redirectStandardIO=False
+            [observer(config.log.format, sys.stdout)], redirectStandardIO=False
         )
         if instances:
             return supervise(args, instances)
         try:
-            if args.instance is not None and config.journal:
-                make_directory("[journal] path", os.path.dirname(config.journal))
+            if args.instance is not None and config.journal.path:
+                make_directory("[journal] path", os.path.dirname(config.journal.path))
             service = build_daemon(config, reactor)
             try:
                 service.privilegedStartService()
@@ -177,7 +177,7 @@ def add_stop(commands: Commands) -> None:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    path = daemon_config(args).pid_path
+    path = daemon_config(args).server.pid_path
     pid = read_pid(path)
     if pid is None:
         if os.path.exists(path):
@@ -205,10 +205,11 @@ def drain_note(config: configuration.Config) -> str:
     the stop: the running tasks and those queued where a worker may take them
     (C{""} when nothing, or no answer).
     """
-    if config.control_path is None or config.drain_timeout <= 0:
+    server = config.server
+    if server.control_path is None or server.drain_timeout <= 0:
         return ""
     try:
-        status = fetch_status(config.control_path, timeout=2)
+        status = fetch_status(server.control_path, timeout=2)
     except StatusUnavailable:
         return ""
     served = [
@@ -219,7 +220,7 @@ def drain_note(config: configuration.Config) -> str:
         return ""
     names = ", ".join(printable(q["name"]) for q in served)
     return (
-        f"waiting up to {config.drain_timeout:g} s (drain_timeout) for {thousands(running)}"
+        f"waiting up to {server.drain_timeout:g} s (drain_timeout) for {thousands(running)}"
         f" running tasks and {thousands(queued)} queued"
         + (f" in {names}" if names else "")
         + " to finish"

@@ -25,7 +25,7 @@ from quicx.cli.arguments import (
     shared_names,
 )
 from quicx.cli.common import CommandError, client_addresses
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.protocol.wire import MAX_CREDITS
 

@@ -4,10 +4,10 @@ Profiles: ready-made configurations that C{quicx init --profile NAME} writes.
 The built-in configuration stays the reference product's (an 8 MiB pool,
 classes up to 1 KiB): a daemon started without a file behaves as the
 reference does.  A profile is the way out for real payloads: a few settings
-changed from the built-in ones, written by L{settings.render} with notes
+changed from the built-in ones, written by L{quicx.daemon.config.render} with notes
 that state the memory the daemon will reserve and what its pool holds,
-figures taken from the allocator itself (a pool built and released), so
-that they are the ones the daemon reports once started.
+figures taken from the allocator's own arithmetic (a pool laid out, not
+reserved), so that they are the ones the daemon reports once started.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-import attrs
 from attrs import frozen
 
+from quicx.daemon.config import Config, validate, with_settings
 from quicx.daemon.queue import pmad
-from quicx.daemon.settings import Config, validate
 from quicx.documents.units import format_size
 
 
@@ -30,7 +29,7 @@ class Profile:
     A named set of settings for C{quicx init --profile}.
 
     @ivar summary: what it is for, one line (C{quicx init --help}).
-    @ivar settings: the L{Config} fields it sets, with their values.
+    @ivar settings: the settings it sets (by L{Setting.name}), with their values.
     """
 
     name: str
@@ -39,7 +38,7 @@ class Profile:
 
     def config(self) -> Config:
         """The built-in configuration with this profile's settings."""
-        config = attrs.evolve(Config(), **self.settings)
+        config = with_settings(Config(), **self.settings)
         validate(config)
         return config
 
@@ -100,12 +99,10 @@ class Reservation:
 
     @classmethod
     def of(cls, config: Config) -> Reservation:
-        pool = pmad.Pmad(config.pool_size, list(config.classes))
-        try:
-            blocks = tuple(zip(pool.classes, pool.blocks_total, strict=True))
-            return cls(config.pool_size, blocks, min(config.result_max_size, pool.max_size))
-        finally:
-            pool.close()
+        allocator = config.allocator
+        blocks = tuple(zip(allocator.classes, allocator.layout().blocks, strict=True))
+        largest = allocator.classes[-1].size
+        return cls(allocator.pool_size, blocks, min(config.results.max_size, largest))
 
     @property
     def largest(self) -> int:

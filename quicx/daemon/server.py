@@ -30,13 +30,13 @@ from zope.interface import implementer
 
 import quicx
 from quicx.daemon import speakers
+from quicx.daemon.config import Limits
 from quicx.daemon.observe.eventbus import EventBus
 from quicx.daemon.queue import introspect
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.shared import SharedData
-from quicx.daemon.settings import Limits
 from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity

@@ -31,7 +31,6 @@ from contextlib import suppress
 from functools import partial
 from typing import Any
 
-import attrs
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IReactorCore
@@ -39,7 +38,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from quicx import __version__
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
+from quicx.daemon.config.sections import JournalSettings
 from quicx.daemon.control import ControlFactory
 from quicx.daemon.fleet.peers import ClusterPoller, ask_status
 from quicx.daemon.journal.records import JournalCorrupt, Recovery
@@ -200,7 +200,7 @@ class QuicxDaemon(MultiService):
 
     async def _stop(self) -> None:
         await gatherResults([maybeDeferred(listener.stopService) for listener in self._listeners()])
-        queue, timeout = self.queue, self.config.drain_timeout
+        queue, timeout = self.queue, self.config.server.drain_timeout
         if timeout > 0:
             # Fires at once when there is nothing to wait for.
             drained = queue.drain(timeout, self.reactor)
@@ -231,7 +231,7 @@ class QuicxDaemon(MultiService):
         where = Where(
             self.config.source,
             [listener.address for listener in self._listeners()],
-            self.config.control_path,
+            self.config.server.control_path,
         )
         return status(self.queue, self.shared, self.events, self.journal, where)
 
@@ -254,34 +254,34 @@ class QuicxDaemon(MultiService):
             largest=pool.max_size,
             blocks=sum(pool.blocks_total),
         )
-        if self.queue.max_result < config.result_max_size != ResultLimits().max_size:
+        if self.queue.max_result < config.results.max_size != ResultLimits().max_size:
             # Set above what the pool holds (the default often is: the docs say so).
             self.log.info(
                 "results are held to {largest:,} bytes, the pool's largest block"
                 " ([results] max_size is {size:,}): add a larger class to take larger ones",
                 log_id="daemon.result_size",
                 largest=self.queue.max_result,
-                size=config.result_max_size,
+                size=config.results.max_size,
             )
         if self.journal is None:
             self.log.info(
                 "no journal: queued tasks are lost when the daemon stops", log_id="journal.none"
             )
-        types = config.allowed_types
+        types = config.tasks.allowed_types
         self.log.info(
             "heartbeat every {interval:g} s of silence, drop after {timeout:g} s;"
             " task types: {types}; up to {connections:,} connections",
             log_id="daemon.settings",
-            interval=config.heartbeat_interval,
-            timeout=config.heartbeat_timeout,
+            interval=config.server.heartbeat_interval,
+            timeout=config.server.heartbeat_timeout,
             types=", ".join(sorted(t.decode() for t in types)) if types else "any",
-            connections=config.max_connections,
+            connections=config.limits.max_connections,
         )
-        if config.busy_poll:
+        if config.server.busy_poll:
             self.log.info(
                 "busy polling: {micros:g} µs before each sleep",
                 log_id="daemon.busy_poll",
-                micros=config.busy_poll * 1e6,
+                micros=config.server.busy_poll * 1e6,
             )
         super().privilegedStartService()
 
@@ -358,60 +358,81 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     # (and every other) when stdout is a file or a supervisor's pipe.
     with suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    config = fit_busy_poll(config, reactor)
-    config = fit_file_limit(config)
-    if config.events_directory:
-        make_directory("[events] directory", config.events_directory)
-    if config.control_path is not None:
-        directory = os.path.dirname(os.path.abspath(config.control_path))
-        if not os.path.isdir(directory):
-            raise SystemExit(
-                f"quicx: [server] control: {config.control_path}: no such directory {directory}"
-            )
-    pool = pmad.Pmad(config.pool_size, list(config.classes))
-    journal = open_journal(config, reactor) if config.journal else None
-    log = (
-        EventLog(
-            EventSettings(
-                config.events_directory,
-                config.events_max_bytes,
-                config.events_max_age,
-                config.events_compress,
-            ),
-            reactor,
-        )
-        if config.events_directory
-        else None
-    )
-    failures = LogSummary(QueueService.log, config.log_summary_interval)
+    config = fit_file_limit(fit_busy_poll(config, reactor))
+    check_directories(config)
+    pool = config.allocator.pool()
+    journal = open_journal(config.journal, reactor) if config.journal.path else None
+    failures = LogSummary(QueueService.log, config.log.summary_interval)
     queue = QueueService(
         pool,
-        config.allowed_types,
+        config.tasks.allowed_types,
         clock=reactor.seconds,
         journal=journal,
-        task_timeout=config.task_timeout,
-        max_attempts=config.max_attempts,
+        task_timeout=config.tasks.timeout,
+        max_attempts=config.tasks.max_attempts,
         failures=failures,
         limits=config.queue_limits,
         scheduler=reactor,
         progress=config.progress,
-        telemetry=Telemetry(config.metrics_max_types, config.metrics_max_series),
+        telemetry=Telemetry(config.metrics.max_types, config.metrics.max_series),
     )
     shared = SharedData(queue, config.shared)
-    events = EventBus(queue, reactor, log, config.subscribers, clock=time.time)
+    events = event_bus(config.events, queue, reactor)
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, shared, reactor, factory.batcher, events, journal)
     factory.status = daemon.status
-    if config.log_summary_interval:
-        every(config.log_summary_interval, failures.flush, reactor).setServiceParent(daemon)
+    if config.log.summary_interval:
+        every(config.log.summary_interval, failures.flush, reactor).setServiceParent(daemon)
     # Added before the queue, stopped after it: the queue's last events
     # (tasks dropped at stop) are written.
     events.setServiceParent(daemon)
-    schedules = ScheduleBook(queue, reactor, config.schedule_sections, config.max_schedules)
+    schedules = add_state(daemon)
+    add_heartbeats(daemon)
+    add_listeners(daemon, factory)
+    cluster = cluster_poller(daemon) if config.cluster.addresses else None
+    if config.metrics.listen:
+        serve_metrics(daemon, cluster)
+    if config.web.listen:
+        serve_dashboard(daemon, schedules, cluster)
+    return daemon
+
+
+def check_directories(config: configuration.Config) -> None:
+    """
+    Create C{[events] directory} if need be; check that the control socket's
+    directory exists.
+
+    @raise SystemExit: one of them is unusable; the message names the setting.
+    """
+    if config.events.directory:
+        make_directory("[events] directory", config.events.directory)
+    control = config.server.control_path
+    if control is not None:
+        directory = os.path.dirname(os.path.abspath(control))
+        if not os.path.isdir(directory):
+            raise SystemExit(f"quicx: [server] control: {control}: no such directory {directory}")
+
+
+def event_bus(settings: EventSettings, queue: QueueService, reactor: Any) -> EventBus:
+    """The lifecycle events' bus: to live subscribers, and to files if C{[events] directory}."""
+    log = EventLog(settings, reactor) if settings.directory else None
+    return EventBus(queue, reactor, log, settings.subscribers, clock=time.time)
+
+
+def add_state(daemon: QuicxDaemon) -> ScheduleBook:
+    """
+    Add what holds the tasks to C{daemon}, in their order of start: the
+    journal (its tasks, schedules and shared data restored first), the
+    queue, the schedules; the schedules.
+    """
+    config, queue, journal = daemon.config, daemon.queue, daemon.journal
+    schedules = ScheduleBook(
+        queue, daemon.reactor, config.schedule_sections, config.schedules.max_schedules
+    )
     if journal is not None:
         recovery = restore(queue, journal)
         schedules.restore(recovery.fired, recovery.schedules)
-        shared.restore(recovery.shared)
+        daemon.shared.restore(recovery.shared)
         # Stopped after the queue: every record is written before exit.
         journal.setServiceParent(daemon)
     else:
@@ -419,18 +440,29 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     queue.setServiceParent(daemon)
     # Started after the queue (its missed firings go into it), stopped before.
     schedules.setServiceParent(daemon)
+    return schedules
+
+
+def add_heartbeats(daemon: QuicxDaemon) -> None:
+    """Add the timers of C{[server]}'s heartbeats and C{[tasks] timeout} (those that are on)."""
+    server = daemon.config.server
     heartbeats = Heartbeats(
-        queue,
-        config.heartbeat_interval,
-        config.heartbeat_timeout,
-        reactor,
-        config.spare_busy_workers,
+        daemon.queue,
+        server.heartbeat_interval,
+        server.heartbeat_timeout,
+        daemon.reactor,
+        server.spare_busy_workers,
     )
-    for timer in (heartbeat_timer(heartbeats), task_timeout_timer(queue, reactor)):
+    for timer in (heartbeat_timer(heartbeats), task_timeout_timer(daemon.queue, daemon.reactor)):
         if timer is not None:
             timer.setServiceParent(daemon)
+
+
+def add_listeners(daemon: QuicxDaemon, factory: QuicxServerFactory) -> None:
+    """Add a listener for each task endpoint, then the control socket (unless it is off)."""
+    config, reactor = daemon.config, daemon.reactor
     spare = Spare()
-    for description in config.endpoints:
+    for description in config.server.endpoints:
         ListenerService(
             reactor,
             description,
@@ -444,46 +476,49 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
                 tls=description.startswith("tls:"),
             ),
         ).setServiceParent(daemon)
-    if config.control_path is not None:
+    control = config.server.control_path
+    if control is not None:
         # lockfile: a socket left behind by a crashed daemon is replaced; one
         # held by a live daemon is not.
         ListenerService(
             reactor,
-            f"unix:{quote_endpoint(config.control_path)}:mode=600:lockfile=1",
+            f"unix:{quote_endpoint(control)}:mode=600:lockfile=1",
             ControlFactory(daemon.status, admin_factory(daemon, config)),
             announcement="control socket",
             log_id="daemon.control",
             setting="[server] control",
         ).setServiceParent(daemon)
-    cluster = cluster_poller(daemon) if config.peers else None
-    if config.metrics_listen:
-        # Imported only when on: prometheus_client and twisted.web are
-        # about 3 MiB of the daemon's memory (docs/operations.md, "Memory").
-        from quicx.daemon.observe import metrics
-        from quicx.daemon.observe.http_limits import ConnectionCap
-        from quicx.daemon.observe.metrics_web import MetricsSite
 
-        ListenerService(
-            reactor,
-            config.metrics_listen,
-            ConnectionCap(
-                MetricsSite(
-                    metrics.QuicxCollector(
-                        queue, shared, journal, events, None if cluster is None else cluster.view
-                    ),
-                    config.metrics_max_scrapes,
-                ),
-                config.metrics_max_connections,
-                "[metrics] max_connections",
-            ),
-            announcement="metrics",
-            tls=config.tls,
-            log_id="daemon.metrics",
-            setting="[metrics] listen",
-        ).setServiceParent(daemon)
-    if config.web_listen:
-        serve_dashboard(daemon, schedules, cluster)
-    return daemon
+
+def serve_metrics(daemon: QuicxDaemon, cluster: ClusterPoller | None = None) -> None:
+    """Add the Prometheus endpoint of C{[metrics] listen} to C{daemon}, with C{cluster}'s view."""
+    # Imported only when on: prometheus_client and twisted.web are
+    # about 3 MiB of the daemon's memory (docs/operations.md, "Memory").
+    from quicx.daemon.observe import metrics
+    from quicx.daemon.observe.http_limits import ConnectionCap
+    from quicx.daemon.observe.metrics_web import MetricsSite
+
+    config, settings = daemon.config, daemon.config.metrics
+    collector = metrics.QuicxCollector(
+        daemon.queue,
+        daemon.shared,
+        daemon.journal,
+        daemon.events,
+        None if cluster is None else cluster.view,
+    )
+    ListenerService(
+        daemon.reactor,
+        settings.listen,
+        ConnectionCap(
+            MetricsSite(collector, settings.max_scrapes),
+            settings.max_connections,
+            "[metrics] max_connections",
+        ),
+        announcement="metrics",
+        tls=config.tls,
+        log_id="daemon.metrics",
+        setting="[metrics] listen",
+    ).setServiceParent(daemon)
 
 
 def cluster_poller(daemon: QuicxDaemon) -> ClusterPoller:
@@ -491,13 +526,13 @@ def cluster_poller(daemon: QuicxDaemon) -> ClusterPoller:
     Add the polling of C{[cluster] peers} to C{daemon}, every C{[cluster]
     interval} from its start (after its listeners: its own status lists them).
     """
-    config, reactor = daemon.config, daemon.reactor
+    settings, reactor = daemon.config.cluster, daemon.reactor
     poller = ClusterPoller(
         daemon.status_document,
-        config.peers,
-        lambda peer: ask_status(reactor, peer, config.cluster_timeout, config.cluster_max_status),
+        settings.addresses,
+        lambda peer: ask_status(reactor, peer, settings.timeout, settings.max_status),
     )
-    every(config.cluster_interval, poller.poll, reactor).setServiceParent(daemon)
+    every(settings.interval, poller.poll, reactor).setServiceParent(daemon)
     return poller
 
 
@@ -526,12 +561,13 @@ def serve_dashboard(
     from quicx.daemon.observe.web.site import dashboard_site
 
     config, queue, reactor = daemon.config, daemon.queue, daemon.reactor
-    history = History(queue, config.web_history)
+    web = config.web
+    history = History(queue, web.history)
     every(1.0, history.sample, reactor).setServiceParent(daemon)
-    certificates = config.web_listen.startswith("tls:") and bool(config.tls_client_ca)
+    certificates = web.listen.startswith("tls:") and bool(config.tls.client_ca)
     gate = Gate(
-        config.web_admin_token,
-        config.web_monitor_token,
+        web.admin_token,
+        web.monitor_token,
         config.tls.authorization if certificates else None,
     )
     site = dashboard_site(
@@ -539,13 +575,13 @@ def serve_dashboard(
         schedules,
         history,
         gate,
-        config.web_max_streams,
+        web.max_streams,
         None if cluster is None else cluster.view,
     )
     ListenerService(
         reactor,
-        on_loopback(config.web_listen),
-        ConnectionCap(site, config.web_max_connections, "[web] max_connections"),
+        on_loopback(web.listen),
+        ConnectionCap(site, web.max_connections, "[web] max_connections"),
         announcement="dashboard",
         tls=config.tls,
         log_id="daemon.web",
@@ -587,8 +623,8 @@ def http_connections(config: configuration.Config) -> int:
     """
     held = 0
     for listen, limit in (
-        (config.web_listen, config.web_max_connections),
-        (config.metrics_listen, config.metrics_max_connections),
+        (config.web.listen, config.web.max_connections),
+        (config.metrics.listen, config.metrics.max_connections),
     ):
         if listen:
             held += 2 * limit if listen.startswith("tls:") else limit
@@ -602,15 +638,16 @@ def fit_busy_poll(config: configuration.Config, reactor: Any) -> configuration.C
     default) runs without it, with a warning: busy polling is on by default,
     and only saves wake-ups.
     """
-    if not config.busy_poll:
+    busy_poll = config.server.busy_poll
+    if not busy_poll:
         return config
     try:
-        enable_busy_poll(reactor, config.busy_poll)
+        enable_busy_poll(reactor, busy_poll)
     except ValueError as e:
         QuicxDaemon.log.warn(
             "busy_poll is off: {error}", log_id="daemon.busy_poll_off", error=str(e)
         )
-        return attrs.evolve(config, busy_poll=0.0)
+        return configuration.with_settings(config, busy_poll=0.0)
     return config
 
 
@@ -623,7 +660,7 @@ def fit_file_limit(config: configuration.Config) -> configuration.Config:
     accept.
     """
     http = http_connections(config)
-    needed = config.max_connections + http + FILE_RESERVE
+    needed = config.limits.max_connections + http + FILE_RESERVE
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
@@ -637,12 +674,12 @@ def fit_file_limit(config: configuration.Config) -> configuration.Config:
         "max_connections lowered from {wanted} to {fitted}: the open-file limit is {soft}"
         " (hard limit {hard}); raise it (ulimit -n, LimitNOFILE=) for more",
         log_id="limit.open_files",
-        wanted=config.max_connections,
+        wanted=config.limits.max_connections,
         fitted=fitted,
         soft=soft,
         hard=hard,
     )
-    return attrs.evolve(config, max_connections=fitted)
+    return configuration.with_settings(config, max_connections=fitted)
 
 
 def make_directory(key: str, path: str) -> None:
@@ -659,9 +696,10 @@ def make_directory(key: str, path: str) -> None:
         raise SystemExit(f"quicx: {key}: {path} is not writable")
 
 
-def open_journal(config: configuration.Config, reactor: Any) -> Journal:
+def open_journal(settings: JournalSettings, reactor: Any) -> Journal:
+    """The journal C{[journal]} describes (its file not opened yet: see L{restore})."""
     return Journal(
-        config.journal, config.fsync, reactor, config.compact_factor, config.compact_min_size
+        settings.path, settings.fsync, reactor, settings.compact_factor, settings.compact_min_size
     )
 
 

@@ -2,7 +2,7 @@
 The C{twistd quicx} plugin's wiring: its options and L{makeService}.
 
 The C{twistd quicx} plugin's wiring: L{Options} parses the command line
-(one flag per setting, from L{quicx.daemon.settings.SETTINGS}), L{makeService}
+(one flag per setting, from L{quicx.daemon.config.SETTINGS}), L{makeService}
 builds the daemon with L{quicx.daemon.service.build_daemon}.
 
 twistd starts logging after it has built the service, with the observer its
@@ -19,7 +19,7 @@ from typing import Any
 from twisted.application.service import IService
 
 from quicx import version_line
-from quicx.daemon import settings as configuration
+from quicx.daemon import config as configuration
 from quicx.daemon.observe.logformat import JSON_LOGGER, LogFormat
 from quicx.daemon.service import build_daemon
 from quicx.net.twisted_types import Options as BaseOptions
@@ -72,7 +72,7 @@ class Options(BaseOptions):
     def postOptions(self) -> None:
         """Under twistd (whose options are the C{parent}), choose its log observer."""
         parent = getattr(self, "parent", None)
-        if parent is not None and self.checked_config().log_format is LogFormat.JSON:
+        if parent is not None and self.checked_config().log.format is LogFormat.JSON:
             log_json(parent)
 
 

@@ -30,9 +30,7 @@ from __future__ import annotations
 import os
 import socket
 
-import attrs
-
-from quicx.daemon.settings import Config, ConfigError
+from quicx.daemon.config import Config, ConfigError, with_settings
 
 MAX_PROCESSES = 256
 """The most daemons one C{quicx start --processes} runs."""
@@ -144,27 +142,28 @@ def instance_config(config: Config, index: int) -> Config:
     def shifted(description: str, setting: str) -> str:
         return shifted_endpoint(description, index, setting) if description else ""
 
-    control = config.control_path
-    journal = config.journal
+    server = config.server
+    control = server.control_path
+    journal = config.journal.path
     if journal:
         head, tail = os.path.split(journal)
         journal = os.path.join(head, str(index), tail)
-    events = config.events_directory
-    own = attrs.evolve(
+    events = config.events.directory
+    own = with_settings(
         config,
-        port=config.port + index if config.port else 0,
-        listen=tuple(shifted(d, "[server] listen") for d in config.listen),
+        port=server.port + index if server.port else 0,
+        listen=tuple(shifted(d, "[server] listen") for d in server.listen),
     )
-    peers = [peer for peer in config.peers if peer != address_of(own)] if config.peers else []
-    return attrs.evolve(
+    peers = [peer for peer in config.cluster.addresses if peer != address_of(own)]
+    return with_settings(
         own,
         cluster_peers=", ".join(peers),
         control="none" if control is None else indexed(control, index),
-        pid_file=indexed(config.pid_path, index),
+        pid_file=indexed(server.pid_path, index),
         journal=journal,
         events_directory=os.path.join(events, str(index)) if events else "",
-        metrics_listen=shifted(config.metrics_listen, "[metrics] listen"),
-        web_listen=shifted(config.web_listen, "[web] listen"),
+        metrics_listen=shifted(config.metrics.listen, "[metrics] listen"),
+        web_listen=shifted(config.web.listen, "[web] listen"),
     )
 
 
@@ -178,13 +177,13 @@ def instance_configs(config: Config, count: int) -> list[Config]:
     """
     if not 1 <= count <= MAX_PROCESSES:
         raise ConfigError(f"--processes {count}: from 1 to {MAX_PROCESSES}")
-    task_ports = [endpoint_port(d) for d in config.endpoints]
+    task_ports = [endpoint_port(d) for d in config.server.endpoints]
     if count > 1 and 0 in task_ports:
         raise ConfigError(
             f"--processes {count} needs a fixed port (the daemons take port, port + 1, ...):"
             " port 0 would pick one per daemon"
         )
-    others = [endpoint_port(d) for d in (config.metrics_listen, config.web_listen) if d]
+    others = [endpoint_port(d) for d in (config.metrics.listen, config.web.listen) if d]
     highest = max((p for p in [*task_ports, *others] if p), default=0) + count - 1
     if highest > 65535:
         raise ConfigError(f"--processes {count} needs ports up to {highest}, past 65535")
@@ -197,12 +196,12 @@ def address_of(config: Config) -> str:
     endpoint as C{tcp:HOST:PORT}, C{tls:HOST:PORT} or C{unix:PATH}; HOST is
     the interface it listens on, or this host's name for all of them.
     """
-    fields = split_endpoint(config.endpoints[0])
+    fields = split_endpoint(config.server.endpoints[0])
     kind = fields[0]
     key = _key(kind)
     where = None if key is None else _where(fields, key)
     if where is None:
-        raise ConfigError(f"{config.endpoints[0]}: not an endpoint clients can connect to")
+        raise ConfigError(f"{config.server.endpoints[0]}: not an endpoint clients can connect to")
     if kind == "unix":
         return f"unix:{_value(fields[where])}"
     named = dict(split_endpoint(f, "=") for f in fields[1:] if len(split_endpoint(f, "=")) == 2)

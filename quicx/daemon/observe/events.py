@@ -49,13 +49,14 @@ from collections.abc import Iterable
 from enum import Enum
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.net.twisted_types import Service
 from quicx.protocol.monitor import EVENTS_SCHEMA
 
@@ -85,10 +86,16 @@ class Compression(Enum):
 
 @frozen
 class EventSettings:
-    directory: str
+    """
+    The C{[events]} section: the event files (none without a C{directory})
+    and the limits on live subscribers.
+    """
+
+    directory: str = ""
     max_bytes: int = 64 << 20
     max_age: float = 3600.0
     compress: Compression = Compression.NONE
+    subscribers: SubscriberLimits = field(factory=SubscriberLimits)
 
 
 _type_json: dict[bytes, str] = {}

@@ -139,6 +139,69 @@ def check_classes(classes: list[SizeClass]) -> None:
         raise LayoutError(f"class percentages sum to {total}, not 100")
 
 
+@frozen
+class Layout:
+    """
+    Where a pool's parts lie: what L{Pmad} reserves and carves, computed
+    without reserving anything (the configuration checks a layout with it).
+
+    @ivar granularity: the request sizes one lookup-table entry covers.
+    @ivar table_length: the lookup table's entries.
+    @ivar metadata_bytes: the carve-out for the table, 16-byte aligned.
+    @ivar starts: each class's first block's offset.
+    @ivar strides: each class's block size, header included.
+    @ivar blocks: each class's block count.
+    """
+
+    granularity: int
+    table_length: int
+    metadata_bytes: int
+    starts: tuple[int, ...]
+    strides: tuple[int, ...]
+    blocks: tuple[int, ...]
+
+
+def layout(pool_size: int, classes: list[SizeClass]) -> Layout:
+    """
+    How a pool of C{pool_size} bytes is split into C{classes}: pure
+    arithmetic, nothing allocated.
+
+    @raise LayoutError: the classes describe no usable pool, naming the
+        offending class by index when one is.
+    """
+    check_classes(classes)
+    sizes = [c.size for c in classes]
+    granularity = 0
+    for size in sizes:
+        granularity = gcd(granularity, size)
+    table_length = sizes[-1] // granularity + 1
+    # Round the carve-out up so block runs start 16-byte aligned.
+    metadata_bytes = -(-table_length // 16) * 16
+    usable = pool_size - metadata_bytes
+    if usable <= 0:
+        raise LayoutError(
+            f"pool of {pool_size} bytes is smaller than its {metadata_bytes}-byte lookup table"
+        )
+    starts, strides, counts = [], [], []
+    offset = metadata_bytes
+    for index, size_class in enumerate(classes):
+        stride = BLOCK_HEADER_SIZE + size_class.size
+        blocks = int(Fraction(usable) * Fraction(size_class.percent) / 100) // stride
+        if blocks == 0:
+            raise LayoutError(
+                f"class {size_class.size} B at {size_class.percent}% of a"
+                f" {pool_size}-byte pool gets no block of {stride} bytes",
+                index,
+            )
+        starts.append(offset)
+        strides.append(stride)
+        counts.append(blocks)
+        offset += blocks * stride
+    return Layout(
+        granularity, table_length, metadata_bytes, tuple(starts), tuple(strides), tuple(counts)
+    )
+
+
 class Pmad:
     """
     The allocator over one reserved pool.
@@ -151,46 +214,21 @@ class Pmad:
     """
 
     def __init__(self, pool_size: int, classes: list[SizeClass]) -> None:
-        check_classes(classes)
+        plan = layout(pool_size, classes)
         self.pool_size = pool_size
         self.classes = tuple(classes)
         sizes = [c.size for c in classes]
         self.max_size = sizes[-1]
-        granularity = 0
-        for size in sizes:
-            granularity = gcd(granularity, size)
-        self._granularity = granularity
-        table_length = self.max_size // granularity + 1
-        # Round the carve-out up so block runs start 16-byte aligned.
-        self.metadata_bytes = -(-table_length // 16) * 16
-        usable = pool_size - self.metadata_bytes
-        if usable <= 0:
-            raise LayoutError(
-                f"pool of {pool_size} bytes is smaller than its"
-                f" {self.metadata_bytes}-byte lookup table"
-            )
-
-        self._stride: list[int] = []
-        self._start: list[int] = []
-        self._limit: list[int] = []
-        offset = self.metadata_bytes
-        for index, size_class in enumerate(classes):
-            stride = BLOCK_HEADER_SIZE + size_class.size
-            blocks = int(Fraction(usable) * Fraction(size_class.percent) / 100) // stride
-            if blocks == 0:
-                raise LayoutError(
-                    f"class {size_class.size} B at {size_class.percent}% of a"
-                    f" {pool_size}-byte pool gets no block of {stride} bytes",
-                    index,
-                )
-            self._stride.append(stride)
-            self._start.append(offset)
-            offset += blocks * stride
-            self._limit.append(offset)
-        self.blocks_total = [
-            (limit - start) // stride
-            for start, limit, stride in zip(self._start, self._limit, self._stride, strict=True)
+        granularity = self._granularity = plan.granularity
+        table_length = plan.table_length
+        self.metadata_bytes = plan.metadata_bytes
+        self._stride = list(plan.strides)
+        self._start = list(plan.starts)
+        self._limit = [
+            start + blocks * stride
+            for start, blocks, stride in zip(plan.starts, plan.blocks, plan.strides, strict=True)
         ]
+        self.blocks_total = list(plan.blocks)
         self.blocks_used = [0] * len(classes)
         # Free list heads store offset + 1 so that 0 means "empty"; blocks
         # never handed out yet are taken from a bump pointer, so start-up

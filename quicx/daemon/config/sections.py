@@ -1,0 +1,338 @@
+"""
+The configuration as records: one per C{[section]}, each the object its part of the daemon takes.
+
+L{Config} holds one record per section, under the section's name
+(C{config.server}, C{config.journal}, ...), then the C{[queue NAME]} and
+C{[schedule NAME]} sections and where it all came from.  A record's field
+defaults are the settings' defaults (the declarations in
+L{quicx.daemon.config.declarations} read them from here).  Sections that a
+subsystem of its own takes are that subsystem's record: C{[limits]} is the
+server's L{Limits}, C{[results]} the queue's L{ResultLimits}, C{[progress]},
+C{[shared]}, C{[groups]} theirs, C{[events]} the event log's
+L{EventSettings} (its live subscribers' limits within), C{[tls]} the
+listeners' L{TlsSettings}.  The queue core takes L{QueueLimits}, built by
+keyword from C{[protocol]}, C{[tasks]}, C{[queues]}, C{[retries]},
+C{[dead_letters]}, C{[results]}, C{[groups]} and the C{[queue NAME]} sections.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from attrs import Factory, field, frozen
+
+from quicx.daemon.journal.records import (
+    DEFAULT_COMPACT_FACTOR,
+    DEFAULT_COMPACT_MIN_SIZE,
+    FsyncPolicy,
+)
+from quicx.daemon.observe.events import EventSettings
+from quicx.daemon.observe.logformat import LogFormat
+from quicx.daemon.observe.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.dispatch import DispatchSettings
+from quicx.daemon.queue.groups import GroupLimits
+from quicx.daemon.queue.policy import (
+    DEFAULT_BACKOFF,
+    ProgressSettings,
+    QueueLimits,
+    QueuePolicy,
+    SharedLimits,
+)
+from quicx.daemon.queue.results import ResultLimits
+from quicx.daemon.queue.schedules import ScheduleSpec
+from quicx.net.addresses import split_addresses
+from quicx.net.busypoll import DEFAULT_SPIN
+from quicx.net.certificates import Authorization
+from quicx.net.tls import TlsSettings
+from quicx.protocol.v2 import DEFAULT_QUEUE, Backoff
+from quicx.protocol.wire import MAX_TYPE_LENGTH
+
+DEFAULT_PORT = 16381
+
+
+def default_runtime_path(port: int, suffix: str) -> str:
+    """C{$XDG_RUNTIME_DIR/quicx-PORT.SUFFIX}, or under the temporary directory."""
+    directory = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return os.path.join(directory, f"quicx-{port}.{suffix}")
+
+
+@frozen
+class ServerSettings:
+    """
+    C{[server]}: where the daemon listens, its heartbeats, its control
+    socket and pid file, and how it stops.
+
+    C{control}, C{pid_file}: C{""} for the default path (L{control_path},
+    L{pid_path}); C{control = none} turns the control socket off.
+    """
+
+    port: int = DEFAULT_PORT
+    listen: tuple[str, ...] = ()
+    heartbeat_interval: float = 30.0
+    heartbeat_timeout: float = 90.0
+    control: str = ""
+    pid_file: str = ""
+    drain_timeout: float = 30.0
+    spare_busy_workers: bool = False
+    busy_poll: float = DEFAULT_SPIN
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return self.listen or (f"tcp:{self.port}:interface=127.0.0.1",)
+
+    @property
+    def control_path(self) -> str | None:
+        """The control socket's path, or C{None} when it is turned off."""
+        if self.control.lower() == "none":
+            return None
+        return self.control or default_runtime_path(self.port, "sock")
+
+    @property
+    def pid_path(self) -> str:
+        return self.pid_file or default_runtime_path(self.port, "pid")
+
+
+@frozen
+class AllocatorSettings:
+    """C{[allocator]}: the PMAD pool's size and its size classes."""
+
+    pool_size: int = pmad.DEFAULT_POOL_SIZE
+    classes: tuple[pmad.SizeClass, ...] = tuple(pmad.default_classes())
+
+    def layout(self) -> pmad.Layout:
+        """
+        The pool these settings describe, laid out without reserving it.
+
+        @raise pmad.LayoutError: they describe no usable pool.
+        """
+        return pmad.layout(self.pool_size, list(self.classes))
+
+    def pool(self) -> pmad.Pmad:
+        """The pool itself, reserved."""
+        return pmad.Pmad(self.pool_size, list(self.classes))
+
+
+@frozen
+class TaskSettings:
+    """
+    C{[tasks]}: which tasks are accepted and how long they may be held.
+
+    @ivar allowed_types: the task types accepted (C{None}: any).
+    """
+
+    allowed_types: frozenset[bytes] | None = None
+    timeout: float = 0.0
+    max_attempts: int = 0
+    max_delay: float = 365 * 86400.0
+    max_delayed: int = 1_000_000
+    max_lease: float = 86400.0
+
+
+@frozen
+class Limits:
+    """
+    C{[limits]}: what one connection may do (see docs/operations.md, "Limits").
+
+    @ivar max_connections: connections past this are refused with an ERROR.
+    @ivar first_frame_timeout: seconds a new connection has to send a whole
+        frame before it is closed; 0 turns it off.
+    @ivar max_type_length: the longest task type a SUBMIT may name (bytes).
+    @ivar max_reason_length: the longest FAILED reason accepted (bytes).
+    @ivar max_output_buffer: unsent bytes a connection may have queued before
+        the daemon stops reading from it until they drain.
+    @ivar max_credits: the most tasks one worker connection may hold at once
+        (a READY asking for more is granted this many).
+    @ivar monitor_slice: seconds of the reactor one connection's monitor
+        queries may hold in a turn; the rest of what it sent waits for the
+        next turn, so that other connections are served in between.
+    """
+
+    max_connections: int = 4096
+    first_frame_timeout: float = 10.0
+    max_type_length: int = MAX_TYPE_LENGTH
+    max_reason_length: int = 1024
+    max_output_buffer: int = 1 << 20
+    max_credits: int = 1024
+    monitor_slice: float = 0.002
+
+
+@frozen
+class ProtocolSettings:
+    """C{[protocol]}: the versions spoken, and the queue of a SUBMIT that names none."""
+
+    versions: frozenset[int] = frozenset({1, 2})
+    default_queue: str = DEFAULT_QUEUE
+
+
+@frozen
+class QueuesSettings:
+    """
+    C{[queues]}: the bounds on queues and keys, the defaults of a queue
+    without a C{[queue NAME]} section, and how tasks are dealt to workers.
+    """
+
+    max_queues: int = 1000
+    max_depth: int = 0
+    priority: int = 0
+    max_key_length: int = 255
+    dedup_window: float = 3600.0
+    max_dedup_keys: int = 100_000
+    max_fairness_keys: int = 10_000
+    dispatch: DispatchSettings = Factory(DispatchSettings)
+
+
+@frozen
+class RetrySettings:
+    """C{[retries]}: the retries of a queue without its own, and what counts as a failure."""
+
+    retries: int = 0
+    backoff: Backoff = DEFAULT_BACKOFF
+    count_lost: bool = False
+
+
+@frozen
+class DeadLetterSettings:
+    """C{[dead_letters]}: how many dead tasks are kept, and how long."""
+
+    max_count: int = 10_000
+    max_age: float = 7 * 86400.0
+
+
+@frozen
+class ScheduleSettings:
+    """C{[schedules]}: the bound on schedules."""
+
+    max_schedules: int = 100
+
+
+@frozen
+class MetricsSettings:
+    """C{[metrics]}: the Prometheus endpoint (C{""}: off) and its bounds."""
+
+    listen: str = ""
+    max_types: int = DEFAULT_MAX_TYPES
+    max_series: int = DEFAULT_MAX_SERIES
+    max_scrapes: int = 8
+    max_connections: int = 16
+
+
+@frozen
+class WebSettings:
+    """C{[web]}: the dashboard's endpoint (C{""}: off), its tokens and bounds."""
+
+    listen: str = ""
+    admin_token: str = ""
+    monitor_token: str = ""
+    history: float = 3600.0
+    max_streams: int = 32
+    max_connections: int = 64
+
+
+@frozen
+class ClusterSettings:
+    """C{[cluster]}: the other daemons polled for the cluster view, and how."""
+
+    peers: str = ""
+    interval: float = 5.0
+    timeout: float = 2.0
+    max_status: int = 4 << 20
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """C{peers}, one address each (none: the cluster view is off)."""
+        return split_addresses(self.peers) if self.peers else ()
+
+
+@frozen
+class JournalSettings:
+    """C{[journal]}: the write-ahead journal's file (C{""}: none) and its options."""
+
+    path: str = ""
+    fsync: FsyncPolicy = FsyncPolicy.EVERYSEC
+    compact_factor: float = DEFAULT_COMPACT_FACTOR
+    compact_min_size: int = DEFAULT_COMPACT_MIN_SIZE
+
+
+@frozen
+class LogSettings:
+    """C{[log]}: the summary of failures and limits hit, and the lines' format."""
+
+    summary_interval: float = 5.0
+    format: LogFormat = LogFormat.TEXT
+
+
+@frozen
+class Config:
+    """
+    Everything the daemon is configured with: one record per section, in
+    the order of the docs' tables, then the named sections and where it all
+    came from.
+    """
+
+    server: ServerSettings = Factory(ServerSettings)
+    allocator: AllocatorSettings = Factory(AllocatorSettings)
+    tasks: TaskSettings = Factory(TaskSettings)
+    limits: Limits = Factory(Limits)
+    tls: TlsSettings = Factory(TlsSettings)
+    protocol: ProtocolSettings = Factory(ProtocolSettings)
+    queues: QueuesSettings = Factory(QueuesSettings)
+    retries: RetrySettings = Factory(RetrySettings)
+    dead_letters: DeadLetterSettings = Factory(DeadLetterSettings)
+    schedules: ScheduleSettings = Factory(ScheduleSettings)
+    progress: ProgressSettings = Factory(ProgressSettings)
+    shared: SharedLimits = Factory(SharedLimits)
+    results: ResultLimits = Factory(ResultLimits)
+    groups: GroupLimits = Factory(GroupLimits)
+    events: EventSettings = Factory(EventSettings)
+    metrics: MetricsSettings = Factory(MetricsSettings)
+    web: WebSettings = Factory(WebSettings)
+    cluster: ClusterSettings = Factory(ClusterSettings)
+    journal: JournalSettings = Factory(JournalSettings)
+    log: LogSettings = Factory(LogSettings)
+    queue_sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+    schedule_sections: Mapping[str, ScheduleSpec] = field(factory=dict)
+    source: str = "built-in default"
+
+    @property
+    def queue_limits(self) -> QueueLimits:
+        """The queues' limits; a C{[queue NAME]} key left out takes the C{[queues]} default."""
+        queues, retries, tasks = self.queues, self.retries, self.tasks
+        defaults = QueuePolicy(
+            max_depth=queues.max_depth,
+            priority=queues.priority,
+            retries=retries.retries,
+            backoff=retries.backoff,
+        )
+        return QueueLimits(
+            versions=self.protocol.versions,
+            default_queue=self.protocol.default_queue,
+            max_queues=queues.max_queues,
+            max_key_length=queues.max_key_length,
+            dedup_window=queues.dedup_window,
+            max_dedup_keys=queues.max_dedup_keys,
+            max_fairness_keys=queues.max_fairness_keys,
+            max_delay=tasks.max_delay,
+            max_delayed=tasks.max_delayed,
+            max_lease=tasks.max_lease,
+            count_lost=retries.count_lost,
+            dead_max_count=self.dead_letters.max_count,
+            dead_max_age=self.dead_letters.max_age,
+            declared={
+                name: attrs.evolve(defaults, **keys) for name, keys in self.queue_sections.items()
+            },
+            defaults=defaults,
+            results=self.results,
+            groups=self.groups,
+            dispatch=queues.dispatch,
+        )
+
+    @property
+    def authorization(self) -> Authorization | None:
+        """Who may take each role, when any of C{[tls]}'s lists is set."""
+        granted = self.tls.authorization
+        return None if granted == Authorization() else granted
