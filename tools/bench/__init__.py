@@ -1681,9 +1681,3 @@ HELPERS: dict[str, Callable[[str, int, int], None]] = {
     "_scale": _scale_producer,
 }
 """The processes a workload starts: C{python -m tools.bench NAME ADDRESS INT INT}."""
-
-if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] in HELPERS:
-        HELPERS[sys.argv[1]](sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
-    else:
-        raise SystemExit(main())
