@@ -2,7 +2,7 @@
 
 import sys
 
-from tools.bench import HELPERS, main
+from tools.bench.cli import HELPERS, main
 
 if len(sys.argv) == 5 and sys.argv[1] in HELPERS:
     HELPERS[sys.argv[1]](sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
