@@ -67,14 +67,6 @@ _GROUP_FORGOTTEN = 3
 _LIFECYCLE_HEADS = {KIND_SUBMIT3: SUBMIT3_HEAD, KIND_SUBMIT4: SUBMIT4_HEAD}
 
 
-def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:
-    """What is wrong with the body of a record of C{kind} (C{""}: nothing)."""
-    check = _BODY_CHECKS.get(kind)
-    if check is None:
-        return "" if end - start == 5 else f"record of kind {kind} has {end - start} bytes, not 5"
-    return check(data, kind, start, end - start)
-
-
 _View = bytes | memoryview
 
 
@@ -226,7 +218,10 @@ def _record_at(data: bytes | memoryview, offset: int) -> tuple[int, str]:
     kind = data[body_start]
     if kind not in KINDS:
         return end, f"unknown record kind {kind}"
-    return end, _body_problem(data, kind, body_start, end)
+    check = _BODY_CHECKS.get(kind)
+    if check is None:  # its kind byte and a task id
+        return end, "" if length == 5 else f"record of kind {kind} has {length} bytes, not 5"
+    return end, check(data, kind, body_start, length)
 
 
 def _good_record_after(data: bytes, offset: int) -> int | None:
@@ -335,13 +330,12 @@ class _Replay:
                 _schedule_record(
                     data, kind, start + 1, end, self.paused, self.fired, self.schedules
                 )
-        elif kind == KIND_GROUP:
+            return
+        if kind == KIND_GROUP:
             self.outcomes.group(data, start)
-        else:
-            self._task_record(data, kind, ID.unpack_from(data, start + 1)[0], start, end)
-
-    def _task_record(self, data: bytes, kind: int, task_id: int, start: int, end: int) -> None:
-        """Apply a record about task C{task_id}."""
+            return
+        # A record about a task.
+        task_id = ID.unpack_from(data, start + 1)[0]
         if kind == KIND_SUBMIT:
             type_end = start + 6 + data[start + 5]
             self._submitted(RecoveredTask(task_id, data[start + 6 : type_end], data[type_end:end]))
