@@ -46,7 +46,6 @@ import argparse
 import glob
 import html
 import json
-import math
 import os
 import re
 import sys
@@ -60,7 +59,7 @@ from attrs import Factory, define, frozen
 
 from quicx.protocol.monitor import EVENTS_SCHEMA
 from quicx.report import whatif
-from quicx.report.page import CHAR_PX, PERCENTILES, html_table, nice_step
+from quicx.report.page import CSS, PERCENTILES, bar_chart, html_table, ms, throughput_chart
 
 EVENT_SCHEMA = (
     "v LONG, t LONG, event STRING, task LONG, type STRING, size LONG, producer LONG,"
@@ -215,6 +214,71 @@ def _compute(
     keep: Callable[[Any], Any],
 ) -> Report:
     """L{build_report}'s work, each frame it keeps given to C{keep}."""
+    from pyspark.sql import functions as F
+
+    events, count, recovered = _read_events(spark, paths, timings, keep)
+    progress(f"{count:,} events")
+    tasks = _with_origin(events.where(F.col("task").isNotNull()), recovered)
+    if recovered:  # a join: computed once
+        tasks = keep(tasks)
+    frames = _TaskFrames.of(tasks, keep)
+    with timings.phase("tasks"):
+        frames.submitted.count()
+        frames.runs.count()
+
+    def table(name: str, frame: Any) -> list[dict[str, Any]]:
+        """C{frame}, computed once (phase C{name}): kept to be written, and its rows."""
+        with timings.phase(name):
+            return [row.asDict() for row in keep(frame).collect()]
+
+    progress("computing the summary")
+    counts = keep(_counts(events, frames.gave_up, frames.per_task))
+    tables = {"summary": _summary(counts, frames.runs, frames.waits, frames.never)}
+    summary_rows = table("summary", tables["summary"])
+    progress("computing the queues")
+    tables["queues"] = _queues(frames.per_task, frames.waits, frames.never)
+    queue_rows = table("queues", tables["queues"])
+    progress("computing throughput, failures and workers")
+    tables["throughput"] = _throughput(tasks)
+    throughput_rows = table("throughput", tables["throughput"])
+    tables["failures"] = _failures(frames.outcomes)
+    failure_rows = table("failures", tables["failures"])
+    tables["workers"] = _workers(frames.runs)
+    worker_rows = table("workers", tables["workers"])
+    with timings.phase("histograms"):
+        wait_histogram = _histogram(frames.waits, "wait_ms")
+        run_histogram = _histogram(frames.runs, "run_ms")
+    if out is not None:
+        progress(f"writing Parquet tables to {out}")
+        with timings.phase("parquet"):
+            _write_tables(out, tables, frames.never)
+    predicted = None
+    if what_if:
+        with timings.phase("what-if"):
+            predicted = _what_if(spark, events, what_if, out)
+    return Report(
+        summary=summary_rows,
+        throughput=throughput_rows,
+        failures=failure_rows,
+        workers=worker_rows,
+        queues=queue_rows,
+        never_completed=frames.never.count(),
+        events=count,
+        wait_histogram=wait_histogram,
+        run_histogram=run_histogram,
+        what_if=predicted,
+    )
+
+
+def _read_events(
+    spark: Any, paths: list[str], timings: Timings, keep: Callable[[Any], Any]
+) -> tuple[Any, int, int]:
+    """
+    The events at C{paths} (phase C{read}), each with its C{run}, kept; how
+    many there are, and how many of them are C{recovered}.
+
+    @raise ReportError: a path names nothing, or an event is of a newer schema.
+    """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
@@ -245,13 +309,83 @@ def _compute(
             f"events of schema version {newest} (a newer daemon's): this report reads"
             f" versions 1 to {EVENTS_SCHEMA}"
         )
-    progress(f"{count:,} events")
-    tasks = _with_origin(events.where(F.col("task").isNotNull()), recovered)
-    if recovered:  # a join: computed once
-        tasks = keep(tasks)
+    return events, count, recovered
 
-    # One row per task, from one pass over its events: when it was submitted
-    # (and as what), when it became due, first dispatched, how it ended.
+
+@frozen
+class _TaskFrames:
+    """
+    The frames most tables use, made from the events of tasks.
+
+    @ivar per_task: one row per task (L{_per_task}).
+    @ivar submitted: the tasks submitted (in these files: their submitted or
+        recovered event).
+    @ivar waits: the submitted tasks dispatched, with their C{wait_ms}.
+    @ivar never: the submitted tasks never done, failed or cancelled.
+    @ivar outcomes: the done and failed events.
+    @ivar runs: the outcomes a worker reported, with their dispatch and C{run_ms}.
+    @ivar gave_up: the attempts the daemon gave up (a failed event with no worker).
+    """
+
+    per_task: Any
+    submitted: Any
+    waits: Any
+    never: Any
+    outcomes: Any
+    runs: Any
+    gave_up: Any
+
+    @classmethod
+    def of(cls, tasks: Any, keep: Callable[[Any], Any]) -> _TaskFrames:
+        """The frames of C{tasks}; the one row per task and the runs kept."""
+        from pyspark.sql import functions as F
+
+        per_task = keep(_per_task(tasks))
+        submitted = per_task.where("submitted")
+        waits = submitted.where("dispatched").withColumn(
+            "wait_ms", F.greatest(F.col("first_t") - F.col("due_t"), F.lit(0))
+        )
+        never = submitted.where("NOT finished").select(
+            F.col("origin").alias("run"), "task", "submitted_t", "type", "queue", "priority"
+        )
+        dispatched = tasks.where("event = 'dispatched'").select(
+            "run", "task", "attempt", F.col("t").alias("dispatched_t"), "worker"
+        )
+        outcomes = tasks.where("event IN ('done', 'failed')").select(
+            "run",
+            "task",
+            "attempt",
+            "event",
+            "reason",
+            "worker",
+            F.col("t").alias("outcome_t"),
+            "type",
+        )
+        # A run is an outcome a worker reported, with its dispatch (the same
+        # attempt, to the same worker).  A give-up -- the daemon failing a task
+        # no worker holds, after its last allowed delivery was lost or timed out
+        # -- is a failed event with no worker: an outcome, not a run.
+        runs = keep(
+            outcomes.where(F.col("worker").isNotNull())
+            .join(dispatched, ["run", "task", "attempt", "worker"], "inner")
+            .withColumn("run_ms", F.col("outcome_t") - F.col("dispatched_t"))
+        )
+        gave_up = (
+            outcomes.where("event = 'failed' AND worker IS NULL")
+            .select("run", "task", "attempt")
+            .distinct()
+            .withColumn("gave_up", F.lit(True))
+        )
+        return cls(per_task, submitted, waits, never, outcomes, runs, gave_up)
+
+
+def _per_task(tasks: Any) -> Any:
+    """
+    One row per task, from one pass over its events: when it was submitted
+    (and as what), when it became due, first dispatched, how it ended.
+    """
+    from pyspark.sql import functions as F
+
     event = F.col("event")
 
     def seen(condition: Any) -> Any:
@@ -271,7 +405,7 @@ def _compute(
     # A delayed task is due at its `due`; one that comes back from the
     # journal with its submitted line lost is submitted as it is recovered.
     due = F.greatest(F.col("t"), F.coalesce(F.col("due"), F.col("t")))
-    per_task = keep(
+    return (
         tasks.groupBy("origin", "task")
         .agg(
             seen(event.isin(*KINDS_BY)).alias("submitted"),
@@ -290,53 +424,13 @@ def _compute(
         # completed".
         .withColumn("finished", F.col("completed") | F.col("failed") | F.col("cancelled"))
     )
-    submitted = per_task.where("submitted")
-    waits = submitted.where("dispatched").withColumn(
-        "wait_ms", F.greatest(F.col("first_t") - F.col("due_t"), F.lit(0))
-    )
-    never = submitted.where("NOT finished").select(
-        F.col("origin").alias("run"), "task", "submitted_t", "type", "queue", "priority"
-    )
-    dispatched = tasks.where("event = 'dispatched'").select(
-        "run", "task", "attempt", F.col("t").alias("dispatched_t"), "worker"
-    )
-    outcomes = tasks.where("event IN ('done', 'failed')").select(
-        "run", "task", "attempt", "event", "reason", "worker", F.col("t").alias("outcome_t"), "type"
-    )
-    # A run is an outcome a worker reported, with its dispatch (the same
-    # attempt, to the same worker).  A give-up -- the daemon failing a task
-    # no worker holds, after its last allowed delivery was lost or timed out
-    # -- is a failed event with no worker: an outcome, not a run.
-    runs = keep(
-        outcomes.where(F.col("worker").isNotNull())
-        .join(dispatched, ["run", "task", "attempt", "worker"], "inner")
-        .withColumn("run_ms", F.col("outcome_t") - F.col("dispatched_t"))
-    )
-    gave_up = (
-        outcomes.where("event = 'failed' AND worker IS NULL")
-        .select("run", "task", "attempt")
-        .distinct()
-        .withColumn("gave_up", F.lit(True))
-    )
-    with timings.phase("tasks"):
-        submitted.count()
-        runs.count()
 
-    def table(name: str, frame: Any) -> list[dict[str, Any]]:
-        """C{frame}, computed once (phase C{name}): kept to be written, and its rows."""
-        with timings.phase(name):
-            return [row.asDict() for row in keep(frame).collect()]
 
-    progress("computing the summary")
-    summary = _summary(keep(_counts(events, gave_up, per_task)), runs, waits, never)
-    summary_rows = table("summary", summary)
+def _throughput(tasks: Any) -> Any:
+    """The throughput table: per minute and type, tasks submitted, completed, failed."""
+    from pyspark.sql import functions as F
 
-    progress("computing the queues")
-    queues = _queues(per_task, waits, never)
-    queue_rows = table("queues", queues)
-
-    progress("computing throughput, failures and workers")
-    throughput = (
+    return (
         tasks.where("event IN ('submitted', 'done', 'failed')")
         .withColumn("minute", (F.col("t") / 60000).cast("long") * 60000)
         .groupBy("minute", "type")
@@ -346,12 +440,17 @@ def _compute(
         .withColumnRenamed("done", "completed")
         .orderBy("minute", "type")
     )
-    throughput_rows = table("throughput", throughput)
+
+
+def _failures(outcomes: Any) -> Any:
+    """The failures table: the most frequent reasons per type, normalised, untraced."""
+    from pyspark.sql import functions as F
+
     untraced = F.substring_index(F.col("reason"), TRACEBACK, 1)
     normalised = untraced
     for pattern, placeholder in REASON_PATTERNS:
         normalised = F.regexp_replace(normalised, pattern, placeholder)
-    failures = (
+    return (
         outcomes.where("event = 'failed'")
         .withColumn("cause", normalised)
         .groupBy("type", "cause")
@@ -360,48 +459,25 @@ def _compute(
         .orderBy(F.desc("count"), "type", "reason")
         .limit(TOP_REASONS * 10)
     )
-    failure_rows = table("failures", failures)
-    workers = (
+
+
+def _workers(runs: Any) -> Any:
+    """The workers table: per worker connection, tasks finished and busy time."""
+    from pyspark.sql import functions as F
+
+    return (
         runs.groupBy("run", "worker")
         .agg(F.count("*").alias("tasks"), F.sum("run_ms").alias("busy_ms"))
         .orderBy(F.desc("tasks"), "run", "worker")
     )
-    worker_rows = table("workers", workers)
-    with timings.phase("histograms"):
-        wait_histogram = _histogram(waits, "wait_ms")
-        run_histogram = _histogram(runs, "run_ms")
 
-    if out is not None:
-        progress(f"writing Parquet tables to {out}")
-        with timings.phase("parquet"):
-            for name, frame in (
-                ("summary", summary),
-                ("throughput", throughput),
-                ("failures", failures),
-                ("workers", workers),
-                ("queues", queues),
-            ):
-                # Small, and in order: one file each.
-                frame.coalesce(1).write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
-            never.write.mode("overwrite").parquet(f"{out.rstrip('/')}/never_completed")
 
-    predicted = None
-    if what_if:
-        with timings.phase("what-if"):
-            predicted = _what_if(spark, events, what_if, out)
-    report = Report(
-        summary=summary_rows,
-        throughput=throughput_rows,
-        failures=failure_rows,
-        workers=worker_rows,
-        queues=queue_rows,
-        never_completed=never.count(),
-        events=count,
-        wait_histogram=wait_histogram,
-        run_histogram=run_histogram,
-        what_if=predicted,
-    )
-    return report
+def _write_tables(out: str, tables: dict[str, Any], never: Any) -> None:
+    """The tables as Parquet under C{out}, with the tasks never completed."""
+    for name in ("summary", "throughput", "failures", "workers", "queues"):
+        # Small, and in order: one file each.
+        tables[name].coalesce(1).write.mode("overwrite").parquet(f"{out.rstrip('/')}/{name}")
+    never.write.mode("overwrite").parquet(f"{out.rstrip('/')}/never_completed")
 
 
 def _with_origin(tasks: Any, recovered: int) -> Any:
@@ -575,9 +651,6 @@ def _histogram(frame: Any, column: str, buckets: int = 30) -> list[tuple[float, 
 
 # -- the page --------------------------------------------------------------------------
 
-MAX_BARS = 90
-"""Throughput bars at most: minutes are grouped when the span is longer."""
-
 
 def render_html(report: Report, title: str = "Quicx task report") -> str:
     """A self-contained page: tables, and SVG charts (no scripts, no fetches)."""
@@ -589,7 +662,7 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{report.events:,} events; {overall.get('submitted', 0):,} tasks submitted,"
         f" {overall.get('completed', 0):,} completed, {overall.get('failed', 0):,} failed"
@@ -597,16 +670,16 @@ def render_html(report: Report, title: str = "Quicx task report") -> str:
         f" {overall.get('requeued', 0):,} requeued, {cancelled:,} cancelled,"
         f" {report.never_completed:,} never completed.</p>",
         "<h2>Throughput</h2>",
-        _throughput_chart(report.throughput),
+        throughput_chart(report.throughput),
         "<h2>Queue wait and run time</h2><div class='row'>",
-        _bar_chart(
+        bar_chart(
             "Tasks by queue wait",
-            [(_ms(start), c) for start, c in report.wait_histogram],
+            [(ms(start), c) for start, c in report.wait_histogram],
             x_title="queue wait, ms (log scale)",
         ),
-        _bar_chart(
+        bar_chart(
             "Tasks by run time",
-            [(_ms(start), c) for start, c in report.run_histogram],
+            [(ms(start), c) for start, c in report.run_histogram],
             x_title="run time, ms (log scale)",
         ),
         "</div><h2>Tasks by type</h2>",
@@ -641,118 +714,6 @@ def _what_if_section(report: Report) -> str:
     from quicx.report import capacity
 
     return capacity.render(report.what_if)
-
-
-_CSS = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; max-width: 1200px; }
-table { border-collapse: collapse; margin-bottom: 1em; max-width: 100%; }
-td, th { border: 1px solid #ccc; padding: 2px 8px; text-align: right; vertical-align: top; }
-td.text { text-align: left; white-space: normal; overflow-wrap: anywhere; min-width: 9em; }
-th { background: #f0f0f0; }
-.row { display: flex; flex-wrap: wrap; gap: 2em; }
-figure { margin: 0 0 1em 0; max-width: 100%; } figcaption { font-weight: 600; }
-svg { display: block; max-width: 100%; height: auto; background: #fafafa;
-      border: 1px solid #ddd; font: 12px system-ui, sans-serif; }
-svg .grid { stroke: #e4e4e4; } svg .axis { stroke: #888; } .note { color: #555; }
-"""
-
-
-def _ms(value: float) -> str:
-    return f"{value:,.0f}" if value >= 10 or value == 0 else f"{value:.1f}"
-
-
-def _throughput_chart(throughput: list[dict[str, Any]]) -> str:
-    """Tasks completed over time, in at most L{MAX_BARS} bars of whole minutes."""
-    by_minute: dict[int, int] = {}
-    for row in throughput:
-        by_minute[row["minute"]] = by_minute.get(row["minute"], 0) + row["completed"]
-    if not by_minute:
-        return "<p>Tasks completed over time: (none)</p>"
-    first, last = min(by_minute), max(by_minute)
-    minutes = (last - first) // 60000 + 1
-    step = math.ceil(minutes / MAX_BARS)
-    bars = [0] * math.ceil(minutes / step)
-    for minute, count in by_minute.items():
-        bars[(minute - first) // 60000 // step] += count
-    days = time.gmtime(first / 1000)[:3] != time.gmtime(last / 1000)[:3]
-    form = "%d %b %H:%M" if days else "%H:%M"
-    labels = [
-        time.strftime(form, time.gmtime(first / 1000 + i * step * 60)) for i in range(len(bars))
-    ]
-    per = "minute" if step == 1 else f"{step} minutes"
-    return _bar_chart(
-        f"Tasks completed per {per}",
-        list(zip(labels, bars, strict=True)),
-        x_title=f"start of each {per} (UTC)",
-        width=1000,
-    )
-
-
-def _bar_chart(
-    title: str,
-    bars: list[tuple[str, int]],
-    x_title: str,
-    y_title: str = "tasks",
-    width: int = 560,
-) -> str:
-    """
-    Bars of (label, count) with a y axis (tasks) and as many x tick labels as
-    fit without touching: each label is kept only if it clears the last one.
-    """
-    if not bars:
-        return f"<p>{html.escape(title)}: (none)</p>"
-    height = 260
-    step = nice_step(max(c for _, c in bars))
-    top = step * math.ceil(max(max(c for _, c in bars), 1) / step)
-    y_ticks = list(range(0, top + 1, step))
-    left = 14 + CHAR_PX * max(len(f"{v:,}") for v in y_ticks)
-    right, upper, lower = 16, 34, 50
-    plot_w, plot_h = width - left - right, height - upper - lower
-    bar_w = plot_w / len(bars)
-    bottom = upper + plot_h
-
-    def y_of(value: float) -> float:
-        return bottom - value / top * plot_h
-
-    parts = [
-        f"<svg viewBox='0 0 {width} {height}' width='{width}' height='{height}' role='img'"
-        f" aria-label='{html.escape(title, quote=True)}'>",
-        f"<text class='axis-title' x='4' y='16'>{html.escape(y_title)}</text>",
-    ]
-    for value in y_ticks:
-        y = y_of(value)
-        parts.append(
-            f"<line class='grid' x1='{left}' x2='{width - right}' y1='{y:.1f}' y2='{y:.1f}'/>"
-            f"<text class='tick y' x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>"
-            f"{value:,}</text>"
-        )
-    for i, (label, count) in enumerate(bars):
-        parts.append(
-            f"<rect x='{left + i * bar_w:.1f}' y='{y_of(count):.1f}'"
-            f" width='{max(bar_w - 1, 1):.1f}' height='{bottom - y_of(count):.1f}'"
-            f" fill='#1f6f8b'><title>{html.escape(label)}: {count:,}</title></rect>"
-        )
-    parts.append(
-        f"<line class='axis' x1='{left}' x2='{width - right}' y1='{bottom}' y2='{bottom}'/>"
-    )
-    cleared = 0.0  # the right edge of the last label kept
-    for i, (label, _) in enumerate(bars):
-        half = CHAR_PX * len(label) / 2
-        centre = min(max(left + (i + 0.5) * bar_w, left + half), width - half - 2)
-        if centre - half < cleared + 12:
-            continue
-        cleared = centre + half
-        parts.append(
-            f"<line class='axis' x1='{left + (i + 0.5) * bar_w:.1f}'"
-            f" x2='{left + (i + 0.5) * bar_w:.1f}' y1='{bottom}' y2='{bottom + 4}'/>"
-            f"<text class='tick x' x='{centre:.1f}' y='{bottom + 20}' text-anchor='middle'>"
-            f"{html.escape(label)}</text>"
-        )
-    parts.append(
-        f"<text class='axis-title' x='{left + plot_w / 2:.1f}' y='{height - 8}'"
-        f" text-anchor='middle'>{html.escape(x_title)}</text></svg>"
-    )
-    return f"<figure><figcaption>{html.escape(title)}</figcaption>{''.join(parts)}</figure>"
 
 
 # -- the command ---------------------------------------------------------------------------

@@ -154,7 +154,7 @@ class _Task:
     ends: dict[int, tuple[int, str, str]] = field(factory=dict)  # attempt: (t, event, cause)
 
 
-def workload(records: Iterable[Mapping[str, Any]]) -> Workload:  # noqa: C901, PLR0912, PLR0915
+def workload(records: Iterable[Mapping[str, Any]]) -> Workload:
     """
     The jobs of one history: C{records} are its task events as the files
     hold them (C{t}, C{event}, C{task}, C{worker}, C{attempt}, C{queue},
@@ -168,8 +168,26 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:  # noqa: C901, P
     its queue and attempt.  A task with no recorded run time (it never ran,
     or its worker never reported) runs for the median of its queue's runs.
     """
+    tasks, freed = _gather(records)
+    history = _History(tasks, _waiting(tasks, freed), _starts(tasks))
+    jobs: list[Job] = []
+    for task_id, task in tasks.items():
+        if task.submitted is not None:  # else submitted before the history began
+            jobs.append(history.job(task_id, task))
+    jobs.sort(key=lambda job: (job.ready, job.task))
+    return Workload(
+        tuple(sorted({task.queue for task in tasks.values()})),
+        tuple(jobs),
+        _most_workers(tasks),
+        history.measured,
+        tuple(sorted(history.backlog)),
+    )
+
+
+def _gather(records: Iterable[Mapping[str, Any]]) -> tuple[dict[int, _Task], dict[int, set[int]]]:
+    """Each task's events, by task id; and each worker's times its deliveries ended."""
     tasks: dict[int, _Task] = {}
-    freed: dict[int, set[int]] = defaultdict(set)  # worker: times its deliveries ended
+    freed: dict[int, set[int]] = defaultdict(set)
     for r in records:
         task = tasks.get(r["task"])
         if task is None:
@@ -188,9 +206,18 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:  # noqa: C901, P
                 freed[worker].add(t)
         elif event == "cancelled":
             task.cancelled = t
+    return tasks, freed
+
+
+def _waiting(
+    tasks: Mapping[int, _Task], freed: Mapping[int, set[int]]
+) -> dict[tuple[int, int], bool]:
+    """
+    Whether each delivery, by (task, attempt), took a credit just freed (or
+    a new worker's): its task was waiting for a worker, not due only then.
+    """
 
     def was_waiting(dispatch: tuple[int, int | None], seen: set[int]) -> bool:
-        """Whether the task dispatched took a credit just freed (or of a new worker)."""
         t, worker = dispatch
         times = freed.get(worker) if worker is not None else None
         if worker not in seen or not times:
@@ -209,85 +236,87 @@ def workload(records: Iterable[Mapping[str, Any]]) -> Workload:  # noqa: C901, P
         waiting[task_id, attempt] = was_waiting((t, worker), seen)
         if worker is not None:
             seen.add(worker)
+    return waiting
 
-    started = _starts(tasks)
 
-    # The shortest backoff seen per queue and attempt: a retry that waited
-    # was due no sooner.
-    backoffs: dict[tuple[str, int], int] = {}
-    runs: dict[str, list[int]] = defaultdict(list)
-    for task_id, task in tasks.items():
-        for attempt, (t, _) in task.dispatches.items():
-            end = task.ends.get(attempt)
-            if end is not None:
-                runs[task.queue].append(end[0] - started.get((task_id, attempt), t))
-            before = task.ends.get(attempt - 1)
-            if before is not None and before[1] == "retrying":
-                key = (task.queue, attempt)
-                backoffs[key] = min(backoffs.get(key, t - before[0]), t - before[0])
-    every = [run for queue_runs in runs.values() for run in queue_runs]
-    median = {queue: round(statistics.median(r)) for queue, r in runs.items()}
-    overall = round(statistics.median(every)) if every else 0
+class _History:
+    """
+    What L{workload} makes each task's L{Job} from: which deliveries waited
+    for a worker, when each began to run, the shortest backoff seen per queue
+    and attempt (a retry that waited was due no sooner), each queue's median
+    run; and, as the jobs are made, the waits measured and the backlog's steps.
+    """
 
-    jobs: list[Job] = []
-    measured: dict[int, int] = {}
-    backlog: list[tuple[int, str, int]] = []
-    slots = _most_workers(tasks)
-    for task_id, task in tasks.items():
-        if task.submitted is None:
-            continue  # submitted before the history began
-        ready = task.submitted
+    def __init__(
+        self,
+        tasks: Mapping[int, _Task],
+        waiting: Mapping[tuple[int, int], bool],
+        started: Mapping[tuple[int, int], int],
+    ) -> None:
+        self.waiting = waiting
+        self.started = started
+        self.backoffs: dict[tuple[str, int], int] = {}
+        runs: dict[str, list[int]] = defaultdict(list)
+        for task_id, task in tasks.items():
+            for attempt, (t, _) in task.dispatches.items():
+                end = task.ends.get(attempt)
+                if end is not None:
+                    runs[task.queue].append(end[0] - started.get((task_id, attempt), t))
+                before = task.ends.get(attempt - 1)
+                if before is not None and before[1] == "retrying":
+                    key = (task.queue, attempt)
+                    self.backoffs[key] = min(self.backoffs.get(key, t - before[0]), t - before[0])
+        every = [run for queue_runs in runs.values() for run in queue_runs]
+        self.median = {queue: round(statistics.median(r)) for queue, r in runs.items()}
+        self.overall = round(statistics.median(every)) if every else 0
+        self.measured: dict[int, int] = {}
+        self.backlog: list[tuple[int, str, int]] = []
+
+    def job(self, task_id: int, task: _Task) -> Job:
+        """The job of a task submitted in the history: its deliveries, as steps."""
+        assert task.submitted is not None
+        first_ready = ready = task.submitted
         steps: list[Step] = []
         attempt = 1
         while attempt in task.dispatches:
             t, _ = task.dispatches[attempt]
-            if attempt > 1:
-                before = task.ends[attempt - 1]
-                if before[1] != "retrying":
-                    ready = before[0]
-                elif waiting[task_id, attempt]:
-                    ready = min(t, before[0] + backoffs[task.queue, attempt])
-                else:
-                    ready = t
-            elif task.due is not None:
-                ready = task.due  # it said when it was due
-            elif not waiting[task_id, attempt]:
-                ready = t  # delayed: due when it went to a free worker
-            start = started.get((task_id, attempt), t)
+            ready = self._ready(task_id, task, attempt, t)
+            start = self.started.get((task_id, attempt), t)
             if attempt == 1:
                 first_ready = ready
-                measured[task_id] = start - ready
+                self.measured[task_id] = start - ready
             else:
                 # The step before waits from its end to this one's ready time.
                 end_t, event, cause = task.ends[attempt - 1]
                 head = event == "requeued" and not cause.startswith(TIMED_OUT)
                 steps[-1] = Step(steps[-1].run, ready - end_t, head)
-            backlog += [(ready, task.queue, 1), (t, task.queue, -1)]
+            self.backlog += [(ready, task.queue, 1), (t, task.queue, -1)]
             end = task.ends.get(attempt)
             if end is None:
-                steps.append(Step(median.get(task.queue, overall)))
+                steps.append(Step(self.median.get(task.queue, self.overall)))
                 break
             steps.append(Step(end[0] - start))
             attempt += 1
         if not steps:
             # Never dispatched: still queued at the end, dropped, or cancelled.
-            first_ready = ready
-            steps.append(Step(median.get(task.queue, overall)))
-            backlog.append((ready, task.queue, 1))
+            steps.append(Step(self.median.get(task.queue, self.overall)))
+            self.backlog.append((ready, task.queue, 1))
             if task.cancelled is not None:
-                backlog.append((task.cancelled, task.queue, -1))
-        jobs.append(
-            Job(task_id, task.queue, task.priority, first_ready, tuple(steps), task.cancelled)
-        )
-    jobs.sort(key=lambda job: (job.ready, job.task))
-    backlog.sort()
-    return Workload(
-        tuple(sorted({task.queue for task in tasks.values()})),
-        tuple(jobs),
-        slots,
-        measured,
-        tuple(backlog),
-    )
+                self.backlog.append((task.cancelled, task.queue, -1))
+        return Job(task_id, task.queue, task.priority, first_ready, tuple(steps), task.cancelled)
+
+    def _ready(self, task_id: int, task: _Task, attempt: int, t: int) -> int:
+        """When the delivery C{attempt} of a task, dispatched at C{t}, became ready to run."""
+        waited = self.waiting[task_id, attempt]
+        if attempt > 1:
+            before = task.ends[attempt - 1]
+            if before[1] != "retrying":
+                return before[0]
+            return min(t, before[0] + self.backoffs[task.queue, attempt]) if waited else t
+        if task.due is not None:
+            return task.due  # it said when it was due
+        assert task.submitted is not None
+        return task.submitted if waited else t  # delayed: due when it went to a free worker
 
 
 def _starts(tasks: Mapping[int, _Task]) -> dict[tuple[int, int], int]:

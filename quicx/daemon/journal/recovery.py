@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
+from collections.abc import Callable
 
 from attrs import evolve, frozen
 
@@ -66,87 +67,136 @@ _GROUP_FORGOTTEN = 3
 _LIFECYCLE_HEADS = {KIND_SUBMIT3: SUBMIT3_HEAD, KIND_SUBMIT4: SUBMIT4_HEAD}
 
 
-def _body_problem(data: bytes | memoryview, kind: int, start: int, end: int) -> str:  # noqa: C901, PLR0912
-    """What is wrong with the body of a record of C{kind} (C{""}: nothing)."""
-    length = end - start
-    if kind == KIND_SUBMIT:
-        if length < SUBMIT_HEAD.size or SUBMIT_HEAD.size + data[start + 5] > length:
-            return "SUBMIT record shorter than its task type"
-    elif kind == KIND_SUBMIT2:
-        if length < SUBMIT2_HEAD.size:
-            return "SUBMIT record shorter than its header"
-        _, _, _, _, queue, task_type, key, fairness = SUBMIT2_HEAD.unpack_from(data, start)
-        if not queue or SUBMIT2_HEAD.size + queue + task_type + key + fairness > length:
-            return "SUBMIT record shorter than its fields"
-    elif kind in _LIFECYCLE_HEADS:
-        head = _LIFECYCLE_HEADS[kind]
-        if length < head.size:
-            return "SUBMIT record shorter than its header"
-        *_, queue, task_type, key, fairness, backoff = head.unpack_from(data, start)
-        if not queue or backoff not in (0, BACKOFF.size):
-            return "SUBMIT record of the wrong shape"
-        if head.size + queue + task_type + key + fairness + backoff > length:
-            return "SUBMIT record shorter than its fields"
-    elif kind == KIND_RESULT:
-        if length < RESULT_HEAD.size:
-            return "RESULT record shorter than its header"
-        _, _, state, result_kind, _ = RESULT_HEAD.unpack_from(data, start)
-        if state not in _RESULT_STATES or result_kind & ~AUTOMATIC not in _RESULT_KINDS:
-            return "RESULT record of the wrong shape"
-        if state == FORGOTTEN and result_kind > 1:
-            return "RESULT record of the wrong shape"
-        if state == FORGOTTEN and length != RESULT_HEAD.size:
-            return "RESULT record of the wrong length"
-    elif kind == KIND_GROUP:
-        if length != GROUP_HEAD.size or data[start + 5] not in _GROUP_PHASES:
-            return "GROUP record of the wrong shape"
-    elif kind == KIND_RETRY:
-        if length != RETRY_HEAD.size:
-            return "RETRY record of the wrong length"
-    elif kind == KIND_ATTEMPTS:
-        if length != ATTEMPTS_HEAD.size:
-            return "ATTEMPTS record of the wrong length"
-    elif kind == KIND_DEAD:
-        if length < DEAD_HEAD.size:
-            return "DEAD record shorter than its header"
-        *_, reason, worker = DEAD_HEAD.unpack_from(data, start)
-        if DEAD_HEAD.size + reason + worker != length:
-            return "DEAD record of the wrong length"
-    elif kind == KIND_FIRED:
-        if length < FIRED_HEAD.size or not data[start + 9]:
-            return "FIRED record of the wrong shape"
-        if FIRED_HEAD.size + data[start + 9] != length:
-            return "FIRED record of the wrong length"
-    elif kind in (KIND_SCHEDULE, KIND_UNSCHEDULE):
-        if length < 3 or not data[start + 1] or 2 + data[start + 1] > length:
-            return "SCHEDULE record of the wrong shape"
-        if kind == KIND_UNSCHEDULE and 2 + data[start + 1] != length:
-            return "UNSCHEDULE record of the wrong length"
-    elif kind == KIND_SHARED:
-        if length < SHARED_HEAD.size or not data[start + 5]:
-            return "SHARED record of the wrong shape"
-        name_end = SHARED_HEAD.size + data[start + 5]
-        if name_end > length or (not ID.unpack_from(data, start + 1)[0] and name_end != length):
-            return "SHARED record of the wrong length"
-    elif kind == KIND_PAUSE:
-        if (
-            length < 3
-            or data[start + 1] > 1
-            or not data[start + 2]
-            or 3 + data[start + 2] != length
-        ):
-            return "PAUSE record of the wrong shape"
-    elif kind == KIND_KEY:
-        if length < KEY_HEAD.size:
-            return "KEY record shorter than its header"
-        _, _, _, outcome, queue, key = KEY_HEAD.unpack_from(data, start)
-        if outcome not in OUTCOME_NAMES or not queue or not key:
-            return "KEY record of the wrong shape"
-        if KEY_HEAD.size + queue + key != length:
-            return "KEY record of the wrong length"
-    elif length != 5:
-        return f"record of kind {kind} has {length} bytes, not 5"
+_View = bytes | memoryview
+
+
+def _submit_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < SUBMIT_HEAD.size or SUBMIT_HEAD.size + data[start + 5] > length:
+        return "SUBMIT record shorter than its task type"
     return ""
+
+
+def _submit2_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < SUBMIT2_HEAD.size:
+        return "SUBMIT record shorter than its header"
+    _, _, _, _, queue, task_type, key, fairness = SUBMIT2_HEAD.unpack_from(data, start)
+    if not queue or SUBMIT2_HEAD.size + queue + task_type + key + fairness > length:
+        return "SUBMIT record shorter than its fields"
+    return ""
+
+
+def _lifecycle_problem(data: _View, kind: int, start: int, length: int) -> str:
+    head = _LIFECYCLE_HEADS[kind]
+    if length < head.size:
+        return "SUBMIT record shorter than its header"
+    *_, queue, task_type, key, fairness, backoff = head.unpack_from(data, start)
+    if not queue or backoff not in (0, BACKOFF.size):
+        return "SUBMIT record of the wrong shape"
+    if head.size + queue + task_type + key + fairness + backoff > length:
+        return "SUBMIT record shorter than its fields"
+    return ""
+
+
+def _result_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < RESULT_HEAD.size:
+        return "RESULT record shorter than its header"
+    _, _, state, result_kind, _ = RESULT_HEAD.unpack_from(data, start)
+    if state not in _RESULT_STATES or result_kind & ~AUTOMATIC not in _RESULT_KINDS:
+        return "RESULT record of the wrong shape"
+    if state == FORGOTTEN and result_kind > 1:
+        return "RESULT record of the wrong shape"
+    if state == FORGOTTEN and length != RESULT_HEAD.size:
+        return "RESULT record of the wrong length"
+    return ""
+
+
+def _group_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length != GROUP_HEAD.size or data[start + 5] not in _GROUP_PHASES:
+        return "GROUP record of the wrong shape"
+    return ""
+
+
+def _retry_problem(data: _View, kind: int, start: int, length: int) -> str:
+    return "" if length == RETRY_HEAD.size else "RETRY record of the wrong length"
+
+
+def _attempts_problem(data: _View, kind: int, start: int, length: int) -> str:
+    return "" if length == ATTEMPTS_HEAD.size else "ATTEMPTS record of the wrong length"
+
+
+def _dead_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < DEAD_HEAD.size:
+        return "DEAD record shorter than its header"
+    *_, reason, worker = DEAD_HEAD.unpack_from(data, start)
+    if DEAD_HEAD.size + reason + worker != length:
+        return "DEAD record of the wrong length"
+    return ""
+
+
+def _fired_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < FIRED_HEAD.size or not data[start + 9]:
+        return "FIRED record of the wrong shape"
+    if FIRED_HEAD.size + data[start + 9] != length:
+        return "FIRED record of the wrong length"
+    return ""
+
+
+def _schedule_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < 3 or not data[start + 1] or 2 + data[start + 1] > length:
+        return "SCHEDULE record of the wrong shape"
+    if kind == KIND_UNSCHEDULE and 2 + data[start + 1] != length:
+        return "UNSCHEDULE record of the wrong length"
+    return ""
+
+
+def _shared_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < SHARED_HEAD.size or not data[start + 5]:
+        return "SHARED record of the wrong shape"
+    name_end = SHARED_HEAD.size + data[start + 5]
+    if name_end > length or (not ID.unpack_from(data, start + 1)[0] and name_end != length):
+        return "SHARED record of the wrong length"
+    return ""
+
+
+def _pause_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < 3 or data[start + 1] > 1 or not data[start + 2] or 3 + data[start + 2] != length:
+        return "PAUSE record of the wrong shape"
+    return ""
+
+
+def _key_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < KEY_HEAD.size:
+        return "KEY record shorter than its header"
+    _, _, _, outcome, queue, key = KEY_HEAD.unpack_from(data, start)
+    if outcome not in OUTCOME_NAMES or not queue or not key:
+        return "KEY record of the wrong shape"
+    if KEY_HEAD.size + queue + key != length:
+        return "KEY record of the wrong length"
+    return ""
+
+
+_BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
+    KIND_SUBMIT: _submit_problem,
+    KIND_SUBMIT2: _submit2_problem,
+    KIND_SUBMIT3: _lifecycle_problem,
+    KIND_SUBMIT4: _lifecycle_problem,
+    KIND_RESULT: _result_problem,
+    KIND_GROUP: _group_problem,
+    KIND_RETRY: _retry_problem,
+    KIND_ATTEMPTS: _attempts_problem,
+    KIND_DEAD: _dead_problem,
+    KIND_FIRED: _fired_problem,
+    KIND_SCHEDULE: _schedule_problem,
+    KIND_UNSCHEDULE: _schedule_problem,
+    KIND_SHARED: _shared_problem,
+    KIND_PAUSE: _pause_problem,
+    KIND_KEY: _key_problem,
+}
+"""
+What is wrong with a record's body, by kind (C{data}, C{kind}, where the
+body starts, its length): the message, or C{""}.  Any other kind is its
+kind byte and a task id (5 bytes).
+"""
 
 
 def _record_at(data: bytes | memoryview, offset: int) -> tuple[int, str]:
@@ -168,7 +218,10 @@ def _record_at(data: bytes | memoryview, offset: int) -> tuple[int, str]:
     kind = data[body_start]
     if kind not in KINDS:
         return end, f"unknown record kind {kind}"
-    return end, _body_problem(data, kind, body_start, end)
+    check = _BODY_CHECKS.get(kind)
+    if check is None:  # its kind byte and a task id
+        return end, "" if length == 5 else f"record of kind {kind} has {length} bytes, not 5"
+    return end, check(data, kind, body_start, length)
 
 
 def _good_record_after(data: bytes, offset: int) -> int | None:
@@ -208,7 +261,7 @@ def _damage(path: str, offset: int, problem: str, following: int | None) -> Jour
     )
 
 
-def recover(path: str) -> Recovery:  # noqa: PLR0915
+def recover(path: str) -> Recovery:
     """
     Read the journal at C{path} (a missing file is an empty journal).
 
@@ -220,16 +273,18 @@ def recover(path: str) -> Recovery:  # noqa: PLR0915
         return Recovery((), 0, 0, 0, 0)
     if len(data) < len(MAGIC):
         return Recovery((), 0, 0, len(data), 0)
-    live: dict[int, RecoveredTask] = {}
-    paused: dict[str, bool] = {}
-    keys: dict[tuple[str, bytes], KeyEntry] = {}
-    fired: dict[str, float] = {}
-    schedules: dict[str, bytes] = {}
-    shared: dict[str, tuple[int, bytes]] = {}
-    outcomes = _Outcomes()
-    last_task_id = 0
-    reserved: int | None = None
-    records = 0
+    replay = _Replay()
+    offset = _replay_records(path, data, replay)
+    return replay.recovery(data, offset)
+
+
+def _replay_records(path: str, data: bytes, replay: _Replay) -> int:
+    """
+    Apply each good record of C{data} to C{replay}, in order: the offset
+    where they end (a torn tail is left out).
+
+    @raise JournalCorrupt: a record is damaged, not torn.
+    """
     offset = len(MAGIC)
     view = memoryview(data)
     while offset < len(data):
@@ -239,92 +294,125 @@ def recover(path: str) -> Recovery:  # noqa: PLR0915
             if following is not None or not _is_torn(data, offset, end):
                 raise _damage(path, offset, problem, following)
             break
-        kind = data[offset + RECORD_HEADER.size]
-        body = offset + RECORD_HEADER.size + 1
-        if kind in _NAMED_KINDS:
-            if kind == KIND_SHARED:
-                _shared_record(data, body - 1, end, shared)
-            else:
-                _schedule_record(data, kind, body, end, paused, fired, schedules)
-            records += 1
-            offset = end
-            continue
-        if kind == KIND_GROUP:
-            outcomes.group(data, body - 1)
-            records += 1
-            offset = end
-            continue
-        task_id = ID.unpack_from(data, body)[0]
-        if kind == KIND_SUBMIT:
-            type_end = body + 5 + data[body + 4]
-            live.pop(task_id, None)
-            live[task_id] = RecoveredTask(task_id, data[body + 5 : type_end], data[type_end:end])
-            last_task_id = task_id
-        elif kind == KIND_SUBMIT2:
-            live.pop(task_id, None)
-            live[task_id] = _submit2(data, body - 1, end)
-            last_task_id = task_id
-        elif kind in _LIFECYCLE_HEADS:
-            live.pop(task_id, None)
-            live[task_id] = recovered = _lifecycle_submit(data, body - 1, end, kind)
-            outcomes.join(recovered.group)
-            last_task_id = task_id
-        elif kind in _STATE_KINDS:
-            task = live.get(task_id)
-            if task is not None:
-                live[task_id] = _change(task, kind, data, body - 1, end)
-                if kind == KIND_DEAD and task.group:
-                    outcomes.count(task.group, "failed")
-                    live[task_id] = evolve(live[task_id], group=0)
-        elif kind == KIND_RESULT:
-            outcomes.result(data, body - 1, end)
-        elif kind == KIND_KEY:
-            entry = _key(data, body - 1, end)
-            keys[(entry.queue, entry.key)] = entry
-        elif kind == KIND_RESERVE:
-            reserved = task_id
-        elif kind == KIND_CHECKPOINT:
-            last_task_id = task_id
-        else:
-            task = live.pop(task_id, None)
-            outcome = _OUTCOME_OF_KIND.get(kind, "failed")
-            if task is not None and task.group:
-                outcomes.count(task.group, outcome)
-            if task is not None and task.key is not None and task.queue is not None:
-                submitted = task.enqueued_at or 0.0
-                keys[(task.queue, task.key)] = KeyEntry(
-                    task.queue, task.key, task_id, submitted, outcome
-                )
-        records += 1
+        replay.apply(data, offset + RECORD_HEADER.size, end)
         offset = end
-    for task in live.values():
-        # A live task's key is its own, whatever an earlier task with it left.
-        if task.key is not None and task.queue is not None:
-            keys.pop((task.queue, task.key), None)
-    resume = reserved if reserved is not None else last_task_id
-    return Recovery(
-        tuple(live.values()),
-        resume,
-        offset,
-        len(data) - offset,
-        records,
-        frozenset(name for name, is_paused in paused.items() if is_paused),
-        tuple(keys.values()),
-        MAGICS[data[: len(MAGIC)]],
-        fired,
-        schedules,
-        shared,
-        tuple(outcomes.kept.values()),
-        tuple(outcomes.forgotten),
-        tuple(outcomes.groups.values()),
-        outcomes.last_group_id,
-        frozenset(task_id for task_id, evicted in outcomes.forgotten.items() if evicted),
-    )
+    return offset
 
 
 _NAMED_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE, KIND_SHARED})
 """The records of a queue, a schedule or shared data: of no task."""
 _STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS})
+
+
+class _Replay:
+    """What a journal's records say, as they are read in order."""
+
+    def __init__(self) -> None:
+        self.live: dict[int, RecoveredTask] = {}
+        self.paused: dict[str, bool] = {}
+        self.keys: dict[tuple[str, bytes], KeyEntry] = {}
+        self.fired: dict[str, float] = {}
+        self.schedules: dict[str, bytes] = {}
+        self.shared: dict[str, tuple[int, bytes]] = {}
+        self.outcomes = _Outcomes()
+        self.last_task_id = 0
+        self.reserved: int | None = None
+        self.records = 0
+
+    def apply(self, data: bytes, start: int, end: int) -> None:
+        """Apply the (checked) record whose body is C{data[start:end]}."""
+        self.records += 1
+        kind = data[start]
+        if kind in _NAMED_KINDS:
+            if kind == KIND_SHARED:
+                _shared_record(data, start, end, self.shared)
+            else:
+                _schedule_record(
+                    data, kind, start + 1, end, self.paused, self.fired, self.schedules
+                )
+            return
+        if kind == KIND_GROUP:
+            self.outcomes.group(data, start)
+            return
+        # A record about a task.
+        task_id = ID.unpack_from(data, start + 1)[0]
+        if kind == KIND_SUBMIT:
+            type_end = start + 6 + data[start + 5]
+            self._submitted(RecoveredTask(task_id, data[start + 6 : type_end], data[type_end:end]))
+        elif kind == KIND_SUBMIT2:
+            self._submitted(_submit2(data, start, end))
+        elif kind in _LIFECYCLE_HEADS:
+            recovered = _lifecycle_submit(data, start, end, kind)
+            self._submitted(recovered)
+            self.outcomes.join(recovered.group)
+        elif kind in _STATE_KINDS:
+            self._changed(data, kind, task_id, start, end)
+        elif kind == KIND_RESULT:
+            self.outcomes.result(data, start, end)
+        elif kind == KIND_KEY:
+            entry = _key(data, start, end)
+            self.keys[(entry.queue, entry.key)] = entry
+        elif kind == KIND_RESERVE:
+            self.reserved = task_id
+        elif kind == KIND_CHECKPOINT:
+            self.last_task_id = task_id
+        else:
+            self._finished(task_id, _OUTCOME_OF_KIND.get(kind, "failed"))
+
+    def _submitted(self, task: RecoveredTask) -> None:
+        """A task submitted (again, if its id was: the later one is live, and last)."""
+        self.live.pop(task.task_id, None)
+        self.live[task.task_id] = task
+        self.last_task_id = task.task_id
+
+    def _changed(self, data: bytes, kind: int, task_id: int, start: int, end: int) -> None:
+        """A live task's RETRY, DEAD, REPLAY or ATTEMPTS: a dead task leaves its group, counted."""
+        task = self.live.get(task_id)
+        if task is None:
+            return
+        self.live[task_id] = _change(task, kind, data, start, end)
+        if kind == KIND_DEAD and task.group:
+            self.outcomes.count(task.group, "failed")
+            self.live[task_id] = evolve(self.live[task_id], group=0)
+
+    def _finished(self, task_id: int, outcome: str) -> None:
+        """A task's outcome: it leaves the live tasks, its group counts it, its key says it."""
+        task = self.live.pop(task_id, None)
+        if task is None:
+            return
+        if task.group:
+            self.outcomes.count(task.group, outcome)
+        if task.key is not None and task.queue is not None:
+            submitted = task.enqueued_at or 0.0
+            self.keys[(task.queue, task.key)] = KeyEntry(
+                task.queue, task.key, task_id, submitted, outcome
+            )
+
+    def recovery(self, data: bytes, offset: int) -> Recovery:
+        """What the records read (up to C{offset}) say."""
+        for task in self.live.values():
+            # A live task's key is its own, whatever an earlier task with it left.
+            if task.key is not None and task.queue is not None:
+                self.keys.pop((task.queue, task.key), None)
+        outcomes = self.outcomes
+        return Recovery(
+            tuple(self.live.values()),
+            self.reserved if self.reserved is not None else self.last_task_id,
+            offset,
+            len(data) - offset,
+            self.records,
+            frozenset(name for name, is_paused in self.paused.items() if is_paused),
+            tuple(self.keys.values()),
+            MAGICS[data[: len(MAGIC)]],
+            self.fired,
+            self.schedules,
+            self.shared,
+            tuple(outcomes.kept.values()),
+            tuple(outcomes.forgotten),
+            tuple(outcomes.groups.values()),
+            outcomes.last_group_id,
+            frozenset(task_id for task_id, evicted in outcomes.forgotten.items() if evicted),
+        )
 
 
 def _schedule_record(

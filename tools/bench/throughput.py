@@ -1,0 +1,262 @@
+"""
+The throughput, latency and footprint workloads: SUBMITs alone, end to end,
+one at a time, idle, fan-in, memory, with events, per journal policy.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from quicx.clients.blocking import QuicxClient
+from tools.bench.rig import (
+    BENCH_TYPE,
+    CREDITS,
+    RESULT_WORKERS,
+    V2_QUEUES,
+    Layout,
+    payload_of,
+    percentiles,
+    rss_growth,
+    running,
+    status,
+    tasks_of,
+)
+from tools.launcher import (
+    DaemonProcess,
+    cpu_seconds,
+    tools_environment,
+)
+
+
+def submit_workload(n: int, protocol: int = 1) -> dict[str, Any]:
+    """One producer pipelines C{n} SUBMITs on one connection."""
+    payload = payload_of(100)
+    with (
+        running() as (daemon, _),
+        QuicxClient(daemon.client_address, protocol=protocol) as client,
+    ):
+        client.submit_many(tasks_of(1000, payload, protocol))  # warm-up
+        started = time.perf_counter()
+        client.submit_many(tasks_of(n, payload, protocol))
+        seconds = time.perf_counter() - started
+    return {"n": n, "protocol": protocol, "seconds": seconds, "oks_per_s": n / seconds}
+
+
+def _produce_and_wait(
+    address: str,
+    n: int,
+    payload: bytes,
+    protocol: int = 1,
+    result_size: int = 0,
+    delayed: bool = False,
+) -> float:
+    """
+    Pipeline C{n} tasks, wait for every DONE; the seconds it took.  With
+    C{result_size}, each DONE must carry a result of that many bytes.
+    """
+    with QuicxClient(address, keep_outcomes=n + 1, protocol=protocol) as client:
+        started = time.perf_counter()
+        ids = client.submit_many(tasks_of(n, payload, protocol, delayed))
+        for task_id in ids:
+            value = client.wait(task_id)  # type: ignore[arg-type]
+            if result_size and len(value) != result_size:
+                raise SystemExit(f"tools.bench: task {task_id} gave {value!r}, not its result")
+        return time.perf_counter() - started
+
+
+def e2e_workload(
+    n: int,
+    payload_size: int = 100,
+    extra: list[str] | None = None,
+    layout: Layout = CREDITS,
+    protocol: int = 1,
+    result_size: int = 0,
+    during: Callable[[DaemonProcess], AbstractContextManager[object]] | None = None,
+    delayed: bool = False,
+) -> dict[str, Any]:
+    """
+    One producer pipelines C{n} tasks; 2 worker processes run them.  With
+    C{protocol} 2, the tasks are spread over 4 queues and 3 priorities and
+    the workers serve the 4 queues (and with C{delayed}, each falls due a
+    millisecond after its SUBMIT).  With C{result_size} (version 2: one of
+    L{RESULT_WORKERS}), each handler returns a result of that many bytes,
+    which reaches the producer.  C{during(daemon)}: a context the timed part
+    runs in (a scraper, say).
+    """
+    worker_args = ("--protocol=1",) if protocol == 1 else (f"--queues={','.join(V2_QUEUES)}",)
+    target = RESULT_WORKERS[result_size]
+    assert protocol == 2 or not (result_size or delayed)
+    with running(extra, 2, layout, None, worker_args, target) as (daemon, workers):
+        assert workers is not None
+        cpu = cpu_seconds(daemon.pid), workers.cpu_seconds(), time.process_time()
+        with nullcontext() if during is None else during(daemon):
+            seconds = _produce_and_wait(
+                daemon.client_address, n, payload_of(payload_size), protocol, result_size, delayed
+            )
+        daemon_cpu = cpu_seconds(daemon.pid) - cpu[0]
+        workers_cpu = workers.cpu_seconds() - cpu[1]
+        producer_cpu = time.process_time() - cpu[2]
+        completed = status(daemon)["tasks"]["completed"]
+    if completed != n:
+        raise SystemExit(f"tools.bench: {completed} of {n} tasks completed")
+    return {
+        "n": n,
+        "protocol": protocol,
+        "payload": payload_size,
+        "result": result_size,
+        "connections_per_worker": None if layout is None else layout[0],
+        "credits": None if layout is None else layout[1],
+        "seconds": seconds,
+        "tasks_per_s": n / seconds,
+        "cpu_us_per_task": {
+            "daemon": 1e6 * daemon_cpu / n,
+            "workers": 1e6 * workers_cpu / n,
+            "producer": 1e6 * producer_cpu / n,
+        },
+    }
+
+
+def latency_workload(
+    n: int, busy_poll: float | None = None, layout: Layout = None
+) -> dict[str, Any]:
+    """
+    One task at a time: submit, run, DONE back at the producer (version 1),
+    with 2 stock workers unless C{layout} says otherwise.
+    """
+    payload = payload_of(100)
+    with (
+        running(workers=2, layout=layout, busy_poll=busy_poll) as (daemon, _),
+        QuicxClient(daemon.client_address, protocol=1) as client,
+    ):
+        for _ in range(50):
+            client.submit_and_wait(BENCH_TYPE, payload)
+        samples = []
+        for _ in range(n):
+            started = time.perf_counter_ns()
+            client.submit_and_wait(BENCH_TYPE, payload)
+            samples.append(time.perf_counter_ns() - started)
+    return {"n": n, "busy_poll": busy_poll, **percentiles(samples)}
+
+
+def idle_workload(seconds: float, busy_poll: float | None = None) -> dict[str, Any]:
+    """
+    The CPU an idle daemon and 2 idle stock workers use over C{seconds}
+    (with C{busy_poll}, or their defaults), as a percentage of one CPU each.
+    """
+    with running(workers=2, layout=None, busy_poll=busy_poll) as (daemon, workers):
+        assert workers is not None
+        time.sleep(1)  # past the start-up's work
+        before = cpu_seconds(daemon.pid), [cpu_seconds(p.pid) for p in workers.processes]
+        time.sleep(seconds)
+        daemon_cpu = cpu_seconds(daemon.pid) - before[0]
+        workers_cpu = [
+            cpu_seconds(process.pid) - started
+            for process, started in zip(workers.processes, before[1], strict=True)
+        ]
+    return {
+        "seconds": seconds,
+        "busy_poll": busy_poll,
+        "daemon_percent": 100 * daemon_cpu / seconds,
+        "worker_percent": max(100 * cpu / seconds for cpu in workers_cpu),
+    }
+
+
+def fanin_workload(connections: int, per_connection: int) -> dict[str, Any]:
+    """Many producer connections at once (one Twisted process), 4 workers."""
+    with running(workers=4) as (daemon, _):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tools.bench",
+                "_fanin",
+                daemon.client_address,
+                str(connections),
+                str(per_connection),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=tools_environment(),
+        )
+    seconds = float(result.stdout)
+    n = connections * per_connection
+    return {"connections": connections, "n": n, "seconds": seconds, "tasks_per_s": n / seconds}
+
+
+def fanin_producer(address: str, connections: int, per_connection: int) -> None:
+    """(Its own process.) Submit from every connection at once; print the seconds."""
+    from twisted.internet import defer
+    from twisted.internet.task import react
+
+    from quicx.clients.twisted_client import connect
+
+    payload = payload_of(100)
+
+    async def one(reactor: Any) -> None:
+        protocol = await connect(reactor, address, keep_outcomes=per_connection + 1, protocol=1)
+        ids = await defer.gatherResults(
+            [protocol.submit(BENCH_TYPE, payload) for _ in range(per_connection)]
+        )
+        await defer.gatherResults([protocol.outcome(task_id) for task_id in ids])
+        protocol.close()
+
+    async def main(reactor: Any) -> None:
+        started = time.perf_counter()
+        await defer.gatherResults([defer.ensureDeferred(one(reactor)) for _ in range(connections)])
+        print(time.perf_counter() - started)
+
+    react(lambda reactor: defer.ensureDeferred(main(reactor)))
+
+
+def memory_workload(n: int) -> dict[str, Any]:
+    """Resident memory with no tasks and with C{n} queued 100-byte tasks."""
+    payload = payload_of(100)
+    with running() as (daemon, _):
+        empty, full = rss_growth(
+            daemon, tasks_of(1000, payload, 1), tasks_of(n - 1000, payload, 1), protocol=1
+        )
+        pool_used = status(daemon)["memory"]["used"]
+    return {
+        "n": n,
+        "rss_empty": empty,
+        "rss_full": full,
+        "pmad_used": pool_used,
+        "bytes_per_task": (full - empty) / n,
+        "bytes_per_task_beyond_pool": (full - empty - pool_used) / n,
+    }
+
+
+def events_workload(n: int, directory: Path, rounds: int = 3) -> dict[str, Any]:
+    """End-to-end throughput with lifecycle events off and on, alternated."""
+    rates: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(rounds):
+        rates["off"].append(e2e_workload(n)["tasks_per_s"])
+        with tempfile.TemporaryDirectory(dir=directory) as events:
+            rates["on"].append(e2e_workload(n, extra=[f"--events={events}"])["tasks_per_s"])
+    off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    return {"n": n, "rounds": rates, "median_off": off, "median_on": on, "ratio": on / off}
+
+
+def journal_workload(n: int, journal_dir: Path) -> dict[str, Any]:
+    """End-to-end throughput without a journal and with each fsync policy."""
+    results = {}
+    for policy in ("none", "no", "everysec", "always"):
+        extra = []
+        if policy != "none":
+            path = journal_dir / f"bench-{policy}.journal"
+            path.unlink(missing_ok=True)
+            extra = [f"--journal={path}", f"--fsync={policy}"]
+        results[policy] = e2e_workload(n, extra=extra)["tasks_per_s"]
+        if policy != "none":
+            path.unlink(missing_ok=True)
+    base = results["none"]
+    return {"n": n, "tasks_per_s": results, "ratio": {k: v / base for k, v in results.items()}}
