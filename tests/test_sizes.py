@@ -37,9 +37,6 @@ ALLOWED: dict[str, str] = {
     "quicx/daemon/queue/core.py:QueueService": SPLITTING,
     "quicx/daemon/queue/core.py:QueueService.submit": SPLITTING,
     "quicx/daemon/server.py:QuicxServerProtocol": SPLITTING,
-    "quicx/daemon/service.py:build_daemon": SPLITTING,
-    "quicx/daemon/settings.py": SPLITTING,
-    "quicx/daemon/settings.py:Config": SPLITTING,
     "quicx/protocol/v2.py": SPLITTING,
     "quicx/protocol/v2.py:decode_submit": SPLITTING,
 }
