@@ -7,6 +7,7 @@ L{task.Clock}.  No reactor, no sockets.
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import partial
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred
@@ -18,7 +19,7 @@ from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, 
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.core import QueueService, Session, Task
-from quicx.protocol import monitor, v2, wire
+from quicx.protocol import registry, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.session import IPeer, Role
 
@@ -34,7 +35,7 @@ class FakePeer:
         self.received: list[Any] = []
         self.session: Session = queue.open_session(self)
         self.session.version = version
-        self._decode = monitor.decode if version == 2 else wire.decode
+        self._decode = partial(registry.decode, version=version)
 
     def sendFrame(self, data: bytes) -> None:
         assert self.session.connected, f"a frame sent to {self.peer_name} after it left"
@@ -52,7 +53,7 @@ class FakePeer:
 
     def task_ids(self) -> list[int]:
         """The ids of the TASKs received since the last C{take}, taking them all."""
-        return [m.task_id for m in self.take() if isinstance(m, wire.Task | v2.Task)]
+        return [m.task_id for m in self.take() if isinstance(m, wire.Task | taskflow.Task)]
 
 
 @implementer(IJournal)

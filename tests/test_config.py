@@ -23,8 +23,8 @@ from quicx.daemon.queue.policy import ProgressSettings, QueueLimits, QueuePolicy
 from quicx.daemon.queue.results import Share
 from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.daemon.settings import ConfigError
-from quicx.protocol.lifecycle import Missed
-from quicx.protocol.v2 import Backoff, BackoffKind
+from quicx.protocol.admin import Missed
+from quicx.protocol.taskflow import Backoff, BackoffKind
 
 REFERENCE = """\
 [server]

@@ -12,9 +12,9 @@ import pytest
 from quicx.daemon.queue.core import QueueService, Refused
 from quicx.daemon.queue.policy import SharedLimits
 from quicx.daemon.queue.shared import SharedData
-from quicx.protocol.results import Shared
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.session import ProtocolViolation, Role
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol.shared_data import Shared
 from tests.fakes import FakeJournal, FakePeer, make_queue, v2_producer_of
 
 

@@ -16,7 +16,7 @@ from twisted.internet.task import Clock
 from quicx.daemon.observe.telemetry import OTHER, Histogram, Telemetry
 from quicx.daemon.queue.core import QueueService
 from quicx.documents.latency import LATENCY_BUCKETS, quantile
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol.codec import ErrorCode
 from tests.fakes import make_queue, producer_of, worker_of
 
 

@@ -51,7 +51,7 @@ from quicx.clients.blocking_cluster import ClusterClient, open_client
 from quicx.clients.requests import Options
 from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import admin, codec, link, outcomes, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
 from tools import echo
 from tools.abuse import abuse_workload
@@ -665,7 +665,7 @@ def monitor_workload(depth: int, queries: int) -> dict[str, Any]:
         thread.start()
         with socket.create_connection(daemon.address) as monitor:
             parser = FrameParser(CLIENT_MAX_LENGTH, False, CLIENT_MAX_LENGTH)
-            monitor.sendall(v2.encode_hello())
+            monitor.sendall(link.encode_hello())
             answers = -1  # the HELLO's INFO first
             while answers < 0:
                 answers += len(parser.feed(monitor.recv(65536)))
@@ -674,11 +674,11 @@ def monitor_workload(depth: int, queries: int) -> dict[str, Any]:
             before = len(trips)
             started = time.perf_counter()
             # submit_many raises rather than return an error (return_exceptions=False).
-            monitor.sendall(v2.encode_inspect(cast(int, ids[-1])) * queries)
+            monitor.sendall(admin.encode_inspect(cast(int, ids[-1])) * queries)
             while answers < queries:
                 frames = parser.feed(monitor.recv(65536))
                 if not all(
-                    type(f) is Frame and f.message_type == v2.MessageType.INFO for f in frames
+                    type(f) is Frame and f.message_type == codec.MessageType.INFO for f in frames
                 ):
                     raise SystemExit(f"tools.bench: INSPECT was not answered INFO: {frames}")
                 answers += len(frames)
@@ -819,7 +819,7 @@ def delays_idle_workload(k: int) -> dict[str, Any]:
             QuicxClient(daemon.client_address) as client,
         ):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(v2.encode_ready(1))
+            sock.sendall(taskflow.encode_ready(1))
             parser = FrameParser(
                 CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH
             )
@@ -834,10 +834,13 @@ def delays_idle_workload(k: int) -> dict[str, Any]:
                     if not data:
                         raise SystemExit("tools.bench: the daemon closed the worker connection")
                     for frame in parser.feed(data):
-                        if isinstance(frame, Frame) and frame.message_type == v2.MessageType.TASK:
-                            task = v2.decode_task(frame.payload)
+                        if (
+                            isinstance(frame, Frame)
+                            and frame.message_type == codec.MessageType.TASK
+                        ):
+                            task = taskflow.decode_task(frame.payload)
                 lateness.append(1000 * arrived - due_ms)
-                sock.sendall(lifecycle.encode_ack(task.task_id, task.token))
+                sock.sendall(outcomes.encode_ack(task.task_id, task.token))
     lateness.sort()
     return {
         "k": k,
@@ -882,7 +885,7 @@ def _delays_worker(address: str, connections: int, n: int) -> None:
     for _ in range(connections):
         sock = socket.create_connection(sockaddr)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(v2.encode_ready(DELAY_CREDITS))
+        sock.sendall(taskflow.encode_ready(DELAY_CREDITS))
         parser = FrameParser(CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH)
         selector.register(sock, selectors.EVENT_READ, (sock, parser))
     arrivals: list[float] = []
@@ -895,14 +898,14 @@ def _delays_worker(address: str, connections: int, n: int) -> None:
                 raise SystemExit("tools.bench: the daemon closed a worker connection")
             replies = []
             for frame in parser.feed(data):
-                if not isinstance(frame, Frame) or frame.message_type == v2.MessageType.ERROR:
+                if not isinstance(frame, Frame) or frame.message_type == codec.MessageType.ERROR:
                     raise SystemExit(f"tools.bench: a worker got {frame}")
-                if frame.message_type == v2.MessageType.TASK:
-                    task = v2.decode_task(frame.payload)
+                if frame.message_type == codec.MessageType.TASK:
+                    task = taskflow.decode_task(frame.payload)
                     arrivals.append(now)
-                    replies.append(lifecycle.encode_ack(task.task_id, task.token))
-                elif frame.message_type == v2.MessageType.HEARTBEAT:
-                    replies.append(v2.PONG_FRAME)
+                    replies.append(outcomes.encode_ack(task.task_id, task.token))
+                elif frame.message_type == codec.MessageType.HEARTBEAT:
+                    replies.append(link.PONG_FRAME)
             sock.sendall(b"".join(replies))
     print(json.dumps(arrivals), flush=True)
 

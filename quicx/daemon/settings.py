@@ -60,10 +60,10 @@ from quicx.net.addresses import split_addresses
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.net.certificates import Authorization, identities
 from quicx.net.tls import TlsSettings
+from quicx.protocol.admin import Missed
+from quicx.protocol.codec import MAX_CREDITS, MAX_QUEUE_NAME, MAX_TYPE_LENGTH, check_queue
 from quicx.protocol.durations import format_backoff, parse_backoff
-from quicx.protocol.lifecycle import Missed
-from quicx.protocol.v2 import MAX_QUEUE_NAME, Backoff, check_queue
-from quicx.protocol.wire import MAX_CREDITS, MAX_TYPE_LENGTH
+from quicx.protocol.taskflow import Backoff
 
 DEFAULT_PORT = 16381
 DEFAULT_HEARTBEAT_INTERVAL = 30.0

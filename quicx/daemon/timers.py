@@ -29,7 +29,7 @@ from twisted.logger import Logger
 
 from quicx.daemon.periodic import every
 from quicx.daemon.queue.core import QueueService
-from quicx.protocol import v2
+from quicx.protocol import link
 from quicx.protocol.wire import HEARTBEAT_FRAME
 
 
@@ -78,7 +78,7 @@ class Heartbeats:
             elif silent >= self.interval and now - session.heartbeat_sent >= self.interval:
                 session.heartbeat_sent = now
                 session.peer.sendFrame(
-                    HEARTBEAT_FRAME if session.version == 1 else v2.HEARTBEAT_FRAME
+                    HEARTBEAT_FRAME if session.version == 1 else link.HEARTBEAT_FRAME
                 )
 
 

@@ -47,11 +47,12 @@ from quicx.daemon.queue.results import KeptOutcome, KeptOutcomes
 from quicx.daemon.queue.retries import retry_wait
 from quicx.daemon.queue.waits import Target, Wait, Waits
 from quicx.net.twisted_types import Service
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import admin, codec, link, outcomes, taskflow, wire
 from quicx.protocol import session as protocol
-from quicx.protocol.results import GroupPhase, OutcomeState
+from quicx.protocol.codec import ErrorCode
+from quicx.protocol.outcomes import GroupPhase, OutcomeState
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
-from quicx.protocol.v2 import Backoff, ErrorCode
+from quicx.protocol.taskflow import Backoff
 
 
 @define(eq=False)
@@ -254,8 +255,8 @@ class Refused(Exception):
         self.log_id = log_id
 
 
-_OK = {1: lambda task_id, duplicate: wire.encode_ok(task_id), 2: v2.encode_ok}
-_ERROR = {1: wire.encode_error, 2: v2.encode_error}
+_OK = {1: lambda task_id, duplicate: wire.encode_ok(task_id), 2: taskflow.encode_ok}
+_ERROR = {1: wire.encode_error, 2: link.encode_error}
 
 
 @frozen
@@ -749,7 +750,7 @@ class QueueService(Service):
             ok = (
                 wire.encode_ok(task.task_id)
                 if producer.version == 1
-                else v2.encode_ok(task.task_id)
+                else taskflow.encode_ok(task.task_id)
             )
             if producer.replies:
                 producer.replies.append(ok)
@@ -825,7 +826,7 @@ class QueueService(Service):
             if task.group:
                 self._leave_group(task)
             if self.waits.count:
-                unknown_outcome = results.encode_outcome(task.task_id, OutcomeState.UNKNOWN)
+                unknown_outcome = outcomes.encode_outcome(task.task_id, OutcomeState.UNKNOWN)
                 self._answer_waits(task.task_id, unknown_outcome)
             if task.key is not None:
                 self.keys.drop(task.queue, task.key)
@@ -906,7 +907,9 @@ class QueueService(Service):
                 retries=recovered.retries,
                 failures=recovered.failures,
                 attempts=recovered.attempts,
-                backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
+                backoff=None
+                if recovered.backoff is None
+                else taskflow.Backoff._make(recovered.backoff),
                 dead=recovered.dead,
                 keep_for=recovered.keep_for,
                 recovered=True,
@@ -994,7 +997,7 @@ class QueueService(Service):
         # Ids increase and wrap after 2**32 - 1, skipping ids still live.
         task_id = self._last_task_id
         while True:
-            task_id = task_id + 1 if task_id < wire.MAX_TASK_ID else 1
+            task_id = task_id + 1 if task_id < codec.MAX_TASK_ID else 1
             if task_id not in self._live:
                 self._last_task_id = task_id
                 return task_id
@@ -1058,7 +1061,7 @@ class QueueService(Service):
         task_id: int,
         outcome: str,
         reason: str,
-        result: v2.Result | None = None,
+        result: taskflow.Result | None = None,
     ) -> None:
         """
         Send C{session} a task's outcome in its version (a version-1 peer
@@ -1075,18 +1078,18 @@ class QueueService(Service):
                     task_id, "cancelled" if outcome == "cancelled" else reason
                 )
         elif outcome == "done":
-            frame = v2.encode_done(task_id, result)
+            frame = taskflow.encode_done(task_id, result)
         elif outcome == "cancelled":
-            frame = v2.encode_cancelled(task_id)
+            frame = admin.encode_cancelled(task_id)
         else:
-            frame = v2.encode_failed(task_id, reason)
+            frame = taskflow.encode_failed(task_id, reason)
         session.peer.sendFrame(frame)
 
     def _tell_kept(self, session: Session, kept: KeptOutcome, data: bytes) -> None:
         """Send C{session} a kept outcome as its task's producer would have heard it."""
         state = kept.state
         if state == OutcomeState.DONE:
-            result = v2.Result(v2.ResultKind(kept.kind), data) if kept.kind else None
+            result = taskflow.Result(taskflow.ResultKind(kept.kind), data) if kept.kind else None
             self._tell_outcome(session, kept.task_id, "done", "", result)
         elif state == OutcomeState.CANCELLED:
             self._tell_outcome(session, kept.task_id, "cancelled", "")
@@ -1151,9 +1154,9 @@ class QueueService(Service):
         self._serve_worker(session)
         # Nothing for it: none queued, or only tasks it still runs a late copy of.
         if len(session.tasks) == held:
-            session.peer.sendFrame(wire.WAIT_FRAME if session.version == 1 else v2.WAIT_FRAME)
+            session.peer.sendFrame(wire.WAIT_FRAME if session.version == 1 else taskflow.WAIT_FRAME)
 
-    def done(self, session: Session, task_id: int, result: v2.Result | None = None) -> None:
+    def done(self, session: Session, task_id: int, result: taskflow.Result | None = None) -> None:
         """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
         finished = self._finish(session, task_id, "done")
         if finished is not None:
@@ -1166,7 +1169,7 @@ class QueueService(Service):
                 producer.peer.sendFrame(
                     wire.encode_done(task_id)
                     if producer.version == 1
-                    else v2.encode_done(task_id, result)
+                    else taskflow.encode_done(task_id, result)
                 )
             # The common case, nothing to keep, count or answer, in one test.
             if (
@@ -1209,7 +1212,7 @@ class QueueService(Service):
     # -- version-2 workers: fenced outcomes and leases -------------------------------
 
     def ack(
-        self, session: Session, task_id: int, token: int, result: v2.Result | None = None
+        self, session: Session, task_id: int, token: int, result: taskflow.Result | None = None
     ) -> None:
         """
         A version-2 worker's ACK of delivery C{token}, with the task's C{result}.
@@ -1282,7 +1285,7 @@ class QueueService(Service):
                 "progress",
                 task,
                 task.holder,
-                (report.fraction / results.MAX_FRACTION, report.message),
+                (report.fraction / outcomes.MAX_FRACTION, report.message),
             )
         producer = task.producer
         if (
@@ -1291,7 +1294,7 @@ class QueueService(Service):
             and producer.connected
             and producer.version == 2
         ):
-            frame = results.encode_progress(
+            frame = outcomes.encode_progress(
                 task.task_id, report.token, report.fraction, report.message
             )
             if producer.paused:
@@ -1423,7 +1426,7 @@ class QueueService(Service):
             producer = task.producer
             if producer is not None and producer.connected and producer.version == 2:
                 producer.peer.sendFrame(
-                    lifecycle.encode_retrying(task.task_id, attempt, int(due * 1000), reason)
+                    outcomes.encode_retrying(task.task_id, attempt, int(due * 1000), reason)
                 )
             return
         self._fail_for_good(task, reason, worker, session, attempt, dead_letter=True)
@@ -1837,7 +1840,7 @@ class QueueService(Service):
             if token <= self._last_token:
                 token = self._last_token + 1
             self._last_token = task.token = token
-            frame = v2.encode_delivery(
+            frame = taskflow.encode_delivery(
                 task.task_id,
                 task.task_type,
                 payload,
@@ -2021,7 +2024,7 @@ class QueueService(Service):
         self,
         task: Task,
         state: OutcomeState,
-        result: v2.Result | None = None,
+        result: taskflow.Result | None = None,
         reason: str = "",
     ) -> None:
         """
@@ -2041,7 +2044,7 @@ class QueueService(Service):
             if self.waits.count:
                 reason_data = b"" if result is not None else data
                 self._answer_waits(
-                    task_id, results.encode_outcome(task_id, state, result, reason_data)
+                    task_id, outcomes.encode_outcome(task_id, state, result, reason_data)
                 )
         if task.group:
             self._leave_group(task, state)
@@ -2060,7 +2063,7 @@ class QueueService(Service):
         producer = task.producer
         if producer is None:
             # Back from the journal: its producer may come back for it.
-            claimable = task.recovered and v2.VERSION in self.limits.versions
+            claimable = task.recovered and codec.VERSION in self.limits.versions
         else:
             # A version-2 producer cut off learns its outcomes when it
             # reconnects; a version-1 one never could: nothing is kept.
@@ -2098,12 +2101,12 @@ class QueueService(Service):
         if task is None:
             session.reply(self.kept.outcome(task_id))
         elif task.dead is not None:
-            dead = results.encode_outcome(task_id, OutcomeState.DEAD, None, task.dead.reason)
+            dead = outcomes.encode_outcome(task_id, OutcomeState.DEAD, None, task.dead.reason)
             session.reply(dead)
         elif timeout_ms:
             self._wait(session, Target.TASK, task_id, timeout_ms)
         else:
-            session.reply(results.encode_outcome(task_id, OutcomeState.PENDING))
+            session.reply(outcomes.encode_outcome(task_id, OutcomeState.PENDING))
 
     def _wait(self, session: Session, target: Target, target_id: int, timeout_ms: int) -> None:
         """@raise Refused: (queue full) one more wait would pass a waiter limit."""
@@ -2115,7 +2118,7 @@ class QueueService(Service):
     def _wait_ended(self, wait: Wait[Session]) -> None:
         """(The waits.) A wait reached its timeout: answered with the state now."""
         if wait.target is Target.TASK:
-            frame = results.encode_outcome(wait.target_id, OutcomeState.PENDING)
+            frame = outcomes.encode_outcome(wait.target_id, OutcomeState.PENDING)
         else:
             frame = self.groups.state_frame(wait.target_id)
         wait.session.peer.sendFrame(frame)
@@ -2204,7 +2207,7 @@ class QueueService(Service):
 
     def _group_finished(self, group: Group) -> None:
         """GROUP_STATE, once, to the group's opener (if connected) and every wait for it."""
-        frame = results.encode_group_state(group.state())
+        frame = outcomes.encode_group_state(group.state())
         waiting = self.waits.pop(Target.GROUP, group.group_id)
         opener = self.sessions.get(group.opener)
         if opener is not None and opener not in waiting:

@@ -12,7 +12,7 @@ import base64
 from typing import Any
 
 from quicx.daemon.queue.core import QueueService, Task
-from quicx.protocol.results import MAX_FRACTION
+from quicx.protocol.outcomes import MAX_FRACTION
 
 
 def queues(service: QueueService) -> list[dict[str, Any]]:

@@ -19,9 +19,9 @@ from quicx import __version__
 from quicx.daemon.observe.web.history import Sample
 from quicx.daemon.queue import introspect
 from quicx.daemon.queue.core import QueueService, Refused
-from quicx.protocol.results import OutcomeState
+from quicx.protocol.outcomes import OutcomeState
 from quicx.protocol.session import Role
-from quicx.protocol.v2 import ResultKind
+from quicx.protocol.taskflow import ResultKind
 
 SHOWN_TASKS = 20
 """The task ids listed per connection (the count is always whole)."""
