@@ -168,7 +168,7 @@ def __dir__() -> list[str]:
 
 def version_line() -> str:
     """C{quicx VERSION protocol 1, 2}: what C{--version} and C{quicx version} print."""
-    from quicx.protocol import v2
+    from quicx.protocol import codec
     from quicx.protocol.wire import PROTOCOL_VERSION
 
-    return f"quicx {__version__} protocol {PROTOCOL_VERSION}, {v2.VERSION}"
+    return f"quicx {__version__} protocol {PROTOCOL_VERSION}, {codec.VERSION}"

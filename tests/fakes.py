@@ -7,6 +7,7 @@ L{task.Clock}.  No reactor, no sockets.
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import partial
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred
@@ -20,7 +21,7 @@ from quicx.daemon.queue import pmad
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.speakers import SPEAKERS
-from quicx.protocol import monitor, v2, wire
+from quicx.protocol import registry, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.session import IPeer, Role
 
@@ -35,7 +36,7 @@ class FakePeer:
         self.parser = FrameParser(1 << 20, check_types=False, v2_max_length=1 << 20)
         self.received: list[Any] = []
         self.session: Session = queue.open_session(self, SPEAKERS[version])
-        self._decode = monitor.decode if version == 2 else wire.decode
+        self._decode = partial(registry.decode, version=version)
 
     def sendFrame(self, data: bytes) -> None:
         assert self.session.connected, f"a frame sent to {self.peer_name} after it left"
@@ -53,7 +54,7 @@ class FakePeer:
 
     def task_ids(self) -> list[int]:
         """The ids of the TASKs received since the last C{take}, taking them all."""
-        return [m.task_id for m in self.take() if isinstance(m, wire.Task | v2.Task)]
+        return [m.task_id for m in self.take() if isinstance(m, wire.Task | taskflow.Task)]
 
 
 @implementer(IJournal)

@@ -1,6 +1,6 @@
 """
 A blocking test peer: a real socket that speaks frames via L{quicx.protocol.wire}
-(or L{quicx.protocol.v2}, once the connection's first frame was version 2).
+(or L{quicx.protocol.registry}, once the connection's first frame was version 2).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 import time
 from typing import Any
 
-from quicx.protocol import monitor, v2, wire
+from quicx.protocol import registry, wire
 from quicx.protocol.frames import Frame, FrameParser
 
 
@@ -36,8 +36,8 @@ class Peer:
     def receive(self, timeout: float = 5.0) -> Any:
         """The next message, decoded; fails the test after C{timeout}."""
         frame = self.receive_frame(timeout)
-        decode = monitor.decode if self.parser.version == v2.VERSION else wire.decode
-        return decode(frame.message_type, frame.payload)
+        version = self.parser.version or wire.PROTOCOL_VERSION
+        return registry.decode(frame.message_type, frame.payload, version)
 
     def receive_frame(self, timeout: float = 5.0) -> Frame:
         deadline = time.monotonic() + timeout

@@ -29,7 +29,7 @@ from quicx.clients.adaptive import (
 from quicx.clients.worker import Worker, WorkerProtocol
 from quicx.daemon.config import Limits
 from quicx.daemon.server import QuicxServerFactory
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import outcomes, taskflow, wire
 from quicx.protocol.wire import ErrorCode
 from tests.fakes import make_queue, producer_of
 from tests.test_worker_leases import FakeDaemon
@@ -179,15 +179,16 @@ def test_a_connection_asks_for_more_credits_as_its_short_handler_keeps_up() -> N
     worker.timer = no_time
     daemon = FakeDaemon(worker)
     daemon.task(1, token=71)
-    assert daemon.sent() == [v2.Ready(2, ()), lifecycle.Ack(1, 71)]
+    assert daemon.sent() == [taskflow.Ready(2, ()), outcomes.Ack(1, 71)]
     daemon.task(2, token=72)  # one of the two credits: no change
-    assert daemon.sent() == [lifecycle.Ack(2, 72)]
-    context = v2.task_context(None, None, 73, 10_000)
+    assert daemon.sent() == [outcomes.Ack(2, 72)]
+    context = taskflow.task_context(None, None, 73, 10_000)
     two = b"".join(
-        v2.encode_task(task_id, b"t", b"x", b"\x07default", 0, 1, 0, context) for task_id in (3, 4)
+        taskflow.encode_task(task_id, b"t", b"x", b"\x07default", 0, 1, 0, context)
+        for task_id in (3, 4)
     )
     daemon.feed(two)
-    assert daemon.sent() == [v2.Ready(4, ()), lifecycle.Ack(3, 73), lifecycle.Ack(4, 73)]
+    assert daemon.sent() == [taskflow.Ready(4, ()), outcomes.Ack(3, 73), outcomes.Ack(4, 73)]
 
 
 def test_credits_given_by_the_user_never_change() -> None:
@@ -196,7 +197,7 @@ def test_credits_given_by_the_user_never_change() -> None:
     daemon = FakeDaemon(worker)
     for task_id in (1, 2, 3):
         daemon.task(task_id, token=70 + task_id)
-    assert daemon.sent() == [lifecycle.Ack(task_id, 70 + task_id) for task_id in (1, 2, 3)]
+    assert daemon.sent() == [outcomes.Ack(task_id, 70 + task_id) for task_id in (1, 2, 3)]
 
 
 def test_a_version_1_connection_asks_for_one_credit_and_falls_back_when_refused() -> None:
@@ -263,14 +264,14 @@ def test_a_task_running_in_a_thread_holds_its_connections_only_credit_among_shor
     worker.timer = no_time
     daemon = FakeDaemon(worker)
     daemon.task(1, token=71)
-    assert daemon.sent() == [v2.Ready(2, ()), lifecycle.Ack(1, 71)]
-    context = v2.task_context(None, None, 73, 10_000)
+    assert daemon.sent() == [taskflow.Ready(2, ()), outcomes.Ack(1, 71)]
+    context = taskflow.task_context(None, None, 73, 10_000)
     daemon.feed(
-        v2.encode_task(2, b"slow", b"x", b"\x07default", 0, 1, 0, context)
-        + v2.encode_task(3, b"t", b"x", b"\x07default", 0, 1, 0, context)
+        taskflow.encode_task(2, b"slow", b"x", b"\x07default", 0, 1, 0, context)
+        + taskflow.encode_task(3, b"t", b"x", b"\x07default", 0, 1, 0, context)
     )
     # The short handler's pace would have asked for 4.
-    assert daemon.sent() == [v2.Ready(1, ()), lifecycle.Ack(3, 73)]
+    assert daemon.sent() == [taskflow.Ready(1, ()), outcomes.Ack(3, 73)]
 
 
 def test_credits_cut_take_effect_at_once_with_a_real_daemon() -> None:
@@ -344,15 +345,17 @@ def test_tasks_held_when_their_handler_goes_back_to_the_threads_run_at_once() ->
     worker.start(MemoryReactor(), "tcp:127.0.0.1:1")  # its thread pool; no connection
     try:
         daemon = FakeDaemon(worker)
-        context = v2.task_context(None, None, 73, 10_000)
+        context = taskflow.task_context(None, None, 73, 10_000)
         worker.timer = no_time
         for count in (1, 2):  # grow to 4 credits
-            daemon.feed(v2.encode_task(1, b"t", b"", b"\x07default", 0, 1, 0, context) * count)
+            daemon.feed(
+                taskflow.encode_task(1, b"t", b"", b"\x07default", 0, 1, 0, context) * count
+            )
         assert daemon.slot.credits == 4
         worker.timer = time.perf_counter
         daemon.feed(
-            v2.encode_task(5, b"t", b"slow", b"\x07default", 0, 1, 0, context)
-            + v2.encode_task(6, b"t", b"blocks", b"\x07default", 0, 1, 0, context) * 3
+            taskflow.encode_task(5, b"t", b"slow", b"\x07default", 0, 1, 0, context)
+            + taskflow.encode_task(6, b"t", b"blocks", b"\x07default", 0, 1, 0, context) * 3
         )
         deadline = time.monotonic() + 5
         while len(started) < 3 and time.monotonic() < deadline:

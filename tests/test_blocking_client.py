@@ -16,7 +16,7 @@ from quicx.clients.blocking import QuicxClient
 from quicx.clients.blocking_cluster import ClusterClient
 from quicx.clients.cluster import TaskRef
 from quicx.clients.requests import Options
-from quicx.protocol import v2, wire
+from quicx.protocol import codec, link, taskflow, wire
 from quicx.protocol.errors import (
     ConnectionLost,
     OutcomeUnknown,
@@ -149,19 +149,19 @@ def test_an_answer_after_the_timeout_is_not_the_next_calls() -> None:
     late = threading.Event()
 
     def hello_late(peer: Peer) -> None:
-        assert isinstance(peer.receive(), v2.Hello)
+        assert isinstance(peer.receive(), link.Hello)
         late.wait(5)
         with contextlib.suppress(OSError):  # the client gave up on this connection
-            peer.send(v2.encode_info({"server": "late"}))
+            peer.send(link.encode_info({"server": "late"}))
 
     def submit_late(peer: Peer) -> None:
-        assert isinstance(peer.receive(), v2.Hello)
-        peer.send(v2.encode_info({"server": "slow"}))
-        assert isinstance(peer.receive(), v2.Submit)
+        assert isinstance(peer.receive(), link.Hello)
+        peer.send(link.encode_info({"server": "slow"}))
+        assert isinstance(peer.receive(), taskflow.Submit)
         late.wait(5)
-        peer.send(v2.encode_ok(7))
-        assert isinstance(peer.receive(), v2.Submit)
-        peer.send(v2.encode_ok(8))
+        peer.send(taskflow.encode_ok(7))
+        assert isinstance(peer.receive(), taskflow.Submit)
+        peer.send(taskflow.encode_ok(8))
 
     def slow_daemon() -> None:
         threads = []
@@ -192,8 +192,8 @@ def test_a_malformed_answer_is_a_quicx_error() -> None:
 
     def garbling_daemon() -> None:
         with Peer(listener.accept()[0]) as peer:
-            assert isinstance(peer.receive(), v2.Hello)
-            peer.send(v2.frame(v2.MessageType.INFO, b"{not json"))
+            assert isinstance(peer.receive(), link.Hello)
+            peer.send(codec.frame(codec.MessageType.INFO, b"{not json"))
             peer.wait_closed()
 
     thread = threading.Thread(target=garbling_daemon, daemon=True)
@@ -259,11 +259,11 @@ def test_what_came_before_the_daemon_closed_is_kept_and_the_next_call_reconnects
     def closing_daemon() -> None:
         for task_id in (7, 8):
             with Peer(listener.accept()[0]) as peer:
-                assert isinstance(peer.receive(), v2.Hello)
-                peer.send(v2.encode_info({"server": "raw"}))
-                assert isinstance(peer.receive(), v2.Submit)
-                peer.send(v2.encode_ok(task_id))
-                peer.send(v2.HEARTBEAT_FRAME + v2.encode_done(task_id))
+                assert isinstance(peer.receive(), link.Hello)
+                peer.send(link.encode_info({"server": "raw"}))
+                assert isinstance(peer.receive(), taskflow.Submit)
+                peer.send(taskflow.encode_ok(task_id))
+                peer.send(link.HEARTBEAT_FRAME + taskflow.encode_done(task_id))
             closed.set()
 
     thread = threading.Thread(target=closing_daemon, daemon=True)

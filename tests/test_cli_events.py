@@ -15,7 +15,7 @@ from typing import Any
 
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon.control import fetch_status
-from quicx.protocol import lifecycle, v2
+from quicx.protocol import link, outcomes, taskflow
 from tests.conftest import DaemonProcess
 from tests.peer import Peer
 from tests.test_cli import QUICX, env_for, quicx
@@ -34,14 +34,14 @@ def run(daemon: DaemonProcess, queue: str, task_type: str = "t", reason: str = "
     with QuicxClient(daemon.client_address) as client:
         task_id = client.submit(task_type, b"x", queue=queue)
     with Peer(daemon.address) as worker:
-        worker.send(v2.encode_ready(1, [queue]))
+        worker.send(taskflow.encode_ready(1, [queue]))
         task = worker.receive()
-        assert isinstance(task, v2.Task) and task.task_id == task_id
+        assert isinstance(task, taskflow.Task) and task.task_id == task_id
         if reason:
-            worker.send(lifecycle.encode_nack(task_id, task.token, reason))
+            worker.send(outcomes.encode_nack(task_id, task.token, reason))
         else:
-            worker.send(lifecycle.encode_ack(task_id, task.token))
-        worker.send(v2.HEARTBEAT_FRAME)
+            worker.send(outcomes.encode_ack(task_id, task.token))
+        worker.send(link.HEARTBEAT_FRAME)
         worker.receive()  # its PONG: the outcome was taken
     return task_id
 

@@ -26,7 +26,7 @@ from quicx.clients.connection import (
     Unanswered,
 )
 from quicx.clients.requests import Options
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import admin, codec, link, monitor, outcomes, taskflow, wire
 from quicx.protocol.errors import (
     NeedsVersion2,
     OutcomeUnknown,
@@ -37,7 +37,7 @@ from quicx.protocol.errors import (
 )
 from quicx.protocol.frames import Frame, FrameParser
 
-HELLO_ANSWER = v2.encode_info({"server": "quicx", "capabilities": ["results"]})
+HELLO_ANSWER = link.encode_info({"server": "quicx", "capabilities": ["results"]})
 
 
 def greeted(protocol: int = 2) -> ClientConnection:
@@ -59,9 +59,9 @@ def test_it_opens_with_hello_and_holds_requests_until_the_answer() -> None:
     submit = Request.submit([("t", b"p")])
     assert connection.send(submit) == b""  # held: the version is not known yet
     events = connection.receive(HELLO_ANSWER)
-    assert events[0] == Send(v2.encode_submit(b"t", b"p"))
+    assert events[0] == Send(taskflow.encode_submit(b"t", b"p"))
     assert isinstance(events[1], Greeted) and connection.server["server"] == "quicx"
-    assert answers(connection.receive(v2.encode_ok(7))) == [7]
+    assert answers(connection.receive(taskflow.encode_ok(7))) == [7]
     assert connection.book.pending(7)
 
 
@@ -70,7 +70,7 @@ def test_a_version_1_error_to_hello_falls_back_and_encodes_the_held_in_version_1
     connection.connect()
     plain = Request.submit([("t", b"p")])
     keyed = Request.submit([("t", b"p", Options(key="k"))])
-    queues = Request.info("queues", lambda: v2.QUEUES_FRAME)
+    queues = Request.info("queues", lambda: admin.QUEUES_FRAME)
     for request in (plain, keyed, queues):
         connection.send(request)
     events = connection.receive(wire.encode_error(wire.ErrorCode.INVALID_MESSAGE, "bad version"))
@@ -86,32 +86,33 @@ def test_protocol_1_sends_no_hello() -> None:
     assert connection.connect() == b""
     assert connection.send(Request.stats()) == wire.STATS_FRAME
     with pytest.raises(NeedsVersion2):
-        connection.send(Request.info("queues", lambda: v2.QUEUES_FRAME))
+        connection.send(Request.info("queues", lambda: admin.QUEUES_FRAME))
 
 
 def test_an_unexpected_answer_to_hello_is_an_error() -> None:
     connection = ClientConnection()
     connection.connect()
-    (event,) = connection.receive(v2.encode_ok(1))
+    (event,) = connection.receive(taskflow.encode_ok(1))
     assert isinstance(event, Greeted) and isinstance(event.error, QuicxError)
 
 
 def test_answers_go_to_the_requests_in_order_errors_mapped() -> None:
     connection = greeted()
     batch = Request.submit([("t", b"1"), ("t", b"2"), ("t", b"3")])
-    info = Request.info("queues", lambda: v2.QUEUES_FRAME)
+    info = Request.info("queues", lambda: admin.QUEUES_FRAME)
     stats = Request.stats()
     sent = b"".join(connection.send(r) for r in (batch, info, stats))
     assert sent == b"".join(
-        [v2.encode_submit(b"t", p) for p in (b"1", b"2", b"3")] + [v2.QUEUES_FRAME, v2.STATS_FRAME]
+        [taskflow.encode_submit(b"t", p) for p in (b"1", b"2", b"3")]
+        + [admin.QUEUES_FRAME, monitor.STATS_FRAME]
     )
     counts = wire.StatsResponse(1, 2, 3, 4, 5)
     events = connection.receive(
-        v2.encode_ok(1)
-        + v2.encode_error(wire.ErrorCode.QUEUE_FULL, "full")
-        + v2.encode_ok(3)
-        + v2.encode_info([{"name": "default"}])
-        + v2.encode_stats_response(counts)
+        taskflow.encode_ok(1)
+        + link.encode_error(wire.ErrorCode.QUEUE_FULL, "full")
+        + taskflow.encode_ok(3)
+        + link.encode_info([{"name": "default"}])
+        + monitor.encode_stats_response(counts)
     )
     requests_answered = [e.request for e in events if isinstance(e, Answer)]
     assert requests_answered == [batch, batch, batch, info, stats]
@@ -125,8 +126,8 @@ def test_answers_go_to_the_requests_in_order_errors_mapped() -> None:
 
 def test_an_answer_of_the_wrong_type_is_an_error_for_its_request() -> None:
     connection = greeted()
-    connection.send(Request.info("queues", lambda: v2.QUEUES_FRAME))
-    (value,) = answers(connection.receive(v2.encode_ok(1)))
+    connection.send(Request.info("queues", lambda: admin.QUEUES_FRAME))
+    (value,) = answers(connection.receive(taskflow.encode_ok(1)))
     assert isinstance(value, QuicxError) and "unexpected Ok for queues" in str(value)
 
 
@@ -136,21 +137,23 @@ def test_outcomes_retries_and_progress_are_filed() -> None:
     connection.send(Request.submit([("t", b"1")], seen.append))
     connection.send(Request.submit([("t", b"2")]))
     events = connection.receive(
-        results.encode_progress(1, 9, 2500, "early") + v2.encode_ok(1) + v2.encode_ok(2)
+        outcomes.encode_progress(1, 9, 2500, "early")
+        + taskflow.encode_ok(1)
+        + taskflow.encode_ok(2)
     )
     assert [type(e) for e in events] == [Progressed, Answer, Answer]  # the early report first
     events = connection.receive(
-        results.encode_progress(1, 9, 5000, "half")
-        + lifecycle.encode_retrying(2, 1, 5000, "boom")
-        + v2.encode_done(1, v2.Result.of({"ok": True}))
-        + v2.encode_failed(2, "for good")
+        outcomes.encode_progress(1, 9, 5000, "half")
+        + outcomes.encode_retrying(2, 1, 5000, "boom")
+        + taskflow.encode_done(1, taskflow.Result.of({"ok": True}))
+        + taskflow.encode_failed(2, "for good")
     )
     assert [type(e) for e in events] == [Progressed, Retried, Settled, Settled]
     progressed = events[0]
     assert isinstance(progressed, Progressed) and progressed.report.fraction == 0.5
     assert [n.reason for n in connection.book.notices(2)] == ["boom"]
     done = connection.book.take(1)
-    assert isinstance(done, v2.Result) and done.value() == {"ok": True}
+    assert isinstance(done, taskflow.Result) and done.value() == {"ok": True}
     failed = connection.book.take(2)
     assert isinstance(failed, TaskFailed) and failed.reason == "for good"
 
@@ -158,14 +161,14 @@ def test_outcomes_retries_and_progress_are_filed() -> None:
 @pytest.mark.parametrize("protocol", [1, 2])
 def test_a_heartbeat_is_answered_in_the_connections_version(protocol: int) -> None:
     connection = greeted(protocol)
-    codec = v2 if protocol == 2 else wire
-    assert connection.receive(codec.HEARTBEAT_FRAME) == [Send(codec.PONG_FRAME)]
-    assert connection.receive(codec.PONG_FRAME) == []  # one nobody asked for
+    spoken = link if protocol == 2 else wire
+    assert connection.receive(spoken.HEARTBEAT_FRAME) == [Send(spoken.PONG_FRAME)]
+    assert connection.receive(spoken.PONG_FRAME) == []  # one nobody asked for
 
 
 def test_a_reply_nobody_is_owed_is_unanswered() -> None:
     connection = greeted()
-    error = v2.encode_error(wire.ErrorCode.QUEUE_FULL, "no")
+    error = link.encode_error(wire.ErrorCode.QUEUE_FULL, "no")
     (event,) = connection.receive(error)
     assert isinstance(event, Unanswered) and isinstance(event.message, wire.Error)
 
@@ -177,31 +180,31 @@ def fenced_wait(connection: ClientConnection) -> tuple[Request, list[object]]:
         connection.awaits,
         5,
         1.5,
-        lambda ms: results.encode_await(5, ms),
+        lambda ms: outcomes.encode_await(5, ms),
         deadline=10.0,
         then=got.append,
         fenced=True,
     )
-    assert connection.send(request) == results.encode_await(5, 1500) + v2.HEARTBEAT_FRAME
+    assert connection.send(request) == outcomes.encode_await(5, 1500) + link.HEARTBEAT_FRAME
     return request, got
 
 
 def test_a_fenced_wait_taken_then_answered() -> None:
     connection = greeted()
     request, got = fenced_wait(connection)
-    assert connection.receive(v2.PONG_FRAME) == [Answer(request, None)]
-    outcome = results.Outcome(5, results.OutcomeState.DONE)
-    assert connection.receive(results.encode_outcome(5, results.OutcomeState.DONE)) == []
+    assert connection.receive(link.PONG_FRAME) == [Answer(request, None)]
+    outcome = outcomes.Outcome(5, outcomes.OutcomeState.DONE)
+    assert connection.receive(outcomes.encode_outcome(5, outcomes.OutcomeState.DONE)) == []
     assert got == [outcome]
 
 
 def test_a_fenced_wait_refused() -> None:
     connection = greeted()
     _, got = fenced_wait(connection)
-    events = connection.receive(v2.encode_error(wire.ErrorCode.QUEUE_FULL, "too many"))
+    events = connection.receive(link.encode_error(wire.ErrorCode.QUEUE_FULL, "too many"))
     (value,) = answers(events)
     assert isinstance(value, QueueFull)
-    assert connection.receive(v2.PONG_FRAME) == []
+    assert connection.receive(link.PONG_FRAME) == []
     assert not connection.owed
     assert connection.awaits.clear() == []  # the refused wait is forgotten
     assert got == []
@@ -210,11 +213,11 @@ def test_a_fenced_wait_refused() -> None:
 def test_an_unfenced_waits_refusal_is_unanswered() -> None:
     connection = greeted()
     request = Request.wait(
-        "result", connection.awaits, 5, 0, lambda ms: results.encode_await(5, ms), 1.0
+        "result", connection.awaits, 5, 0, lambda ms: outcomes.encode_await(5, ms), 1.0
     )
-    assert connection.send(request) == results.encode_await(5, 0)
+    assert connection.send(request) == outcomes.encode_await(5, 0)
     assert not connection.owed
-    (event,) = connection.receive(v2.encode_error(wire.ErrorCode.QUEUE_FULL, "no"))
+    (event,) = connection.receive(link.encode_error(wire.ErrorCode.QUEUE_FULL, "no"))
     assert isinstance(event, Unanswered)
     connection.refused(request)
     assert connection.awaits.clear() == []
@@ -223,8 +226,8 @@ def test_an_unfenced_waits_refusal_is_unanswered() -> None:
 def test_connection_lost_ends_requests_and_makes_outcomes_unknown() -> None:
     connection = greeted()
     connection.send(Request.submit([("t", b"1")]))
-    connection.receive(v2.encode_ok(1))
-    connection.send(Request.info("queues", lambda: v2.QUEUES_FRAME))
+    connection.receive(taskflow.encode_ok(1))
+    connection.send(Request.info("queues", lambda: admin.QUEUES_FRAME))
     assert connection.connection_lost() == [1]
     assert not connection.owed
     assert isinstance(connection.book.take(1), OutcomeUnknown)
@@ -265,7 +268,7 @@ def test_submits_are_the_codecs_and_decode_back(batch: list[requests.Task]) -> N
     assert len(frames) == len(batch)
     for frame, task in zip(frames, batch, strict=True):
         assert isinstance(frame, Frame)
-        submit = v2.decode_submit(frame.payload)
+        submit = taskflow.decode_submit(frame.payload)
         assert (submit.task_type, submit.payload) == (task[0], task[1])
         expected = task[2] if len(task) == 3 else Options()
         assert (submit.queue, submit.priority, submit.key, submit.retries, submit.group) == (
@@ -280,7 +283,7 @@ def test_submits_are_the_codecs_and_decode_back(batch: list[requests.Task]) -> N
 
 replies = st.lists(
     st.one_of(
-        st.integers(1, wire.MAX_TASK_ID).map(lambda i: ("ok", i)),
+        st.integers(1, codec.MAX_TASK_ID).map(lambda i: ("ok", i)),
         st.sampled_from(list(wire.ErrorCode)).map(lambda c: ("error", c)),
     ),
     min_size=1,
@@ -296,7 +299,7 @@ def test_replies_split_anywhere_answer_the_same(
     request = Request.submit([("t", b"p")] * len(sent))
     connection.send(request)
     stream = b"".join(
-        v2.encode_ok(value) if kind == "ok" else v2.encode_error(value, f"e{value}")
+        taskflow.encode_ok(value) if kind == "ok" else link.encode_error(value, f"e{value}")
         for kind, value in sent
     )
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))

@@ -13,15 +13,15 @@ import pytest
 from quicx.clients import requests, timing
 from quicx.clients.outcomes import OutcomeBook, RetryNotice
 from quicx.clients.requests import Options
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import admin, codec, outcomes, taskflow
 from quicx.protocol.errors import NeedsVersion2, TaskFailed
-from quicx.protocol.v2 import Backoff, BackoffKind
+from quicx.protocol.taskflow import Backoff, BackoffKind
 
 
-def submitted(options: Options) -> v2.Submit:
+def submitted(options: Options) -> taskflow.Submit:
     """The SUBMIT the options make, as the daemon decodes it."""
     frame = requests.encode_submit(2, "t", b"x", options)
-    return v2.decode_submit(frame[wire.HEADER.size :])
+    return taskflow.decode_submit(frame[codec.HEADER.size :])
 
 
 @pytest.mark.parametrize(
@@ -107,12 +107,10 @@ def test_every_new_option_needs_version_2() -> None:
 
 
 def test_replay_names_a_task_or_a_queue() -> None:
-    assert lifecycle.decode_replay(lifecycle.encode_replay(7)[6:]) == lifecycle.Replay(7)
-    assert lifecycle.decode_replay(lifecycle.encode_replay(0, "mail")[6:]) == lifecycle.Replay(
-        0, "mail"
-    )
+    assert admin.decode_replay(admin.encode_replay(7)[6:]) == admin.Replay(7)
+    assert admin.decode_replay(admin.encode_replay(0, "mail")[6:]) == admin.Replay(0, "mail")
     with pytest.raises(ValueError, match="not both"):
-        lifecycle.encode_replay(7, "mail")
+        admin.encode_replay(7, "mail")
 
 
 def test_schedule_fields() -> None:
@@ -127,16 +125,16 @@ def test_schedule_fields() -> None:
         missed="all",
         catch_up=5,
     )
-    assert lifecycle.decode_schedule(frame[6:]) == lifecycle.Schedule(
+    assert admin.decode_schedule(frame[6:]) == admin.Schedule(
         "nightly", b"report", b"{}", "0 3 * * *", 0, "Europe/Paris", "reports", 3,
-        lifecycle.Missed.ALL, 5,
+        admin.Missed.ALL, 5,
     )  # fmt: skip
-    every = lifecycle.decode_schedule(requests.encode_schedule("tick", "ping", every=600)[6:])
+    every = admin.decode_schedule(requests.encode_schedule("tick", "ping", every=600)[6:])
     assert (every.interval, every.cron, every.timezone, every.missed) == (
         600,
         "",
         "UTC",
-        lifecycle.Missed.ONCE,
+        admin.Missed.ONCE,
     )
 
 
@@ -158,7 +156,7 @@ def test_bad_schedules_are_value_errors(fields: dict, message: str) -> None:
 
 
 def notice(task_id: int, attempt: int) -> RetryNotice:
-    return RetryNotice.of(lifecycle.Retrying(task_id, attempt, 1_800_000_000_500, f"try {attempt}"))
+    return RetryNotice.of(outcomes.Retrying(task_id, attempt, 1_800_000_000_500, f"try {attempt}"))
 
 
 def test_the_book_keeps_retry_notices_of_pending_tasks_only() -> None:

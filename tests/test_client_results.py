@@ -30,7 +30,7 @@ from quicx.clients.progress import ProgressListeners, ProgressReport, ten_thousa
 from quicx.clients.requests import Options
 from quicx.clients.twisted_client import connect
 from quicx.clients.worker import TaskContext, Worker
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import codec, link, outcomes, shared_data, taskflow, wire
 from quicx.protocol.errors import (
     ConnectionLost,
     GroupUnknown,
@@ -43,8 +43,8 @@ from quicx.protocol.errors import (
     TaskFailed,
     TaskUnknown,
 )
-from quicx.protocol.results import GroupOp, GroupPhase, GroupState, OutcomeState
-from quicx.protocol.v2 import Result, ResultKind
+from quicx.protocol.outcomes import GroupOp, GroupPhase, GroupState, OutcomeState
+from quicx.protocol.taskflow import Result, ResultKind
 from tests import test_cli
 from tests.conftest import DaemonProcess
 from tests.peer import Peer
@@ -57,7 +57,7 @@ from tests.test_worker_leases import FakeDaemon, Handler, worker_with
 
 
 def outcome(task_id: int, state: OutcomeState, result: object = None, reason: str = "") -> Any:
-    return results.Outcome(task_id, state, None if result is None else Result.of(result), reason)
+    return outcomes.Outcome(task_id, state, None if result is None else Result.of(result), reason)
 
 
 PENDING = OutcomeState.PENDING
@@ -148,8 +148,8 @@ def test_wait_milliseconds() -> None:
             awaits.wait_seconds(bad)
 
 
-def progress(task_id: int, fraction: int, message: str = "") -> results.Progress:
-    return results.Progress(task_id, 99, fraction, message)
+def progress(task_id: int, fraction: int, message: str = "") -> outcomes.Progress:
+    return outcomes.Progress(task_id, 99, fraction, message)
 
 
 def test_progress_reports_before_their_callback_are_kept_bounded() -> None:
@@ -206,10 +206,10 @@ def test_a_handlers_return_value_is_its_acks_result() -> None:
     for index, value in enumerate((b"\x00raw", "näive", {"sizes": [1, 2]}, None)):
         handler.outcomes[index].callback(value)
     assert daemon.sent() == [
-        lifecycle.Ack(1, 71, Result(ResultKind.BYTES, b"\x00raw")),
-        lifecycle.Ack(2, 72, Result(ResultKind.TEXT, "näive".encode())),
-        lifecycle.Ack(3, 73, Result(ResultKind.JSON, b'{"sizes":[1,2]}')),
-        lifecycle.Ack(4, 74),
+        outcomes.Ack(1, 71, Result(ResultKind.BYTES, b"\x00raw")),
+        outcomes.Ack(2, 72, Result(ResultKind.TEXT, "näive".encode())),
+        outcomes.Ack(3, 73, Result(ResultKind.JSON, b'{"sizes":[1,2]}')),
+        outcomes.Ack(4, 74),
     ]
 
 
@@ -218,7 +218,7 @@ def test_a_plain_handler_on_the_reactor_returns_its_result_too() -> None:
     worker.register("t", lambda payload: payload.upper(), thread=False)
     daemon = FakeDaemon(worker, PART_3)
     daemon.task(1, token=71)
-    assert daemon.sent() == [lifecycle.Ack(1, 71, Result(ResultKind.BYTES, b"X"))]
+    assert daemon.sent() == [outcomes.Ack(1, 71, Result(ResultKind.BYTES, b"X"))]
 
 
 def test_a_result_that_cannot_be_sent_fails_the_task_for_good() -> None:
@@ -244,11 +244,11 @@ def test_text_that_is_not_valid_unicode_never_leaves_a_task_held() -> None:
     handler.outcomes[1].errback(RuntimeError("bad name \udcff"))
     handler.outcomes[2].callback(None)
     progress, first, second, third = daemon.sent()
-    assert progress == results.Progress(3, 73, 5000, "file ?")
+    assert progress == outcomes.Progress(3, 73, 5000, "file ?")
     assert (first.task_id, first.permanent) == (1, True)
     assert first.reason.startswith("no result: a text result must be valid Unicode")
     assert (second.task_id, second.reason, second.permanent) == (2, "bad name ?", False)
-    assert third == lifecycle.Ack(3, 73)
+    assert third == outcomes.Ack(3, 73)
 
 
 def test_a_result_over_the_daemons_limit_is_not_sent() -> None:
@@ -260,8 +260,8 @@ def test_a_result_over_the_daemons_limit_is_not_sent() -> None:
     handler.outcomes[0].callback(b"12345678")
     handler.outcomes[1].callback("123456789")
     assert daemon.sent() == [
-        lifecycle.Ack(1, 71, Result(ResultKind.BYTES, b"12345678")),
-        lifecycle.Nack(
+        outcomes.Ack(1, 71, Result(ResultKind.BYTES, b"12345678")),
+        outcomes.Nack(
             2,
             72,
             "the result is 9 bytes, more than the daemon takes (8: the daemon's"
@@ -282,9 +282,9 @@ def test_a_result_the_daemon_refuses_fails_the_task_for_good() -> None:
     handler.outcomes[2].callback(None)
     assert [len(ack.result.data) if ack.result else 0 for ack in daemon.sent()] == [10, 100_000, 0]
     refusal = "a result of 100000 bytes is over [results] max_size (65536)"
-    daemon.feed(v2.encode_error(v2.ErrorCode.PAYLOAD_TOO_LARGE, refusal))
+    daemon.feed(link.encode_error(codec.ErrorCode.PAYLOAD_TOO_LARGE, refusal))
     assert daemon.sent() == [
-        lifecycle.Nack(2, 72, f"the result is larger than the daemon takes: {refusal}", True)
+        outcomes.Nack(2, 72, f"the result is larger than the daemon takes: {refusal}", True)
     ]
     assert not daemon.transport.disconnecting
 
@@ -297,13 +297,13 @@ def test_progress_goes_out_quoting_the_token_until_the_outcome() -> None:
     context.progress(0.4, "resized 40 of 100")  # sent by the reactor thread
     assert daemon.sent() == []
     daemon.clock.advance(0)
-    assert daemon.sent() == [results.Progress(1, 71, 4000, "resized 40 of 100")]
+    assert daemon.sent() == [outcomes.Progress(1, 71, 4000, "resized 40 of 100")]
     with pytest.raises(ValueError, match="fraction is 0 to 1"):
         context.progress(1.5)
     context.progress(1.0)
     handler.outcomes[0].callback(None)
     daemon.clock.advance(0)  # asked for before the outcome, too late to go
-    assert daemon.sent() == [lifecycle.Ack(1, 71)]
+    assert daemon.sent() == [outcomes.Ack(1, 71)]
 
 
 def test_a_daemon_without_results_progress_or_shared_data_is_sent_none() -> None:
@@ -320,7 +320,7 @@ def test_a_daemon_without_results_progress_or_shared_data_is_sent_none() -> None
     finally:
         globalLogPublisher.removeObserver(observer)
     assert daemon.before_ready == []  # no FOLLOW
-    assert daemon.sent() == [lifecycle.Ack(1, 71)]
+    assert daemon.sent() == [outcomes.Ack(1, 71)]
     (error,) = [e for e in events if e.get("log_level") == LogLevel.error]
     assert formatEvent(error) == "the daemon has no shared data: handlers see none of model"
 
@@ -338,22 +338,24 @@ def test_a_worker_follows_shared_data_before_it_takes_tasks() -> None:
     handler = Handler()
     worker = worker_with(handler, follow=["model", "rates"], credits=4)
     daemon = FakeDaemon(worker, PART_3)
-    assert daemon.before_ready == [results.Follow(("model", "rates"))]
+    assert daemon.before_ready == [shared_data.Follow(("model", "rates"))]
     daemon.feed(
-        results.encode_shared("model", 3, b"weights v3")
-        + v2.encode_info({"following": {"model": 3, "rates": 0}})
+        shared_data.encode_shared("model", 3, b"weights v3")
+        + link.encode_info({"following": {"model": 3, "rates": 0}})
     )
     daemon.task(1, token=71)
     (context,) = handler.contexts
     assert dict(context.shared) == {"model": b"weights v3"}
-    daemon.feed(results.encode_shared("rates", 1, b"1.1"))
-    daemon.feed(results.encode_shared("model", 4, b"weights v4"))
+    daemon.feed(shared_data.encode_shared("rates", 1, b"1.1"))
+    daemon.feed(shared_data.encode_shared("model", 4, b"weights v4"))
     assert dict(context.shared) == {"model": b"weights v4", "rates": b"1.1"}  # while it runs
-    daemon.feed(results.encode_shared("rates", 0))
+    daemon.feed(shared_data.encode_shared("rates", 0))
     assert dict(worker.shared) == {"model": b"weights v4"}
     # Versions count again from 1 after a delete (or a restart without a
     # journal): what comes is the newest, whatever its number.
-    daemon.feed(results.encode_shared("model", 0) + results.encode_shared("model", 1, b"new"))
+    daemon.feed(
+        shared_data.encode_shared("model", 0) + shared_data.encode_shared("model", 1, b"new")
+    )
     assert dict(worker.shared) == {"model": b"new"}
     with pytest.raises(TypeError):
         cast(Any, context.shared)["model"] = b"mine"
@@ -366,7 +368,7 @@ def test_a_refused_follow_is_logged_and_the_credits_stand() -> None:
     globalLogPublisher.addObserver(observer)
     try:
         daemon = FakeDaemon(worker_with(Handler(), follow=["model"], credits=4), PART_3)
-        daemon.feed(v2.encode_error(v2.ErrorCode.INVALID_MESSAGE, "unknown message type 0x26"))
+        daemon.feed(link.encode_error(codec.ErrorCode.INVALID_MESSAGE, "unknown message type 0x26"))
     finally:
         globalLogPublisher.removeObserver(observer)
     assert daemon.sent() == []  # no READY again with one credit
@@ -388,7 +390,7 @@ def test_follow_needs_good_names_and_version_2() -> None:
 
 
 def test_a_context_made_outside_a_worker_has_no_shared_data() -> None:
-    task = v2.Task(1, b"t", b"", "default", 0, 1, 0)
+    task = taskflow.Task(1, b"t", b"", "default", 0, 1, 0)
     assert dict(TaskContext.of(task).shared) == {}
 
 
@@ -412,8 +414,8 @@ class RawDaemon:
     def _serve(self, script: Callable[[Peer], None]) -> None:
         try:
             with Peer(self.listener.accept()[0]) as peer:
-                assert isinstance(peer.receive(), v2.Hello)
-                peer.send(v2.encode_info({"server": "raw"}))
+                assert isinstance(peer.receive(), link.Hello)
+                peer.send(link.encode_info({"server": "raw"}))
                 script(peer)
                 with contextlib.suppress(OSError, AssertionError):  # closed, by either
                     peer.wait_closed(10)
@@ -449,19 +451,19 @@ def received(peer: Peer, kind: type) -> Any:
 
 
 def test_blocking_submit_with_a_result_progress_and_a_group(raw) -> None:
-    submits: list[v2.Submit] = []
+    submits: list[taskflow.Submit] = []
 
     def script(peer: Peer) -> None:
-        submits.append(received(peer, v2.Submit))
+        submits.append(received(peer, taskflow.Submit))
         # A report before the OK, one after it, and the outcome with its result.
         peer.send(
-            results.encode_progress(1, 71, 2500, "a quarter")
-            + v2.encode_ok(1)
-            + results.encode_progress(1, 71, 5000, "half")
-            + v2.encode_done(1, Result.of({"size": 3}))
+            outcomes.encode_progress(1, 71, 2500, "a quarter")
+            + taskflow.encode_ok(1)
+            + outcomes.encode_progress(1, 71, 5000, "half")
+            + taskflow.encode_done(1, Result.of({"size": 3}))
         )
-        submits.append(received(peer, v2.Submit))
-        peer.send(v2.encode_ok(2) + v2.encode_done(2))
+        submits.append(received(peer, taskflow.Submit))
+        peer.send(taskflow.encode_ok(2) + taskflow.encode_done(2))
 
     daemon = raw(script)
     heard: list[ProgressReport] = []
@@ -480,8 +482,10 @@ def test_blocking_submit_with_a_result_progress_and_a_group(raw) -> None:
 
 def test_a_progress_callback_that_raises_is_logged(raw, caplog) -> None:
     def script(peer: Peer) -> None:
-        received(peer, v2.Submit)
-        peer.send(v2.encode_ok(1) + results.encode_progress(1, 71, 1, "") + v2.encode_done(1))
+        received(peer, taskflow.Submit)
+        peer.send(
+            taskflow.encode_ok(1) + outcomes.encode_progress(1, 71, 1, "") + taskflow.encode_done(1)
+        )
 
     def broken(report: ProgressReport) -> None:
         raise RuntimeError("callback bug")
@@ -493,18 +497,18 @@ def test_a_progress_callback_that_raises_is_logged(raw, caplog) -> None:
 
 
 def test_blocking_result_answers_and_refusals(raw) -> None:
-    asked: list[results.Await] = []
+    asked: list[outcomes.Await] = []
 
     def script(peer: Peer) -> None:
-        asked.append(received(peer, results.Await))
-        peer.send(results.encode_outcome(5, PENDING))
-        asked.append(received(peer, results.Await))
-        peer.send(results.encode_outcome(5, OutcomeState.DONE, Result.of("thumb.png")))
-        asked.append(received(peer, results.Await))
-        peer.send(v2.encode_error(v2.ErrorCode.QUEUE_FULL, "too many waits"))
+        asked.append(received(peer, outcomes.Await))
+        peer.send(outcomes.encode_outcome(5, PENDING))
+        asked.append(received(peer, outcomes.Await))
+        peer.send(outcomes.encode_outcome(5, OutcomeState.DONE, Result.of("thumb.png")))
+        asked.append(received(peer, outcomes.Await))
+        peer.send(link.encode_error(codec.ErrorCode.QUEUE_FULL, "too many waits"))
         for task_id, state in ((7, OutcomeState.DEAD), (8, OutcomeState.EXPIRED)):
-            asked.append(received(peer, results.Await))
-            peer.send(results.encode_outcome(task_id, state, reason="boom"))
+            asked.append(received(peer, outcomes.Await))
+            peer.send(outcomes.encode_outcome(task_id, state, reason="boom"))
 
     daemon = raw(script)
     with QuicxClient(daemon.address, timeout=10) as client:
@@ -519,11 +523,11 @@ def test_blocking_result_answers_and_refusals(raw) -> None:
             client.result(8)
     daemon.join()
     assert asked == [
-        results.Await(5, 0),
-        results.Await(5, 2500),
-        results.Await(6, 10_000),
-        results.Await(7, 10_000),
-        results.Await(8, 10_000),
+        outcomes.Await(5, 0),
+        outcomes.Await(5, 2500),
+        outcomes.Await(6, 10_000),
+        outcomes.Await(7, 10_000),
+        outcomes.Await(8, 10_000),
     ]
 
 
@@ -531,12 +535,12 @@ def test_a_late_outcome_is_not_the_next_waits_answer(raw) -> None:
     late = threading.Event()
 
     def script(peer: Peer) -> None:
-        assert received(peer, results.Await) == results.Await(5, 100)
+        assert received(peer, outcomes.Await) == outcomes.Await(5, 100)
         late.wait(5)  # the client gave up on it
-        received(peer, v2.Submit)
-        peer.send(results.encode_outcome(5, PENDING) + v2.encode_ok(3))
-        assert received(peer, results.Await) == results.Await(5, 1000)
-        peer.send(results.encode_outcome(5, OutcomeState.DONE, Result.of(b"\x00")))
+        received(peer, taskflow.Submit)
+        peer.send(outcomes.encode_outcome(5, PENDING) + taskflow.encode_ok(3))
+        assert received(peer, outcomes.Await) == outcomes.Await(5, 1000)
+        peer.send(outcomes.encode_outcome(5, OutcomeState.DONE, Result.of(b"\x00")))
 
     daemon = raw(script)
     with QuicxClient(daemon.address, timeout=0.2) as client:
@@ -552,25 +556,25 @@ def test_a_late_outcome_is_not_the_next_waits_answer(raw) -> None:
 
 def test_blocking_groups(raw) -> None:
     state = {"group": 7, "state": "open", "members": 0, "done": 0, "failed": 0}
-    submits: list[v2.Submit] = []
+    submits: list[taskflow.Submit] = []
 
     def script(peer: Peer) -> None:
-        assert received(peer, results.Group) == results.Group(GroupOp.OPEN)
-        peer.send(v2.encode_info(state))
-        submits.extend(received(peer, v2.Submit) for _ in range(3))
-        peer.send(v2.encode_ok(1) + v2.encode_ok(2) + v2.encode_ok(3))
-        assert received(peer, results.Group) == results.Group(GroupOp.CLOSE, 7)
-        peer.send(v2.encode_info({**state, "state": "closed", "members": 3}))
-        assert received(peer, results.Group) == results.Group(GroupOp.WAIT, 7, 5000)
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.OPEN)
+        peer.send(link.encode_info(state))
+        submits.extend(received(peer, taskflow.Submit) for _ in range(3))
+        peer.send(taskflow.encode_ok(1) + taskflow.encode_ok(2) + taskflow.encode_ok(3))
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.CLOSE, 7)
+        peer.send(link.encode_info({**state, "state": "closed", "members": 3}))
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.WAIT, 7, 5000)
         # The opener's notice of the end, then the wait's own answer.
-        finished = results.encode_group_state(GroupState(7, GroupPhase.FINISHED, 3, 2, 1, 0, 0))
+        finished = outcomes.encode_group_state(GroupState(7, GroupPhase.FINISHED, 3, 2, 1, 0, 0))
         peer.send(finished + finished)
-        assert received(peer, results.Group) == results.Group(GroupOp.WAIT, 8, 0)
-        peer.send(results.encode_group_state(GroupState(8, GroupPhase.OPEN, 5, 1, 0, 0, 4)))
-        assert received(peer, results.Group) == results.Group(GroupOp.WAIT, 9, 0)
-        peer.send(results.encode_group_state(GroupState(9, GroupPhase.UNKNOWN)))
-        assert received(peer, results.Group) == results.Group(GroupOp.STATE, 7)
-        peer.send(v2.encode_info({**state, "state": "finished", "members": 3}))
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.WAIT, 8, 0)
+        peer.send(outcomes.encode_group_state(GroupState(8, GroupPhase.OPEN, 5, 1, 0, 0, 4)))
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.WAIT, 9, 0)
+        peer.send(outcomes.encode_group_state(GroupState(9, GroupPhase.UNKNOWN)))
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.STATE, 7)
+        peer.send(link.encode_info({**state, "state": "finished", "members": 3}))
 
     daemon = raw(script)
     with QuicxClient(daemon.address, timeout=10) as client:
@@ -601,10 +605,10 @@ def test_blocking_groups(raw) -> None:
 
 def test_blocking_publish_and_unpublish(raw) -> None:
     def script(peer: Peer) -> None:
-        assert received(peer, results.Publish) == results.Publish("model", b"\x01\x02")
-        peer.send(v2.encode_info({"name": "model", "version": 1, "size": 2, "followers": 0}))
-        assert received(peer, results.Publish) == results.Publish("model", b"", delete=True)
-        peer.send(v2.encode_info({"name": "model", "deleted": True}))
+        assert received(peer, shared_data.Publish) == shared_data.Publish("model", b"\x01\x02")
+        peer.send(link.encode_info({"name": "model", "version": 1, "size": 2, "followers": 0}))
+        assert received(peer, shared_data.Publish) == shared_data.Publish("model", b"", delete=True)
+        peer.send(link.encode_info({"name": "model", "deleted": True}))
 
     daemon = raw(script)
     with QuicxClient(daemon.address, timeout=10) as client:
@@ -620,19 +624,19 @@ async def test_twisted_waits_are_fenced_from_the_requests_after_them(raw) -> Non
     go = threading.Event()
 
     def script(peer: Peer) -> None:
-        assert received(peer, results.Await) == results.Await(5, 10_000)
+        assert received(peer, outcomes.Await) == outcomes.Await(5, 10_000)
         received(peer, wire.Heartbeat)
-        peer.send(v2.encode_error(v2.ErrorCode.QUEUE_FULL, "too many waits") + v2.PONG_FRAME)
-        assert received(peer, results.Await) == results.Await(6, 10_000)
+        peer.send(link.encode_error(codec.ErrorCode.QUEUE_FULL, "too many waits") + link.PONG_FRAME)
+        assert received(peer, outcomes.Await) == outcomes.Await(6, 10_000)
         received(peer, wire.Heartbeat)
-        peer.send(v2.PONG_FRAME)  # taken: it is answered later
-        received(peer, v2.Submit)
-        peer.send(v2.encode_error(v2.ErrorCode.UNKNOWN_TASK_TYPE, "unknown task type: t"))
-        assert received(peer, results.Await) == results.Await(6, 0)
+        peer.send(link.PONG_FRAME)  # taken: it is answered later
+        received(peer, taskflow.Submit)
+        peer.send(link.encode_error(codec.ErrorCode.UNKNOWN_TASK_TYPE, "unknown task type: t"))
+        assert received(peer, outcomes.Await) == outcomes.Await(6, 0)
         received(peer, wire.Heartbeat)
-        peer.send(results.encode_outcome(6, PENDING) + v2.PONG_FRAME)  # at once
+        peer.send(outcomes.encode_outcome(6, PENDING) + link.PONG_FRAME)  # at once
         go.wait(5)
-        peer.send(results.encode_outcome(6, OutcomeState.DONE, Result.of([1, 2])))
+        peer.send(outcomes.encode_outcome(6, OutcomeState.DONE, Result.of([1, 2])))
 
     daemon = raw(script)
     client = await connect(reactor, daemon.address)
@@ -658,23 +662,23 @@ async def test_twisted_waits_are_fenced_from_the_requests_after_them(raw) -> Non
 @pytest_twisted.ensureDeferred
 async def test_twisted_results_progress_and_groups(raw) -> None:
     def script(peer: Peer) -> None:
-        received(peer, v2.Submit)
+        received(peer, taskflow.Submit)
         peer.send(
-            v2.encode_ok(1)
-            + results.encode_progress(1, 71, 5000, "half")
-            + v2.encode_done(1, Result.of("done!"))
+            taskflow.encode_ok(1)
+            + outcomes.encode_progress(1, 71, 5000, "half")
+            + taskflow.encode_done(1, Result.of("done!"))
         )
-        assert received(peer, results.Group) == results.Group(GroupOp.OPEN)
-        peer.send(v2.encode_info({"group": 4, "state": "open"}))
-        submits = [received(peer, v2.Submit) for _ in range(2)]
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.OPEN)
+        peer.send(link.encode_info({"group": 4, "state": "open"}))
+        submits = [received(peer, taskflow.Submit) for _ in range(2)]
         assert [s.group for s in submits] == [4, 4]
-        peer.send(v2.encode_ok(2) + v2.encode_ok(3))
-        assert received(peer, results.Group) == results.Group(GroupOp.CLOSE, 4)
-        peer.send(v2.encode_info({"group": 4, "state": "closed"}))
-        assert received(peer, results.Group) == results.Group(GroupOp.WAIT, 4, 5000)
+        peer.send(taskflow.encode_ok(2) + taskflow.encode_ok(3))
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.CLOSE, 4)
+        peer.send(link.encode_info({"group": 4, "state": "closed"}))
+        assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.WAIT, 4, 5000)
         received(peer, wire.Heartbeat)
-        finished = results.encode_group_state(GroupState(4, GroupPhase.FINISHED, 2, 2, 0, 0, 0))
-        peer.send(v2.PONG_FRAME + finished + finished)
+        finished = outcomes.encode_group_state(GroupState(4, GroupPhase.FINISHED, 2, 2, 0, 0, 0))
+        peer.send(link.PONG_FRAME + finished + finished)
 
     daemon = raw(script)
     heard: list[ProgressReport] = []
@@ -694,9 +698,9 @@ async def test_twisted_results_progress_and_groups(raw) -> None:
 @pytest_twisted.ensureDeferred
 async def test_twisted_waits_end_with_the_connection(raw) -> None:
     def script(peer: Peer) -> None:
-        received(peer, results.Await)
+        received(peer, outcomes.Await)
         received(peer, wire.Heartbeat)
-        peer.send(v2.PONG_FRAME)
+        peer.send(link.PONG_FRAME)
         peer.close()
 
     daemon = raw(script)

@@ -18,7 +18,7 @@ from twisted.internet import reactor
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.outcomes import RetryNotice
 from quicx.clients.twisted_client import connect
-from quicx.protocol import lifecycle, v2
+from quicx.protocol import link, outcomes, taskflow
 from quicx.protocol.errors import TaskFailed
 from tests.peer import Peer
 
@@ -26,7 +26,7 @@ DUE_MS = 1_800_000_000_000
 
 
 def retrying(task_id: int, attempt: int) -> bytes:
-    return lifecycle.encode_retrying(task_id, attempt, DUE_MS + attempt, f"boom {attempt}")
+    return outcomes.encode_retrying(task_id, attempt, DUE_MS + attempt, f"boom {attempt}")
 
 
 def notice(task_id: int, attempt: int) -> RetryNotice:
@@ -46,7 +46,7 @@ class RetryingDaemon:
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.address = f"tcp:127.0.0.1:{self.listener.getsockname()[1]}"
-        self.submits: list[v2.Submit] = []
+        self.submits: list[taskflow.Submit] = []
         self.go = threading.Event()
         self.closing = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -54,14 +54,14 @@ class RetryingDaemon:
 
     def _serve(self) -> None:
         with Peer(self.listener.accept()[0]) as peer:
-            assert isinstance(peer.receive(), v2.Hello)
-            peer.send(v2.encode_info({"server": "raw"}))
+            assert isinstance(peer.receive(), link.Hello)
+            peer.send(link.encode_info({"server": "raw"}))
             self.submits.append(peer.receive())
-            peer.send(v2.encode_ok(1) + retrying(1, 1))
+            peer.send(taskflow.encode_ok(1) + retrying(1, 1))
             self.submits.append(peer.receive())
-            peer.send(retrying(1, 2) + retrying(99, 1) + v2.encode_ok(2))
+            peer.send(retrying(1, 2) + retrying(99, 1) + taskflow.encode_ok(2))
             self.go.wait(10)
-            peer.send(retrying(1, 3) + v2.encode_done(1) + v2.encode_failed(2, "no"))
+            peer.send(retrying(1, 3) + taskflow.encode_done(1) + taskflow.encode_failed(2, "no"))
             self.closing.wait(10)
 
     def finish(self) -> None:
@@ -95,7 +95,7 @@ def test_blocking_client_hands_retry_notices_to_wait(raw: RetryingDaemon) -> Non
         assert len(heard) == 3
     assert (raw.submits[0].retries, raw.submits[0].backoff) == (
         3,
-        v2.Backoff(v2.BackoffKind.FIXED, 2000, 2000, 0),
+        taskflow.Backoff(taskflow.BackoffKind.FIXED, 2000, 2000, 0),
     )
     assert raw.submits[1].delay_ms == 500
 

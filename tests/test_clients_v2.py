@@ -27,7 +27,7 @@ from quicx.clients.requests import Options
 from quicx.clients.twisted_client import ProducerService, connect
 from quicx.clients.worker import TaskContext, Worker
 from quicx.daemon.control import fetch_status
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import codec, outcomes, taskflow, wire
 from quicx.protocol.errors import (
     Conflict,
     Forbidden,
@@ -123,11 +123,11 @@ def test_another_clients_task_needs_the_admin_role(daemon: DaemonProcess) -> Non
 def test_a_running_task_is_not_cancelled(daemon: DaemonProcess) -> None:
     with QuicxClient(address(daemon)) as client, Peer(daemon.address) as worker:
         task_id = client.submit("slow", b"")
-        task = worker.request(v2.encode_ready())
+        task = worker.request(taskflow.encode_ready())
         assert task.task_id == task_id
         with pytest.raises(Conflict, match="not interrupted"):
             client.cancel(task_id)
-        worker.send(lifecycle.encode_ack(task_id, task.token))
+        worker.send(outcomes.encode_ack(task_id, task.token))
         client.wait(task_id, timeout=10)
 
 
@@ -135,11 +135,11 @@ def test_an_ack_of_task_0_is_malformed(daemon: DaemonProcess) -> None:
     """The short ACK's fast path still sends task 0 to the decoder's refusal."""
     with QuicxClient(address(daemon)) as client, Peer(daemon.address) as worker:
         task_id = client.submit("t", b"")
-        task = worker.request(v2.encode_ready())
-        worker.send(lifecycle.encode_ack(0, task.token))
+        task = worker.request(taskflow.encode_ready())
+        worker.send(outcomes.encode_ack(0, task.token))
         error = worker.receive()
-        assert error == wire.Error(v2.ErrorCode.INVALID_MESSAGE, "ACK names task 0")
-        worker.send(lifecycle.encode_ack(task_id, task.token))
+        assert error == wire.Error(codec.ErrorCode.INVALID_MESSAGE, "ACK names task 0")
+        worker.send(outcomes.encode_ack(task_id, task.token))
         client.wait(task_id, timeout=10)
 
 
@@ -323,12 +323,12 @@ async def test_producer_service_resubmits_a_submit_whose_answer_was_lost(
         waiting = defer.ensureDeferred(service.submit_and_wait("t", b"once"))
         await until(proxy.cut.is_set)
         with Peer(daemon.address) as worker:
-            task = worker.request(v2.encode_ready(1), timeout=10)
+            task = worker.request(taskflow.encode_ready(1), timeout=10)
             assert task.payload == b"once" and len(task.key) == 32  # the service's own key
             # The service resubmits under that key: the daemon answers the
             # running task's id, queues no copy, and makes it the producer.
             await until(lambda: fetch_status(str(daemon.control_path))["tasks"]["duplicates"] == 1)
-            worker.send(lifecycle.encode_ack(task.task_id, task.token))
+            worker.send(outcomes.encode_ack(task.task_id, task.token))
             assert await waiting == task.task_id
             assert worker.nothing_for(0.3)
     finally:
@@ -395,7 +395,7 @@ def test_a_handler_gets_the_context_if_its_signature_takes_a_second_argument(
     worker.register(
         "t", recorder if shape == "__call__" else getattr(recorder, shape), thread=False
     )
-    task = v2.Task(7, b"t", b"x", "mail", 9, 2, 1_700_000_000_500, b"k", b"acme")
+    task = taskflow.Task(7, b"t", b"x", "mail", 9, 2, 1_700_000_000_500, b"k", b"acme")
     assert worker.run(task) is None  # done
     context = TaskContext(7, "t", "mail", 9, 2, 1_700_000_000.5, b"k", b"acme")
     assert recorder.contexts == [context if gets_context else None]

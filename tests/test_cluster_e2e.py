@@ -25,7 +25,7 @@ from quicx.clients.blocking_cluster import ClusterClient, ClusterTask
 from quicx.clients.cluster import TaskRef, ranking
 from quicx.clients.requests import Options
 from quicx.clients.worker import TaskContext, Worker
-from quicx.protocol import v2
+from quicx.protocol import link
 from quicx.protocol.errors import ConnectionLost, NeedsVersion2, NotAcknowledged, QuicxError
 from tests.peer import Peer
 from tools.launcher import start_workers, stop_all
@@ -288,8 +288,8 @@ def test_a_daemon_that_never_answers_a_submit_is_like_one_that_went_away(start_d
 
     def deaf_daemon() -> None:
         with Peer(listener.accept()[0]) as peer:
-            assert isinstance(peer.receive(), v2.Hello)
-            peer.send(v2.encode_info({"server": "deaf"}))
+            assert isinstance(peer.receive(), link.Hello)
+            peer.send(link.encode_info({"server": "deaf"}))
             with contextlib.suppress(ConnectionError):  # until the client closes
                 while True:
                     submits.append(peer.receive(timeout=5))

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from quicx.documents.cluster import Member, cluster_view
 from quicx.documents.latency import LATENCY_BUCKETS, quantile
-from quicx.protocol import lifecycle, v2
+from quicx.protocol import outcomes, taskflow
 from quicx.status.cluster import render_cluster
 from tests.peer import Peer
 from tools.launcher import DaemonProcess, tools_environment
@@ -138,20 +138,22 @@ def workload(daemon: DaemonProcess, done: int, failed: int, queued: int) -> None
         for index in range(done + failed):
             payload = b"ok" if index < done else b"fail"
             reply = producer.request(
-                v2.encode_submit(b"t", payload, v2.submit_options(queue="work"))
+                taskflow.encode_submit(b"t", payload, taskflow.submit_options(queue="work"))
             )
-            assert isinstance(reply, v2.Ok), reply
+            assert isinstance(reply, taskflow.Ok), reply
         for _ in range(queued):
-            reply = producer.request(v2.encode_submit(b"t", b"x", v2.submit_options(queue="later")))
-            assert isinstance(reply, v2.Ok), reply
+            reply = producer.request(
+                taskflow.encode_submit(b"t", b"x", taskflow.submit_options(queue="later"))
+            )
+            assert isinstance(reply, taskflow.Ok), reply
         if done + failed:
-            worker.send(v2.encode_ready(50, ["work"]))
+            worker.send(taskflow.encode_ready(50, ["work"]))
             for _ in range(done + failed):
                 task = worker.receive()
                 if task.payload == b"ok":
-                    worker.send(lifecycle.encode_ack(task.task_id, task.token))
+                    worker.send(outcomes.encode_ack(task.task_id, task.token))
                 else:
-                    worker.send(lifecycle.encode_nack(task.task_id, task.token, "no"))
+                    worker.send(outcomes.encode_nack(task.task_id, task.token, "no"))
             for _ in range(done + failed):
                 producer.receive()
 

@@ -24,8 +24,8 @@ from quicx.daemon.queue.dispatch import DispatchSettings, Order
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits, QueuePolicy, SharedLimits
 from quicx.daemon.queue.results import Share
 from quicx.daemon.queue.schedules import ScheduleSpec
-from quicx.protocol.lifecycle import Missed
-from quicx.protocol.v2 import Backoff, BackoffKind
+from quicx.protocol.admin import Missed
+from quicx.protocol.taskflow import Backoff, BackoffKind
 
 REFERENCE = """\
 [server]

@@ -18,9 +18,9 @@ from quicx.daemon.queue import introspect
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.server import QuicxServerFactory
-from quicx.protocol import v2, wire
+from quicx.protocol import admin, codec, link, taskflow, wire
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.frames import FrameParser
-from quicx.protocol.v2 import ErrorCode
 from tests.fakes import (
     FakeJournal,
     make_queue,
@@ -40,7 +40,7 @@ def test_a_producer_cancels_its_queued_task_and_hears_cancelled() -> None:
     producer.take()
     used = queue.pool.bytes_used
     assert queue.cancel(producer.session, 1) == {"id": 1, "state": "cancelled", "queue": "default"}
-    assert producer.take() == [v2.Cancelled(1)]
+    assert producer.take() == [admin.Cancelled(1)]
     assert journal.outcomes == [(1, "cancelled")]
     assert queue.pool.bytes_used < used
     worker = v2_worker_of(queue)
@@ -103,7 +103,7 @@ def test_a_paused_queue_accepts_but_dispatches_nothing_until_resumed() -> None:
     assert queue.set_paused("mail", True) == {"queue": "mail", "paused": True}
     producer = v2_producer_of(queue)
     queue.submit(producer.session, b"t", b"x", "mail")
-    assert producer.take() == [v2.Ok(1)]
+    assert producer.take() == [taskflow.Ok(1)]
     assert worker.take() == []
     queue.set_paused("mail", False)
     assert worker.task_ids() == [1]
@@ -128,9 +128,9 @@ def test_purge_cancels_the_queued_tasks_and_leaves_running_ones() -> None:
     assert worker.task_ids() == [1]
     producer.take()
     assert queue.purge("q") == {"queue": "q", "purged": 2}
-    assert producer.take() == [v2.Cancelled(2), v2.Cancelled(3)]
+    assert producer.take() == [admin.Cancelled(2), admin.Cancelled(3)]
     queue.done(worker.session, 1)
-    assert producer.take() == [v2.Done(1)]
+    assert producer.take() == [taskflow.Done(1)]
 
 
 # -- idempotent submit --------------------------------------------------------------------
@@ -141,7 +141,7 @@ def test_a_second_submit_of_a_key_gets_the_first_id_and_queues_nothing() -> None
     producer = v2_producer_of(queue)
     queue.submit(producer.session, b"t", b"x", key=b"order-7")
     queue.submit(producer.session, b"t", b"x", key=b"order-7")
-    assert producer.take() == [v2.Ok(1), v2.Ok(1, duplicate=True)]
+    assert producer.take() == [taskflow.Ok(1), taskflow.Ok(1, duplicate=True)]
     assert queue.queued == 1
 
 
@@ -150,7 +150,7 @@ def test_keys_are_per_queue() -> None:
     producer = v2_producer_of(queue)
     queue.submit(producer.session, b"t", b"x", "a", key=b"k")
     queue.submit(producer.session, b"t", b"x", "b", key=b"k")
-    assert producer.take() == [v2.Ok(1), v2.Ok(2)]
+    assert producer.take() == [taskflow.Ok(1), taskflow.Ok(2)]
 
 
 def test_a_duplicate_of_a_finished_task_hears_its_outcome_within_the_window() -> None:
@@ -164,11 +164,11 @@ def test_a_duplicate_of_a_finished_task_hears_its_outcome_within_the_window() ->
     clock.advance(30)
     queue.submit(producer.session, b"t", b"x", key=b"k")
     answers = producer.take()
-    assert answers[0] == v2.Ok(1, duplicate=True)
+    assert answers[0] == taskflow.Ok(1, duplicate=True)
     assert isinstance(answers[1], wire.Failed) and answers[1].task_id == 1
     clock.advance(31)
     queue.submit(producer.session, b"t", b"x", key=b"k")
-    assert producer.take() == [v2.Ok(2)]  # the window is over: a new task
+    assert producer.take() == [taskflow.Ok(2)]  # the window is over: a new task
 
 
 def test_a_resubmit_after_a_reconnect_takes_over_the_outcome() -> None:
@@ -180,7 +180,7 @@ def test_a_resubmit_after_a_reconnect_takes_over_the_outcome() -> None:
     queue.submit(second.session, b"t", b"x", key=b"k")
     worker = v2_worker_of(queue)
     queue.done(worker.session, worker.task_ids()[0])
-    assert second.take() == [v2.Ok(1, duplicate=True), v2.Done(1)]
+    assert second.take() == [taskflow.Ok(1, duplicate=True), taskflow.Done(1)]
 
 
 def test_a_duplicate_of_a_task_not_yet_durable_waits_for_its_answer() -> None:
@@ -191,7 +191,7 @@ def test_a_duplicate_of_a_task_not_yet_durable_waits_for_its_answer() -> None:
     queue.submit(producer.session, b"t", b"x", key=b"k")
     assert producer.take() == []
     journal.sync()
-    assert producer.take() == [v2.Ok(1), v2.Ok(1, duplicate=True)]
+    assert producer.take() == [taskflow.Ok(1), taskflow.Ok(1, duplicate=True)]
 
 
 def test_a_refused_submit_forgets_its_key() -> None:
@@ -205,7 +205,7 @@ def test_a_refused_submit_forgets_its_key() -> None:
     assert [a.code for a in answers] == [1, 1]
     queue.submit(producer.session, b"t", b"x", key=b"k")
     journal.sync()
-    assert producer.take() == [v2.Ok(2)]
+    assert producer.take() == [taskflow.Ok(2)]
 
 
 def test_the_key_table_is_bounded_oldest_first() -> None:
@@ -220,7 +220,7 @@ def test_the_key_table_is_bounded_oldest_first() -> None:
     producer.take()
     queue.submit(producer.session, b"t", b"x", key=b"a")  # forgotten: runs again
     queue.submit(producer.session, b"t", b"x", key=b"c")
-    assert producer.take()[:2] == [v2.Ok(4), v2.Ok(3, duplicate=True)]
+    assert producer.take()[:2] == [taskflow.Ok(4), taskflow.Ok(3, duplicate=True)]
 
 
 # -- introspection ------------------------------------------------------------------------
@@ -311,7 +311,7 @@ def test_a_finished_tasks_key_does_not_shadow_a_newer_live_one() -> None:
 
     queue.keys.finish(KeyEntry("default", b"k", 1, clock.seconds() - 61, "done"), clock.seconds())
     queue.submit(producer.session, b"t", b"x", key=b"k")
-    assert producer.take() == [v2.Ok(2, duplicate=True)]
+    assert producer.take() == [taskflow.Ok(2, duplicate=True)]
 
 
 # -- monitor queries share the reactor --------------------------------------------------------
@@ -356,28 +356,32 @@ def test_pipelined_monitor_queries_past_their_slice_wait_for_the_next_turn() -> 
     next turn (the connection unread meanwhile), then are handled in order.
     """
     clock, transport, server = monitor_connection(0.0)  # one monitor query a turn
-    inspect, queues, heartbeat = v2.encode_inspect(3), v2.encode_queues(), v2.HEARTBEAT_FRAME
+    inspect, queues, heartbeat = (
+        admin.encode_inspect(3),
+        admin.encode_queues(),
+        link.HEARTBEAT_FRAME,
+    )
     server.dataReceived(inspect * 3 + heartbeat + queues + heartbeat)
-    assert answers(transport) == [v2.MessageType.INFO]  # the first INSPECT's
+    assert answers(transport) == [codec.MessageType.INFO]  # the first INSPECT's
     assert transport.producerState == "paused"
     turns = []
     while transport.producerState == "paused":
         next_turn(clock)
         turns.append(answers(transport))
-    info, pong = v2.MessageType.INFO, v2.MessageType.PONG
+    info, pong = codec.MessageType.INFO, codec.MessageType.PONG
     assert turns == [[info], [info], [pong, info], [pong]]
 
 
 def test_monitor_queries_within_their_slice_are_answered_in_the_same_turn() -> None:
     _, transport, server = monitor_connection(60.0)
-    server.dataReceived(v2.encode_inspect(3) * 50 + v2.HEARTBEAT_FRAME)
-    assert answers(transport) == [v2.MessageType.INFO] * 50 + [v2.MessageType.PONG]
+    server.dataReceived(admin.encode_inspect(3) * 50 + link.HEARTBEAT_FRAME)
+    assert answers(transport) == [codec.MessageType.INFO] * 50 + [codec.MessageType.PONG]
     assert transport.producerState == "producing"
 
 
 def test_a_connection_lost_with_frames_waiting_drops_them() -> None:
     clock, transport, server = monitor_connection(0.0)
-    server.dataReceived(v2.encode_inspect(3) * 5)
+    server.dataReceived(admin.encode_inspect(3) * 5)
     answers(transport)
     server.connectionLost(Failure(ConnectionDone()))
     clock.advance(0)

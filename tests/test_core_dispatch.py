@@ -13,7 +13,7 @@ from quicx.daemon.queue.dispatch import DispatchSettings, Order
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.protocol import wire
 from quicx.protocol.session import ProtocolViolation, Role
-from quicx.protocol.v2 import Backoff, BackoffKind
+from quicx.protocol.taskflow import Backoff, BackoffKind
 from tests.fakes import (
     EMPTY_POOL_BYTES,
     FakeJournal,

@@ -19,9 +19,9 @@ from quicx.daemon.observe.eventbus import FLUSH_AT, LIVE_FLUSH_EVERY, EventBus
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import SubscriberLimits
-from quicx.protocol import v2
+from quicx.protocol import taskflow
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.monitor import Events, Watch
-from quicx.protocol.v2 import ErrorCode
 from tests.fakes import FakePeer, make_queue, v2_producer_of, v2_worker_of
 
 
@@ -62,7 +62,7 @@ def run(queue: QueueService, queue_name: str, task_type: bytes = b"t") -> int:
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, queues=(queue_name,))
     queue.submit(producer.session, task_type, b"x", queue_name)
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token)
     producer.disconnect()
     worker.disconnect()

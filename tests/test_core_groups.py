@@ -15,9 +15,9 @@ from quicx.daemon.queue.groups import GroupLimits
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.results import ResultLimits
-from quicx.protocol import results, v2, wire
-from quicx.protocol.results import GroupPhase, GroupState
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol import link, outcomes, taskflow, wire
+from quicx.protocol.codec import ErrorCode
+from quicx.protocol.outcomes import GroupPhase, GroupState
 from tests.fakes import FakeJournal, FakePeer, make_queue, v2_producer_of, v2_worker_of
 
 
@@ -48,7 +48,7 @@ def test_a_group_of_10000_reports_once_with_the_right_counts() -> None:
             queue.cancel(producer.session, queue._last_task_id)
             continue
         queue.submit(producer.session, b"t", b"x", "work", group=group, retries=kind == 2)
-        (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+        (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
         if n == 9_999:
             last = task  # finished after the close
         elif kind in (1, 2):  # failed; dead (it had a retry, the failure is permanent)
@@ -78,7 +78,7 @@ def test_closing_a_group_whose_members_all_finished_finishes_it_at_once() -> Non
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     group = queue.open_group(producer.session)["group"]
     queue.submit(producer.session, b"t", b"x", group=group)
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token)
     assert states(producer) == []
     answer = queue.close_group(group)
@@ -115,14 +115,14 @@ def test_a_duplicate_submit_does_not_join_twice() -> None:
     group = queue.open_group(producer.session)["group"]
     for _ in range(3):
         queue.submit(producer.session, b"t", b"x", key=b"order-1", group=group)
-    assert producer.take() == [v2.Ok(1), v2.Ok(1, True), v2.Ok(1, True)]
+    assert producer.take() == [taskflow.Ok(1), taskflow.Ok(1, True), taskflow.Ok(1, True)]
     assert queue.groups.describe(group)["members"] == 1
     queue.close_group(group)
     # Even once the group is closed, a resubmit is a duplicate, not a refusal.
     queue.submit(producer.session, b"t", b"x", key=b"order-1", group=group)
-    assert producer.take() == [v2.Ok(1, True)]
+    assert producer.take() == [taskflow.Ok(1, True)]
     worker = v2_worker_of(queue)
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token)
     assert states(producer) == [GroupState(group, GroupPhase.FINISHED, 1, 1, 0, 0, 0)]
 
@@ -142,7 +142,7 @@ def test_another_connection_waits_for_a_group() -> None:
     queue.await_group(watcher.session, group, 60_000)
     queue.close_group(group)
     assert states(watcher) == []
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token)
     finished = GroupState(group, GroupPhase.FINISHED, 1, 1, 0, 0, 0)
     assert states(watcher) == [finished] and states(producer) == [finished]
@@ -220,7 +220,7 @@ def test_a_member_whose_submit_the_journal_refuses_leaves_its_group() -> None:
     journal.fail()
     assert queue.groups.describe(group)["state"] == "finished"
     assert states(producer) == [GroupState(group, GroupPhase.FINISHED)]
-    assert waiter.take() == [results.Outcome(1, results.OutcomeState.UNKNOWN)]
+    assert waiter.take() == [outcomes.Outcome(1, outcomes.OutcomeState.UNKNOWN)]
 
 
 @pytest.mark.parametrize("how", ["ack", "nack", "dead", "cancel"])
@@ -237,12 +237,12 @@ def test_the_last_members_outcome_comes_before_the_groups(how: str) -> None:
     if how == "cancel":
         queue.cancel(producer.session, task_id)
     else:
-        (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+        (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
         if how == "ack":
             queue.ack(worker.session, task.task_id, task.token)
         else:
             queue.nack(worker.session, task.task_id, task.token, "no", how == "dead")
-    kinds = [type(m).__name__ for m in producer.take() if not isinstance(m, v2.Info)]
+    kinds = [type(m).__name__ for m in producer.take() if not isinstance(m, link.Info)]
     outcome = {"ack": "Done", "nack": "Failed", "dead": "Failed", "cancel": "Cancelled"}[how]
     assert kinds == [outcome, "GroupState"]
 
@@ -257,7 +257,7 @@ def test_an_open_group_nobody_joins_is_closed_by_the_daemon_and_finishes() -> No
     active = queue.open_group(producer.session)["group"]
     forgotten = queue.open_group(producer.session)["group"]
     queue.submit(producer.session, b"t", b"x", "work", group=forgotten)
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     clock.advance(59)
     queue.submit(producer.session, b"t", b"y", "parked", group=active)  # it took one: not idle
     producer.take()

@@ -14,9 +14,10 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.retries import retry_wait
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import outcomes, registry, taskflow, wire
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.session import ProtocolViolation
-from quicx.protocol.v2 import Backoff, BackoffKind, ErrorCode
+from quicx.protocol.taskflow import Backoff, BackoffKind
 from tests.fakes import (
     EMPTY_POOL_BYTES,
     FakeJournal,
@@ -38,12 +39,12 @@ def clock_at_start() -> Clock:
     return clock
 
 
-def tasks(peer: FakePeer) -> list[v2.Task]:
-    found = [m for m in peer.take() if isinstance(m, v2.Task | wire.Task)]
-    return cast(list[v2.Task], found)  # v1 tasks only where no v2 field is read
+def tasks(peer: FakePeer) -> list[taskflow.Task]:
+    found = [m for m in peer.take() if isinstance(m, taskflow.Task | wire.Task)]
+    return cast(list[taskflow.Task], found)  # v1 tasks only where no v2 field is read
 
 
-def one_task(queue: QueueService, version: int = 2) -> tuple[FakePeer, FakePeer, v2.Task]:
+def one_task(queue: QueueService, version: int = 2) -> tuple[FakePeer, FakePeer, taskflow.Task]:
     """A producer and a worker of C{version}, and the one task submitted and sent."""
     producer = (v2_producer_of if version == 2 else producer_of)(queue)
     worker = (v2_worker_of if version == 2 else worker_of)(queue)
@@ -68,7 +69,7 @@ def test_a_delayed_task_waits_for_its_time_then_runs() -> None:
     worker = v2_worker_of(queue)
     worker.take()
     queue.submit(producer.session, b"t", b"later", delay_ms=1500)
-    assert producer.take() == [v2.Ok(1)]
+    assert producer.take() == [taskflow.Ok(1)]
     assert queue.delays.count == 1 and queue.default_queue.delayed == 1
     assert queue.queued == 0
     clock.advance(1.499)
@@ -120,7 +121,7 @@ def test_max_delayed_refuses_a_delayed_submit_past_it_and_frees_nothing() -> Non
     assert queue.pool.bytes_used == used and queue.delays.count == 2
     # Not delayed: not held to it.
     queue.submit(producer.session, b"t", b"now")
-    assert producer.take() == [v2.Ok(3)]
+    assert producer.take() == [taskflow.Ok(3)]
 
 
 def test_a_delayed_task_can_be_cancelled_and_never_runs() -> None:
@@ -130,7 +131,7 @@ def test_a_delayed_task_can_be_cancelled_and_never_runs() -> None:
     queue.submit(producer.session, b"t", b"x", delay_ms=1000)
     producer.take()
     assert queue.cancel(producer.session, 1)["state"] == "cancelled"
-    assert producer.take() == [lifecycle.decode(0x0F, b"\x00\x00\x00\x01")]
+    assert producer.take() == [registry.decode(0x0F, b"\x00\x00\x00\x01")]
     assert queue.delays.count == 0 and queue.pool.bytes_used == EMPTY_POOL_BYTES
     worker = v2_worker_of(queue)
     clock.advance(2)
@@ -211,7 +212,7 @@ def test_a_failed_task_with_retries_comes_back_after_its_backoff_and_its_produce
         seen.append((task.attempt, task.failures, task.retries))
         queue.nack(worker.session, task.task_id, task.token, "boom", False)
         (notice,) = producer.take()
-        assert isinstance(notice, lifecycle.Retrying)
+        assert isinstance(notice, outcomes.Retrying)
         assert notice.attempt == task.attempt and notice.reason == "boom"
         wait = (notice.due_ms / 1000) - clock.seconds()
         assert wait == pytest.approx(1.0 * 2 ** (task.failures), abs=0.001)
@@ -222,7 +223,7 @@ def test_a_failed_task_with_retries_comes_back_after_its_backoff_and_its_produce
     seen.append((task.attempt, task.failures, task.retries))
     queue.ack(worker.session, task.task_id, task.token)
     assert seen == [(1, 0, 2), (2, 1, 2), (3, 2, 2)]
-    assert producer.take() == [v2.Done(1)]
+    assert producer.take() == [taskflow.Done(1)]
     assert journal.changes == [("retry", 1), ("retry", 1)]
     assert journal.outcomes == [(1, "done")]
     assert queue.counters().retried == 2
@@ -257,7 +258,7 @@ def test_out_of_retries_a_task_goes_to_the_dead_letter_set_with_its_story() -> N
     (task,) = tasks(worker)
     queue.nack(worker.session, task.task_id, task.token, "last", False)
     notices = producer.take()
-    assert [type(n) for n in notices] == [lifecycle.Retrying, wire.Failed]
+    assert [type(n) for n in notices] == [outcomes.Retrying, wire.Failed]
     assert notices[-1] == wire.Failed(1, "last")
     listing = queue.dead_tasks(None, 10)
     assert listing["total"] == 1
@@ -412,7 +413,7 @@ def test_an_outcome_with_a_stale_token_is_refused_and_never_applied() -> None:
     # The stale worker got its credit back.
     assert slow.session.free_credits == 1
     queue.ack(fast.session, new.task_id, new.token)
-    assert producer.take() == [v2.Done(1)]
+    assert producer.take() == [taskflow.Done(1)]
 
 
 def test_a_wrong_token_on_a_held_task_is_stale_and_the_delivery_stands() -> None:
@@ -485,7 +486,7 @@ def test_count_lost_makes_a_lost_worker_a_failure_with_backoff() -> None:
     tasks(worker)
     worker.disconnect()
     (notice,) = producer.take()
-    assert isinstance(notice, lifecycle.Retrying) and "disconnected" in notice.reason
+    assert isinstance(notice, outcomes.Retrying) and "disconnected" in notice.reason
     assert queue.delays.count == 1
     other = v2_worker_of(queue, name="other")
     clock.advance(1)

@@ -13,9 +13,9 @@ from quicx.daemon.queue import introspect
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import ProgressSettings
-from quicx.protocol import results, v2, wire
+from quicx.protocol import outcomes, taskflow, wire
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.session import ProtocolViolation
-from quicx.protocol.v2 import ErrorCode
 from tests.fakes import FakePeer, make_queue, v2_producer_of, v2_worker_of
 
 START = 1_800_000_000.0
@@ -30,25 +30,27 @@ def started(
     return clock, make_queue(clock, progress=settings, task_timeout=task_timeout)
 
 
-def running(queue: QueueService, progress: bool = True) -> tuple[FakePeer, FakePeer, v2.Task]:
+def running(queue: QueueService, progress: bool = True) -> tuple[FakePeer, FakePeer, taskflow.Task]:
     """A producer, a worker, and the task the producer submitted (with the progress option)."""
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
     worker.take()
     queue.submit(producer.session, b"t", b"x", progress=progress)
-    assert producer.take() == [v2.Ok(1)]
+    assert producer.take() == [taskflow.Ok(1)]
     (task,) = worker.take()
     return producer, worker, task
 
 
-def report(queue: QueueService, worker: FakePeer, task: v2.Task, fraction: int, text: str) -> None:
+def report(
+    queue: QueueService, worker: FakePeer, task: taskflow.Task, fraction: int, text: str
+) -> None:
     queue.report_progress(worker.session, task.task_id, task.token, fraction, text)
 
 
 def heard(producer: FakePeer) -> list[tuple[int, str]]:
     """The (fraction, message) of each PROGRESS the producer got since the last call."""
     messages = producer.take()
-    assert all(isinstance(m, results.Progress) for m in messages), messages
+    assert all(isinstance(m, outcomes.Progress) for m in messages), messages
     return [(m.fraction, m.message) for m in messages]
 
 
@@ -59,11 +61,11 @@ def test_reports_reach_the_producer_unchanged_in_order_and_before_the_outcome() 
         report(queue, worker, task, step * 2500, f"step {step}")
         clock.advance(0.1)
     assert producer.take() == [
-        results.Progress(task.task_id, task.token, step * 2500, f"step {step}")
+        outcomes.Progress(task.task_id, task.token, step * 2500, f"step {step}")
         for step in range(1, 4)
     ]
     queue.ack(worker.session, task.task_id, task.token)
-    assert producer.take() == [v2.Done(task.task_id)]
+    assert producer.take() == [taskflow.Done(task.task_id)]
 
 
 def test_a_producer_that_did_not_ask_hears_no_progress_but_inspect_shows_the_last() -> None:
@@ -77,7 +79,7 @@ def test_a_producer_that_did_not_ask_hears_no_progress_but_inspect_shows_the_las
     shown = introspect.inspect(queue, task.task_id)
     assert shown["progress"] == {"fraction": 0.4, "message": "resized 40 of 100", "at": START + 0.5}
     queue.ack(worker.session, task.task_id, task.token)
-    assert producer.take() == [v2.Done(task.task_id)]
+    assert producer.take() == [taskflow.Done(task.task_id)]
 
 
 def test_reports_sooner_than_the_interval_are_held_and_the_latest_goes_at_its_end() -> None:
@@ -126,12 +128,12 @@ def test_a_held_report_is_dropped_when_the_task_finishes_first(outcome: str) -> 
     report(queue, worker, task, 9000, "almost")
     if outcome == "ack":
         queue.ack(worker.session, task.task_id, task.token)
-        final: v2.Done | wire.Failed = v2.Done(task.task_id)
+        final: taskflow.Done | wire.Failed = taskflow.Done(task.task_id)
     else:
         queue.nack(worker.session, task.task_id, task.token, "broke", False)
         final = wire.Failed(task.task_id, "broke")
     clock.advance(1)
-    assert producer.take() == [results.Progress(task.task_id, task.token, 100, "a"), final]
+    assert producer.take() == [outcomes.Progress(task.task_id, task.token, 100, "a"), final]
     assert queue.progress.last(task.task_id) is None
     assert not clock.getDelayedCalls()
 
@@ -192,7 +194,7 @@ def test_a_producer_that_stops_reading_is_kept_the_latest_report_of_each_task() 
     other = v2_worker_of(queue)
     other.take()
     queue.submit(producer.session, b"t", b"y", progress=True)
-    (second,) = [m for m in other.take() if isinstance(m, v2.Task)]
+    (second,) = [m for m in other.take() if isinstance(m, taskflow.Task)]
     producer.take()
     producer.session.paused = True  # its output is backed up
     for step in range(1, 1001):
@@ -210,4 +212,4 @@ def test_a_producer_that_stops_reading_is_kept_the_latest_report_of_each_task() 
     queue.ack(worker.session, task.task_id, task.token)
     producer.session.paused = False
     queue.output_drained(producer.session)
-    assert producer.take() == [v2.Done(task.task_id)]
+    assert producer.take() == [taskflow.Done(task.task_id)]

@@ -36,7 +36,7 @@ from twisted.internet.task import Clock
 
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.model import Refused
-from quicx.protocol import v2, wire
+from quicx.protocol import admin, codec, taskflow, wire
 from quicx.protocol.session import Role
 from tests.fakes import BLOCK, FakeJournal, FakePeer, make_queue, small_pool
 
@@ -203,7 +203,7 @@ class QueueMachine(RuleBasedStateMachine):
         self._received(worker, answers)
         if may_take:
             assert answers, "a READY from a worker with a free credit went unanswered"
-            tasks = all(isinstance(m, wire.Task | v2.Task) for m in answers)
+            tasks = all(isinstance(m, wire.Task | taskflow.Task) for m in answers)
             assert tasks or answers == [wire.Wait()]
         else:
             assert answers == [], "a READY from a worker holding all it may is not answered"
@@ -251,7 +251,7 @@ class QueueMachine(RuleBasedStateMachine):
                 self.queue.set_paused(queue, False)
         if len(self.workers) == 4:
             self._worker_leaves(self.workers[0])
-        self.add_worker(credits=wire.MAX_CREDITS, queues=list(QUEUES))
+        self.add_worker(credits=codec.MAX_CREDITS, queues=list(QUEUES))
         for _ in range(10):
             self._collect()
             for worker in self.workers:
@@ -270,7 +270,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _received(self, worker: FakePeer, messages: list[wire.Message]) -> None:
         for message in messages:
-            if isinstance(message, wire.Task | v2.Task):
+            if isinstance(message, wire.Task | taskflow.Task):
                 assert message.task_id not in self.running[worker], "sent twice to one worker"
                 self.running[worker].add(message.task_id)
 
@@ -279,10 +279,10 @@ class QueueMachine(RuleBasedStateMachine):
             self._received(worker, worker.take())
         for producer in self.producers:
             for message in producer.peer.take():
-                if isinstance(message, wire.Ok | v2.Ok):
+                if isinstance(message, wire.Ok | taskflow.Ok):
                     assert message.task_id not in producer.accepted
                     producer.accepted.add(message.task_id)
-                elif isinstance(message, wire.Done | v2.Done | wire.Failed | v2.Cancelled):
+                elif isinstance(message, wire.Done | taskflow.Done | wire.Failed | admin.Cancelled):
                     assert message.task_id in producer.accepted, "an outcome before its OK"
                     producer.outcomes[message.task_id] += 1
 

@@ -16,7 +16,7 @@ from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.schedules import ScheduleSpec
-from quicx.protocol import v2, wire
+from quicx.protocol import taskflow, wire
 from tests.fakes import (
     make_queue,
     producer_of,
@@ -27,11 +27,11 @@ from tests.fakes import (
 
 
 def submitted(peer: object) -> list[int]:
-    return [m.task_id for m in peer.take() if isinstance(m, v2.Ok)]  # type: ignore[attr-defined]
+    return [m.task_id for m in peer.take() if isinstance(m, taskflow.Ok)]  # type: ignore[attr-defined]
 
 
-def tasks_of(peer: object) -> list[v2.Task]:
-    return [m for m in peer.take() if isinstance(m, v2.Task)]  # type: ignore[attr-defined]
+def tasks_of(peer: object) -> list[taskflow.Task]:
+    return [m for m in peer.take() if isinstance(m, taskflow.Task)]  # type: ignore[attr-defined]
 
 
 def test_higher_priority_runs_first_and_fifo_within_one() -> None:
@@ -57,7 +57,7 @@ def test_a_task_carries_its_context_to_a_v2_worker() -> None:
     worker = v2_worker_of(queue, queues=("mail",))
     (task,) = tasks_of(worker)
     # The token: the dispatch time in milliseconds, shifted past a counter.
-    assert task == v2.Task(
+    assert task == taskflow.Task(
         task.task_id,
         b"t",
         b"x",
@@ -157,7 +157,7 @@ def test_max_depth_refuses_with_queue_full_and_loses_nothing() -> None:
     for _ in range(3):
         queue.submit(producer.session, b"t", b"x", "mail")
     answers = producer.take()
-    assert answers[:2] == [v2.Ok(1), v2.Ok(2)]
+    assert answers[:2] == [taskflow.Ok(1), taskflow.Ok(2)]
     assert answers[2] == wire.Error(1, "queue 'mail' is full (max_depth = 2)")
     worker = v2_worker_of(queue, credits=5, queues=("mail",))
     assert [t.task_id for t in tasks_of(worker)] == [1, 2]
@@ -169,16 +169,16 @@ def test_max_queues_refuses_a_new_queue_and_an_idle_queue_is_forgotten() -> None
     queue.submit(producer.session, b"t", b"x", "a")
     queue.submit(producer.session, b"t", b"x", "b")
     answers = producer.take()
-    assert answers[0] == v2.Ok(1)
+    assert answers[0] == taskflow.Ok(1)
     assert answers[1].code == 1 and "max_queues = 2" in answers[1].message
     worker = v2_worker_of(queue, queues=("a",))
     (task,) = tasks_of(worker)
     queue.done(worker.session, task.task_id)
     worker.disconnect()
     assert sorted(queue.queues) == ["default"]  # "a" had nothing left: forgotten
-    assert producer.take() == [v2.Done(1)]
+    assert producer.take() == [taskflow.Done(1)]
     queue.submit(producer.session, b"t", b"x", "b")
-    assert producer.take() == [v2.Ok(2)]
+    assert producer.take() == [taskflow.Ok(2)]
 
 
 def test_a_refused_request_leaves_no_queue_behind() -> None:
@@ -208,7 +208,7 @@ def test_a_refused_request_leaves_no_queue_behind() -> None:
     assert [a.code for a in answers if isinstance(a, wire.Error)] == [3, 5, 4, 2]
     # A duplicate of a task whose queue has been forgotten since: no task, no queue.
     queue.submit(producer.session, b"t", b"x", "kept", key=b"k")
-    assert producer.take()[0] == v2.Ok(task.task_id, True)
+    assert producer.take()[0] == taskflow.Ok(task.task_id, True)
     with pytest.raises(Refused, match="max_queues = 4"):
         queue.subscribe(worker.session, ("a", "b", "c", "d"))
     queue.fire(
@@ -220,7 +220,7 @@ def test_a_refused_request_leaves_no_queue_behind() -> None:
     # Nothing was taken from the limit: three new queues still fit.
     for name in ("a", "b", "c"):
         queue.submit(producer.session, b"t", b"x", name)
-    assert [type(a) for a in producer.take()] == [v2.Ok] * 3
+    assert [type(a) for a in producer.take()] == [taskflow.Ok] * 3
 
 
 def test_fairness_keys_take_turns_within_a_priority() -> None:
@@ -297,7 +297,7 @@ def test_too_many_fairness_keys_is_refused() -> None:
     for key in (b"a", b"b", b"a", b"c"):
         queue.submit(producer.session, b"t", b"x", "q", fairness=key)
     answers = producer.take()
-    assert [type(a) for a in answers] == [v2.Ok, v2.Ok, v2.Ok, wire.Error]
+    assert [type(a) for a in answers] == [taskflow.Ok, taskflow.Ok, taskflow.Ok, wire.Error]
     assert "max_fairness_keys = 2" in answers[3].message
 
 

@@ -20,9 +20,10 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.results import ResultLimits, Share
-from quicx.protocol import results, v2, wire
-from quicx.protocol.results import Outcome, OutcomeState
-from quicx.protocol.v2 import ErrorCode, Result, ResultKind
+from quicx.protocol import outcomes, taskflow, wire
+from quicx.protocol.codec import ErrorCode
+from quicx.protocol.outcomes import Outcome, OutcomeState
+from quicx.protocol.taskflow import Result, ResultKind
 from tests.fakes import (
     BLOCK,
     EMPTY_POOL_BYTES,
@@ -60,7 +61,7 @@ def run(
 ) -> int:
     """Submit one task from C{producer}, have C{worker} ACK it with C{result}; its id."""
     queue.submit(producer.session, b"t", b"x", **options)  # type: ignore[arg-type]
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token, result)
     return task.task_id
 
@@ -81,7 +82,7 @@ def test_a_result_reaches_a_version_2_producer_in_its_done() -> None:
     queue = make_queue()
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     task_id = run(queue, producer, worker)
-    assert producer.take() == [v2.Ok(task_id), v2.Done(task_id, ANSWER)]
+    assert producer.take() == [taskflow.Ok(task_id), taskflow.Done(task_id, ANSWER)]
 
 
 def test_a_version_1_producer_hears_the_plain_done() -> None:
@@ -95,23 +96,23 @@ def test_an_ack_without_a_result_is_a_done_without_one() -> None:
     queue = make_queue()
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     task_id = run(queue, producer, worker, None)
-    assert producer.take()[-1] == v2.Done(task_id, None)
+    assert producer.take()[-1] == taskflow.Done(task_id, None)
 
 
 def test_a_result_past_max_size_is_refused_and_the_task_stays_held() -> None:
     queue = queue_with(Clock(), max_size=10)
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     queue.submit(producer.session, b"t", b"x")
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     with pytest.raises(Refused) as refused:
         queue.ack(worker.session, task.task_id, task.token, Result(ResultKind.BYTES, b"x" * 11))
     assert refused.value.code == ErrorCode.PAYLOAD_TOO_LARGE
     assert "11 bytes" in str(refused.value) and "10 bytes" in str(refused.value)
     assert task.task_id in worker.session.tasks and queue.counters().completed == 0
-    assert producer.take() == [v2.Ok(task.task_id)]
+    assert producer.take() == [taskflow.Ok(task.task_id)]
     # At the limit: taken.
     queue.ack(worker.session, task.task_id, task.token, Result(ResultKind.BYTES, b"x" * 10))
-    assert producer.take() == [v2.Done(task.task_id, Result(ResultKind.BYTES, b"x" * 10))]
+    assert producer.take() == [taskflow.Done(task.task_id, Result(ResultKind.BYTES, b"x" * 10))]
 
 
 def test_a_result_is_held_to_the_pools_largest_block_too() -> None:
@@ -119,7 +120,7 @@ def test_a_result_is_held_to_the_pools_largest_block_too() -> None:
     assert queue.max_result == BLOCK
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     queue.submit(producer.session, b"t", b"x")
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     with pytest.raises(Refused, match=f"{BLOCK + 1} bytes exceeds the limit of {BLOCK} bytes"):
         queue.ack(worker.session, task.task_id, task.token, Result(ResultKind.BYTES, b"x" * 65))
 
@@ -172,7 +173,7 @@ def test_the_outcome_of_a_task_whose_producer_left_is_kept() -> None:
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     queue.submit(producer.session, b"t", b"x")
     producer.disconnect()
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token, ANSWER)
     assert awaited(queue, task.task_id) == Outcome(task.task_id, OutcomeState.DONE, ANSWER)
     clock.advance(120)
@@ -184,7 +185,7 @@ def test_no_outcome_is_kept_for_a_version_1_producer_that_left() -> None:
     producer, worker = producer_of(queue), v2_worker_of(queue)
     queue.submit(producer.session, b"t", b"x")
     producer.disconnect()
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token, ANSWER)
     assert awaited(queue, task.task_id).state == OutcomeState.UNKNOWN
     assert len(queue.kept) == 0 and queue.pool.bytes_used == EMPTY_POOL_BYTES
@@ -199,7 +200,7 @@ def test_outcomes_kept_for_nobody_are_evicted_before_requested_ones() -> None:
         queue.submit(gone.session, b"t", b"x")
     gone.disconnect()
     for _ in range(3):
-        (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+        (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
         queue.ack(worker.session, task.task_id, task.token)
     assert awaited(queue, asked).state == OutcomeState.DONE
     assert [awaited(queue, t).state for t in (2, 3, 4)] == [
@@ -224,7 +225,7 @@ def test_a_full_pool_evicts_an_outcome_kept_for_nobody_before_a_requested_one() 
     gone = v2_producer_of(queue, "gone")
     queue.submit(gone.session, b"t", b"x")  # the third block: the pool is full
     gone.disconnect()
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token, ANSWER)
     # Its payload's block was freed first: its outcome took it.
     assert [awaited(queue, t).state for t in (*asked, task.task_id)] == [OutcomeState.DONE] * 3
@@ -269,7 +270,7 @@ def test_failed_cancelled_and_dead_outcomes_are_kept_with_their_reasons() -> Non
     queue.submit(producer.session, b"t", b"x", "work", result_ttl=0)
     queue.submit(producer.session, b"t", b"x", "work", result_ttl=0, retries=1)
     queue.submit(producer.session, b"t", b"x", "idle", result_ttl=0)
-    failed, dead = [m for m in worker.take() if isinstance(m, v2.Task)]
+    failed, dead = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.nack(worker.session, failed.task_id, failed.token, "no such user", False)
     queue.nack(worker.session, dead.task_id, dead.token, "corrupt input", True)
     cancel = queue.cancel(producer.session, 3)
@@ -284,7 +285,7 @@ def test_failed_cancelled_and_dead_outcomes_are_kept_with_their_reasons() -> Non
     # A dead task, even one whose outcome is not kept, is answered while it is dead.
     queue.purge_dead(None)
     queue.submit(producer.session, b"t", b"x", "work", retries=1)
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.nack(worker.session, task.task_id, task.token, "bad", True)
     assert awaited(queue, task.task_id) == Outcome(task.task_id, OutcomeState.DEAD, None, "bad")
 
@@ -295,7 +296,7 @@ def test_a_duplicate_submit_of_a_finished_task_hears_its_kept_result() -> None:
     task_id = run(queue, producer, worker, key=b"order-1", result_ttl=0)
     again = v2_producer_of(queue, "again")
     queue.submit(again.session, b"t", b"x", key=b"order-1")
-    assert again.take() == [v2.Ok(task_id, True), v2.Done(task_id, ANSWER)]
+    assert again.take() == [taskflow.Ok(task_id, True), taskflow.Done(task_id, ANSWER)]
 
 
 # -- bounds and eviction ---------------------------------------------------------------
@@ -339,14 +340,14 @@ def test_a_submit_that_finds_the_pool_full_evicts_the_oldest_kept_outcome() -> N
     ids = [run(queue, producer, worker, result_ttl=0) for _ in range(3)]
     assert len(queue.kept) == 3 and queue.pool.blocks_used == [3]
     queue.submit(producer.session, b"t", b"new")
-    assert producer.take()[-1] == v2.Ok(4)
+    assert producer.take()[-1] == taskflow.Ok(4)
     assert awaited(queue, ids[0]).state == OutcomeState.EXPIRED
     assert queue.counters().results_evicted == 1 and len(queue.kept) == 2
     # A full pool of live tasks still refuses.
     queue.submit(producer.session, b"t", b"a")
     queue.submit(producer.session, b"t", b"b")
     queue.submit(producer.session, b"t", b"c")
-    assert [type(m) for m in producer.take()] == [v2.Ok, v2.Ok, wire.Error]
+    assert [type(m) for m in producer.take()] == [taskflow.Ok, taskflow.Ok, wire.Error]
 
 
 # -- AWAIT ------------------------------------------------------------------------------
@@ -356,7 +357,7 @@ def test_a_wait_is_answered_when_the_task_finishes_kept_or_not() -> None:
     queue = make_queue()
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     queue.submit(producer.session, b"t", b"x")
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     first, second = FakePeer(queue, "a", 2), FakePeer(queue, "b", 2)
     for peer in (first, second):
         queue.await_outcome(peer.session, task.task_id, 10_000)
@@ -409,7 +410,7 @@ def test_a_closed_connections_waits_are_dropped() -> None:
     queue = make_queue()
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     queue.submit(producer.session, b"t", b"x")
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     waiter = FakePeer(queue, "waiter", 2)
     queue.await_outcome(waiter.session, task.task_id, 10_000)
     assert queue.awaits_outcome(waiter.session)
@@ -428,7 +429,7 @@ def test_an_outcome_frame_names_the_reason_of_a_cancel() -> None:
     queue.purge("q")
     assert waiter.take() == [Outcome(1, OutcomeState.CANCELLED, None, "its queue was purged")]
     assert (
-        results.decode_outcome(results.encode_outcome(1, OutcomeState.CANCELLED)[6:]).reason == ""
+        outcomes.decode_outcome(outcomes.encode_outcome(1, OutcomeState.CANCELLED)[6:]).reason == ""
     )
 
 
@@ -436,7 +437,7 @@ def test_a_kept_reason_longer_than_a_block_is_cut_to_it() -> None:
     queue = make_queue(pool=small_pool(4))
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     queue.submit(producer.session, b"t", b"x", result_ttl=0)
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.nack(worker.session, task.task_id, task.token, "x" + "é" * 40, False)
     outcome = awaited(queue, task.task_id)
     assert outcome.state == OutcomeState.FAILED and outcome.reason == "x" + "é" * 31
@@ -448,15 +449,15 @@ def test_a_replayed_task_whose_death_was_kept_keeps_its_new_outcome() -> None:
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, queues=("work",))
     queue.submit(producer.session, b"t", b"x", "work", retries=1)
-    (task,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     producer.disconnect()  # its death is kept: its producer is gone
     queue.nack(worker.session, task.task_id, task.token, "boom", True)
     assert awaited(queue, task.task_id) == Outcome(task.task_id, OutcomeState.DEAD, None, "boom")
     queue.replay(task.task_id, None)
-    (again,) = [m for m in worker.take() if isinstance(m, v2.Task)]
-    queue.ack(worker.session, again.task_id, again.token, v2.Result.of("all good"))
+    (again,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    queue.ack(worker.session, again.task_id, again.token, taskflow.Result.of("all good"))
     assert awaited(queue, task.task_id) == Outcome(
-        task.task_id, OutcomeState.DONE, v2.Result.of("all good")
+        task.task_id, OutcomeState.DONE, taskflow.Result.of("all good")
     )
 
 

@@ -14,9 +14,9 @@ from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.schedules import ScheduleSpec
-from quicx.protocol import lifecycle, v2
-from quicx.protocol.lifecycle import Missed
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol import admin, taskflow
+from quicx.protocol.admin import Missed
+from quicx.protocol.codec import ErrorCode
 from tests.fakes import FakeJournal, make_queue, v2_worker_of
 
 START = 1_800_000_000.0  # a whole minute
@@ -49,7 +49,7 @@ def test_a_schedule_fires_tasks_with_its_key_and_journals_each_fire() -> None:
     worker.take()
     clock.advance(59)
     clock.advance(60)
-    got = [m for m in worker.take() if isinstance(m, v2.Task)]
+    got = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     assert [(t.task_type, t.payload, t.key) for t in got] == [
         (b"tick", b"{}", b"schedule:tick:%d" % ((START + 60) * 1000)),
         (b"tick", b"{}", b"schedule:tick:%d" % ((START + 120) * 1000)),
@@ -90,8 +90,8 @@ def test_admin_schedules_are_journaled_and_come_back() -> None:
     _queue, book = setup(clock, {"tick": EVERY_MINUTE}, journal)
     book.restore({}, {})
     book.startService()
-    message = lifecycle.Schedule("hourly", b"report", b"x", cron="0 * * * *", queue="r")
-    payload = lifecycle.encode_schedule(message)[6:]
+    message = admin.Schedule("hourly", b"report", b"x", cron="0 * * * *", queue="r")
+    payload = admin.encode_schedule(message)[6:]
     info = book.add(message, payload)
     assert (info["name"], info["cron"], info["source"]) == ("hourly", "0 * * * *", "runtime")
     assert info["next_fire"] == START + 3600
@@ -108,12 +108,12 @@ def test_admin_schedules_are_journaled_and_come_back() -> None:
 @pytest.mark.parametrize(
     ("message", "code"),
     [
-        (lifecycle.Schedule("tick", b"t", cron="* * * * *"), ErrorCode.CONFLICT),
-        (lifecycle.Schedule("bad", b"t", cron="61 * * * *"), ErrorCode.INVALID_MESSAGE),
-        (lifecycle.Schedule("bad", b"t", cron="* * * * *", timezone="Mars/Base"), 0x02),
+        (admin.Schedule("tick", b"t", cron="* * * * *"), ErrorCode.CONFLICT),
+        (admin.Schedule("bad", b"t", cron="61 * * * *"), ErrorCode.INVALID_MESSAGE),
+        (admin.Schedule("bad", b"t", cron="* * * * *", timezone="Mars/Base"), 0x02),
     ],
 )
-def test_a_schedule_the_book_cannot_take_is_refused(message: lifecycle.Schedule, code: int) -> None:
+def test_a_schedule_the_book_cannot_take_is_refused(message: admin.Schedule, code: int) -> None:
     _queue, book = setup(clock_at(START), {"tick": EVERY_MINUTE})
     book.restore({}, {})
     with pytest.raises(Refused) as refused:
@@ -125,9 +125,9 @@ def test_max_schedules_and_unknown_or_declared_removals() -> None:
     _queue, book = setup(clock_at(START), {"tick": EVERY_MINUTE})
     book.restore({}, {})
     for name in ("a", "b"):
-        book.add(lifecycle.Schedule(name, b"t", interval=60), b"")
+        book.add(admin.Schedule(name, b"t", interval=60), b"")
     with pytest.raises(Refused) as refused:
-        book.add(lifecycle.Schedule("c", b"t", interval=60), b"")
+        book.add(admin.Schedule("c", b"t", interval=60), b"")
     assert refused.value.code == ErrorCode.QUEUE_FULL
     with pytest.raises(Refused) as refused:
         book.remove("nope")

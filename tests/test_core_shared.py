@@ -13,9 +13,9 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import SharedLimits
 from quicx.daemon.queue.shared import SharedData
-from quicx.protocol.results import Shared
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.session import ProtocolViolation, Role
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol.shared_data import Shared
 from tests.fakes import FakeJournal, FakePeer, make_queue, v2_producer_of
 
 

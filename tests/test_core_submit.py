@@ -9,7 +9,7 @@ from twisted.internet.task import Clock
 
 from quicx.daemon.journal.records import RecoveredTask, Recovery
 from quicx.daemon.queue.core import QueueService
-from quicx.protocol import wire
+from quicx.protocol import codec, wire
 from quicx.protocol.wire import ErrorCode
 from tests.fakes import (
     BLOCK,
@@ -156,8 +156,8 @@ def test_restored_tasks_are_queued_in_order_with_their_ids() -> None:
 def test_task_ids_wrap_and_skip_ids_still_live() -> None:
     queue = make_queue()
     live = (RecoveredTask(1, b"t", b"one"),)
-    queue.restore(Recovery(live, wire.MAX_TASK_ID - 1, 0, 0, 0))
+    queue.restore(Recovery(live, codec.MAX_TASK_ID - 1, 0, 0, 0))
     producer = producer_of(queue)
     queue.submit(producer.session, b"t", b"x")
     queue.submit(producer.session, b"t", b"x")
-    assert producer.take() == [wire.Ok(wire.MAX_TASK_ID), wire.Ok(2)]
+    assert producer.take() == [wire.Ok(codec.MAX_TASK_ID), wire.Ok(2)]

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import admin, outcomes, taskflow, wire
 from tests.browser import headless_chromium
 from tests.peer import Peer
 from tools.launcher import DaemonProcess
@@ -140,16 +140,16 @@ def save_screenshot(driver: Any, tmp_path: Path) -> None:
 
 def submit(peer: Peer, queue: str, count: int = 1, **options: Any) -> list[int]:
     """Submit C{count} tasks to C{queue} (pipelined); their ids."""
-    frame = v2.encode_submit(b"job", b"payload", v2.submit_options(queue, **options))
+    frame = taskflow.encode_submit(b"job", b"payload", taskflow.submit_options(queue, **options))
     peer.send(frame * count)
     answers = [peer.receive() for _ in range(count)]
-    assert all(isinstance(a, v2.Ok) for a in answers), answers[:3]
+    assert all(isinstance(a, taskflow.Ok) for a in answers), answers[:3]
     return [a.task_id for a in answers]
 
 
 def queue_state(daemon: DaemonProcess, name: str) -> dict[str, Any]:
     with Peer(daemon.address) as monitor:
-        answer = monitor.request(v2.encode_queues())
+        answer = monitor.request(admin.encode_queues())
     found: dict[str, Any] = next(q for q in answer.document if q["name"] == name)
     return found
 
@@ -157,11 +157,11 @@ def queue_state(daemon: DaemonProcess, name: str) -> dict[str, Any]:
 def drain(daemon: DaemonProcess, queue: str, count: int, per_second: float) -> None:
     """A raw-socket worker that ACKs C{count} tasks of C{queue}, at most C{per_second}."""
     with Peer(daemon.address) as worker:
-        worker.send(v2.encode_ready(100, [queue]))
+        worker.send(taskflow.encode_ready(100, [queue]))
         start = time.monotonic()
         for done in range(count):
             task = worker.receive(10)
-            worker.send(lifecycle.encode_ack(task.task_id, task.token))
+            worker.send(outcomes.encode_ack(task.task_id, task.token))
             ahead = start + done / per_second - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
@@ -216,7 +216,7 @@ def test_pausing_a_queue_from_the_page_stops_dispatch(
     daemon: DaemonProcess, web: str, browser: Any
 ) -> None:
     with Peer(daemon.address) as worker, Peer(daemon.address) as producer:
-        worker.send(v2.encode_ready(5, ["mail"]))
+        worker.send(taskflow.encode_ready(5, ["mail"]))
         assert isinstance(worker.receive(), wire.Wait)
         log_in(browser, web, ADMIN, "queues")
         click(browser, 'button[data-action="pause"][data-queue="mail"]')
@@ -230,8 +230,8 @@ def test_pausing_a_queue_from_the_page_stops_dispatch(
         click(browser, 'button[data-action="resume"][data-queue="mail"]')
         task = worker.receive(30)  # the click goes through the browser: generous
         assert task.task_id == task_id
-        worker.send(lifecycle.encode_ack(task.task_id, task.token))
-        assert producer.receive() == v2.Done(task_id)
+        worker.send(outcomes.encode_ack(task.task_id, task.token))
+        assert producer.receive() == taskflow.Done(task_id)
         assert not queue_state(daemon, "mail")["paused"]
     assert console_errors(browser) == []
 
@@ -241,18 +241,18 @@ def test_a_dead_letter_replayed_from_the_page_runs(
 ) -> None:
     with Peer(daemon.address) as worker, Peer(daemon.address) as producer:
         (task_id,) = submit(producer, "jobs", retries=1, result_ttl=600)
-        worker.send(v2.encode_ready(1, ["jobs"]))
+        worker.send(taskflow.encode_ready(1, ["jobs"]))
         task = worker.receive()
-        worker.send(lifecycle.encode_nack(task.task_id, task.token, "hopeless", permanent=True))
+        worker.send(outcomes.encode_nack(task.task_id, task.token, "hopeless", permanent=True))
         assert producer.receive() == wire.Failed(task_id, "hopeless")
         log_in(browser, web, ADMIN, "dead")
         click(browser, f'button[data-action="replay"][data-task="{task_id}"]')
         again = worker.receive(30)  # through the browser: generous
         assert (again.task_id, again.failures) == (task_id, 0)
-        result = v2.Result(v2.ResultKind.TEXT, b"ran after all")
-        worker.send(lifecycle.encode_ack(again.task_id, again.token, result))
-        producer.send(results.encode_await(task_id, 5000))
-        assert producer.receive() == results.Outcome(task_id, results.OutcomeState.DONE, result)
+        result = taskflow.Result(taskflow.ResultKind.TEXT, b"ran after all")
+        worker.send(outcomes.encode_ack(again.task_id, again.token, result))
+        producer.send(outcomes.encode_await(task_id, 5000))
+        assert producer.receive() == outcomes.Outcome(task_id, outcomes.OutcomeState.DONE, result)
     until(lambda: "replayed 1 task" in text(browser, "message"), what="the page's word")
     assert console_errors(browser) == []
 
@@ -261,7 +261,7 @@ def test_a_monitor_session_has_no_buttons_and_is_refused_an_action(
     daemon: DaemonProcess, web: str, browser: Any
 ) -> None:
     with Peer(daemon.address) as worker:
-        worker.send(v2.encode_ready(1, ["mail"]))
+        worker.send(taskflow.encode_ready(1, ["mail"]))
         log_in(browser, web, MONITOR, "queues")
         until(lambda: browser.find_elements("css selector", 'tr[data-queue="mail"]'))
         assert text(browser, "who") == "monitor: read only"
@@ -288,11 +288,11 @@ def test_html_in_a_task_type_or_a_failure_reason_shows_as_text(
     task_type = '<img src=x onerror="document.title=1">'
     reason = '<b id="injected">bold</b><script>document.title=2</script>'
     with Peer(daemon.address) as worker, Peer(daemon.address) as producer:
-        options = v2.submit_options("html", retries=1, result_ttl=600)
-        task_id = producer.request(v2.encode_submit(task_type.encode(), b"", options)).task_id
-        worker.send(v2.encode_ready(1, ["html"]))
+        options = taskflow.submit_options("html", retries=1, result_ttl=600)
+        task_id = producer.request(taskflow.encode_submit(task_type.encode(), b"", options)).task_id
+        worker.send(taskflow.encode_ready(1, ["html"]))
         task = worker.receive()
-        worker.send(lifecycle.encode_nack(task.task_id, task.token, reason, permanent=True))
+        worker.send(outcomes.encode_nack(task.task_id, task.token, reason, permanent=True))
         assert producer.receive() == wire.Failed(task_id, reason)
     console_errors(browser)  # what the tests before left
     log_in(browser, web, MONITOR, "dead")
@@ -356,11 +356,11 @@ def test_the_task_page_says_an_outcome_was_evicted_not_expired(
         site = f"http://127.0.0.1:{match.group(1)}"
         with Peer(small.address) as worker, Peer(small.address) as producer:
             first, _ = submit(producer, "evict", 2, result_ttl=600)
-            worker.send(v2.encode_ready(1, ["evict"]))
+            worker.send(taskflow.encode_ready(1, ["evict"]))
             for _ in range(2):
                 task = worker.receive()
-                worker.send(lifecycle.encode_ack(task.task_id, task.token))
-                assert isinstance(producer.receive(), v2.Done)
+                worker.send(outcomes.encode_ack(task.task_id, task.token))
+                assert isinstance(producer.receive(), taskflow.Done)
         console_errors(browser)  # what the tests before left
         log_in(browser, site, MONITOR, "task")
         browser.find_element("id", "task-id").send_keys(str(first))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import outcomes, taskflow, wire
 from tests.browser import headless_chromium
 from tests.peer import Peer
 from tests.test_dashboard import (
@@ -94,9 +94,9 @@ def test_a_dead_task_shows_its_exception_and_traceback_apart(
 ) -> None:
     with Peer(daemon.address) as worker, Peer(daemon.address) as producer:
         (task_id,) = submit(producer, "lookups", retries=1)
-        worker.send(v2.encode_ready(1, ["lookups"]))
+        worker.send(taskflow.encode_ready(1, ["lookups"]))
         task = worker.receive()
-        worker.send(lifecycle.encode_nack(task.task_id, task.token, REASON, permanent=True))
+        worker.send(outcomes.encode_nack(task.task_id, task.token, REASON, permanent=True))
         assert producer.receive() == wire.Failed(task_id, REASON)
     log_in(browser, web, ADMIN, "dead")
     # Read in one script: the page may draw its rows anew at any time.
@@ -136,7 +136,7 @@ def test_a_queued_or_running_task_shows_no_stray_null(
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
         (task_id,) = submit(producer, f"idle{held}")
         if held:
-            worker.send(v2.encode_ready(1, [f"idle{held}"]))
+            worker.send(taskflow.encode_ready(1, [f"idle{held}"]))
             assert worker.receive().task_id == task_id
         log_in(browser, web, ADMIN, "overview")
         answer = look_up(browser, web, task_id)
@@ -149,7 +149,7 @@ def test_an_actions_banner_is_gone_on_the_next_page(
     daemon: DaemonProcess, web: str, browser: Any
 ) -> None:
     with Peer(daemon.address) as worker:
-        worker.send(v2.encode_ready(1, ["banner"]))
+        worker.send(taskflow.encode_ready(1, ["banner"]))
         log_in(browser, web, ADMIN, "queues")
         press(browser, 'button[data-action="pause"][data-queue="banner"]')
         until(lambda: text(browser, "message") == "queue banner paused", what="the action's word")

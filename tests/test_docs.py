@@ -208,7 +208,7 @@ def test_the_queue_section_example_says_what_it_says() -> None:
 def test_the_schedule_section_example_says_what_it_says() -> None:
     from quicx.daemon import config as settings
     from quicx.daemon.queue.schedules import ScheduleSpec
-    from quicx.protocol.lifecycle import Missed
+    from quicx.protocol.admin import Missed
 
     (example,) = [b for b in ini_blocks(CONFIGURATION.read_text()) if "[schedule " in b]
     assert settings.parse(example).schedule_sections == {

@@ -10,16 +10,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quicx.protocol import lifecycle, results, v2, wire
-from quicx.protocol.results import OutcomeState
+from quicx.protocol import admin, codec, link, outcomes, taskflow, wire
+from quicx.protocol.outcomes import OutcomeState
 from tests.peer import Peer
 
 
 def submit(
     peer: Peer, payload: bytes, queue: str, priority: int, key: bytes | None = None
-) -> v2.Ok:
-    reply = peer.request(v2.encode_submit(b"t", payload, v2.submit_options(queue, priority, key)))
-    assert isinstance(reply, v2.Ok), reply
+) -> taskflow.Ok:
+    reply = peer.request(
+        taskflow.encode_submit(b"t", payload, taskflow.submit_options(queue, priority, key))
+    )
+    assert isinstance(reply, taskflow.Ok), reply
     return reply
 
 
@@ -32,26 +34,26 @@ def test_queues_priorities_pauses_and_keys_survive_kill_9(tmp_path: Path, start_
         submit(producer, b"other", "video", 5)
         finished = submit(producer, b"done-before", "video", 5, b"order-2")
         with Peer(daemon.address) as worker:
-            worker.send(v2.encode_ready(1, ["video"]))
+            worker.send(taskflow.encode_ready(1, ["video"]))
             first = worker.receive()
-            assert isinstance(first, v2.Task) and first.payload == b"other"
-            worker.send(lifecycle.encode_ack(first.task_id, first.token))
+            assert isinstance(first, taskflow.Task) and first.payload == b"other"
+            worker.send(outcomes.encode_ack(first.task_id, first.token))
             second = worker.receive()
-            assert isinstance(second, v2.Task) and second.task_id == finished.task_id
-            worker.send(lifecycle.encode_ack(second.task_id, second.token))
+            assert isinstance(second, taskflow.Task) and second.task_id == finished.task_id
+            worker.send(outcomes.encode_ack(second.task_id, second.token))
             # Both DONE records are written before the PAUSE below, whose answer
             # waits until they are synced too (an outcome is not on its own).
             done = {producer.receive().task_id, producer.receive().task_id}
             assert done == {first.task_id, second.task_id}
-    with Peer(str(daemon.control_path)) as admin:
-        assert admin.request(v2.encode_queue_action(v2.MessageType.PAUSE, "mail")) == v2.Info(
-            {"queue": "mail", "paused": True}
-        )
+    with Peer(str(daemon.control_path)) as control:
+        assert control.request(
+            admin.encode_queue_action(codec.MessageType.PAUSE, "mail")
+        ) == link.Info({"queue": "mail", "paused": True})
     daemon.kill()
 
     restarted = start_daemon(f"--journal={journal}")
     with Peer(restarted.address) as client:
-        queues = {q["name"]: q for q in client.request(v2.encode_queues()).document}
+        queues = {q["name"]: q for q in client.request(admin.encode_queues()).document}
         assert queues["mail"]["paused"] is True
         assert queues["mail"]["priorities"] == {"9": 1, "1": 1}
         # Keys: a live task's and a finished task's both still answer.
@@ -59,14 +61,14 @@ def test_queues_priorities_pauses_and_keys_survive_kill_9(tmp_path: Path, start_
         assert (again.task_id, again.duplicate) == (low.task_id, True)
         replay = submit(client, b"x", "video", 5, b"order-2")
         assert (replay.task_id, replay.duplicate) == (finished.task_id, True)
-        assert client.receive() == v2.Done(finished.task_id)
-        inspected = client.request(v2.encode_inspect(high.task_id)).document
+        assert client.receive() == taskflow.Done(finished.task_id)
+        inspected = client.request(admin.encode_inspect(high.task_id)).document
         assert (inspected["queue"], inspected["priority"]) == ("mail", 9)
         assert "paused" in {r["reason"] for r in inspected["why"]}
-    with Peer(str(restarted.control_path)) as admin:
-        admin.request(v2.encode_queue_action(v2.MessageType.RESUME, "mail"))
+    with Peer(str(restarted.control_path)) as control:
+        control.request(admin.encode_queue_action(codec.MessageType.RESUME, "mail"))
     with Peer(restarted.address) as worker:
-        worker.send(v2.encode_ready(2, ["mail"]))
+        worker.send(taskflow.encode_ready(2, ["mail"]))
         got = [worker.receive(), worker.receive()]
         assert [t.payload for t in got] == [b"high", b"low"]
 
@@ -76,17 +78,19 @@ def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_da
     retries = ("--default-retries=2", "--default-backoff=fixed:1m")
     daemon = start_daemon(f"--journal={journal}", "--fsync=always", *retries)
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
-        ok = producer.request(v2.encode_submit(b"t", b"warm-up", v2.submit_options("q")))
-        worker.send(v2.encode_ready(1, ["q"]))
+        ok = producer.request(
+            taskflow.encode_submit(b"t", b"warm-up", taskflow.submit_options("q"))
+        )
+        worker.send(taskflow.encode_ready(1, ["q"]))
         task = worker.receive()
-        worker.send(lifecycle.encode_ack(task.task_id, task.token))
-        assert producer.receive() == v2.Done(ok.task_id)
+        worker.send(outcomes.encode_ack(task.task_id, task.token))
+        assert producer.receive() == taskflow.Done(ok.task_id)
 
         def submit(payload: bytes, **options: Any) -> int:
             reply = producer.request(
-                v2.encode_submit(b"t", payload, v2.submit_options("q", **options))
+                taskflow.encode_submit(b"t", payload, taskflow.submit_options("q", **options))
             )
-            assert isinstance(reply, v2.Ok), reply
+            assert isinstance(reply, taskflow.Ok), reply
             return reply.task_id
 
         later = submit(b"later", delay_ms=3_600_000)
@@ -94,19 +98,19 @@ def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_da
         retrying = submit(b"retrying")
         task = worker.receive()
         assert task.task_id == retrying
-        worker.send(lifecycle.encode_nack(task.task_id, task.token, "try again"))
-        assert isinstance(producer.receive(), lifecycle.Retrying)
+        worker.send(outcomes.encode_nack(task.task_id, task.token, "try again"))
+        assert isinstance(producer.receive(), outcomes.Retrying)
         dead = submit(b"dead")
         task = worker.receive()
-        worker.send(lifecycle.encode_nack(task.task_id, task.token, "hopeless", permanent=True))
+        worker.send(outcomes.encode_nack(task.task_id, task.token, "hopeless", permanent=True))
         assert producer.receive() == wire.Failed(dead, "hopeless")
         # An outcome is not synced on its own (docs/operations.md): a task
         # submitted now gets its OK only once the DEAD record before it is
         # synced too, or a loaded machine could kill the daemon first.
-        barrier = v2.encode_submit(b"t", b"barrier", v2.submit_options("barrier"))
-        assert isinstance(producer.request(barrier), v2.Ok)
+        barrier = taskflow.encode_submit(b"t", b"barrier", taskflow.submit_options("barrier"))
+        assert isinstance(producer.request(barrier), taskflow.Ok)
         before = {
-            task_id: producer.request(v2.encode_inspect(task_id)).document
+            task_id: producer.request(admin.encode_inspect(task_id)).document
             for task_id in (later, soon, retrying)
         }
     daemon.kill()
@@ -114,33 +118,33 @@ def test_delayed_retrying_and_dead_tasks_survive_kill_9(tmp_path: Path, start_da
     time.sleep(1.5)  # "soon" falls due while the daemon is down
     restarted = start_daemon(f"--journal={journal}", "--default-retries=2")
     with Peer(restarted.address) as client:
-        after = client.request(v2.encode_inspect(later)).document
+        after = client.request(admin.encode_inspect(later)).document
         assert (after["state"], after["due"]) == ("delayed", before[later]["due"])
-        again = client.request(v2.encode_inspect(retrying)).document
+        again = client.request(admin.encode_inspect(retrying)).document
         assert (again["state"], again["failures"], again["due"]) == (
             "delayed",
             1,
             before[retrying]["due"],
         )
-        listing = client.request(lifecycle.encode_dead(10, "q")).document
+        listing = client.request(admin.encode_dead(10, "q")).document
         assert [(t["id"], t["reason"], t["failures"]) for t in listing["tasks"]] == [
             (dead, "hopeless", 1)
         ]
-        queues = {q["name"]: q for q in client.request(v2.encode_queues()).document}
+        queues = {q["name"]: q for q in client.request(admin.encode_queues()).document}
         assert (queues["q"]["delayed"], queues["q"]["dead"]) == (2, 1)
     with Peer(restarted.address) as worker:
-        worker.send(v2.encode_ready(10, ["q"]))
+        worker.send(taskflow.encode_ready(10, ["q"]))
         task = worker.receive()
         # Due while the daemon was down: runs at once; nothing else is due.
         assert (task.task_id, task.payload) == (soon, b"soon")
-        worker.send(v2.HEARTBEAT_FRAME)
+        worker.send(link.HEARTBEAT_FRAME)
         assert worker.receive() == wire.Pong()
 
 
 def queued_ids(address: str, queue: str) -> list[int]:
     """The ids of the tasks queued in C{queue} (none while it does not exist)."""
     with Peer(address) as client:
-        answer = client.request(v2.encode_peek(queue, 1000))
+        answer = client.request(admin.encode_peek(queue, 1000))
     return [] if isinstance(answer, wire.Error) else [t["id"] for t in answer.document]
 
 
@@ -149,38 +153,38 @@ def test_a_run_time_schedule_survives_kill_9_and_never_fires_a_time_twice(
 ) -> None:
     journal = str(tmp_path / "j")
     daemon = start_daemon(f"--journal={journal}", "--fsync=always")
-    schedule = lifecycle.Schedule("beat", b"beat", b"{}", interval=1, queue="beats")
-    with Peer(str(daemon.control_path)) as admin:
-        added = admin.request(lifecycle.encode_schedule(schedule)).document
+    schedule = admin.Schedule("beat", b"beat", b"{}", interval=1, queue="beats")
+    with Peer(str(daemon.control_path)) as control:
+        added = control.request(admin.encode_schedule(schedule)).document
         assert (added["name"], added["every"], added["source"]) == ("beat", 1.0, "runtime")
     deadline = time.monotonic() + 10
     while len(queued_ids(daemon.address, "beats")) < 2:
         assert time.monotonic() < deadline, "the schedule did not fire"
         time.sleep(0.1)
     with Peer(daemon.address) as client:
-        (before,) = client.request(lifecycle.SCHEDULES_FRAME).document
+        (before,) = client.request(admin.SCHEDULES_FRAME).document
     with Peer(daemon.address) as producer:
         # A FIRED record is not synced on its own (a firing since the wait may not
         # be): this OK comes only once every record before it is synced too.
-        barrier = v2.encode_submit(b"t", b"barrier", v2.submit_options("barrier"))
-        assert isinstance(producer.request(barrier), v2.Ok)
+        barrier = taskflow.encode_submit(b"t", b"barrier", taskflow.submit_options("barrier"))
+        assert isinstance(producer.request(barrier), taskflow.Ok)
     daemon.kill()
 
     time.sleep(2.5)  # two or three firings are missed (policy: once)
     restarted = start_daemon(f"--journal={journal}")
     with Peer(restarted.address) as client:
-        (after,) = client.request(lifecycle.SCHEDULES_FRAME).document
+        (after,) = client.request(admin.SCHEDULES_FRAME).document
         assert after["source"] == "runtime" and after["last_fire"] >= before["last_fire"]
         with Peer(restarted.address) as worker:
-            worker.send(v2.encode_ready(100, ["beats"]))
+            worker.send(taskflow.encode_ready(100, ["beats"]))
             keys: list[bytes] = []
             while True:
                 message = worker.receive()
-                if not isinstance(message, v2.Task):
+                if not isinstance(message, taskflow.Task):
                     break
                 assert message.key is not None, message
                 keys.append(message.key)
-                worker.send(lifecycle.encode_ack(message.task_id, message.token))
+                worker.send(outcomes.encode_ack(message.task_id, message.token))
                 if len(keys) >= 4:
                     break
     # Every fire time once: no key twice, in fire-time order.
@@ -208,50 +212,50 @@ def test_a_tasks_attempts_survive_kill_9_and_max_attempts_keeps_counting(
 
         def submit(queue: str) -> int:
             reply = producer.request(
-                v2.encode_submit(b"t", queue.encode(), v2.submit_options(queue))
+                taskflow.encode_submit(b"t", queue.encode(), taskflow.submit_options(queue))
             )
-            assert isinstance(reply, v2.Ok), reply
+            assert isinstance(reply, taskflow.Ok), reply
             return reply.task_id
 
         failed_once, lost = submit("once"), submit("lost")
         with Peer(daemon.address) as worker:
-            worker.send(v2.encode_ready(1, ["once"]))
+            worker.send(taskflow.encode_ready(1, ["once"]))
             task = worker.receive()
             assert (task.task_id, task.attempt) == (failed_once, 1)
             # Gone with its NACK: the retry, due in 2 s, finds no worker.
-            worker.send(lifecycle.encode_nack(task.task_id, task.token, "try again"))
-        assert isinstance(producer.receive(), lifecycle.Retrying)
+            worker.send(outcomes.encode_nack(task.task_id, task.token, "try again"))
+        assert isinstance(producer.receive(), outcomes.Retrying)
         for attempt in (1, 2):  # two deliveries that end with their worker gone
             with Peer(daemon.address) as worker:
-                worker.send(v2.encode_ready(1, ["lost"]))
+                worker.send(taskflow.encode_ready(1, ["lost"]))
                 task = worker.receive()
                 assert (task.task_id, task.attempt) == (lost, attempt)
             # Queued again once the daemon sees the worker gone.
             deadline = time.monotonic() + 30
-            while producer.request(v2.encode_inspect(lost)).document["state"] != "queued":
+            while producer.request(admin.encode_inspect(lost)).document["state"] != "queued":
                 assert time.monotonic() < deadline
         # With fsync = always this OK waits for every record before it.
-        barrier = v2.encode_submit(b"t", b"barrier", v2.submit_options("barrier"))
-        assert isinstance(producer.request(barrier), v2.Ok)
+        barrier = taskflow.encode_submit(b"t", b"barrier", taskflow.submit_options("barrier"))
+        assert isinstance(producer.request(barrier), taskflow.Ok)
     daemon.kill()
 
     restarted = start_daemon(*options)
     with Peer(restarted.address) as client:
         for task_id, attempt, failures in ((failed_once, 1, 1), (lost, 2, 0)):
-            document = client.request(v2.encode_inspect(task_id)).document
+            document = client.request(admin.encode_inspect(task_id)).document
             assert (document["attempt"], document["failures"]) == (attempt, failures)
     with Peer(restarted.address) as worker:
-        worker.send(v2.encode_ready(1, ["once"]))
+        worker.send(taskflow.encode_ready(1, ["once"]))
         task = worker.receive()
         while isinstance(task, wire.Wait):  # until its retry is due
             task = worker.receive(timeout=30)
         assert (task.task_id, task.attempt, task.failures) == (failed_once, 2, 1)
     with Peer(restarted.address) as worker:
-        worker.send(v2.encode_ready(1, ["lost"]))
+        worker.send(taskflow.encode_ready(1, ["lost"]))
         task = worker.receive()
         assert (task.task_id, task.attempt) == (lost, 3)
     # Its third delivery lost too: max_attempts = 3 gives up on it.
     with Peer(restarted.address) as client:
-        outcome = client.request(results.encode_await(lost, 30_000))
+        outcome = client.request(outcomes.encode_await(lost, 30_000))
         assert outcome.state == OutcomeState.FAILED
         assert outcome.reason.startswith("given up after 3 attempts")

@@ -16,7 +16,7 @@ from quicx.daemon import service as service_module
 from quicx.daemon import tap
 from quicx.daemon.queue import pmad
 from quicx.net.framer import FrameReceiver
-from quicx.protocol import wire
+from quicx.protocol import registry, wire
 from quicx.protocol.wire import ErrorCode
 
 
@@ -27,11 +27,11 @@ class Client(FrameReceiver):
 
     def __init__(self, on_message=None) -> None:
         self.on_message = on_message
-        self.inbox: list[wire.Message] = []
+        self.inbox: list[registry.Message] = []
         self.waiting: list[defer.Deferred] = []
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
-        message = wire.decode(message_type, payload)
+        message = registry.decode(message_type, payload, wire.PROTOCOL_VERSION)
         if self.on_message is not None:
             self.on_message(message)
         if self.waiting:

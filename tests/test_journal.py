@@ -29,7 +29,7 @@ from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.policy import QueuePolicy
 from quicx.daemon.queue.queues import NamedQueue
-from quicx.protocol import wire
+from quicx.protocol import codec
 
 
 def write(path: Path, *records: bytes) -> list[int]:
@@ -272,12 +272,12 @@ def test_a_crash_never_lets_an_acknowledged_id_be_issued_again(tmp_path: Path) -
 
 def test_reserved_ids_wrap_with_the_id_counter(tmp_path: Path) -> None:
     path = tmp_path / "j"
-    write(path, journal.encode_reserve(wire.MAX_TASK_ID - 3))
+    write(path, journal.encode_reserve(codec.MAX_TASK_ID - 3))
     opened_journal(path, FsyncPolicy.NO, Clock(), id_block=8)
     # MAX - 2, MAX - 1, MAX, 1, 2, 3, 4, 5: eight steps past the last reservation.
     assert recover(str(path)).last_task_id == 5
-    assert journal.id_steps(wire.MAX_TASK_ID - 1, 2) == 3
-    assert journal.id_after(wire.MAX_TASK_ID, 1) == 1
+    assert journal.id_steps(codec.MAX_TASK_ID - 1, 2) == 3
+    assert journal.id_after(codec.MAX_TASK_ID, 1) == 1
 
 
 @pytest_twisted.ensureDeferred

@@ -16,7 +16,7 @@ from quicx.daemon.journal import records as journal
 from quicx.daemon.journal.interface import DeadInfo
 from quicx.daemon.journal.records import JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
-from quicx.protocol import lifecycle, v2
+from quicx.protocol import admin, outcomes, taskflow
 from tests.peer import Peer
 from tests.test_journal_v2 import framed, write
 
@@ -152,33 +152,41 @@ def test_compaction_keeps_delayed_retrying_and_dead_tasks(tmp_path: Path, start_
     daemon = start_daemon(f"--config={config}", "--listen=tcp:0:interface=127.0.0.1")
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
         delayed = producer.request(
-            v2.encode_submit(b"t", b"later", v2.submit_options("q", delay_ms=3_600_000))
+            taskflow.encode_submit(b"t", b"later", taskflow.submit_options("q", delay_ms=3_600_000))
         )
-        worker.send(v2.encode_ready(1, ["q"]))
+        worker.send(taskflow.encode_ready(1, ["q"]))
         worker.receive()  # WAIT
         ids = []
         for payload, permanent in ((b"retrying", False), (b"dead", True)):
-            ids.append(producer.request(v2.encode_submit(b"t", payload, v2.submit_options("q"))))
+            ids.append(
+                producer.request(
+                    taskflow.encode_submit(b"t", payload, taskflow.submit_options("q"))
+                )
+            )
             task = worker.receive()
-            worker.send(lifecycle.encode_nack(task.task_id, task.token, "no", permanent))
+            worker.send(outcomes.encode_nack(task.task_id, task.token, "no", permanent))
             producer.receive()  # RETRYING, or FAILED
-        lost = producer.request(v2.encode_submit(b"t", b"lost", v2.submit_options("lost")))
+        lost = producer.request(
+            taskflow.encode_submit(b"t", b"lost", taskflow.submit_options("lost"))
+        )
         with Peer(daemon.address) as gone:
-            gone.send(v2.encode_ready(1, ["lost"]))
+            gone.send(taskflow.encode_ready(1, ["lost"]))
             assert gone.receive().task_id == lost.task_id
         deadline = time.monotonic() + 30  # queued again once its worker is seen gone
-        while producer.request(v2.encode_inspect(lost.task_id)).document["state"] != "queued":
+        while producer.request(admin.encode_inspect(lost.task_id)).document["state"] != "queued":
             assert time.monotonic() < deadline
         for _ in range(400):  # enough finished records to pass 16K and compact
-            ok = producer.request(v2.encode_submit(b"t", b"x" * 40, v2.submit_options("q")))
+            ok = producer.request(
+                taskflow.encode_submit(b"t", b"x" * 40, taskflow.submit_options("q"))
+            )
             task = worker.receive()
-            worker.send(lifecycle.encode_ack(task.task_id, task.token))
+            worker.send(outcomes.encode_ack(task.task_id, task.token))
             assert producer.receive().task_id == ok.task_id
         # An outcome is not synced on its own (docs/operations.md): this OK comes
         # only once the last DONE before it is synced too.
-        options = v2.submit_options("barrier")
-        barrier = producer.request(v2.encode_submit(b"t", b"barrier", options))
-        assert isinstance(barrier, v2.Ok), barrier
+        options = taskflow.submit_options("barrier")
+        barrier = producer.request(taskflow.encode_submit(b"t", b"barrier", options))
+        assert isinstance(barrier, taskflow.Ok), barrier
     assert fetch_status(str(daemon.control_path))["journal"]["compactions"] >= 1
     daemon.kill()
     tasks = {t.task_id: t for t in recover(str(path)).tasks}

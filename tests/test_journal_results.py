@@ -15,7 +15,7 @@ from quicx.daemon.journal import records as journal
 from quicx.daemon.journal.interface import GroupEntry, KeptEntry
 from quicx.daemon.journal.records import JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
-from quicx.protocol.results import GroupPhase, OutcomeState
+from quicx.protocol.outcomes import GroupPhase, OutcomeState
 
 T = 1_800_000_000.0
 

@@ -20,7 +20,7 @@ from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.journal.records import JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import admin, codec, link, outcomes, taskflow, wire
 from tests.peer import Peer
 
 V1_JOURNAL = Path(__file__).parent / "data" / "journal-v1.qj"
@@ -188,7 +188,7 @@ def test_a_daemon_starts_on_the_previous_releases_journal(tmp_path: Path, start_
     daemon = start_daemon(f"--journal={path}")
     assert f"upgraded to format {journal.FORMAT}" in daemon.log()
     with Peer(daemon.address) as worker:
-        worker.send(v2.encode_ready(2))
+        worker.send(taskflow.encode_ready(2))
         tasks = [worker.receive(), worker.receive()]
     assert [(t.task_id, t.queue, t.priority) for t in tasks] == [
         (1, "default", 0),
@@ -203,25 +203,27 @@ def test_compaction_keeps_queues_pauses_and_keys(tmp_path: Path, start_daemon) -
         f"[journal]\npath = {path}\nfsync = always\ncompact_factor = 2\ncompact_min_size = 16K\n"
     )
     daemon = start_daemon(f"--config={config}", "--listen=tcp:0:interface=127.0.0.1")
-    with Peer(str(daemon.control_path)) as admin:
-        admin.request(v2.encode_queue_action(v2.MessageType.PAUSE, "held"))
+    with Peer(str(daemon.control_path)) as control:
+        control.request(admin.encode_queue_action(codec.MessageType.PAUSE, "held"))
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
         kept = producer.request(
-            v2.encode_submit(b"t", b"kept", v2.submit_options("held", 7, b"live-key"))
+            taskflow.encode_submit(b"t", b"kept", taskflow.submit_options("held", 7, b"live-key"))
         )
-        assert worker.request(v2.encode_ready(64, ["churn"])) == wire.Wait()
+        assert worker.request(taskflow.encode_ready(64, ["churn"])) == wire.Wait()
         for n in range(400):  # enough finished records to pass 16K and compact
             ok = producer.request(
-                v2.encode_submit(b"t", b"x" * 40, v2.submit_options("churn", key=b"k%d" % n))
+                taskflow.encode_submit(
+                    b"t", b"x" * 40, taskflow.submit_options("churn", key=b"k%d" % n)
+                )
             )
             task = worker.receive()
-            worker.send(lifecycle.encode_ack(task.task_id, task.token))
+            worker.send(outcomes.encode_ack(task.task_id, task.token))
             assert producer.receive().task_id == ok.task_id
-    with Peer(str(daemon.control_path)) as admin:
+    with Peer(str(daemon.control_path)) as control:
         # A no-op (held is paused): its answer waits until the last DONE, not synced
         # on its own (docs/operations.md), is synced too.
-        again = admin.request(v2.encode_queue_action(v2.MessageType.PAUSE, "held"))
-        assert again == v2.Info({"queue": "held", "paused": True})
+        again = control.request(admin.encode_queue_action(codec.MessageType.PAUSE, "held"))
+        assert again == link.Info({"queue": "held", "paused": True})
     assert fetch_status(str(daemon.control_path))["journal"]["compactions"] >= 1
     daemon.kill()
     recovery = recover(str(path))

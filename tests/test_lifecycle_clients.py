@@ -31,7 +31,7 @@ from quicx.clients.twisted_client import QuicxClientProtocol, connect, endpoint_
 from quicx.clients.worker import TaskContext, Unrecoverable, Worker
 from quicx.daemon import service as service_module
 from quicx.daemon import tap
-from quicx.protocol import v2
+from quicx.protocol import codec
 from quicx.protocol.errors import Forbidden, NotFound, TaskFailed
 from tests.test_clients_v2 import until
 
@@ -156,9 +156,13 @@ async def test_two_failures_then_done_at_the_backoffs_spacing(start) -> None:
         (task_id, 1, ["RuntimeError: failure 1", "Traceback (most recent call last):"]),
         (task_id, 2, ["RuntimeError: failure 2", "Traceback (most recent call last):"]),
     ]
-    kinds = [v2.MessageType(t) for t in producer.received]
-    assert kinds.count(v2.MessageType.DONE) == 1 and v2.MessageType.FAILED not in kinds
-    assert kinds[-3:] == [v2.MessageType.RETRYING, v2.MessageType.RETRYING, v2.MessageType.DONE]
+    kinds = [codec.MessageType(t) for t in producer.received]
+    assert kinds.count(codec.MessageType.DONE) == 1 and codec.MessageType.FAILED not in kinds
+    assert kinds[-3:] == [
+        codec.MessageType.RETRYING,
+        codec.MessageType.RETRYING,
+        codec.MessageType.DONE,
+    ]
     producer.close()
 
 
@@ -293,7 +297,7 @@ async def test_a_report_after_the_lease_ran_out_is_stale_and_logged(start) -> No
     assert f"task {task_id}" in warning, warning
     counters = daemon.counters()
     assert (counters.completed, counters.timed_out, counters.stale_outcomes) == (1, 1, 1)
-    assert producer.received.count(v2.MessageType.DONE) == 1
+    assert producer.received.count(codec.MessageType.DONE) == 1
 
 
 def extend_by_hand(payload: bytes, context: TaskContext) -> None:

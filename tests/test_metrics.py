@@ -37,8 +37,8 @@ from quicx.daemon.queue import pmad
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.shared import SharedData
 from quicx.documents.latency import LATENCY_BUCKETS
-from quicx.protocol import lifecycle, v2, wire
-from quicx.protocol.v2 import Backoff, BackoffKind
+from quicx.protocol import outcomes, taskflow, wire
+from quicx.protocol.taskflow import Backoff, BackoffKind
 from tests.fakes import make_queue, producer_of, worker_of
 from tests.peer import Peer
 from tools.launcher import DaemonError, DaemonProcess
@@ -105,7 +105,9 @@ def check_histograms(
 
 
 def submit(peer: Peer, task_type: bytes, payload: bytes, **options: object) -> wire.Message:
-    return peer.request(v2.encode_submit(task_type, payload, v2.submit_options(**options)))
+    return peer.request(
+        taskflow.encode_submit(task_type, payload, taskflow.submit_options(**options))
+    )
 
 
 def listening_ports(pid: int) -> set[int]:
@@ -151,23 +153,23 @@ def test_a_scrape_says_exactly_what_a_known_workload_did(tmp_path: Path, start_d
             *[(b"email", QUEUED, {"queue": "later", "priority": 2})] * 2,
         ]
         for task_type, payload, options in workload:
-            assert isinstance(submit(producer, task_type, payload, **options), v2.Ok)
+            assert isinstance(submit(producer, task_type, payload, **options), taskflow.Ok)
         too_large = submit(producer, b"email", b"x" * 2000, queue="mail")
         assert (
             isinstance(too_large, wire.Error) and too_large.code == wire.ErrorCode.PAYLOAD_TOO_LARGE
         )
-        worker.send(v2.encode_ready(20, ["mail", "img"]))
+        worker.send(taskflow.encode_ready(20, ["mail", "img"]))
         deliveries = 0
         while deliveries < 13:  # 7 in mail; 5 in img, one of them twice
             task = worker.receive()
-            assert isinstance(task, v2.Task), task
+            assert isinstance(task, taskflow.Task), task
             deliveries += 1
             if task.payload == b"ok":
-                worker.send(lifecycle.encode_ack(task.task_id, task.token))
+                worker.send(outcomes.encode_ack(task.task_id, task.token))
             else:
-                worker.send(lifecycle.encode_nack(task.task_id, task.token, "no"))
-        outcomes = [type(producer.receive()).__name__ for _ in range(13)]
-        assert sorted(outcomes) == ["Done"] * 9 + ["Failed"] * 3 + ["Retrying"]
+                worker.send(outcomes.encode_nack(task.task_id, task.token, "no"))
+        reports = [type(producer.receive()).__name__ for _ in range(13)]
+        assert sorted(reports) == ["Done"] * 9 + ["Failed"] * 3 + ["Retrying"]
         assert worker.nothing_for(0.1)
         samples = scrape(port)
 
@@ -263,9 +265,9 @@ def test_queues_of_types_counted_as_other_stay_within_max_series(start_daemon) -
     """Each queue given a type past max_types was a pair past max_series: 321 of 50."""
     daemon = start_daemon(METRICS, "--metrics-max-types=1", "--metrics-max-series=5")
     with Peer(daemon.address) as producer:
-        assert isinstance(submit(producer, b"a", b""), v2.Ok)
+        assert isinstance(submit(producer, b"a", b""), taskflow.Ok)
         for n in range(30):
-            assert isinstance(submit(producer, b"b", b"", queue=f"queue{n}"), v2.Ok)
+            assert isinstance(submit(producer, b"b", b"", queue=f"queue{n}"), taskflow.Ok)
         samples = scrape(daemon.announced_port("metrics"))
     submitted = series(samples, "quicx_tasks_submitted_total", "queue", "type")
     assert len(submitted) == 6  # max_series, and (other, other)

@@ -30,8 +30,8 @@ from quicx.daemon.queue.schedules import (
     next_fire,
     upcoming,
 )
-from quicx.protocol import lifecycle, wire
-from quicx.protocol.lifecycle import Missed
+from quicx.protocol import admin, codec, registry
+from quicx.protocol.admin import Missed
 
 
 def at(text: str, zone: str = "UTC") -> float:
@@ -256,13 +256,13 @@ def test_check_accepts_good_schedules() -> None:
 
 
 def test_a_schedule_message_becomes_a_runtime_spec() -> None:
-    message = lifecycle.Schedule(
+    message = admin.Schedule(
         "hourly", b"sync", b"{}", interval=3600, queue="q", priority=3, missed=Missed.ALL
     )
-    frame = lifecycle.encode_schedule(message)
-    _, kind, _ = wire.HEADER.unpack_from(frame)
-    decoded = lifecycle.decode(kind, frame[wire.HEADER_SIZE :])
-    assert isinstance(decoded, lifecycle.Schedule)
+    frame = admin.encode_schedule(message)
+    _, kind, _ = codec.HEADER.unpack_from(frame)
+    decoded = registry.decode(kind, frame[codec.HEADER_SIZE :])
+    assert isinstance(decoded, admin.Schedule)
     assert ScheduleSpec.from_message(decoded) == ScheduleSpec(
         name="hourly",
         every=3600,

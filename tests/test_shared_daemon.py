@@ -13,23 +13,23 @@ from typing import Any
 
 from quicx.daemon.control import fetch_status
 from quicx.daemon.journal.recovery import recover
-from quicx.protocol import lifecycle, results, v2, wire
-from quicx.protocol.results import Shared
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol import admin, link, outcomes, shared_data, taskflow, wire
+from quicx.protocol.codec import ErrorCode
+from quicx.protocol.shared_data import Shared
 from tests.peer import Peer
 
 
 def publish(peer: Peer, name: str, data: bytes = b"", delete: bool = False) -> dict:
-    answer = peer.request(results.encode_publish(name, data, delete))
-    assert isinstance(answer, v2.Info), answer
+    answer = peer.request(shared_data.encode_publish(name, data, delete))
+    assert isinstance(answer, link.Info), answer
     return answer.document
 
 
 def follow(peer: Peer, *names: str) -> list:
     """FOLLOW C{names}: the SHARED frames that came first, then the INFO's document."""
-    peer.send(results.encode_follow(names))
+    peer.send(shared_data.encode_follow(names))
     got: list[Any] = []
-    while not isinstance(got[-1:] and got[-1], v2.Info):
+    while not isinstance(got[-1:] and got[-1], link.Info):
         got.append(peer.receive())
     return [*got[:-1], got[-1].document]
 
@@ -59,7 +59,7 @@ def test_a_version_reaches_each_follower_once_and_a_late_follower_gets_the_curre
                 {"following": {"model": 2}},
             ]
         # A follower is a worker: it may not publish.
-        refused = a.request(results.encode_publish("model", b"mine"))
+        refused = a.request(shared_data.encode_publish("model", b"mine"))
         assert isinstance(refused, wire.Error) and refused.code == ErrorCode.FORBIDDEN
         assert publish(producer, "model", delete=True)["deleted"] is True
         assert a.receive() == b.receive() == Shared("model", 0)
@@ -88,7 +88,7 @@ def test_a_follower_that_stops_reading_gets_the_newest_version_not_a_backlog(
 def test_hello_announces_progress_and_shared_data_with_their_limits(start_daemon) -> None:
     daemon = start_daemon("--shared-max-size=4096", "--max-progress-message=100")
     with Peer(daemon.address) as client:
-        info = client.request(v2.encode_hello("test", "1", ["progress", "shared"])).document
+        info = client.request(link.encode_hello("test", "1", ["progress", "shared"])).document
         assert {"progress", "shared"} <= set(info["capabilities"]) and info["missing"] == []
         assert (info["limits"]["max_shared_size"], info["limits"]["max_progress_message"]) == (
             4096,
@@ -96,7 +96,7 @@ def test_hello_announces_progress_and_shared_data_with_their_limits(start_daemon
         )
         # The edge of the limit: 4096 bytes are taken, 4097 refused as too large.
         assert publish(client, "edge", b"x" * 4096)["size"] == 4096
-        too_large = client.request(results.encode_publish("edge", b"x" * 4097))
+        too_large = client.request(shared_data.encode_publish("edge", b"x" * 4097))
         assert isinstance(too_large, wire.Error) and too_large.code == ErrorCode.PAYLOAD_TOO_LARGE
 
 
@@ -133,22 +133,24 @@ def test_progress_reaches_the_producer_that_asked_in_order_before_the_outcome(
     events = tmp_path / "events"
     daemon = start_daemon(f"--events={events}", "--progress-interval=0", "--drain-timeout=0")
     with Peer(daemon.address) as producer, Peer(daemon.address) as worker:
-        options = v2.submit_options("q", progress=True)
-        ok = producer.request(v2.encode_submit(b"resize", b"img", options))
-        worker.send(v2.encode_ready(1, ["q"]))
+        options = taskflow.submit_options("q", progress=True)
+        ok = producer.request(taskflow.encode_submit(b"resize", b"img", options))
+        worker.send(taskflow.encode_ready(1, ["q"]))
         task = worker.receive()
         for step in (1, 2, 3):
-            worker.send(results.encode_progress(task.task_id, task.token, step * 3000, f"{step}/3"))
-        stale = worker.request(results.encode_progress(task.task_id, task.token + 1, 1, ""))
+            worker.send(
+                outcomes.encode_progress(task.task_id, task.token, step * 3000, f"{step}/3")
+            )
+        stale = worker.request(outcomes.encode_progress(task.task_id, task.token + 1, 1, ""))
         assert isinstance(stale, wire.Error) and stale.code == ErrorCode.STALE
-        inspected = worker.request(v2.encode_inspect(task.task_id)).document
+        inspected = worker.request(admin.encode_inspect(task.task_id)).document
         assert inspected["progress"]["fraction"] == 0.9
-        worker.send(lifecycle.encode_ack(task.task_id, task.token))
+        worker.send(outcomes.encode_ack(task.task_id, task.token))
         assert [producer.receive() for _ in range(4)] == [
-            *(results.Progress(ok.task_id, task.token, s * 3000, f"{s}/3") for s in (1, 2, 3)),
-            v2.Done(ok.task_id),
+            *(outcomes.Progress(ok.task_id, task.token, s * 3000, f"{s}/3") for s in (1, 2, 3)),
+            taskflow.Done(ok.task_id),
         ]
-        not_held = worker.request(results.encode_progress(task.task_id, task.token, 1, ""))
+        not_held = worker.request(outcomes.encode_progress(task.task_id, task.token, 1, ""))
         assert isinstance(not_held, wire.Error) and not_held.code == ErrorCode.INVALID_MESSAGE
     daemon.stop()
     recorded = [

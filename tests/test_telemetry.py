@@ -17,7 +17,7 @@ from quicx.daemon.observe.telemetry import OTHER, Histogram, Telemetry
 from quicx.daemon.queue.core import QueueService
 from quicx.documents.latency import LATENCY_BUCKETS, quantile
 from quicx.documents.typed import as_json
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol.codec import ErrorCode
 from tests.fakes import make_queue, producer_of, worker_of
 
 

@@ -22,7 +22,7 @@ import quicx
 from quicx.clients.cluster import TaskRef, ranking
 from quicx.clients.twisted_client import ProducerService, QuicxClientProtocol, connect
 from quicx.clients.twisted_cluster import ClusterProducerService, open_producer
-from quicx.protocol import results, v2, wire
+from quicx.protocol import admin, link, monitor, registry, taskflow, wire
 from quicx.protocol.errors import ConnectionLost, NotAcknowledged, QueueFull
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.wire import ErrorCode
@@ -58,10 +58,10 @@ class Daemons:
         wrapper.makeConnection(transport)
         parser = FrameParser(1 << 22, check_types=False, v2_max_length=1 << 22)
         self.links[daemon] = (wrapper, transport, parser)
-        assert [type(m) for m in self.sent(daemon)] == [v2.Hello]
+        assert [type(m) for m in self.sent(daemon)] == [link.Hello]
         protocol: QuicxClientProtocol = wrapper._wrappedProtocol._protocol
         if greet:
-            protocol.dataReceived(v2.encode_info({"server": "quicx"}))
+            protocol.dataReceived(link.encode_info({"server": "quicx"}))
         return protocol
 
     def accept_all(self) -> None:
@@ -80,15 +80,15 @@ class Daemons:
         data = transport.value()
         transport.clear()
         frames = parser.feed(data)
-        return [results.decode(f.message_type, f.payload) for f in frames if isinstance(f, Frame)]
+        return [registry.decode(f.message_type, f.payload) for f in frames if isinstance(f, Frame)]
 
-    def answer(self, daemon: int) -> list[v2.Submit]:
+    def answer(self, daemon: int) -> list[taskflow.Submit]:
         """Accept every SUBMIT the daemon was sent since the last look; return them."""
         submits = self.sent(daemon)
         for submit in submits:
-            assert isinstance(submit, v2.Submit)
+            assert isinstance(submit, taskflow.Submit)
             self.ids[daemon] += 1
-            self.links[daemon][0].dataReceived(v2.encode_ok(self.ids[daemon]))
+            self.links[daemon][0].dataReceived(taskflow.encode_ok(self.ids[daemon]))
         return submits
 
     def submit(self, task_type: str = "t", **options: Any) -> Deferred[TaskRef]:
@@ -146,7 +146,7 @@ def test_a_refusal_is_raised_and_goes_to_no_other_daemon(daemons: Daemons) -> No
     daemons.accept_all()
     refused = daemons.submit(key=keys_of(0, 1)[0])
     daemons.sent(0)
-    daemons.links[0][0].dataReceived(v2.encode_error(ErrorCode.QUEUE_FULL, "full"))
+    daemons.links[0][0].dataReceived(link.encode_error(ErrorCode.QUEUE_FULL, "full"))
     with pytest.raises(QueueFull):
         value(refused)
     assert all(daemons.sent(d) == [] for d in (1, 2))
@@ -238,7 +238,7 @@ def test_a_submit_not_answered_in_the_timeout_is_lost_and_a_late_answer_is_dropp
 
         # Its late answers are dropped; the connection stays in step.
         link = daemons.links[0][0]
-        link.dataReceived(v2.encode_ok(41) + v2.encode_ok(42))
+        link.dataReceived(taskflow.encode_ok(41) + taskflow.encode_ok(42))
         assert not daemons.links[0][1].disconnecting
         daemons.reactor.advance(1)  # its retry time is over
         again = daemons.submit(key=name)
@@ -276,7 +276,7 @@ def test_stats_and_each_answer_by_daemon_with_errors_in_place() -> None:
         stats = ensureDeferred(daemons.service.stats())
         assert [type(m) for m in daemons.sent(1) + daemons.sent(2)] == [wire.StatsRequest] * 2
         numbers = wire.StatsResponse(1, 2, 3, 4, 5)
-        daemons.links[1][0].dataReceived(v2.encode_stats_response(numbers))
+        daemons.links[1][0].dataReceived(monitor.encode_stats_response(numbers))
         assert not stats.called
         daemons.reactor.advance(5.1)  # daemon 2 never answers
         answers = value(stats)
@@ -285,10 +285,10 @@ def test_stats_and_each_answer_by_daemon_with_errors_in_place() -> None:
         assert answers[THREE[1]] == numbers
         assert isinstance(answers[THREE[2]], TimeoutError)
         # The late answer is dropped.
-        daemons.links[2][0].dataReceived(v2.encode_stats_response(numbers))
+        daemons.links[2][0].dataReceived(monitor.encode_stats_response(numbers))
         tasks = ensureDeferred(daemons.service.each(lambda client: client.task(7)))
-        daemons.links[1][0].dataReceived(v2.encode_info({"id": 7}))
-        daemons.links[2][0].dataReceived(v2.encode_info({"id": 7}))
+        daemons.links[1][0].dataReceived(link.encode_info({"id": 7}))
+        daemons.links[2][0].dataReceived(link.encode_info({"id": 7}))
         assert list(value(tasks).values())[1:] == [{"id": 7}, {"id": 7}]
     finally:
         daemons.stop()
@@ -308,12 +308,12 @@ def test_calls_by_ref_go_to_the_refs_daemon(daemons: Daemons) -> None:
     task = ensureDeferred(daemons.service.task(str(ref)))
     assert daemons.sent(0) == daemons.sent(1) == []
     [asked] = daemons.sent(2)
-    assert isinstance(asked, v2.Inspect) and asked.task_id == 7
+    assert isinstance(asked, admin.Inspect) and asked.task_id == 7
     cancel = ensureDeferred(daemons.service.cancel(ref))
     [cancelled] = daemons.sent(2)
-    assert isinstance(cancelled, v2.Cancel) and cancelled.task_id == 7
+    assert isinstance(cancelled, admin.Cancel) and cancelled.task_id == 7
     assert not (task.called or cancel.called)
-    daemons.links[2][0].dataReceived(v2.encode_info({"id": 7, "state": "queued"}))
+    daemons.links[2][0].dataReceived(link.encode_info({"id": 7, "state": "queued"}))
     assert value(task) == {"id": 7, "state": "queued"}
     cancel.addErrback(lambda _: None)  # never answered
     with pytest.raises(ValueError, match="not one of this cluster's daemons"):
@@ -328,7 +328,7 @@ def test_submit_and_wait_waits_on_the_connection_that_submitted(daemons: Daemons
     daemon = THREE.index(ranking("user-7", THREE)[0])
     daemons.answer(daemon)
     assert not waited.called
-    daemons.links[daemon][0].dataReceived(v2.encode_done(1))
+    daemons.links[daemon][0].dataReceived(taskflow.encode_done(1))
     assert waited.result == TaskRef(1, THREE[daemon])
 
 

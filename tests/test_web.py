@@ -28,8 +28,8 @@ from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.daemon.service import on_loopback
 from quicx.net.certificates import Authorization
-from quicx.protocol import v2
-from quicx.protocol.results import OutcomeState
+from quicx.protocol import taskflow
+from quicx.protocol.outcomes import OutcomeState
 from tests.fakes import FakeJournal, make_queue, v2_producer_of, v2_worker_of
 
 ADMIN = "admin-secret"
@@ -359,7 +359,7 @@ def test_dead_letters_list_replay_one_replay_a_queue_and_purge() -> None:
     worker = v2_worker_of(queue, credits=10, queues=("mail", "sms"))
     for queue_name in ("mail", "mail", "sms"):
         queue.submit(producer.session, b"t", b"x", queue_name, retries=1)
-    for task in [m for m in worker.take() if isinstance(m, v2.Task)]:
+    for task in [m for m in worker.take() if isinstance(m, taskflow.Task)]:
         queue.nack(worker.session, task.task_id, task.token, "hopeless", True)
     listing = site.get("/api/dead?queue=mail", MONITOR).json()
     assert listing["total"] == 2
@@ -393,9 +393,14 @@ def test_a_task_is_found_live_kept_expired_or_unknown() -> None:
     )
     assert {"no_workers"} <= {why["reason"] for why in live["task"]["why"]}
     worker = v2_worker_of(queue, credits=2, queues=("mail",))
-    first, second = [m for m in worker.take() if isinstance(m, v2.Task)]
+    first, second = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, first.task_id, first.token)
-    queue.ack(worker.session, second.task_id, second.token, v2.Result(v2.ResultKind.TEXT, b"ok"))
+    queue.ack(
+        worker.session,
+        second.task_id,
+        second.token,
+        taskflow.Result(taskflow.ResultKind.TEXT, b"ok"),
+    )
     kept = site.get("/api/tasks/2", MONITOR).json()
     assert kept["found"] == "kept" and kept["outcome"] == OutcomeState.DONE.name.lower()
     assert kept["result"] == {"kind": "text", "text": "ok"}
@@ -403,7 +408,7 @@ def test_a_task_is_found_live_kept_expired_or_unknown() -> None:
     site.clock.advance(61)
     assert site.get("/api/tasks/2", MONITOR).json() == {"found": "expired", "id": 2}
     queue.submit(producer.session, b"resize", b"z", "mail", result_ttl=60)
-    (third,) = [m for m in worker.take() if isinstance(m, v2.Task)]
+    (third,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, third.task_id, third.token)
     assert queue.kept.make_room(1)  # as a SUBMIT does when the pool is full
     assert site.get(f"/api/tasks/{third.task_id}", MONITOR).json() == {

@@ -18,8 +18,8 @@ from attrs import frozen
 from twisted.internet.task import Clock
 
 from quicx.daemon.observe.events import format_events
-from quicx.protocol import v2, wire
-from quicx.protocol.v2 import Backoff, BackoffKind
+from quicx.protocol import taskflow, wire
+from quicx.protocol.taskflow import Backoff, BackoffKind
 from quicx.report.whatif import (
     measured_backlog,
     parse_workers,
@@ -106,7 +106,7 @@ def run_core(
             for message in peer.take():
                 if isinstance(message, wire.Wait):
                     continue
-                assert isinstance(message, v2.Task)
+                assert isinstance(message, taskflow.Task)
                 spec = spec_of[message.task_id]
                 start = max(now, free_at[peer])
                 first.setdefault(message.task_id, start)
@@ -128,7 +128,7 @@ def run_core(
                 retries=len(action.runs) - 1,
                 backoff=BACKOFF,
             )
-            (ok,) = [m for m in producer.take() if isinstance(m, v2.Ok)]
+            (ok,) = [m for m in producer.take() if isinstance(m, taskflow.Ok)]
             spec_of[ok.task_id] = action
         elif action is not None:
             peer, task = action

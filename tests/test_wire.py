@@ -4,8 +4,9 @@ import struct
 
 import pytest
 
-from quicx.protocol import wire
-from quicx.protocol.wire import MalformedMessage, MessageType
+from quicx.protocol import codec, registry, wire
+from quicx.protocol.codec import MalformedMessage
+from quicx.protocol.wire import MessageType
 
 ROUND_TRIPS = [
     (
@@ -34,14 +35,14 @@ ROUND_TRIPS = [
 
 @pytest.mark.parametrize(("encoded", "message"), ROUND_TRIPS)
 def test_round_trip(encoded: bytes, message: wire.Message) -> None:
-    version, message_type, length = wire.HEADER.unpack_from(encoded)
+    version, message_type, length = codec.HEADER.unpack_from(encoded)
     assert version == 1
     assert length == len(encoded) - 6
-    assert wire.decode(message_type, encoded[6:]) == message
+    assert registry.decode(message_type, encoded[6:], wire.PROTOCOL_VERSION) == message
 
 
 def test_all_twelve_types_covered() -> None:
-    assert {wire.HEADER.unpack_from(e)[1] for e, _ in ROUND_TRIPS} == set(MessageType)
+    assert {codec.HEADER.unpack_from(e)[1] for e, _ in ROUND_TRIPS} == set(MessageType)
 
 
 def test_submit_layout_matches_protocol_page() -> None:
@@ -99,7 +100,7 @@ def test_stats_response_is_28_bytes_big_endian() -> None:
 )
 def test_malformed_payloads_are_refused(message_type: int, payload: bytes, fragment: str) -> None:
     with pytest.raises(MalformedMessage, match=fragment) as raised:
-        wire.decode(message_type, payload)
+        registry.decode(message_type, payload, wire.PROTOCOL_VERSION)
     assert raised.value.message_type == message_type
 
 
@@ -108,8 +109,8 @@ def test_ready_credits_extension() -> None:
     assert wire.encode_ready(1) == b"\x01\x04\x00\x00\x00\x00"
     assert wire.encode_ready(300) == b"\x01\x04\x00\x00\x00\x02\x01\x2c"
     assert wire.decode_ready(b"\x01\x2c") == wire.Ready(300)
-    assert wire.decode_ready(b"\xff\xff") == wire.Ready(wire.MAX_CREDITS)
-    for bad in (0, wire.MAX_CREDITS + 1):
+    assert wire.decode_ready(b"\xff\xff") == wire.Ready(codec.MAX_CREDITS)
+    for bad in (0, codec.MAX_CREDITS + 1):
         with pytest.raises(ValueError, match="READY credits are 1 to 65535"):
             wire.encode_ready(bad)
 

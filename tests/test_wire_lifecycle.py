@@ -1,5 +1,5 @@
 """
-The codec of version 2, part 2 (L{quicx.protocol.lifecycle}): every new
+The codec of version 2, part 2 (L{quicx.protocol.admin} and L{quicx.protocol.outcomes}): every new
 message round-trips through the frame parser and back through its encoder
 (property-based), the page's layouts and numbers are the codec's, and every
 malformed payload is refused with a message that names the message and the
@@ -21,24 +21,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quicx.protocol import lifecycle, v2, wire
-from quicx.protocol.frames import Frame, FrameParser
-from quicx.protocol.lifecycle import (
-    Ack,
+from quicx.protocol import admin, codec, outcomes, registry, taskflow
+from quicx.protocol.admin import (
     Dead,
     DeadPurge,
     Missed,
-    Nack,
     Replay,
-    Retrying,
     Schedule,
     ScheduleField,
     Schedules,
-    Touch,
     Unschedule,
 )
-from quicx.protocol.v2 import Backoff, BackoffKind, MessageType
-from quicx.protocol.wire import MalformedMessage
+from quicx.protocol.codec import MalformedMessage, MessageType
+from quicx.protocol.frames import Frame, FrameParser
+from quicx.protocol.outcomes import Ack, Nack, Retrying, Touch
+from quicx.protocol.taskflow import Backoff, BackoffKind
 from tests.test_wire_v2 import (
     FIXED,
     LIFECYCLE,
@@ -62,21 +59,21 @@ def through_parser(encoded: bytes) -> object:
     parser = FrameParser(1 << 16, v2_max_length=1 << 16)
     (frame,) = parser.feed(encoded)
     assert isinstance(frame, Frame) and parser.version == 2
-    return lifecycle.decode(frame.message_type, frame.payload)
+    return registry.decode(frame.message_type, frame.payload)
 
 
 ENCODERS: dict[type, Callable[[Any], bytes]] = {
-    Ack: lambda m: lifecycle.encode_ack(m.task_id, m.token, m.result),
-    Nack: lambda m: lifecycle.encode_nack(m.task_id, m.token, m.reason, m.permanent),
-    Touch: lambda m: lifecycle.encode_touch(m.task_id, m.token, m.seconds),
-    Retrying: lambda m: lifecycle.encode_retrying(m.task_id, m.attempt, m.due_ms, m.reason),
-    Dead: lambda m: lifecycle.encode_dead(m.limit, m.queue),
-    Replay: lambda m: lifecycle.encode_replay(m.task_id, m.queue),
-    DeadPurge: lambda m: lifecycle.encode_dead_purge(m.queue),
-    Schedules: lambda m: lifecycle.SCHEDULES_FRAME,
-    Schedule: lifecycle.encode_schedule,
-    Unschedule: lambda m: lifecycle.encode_unschedule(m.name),
-    v2.Submit: encode_submit,
+    Ack: lambda m: outcomes.encode_ack(m.task_id, m.token, m.result),
+    Nack: lambda m: outcomes.encode_nack(m.task_id, m.token, m.reason, m.permanent),
+    Touch: lambda m: outcomes.encode_touch(m.task_id, m.token, m.seconds),
+    Retrying: lambda m: outcomes.encode_retrying(m.task_id, m.attempt, m.due_ms, m.reason),
+    Dead: lambda m: admin.encode_dead(m.limit, m.queue),
+    Replay: lambda m: admin.encode_replay(m.task_id, m.queue),
+    DeadPurge: lambda m: admin.encode_dead_purge(m.queue),
+    Schedules: lambda m: admin.SCHEDULES_FRAME,
+    Schedule: admin.encode_schedule,
+    Unschedule: lambda m: admin.encode_unschedule(m.name),
+    taskflow.Submit: encode_submit,
 }
 """The encoder of each new message, and of SUBMIT, given the message as decoded."""
 
@@ -101,7 +98,7 @@ def _schedule(
     return Schedule(name, task_type, payload, *fields)
 
 
-live_ids = st.integers(1, wire.MAX_TASK_ID)
+live_ids = st.integers(1, codec.MAX_TASK_ID)
 reasons = st.text(max_size=100)
 optional_queues = st.none() | queue_names
 item_texts = st.text(min_size=1, max_size=60).filter(lambda t: len(t.encode()) <= 255)
@@ -111,7 +108,7 @@ schedules = st.builds(
     queue_names,
     types,
     payloads,
-    item_texts | st.integers(1, lifecycle.MAX_INTERVAL),
+    item_texts | st.integers(1, admin.MAX_INTERVAL),
     item_texts,
     optional_queues,
     st.none() | st.integers(0, 255),
@@ -125,7 +122,7 @@ MESSAGES: dict[str, st.SearchStrategy[Any]] = {
     "NACK": st.builds(Nack, live_ids, u64s, reasons, st.booleans()),
     "TOUCH": st.builds(Touch, live_ids, u64s, st.integers(1, 0xFFFFFFFF)),
     "RETRYING": st.builds(Retrying, task_ids, u16s, u64s, reasons),
-    "DEAD": st.builds(Dead, st.integers(1, lifecycle.MAX_DEAD_LIST), optional_queues),
+    "DEAD": st.builds(Dead, st.integers(1, admin.MAX_DEAD_LIST), optional_queues),
     "REPLAY": st.builds(Replay, st.just(0), optional_queues) | st.builds(Replay, live_ids),
     "DEAD_PURGE": st.builds(DeadPurge, optional_queues),
     "SCHEDULES": st.just(Schedules()),
@@ -163,7 +160,7 @@ def test_a_stream_of_both_parts_decodes_whatever_the_reads(
     for start, end in zip([0, *points], [*points, len(stream)], strict=True):
         frames += parser.feed(stream[start:end])
     assert all(isinstance(f, Frame) for f in frames)
-    decoded = [lifecycle.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
+    decoded = [registry.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
     assert decoded == [expected for _, expected in messages]
 
 
@@ -189,11 +186,11 @@ def test_a_damaged_payload_is_refused_or_decodes_to_what_its_encoder_keeps(
     encoded, _ = message
     payload = mutate(encoded[6:], how, at, byte)
     try:
-        decoded = lifecycle.decode(encoded[1], payload)
+        decoded = registry.decode(encoded[1], payload)
     except MalformedMessage:
         return  # never another exception: the daemon answers this one ERROR 0x02
     again = encode(decoded)
-    assert lifecycle.decode(again[1], again[6:]) == decoded
+    assert registry.decode(again[1], again[6:]) == decoded
 
 
 # -- the page: its layouts, tags and numbers ------------------------------------------------
@@ -267,8 +264,8 @@ def test_the_pages_layouts_are_the_codecs() -> None:
     for code, name, _, layout in rows:
         values, message = SPELLED[name]
         payload = spell(layout, values)
-        assert lifecycle.decode(int(code, 16), payload) == message, name
-        assert encode(message) == v2.frame(int(code, 16), payload), name
+        assert registry.decode(int(code, 16), payload) == message, name
+        assert encode(message) == codec.frame(int(code, 16), payload), name
 
 
 def test_the_pages_submit_options_are_the_codecs() -> None:
@@ -288,9 +285,9 @@ def test_the_pages_submit_options_are_the_codecs() -> None:
         layout = f"[value {layout}]" if layout in INTEGERS else layout
         values, fields = given_values[option]
         spelled = item(int(tag, 16), spell(layout, values))
-        decoded = v2.decode(MessageType.SUBMIT, b"\x01t" + opts(spelled) + b"p")
-        assert decoded == v2.Submit(b"t", b"p", **fields), option
-        assert encode(decoded) == v2.frame(MessageType.SUBMIT, b"\x01t" + opts(spelled) + b"p")
+        decoded = registry.decode(MessageType.SUBMIT, b"\x01t" + opts(spelled) + b"p")
+        assert decoded == taskflow.Submit(b"t", b"p", **fields), option
+        assert encode(decoded) == codec.frame(MessageType.SUBMIT, b"\x01t" + opts(spelled) + b"p")
 
 
 def test_the_pages_context_items_are_the_codecs() -> None:
@@ -306,8 +303,8 @@ def test_the_pages_context_items_are_the_codecs() -> None:
         layout = value.split(":")[0].strip("` ")
         layout = f"[value {layout}]" if layout in INTEGERS else layout
         context += item(int(tag, 16), spell(layout, given_values[name]))
-    task = v2.decode(MessageType.TASK, FIXED + b"\x01q\x01t" + opts(context) + b"p")
-    assert task == v2.Task(
+    task = registry.decode(MessageType.TASK, FIXED + b"\x01q\x01t" + opts(context) + b"p")
+    assert task == taskflow.Task(
         1, b"t", b"p", "q", 0, 1, 0, token=TOKEN, lease_ms=30_000, failures=1, retries=3
     )
 
@@ -330,7 +327,7 @@ def test_the_pages_schedule_fields_are_the_codecs() -> None:
     assert [(int(n), p.upper()) for n, p in policies] == [(m.value, m.name) for m in Missed]
     # Fields left out: the page's defaults.
     assert "default `UTC`" in paragraph and "(default once, catch-up 100)" in paragraph
-    decoded = lifecycle.decode(MessageType.SCHEDULE, schedule_body(INTERVAL + TYPE))
+    decoded = registry.decode(MessageType.SCHEDULE, schedule_body(INTERVAL + TYPE))
     assert decoded == Schedule(
         "s", b"t", interval=60, timezone="UTC", missed=Missed.ONCE, catch_up=100
     )
@@ -338,7 +335,7 @@ def test_the_pages_schedule_fields_are_the_codecs() -> None:
 
 def test_the_pages_flag_and_backoff_numbers_are_the_codecs() -> None:
     page = words(LIFECYCLE)
-    assert f"NACK flag `0x{lifecycle.NACK_PERMANENT:02x}` (*permanent*)" in page
+    assert f"NACK flag `0x{outcomes.NACK_PERMANENT:02x}` (*permanent*)" in page
     kinds = re.search(r"a backoff kind other than (\d) \((\w+)\) or (\d) \((\w+)\)", page)
     assert kinds is not None
     numbers = kinds.groups()
@@ -615,53 +612,56 @@ def test_every_malformed_payload_names_the_message_and_the_fault(
     message_type: MessageType, payload: bytes, message: str
 ) -> None:
     with pytest.raises(MalformedMessage) as raised:
-        lifecycle.decode(message_type, payload)
+        registry.decode(message_type, payload)
     assert (str(raised.value), raised.value.message_type) == (message, message_type)
 
 
 def test_a_stale_code_and_the_nack_flag() -> None:
-    assert v2.ErrorCode.STALE == 0x08
-    nack = lifecycle.encode_nack(1, 2, "x", permanent=True)
-    assert nack[6 + 12] == lifecycle.NACK_PERMANENT == 0x01
-    assert lifecycle.encode_nack(1, 2, "x")[6 + 12] == 0
+    assert codec.ErrorCode.STALE == 0x08
+    nack = outcomes.encode_nack(1, 2, "x", permanent=True)
+    assert nack[6 + 12] == outcomes.NACK_PERMANENT == 0x01
+    assert outcomes.encode_nack(1, 2, "x")[6 + 12] == 0
 
 
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [
-        (lambda: v2.submit_options(delay_ms=1, run_at_ms=2), "not both"),
-        (lambda: v2.submit_options(delay_ms=-1), "0 to 4294967295 ms"),
-        (lambda: v2.submit_options(delay_ms=1 << 32), "0 to 4294967295 ms"),
-        (lambda: v2.submit_options(run_at_ms=1 << 64), "u64 of milliseconds"),
-        (lambda: v2.submit_options(retries=0x10000), "0 to 65535"),
-        (lambda: v2.encode_backoff(Backoff(2, 1, 2, 0)), r"fixed \(0\) or exponential \(1\)"),  # type: ignore[arg-type]
-        (lambda: v2.encode_backoff(Backoff(BackoffKind.FIXED, 3, 2, 0)), "base <= cap"),
-        (lambda: v2.encode_backoff(Backoff(BackoffKind.FIXED, 1, 2, 101)), "0 to 100 percent"),
-        (lambda: lifecycle.encode_touch(1, 2, 0), "1 to 4294967295 seconds"),
-        (lambda: lifecycle.encode_dead(0), "1 to 1000"),
-        (lambda: lifecycle.encode_dead(1001), "1 to 1000"),
-        (lambda: lifecycle.encode_dead(1, "a b"), "queue name"),
-        (lambda: lifecycle.encode_replay(-1), "0 \\(all\\)"),
-        (lambda: lifecycle.encode_replay(1, "q"), "a task or a queue, not both"),
-        (lambda: lifecycle.encode_unschedule(""), "queue name"),
-        (lambda: lifecycle.encode_schedule(Schedule("s", b"t")), "not both or neither"),
+        (lambda: taskflow.submit_options(delay_ms=1, run_at_ms=2), "not both"),
+        (lambda: taskflow.submit_options(delay_ms=-1), "0 to 4294967295 ms"),
+        (lambda: taskflow.submit_options(delay_ms=1 << 32), "0 to 4294967295 ms"),
+        (lambda: taskflow.submit_options(run_at_ms=1 << 64), "u64 of milliseconds"),
+        (lambda: taskflow.submit_options(retries=0x10000), "0 to 65535"),
+        (lambda: taskflow.encode_backoff(Backoff(2, 1, 2, 0)), r"fixed \(0\) or exponential \(1\)"),  # type: ignore[arg-type]
+        (lambda: taskflow.encode_backoff(Backoff(BackoffKind.FIXED, 3, 2, 0)), "base <= cap"),
         (
-            lambda: lifecycle.encode_schedule(Schedule("s", b"t", cron="* * * * *", interval=5)),
+            lambda: taskflow.encode_backoff(Backoff(BackoffKind.FIXED, 1, 2, 101)),
+            "0 to 100 percent",
+        ),
+        (lambda: outcomes.encode_touch(1, 2, 0), "1 to 4294967295 seconds"),
+        (lambda: admin.encode_dead(0), "1 to 1000"),
+        (lambda: admin.encode_dead(1001), "1 to 1000"),
+        (lambda: admin.encode_dead(1, "a b"), "queue name"),
+        (lambda: admin.encode_replay(-1), "0 \\(all\\)"),
+        (lambda: admin.encode_replay(1, "q"), "a task or a queue, not both"),
+        (lambda: admin.encode_unschedule(""), "queue name"),
+        (lambda: admin.encode_schedule(Schedule("s", b"t")), "not both or neither"),
+        (
+            lambda: admin.encode_schedule(Schedule("s", b"t", cron="* * * * *", interval=5)),
             "not both or neither",
         ),
-        (lambda: lifecycle.encode_schedule(Schedule("s", b"t", interval=1 << 32)), "interval"),
-        (lambda: lifecycle.encode_schedule(Schedule("s", b"", interval=5)), "task type"),
-        (lambda: lifecycle.encode_schedule(Schedule("a b", b"t", interval=5)), "queue name"),
+        (lambda: admin.encode_schedule(Schedule("s", b"t", interval=1 << 32)), "interval"),
+        (lambda: admin.encode_schedule(Schedule("s", b"", interval=5)), "task type"),
+        (lambda: admin.encode_schedule(Schedule("a b", b"t", interval=5)), "queue name"),
         (
-            lambda: lifecycle.encode_schedule(Schedule("s", b"t", interval=5, priority=256)),
+            lambda: admin.encode_schedule(Schedule("s", b"t", interval=5, priority=256)),
             "0 to 255",
         ),
         (
-            lambda: lifecycle.encode_schedule(Schedule("s", b"t", interval=5, catch_up=-1)),
+            lambda: admin.encode_schedule(Schedule("s", b"t", interval=5, catch_up=-1)),
             "catch-up",
         ),
         (
-            lambda: lifecycle.encode_schedule(Schedule("s", b"t", interval=5, timezone="")),
+            lambda: admin.encode_schedule(Schedule("s", b"t", interval=5, timezone="")),
             "1 to 255",
         ),
     ],

@@ -17,16 +17,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quicx.daemon.observe.events import _EXTRA_KEY, format_event
-from quicx.protocol import monitor, v2, wire
+from quicx.protocol import codec, monitor, registry
+from quicx.protocol.codec import MalformedMessage, MessageType
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.monitor import EVENT_KINDS, MAX_EVENTS_BYTES, MAX_WATCH, Events, Status, Watch
-from quicx.protocol.v2 import MessageType
-from quicx.protocol.wire import MalformedMessage
 from tests.test_wire_lifecycle import mutate, new_messages, spell
 from tests.test_wire_results import part3_messages
 from tests.test_wire_v2 import MONITOR, any_message, queue_names, table
 
-task_types = st.binary(min_size=1, max_size=wire.MAX_TYPE_LENGTH)
+task_types = st.binary(min_size=1, max_size=codec.MAX_TYPE_LENGTH)
 kinds = st.sampled_from(EVENT_KINDS)
 lines = st.text(min_size=1, max_size=80).filter(lambda line: "\n" not in line)
 
@@ -60,7 +59,7 @@ def frames_of(encoded: bytes) -> list[object]:
     parser = FrameParser(1 << 20, v2_max_length=1 << 20)
     frames = parser.feed(encoded)
     assert all(isinstance(f, Frame) for f in frames) and parser.version == 2
-    return [monitor.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
+    return [registry.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
 
 
 part4_messages = st.one_of(*MESSAGES.values()).map(lambda m: (encode(m), m))
@@ -91,7 +90,7 @@ def test_a_stream_of_all_four_parts_decodes_whatever_the_reads(
     frames = []
     for start, end in zip([0, *points], [*points, len(stream)], strict=True):
         frames += parser.feed(stream[start:end])
-    decoded = [monitor.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
+    decoded = [registry.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
     assert decoded == [expected for _, expected in messages]
 
 
@@ -103,11 +102,11 @@ def test_a_damaged_payload_is_refused_or_decodes_to_what_its_encoder_keeps(
     for byte in (0, 1, 10, 0x21, 0xFF):
         payload = mutate(encoded[6:], how, at, byte)
         try:
-            decoded = monitor.decode(encoded[1], payload)
+            decoded = registry.decode(encoded[1], payload)
         except MalformedMessage:
             continue  # never another exception: the daemon answers this one ERROR 0x02
         again = encode(decoded)
-        assert monitor.decode(again[1], again[6:]) == decoded
+        assert registry.decode(again[1], again[6:]) == decoded
 
 
 def test_many_events_are_cut_into_frames_of_whole_lines() -> None:
@@ -164,8 +163,8 @@ def test_the_pages_layouts_are_the_codecs() -> None:
     for code, name, _, layout in rows:
         values, message = SPELLED[name]
         payload = spell(layout, values)
-        assert monitor.decode(int(code, 16), payload) == message, name
-        assert encode(message) == v2.frame(int(code, 16), payload), name
+        assert registry.decode(int(code, 16), payload) == message, name
+        assert encode(message) == codec.frame(int(code, 16), payload), name
 
 
 def test_the_pages_event_kinds_are_the_codecs_and_the_files() -> None:
@@ -188,7 +187,7 @@ def test_every_kind_the_daemon_records_is_known() -> None:
 
 
 def test_the_stop_flag_and_the_sizes_are_the_pages() -> None:
-    assert frames_of(v2.frame(MessageType.WATCH, b"\x01")) == [Watch(stop=True)]
+    assert frames_of(codec.frame(MessageType.WATCH, b"\x01")) == [Watch(stop=True)]
     assert "10,387 bytes" in MONITOR and monitor.MAX_WATCH_SIZE == 10_387
     assert "at most 64 KiB of lines" in MONITOR and MAX_EVENTS_BYTES == 64 << 10
 
@@ -221,7 +220,7 @@ def test_the_stop_flag_and_the_sizes_are_the_pages() -> None:
 )
 def test_every_malformed_watch_names_the_fault(payload: bytes, message: str) -> None:
     with pytest.raises(MalformedMessage) as raised:
-        monitor.decode(MessageType.WATCH, payload)
+        registry.decode(MessageType.WATCH, payload)
     assert str(raised.value).startswith(message)
     assert raised.value.message_type == MessageType.WATCH
 
@@ -237,7 +236,7 @@ def test_every_malformed_watch_names_the_fault(payload: bytes, message: str) -> 
 )
 def test_every_malformed_events_names_the_fault(payload: bytes, message: str) -> None:
     with pytest.raises(MalformedMessage) as raised:
-        monitor.decode(MessageType.EVENTS, payload)
+        registry.decode(MessageType.EVENTS, payload)
     assert str(raised.value).startswith(message)
 
 

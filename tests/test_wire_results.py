@@ -1,5 +1,5 @@
 """
-The codec of protocol v2 part 3 (L{quicx.protocol.results}): results,
+The codec of protocol v2 part 3 (L{quicx.protocol.outcomes}): results,
 AWAIT and OUTCOME, PROGRESS, shared data and groups, checked against
 docs/protocol.md, "Version 2: results, progress, shared data and groups".
 """
@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import codec, outcomes, registry, shared_data, taskflow
+from quicx.protocol.codec import MalformedMessage, MessageType
 from quicx.protocol.frames import Frame, FrameParser
-from quicx.protocol.results import (
+from quicx.protocol.outcomes import (
     Await,
-    Follow,
     Group,
     GroupOp,
     GroupPhase,
@@ -27,11 +27,9 @@ from quicx.protocol.results import (
     Outcome,
     OutcomeState,
     Progress,
-    Publish,
-    Shared,
 )
-from quicx.protocol.v2 import MessageType, Result, ResultKind
-from quicx.protocol.wire import MalformedMessage
+from quicx.protocol.shared_data import Follow, Publish, Shared
+from quicx.protocol.taskflow import Result, ResultKind
 from tests.test_wire_lifecycle import SPELLED as PART_2_SPELLED
 from tests.test_wire_lifecycle import item, mutate, new_messages, spell
 from tests.test_wire_v2 import (
@@ -47,7 +45,7 @@ from tests.test_wire_v2 import (
     u64s,
 )
 
-live_ids = st.integers(1, wire.MAX_TASK_ID)
+live_ids = st.integers(1, codec.MAX_TASK_ID)
 u32s = st.integers(0, 0xFFFFFFFF)
 texts = st.text(max_size=60)
 
@@ -77,10 +75,10 @@ MESSAGES: dict[str, st.SearchStrategy[Any]] = {
     "OUTCOME": st.builds(
         _outcome, live_ids, st.sampled_from(OutcomeState), st.none() | results_drawn, texts
     ),
-    "PROGRESS": st.builds(Progress, live_ids, u64s, st.integers(0, results.MAX_FRACTION), texts),
+    "PROGRESS": st.builds(Progress, live_ids, u64s, st.integers(0, outcomes.MAX_FRACTION), texts),
     "PUBLISH": st.builds(_publish, queue_names, payloads, st.booleans()),
     "SHARED": st.builds(_shared, queue_names, u32s, payloads),
-    "FOLLOW": st.lists(queue_names, min_size=1, max_size=results.MAX_FOLLOW, unique=True).map(
+    "FOLLOW": st.lists(queue_names, min_size=1, max_size=shared_data.MAX_FOLLOW, unique=True).map(
         lambda names: Follow(tuple(names))
     ),
     "GROUP": st.builds(_group, st.sampled_from(GroupOp), live_ids, u32s),
@@ -91,14 +89,14 @@ MESSAGES: dict[str, st.SearchStrategy[Any]] = {
 """Every message of part 3, by name."""
 
 ENCODERS: dict[type, Callable[[Any], bytes]] = {
-    Await: lambda m: results.encode_await(m.task_id, m.timeout_ms),
-    Outcome: lambda m: results.encode_outcome(m.task_id, m.state, m.result, m.reason),
-    Progress: lambda m: results.encode_progress(m.task_id, m.token, m.fraction, m.message),
-    Publish: lambda m: results.encode_publish(m.name, m.data, m.delete),
-    Shared: lambda m: results.encode_shared(m.name, m.version, m.data),
-    Follow: lambda m: results.encode_follow(m.names),
-    Group: lambda m: results.encode_group(m.op, m.group, m.timeout_ms),
-    GroupState: results.encode_group_state,
+    Await: lambda m: outcomes.encode_await(m.task_id, m.timeout_ms),
+    Outcome: lambda m: outcomes.encode_outcome(m.task_id, m.state, m.result, m.reason),
+    Progress: lambda m: outcomes.encode_progress(m.task_id, m.token, m.fraction, m.message),
+    Publish: lambda m: shared_data.encode_publish(m.name, m.data, m.delete),
+    Shared: lambda m: shared_data.encode_shared(m.name, m.version, m.data),
+    Follow: lambda m: shared_data.encode_follow(m.names),
+    Group: lambda m: outcomes.encode_group(m.op, m.group, m.timeout_ms),
+    GroupState: outcomes.encode_group_state,
 }
 
 
@@ -110,7 +108,7 @@ def through_parser(encoded: bytes) -> object:
     parser = FrameParser(1 << 16, v2_max_length=1 << 16)
     (frame,) = parser.feed(encoded)
     assert isinstance(frame, Frame) and parser.version == 2
-    return results.decode(frame.message_type, frame.payload)
+    return registry.decode(frame.message_type, frame.payload)
 
 
 part3_messages = st.one_of(*MESSAGES.values()).map(lambda m: (encode(m), m))
@@ -135,10 +133,10 @@ def test_every_new_message_round_trips(messages: tuple[object, ...]) -> None:
 def test_a_result_rides_on_ack_and_done_and_keeps_its_value(
     result: Result, task_id: int, token: int
 ) -> None:
-    ack = through_parser(lifecycle.encode_ack(task_id, token, result))
-    assert ack == lifecycle.Ack(task_id, token, result)
-    done = through_parser(v2.encode_done(task_id, result))
-    assert done == v2.Done(task_id, result)
+    ack = through_parser(outcomes.encode_ack(task_id, token, result))
+    assert ack == outcomes.Ack(task_id, token, result)
+    done = through_parser(taskflow.encode_done(task_id, result))
+    assert done == taskflow.Done(task_id, result)
     assert Result.of(result.value()) == result
 
 
@@ -169,7 +167,7 @@ def test_a_stream_of_all_three_parts_decodes_whatever_the_reads(
     frames = []
     for start, end in zip([0, *points], [*points, len(stream)], strict=True):
         frames += parser.feed(stream[start:end])
-    decoded = [results.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
+    decoded = [registry.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
     assert decoded == [expected for _, expected in messages]
 
 
@@ -180,11 +178,11 @@ def test_a_damaged_payload_is_refused_or_decodes_to_what_its_encoder_keeps(
     encoded, _ = message
     payload = mutate(encoded[6:], how, at, byte)
     try:
-        decoded = results.decode(encoded[1], payload)
+        decoded = registry.decode(encoded[1], payload)
     except MalformedMessage:
         return  # never another exception: the daemon answers this one ERROR 0x02
     again = encode(decoded)
-    assert results.decode(again[1], again[6:]) == decoded
+    assert registry.decode(again[1], again[6:]) == decoded
 
 
 # -- the page ----------------------------------------------------------------------------
@@ -226,8 +224,8 @@ def test_the_pages_layouts_are_the_codecs() -> None:
     for code, name, _, layout in rows:
         values, message = SPELLED[name]
         payload = spell(layout, values)
-        assert results.decode(int(code, 16), payload) == message, name
-        assert encode(message) == v2.frame(int(code, 16), payload), name
+        assert registry.decode(int(code, 16), payload) == message, name
+        assert encode(message) == codec.frame(int(code, 16), payload), name
 
 
 def test_the_pages_result_kinds_are_the_codecs() -> None:
@@ -255,26 +253,26 @@ def test_the_pages_submit_options_are_the_codecs() -> None:
     for tag, option, *_ in rows:
         value, fields = given_values[option]
         options = item(int(tag, 16), value)
-        decoded = v2.decode(MessageType.SUBMIT, b"\x01t" + opts(options) + b"p")
-        assert decoded == v2.Submit(b"t", b"p", **fields), option
-        encoded = v2.encode_submit(b"t", b"p", v2.submit_options(**fields))
-        assert encoded == v2.frame(MessageType.SUBMIT, b"\x01t" + opts(options) + b"p")
+        decoded = registry.decode(MessageType.SUBMIT, b"\x01t" + opts(options) + b"p")
+        assert decoded == taskflow.Submit(b"t", b"p", **fields), option
+        encoded = taskflow.encode_submit(b"t", b"p", taskflow.submit_options(**fields))
+        assert encoded == codec.frame(MessageType.SUBMIT, b"\x01t" + opts(options) + b"p")
 
 
 def test_part_2_layouts_still_spell_without_a_result() -> None:
     values, ack = PART_2_SPELLED["ACK"]
-    assert lifecycle.decode(MessageType.ACK, spell("[task_id u32][token u64]", values)) == ack
+    assert registry.decode(MessageType.ACK, spell("[task_id u32][token u64]", values)) == ack
 
 
 @given(submits, st.none() | st.integers(0, 0xFFFFFFFF), st.booleans(), st.none() | live_ids)
 def test_the_new_submit_options_round_trip_with_the_others(
-    submit: tuple[bytes, v2.Submit], ttl: int | None, progress: bool, group: int | None
+    submit: tuple[bytes, taskflow.Submit], ttl: int | None, progress: bool, group: int | None
 ) -> None:
     _, message = submit
-    extra = v2.submit_options(result_ttl=ttl, progress=progress, group=group)
-    encoded = bytearray(v2.encode_submit(message.task_type, message.payload, extra))
+    extra = taskflow.submit_options(result_ttl=ttl, progress=progress, group=group)
+    encoded = bytearray(taskflow.encode_submit(message.task_type, message.payload, extra))
     decoded = through_parser(bytes(encoded))
-    assert isinstance(decoded, v2.Submit)
+    assert isinstance(decoded, taskflow.Submit)
     assert (decoded.result_ttl, decoded.progress, decoded.group) == (ttl, progress, group)
 
 
@@ -362,7 +360,7 @@ def test_every_malformed_payload_names_the_message_and_the_fault(
     message_type: MessageType, payload: bytes, message: str
 ) -> None:
     with pytest.raises(MalformedMessage) as raised:
-        results.decode(message_type, payload)
+        registry.decode(message_type, payload)
     assert str(raised.value).startswith(message)
     assert raised.value.message_type == message_type
 
@@ -370,20 +368,20 @@ def test_every_malformed_payload_names_the_message_and_the_fault(
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [
-        (lambda: results.encode_await(0), "a task id is 1 to"),
-        (lambda: results.encode_await(1, -1), "a wait is 0 to"),
-        (lambda: results.encode_outcome(1, OutcomeState.FAILED, RESULT), "only a DONE outcome"),
-        (lambda: results.encode_progress(1, 2, 10_001), "fraction is 0 to 10000"),
-        (lambda: results.encode_publish("n", b"x", delete=True), "carries no data"),
-        (lambda: results.encode_publish("bad name"), "queue name"),
-        (lambda: results.encode_shared("n", -1), "a version is 0 to"),
-        (lambda: results.encode_follow([]), "lists 1 to 32 names, not 0"),
-        (lambda: results.encode_follow(["a", "a"]), "a name twice"),
-        (lambda: results.encode_group(GroupOp.OPEN, 3), "OPEN names no group"),
-        (lambda: results.encode_group(GroupOp.STATE, 0), "a group id is 1 to"),
-        (lambda: results.encode_group(GroupOp.CLOSE, 3, 10), "only WAIT has a timeout"),
-        (lambda: v2.submit_options(group=0), "a group id is 1 to"),
-        (lambda: v2.submit_options(result_ttl=-1), "a result TTL is 0 to"),
+        (lambda: outcomes.encode_await(0), "a task id is 1 to"),
+        (lambda: outcomes.encode_await(1, -1), "a wait is 0 to"),
+        (lambda: outcomes.encode_outcome(1, OutcomeState.FAILED, RESULT), "only a DONE outcome"),
+        (lambda: outcomes.encode_progress(1, 2, 10_001), "fraction is 0 to 10000"),
+        (lambda: shared_data.encode_publish("n", b"x", delete=True), "carries no data"),
+        (lambda: shared_data.encode_publish("bad name"), "queue name"),
+        (lambda: shared_data.encode_shared("n", -1), "a version is 0 to"),
+        (lambda: shared_data.encode_follow([]), "lists 1 to 32 names, not 0"),
+        (lambda: shared_data.encode_follow(["a", "a"]), "a name twice"),
+        (lambda: outcomes.encode_group(GroupOp.OPEN, 3), "OPEN names no group"),
+        (lambda: outcomes.encode_group(GroupOp.STATE, 0), "a group id is 1 to"),
+        (lambda: outcomes.encode_group(GroupOp.CLOSE, 3, 10), "only WAIT has a timeout"),
+        (lambda: taskflow.submit_options(group=0), "a group id is 1 to"),
+        (lambda: taskflow.submit_options(result_ttl=-1), "a result TTL is 0 to"),
     ],
 )
 def test_encoders_refuse_what_the_page_does_not_allow(

@@ -15,10 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quicx.protocol import v2, wire
+from quicx.protocol import admin, codec, link, monitor, registry, taskflow, wire
+from quicx.protocol.codec import MalformedMessage, MessageType
 from quicx.protocol.frames import Frame, FrameParser, RejectedFrame
-from quicx.protocol.v2 import MessageType
-from quicx.protocol.wire import MalformedMessage
 
 queue_names = st.text(
     alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:-",
@@ -28,7 +27,7 @@ queue_names = st.text(
 keys = st.binary(min_size=1, max_size=255)
 types = st.binary(min_size=1, max_size=255)
 payloads = st.binary(max_size=2000)
-task_ids = st.integers(0, wire.MAX_TASK_ID)
+task_ids = st.integers(0, codec.MAX_TASK_ID)
 u16s = st.integers(0, 0xFFFF)
 u32s = st.integers(0, 0xFFFFFFFF)
 u64s = st.integers(0, 2**64 - 1)
@@ -38,12 +37,12 @@ def through_parser(encoded: bytes) -> object:
     parser = FrameParser(1 << 16, v2_max_length=1 << 16)
     (frame,) = parser.feed(encoded)
     assert isinstance(frame, Frame) and parser.version == 2
-    return v2.decode(frame.message_type, frame.payload)
+    return registry.decode(frame.message_type, frame.payload)
 
 
-def encode_submit(submit: v2.Submit) -> bytes:
+def encode_submit(submit: taskflow.Submit) -> bytes:
     """C{submit}'s frame, its options in the encoder's order."""
-    options = v2.submit_options(
+    options = taskflow.submit_options(
         submit.queue,
         submit.priority,
         submit.key,
@@ -53,16 +52,16 @@ def encode_submit(submit: v2.Submit) -> bytes:
         submit.retries,
         submit.backoff,
     )
-    return v2.encode_submit(submit.task_type, submit.payload, options)
+    return taskflow.encode_submit(submit.task_type, submit.payload, options)
 
 
-def encode_task(task: v2.Task) -> bytes:
+def encode_task(task: taskflow.Task) -> bytes:
     """The frame of C{task}, as the daemon sends it."""
-    context = v2.task_context(
+    context = taskflow.task_context(
         task.key, task.fairness, task.token, task.lease_ms, task.failures, task.retries
     )
     queue = bytes((len(task.queue),)) + task.queue.encode()
-    return v2.encode_task(
+    return taskflow.encode_task(
         task.task_id,
         task.task_type,
         task.payload,
@@ -83,9 +82,11 @@ def _submit(
     fairness: bytes | None,
     when: tuple[int | None, int | None],
     retries: int | None,
-    backoff: v2.Backoff | None,
-) -> v2.Submit:
-    return v2.Submit(task_type, payload, queue, priority, key, fairness, *when, retries, backoff)
+    backoff: taskflow.Backoff | None,
+) -> taskflow.Submit:
+    return taskflow.Submit(
+        task_type, payload, queue, priority, key, fairness, *when, retries, backoff
+    )
 
 
 def _task(  # noqa: PLR0913
@@ -100,14 +101,14 @@ def _task(  # noqa: PLR0913
     fairness: bytes | None,
     delivery: tuple[int, int],
     retries: tuple[int, int],
-) -> v2.Task:
+) -> taskflow.Task:
     fields = (task_id, task_type, payload, queue, priority, attempt, enqueued_ms, key, fairness)
-    return v2.Task(*fields, *delivery, *retries)
+    return taskflow.Task(*fields, *delivery, *retries)
 
 
 backoffs = st.builds(
-    lambda kind, bounds, jitter: v2.Backoff(kind, min(bounds), max(bounds), jitter),
-    st.sampled_from(v2.BackoffKind),
+    lambda kind, bounds, jitter: taskflow.Backoff(kind, min(bounds), max(bounds), jitter),
+    st.sampled_from(taskflow.BackoffKind),
     st.tuples(u32s, u32s),
     st.integers(0, 100),
 )
@@ -149,71 +150,73 @@ tasks = st.builds(
 
 
 @given(submits)
-def test_submit_round_trips(message: tuple[bytes, v2.Submit]) -> None:
+def test_submit_round_trips(message: tuple[bytes, taskflow.Submit]) -> None:
     encoded, expected = message
     decoded = through_parser(encoded)
-    assert decoded == expected and isinstance(decoded, v2.Submit)
+    assert decoded == expected and isinstance(decoded, taskflow.Submit)
     assert encode_submit(decoded) == encoded  # re-encoding what was decoded changes nothing
 
 
 @given(submits)
-def test_submit_fields_are_a_plain_submits(message: tuple[bytes, v2.Submit]) -> None:
+def test_submit_fields_are_a_plain_submits(message: tuple[bytes, taskflow.Submit]) -> None:
     """
     The daemon's SUBMIT decoder gives the type, payload, queue and priority
     of a SUBMIT with no other option (once its options were decoded), and
     C{None} for any other.
     """
     encoded, expected = message
-    payload = encoded[wire.HEADER_SIZE :]
-    v2.decode_submit(payload)
+    payload = encoded[codec.HEADER_SIZE :]
+    taskflow.decode_submit(payload)
     task_type, body, queue, priority = expected[:4]
-    plain = expected == v2.Submit(task_type, body, queue, priority)
-    fields = v2.submit_fields(payload)
+    plain = expected == taskflow.Submit(task_type, body, queue, priority)
+    fields = taskflow.submit_fields(payload)
     assert fields == ((task_type, body, queue, priority) if plain else None)
 
 
 def test_submit_options_that_run_past_the_payload_are_refused() -> None:
     """Even when the bytes left are options decoded before."""
-    options = v2.submit_options("mail", 3)
-    payload = v2.encode_submit(b"t", b"", options)[wire.HEADER_SIZE :]
-    assert v2.decode_submit(payload) == v2.Submit(b"t", b"", "mail", 3)
-    cut = payload[:2] + v2.U16.pack(len(options) + 1) + options
-    assert v2.submit_fields(cut) is None
+    options = taskflow.submit_options("mail", 3)
+    payload = taskflow.encode_submit(b"t", b"", options)[codec.HEADER_SIZE :]
+    assert taskflow.decode_submit(payload) == taskflow.Submit(b"t", b"", "mail", 3)
+    cut = payload[:2] + codec.U16.pack(len(options) + 1) + options
+    assert taskflow.submit_fields(cut) is None
     with pytest.raises(MalformedMessage, match="run past the payload"):
-        v2.decode_submit(cut)
+        taskflow.decode_submit(cut)
 
 
 @given(task_ids, st.booleans())
 def test_ok_round_trips(task_id: int, duplicate: bool) -> None:
-    assert through_parser(v2.encode_ok(task_id, duplicate)) == v2.Ok(task_id, duplicate)
+    assert through_parser(taskflow.encode_ok(task_id, duplicate)) == taskflow.Ok(task_id, duplicate)
 
 
 @given(st.integers(1, 0xFFFF), st.lists(queue_names, max_size=32, unique=True))
 def test_ready_round_trips(credits: int, queues: list[str]) -> None:
-    assert through_parser(v2.encode_ready(credits, queues)) == v2.Ready(credits, tuple(queues))
+    assert through_parser(taskflow.encode_ready(credits, queues)) == taskflow.Ready(
+        credits, tuple(queues)
+    )
 
 
 @given(tasks)
-def test_task_round_trips(message: tuple[bytes, v2.Task]) -> None:
+def test_task_round_trips(message: tuple[bytes, taskflow.Task]) -> None:
     encoded, expected = message
     decoded = through_parser(encoded)
-    assert decoded == expected and isinstance(decoded, v2.Task)
+    assert decoded == expected and isinstance(decoded, taskflow.Task)
     assert encode_task(decoded) == encoded  # re-encoding what was decoded changes nothing
 
 
 @given(tasks, st.integers(0x10000, 0x7FFFFFFF))
 def test_a_delivery_is_the_task_with_its_context(
-    message: tuple[bytes, v2.Task], attempt: int
+    message: tuple[bytes, taskflow.Task], attempt: int
 ) -> None:
     """
     The daemon's encoder, fast for a context of a token and lease alone,
-    makes the frame L{v2.encode_task} makes of L{v2.task_context}; an
+    makes the frame L{taskflow.encode_task} makes of L{taskflow.task_context}; an
     attempt past 65,535 is sent as 65,535 either way.
     """
     _, task = message
     queue = bytes((len(task.queue),)) + task.queue.encode()
     for sent_attempt in (task.attempt, attempt):
-        delivered = v2.encode_delivery(
+        delivered = taskflow.encode_delivery(
             task.task_id,
             task.task_type,
             task.payload,
@@ -237,27 +240,29 @@ def test_a_delivery_is_the_task_with_its_context(
     st.lists(st.text("abcdefgh-", min_size=1, max_size=10), max_size=5),
 )
 def test_hello_round_trips(name: str, version: str, capabilities: list[str]) -> None:
-    decoded = through_parser(v2.encode_hello(name, version, capabilities))
-    assert decoded == v2.Hello(name, version, tuple(capabilities))
+    decoded = through_parser(link.encode_hello(name, version, capabilities))
+    assert decoded == link.Hello(name, version, tuple(capabilities))
 
 
 @given(task_ids)
 def test_task_id_messages_round_trip(task_id: int) -> None:
-    assert through_parser(v2.encode_cancel(task_id)) == v2.Cancel(task_id)
-    assert through_parser(v2.encode_cancelled(task_id)) == v2.Cancelled(task_id)
-    assert through_parser(v2.encode_inspect(task_id)) == v2.Inspect(task_id)
-    assert through_parser(v2.encode_done(task_id)) == v2.Done(task_id)
-    assert through_parser(v2.encode_failed(task_id, "why ✗")) == wire.Failed(task_id, "why ✗")
+    assert through_parser(admin.encode_cancel(task_id)) == admin.Cancel(task_id)
+    assert through_parser(admin.encode_cancelled(task_id)) == admin.Cancelled(task_id)
+    assert through_parser(admin.encode_inspect(task_id)) == admin.Inspect(task_id)
+    assert through_parser(taskflow.encode_done(task_id)) == taskflow.Done(task_id)
+    assert through_parser(taskflow.encode_failed(task_id, "why ✗")) == wire.Failed(task_id, "why ✗")
 
 
 @given(st.sampled_from([MessageType.PAUSE, MessageType.RESUME, MessageType.PURGE]), queue_names)
 def test_queue_actions_round_trip(action: MessageType, queue: str) -> None:
-    assert through_parser(v2.encode_queue_action(action, queue)) == v2.QueueAction(action, queue)
+    assert through_parser(admin.encode_queue_action(action, queue)) == admin.QueueAction(
+        action, queue
+    )
 
 
 @given(queue_names, st.integers(1, 1000))
 def test_peek_round_trips(queue: str, count: int) -> None:
-    assert through_parser(v2.encode_peek(queue, count)) == v2.Peek(queue, count)
+    assert through_parser(admin.encode_peek(queue, count)) == admin.Peek(queue, count)
 
 
 json_values = st.recursive(
@@ -268,83 +273,87 @@ json_values = st.recursive(
     max_leaves=20,
 )
 results_drawn = st.one_of(
-    st.binary(max_size=40).map(v2.Result.of),
-    json_values.map(v2.Result.of),
+    st.binary(max_size=40).map(taskflow.Result.of),
+    json_values.map(taskflow.Result.of),
 )
 """A task's result: bytes, text or JSON."""
 
 
 @given(json_values)
 def test_info_round_trips(document: object) -> None:
-    assert through_parser(v2.encode_info(document)) == v2.Info(document)
+    assert through_parser(link.encode_info(document)) == link.Info(document)
 
 
 def test_hello_ignores_fields_of_later_releases() -> None:
-    assert v2.decode(MessageType.HELLO, b"\x01\x01a\x09\x01x") == v2.Hello("a")
+    assert registry.decode(MessageType.HELLO, b"\x01\x01a\x09\x01x") == link.Hello("a")
 
 
 def test_the_empty_messages_and_stats() -> None:
-    assert through_parser(v2.encode_queues()) == v2.Queues()
-    assert through_parser(v2.WAIT_FRAME) == wire.Wait()
-    assert through_parser(v2.HEARTBEAT_FRAME) == wire.Heartbeat()
-    assert through_parser(v2.STATS_FRAME) == wire.StatsRequest()
-    assert through_parser(v2.PONG_FRAME) == wire.Pong()
+    assert through_parser(admin.encode_queues()) == admin.Queues()
+    assert through_parser(taskflow.WAIT_FRAME) == wire.Wait()
+    assert through_parser(link.HEARTBEAT_FRAME) == wire.Heartbeat()
+    assert through_parser(monitor.STATS_FRAME) == wire.StatsRequest()
+    assert through_parser(link.PONG_FRAME) == wire.Pong()
     stats = wire.StatsResponse(1, 2, 3, 4, 5)
-    assert through_parser(v2.encode_stats_response(stats)) == stats
+    assert through_parser(monitor.encode_stats_response(stats)) == stats
 
 
-@given(st.sampled_from(v2.ErrorCode), st.text(max_size=100))
-def test_error_round_trips(code: v2.ErrorCode, message: str) -> None:
-    assert through_parser(v2.encode_error(code, message)) == wire.Error(code, message)
+@given(st.sampled_from(codec.ErrorCode), st.text(max_size=100))
+def test_error_round_trips(code: codec.ErrorCode, message: str) -> None:
+    assert through_parser(link.encode_error(code, message)) == wire.Error(code, message)
 
 
 @given(st.tuples(*[st.integers(0, 2**32 - 1)] * 3, *[st.integers(0, 2**64 - 1)] * 2))
 def test_stats_response_round_trips(numbers: tuple[int, int, int, int, int]) -> None:
     stats = wire.StatsResponse(*numbers)
-    assert through_parser(v2.encode_stats_response(stats)) == stats
+    assert through_parser(monitor.encode_stats_response(stats)) == stats
 
 
 any_message = st.one_of(
     submits,
-    st.builds(lambda i, d: (v2.encode_ok(i, d), v2.Ok(i, d)), task_ids, st.booleans()),
+    st.builds(lambda i, d: (taskflow.encode_ok(i, d), taskflow.Ok(i, d)), task_ids, st.booleans()),
     st.builds(
-        lambda c, q: (v2.encode_ready(c, q), v2.Ready(c, tuple(q))),
+        lambda c, q: (taskflow.encode_ready(c, q), taskflow.Ready(c, tuple(q))),
         st.integers(1, 0xFFFF), st.lists(queue_names, max_size=3, unique=True),
     ),
     tasks,
     st.builds(
-        lambda c, m: (v2.encode_error(c, m), wire.Error(c, m)),
-        st.sampled_from(v2.ErrorCode), st.text(max_size=20),
+        lambda c, m: (link.encode_error(c, m), wire.Error(c, m)),
+        st.sampled_from(codec.ErrorCode), st.text(max_size=20),
     ),
-    st.builds(lambda i: (v2.encode_done(i), v2.Done(i)), task_ids),
-    st.builds(lambda i, r: (v2.encode_done(i, r), v2.Done(i, r)), task_ids, results_drawn),
+    st.builds(lambda i: (taskflow.encode_done(i), taskflow.Done(i)), task_ids),
     st.builds(
-        lambda i, r: (v2.encode_failed(i, r), wire.Failed(i, r)), task_ids, st.text(max_size=20)
+        lambda i, r: (taskflow.encode_done(i, r), taskflow.Done(i, r)), task_ids, results_drawn
     ),
-    st.builds(lambda i: (v2.encode_cancel(i), v2.Cancel(i)), task_ids),
-    st.builds(lambda i: (v2.encode_cancelled(i), v2.Cancelled(i)), task_ids),
-    st.builds(lambda i: (v2.encode_inspect(i), v2.Inspect(i)), task_ids),
     st.builds(
-        lambda a, q: (v2.encode_queue_action(a, q), v2.QueueAction(a, q)),
+        lambda i, r: (taskflow.encode_failed(i, r), wire.Failed(i, r)),
+        task_ids,
+        st.text(max_size=20),
+    ),
+    st.builds(lambda i: (admin.encode_cancel(i), admin.Cancel(i)), task_ids),
+    st.builds(lambda i: (admin.encode_cancelled(i), admin.Cancelled(i)), task_ids),
+    st.builds(lambda i: (admin.encode_inspect(i), admin.Inspect(i)), task_ids),
+    st.builds(
+        lambda a, q: (admin.encode_queue_action(a, q), admin.QueueAction(a, q)),
         st.sampled_from([MessageType.PAUSE, MessageType.RESUME, MessageType.PURGE]), queue_names,
     ),
     st.builds(
-        lambda q, c: (v2.encode_peek(q, c), v2.Peek(q, c)), queue_names, st.integers(1, 1000)
+        lambda q, c: (admin.encode_peek(q, c), admin.Peek(q, c)), queue_names, st.integers(1, 1000)
     ),
     st.builds(
-        lambda n, v, c: (v2.encode_hello(n, v, c), v2.Hello(n, v, tuple(c))),
+        lambda n, v, c: (link.encode_hello(n, v, c), link.Hello(n, v, tuple(c))),
         st.text("abc", max_size=5), st.text("0123.", max_size=5),
         st.lists(st.sampled_from(["queues", "cancel", "x-later"]), max_size=3),
     ),
-    st.builds(lambda d: (v2.encode_info(d), v2.Info(d)), json_values),
+    st.builds(lambda d: (link.encode_info(d), link.Info(d)), json_values),
     st.sampled_from(
         [
-            (v2.WAIT_FRAME, wire.Wait()),
-            (v2.HEARTBEAT_FRAME, wire.Heartbeat()),
-            (v2.PONG_FRAME, wire.Pong()),
-            (v2.STATS_FRAME, wire.StatsRequest()),
-            (v2.QUEUES_FRAME, v2.Queues()),
-            (v2.encode_stats_response(wire.StatsResponse(1, 2, 3, 4, 5)),
+            (taskflow.WAIT_FRAME, wire.Wait()),
+            (link.HEARTBEAT_FRAME, wire.Heartbeat()),
+            (link.PONG_FRAME, wire.Pong()),
+            (monitor.STATS_FRAME, wire.StatsRequest()),
+            (admin.QUEUES_FRAME, admin.Queues()),
+            (monitor.encode_stats_response(wire.StatsResponse(1, 2, 3, 4, 5)),
              wire.StatsResponse(1, 2, 3, 4, 5)),
         ]
     ),
@@ -363,7 +372,7 @@ def test_any_stream_of_messages_decodes_whatever_the_reads(
     for start, end in zip([0, *points], [*points, len(stream)], strict=True):
         events += parser.feed(stream[start:end])
     assert all(isinstance(e, Frame) for e in events)
-    decoded = [v2.decode(e.message_type, e.payload) for e in events]  # type: ignore[union-attr]
+    decoded = [registry.decode(e.message_type, e.payload) for e in events]  # type: ignore[union-attr]
     assert decoded == [expected for _, expected in messages]
     assert parser.buffered == 0 and parser.version == 2
 
@@ -373,9 +382,9 @@ def test_any_stream_of_messages_decodes_whatever_the_reads(
 PROTOCOL = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
 VERSION_2 = PROTOCOL[PROTOCOL.index("\n# Version 2") :]
 LIFECYCLE = PROTOCOL[PROTOCOL.index("\n# Version 2: retries, dead letters") :]
-"""The page's section on part 2 of version 2 (L{quicx.protocol.lifecycle})."""
+"""The page's section on part 2 of version 2 (L{quicx.protocol.admin} and L{quicx.protocol.outcomes})."""
 RESULTS = PROTOCOL[PROTOCOL.index("\n# Version 2: results, progress") :]
-"""The page's section on part 3 of version 2 (L{quicx.protocol.results})."""
+"""The page's section on part 3 of version 2 (L{quicx.protocol.outcomes})."""
 MONITOR = PROTOCOL[PROTOCOL.index("\n# Version 2: live events") :]
 """The page's section on part 4 of version 2 (L{quicx.protocol.monitor})."""
 
@@ -400,12 +409,12 @@ def example_bytes(block: str) -> bytes:
 def test_the_pages_submit_example() -> None:
     block = VERSION_2.split("Example: `send_email` into queue `mail` at priority 9:")[1]
     spelled = example_bytes(block.split("```")[1])
-    encoded = v2.encode_submit(b"send_email", b'{"to":1}', v2.submit_options("mail", 9))
+    encoded = taskflow.encode_submit(b"send_email", b'{"to":1}', taskflow.submit_options("mail", 9))
     assert spelled == encoded
     assert encoded == (
         b'\x02\x01\x00\x00\x00\x1e\x0asend_email\x00\x09\x01\x04mail\x02\x01\x09{"to":1}'
     )
-    assert through_parser(spelled) == v2.Submit(b"send_email", b'{"to":1}', "mail", 9)
+    assert through_parser(spelled) == taskflow.Submit(b"send_email", b'{"to":1}', "mail", 9)
 
 
 def table(text: str, after: str) -> list[list[str]]:
@@ -436,14 +445,14 @@ def test_the_pages_option_tags_are_the_codecs() -> None:
     names |= {"retries": "RETRIES", "backoff": "BACKOFF", "result": "RESULT"}
     names |= {"progress": "PROGRESS", "group": "GROUP"}
     assert [(int(tag, 16), names[option]) for tag, option, *_ in rows] == [
-        (o.value, o.name) for o in v2.Option
+        (o.value, o.name) for o in taskflow.Option
     ]
 
 
 def test_the_pages_context_tags_are_the_codecs() -> None:
     rows = table(LIFECYCLE, "## TASK context items")
     assert [(int(tag, 16), item.upper()) for tag, item, *_ in rows] == [
-        (c.value, c.name) for c in v2.Context
+        (c.value, c.name) for c in taskflow.Context
     ]
 
 
@@ -451,11 +460,11 @@ def test_the_pages_error_codes_are_the_codecs() -> None:
     codes = [int(row[0], 16) for row in table(PROTOCOL, "## Error codes\n")]
     codes += [int(row[0], 16) for row in table(VERSION_2, "## Error codes added in version 2")]
     codes += [int(row[0], 16) for row in table(LIFECYCLE, "### Error code added")]
-    assert codes == [c.value for c in v2.ErrorCode]
+    assert codes == [c.value for c in codec.ErrorCode]
 
 
 def test_a_submit_without_options_is_two_bytes_longer_than_version_1() -> None:
-    assert len(v2.encode_submit(b"t", b"x")) == len(wire.encode_submit(b"t", b"x")) + 2
+    assert len(taskflow.encode_submit(b"t", b"x")) == len(wire.encode_submit(b"t", b"x")) + 2
 
 
 def opts(*items: bytes) -> bytes:
@@ -499,7 +508,7 @@ def opts(*items: bytes) -> bytes:
 )
 def test_malformed_payloads_say_why(message_type: int, payload: bytes, fragment: str) -> None:
     with pytest.raises(MalformedMessage, match=fragment):
-        v2.decode(message_type, payload)
+        registry.decode(message_type, payload)
 
 
 FIXED = struct.pack(">IHBQ", 1, 1, 0, 0)
@@ -581,7 +590,7 @@ def test_every_malformed_layout_names_the_message_and_the_fault(
     message_type: MessageType, payload: bytes, message: str
 ) -> None:
     with pytest.raises(MalformedMessage) as raised:
-        v2.decode(message_type, payload)
+        registry.decode(message_type, payload)
     assert (str(raised.value), raised.value.message_type) == (message, message_type)
 
 
@@ -589,36 +598,38 @@ def test_info_that_is_not_utf_8() -> None:
     with pytest.raises(
         MalformedMessage, match=r"^INFO is not a UTF-8 JSON document: 'utf-8' codec"
     ):
-        v2.decode(MessageType.INFO, b"\xff")
+        registry.decode(MessageType.INFO, b"\xff")
 
 
 def test_fields_and_context_of_later_releases_are_passed_over_even_repeated() -> None:
     # HELLO: "Unknown fields are ignored"; TASK: "A worker ignores tags it does not know."
     later = b"\x0c\x01x\x0c\x02yz"
-    assert v2.decode(MessageType.HELLO, b"\x01\x01a" + later) == v2.Hello("a")
-    task = v2.decode(MessageType.TASK, FIXED + b"\x01q\x01t" + opts(later + b"\x04\x01f") + b"p")
-    assert task == v2.Task(1, b"t", b"p", "q", 0, 1, 0, None, b"f")
+    assert registry.decode(MessageType.HELLO, b"\x01\x01a" + later) == link.Hello("a")
+    task = registry.decode(
+        MessageType.TASK, FIXED + b"\x01q\x01t" + opts(later + b"\x04\x01f") + b"p"
+    )
+    assert task == taskflow.Task(1, b"t", b"p", "q", 0, 1, 0, None, b"f")
     # A SUBMIT never ignores an option: "an option is never silently ignored".
     with pytest.raises(MalformedMessage, match=r"^SUBMIT repeats option 0x0c$"):
-        v2.decode(MessageType.SUBMIT, b"\x01t" + opts(later))
+        registry.decode(MessageType.SUBMIT, b"\x01t" + opts(later))
     with pytest.raises(MalformedMessage, match=r"^SUBMIT has unknown option 0x0c$"):
-        v2.decode(MessageType.SUBMIT, b"\x01t" + opts(later[:3]))
+        registry.decode(MessageType.SUBMIT, b"\x01t" + opts(later[:3]))
 
 
 @pytest.mark.parametrize(
     ("call", "fragment"),
     [
-        (lambda: v2.submit_options(queue="a b"), "queue name"),
-        (lambda: v2.submit_options(priority=256), "0 to 255"),
-        (lambda: v2.submit_options(key=b""), "1 to 255"),
-        (lambda: v2.submit_options(fairness=b"x" * 256), "1 to 255"),
-        (lambda: v2.encode_ready(0), "credits"),
-        (lambda: v2.encode_ready(1, ["q"] * 33), "at most 32"),
-        (lambda: v2.encode_peek("q", 0), "1 to 1000"),
-        (lambda: v2.encode_queue_action(MessageType.QUEUES, "q"), "not a queue action"),
-        (lambda: v2.encode_submit(b"", b""), "task type"),
-        (lambda: v2.encode_submit(b"t", b"", b"\x09\x00" * 2049), "at most 4096 bytes"),
-        (lambda: v2.encode_hello(capabilities=["a,b"]), "no comma"),
+        (lambda: taskflow.submit_options(queue="a b"), "queue name"),
+        (lambda: taskflow.submit_options(priority=256), "0 to 255"),
+        (lambda: taskflow.submit_options(key=b""), "1 to 255"),
+        (lambda: taskflow.submit_options(fairness=b"x" * 256), "1 to 255"),
+        (lambda: taskflow.encode_ready(0), "credits"),
+        (lambda: taskflow.encode_ready(1, ["q"] * 33), "at most 32"),
+        (lambda: admin.encode_peek("q", 0), "1 to 1000"),
+        (lambda: admin.encode_queue_action(MessageType.QUEUES, "q"), "not a queue action"),
+        (lambda: taskflow.encode_submit(b"", b""), "task type"),
+        (lambda: taskflow.encode_submit(b"t", b"", b"\x09\x00" * 2049), "at most 4096 bytes"),
+        (lambda: link.encode_hello(capabilities=["a,b"]), "no comma"),
     ],
 )
 def test_encoders_refuse_what_the_page_forbids(call, fragment: str) -> None:
@@ -631,7 +642,7 @@ def test_encoders_refuse_what_the_page_forbids(call, fragment: str) -> None:
 
 def test_the_first_frame_sets_the_version_and_the_other_is_refused() -> None:
     parser = FrameParser(100, v2_max_length=200)
-    events = parser.feed(v2.PONG_FRAME + wire.PONG_FRAME + v2.PONG_FRAME)
+    events = parser.feed(link.PONG_FRAME + wire.PONG_FRAME + link.PONG_FRAME)
     assert parser.version == 2
     assert [type(e) for e in events] == [Frame, RejectedFrame, Frame]
     assert "version-1 frame on a version-2 connection" in events[1].reason  # type: ignore[union-attr]
@@ -647,7 +658,7 @@ def test_a_refused_frames_payload_is_skipped_across_reads() -> None:
 
 def test_version_2_is_refused_when_off() -> None:
     parser = FrameParser(100)
-    events = parser.feed(v2.PONG_FRAME + wire.PONG_FRAME)
+    events = parser.feed(link.PONG_FRAME + wire.PONG_FRAME)
     assert isinstance(events[0], RejectedFrame)
     assert events[0].reason == "unsupported protocol version 2"
     assert events[1] == Frame(wire.MessageType.PONG, b"") and parser.version == 1
@@ -658,9 +669,9 @@ def test_each_version_has_its_own_length_limit() -> None:
     (event,) = v1_parser.feed(wire.frame(wire.MessageType.STATS, b"x" * 150))
     assert isinstance(event, RejectedFrame) and "limit of 100" in event.reason
     v2_parser = FrameParser(100, v2_max_length=200)
-    (event,) = v2_parser.feed(v2.frame(MessageType.QUEUES, b"x" * 150))
+    (event,) = v2_parser.feed(codec.frame(MessageType.QUEUES, b"x" * 150))
     assert isinstance(event, Frame)
-    (event,) = v2_parser.feed(v2.frame(MessageType.QUEUES, b"x" * 201))
+    (event,) = v2_parser.feed(codec.frame(MessageType.QUEUES, b"x" * 201))
     assert isinstance(event, RejectedFrame) and "limit of 200" in event.reason
 
 
@@ -676,13 +687,13 @@ def test_repeated_submit_options_decode_alike() -> None:
     Options decoded before (a delay, retries) give the same fields again,
     with each SUBMIT's own type and payload; keys are each SUBMIT's own.
     """
-    options = v2.submit_options("mail", 3, delay_ms=1, retries=2)
+    options = taskflow.submit_options("mail", 3, delay_ms=1, retries=2)
     for task_type, body in ((b"a", b"first"), (b"bb", b"")):
-        payload = v2.encode_submit(task_type, body, options)[wire.HEADER_SIZE :]
-        assert v2.decode_submit(payload) == v2.Submit(
+        payload = taskflow.encode_submit(task_type, body, options)[codec.HEADER_SIZE :]
+        assert taskflow.decode_submit(payload) == taskflow.Submit(
             task_type, body, "mail", 3, delay_ms=1, retries=2
         )
     for key in (b"k1", b"k2"):
-        keyed = v2.submit_options("mail", key=key, delay_ms=1)
-        payload = v2.encode_submit(b"t", b"", keyed)[wire.HEADER_SIZE :]
-        assert v2.decode_submit(payload).key == key
+        keyed = taskflow.submit_options("mail", key=key, delay_ms=1)
+        payload = taskflow.encode_submit(b"t", b"", keyed)[codec.HEADER_SIZE :]
+        assert taskflow.decode_submit(payload).key == key

@@ -29,7 +29,7 @@ from quicx.clients.adaptive import AUTO_MAX
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.shares import slot_credits, split
 from quicx.clients.worker import HELLO_TIMEOUT, RETRY_FIRST, Worker, WorkerProtocol
-from quicx.protocol import results, v2, wire
+from quicx.protocol import link, registry, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess
@@ -105,7 +105,7 @@ class Cluster:
     def accept(self, factory: Any) -> WorkerProtocol:
         """The attempt succeeds, and the daemon answers HELLO."""
         slot = self.connect(factory)
-        slot.dataReceived(v2.encode_info({"server": "quicx"}))
+        slot.dataReceived(link.encode_info({"server": "quicx"}))
         return slot
 
     def connect(self, factory: Any) -> WorkerProtocol:
@@ -116,7 +116,7 @@ class Cluster:
         slot: WorkerProtocol = wrapper._wrappedProtocol
         self.open[slot] = transport
         self.parser[slot] = FrameParser(1 << 22, check_types=False, v2_max_length=1 << 22)
-        assert self.sent(slot) == [v2.Hello("quicx-python", __version__, ())]
+        assert self.sent(slot) == [link.Hello("quicx-python", __version__, ())]
         return slot
 
     def refuse(self, factory: Any) -> None:
@@ -131,14 +131,14 @@ class Cluster:
         data = transport.value()
         transport.clear()
         frames = self.parser[slot].feed(data)
-        return [results.decode(f.message_type, f.payload) for f in frames if isinstance(f, Frame)]
+        return [registry.decode(f.message_type, f.payload) for f in frames if isinstance(f, Frame)]
 
     def readies(self) -> dict[tuple[int, int], int]:
         """The credits of each READY sent since the last look, by (daemon, slot)."""
         found = {}
         for slot in list(self.open):
             for message in self.sent(slot):
-                assert isinstance(message, v2.Ready)
+                assert isinstance(message, taskflow.Ready)
                 assert slot.place is not None
                 member, place = slot.place
                 found[self.worker.members.index(member), place] = message.credits
@@ -217,7 +217,7 @@ def test_a_daemon_that_takes_connections_and_never_answers_leaves_its_share(clus
     assert daemon == 1
     answering = c.connect(again)
     assert c.readies() == {}
-    answering.dataReceived(v2.encode_info({"server": "quicx"}))
+    answering.dataReceived(link.encode_info({"server": "quicx"}))
     assert c.readies() == {(0, 0): 4, (1, 0): 4}
 
 
@@ -253,14 +253,16 @@ def test_a_share_below_the_chosen_credits_cuts_them_at_once() -> None:
     worker.timer = lambda: 0.0
     daemon = FakeDaemon(worker)
     daemon.task(1, token=71)
-    context = v2.task_context(None, None, 73, 10_000)
+    context = taskflow.task_context(None, None, 73, 10_000)
     daemon.feed(
-        b"".join(v2.encode_task(i, b"t", b"x", b"\x07default", 0, 1, 0, context) for i in (2, 3))
+        b"".join(
+            taskflow.encode_task(i, b"t", b"x", b"\x07default", 0, 1, 0, context) for i in (2, 3)
+        )
     )
-    readies = [m for m in daemon.sent() if isinstance(m, v2.Ready)]
-    assert readies == [v2.Ready(2, ()), v2.Ready(4, ())]
+    readies = [m for m in daemon.sent() if isinstance(m, taskflow.Ready)]
+    assert readies == [taskflow.Ready(2, ()), taskflow.Ready(4, ())]
     daemon.slot.allot(3)
-    assert daemon.sent() == [v2.Ready(3, ())]
+    assert daemon.sent() == [taskflow.Ready(3, ())]
     daemon.slot.allot(5)  # more room: it grows by its pace, not at once
     assert daemon.sent() == []
     assert daemon.slot.auto is not None and daemon.slot.auto.maximum == 5

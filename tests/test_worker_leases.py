@@ -19,7 +19,7 @@ from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
 from quicx import __version__
 from quicx.clients.leases import Lease, touch_seconds
 from quicx.clients.worker import TaskContext, Unrecoverable, Worker, WorkerProtocol
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import codec, link, outcomes, registry, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
 
 LEASE_MS = 10_000
@@ -46,11 +46,11 @@ class FakeDaemon:
         self.transport = StringTransport()
         self.parser = FrameParser(1 << 22, check_types=False, v2_max_length=1 << 22)
         self.slot.makeConnection(self.transport)
-        if worker.protocol == v2.VERSION:
-            assert self.sent() == [v2.Hello("quicx-python", __version__, ())]
-            self.feed(v2.encode_info(hello or {"server": "quicx"}))
+        if worker.protocol == codec.VERSION:
+            assert self.sent() == [link.Hello("quicx-python", __version__, ())]
+            self.feed(link.encode_info(hello or {"server": "quicx"}))
         *self.before_ready, ready = self.sent()
-        assert isinstance(ready, v2.Ready | wire.Ready)
+        assert isinstance(ready, taskflow.Ready | wire.Ready)
 
     def feed(self, data: bytes) -> None:
         self.slot.dataReceived(data)
@@ -61,15 +61,15 @@ class FakeDaemon:
         messages = []
         for frame in self.parser.feed(data):
             assert isinstance(frame, Frame)
-            decode = results.decode if self.parser.version == v2.VERSION else wire.decode
-            messages.append(decode(frame.message_type, frame.payload))
+            version = self.parser.version or wire.PROTOCOL_VERSION
+            messages.append(registry.decode(frame.message_type, frame.payload, version))
         return messages
 
     def task(
         self, task_id: int, token: int = 0, lease_ms: int = LEASE_MS, kind: bytes = b"t"
     ) -> None:
-        context = v2.task_context(None, None, token, lease_ms, failures=1, retries=3)
-        self.feed(v2.encode_task(task_id, kind, b"x", b"\x07default", 0, 2, 0, context))
+        context = taskflow.task_context(None, None, token, lease_ms, failures=1, retries=3)
+        self.feed(taskflow.encode_task(task_id, kind, b"x", b"\x07default", 0, 2, 0, context))
 
 
 class Handler:
@@ -102,9 +102,9 @@ def test_a_version_2_worker_acks_and_nacks_quoting_the_token() -> None:
     handler.outcomes[1].errback(RuntimeError("smtp timed out"))
     handler.outcomes[2].errback(Unrecoverable("no such address"))
     assert daemon.sent() == [
-        lifecycle.Ack(1, 71),
-        lifecycle.Nack(2, 72, "smtp timed out", permanent=False),
-        lifecycle.Nack(3, 73, "no such address", permanent=True),
+        outcomes.Ack(1, 71),
+        outcomes.Nack(2, 72, "smtp timed out", permanent=False),
+        outcomes.Nack(3, 73, "no such address", permanent=True),
     ]
 
 
@@ -127,8 +127,8 @@ def test_without_a_token_a_version_2_worker_says_done_and_failed() -> None:
     daemon.task(2)
     handler.outcomes[0].callback(None)
     handler.outcomes[1].errback(Unrecoverable("bad"))
-    assert daemon.sent() == [v2.Done(1), wire.Failed(2, "bad")]
-    assert daemon.parser.version == v2.VERSION
+    assert daemon.sent() == [taskflow.Done(1), wire.Failed(2, "bad")]
+    assert daemon.parser.version == codec.VERSION
     assert handler.contexts[0].token == 0 and handler.contexts[0].lease is None
 
 
@@ -151,13 +151,13 @@ def test_extend_sends_touch_until_the_outcome() -> None:
     context.extend(29.2)  # whole seconds, rounded up; sent by the reactor thread
     assert daemon.sent() == []
     daemon.clock.advance(0)
-    assert daemon.sent() == [lifecycle.Touch(1, 71, 30)]
+    assert daemon.sent() == [outcomes.Touch(1, 71, 30)]
     with pytest.raises(ValueError, match="a positive number of seconds"):
         context.extend(0)
     context.extend(60)
     handler.outcomes[0].callback(None)
     daemon.clock.advance(0)  # the TOUCH asked for before the outcome comes too late: not sent
-    assert daemon.sent() == [lifecycle.Ack(1, 71)]
+    assert daemon.sent() == [outcomes.Ack(1, 71)]
 
 
 def test_extend_without_a_token_does_nothing() -> None:
@@ -176,19 +176,19 @@ def test_auto_extend_touches_every_half_lease_while_the_handler_runs() -> None:
     daemon.clock.advance(4.9)
     assert daemon.sent() == []
     daemon.clock.advance(0.1)
-    assert daemon.sent() == [lifecycle.Touch(1, 71, 10)]
+    assert daemon.sent() == [outcomes.Touch(1, 71, 10)]
     daemon.clock.advance(5)
-    assert daemon.sent() == [lifecycle.Touch(1, 71, 10)]
+    assert daemon.sent() == [outcomes.Touch(1, 71, 10)]
     # A longer extension by hand stands: no TOUCH until it has a lease left.
     handler.contexts[0].extend(30)
     daemon.clock.advance(0)
-    assert daemon.sent() == [lifecycle.Touch(1, 71, 30)]
+    assert daemon.sent() == [outcomes.Touch(1, 71, 30)]
     daemon.clock.pump([5, 5, 5])
     assert daemon.sent() == []
     daemon.clock.advance(5)  # 10 s of the 30 left
-    assert daemon.sent() == [lifecycle.Touch(1, 71, 10)]
+    assert daemon.sent() == [outcomes.Touch(1, 71, 10)]
     handler.outcomes[0].callback(None)
-    assert daemon.sent() == [lifecycle.Ack(1, 71)]
+    assert daemon.sent() == [outcomes.Ack(1, 71)]
     daemon.clock.pump([5] * 10)
     assert daemon.sent() == [] and daemon.clock.getDelayedCalls() == []
 
@@ -199,7 +199,7 @@ def test_auto_extend_leaves_tasks_without_a_lease_alone() -> None:
     daemon.task(1, token=71, lease_ms=0)
     assert daemon.clock.getDelayedCalls() == []
     handler.outcomes[0].callback(None)
-    assert daemon.sent() == [lifecycle.Ack(1, 71)]
+    assert daemon.sent() == [outcomes.Ack(1, 71)]
 
 
 def test_a_stale_report_is_a_warning_and_the_slot_goes_on() -> None:
@@ -212,12 +212,12 @@ def test_a_stale_report_is_a_warning_and_the_slot_goes_on() -> None:
         daemon.task(1, token=71)
         handler.outcomes[0].callback(None)
         stale = "stale ACK of task 1: token 71 is not its current delivery (72)"
-        daemon.feed(v2.encode_error(v2.ErrorCode.STALE, stale))
+        daemon.feed(link.encode_error(codec.ErrorCode.STALE, stale))
         daemon.task(2, token=73)
         handler.outcomes[1].callback(None)
     finally:
         globalLogPublisher.removeObserver(observer)
-    assert daemon.sent() == [lifecycle.Ack(1, 71), lifecycle.Ack(2, 73)]
+    assert daemon.sent() == [outcomes.Ack(1, 71), outcomes.Ack(2, 73)]
     assert not daemon.transport.disconnecting
     (warning,) = [e for e in events if e.get("message") == stale]
     assert warning["log_level"] == LogLevel.warn
@@ -236,8 +236,8 @@ def test_a_lease_ended_sends_nothing() -> None:
     lease = Lease(clock, sent.append, 1, 71, 2000)
     lease.keep_alive()
     clock.advance(1)
-    assert sent == [lifecycle.encode_touch(1, 71, 2)]
+    assert sent == [outcomes.encode_touch(1, 71, 2)]
     lease.end()
     lease.extend(5)
     clock.advance(5)
-    assert sent == [lifecycle.encode_touch(1, 71, 2)]
+    assert sent == [outcomes.encode_touch(1, 71, 2)]

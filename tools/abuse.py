@@ -30,7 +30,7 @@ from attrs import define, field
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
 from quicx.daemon.control import fetch_status
-from quicx.protocol import v2, wire
+from quicx.protocol import admin, codec, link, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
 from tools.launcher import DaemonProcess, rss
 
@@ -195,7 +195,7 @@ class Target:
 def hello_v2(address: tuple[str, int]) -> tuple[socket.socket, FrameParser]:
     """A version-2 connection, its HELLO answered."""
     sock = socket.create_connection(address, timeout=30)
-    sock.sendall(v2.encode_hello())
+    sock.sendall(link.encode_hello())
     parser = FrameParser(1 << 24, False, 1 << 24)
     replies(sock, parser, 1)
     return sock, parser
@@ -214,8 +214,8 @@ def replies(sock: socket.socket, parser: FrameParser, count: int) -> list[Any]:
 
 def half_frames(target: Target, scenario: Scenario, bursts: int, connections: int) -> None:
     """Item 1: each connection sends HELLO and most of a 1 MiB PUBLISH, then leaves."""
-    hello = v2.frame(v2.MessageType.HELLO)
-    most = wire.HEADER.pack(2, 0x24, MiB) + bytes(MiB - 16)
+    hello = codec.frame(codec.MessageType.HELLO)
+    most = codec.HEADER.pack(2, 0x24, MiB) + bytes(MiB - 16)
     for _ in range(bursts):
         socks = [socket.create_connection(target.daemon.address) for _ in range(connections)]
         for sock in socks:
@@ -299,22 +299,24 @@ def oversized(target: Target, scenario: Scenario, count: int) -> None:
         too_large = b"x" * 1025
         sock.sendall(
             b"".join(
-                v2.encode_submit(b"t", too_large, v2.submit_options(queue=f"big{n}"))
+                taskflow.encode_submit(b"t", too_large, taskflow.submit_options(queue=f"big{n}"))
                 for n in range(count)
             )
         )
         answers = replies(sock, parser, count)
         refused = sum(
-            isinstance(f, Frame) and f.message_type == v2.MessageType.ERROR for f in answers
+            isinstance(f, Frame) and f.message_type == codec.MessageType.ERROR for f in answers
         )
         scenario.during.append(target.read())
         queues = len(target.status()["queues"])
-        sock.sendall(v2.encode_submit(b"t", b"fits", v2.submit_options(queue="after-the-big")))
+        sock.sendall(
+            taskflow.encode_submit(b"t", b"fits", taskflow.submit_options(queue="after-the-big"))
+        )
         (answer,) = replies(sock, parser, 1)
-        accepted = isinstance(answer, Frame) and answer.message_type == v2.MessageType.OK
-        ok_id = v2.decode_ok(answer.payload).task_id if accepted else None
+        accepted = isinstance(answer, Frame) and answer.message_type == codec.MessageType.OK
+        ok_id = taskflow.decode_ok(answer.payload).task_id if accepted else None
         if ok_id is not None:
-            sock.sendall(v2.encode_cancel(ok_id))
+            sock.sendall(admin.encode_cancel(ok_id))
             replies(sock, parser, 1)
     scenario.notes.append(
         f"{refused:,} of {count:,} refused, {queues} queues after them;"

@@ -64,7 +64,7 @@ from tools.launcher import DaemonProcess, stop_all, tools_environment
 
 if TYPE_CHECKING:
     from quicx.daemon.control import StatusUnavailable, fetch_status
-    from quicx.protocol import wire
+    from quicx.protocol import registry, wire
     from quicx.protocol.frames import Frame, FrameParser
 
 
@@ -171,7 +171,9 @@ def worker_main(argv: list[str]) -> int:
                     for event in frames.feed(data):
                         if not isinstance(event, Frame):
                             continue
-                        message = wire.decode(event.message_type, event.payload)
+                        message = registry.decode(
+                            event.message_type, event.payload, wire.PROTOCOL_VERSION
+                        )
                         if isinstance(message, wire.Task):
                             # The record of the run reaches the kernel before
                             # the DONE is sent: it survives our SIGKILL.
@@ -314,7 +316,11 @@ class Producer(threading.Thread):
                     raise ConnectionError("the daemon closed the connection")
                 for event in frames.feed(data):
                     if isinstance(event, Frame):
-                        inbox.append(wire.decode(event.message_type, event.payload))
+                        inbox.append(
+                            registry.decode(
+                                event.message_type, event.payload, wire.PROTOCOL_VERSION
+                            )
+                        )
             message = inbox.pop(0)
             submission = self.state.submissions[payload]
             if isinstance(message, wire.Ok):

@@ -59,9 +59,9 @@ from attrs import frozen
 
 from quicx.clients.address import CLIENT_MAX_LENGTH
 from quicx.clients.worker import Worker
-from quicx.protocol import v2, wire
+from quicx.protocol import codec, taskflow, wire
+from quicx.protocol.codec import MessageType
 from quicx.protocol.frames import Frame, FrameParser
-from quicx.protocol.v2 import MessageType
 from tools import echo, hops_trace
 from tools.bench import BUSY_POLL, payload_of, quantile, wait_for_workers
 from tools.hops_trace import HANDLER, READ, READ_END, WRITE, WRITE_END, event, mark
@@ -94,8 +94,8 @@ def outcome_type(protocol: int) -> int:
 
 def submit_frame(protocol: int) -> bytes:
     """The producer's SUBMIT: a 100-byte payload."""
-    codec = wire if protocol == 1 else v2
-    return codec.encode_submit(TASK_TYPE.encode(), payload_of(100))
+    spoken = wire if protocol == 1 else taskflow
+    return spoken.encode_submit(TASK_TYPE.encode(), payload_of(100))
 
 
 WORKERS = {"stock": "tools.hops:HANDLERS", "noop": "tools.hops:noop_worker"}
@@ -218,9 +218,9 @@ def produce(
                         raise RuntimeError(f"a frame refused: {frame}")
                     kind, payload = frame
                     if kind == OK:
-                        task_id = wire.TASK_ID.unpack_from(payload)[0]
+                        task_id = codec.TASK_ID.unpack_from(payload)[0]
                     elif kind == DONE and task_id is not None:
-                        done = wire.TASK_ID.unpack_from(payload)[0]
+                        done = codec.TASK_ID.unpack_from(payload)[0]
                     else:
                         raise RuntimeError(f"unexpected message 0x{kind:02x}: {payload!r}")
                     times.append(received)

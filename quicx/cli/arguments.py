@@ -20,9 +20,10 @@ from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS
 from quicx.clients.cluster import TaskRef
 from quicx.daemon import config as configuration
 from quicx.daemon.fleet.instances import MAX_PROCESSES
-from quicx.protocol import durations, lifecycle, wire
-from quicx.protocol.results import MAX_FOLLOW
-from quicx.protocol.v2 import MAX_OPTION, MAX_SUBSCRIPTIONS, check_queue
+from quicx.protocol import admin, codec, durations, wire
+from quicx.protocol.codec import MAX_OPTION, check_queue
+from quicx.protocol.shared_data import MAX_FOLLOW
+from quicx.protocol.taskflow import MAX_SUBSCRIPTIONS
 
 
 class Parser(argparse.ArgumentParser):
@@ -136,10 +137,8 @@ def delay_seconds(text: str) -> float:
 def interval_seconds(text: str) -> int:
     """A schedule's interval (see L{durations.parse_duration}): whole seconds, 1 or more."""
     seconds = durations.parse_duration(text)
-    if seconds != int(seconds) or not 1 <= seconds <= lifecycle.MAX_INTERVAL:
-        raise ValueError(
-            f"{text}: an interval is whole seconds, from 1s to {lifecycle.MAX_INTERVAL}s"
-        )
+    if seconds != int(seconds) or not 1 <= seconds <= admin.MAX_INTERVAL:
+        raise ValueError(f"{text}: an interval is whole seconds, from 1s to {admin.MAX_INTERVAL}s")
     return int(seconds)
 
 
@@ -155,7 +154,7 @@ def task_type(text: str) -> str:
 def task_argument(text: str) -> int | TaskRef:
     """An argparse type: a task id, plain (C{42}) or with its daemon (C{42@tcp:HOST:PORT})."""
     number, at, _ = text.partition("@")
-    plain = bounded_int(1, wire.MAX_TASK_ID)(number)
+    plain = bounded_int(1, codec.MAX_TASK_ID)(number)
     if not at:
         return plain
     try:

@@ -25,7 +25,7 @@ from quicx.cli.arguments import (
 )
 from quicx.cli.common import ask, print_json, read_payload, table, utc_time
 from quicx.clients.blocking import QuicxClient
-from quicx.protocol import durations, lifecycle
+from quicx.protocol import admin, durations
 from quicx.status.text import printable
 
 
@@ -102,7 +102,7 @@ def add_schedule(commands: Commands) -> None:
     add.add_argument("--priority", type=bounded_int(0, 255), help="0 to 255 (default: the queue's)")
     add.add_argument(
         "--missed",
-        choices=[m.name.lower() for m in lifecycle.Missed],
+        choices=[m.name.lower() for m in admin.Missed],
         default="once",
         help="what to fire for times the daemon was down: none, once (default), or all",
     )

@@ -20,7 +20,7 @@ from quicx.cli.arguments import (
     waiting_options,
 )
 from quicx.cli.common import CommandError, ask, print_json
-from quicx.protocol import wire
+from quicx.protocol import codec
 from quicx.protocol.errors import GroupUnknown, NotFinished
 from quicx.status.text import thousands
 
@@ -34,7 +34,7 @@ def add_group(commands: Commands) -> None:
         " and pending. With --wait, wait for it to finish: exit 0 when every task is done,"
         " 1 otherwise.",
     )
-    group.add_argument("group", metavar="GID", type=bounded_int(1, wire.MAX_TASK_ID))
+    group.add_argument("group", metavar="GID", type=bounded_int(1, codec.MAX_TASK_ID))
     group.add_argument("--json", action="store_true", help="print the group's JSON state")
     waiting_options(group)
     group.set_defaults(run=cmd_group)

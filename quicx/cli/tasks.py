@@ -42,7 +42,7 @@ from quicx.clients.blocking_cluster import open_client
 from quicx.clients.outcomes import RetryNotice
 from quicx.protocol import durations
 from quicx.protocol.errors import NotFinished, TaskCancelled, TaskFailed
-from quicx.protocol.v2 import MAX_RETRIES
+from quicx.protocol.taskflow import MAX_RETRIES
 from quicx.status.text import printable, thousands
 
 

@@ -27,7 +27,7 @@ from quicx.cli.arguments import (
 from quicx.cli.common import CommandError, client_addresses
 from quicx.daemon import config as configuration
 from quicx.net.busypoll import DEFAULT_SPIN
-from quicx.protocol.wire import MAX_CREDITS
+from quicx.protocol.codec import MAX_CREDITS
 
 if TYPE_CHECKING:
     from quicx.clients.worker import Worker

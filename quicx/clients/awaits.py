@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from attrs import define
 
-from quicx.protocol import results
+from quicx.protocol import outcomes
 from quicx.protocol.errors import (
     GroupUnknown,
     NotFinished,
@@ -35,7 +35,7 @@ from quicx.protocol.errors import (
     TaskFailed,
     TaskUnknown,
 )
-from quicx.protocol.results import GroupPhase, OutcomeState
+from quicx.protocol.outcomes import GroupPhase, OutcomeState
 
 A = TypeVar("A")
 
@@ -123,11 +123,11 @@ class Waits(Generic[A]):
         return unanswered
 
 
-def outcome_waits() -> Waits[results.Outcome]:
+def outcome_waits() -> Waits[outcomes.Outcome]:
     return Waits(lambda outcome: outcome.state != OutcomeState.PENDING)
 
 
-def group_waits() -> Waits[results.GroupState]:
+def group_waits() -> Waits[outcomes.GroupState]:
     return Waits(lambda state: state.phase in (GroupPhase.FINISHED, GroupPhase.UNKNOWN))
 
 
@@ -148,7 +148,7 @@ def wait_ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def awaited_value(outcome: results.Outcome) -> Any:
+def awaited_value(outcome: outcomes.Outcome) -> Any:
     """
     What a task's OUTCOME says: the handler's return value for DONE
     (C{None} when it gave none); otherwise the exception.
@@ -175,7 +175,7 @@ def awaited_value(outcome: results.Outcome) -> Any:
     raise NotFinished(f"task {task_id} has not finished yet")
 
 
-def group_document(state: results.GroupState) -> dict[str, Any]:
+def group_document(state: outcomes.GroupState) -> dict[str, Any]:
     """A GROUP_STATE as the dict the INFO of a GROUP request has (less its times)."""
     return {
         "group": state.group,
@@ -188,7 +188,7 @@ def group_document(state: results.GroupState) -> dict[str, Any]:
     }
 
 
-def finished_group(state: results.GroupState) -> dict[str, Any]:
+def finished_group(state: outcomes.GroupState) -> dict[str, Any]:
     """
     The state of a group whose wait ended, as L{group_document} has it,
     if the group finished.

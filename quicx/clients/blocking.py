@@ -62,9 +62,9 @@ from quicx.clients.connection import (
 from quicx.clients.outcomes import DEFAULT_KEEP, RetryNotice, value_of
 from quicx.clients.progress import Listener, ProgressReport
 from quicx.clients.requests import Options, Task
-from quicx.protocol import lifecycle, monitor, results, v2, wire
+from quicx.protocol import admin, codec, link, monitor, outcomes, shared_data, taskflow, wire
 from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, error_from
-from quicx.protocol.results import GroupOp
+from quicx.protocol.outcomes import GroupOp
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -165,7 +165,7 @@ class QuicxClient:
                 raise QuicxError(f"unexpected {type(greeted).__name__} for HELLO")
         if greeted.error is not None:
             raise greeted.error
-        if greeted.fell_back and was == v2.VERSION:
+        if greeted.fell_back and was == codec.VERSION:
             log.warning(
                 "%s speaks protocol version 1 only: this client speaks version 1 to it"
                 " (queues, priorities, keys, cancel and introspection are unavailable)",
@@ -346,7 +346,7 @@ class QuicxClient:
         delay: float | None = None,
         run_at: datetime | float | None = None,
         retries: int | None = None,
-        backoff: str | v2.Backoff | None = None,
+        backoff: str | taskflow.Backoff | None = None,
         keep_result: bool = False,
         result_ttl: float | str | None = None,
         progress: Listener | None = None,
@@ -367,7 +367,7 @@ class QuicxClient:
         @param retries: how many times a failure is retried (default: the queue's).
         @param backoff: the wait before each retry: C{"fixed:10s"},
             C{"exponential:1s:5m"}, either optionally with C{":20%"} of
-            jitter, or a L{v2.Backoff} (default: the queue's).
+            jitter, or a L{taskflow.Backoff} (default: the queue's).
         @param keep_result: keep its outcome and result once it finishes, for
             L{result} on any connection, for C{result_ttl} (seconds, or text
             such as C{"1h"}) or the daemon's C{[results] ttl}; a C{result_ttl}
@@ -613,7 +613,7 @@ class QuicxClient:
         @return: the daemon's answer, also kept in C{server}: its version,
             capabilities, the wanted ones it lacks (C{missing}) and limits.
         """
-        frame = v2.encode_hello(name, version, capabilities)
+        frame = link.encode_hello(name, version, capabilities)
         with self._lock:
             self._conn.hello = frame
             self._conn.server = self._info("hello", frame)
@@ -627,12 +627,12 @@ class QuicxClient:
         @raise Conflict: a worker is running it (it is not interrupted).
         @raise Forbidden: another client submitted it and this one is no admin.
         """
-        document: dict[str, Any] = self._info("cancel", v2.encode_cancel(task_id))
+        document: dict[str, Any] = self._info("cancel", admin.encode_cancel(task_id))
         return document
 
     def queues(self) -> list[dict[str, Any]]:
         """Every queue: name, depth, paused, workers, priorities, oldest_age..."""
-        found: list[dict[str, Any]] = self._info("queues", v2.QUEUES_FRAME)
+        found: list[dict[str, Any]] = self._info("queues", admin.QUEUES_FRAME)
         return found
 
     def status(self) -> dict[str, Any]:
@@ -645,12 +645,12 @@ class QuicxClient:
 
     def peek(self, queue: str, count: int = 10) -> list[dict[str, Any]]:
         """The next C{count} tasks of C{queue}, in dispatch order, without taking them."""
-        found: list[dict[str, Any]] = self._info("peek", v2.encode_peek(queue, count))
+        found: list[dict[str, Any]] = self._info("peek", admin.encode_peek(queue, count))
         return found
 
     def task(self, task_id: int) -> dict[str, Any]:
         """One task's state and, while it waits, why (see docs/protocol.md)."""
-        document: dict[str, Any] = self._info("task", v2.encode_inspect(task_id))
+        document: dict[str, Any] = self._info("task", admin.encode_inspect(task_id))
         return document
 
     def pause(self, queue: str) -> dict[str, Any]:
@@ -666,7 +666,7 @@ class QuicxClient:
         return self._queue_action("purge", queue)
 
     def _queue_action(self, action: str, queue: str) -> dict[str, Any]:
-        frame = v2.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
+        frame = admin.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
         document: dict[str, Any] = self._info(action, frame)
         return document
 
@@ -679,7 +679,7 @@ class QuicxClient:
         queue), each with C{id}, C{queue}, C{type}, C{failures}, C{reason},
         C{worker}, C{died_at}...
         """
-        document: dict[str, Any] = self._info("dead", lifecycle.encode_dead(limit, queue))
+        document: dict[str, Any] = self._info("dead", admin.encode_dead(limit, queue))
         return document
 
     def replay(self, task_id: int = 0, queue: str | None = None) -> dict[str, Any]:
@@ -692,7 +692,7 @@ class QuicxClient:
         @raise NotFound: C{task_id} is not a dead task.
         @raise ValueError: both a task and a queue.
         """
-        document: dict[str, Any] = self._info("replay", lifecycle.encode_replay(task_id, queue))
+        document: dict[str, Any] = self._info("replay", admin.encode_replay(task_id, queue))
         return document
 
     def dead_purge(self, queue: str | None = None) -> dict[str, Any]:
@@ -702,12 +702,12 @@ class QuicxClient:
 
         @return: C{{"purged": N}}.
         """
-        document: dict[str, Any] = self._info("dead_purge", lifecycle.encode_dead_purge(queue))
+        document: dict[str, Any] = self._info("dead_purge", admin.encode_dead_purge(queue))
         return document
 
     def schedules(self) -> list[dict[str, Any]]:
         """Every schedule, by name: its expression or interval, next_fire, last_fire..."""
-        found: list[dict[str, Any]] = self._info("schedules", lifecycle.SCHEDULES_FRAME)
+        found: list[dict[str, Any]] = self._info("schedules", admin.SCHEDULES_FRAME)
         return found
 
     def schedule(
@@ -721,7 +721,7 @@ class QuicxClient:
         timezone: str = "UTC",
         queue: str | None = None,
         priority: int | None = None,
-        missed: str | lifecycle.Missed = lifecycle.Missed.ONCE,
+        missed: str | admin.Missed = admin.Missed.ONCE,
         catch_up: int = 100,
     ) -> dict[str, Any]:
         """
@@ -761,7 +761,7 @@ class QuicxClient:
         @raise NotFound: no such schedule.
         @raise Conflict: the configuration declares it.
         """
-        document: dict[str, Any] = self._info("unschedule", lifecycle.encode_unschedule(name))
+        document: dict[str, Any] = self._info("unschedule", admin.encode_unschedule(name))
         return document
 
     # -- results, shared data and groups ----------------------------------------------
@@ -825,7 +825,7 @@ class QuicxClient:
             self._conn.awaits,
             task_id,
             timeout,
-            lambda ms: results.encode_await(task_id, ms),
+            lambda ms: outcomes.encode_await(task_id, ms),
         )
         return awaits.awaited_value(outcome)
 
@@ -853,7 +853,7 @@ class QuicxClient:
 
         @raise NotFound: no such name.
         """
-        frame = results.encode_publish(name, delete=True)
+        frame = shared_data.encode_publish(name, delete=True)
         document: dict[str, Any] = self._info("unpublish", frame)
         return document
 
@@ -865,14 +865,14 @@ class QuicxClient:
         @return: its id.
         @raise QueueFull: the daemon has C{[groups] max_groups} open.
         """
-        document = self._info("open_group", results.encode_group(GroupOp.OPEN))
+        document = self._info("open_group", outcomes.encode_group(GroupOp.OPEN))
         group: int = document["group"]
         return group
 
     def close_group(self, group: int) -> dict[str, Any]:
         """No more members for C{group}; returns its state (see L{group})."""
         document: dict[str, Any] = self._info(
-            "close_group", results.encode_group(GroupOp.CLOSE, group)
+            "close_group", outcomes.encode_group(GroupOp.CLOSE, group)
         )
         return document
 
@@ -883,7 +883,7 @@ class QuicxClient:
         C{failed} (dead and given up included), C{cancelled} and
         C{pending}, C{opened_at} and C{finished_at} (Unix seconds, or C{None}).
         """
-        document: dict[str, Any] = self._info("group", results.encode_group(GroupOp.STATE, group))
+        document: dict[str, Any] = self._info("group", outcomes.encode_group(GroupOp.STATE, group))
         return document
 
     def wait_group(self, group: int, timeout: float | None = None) -> dict[str, Any]:
@@ -902,7 +902,7 @@ class QuicxClient:
             self._conn.group_waits,
             group,
             timeout,
-            lambda ms: results.encode_group(GroupOp.WAIT, group, ms),
+            lambda ms: outcomes.encode_group(GroupOp.WAIT, group, ms),
         )
         return awaits.finished_group(state)
 

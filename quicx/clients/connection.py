@@ -45,7 +45,7 @@ from quicx.clients.address import CLIENT_MAX_LENGTH, CLIENT_TYPE_LIMITS
 from quicx.clients.awaits import Waiter, Waits
 from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of
 from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
-from quicx.protocol import lifecycle, monitor, results, v2, wire
+from quicx.protocol import codec, link, monitor, outcomes, taskflow, wire
 from quicx.protocol.errors import QuicxError, error_from
 from quicx.protocol.frames import Frame, FrameParser
 
@@ -108,7 +108,7 @@ class Request:
         return cls(
             "STATS",
             Expect.STATS,
-            lambda version: v2.STATS_FRAME if version == v2.VERSION else wire.STATS_FRAME,
+            lambda version: monitor.STATS_FRAME if version == codec.VERSION else wire.STATS_FRAME,
         )
 
     @classmethod
@@ -139,7 +139,7 @@ class Request:
             requests.needs_version_2(version, what)
             frame = make(awaits.wait_ms(seconds))
             request.waiter = waits.add(key, deadline, then)
-            return frame + v2.HEARTBEAT_FRAME if fenced else frame
+            return frame + link.HEARTBEAT_FRAME if fenced else frame
 
         request.encode = encode
         return request
@@ -236,7 +236,7 @@ Event = (
 _OK = Expect.OK
 _ANSWERS = {
     Expect.OK: requests.OK_TYPES,
-    Expect.INFO: (v2.Info,),
+    Expect.INFO: (link.Info,),
     Expect.STATS: (wire.StatsResponse,),
 }
 
@@ -358,11 +358,15 @@ class ClientConnection:
                 break
             try:
                 message = requests.decode(parser.version, frame.message_type, frame.payload)
-            except wire.MalformedMessage as e:
+            except codec.MalformedMessage as e:
                 events.append(Rejected(f"a malformed message: {e}"))
                 break
             kind = type(message)
-            if (kind is v2.Ok or kind is wire.Ok) and self._owed and self._owed[0].expect is _OK:
+            if (
+                (kind is taskflow.Ok or kind is wire.Ok)
+                and self._owed
+                and self._owed[0].expect is _OK
+            ):
                 # The common case, and a batch's thousands: an OK for a SUBMIT.
                 request = self._next()
                 self.book.expect(message.task_id)
@@ -384,7 +388,7 @@ class ClientConnection:
         """
         try:
             message = requests.decode(version, message_type, payload)
-        except wire.MalformedMessage as e:
+        except codec.MalformedMessage as e:
             events.append(Rejected(f"a malformed message: {e}"))
             return False
         return self._file(version, message, events)
@@ -396,22 +400,22 @@ class ClientConnection:
             self.progress.forget(settled[0])
             if self.announce:
                 events.append(Settled(settled[0]))
-        elif isinstance(message, results.Progress):
+        elif isinstance(message, outcomes.Progress):
             found = self.progress.report(message)
             if found is not None:
                 events.append(Progressed(*found))
-        elif isinstance(message, results.Outcome):
+        elif isinstance(message, outcomes.Outcome):
             self.awaits.answer(message.task_id, message)
-        elif isinstance(message, results.GroupState):
+        elif isinstance(message, outcomes.GroupState):
             self.group_waits.answer(message.group, message)  # or the opener's notice: dropped
-        elif isinstance(message, lifecycle.Retrying):
+        elif isinstance(message, outcomes.Retrying):
             self.book.notice(RetryNotice.of(message))
             if self.announce:
                 events.append(Retried(message.task_id))
         elif isinstance(message, monitor.Events):
             events.append(LiveEvents(message))
         elif isinstance(message, wire.Heartbeat):
-            events.append(Send(v2.PONG_FRAME if version == v2.VERSION else wire.PONG_FRAME))
+            events.append(Send(link.PONG_FRAME if version == codec.VERSION else wire.PONG_FRAME))
         elif not self._owed:
             if not isinstance(message, wire.Pong):  # one nobody asked for
                 events.append(Unanswered(message))
@@ -484,8 +488,8 @@ class ClientConnection:
         error = None
         if fell_back:
             self.version = wire.PROTOCOL_VERSION
-        elif isinstance(message, v2.Info) and isinstance(message.document, dict):
-            self.version = v2.VERSION
+        elif isinstance(message, link.Info) and isinstance(message.document, dict):
+            self.version = codec.VERSION
             self.server = message.document
         else:
             error = QuicxError(f"unexpected {type(message).__name__} for HELLO")

@@ -18,7 +18,7 @@ from typing import Any
 
 from twisted.internet.task import LoopingCall
 
-from quicx.protocol import lifecycle, results
+from quicx.protocol import outcomes
 
 MAX_TOUCH = 0xFFFFFFFF
 """The longest extension a TOUCH carries, in seconds."""
@@ -78,7 +78,7 @@ class Lease:
         whole = touch_seconds(seconds)
         if self.ended:
             return
-        self._send(lifecycle.encode_touch(self.task_id, self.token, whole))
+        self._send(outcomes.encode_touch(self.task_id, self.token, whole))
         self.deadline = self._reactor.seconds() + whole
 
     def extend_soon(self, seconds: float) -> None:
@@ -98,7 +98,7 @@ class Lease:
         first (or the daemon takes no progress reports).
         """
         if self.reports:
-            frame = results.encode_progress(self.task_id, self.token, fraction, message)
+            frame = outcomes.encode_progress(self.task_id, self.token, fraction, message)
             self._reactor.callFromThread(self._send_unless_ended, frame)
 
     def _send_unless_ended(self, frame: bytes) -> None:

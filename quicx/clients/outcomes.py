@@ -19,7 +19,7 @@ from typing import Any
 
 from attrs import frozen
 
-from quicx.protocol import lifecycle, v2, wire
+from quicx.protocol import admin, outcomes, taskflow, wire
 from quicx.protocol.errors import (
     NotSubmittedHere,
     OutcomeUnknown,
@@ -28,9 +28,9 @@ from quicx.protocol.errors import (
     TaskFailed,
 )
 
-Outcome = QuicxError | v2.Result | None
+Outcome = QuicxError | taskflow.Result | None
 """
-For DONE, its L{v2.Result}, or C{None} when the worker gave none;
+For DONE, its L{taskflow.Result}, or C{None} when the worker gave none;
 L{TaskFailed} for FAILED, L{TaskCancelled} for CANCELLED, L{OutcomeUnknown}
 if it never came.
 """
@@ -56,7 +56,7 @@ class RetryNotice:
     reason: str
 
     @classmethod
-    def of(cls, message: lifecycle.Retrying) -> RetryNotice:
+    def of(cls, message: outcomes.Retrying) -> RetryNotice:
         return cls(message.task_id, message.attempt, message.due_ms / 1000, message.reason)
 
 
@@ -138,12 +138,12 @@ def value_of(outcome: Outcome) -> Any:
 
 def outcome_of(message: object) -> tuple[int, Outcome] | None:
     """The task id and outcome a DONE, FAILED or CANCELLED message carries, else C{None}."""
-    if isinstance(message, v2.Done):
+    if isinstance(message, taskflow.Done):
         return message.task_id, message.result
     if isinstance(message, wire.Done):
         return message.task_id, None
     if isinstance(message, wire.Failed):
         return message.task_id, TaskFailed(message.task_id, message.reason)
-    if isinstance(message, v2.Cancelled):
+    if isinstance(message, admin.Cancelled):
         return message.task_id, TaskCancelled(message.task_id)
     return None

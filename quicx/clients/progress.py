@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from attrs import frozen
 
-from quicx.protocol import results
+from quicx.protocol import outcomes
 
 MAX_EARLY = 1000
 """Reports kept for tasks whose callback is not known yet; the oldest go first."""
@@ -41,8 +41,8 @@ class ProgressReport:
     message: str
 
     @classmethod
-    def of(cls, message: results.Progress) -> ProgressReport:
-        return cls(message.task_id, message.fraction / results.MAX_FRACTION, message.message)
+    def of(cls, message: outcomes.Progress) -> ProgressReport:
+        return cls(message.task_id, message.fraction / outcomes.MAX_FRACTION, message.message)
 
 
 Listener = Callable[[ProgressReport], object]
@@ -57,7 +57,7 @@ def ten_thousandths(fraction: float) -> int:
     """
     if not 0 <= fraction <= 1:
         raise ValueError(f"a progress fraction is 0 to 1, not {fraction}")
-    return round(fraction * results.MAX_FRACTION)
+    return round(fraction * outcomes.MAX_FRACTION)
 
 
 class ProgressListeners:
@@ -76,7 +76,7 @@ class ProgressListeners:
         self._early_count -= len(early)
         return early
 
-    def report(self, message: results.Progress) -> tuple[Listener, ProgressReport] | None:
+    def report(self, message: outcomes.Progress) -> tuple[Listener, ProgressReport] | None:
         """
         A report came: its listener and the report to hand it, or C{None}
         when the listener is not known yet (the report is kept).

@@ -27,11 +27,11 @@ from attrs import field, frozen
 import quicx
 from quicx.clients import timing
 from quicx.clients.address import as_bytes, payload_bytes
-from quicx.protocol import lifecycle, monitor, results, v2, wire
+from quicx.protocol import admin, codec, link, registry, shared_data, taskflow, wire
 from quicx.protocol.errors import NeedsVersion2, PayloadTooLarge
 
 CLIENT_NAME = "quicx-python"
-HELLO = v2.encode_hello(CLIENT_NAME, quicx.__version__)
+HELLO = link.encode_hello(CLIENT_NAME, quicx.__version__)
 
 
 def _optional_ttl(value: float | str | None) -> int | None:
@@ -43,12 +43,12 @@ class Options:
     """
     A SUBMIT's version-2 options, as the client API takes them (seconds,
     times, text), every one C{None} meaning none; L{wire} makes them the
-    L{v2.SubmitOptions} the codec encodes.
+    L{taskflow.SubmitOptions} the codec encodes.
 
     @ivar delay: run it this many seconds from now; C{run_at}: at this time
         (a C{datetime} with its zone, or Unix seconds).  At most one of the two.
     @ivar retries: how many times a failure is retried (default: the queue's).
-    @ivar backoff: the wait before each retry: a L{v2.Backoff}, or given as
+    @ivar backoff: the wait before each retry: a L{taskflow.Backoff}, or given as
         C{"fixed:10s"} or C{"exponential:1s:5m"}, either optionally ending
         in C{":20%"} of jitter (see L{timing.parse_backoff}); default: the queue's.
     @ivar keep_result: keep the task's outcome and result after it finishes,
@@ -67,7 +67,7 @@ class Options:
     delay: float | None = None
     run_at: datetime | float | None = None
     retries: int | None = None
-    backoff: v2.Backoff | None = field(default=None, converter=timing.as_backoff)
+    backoff: taskflow.Backoff | None = field(default=None, converter=timing.as_backoff)
     keep_result: bool = False
     result_ttl: int | None = field(default=None, converter=_optional_ttl)
     progress: bool = False
@@ -109,14 +109,14 @@ class Options:
             return _common_options(self.queue, self.priority)
         return self.wire().encode()
 
-    def wire(self) -> v2.SubmitOptions:
+    def wire(self) -> taskflow.SubmitOptions:
         """
         These options as the wire carries them, the value the codec encodes.
 
         @raise ValueError: a naive C{datetime}.
         """
         run_at = None if self.run_at is None else timing.unix_seconds(self.run_at)
-        return v2.SubmitOptions(
+        return taskflow.SubmitOptions(
             queue=self.queue,
             priority=self.priority,
             key=None if self.key is None else as_bytes(self.key),
@@ -134,7 +134,7 @@ class Options:
 @functools.lru_cache(maxsize=1024)
 def _common_options(queue: str | None, priority: int | None) -> bytes:
     """Options without keys: few combinations, each encoded once."""
-    return v2.SubmitOptions(queue=queue, priority=priority).encode()
+    return taskflow.SubmitOptions(queue=queue, priority=priority).encode()
 
 
 NO_OPTIONS = Options()
@@ -167,14 +167,14 @@ def encode_submit(
         if options.any:
             raise NeedsVersion2(f"{OPTIONS_NEED_VERSION_2}; the daemon speaks version 1")
         return wire.encode_submit(as_bytes(task_type), payload_bytes(payload))
-    return v2.encode_submit(
+    return taskflow.encode_submit(
         as_bytes(task_type), payload_bytes(payload), options.encode() if options.any else b""
     )
 
 
 def submit_frames(version: int, tasks: Iterable[Task]) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
-    plain = wire.encode_submit if version == 1 else v2.encode_submit
+    plain = wire.encode_submit if version == 1 else taskflow.encode_submit
     frames = []
     # Tasks of a batch mostly share a few Options: each is encoded once.
     encoded: dict[Options, bytes] = {}
@@ -189,25 +189,25 @@ def submit_frames(version: int, tasks: Iterable[Task]) -> bytes:
             field = encoded.get(options)
             if field is None:
                 field = encoded[options] = options.encode() if options.any else b""
-            frames.append(v2.encode_submit(as_bytes(task_type), payload_bytes(payload), field))
+            frames.append(
+                taskflow.encode_submit(as_bytes(task_type), payload_bytes(payload), field)
+            )
     return b"".join(frames)
 
 
-OK_TYPES = (wire.Ok, v2.Ok)
+OK_TYPES = (wire.Ok, taskflow.Ok)
 """What answers a SUBMIT that was accepted, in either version."""
 
 
 def needs_version_2(version: int, what: str) -> None:
     """@raise NeedsVersion2: C{version} is 1."""
-    if version != v2.VERSION:
+    if version != codec.VERSION:
         raise NeedsVersion2(f"{what} needs protocol version 2; the daemon speaks version 1 only")
 
 
 def decode(version: int | None, message_type: int, payload: bytes) -> Any:
     """A frame of C{version} (the parser's), decoded: any message of either version."""
-    if version == v2.VERSION:
-        return monitor.decode(message_type, payload)
-    return wire.decode(message_type, payload)
+    return registry.decode(message_type, payload, version or wire.PROTOCOL_VERSION)
 
 
 def refuses_version_2(version: int | None, message: object) -> bool:
@@ -216,9 +216,9 @@ def refuses_version_2(version: int | None, message: object) -> bool:
 
 
 QUEUE_ACTIONS = {
-    "pause": v2.MessageType.PAUSE,
-    "resume": v2.MessageType.RESUME,
-    "purge": v2.MessageType.PURGE,
+    "pause": codec.MessageType.PAUSE,
+    "resume": codec.MessageType.RESUME,
+    "purge": codec.MessageType.PURGE,
 }
 
 
@@ -232,7 +232,7 @@ def encode_schedule(
     timezone: str = "UTC",
     queue: str | None = None,
     priority: int | None = None,
-    missed: str | lifecycle.Missed = lifecycle.Missed.ONCE,
+    missed: str | admin.Missed = admin.Missed.ONCE,
     catch_up: int = 100,
 ) -> bytes:
     """
@@ -253,11 +253,11 @@ def encode_schedule(
             raise ValueError(f"a schedule's interval is whole seconds, 1 or more, not {every}")
     if isinstance(missed, str):
         try:
-            missed = lifecycle.Missed[missed.upper()]
+            missed = admin.Missed[missed.upper()]
         except KeyError:
             raise ValueError(f"missed is skip, once or all, not {missed!r}") from None
-    return lifecycle.encode_schedule(
-        lifecycle.Schedule(
+    return admin.encode_schedule(
+        admin.Schedule(
             name,
             as_bytes(task_type),
             payload_bytes(payload),
@@ -287,4 +287,4 @@ def encode_publish(server: Mapping[str, object], name: str, data: bytes) -> byte
         raise PayloadTooLarge(
             f"shared data of {len(data):,} bytes exceeds the daemon's [shared] max_size ({limit:,})"
         )
-    return results.encode_publish(name, data)
+    return shared_data.encode_publish(name, data)

@@ -3,7 +3,7 @@ When a task runs, as clients give it: run-at times, backoffs, how long results a
 
 When a task runs, as clients are given it: times to run at (C{datetime}s,
 Unix seconds, or ISO 8601 text for the C{quicx} command), backoffs (a
-L{v2.Backoff}, or its text form), and how long its result is kept.
+L{taskflow.Backoff}, or its text form), and how long its result is kept.
 Durations and backoffs are read as the configuration reads them, by
 L{quicx.protocol.durations}.
 """
@@ -14,7 +14,7 @@ import math
 import re
 from datetime import datetime
 
-from quicx.protocol import v2
+from quicx.protocol import taskflow
 from quicx.protocol.durations import parse_backoff, parse_duration
 
 _NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
@@ -65,10 +65,10 @@ def milliseconds(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def as_backoff(value: str | v2.Backoff | None) -> v2.Backoff | None:
+def as_backoff(value: str | taskflow.Backoff | None) -> taskflow.Backoff | None:
     """
     A backoff given as L{parse_backoff}'s text (C{exponential:1s:5m:20%},
-    C{fixed:10s}) or as a L{v2.Backoff}.
+    C{fixed:10s}) or as a L{taskflow.Backoff}.
 
     @raise ValueError: malformed text.
     """

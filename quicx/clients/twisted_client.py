@@ -81,9 +81,9 @@ from quicx.net.framer import FrameReceiver, set_no_delay
 
 # Re-exported: the clients' name for it since before it moved down.
 from quicx.net.tls import client_endpoint as endpoint_for
-from quicx.protocol import lifecycle, monitor, results, v2, wire
+from quicx.protocol import admin, codec, link, monitor, outcomes, shared_data, taskflow, wire
 from quicx.protocol.errors import ConnectionLost, QuicxError
-from quicx.protocol.results import GroupOp
+from quicx.protocol.outcomes import GroupOp
 from quicx.protocol.wire import ErrorCode
 
 RetryListener = Callable[[RetryNotice], object]
@@ -185,7 +185,7 @@ class QuicxClientProtocol(FrameReceiver):
         delay: float | None = None,
         run_at: datetime | float | None = None,
         retries: int | None = None,
-        backoff: str | v2.Backoff | None = None,
+        backoff: str | taskflow.Backoff | None = None,
         keep_result: bool = False,
         result_ttl: float | str | None = None,
         progress: Listener | None = None,
@@ -311,7 +311,7 @@ class QuicxClientProtocol(FrameReceiver):
             self._conn.awaits,
             task_id,
             timeout,
-            lambda ms: results.encode_await(task_id, ms),
+            lambda ms: outcomes.encode_await(task_id, ms),
         ).addCallback(awaits.awaited_value)
 
     def publish(self, name: str, data: str | bytes) -> Deferred[dict[str, Any]]:
@@ -322,21 +322,21 @@ class QuicxClientProtocol(FrameReceiver):
 
     def unpublish(self, name: str) -> Deferred[dict[str, Any]]:
         """Delete shared data C{name}."""
-        return self._info("unpublish", lambda: results.encode_publish(name, delete=True))
+        return self._info("unpublish", lambda: shared_data.encode_publish(name, delete=True))
 
     def open_group(self) -> Deferred[int]:
         """Open a group; fires with its id (as L{quicx.clients.blocking.QuicxClient.open_group})."""
-        return self._info("open_group", lambda: results.encode_group(GroupOp.OPEN)).addCallback(
+        return self._info("open_group", lambda: outcomes.encode_group(GroupOp.OPEN)).addCallback(
             lambda document: document["group"]
         )
 
     def close_group(self, group: int) -> Deferred[dict[str, Any]]:
         """No more members for C{group}; fires with its state."""
-        return self._info("close_group", lambda: results.encode_group(GroupOp.CLOSE, group))
+        return self._info("close_group", lambda: outcomes.encode_group(GroupOp.CLOSE, group))
 
     def group(self, group: int) -> Deferred[dict[str, Any]]:
         """A group's state now (see L{quicx.clients.blocking.QuicxClient.group})."""
-        return self._info("group", lambda: results.encode_group(GroupOp.STATE, group))
+        return self._info("group", lambda: outcomes.encode_group(GroupOp.STATE, group))
 
     def wait_group(self, group: int, timeout: float = 0.0) -> Deferred[dict[str, Any]]:
         """
@@ -349,7 +349,7 @@ class QuicxClientProtocol(FrameReceiver):
             self._conn.group_waits,
             group,
             timeout,
-            lambda ms: results.encode_group(GroupOp.WAIT, group, ms),
+            lambda ms: outcomes.encode_group(GroupOp.WAIT, group, ms),
         ).addCallback(awaits.finished_group)
 
     async def submit_group(
@@ -400,25 +400,25 @@ class QuicxClientProtocol(FrameReceiver):
             return document
 
         return self._info(
-            "hello", lambda: v2.encode_hello(name, version, capabilities)
+            "hello", lambda: link.encode_hello(name, version, capabilities)
         ).addCallback(keep)
 
     def cancel(self, task_id: int) -> Deferred[dict[str, Any]]:
         """Cancel a queued task (see L{quicx.clients.blocking.QuicxClient.cancel})."""
-        return self._info("cancel", lambda: v2.encode_cancel(task_id))
+        return self._info("cancel", lambda: admin.encode_cancel(task_id))
 
     def queues(self) -> Deferred[list[dict[str, Any]]]:
-        return self._info("queues", lambda: v2.QUEUES_FRAME)
+        return self._info("queues", lambda: admin.QUEUES_FRAME)
 
     def status(self) -> Deferred[dict[str, Any]]:
         """The daemon's status document (as L{quicx.clients.blocking.QuicxClient.status})."""
         return self._info("status", lambda: monitor.STATUS_FRAME)
 
     def peek(self, queue: str, count: int = 10) -> Deferred[list[dict[str, Any]]]:
-        return self._info("peek", lambda: v2.encode_peek(queue, count))
+        return self._info("peek", lambda: admin.encode_peek(queue, count))
 
     def task(self, task_id: int) -> Deferred[dict[str, Any]]:
-        return self._info("task", lambda: v2.encode_inspect(task_id))
+        return self._info("task", lambda: admin.encode_inspect(task_id))
 
     def pause(self, queue: str) -> Deferred[dict[str, Any]]:
         """Stop dispatching from C{queue}; needs the admin role (as the blocking client's)."""
@@ -432,23 +432,23 @@ class QuicxClientProtocol(FrameReceiver):
 
     def _queue_action(self, action: str, queue: str) -> Deferred[dict[str, Any]]:
         return self._info(
-            action, lambda: v2.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
+            action, lambda: admin.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
         )
 
     def dead(self, queue: str | None = None, limit: int = 100) -> Deferred[dict[str, Any]]:
         """The dead-letter set (as L{quicx.clients.blocking.QuicxClient.dead})."""
-        return self._info("dead", lambda: lifecycle.encode_dead(limit, queue))
+        return self._info("dead", lambda: admin.encode_dead(limit, queue))
 
     def replay(self, task_id: int = 0, queue: str | None = None) -> Deferred[dict[str, Any]]:
         """Replay dead tasks; needs the admin role (as the blocking client's)."""
-        return self._info("replay", lambda: lifecycle.encode_replay(task_id, queue))
+        return self._info("replay", lambda: admin.encode_replay(task_id, queue))
 
     def dead_purge(self, queue: str | None = None) -> Deferred[dict[str, Any]]:
         """Drop dead tasks; needs the admin role (as the blocking client's)."""
-        return self._info("dead_purge", lambda: lifecycle.encode_dead_purge(queue))
+        return self._info("dead_purge", lambda: admin.encode_dead_purge(queue))
 
     def schedules(self) -> Deferred[list[dict[str, Any]]]:
-        return self._info("schedules", lambda: lifecycle.SCHEDULES_FRAME)
+        return self._info("schedules", lambda: admin.SCHEDULES_FRAME)
 
     def schedule(
         self, name: str, task_type: str | bytes, payload: str | bytes = b"", **fields: Any
@@ -463,7 +463,7 @@ class QuicxClientProtocol(FrameReceiver):
 
     def unschedule(self, name: str) -> Deferred[dict[str, Any]]:
         """Remove a run-time schedule; needs the admin role."""
-        return self._info("unschedule", lambda: lifecycle.encode_unschedule(name))
+        return self._info("unschedule", lambda: admin.encode_unschedule(name))
 
     def watch(
         self,
@@ -719,10 +719,10 @@ class ProducerService(ClientService):
             try:
                 await client.greeted()
                 # A version-1 daemon takes no key: the caller's is NeedsVersion2, ours left out.
-                options["key"] = None if own_key and client.version != v2.VERSION else key
+                options["key"] = None if own_key and client.version != codec.VERSION else key
                 return client, await client.submit(task_type, payload, **options)
             except ConnectionLost:
-                if client.version != v2.VERSION or attempt == self.attempts:
+                if client.version != codec.VERSION or attempt == self.attempts:
                     raise
                 # The service may not have seen the loss yet: let it reconnect.
                 await deferLater(self._reactor, RESUBMIT_DELAY, lambda: None)

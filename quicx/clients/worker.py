@@ -100,7 +100,7 @@ from quicx.clients.shares import slot_credits
 from quicx.clients.stuck import StuckWatch
 from quicx.clients.twisted_client import endpoint_for
 from quicx.net.framer import FrameReceiver, set_no_delay, write_now
-from quicx.protocol import lifecycle, results, v2, wire
+from quicx.protocol import codec, outcomes, shared_data, taskflow, wire
 from quicx.protocol.wire import ErrorCode
 
 Handler = Callable[..., Any]
@@ -157,7 +157,7 @@ class TaskContext:
     @classmethod
     def of(
         cls,
-        task: wire.Task | v2.Task,
+        task: wire.Task | taskflow.Task,
         delivery: Lease | None = None,
         shared: Mapping[str, bytes] | None = None,
     ) -> TaskContext:
@@ -250,7 +250,7 @@ RESULTS_REMEMBERED = 1024
 daemon refuses one as too large (the protocol does not say its ERROR names the
 task: it is the largest)."""
 
-_ACK_SIZE = len(lifecycle.encode_ack(1, 1))
+_ACK_SIZE = len(outcomes.encode_ack(1, 1))
 """The size of an ACK frame without a result."""
 
 MAX_LOGGED_REASON = 16 * 1024
@@ -408,8 +408,8 @@ class WorkerProtocol(FrameReceiver):
         # Once only: after DONE/FAILED the daemon treats the worker as idle,
         # and after WAIT it pushes the next task without being asked again.
         self._asked = True
-        if self.version == v2.VERSION:
-            self.transport.write(v2.encode_ready(self.credits, self.worker.queues))
+        if self.version == codec.VERSION:
+            self.transport.write(taskflow.encode_ready(self.credits, self.worker.queues))
         elif self.auto is not None:
             # Credits of 1, spelt out: a daemon without the extension says so
             # now, before this connection asks for more.
@@ -434,7 +434,7 @@ class WorkerProtocol(FrameReceiver):
     def follow(self) -> None:
         """Follow the worker's shared data on this connection (its FOLLOW answer comes later)."""
         names = self.worker.follow
-        follow = Request.info("follow", lambda: results.encode_follow(names))
+        follow = Request.info("follow", lambda: shared_data.encode_follow(names))
         self.transport.write(self._conn.send(follow))
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
@@ -465,8 +465,10 @@ class WorkerProtocol(FrameReceiver):
             self._other(message_type, payload)  # the answer to HELLO
         elif message_type == wire.MessageType.TASK:
             self._answered = True
-            task: wire.Task | v2.Task = (
-                v2.decode_task(payload) if self.version == v2.VERSION else wire.decode_task(payload)
+            task: wire.Task | taskflow.Task = (
+                taskflow.decode_task(payload)
+                if self.version == codec.VERSION
+                else wire.decode_task(payload)
             )
             if self.running >= self.credits:
                 # A daemon bug, worth a log line -- but the task is run: a task
@@ -488,9 +490,9 @@ class WorkerProtocol(FrameReceiver):
                 self._finished(outcome, task, lease)
         elif message_type == wire.MessageType.WAIT:
             self._answered = True
-        elif message_type == v2.MessageType.SHARED and self.version == v2.VERSION:
+        elif message_type == codec.MessageType.SHARED and self.version == codec.VERSION:
             if self.worker._follower is self:
-                self.worker.shared_arrived(results.decode_shared(payload))
+                self.worker.shared_arrived(shared_data.decode_shared(payload))
         else:
             self._other(message_type, payload)
 
@@ -540,7 +542,7 @@ class WorkerProtocol(FrameReceiver):
             self.credits, self.auto, self._refused_credits = 1, None, True
             self._ready()
             return
-        if error.code == v2.ErrorCode.STALE:
+        if error.code == codec.ErrorCode.STALE:
             self.log.warn(
                 "the daemon refused a stale report ({message}): the task's lease ran"
                 " out and it went back to its queue, so this outcome does not count",
@@ -600,7 +602,7 @@ class WorkerProtocol(FrameReceiver):
         token, _ = sent.pop(task_id)
         reason = f"the result is larger than the daemon takes: {message}"
         self.log.warn("task {id} failed: {reason}", id=task_id, reason=reason)
-        self._write(lifecycle.encode_nack(task_id, token, cut_reason(reason), permanent=True))
+        self._write(outcomes.encode_nack(task_id, token, cut_reason(reason), permanent=True))
 
     def _pace(self, replies: list[bytes]) -> None:
         """
@@ -612,8 +614,8 @@ class WorkerProtocol(FrameReceiver):
         credits = self.auto.after_read(self._received, self._lease_seconds, self.running)
         if credits is not None:
             self.credits = credits
-            codec = v2 if self.version == v2.VERSION else wire
-            replies.insert(0, codec.encode_ready(credits))
+            spoken = taskflow if self.version == codec.VERSION else wire
+            replies.insert(0, spoken.encode_ready(credits))
 
     def allot(self, credits: int) -> None:
         """
@@ -632,12 +634,12 @@ class WorkerProtocol(FrameReceiver):
             return
         self.credits = credits
         if self._asked and not self.stopping:
-            codec = v2 if self.version == v2.VERSION else wire
-            self._write(codec.encode_ready(credits))
+            spoken = taskflow if self.version == codec.VERSION else wire
+            self._write(spoken.encode_ready(credits))
 
-    def _lease(self, task: wire.Task | v2.Task) -> Lease | None:
+    def _lease(self, task: wire.Task | taskflow.Task) -> Lease | None:
         """The lease of a delivery with a token (kept alive with C{auto_extend})."""
-        if not isinstance(task, v2.Task) or not task.token:
+        if not isinstance(task, taskflow.Task) or not task.token:
             return None
         self._lease_seconds = task.lease_ms / 1000 if task.lease_ms else None
         lease = Lease(
@@ -652,7 +654,9 @@ class WorkerProtocol(FrameReceiver):
             lease.keep_alive()
         return lease
 
-    def _finished(self, result: object, task: wire.Task | v2.Task, lease: Lease | None) -> None:
+    def _finished(
+        self, result: object, task: wire.Task | taskflow.Task, lease: Lease | None
+    ) -> None:
         self.running -= 1
         if lease is not None:
             lease.end()
@@ -666,18 +670,18 @@ class WorkerProtocol(FrameReceiver):
             # Never leave a task held for want of a frame: it fails, saying why.
             self.log.failure("task {id}: its outcome could not be reported", id=task.task_id)
             frame = report(task, Failure(Unrecoverable(f"the outcome could not be sent: {e!r}")))
-        if len(frame) > _ACK_SIZE and frame[1] == v2.MessageType.ACK:
+        if len(frame) > _ACK_SIZE and frame[1] == codec.MessageType.ACK:
             sent = self._results_sent
-            sent[task.task_id] = (cast(v2.Task, task).token, len(frame))
+            sent[task.task_id] = (cast(taskflow.Task, task).token, len(frame))
             if len(sent) > RESULTS_REMEMBERED:
                 sent.popitem(last=False)
         self._write(frame)
         if self._replies is None and self.stopping and not self.running:
             self.transport.loseConnection()
 
-    def _log_failure(self, task: wire.Task | v2.Task, failure: Failure) -> None:
+    def _log_failure(self, task: wire.Task | taskflow.Task, failure: Failure) -> None:
         """A handler failed: say which task, and why (with its traceback, if it has one)."""
-        attempt = f", attempt {task.attempt}" if isinstance(task, v2.Task) else ""
+        attempt = f", attempt {task.attempt}" if isinstance(task, taskflow.Task) else ""
         self.log.warn(
             "task {id} ({type}{attempt}) failed{permanent}: {reason}",
             id=task.task_id,
@@ -703,7 +707,7 @@ class WorkerProtocol(FrameReceiver):
 
 
 def report(
-    task: wire.Task | v2.Task,
+    task: wire.Task | taskflow.Task,
     result: object,
     max_result: int | None = None,
     results: bool = True,
@@ -720,31 +724,31 @@ def report(
     @param results: whether the daemon takes results (else the ACK has none).
     @param max_reason: the longest reason the daemon takes, in bytes.
     """
-    if isinstance(task, v2.Task) and task.token:
+    if isinstance(task, taskflow.Task) and task.token:
         task_id, token = task.task_id, task.token
         if isinstance(result, Failure):
             permanent = result.check(Unrecoverable) is not None
             reason = failure_reason(result, max_reason)
-            return lifecycle.encode_nack(task_id, token, reason, permanent)
+            return outcomes.encode_nack(task_id, token, reason, permanent)
         if result is None or not results:
-            return lifecycle.encode_ack(task_id, token)
+            return outcomes.encode_ack(task_id, token)
         # A result that cannot be sent would not be one on a retry either.
         try:
-            value = v2.Result.of(result)
+            value = taskflow.Result.of(result)
         except TypeError as e:
-            return lifecycle.encode_nack(task_id, token, cut_reason(f"no result: {e}"), True)
+            return outcomes.encode_nack(task_id, token, cut_reason(f"no result: {e}"), True)
         if max_result is not None and len(value.data) > max_result:
             reason = (
                 f"the result is {len(value.data):,} bytes, more than the daemon takes"
                 f" ({max_result:,}: the daemon's [results] max_size, or its largest"
                 " [allocator] class if that is smaller)"
             )
-            return lifecycle.encode_nack(task_id, token, reason, permanent=True)
-        return lifecycle.encode_ack(task_id, token, value)
-    codec = v2 if isinstance(task, v2.Task) else wire
+            return outcomes.encode_nack(task_id, token, reason, permanent=True)
+        return outcomes.encode_ack(task_id, token, value)
+    spoken = taskflow if isinstance(task, taskflow.Task) else wire
     if isinstance(result, Failure):
-        return codec.encode_failed(task.task_id, failure_reason(result, max_reason))
-    return codec.encode_done(task.task_id)
+        return spoken.encode_failed(task.task_id, failure_reason(result, max_reason))
+    return spoken.encode_done(task.task_id)
 
 
 class Worker:
@@ -785,8 +789,8 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if credits is not None and not 1 <= credits <= wire.MAX_CREDITS:
-            raise ValueError(f"credits must be 1 to {wire.MAX_CREDITS}")
+        if credits is not None and not 1 <= credits <= codec.MAX_CREDITS:
+            raise ValueError(f"credits must be 1 to {codec.MAX_CREDITS}")
         self.concurrency = concurrency
         self.credits = credits
         self.queues = tuple(queues)
@@ -795,9 +799,9 @@ class Worker:
             raise ValueError("protocol is 2, or 1 without queues or shared data")
         self.protocol = protocol
         self.auto_extend = auto_extend
-        v2.encode_ready(1, self.queues)  # checks the names and their number
+        taskflow.encode_ready(1, self.queues)  # checks the names and their number
         if self.follow:
-            results.encode_follow(self.follow)  # the same
+            shared_data.encode_follow(self.follow)  # the same
         self._shared: dict[str, bytes] = {}
         self.shared: Mapping[str, bytes] = MappingProxyType(self._shared)
         # One slot follows the shared data for all (the follower); the
@@ -944,7 +948,7 @@ class Worker:
         for other in held:
             other._ready()
 
-    def shared_arrived(self, shared: results.Shared) -> None:
+    def shared_arrived(self, shared: shared_data.Shared) -> None:
         """
         The follower got a version of shared data: the newest, as the daemon
         sends them in order (versions count again from 1 after a delete, or
@@ -956,7 +960,10 @@ class Worker:
             self._shared.pop(shared.name, None)
 
     def run(
-        self, task: wire.Task | v2.Task, lease: Lease | None = None, timed: Timed | None = None
+        self,
+        task: wire.Task | taskflow.Task,
+        lease: Lease | None = None,
+        timed: Timed | None = None,
     ) -> object:
         """
         Run the handler for C{task}, whose context extends C{lease}; tell

@@ -41,10 +41,11 @@ from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
-from quicx.protocol import lifecycle, monitor, results, v2, wire
+from quicx.protocol import admin, codec, link, monitor, outcomes, shared_data, taskflow, wire
 from quicx.protocol.frames import Frame, RejectedFrame
-from quicx.protocol.results import GroupOp
+from quicx.protocol.outcomes import ACK_SIZE, NACK_FIXED, PROGRESS_FIXED, GroupOp
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
+from quicx.protocol.shared_data import PUBLISH_FIXED
 from quicx.protocol.wire import ErrorCode, MessageType
 
 CAPABILITIES = (
@@ -300,7 +301,7 @@ class QuicxServerProtocol(FrameReceiver):
         if self._first_frame_deadline is not None:
             self._first_frame_deadline.cancel()
             self._first_frame_deadline = None
-        if self._parser.version == v2.VERSION:
+        if self._parser.version == codec.VERSION:
             assert self.session is not None
             self.session.speaker = speakers.V2
             self._handlers = _HANDLERS_V2
@@ -311,7 +312,7 @@ class QuicxServerProtocol(FrameReceiver):
         self.session.reply(frame)
 
     def frameRejected(self, code: int, reason: str) -> None:
-        encode = v2.encode_error if self._parser.version == v2.VERSION else wire.encode_error
+        encode = link.encode_error if self._parser.version == codec.VERSION else wire.encode_error
         self._reply(encode(code, reason))
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
@@ -319,14 +320,14 @@ class QuicxServerProtocol(FrameReceiver):
             self._first_frame()
         handler = self._handlers.get(message_type)
         if handler is None:
-            name = v2.MessageType(message_type).name
+            name = codec.MessageType(message_type).name
             self.frameRejected(
                 ErrorCode.INVALID_MESSAGE, f"{name} is sent by the daemon, not to it"
             )
             return
         try:
             handler(self, payload)
-        except (wire.MalformedMessage, ProtocolViolation) as e:
+        except (codec.MalformedMessage, ProtocolViolation) as e:
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
         except Refused as e:
             self.queue.limit_hit(self.peer_name, e)
@@ -366,7 +367,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _failed(self, payload: bytes) -> None:
         message = wire.decode_failed(payload)
-        reason_length = len(payload) - wire.TASK_ID.size
+        reason_length = len(payload) - codec.TASK_ID.size
         if reason_length > self.limits.max_reason_length:
             # Refused, not cut: the worker still holds the task and may send
             # a shorter reason.
@@ -401,13 +402,13 @@ class QuicxServerProtocol(FrameReceiver):
             raise ProtocolViolation(f"{what} of {len(key)} bytes exceeds max_key_length ({limit})")
 
     def _submit_v2(self, payload: bytes) -> None:
-        fields = v2.submit_fields(payload)
+        fields = taskflow.submit_fields(payload)
         if fields is not None:
             # No option but a queue and a priority: the common SUBMIT.
             task_type, body, queue, priority = fields
             self.queue.submit(self._producer(task_type), task_type, body, queue, priority)
             return
-        message = v2.decode_submit(payload)
+        message = taskflow.decode_submit(payload)
         session = self._producer(message.task_type, message.key, message.fairness)
         self.queue.submit(
             session,
@@ -453,7 +454,7 @@ class QuicxServerProtocol(FrameReceiver):
         return session
 
     def _ready_v2(self, payload: bytes) -> None:
-        message = v2.decode_ready(payload)
+        message = taskflow.decode_ready(payload)
         session = self.session
         assert session is not None
         if session.role is not Role.WORKER:
@@ -465,15 +466,15 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _heartbeat_v2(self, payload: bytes) -> None:
         wire.decode_heartbeat(payload)
-        self._reply(v2.PONG_FRAME)
+        self._reply(link.PONG_FRAME)
 
     def _stats_v2(self, payload: bytes) -> None:
         wire.decode_stats(payload)
         self._monitor()
-        self._reply(v2.encode_stats_response(self.queue.stats()))
+        self._reply(monitor.encode_stats_response(self.queue.stats()))
 
     def _hello(self, payload: bytes) -> None:
-        message = v2.decode_hello(payload)
+        message = link.decode_hello(payload)
         session = self.session
         assert session is not None
         session.client = " ".join(filter(None, (message.name, message.version)))
@@ -481,7 +482,7 @@ class QuicxServerProtocol(FrameReceiver):
         shared = self._shared().limits
         subscribers = self._events().limits
         self._reply(
-            v2.encode_info(
+            link.encode_info(
                 {
                     "server": "quicx",
                     "version": quicx.__version__,
@@ -512,22 +513,22 @@ class QuicxServerProtocol(FrameReceiver):
         )
 
     def _cancel(self, payload: bytes) -> None:
-        task_id = v2.decode_cancel(payload).task_id
+        task_id = admin.decode_cancel(payload).task_id
         session = self.session
         assert session is not None
         self._learn_identity()
-        self._reply_when_durable(v2.encode_info(self.queue.cancel(session, task_id)))
+        self._reply_when_durable(link.encode_info(self.queue.cancel(session, task_id)))
 
-    def _queue_action(self, payload: bytes, action: v2.MessageType) -> None:
-        name = v2.decode_queue_action(action, payload).queue
+    def _queue_action(self, payload: bytes, action: codec.MessageType) -> None:
+        name = admin.decode_queue_action(action, payload).queue
         session = self.session
         assert session is not None
         self._require_admin(action.name)
-        if action is v2.MessageType.PURGE:
+        if action is codec.MessageType.PURGE:
             answer = self.queue.purge(name)
         else:
-            answer = self.queue.set_paused(name, action is v2.MessageType.PAUSE)
-        self._reply_when_durable(v2.encode_info(answer))
+            answer = self.queue.set_paused(name, action is codec.MessageType.PAUSE)
+        self._reply_when_durable(link.encode_info(answer))
 
     def _reply_when_durable(self, frame: bytes) -> None:
         """
@@ -545,7 +546,7 @@ class QuicxServerProtocol(FrameReceiver):
 
         def decided(result: object) -> None:
             if isinstance(result, Failure):
-                held.reply = v2.encode_error(
+                held.reply = link.encode_error(
                     ErrorCode.QUEUE_FULL,
                     f"done, but not journaled ({result.getErrorMessage()}): a restart may undo it",
                 )
@@ -556,28 +557,28 @@ class QuicxServerProtocol(FrameReceiver):
         durable.addBoth(decided)
 
     def _pause(self, payload: bytes) -> None:
-        self._queue_action(payload, v2.MessageType.PAUSE)
+        self._queue_action(payload, codec.MessageType.PAUSE)
 
     def _resume(self, payload: bytes) -> None:
-        self._queue_action(payload, v2.MessageType.RESUME)
+        self._queue_action(payload, codec.MessageType.RESUME)
 
     def _purge(self, payload: bytes) -> None:
-        self._queue_action(payload, v2.MessageType.PURGE)
+        self._queue_action(payload, codec.MessageType.PURGE)
 
     def _queues(self, payload: bytes) -> None:
-        v2.decode_queues(payload)
+        admin.decode_queues(payload)
         self._monitor()
-        self._reply(v2.encode_info(introspect.queues(self.queue)))
+        self._reply(link.encode_info(introspect.queues(self.queue)))
 
     def _peek(self, payload: bytes) -> None:
-        message = v2.decode_peek(payload)
+        message = admin.decode_peek(payload)
         self._monitor()
-        self._reply(v2.encode_info(introspect.peek(self.queue, message.queue, message.count)))
+        self._reply(link.encode_info(introspect.peek(self.queue, message.queue, message.count)))
 
     def _inspect(self, payload: bytes) -> None:
-        task_id = v2.decode_inspect(payload).task_id
+        task_id = admin.decode_inspect(payload).task_id
         self._monitor()
-        self._reply(v2.encode_info(introspect.inspect(self.queue, task_id)))
+        self._reply(link.encode_info(introspect.inspect(self.queue, task_id)))
 
     # -- version 2, part 2: fenced outcomes, leases, dead letters ------------------
 
@@ -591,28 +592,28 @@ class QuicxServerProtocol(FrameReceiver):
         # task, a worker's or not.
         session = self.session
         assert session is not None
-        if len(payload) == 12:  # no result: the common ACK, in one unpack
-            task_id, token = lifecycle.ID_TOKEN.unpack(payload)
+        if len(payload) == ACK_SIZE:  # no result: the common ACK, in one unpack
+            task_id, token = outcomes.ID_TOKEN.unpack(payload)
             if task_id:
                 self.queue.ack(session, task_id, token)
                 return
         # With a result, or bad: decoding says why.
-        self.queue.ack(session, *lifecycle.decode_ack(payload))
+        self.queue.ack(session, *outcomes.decode_ack(payload))
 
     def _nack(self, payload: bytes) -> None:
-        reason_length = len(payload) - 13
+        reason_length = len(payload) - NACK_FIXED
         if reason_length > self.limits.max_reason_length:
             raise ProtocolViolation(
                 f"NACK reason of {reason_length} bytes exceeds max_reason_length"
                 f" ({self.limits.max_reason_length})"
             )
-        message = lifecycle.decode_nack(payload)
+        message = outcomes.decode_nack(payload)
         session = self.session
         assert session is not None
         self.queue.nack(session, message.task_id, message.token, message.reason, message.permanent)
 
     def _touch(self, payload: bytes) -> None:
-        message = lifecycle.decode_touch(payload)
+        message = outcomes.decode_touch(payload)
         session = self.session
         assert session is not None
         self.queue.touch(session, message.task_id, message.token, message.seconds)
@@ -620,14 +621,14 @@ class QuicxServerProtocol(FrameReceiver):
     # -- version 2, part 3: results and groups ------------------------------------------
 
     def _await(self, payload: bytes) -> None:
-        message = results.decode_await(payload)
+        message = outcomes.decode_await(payload)
         session = self.session
         assert session is not None
         self._authorize("producer", "monitor")
         self.queue.await_outcome(session, message.task_id, message.timeout_ms)
 
     def _group(self, payload: bytes) -> None:
-        message = results.decode_group(payload)
+        message = outcomes.decode_group(payload)
         session = self.session
         assert session is not None
         op = message.op
@@ -639,11 +640,11 @@ class QuicxServerProtocol(FrameReceiver):
                 answer = self.queue.open_group(session)
             else:
                 answer = self.queue.close_group(message.group)
-            self._reply_when_durable(v2.encode_info(answer))
+            self._reply_when_durable(link.encode_info(answer))
             return
         self._authorize("producer", "monitor")
         if op is GroupOp.STATE:
-            self._reply(v2.encode_info(self.queue.groups.describe(message.group)))
+            self._reply(link.encode_info(self.queue.groups.describe(message.group)))
         else:
             self.queue.await_group(session, message.group, message.timeout_ms)
 
@@ -653,54 +654,54 @@ class QuicxServerProtocol(FrameReceiver):
         self._learn_identity()
         if not session.admin:
             raise Refused(
-                v2.ErrorCode.FORBIDDEN,
+                codec.ErrorCode.FORBIDDEN,
                 f"{what} needs the admin role: the control socket, or a TLS"
                 " identity listed in [tls] admins",
             )
 
     def _dead(self, payload: bytes) -> None:
-        message = lifecycle.decode_dead(payload)
+        message = admin.decode_dead(payload)
         self._monitor()
-        self._reply(v2.encode_info(self.queue.dead_tasks(message.queue, message.limit)))
+        self._reply(link.encode_info(self.queue.dead_tasks(message.queue, message.limit)))
 
     def _replay(self, payload: bytes) -> None:
-        message = lifecycle.decode_replay(payload)
+        message = admin.decode_replay(payload)
         self._require_admin("REPLAY")
         answer = self.queue.replay(message.task_id, message.queue)
-        self._reply_when_durable(v2.encode_info(answer))
+        self._reply_when_durable(link.encode_info(answer))
 
     def _dead_purge(self, payload: bytes) -> None:
-        message = lifecycle.decode_dead_purge(payload)
+        message = admin.decode_dead_purge(payload)
         self._require_admin("DEAD_PURGE")
-        self._reply_when_durable(v2.encode_info(self.queue.purge_dead(message.queue)))
+        self._reply_when_durable(link.encode_info(self.queue.purge_dead(message.queue)))
 
     def _schedules(self, payload: bytes) -> None:
-        lifecycle.decode_schedules(payload)
+        admin.decode_schedules(payload)
         self._monitor()
         book = self.queue.schedules
         schedules = book.describe() if isinstance(book, ScheduleBook) else []
-        self._reply(v2.encode_info(schedules))
+        self._reply(link.encode_info(schedules))
 
     def _schedule(self, payload: bytes) -> None:
-        message = lifecycle.decode_schedule(payload)
+        message = admin.decode_schedule(payload)
         self._require_admin("SCHEDULE")
-        self._reply_when_durable(v2.encode_info(self._book().add(message, payload)))
+        self._reply_when_durable(link.encode_info(self._book().add(message, payload)))
 
     def _unschedule(self, payload: bytes) -> None:
-        name = lifecycle.decode_unschedule(payload).name
+        name = admin.decode_unschedule(payload).name
         self._require_admin("UNSCHEDULE")
-        self._reply_when_durable(v2.encode_info(self._book().remove(name)))
+        self._reply_when_durable(link.encode_info(self._book().remove(name)))
 
     def _book(self) -> ScheduleBook:
         book = self.queue.schedules
         if not isinstance(book, ScheduleBook):
-            raise Refused(v2.ErrorCode.NOT_FOUND, "this daemon runs no schedules")
+            raise Refused(codec.ErrorCode.NOT_FOUND, "this daemon runs no schedules")
         return book
 
     # -- version 2, part 3: progress and shared data -------------------------------
 
     def _progress(self, payload: bytes) -> None:
-        message = results.decode_progress(payload)
+        message = outcomes.decode_progress(payload)
         session = self.session
         assert session is not None
         self.queue.report_progress(
@@ -708,7 +709,7 @@ class QuicxServerProtocol(FrameReceiver):
         )
 
     def _publish(self, payload: bytes) -> None:
-        message = results.decode_publish(payload)
+        message = shared_data.decode_publish(payload)
         session = self.session
         assert session is not None
         self._learn_identity()
@@ -717,23 +718,23 @@ class QuicxServerProtocol(FrameReceiver):
                 self._authorize("producer")
             except NotAuthorized as e:
                 raise Refused(
-                    v2.ErrorCode.FORBIDDEN, f"{e}: PUBLISH needs the producer or admin role"
+                    codec.ErrorCode.FORBIDDEN, f"{e}: PUBLISH needs the producer or admin role"
                 ) from None
         answer = self._shared().publish(session, message.name, message.data, message.delete)
-        self._reply_when_durable(v2.encode_info(answer))
+        self._reply_when_durable(link.encode_info(answer))
 
     def _follow(self, payload: bytes) -> None:
-        names = results.decode_follow(payload).names
+        names = shared_data.decode_follow(payload).names
         session = self.session
         assert session is not None
         if session.role is not Role.WORKER:
             self._authorize("worker")
-        self._reply(v2.encode_info(self._shared().follow(session, names)))
+        self._reply(link.encode_info(self._shared().follow(session, names)))
 
     def _shared(self) -> SharedData:
         shared = self.queue.shared
         if not isinstance(shared, SharedData):
-            raise Refused(v2.ErrorCode.NOT_FOUND, "this daemon keeps no shared data")
+            raise Refused(codec.ErrorCode.NOT_FOUND, "this daemon keeps no shared data")
         return shared
 
     # -- version 2, part 4: live events -------------------------------------------------
@@ -743,20 +744,20 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         assert session is not None
         self._monitor()
-        self._reply(v2.encode_info(self._events().watch(session, message)))
+        self._reply(link.encode_info(self._events().watch(session, message)))
 
     def _status(self, payload: bytes) -> None:
         monitor.decode_status(payload)
         self._monitor()
         status = self.factory.status
         if status is None:
-            raise Refused(v2.ErrorCode.NOT_FOUND, "this listener serves no status document")
-        self._reply(v2.encode_info(status()))
+            raise Refused(codec.ErrorCode.NOT_FOUND, "this listener serves no status document")
+        self._reply(link.encode_info(status()))
 
     def _events(self) -> EventBus:
         bus = self.queue.event_bus
         if not isinstance(bus, EventBus):
-            raise Refused(v2.ErrorCode.NOT_FOUND, "this daemon serves no live events")
+            raise Refused(codec.ErrorCode.NOT_FOUND, "this daemon serves no live events")
         return bus
 
     def _learn_identity(self) -> None:
@@ -785,37 +786,37 @@ _HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
 }
 
 _HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
-    v2.MessageType.SUBMIT: QuicxServerProtocol._submit_v2,
-    v2.MessageType.READY: QuicxServerProtocol._ready_v2,
-    v2.MessageType.DONE: QuicxServerProtocol._unfenced,
-    v2.MessageType.FAILED: QuicxServerProtocol._unfenced,
-    v2.MessageType.HEARTBEAT: QuicxServerProtocol._heartbeat_v2,
-    v2.MessageType.PONG: QuicxServerProtocol._pong,
-    v2.MessageType.STATS: QuicxServerProtocol._stats_v2,
-    v2.MessageType.HELLO: QuicxServerProtocol._hello,
-    v2.MessageType.CANCEL: QuicxServerProtocol._cancel,
-    v2.MessageType.PAUSE: QuicxServerProtocol._pause,
-    v2.MessageType.RESUME: QuicxServerProtocol._resume,
-    v2.MessageType.PURGE: QuicxServerProtocol._purge,
-    v2.MessageType.QUEUES: QuicxServerProtocol._queues,
-    v2.MessageType.PEEK: QuicxServerProtocol._peek,
-    v2.MessageType.INSPECT: QuicxServerProtocol._inspect,
-    v2.MessageType.ACK: QuicxServerProtocol._ack,
-    v2.MessageType.NACK: QuicxServerProtocol._nack,
-    v2.MessageType.TOUCH: QuicxServerProtocol._touch,
-    v2.MessageType.DEAD: QuicxServerProtocol._dead,
-    v2.MessageType.REPLAY: QuicxServerProtocol._replay,
-    v2.MessageType.DEAD_PURGE: QuicxServerProtocol._dead_purge,
-    v2.MessageType.SCHEDULES: QuicxServerProtocol._schedules,
-    v2.MessageType.SCHEDULE: QuicxServerProtocol._schedule,
-    v2.MessageType.UNSCHEDULE: QuicxServerProtocol._unschedule,
-    v2.MessageType.PROGRESS: QuicxServerProtocol._progress,
-    v2.MessageType.PUBLISH: QuicxServerProtocol._publish,
-    v2.MessageType.FOLLOW: QuicxServerProtocol._follow,
-    v2.MessageType.AWAIT: QuicxServerProtocol._await,
-    v2.MessageType.GROUP: QuicxServerProtocol._group,
-    v2.MessageType.WATCH: QuicxServerProtocol._watch,
-    v2.MessageType.STATUS: QuicxServerProtocol._status,
+    codec.MessageType.SUBMIT: QuicxServerProtocol._submit_v2,
+    codec.MessageType.READY: QuicxServerProtocol._ready_v2,
+    codec.MessageType.DONE: QuicxServerProtocol._unfenced,
+    codec.MessageType.FAILED: QuicxServerProtocol._unfenced,
+    codec.MessageType.HEARTBEAT: QuicxServerProtocol._heartbeat_v2,
+    codec.MessageType.PONG: QuicxServerProtocol._pong,
+    codec.MessageType.STATS: QuicxServerProtocol._stats_v2,
+    codec.MessageType.HELLO: QuicxServerProtocol._hello,
+    codec.MessageType.CANCEL: QuicxServerProtocol._cancel,
+    codec.MessageType.PAUSE: QuicxServerProtocol._pause,
+    codec.MessageType.RESUME: QuicxServerProtocol._resume,
+    codec.MessageType.PURGE: QuicxServerProtocol._purge,
+    codec.MessageType.QUEUES: QuicxServerProtocol._queues,
+    codec.MessageType.PEEK: QuicxServerProtocol._peek,
+    codec.MessageType.INSPECT: QuicxServerProtocol._inspect,
+    codec.MessageType.ACK: QuicxServerProtocol._ack,
+    codec.MessageType.NACK: QuicxServerProtocol._nack,
+    codec.MessageType.TOUCH: QuicxServerProtocol._touch,
+    codec.MessageType.DEAD: QuicxServerProtocol._dead,
+    codec.MessageType.REPLAY: QuicxServerProtocol._replay,
+    codec.MessageType.DEAD_PURGE: QuicxServerProtocol._dead_purge,
+    codec.MessageType.SCHEDULES: QuicxServerProtocol._schedules,
+    codec.MessageType.SCHEDULE: QuicxServerProtocol._schedule,
+    codec.MessageType.UNSCHEDULE: QuicxServerProtocol._unschedule,
+    codec.MessageType.PROGRESS: QuicxServerProtocol._progress,
+    codec.MessageType.PUBLISH: QuicxServerProtocol._publish,
+    codec.MessageType.FOLLOW: QuicxServerProtocol._follow,
+    codec.MessageType.AWAIT: QuicxServerProtocol._await,
+    codec.MessageType.GROUP: QuicxServerProtocol._group,
+    codec.MessageType.WATCH: QuicxServerProtocol._watch,
+    codec.MessageType.STATUS: QuicxServerProtocol._status,
 }
 
 
@@ -857,12 +858,15 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         self.batcher = OutputBatcher(reactor)
         self.max_length = max(
             queue.pool.max_size + wire.SUBMIT_TYPE_OVERHEAD,
-            wire.TASK_ID.size + self.limits.max_reason_length,
+            codec.TASK_ID.size + self.limits.max_reason_length,
         )
         self.v2_max_length = (
-            # A NACK has a token and flags (9 bytes) more than a FAILED.
-            max(self.max_length + 9, queue.pool.max_size + v2.SUBMIT_OVERHEAD)
-            if v2.VERSION in queue.limits.versions
+            # A NACK has a token and flags more than a FAILED.
+            max(
+                self.max_length + NACK_FIXED - codec.TASK_ID.size,
+                queue.pool.max_size + taskflow.SUBMIT_OVERHEAD,
+            )
+            if codec.VERSION in queue.limits.versions
             else None
         )
         # In place of v2_max_length, shorter or longer: a PUBLISH's flags, the
@@ -871,15 +875,15 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         # PROGRESS: task id, token, fraction and the longest message, when
         # longer (a longer message is a bad message, not too large).
         self.v2_type_limits: dict[int, int] = {
-            v2.MessageType.PROGRESS: max(
-                self.v2_max_length or 0, 14 + queue.progress.settings.max_message
+            codec.MessageType.PROGRESS: max(
+                self.v2_max_length or 0, PROGRESS_FIXED + queue.progress.settings.max_message
             ),
-            v2.MessageType.WATCH: monitor.MAX_WATCH_SIZE,
+            codec.MessageType.WATCH: monitor.MAX_WATCH_SIZE,
         }
         shared = queue.shared
         if isinstance(shared, SharedData):
-            publish = 2 + v2.MAX_QUEUE_NAME + shared.limits.max_size
-            self.v2_type_limits[v2.MessageType.PUBLISH] = publish
+            publish = PUBLISH_FIXED + shared.limits.max_size
+            self.v2_type_limits[codec.MessageType.PUBLISH] = publish
         self.max_key_length = queue.limits.max_key_length
 
     def connection_refusal(self, out_of_files: bool = False) -> Refused:
@@ -890,6 +894,6 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         limit = f"max_connections = {self.limits.max_connections}"
         if out_of_files:
             reason = f"too many connections (out of file descriptors; {limit})"
-            return Refused(v2.ErrorCode.QUEUE_FULL, reason, log_id="limit.descriptors")
+            return Refused(codec.ErrorCode.QUEUE_FULL, reason, log_id="limit.descriptors")
         reason = f"too many connections ({limit})"
-        return Refused(v2.ErrorCode.QUEUE_FULL, reason, log_id="limit.connections")
+        return Refused(codec.ErrorCode.QUEUE_FULL, reason, log_id="limit.connections")

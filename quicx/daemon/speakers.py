@@ -15,9 +15,9 @@ from collections.abc import Callable
 from attrs import frozen
 
 from quicx.daemon.queue.speaker import Delivered
-from quicx.protocol import lifecycle, results, v2, wire
-from quicx.protocol.results import GroupState, OutcomeState
-from quicx.protocol.v2 import Result
+from quicx.protocol import admin, codec, link, outcomes, taskflow, wire
+from quicx.protocol.outcomes import GroupState, OutcomeState
+from quicx.protocol.taskflow import Result
 
 
 @frozen
@@ -61,7 +61,7 @@ def _delivery_v1(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
 
 
 def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
-    return v2.encode_delivery(
+    return taskflow.encode_delivery(
         task.task_id,
         task.task_type,
         payload,
@@ -103,22 +103,22 @@ V1 = _Speaker(
 """Version 1, the protocol page's: no fencing, no lifecycle, nothing kept for it."""
 
 V2 = _Speaker(
-    version=v2.VERSION,
+    version=codec.VERSION,
     fenced=True,
     hears_lifecycle=True,
     claims_outcomes=True,
-    wait=v2.WAIT_FRAME,
-    heartbeat=v2.HEARTBEAT_FRAME,
-    ok=v2.encode_ok,
-    error=v2.encode_error,
-    done=v2.encode_done,
-    failed=v2.encode_failed,
-    cancelled=v2.encode_cancelled,
+    wait=taskflow.WAIT_FRAME,
+    heartbeat=link.HEARTBEAT_FRAME,
+    ok=taskflow.encode_ok,
+    error=link.encode_error,
+    done=taskflow.encode_done,
+    failed=taskflow.encode_failed,
+    cancelled=admin.encode_cancelled,
     delivery=_delivery_v2,
-    retrying=lifecycle.encode_retrying,
-    progress=results.encode_progress,
-    outcome=results.encode_outcome,
-    group_state=results.encode_group_state,
+    retrying=outcomes.encode_retrying,
+    progress=outcomes.encode_progress,
+    outcome=outcomes.encode_outcome,
+    group_state=outcomes.encode_group_state,
 )
 """Version 2: fenced deliveries, RETRYING and PROGRESS, outcomes kept and claimed."""
 

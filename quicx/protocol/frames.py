@@ -29,15 +29,9 @@ from typing import NamedTuple, final
 
 from attrs import frozen
 
-from quicx.protocol import v2
-from quicx.protocol.wire import (
-    HEADER,
-    HEADER_SIZE,
-    KNOWN_TYPES,
-    PROTOCOL_VERSION,
-    ErrorCode,
-    MessageType,
-)
+from quicx.protocol import codec
+from quicx.protocol.codec import HEADER, HEADER_SIZE
+from quicx.protocol.wire import KNOWN_TYPES, PROTOCOL_VERSION, ErrorCode, MessageType
 
 
 @final
@@ -168,19 +162,19 @@ class FrameParser:
     def _settle(self, version: int) -> bool:
         """Let the connection's first frame of an accepted version set its version."""
         if self.version is None and (
-            version == PROTOCOL_VERSION or (version == v2.VERSION and self.v2_max_length)
+            version == PROTOCOL_VERSION or (version == codec.VERSION and self.v2_max_length)
         ):
             self.version = version
-            if version == v2.VERSION:
+            if version == codec.VERSION:
                 assert self.v2_max_length is not None
-                self._known = v2.KNOWN_TYPES
+                self._known = codec.KNOWN_TYPES
                 self._limits = self._by_type(self.v2_max_length, self.v2_type_limits)
         return version == self.version
 
     def _reject(self, version: int, message_type: int, length: int) -> RejectedFrame | None:
         """Why a header that fails one of L{feed}'s checks is refused (C{None}: it is not)."""
         if not self._settle(version):
-            if self.version is not None and version in (PROTOCOL_VERSION, v2.VERSION):
+            if self.version is not None and version in (PROTOCOL_VERSION, codec.VERSION):
                 return RejectedFrame(
                     ErrorCode.INVALID_MESSAGE,
                     f"a version-{version} frame on a version-{self.version} connection:"

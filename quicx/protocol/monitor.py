@@ -1,5 +1,5 @@
 """
-Protocol version 2, part 4: live lifecycle events, and the status document.
+Version 2's monitoring messages: live lifecycle events, STATUS and STATS.
 
 A monitor connection sends WATCH with a filter (queues, task types, event
 kinds; an empty list matches all) and the daemon sends it EVENTS frames:
@@ -7,9 +7,9 @@ batches of the lifecycle events it records, each an NDJSON line of the
 events files' schema, with the count of events the connection missed by
 reading too slowly.  STATUS asks for the daemon's status document (what
 C{quicx status} shows; answered with INFO), so that a cluster's daemons can
-be looked at over the wire.  Same header and version byte as the rest of
-version 2; docs/protocol.md, "Version 2: live events", has every layout.  L{decode}
-decodes any version-2 message.
+be looked at over the wire; STATS (answered STATS_RESPONSE) is laid out as
+in version 1 (L{quicx.protocol.wire}).  docs/protocol.md, "Version 2: live
+events", has every layout.  Sans I/O.
 """
 
 from __future__ import annotations
@@ -19,9 +19,20 @@ from collections.abc import Callable, Sequence
 
 from attrs import frozen
 
-from quicx.protocol import lifecycle, results, v2, wire
-from quicx.protocol.v2 import MessageType, _bad, _split_name, counted, frame
-from quicx.protocol.wire import HEADER, MalformedMessage
+from quicx.protocol import wire
+from quicx.protocol.codec import (
+    HEADER,
+    MAX_QUEUE_NAME,
+    MAX_TYPE_LENGTH,
+    VERSION,
+    MessageType,
+    bad,
+    check_queue,
+    counted,
+    frame,
+    split_name,
+    text,
+)
 
 EVENT_KINDS = (
     "submitted",
@@ -59,9 +70,9 @@ FAILED reason a daemon takes (1 MiB), every byte of it escaped."""
 MAX_WATCH_SIZE = (
     1
     + 1
-    + MAX_WATCH * (1 + v2.MAX_QUEUE_NAME)
+    + MAX_WATCH * (1 + MAX_QUEUE_NAME)
     + 1
-    + MAX_WATCH * (1 + wire.MAX_TYPE_LENGTH)
+    + MAX_WATCH * (1 + MAX_TYPE_LENGTH)
     + 1
     + sum(1 + len(kind) for kind in EVENT_KINDS)
 )
@@ -142,12 +153,12 @@ def encode_watch(
     _names("kind", kinds)
     body = bytearray((0, len(queues)))
     for queue in queues:
-        raw = v2.check_queue(queue)
+        raw = check_queue(queue)
         body += bytes((len(raw),)) + raw
     body.append(len(types))
     for task_type in types:
-        if not 1 <= len(task_type) <= wire.MAX_TYPE_LENGTH:
-            raise ValueError(f"a task type is 1 to {wire.MAX_TYPE_LENGTH} bytes: {task_type!r}")
+        if not 1 <= len(task_type) <= MAX_TYPE_LENGTH:
+            raise ValueError(f"a task type is 1 to {MAX_TYPE_LENGTH} bytes: {task_type!r}")
         body += bytes((len(task_type),)) + task_type
     body.append(len(kinds))
     for kind in kinds:
@@ -189,7 +200,7 @@ def encode_events(lines: Sequence[str], missed: int = 0) -> bytes:
             end = (cut if cut >= 0 else text.index(b"\n", end)) + 1
         else:
             end = len(text)
-        pieces.append(HEADER.pack(v2.VERSION, MessageType.EVENTS, 8 + end - start))
+        pieces.append(HEADER.pack(VERSION, MessageType.EVENTS, 8 + end - start))
         pieces.append(_MISSED.pack(missed))
         pieces.append(view[start:end])
         missed, start = 0, end
@@ -206,58 +217,58 @@ def _events_frame(missed: int, text: bytes) -> bytes:
 def _task_type(message_type: int, payload: bytes, offset: int) -> tuple[bytes, int]:
     """A C{[len u8][type]} at C{payload[offset:]}, and the offset after it."""
     if offset >= len(payload):
-        raise _bad(message_type, "has no task type length")
+        raise bad(message_type, "has no task type length")
     end = offset + 1 + payload[offset]
     if end == offset + 1:
-        raise _bad(message_type, "has an empty task type")
+        raise bad(message_type, "has an empty task type")
     if end > len(payload):
-        raise _bad(message_type, f"task type of {payload[offset]} bytes runs past the payload")
+        raise bad(message_type, f"task type of {payload[offset]} bytes runs past the payload")
     return payload[offset + 1 : end], end
 
 
 def _kind(message_type: int, payload: bytes, offset: int) -> tuple[str, int]:
     """A C{[len u8][kind]} at C{payload[offset:]}, and the offset after it."""
     if offset >= len(payload):
-        raise _bad(message_type, "has no event kind length")
+        raise bad(message_type, "has no event kind length")
     end = offset + 1 + payload[offset]
     if end > len(payload):
-        raise _bad(message_type, f"event kind of {payload[offset]} bytes runs past the payload")
+        raise bad(message_type, f"event kind of {payload[offset]} bytes runs past the payload")
     kind = _KINDS.get(payload[offset + 1 : end])
     if kind is None:
-        raise _bad(message_type, f"has unknown event kind {payload[offset + 1 : end]!r}")
+        raise bad(message_type, f"has unknown event kind {payload[offset + 1 : end]!r}")
     return kind, end
 
 
 def decode_watch(payload: bytes) -> Watch:
     if not payload:
-        raise _bad(MessageType.WATCH, "has no flags")
+        raise bad(MessageType.WATCH, "has no flags")
     flags = payload[0]
     if flags & ~WATCH_STOP:
-        raise _bad(MessageType.WATCH, f"has unknown flags 0x{flags:02x}")
+        raise bad(MessageType.WATCH, f"has unknown flags 0x{flags:02x}")
     if flags & WATCH_STOP:
         if len(payload) != 1:
-            raise _bad(MessageType.WATCH, "stops watching but lists a filter")
+            raise bad(MessageType.WATCH, "stops watching but lists a filter")
         return Watch(stop=True)
-    queues, offset = counted(MessageType.WATCH, payload, 1, 0, MAX_WATCH, "queue", _split_name)
+    queues, offset = counted(MessageType.WATCH, payload, 1, 0, MAX_WATCH, "queue", split_name)
     types, offset = counted(MessageType.WATCH, payload, offset, 0, MAX_WATCH, "type", _task_type)
     kinds, offset = counted(MessageType.WATCH, payload, offset, 0, MAX_WATCH, "kind", _kind)
     if offset != len(payload):
-        raise _bad(MessageType.WATCH, f"has {len(payload) - offset} bytes after its kinds")
+        raise bad(MessageType.WATCH, f"has {len(payload) - offset} bytes after its kinds")
     return Watch(queues, types, kinds)
 
 
 def decode_events(payload: bytes) -> Events:
     if len(payload) < _MISSED.size:
-        raise _bad(MessageType.EVENTS, f"needs at least {_MISSED.size} bytes")
+        raise bad(MessageType.EVENTS, f"needs at least {_MISSED.size} bytes")
     missed = _MISSED.unpack_from(payload)[0]
-    text = lifecycle._text(MessageType.EVENTS, payload[_MISSED.size :], "lines")
-    if not text:
+    lines_text = text(MessageType.EVENTS, payload[_MISSED.size :], "lines")
+    if not lines_text:
         return Events((), missed)
-    if not text.endswith("\n"):
-        raise _bad(MessageType.EVENTS, "has a last line without its newline")
-    lines = tuple(text[:-1].split("\n"))
+    if not lines_text.endswith("\n"):
+        raise bad(MessageType.EVENTS, "has a last line without its newline")
+    lines = tuple(lines_text[:-1].split("\n"))
     if "" in lines:
-        raise _bad(MessageType.EVENTS, "has an empty line")
+        raise bad(MessageType.EVENTS, "has an empty line")
     return Events(lines, missed)
 
 
@@ -270,30 +281,22 @@ def encode_status() -> bytes:
 
 def decode_status(payload: bytes) -> Status:
     if payload:
-        raise _bad(MessageType.STATUS, f"payload must be empty, got {len(payload)} bytes")
+        raise bad(MessageType.STATUS, f"payload must be empty, got {len(payload)} bytes")
     return Status()
 
 
-DECODERS: dict[int, Callable[[bytes], Message]] = {
+def encode_stats_response(stats: wire.StatsResponse) -> bytes:
+    return frame(MessageType.STATS_RESPONSE, wire.encode_stats_response(stats)[HEADER.size :])
+
+
+STATS_FRAME = frame(MessageType.STATS)
+
+
+DECODERS: dict[int, Callable[[bytes], Message | wire.Message]] = {
     MessageType.WATCH: decode_watch,
     MessageType.EVENTS: decode_events,
     MessageType.STATUS: decode_status,
+    # As in version 1.
+    MessageType.STATS: wire.decode_stats,
+    MessageType.STATS_RESPONSE: wire.decode_stats_response,
 }
-
-
-def decode(
-    message_type: int, payload: bytes
-) -> v2.Message | lifecycle.Message | results.Message | Message:
-    """
-    Decode the payload of any version-2 frame of C{message_type}.
-
-    @raise MalformedMessage: the type is unknown or the payload has the
-        wrong layout for it.
-    """
-    decoder = DECODERS.get(message_type)
-    if decoder is None:
-        return results.decode(message_type, payload)
-    return decoder(payload)
-
-
-__all__ = ["MalformedMessage"]

@@ -1,10 +1,11 @@
 """
-The Quicx wire format: constants and pure encode/decode functions.
+Protocol version 1, the protocol page's: its messages, encoders and decoders.
 
-Every frame is a 6-byte header -- version (u8), message type (u8), payload
-length (big-endian u32) -- followed by exactly C{length} payload bytes.  This
-module knows nothing of sockets or reactors; the daemon, every client and the
-tests share it.
+Every frame is a 6-byte header (L{codec.HEADER}) with version byte C{0x01}.
+Version 1 is a frozen spec: this module is its one implementation, and
+version 2 repeats the layouts of some of its messages (ERROR, FAILED, WAIT,
+HEARTBEAT, PONG, STATS, STATS_RESPONSE).  It knows nothing of sockets or
+reactors; the daemon, every client and the tests share it.
 
 Encoders return a whole frame (header included) as C{bytes}.  Decoders take a
 payload (header already stripped by the framer) and return a message object,
@@ -19,20 +20,20 @@ from enum import IntEnum
 
 from attrs import frozen
 
+from quicx.protocol.codec import (
+    HEADER,
+    HEADER_AND_ID,
+    MAX_CREDITS,
+    MAX_TYPE_LENGTH,
+    TASK_ID,
+    MalformedMessage,
+    split_type,
+)
+
 PROTOCOL_VERSION = 1
 
-HEADER = struct.Struct(">BBI")
-HEADER_SIZE = HEADER.size
-TASK_ID = struct.Struct(">I")
 STATS_BODY = struct.Struct(">IIIQQ")
 CREDITS = struct.Struct(">H")
-MAX_CREDITS = 0xFFFF
-"""The most tasks a READY's credit count can ask to hold at once."""
-
-MAX_TASK_ID = 0xFFFFFFFF
-MAX_TYPE_LENGTH = 255
-MAX_PAYLOAD = 1 << 20
-"""The largest task payload the protocol allows (1 MiB)."""
 SUBMIT_TYPE_OVERHEAD = 1 + MAX_TYPE_LENGTH
 """The most bytes a SUBMIT spends on its task type (length byte + type)."""
 
@@ -67,20 +68,6 @@ class ErrorCode(IntEnum):
     INVALID_MESSAGE = 0x02
     PAYLOAD_TOO_LARGE = 0x03
     UNKNOWN_TASK_TYPE = 0x04
-
-
-class MalformedMessage(ValueError):
-    """
-    A payload does not have the layout its message type requires.
-
-    The daemon answers it with ERROR 0x02 (invalid message).
-
-    @ivar message_type: the type of the offending frame.
-    """
-
-    def __init__(self, message_type: int, text: str) -> None:
-        super().__init__(text)
-        self.message_type = message_type
 
 
 # -- message objects -------------------------------------------------------
@@ -191,9 +178,9 @@ def _type_header(task_type: bytes) -> bytes:
     return bytes((len(task_type),)) + task_type
 
 
-# The hot encoders pack header and task id in one call, with the type codes
-# as plain ints: an IntEnum member costs an attribute lookup and __index__.
-_HEADER_AND_ID = struct.Struct(">BBII")
+# The hot encoders pack header and task id in one call (HEADER_AND_ID), with
+# the type codes as plain ints: an IntEnum member costs an attribute lookup
+# and __index__.
 
 
 def encode_submit(task_type: bytes, payload: bytes) -> bytes:
@@ -204,7 +191,7 @@ def encode_submit(task_type: bytes, payload: bytes) -> bytes:
 
 
 def encode_ok(task_id: int) -> bytes:
-    return _HEADER_AND_ID.pack(PROTOCOL_VERSION, _OK, 4, task_id)
+    return HEADER_AND_ID.pack(PROTOCOL_VERSION, _OK, 4, task_id)
 
 
 def encode_error(code: int, message: str) -> bytes:
@@ -234,11 +221,11 @@ def encode_task(task_id: int, task_type: bytes, payload: bytes) -> bytes:
         if len(_TYPE_HEADERS) < 4096:
             _TYPE_HEADERS[task_type] = type_header
     length = 4 + len(type_header) + len(payload)
-    return _HEADER_AND_ID.pack(PROTOCOL_VERSION, _TASK, length, task_id) + type_header + payload
+    return HEADER_AND_ID.pack(PROTOCOL_VERSION, _TASK, length, task_id) + type_header + payload
 
 
 def encode_done(task_id: int) -> bytes:
-    return _HEADER_AND_ID.pack(PROTOCOL_VERSION, _DONE, 4, task_id)
+    return HEADER_AND_ID.pack(PROTOCOL_VERSION, _DONE, 4, task_id)
 
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:
@@ -296,25 +283,6 @@ def _task_id(message_type: int, payload: bytes) -> int:
     return task_id
 
 
-def _split_type(message_type: int, payload: bytes, start: int) -> tuple[bytes, bytes]:
-    """Split C{[type_len][type][rest]} found at C{payload[start:]}."""
-    if len(payload) > start:
-        type_length = payload[start]
-        type_end = start + 1 + type_length
-        if type_length and type_end <= len(payload):
-            return payload[start + 1 : type_end], payload[type_end:]
-    # Only a malformed message pays for the enum lookup.
-    name = MessageType(message_type).name
-    if len(payload) <= start:
-        raise MalformedMessage(message_type, f"{name} has no task type length")
-    if payload[start] == 0:
-        raise MalformedMessage(message_type, f"{name} has an empty task type")
-    raise MalformedMessage(
-        message_type,
-        f"{name} task type of {payload[start]} bytes runs past the {len(payload)}-byte payload",
-    )
-
-
 def _exact(message_type: int, payload: bytes, size: int) -> None:
     if len(payload) != size:
         raise MalformedMessage(
@@ -325,7 +293,7 @@ def _exact(message_type: int, payload: bytes, size: int) -> None:
 
 def submit_fields(payload: bytes) -> tuple[bytes, bytes]:
     """A SUBMIT's task type and payload, without building a L{Submit}."""
-    return _split_type(MessageType.SUBMIT, payload, 0)
+    return split_type(MessageType.SUBMIT, payload, 0)
 
 
 def decode_submit(payload: bytes) -> Submit:
@@ -345,7 +313,7 @@ def decode_error(payload: bytes) -> Error:
 
 def decode_task(payload: bytes) -> Task:
     task_id = _task_id(MessageType.TASK, payload)
-    task_type, body = _split_type(MessageType.TASK, payload, TASK_ID.size)
+    task_type, body = split_type(MessageType.TASK, payload, TASK_ID.size)
     return Task(task_id, task_type, body)
 
 
@@ -409,6 +377,7 @@ decode_pong = _empty(MessageType.PONG, Pong())
 decode_stats = _empty(MessageType.STATS, StatsRequest())
 
 DECODERS: dict[int, Callable[[bytes], Message]] = {
+    # Version 1's decoders, by type (L{quicx.protocol.registry.decode} decodes a frame).
     MessageType.SUBMIT: decode_submit,
     MessageType.OK: decode_ok,
     MessageType.ERROR: decode_error,
@@ -422,17 +391,3 @@ DECODERS: dict[int, Callable[[bytes], Message]] = {
     MessageType.STATS: decode_stats,
     MessageType.STATS_RESPONSE: decode_stats_response,
 }
-
-
-def decode(message_type: int, payload: bytes) -> Message:
-    """
-    Decode the payload of a frame of C{message_type}.
-
-    @raise MalformedMessage: the type is unknown or the payload has the wrong
-        layout for it.
-    """
-    try:
-        decoder = DECODERS[message_type]
-    except KeyError:
-        raise MalformedMessage(message_type, f"unknown message type 0x{message_type:02x}") from None
-    return decoder(payload)

@@ -18,7 +18,7 @@ from typing import IO, Any
 from quicx.clients.address import CLIENT_MAX_LENGTH, parse_address
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
-from quicx.protocol import lifecycle, v2
+from quicx.protocol import codec, link, outcomes, taskflow
 from quicx.protocol.frames import Frame, FrameParser
 from tools.bench.rig import (
     alike,
@@ -130,7 +130,7 @@ def delays_idle_workload(k: int) -> dict[str, Any]:
             QuicxClient(daemon.client_address) as client,
         ):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(v2.encode_ready(1))
+            sock.sendall(taskflow.encode_ready(1))
             parser = FrameParser(
                 CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH
             )
@@ -145,10 +145,13 @@ def delays_idle_workload(k: int) -> dict[str, Any]:
                     if not data:
                         raise SystemExit("tools.bench: the daemon closed the worker connection")
                     for frame in parser.feed(data):
-                        if isinstance(frame, Frame) and frame.message_type == v2.MessageType.TASK:
-                            task = v2.decode_task(frame.payload)
+                        if (
+                            isinstance(frame, Frame)
+                            and frame.message_type == codec.MessageType.TASK
+                        ):
+                            task = taskflow.decode_task(frame.payload)
                 lateness.append(1000 * arrived - due_ms)
-                sock.sendall(lifecycle.encode_ack(task.task_id, task.token))
+                sock.sendall(outcomes.encode_ack(task.task_id, task.token))
     lateness.sort()
     return {
         "k": k,
@@ -193,7 +196,7 @@ def delays_worker(address: str, connections: int, n: int) -> None:
     for _ in range(connections):
         sock = socket.create_connection(sockaddr)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(v2.encode_ready(DELAY_CREDITS))
+        sock.sendall(taskflow.encode_ready(DELAY_CREDITS))
         parser = FrameParser(CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH)
         selector.register(sock, selectors.EVENT_READ, (sock, parser))
     arrivals: list[float] = []
@@ -206,14 +209,14 @@ def delays_worker(address: str, connections: int, n: int) -> None:
                 raise SystemExit("tools.bench: the daemon closed a worker connection")
             replies = []
             for frame in parser.feed(data):
-                if not isinstance(frame, Frame) or frame.message_type == v2.MessageType.ERROR:
+                if not isinstance(frame, Frame) or frame.message_type == codec.MessageType.ERROR:
                     raise SystemExit(f"tools.bench: a worker got {frame}")
-                if frame.message_type == v2.MessageType.TASK:
-                    task = v2.decode_task(frame.payload)
+                if frame.message_type == codec.MessageType.TASK:
+                    task = taskflow.decode_task(frame.payload)
                     arrivals.append(now)
-                    replies.append(lifecycle.encode_ack(task.task_id, task.token))
-                elif frame.message_type == v2.MessageType.HEARTBEAT:
-                    replies.append(v2.PONG_FRAME)
+                    replies.append(outcomes.encode_ack(task.task_id, task.token))
+                elif frame.message_type == codec.MessageType.HEARTBEAT:
+                    replies.append(link.PONG_FRAME)
             sock.sendall(b"".join(replies))
     print(json.dumps(arrivals), flush=True)
 

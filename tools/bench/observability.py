@@ -18,7 +18,7 @@ from typing import Any, cast
 from quicx.clients.address import CLIENT_MAX_LENGTH
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
-from quicx.protocol import v2
+from quicx.protocol import admin, codec, link
 from quicx.protocol.frames import Frame, FrameParser
 from tools.bench.rig import BENCH_TYPE, SMALL_RESULT_SIZE, running
 from tools.bench.throughput import e2e_workload
@@ -52,7 +52,7 @@ def monitor_workload(depth: int, queries: int) -> dict[str, Any]:
         thread.start()
         with socket.create_connection(daemon.address) as monitor:
             parser = FrameParser(CLIENT_MAX_LENGTH, False, CLIENT_MAX_LENGTH)
-            monitor.sendall(v2.encode_hello())
+            monitor.sendall(link.encode_hello())
             answers = -1  # the HELLO's INFO first
             while answers < 0:
                 answers += len(parser.feed(monitor.recv(65536)))
@@ -61,11 +61,11 @@ def monitor_workload(depth: int, queries: int) -> dict[str, Any]:
             before = len(trips)
             started = time.perf_counter()
             # submit_many raises rather than return an error (return_exceptions=False).
-            monitor.sendall(v2.encode_inspect(cast(int, ids[-1])) * queries)
+            monitor.sendall(admin.encode_inspect(cast(int, ids[-1])) * queries)
             while answers < queries:
                 frames = parser.feed(monitor.recv(65536))
                 if not all(
-                    type(f) is Frame and f.message_type == v2.MessageType.INFO for f in frames
+                    type(f) is Frame and f.message_type == codec.MessageType.INFO for f in frames
                 ):
                     raise SystemExit(f"tools.bench: INSPECT was not answered INFO: {frames}")
                 answers += len(frames)

@@ -63,8 +63,8 @@ from quicx.daemon.queue.policy import ProgressSettings, QueuePolicy, SharedLimit
 from quicx.daemon.queue.results import ResultLimits
 from quicx.daemon.queue.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.net.tls import TlsSettings
-from quicx.protocol.lifecycle import Missed
-from quicx.protocol.wire import MAX_CREDITS, MAX_TYPE_LENGTH
+from quicx.protocol.admin import Missed
+from quicx.protocol.codec import MAX_CREDITS, MAX_TYPE_LENGTH
 
 SERVER = section("server", ServerSettings, "",
     key("port", PORT, "The TCP port, on 127.0.0.1 only; `listen` replaces it."),

@@ -23,9 +23,9 @@ from quicx.daemon.queue import pmad, schedules
 from quicx.daemon.queue.results import Share
 from quicx.net.addresses import split_addresses
 from quicx.net.certificates import identities
+from quicx.protocol.codec import MAX_QUEUE_NAME, MAX_TYPE_LENGTH, check_queue
 from quicx.protocol.durations import format_backoff, parse_backoff
-from quicx.protocol.v2 import MAX_QUEUE_NAME, Backoff, check_queue
-from quicx.protocol.wire import MAX_TYPE_LENGTH
+from quicx.protocol.taskflow import Backoff
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Enum)

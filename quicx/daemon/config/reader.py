@@ -32,7 +32,7 @@ from quicx.daemon.config.sections import Config
 from quicx.daemon.config.table import Setting, replace
 from quicx.daemon.queue import schedules
 from quicx.daemon.queue.schedules import ScheduleSpec
-from quicx.protocol.v2 import check_queue
+from quicx.protocol.codec import check_queue
 
 
 class ConfigError(Exception):

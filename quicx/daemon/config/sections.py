@@ -49,8 +49,8 @@ from quicx.net.addresses import split_addresses
 from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.net.certificates import Authorization
 from quicx.net.tls import TlsSettings
-from quicx.protocol.v2 import DEFAULT_QUEUE, Backoff
-from quicx.protocol.wire import MAX_TYPE_LENGTH
+from quicx.protocol.codec import DEFAULT_QUEUE, MAX_TYPE_LENGTH
+from quicx.protocol.taskflow import Backoff
 
 DEFAULT_PORT = 16381
 

@@ -26,7 +26,7 @@ from twisted.python.failure import Failure
 from quicx.documents.cluster import Member, Status, cluster_view
 from quicx.documents.status import STATUS_FORMAT
 from quicx.net.tls import client_endpoint
-from quicx.protocol import monitor, v2, wire
+from quicx.protocol import codec, link, monitor, wire
 from quicx.protocol.frames import Frame, FrameParser, RejectedFrame
 
 SELF = "self"
@@ -87,13 +87,13 @@ def status_document(event: Frame | RejectedFrame) -> dict[str, Any]:
         raise PeerUnavailable(f"its answer was refused: {event.reason}")
     message_type, payload = event
     try:
-        if message_type == v2.MessageType.ERROR:
+        if message_type == codec.MessageType.ERROR:
             error = wire.decode_error(payload)
             raise PeerUnavailable(f"it answered ERROR 0x{error.code:02x}: {error.message}")
-        if message_type != v2.MessageType.INFO:
+        if message_type != codec.MessageType.INFO:
             raise PeerUnavailable(f"it answered message type 0x{message_type:02x}, not INFO")
-        document = v2.decode_info(payload).document
-    except wire.MalformedMessage as e:
+        document = link.decode_info(payload).document
+    except codec.MalformedMessage as e:
         raise PeerUnavailable(f"its answer is malformed: {e}") from None
     if not isinstance(document, dict) or document.get("format") != STATUS_FORMAT:
         raise PeerUnavailable(f"its answer is not a {STATUS_FORMAT} document")

@@ -117,9 +117,9 @@ class KeptEntry:
     """
     A kept outcome (see L{quicx.daemon.queue.results}).
 
-    @ivar state: an L{quicx.protocol.results.OutcomeState} (done, failed,
+    @ivar state: an L{quicx.protocol.outcomes.OutcomeState} (done, failed,
         cancelled or dead).
-    @ivar kind: the result's kind (a L{quicx.protocol.v2.ResultKind}); 0:
+    @ivar kind: the result's kind (a L{quicx.protocol.taskflow.ResultKind}); 0:
         C{data} is a reason (UTF-8), or a done task gave no result.
     @ivar expires_at: when it is forgotten (Unix seconds).
     @ivar automatic: nobody asked for it to be kept (its producer was gone):
@@ -138,7 +138,7 @@ class KeptEntry:
 class GroupEntry:
     """
     A group's state (see L{quicx.daemon.queue.groups}): its phase (a
-    L{quicx.protocol.results.GroupPhase}), when it opened and finished
+    L{quicx.protocol.outcomes.GroupPhase}), when it opened and finished
     (Unix seconds; 0: not yet), and its members' counts.
     """
 

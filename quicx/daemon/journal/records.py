@@ -10,7 +10,7 @@ from enum import Enum
 from attrs import field, frozen
 
 from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry
-from quicx.protocol.wire import MAX_TASK_ID
+from quicx.protocol.codec import MAX_TASK_ID
 
 MAGIC_V1 = b"QUICXJ1\n"
 """The previous release's journals: kinds 1 to 5 only."""

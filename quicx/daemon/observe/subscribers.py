@@ -26,8 +26,8 @@ from quicx.daemon.observe.events import Event, format_events
 from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.protocol import monitor
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.monitor import Watch
-from quicx.protocol.v2 import ErrorCode
 
 
 @define(eq=False)

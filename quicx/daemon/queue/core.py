@@ -50,10 +50,11 @@ from quicx.daemon.queue.results import KeptOutcome
 from quicx.daemon.queue.retries import retry_wait
 from quicx.daemon.queue.speaker import Speaker
 from quicx.net.twisted_types import Service
-from quicx.protocol import results, v2, wire
-from quicx.protocol.results import OutcomeState
+from quicx.protocol import codec, outcomes, taskflow, wire
+from quicx.protocol.codec import ErrorCode
+from quicx.protocol.outcomes import OutcomeState
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
-from quicx.protocol.v2 import Backoff, ErrorCode
+from quicx.protocol.taskflow import Backoff
 
 
 class ScheduledTask(Protocol):
@@ -717,7 +718,9 @@ class QueueService(Service):
                 retries=recovered.retries,
                 failures=recovered.failures,
                 attempts=recovered.attempts,
-                backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
+                backoff=None
+                if recovered.backoff is None
+                else taskflow.Backoff._make(recovered.backoff),
                 dead=recovered.dead,
                 keep_for=recovered.keep_for,
                 recovered=True,
@@ -779,7 +782,7 @@ class QueueService(Service):
         # Ids increase and wrap after 2**32 - 1, skipping ids still live.
         task_id = self._last_task_id
         while True:
-            task_id = task_id + 1 if task_id < wire.MAX_TASK_ID else 1
+            task_id = task_id + 1 if task_id < codec.MAX_TASK_ID else 1
             if task_id not in self._live:
                 self._last_task_id = task_id
                 return task_id
@@ -843,7 +846,7 @@ class QueueService(Service):
         task_id: int,
         outcome: str,
         reason: str,
-        result: v2.Result | None = None,
+        result: taskflow.Result | None = None,
     ) -> None:
         """
         Send C{session} a task's outcome in its version (a version-1 peer
@@ -865,7 +868,7 @@ class QueueService(Service):
         """Send C{session} a kept outcome as its task's producer would have heard it."""
         state = kept.state
         if state == OutcomeState.DONE:
-            result = v2.Result(v2.ResultKind(kept.kind), data) if kept.kind else None
+            result = taskflow.Result(taskflow.ResultKind(kept.kind), data) if kept.kind else None
             self._tell_outcome(session, kept.task_id, "done", "", result)
         elif state == OutcomeState.CANCELLED:
             self._tell_outcome(session, kept.task_id, "cancelled", "")
@@ -932,7 +935,7 @@ class QueueService(Service):
         if len(session.tasks) == held:
             session.peer.sendFrame(session.speaker.wait)
 
-    def done(self, session: Session, task_id: int, result: v2.Result | None = None) -> None:
+    def done(self, session: Session, task_id: int, result: taskflow.Result | None = None) -> None:
         """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
         finished = self._finish(session, task_id, "done")
         if finished is not None:
@@ -984,7 +987,7 @@ class QueueService(Service):
     # -- version-2 workers: fenced outcomes and leases -------------------------------
 
     def ack(
-        self, session: Session, task_id: int, token: int, result: v2.Result | None = None
+        self, session: Session, task_id: int, token: int, result: taskflow.Result | None = None
     ) -> None:
         """
         A version-2 worker's ACK of delivery C{token}, with the task's C{result}.
@@ -1058,7 +1061,7 @@ class QueueService(Service):
                 "progress",
                 task,
                 task.holder,
-                (report.fraction / results.MAX_FRACTION, report.message),
+                (report.fraction / outcomes.MAX_FRACTION, report.message),
             )
         producer = task.producer
         if (

@@ -26,8 +26,8 @@ from twisted.internet.interfaces import IReactorTime
 
 from quicx.daemon.journal.interface import GroupEntry, IJournal
 from quicx.daemon.queue.delays import Delays
-from quicx.protocol import results, wire
-from quicx.protocol.results import GroupPhase, OutcomeState
+from quicx.protocol import codec, outcomes
+from quicx.protocol.outcomes import GroupPhase, OutcomeState
 
 
 @frozen
@@ -75,9 +75,9 @@ class Group:
         """Members that have not finished."""
         return self.members - self.done - self.failed - self.cancelled
 
-    def state(self) -> results.GroupState:
+    def state(self) -> outcomes.GroupState:
         """What GROUP_STATE says of it."""
-        return results.GroupState(
+        return outcomes.GroupState(
             self.group_id,
             self.phase,
             self.members,
@@ -171,8 +171,10 @@ class Groups:
     def state_frame(self, group_id: int) -> bytes:
         """The GROUP_STATE of group C{group_id} now, or of an unknown one."""
         group = self._groups.get(group_id)
-        state = results.GroupState(group_id, GroupPhase.UNKNOWN) if group is None else group.state()
-        return results.encode_group_state(state)
+        state = (
+            outcomes.GroupState(group_id, GroupPhase.UNKNOWN) if group is None else group.state()
+        )
+        return outcomes.encode_group_state(state)
 
     def open(self, opener: int) -> Group | None:
         """
@@ -185,7 +187,7 @@ class Groups:
             self._forget(next(iter(self._finished.values())))
         group_id = self._last_id
         while True:
-            group_id = group_id + 1 if group_id < wire.MAX_TASK_ID else 1
+            group_id = group_id + 1 if group_id < codec.MAX_TASK_ID else 1
             if group_id not in self._groups:
                 break
         self._last_id = group_id

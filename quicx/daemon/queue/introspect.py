@@ -15,7 +15,7 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Task
 from quicx.documents.status import Queue
 from quicx.documents.typed import as_json
-from quicx.protocol.results import MAX_FRACTION
+from quicx.protocol.outcomes import MAX_FRACTION
 
 
 def queue_states(service: QueueService) -> tuple[Queue, ...]:

@@ -14,7 +14,8 @@ from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.speaker import Speaker
 from quicx.protocol import session as protocol
-from quicx.protocol.v2 import Backoff, ErrorCode
+from quicx.protocol.codec import ErrorCode
+from quicx.protocol.taskflow import Backoff
 
 
 @define(eq=False)

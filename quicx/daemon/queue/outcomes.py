@@ -23,9 +23,9 @@ from quicx.daemon.queue.model import Refused, Session, Task
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.results import KeptOutcomes
 from quicx.daemon.queue.waits import Target, Wait, Waits
-from quicx.protocol import v2
-from quicx.protocol.results import GroupPhase, OutcomeState
-from quicx.protocol.v2 import ErrorCode
+from quicx.protocol import taskflow
+from quicx.protocol.codec import ErrorCode
+from quicx.protocol.outcomes import GroupPhase, OutcomeState
 
 
 class Outcomes:
@@ -69,7 +69,7 @@ class Outcomes:
         self,
         task: Task,
         state: OutcomeState,
-        result: v2.Result | None = None,
+        result: taskflow.Result | None = None,
         reason: str = "",
     ) -> None:
         """
@@ -118,7 +118,7 @@ class Outcomes:
         self,
         task_id: int,
         state: OutcomeState,
-        result: v2.Result | None = None,
+        result: taskflow.Result | None = None,
         reason: bytes = b"",
     ) -> None:
         """End the waits for C{task_id} with its OUTCOME (not an answer: sent at once)."""

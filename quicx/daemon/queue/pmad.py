@@ -32,7 +32,7 @@ from math import gcd
 
 from attrs import frozen
 
-from quicx.protocol.wire import MAX_PAYLOAD
+from quicx.protocol.codec import MAX_PAYLOAD
 
 BLOCK_HEADER = struct.Struct("<QIHBx")
 """next free block offset + 1 (0: none), payload length, class index, state."""

@@ -16,7 +16,8 @@ from attrs import field, frozen
 from quicx.daemon.queue.dispatch import DispatchSettings
 from quicx.daemon.queue.groups import GroupLimits
 from quicx.daemon.queue.results import ResultLimits
-from quicx.protocol.v2 import DEFAULT_QUEUE, Backoff
+from quicx.protocol.codec import DEFAULT_QUEUE
+from quicx.protocol.taskflow import Backoff
 
 DEFAULT_BACKOFF = Backoff()
 """Exponential from 1 s, doubling up to 5 minutes, no jitter."""

@@ -31,8 +31,8 @@ from twisted.internet.interfaces import IReactorTime
 from quicx.daemon.journal.interface import IJournal, KeptEntry
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.delays import Delays
-from quicx.protocol import results, v2
-from quicx.protocol.results import OutcomeState
+from quicx.protocol import taskflow
+from quicx.protocol.outcomes import OutcomeState, encode_outcome
 
 
 @frozen
@@ -173,15 +173,13 @@ class KeptOutcomes:
         found = self.get(task_id)
         if found is None:
             if self.forgot(task_id):
-                return results.encode_outcome(
-                    task_id, OutcomeState.EXPIRED, None, self.eviction(task_id)
-                )
-            return results.encode_outcome(task_id, OutcomeState.UNKNOWN)
+                return encode_outcome(task_id, OutcomeState.EXPIRED, None, self.eviction(task_id))
+            return encode_outcome(task_id, OutcomeState.UNKNOWN)
         kept, data = found
         if kept.kind:
-            result = v2.Result(v2.ResultKind(kept.kind), data)
-            return results.encode_outcome(task_id, kept.state, result)
-        return results.encode_outcome(task_id, kept.state, None, data)
+            result = taskflow.Result(taskflow.ResultKind(kept.kind), data)
+            return encode_outcome(task_id, kept.state, result)
+        return encode_outcome(task_id, kept.state, None, data)
 
     def keep(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from quicx.protocol.v2 import Backoff, BackoffKind
+from quicx.protocol.taskflow import Backoff, BackoffKind
 
 MAX_SHIFT = 40
 """Exponents past this saturate at the cap (2**40 ms is 35 years)."""

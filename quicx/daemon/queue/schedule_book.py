@@ -22,9 +22,8 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.schedules import Scheduler, ScheduleSpec, TooManySchedules, UnknownSchedule
 from quicx.net.twisted_types import Service
-from quicx.protocol import lifecycle
-from quicx.protocol.v2 import ErrorCode
-from quicx.protocol.wire import MalformedMessage
+from quicx.protocol import admin
+from quicx.protocol.codec import ErrorCode, MalformedMessage
 
 
 class ScheduleBook(Service):
@@ -62,7 +61,7 @@ class ScheduleBook(Service):
                 )
                 continue
             try:
-                spec = ScheduleSpec.from_message(lifecycle.decode_schedule(payload))
+                spec = ScheduleSpec.from_message(admin.decode_schedule(payload))
                 self.scheduler.add(spec, fired.get(name))
             except (MalformedMessage, ValueError, TooManySchedules) as e:
                 self.log.error(
@@ -79,7 +78,7 @@ class ScheduleBook(Service):
 
     # -- the admin's requests -------------------------------------------------------------
 
-    def add(self, message: lifecycle.Schedule, payload: bytes) -> dict[str, Any]:
+    def add(self, message: admin.Schedule, payload: bytes) -> dict[str, Any]:
         """
         Add or replace a run-time schedule (C{payload}: its SCHEDULE's); journaled.
 

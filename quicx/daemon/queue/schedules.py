@@ -48,9 +48,9 @@ from cronsim import CronSim, CronSimError
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 
-from quicx.protocol import lifecycle
-from quicx.protocol.lifecycle import MAX_INTERVAL, Missed
-from quicx.protocol.v2 import MAX_QUEUE_NAME, QUEUE_NAME
+from quicx.protocol import admin
+from quicx.protocol.admin import MAX_INTERVAL, Missed
+from quicx.protocol.codec import MAX_QUEUE_NAME, QUEUE_NAME
 
 MAX_CATCH_UP = 0xFFFF
 """The most missed firings a schedule fires at start-up (C{catch_up} is a u16 on the wire)."""
@@ -89,7 +89,7 @@ class ScheduleSpec:
     source: Source = "runtime"
 
     @classmethod
-    def from_message(cls, message: lifecycle.Schedule) -> ScheduleSpec:
+    def from_message(cls, message: admin.Schedule) -> ScheduleSpec:
         """The run-time schedule a decoded SCHEDULE asks for (not yet L{check}ed)."""
         return cls(
             name=message.name,

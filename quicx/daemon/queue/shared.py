@@ -26,9 +26,9 @@ from twisted.logger import Logger
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.policy import SharedLimits
-from quicx.protocol import results
+from quicx.protocol import shared_data
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.session import Role
-from quicx.protocol.v2 import ErrorCode
 
 MAX_VERSION = 0xFFFFFFFF
 """A version is a u32 on the wire; after the last one comes 1 again."""
@@ -135,7 +135,7 @@ class SharedData:
         journal.record_shared(name, number, data)
         followers = self._following.get(name, {})
         if followers:
-            frame = results.encode_shared(name, number, data)
+            frame = shared_data.encode_shared(name, number, data)
             durable = journal.durable()
             if durable is None:
                 self._send(name, frame)
@@ -214,7 +214,9 @@ class SharedData:
             version = self._versions.get(name)
             if version is not None:
                 follower.behind.pop(name, None)
-                session.peer.sendFrame(results.encode_shared(name, version.number, version.data))
+                session.peer.sendFrame(
+                    shared_data.encode_shared(name, version.number, version.data)
+                )
         return {"following": {name: self._number(name) for name in follower.names}}
 
     def _number(self, name: str) -> int:
@@ -230,9 +232,9 @@ class SharedData:
         for name in behind:
             version = self._versions.get(name)
             session.peer.sendFrame(
-                results.encode_shared(name, 0)
+                shared_data.encode_shared(name, 0)
                 if version is None
-                else results.encode_shared(name, version.number, version.data)
+                else shared_data.encode_shared(name, version.number, version.data)
             )
 
     def unfollow(self, session: Session) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from quicx.protocol.results import GroupState, OutcomeState
-from quicx.protocol.v2 import Result
+from quicx.protocol.outcomes import GroupState, OutcomeState
+from quicx.protocol.taskflow import Result
 
 
 class Delivered(Protocol):

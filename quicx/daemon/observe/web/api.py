@@ -31,8 +31,8 @@ from quicx.daemon.queue import introspect
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.schedule_book import ScheduleBook
-from quicx.protocol.lifecycle import MAX_DEAD_LIST
-from quicx.protocol.v2 import ErrorCode, check_queue
+from quicx.protocol.admin import MAX_DEAD_LIST
+from quicx.protocol.codec import ErrorCode, check_queue
 
 CSRF_HEADER = b"x-quicx-csrf"
 """The header an action echoes its session's CSRF token in."""

@@ -21,9 +21,9 @@ from quicx.daemon.queue import introspect
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.documents.typed import as_json
-from quicx.protocol.results import OutcomeState
+from quicx.protocol.outcomes import OutcomeState
 from quicx.protocol.session import Role
-from quicx.protocol.v2 import ResultKind
+from quicx.protocol.taskflow import ResultKind
 
 SHOWN_TASKS = 20
 """The task ids listed per connection (the count is always whole)."""

@@ -1,13 +1,11 @@
 """
-Protocol version 2, part 3: what comes back from a task.
+Version 2's outcome messages: what becomes of a task after its delivery.
 
-Waiting for an outcome from any connection (AWAIT, OUTCOME), progress
-reports (PROGRESS), shared data (PUBLISH, SHARED, FOLLOW) and groups
-(GROUP, GROUP_STATE).  Results themselves ride on ACK (worker to daemon) and
-DONE (daemon to producer) as a C{[kind u8][data]} tail: L{v2.Result}.  Same
-header and version byte as the rest of version 2; docs/protocol.md,
-"Version 2: results, progress, shared data and groups", has every layout.
-L{decode} decodes any version-2 message.
+A worker's fenced reports on a delivery, quoting its token: ACK (done, with
+a L{Result} if any), NACK (failed), TOUCH (extend the lease), and PROGRESS;
+the producer's RETRYING notice; waiting for a task's outcome from any
+connection (AWAIT, OUTCOME) and groups of tasks (GROUP, GROUP_STATE).
+docs/protocol.md has every layout.  Sans I/O.
 """
 
 from __future__ import annotations
@@ -15,23 +13,39 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from enum import IntEnum
+from typing import NamedTuple
 
 from attrs import frozen
 
-from quicx.protocol import lifecycle, v2, wire
-from quicx.protocol.v2 import MessageType, Result, _bad, _split_name, frame
-from quicx.protocol.wire import MalformedMessage
+from quicx.protocol.codec import (
+    MAX_TASK_ID,
+    VERSION,
+    MessageType,
+    bad,
+    frame,
+    text,
+)
+from quicx.protocol.taskflow import Result, decode_result
 
+NACK_PERMANENT = 0x01
+"""NACK flag: the failure is permanent; the task is not retried."""
+ID_TOKEN = struct.Struct(">IQ")
+"""ACK's payload: the task id and the delivery's token."""
+ACK_SIZE = ID_TOKEN.size
+"""An ACK without a result: its task id and token."""
+NACK_FIXED = ID_TOKEN.size + 1
+"""What a NACK carries before its reason: task id, token and flags."""
 MAX_FRACTION = 10_000
 """PROGRESS carries its fraction in ten-thousandths: 10000 is all done."""
-MAX_FOLLOW = 32
-"""The most shared-data names one FOLLOW lists."""
-PUBLISH_DELETE = 0x01
-"""PUBLISH flag: delete the name instead of publishing a version."""
 
 _AWAIT = struct.Struct(">II")
 _OUTCOME = struct.Struct(">IBB")
 _PROGRESS = struct.Struct(">IQH")
+PROGRESS_FIXED = _PROGRESS.size
+"""What a PROGRESS carries before its message: task id, token and fraction."""
+_ACK_HEAD = struct.Struct(">BBIIQB")  # header, task id, token, result kind
+_TOUCH = struct.Struct(">IQI")
+_RETRYING = struct.Struct(">IHQ")
 _GROUP = struct.Struct(">BII")
 _GROUP_STATE = struct.Struct(">IBIIIII")
 
@@ -82,6 +96,42 @@ _PHASES = frozenset(GroupPhase)
 # -- messages ---------------------------------------------------------------------
 
 
+class Ack(NamedTuple):
+    """The worker finished the delivery C{token} of C{task_id}, with C{result} if any."""
+
+    task_id: int
+    token: int
+    result: Result | None = None
+
+
+class Nack(NamedTuple):
+    """The delivery C{token} of C{task_id} failed; C{permanent}: do not retry."""
+
+    task_id: int
+    token: int
+    reason: str
+    permanent: bool = False
+
+
+@frozen
+class Touch:
+    """Extend the lease of delivery C{token} to C{seconds} from now."""
+
+    task_id: int
+    token: int
+    seconds: int
+
+
+@frozen
+class Retrying:
+    """(To a producer.) Attempt C{attempt} failed with C{reason}; the next runs at C{due_ms}."""
+
+    task_id: int
+    attempt: int
+    due_ms: int
+    reason: str
+
+
 @frozen
 class Await:
     """Answer with task C{task_id}'s OUTCOME, waiting up to C{timeout_ms} (0: answer now)."""
@@ -119,31 +169,6 @@ class Progress:
 
 
 @frozen
-class Publish:
-    """Publish C{data} as the next version of shared data C{name}, or delete C{name}."""
-
-    name: str
-    data: bytes = b""
-    delete: bool = False
-
-
-@frozen
-class Shared:
-    """(To a worker.) Version C{version} of C{name} is C{data}; version 0: deleted."""
-
-    name: str
-    version: int
-    data: bytes = b""
-
-
-@frozen
-class Follow:
-    """(A worker.) Send me the current version of each of C{names}, and every new one."""
-
-    names: tuple[str, ...]
-
-
-@frozen
 class Group:
     """
     Open a group (C{group} 0), close one, ask its state, or wait up to
@@ -171,15 +196,15 @@ class GroupState:
     pending: int = 0
 
 
-Message = Await | Outcome | Progress | Publish | Shared | Follow | Group | GroupState
+Message = Ack | Nack | Touch | Retrying | Await | Outcome | Progress | Group | GroupState
 
 
 # -- encoders ---------------------------------------------------------------------
 
 
 def _check_id(task_id: int, what: str = "a task id") -> None:
-    if not 1 <= task_id <= wire.MAX_TASK_ID:
-        raise ValueError(f"{what} is 1 to {wire.MAX_TASK_ID}, not {task_id}")
+    if not 1 <= task_id <= MAX_TASK_ID:
+        raise ValueError(f"{what} is 1 to {MAX_TASK_ID}, not {task_id}")
 
 
 def _check_timeout(timeout_ms: int) -> None:
@@ -187,9 +212,36 @@ def _check_timeout(timeout_ms: int) -> None:
         raise ValueError(f"a wait is 0 to {0xFFFFFFFF} ms, not {timeout_ms}")
 
 
-def _name(name: str) -> bytes:
-    raw = v2.check_queue(name)
-    return bytes((len(raw),)) + raw
+def encode_ack(task_id: int, token: int, result: Result | None = None) -> bytes:
+    if result is None:
+        return frame(MessageType.ACK, ID_TOKEN.pack(task_id, token))
+    kind, data = result
+    # One copy of the result: it may be the largest part of the frame.
+    return (
+        _ACK_HEAD.pack(VERSION, MessageType.ACK, ACK_SIZE + 1 + len(data), task_id, token, kind)
+        + data
+    )
+
+
+def encode_nack(task_id: int, token: int, reason: str | bytes, permanent: bool = False) -> bytes:
+    if isinstance(reason, str):
+        reason = reason.encode("utf-8", "replace")
+    flags = bytes((NACK_PERMANENT if permanent else 0,))
+    return frame(MessageType.NACK, ID_TOKEN.pack(task_id, token) + flags + reason)
+
+
+def encode_touch(task_id: int, token: int, seconds: int) -> bytes:
+    if not 1 <= seconds <= 0xFFFFFFFF:
+        raise ValueError(f"a lease is extended by 1 to {0xFFFFFFFF} seconds, not {seconds}")
+    return frame(MessageType.TOUCH, _TOUCH.pack(task_id, token, seconds))
+
+
+def encode_retrying(task_id: int, attempt: int, due_ms: int, reason: str | bytes) -> bytes:
+    if isinstance(reason, str):
+        reason = reason.encode("utf-8", "replace")
+    return frame(
+        MessageType.RETRYING, _RETRYING.pack(task_id, min(attempt, 0xFFFF), due_ms) + reason
+    )
 
 
 def encode_await(task_id: int, timeout_ms: int = 0) -> bytes:
@@ -216,27 +268,6 @@ def encode_progress(task_id: int, token: int, fraction: int, message: str | byte
     if isinstance(message, str):
         message = message.encode("utf-8", "replace")
     return frame(MessageType.PROGRESS, _PROGRESS.pack(task_id, token, fraction) + message)
-
-
-def encode_publish(name: str, data: bytes = b"", delete: bool = False) -> bytes:
-    if delete and data:
-        raise ValueError("a PUBLISH that deletes a name carries no data")
-    flags = bytes((PUBLISH_DELETE if delete else 0,))
-    return frame(MessageType.PUBLISH, flags + _name(name) + data)
-
-
-def encode_shared(name: str, version: int, data: bytes = b"") -> bytes:
-    if not 0 <= version <= 0xFFFFFFFF:
-        raise ValueError(f"a version is 0 to {0xFFFFFFFF}, not {version}")
-    return frame(MessageType.SHARED, _name(name) + wire.TASK_ID.pack(version) + data)
-
-
-def encode_follow(names: tuple[str, ...] | list[str]) -> bytes:
-    if not 1 <= len(names) <= MAX_FOLLOW:
-        raise ValueError(f"FOLLOW lists 1 to {MAX_FOLLOW} names, not {len(names)}")
-    if len(set(names)) != len(names):
-        raise ValueError("FOLLOW lists a name twice")
-    return frame(MessageType.FOLLOW, bytes((len(names),)) + b"".join(map(_name, names)))
 
 
 def encode_group(op: GroupOp, group: int = 0, timeout_ms: int = 0) -> bytes:
@@ -271,112 +302,110 @@ def encode_group_state(state: GroupState) -> bytes:
 
 def _fixed(message_type: MessageType, payload: bytes, layout: struct.Struct) -> tuple[int, ...]:
     if len(payload) != layout.size:
-        raise _bad(message_type, f"payload must be {layout.size} bytes, got {len(payload)}")
+        raise bad(message_type, f"payload must be {layout.size} bytes, got {len(payload)}")
     return layout.unpack(payload)
+
+
+def _id_token(message_type: MessageType, payload: bytes, size: int) -> tuple[int, int]:
+    if len(payload) < size:
+        raise bad(message_type, f"needs at least {size} bytes, got {len(payload)}")
+    task_id, token = ID_TOKEN.unpack_from(payload)
+    if not task_id:
+        raise bad(message_type, "names task 0")
+    return task_id, token
+
+
+def decode_ack(payload: bytes) -> Ack:
+    task_id, token = _id_token(MessageType.ACK, payload, ID_TOKEN.size)
+    return Ack(task_id, token, decode_result(MessageType.ACK, payload, ID_TOKEN.size))
+
+
+def decode_nack(payload: bytes) -> Nack:
+    task_id, token = _id_token(MessageType.NACK, payload, NACK_FIXED)
+    flags = payload[ACK_SIZE]
+    if flags & ~NACK_PERMANENT:
+        raise bad(MessageType.NACK, f"has unknown flags 0x{flags:02x}")
+    reason = text(MessageType.NACK, payload[NACK_FIXED:], "reason")
+    return Nack(task_id, token, reason, bool(flags & NACK_PERMANENT))
+
+
+def decode_touch(payload: bytes) -> Touch:
+    if len(payload) != _TOUCH.size:
+        raise bad(MessageType.TOUCH, f"payload must be {_TOUCH.size} bytes, got {len(payload)}")
+    task_id, token, seconds = _TOUCH.unpack(payload)
+    if not task_id or not seconds:
+        raise bad(MessageType.TOUCH, "names task 0 or extends by 0 seconds")
+    return Touch(task_id, token, seconds)
+
+
+def decode_retrying(payload: bytes) -> Retrying:
+    if len(payload) < _RETRYING.size:
+        raise bad(MessageType.RETRYING, f"needs at least {_RETRYING.size} bytes")
+    task_id, attempt, due_ms = _RETRYING.unpack_from(payload)
+    reason = text(MessageType.RETRYING, payload[_RETRYING.size :], "reason")
+    return Retrying(task_id, attempt, due_ms, reason)
 
 
 def decode_await(payload: bytes) -> Await:
     task_id, timeout_ms = _fixed(MessageType.AWAIT, payload, _AWAIT)
     if not task_id:
-        raise _bad(MessageType.AWAIT, "names task 0")
+        raise bad(MessageType.AWAIT, "names task 0")
     return Await(task_id, timeout_ms)
 
 
 def decode_outcome(payload: bytes) -> Outcome:
     if len(payload) < _OUTCOME.size:
-        raise _bad(MessageType.OUTCOME, f"needs at least {_OUTCOME.size} bytes")
+        raise bad(MessageType.OUTCOME, f"needs at least {_OUTCOME.size} bytes")
     task_id, state, kind = _OUTCOME.unpack_from(payload)
     if state not in _STATES:
-        raise _bad(MessageType.OUTCOME, f"has unknown state {state}")
+        raise bad(MessageType.OUTCOME, f"has unknown state {state}")
     if kind:
         if state != OutcomeState.DONE:
-            raise _bad(MessageType.OUTCOME, "carries a result but is not DONE")
-        result = v2.decode_result(MessageType.OUTCOME, payload, 5)
+            raise bad(MessageType.OUTCOME, "carries a result but is not DONE")
+        result = decode_result(MessageType.OUTCOME, payload, 5)
         return Outcome(task_id, OutcomeState(state), result)
-    reason = lifecycle._text(MessageType.OUTCOME, payload[_OUTCOME.size :], "reason")
+    reason = text(MessageType.OUTCOME, payload[_OUTCOME.size :], "reason")
     return Outcome(task_id, OutcomeState(state), None, reason)
 
 
 def decode_progress(payload: bytes) -> Progress:
     if len(payload) < _PROGRESS.size:
-        raise _bad(MessageType.PROGRESS, f"needs at least {_PROGRESS.size} bytes")
+        raise bad(MessageType.PROGRESS, f"needs at least {_PROGRESS.size} bytes")
     task_id, token, fraction = _PROGRESS.unpack_from(payload)
     if not task_id:
-        raise _bad(MessageType.PROGRESS, "names task 0")
+        raise bad(MessageType.PROGRESS, "names task 0")
     if fraction > MAX_FRACTION:
-        raise _bad(MessageType.PROGRESS, f"fraction {fraction} exceeds {MAX_FRACTION}")
-    message = lifecycle._text(MessageType.PROGRESS, payload[_PROGRESS.size :], "message")
+        raise bad(MessageType.PROGRESS, f"fraction {fraction} exceeds {MAX_FRACTION}")
+    message = text(MessageType.PROGRESS, payload[_PROGRESS.size :], "message")
     return Progress(task_id, token, fraction, message)
-
-
-def decode_publish(payload: bytes) -> Publish:
-    if not payload:
-        raise _bad(MessageType.PUBLISH, "has no flags")
-    flags = payload[0]
-    if flags & ~PUBLISH_DELETE:
-        raise _bad(MessageType.PUBLISH, f"has unknown flags 0x{flags:02x}")
-    name, end = _split_name(MessageType.PUBLISH, payload, 1)
-    delete = bool(flags & PUBLISH_DELETE)
-    if delete and end != len(payload):
-        raise _bad(MessageType.PUBLISH, "deletes a name but carries data")
-    return Publish(name, payload[end:], delete)
-
-
-def decode_shared(payload: bytes) -> Shared:
-    name, end = _split_name(MessageType.SHARED, payload, 0)
-    if len(payload) < end + 4:
-        raise _bad(MessageType.SHARED, "has no version")
-    version = wire.TASK_ID.unpack_from(payload, end)[0]
-    if not version and len(payload) > end + 4:
-        raise _bad(MessageType.SHARED, "version 0 (deleted) carries data")
-    return Shared(name, version, payload[end + 4 :])
-
-
-def decode_follow(payload: bytes) -> Follow:
-    return Follow(v2._name_list(MessageType.FOLLOW, payload, 0, MAX_FOLLOW, "name", "names"))
 
 
 def decode_group(payload: bytes) -> Group:
     op, group, timeout_ms = _fixed(MessageType.GROUP, payload, _GROUP)
     if op not in _OPS:
-        raise _bad(MessageType.GROUP, f"has unknown operation {op}")
+        raise bad(MessageType.GROUP, f"has unknown operation {op}")
     if (op == GroupOp.OPEN) != (group == 0):
-        raise _bad(MessageType.GROUP, "OPEN names group 0, every other operation a group")
+        raise bad(MessageType.GROUP, "OPEN names group 0, every other operation a group")
     if op != GroupOp.WAIT and timeout_ms:
-        raise _bad(MessageType.GROUP, "only WAIT has a timeout")
+        raise bad(MessageType.GROUP, "only WAIT has a timeout")
     return Group(GroupOp(op), group, timeout_ms)
 
 
 def decode_group_state(payload: bytes) -> GroupState:
     group, phase, *counts = _fixed(MessageType.GROUP_STATE, payload, _GROUP_STATE)
     if phase not in _PHASES:
-        raise _bad(MessageType.GROUP_STATE, f"has unknown state {phase}")
+        raise bad(MessageType.GROUP_STATE, f"has unknown state {phase}")
     return GroupState(group, GroupPhase(phase), *counts)
 
 
 DECODERS: dict[int, Callable[[bytes], Message]] = {
+    MessageType.ACK: decode_ack,
+    MessageType.NACK: decode_nack,
+    MessageType.TOUCH: decode_touch,
+    MessageType.RETRYING: decode_retrying,
     MessageType.AWAIT: decode_await,
     MessageType.OUTCOME: decode_outcome,
     MessageType.PROGRESS: decode_progress,
-    MessageType.PUBLISH: decode_publish,
-    MessageType.SHARED: decode_shared,
-    MessageType.FOLLOW: decode_follow,
     MessageType.GROUP: decode_group,
     MessageType.GROUP_STATE: decode_group_state,
 }
-
-
-def decode(message_type: int, payload: bytes) -> v2.Message | lifecycle.Message | Message:
-    """
-    Decode the payload of any version-2 frame of C{message_type}.
-
-    @raise MalformedMessage: the type is unknown or the payload has the
-        wrong layout for it.
-    """
-    decoder = DECODERS.get(message_type)
-    if decoder is None:
-        return lifecycle.decode(message_type, payload)
-    return decoder(payload)
-
-
-__all__ = ["MalformedMessage", "Result"]

@@ -1,120 +1,60 @@
 """
-Protocol version 2: the messages and layouts it adds to version 1.
+Version 2's task messages: SUBMIT and its options, OK, READY, TASK, DONE.
 
-A version-2 frame has the version-1 header with version byte C{0x02}.  The
-twelve version-1 opcodes keep their meaning; SUBMIT, OK, READY and TASK carry
-more (queue, priority, keys, task context), and opcodes C{0x0D} to C{0x16}
-are new.  Options ride in a TLV field (C{[tag u8][len u8][value]}), so later
-releases add options without a new version.  docs/protocol.md has every
-layout; this module is its one implementation, shared by the daemon, the
-clients and the tests.  It knows nothing of sockets or reactors.
+A producer's SUBMIT (its options ride in a TLV field, so later releases add
+options without a new version) and the OK that answers it; a worker's READY
+and the TASK the daemon delivers, with its context (keys, the delivery's
+fencing token and lease, its retries); DONE, which tells a producer its task
+is done, with the worker's L{Result}.  The fenced reports that finish a
+delivery are in L{quicx.protocol.outcomes}.  docs/protocol.md has every
+layout; this module is their one implementation, shared by the daemon, the
+clients and the tests.  Sans I/O.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from attrs import frozen
 
 from quicx.protocol import wire
-from quicx.protocol.wire import HEADER, MalformedMessage
+from quicx.protocol.codec import (
+    CACHE_SIZE,
+    HEADER,
+    HEADER_AND_ID,
+    HEADER_ID_BYTE,
+    MAX_CREDITS,
+    MAX_TASK_ID,
+    MAX_TYPE_LENGTH,
+    TASK_ID,
+    U16,
+    U64,
+    VERSION,
+    MessageType,
+    bad,
+    check_queue,
+    frame,
+    name_field,
+    name_list,
+    option,
+    queue_name,
+    split_name,
+    split_type,
+    tlv,
+)
 
-VERSION = 2
-
-MAX_QUEUE_NAME = 64
-"""The longest queue name, in bytes."""
-QUEUE_NAME = re.compile(rb"[A-Za-z0-9_.:\-]{1,64}\Z")
-"""What a queue name may be made of: letters, digits and C{_ . : -}."""
-DEFAULT_QUEUE = "default"
-MAX_OPTION = 255
-"""The longest value one option may carry."""
 MAX_OPTIONS = 4096
 """The most bytes a SUBMIT's options may take."""
 MAX_SUBSCRIPTIONS = 32
 """The most queues one READY may list."""
-MAX_PEEK = 1000
-"""The most tasks one PEEK may ask for."""
-SUBMIT_OVERHEAD = 1 + wire.MAX_TYPE_LENGTH + 2 + MAX_OPTIONS
+SUBMIT_OVERHEAD = 1 + MAX_TYPE_LENGTH + 2 + MAX_OPTIONS
 """The most bytes a v2 SUBMIT spends before its payload."""
 
-U16 = struct.Struct(">H")
-_U64 = struct.Struct(">Q")
 _TASK_HEAD = struct.Struct(">BBIIHBQ")  # header, then task id, attempt, priority, enqueued ms
-_HEADER_AND_ID = struct.Struct(">BBII")
-_HEADER_ID_BYTE = struct.Struct(">BBIIB")  # header, task id, OK's flags or a result's kind
-
-
-class MessageType(IntEnum):
-    """Version 2's opcodes: version 1's, and those it adds."""
-
-    SUBMIT = 0x01
-    OK = 0x02
-    ERROR = 0x03
-    READY = 0x04
-    TASK = 0x05
-    DONE = 0x06
-    FAILED = 0x07
-    WAIT = 0x08
-    HEARTBEAT = 0x09
-    PONG = 0x0A
-    STATS = 0x0B
-    STATS_RESPONSE = 0x0C
-    HELLO = 0x0D
-    CANCEL = 0x0E
-    CANCELLED = 0x0F
-    PAUSE = 0x10
-    RESUME = 0x11
-    PURGE = 0x12
-    QUEUES = 0x13
-    PEEK = 0x14
-    INSPECT = 0x15
-    INFO = 0x16
-    # Part 2 (quicx.protocol.lifecycle): fenced outcomes, leases, retries,
-    # dead letters and schedules.
-    ACK = 0x17
-    NACK = 0x18
-    TOUCH = 0x19
-    RETRYING = 0x1A
-    DEAD = 0x1B
-    REPLAY = 0x1C
-    DEAD_PURGE = 0x1D
-    SCHEDULES = 0x1E
-    SCHEDULE = 0x1F
-    UNSCHEDULE = 0x20
-    # Part 3: results, progress, shared data and groups (quicx.protocol.results).
-    AWAIT = 0x21
-    OUTCOME = 0x22
-    PROGRESS = 0x23
-    PUBLISH = 0x24
-    SHARED = 0x25
-    FOLLOW = 0x26
-    GROUP = 0x27
-    GROUP_STATE = 0x28
-    # Part 4: live lifecycle events (quicx.protocol.monitor).
-    WATCH = 0x29
-    EVENTS = 0x2A
-    STATUS = 0x2B
-
-
-KNOWN_TYPES = frozenset(MessageType)
-
-
-class ErrorCode(IntEnum):
-    """Version 2's ERROR codes: version 1's, and three more."""
-
-    QUEUE_FULL = 0x01
-    INVALID_MESSAGE = 0x02
-    PAYLOAD_TOO_LARGE = 0x03
-    UNKNOWN_TASK_TYPE = 0x04
-    NOT_FOUND = 0x05
-    FORBIDDEN = 0x06
-    CONFLICT = 0x07
-    STALE = 0x08
 
 
 class Option(IntEnum):
@@ -128,7 +68,7 @@ class Option(IntEnum):
     RUN_AT = 0x06
     RETRIES = 0x07
     BACKOFF = 0x08
-    # Part 3: results, progress and groups (quicx.protocol.results).
+    # Part 3: results, progress and groups (quicx.protocol.outcomes).
     RESULT = 0x09
     PROGRESS = 0x0A
     GROUP = 0x0B
@@ -173,14 +113,6 @@ class Backoff(NamedTuple):
 
 
 _BACKOFF = struct.Struct(">BIIB")
-
-
-class HelloField(IntEnum):
-    """HELLO's TLV tags."""
-
-    NAME = 0x01
-    VERSION = 0x02
-    CAPABILITIES = 0x03
 
 
 OK_DUPLICATE = 0x01
@@ -275,7 +207,7 @@ def decode_result(message_type: int, payload: bytes, start: int) -> Result | Non
         return None
     kind = _RESULT_KINDS.get(payload[start])
     if kind is None:
-        raise _bad(message_type, f"has unknown result kind 0x{payload[start]:02x}")
+        raise bad(message_type, f"has unknown result kind 0x{payload[start]:02x}")
     data = payload[start + 1 :]
     if kind is not ResultKind.BYTES:
         try:
@@ -284,7 +216,7 @@ def decode_result(message_type: int, payload: bytes, start: int) -> Result | Non
                 json.loads(text)
         except (ValueError, RecursionError):
             # RecursionError: JSON nested deeper than the interpreter can parse.
-            raise _bad(message_type, f"result is not {kind.name}") from None
+            raise bad(message_type, f"result is not {kind.name}") from None
     return Result(kind, data)
 
 
@@ -338,76 +270,7 @@ class Task(NamedTuple):
     retries: int = 0
 
 
-@frozen
-class Hello:
-    name: str = ""
-    version: str = ""
-    capabilities: tuple[str, ...] = ()
-
-
-@frozen
-class Cancel:
-    task_id: int
-
-
-@frozen
-class Cancelled:
-    task_id: int
-
-
-@frozen
-class QueueAction:
-    """PAUSE, RESUME or PURGE of one queue."""
-
-    action: MessageType
-    queue: str
-
-
-@frozen
-class Queues:
-    pass
-
-
-@frozen
-class Peek:
-    queue: str
-    count: int
-
-
-@frozen
-class Inspect:
-    task_id: int
-
-
-@frozen
-class Info:
-    """A JSON answer: to HELLO, CANCEL, PAUSE, RESUME, PURGE, QUEUES, PEEK, INSPECT."""
-
-    document: Any
-
-
-Message = (
-    Submit
-    | Ok
-    | wire.Error
-    | Ready
-    | Task
-    | Done
-    | wire.Failed
-    | wire.Wait
-    | wire.Heartbeat
-    | wire.Pong
-    | wire.StatsRequest
-    | wire.StatsResponse
-    | Hello
-    | Cancel
-    | Cancelled
-    | QueueAction
-    | Queues
-    | Peek
-    | Inspect
-    | Info
-)
+Message = Submit | Ok | Ready | Task | Done
 
 
 # -- encoders ---------------------------------------------------------------------
@@ -419,36 +282,6 @@ _TASK = int(MessageType.TASK)
 _DONE = int(MessageType.DONE)
 _TOKEN = int(Context.TOKEN)
 _LEASE = int(Context.LEASE)
-
-
-def frame(message_type: int, payload: bytes = b"") -> bytes:
-    """Prefix C{payload} with the version-2 header for C{message_type}."""
-    return HEADER.pack(VERSION, message_type, len(payload)) + payload
-
-
-def check_queue(name: str) -> bytes:
-    """
-    C{name} as the wire carries it.
-
-    @raise ValueError: it is not a queue name.
-    """
-    encoded = name.encode("utf-8")
-    if not QUEUE_NAME.match(encoded):
-        raise ValueError(
-            f"a queue name is 1 to {MAX_QUEUE_NAME} letters, digits or '_.:-', not {name!r}"
-        )
-    return encoded
-
-
-def _name(name: str) -> bytes:
-    encoded = check_queue(name)
-    return bytes((len(encoded),)) + encoded
-
-
-def _option(tag: int, value: bytes) -> bytes:
-    if not 0 < len(value) <= MAX_OPTION:
-        raise ValueError(f"option 0x{tag:02x} is 1 to {MAX_OPTION} bytes, not {len(value)}")
-    return bytes((tag, len(value))) + value
 
 
 @frozen(cache_hash=True)
@@ -487,27 +320,27 @@ class SubmitOptions:
         """
         options = b""
         if self.queue is not None:
-            options += _option(Option.QUEUE, check_queue(self.queue))
+            options += option(Option.QUEUE, check_queue(self.queue))
         priority = self.priority
         if priority is not None:
             if not 0 <= priority <= 255:
                 raise ValueError(f"a priority is 0 to 255, not {priority}")
             options += bytes((Option.PRIORITY, 1, priority))
         if self.key is not None:
-            options += _option(Option.KEY, self.key)
+            options += option(Option.KEY, self.key)
         if self.fairness is not None:
-            options += _option(Option.FAIRNESS, self.fairness)
+            options += option(Option.FAIRNESS, self.fairness)
         delay_ms, run_at_ms = self.delay_ms, self.run_at_ms
         if delay_ms is not None and run_at_ms is not None:
             raise ValueError("a task has a delay or a time to run at, not both")
         if delay_ms is not None:
             if not 0 <= delay_ms <= 0xFFFFFFFF:
                 raise ValueError(f"a delay is 0 to {0xFFFFFFFF} ms, not {delay_ms}")
-            options += bytes((Option.DELAY, 4)) + wire.TASK_ID.pack(delay_ms)
+            options += bytes((Option.DELAY, 4)) + TASK_ID.pack(delay_ms)
         if run_at_ms is not None:
             if not 0 <= run_at_ms < 1 << 64:
                 raise ValueError(f"a time to run at is a u64 of milliseconds, not {run_at_ms}")
-            options += bytes((Option.RUN_AT, 8)) + _U64.pack(run_at_ms)
+            options += bytes((Option.RUN_AT, 8)) + U64.pack(run_at_ms)
         retries = self.retries
         if retries is not None:
             if not 0 <= retries <= MAX_RETRIES:
@@ -519,14 +352,14 @@ class SubmitOptions:
         if result_ttl is not None:
             if not 0 <= result_ttl <= 0xFFFFFFFF:
                 raise ValueError(f"a result TTL is 0 to {0xFFFFFFFF} s, not {result_ttl}")
-            options += bytes((Option.RESULT, 4)) + wire.TASK_ID.pack(result_ttl)
+            options += bytes((Option.RESULT, 4)) + TASK_ID.pack(result_ttl)
         if self.progress:
             options += bytes((Option.PROGRESS, 1, 1))
         group = self.group
         if group is not None:
-            if not 1 <= group <= wire.MAX_TASK_ID:
-                raise ValueError(f"a group id is 1 to {wire.MAX_TASK_ID}, not {group}")
-            options += bytes((Option.GROUP, 4)) + wire.TASK_ID.pack(group)
+            if not 1 <= group <= MAX_TASK_ID:
+                raise ValueError(f"a group id is 1 to {MAX_TASK_ID}, not {group}")
+            options += bytes((Option.GROUP, 4)) + TASK_ID.pack(group)
         return options
 
 
@@ -554,14 +387,14 @@ def encode_backoff(backoff: Backoff) -> bytes:
 def decode_backoff(message_type: int, value: bytes) -> Backoff:
     """@raise MalformedMessage: C{value} is not a backoff."""
     if len(value) != _BACKOFF.size:
-        raise _bad(message_type, f"backoff must be {_BACKOFF.size} bytes, not {len(value)}")
+        raise bad(message_type, f"backoff must be {_BACKOFF.size} bytes, not {len(value)}")
     kind, base_ms, cap_ms, jitter = _BACKOFF.unpack(value)
     if kind not in _BACKOFF_KINDS:
-        raise _bad(message_type, f"backoff kind must be 0 (fixed) or 1 (exponential), not {kind}")
+        raise bad(message_type, f"backoff kind must be 0 (fixed) or 1 (exponential), not {kind}")
     if base_ms > cap_ms:
-        raise _bad(message_type, f"backoff base {base_ms} ms exceeds its cap {cap_ms} ms")
+        raise bad(message_type, f"backoff base {base_ms} ms exceeds its cap {cap_ms} ms")
     if jitter > 100:
-        raise _bad(message_type, f"backoff jitter must be 0 to 100 percent, not {jitter}")
+        raise bad(message_type, f"backoff jitter must be 0 to 100 percent, not {jitter}")
     return Backoff(BackoffKind(kind), base_ms, cap_ms, jitter)
 
 
@@ -570,8 +403,8 @@ _BACKOFF_KINDS = frozenset(BackoffKind)
 
 def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> bytes:
     """A SUBMIT; C{options} from L{submit_options} (empty: none)."""
-    if not 0 < len(task_type) <= wire.MAX_TYPE_LENGTH:
-        raise ValueError(f"a task type is 1 to {wire.MAX_TYPE_LENGTH} bytes, not {len(task_type)}")
+    if not 0 < len(task_type) <= MAX_TYPE_LENGTH:
+        raise ValueError(f"a task type is 1 to {MAX_TYPE_LENGTH} bytes, not {len(task_type)}")
     if len(options) > MAX_OPTIONS:
         raise ValueError(f"options are at most {MAX_OPTIONS} bytes, not {len(options)}")
     head = bytes((len(task_type),)) + task_type + U16.pack(len(options)) + options
@@ -579,21 +412,17 @@ def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> byt
 
 
 def encode_ok(task_id: int, duplicate: bool = False) -> bytes:
-    return _HEADER_ID_BYTE.pack(VERSION, _OK, 5, task_id, OK_DUPLICATE if duplicate else 0)
-
-
-def encode_error(code: int, message: str) -> bytes:
-    return frame(MessageType.ERROR, bytes((code,)) + message.encode("utf-8"))
+    return HEADER_ID_BYTE.pack(VERSION, _OK, 5, task_id, OK_DUPLICATE if duplicate else 0)
 
 
 def encode_ready(credits: int = 1, queues: Sequence[str] = ()) -> bytes:
-    if not 1 <= credits <= wire.MAX_CREDITS:
-        raise ValueError(f"READY credits are 1 to {wire.MAX_CREDITS}, not {credits}")
+    if not 1 <= credits <= MAX_CREDITS:
+        raise ValueError(f"READY credits are 1 to {MAX_CREDITS}, not {credits}")
     if not queues:
         return frame(MessageType.READY, U16.pack(credits))
     if len(queues) > MAX_SUBSCRIPTIONS:
         raise ValueError(f"a READY lists at most {MAX_SUBSCRIPTIONS} queues, not {len(queues)}")
-    body = U16.pack(credits) + bytes((len(queues),)) + b"".join(_name(q) for q in queues)
+    body = U16.pack(credits) + bytes((len(queues),)) + b"".join(name_field(q) for q in queues)
     return frame(MessageType.READY, body)
 
 
@@ -646,7 +475,7 @@ def encode_task(
     middle = _TASK_MIDDLES.get((queue_header, task_type))
     if middle is None:
         middle = queue_header + bytes((len(task_type),)) + task_type
-        if len(_TASK_MIDDLES) < _CACHE_SIZE:
+        if len(_TASK_MIDDLES) < CACHE_SIZE:
             _TASK_MIDDLES[(queue_header, task_type)] = middle
     if context:
         tail = middle + U16.pack(len(context)) + context + payload
@@ -703,7 +532,7 @@ def encode_delivery(  # noqa: PLR0913
             middle,
             _TASK_HEAD.size - HEADER.size + len(middle) + 2 + _DELIVERY.size,
         )
-        if len(_DELIVERY_LAYOUTS) < _CACHE_SIZE:
+        if len(_DELIVERY_LAYOUTS) < CACHE_SIZE:
             _DELIVERY_LAYOUTS[(queue_header, task_type)] = layout
     head, middle, length = layout
     return (
@@ -730,143 +559,29 @@ def encode_delivery(  # noqa: PLR0913
 
 def encode_done(task_id: int, result: Result | None = None) -> bytes:
     if result is None:
-        return _HEADER_AND_ID.pack(VERSION, _DONE, 4, task_id)
+        return HEADER_AND_ID.pack(VERSION, _DONE, 4, task_id)
     kind, data = result
     # One copy of the result: it may be the largest part of the frame.
-    return _HEADER_ID_BYTE.pack(VERSION, _DONE, 5 + len(data), task_id, kind) + data
+    return HEADER_ID_BYTE.pack(VERSION, _DONE, 5 + len(data), task_id, kind) + data
 
 
 def encode_failed(task_id: int, reason: str | bytes) -> bytes:
     if isinstance(reason, str):
         reason = reason.encode("utf-8", "replace")
-    return frame(MessageType.FAILED, wire.TASK_ID.pack(task_id) + reason)
-
-
-def encode_stats_response(stats: wire.StatsResponse) -> bytes:
-    return frame(MessageType.STATS_RESPONSE, wire.encode_stats_response(stats)[6:])
-
-
-def encode_hello(name: str = "", version: str = "", capabilities: Iterable[str] = ()) -> bytes:
-    wanted = tuple(capabilities)
-    if any("," in c for c in wanted):
-        raise ValueError(f"a capability has no comma: {wanted!r}")
-    body = b""
-    for tag, text in (
-        (HelloField.NAME, name),
-        (HelloField.VERSION, version),
-        (HelloField.CAPABILITIES, ",".join(wanted)),
-    ):
-        if text:
-            body += _option(tag, text.encode("utf-8"))
-    return frame(MessageType.HELLO, body)
-
-
-def encode_cancel(task_id: int) -> bytes:
-    return _HEADER_AND_ID.pack(VERSION, MessageType.CANCEL, 4, task_id)
-
-
-def encode_cancelled(task_id: int) -> bytes:
-    return _HEADER_AND_ID.pack(VERSION, MessageType.CANCELLED, 4, task_id)
-
-
-def encode_queue_action(action: MessageType, queue: str) -> bytes:
-    if action not in (MessageType.PAUSE, MessageType.RESUME, MessageType.PURGE):
-        raise ValueError(f"{action.name} is not a queue action")
-    return frame(action, _name(queue))
-
-
-def encode_queues() -> bytes:
-    return QUEUES_FRAME
-
-
-def encode_peek(queue: str, count: int) -> bytes:
-    if not 1 <= count <= MAX_PEEK:
-        raise ValueError(f"PEEK asks for 1 to {MAX_PEEK} tasks, not {count}")
-    return frame(MessageType.PEEK, U16.pack(count) + _name(queue))
-
-
-def encode_inspect(task_id: int) -> bytes:
-    return _HEADER_AND_ID.pack(VERSION, MessageType.INSPECT, 4, task_id)
-
-
-def encode_info(document: Any) -> bytes:
-    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-    return frame(MessageType.INFO, text.encode("utf-8"))
+    return frame(MessageType.FAILED, TASK_ID.pack(task_id) + reason)
 
 
 WAIT_FRAME = frame(MessageType.WAIT)
-HEARTBEAT_FRAME = frame(MessageType.HEARTBEAT)
-PONG_FRAME = frame(MessageType.PONG)
-STATS_FRAME = frame(MessageType.STATS)
-QUEUES_FRAME = frame(MessageType.QUEUES)
 
 
 # -- decoders ---------------------------------------------------------------------
 
 
-def _bad(message_type: int, text: str) -> MalformedMessage:
-    return MalformedMessage(message_type, f"{MessageType(message_type).name} {text}")
-
-
-def _tlv(
-    message_type: int, data: bytes, start: int, end: int, known: frozenset[int] | None = None
-) -> dict[int, bytes]:
-    """
-    The C{[tag][len][value]} items of C{data[start:end]}, by tag.  With
-    C{known}, an item of another tag (a later release's) is passed over,
-    even repeated; a known tag given twice is refused either way.
-    """
-    items: dict[int, bytes] = {}
-    offset = start
-    while offset < end:
-        if end - offset < 2:
-            raise _bad(message_type, f"option at byte {offset} has no length")
-        tag, length = data[offset], data[offset + 1]
-        value_end = offset + 2 + length
-        if value_end > end:
-            raise _bad(message_type, f"option 0x{tag:02x} of {length} bytes runs past its field")
-        if known is None or tag in known:
-            if tag in items:
-                raise _bad(message_type, f"repeats option 0x{tag:02x}")
-            items[tag] = data[offset + 2 : value_end]
-        offset = value_end
-    return items
-
-
-_NAMES: dict[bytes, str] = {}
-"""Queue names already checked: a name is checked once, not per message."""
 _OPTIONS: dict[bytes, tuple[str | None, int | None]] = {}
 """SUBMIT options without keys already decoded: queue and priority repeat."""
 _REPEATED: dict[bytes, tuple[Any, ...]] = {}
 """SUBMIT options already decoded that repeat from task to task (no key, time
 to run at or group): the L{Submit} fields after its payload."""
-_CACHE_SIZE = 4096
-
-
-def _queue_name(message_type: int, raw: bytes) -> str:
-    name = _NAMES.get(raw)
-    if name is not None:
-        return name
-    if not QUEUE_NAME.match(raw):
-        raise _bad(
-            message_type,
-            f"queue name {raw[:MAX_QUEUE_NAME]!r} is not 1 to {MAX_QUEUE_NAME}"
-            " letters, digits or '_.:-'",
-        )
-    name = raw.decode("ascii")
-    if len(_NAMES) < _CACHE_SIZE:
-        _NAMES[raw] = name
-    return name
-
-
-def _split_name(message_type: int, payload: bytes, start: int) -> tuple[str, int]:
-    """A C{[len u8][name]} queue name at C{payload[start:]}, and the offset after it."""
-    if len(payload) <= start:
-        raise _bad(message_type, "has no queue name length")
-    end = start + 1 + payload[start]
-    if end > len(payload):
-        raise _bad(message_type, f"queue name of {payload[start]} bytes runs past the payload")
-    return _queue_name(message_type, payload[start + 1 : end]), end
 
 
 def submit_fields(payload: bytes) -> tuple[bytes, bytes, str | None, int | None] | None:
@@ -898,75 +613,75 @@ def decode_submit(payload: bytes) -> Submit:  # noqa: C901, PLR0912
     size = len(payload)
     type_end = 1 + payload[0] if size else 0
     if not 1 < type_end <= size:
-        wire._split_type(MessageType.SUBMIT, payload, 0)  # raises, saying why
+        split_type(MessageType.SUBMIT, payload, 0)  # raises, saying why
     task_type = payload[1:type_end]
     if size < type_end + 2:
-        raise _bad(MessageType.SUBMIT, "has no options length")
+        raise bad(MessageType.SUBMIT, "has no options length")
     options_length = (payload[type_end] << 8) | payload[type_end + 1]
     start = type_end + 2
     if options_length > MAX_OPTIONS:
-        raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes exceed {MAX_OPTIONS}")
+        raise bad(MessageType.SUBMIT, f"options of {options_length} bytes exceed {MAX_OPTIONS}")
     end = start + options_length
     if end > size:
-        raise _bad(MessageType.SUBMIT, f"options of {options_length} bytes run past the payload")
+        raise bad(MessageType.SUBMIT, f"options of {options_length} bytes run past the payload")
     raw = payload[start:end]
     repeated = _REPEATED.get(raw)
     if repeated is not None:
         return Submit(task_type, payload[end:], *repeated)
-    items = _tlv(MessageType.SUBMIT, payload, start, end)
+    items = tlv(MessageType.SUBMIT, payload, start, end)
     queue = priority = key = fairness = delay_ms = run_at_ms = retries = None
     backoff = result_ttl = group = None
     progress = False
     for tag, value in items.items():
         if tag == Option.QUEUE:
-            queue = _queue_name(MessageType.SUBMIT, value)
+            queue = queue_name(MessageType.SUBMIT, value)
         elif tag == Option.PRIORITY:
             if len(value) != 1:
-                raise _bad(MessageType.SUBMIT, f"priority must be 1 byte (0-255), not {len(value)}")
+                raise bad(MessageType.SUBMIT, f"priority must be 1 byte (0-255), not {len(value)}")
             priority = value[0]
         elif tag == Option.KEY:
             if not value:
-                raise _bad(MessageType.SUBMIT, "has an empty idempotency key")
+                raise bad(MessageType.SUBMIT, "has an empty idempotency key")
             key = value
         elif tag == Option.FAIRNESS:
             if not value:
-                raise _bad(MessageType.SUBMIT, "has an empty fairness key")
+                raise bad(MessageType.SUBMIT, "has an empty fairness key")
             fairness = value
         elif tag == Option.DELAY:
             if len(value) != 4:
-                raise _bad(MessageType.SUBMIT, f"delay must be 4 bytes (ms), not {len(value)}")
-            delay_ms = wire.TASK_ID.unpack(value)[0]
+                raise bad(MessageType.SUBMIT, f"delay must be 4 bytes (ms), not {len(value)}")
+            delay_ms = TASK_ID.unpack(value)[0]
         elif tag == Option.RUN_AT:
             if len(value) != 8:
-                raise _bad(MessageType.SUBMIT, f"run-at must be 8 bytes (ms), not {len(value)}")
-            run_at_ms = _U64.unpack(value)[0]
+                raise bad(MessageType.SUBMIT, f"run-at must be 8 bytes (ms), not {len(value)}")
+            run_at_ms = U64.unpack(value)[0]
         elif tag == Option.RETRIES:
             if len(value) != 2:
-                raise _bad(MessageType.SUBMIT, f"retries must be 2 bytes, not {len(value)}")
+                raise bad(MessageType.SUBMIT, f"retries must be 2 bytes, not {len(value)}")
             retries = U16.unpack(value)[0]
         elif tag == Option.BACKOFF:
             backoff = decode_backoff(MessageType.SUBMIT, value)
         elif tag == Option.RESULT:
             if len(value) != 4:
-                raise _bad(MessageType.SUBMIT, f"result TTL must be 4 bytes (s), not {len(value)}")
-            result_ttl = wire.TASK_ID.unpack(value)[0]
+                raise bad(MessageType.SUBMIT, f"result TTL must be 4 bytes (s), not {len(value)}")
+            result_ttl = TASK_ID.unpack(value)[0]
         elif tag == Option.PROGRESS:
             if value != b"\x01":
-                raise _bad(MessageType.SUBMIT, "progress option must be the 1-byte value 1")
+                raise bad(MessageType.SUBMIT, "progress option must be the 1-byte value 1")
             progress = True
         elif tag == Option.GROUP:
             if len(value) != 4:
-                raise _bad(MessageType.SUBMIT, f"group must be 4 bytes, not {len(value)}")
-            group = wire.TASK_ID.unpack(value)[0]
+                raise bad(MessageType.SUBMIT, f"group must be 4 bytes, not {len(value)}")
+            group = TASK_ID.unpack(value)[0]
             if not group:
-                raise _bad(MessageType.SUBMIT, "names group 0")
+                raise bad(MessageType.SUBMIT, "names group 0")
         else:
-            raise _bad(MessageType.SUBMIT, f"has unknown option 0x{tag:02x}")
+            raise bad(MessageType.SUBMIT, f"has unknown option 0x{tag:02x}")
     if delay_ms is not None and run_at_ms is not None:
-        raise _bad(MessageType.SUBMIT, "has both a delay and a time to run at")
+        raise bad(MessageType.SUBMIT, "has both a delay and a time to run at")
     # Options of a queue and a priority only repeat from task to task.
     only_queue_and_priority = len(items) == (queue is not None) + (priority is not None)
-    if only_queue_and_priority and len(_OPTIONS) < _CACHE_SIZE:
+    if only_queue_and_priority and len(_OPTIONS) < CACHE_SIZE:
         _OPTIONS[raw] = (queue, priority)
     submit = Submit(
         task_type,
@@ -984,15 +699,15 @@ def decode_submit(payload: bytes) -> Submit:  # noqa: C901, PLR0912
         group,
     )
     repeats = key is None and fairness is None and run_at_ms is None and group is None
-    if repeats and len(_REPEATED) < _CACHE_SIZE:
+    if repeats and len(_REPEATED) < CACHE_SIZE:
         _REPEATED[raw] = submit[2:]
     return submit
 
 
 def decode_done(payload: bytes) -> Done:
     if len(payload) < 4:
-        raise _bad(MessageType.DONE, f"needs a 4-byte task id, got {len(payload)} bytes")
-    task_id = wire.TASK_ID.unpack_from(payload)[0]
+        raise bad(MessageType.DONE, f"needs a 4-byte task id, got {len(payload)} bytes")
+    task_id = TASK_ID.unpack_from(payload)[0]
     if len(payload) == 4:
         return Done(task_id)
     return Done(task_id, decode_result(MessageType.DONE, payload, 4))
@@ -1000,71 +715,22 @@ def decode_done(payload: bytes) -> Done:
 
 def decode_ok(payload: bytes) -> Ok:
     if len(payload) != 5:
-        raise _bad(MessageType.OK, f"payload must be 5 bytes, got {len(payload)}")
-    return Ok(wire.TASK_ID.unpack_from(payload)[0], bool(payload[4] & OK_DUPLICATE))
+        raise bad(MessageType.OK, f"payload must be 5 bytes, got {len(payload)}")
+    return Ok(TASK_ID.unpack_from(payload)[0], bool(payload[4] & OK_DUPLICATE))
 
 
 def decode_ready(payload: bytes) -> Ready:
     if not payload:
         return Ready()
     if len(payload) < 2:
-        raise _bad(MessageType.READY, "payload must be empty, or start with a 2-byte credit count")
+        raise bad(MessageType.READY, "payload must be empty, or start with a 2-byte credit count")
     credits = U16.unpack_from(payload)[0]
     if not credits:
-        raise _bad(MessageType.READY, "credits must be at least 1")
+        raise bad(MessageType.READY, "credits must be at least 1")
     if len(payload) == 2:
         return Ready(credits)
-    queues = _name_list(MessageType.READY, payload, 2, MAX_SUBSCRIPTIONS, "queue", "queue list")
+    queues = name_list(MessageType.READY, payload, 2, MAX_SUBSCRIPTIONS, "queue", "queue list")
     return Ready(credits, queues)
-
-
-def _name_list(
-    message_type: int, payload: bytes, offset: int, most: int, noun: str, trailer: str
-) -> tuple[str, ...]:
-    """
-    The C{[count u8]} then C{count} C{[len u8][name]} at C{payload[offset:]},
-    to its end: 1 to C{most} of them, none twice (C{noun} and C{trailer}
-    name them in errors).
-    """
-    names, offset = counted(message_type, payload, offset, 1, most, noun, _split_name)
-    if offset != len(payload):
-        raise _bad(message_type, f"has {len(payload) - offset} bytes after its {trailer}")
-    return names
-
-
-Item = TypeVar("Item")
-
-
-def counted(
-    message_type: int,
-    payload: bytes,
-    offset: int,
-    least: int,
-    most: int,
-    noun: str,
-    read: Callable[[int, bytes, int], tuple[Item, int]],
-) -> tuple[tuple[Item, ...], int]:
-    """
-    The C{[count u8]} then C{count} items at C{payload[offset:]}, each read
-    by C{read} (which returns it and the offset after it: L{_split_name}
-    reads a C{[len u8][name]} queue name): C{least} to C{most} of them, none
-    twice.
-
-    @return: the items, and the offset after the last.
-    """
-    if offset >= len(payload):
-        raise _bad(message_type, f"has no {noun} count")
-    count = payload[offset]
-    if not least <= count <= most:
-        raise _bad(message_type, f"lists {least} to {most} {noun}s, not {count}")
-    items: list[Item] = []
-    offset += 1
-    for _ in range(count):
-        item, offset = read(message_type, payload, offset)
-        items.append(item)
-    if len(set(items)) != len(items):
-        raise _bad(message_type, f"lists a {noun} twice")
-    return tuple(items), offset
 
 
 _TASK_FIXED = struct.Struct(">IHBQ")
@@ -1075,18 +741,18 @@ _CONTEXT_SIZES = {Context.TOKEN: 8, Context.LEASE: 4, Context.RETRIES: 4}
 def decode_task(payload: bytes) -> Task:
     size = len(payload)
     if size < 15:
-        raise _bad(MessageType.TASK, f"needs at least 15 bytes, got {size}")
+        raise bad(MessageType.TASK, f"needs at least 15 bytes, got {size}")
     task_id, attempt, priority, enqueued_ms = _TASK_FIXED.unpack_from(payload)
-    queue, offset = _split_name(MessageType.TASK, payload, 15)
+    queue, offset = split_name(MessageType.TASK, payload, 15)
     type_end = offset + 1 + payload[offset] if offset < size else offset
     if not offset + 1 < type_end <= size:
-        wire._split_type(MessageType.TASK, payload, offset)  # raises, saying why
+        split_type(MessageType.TASK, payload, offset)  # raises, saying why
     if size < type_end + 2:
-        raise _bad(MessageType.TASK, "has no context length")
+        raise bad(MessageType.TASK, "has no context length")
     start = type_end + 2
     end = start + ((payload[type_end] << 8) | payload[type_end + 1])
     if end > size:
-        raise _bad(MessageType.TASK, "context runs past the payload")
+        raise bad(MessageType.TASK, "context runs past the payload")
     key = fairness = None
     token = lease_ms = failures = retries = 0
     if end - start == _DELIVERY.size:
@@ -1122,16 +788,16 @@ def _context(
 ) -> tuple[bytes | None, bytes | None, int, int, int, int]:
     """A TASK's context items: keys, token, lease (ms), failures and retries."""
     token = lease_ms = failures = retries = 0
-    context = _tlv(MessageType.TASK, payload, start, end, _CONTEXT_TAGS)
+    context = tlv(MessageType.TASK, payload, start, end, _CONTEXT_TAGS)
     key, fairness = context.get(Option.KEY), context.get(Option.FAIRNESS)
     for tag, size in _CONTEXT_SIZES.items():
         value = context.get(tag)
         if value is not None and len(value) != size:
-            raise _bad(MessageType.TASK, f"context item 0x{tag:02x} is not {size} bytes")
+            raise bad(MessageType.TASK, f"context item 0x{tag:02x} is not {size} bytes")
     if Context.TOKEN in context:
-        token = _U64.unpack(context[Context.TOKEN])[0]
+        token = U64.unpack(context[Context.TOKEN])[0]
     if Context.LEASE in context:
-        lease_ms = wire.TASK_ID.unpack(context[Context.LEASE])[0]
+        lease_ms = TASK_ID.unpack(context[Context.LEASE])[0]
     if Context.RETRIES in context:
         failures, retries = _TWO_U16.unpack(context[Context.RETRIES])
     return key, fairness, token, lease_ms, failures, retries
@@ -1140,124 +806,13 @@ def _context(
 _TWO_U16 = struct.Struct(">HH")
 
 
-_HELLO_FIELDS = frozenset(HelloField)
-
-
-def decode_hello(payload: bytes) -> Hello:
-    # A later release's fields are passed over: HELLO stays open to new ones.
-    items = _tlv(MessageType.HELLO, payload, 0, len(payload), _HELLO_FIELDS)
-    texts: dict[int, str] = {}
-    for tag, value in items.items():
-        try:
-            texts[tag] = value.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _bad(MessageType.HELLO, f"field 0x{tag:02x} is not UTF-8") from None
-    capabilities = texts.get(HelloField.CAPABILITIES, "")
-    return Hello(
-        texts.get(HelloField.NAME, ""),
-        texts.get(HelloField.VERSION, ""),
-        tuple(c for c in capabilities.split(",") if c),
-    )
-
-
-def _task_id_only(message_type: MessageType, payload: bytes) -> int:
-    if len(payload) != 4:
-        raise _bad(message_type, f"payload must be a 4-byte task id, got {len(payload)} bytes")
-    task_id: int = wire.TASK_ID.unpack(payload)[0]
-    return task_id
-
-
-def decode_cancel(payload: bytes) -> Cancel:
-    return Cancel(_task_id_only(MessageType.CANCEL, payload))
-
-
-def decode_cancelled(payload: bytes) -> Cancelled:
-    return Cancelled(_task_id_only(MessageType.CANCELLED, payload))
-
-
-def decode_inspect(payload: bytes) -> Inspect:
-    return Inspect(_task_id_only(MessageType.INSPECT, payload))
-
-
-def decode_queue_action(message_type: MessageType, payload: bytes) -> QueueAction:
-    name, end = _split_name(message_type, payload, 0)
-    if end != len(payload):
-        raise _bad(message_type, f"has {len(payload) - end} bytes after its queue name")
-    return QueueAction(message_type, name)
-
-
-def decode_queues(payload: bytes) -> Queues:
-    if payload:
-        raise _bad(MessageType.QUEUES, f"payload must be empty, got {len(payload)} bytes")
-    return Queues()
-
-
-def decode_peek(payload: bytes) -> Peek:
-    if len(payload) < 2:
-        raise _bad(MessageType.PEEK, "has no count")
-    count = U16.unpack_from(payload)[0]
-    if not 1 <= count <= MAX_PEEK:
-        raise _bad(MessageType.PEEK, f"count must be 1 to {MAX_PEEK}, not {count}")
-    name, end = _split_name(MessageType.PEEK, payload, 2)
-    if end != len(payload):
-        raise _bad(MessageType.PEEK, f"has {len(payload) - end} bytes after its queue name")
-    return Peek(name, count)
-
-
-def decode_info(payload: bytes) -> Info:
-    try:
-        return Info(json.loads(payload.decode("utf-8")))
-    except (ValueError, RecursionError) as e:
-        raise _bad(MessageType.INFO, f"is not a UTF-8 JSON document: {e}") from None
-
-
-def decode(message_type: int, payload: bytes) -> Message:
-    """
-    Decode the payload of a version-2 frame of C{message_type}.
-
-    @raise MalformedMessage: the type is unknown or the payload has the
-        wrong layout for it.
-    """
-    decoder = _DECODERS.get(message_type)
-    if decoder is None:
-        raise MalformedMessage(message_type, f"unknown message type 0x{message_type:02x}")
-    return decoder(payload)
-
-
-def _queue_action_decoder(action: MessageType) -> Callable[[bytes], Message]:
-    def decode_action(payload: bytes) -> Message:
-        return decode_queue_action(action, payload)
-
-    return decode_action
-
-
-_DECODERS: dict[int, Callable[[bytes], Message]] = {
-    # Messages whose version-2 payload is laid out as in version 1.
-    **{
-        t: wire.DECODERS[t]  # type: ignore[misc]
-        for t in (
-            MessageType.ERROR,
-            MessageType.FAILED,
-            MessageType.WAIT,
-            MessageType.HEARTBEAT,
-            MessageType.PONG,
-            MessageType.STATS,
-            MessageType.STATS_RESPONSE,
-        )
-    },
+DECODERS: dict[int, Callable[[bytes], Message | wire.Message]] = {
     MessageType.SUBMIT: decode_submit,
-    MessageType.DONE: decode_done,
     MessageType.OK: decode_ok,
     MessageType.READY: decode_ready,
     MessageType.TASK: decode_task,
-    MessageType.PAUSE: _queue_action_decoder(MessageType.PAUSE),
-    MessageType.RESUME: _queue_action_decoder(MessageType.RESUME),
-    MessageType.PURGE: _queue_action_decoder(MessageType.PURGE),
-    MessageType.HELLO: decode_hello,
-    MessageType.CANCEL: decode_cancel,
-    MessageType.CANCELLED: decode_cancelled,
-    MessageType.QUEUES: decode_queues,
-    MessageType.PEEK: decode_peek,
-    MessageType.INSPECT: decode_inspect,
-    MessageType.INFO: decode_info,
+    MessageType.DONE: decode_done,
+    # As in version 1.
+    MessageType.FAILED: wire.decode_failed,
+    MessageType.WAIT: wire.decode_wait,
 }
