@@ -382,7 +382,7 @@ def test_any_stream_of_messages_decodes_whatever_the_reads(
 PROTOCOL = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text()
 VERSION_2 = PROTOCOL[PROTOCOL.index("\n# Version 2") :]
 LIFECYCLE = PROTOCOL[PROTOCOL.index("\n# Version 2: retries, dead letters") :]
-"""The page's section on part 2 of version 2 (L{quicx.protocol.admin}, L{quicx.protocol.outcomes})."""
+"""The page's section on part 2 of version 2 (L{quicx.protocol.admin}, L{.outcomes})."""
 RESULTS = PROTOCOL[PROTOCOL.index("\n# Version 2: results, progress") :]
 """The page's section on part 3 of version 2 (L{quicx.protocol.outcomes})."""
 MONITOR = PROTOCOL[PROTOCOL.index("\n# Version 2: live events") :]
