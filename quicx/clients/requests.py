@@ -137,10 +137,14 @@ def _common_options(queue: str | None, priority: int | None) -> bytes:
     return v2.SubmitOptions(queue=queue, priority=priority).encode()
 
 
-NO_OPTIONS = Options()
+NONE = v2.SubmitOptions()
+"""No options, as the wire carries them."""
 
 Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]
 """A task to submit: C{(type, payload)}, or with L{Options}."""
+
+AnyTask = Task | tuple[str | bytes, str | bytes, v2.SubmitOptions]
+"""A L{Task}, or one whose options the client API has made a L{v2.SubmitOptions} already."""
 
 
 OPTIONS_NEED_VERSION_2 = (
@@ -149,13 +153,39 @@ OPTIONS_NEED_VERSION_2 = (
 """Why a SUBMIT with options cannot go to a version-1 daemon."""
 
 
-def has_options(task: Task) -> bool:
+def has_options(task: AnyTask) -> bool:
     """Whether C{task} (as L{submit_frames} takes it) has options, which only version 2 sends."""
-    return len(task) == 3 and task[2].any
+    return len(task) == 3 and _any(task[2])
+
+
+def _any(options: Options | v2.SubmitOptions) -> bool:
+    return options.any if type(options) is Options else options != NONE
+
+
+def options_field(options: Options | v2.SubmitOptions) -> bytes:
+    """
+    The options field of a SUBMIT (empty: none); options without keys,
+    few combinations, encoded once each.
+
+    @raise ValueError: an option is out of range (a naive C{datetime} included).
+    """
+    if type(options) is Options:
+        return options.encode() if options.any else b""
+    if options == _common(options.queue, options.priority):
+        return _common_options(options.queue, options.priority)
+    return options.encode()
+
+
+@functools.lru_cache(maxsize=1024)
+def _common(queue: str | None, priority: int | None) -> v2.SubmitOptions:
+    return v2.SubmitOptions(queue=queue, priority=priority)
 
 
 def encode_submit(
-    version: int, task_type: str | bytes, payload: str | bytes, options: Options = NO_OPTIONS
+    version: int,
+    task_type: str | bytes,
+    payload: str | bytes,
+    options: Options | v2.SubmitOptions = NONE,
 ) -> bytes:
     """
     A SUBMIT in C{version}.
@@ -164,20 +194,18 @@ def encode_submit(
     @raise ValueError: a bad option (queue name, priority, key length, delay...).
     """
     if version == 1:
-        if options.any:
+        if _any(options):
             raise NeedsVersion2(f"{OPTIONS_NEED_VERSION_2}; the daemon speaks version 1")
         return wire.encode_submit(as_bytes(task_type), payload_bytes(payload))
-    return v2.encode_submit(
-        as_bytes(task_type), payload_bytes(payload), options.encode() if options.any else b""
-    )
+    return v2.encode_submit(as_bytes(task_type), payload_bytes(payload), options_field(options))
 
 
-def submit_frames(version: int, tasks: Iterable[Task]) -> bytes:
+def submit_frames(version: int, tasks: Iterable[AnyTask]) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
     plain = wire.encode_submit if version == 1 else v2.encode_submit
     frames = []
     # Tasks of a batch mostly share a few Options: each is encoded once.
-    encoded: dict[Options, bytes] = {}
+    encoded: dict[Options | v2.SubmitOptions, bytes] = {}
     for task in tasks:
         if len(task) == 2:  # the common case, without a call to sort out options
             task_type, payload = task
@@ -188,7 +216,7 @@ def submit_frames(version: int, tasks: Iterable[Task]) -> bytes:
             task_type, payload, options = task
             field = encoded.get(options)
             if field is None:
-                field = encoded[options] = options.encode() if options.any else b""
+                field = encoded[options] = options_field(options)
             frames.append(v2.encode_submit(as_bytes(task_type), payload_bytes(payload), field))
     return b"".join(frames)
 

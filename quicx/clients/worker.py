@@ -82,6 +82,7 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 import twisted
+from quicx.clients import operations
 from quicx.clients.adaptive import AUTO_MAX, AutoCredits, Placement
 from quicx.clients.address import CLIENT_MAX_LENGTH, DEFAULT_ADDRESS, split_addresses
 from quicx.clients.connection import (
@@ -90,7 +91,6 @@ from quicx.clients.connection import (
     Event,
     Greeted,
     Rejected,
-    Request,
     Send,
     Unanswered,
 )
@@ -433,9 +433,7 @@ class WorkerProtocol(FrameReceiver):
 
     def follow(self) -> None:
         """Follow the worker's shared data on this connection (its FOLLOW answer comes later)."""
-        names = self.worker.follow
-        follow = Request.info("follow", lambda: results.encode_follow(names))
-        self.transport.write(self._conn.send(follow))
+        self.transport.write(self._conn.send(operations.follow(self.worker.follow)))
 
     def frameRejected(self, code: ErrorCode, reason: str) -> None:
         self.log.error("daemon sent a frame this worker refuses: {reason}", reason=reason)
