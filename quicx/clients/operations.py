@@ -70,11 +70,17 @@ def submit(task_type: str | bytes, payload: str | bytes, keywords: SubmitKeyword
     """
     if not keywords:  # the common case: no options to sort out
         return Request.submit([(task_type, payload)])
+    if keywords.keys() <= _QUEUE_AND_PRIORITY:  # the next most common: made once each
+        options = requests.common_options(keywords.get("queue"), keywords.get("priority"))
+        return Request.submit([(task_type, payload, options)])
     check_keywords(keywords)
     fields: dict[str, Any] = dict(keywords)
     progress: Listener | None = fields.pop("progress", None)
     options = Options(**fields, progress=progress is not None).wire()
     return Request.submit([(task_type, payload, options)], progress)
+
+
+_QUEUE_AND_PRIORITY = frozenset(("queue", "priority"))
 
 
 def into_group(tasks: Iterable[Task], group: int) -> Iterator[Task]:

@@ -171,13 +171,15 @@ def options_field(options: Options | v2.SubmitOptions) -> bytes:
     """
     if type(options) is Options:
         return options.encode() if options.any else b""
-    if options == _common(options.queue, options.priority):
+    common = common_options(options.queue, options.priority)
+    if options is common or options == common:
         return _common_options(options.queue, options.priority)
     return options.encode()
 
 
 @functools.lru_cache(maxsize=1024)
-def _common(queue: str | None, priority: int | None) -> v2.SubmitOptions:
+def common_options(queue: str | None, priority: int | None) -> v2.SubmitOptions:
+    """Options of a queue and a priority alone: few combinations, each made once."""
     return v2.SubmitOptions(queue=queue, priority=priority)
 
 
