@@ -171,8 +171,7 @@ def options_field(options: Options | v2.SubmitOptions) -> bytes:
     """
     if type(options) is Options:
         return options.encode() if options.any else b""
-    common = common_options(options.queue, options.priority)
-    if options is common or options == common:
+    if options is common_options(options.queue, options.priority):
         return _common_options(options.queue, options.priority)
     return options.encode()
 
