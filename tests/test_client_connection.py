@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quicx.clients import requests
+from quicx.clients import operations, requests
 from quicx.clients.connection import (
     Answer,
     ClientConnection,
@@ -70,7 +70,7 @@ def test_a_version_1_error_to_hello_falls_back_and_encodes_the_held_in_version_1
     connection.connect()
     plain = Request.submit([("t", b"p")])
     keyed = Request.submit([("t", b"p", Options(key="k"))])
-    queues = Request.info("queues", lambda: admin.QUEUES_FRAME)
+    queues = operations.queues()
     for request in (plain, keyed, queues):
         connection.send(request)
     events = connection.receive(wire.encode_error(wire.ErrorCode.INVALID_MESSAGE, "bad version"))
@@ -99,7 +99,7 @@ def test_an_unexpected_answer_to_hello_is_an_error() -> None:
 def test_answers_go_to_the_requests_in_order_errors_mapped() -> None:
     connection = greeted()
     batch = Request.submit([("t", b"1"), ("t", b"2"), ("t", b"3")])
-    info = Request.info("queues", lambda: admin.QUEUES_FRAME)
+    info = operations.queues()
     stats = Request.stats()
     sent = b"".join(connection.send(r) for r in (batch, info, stats))
     assert sent == b"".join(
@@ -173,18 +173,9 @@ def test_a_reply_nobody_is_owed_is_unanswered() -> None:
     assert isinstance(event, Unanswered) and isinstance(event.message, wire.Error)
 
 
-def fenced_wait(connection: ClientConnection) -> tuple[Request, list[object]]:
+def fenced_wait(connection: ClientConnection) -> tuple[Request[Any], list[object]]:
     got: list[object] = []
-    request = Request.wait(
-        "result",
-        connection.awaits,
-        5,
-        1.5,
-        lambda ms: outcomes.encode_await(5, ms),
-        deadline=10.0,
-        then=got.append,
-        fenced=True,
-    )
+    request = operations.result(connection, 5, 1.5, deadline=10.0, then=got.append, fenced=True)
     assert connection.send(request) == outcomes.encode_await(5, 1500) + link.HEARTBEAT_FRAME
     return request, got
 
@@ -212,9 +203,7 @@ def test_a_fenced_wait_refused() -> None:
 
 def test_an_unfenced_waits_refusal_is_unanswered() -> None:
     connection = greeted()
-    request = Request.wait(
-        "result", connection.awaits, 5, 0, lambda ms: outcomes.encode_await(5, ms), 1.0
-    )
+    request = operations.result(connection, 5, 0, deadline=1.0)
     assert connection.send(request) == outcomes.encode_await(5, 0)
     assert not connection.owed
     (event,) = connection.receive(link.encode_error(wire.ErrorCode.QUEUE_FULL, "no"))

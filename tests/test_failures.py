@@ -15,7 +15,8 @@ from pathlib import Path
 
 from twisted.python.failure import Failure
 
-from quicx.clients.worker import Unrecoverable, _timed_call, failure_reason
+from quicx.clients.handlers import _timed_call
+from quicx.clients.reports import Unrecoverable, failure_reason
 from tests.conftest import DaemonProcess
 from tests.test_cli import ROOT, Background, env_for, quicx
 from tests.test_cli import background as background  # a fixture

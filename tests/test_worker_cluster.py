@@ -28,7 +28,8 @@ from quicx.cli import main
 from quicx.clients.adaptive import AUTO_MAX
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.shares import slot_credits, split
-from quicx.clients.worker import HELLO_TIMEOUT, RETRY_FIRST, Worker, WorkerProtocol
+from quicx.clients.slot import HELLO_TIMEOUT, WorkerProtocol
+from quicx.clients.worker import RETRY_FIRST, Worker
 from quicx.protocol import link, registry, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.wire import ErrorCode

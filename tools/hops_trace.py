@@ -141,10 +141,10 @@ def run_daemon(args: Sequence[str]) -> None:
 def run_worker(args: Sequence[str]) -> int:
     """Run C{quicx worker ARGS} with the worker's reads and writes traced."""
     from quicx import cli
-    from quicx.clients import worker
+    from quicx.clients import slot, worker
 
     trace_reads(worker.WorkerProtocol)
-    worker.write_now = traced_write(worker.write_now)  # type: ignore[assignment]
+    slot.write_now = traced_write(slot.write_now)  # type: ignore[assignment]
     return cli.main(["worker", *args])
 
 

@@ -25,61 +25,32 @@ submit in parallel are faster with a client each.
 from __future__ import annotations
 
 import contextlib
-import logging
-import select
-import socket
-import ssl
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
-from datetime import datetime
-from typing import Any
+from functools import partial
+from typing import Any, Unpack
 
-import attrs
-from service_identity import VerificationError
-
-from quicx.clients import awaits, requests, watching
-from quicx.clients.address import (
-    DEFAULT_ADDRESS,
-    as_bytes,
-    one_address,
-    parse_address,
-)
-from quicx.clients.awaits import Waits
-from quicx.clients.connection import (
-    Answer,
-    ClientConnection,
-    Event,
-    Greeted,
-    LiveEvents,
-    Progressed,
-    Rejected,
-    Request,
-    Send,
-    Unanswered,
-)
-from quicx.clients.outcomes import DEFAULT_KEEP, RetryNotice, value_of
-from quicx.clients.progress import Listener, ProgressReport
-from quicx.clients.requests import Options, Task
-from quicx.protocol import admin, codec, link, monitor, outcomes, shared_data, taskflow, wire
-from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, error_from
-from quicx.protocol.outcomes import GroupOp
+from quicx.clients import operations
+from quicx.clients.connection import Answer, Request
+from quicx.clients.operations import SubmitKeywords
+from quicx.clients.outcomes import RetryNotice, value_of
+from quicx.clients.pump import SocketPump, _name
+from quicx.clients.requests import Task
+from quicx.protocol import admin, wire
+from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
 FOREVER = 3600.0
 """How long one read waits when a call waits as long as it takes (it reads again)."""
 
-log = logging.getLogger(__name__)
-log.addHandler(logging.NullHandler())  # silent unless the application configures logging
 
-
-class QuicxClient:
+class QuicxClient(SocketPump):
     """
-    A blocking producer and monitor client: a byte pump around a
-    L{ClientConnection}, which owns the handshake, the order of the
-    replies, outcomes, waits and progress.
+    A blocking producer and monitor client: a byte pump (L{SocketPump})
+    around a L{quicx.clients.connection.ClientConnection}, which owns the
+    handshake, the order of the replies, outcomes, waits and progress; each
+    call sends what L{quicx.clients.operations} declares, and reads its answer.
 
     @ivar timeout: seconds any one call may wait for the daemon.
     @ivar version: the protocol version of the connection (2, unless the
@@ -87,270 +58,13 @@ class QuicxClient:
     @ivar server: what the daemon said of itself in answer to HELLO.
     """
 
-    def __init__(
-        self,
-        address: str = DEFAULT_ADDRESS,
-        timeout: float = 30.0,
-        keep_outcomes: int = DEFAULT_KEEP,
-        protocol: int = 2,
-    ) -> None:
-        self._conn = ClientConnection(protocol, keep_outcomes, announce=False)
-        self.address = address
-        self.protocol = protocol
-        several = "open_client or ClusterClient (quicx.clients.blocking_cluster)"
-        _, self._sockaddr, self._tls = parse_address(one_address(address, "QuicxClient", several))
-        self._context = self._tls.context() if self._tls is not None else None
-        self.timeout = timeout
-        self._lock = threading.RLock()
-        self._sock: socket.socket | None = None
-        # Tells without a syscall's error whether the daemon sent or closed
-        # anything since the last call (L{_closed_meanwhile}).
-        self._readable = select.poll()
-        # What the connection made of the bytes read, not yet handled.
-        self._inbox: deque[Event] = deque()
-        self._feed = watching.EventFeed()
-
-    @property
-    def version(self) -> int:
-        return self._conn.version
-
-    @property
-    def server(self) -> dict[str, Any]:
-        return self._conn.server
-
-    # -- connection -------------------------------------------------------------------
-
-    def _connection(self) -> socket.socket:
-        if self._sock is None:
-            try:
-                sockaddr = self._sockaddr
-                if isinstance(sockaddr, str):  # a UNIX socket's path
-                    sock = socket.socket(socket.AF_UNIX)
-                    sock.settimeout(self.timeout)
-                    sock.connect(sockaddr)
-                else:
-                    sock = socket.create_connection(sockaddr, self.timeout)
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    if self._tls is not None:
-                        sock = self._tls.wrap(sock, self._context)
-            except VerificationError as e:
-                raise ConnectionLost(
-                    f"cannot connect to {self.address}: its certificate is not for"
-                    f" {self._tls.hostname if self._tls else '?'}: {e}"
-                ) from None
-            except OSError as e:
-                raise ConnectionLost(
-                    f"cannot connect to {self.address}: {e.strerror or e}"
-                ) from None
-            self._sock = sock
-            self._readable = select.poll()
-            self._readable.register(sock, select.POLLIN)
-            self._inbox.clear()
-            hello = self._conn.connect()
-            if hello:
-                try:
-                    self._hello(hello)
-                except BaseException:
-                    self._drop()  # its answer may still come, as the answer to another
-                    raise
-        return self._sock
-
-    def _hello(self, hello: bytes) -> None:
-        """Open a version-2 connection with HELLO; fall back to 1 if refused."""
-        was = self._conn.version
-        self._send(hello)
-        deadline = time.monotonic() + self.timeout
-        while not isinstance(greeted := self._pump(deadline), Greeted):
-            if greeted is not None:
-                raise QuicxError(f"unexpected {type(greeted).__name__} for HELLO")
-        if greeted.error is not None:
-            raise greeted.error
-        if greeted.fell_back and was == codec.VERSION:
-            log.warning(
-                "%s speaks protocol version 1 only: this client speaks version 1 to it"
-                " (queues, priorities, keys, cancel and introspection are unavailable)",
-                self.address,
-            )
-
-    def _begin(self, deadline: float, sends: bool = True) -> None:
-        """
-        Start a call: connect (anew if the daemon closed the connection
-        since the last call, when the call C{sends} a request: one that
-        only reads learns of a close as it reads), and read the answers
-        owed to calls that gave up (their accepted tasks' outcomes are
-        still kept).
-        """
-        if sends and self._closed_meanwhile():
-            self._drop()
-        self._connection()
-        while self._conn.owed or self._inbox:
-            self._pump(deadline)
-
-    def _closed_meanwhile(self) -> bool:
-        """
-        Whether the daemon closed the connection between calls (an idle
-        client past its C{heartbeat_timeout}, a restart), read without
-        waiting; what it sent before is filed (outcomes, notices), nothing
-        is answered.  Checked before a call sends anything, so that a call
-        never sent is sent on a new connection, not lost with the old one.
-        """
-        sock = self._sock
-        if sock is None:
-            return False
-        # One poll, no waiting: most calls follow another at once, with
-        # nothing read since (TLS may hold decrypted bytes poll cannot see).
-        if not self._readable.poll(0) and not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
-            return False
-        sock.settimeout(0)
-        try:
-            while data := sock.recv(1 << 18):
-                self._take_in(data)
-        except (BlockingIOError, ssl.SSLWantReadError):
-            sock.settimeout(self.timeout)
-            return False  # open, and nothing more to read now
-        except OSError:
-            pass  # reset
-        while self._inbox:
-            event = self._inbox.popleft()
-            if type(event) is not Send:
-                self._handle(event)
-        return True
-
-    def _drop(self) -> None:
-        """
-        Forget the connection; pending outcomes become unknown, waits,
-        progress and live events end.
-        """
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        self._conn.connection_lost()
-        self._feed.stop()
-
-    def connect(self) -> None:
-        """
-        Connect now, if not connected (every call connects when it needs to).
-
-        @raise ConnectionLost: the daemon cannot be reached.
-        """
-        with self._lock:
-            self._begin(time.monotonic() + self.timeout)
-
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
-
-    def __enter__(self) -> QuicxClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _send(self, data: bytes) -> None:
-        sock = self._connection()
-        try:
-            sock.sendall(data)
-        except OSError as e:
-            self._drop()
-            raise ConnectionLost(f"connection to {self.address} failed: {e}") from None
-
-    def _request(self, request: Request) -> None:
-        """Send C{request} on the connection L{_begin} made."""
-        self._send(self._conn.send(request))
-
-    def _answer(self, request: Request, deadline: float) -> Any:
-        """The next answer, which is C{request}'s (L{_begin} read those owed before)."""
-        while True:
-            event = self._pump(deadline)
-            if type(event) is Answer and event.request is request:
-                return event.value
-            if event is not None:
-                self._drop()
-                raise QuicxError(f"unexpected {_name(event)} for {request.what}")
-
-    def _pump(self, deadline: float) -> Answer | Unanswered | Greeted | None:
-        """
-        Read one event: send what it sends, hand a progress report to its
-        callback, file live events (and return C{None}); return an answer,
-        or anything else that came.
-        """
-        event = self._read(deadline)
-        if isinstance(event, (Answer, Unanswered, Greeted)):
-            return event
-        if isinstance(event, Send):
-            if self._sock is not None:  # a PONG is not worth a new connection
-                self._send(event.data)
-        elif event is not None:
-            self._handle(event)
-        return None
-
-    def _handle(self, event: Event) -> None:
-        """Hand on what came unasked: progress reports, live events."""
-        if type(event) is Progressed:
-            self._tell_progress(event.listener, event.report)
-        elif type(event) is LiveEvents:
-            self._feed.arrived(event.message)
-
-    def _tell_progress(self, listener: Listener, report: ProgressReport) -> None:
-        # A callback's mistake is logged: raised here, it would end whichever
-        # call happened to read the report.
-        try:
-            listener(report)
-        except Exception:
-            log.exception("the progress callback of task %s raised", report.task_id)
-
-    def _read(self, deadline: float) -> Event | None:
-        """The next event; C{None} when what was read made none (an outcome, a wait's answer)."""
-        if self._inbox:
-            return self._inbox.popleft()
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no answer from {self.address} in time")
-            sock = self._connection()
-            sock.settimeout(remaining)
-            try:
-                data = sock.recv(1 << 18)
-            except TimeoutError:
-                continue
-            except OSError as e:
-                self._drop()
-                raise ConnectionLost(f"connection to {self.address} failed: {e}") from None
-            if not data:
-                self._drop()
-                raise ConnectionLost(f"{self.address} closed the connection")
-            self._take_in(data)
-            return self._inbox.popleft() if self._inbox else None
-
-    def _take_in(self, data: bytes) -> None:
-        """Read C{data} from the daemon into the inbox, as events."""
-        events = self._conn.receive(data)
-        if events and type(events[-1]) is Rejected:
-            self._inbox.extend(events[:-1])
-            reason = events[-1].reason
-            self._drop()
-            raise QuicxError(f"{self.address} sent {reason}")
-        self._inbox.extend(events)
-
     # -- requests ----------------------------------------------------------------------
 
     def submit(
         self,
         task_type: str | bytes,
         payload: str | bytes,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        key: str | bytes | None = None,
-        fairness_key: str | bytes | None = None,
-        delay: float | None = None,
-        run_at: datetime | float | None = None,
-        retries: int | None = None,
-        backoff: str | taskflow.Backoff | None = None,
-        keep_result: bool = False,
-        result_ttl: float | str | None = None,
-        progress: Listener | None = None,
-        group: int | None = None,
+        **options: Unpack[SubmitKeywords],
     ) -> int:
         """
         Submit one task; return its id.
@@ -383,24 +97,10 @@ class QuicxClient:
         @raise ValueError: an option is out of range, or a backoff malformed.
         @raise ConnectionLost: the daemon could not be reached or went away.
         """
-        options = Options(
-            queue=queue,
-            priority=priority,
-            key=key,
-            fairness_key=fairness_key,
-            delay=delay,
-            run_at=run_at,
-            retries=retries,
-            backoff=backoff,
-            keep_result=keep_result,
-            result_ttl=result_ttl,
-            progress=progress is not None,
-            group=group,
-        )
+        request = operations.submit(task_type, payload, options)
         with self._lock:
             deadline = time.monotonic() + self.timeout
             self._begin(deadline)
-            request = Request.submit([(task_type, payload, options)], progress)
             self._request(request)
             (result,) = self._read_replies(request)
             if isinstance(result, Exception):
@@ -440,7 +140,7 @@ class QuicxClient:
         results: list[int | DaemonError] = []
         batch: list[Task] = []
         # The SUBMITs of the previous batch, sent and not yet read.
-        unanswered: Request | None = None
+        unanswered: Request[int] | None = None
         sent = 0  # tasks that may have reached the daemon
         with self._lock:
             try:
@@ -470,8 +170,11 @@ class QuicxClient:
         return results
 
     def _send_submits(
-        self, batch: list[Task], unanswered: Request | None, results: list[int | DaemonError]
-    ) -> Request:
+        self,
+        batch: list[Task],
+        unanswered: Request[int] | None,
+        results: list[int | DaemonError],
+    ) -> Request[int]:
         """
         Send C{batch}, encoded in the version of the connection L{_begin}
         made.  If a task of it cannot be, the answers to the C{unanswered}
@@ -488,7 +191,7 @@ class QuicxClient:
         return request
 
     def _read_replies(
-        self, request: Request | None, results: list[int | DaemonError] | None = None
+        self, request: Request[int] | None, results: list[int | DaemonError] | None = None
     ) -> list[int | DaemonError]:
         """
         Read the answers to C{request}'s SUBMITs (none if C{None}): task
@@ -583,25 +286,7 @@ class QuicxClient:
 
     def stats(self) -> wire.StatsResponse:
         """The daemon's 28-byte STATS_RESPONSE, decoded."""
-        reply: wire.StatsResponse = self._call(Request.stats())
-        return reply
-
-    # -- version 2 ----------------------------------------------------------------------
-
-    def _info(self, what: str, frame: bytes) -> Any:
-        """Send a version-2 request; its INFO document, or the error it got."""
-        return self._call(Request.info(what, lambda: frame))
-
-    def _call(self, request: Request) -> Any:
-        """Send C{request}; its answer, or the error it got."""
-        deadline = time.monotonic() + self.timeout
-        with self._lock:
-            self._begin(deadline)
-            self._request(request)
-            value = self._answer(request, deadline)
-        if isinstance(value, Exception):
-            raise value
-        return value
+        return self._call(operations.stats())
 
     def hello(self, name: str, version: str, capabilities: Iterable[str] = ()) -> dict[str, Any]:
         """
@@ -613,11 +298,10 @@ class QuicxClient:
         @return: the daemon's answer, also kept in C{server}: its version,
             capabilities, the wanted ones it lacks (C{missing}) and limits.
         """
-        frame = link.encode_hello(name, version, capabilities)
+        request = operations.hello(self._conn, name, version, capabilities)
         with self._lock:
-            self._conn.hello = frame
-            self._conn.server = self._info("hello", frame)
-        return self.server
+            self._conn.hello = request.prepare()
+            return self._call(request)
 
     def cancel(self, task_id: int) -> dict[str, Any]:
         """
@@ -627,48 +311,38 @@ class QuicxClient:
         @raise Conflict: a worker is running it (it is not interrupted).
         @raise Forbidden: another client submitted it and this one is no admin.
         """
-        document: dict[str, Any] = self._info("cancel", admin.encode_cancel(task_id))
-        return document
+        return self._call(operations.cancel(task_id))
 
     def queues(self) -> list[dict[str, Any]]:
         """Every queue: name, depth, paused, workers, priorities, oldest_age..."""
-        found: list[dict[str, Any]] = self._info("queues", admin.QUEUES_FRAME)
-        return found
+        return self._call(operations.queues())
 
     def status(self) -> dict[str, Any]:
         """
         The daemon's status document: what C{quicx status} shows (see
         docs/operations.md); under C{[tls]} role lists, for a monitor.
         """
-        document: dict[str, Any] = self._info("status", monitor.STATUS_FRAME)
-        return document
+        return self._call(operations.status())
 
     def peek(self, queue: str, count: int = 10) -> list[dict[str, Any]]:
         """The next C{count} tasks of C{queue}, in dispatch order, without taking them."""
-        found: list[dict[str, Any]] = self._info("peek", admin.encode_peek(queue, count))
-        return found
+        return self._call(operations.peek(queue, count))
 
     def task(self, task_id: int) -> dict[str, Any]:
         """One task's state and, while it waits, why (see docs/protocol.md)."""
-        document: dict[str, Any] = self._info("task", admin.encode_inspect(task_id))
-        return document
+        return self._call(operations.task(task_id))
 
     def pause(self, queue: str) -> dict[str, Any]:
         """Stop dispatching from C{queue} (it still accepts tasks); needs the admin role."""
-        return self._queue_action("pause", queue)
+        return self._call(operations.queue_action("pause", queue))
 
     def resume(self, queue: str) -> dict[str, Any]:
         """Dispatch from C{queue} again; needs the admin role."""
-        return self._queue_action("resume", queue)
+        return self._call(operations.queue_action("resume", queue))
 
     def purge(self, queue: str) -> dict[str, Any]:
         """Cancel every queued task of C{queue}; needs the admin role."""
-        return self._queue_action("purge", queue)
-
-    def _queue_action(self, action: str, queue: str) -> dict[str, Any]:
-        frame = admin.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
-        document: dict[str, Any] = self._info(action, frame)
-        return document
+        return self._call(operations.queue_action("purge", queue))
 
     # -- dead letters and schedules ----------------------------------------------------
 
@@ -679,8 +353,7 @@ class QuicxClient:
         queue), each with C{id}, C{queue}, C{type}, C{failures}, C{reason},
         C{worker}, C{died_at}...
         """
-        document: dict[str, Any] = self._info("dead", admin.encode_dead(limit, queue))
-        return document
+        return self._call(operations.dead(queue, limit))
 
     def replay(self, task_id: int = 0, queue: str | None = None) -> dict[str, Any]:
         """
@@ -692,8 +365,7 @@ class QuicxClient:
         @raise NotFound: C{task_id} is not a dead task.
         @raise ValueError: both a task and a queue.
         """
-        document: dict[str, Any] = self._info("replay", admin.encode_replay(task_id, queue))
-        return document
+        return self._call(operations.replay(task_id, queue))
 
     def dead_purge(self, queue: str | None = None) -> dict[str, Any]:
         """
@@ -702,13 +374,11 @@ class QuicxClient:
 
         @return: C{{"purged": N}}.
         """
-        document: dict[str, Any] = self._info("dead_purge", admin.encode_dead_purge(queue))
-        return document
+        return self._call(operations.dead_purge(queue))
 
     def schedules(self) -> list[dict[str, Any]]:
         """Every schedule, by name: its expression or interval, next_fire, last_fire..."""
-        found: list[dict[str, Any]] = self._info("schedules", admin.SCHEDULES_FRAME)
-        return found
+        return self._call(operations.schedules())
 
     def schedule(
         self,
@@ -739,10 +409,7 @@ class QuicxClient:
         @raise ValueError: not exactly one of C{cron} and C{every}, or a
             field out of range.
         """
-        frame = requests.encode_schedule(
-            name,
-            task_type,
-            payload,
+        fields = dict(
             cron=cron,
             every=every,
             timezone=timezone,
@@ -751,8 +418,7 @@ class QuicxClient:
             missed=missed,
             catch_up=catch_up,
         )
-        document: dict[str, Any] = self._info("schedule", frame)
-        return document
+        return self._call(operations.schedule(name, task_type, payload, fields))
 
     def unschedule(self, name: str) -> dict[str, Any]:
         """
@@ -761,44 +427,9 @@ class QuicxClient:
         @raise NotFound: no such schedule.
         @raise Conflict: the configuration declares it.
         """
-        document: dict[str, Any] = self._info("unschedule", admin.encode_unschedule(name))
-        return document
+        return self._call(operations.unschedule(name))
 
     # -- results, shared data and groups ----------------------------------------------
-
-    def _wait_on(
-        self,
-        what: str,
-        waits: Waits[Any],
-        key: int,
-        timeout: float | None,
-        encode: Callable[[int], bytes],
-    ) -> Any:
-        """
-        Send the wait C{encode} makes of its milliseconds, on C{key}, and
-        read until its answer: the daemon's wait, and this client's
-        C{timeout} more for the answer to come back.
-        """
-        wait = awaits.wait_seconds(self.timeout if timeout is None else timeout)
-        encode(awaits.wait_ms(wait))  # a bad argument is refused before anything is sent
-        deadline = time.monotonic() + wait + self.timeout
-        request = Request.wait(what, waits, key, wait, encode, deadline)
-        with self._lock:
-            self._begin(deadline)
-            self._request(request)
-            waiter = request.waiter
-            assert waiter is not None  # sent
-            while waiter.answer is None:
-                # Nothing else is owed to this call: an ERROR refuses the wait.
-                event = self._pump(deadline)
-                if event is None:
-                    continue
-                self._conn.refused(request)
-                if type(event) is Unanswered and type(event.message) is wire.Error:
-                    raise error_from(event.message)
-                self._drop()
-                raise QuicxError(f"unexpected {_name(event)} for {what}")
-            return waiter.answer
 
     def result(self, task_id: int, timeout: float | None = None) -> Any:
         """
@@ -820,14 +451,7 @@ class QuicxClient:
         @raise QueueFull: this connection, or the daemon, waits for as many
             tasks as it may.
         """
-        outcome = self._wait_on(
-            "result",
-            self._conn.awaits,
-            task_id,
-            timeout,
-            lambda ms: outcomes.encode_await(task_id, ms),
-        )
-        return awaits.awaited_value(outcome)
+        return self._wait(partial(operations.result, self._conn, task_id), timeout)
 
     def publish(self, name: str, data: str | bytes) -> dict[str, Any]:
         """
@@ -843,9 +467,7 @@ class QuicxClient:
         """
         with self._lock:
             self._begin(time.monotonic() + self.timeout)  # its HELLO tells the limit
-            frame = requests.encode_publish(self.server, name, as_bytes(data))
-        document: dict[str, Any] = self._info("publish", frame)
-        return document
+            return self._call(operations.publish(self._conn, name, data))
 
     def unpublish(self, name: str) -> dict[str, Any]:
         """
@@ -853,9 +475,7 @@ class QuicxClient:
 
         @raise NotFound: no such name.
         """
-        frame = shared_data.encode_publish(name, delete=True)
-        document: dict[str, Any] = self._info("unpublish", frame)
-        return document
+        return self._call(operations.unpublish(name))
 
     def open_group(self) -> int:
         """
@@ -865,16 +485,11 @@ class QuicxClient:
         @return: its id.
         @raise QueueFull: the daemon has C{[groups] max_groups} open.
         """
-        document = self._info("open_group", outcomes.encode_group(GroupOp.OPEN))
-        group: int = document["group"]
-        return group
+        return self._call(operations.open_group())
 
     def close_group(self, group: int) -> dict[str, Any]:
         """No more members for C{group}; returns its state (see L{group})."""
-        document: dict[str, Any] = self._info(
-            "close_group", outcomes.encode_group(GroupOp.CLOSE, group)
-        )
-        return document
+        return self._call(operations.close_group(group))
 
     def group(self, group: int) -> dict[str, Any]:
         """
@@ -883,8 +498,7 @@ class QuicxClient:
         C{failed} (dead and given up included), C{cancelled} and
         C{pending}, C{opened_at} and C{finished_at} (Unix seconds, or C{None}).
         """
-        document: dict[str, Any] = self._info("group", outcomes.encode_group(GroupOp.STATE, group))
-        return document
+        return self._call(operations.group(group))
 
     def wait_group(self, group: int, timeout: float | None = None) -> dict[str, Any]:
         """
@@ -897,14 +511,7 @@ class QuicxClient:
             C{state} has the counts so far.
         @raise GroupUnknown: no such group, or it is forgotten.
         """
-        state = self._wait_on(
-            "wait_group",
-            self._conn.group_waits,
-            group,
-            timeout,
-            lambda ms: outcomes.encode_group(GroupOp.WAIT, group, ms),
-        )
-        return awaits.finished_group(state)
+        return self._wait(partial(operations.wait_group, self._conn, group), timeout)
 
     def submit_group(self, tasks: Iterable[Task], window: int = DEFAULT_WINDOW) -> int:
         """
@@ -916,17 +523,8 @@ class QuicxClient:
             task's id or error); the group is closed with the others.
         """
         group = self.open_group()
-        plain = Options(group=group)
         try:
-            self.submit_many(
-                (
-                    (task[0], task[1], plain)
-                    if len(task) == 2
-                    else (task[0], task[1], attrs.evolve(task[2], group=group))
-                    for task in tasks
-                ),
-                window=window,
-            )
+            self.submit_many(operations.into_group(tasks, group), window=window)
         finally:
             self.close_group(group)
         return group
@@ -961,11 +559,12 @@ class QuicxClient:
         @raise ValueError: a bad queue name, an empty type, an unknown kind.
         @raise NeedsVersion2: the daemon speaks version 1.
         """
-        frame = watching.encode_watch(queues, types, kinds)
+        request = operations.watch(queues, types, kinds, "events")
+        request.prepare()  # a bad argument is refused before the feed changes
         with self._lock:
             self._feed.watching = True  # its EVENTS may come before its answer
             try:
-                self._info("events", frame)
+                self._call(request)
             except BaseException:
                 self._feed.stop()
                 raise
@@ -997,12 +596,7 @@ class QuicxClient:
             self._feed.stop()
             if was_watching and self._sock is not None:
                 with contextlib.suppress(ConnectionLost):
-                    self._request(Request.info("events", lambda: watching.STOP_FRAME))
-
-
-def _name(event: object) -> str:
-    """What came, in a message: the message's type, for a reply nobody asked for."""
-    return type(event.message if isinstance(event, Unanswered) else event).__name__
+                    self._request(operations.unwatch("events"))
 
 
 class EventStream:

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from attrs import define
 
@@ -61,10 +61,20 @@ class Expect(enum.Enum):
     NOTHING = "nothing"  # an unfenced wait: only a refusal comes in order
 
 
+T = TypeVar("T")
+
+
+def same(value: Any) -> Any:
+    """The answer as it came: what most requests return."""
+    return value
+
+
 @define(eq=False)
-class Request:
+class Request(Generic[T]):
     """
-    Something a client asks the daemon, before and after it is sent.
+    Something a client asks the daemon, before and after it is sent, and
+    what its answer becomes: the value a client's call returns (or fires
+    with); L{quicx.clients.operations} declares each.
 
     @ivar what: its name in messages (C{"submit"}, C{"queues"}...).
     @ivar encode: its frames for a connection of the version given.
@@ -72,6 +82,8 @@ class Request:
     @ivar listener: a SUBMIT's progress callback: it gets the task's
         reports once its OK has come (those that came before, at once).
     @ivar waiter: a wait's, once it is sent.
+    @ivar finish: what the answer becomes (a wait's: the answer of the
+        wait, not its fence's).
     """
 
     what: str
@@ -82,30 +94,53 @@ class Request:
     waits: Waits[Any] | None = None
     key: int = 0
     waiter: Waiter[Any] | None = None
+    finish: Callable[[Any], T] = same
+    _make: Callable[[], bytes] | None = None
+    _frame: bytes | None = None
     _refused: bool = False
 
+    def prepare(self) -> bytes:
+        """
+        Make its frame now, once: a bad argument raises here, before
+        anything is sent (SUBMITs and STATS make none ahead: C{b""}).
+
+        @raise ValueError, TypeError: a bad argument.
+        """
+        if self._frame is None:
+            self._frame = b"" if self._make is None else self._make()
+        return self._frame
+
     @classmethod
-    def submit(cls, tasks: list[requests.Task], progress: Listener | None = None) -> Request:
+    def submit(
+        cls, tasks: Sequence[requests.AnyTask], progress: Listener | None = None
+    ) -> Request[int]:
         """
         SUBMITs of C{tasks} (as L{requests.submit_frames} takes them),
         answered by task ids; C{progress}: the callback of a single task's.
         """
         encode = partial(requests.submit_frames, tasks=tasks)
-        return cls("a SUBMIT", Expect.OK, encode, len(tasks), progress)
+        return Request("a SUBMIT", Expect.OK, encode, len(tasks), progress)
 
     @classmethod
-    def info(cls, what: str, make: Callable[[], bytes]) -> Request:
-        """A version-2 request answered with INFO (its document), the frame C{make} returns."""
+    def info(
+        cls, what: str, make: Callable[[], bytes], finish: Callable[[Any], T] = same
+    ) -> Request[T]:
+        """
+        A version-2 request answered with INFO, the frame C{make} returns
+        (made when it is sent, or by L{prepare}); its document, through C{finish}.
+        """
+        request: Request[T] = Request(what, Expect.INFO, _no_frame, finish=finish, make=make)
 
         def encode(version: int) -> bytes:
             requests.needs_version_2(version, what)
-            return make()
+            return request.prepare()
 
-        return cls(what, Expect.INFO, encode)
+        request.encode = encode
+        return request
 
     @classmethod
-    def stats(cls) -> Request:
-        return cls(
+    def stats(cls) -> Request[wire.StatsResponse]:
+        return Request(
             "STATS",
             Expect.STATS,
             lambda version: monitor.STATS_FRAME if version == codec.VERSION else wire.STATS_FRAME,
@@ -122,22 +157,29 @@ class Request:
         deadline: float,
         then: Callable[[Any], object] | None = None,
         fenced: bool = False,
-    ) -> Request:
+        finish: Callable[[Any], T] = same,
+    ) -> Request[T]:
         """
         A wait on the daemon, answered out of order (into C{waits}, on
         C{key}, calling C{then}): the frame C{make} makes of its
         milliseconds, for C{seconds}; C{deadline} orders it among the
         waits on C{key}.  A C{fenced} one is sent with a HEARTBEAT behind,
         whose PONG says the daemon took it; an unfenced one's refusal
-        comes as L{Unanswered}.
+        comes as L{Unanswered}.  C{finish} makes the value of the wait's answer.
         """
-        request = cls(
-            what, Expect.FENCE if fenced else Expect.NOTHING, _no_frame, waits=waits, key=key
+        request: Request[T] = Request(
+            what,
+            Expect.FENCE if fenced else Expect.NOTHING,
+            _no_frame,
+            waits=waits,
+            key=key,
+            finish=finish,
+            make=lambda: make(awaits.wait_ms(seconds)),
         )
 
         def encode(version: int) -> bytes:
             requests.needs_version_2(version, what)
-            frame = make(awaits.wait_ms(seconds))
+            frame = request.prepare()
             request.waiter = waits.add(key, deadline, then)
             return frame + link.HEARTBEAT_FRAME if fenced else frame
 
@@ -175,7 +217,7 @@ class Answer:
     request held until the handshake).
     """
 
-    request: Request
+    request: Request[Any]
     value: Any
 
 
@@ -279,9 +321,9 @@ class ClientConnection:
         self.group_waits = awaits.group_waits()
         self._parser = _parser()
         # Requests sent and owed answers, oldest first; those held until the handshake.
-        self._owed: deque[Request] = deque()
+        self._owed: deque[Request[Any]] = deque()
         self._left = 0  # answers the oldest owed request still awaits
-        self._held: list[Request] = []
+        self._held: list[Request[Any]] = []
 
     # -- the life of a transport connection ------------------------------------------------
 
@@ -320,7 +362,7 @@ class ClientConnection:
 
     # -- requests ---------------------------------------------------------------------------
 
-    def send(self, request: Request) -> bytes:
+    def send(self, request: Request[Any]) -> bytes:
         """
         The bytes of C{request}, to send now: C{b""} while the handshake
         goes on (it is held, and sent in a L{Send} once it is over).
@@ -336,12 +378,12 @@ class ClientConnection:
             self._expect(request)
         return data
 
-    def _expect(self, request: Request) -> None:
+    def _expect(self, request: Request[Any]) -> None:
         if not self._owed:
             self._left = request.count
         self._owed.append(request)
 
-    def refused(self, request: Request) -> None:
+    def refused(self, request: Request[Any]) -> None:
         """An unfenced wait was refused (the client read its ERROR as L{Unanswered})."""
         if request.waits is not None and request.waiter is not None:
             request.waits.refused(request.key, request.waiter)
@@ -427,7 +469,7 @@ class ClientConnection:
             self._answer(version, message, events)
         return True
 
-    def _next(self) -> Request:
+    def _next(self) -> Request[Any]:
         """The oldest request owed an answer, which the answer that came is."""
         request = self._owed[0]
         self._left -= 1

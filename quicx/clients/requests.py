@@ -137,10 +137,14 @@ def _common_options(queue: str | None, priority: int | None) -> bytes:
     return taskflow.SubmitOptions(queue=queue, priority=priority).encode()
 
 
-NO_OPTIONS = Options()
+NONE = taskflow.SubmitOptions()
+"""No options, as the wire carries them."""
 
 Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]
 """A task to submit: C{(type, payload)}, or with L{Options}."""
+
+AnyTask = Task | tuple[str | bytes, str | bytes, taskflow.SubmitOptions]
+"""A L{Task}, or one whose options the client API has made a L{taskflow.SubmitOptions} already."""
 
 
 OPTIONS_NEED_VERSION_2 = (
@@ -149,13 +153,40 @@ OPTIONS_NEED_VERSION_2 = (
 """Why a SUBMIT with options cannot go to a version-1 daemon."""
 
 
-def has_options(task: Task) -> bool:
+def has_options(task: AnyTask) -> bool:
     """Whether C{task} (as L{submit_frames} takes it) has options, which only version 2 sends."""
-    return len(task) == 3 and task[2].any
+    return len(task) == 3 and _any(task[2])
+
+
+def _any(options: Options | taskflow.SubmitOptions) -> bool:
+    return options.any if type(options) is Options else options != NONE
+
+
+def options_field(options: Options | taskflow.SubmitOptions) -> bytes:
+    """
+    The options field of a SUBMIT (empty: none); options without keys,
+    few combinations, encoded once each.
+
+    @raise ValueError: an option is out of range (a naive C{datetime} included).
+    """
+    if type(options) is Options:
+        return options.encode() if options.any else b""
+    if options is common_options(options.queue, options.priority):
+        return _common_options(options.queue, options.priority)
+    return options.encode()
+
+
+@functools.lru_cache(maxsize=1024)
+def common_options(queue: str | None, priority: int | None) -> taskflow.SubmitOptions:
+    """Options of a queue and a priority alone: few combinations, each made once."""
+    return taskflow.SubmitOptions(queue=queue, priority=priority)
 
 
 def encode_submit(
-    version: int, task_type: str | bytes, payload: str | bytes, options: Options = NO_OPTIONS
+    version: int,
+    task_type: str | bytes,
+    payload: str | bytes,
+    options: Options | taskflow.SubmitOptions = NONE,
 ) -> bytes:
     """
     A SUBMIT in C{version}.
@@ -164,20 +195,20 @@ def encode_submit(
     @raise ValueError: a bad option (queue name, priority, key length, delay...).
     """
     if version == 1:
-        if options.any:
+        if _any(options):
             raise NeedsVersion2(f"{OPTIONS_NEED_VERSION_2}; the daemon speaks version 1")
         return wire.encode_submit(as_bytes(task_type), payload_bytes(payload))
     return taskflow.encode_submit(
-        as_bytes(task_type), payload_bytes(payload), options.encode() if options.any else b""
+        as_bytes(task_type), payload_bytes(payload), options_field(options)
     )
 
 
-def submit_frames(version: int, tasks: Iterable[Task]) -> bytes:
+def submit_frames(version: int, tasks: Iterable[AnyTask]) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
     plain = wire.encode_submit if version == 1 else taskflow.encode_submit
     frames = []
     # Tasks of a batch mostly share a few Options: each is encoded once.
-    encoded: dict[Options, bytes] = {}
+    encoded: dict[Options | taskflow.SubmitOptions, bytes] = {}
     for task in tasks:
         if len(task) == 2:  # the common case, without a call to sort out options
             task_type, payload = task
@@ -188,7 +219,7 @@ def submit_frames(version: int, tasks: Iterable[Task]) -> bytes:
             task_type, payload, options = task
             field = encoded.get(options)
             if field is None:
-                field = encoded[options] = options.encode() if options.any else b""
+                field = encoded[options] = options_field(options)
             frames.append(
                 taskflow.encode_submit(as_bytes(task_type), payload_bytes(payload), field)
             )

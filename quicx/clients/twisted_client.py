@@ -32,29 +32,24 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime
-from typing import Any, cast
+from functools import partial
+from typing import Any, TypeVar, Unpack, cast
 
-import attrs
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
-from twisted.internet.endpoints import (
-    connectProtocol,
-)
+from twisted.internet.endpoints import connectProtocol
 from twisted.internet.protocol import Factory, connectionDone
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from quicx.clients import awaits, requests, watching
+from quicx.clients import awaits, operations, watching
 from quicx.clients.address import (
     CLIENT_MAX_LENGTH,
     CLIENT_TYPE_LIMITS,
     DEFAULT_ADDRESS,
-    as_bytes,
     one_address,
 )
-from quicx.clients.awaits import Waits
 from quicx.clients.connection import (
     Answer,
     ClientConnection,
@@ -68,7 +63,9 @@ from quicx.clients.connection import (
     Send,
     Settled,
     Unanswered,
+    same,
 )
+from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import (
     DEFAULT_KEEP,
     OutcomeBook,
@@ -81,10 +78,11 @@ from quicx.net.framer import FrameReceiver, set_no_delay
 
 # Re-exported: the clients' name for it since before it moved down.
 from quicx.net.tls import client_endpoint as endpoint_for
-from quicx.protocol import admin, codec, link, monitor, outcomes, shared_data, taskflow, wire
+from quicx.protocol import codec, monitor, wire
 from quicx.protocol.errors import ConnectionLost, QuicxError
-from quicx.protocol.outcomes import GroupOp
 from quicx.protocol.wire import ErrorCode
+
+T = TypeVar("T")
 
 RetryListener = Callable[[RetryNotice], object]
 """What C{on_retry} is: called with each L{RetryNotice} of a task."""
@@ -113,7 +111,7 @@ class QuicxClientProtocol(FrameReceiver):
     def __init__(self, keep_outcomes: int = DEFAULT_KEEP, protocol: int = 2) -> None:
         self._conn = ClientConnection(protocol, keep_outcomes)
         # The Deferred of each request sent or held, until its answer.
-        self._replies: dict[Request, Deferred[Any]] = {}
+        self._replies: dict[Request[Any], Deferred[Any]] = {}
         # Waiting for the answer to HELLO (see greeted).
         self._greeters: list[Deferred[QuicxClientProtocol]] = []
         self._waiters: dict[int, list[Deferred[Any]]] = {}
@@ -159,7 +157,15 @@ class QuicxClientProtocol(FrameReceiver):
 
     # -- requests -----------------------------------------------------------------
 
-    def _request(self, request: Request) -> Deferred[Any]:
+    def _request(self, request: Request[T]) -> Deferred[T]:
+        """
+        Send C{request} (or hold it until HELLO is answered); fires with
+        the value it makes of its answer.
+        """
+        reply = self._send(request)
+        return reply if request.finish is same else reply.addCallback(request.finish)
+
+    def _send(self, request: Request[Any]) -> Deferred[Any]:
         """Send C{request} (or hold it until HELLO is answered); fires with its answer."""
         if self._closed is not None:
             return fail(self._closed)
@@ -177,19 +183,7 @@ class QuicxClientProtocol(FrameReceiver):
         self,
         task_type: str | bytes,
         payload: str | bytes,
-        *,
-        queue: str | None = None,
-        priority: int | None = None,
-        key: str | bytes | None = None,
-        fairness_key: str | bytes | None = None,
-        delay: float | None = None,
-        run_at: datetime | float | None = None,
-        retries: int | None = None,
-        backoff: str | taskflow.Backoff | None = None,
-        keep_result: bool = False,
-        result_ttl: float | str | None = None,
-        progress: Listener | None = None,
-        group: int | None = None,
+        **options: Unpack[SubmitKeywords],
     ) -> Deferred[int]:
         """
         Submit a task (options as L{quicx.clients.blocking.QuicxClient.submit};
@@ -201,24 +195,12 @@ class QuicxClientProtocol(FrameReceiver):
             L{NeedsVersion2}, L{ConnectionLost}, or C{ValueError} for an
             option out of range or a malformed backoff.
         """
+        operations.check_keywords(options)  # as Python does, at once
         try:
-            options = Options(
-                queue=queue,
-                priority=priority,
-                key=key,
-                fairness_key=fairness_key,
-                delay=delay,
-                run_at=run_at,
-                retries=retries,
-                backoff=backoff,
-                keep_result=keep_result,
-                result_ttl=result_ttl,
-                progress=progress is not None,
-                group=group,
-            )
+            request = operations.submit(task_type, payload, options)
         except (ValueError, TypeError) as e:
             return fail(e)
-        return self._request(Request.submit([(task_type, payload, options)], progress))
+        return self._request(request)
 
     def outcome(self, task_id: int, on_retry: RetryListener | None = None) -> Deferred[Any]:
         """
@@ -265,22 +247,14 @@ class QuicxClientProtocol(FrameReceiver):
         await self.outcome(task_id, on_retry)
         return task_id
 
-    def _wait_on(
-        self,
-        what: str,
-        waits: Waits[Any],
-        key: int,
-        timeout: float,
-        make: Callable[[int], bytes],
-    ) -> Deferred[Any]:
+    def _wait(self, declare: Callable[..., Request[T]], timeout: float) -> Deferred[T]:
         """
-        Send the wait C{make} makes of its milliseconds, on C{key}, with its
-        fence; fires with the answer.
+        Send the wait C{declare} makes of its seconds, deadline and what
+        its answer calls, fenced; fires with the value it makes of the answer.
         """
         timeout = awaits.wait_seconds(timeout)
         answer: Deferred[Any] = Deferred()
-        deadline = time.monotonic() + timeout
-        wait = Request.wait(what, waits, key, timeout, make, deadline, answer.callback, True)
+        wait = declare(timeout, time.monotonic() + timeout, answer.callback, True)
 
         def refused(failure: Failure) -> None:
             if not answer.called:
@@ -288,8 +262,8 @@ class QuicxClientProtocol(FrameReceiver):
 
         self._answers.add(answer)
         answer.addBoth(self._answered, answer)
-        self._request(wait).addCallbacks(lambda _: None, refused)
-        return answer
+        self._send(wait).addCallbacks(lambda _: None, refused)
+        return answer.addCallback(wait.finish)
 
     def _answered(self, result: object, answer: Deferred[Any]) -> object:
         self._answers.discard(answer)
@@ -306,37 +280,27 @@ class QuicxClientProtocol(FrameReceiver):
             L{TaskUnknown}, L{NotFinished}, L{QueueFull} (too many waits),
             L{NeedsVersion2} or L{ConnectionLost}.
         """
-        return self._wait_on(
-            "result",
-            self._conn.awaits,
-            task_id,
-            timeout,
-            lambda ms: outcomes.encode_await(task_id, ms),
-        ).addCallback(awaits.awaited_value)
+        return self._wait(partial(operations.result, self._conn, task_id), timeout)
 
     def publish(self, name: str, data: str | bytes) -> Deferred[dict[str, Any]]:
         """Publish shared data (see L{quicx.clients.blocking.QuicxClient.publish})."""
-        return self._info(
-            "publish", lambda: requests.encode_publish(self.server, name, as_bytes(data))
-        )
+        return self._request(operations.publish(self._conn, name, data))
 
     def unpublish(self, name: str) -> Deferred[dict[str, Any]]:
         """Delete shared data C{name}."""
-        return self._info("unpublish", lambda: shared_data.encode_publish(name, delete=True))
+        return self._request(operations.unpublish(name))
 
     def open_group(self) -> Deferred[int]:
         """Open a group; fires with its id (as L{quicx.clients.blocking.QuicxClient.open_group})."""
-        return self._info("open_group", lambda: outcomes.encode_group(GroupOp.OPEN)).addCallback(
-            lambda document: document["group"]
-        )
+        return self._request(operations.open_group())
 
     def close_group(self, group: int) -> Deferred[dict[str, Any]]:
         """No more members for C{group}; fires with its state."""
-        return self._info("close_group", lambda: outcomes.encode_group(GroupOp.CLOSE, group))
+        return self._request(operations.close_group(group))
 
     def group(self, group: int) -> Deferred[dict[str, Any]]:
         """A group's state now (see L{quicx.clients.blocking.QuicxClient.group})."""
-        return self._info("group", lambda: outcomes.encode_group(GroupOp.STATE, group))
+        return self._request(operations.group(group))
 
     def wait_group(self, group: int, timeout: float = 0.0) -> Deferred[dict[str, Any]]:
         """
@@ -344,13 +308,7 @@ class QuicxClientProtocol(FrameReceiver):
         final counts, or fails with L{NotFinished} (with the counts so far)
         or L{GroupUnknown}.
         """
-        return self._wait_on(
-            "wait_group",
-            self._conn.group_waits,
-            group,
-            timeout,
-            lambda ms: outcomes.encode_group(GroupOp.WAIT, group, ms),
-        ).addCallback(awaits.finished_group)
+        return self._wait(partial(operations.wait_group, self._conn, group), timeout)
 
     async def submit_group(
         self,
@@ -365,10 +323,9 @@ class QuicxClientProtocol(FrameReceiver):
             is closed with the others).
         """
         group = await self.open_group()
-        submits = []
-        for task_type, payload, *rest in tasks:
-            options = attrs.evolve(rest[0] if rest else Options(), group=group)
-            submits.append(self._request(Request.submit([(task_type, payload, options)])))
+        submits: list[Deferred[Any]] = [
+            self._request(Request.submit([task])) for task in operations.into_group(tasks, group)
+        ]
         answers = await DeferredList(submits, consumeErrors=True)
         await self.close_group(group)
         for ok, answer in answers:
@@ -378,14 +335,7 @@ class QuicxClientProtocol(FrameReceiver):
 
     def stats(self) -> Deferred[wire.StatsResponse]:
         """Fires with the daemon's L{wire.StatsResponse}."""
-        return self._request(Request.stats())
-
-    def _info(self, what: str, make: Callable[[], bytes]) -> Deferred[Any]:
-        """
-        A version-2 request answered with INFO, the frame C{make} returns:
-        fires with its document (fails with C{make}'s C{ValueError}).
-        """
-        return self._request(Request.info(what, make))
+        return self._request(operations.stats())
 
     def hello(
         self, name: str, version: str, capabilities: Iterable[str] = ()
@@ -394,61 +344,49 @@ class QuicxClientProtocol(FrameReceiver):
         Say who this client is (as L{quicx.clients.blocking.QuicxClient.hello},
         for this connection); fires with the daemon's answer, also kept in C{server}.
         """
-
-        def keep(document: dict[str, Any]) -> dict[str, Any]:
-            self._conn.server = document
-            return document
-
-        return self._info(
-            "hello", lambda: link.encode_hello(name, version, capabilities)
-        ).addCallback(keep)
+        return self._request(operations.hello(self._conn, name, version, capabilities))
 
     def cancel(self, task_id: int) -> Deferred[dict[str, Any]]:
         """Cancel a queued task (see L{quicx.clients.blocking.QuicxClient.cancel})."""
-        return self._info("cancel", lambda: admin.encode_cancel(task_id))
+        return self._request(operations.cancel(task_id))
 
     def queues(self) -> Deferred[list[dict[str, Any]]]:
-        return self._info("queues", lambda: admin.QUEUES_FRAME)
+        return self._request(operations.queues())
 
     def status(self) -> Deferred[dict[str, Any]]:
         """The daemon's status document (as L{quicx.clients.blocking.QuicxClient.status})."""
-        return self._info("status", lambda: monitor.STATUS_FRAME)
+        return self._request(operations.status())
 
     def peek(self, queue: str, count: int = 10) -> Deferred[list[dict[str, Any]]]:
-        return self._info("peek", lambda: admin.encode_peek(queue, count))
+        return self._request(operations.peek(queue, count))
 
     def task(self, task_id: int) -> Deferred[dict[str, Any]]:
-        return self._info("task", lambda: admin.encode_inspect(task_id))
+        return self._request(operations.task(task_id))
 
     def pause(self, queue: str) -> Deferred[dict[str, Any]]:
         """Stop dispatching from C{queue}; needs the admin role (as the blocking client's)."""
-        return self._queue_action("pause", queue)
+        return self._request(operations.queue_action("pause", queue))
 
     def resume(self, queue: str) -> Deferred[dict[str, Any]]:
-        return self._queue_action("resume", queue)
+        return self._request(operations.queue_action("resume", queue))
 
     def purge(self, queue: str) -> Deferred[dict[str, Any]]:
-        return self._queue_action("purge", queue)
-
-    def _queue_action(self, action: str, queue: str) -> Deferred[dict[str, Any]]:
-        return self._info(
-            action, lambda: admin.encode_queue_action(requests.QUEUE_ACTIONS[action], queue)
-        )
+        return self._request(operations.queue_action("purge", queue))
 
     def dead(self, queue: str | None = None, limit: int = 100) -> Deferred[dict[str, Any]]:
         """The dead-letter set (as L{quicx.clients.blocking.QuicxClient.dead})."""
-        return self._info("dead", lambda: admin.encode_dead(limit, queue))
+        return self._request(operations.dead(queue, limit))
 
     def replay(self, task_id: int = 0, queue: str | None = None) -> Deferred[dict[str, Any]]:
         """Replay dead tasks; needs the admin role (as the blocking client's)."""
-        return self._info("replay", lambda: admin.encode_replay(task_id, queue))
+        return self._request(operations.replay(task_id, queue))
 
     def dead_purge(self, queue: str | None = None) -> Deferred[dict[str, Any]]:
         """Drop dead tasks; needs the admin role (as the blocking client's)."""
-        return self._info("dead_purge", lambda: admin.encode_dead_purge(queue))
+        return self._request(operations.dead_purge(queue))
 
     def schedules(self) -> Deferred[list[dict[str, Any]]]:
-        return self._info("schedules", lambda: admin.SCHEDULES_FRAME)
+        return self._request(operations.schedules())
 
     def schedule(
         self, name: str, task_type: str | bytes, payload: str | bytes = b"", **fields: Any
@@ -457,13 +395,11 @@ class QuicxClientProtocol(FrameReceiver):
         Add or replace a run-time schedule; needs the admin role. C{fields}:
         the keywords of L{quicx.clients.blocking.QuicxClient.schedule}.
         """
-        return self._info(
-            "schedule", lambda: requests.encode_schedule(name, task_type, payload, **fields)
-        )
+        return self._request(operations.schedule(name, task_type, payload, fields))
 
     def unschedule(self, name: str) -> Deferred[dict[str, Any]]:
         """Remove a run-time schedule; needs the admin role."""
-        return self._info("unschedule", lambda: admin.encode_unschedule(name))
+        return self._request(operations.unschedule(name))
 
     def watch(
         self,
@@ -494,14 +430,12 @@ class QuicxClientProtocol(FrameReceiver):
                 self._event_listener = previous
             return failure
 
-        return self._info(
-            "watch", lambda: watching.encode_watch(queues, types, kinds)
-        ).addCallbacks(lambda document: document["watching"], refused)
+        return self._request(operations.watch(queues, types, kinds)).addErrback(refused)
 
     def unwatch(self) -> Deferred[None]:
         """Stop watching live events; fires once the daemon has stopped sending them."""
         self._event_listener = None
-        return self._info("unwatch", lambda: watching.STOP_FRAME).addCallback(lambda _: None)
+        return self._request(operations.unwatch())
 
     def _tell_events(self, message: monitor.Events) -> None:
         listener = self._event_listener

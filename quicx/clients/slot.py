@@ -1,0 +1,475 @@
+"""
+One worker connection (a slot): a pump of frames between the daemon and the worker's handlers.
+
+It opens with HELLO (falling back to version 1), FOLLOWs the shared data
+if it is the worker's follower, sends READY with its credits (chosen by
+its handlers' pace unless given: L{quicx.clients.adaptive.AutoCredits}),
+runs each TASK through the worker, and reports each outcome
+(L{quicx.clients.reports.report}), the outcomes of one read in one write.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Protocol, cast
+
+from attrs import define, field
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IStreamClientEndpoint
+from twisted.internet.protocol import connectionDone
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from quicx.clients import operations
+from quicx.clients.adaptive import AutoCredits
+from quicx.clients.address import CLIENT_MAX_LENGTH
+from quicx.clients.connection import (
+    Answer,
+    ClientConnection,
+    Event,
+    Greeted,
+    Rejected,
+    Send,
+    Unanswered,
+)
+from quicx.clients.handlers import Timed
+from quicx.clients.leases import Lease
+from quicx.clients.reports import (
+    MAX_LOGGED_REASON,
+    MAX_REASON,
+    Unrecoverable,
+    cut_reason,
+    failure_reason,
+    report,
+)
+from quicx.net.framer import FrameReceiver, set_no_delay, write_now
+from quicx.protocol import codec, outcomes, shared_data, taskflow, wire
+from quicx.protocol.wire import ErrorCode
+
+HELLO_TIMEOUT = 10.0
+"""Seconds a slot waits for the answer to its HELLO before it closes the
+connection and tries again: a host that takes connections and never answers
+(hung, or not a daemon) would hold its share of the worker's capacity."""
+
+
+RESULTS_REMEMBERED = 1024
+"""How many ACKs with a result a connection remembers, the latest, in case the
+daemon refuses one as too large (the protocol does not say its ERROR names the
+task: it is the largest)."""
+
+_ACK_SIZE = len(outcomes.encode_ack(1, 1))
+"""The size of an ACK frame without a result."""
+
+
+class Worker(Protocol):
+    """What a slot needs of its worker (L{quicx.clients.worker.Worker})."""
+
+    credits: int | None
+    protocol: int
+    queues: tuple[str, ...]
+    follow: tuple[str, ...]
+    auto_extend: bool
+    members: list[Member]
+    _slots: set[WorkerProtocol]
+    _follower: WorkerProtocol | None
+    _reactor: Any
+
+    def run(
+        self,
+        task: wire.Task | taskflow.Task,
+        lease: Lease | None = None,
+        timed: Timed | None = None,
+    ) -> object: ...
+
+    def _slot_connected(self, slot: WorkerProtocol) -> None: ...
+
+    def _slot_greeted(self, slot: WorkerProtocol) -> bool: ...
+
+    def _slot_lost(self, slot: WorkerProtocol) -> None: ...
+
+    def followed(self, following: object, slot: WorkerProtocol) -> None: ...
+
+    def shared_arrived(self, shared: shared_data.Shared) -> None: ...
+
+
+@define(eq=False)
+class Member:
+    """
+    One of the worker's daemons (one, or each of a cluster's).
+
+    @ivar address: where it is (normalized: L{split_addresses}).
+    @ivar slots: its connections open and answered now, by their place (0 to
+        C{concurrency - 1}).
+    @ivar reached: whether a connection to it has opened and been answered.
+    @ivar counted: whether it has a share of the worker's capacity: from the
+        start, and again whenever a connection to it opens and is answered
+        (its HELLO), until it has none left open and one closes, fails to
+        open or goes unanswered (L{HELLO_TIMEOUT}).
+    """
+
+    address: str
+    endpoint: IStreamClientEndpoint
+    slots: dict[int, WorkerProtocol] = field(factory=dict)
+    counted: bool = True
+    reached: bool = False
+
+
+class WorkerProtocol(FrameReceiver):
+    """
+    One worker connection: READY once, then up to C{credits} tasks at a time.
+
+    @ivar place: its daemon and its place among that daemon's slots
+        (C{None}: a connection made by hand, with the worker's credits).
+    @ivar running: tasks received and not yet answered.
+    @ivar capabilities: what the daemon says it can do, in answer to HELLO.
+    @ivar max_result: the largest result the daemon takes, in bytes, as its
+        answer to HELLO says (C{None}: it did not say).
+    """
+
+    log = Logger()
+    maxLength = CLIENT_MAX_LENGTH
+    v2MaxLength = CLIENT_MAX_LENGTH
+    checkTypes = False
+
+    def __init__(self, worker: Worker, place: tuple[Member, int] | None = None) -> None:
+        self.worker = worker
+        self.place = place
+        if place is not None and len(worker.members) > 1:
+            # Its lines name its daemon, one of several.
+            self.log = Logger(f"{self.log.namespace}@{place[0].address}", self)
+        self.credits = worker.credits or 1
+        # Credits chosen by the connection itself (the user gave none).
+        self.auto = AutoCredits() if worker.credits is None else None
+        # READY was sent, with credits in the extension's form unless refused.
+        self._asked = False
+        self._refused_credits = False
+        self._received = 0  # TASKs in the read being handled
+        self._lease_seconds: float | None = None  # the last delivery's lease
+        # The handshake, heartbeats, FOLLOW's answer and ERRORs; TASKs are read here.
+        self._conn = ClientConnection(worker.protocol)
+        self.version = worker.protocol
+        # Closes the connection if HELLO is not answered in time.
+        self._unanswered: IDelayedCall | None = None
+        self.running = 0
+        self.stopping = False
+        self.closed: Deferred[None] = Deferred()
+        self._answered = False
+        self.capabilities: frozenset[str] = frozenset()
+        self.max_result: int | None = None
+        self.max_reason = MAX_REASON
+        # The latest ACKs with a result: task id -> (token, frame size).
+        self._results_sent: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        # Outcomes found while a read is handled, sent together at its end.
+        self._replies: list[bytes] | None = None
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        set_no_delay(self.transport)
+        self.worker._slots.add(self)
+        hello = self._conn.connect()
+        if hello:
+            self.transport.write(hello)
+            if self.place is not None:
+                self._unanswered = self.worker._reactor.callLater(HELLO_TIMEOUT, self._no_answer)
+        else:
+            self.worker._slot_connected(self)
+            self._ready()
+
+    def _ready(self) -> None:
+        # Once only: after DONE/FAILED the daemon treats the worker as idle,
+        # and after WAIT it pushes the next task without being asked again.
+        self._asked = True
+        if self.version == codec.VERSION:
+            self.transport.write(taskflow.encode_ready(self.credits, self.worker.queues))
+        elif self.auto is not None:
+            # Credits of 1, spelt out: a daemon without the extension says so
+            # now, before this connection asks for more.
+            self.transport.write(wire.frame(wire.MessageType.READY, wire.CREDITS.pack(1)))
+        else:
+            self.transport.write(wire.encode_ready(self.credits))
+
+    def _no_answer(self) -> None:
+        """No answer to HELLO in L{HELLO_TIMEOUT} seconds: close, and try again."""
+        self.log.warn(
+            "no answer to HELLO in {timeout:.0f} s; closing this connection", timeout=HELLO_TIMEOUT
+        )
+        self.transport.abortConnection()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._unanswered is not None and self._unanswered.active():
+            self._unanswered.cancel()
+        self.worker._slots.discard(self)
+        self.worker._slot_lost(self)
+        self.closed.callback(None)
+
+    def follow(self) -> None:
+        """Follow the worker's shared data on this connection (its FOLLOW answer comes later)."""
+        self.transport.write(self._conn.send(operations.follow(self.worker.follow)))
+
+    def frameRejected(self, code: ErrorCode, reason: str) -> None:
+        self.log.error("daemon sent a frame this worker refuses: {reason}", reason=reason)
+        self.transport.loseConnection()
+
+    def dataReceived(self, data: bytes) -> None:
+        replies: list[bytes] = []
+        self._replies = replies
+        self._received = 0
+        try:
+            super().dataReceived(data)
+        finally:
+            self._replies = None
+            if self._received and self.auto is not None:
+                self._pace(replies)
+            if replies and self.connected:
+                write_now(self.transport, b"".join(replies))
+            if self.stopping and not self.running:
+                self.transport.loseConnection()
+
+    @property
+    def _greeted(self) -> bool:
+        return self._conn.greeted
+
+    def frameReceived(self, message_type: int, payload: bytes) -> None:
+        if not self._conn.greeted:
+            self._other(message_type, payload)  # the answer to HELLO
+        elif message_type == wire.MessageType.TASK:
+            self._answered = True
+            task: wire.Task | taskflow.Task = (
+                taskflow.decode_task(payload)
+                if self.version == codec.VERSION
+                else wire.decode_task(payload)
+            )
+            if self.running >= self.credits:
+                # A daemon bug, worth a log line -- but the task is run: a task
+                # sent and dropped would never finish.
+                self.log.error(
+                    "daemon sent task {id} beyond the {credits} this connection may hold;"
+                    " running it anyway",
+                    id=task.task_id,
+                    credits=self.credits,
+                )
+            self.running += 1
+            self._received += 1
+            lease = self._lease(task)
+            outcome = self.worker.run(task, lease, None if self.auto is None else self.auto.ran)
+            if type(outcome) is Deferred:
+                outcome.addBoth(self._finished, task, lease)
+            else:
+                # A plain handler on the reactor has already returned.
+                self._finished(outcome, task, lease)
+        elif message_type == wire.MessageType.WAIT:
+            self._answered = True
+        elif message_type == codec.MessageType.SHARED and self.version == codec.VERSION:
+            if self.worker._follower is self:
+                self.worker.shared_arrived(shared_data.decode_shared(payload))
+        else:
+            self._other(message_type, payload)
+
+    def _other(self, message_type: int, payload: bytes) -> None:
+        """A frame that is no task: the connection's to read."""
+        events: list[Event] = []
+        self._conn.receive_frame(self._parser.version, message_type, payload, events)
+        for event in events:
+            self._event(event)
+
+    def _event(self, event: Event) -> None:
+        """What the connection made of a frame that is not a task."""
+        if isinstance(event, Send):
+            self.transport.write(event.data)  # a heartbeat's PONG
+        elif isinstance(event, Greeted):
+            self._hello_answered(event)
+        elif isinstance(event, Answer):  # FOLLOW's: what exists of what it follows
+            if isinstance(event.value, Exception):
+                self.log.error(
+                    "the daemon refuses to send shared data {names} ({message}): handlers see none",
+                    names=", ".join(self.worker.follow),
+                    message=str(event.value),
+                )
+                self.worker.followed({}, self)
+            else:
+                self.worker.followed(event.value.get("following", {}), self)
+        elif isinstance(event, Unanswered) and isinstance(event.message, wire.Error):
+            self._refused(event.message)
+        elif isinstance(event, Rejected):
+            self.frameRejected(ErrorCode.INVALID_MESSAGE, event.reason)
+
+    def _refused(self, error: wire.Error) -> None:
+        """An ERROR no request of the connection's is owed: of READY, or of a report."""
+        if (
+            (self.credits > 1 or self.auto is not None)
+            and not self._answered
+            and error.code == ErrorCode.INVALID_MESSAGE
+        ):
+            # The first answer to a READY with credits is an ERROR: a
+            # daemon without the extension (the reference one).
+            if self.auto is None:
+                self.log.warn(
+                    "the daemon refuses READY credits ({message}); this connection"
+                    " takes one task at a time",
+                    message=error.message,
+                )
+            self.credits, self.auto, self._refused_credits = 1, None, True
+            self._ready()
+            return
+        if error.code == codec.ErrorCode.STALE:
+            self.log.warn(
+                "the daemon refused a stale report ({message}): the task's lease ran"
+                " out and it went back to its queue, so this outcome does not count",
+                message=error.message,
+            )
+            return
+        if error.code == ErrorCode.PAYLOAD_TOO_LARGE and self._results_sent:
+            self._result_refused(error.message)
+            return
+        self.log.error("daemon error: {message}", message=error.message)
+
+    def _hello_answered(self, greeted: Greeted) -> None:
+        """The answer to HELLO: INFO, or ERROR from a version-1 daemon."""
+        if self._unanswered is not None:
+            self._unanswered.cancel()
+        self.version = greeted.version
+        self.worker._slot_connected(self)
+        if greeted.version == wire.PROTOCOL_VERSION:
+            if self.worker.queues or self.worker.follow:
+                self.log.warn(
+                    "the daemon speaks protocol version 1 only: this worker serves its"
+                    " default queue, not {queues}, and gets no shared data",
+                    queues=", ".join(self.worker.queues) or "-",
+                )
+        else:
+            self._learn(greeted.server)
+            if self.worker.follow and "shared" not in self.capabilities:
+                self.log.error(
+                    "the daemon has no shared data: handlers see none of {names}",
+                    names=", ".join(self.worker.follow),
+                )
+            elif self.worker.follow and not self.worker._slot_greeted(self):
+                return  # its READY waits until the shared data has come
+        self._ready()
+
+    def _learn(self, hello: object) -> None:
+        """What the daemon's answer to HELLO says it can do, and its largest result."""
+        if not isinstance(hello, dict):
+            return
+        capabilities, limits = hello.get("capabilities"), hello.get("limits")
+        if isinstance(capabilities, list):
+            self.capabilities = frozenset(map(str, capabilities))
+        limits = limits if isinstance(limits, dict) else {}
+        limit, reason = limits.get("max_result"), limits.get("max_reason")
+        self.max_result = limit if isinstance(limit, int) else None
+        if isinstance(reason, int) and reason > 0:
+            self.max_reason = reason
+
+    def _result_refused(self, message: str) -> None:
+        """
+        The daemon refused an ACK's result as too large (and holds the task
+        still): fail the task for good.  Its ERROR need not say which ACK;
+        those it took had smaller results, so it is the largest remembered.
+        """
+        sent = self._results_sent
+        task_id = max(sent, key=lambda remembered: sent[remembered][1])
+        token, _ = sent.pop(task_id)
+        reason = f"the result is larger than the daemon takes: {message}"
+        self.log.warn("task {id} failed: {reason}", id=task_id, reason=reason)
+        self._write(outcomes.encode_nack(task_id, token, cut_reason(reason), permanent=True))
+
+    def _pace(self, replies: list[bytes]) -> None:
+        """
+        After a read that brought tasks: ask for more or fewer, if the pace
+        says so, before the read's outcomes (the daemon would refill the old
+        credits on each outcome before it reads a READY that follows them).
+        """
+        assert self.auto is not None
+        credits = self.auto.after_read(self._received, self._lease_seconds, self.running)
+        if credits is not None:
+            self.credits = credits
+            spoken = taskflow if self.version == codec.VERSION else wire
+            replies.insert(0, spoken.encode_ready(credits))
+
+    def allot(self, credits: int) -> None:
+        """
+        The worker's share of its capacity for this connection is now
+        C{credits} (see L{quicx.clients.shares}): with credits given, ask for
+        that many; with credits chosen, choose no more.  A READY that
+        changes the count goes at once if READY was sent, else it is the
+        first READY's.  A connection whose daemon refused credits keeps 1.
+        """
+        if self.auto is not None:
+            self.auto.maximum = credits
+            if self.auto.credits <= credits:
+                return
+            self.auto.credits = credits
+        elif self._refused_credits or credits == self.credits:
+            return
+        self.credits = credits
+        if self._asked and not self.stopping:
+            spoken = taskflow if self.version == codec.VERSION else wire
+            self._write(spoken.encode_ready(credits))
+
+    def _lease(self, task: wire.Task | taskflow.Task) -> Lease | None:
+        """The lease of a delivery with a token (kept alive with C{auto_extend})."""
+        if not isinstance(task, taskflow.Task) or not task.token:
+            return None
+        self._lease_seconds = task.lease_ms / 1000 if task.lease_ms else None
+        lease = Lease(
+            self.worker._reactor,
+            self._write,
+            task.task_id,
+            task.token,
+            task.lease_ms,
+            "progress" in self.capabilities,
+        )
+        if self.worker.auto_extend:
+            lease.keep_alive()
+        return lease
+
+    def _finished(
+        self, result: object, task: wire.Task | taskflow.Task, lease: Lease | None
+    ) -> None:
+        self.running -= 1
+        if lease is not None:
+            lease.end()
+        if isinstance(result, Failure):
+            self._log_failure(task, result)
+        try:
+            frame = report(
+                task, result, self.max_result, "results" in self.capabilities, self.max_reason
+            )
+        except Exception as e:
+            # Never leave a task held for want of a frame: it fails, saying why.
+            self.log.failure("task {id}: its outcome could not be reported", id=task.task_id)
+            frame = report(task, Failure(Unrecoverable(f"the outcome could not be sent: {e!r}")))
+        if len(frame) > _ACK_SIZE and frame[1] == codec.MessageType.ACK:
+            sent = self._results_sent
+            sent[task.task_id] = (cast(taskflow.Task, task).token, len(frame))
+            if len(sent) > RESULTS_REMEMBERED:
+                sent.popitem(last=False)
+        self._write(frame)
+        if self._replies is None and self.stopping and not self.running:
+            self.transport.loseConnection()
+
+    def _log_failure(self, task: wire.Task | taskflow.Task, failure: Failure) -> None:
+        """A handler failed: say which task, and why (with its traceback, if it has one)."""
+        attempt = f", attempt {task.attempt}" if isinstance(task, taskflow.Task) else ""
+        self.log.warn(
+            "task {id} ({type}{attempt}) failed{permanent}: {reason}",
+            id=task.task_id,
+            type=task.task_type.decode("utf-8", "replace"),
+            attempt=attempt,
+            permanent=" for good" if failure.check(Unrecoverable) else "",
+            reason=failure_reason(failure, MAX_LOGGED_REASON),
+        )
+
+    def _write(self, frame: bytes) -> None:
+        """Send C{frame}: at the end of the read being handled, if any, else now."""
+        if self._replies is not None:
+            self._replies.append(frame)
+        elif self.transport is not None and self.connected:
+            write_now(self.transport, frame)
+
+    def stop(self) -> Deferred[None]:
+        """Finish the tasks in hand, if any, then disconnect."""
+        self.stopping = True
+        if not self.running:
+            self.transport.loseConnection()
+        return self.closed
