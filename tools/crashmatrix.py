@@ -73,10 +73,10 @@ def load_quicx() -> None:
     Import quicx's wire format here, not at the top, so that C{--help} works
     without quicx installed.
     """
-    global CLIENT_MAX_LENGTH, Frame, FrameParser, StatusUnavailable, fetch_status, wire
+    global CLIENT_MAX_LENGTH, Frame, FrameParser, StatusUnavailable, fetch_status, registry, wire
     from quicx.clients.address import CLIENT_MAX_LENGTH
     from quicx.daemon.control import StatusUnavailable, fetch_status
-    from quicx.protocol import wire
+    from quicx.protocol import registry, wire
     from quicx.protocol.frames import Frame, FrameParser
 
 
