@@ -48,17 +48,20 @@ class Window:
     queues: tuple[str, ...] = ("",)
 
 
-def window(arrivals: Sequence[int], runs: Sequence[int]) -> Window:
+def window(arrivals: Sequence[int], runs: Sequence[int], queued: int = 0, now: int = 0) -> Window:
     """
     The jobs of C{arrivals} (ready times, ms, ascending), each with a run
-    time of C{runs} (ms) in turn: what arrived, and what running took.
+    time of C{runs} (ms) in turn: what arrived, and what running took; and
+    C{queued} more ready at C{now}, the tasks queued now: the replay gives
+    the window's arrivals workers from its start, which the tasks queued now
+    did not have (they would be served by the workers added now).
     """
     if not runs:
         runs = (0,)
+    ready = [*arrivals, *[now] * queued]
     return Window(
         tuple(
-            Job(task, "", 0, ready, (Step(runs[task % len(runs)]),))
-            for task, ready in enumerate(arrivals)
+            Job(task, "", 0, at, (Step(runs[task % len(runs)]),)) for task, at in enumerate(ready)
         )
     )
 
@@ -110,10 +113,15 @@ class Search:
 
 
 def workers_needed(
-    arrivals: Sequence[int], runs: Sequence[int], target: float, most: int
+    arrivals: Sequence[int],
+    runs: Sequence[int],
+    target: float,
+    most: int,
+    queued: int = 0,
+    now: int = 0,
 ) -> Sizing:
     """L{Search} to its end, at once: the fewest workers that hold the p95 wait at C{target} ms."""
-    search = Search(window(arrivals, runs), target, most)
+    search = Search(window(arrivals, runs, queued, now), target, most)
     while not search.step():
         pass
     return search.result

@@ -229,7 +229,7 @@ class AutoscaleSettings:
     """
 
     target: float = 0.0
-    window: float = 60.0
+    window: float = 5.0
     interval: float = 5.0
     max_workers: int = 256
     max_jobs: int = 1000

@@ -181,7 +181,7 @@ class Autoscaler(Service):
                 del self.windows[name]  # idle for a whole window
                 self.estimates.pop(name, None)
                 continue
-            work = window(arrivals, list(found.runs))
+            work = window(arrivals, list(found.runs), self.queued(name), now)
             search = Search(work, settings.target * 1000, settings.max_workers)
             self._round.append((name, search, len(arrivals), len(found.runs)))
         self._step()
