@@ -175,7 +175,7 @@ def test_a_round_is_one_simulation_a_reactor_turn_of_at_most_max_jobs_jobs() -> 
     assert simulations() == 1
     while fixture.scaler._round:
         # The next step waits for the reactor's next turn: one call, due now.
-        (call,) = fixture.clock.getDelayedCalls()
+        (call,) = fixture.clock.calls
         assert call.getTime() == fixture.clock.seconds()
         before = simulations()
         fixture.clock.calls.remove(call)
