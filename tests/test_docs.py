@@ -400,8 +400,10 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     from prometheus_client import generate_latest
     from twisted.internet.task import Clock
 
+    from quicx.daemon.config.sections import AutoscaleSettings
     from quicx.daemon.journal.records import FsyncPolicy
     from quicx.daemon.journal.writer import Journal
+    from quicx.daemon.observe.autoscale import Autoscaler
     from quicx.daemon.observe.eventbus import EventBus
     from quicx.daemon.observe.metrics import QuicxCollector
     from quicx.daemon.queue.shared import SharedData
@@ -413,8 +415,12 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     events = EventBus(queue, Clock())
     # With [cluster] peers: one daemon up, whose document has nothing in it.
     cluster = Member("self", {"uptime": 1.0, "memory": {"used": 0, "total": 0}})
+    # With [autoscale] target.
+    autoscale = Autoscaler(AutoscaleSettings(target=1), 10, lambda name: 0, Clock())
     text = generate_latest(
-        QuicxCollector(queue, SharedData(queue), journal, events, lambda: cluster_view([cluster]))
+        QuicxCollector(
+            queue, SharedData(queue), journal, events, lambda: cluster_view([cluster]), autoscale
+        )
     ).decode()
     # Each family's "# TYPE NAME KIND" line, with the name as exposed (a counter's ends in _total).
     emitted = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))

@@ -18,15 +18,10 @@ from attrs import frozen
 from twisted.internet.task import Clock
 
 from quicx.daemon.observe.events import format_events
+from quicx.model.dispatch import percentile, simulate
 from quicx.protocol import taskflow, wire
 from quicx.protocol.taskflow import Backoff, BackoffKind
-from quicx.report.whatif import (
-    measured_backlog,
-    parse_workers,
-    percentile,
-    simulate,
-    workload,
-)
+from quicx.report.whatif import measured_backlog, parse_workers, workload
 from tests.fakes import FakePeer, make_queue, v2_producer_of, v2_worker_of
 
 QUEUES = ("a", "b")

@@ -26,6 +26,7 @@ END = "<!-- layout: end -->"
 LAYERS = {
     "quicx.protocol": 0,
     "quicx.documents": 0,
+    "quicx.model": 0,
     "quicx.net": 1,
     "quicx.daemon": 2,
     "quicx.clients": 2,

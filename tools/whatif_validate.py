@@ -29,7 +29,8 @@ from attrs import frozen
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.worker import Worker
 from quicx.daemon.control import fetch_status
-from quicx.report.whatif import Workload, percentile, simulate, workload
+from quicx.model.dispatch import percentile, simulate
+from quicx.report.whatif import Workload, workload
 from tools.launcher import DaemonProcess, start_workers, stop_all
 
 RECORDED = 2

@@ -45,6 +45,7 @@ from quicx.daemon.fleet.peers import ClusterPoller, ask_status
 from quicx.daemon.journal.records import JournalCorrupt, Recovery
 from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.writer import Journal
+from quicx.daemon.observe.autoscale import Autoscaler
 from quicx.daemon.observe.eventbus import EventBus
 from quicx.daemon.observe.events import EventLog, EventSettings
 from quicx.daemon.observe.logsummary import LogSummary
@@ -391,7 +392,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     add_listeners(daemon, factory)
     cluster = cluster_poller(daemon) if config.cluster.addresses else None
     if config.metrics.listen:
-        serve_metrics(daemon, cluster)
+        serve_metrics(daemon, cluster, autoscaler(daemon) if config.autoscale.target else None)
     if config.web.listen:
         serve_dashboard(daemon, schedules, cluster)
     return daemon
@@ -490,8 +491,28 @@ def add_listeners(daemon: QuicxDaemon, factory: QuicxServerFactory) -> None:
         ).setServiceParent(daemon)
 
 
-def serve_metrics(daemon: QuicxDaemon, cluster: ClusterPoller | None = None) -> None:
-    """Add the Prometheus endpoint of C{[metrics] listen} to C{daemon}, with C{cluster}'s view."""
+def autoscaler(daemon: QuicxDaemon) -> Autoscaler:
+    """Add the autoscaling signal of C{[autoscale]} to C{daemon}, fed by its event bus."""
+    queues = daemon.queue.queues
+
+    def queued(name: str) -> int:
+        found = queues.get(name)
+        return found.depth if found is not None else 0
+
+    config = daemon.config
+    scaler = Autoscaler(config.autoscale, config.queues.max_queues, queued, daemon.reactor)
+    daemon.events.feed(scaler.take)
+    scaler.setServiceParent(daemon)
+    return scaler
+
+
+def serve_metrics(
+    daemon: QuicxDaemon, cluster: ClusterPoller | None = None, autoscale: Autoscaler | None = None
+) -> None:
+    """
+    Add the Prometheus endpoint of C{[metrics] listen} to C{daemon}, with
+    C{cluster}'s view and the C{autoscale} signal.
+    """
     # Imported only when on: prometheus_client and twisted.web are
     # about 3 MiB of the daemon's memory (docs/operations.md, "Memory").
     from quicx.daemon.observe import metrics
@@ -505,12 +526,15 @@ def serve_metrics(daemon: QuicxDaemon, cluster: ClusterPoller | None = None) -> 
         daemon.journal,
         daemon.events,
         None if cluster is None else cluster.view,
+        autoscale,
     )
     ListenerService(
         daemon.reactor,
         settings.listen,
         ConnectionCap(
-            MetricsSite(collector, settings.max_scrapes),
+            MetricsSite(
+                collector, settings.max_scrapes, None if autoscale is None else autoscale.json
+            ),
             settings.max_connections,
             "[metrics] max_connections",
         ),

@@ -10,7 +10,8 @@ L{Job}s; L{simulate} replays them through C{slots} workers and gives each
 task's queue wait and each queue's backlog over time.  The Spark job
 (L{quicx.report.capacity}) runs one simulation per scenario and history.
 
-The model is the daemon's dispatch (L{quicx.daemon.queue.core}) for workers that
+The model (L{quicx.model.dispatch}, which the daemon's autoscaling signal
+shares) is the daemon's dispatch (L{quicx.daemon.queue.core}) for workers that
 are alike and subscribed to the same queues:
 
   - a task ready to run goes to a worker with a credit free if there is one
@@ -41,14 +42,14 @@ time for a delayed task.
 
 from __future__ import annotations
 
-import heapq
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from enum import IntEnum
 from typing import Any
 
 from attrs import define, field, frozen
+
+from quicx.model.dispatch import Backlog, Job, Step, simulate
 
 FREED_WITHIN = 1
 """
@@ -83,41 +84,6 @@ def parse_workers(text: str) -> tuple[int, ...]:
     if not 1 <= counts[0] <= counts[-1] <= 10_000:
         raise ValueError(f"worker counts go from 1 to 10000, not {text!r}")
     return tuple(counts)
-
-
-@frozen
-class Step:
-    """
-    One delivery of a task.
-
-    @ivar run: milliseconds it held its worker.
-    @ivar gap: milliseconds from its end until the next delivery may start
-        (a retry's backoff; 0 for a task taken back).
-    @ivar head: the next delivery queues at the head of its priority (its
-        worker disconnected), not at the tail.
-    """
-
-    run: int
-    gap: int = 0
-    head: bool = False
-
-
-@frozen
-class Job:
-    """
-    One task of the workload.
-
-    @ivar ready: when it became ready to run (ms).
-    @ivar cancelled: when it was cancelled, if it was (it leaves its queue
-        then, unless it started).
-    """
-
-    task: int
-    queue: str
-    priority: int
-    ready: int
-    steps: tuple[Step, ...]
-    cancelled: int | None = None
 
 
 @frozen
@@ -366,85 +332,6 @@ def _most_workers(tasks: Mapping[int, _Task]) -> int:
     return most
 
 
-class _Kind(IntEnum):
-    """What happens at a time, in the order things at the same millisecond happen."""
-
-    DUE = 0  # a retry or a requeued task is ready again
-    ARRIVAL = 1
-    END = 2  # a delivery ends: its worker frees a credit
-    CANCEL = 3
-
-
-@frozen
-class Outcome:
-    """
-    What a simulation predicts.
-
-    @ivar waits: (task id, queue, wait in ms) of each task that ran.
-    @ivar backlog: (queue, bucket, most tasks queued in it) for each bucket
-        from the first to the last in which the queue had tasks queued
-        (buckets of C{bucket_ms} from C{origin}; a bucket not listed had none).
-    """
-
-    waits: tuple[tuple[int, str, int], ...]
-    backlog: tuple[tuple[str, int, int], ...]
-
-
-class Backlog:
-    """
-    The most tasks queued per queue and time bucket, from the changes as
-    they happen (in time order).  A queue's depth counts at the end of each
-    millisecond: a task queued and taken in the same one is not counted.
-    """
-
-    def __init__(self, origin: int, bucket_ms: int) -> None:
-        self.origin = origin
-        self.bucket_ms = bucket_ms
-        self.depth: dict[str, int] = defaultdict(int)
-        self._now = origin
-        self._changed: set[str] = set()
-        self._seen: dict[str, int] = {}  # the depth last counted
-        self._bucket: dict[str, int] = {}
-        self._most: dict[str, int] = {}
-        self.rows: list[tuple[str, int, int]] = []
-
-    def change(self, t: int, queue: str, by: int) -> None:
-        if t != self._now:
-            self._count()
-            self._now = t
-        self.depth[queue] += by
-        self._changed.add(queue)
-
-    def _count(self) -> None:
-        """Count the depth of the queues that changed in the millisecond now over."""
-        bucket = (self._now - self.origin) // self.bucket_ms
-        for queue in self._changed:
-            depth = self.depth[queue]
-            seen = self._seen.get(queue, 0)
-            current = self._bucket.get(queue)
-            if current != bucket:
-                if current is not None:
-                    self._close(queue, current)
-                    # Buckets with no change keep the depth they started with.
-                    if seen:
-                        self.rows += [(queue, b, seen) for b in range(current + 1, bucket)]
-                self._bucket[queue] = bucket
-                self._most[queue] = seen
-            self._most[queue] = max(self._most[queue], depth)
-            self._seen[queue] = depth
-        self._changed.clear()
-
-    def _close(self, queue: str, bucket: int) -> None:
-        if self._most[queue]:
-            self.rows.append((queue, bucket, self._most[queue]))
-
-    def finish(self) -> tuple[tuple[str, int, int], ...]:
-        self._count()
-        for queue, bucket in self._bucket.items():
-            self._close(queue, bucket)
-        return tuple(sorted(self.rows))
-
-
 def measured_backlog(
     work: Workload, origin: int, bucket_ms: int
 ) -> tuple[tuple[str, int, int], ...]:
@@ -453,81 +340,6 @@ def measured_backlog(
     for t, queue, by in work.backlog:
         backlog.change(t, queue, by)
     return backlog.finish()
-
-
-def simulate(work: Workload, slots: int, origin: int = 0, bucket_ms: int = 1000) -> Outcome:
-    """Replay C{work} through C{slots} workers (see the module's docstring)."""
-    events: list[tuple[int, int, int, Job, int]] = []  # (time, kind, seq, job, step)
-    seq = 0
-    for job in work.jobs:
-        events.append((job.ready, _Kind.ARRIVAL, seq, job, 0))
-        seq += 1
-        if job.cancelled is not None:
-            events.append((job.cancelled, _Kind.CANCEL, seq, job, 0))
-            seq += 1
-    heapq.heapify(events)
-    queued: dict[str, list[tuple[int, int, Job, int]]] = {q: [] for q in work.queues}
-    waiting: set[int] = set()  # queued tasks, by id (a cancelled one leaves the heap lazily)
-    started: set[int] = set()
-    head = 0  # decreasing: the latest pushed at the head goes first
-    free = slots
-    backlog = Backlog(origin, bucket_ms)
-    waits: list[tuple[int, str, int]] = []
-
-    def start(now: int, job: Job, step: int) -> None:
-        nonlocal seq
-        if step == 0:
-            started.add(job.task)
-            waits.append((job.task, job.queue, now - job.ready))
-        heapq.heappush(events, (now + job.steps[step].run, _Kind.END, seq, job, step))
-        seq += 1
-
-    while events:
-        now, kind, _, job, step = heapq.heappop(events)
-        if kind is _Kind.END:
-            done = job.steps[step]
-            if step + 1 < len(job.steps):
-                heapq.heappush(events, (now + done.gap, _Kind.DUE, seq, job, step + 1))
-                seq += 1
-            for queue in work.queues:
-                tasks = queued[queue]
-                while tasks and tasks[0][2].task not in waiting:
-                    heapq.heappop(tasks)  # cancelled
-                if tasks:
-                    _, _, next_job, next_step = heapq.heappop(tasks)
-                    waiting.discard(next_job.task)
-                    backlog.change(now, queue, -1)
-                    start(now, next_job, next_step)
-                    break
-            else:
-                free += 1
-        elif kind is _Kind.CANCEL:
-            if job.task in waiting:
-                waiting.discard(job.task)
-                backlog.change(now, job.queue, -1)
-        elif free:
-            free -= 1  # a worker is idle: every queue is empty
-            start(now, job, step)
-        else:
-            if kind is _Kind.DUE and job.steps[step - 1].head:
-                head -= 1
-                order = head
-            else:
-                order = seq
-                seq += 1
-            heapq.heappush(queued[job.queue], (-job.priority, order, job, step))
-            waiting.add(job.task)
-            backlog.change(now, job.queue, 1)
-    return Outcome(tuple(waits), backlog.finish())
-
-
-def percentile(values: list[int], p: float) -> float:
-    """The C{p} quantile of C{values}, interpolated between ranks (as Spark's C{percentile})."""
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p
-    low = int(k)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
 
 
 Row = tuple[str, int, str, str, int, int]

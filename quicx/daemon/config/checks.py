@@ -57,11 +57,30 @@ def validate(config: Config) -> None:
             " [tls] client_ca): without one no request would get in",
             "web_listen",
         )
+    _check_autoscale(config)
     _check_counts(config)
     try:
         config.allocator.layout()
     except pmad.LayoutError as e:
         raise Conflict(str(e), "classes", "pool_size", index=e.index) from None
+
+
+def _check_autoscale(config: Config) -> None:
+    """The signal is served on the metrics listener, and its floor is under its ceiling."""
+    autoscale = config.autoscale
+    if autoscale.target and not config.metrics.listen:
+        raise Conflict(
+            "[autoscale] target needs [metrics] listen: the signal is served there",
+            "autoscale_target",
+            "metrics_listen",
+        )
+    if autoscale.min_workers > autoscale.max_workers:
+        raise Conflict(
+            f"[autoscale] min_workers ({autoscale.min_workers}) is more than max_workers"
+            f" ({autoscale.max_workers})",
+            "autoscale_min_workers",
+            "autoscale_max_workers",
+        )
 
 
 def _check_counts(config: Config) -> None:

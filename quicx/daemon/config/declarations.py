@@ -38,6 +38,7 @@ from quicx.daemon.config.kinds import (
 )
 from quicx.daemon.config.sections import (
     AllocatorSettings,
+    AutoscaleSettings,
     ClusterSettings,
     DeadLetterSettings,
     JournalSettings,
@@ -288,6 +289,22 @@ METRICS = section("metrics", MetricsSettings, "metrics_",
         "Connections to /metrics at once; one more is answered 503 and closed."),
 )  # fmt: skip
 
+AUTOSCALE = section("autoscale", AutoscaleSettings, "autoscale_",
+    key("target", seconds(high=86_400),
+        "Publish each queue's workers needed to keep its p95 queue wait at most this (0: off)."),
+    key("window", seconds(high=3600, low=1),
+        "Seconds of recent arrivals and run times each queue's estimate replays."),
+    key("interval", seconds(high=3600, low=0.1),
+        "Seconds between two estimates of every queue."),
+    key("max_workers", integer(1, 100_000),
+        "The most workers an estimate considers (what it says when even they miss the target)."),
+    key("max_jobs", integer(10, 100_000),
+        "Arrivals (and run times) a queue's window keeps: bounds the memory and each"
+        " estimate's replay."),
+    key("min_workers", integer(0, 100_000),
+        "The least an estimate says, however idle its queue."),
+)  # fmt: skip
+
 WEB = section("web", WebSettings, "web_",
     key("listen", text("ENDPOINT"),
         "Serve the web dashboard on this endpoint (e.g. tcp:8080:interface=127.0.0.1).",
@@ -339,8 +356,8 @@ LOG = section("log", LogSettings, "log_",
 
 SETTINGS = (
     *SERVER, *ALLOCATOR, *TASKS, *LIMITS, *TLS, *PROTOCOL, *QUEUES, *RETRIES, *DEAD_LETTERS,
-    *SCHEDULES, *PROGRESS, *SHARED, *RESULTS, *GROUPS, *EVENTS, *METRICS, *WEB, *CLUSTER,
-    *JOURNAL, *LOG,
+    *SCHEDULES, *PROGRESS, *SHARED, *RESULTS, *GROUPS, *EVENTS, *METRICS, *AUTOSCALE, *WEB,
+    *CLUSTER, *JOURNAL, *LOG,
 )  # fmt: skip
 """Every setting, in the order of the docs' tables."""
 

@@ -222,6 +222,21 @@ class MetricsSettings:
 
 
 @frozen
+class AutoscaleSettings:
+    """
+    C{[autoscale]}: the workers-needed signal (C{target} 0: off), from a
+    window of each queue's recent arrivals and run times, and its bounds.
+    """
+
+    target: float = 0.0
+    window: float = 5.0
+    interval: float = 5.0
+    max_workers: int = 256
+    max_jobs: int = 1000
+    min_workers: int = 0
+
+
+@frozen
 class WebSettings:
     """C{[web]}: the dashboard's endpoint (C{""}: off), its tokens and bounds."""
 
@@ -290,6 +305,7 @@ class Config:
     groups: GroupLimits = Factory(GroupLimits)
     events: EventSettings = Factory(EventSettings)
     metrics: MetricsSettings = Factory(MetricsSettings)
+    autoscale: AutoscaleSettings = Factory(AutoscaleSettings)
     web: WebSettings = Factory(WebSettings)
     cluster: ClusterSettings = Factory(ClusterSettings)
     journal: JournalSettings = Factory(JournalSettings)

@@ -44,6 +44,8 @@ class EventBus(MultiService):
 
     @ivar log: the events files, or C{None}.
     @ivar live: the live subscribers.
+    @ivar autoscale: takes each flush's events (the autoscaling signal's
+        windows), or C{None}.
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class EventBus(MultiService):
         self._buffer: list[Event] = []
         self._timer: IDelayedCall | None = None
         self._pace = 0.0
+        self.autoscale: Callable[[list[Event]], None] | None = None
         if log is not None:
             log.setServiceParent(self)
         queue.event_bus = self
@@ -119,6 +122,8 @@ class EventBus(MultiService):
             self.log.take(events)
         if self.live.count:
             self.live.take(events)
+        if self.autoscale is not None:
+            self.autoscale(events)
 
     # -- subscribers ----------------------------------------------------------------
 
@@ -151,12 +156,17 @@ class EventBus(MultiService):
 
     # -- attached or not --------------------------------------------------------------
 
+    def feed(self, autoscale: Callable[[list[Event]], None]) -> None:
+        """Hand every flush's events to C{autoscale} too (they are recorded from now)."""
+        self.autoscale = autoscale
+        self._attach()
+
     def _attach(self) -> None:
         """
         Be C{queue.events} while events have somewhere to go, flushed at
         the pace the consumers need; else record nothing.
         """
-        if self.log is None and not self.live.count:
+        if self.log is None and not self.live.count and self.autoscale is None:
             self.queue.events = None
             self._buffer = []
             self._stop_timer()

@@ -34,6 +34,7 @@ from prometheus_client.utils import floatToGoString
 from quicx import __version__
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.observe import status as parts
+from quicx.daemon.observe.autoscale import Autoscaler
 from quicx.daemon.observe.eventbus import EventBus
 from quicx.daemon.observe.telemetry import Histogram, Tally
 from quicx.daemon.queue.core import QueueService
@@ -110,6 +111,7 @@ class QuicxCollector(Collector):
     @ivar events: the event bus, or C{None} (no event metrics).
     @ivar cluster: makes the cluster view of C{[cluster] peers} (see
         L{quicx.documents.cluster}), or C{None} (no C{quicx_cluster_*} metrics).
+    @ivar autoscale: the autoscaling signal, or C{None} (no C{quicx_autoscale_*} metrics).
     """
 
     def __init__(
@@ -119,7 +121,9 @@ class QuicxCollector(Collector):
         journal: Journal | None,
         events: EventBus | None = None,
         cluster: Callable[[], dict[str, Any]] | None = None,
+        autoscale: Autoscaler | None = None,
     ) -> None:
+        self.autoscale = autoscale
         self.cluster = cluster
         self.queue = queue
         self.shared = shared
@@ -144,6 +148,8 @@ class QuicxCollector(Collector):
             families.extend(self._events(self.events))
         if self.cluster is not None:
             families.extend(cluster_families(self.cluster()))
+        if self.autoscale is not None:
+            families.extend(autoscale_families(self.autoscale))
         telemetry = self.queue.telemetry
         tallies = [telemetry.tallies[key].copy() for key in sorted(telemetry.tallies)]
         return Snapshot(families, tallies, dict(telemetry.rejected))
@@ -306,6 +312,36 @@ CLUSTER_GAUGES = (
     ("connections", "quicx_cluster_connections", "The daemon's open connections."),
 )
 """The cluster view's figures of each daemon up, as gauges: key, name, help."""
+
+
+def autoscale_families(autoscale: Autoscaler) -> Iterator[Metric]:
+    """The autoscaling signal: each queue's workers needed, and the wait it keeps under."""
+    yield GaugeMetricFamily(
+        "quicx_autoscale_target_seconds",
+        "The p95 queue wait the workers needed keep under ([autoscale] target).",
+        value=autoscale.settings.target,
+    )
+    needed = GaugeMetricFamily(
+        "quicx_autoscale_workers_needed",
+        "Workers needed to keep the queue's p95 wait under the target, from its recent"
+        " arrivals and run times.",
+        labels=["queue"],
+    )
+    p95 = GaugeMetricFamily(
+        "quicx_autoscale_p95_wait_seconds",
+        "The p95 queue wait the model predicts with the workers needed.",
+        labels=["queue"],
+    )
+    for name, found in autoscale.document()["queues"].items():
+        needed.add_metric([name], found["workers"])
+        p95.add_metric([name], found["p95_wait_seconds"])
+    yield needed
+    yield p95
+    yield GaugeMetricFamily(
+        "quicx_autoscale_longest_step_seconds",
+        "The longest one simulation of an estimate held the reactor, since start.",
+        value=autoscale.longest_step,
+    )
 
 
 def cluster_families(view: Mapping[str, Any]) -> Iterator[Metric]:

@@ -30,6 +30,7 @@ from quicx.daemon.observe.http_limits import BodylessRequest
 from quicx.daemon.observe.metrics import QuicxCollector, Snapshot
 
 PATH = b"/metrics"
+AUTOSCALE = b"/autoscale"
 
 CHUNK = 1 << 16
 """The bytes of a text written at a time (a TCP transport's own buffer size)."""
@@ -85,7 +86,9 @@ class Body:
 
 class MetricsPage(Resource):
     """
-    C{GET /metrics}: the registry's metrics in the text format; 404 elsewhere.
+    C{GET /metrics}: the registry's metrics in the text format; C{GET
+    /autoscale[?queue=NAME]}: the autoscaling signal's JSON, when it is on;
+    404 elsewhere.
 
     @ivar scrapes: the scrapes being answered, from their request until
         their scraper has taken the last chunk (or is gone); at most
@@ -100,8 +103,10 @@ class MetricsPage(Resource):
         collector: QuicxCollector,
         max_scrapes: int,
         in_thread: Callable[..., Deferred[bytes]] = deferToThread,
+        autoscale: Callable[[str | None], bytes] | None = None,
     ) -> None:
         Resource.__init__(self)
+        self.autoscale = autoscale
         self.collector = collector
         self.max_scrapes = max_scrapes
         self.in_thread = in_thread
@@ -109,6 +114,8 @@ class MetricsPage(Resource):
         self._waiting: list[Deferred[bytes]] | None = None
 
     def render_GET(self, request: Request) -> bytes | int:
+        if request.path == AUTOSCALE and self.autoscale is not None:
+            return self._autoscale(request)
         if request.path != PATH:
             return _plain(request, 404, "Not found: the metrics are at /metrics")
         if self.scrapes >= self.max_scrapes:
@@ -129,6 +136,13 @@ class MetricsPage(Resource):
 
         self._text().addCallbacks(send, failed)
         return NOT_DONE_YET
+
+    def _autoscale(self, request: Request) -> bytes:
+        """The signal's JSON: every queue's, or C{?queue=NAME}'s alone."""
+        assert self.autoscale is not None
+        names = (request.args or {}).get(b"queue")
+        request.setHeader(b"content-type", b"application/json")
+        return self.autoscale(names[0].decode("utf-8", "replace") if names else None)
 
     def _answered(self, ignored: object) -> None:
         self.scrapes -= 1
@@ -167,8 +181,13 @@ class MetricsSite(Site):
     noisy = False
     requestFactory = BodylessRequest
 
-    def __init__(self, collector: QuicxCollector, max_scrapes: int) -> None:
-        Site.__init__(self, MetricsPage(collector, max_scrapes))
+    def __init__(
+        self,
+        collector: QuicxCollector,
+        max_scrapes: int,
+        autoscale: Callable[[str | None], bytes] | None = None,
+    ) -> None:
+        Site.__init__(self, MetricsPage(collector, max_scrapes, autoscale=autoscale))
 
     def log(self, request: http.Request) -> None:
         """Log nothing."""
