@@ -9,5 +9,8 @@ threads; uvloop works too.
 """
 
 from quicx.aio.client import AsyncClient, EventStream
+from quicx.aio.worker import AsyncWorker
+from quicx.clients.context import TaskContext
+from quicx.clients.reports import Unrecoverable
 
-__all__ = ["AsyncClient", "EventStream"]
+__all__ = ["AsyncClient", "AsyncWorker", "EventStream", "TaskContext", "Unrecoverable"]

@@ -9,10 +9,11 @@ and PROGRESS on its connection).
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from attrs import field, frozen
 
@@ -140,3 +141,17 @@ class TaskContext:
         encoded = ten_thousandths(fraction)
         if self._delivery is not None:
             self._delivery.progress_soon(encoded, message)
+
+
+def takes_context(function: Callable[..., Any]) -> bool:
+    """Whether C{function} takes a second positional argument: the task's context."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in positional)

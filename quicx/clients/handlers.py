@@ -24,6 +24,7 @@ from twisted.python.threadpool import ThreadPool
 
 from quicx.clients.adaptive import Placement
 from quicx.clients.context import TaskContext as TaskContext
+from quicx.clients.context import takes_context
 from quicx.clients.leases import Lease
 from quicx.clients.stuck import StuckWatch
 from quicx.protocol import taskflow, wire
@@ -79,7 +80,7 @@ class Handlers:
         """
         placed = thread is None and not inspect.iscoroutinefunction(function)
         self._handlers[task_type.encode("utf-8")] = Registration(
-            function, bool(thread), _takes_context(function), Placement() if placed else None
+            function, bool(thread), takes_context(function), Placement() if placed else None
         )
 
     def handler(self, task_type: str, thread: bool | None = None) -> Callable[[Handler], Handler]:
@@ -162,20 +163,6 @@ class Handlers:
             threads, self._threads = self._threads, None
             threads.stop()
         self.stuck.stop()
-
-
-def _takes_context(function: Handler) -> bool:
-    """Whether C{function} takes a second positional argument: the task's context."""
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [
-        p
-        for p in parameters
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-    ]
-    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in positional)
 
 
 def _timed_call(function: Handler, args: tuple[Any, ...]) -> tuple[object, float]:
