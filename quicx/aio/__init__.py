@@ -9,8 +9,17 @@ threads; uvloop works too.
 """
 
 from quicx.aio.client import AsyncClient, EventStream
+from quicx.aio.cluster import AsyncClusterClient, open_client
 from quicx.aio.worker import AsyncWorker
 from quicx.clients.context import TaskContext
 from quicx.clients.reports import Unrecoverable
 
-__all__ = ["AsyncClient", "AsyncWorker", "EventStream", "TaskContext", "Unrecoverable"]
+__all__ = [
+    "AsyncClient",
+    "AsyncClusterClient",
+    "AsyncWorker",
+    "EventStream",
+    "TaskContext",
+    "Unrecoverable",
+    "open_client",
+]
