@@ -19,7 +19,7 @@ def runner(name: str) -> Runner[Any]:
     if name == "asyncio":
         return asyncio.run
     try:
-        return importlib.import_module("uvloop").run  # type: ignore[no-any-return]
+        return importlib.import_module("uvloop").run
     except ImportError:
         pytest.skip("uvloop is not installed")
 

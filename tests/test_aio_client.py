@@ -24,7 +24,7 @@ from quicx.protocol.errors import (
     TaskFailed,
     TaskUnknown,
 )
-from tests.aio_helpers import LOOPS, runner, until
+from tests.aio_helpers import LOOPS, runner
 from tests.conftest import DaemonProcess, config_option
 
 

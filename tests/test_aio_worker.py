@@ -39,7 +39,7 @@ def test_credits_run_that_many_handlers_at_once(daemon: DaemonProcess, loop: str
 
         serving = worker.start(daemon.client_address)
         async with AsyncClient(daemon.client_address) as client:
-            ids = await client.submit_many([("hold", b"%d" % i) for i in range(6)])
+            ids = [await client.submit("hold", b"%d" % i) for i in range(6)]
             await until(lambda: running == 4)
             assert (await client.stats()).queue_depth == 2  # the credits are spent
             release.set()

@@ -196,6 +196,7 @@ class AsyncWorker:
                 with contextlib.suppress(ConnectionError):
                     await slot.greeted
                     delay = RETRY_FIRST
+                    log.info("connected to %s (protocol version %d)", address, slot.version)
                 await slot.closed
                 self.slots.discard(slot)
                 if self._stopping.is_set():
