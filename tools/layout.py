@@ -30,6 +30,7 @@ LAYERS = {
     "quicx.net": 1,
     "quicx.daemon": 2,
     "quicx.clients": 2,
+    "quicx.aio": 3,  # built on quicx.clients' sans-I/O modules
     "quicx.report": 3,
     "quicx.status": 3,
     "quicx.contrib": 3,

@@ -94,11 +94,21 @@ def add_worker(commands: Commands) -> None:
         help=f"poll for tasks this long before sleeping (default {DEFAULT_SPIN:g};"
         " 0: off; up to 0.01)",
     )
+    worker.add_argument(
+        "--loop",
+        choices=("twisted", "asyncio"),
+        default="twisted",
+        help="run the handlers on Twisted's reactor (default), or on an asyncio loop"
+        " (uvloop's where installed): MODULE:OBJECT is then a quicx.aio.AsyncWorker,"
+        " or a mapping of task types to async functions",
+    )
     connect_option(worker, several=True)
     worker.set_defaults(run=cmd_worker)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    if args.loop == "asyncio":
+        return asyncio_worker(args)
     from twisted.internet import reactor
     from twisted.internet.defer import ensureDeferred
     from twisted.logger import globalLogBeginner, textFileLogObserver
@@ -132,6 +142,47 @@ def cmd_worker(args: argparse.Namespace) -> int:
     stop_on_signals(reactor)
     # The default reactor's run() takes installSignalHandlers; IReactorCore omits it.
     cast(Any, reactor).run(installSignalHandlers=False)
+    return 0
+
+
+def asyncio_worker(args: argparse.Namespace) -> int:
+    """C{--loop asyncio}: an L{AsyncWorker} on its own loop until SIGTERM or Ctrl-C."""
+    import asyncio
+    import logging
+
+    from quicx.aio import AsyncWorker
+
+    if args.target is None or args.django is not None:
+        raise CommandError("--loop asyncio needs MODULE:OBJECT (not --django)", status=2)
+    if args.follow:
+        raise CommandError("--follow is not supported with --loop asyncio", status=2)
+    target = import_object(args.target)
+    options = dict(
+        concurrency=args.concurrency or 1,
+        credits=args.credits or 1,
+        queues=args.queues or (),
+        protocol=args.protocol or 2,
+        auto_extend=args.auto_extend,
+    )
+    if isinstance(target, AsyncWorker):
+        worker = target
+        for name, value in options.items():
+            if getattr(args, name, None):
+                setattr(worker, name, value if name != "queues" else tuple(value))
+    elif isinstance(target, Mapping) and all(callable(h) for h in target.values()):
+        worker = AsyncWorker(target, **options)
+    else:
+        raise CommandError(
+            f"{args.target} is a {type(target).__name__}, not an AsyncWorker or a mapping"
+            " of task types to handlers"
+        )
+    addresses = client_addresses(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        runner: Any = importlib.import_module("uvloop").run
+    except ImportError:
+        runner = asyncio.run
+    runner(worker.run(addresses, signals=True))
     return 0
 
 

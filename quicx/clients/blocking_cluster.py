@@ -40,20 +40,23 @@ import attrs
 
 from quicx.clients.address import default_address, split_addresses
 from quicx.clients.blocking import DEFAULT_WINDOW, QuicxClient, Task
-from quicx.clients.cluster import ROUND_ROBIN, Cluster, Member, Route, TaskRef
+from quicx.clients.cluster import (
+    ROUND_ROBIN,
+    Cluster,
+    ClusterTask,
+    Member,
+    Ref,
+    Route,
+    TaskRef,
+    as_task,
+    shard_key_of,
+)
 from quicx.clients.outcomes import DEFAULT_KEEP, RetryNotice
-from quicx.clients.requests import OPTIONS_NEED_VERSION_2, Options, has_options
+from quicx.clients.requests import OPTIONS_NEED_VERSION_2, has_options
 from quicx.protocol import wire
 from quicx.protocol.errors import ConnectionLost, NeedsVersion2, NotAcknowledged, QuicxError
 
 T = TypeVar("T")
-
-ClusterTask = Task | tuple[str | bytes, str | bytes, Options, str | bytes | None]
-"""What L{ClusterClient.submit_many} takes: as L{QuicxClient.submit_many}, or
-C{(type, payload, Options, shard_key)}."""
-
-Ref = TaskRef | str
-"""A task of the cluster: a L{TaskRef}, or its text form C{ID@ADDRESS}."""
 
 
 class ClusterClient:
@@ -240,7 +243,7 @@ class ClusterClient:
         gone: set[str] = set()  # daemons that went away during this call
         while pending:
             placed: dict[str, list[int]] = {}
-            addresses = self._place_many([_shard_key(items[i]) for i in pending], gone)
+            addresses = self._place_many([shard_key_of(items[i]) for i in pending], gone)
             for i, address in zip(pending, addresses, strict=True):
                 if address is None:
                     results[i] = ConnectionLost(
@@ -249,7 +252,7 @@ class ClusterClient:
                 else:
                     placed.setdefault(address, []).append(i)
             pending = []
-            sent = {a: [_as_task(items[i]) for i in indexes] for a, indexes in placed.items()}
+            sent = {a: [as_task(items[i]) for i in indexes] for a, indexes in placed.items()}
             for address, fates in self._each_daemon(sent, window).items():
                 for i, fate in zip(placed[address], fates, strict=True):
                     if not isinstance(fate, _Fate):
@@ -379,18 +382,8 @@ class _Fate(enum.Enum):
     UNANSWERED = "sent and not answered: it may have been accepted"
 
 
-def _shard_key(task: ClusterTask) -> str | bytes | None:
-    if len(task) == 4 and task[3] is not None:
-        return task[3]
-    return task[2].key if len(task) >= 3 else None
-
-
 def _idempotent(task: ClusterTask) -> bool:
     return len(task) >= 3 and task[2].key is not None
-
-
-def _as_task(task: ClusterTask) -> Task:
-    return (task[0], task[1], task[2]) if len(task) == 4 else task
 
 
 def open_client(

@@ -42,6 +42,7 @@ from collections.abc import Collection, Iterable
 from attrs import Factory, define, field, frozen
 
 from quicx.clients.address import as_bytes, normalize_address, split_addresses
+from quicx.clients.requests import Options, Task
 from quicx.protocol.errors import ConnectionLost, NotAcknowledged
 
 ROUND_ROBIN = "round-robin"
@@ -313,3 +314,23 @@ class Route:
     def exhausted(self) -> ConnectionLost:
         """The error when L{next} has no daemon left."""
         return ConnectionLost(f"none of the {len(self.cluster.members)} daemons can be reached")
+
+
+ClusterTask = Task | tuple[str | bytes, str | bytes, Options, str | bytes | None]
+"""What L{ClusterClient.submit_many} takes: as L{QuicxClient.submit_many}, or
+C{(type, payload, Options, shard_key)}."""
+
+Ref = TaskRef | str
+"""A task of the cluster: a L{TaskRef}, or its text form C{ID@ADDRESS}."""
+
+
+def shard_key_of(task: ClusterTask) -> str | bytes | None:
+    """A task's shard key: the one given, else its idempotency key, else C{None}."""
+    if len(task) == 4 and task[3] is not None:
+        return task[3]
+    return task[2].key if len(task) >= 3 else None
+
+
+def as_task(task: ClusterTask) -> Task:
+    """The task, as a single daemon's client takes it (its shard key left out)."""
+    return (task[0], task[1], task[2]) if len(task) == 4 else task

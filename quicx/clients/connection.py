@@ -319,7 +319,7 @@ class ClientConnection:
         self.progress = ProgressListeners()
         self.awaits = awaits.outcome_waits()
         self.group_waits = awaits.group_waits()
-        self._parser = _parser()
+        self._parser = client_parser()
         # Requests sent and owed answers, oldest first; those held until the handshake.
         self._owed: deque[Request[Any]] = deque()
         self._left = 0  # answers the oldest owed request still awaits
@@ -329,7 +329,7 @@ class ClientConnection:
 
     def connect(self) -> bytes:
         """A transport connection opened: what to send first (HELLO, in version 2)."""
-        self._parser = _parser()
+        self._parser = client_parser()
         self._owed.clear()
         self._held = []
         if self.protocol == wire.PROTOCOL_VERSION:
@@ -548,7 +548,8 @@ class ClientConnection:
         events.append(Greeted(self.version, self.server, fell_back, error))
 
 
-def _parser() -> FrameParser:
+def client_parser() -> FrameParser:
+    """A parser of what a daemon sends a client (the worker reads its TASKs with one)."""
     return FrameParser(
         CLIENT_MAX_LENGTH,
         check_types=False,

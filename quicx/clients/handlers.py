@@ -11,127 +11,25 @@ second argument gets the task's L{TaskContext}.
 from __future__ import annotations
 
 import inspect
-import os
 import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from attrs import field, frozen
+from attrs import frozen
 from twisted.internet.defer import ensureDeferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-import twisted
 from quicx.clients.adaptive import Placement
-from quicx.clients.leases import Lease, touch_seconds
-from quicx.clients.progress import ten_thousandths
+from quicx.clients.context import TaskContext as TaskContext
+from quicx.clients.context import takes_context
+from quicx.clients.leases import Lease
 from quicx.clients.stuck import StuckWatch
 from quicx.protocol import taskflow, wire
 
 Handler = Callable[..., Any]
-
-CALLERS = (__file__, os.path.dirname(twisted.__file__) + os.sep)
-"""Where the frames that call a handler are (this module, and Twisted's
-threads and Deferreds): left out of a failure's traceback."""
-
-
-@frozen
-class TaskContext:
-    """
-    What a handler may know of its task besides the payload.
-
-    @ivar queue: its queue (C{None} from a version-1 daemon).
-    @ivar priority: 0 to 255.
-    @ivar attempt: 1 for its first delivery, more when it is run again.
-    @ivar enqueued_at: when the daemon accepted it (Unix seconds).
-    @ivar key: its idempotency key; C{fairness_key}: its fairness key.
-    @ivar token: this delivery's fencing token, larger for every later
-        delivery: pass it to your own writes (C{UPDATE ... WHERE fence <
-        :token}) to fence out a delivery that was taken back (0: none, from a
-        daemon without leases).
-    @ivar lease: the seconds this delivery may be held before it is taken
-        back, counted from its delivery, unless extended (C{None}: no limit).
-    @ivar failures: the failed attempts before this one; C{retries}: how many
-        the task may have (0 when it may not retry).
-    @ivar shared: the newest version of each shared-data name the worker
-        follows (C{Worker(follow=...)}), by name: read-only, and kept up to
-        date as new versions come, also while the handler runs.
-    """
-
-    task_id: int
-    task_type: str
-    queue: str | None
-    priority: int
-    attempt: int
-    enqueued_at: float
-    key: bytes | None = None
-    fairness_key: bytes | None = None
-    token: int = 0
-    lease: float | None = None
-    failures: int = 0
-    retries: int = 0
-    shared: Mapping[str, bytes] = field(factory=dict, eq=False, repr=False)
-    _delivery: Lease | None = field(default=None, eq=False, repr=False)
-
-    @classmethod
-    def of(
-        cls,
-        task: wire.Task | taskflow.Task,
-        delivery: Lease | None = None,
-        shared: Mapping[str, bytes] | None = None,
-    ) -> TaskContext:
-        task_type = task.task_type.decode("utf-8", "replace")
-        shared = {} if shared is None else shared
-        if isinstance(task, wire.Task):
-            return cls(task.task_id, task_type, None, 0, 1, time.time(), shared=shared)
-        return cls(
-            task.task_id,
-            task_type,
-            task.queue,
-            task.priority,
-            task.attempt,
-            task.enqueued_ms / 1000,
-            task.key,
-            task.fairness,
-            task.token,
-            task.lease_ms / 1000 if task.lease_ms else None,
-            task.failures,
-            task.retries,
-            shared,
-            delivery,
-        )
-
-    def extend(self, seconds: float) -> None:
-        """
-        Set the lease to run out C{seconds} from now (rounded up to whole
-        seconds; the daemon cuts it to its C{max_lease}).  Safe from any
-        thread; sent at once, without an answer.  Once the handler has
-        finished, or without a token (a daemon without leases), it does
-        nothing.
-
-        @raise ValueError: C{seconds} is not more than 0 (or past 2**32).
-        """
-        touch_seconds(seconds)
-        if self._delivery is not None:
-            self._delivery.extend_soon(seconds)
-
-    def progress(self, fraction: float, message: str = "") -> None:
-        """
-        Say how far the handler has got: C{fraction} of the work (0 to 1,
-        sent in ten-thousandths) and a short C{message}, for the producer
-        that asked for progress, and the daemon's events.  Safe from any
-        thread; sent at once, without an answer (the daemon passes on at
-        most one a task per C{[progress] interval}, the newest).  Once the
-        handler has finished, or without a token (a daemon without leases),
-        it does nothing; so it does to a daemon without progress reports.
-
-        @raise ValueError: C{fraction} is not from 0 to 1.
-        """
-        encoded = ten_thousandths(fraction)
-        if self._delivery is not None:
-            self._delivery.progress_soon(encoded, message)
 
 
 @frozen
@@ -182,7 +80,7 @@ class Handlers:
         """
         placed = thread is None and not inspect.iscoroutinefunction(function)
         self._handlers[task_type.encode("utf-8")] = Registration(
-            function, bool(thread), _takes_context(function), Placement() if placed else None
+            function, bool(thread), takes_context(function), Placement() if placed else None
         )
 
     def handler(self, task_type: str, thread: bool | None = None) -> Callable[[Handler], Handler]:
@@ -265,20 +163,6 @@ class Handlers:
             threads, self._threads = self._threads, None
             threads.stop()
         self.stuck.stop()
-
-
-def _takes_context(function: Handler) -> bool:
-    """Whether C{function} takes a second positional argument: the task's context."""
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [
-        p
-        for p in parameters
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-    ]
-    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in positional)
 
 
 def _timed_call(function: Handler, args: tuple[Any, ...]) -> tuple[object, float]:

@@ -12,30 +12,14 @@ reports on its delivery go the same way (L{Lease.progress_soon}).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.task import LoopingCall
 
+from quicx.clients.context import MAX_TOUCH as MAX_TOUCH
+from quicx.clients.context import touch_seconds
 from quicx.protocol import outcomes
-
-MAX_TOUCH = 0xFFFFFFFF
-"""The longest extension a TOUCH carries, in seconds."""
-
-
-def touch_seconds(seconds: float) -> int:
-    """
-    C{seconds} as TOUCH carries them: whole seconds, rounded up.
-
-    @raise ValueError: not more than 0, or past L{MAX_TOUCH}.
-    """
-    if not 0 < seconds <= MAX_TOUCH:
-        raise ValueError(
-            f"a lease is extended by a positive number of seconds up to {MAX_TOUCH:,},"
-            f" not {seconds}"
-        )
-    return math.ceil(seconds)
 
 
 class Lease:

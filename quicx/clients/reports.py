@@ -8,12 +8,57 @@ frames kept, the worker's own callers left out).
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import traceback
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
 
-from twisted.python.failure import Failure
+from attrs import frozen
 
-from quicx.clients.handlers import CALLERS
 from quicx.protocol import outcomes, taskflow, wire
+
+
+def _callers() -> tuple[str, ...]:
+    """
+    Where the frames that call a handler are (L{quicx.clients.handlers}, and
+    Twisted's threads and Deferreds), found without importing Twisted.
+    """
+    spec = importlib.util.find_spec("twisted")
+    twisted = list(spec.submodule_search_locations or []) if spec is not None else []
+    handlers = os.path.join(os.path.dirname(__file__), "handlers.py")
+    return (handlers, *(directory + os.sep for directory in twisted))
+
+
+CALLERS = _callers()
+"""Where the frames that call a handler are: left out of a failure's traceback."""
+
+
+class Failed(Protocol):
+    """
+    A handler's failure: Twisted's C{Failure}, or L{Raised} (the asyncio
+    worker's): its exception, and the frames it was raised through, each
+    C{(function, file, line, ...)}.
+    """
+
+    @property
+    def value(self) -> BaseException | None: ...
+
+    @property
+    def frames(self) -> Sequence[Sequence[Any]]: ...
+
+
+@frozen
+class Raised:
+    """An exception as a L{Failed}: the frames of its traceback, but the first C{skip}."""
+
+    value: BaseException
+    frames: list[tuple[str, str, int]]
+
+    @classmethod
+    def of(cls, error: BaseException, skip: int = 0) -> Raised:
+        frames = traceback.extract_tb(error.__traceback__)[skip:]
+        return cls(error, [(f.name, f.filename, f.lineno or 0) for f in frames])
 
 
 class Unrecoverable(Exception):
@@ -46,7 +91,7 @@ def cut_reason(reason: str, limit: int = MAX_REASON) -> str:
     return encoded[: max(0, limit - 3)].decode("utf-8", "ignore") + "..."[: max(0, limit)]
 
 
-def failure_reason(failure: Failure, limit: int = MAX_REASON) -> str:
+def failure_reason(failure: Failed, limit: int = MAX_REASON) -> str:
     """
     The FAILED reason for a handler's exception, at most C{limit} bytes: a
     first line that says what went wrong, C{KeyError: 'missing'} (an
@@ -102,10 +147,11 @@ def report(
     max_result: int | None = None,
     results: bool = True,
     max_reason: int = MAX_REASON,
+    failed: bool = False,
 ) -> bytes:
     """
-    The frame that reports C{task}'s outcome, C{result} (a L{Failure}, or
-    the handler's return value for done): ACK or NACK quoting the delivery's
+    The frame that reports C{task}'s outcome, C{result} (the handler's
+    return value for done; with C{failed}, its L{Failed}): ACK or NACK quoting the delivery's
     token (NACK permanent for L{Unrecoverable}); DONE or FAILED to a daemon
     that gave no token (version 1, or version 2 without leases), which
     takes no result.
@@ -116,9 +162,9 @@ def report(
     """
     if isinstance(task, taskflow.Task) and task.token:
         task_id, token = task.task_id, task.token
-        if isinstance(result, Failure):
-            permanent = result.check(Unrecoverable) is not None
-            reason = failure_reason(result, max_reason)
+        if failed:
+            permanent = isinstance(cast(Failed, result).value, Unrecoverable)
+            reason = failure_reason(cast(Failed, result), max_reason)
             return outcomes.encode_nack(task_id, token, reason, permanent)
         if result is None or not results:
             return outcomes.encode_ack(task_id, token)
@@ -136,6 +182,6 @@ def report(
             return outcomes.encode_nack(task_id, token, reason, permanent=True)
         return outcomes.encode_ack(task_id, token, value)
     spoken = taskflow if isinstance(task, taskflow.Task) else wire
-    if isinstance(result, Failure):
-        return spoken.encode_failed(task.task_id, failure_reason(result, max_reason))
+    if failed:
+        return spoken.encode_failed(task.task_id, failure_reason(cast(Failed, result), max_reason))
     return spoken.encode_done(task.task_id)

@@ -433,12 +433,18 @@ class WorkerProtocol(FrameReceiver):
             self._log_failure(task, result)
         try:
             frame = report(
-                task, result, self.max_result, "results" in self.capabilities, self.max_reason
+                task,
+                result,
+                self.max_result,
+                "results" in self.capabilities,
+                self.max_reason,
+                isinstance(result, Failure),
             )
         except Exception as e:
             # Never leave a task held for want of a frame: it fails, saying why.
             self.log.failure("task {id}: its outcome could not be reported", id=task.task_id)
-            frame = report(task, Failure(Unrecoverable(f"the outcome could not be sent: {e!r}")))
+            unsent = Failure(Unrecoverable(f"the outcome could not be sent: {e!r}"))
+            frame = report(task, unsent, failed=True)
         if len(frame) > _ACK_SIZE and frame[1] == codec.MessageType.ACK:
             sent = self._results_sent
             sent[task.task_id] = (cast(taskflow.Task, task).token, len(frame))

@@ -112,20 +112,31 @@ class TlsOptions:
         context = context or self.context()
         wrapped = context.wrap_socket(sock, server_hostname=self.hostname)
         try:
-            der = wrapped.getpeercert(binary_form=True)
-            if der is None:  # only where verification is off, which context() never does
-                raise ssl.SSLError("the daemon presented no certificate")
-            certificate = x509.load_der_x509_certificate(der)
-            try:
-                ipaddress.ip_address(self.hostname)
-            except ValueError:
-                verify_certificate_hostname(certificate, self.hostname)
-            else:
-                verify_certificate_ip_address(certificate, self.hostname)
+            self.verify(wrapped)
         except Exception:
             wrapped.close()
             raise
         return wrapped
+
+    def verify(self, connection: ssl.SSLSocket | ssl.SSLObject) -> None:
+        """
+        Check that the daemon's certificate, on a C{connection} whose
+        handshake is over, names C{hostname} (an asyncio client's, after
+        its C{create_connection}: its C{ssl_object}).
+
+        @raise ssl.SSLError: it presented no certificate.
+        @raise service_identity.VerificationError: it names another host.
+        """
+        der = connection.getpeercert(binary_form=True)
+        if der is None:  # only where verification is off, which context() never does
+            raise ssl.SSLError("the daemon presented no certificate")
+        certificate = x509.load_der_x509_certificate(der)
+        try:
+            ipaddress.ip_address(self.hostname)
+        except ValueError:
+            verify_certificate_hostname(certificate, self.hostname)
+        else:
+            verify_certificate_ip_address(certificate, self.hostname)
 
 
 def parse_address(address: str) -> tuple[int, tuple[str, int] | str, TlsOptions | None]:

@@ -40,6 +40,7 @@ from tools.bench.scale import (
     scale_workload,
 )
 from tools.bench.throughput import (
+    clients_workload,
     e2e_workload,
     events_workload,
     fanin_workload,
@@ -188,6 +189,18 @@ def run_latency(s: Session) -> None:
         f"two bare socket round trips: p50 {floor['p50_us']:,.1f} µs",
         floor,
     )
+
+
+def run_clients(s: Session) -> None:
+    ours = clients_workload(200_000 // s.scale, 5000 // s.scale)
+    for name in ("blocking", "asyncio"):
+        rate, trip = ours[f"{name}_submits_per_s"], ours[name]
+        s.emit(
+            f"client {name}",
+            f"{rate:,.0f} submits/s, round trip p50 {trip['p50_us']:,.0f}"
+            f" p99 {trip['p99_us']:,.0f} µs",
+            {"client": name, "submits_per_s": rate, **trip},
+        )
 
 
 def run_fanin(s: Session) -> None:
@@ -387,6 +400,7 @@ RUNS: dict[str, Callable[[Session], None]] = {
     "e2e": run_e2e,
     "v2": run_v2,
     "latency": run_latency,
+    "clients": run_clients,
     "fanin": run_fanin,
     "sweep": run_sweep,
     "memory": run_memory,

@@ -5,6 +5,7 @@ one at a time, idle, fan-in, memory, with events, per journal policy.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from quicx.aio import AsyncClient
 from quicx.clients.blocking import QuicxClient
 from tools.bench.rig import (
     BENCH_TYPE,
@@ -144,6 +146,45 @@ def latency_workload(
             client.submit_and_wait(BENCH_TYPE, payload)
             samples.append(time.perf_counter_ns() - started)
     return {"n": n, "busy_poll": busy_poll, **percentiles(samples)}
+
+
+def clients_workload(n: int, round_trips: int) -> dict[str, Any]:
+    """
+    The blocking and the asyncio client side by side, on one daemon with 2
+    stock workers, version 2: C{n} pipelined SUBMITs (submits/s), then
+    C{round_trips} submit-and-wait one at a time (round trip percentiles).
+    """
+    payload = payload_of(100)
+    figures: dict[str, Any] = {"n": n, "round_trips": round_trips}
+    with running(workers=2, layout=None) as (daemon, _):
+        address = daemon.client_address
+        with QuicxClient(address) as client:
+            client.submit_many((BENCH_TYPE, payload) for _ in range(1000))  # warm-up
+            started = time.perf_counter()
+            client.submit_many((BENCH_TYPE, payload) for _ in range(n))
+            figures["blocking_submits_per_s"] = n / (time.perf_counter() - started)
+            samples = []
+            for _ in range(round_trips):
+                started_ns = time.perf_counter_ns()
+                client.submit_and_wait(BENCH_TYPE, payload)
+                samples.append(time.perf_counter_ns() - started_ns)
+            figures["blocking"] = percentiles(samples)
+
+        async def asynchronous() -> None:
+            async with AsyncClient(address) as client:
+                await client.submit_many((BENCH_TYPE, payload) for _ in range(1000))
+                started = time.perf_counter()
+                await client.submit_many((BENCH_TYPE, payload) for _ in range(n))
+                figures["asyncio_submits_per_s"] = n / (time.perf_counter() - started)
+                samples = []
+                for _ in range(round_trips):
+                    started_ns = time.perf_counter_ns()
+                    await client.submit_and_wait(BENCH_TYPE, payload)
+                    samples.append(time.perf_counter_ns() - started_ns)
+                figures["asyncio"] = percentiles(samples)
+
+        asyncio.run(asynchronous())
+    return figures
 
 
 def idle_workload(seconds: float, busy_poll: float | None = None) -> dict[str, Any]:

@@ -1,0 +1,352 @@
+"""
+One asyncio worker connection (a slot): TASKs in, handlers run on the loop, outcomes out.
+
+It opens with HELLO (falling back to version 1), sends READY with the
+worker's credits and queues, runs each TASK's handler (an C{async def}
+one as a task of the loop), and reports its outcome with
+L{quicx.clients.reports.report}: the outcomes found while a read is
+handled go in one write.  Each delivery's lease (L{AsyncLease}) sends the
+handler's TOUCH and PROGRESS, and keeps it alive with C{auto_extend}.
+
+The protocol does not tell a worker that its task was cancelled (CANCEL
+of a running task is refused as a conflict); it does tell it, in answer
+to a TOUCH or PROGRESS, that its delivery is stale: its lease ran out and
+the task was taken back.  The slot then cancels that handler (its
+C{asyncio.CancelledError}) and reports it failed, which the daemon
+refuses as stale but which gives the credit back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import re
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from quicx.clients.connection import (
+    ClientConnection,
+    Greeted,
+    Rejected,
+    Send,
+    Unanswered,
+    client_parser,
+)
+from quicx.clients.context import TaskContext, touch_seconds
+from quicx.clients.reports import Raised, Unrecoverable, failure_reason, report
+from quicx.protocol import codec, outcomes, taskflow, wire
+from quicx.protocol.frames import Frame
+
+log = logging.getLogger("quicx.aio.worker")
+log.addHandler(logging.NullHandler())
+
+HELLO_TIMEOUT = 10.0
+"""Seconds a slot waits for the answer to its HELLO before it closes the connection."""
+
+_STALE = re.compile(r"task (\d+): delivery (\d+) ")
+"""The daemon's stale ERROR names the task and the delivery's token (docs/protocol.md)."""
+
+
+class Handlers(Protocol):
+    """What a slot needs of its worker (L{quicx.aio.worker.AsyncWorker})."""
+
+    credits: int
+    queues: tuple[str, ...]
+    protocol: int
+    auto_extend: bool
+
+    def handler_for(self, task_type: bytes) -> tuple[Callable[..., Any], bool] | None: ...
+
+
+class AsyncLease:
+    """
+    The lease of one delivery while its handler runs, on the loop: TOUCH
+    when the handler asks, or every half lease with C{keep_alive}; the
+    handler's PROGRESS; nothing after its outcome.
+    """
+
+    def __init__(self, send: Callable[[bytes], None], task: taskflow.Task, reports: bool) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._send = send
+        self.task_id, self.token = task.task_id, task.token
+        self.seconds = task.lease_ms / 1000
+        self.deadline = self._loop.time() + self.seconds if self.seconds else None
+        self.reports = reports
+        self.ended = False
+        self._renewal: asyncio.TimerHandle | None = None
+
+    def extend(self, seconds: float) -> None:
+        whole = touch_seconds(seconds)
+        if not self.ended:
+            self._send(outcomes.encode_touch(self.task_id, self.token, whole))
+            self.deadline = self._loop.time() + whole
+
+    def extend_soon(self, seconds: float) -> None:
+        """L{extend}, from any thread; checked here."""
+        touch_seconds(seconds)
+        self._loop.call_soon_threadsafe(self.extend, seconds)
+
+    def progress_soon(self, fraction: int, message: str) -> None:
+        if self.reports:
+            frame = outcomes.encode_progress(self.task_id, self.token, fraction, message)
+            self._loop.call_soon_threadsafe(self._send_unless_ended, frame)
+
+    def _send_unless_ended(self, frame: bytes) -> None:
+        if not self.ended:
+            self._send(frame)
+
+    def keep_alive(self) -> None:
+        """Every half lease until L{end}, extend it by its length unless it has that left."""
+        if self.seconds and not self.ended:
+            self._renewal = self._loop.call_later(self.seconds / 2, self._renew)
+
+    def _renew(self) -> None:
+        if self.deadline is None or self.deadline - self._loop.time() <= self.seconds:
+            self.extend(self.seconds)
+        self.keep_alive()
+
+    def end(self) -> None:
+        self.ended = True
+        if self._renewal is not None:
+            self._renewal.cancel()
+
+
+class AsyncSlot(asyncio.Protocol):
+    """
+    One worker connection: READY once, then up to C{credits} tasks at a time.
+
+    @ivar running: the handlers running, by task id, with their leases.
+    @ivar closed: resolved once the connection has closed.
+    """
+
+    def __init__(self, worker: Handlers, shared: dict[str, bytes]) -> None:
+        self.worker = worker
+        self.shared = shared
+        self._conn = ClientConnection(worker.protocol)
+        self._parser = client_parser()
+        self.transport: asyncio.Transport | None = None
+        self.version = worker.protocol
+        self.credits = worker.credits
+        self.running: dict[int, tuple[asyncio.Task[None] | None, AsyncLease | None]] = {}
+        self.stopping = False
+        self.capabilities: frozenset[str] = frozenset()
+        self.max_result: int | None = None
+        self.max_reason = 1024
+        self._answered = False  # a TASK or WAIT came: READY was taken
+        self._replies: list[bytes] | None = None  # outcomes found while a read is handled
+        self._no_answer: asyncio.TimerHandle | None = None
+        self._lost: set[int] = set()  # the handlers cancelled because their leases were lost
+        self.greeted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        hello = self._conn.connect()
+        if hello:
+            self._write(hello)
+            loop = asyncio.get_running_loop()
+            self._no_answer = loop.call_later(HELLO_TIMEOUT, self._abort, "no answer to HELLO")
+        else:
+            self._ready()
+
+    def _ready(self) -> None:
+        if not self.greeted.done():
+            self.greeted.set_result(None)
+        if self.version == codec.VERSION:
+            self._write(taskflow.encode_ready(self.credits, self.worker.queues))
+        else:
+            self._write(wire.encode_ready(self.credits))
+
+    def _abort(self, why: str) -> None:
+        log.warning("%s; closing this connection", why)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._no_answer is not None:
+            self._no_answer.cancel()
+        for _, lease in self.running.values():
+            if lease is not None:
+                lease.end()  # its outcome cannot be reported: the daemon requeues it
+        if not self.greeted.done():
+            self.greeted.set_exception(ConnectionError(f"closed before HELLO was answered: {exc}"))
+        self.closed.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        replies: list[bytes] = []
+        self._replies = replies
+        try:
+            for frame in self._parser.feed(data):
+                if type(frame) is not Frame:
+                    self._abort(f"the daemon sent a bad frame: {frame.reason}")
+                    return
+                self._frame(frame)
+        finally:
+            self._replies = None
+            if replies and self.transport is not None:
+                self.transport.write(b"".join(replies))
+            self._close_if_done()
+
+    def _frame(self, frame: Frame) -> None:
+        kind = frame.message_type
+        if self._conn.greeted and kind == wire.MessageType.TASK:
+            self._answered = True
+            task: wire.Task | taskflow.Task = (
+                taskflow.decode_task(frame.payload)
+                if self.version == codec.VERSION
+                else wire.decode_task(frame.payload)
+            )
+            self._start(task)
+        elif self._conn.greeted and kind == wire.MessageType.WAIT:
+            self._answered = True
+        else:
+            events: list[Any] = []
+            self._conn.receive_frame(self._parser.version, kind, frame.payload, events)
+            for event in events:
+                if isinstance(event, Send):
+                    self._write(event.data)
+                elif isinstance(event, Greeted):
+                    self._hello_answered(event)
+                elif isinstance(event, Unanswered) and isinstance(event.message, wire.Error):
+                    self._refused(event.message)
+                elif isinstance(event, Rejected):
+                    self._abort(f"the daemon sent {event.reason}")
+
+    def _hello_answered(self, greeted: Greeted) -> None:
+        if self._no_answer is not None:
+            self._no_answer.cancel()
+        self.version = greeted.version
+        server = greeted.server
+        capabilities, limits = server.get("capabilities"), server.get("limits")
+        if isinstance(capabilities, list):
+            self.capabilities = frozenset(map(str, capabilities))
+        limits = limits if isinstance(limits, dict) else {}
+        if isinstance(limits.get("max_result"), int):
+            self.max_result = limits["max_result"]
+        if isinstance(limits.get("max_reason"), int) and limits["max_reason"] > 0:
+            self.max_reason = limits["max_reason"]
+        if greeted.fell_back and self.worker.queues:
+            log.warning(
+                "the daemon speaks protocol version 1 only: this worker serves its default queue"
+            )
+        self._ready()
+
+    def _refused(self, error: wire.Error) -> None:
+        """An ERROR no request is owed: of READY's credits, or of a report, TOUCH or PROGRESS."""
+        if self.credits > 1 and not self._answered and error.code == wire.ErrorCode.INVALID_MESSAGE:
+            log.warning("the daemon refuses READY credits (%s): one task at a time", error.message)
+            self.credits = 1
+            self._ready()
+        elif error.code == codec.ErrorCode.STALE:
+            self._stale(error.message)
+        else:
+            log.error("daemon error: %s", error.message)
+
+    def _stale(self, message: str) -> None:
+        """
+        A delivery's lease ran out and its task was taken back: cancel its
+        handler, if it still runs (its report, refused, gives the credit back).
+        """
+        found = _STALE.match(message)
+        task_id, token = (int(found[1]), int(found[2])) if found else (0, 0)
+        handler, lease = self.running.get(task_id, (None, None))
+        if handler is None or lease is None or lease.token != token:
+            log.warning("the daemon refused a stale report (%s)", message)
+            return
+        log.warning("task %s: its lease was lost (%s); cancelling its handler", task_id, message)
+        self._lost.add(task_id)
+        handler.cancel()
+
+    # -- tasks --------------------------------------------------------------------------
+
+    def _start(self, task: wire.Task | taskflow.Task) -> None:
+        """Run C{task}'s handler: a plain function's outcome is reported at once."""
+        lease = None
+        if isinstance(task, taskflow.Task) and task.token:
+            lease = AsyncLease(self._write, task, "progress" in self.capabilities)
+            if self.worker.auto_extend:
+                lease.keep_alive()
+        found = self.worker.handler_for(task.task_type)
+        try:
+            if found is None:
+                raise LookupError(f"no handler for: {task.task_type.decode('utf-8', 'replace')}")
+            function, wants_context = found
+            args: tuple[Any, ...] = (task.payload,)
+            if wants_context:
+                args += (TaskContext.of(task, lease, self.shared),)
+            result = function(*args)
+        except (Exception, SystemExit) as e:
+            self._finished(task, lease, Raised.of(e, skip=1), True)
+            return
+        if not inspect.isawaitable(result):
+            self._finished(task, lease, result, False)
+            return
+        handler = asyncio.ensure_future(self._await(task, lease, result))
+        self.running[task.task_id] = (handler, lease)
+
+    async def _await(
+        self, task: wire.Task | taskflow.Task, lease: AsyncLease | None, result: Any
+    ) -> None:
+        try:
+            value = await result
+        except asyncio.CancelledError:
+            lost = task.task_id in self._lost
+            self._lost.discard(task.task_id)
+            why = "its lease ran out and the task was taken back" if lost else "it was cancelled"
+            self._finished(task, lease, Raised(asyncio.CancelledError(why), []), True)
+        except (Exception, SystemExit) as e:
+            self._finished(task, lease, Raised.of(e, skip=1), True)
+        else:
+            self._finished(task, lease, value, False)
+
+    def _finished(
+        self, task: wire.Task | taskflow.Task, lease: AsyncLease | None, result: Any, failed: bool
+    ) -> None:
+        self.running.pop(task.task_id, None)
+        if lease is not None:
+            lease.end()
+        if failed:
+            log.warning(
+                "task %s (%s) failed%s: %s",
+                task.task_id,
+                task.task_type.decode("utf-8", "replace"),
+                " for good" if isinstance(result.value, Unrecoverable) else "",
+                failure_reason(result, 16 * 1024),
+            )
+        try:
+            frame = report(
+                task,
+                result,
+                self.max_result,
+                "results" in self.capabilities,
+                self.max_reason,
+                failed,
+            )
+        except Exception as e:  # never leave a task held for want of a frame
+            unsent = Raised(Unrecoverable(f"the outcome could not be sent: {e!r}"), [])
+            frame = report(task, unsent, failed=True)
+        self._write(frame)
+        self._close_if_done()
+
+    def _write(self, frame: bytes) -> None:
+        """Send C{frame}: at the end of the read being handled, if any, else now."""
+        if self._replies is not None:
+            self._replies.append(frame)
+        elif self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame)
+
+    def _close_if_done(self) -> None:
+        if (
+            self.stopping
+            and not self.running
+            and self._replies is None
+            and self.transport is not None
+        ):
+            self.transport.close()
+
+    def stop(self) -> asyncio.Future[None]:
+        """Finish the tasks in hand, if any, then disconnect."""
+        self.stopping = True
+        self._close_if_done()
+        return self.closed

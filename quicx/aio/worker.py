@@ -1,0 +1,215 @@
+"""
+The asyncio worker: handlers run on the application's own event loop.
+
+    worker = AsyncWorker(credits=50)
+
+    @worker.handler("fetch")
+    async def fetch(payload: bytes, context: TaskContext) -> dict:
+        context.progress(0.5, "halfway")
+        ...
+
+    await worker.run("tcp:127.0.0.1:16381")  # until worker.stop(), or SIGTERM with signals=True
+
+Or inside a running application: C{worker.start(address)} returns the
+task that serves, and C{await worker.stop()} stops it gracefully (C{quicx
+worker --loop asyncio MODULE:OBJECT} runs one on its own loop, uvloop's
+where installed, until SIGTERM or Ctrl-C).
+
+Handlers are C{async def} functions (run as tasks of the loop, up to
+C{credits} at once on each connection) or plain ones, which run on the
+loop itself and must be quick.  They take the payload, and may take the
+task's L{TaskContext} (its C{extend} sends TOUCH, its C{progress}
+PROGRESS); what they return is the result, what they raise the failure
+(L{Unrecoverable}: for good), as with L{quicx.clients.worker.Worker}.
+
+Each of C{concurrency} connections to each daemon (a list of addresses
+gives each daemon its own, with the same credits: the asyncio worker does
+not share its capacity out among them) reconnects with backoff.  It
+follows no shared data (C{context.shared} is empty).  A handler whose
+delivery's lease was lost (the daemon says so, stale, in answer to its
+TOUCH or PROGRESS) is cancelled; the protocol does not tell a worker that
+its running task was cancelled, as a running task cannot be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from quicx.aio.slot import AsyncSlot, log
+from quicx.clients.address import DEFAULT_ADDRESS, parse_address, split_addresses
+from quicx.clients.context import TaskContext, takes_context
+from quicx.clients.reports import Unrecoverable
+from quicx.protocol import codec, taskflow
+
+Handler = Callable[..., Any]
+
+RETRY_FIRST = 0.1
+RETRY_MAX = 3.0
+"""Reconnect delays double from RETRY_FIRST up to RETRY_MAX."""
+
+
+class AsyncWorker:
+    """
+    Runs C{async def} handlers for tasks from one daemon, or each of several.
+
+    @ivar concurrency: connections to each daemon.
+    @ivar credits: tasks each connection may hold (and run) at once.
+    @ivar queues: the queues it serves, in order (empty: the default queue).
+    @ivar auto_extend: while a handler runs, extend its lease every half lease.
+    """
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler] | None = None,
+        concurrency: int = 1,
+        credits: int = 1,
+        queues: Sequence[str] = (),
+        protocol: int = 2,
+        auto_extend: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not 1 <= credits <= codec.MAX_CREDITS:
+            raise ValueError(f"credits must be 1 to {codec.MAX_CREDITS}")
+        if protocol not in (1, 2) or (protocol == 1 and queues):
+            raise ValueError("protocol is 2, or 1 without queues")
+        taskflow.encode_ready(1, tuple(queues))  # checks the names and their number
+        self.concurrency = concurrency
+        self.credits = credits
+        self.queues = tuple(queues)
+        self.protocol = protocol
+        self.auto_extend = auto_extend
+        self._handlers: dict[bytes, tuple[Handler, bool]] = {}
+        for name, function in (handlers or {}).items():
+            self.register(name, function)
+        self.slots: set[AsyncSlot] = set()
+        self._stopping: asyncio.Event | None = None
+        self._serving: asyncio.Task[None] | None = None
+        self._stopper: asyncio.Future[None] | None = None
+
+    def register(self, task_type: str, function: Handler) -> None:
+        """Run C{function} (C{async def}, or a quick plain one) for tasks of C{task_type}."""
+        self._handlers[task_type.encode("utf-8")] = (function, takes_context(function))
+
+    def handler(self, task_type: str) -> Callable[[Handler], Handler]:
+        """Decorator form of L{register}."""
+
+        def decorate(function: Handler) -> Handler:
+            self.register(task_type, function)
+            return function
+
+        return decorate
+
+    def handler_for(self, task_type: bytes) -> tuple[Handler, bool] | None:
+        return self._handlers.get(task_type)
+
+    async def run(
+        self, address: str | Sequence[str] = DEFAULT_ADDRESS, signals: bool = False
+    ) -> None:
+        """
+        Serve the daemon at C{address} (or each of a list) until L{stop}; with
+        C{signals}, the first SIGTERM or SIGINT stops it gracefully.
+
+        @raise ValueError: a malformed or empty address list.
+        """
+        addresses = split_addresses(address)
+        for each in addresses:
+            parse_address(each)
+        self._stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if signals:
+            for number in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(number, self._signalled, number)
+        log.info(
+            "asyncio worker for %s: queues %s; %d connection(s) to each, %d credits",
+            ", ".join(addresses),
+            ", ".join(self.queues) or "the default queue",
+            self.concurrency,
+            self.credits,
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+                for each in addresses:
+                    for _ in range(self.concurrency):
+                        group.create_task(self._keep_connected(each))
+        finally:
+            if signals:
+                for number in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(number)
+
+    def start(self, address: str | Sequence[str] = DEFAULT_ADDRESS) -> asyncio.Task[None]:
+        """L{run}, as a task of the running loop (an application's): stop it with L{stop}."""
+        self._serving = asyncio.ensure_future(self.run(address))
+        return self._serving
+
+    def _signalled(self, number: int) -> None:
+        log.warning("%s: stopping once the tasks in hand are done", signal.Signals(number).name)
+        self._stopper = asyncio.ensure_future(self.stop())
+
+    async def stop(self) -> None:
+        """
+        Stop gracefully: every connection finishes the tasks in hand and
+        reports them, then closes; L{run} returns.
+        """
+        if self._stopping is None:
+            return
+        self._stopping.set()
+        await asyncio.gather(*(slot.stop() for slot in list(self.slots)))
+        if self._serving is not None:
+            await self._serving
+
+    async def _keep_connected(self, address: str) -> None:
+        """One connection: connect, serve until it ends, reconnect."""
+        assert self._stopping is not None
+        loop = asyncio.get_running_loop()
+        _, sockaddr, tls = parse_address(address)
+        context = tls.context() if tls is not None else None
+        delay = RETRY_FIRST
+        while not self._stopping.is_set():
+            slot = AsyncSlot(self, {})
+            factory = functools.partial(_same, slot)
+            try:
+                if isinstance(sockaddr, str):
+                    await loop.create_unix_connection(factory, sockaddr)
+                else:
+                    hostname = tls.hostname if tls is not None else None
+                    transport, _ = await loop.create_connection(
+                        factory, *sockaddr, ssl=context, server_hostname=hostname
+                    )
+                    if tls is not None:
+                        try:
+                            tls.verify(transport.get_extra_info("ssl_object"))
+                        except Exception:
+                            transport.abort()
+                            raise
+            except Exception as e:
+                log.warning("cannot reach %s (%s); retrying in %.1f s", address, e, delay)
+            else:
+                self.slots.add(slot)
+                if self._stopping.is_set():
+                    slot.stop()
+                with contextlib.suppress(ConnectionError):
+                    await slot.greeted
+                    delay = RETRY_FIRST
+                    log.info("connected to %s (protocol version %d)", address, slot.version)
+                await slot.closed
+                self.slots.discard(slot)
+                if self._stopping.is_set():
+                    return
+                log.warning("lost the daemon at %s; reconnecting", address)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._stopping.wait()
+            delay = min(delay * 2, RETRY_MAX)
+
+
+def _same(slot: AsyncSlot) -> AsyncSlot:
+    return slot
+
+
+__all__ = ["AsyncWorker", "Handler", "TaskContext", "Unrecoverable"]
