@@ -23,7 +23,6 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from quicx.daemon.journal.interface import (
-    DeadInfo,
     IJournal,
     IJournalOwner,
     KeyEntry,
@@ -34,11 +33,11 @@ from quicx.daemon.journal.records import Recovery
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally, Telemetry
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.deadletters import DeadLetters
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.dispatcher import Dispatcher
+from quicx.daemon.queue.graveyard import Graveyard
 from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.hooks import IEvents, record
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
@@ -152,7 +151,7 @@ class QueueService(Service):
         self.limits = limits = limits or QueueLimits()
         if scheduler is None:
             from twisted.internet import reactor as scheduler
-        self._scheduler: IReactorTime = scheduler  # type: ignore[assignment]
+        self.scheduler: IReactorTime = scheduler  # type: ignore[assignment]
         self.draining = False
         self._drained: Deferred[None] | None = None
         self._drain_timer: IDelayedCall | None = None
@@ -173,28 +172,27 @@ class QueueService(Service):
         self._given_up = 0
         self._late_outcomes = 0
         self._duplicates = 0
-        self._dead_dropped = 0
         self._stale = 0
-        self._dead_timer: IDelayedCall | None = None
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
         self.progress: ProgressBook[Task] = ProgressBook(
-            self._scheduler, clock, progress or ProgressSettings(), self._progress_out
+            self.scheduler, clock, progress or ProgressSettings(), self._progress_out
         )
         self.random: Callable[[], float] = random.random
         self.dispatcher = Dispatcher(
-            pool, self.queues, clock, self._scheduler, self.timeout_of, limits.dispatch.lifo
+            pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
         )
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
-        self.dead_letters: DeadLetters[Task] = DeadLetters(
-            limits.dead_max_count, limits.dead_max_age
-        )
+        self.graveyard = graveyard = Graveyard(self)
+        self.dead_letters = graveyard.letters
+        self.dead_tasks, self.replay = graveyard.dead_tasks, graveyard.replay
+        self.purge_dead = graveyard.purge_dead
         self._duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
         self.outcomes = outcomes = Outcomes(
             pool,
             self.journal,
             limits,
-            self._scheduler,
+            self.scheduler,
             clock,
             self._live,
             self.sessions,
@@ -265,6 +263,11 @@ class QueueService(Service):
             and self.queues.get(queue.name) is queue
         ):
             del self.queues[queue.name]
+
+    def _push(self, task: Task) -> None:
+        """Queue C{task} at its queue's tail."""
+        if task.home.push(task):
+            self._fairness_keys += 1
 
     def find_queue(self, name: str) -> NamedQueue[Task, Session]:
         """@raise Refused: (not found) there is no queue C{name}."""
@@ -741,9 +744,7 @@ class QueueService(Service):
         dead.sort(key=lambda task: task.dead.died_at if task.dead else 0.0)
         for task in dead:
             task.home.dead += 1
-            for old in self.dead_letters.add(task):
-                self._drop_dead(old, "pushed out of the dead-letter set (max_count)")
-        self._arm_dead_expiry()
+        self.graveyard.keep(dead)
         self.keys.restore(recovery.keys, now)
         self._last_task_id = recovery.last_task_id
         # After the tasks: a task's payload comes before a kept result.
@@ -1224,7 +1225,7 @@ class QueueService(Service):
         dead = bool(dead_letter and task.retries and self.dead_letters.max_count)
         if dead:
             task.tally.dead += 1
-            self._bury(task, reason, worker)
+            self.graveyard.bury(task, reason, worker)
         else:
             task.tally.failed += 1
             self._end(task, "failed")
@@ -1234,118 +1235,6 @@ class QueueService(Service):
         self.outcomes.settle(task, OutcomeState.DEAD if dead else OutcomeState.FAILED, None, reason)
         if dead:
             task.producer = None  # it has heard its outcome: a replay's goes to nobody
-
-    def _bury(self, task: Task, reason: str, worker: str) -> None:
-        """Move C{task} to the dead-letter set, dropping the oldest past its bounds."""
-        self.progress.finished(task.task_id)
-        now = self.clock()
-        task.dead = DeadInfo(now, reason, worker)
-        self.journal.record_dead(task)
-        task.home.dead += 1
-        if self.events is not None:
-            record(self.events, "dead", task, None, reason)
-        for old in self.dead_letters.add(task):
-            self._drop_dead(old, "pushed out of the dead-letter set (max_count)")
-        self._arm_dead_expiry()
-
-    def _unbury(self, task: Task) -> None:
-        self.dead_letters.remove(task)
-        task.home.dead -= 1
-        task.dead = None
-
-    def _drop_dead(self, task: Task, why: str) -> None:
-        """Finish a dead task for good: it leaves the journal and the pool."""
-        self._unbury(task)
-        self._dead_dropped += 1
-        self._end(task, "failed")
-        self.failures.note(
-            "dead task dropped",
-            task.task_type,
-            why,
-            "dead task {task_id} dropped: {why}",
-            log_id="task.dead_dropped",
-            task_id=task.task_id,
-            why=why,
-        )
-        self._forget_if_idle(task.home)
-
-    def _arm_dead_expiry(self) -> None:
-        timer = self._dead_timer
-        letters = self.dead_letters
-        oldest = letters.oldest()
-        if not letters.max_age or oldest is None or (timer is not None and timer.active()):
-            return
-        assert oldest.dead is not None
-        wait = max(0.0, oldest.dead.died_at + letters.max_age - self.clock())
-        self._dead_timer = self._scheduler.callLater(wait, self._expire_dead)
-
-    def _expire_dead(self) -> None:
-        self._dead_timer = None
-        for task in self.dead_letters.expired(self.clock()):
-            self._drop_dead(task, "older than max_age")
-        self._arm_dead_expiry()
-
-    def dead_tasks(self, queue: str | None, limit: int) -> dict[str, Any]:
-        """The dead tasks of C{queue} (C{None}: of every queue), oldest first."""
-        tasks = list(self.dead_letters.of(queue))
-        return {"total": len(tasks), "tasks": [self.describe_dead(t) for t in tasks[:limit]]}
-
-    @staticmethod
-    def describe_dead(task: Task) -> dict[str, Any]:
-        dead = task.dead
-        assert dead is not None
-        return {
-            "id": task.task_id,
-            "queue": task.queue,
-            "type": task.task_type.decode("utf-8", "replace"),
-            "size": task.size,
-            "priority": task.priority,
-            "failures": task.failures,
-            "reason": dead.reason,
-            "worker": dead.worker,
-            "died_at": round(dead.died_at, 3),
-        }
-
-    def replay(self, task_id: int, queue: str | None) -> dict[str, Any]:
-        """
-        Put dead task C{task_id} (or, with 0, every dead task of C{queue})
-        back in its queue, its failures reset.
-
-        @raise Refused: (not found) C{task_id} is not a dead task.
-        """
-        if task_id:
-            task = self.dead_letters.get(task_id)
-            if task is None:
-                raise Refused(ErrorCode.NOT_FOUND, f"task {task_id} is not in a dead-letter set")
-            tasks = [task]
-        else:
-            tasks = list(self.dead_letters.of(queue))
-        queues: dict[NamedQueue[Task, Session], None] = {}
-        limits = self.limits.results
-        now = self.clock()
-        for task in tasks:
-            self._unbury(task)
-            task.failures = 0
-            task.ready_at = now
-            if task.task_id in self.kept and not task.keep_for:
-                # Its death was kept: its next outcome replaces it.
-                task.keep_for = min(limits.ttl, limits.max_ttl)
-            self.journal.record_replay(task)
-            if self.events is not None:
-                record(self.events, "replayed", task, None, None)
-            if task.home.push(task):
-                self._fairness_keys += 1
-            queues[task.home] = None
-        for home in queues:
-            self.dispatcher.serve_queue(home)
-        return {"replayed": [task.task_id for task in tasks]}
-
-    def purge_dead(self, queue: str | None) -> dict[str, Any]:
-        """Drop the dead tasks of C{queue} (C{None}: of every queue)."""
-        tasks = list(self.dead_letters.of(queue))
-        for task in tasks:
-            self._drop_dead(task, "purged")
-        return {"purged": len(tasks)}
 
     # -- schedules ----------------------------------------------------------------------
 
@@ -1499,7 +1388,7 @@ class QueueService(Service):
         elif task.due:
             self._undelay(task)  # waiting to run again: it need not
         elif task.dead is not None:
-            self._unbury(task)
+            self.graveyard.unbury(task)
         else:
             task.home.remove(task)  # queued again: it need not run now
         self.failures.note(
@@ -1685,7 +1574,7 @@ class QueueService(Service):
             self._duplicates,
             total.retried,
             total.dead,
-            self._dead_dropped,
+            self.graveyard.dropped,
             self._stale,
             self.delays.count,
             self.kept.kept,
@@ -1714,8 +1603,7 @@ class QueueService(Service):
         super().stopService()
         self.failures.flush()
         self.dispatcher.stop()
-        if self._dead_timer is not None and self._dead_timer.active():
-            self._dead_timer.cancel()
+        self.graveyard.stop()
         self.delays.stop()
         self.progress.stop()
         self.outcomes.stop()

@@ -1,0 +1,60 @@
+"""
+What the kernel's collaborators may use of it: they are handed it and never import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from twisted.internet.interfaces import IReactorTime
+
+from quicx.daemon.journal.interface import IJournal
+from quicx.daemon.observe.logsummary import LogSummary
+from quicx.daemon.queue.dispatcher import Dispatcher
+from quicx.daemon.queue.hooks import IEvents
+from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.policy import QueueLimits
+from quicx.daemon.queue.progress import ProgressBook
+from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.results import KeptOutcomes
+
+
+class IKernel(Protocol):
+    """The kernel, as the dead letters, leases, drain and the journal's side see it."""
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def scheduler(self) -> IReactorTime: ...
+
+    @property
+    def journal(self) -> IJournal: ...
+
+    @property
+    def limits(self) -> QueueLimits: ...
+
+    @property
+    def failures(self) -> LogSummary: ...
+
+    @property
+    def progress(self) -> ProgressBook[Task]: ...
+
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def kept(self) -> KeptOutcomes: ...
+
+    @property
+    def events(self) -> IEvents | None: ...
+
+    def _end(self, task: Task, outcome: str) -> None:
+        """Forget a finished task."""
+
+    def _forget_if_idle(self, queue: NamedQueue[Task, Session]) -> None:
+        """Forget an undeclared queue nothing refers to any more."""
+
+    def _push(self, task: Task) -> None:
+        """Queue C{task} at its queue's tail."""
