@@ -15,10 +15,9 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
-from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -37,9 +36,11 @@ from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.dispatcher import Dispatcher
+from quicx.daemon.queue.drain import Drain
 from quicx.daemon.queue.graveyard import Graveyard
 from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.hooks import IEvents, record
+from quicx.daemon.queue.leases import Leases, not_held
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
@@ -153,8 +154,6 @@ class QueueService(Service):
             from twisted.internet import reactor as scheduler
         self.scheduler: IReactorTime = scheduler  # type: ignore[assignment]
         self.draining = False
-        self._drained: Deferred[None] | None = None
-        self._drain_timer: IDelayedCall | None = None
         self.journal.bind(self)
         self.sessions: dict[int, Session] = {}
         self.started_at = clock()
@@ -168,17 +167,19 @@ class QueueService(Service):
         self._workers = 0
         self._last_task_id = 0
         self._last_session_id = 0
-        self._timed_out = 0
         self._given_up = 0
         self._late_outcomes = 0
         self._duplicates = 0
-        self._stale = 0
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
         self.progress: ProgressBook[Task] = ProgressBook(
             self.scheduler, clock, progress or ProgressSettings(), self._progress_out
         )
         self.random: Callable[[], float] = random.random
+        self.leases = leases = Leases(self)
+        self.touch, self.timeout_of = leases.touch, leases.timeout_of
+        self.drainage = drainage = Drain(self)
+        self.drain, self.stop_draining = drainage.drain, drainage.stop
         self.dispatcher = Dispatcher(
             pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
         )
@@ -310,8 +311,8 @@ class QueueService(Service):
                 self._requeue(task, "its worker disconnected", cause, worker=session.peer.peer_name)
             for queue in {task.home: None for task in held.values()}:
                 self.dispatcher.serve_queue(queue)
-        if self._drained is not None:
-            self._check_drained()
+        if self.drainage.waiting is not None:
+            self.drainage.check()
 
     def claim_role(self, session: Session, role: Role) -> None:
         """
@@ -1004,7 +1005,7 @@ class QueueService(Service):
             )
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
-            self._stale_report(session, task_id, token)
+            self.leases.stale_report(session, task_id, token)
         self.done(session, task_id, result)
 
     def nack(
@@ -1013,20 +1014,8 @@ class QueueService(Service):
         """A version-2 worker's NACK of delivery C{token} (see L{ack})."""
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
-            self._stale_report(session, task_id, token)
+            self.leases.stale_report(session, task_id, token)
         self.failed(session, task_id, reason, permanent)
-
-    def touch(self, session: Session, task_id: int, token: int, seconds: int) -> None:
-        """
-        Extend the lease of delivery C{token} to C{seconds} from now (at
-        most C{max_lease}); a queue without a timeout has no lease to extend.
-
-        @raise Refused: (stale) the delivery is not the task's current one.
-        @raise ProtocolViolation: C{session} was never sent C{task_id}.
-        """
-        task = self._delivery(session, task_id, token, "TOUCH")
-        if self.timeout_of(task):
-            task.lease_until = self.clock() + min(float(seconds), self.limits.max_lease)
 
     def report_progress(
         self, session: Session, task_id: int, token: int, fraction: int, message: str
@@ -1040,7 +1029,7 @@ class QueueService(Service):
         @raise ProtocolViolation: C{session} was never sent C{task_id}, or
             the message is longer than C{max_message}.
         """
-        task = self._delivery(session, task_id, token, "PROGRESS")
+        task = self.leases.delivery(session, task_id, token, "PROGRESS")
         limit = self.progress.settings.max_message
         size = len(message.encode("utf-8"))
         if size > limit:
@@ -1095,55 +1084,6 @@ class QueueService(Service):
             self.shared.caught_up(session)
         if self.events is not None:
             self.events.caught_up(session)
-
-    def _delivery(self, session: Session, task_id: int, token: int, what: str) -> Task:
-        """
-        The task of C{session}'s current delivery C{token} of C{task_id},
-        for a TOUCH or PROGRESS (C{what}).
-
-        @raise Refused: (stale) the delivery is not the task's current one.
-        @raise ProtocolViolation: C{session} was never sent C{task_id}.
-        """
-        task = session.tasks.get(task_id)
-        if task is None or task.token != token:
-            if task is None and task_id not in session.overdue:
-                raise _not_held(session, task_id)
-            self._refuse_stale(session, task_id, token, what)
-        return task
-
-    def _stale_report(self, session: Session, task_id: int, token: int) -> NoReturn:
-        """
-        Refuse an ACK or NACK that does not quote C{session}'s current
-        delivery of C{task_id}; a delivery taken back from it gives back its credit.
-
-        @raise Refused: (stale) always, unless:
-        @raise ProtocolViolation: C{session} holds no delivery of C{task_id}.
-        """
-        if session.overdue.pop(task_id, None) is not None:
-            self._become_idle(session)
-        elif task_id not in session.tasks:
-            raise _not_held(session, task_id)
-        self._refuse_stale(session, task_id, token, "outcome")
-
-    def _refuse_stale(self, session: Session, task_id: int, token: int, what: str) -> NoReturn:
-        """Count and log a stale C{what}. @raise Refused: (stale) always."""
-        self._stale += 1
-        self.failures.note(
-            "stale",
-            b"",
-            f"a stale {what} was refused",
-            "stale {what} for task {task_id} (token {token}) from {worker} refused",
-            log_id="task.stale",
-            what=what,
-            task_id=task_id,
-            token=token,
-            worker=session.peer.peer_name,
-        )
-        raise Refused(
-            ErrorCode.STALE,
-            f"task {task_id}: delivery {token} is not its current one (its lease ran out and"
-            f" it was taken back, or it is finished); the {what} is not applied",
-        )
 
     # -- delays, retries and dead letters ------------------------------------------
 
@@ -1365,7 +1305,7 @@ class QueueService(Service):
         """
         late = session.overdue.pop(task_id, None)
         if late is None:
-            raise _not_held(session, task_id)
+            raise not_held(session, task_id)
         task = late[0]
         if task.finished:
             self._late_outcomes += 1
@@ -1407,89 +1347,18 @@ class QueueService(Service):
         # (unless a READY has since lowered its credits below what it held).
         if session.connected:
             self.dispatcher.serve_worker(session)
-        if self._drained is not None:
-            self._check_drained()
+        if self.drainage.waiting is not None:
+            self.drainage.check()
 
     def expire_overdue(self) -> None:
-        """
-        Take back every task held longer than its queue's task timeout and
-        queue it again, at the tail.  The worker keeps the credit until it
-        reports the task; if it does before anyone else, its outcome still
-        counts.
-        """
-        now = self.clock()
-        touched: dict[NamedQueue[Task, Session], None] = {}
-        for session in list(self.sessions.values()):
-            overdue = [
-                task
-                for task in session.tasks.values()
-                if (timeout := self.timeout_of(task))
-                and (task.lease_until or task.dispatched_at + timeout) <= now
-            ]
-            for task in overdue:
-                del session.tasks[task.task_id]
-                session.overdue[task.task_id] = (task, task.attempts)
-                task.holder = None
-                self._timed_out += 1
-                touched[task.home] = None
-                # At the tail: a task that keeps running too long must not
-                # take every worker from the tasks queued behind it.
-                self._requeue(
-                    task,
-                    "held past the task timeout",
-                    f"held for more than {now - task.dispatched_at:.3g} s by"
-                    f" {session.peer.peer_name} (attempt {task.attempts})",
-                    at_head=False,
-                    worker=session.peer.peer_name,
-                )
-        for queue in touched:
-            self.dispatcher.serve_queue(queue)
-        self._check_drained()
-
-    def timeout_of(self, task: Task) -> float:
-        """The task timeout of C{task}'s queue (0: none)."""
-        timeout = task.home.policy.timeout
-        return self.task_timeout if timeout is None else timeout
+        """Take back every task held past its timeout (see L{Leases.expire_overdue})."""
+        self.leases.expire_overdue()
+        self.drainage.check()
 
     @property
     def shortest_timeout(self) -> float:
         """The shortest task timeout of any queue (0: no queue has one)."""
-        timeouts = [self.task_timeout] + [
-            p.timeout for p in self.limits.declared.values() if p.timeout is not None
-        ]
-        return min((t for t in timeouts if t > 0), default=0.0)
-
-    def drain(self, timeout: float, clock: IReactorTime) -> Deferred[None]:
-        """
-        Stop taking tasks; fire once nothing is queued or running, or after
-        C{timeout} seconds, whichever is first.
-        """
-        self.draining = True
-        self._drained = Deferred()
-        self._drain_timer = clock.callLater(timeout, self.stop_draining)
-        drained = self._drained
-        self._check_drained()
-        return drained
-
-    def _check_drained(self) -> None:
-        # Done when nothing is left, or when no worker is left to do it (the
-        # listeners are closed, so none will come): a queue no worker serves,
-        # or a paused one, is not waited for.
-        if (
-            self._drained is not None
-            and not self.tasks_running
-            and not any(q.depth and q.subscribers and not q.paused for q in self.queues.values())
-        ):
-            self.stop_draining()
-
-    def stop_draining(self) -> None:
-        """Fire the drain's Deferred now, whatever is left."""
-        drained, self._drained = self._drained, None
-        if drained is not None:
-            if self._drain_timer is not None and self._drain_timer.active():
-                self._drain_timer.cancel()
-            drained.callback(None)
-        self.dispatcher.stop()
+        return self.leases.shortest_timeout
 
     def awaits_outcome(self, session: Session) -> bool:
         """Whether C{session} is a producer still owed an outcome, or waits for one."""
@@ -1567,7 +1436,7 @@ class QueueService(Service):
             total.failed + total.dead,
             sum(self.telemetry.rejected.values()),
             total.requeued,
-            self._timed_out,
+            self.leases.timed_out,
             self._given_up,
             self._late_outcomes,
             total.cancelled,
@@ -1575,7 +1444,7 @@ class QueueService(Service):
             total.retried,
             total.dead,
             self.graveyard.dropped,
-            self._stale,
+            self.leases.stale,
             self.delays.count,
             self.kept.kept,
             self.kept.evicted,
@@ -1634,26 +1503,6 @@ class QueueService(Service):
                 delayed=self.delays.count,
                 running=running,
             )
-
-
-def _not_held(session: Session, task_id: int) -> ProtocolViolation:
-    """Why C{session} may not report C{task_id}: it is no worker, or holds no such task."""
-    if session.role is not Role.WORKER:
-        return ProtocolViolation(
-            f"a {session.role.value} connection reported task {task_id};"
-            " only the worker holding a task may"
-        )
-    return ProtocolViolation(f"task {task_id} is not held by this worker ({_held(session.tasks)})")
-
-
-def _held(tasks: dict[int, Task]) -> str:
-    """What a worker holds, for an error message."""
-    if not tasks:
-        return "no task"
-    ids = list(tasks)
-    shown = ", ".join(str(task_id) for task_id in ids[:5])
-    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-    return f"task{'s' if len(ids) > 1 else ''} {shown}{more}"
 
 
 def _due_ms(due: float) -> int | None:

@@ -23,6 +23,20 @@ from quicx.daemon.queue.results import KeptOutcomes
 class IKernel(Protocol):
     """The kernel, as the dead letters, leases, drain and the journal's side see it."""
 
+    draining: bool
+
+    @property
+    def sessions(self) -> dict[int, Session]: ...
+
+    @property
+    def queues(self) -> dict[str, NamedQueue[Task, Session]]: ...
+
+    @property
+    def task_timeout(self) -> float: ...
+
+    @property
+    def tasks_running(self) -> int: ...
+
     @property
     def clock(self) -> Callable[[], float]: ...
 
@@ -58,3 +72,11 @@ class IKernel(Protocol):
 
     def _push(self, task: Task) -> None:
         """Queue C{task} at its queue's tail."""
+
+    def _requeue(
+        self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
+    ) -> None:
+        """Queue C{task} again, or fail it once it was delivered C{max_attempts} times."""
+
+    def _become_idle(self, session: Session) -> None:
+        """C{session} reported a task: serve it again."""
