@@ -39,7 +39,8 @@ from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.drain import Drain
 from quicx.daemon.queue.graveyard import Graveyard
 from quicx.daemon.queue.groups import Group
-from quicx.daemon.queue.hooks import IEvents, record
+from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData, due_ms, record
+from quicx.daemon.queue.journal_side import restore, snapshot
 from quicx.daemon.queue.leases import Leases, not_held
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
@@ -70,29 +71,6 @@ class ScheduledTask(Protocol):
 
     @property
     def priority(self) -> int | None: ...
-
-
-class IScheduleBook(Protocol):
-    """The schedules, as the queue's journal snapshot reads them."""
-
-    def last_fires(self) -> list[tuple[str, float]]:
-        """Each schedule's last fire time."""
-
-    def definitions(self) -> list[tuple[str, bytes]]:
-        """The run-time schedules' SCHEDULE payloads, by name."""
-
-
-class ISharedData(Protocol):
-    """The shared data, as the queue sees it."""
-
-    def versions(self) -> list[tuple[str, int, bytes]]:
-        """Each name's current version and data (for the journal's snapshot)."""
-
-    def unfollow(self, session: Session) -> None:
-        """Forget a connection that closed."""
-
-    def caught_up(self, session: Session) -> None:
-        """C{session}'s output drained: send it the newest of what it missed."""
 
 
 @implementer(IJournalOwner)
@@ -204,6 +182,14 @@ class QueueService(Service):
         self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
         self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
+
+    def snapshot(self) -> Snapshot:
+        """(The journal.) Everything it keeps (see L{journal_side.snapshot})."""
+        return snapshot(self)
+
+    def restore(self, recovery: Recovery) -> None:
+        """Take back what a journal kept (see L{journal_side.restore})."""
+        restore(self, recovery)
 
     @property
     def events(self) -> IEvents | None:
@@ -573,7 +559,7 @@ class QueueService(Service):
         task.accepted = True
         task.tally.submitted += 1
         if self.events is not None:
-            record(self.events, "submitted", task, None, _due_ms(task.due))
+            record(self.events, "submitted", task, None, due_ms(task.due))
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
@@ -602,7 +588,7 @@ class QueueService(Service):
             task.tally.submitted += 1
             task.home.pending -= 1
             if self.events is not None:
-                record(self.events, "submitted", task, None, _due_ms(task.due))
+                record(self.events, "submitted", task, None, due_ms(task.due))
             producer = task.producer
             if producer is not None:  # None: a schedule's task
                 task.reply = producer.speaker.ok(task.task_id, False)
@@ -664,92 +650,6 @@ class QueueService(Service):
                 else:
                     task.reply = error
                 session.send_decided()
-
-    def snapshot(self) -> Snapshot:
-        """
-        (The journal.) The live tasks oldest first, the paused queues, the
-        remembered keys, the schedules' state, the shared data, the kept
-        outcomes and the groups.
-        """
-        read = self.pool.read
-        schedules = self.schedules
-        return Snapshot(
-            [(task, read(task.block)) for task in self._live.values()],
-            [queue.name for queue in self.queues.values() if queue.paused],
-            list(self.keys.entries()),
-            [] if schedules is None else schedules.last_fires(),
-            [] if schedules is None else schedules.definitions(),
-            [] if self.shared is None else self.shared.versions(),
-            list(self.kept.entries()),
-            self.kept.forgotten_ids(),
-            list(self.groups.entries()),
-            self.kept.evicted_ids(),
-        )
-
-    def restore(self, recovery: Recovery) -> None:
-        """
-        Queue the tasks a journal kept, in their order and with their ids and
-        queues; pause the queues it paused; remember its keys; keep its kept
-        outcomes and groups.  A task's producer is gone: its outcome is kept
-        (as one nobody asked for) where version 2 is spoken.
-
-        @raise pmad.PmadError: they do not fit this pool.
-        @raise Refused: they need more queues than C{max_queues}.
-        """
-        now = self.clock()
-        dead: list[Task] = []
-        self.groups.restore(recovery.groups, recovery.last_group_id)
-        for name in recovery.paused:
-            self._queue(name).paused = True
-        for recovered in recovery.tasks:
-            payload = recovered.payload
-            block = self.pool.store(payload)
-            queue = self.default_queue if recovered.queue is None else self._queue(recovered.queue)
-            key, fairness = recovered.key, recovered.fairness
-            task = Task(
-                recovered.task_id,
-                recovered.task_type,
-                block,
-                len(payload),
-                None,
-                queue,
-                queue.policy.priority if recovered.priority is None else recovered.priority,
-                now if recovered.enqueued_at is None else recovered.enqueued_at,
-                key,
-                fairness,
-                accepted=True,
-                retries=recovered.retries,
-                failures=recovered.failures,
-                attempts=recovered.attempts,
-                backoff=None if recovered.backoff is None else v2.Backoff._make(recovered.backoff),
-                dead=recovered.dead,
-                keep_for=recovered.keep_for,
-                recovered=True,
-                group=recovered.group if self.groups.get(recovered.group) else 0,
-                tally=self._tally(queue, recovered.task_type),
-                ready_at=now,
-            )
-            self._live[task.task_id] = task
-            if self.events is not None:
-                # The reports join it to its submit (in the run before).
-                record(self.events, "recovered", task, None, _due_ms(recovered.due))
-            if key is not None:
-                self.keys.add(queue.name, key, task)
-            if task.dead is not None:
-                dead.append(task)
-            elif recovered.due:
-                # Due while the daemon was down: queued at once, in due order.
-                self._delay(task, recovered.due)
-            elif queue.push(task):
-                self._fairness_keys += 1
-        dead.sort(key=lambda task: task.dead.died_at if task.dead else 0.0)
-        for task in dead:
-            task.home.dead += 1
-        self.graveyard.keep(dead)
-        self.keys.restore(recovery.keys, now)
-        self._last_task_id = recovery.last_task_id
-        # After the tasks: a task's payload comes before a kept result.
-        self.kept.restore(recovery.kept, recovery.forgotten, recovery.evicted)
 
     def _reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
         reason = str(refusal)
@@ -1503,8 +1403,3 @@ class QueueService(Service):
                 delayed=self.delays.count,
                 running=running,
             )
-
-
-def _due_ms(due: float) -> int | None:
-    """A delayed task's due time as its events give it (epoch ms), or C{None}: not delayed."""
-    return round(due * 1000) if due else None

@@ -61,3 +61,31 @@ def record(
         task.home.name,
         task.priority,
     )
+
+
+class IScheduleBook(Protocol):
+    """The schedules, as the queue's journal snapshot reads them."""
+
+    def last_fires(self) -> list[tuple[str, float]]:
+        """Each schedule's last fire time."""
+
+    def definitions(self) -> list[tuple[str, bytes]]:
+        """The run-time schedules' SCHEDULE payloads, by name."""
+
+
+class ISharedData(Protocol):
+    """The shared data, as the queue sees it."""
+
+    def versions(self) -> list[tuple[str, int, bytes]]:
+        """Each name's current version and data (for the journal's snapshot)."""
+
+    def unfollow(self, session: Session) -> None:
+        """Forget a connection that closed."""
+
+    def caught_up(self, session: Session) -> None:
+        """C{session}'s output drained: send it the newest of what it missed."""
+
+
+def due_ms(due: float) -> int | None:
+    """A delayed task's due time as its events give it (epoch ms), or C{None}: not delayed."""
+    return round(due * 1000) if due else None

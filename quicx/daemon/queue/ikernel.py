@@ -11,8 +11,12 @@ from twisted.internet.interfaces import IReactorTime
 
 from quicx.daemon.journal.interface import IJournal
 from quicx.daemon.observe.logsummary import LogSummary
+from quicx.daemon.observe.telemetry import Tally
+from quicx.daemon.queue import pmad
+from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.dispatcher import Dispatcher
-from quicx.daemon.queue.hooks import IEvents
+from quicx.daemon.queue.groups import Groups
+from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.progress import ProgressBook
@@ -20,10 +24,49 @@ from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcomes
 
 
+class IGraveyard(Protocol):
+    def keep(self, tasks: list[Task]) -> None:
+        """Keep these dead tasks (oldest first)."""
+
+
 class IKernel(Protocol):
     """The kernel, as the dead letters, leases, drain and the journal's side see it."""
 
     draining: bool
+    _last_task_id: int
+
+    @property
+    def pool(self) -> pmad.Pmad: ...
+
+    @property
+    def _live(self) -> dict[int, Task]: ...
+
+    @property
+    def keys(self) -> KeyTable[Task]: ...
+
+    @property
+    def groups(self) -> Groups: ...
+
+    @property
+    def graveyard(self) -> IGraveyard: ...
+
+    @property
+    def schedules(self) -> IScheduleBook | None: ...
+
+    @property
+    def shared(self) -> ISharedData | None: ...
+
+    @property
+    def default_queue(self) -> NamedQueue[Task, Session]: ...
+
+    def _queue(self, name: str) -> NamedQueue[Task, Session]:
+        """The queue called C{name}, created on first use."""
+
+    def _tally(self, queue: NamedQueue[Task, Session], task_type: bytes) -> Tally:
+        """The tally of C{task_type} in C{queue}."""
+
+    def _delay(self, task: Task, due: float) -> None:
+        """Hold C{task} until C{due}."""
 
     @property
     def sessions(self) -> dict[int, Session]: ...
