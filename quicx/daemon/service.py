@@ -399,6 +399,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     )
     shared = SharedData(queue, config.shared)
     events = EventBus(queue, reactor, log, config.subscribers, clock=time.time)
+    queue.plug(shared=shared, events=events)
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, shared, reactor, factory.batcher, events, journal)
     factory.status = daemon.status
@@ -408,6 +409,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     # (tasks dropped at stop) are written.
     events.setServiceParent(daemon)
     schedules = ScheduleBook(queue, reactor, config.schedule_sections, config.max_schedules)
+    queue.plug(schedules=schedules)
     if journal is not None:
         recovery = restore(queue, journal)
         schedules.restore(recovery.fired, recovery.schedules)

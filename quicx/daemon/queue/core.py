@@ -39,7 +39,14 @@ from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.drain import Drain
 from quicx.daemon.queue.graveyard import Graveyard
 from quicx.daemon.queue.groups import Group
-from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData, due_ms, record
+from quicx.daemon.queue.hooks import (
+    IEvents,
+    IScheduleBook,
+    ISharedData,
+    Subscribers,
+    due_ms,
+    record,
+)
 from quicx.daemon.queue.journal_side import restore, snapshot
 from quicx.daemon.queue.leases import Leases, not_held
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
@@ -89,9 +96,10 @@ class QueueService(Service):
     @ivar events: where lifecycle events are recorded, while they have
         somewhere to go (files, or a live subscriber): the daemon's event
         bus, or C{None}.
-    @ivar event_bus: the event bus, once one is made for this queue.
-    @ivar shared: the shared data, once a L{quicx.daemon.queue.shared.SharedData}
-        is made for this queue.
+    @ivar event_bus: the event bus, once one is plugged in (see L{plug}).
+    @ivar shared: the shared data, once plugged in.
+    @ivar schedules: the schedule book, once plugged in.
+    @ivar hooks: the plugged-in features, by the hook they hear.
     @ivar kept: the kept outcomes of finished tasks.
     @ivar groups: the groups of tasks.
     @ivar waits: the AWAITs and group WAITs waiting.
@@ -150,6 +158,7 @@ class QueueService(Service):
         self._duplicates = 0
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
+        self.hooks = Subscribers()
         self.progress: ProgressBook[Task] = ProgressBook(
             self.scheduler, clock, progress or ProgressSettings(), self._progress_out
         )
@@ -182,6 +191,26 @@ class QueueService(Service):
         self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
         self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
+
+    def plug(
+        self,
+        *,
+        shared: ISharedData | None = None,
+        events: IEvents | None = None,
+        schedules: IScheduleBook | None = None,
+    ) -> None:
+        """
+        Hand the kernel the daemon's features built on it (each given
+        replaces the one before): they hear its hooks (see L{Subscribers});
+        the journal's snapshot reads the shared data and the schedules.
+        """
+        if shared is not None:
+            self.shared = shared
+        if events is not None:
+            self.event_bus = events
+        if schedules is not None:
+            self.schedules = schedules
+        self.hooks = Subscribers(s for s in (self.shared, self.event_bus) if s is not None)
 
     def snapshot(self) -> Snapshot:
         """(The journal.) Everything it keeps (see L{journal_side.snapshot})."""
@@ -281,10 +310,8 @@ class QueueService(Service):
         if session.role is Role.WORKER:
             self._workers -= 1
             self._unsubscribe(session)
-            if self.shared is not None:
-                self.shared.unfollow(session)
-        if self.events is not None:
-            self.events.forget(session)
+        for closed in self.hooks.session_closed:
+            closed(session)
         session.replies.clear()
         if session.tasks or session.overdue:
             held, session.tasks = session.tasks, {}
@@ -980,10 +1007,8 @@ class QueueService(Service):
                 task = self._live.get(task_id)
                 if task is not None and task.dead is None:
                     session.peer.sendFrame(frame)
-        if self.shared is not None:
-            self.shared.caught_up(session)
-        if self.events is not None:
-            self.events.caught_up(session)
+        for drained in self.hooks.output_drained:
+            drained(session)
 
     # -- delays, retries and dead letters ------------------------------------------
 
