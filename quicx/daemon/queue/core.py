@@ -57,6 +57,7 @@ from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcome
 from quicx.daemon.queue.retries import retry_wait
 from quicx.daemon.queue.speaker import Speaker
+from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED, move
 from quicx.net.twisted_types import Service
 from quicx.protocol import results, v2, wire
 from quicx.protocol.results import OutcomeState
@@ -282,6 +283,7 @@ class QueueService(Service):
 
     def _push(self, task: Task) -> None:
         """Queue C{task} at its queue's tail."""
+        move(task, QUEUED)
         if task.home.push(task):
             self._fairness_keys += 1
 
@@ -583,7 +585,7 @@ class QueueService(Service):
 
     def _accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
-        task.accepted = True
+        task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
         if self.events is not None:
             record(self.events, "submitted", task, None, due_ms(task.due))
@@ -611,7 +613,7 @@ class QueueService(Service):
         producers: dict[Session, None] = {}
         queues: dict[NamedQueue[Task, Session], None] = {}
         for task in tasks:
-            task.accepted = True
+            move(task, DELAYED if task.due else QUEUED)
             task.tally.submitted += 1
             task.home.pending -= 1
             if self.events is not None:
@@ -1026,6 +1028,7 @@ class QueueService(Service):
         now = self.clock()
         for task in tasks:
             task.ready_at = now
+            move(task, QUEUED)
             queue = task.home
             queue.delayed -= 1
             if queue.push(task):
@@ -1056,6 +1059,7 @@ class QueueService(Service):
             due = round(now + retry_wait(backoff, task.failures, self.random), 3)
             task.due = due
             self.journal.record_retry(task)
+            move(task, DELAYED)
             task.tally.retried += 1
             if session is not None and self.dispatcher.lifo:
                 self.dispatcher.failed_on[task.task_id] = session.session_id
@@ -1196,7 +1200,7 @@ class QueueService(Service):
 
     def _end(self, task: Task, outcome: str) -> None:
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
-        task.finished = True
+        task.state = FINISHED  # move(), inlined: the hot path
         del self._live[task.task_id]
         failed_on = self.dispatcher.failed_on
         if failed_on:
@@ -1232,7 +1236,7 @@ class QueueService(Service):
         if late is None:
             raise not_held(session, task_id)
         task = late[0]
-        if task.finished:
+        if task.state is FINISHED:
             self._late_outcomes += 1
             self.failures.note(
                 "reported late",
@@ -1250,12 +1254,14 @@ class QueueService(Service):
             del holder.tasks[task_id]
             holder.overdue[task_id] = (task, task.attempts)
             task.home.released(task)
-        elif task.due:
-            self._undelay(task)  # waiting to run again: it need not
-        elif task.dead is not None:
-            self.graveyard.unbury(task)
         else:
-            task.home.remove(task)  # queued again: it need not run now
+            if task.due:
+                self._undelay(task)  # waiting to run again: it need not
+            elif task.dead is not None:
+                self.graveyard.unbury(task)
+            else:
+                task.home.remove(task)  # queued again: it need not run now
+            move(task, HELD)  # by the late delivery, whose outcome counts
         self.failures.note(
             "finished after a timeout",
             task.task_type,
@@ -1310,6 +1316,7 @@ class QueueService(Service):
             record(self.events, "requeued", task, None, cause)
         self.journal.record_attempts(task)
         task.ready_at = self.clock()
+        move(task, QUEUED)
         task.home.push(task, at_head)
         task.tally.requeued += 1
         self.failures.note(

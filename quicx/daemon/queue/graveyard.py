@@ -17,6 +17,7 @@ from quicx.daemon.queue.hooks import record
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.state import DEAD, move
 from quicx.protocol.v2 import ErrorCode
 
 
@@ -43,6 +44,7 @@ class Graveyard:
         kernel = self.kernel
         kernel.progress.finished(task.task_id)
         task.dead = DeadInfo(kernel.clock(), reason, worker)
+        move(task, DEAD)
         kernel.journal.record_dead(task)
         task.home.dead += 1
         if kernel.events is not None:

@@ -9,6 +9,7 @@ from quicx.daemon.journal.records import Recovery
 from quicx.daemon.queue.hooks import due_ms, record
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Task
+from quicx.daemon.queue.state import DEAD, DELAYED, move
 from quicx.protocol import v2
 
 
@@ -65,7 +66,6 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             now if recovered.enqueued_at is None else recovered.enqueued_at,
             key,
             fairness,
-            accepted=True,
             retries=recovered.retries,
             failures=recovered.failures,
             attempts=recovered.attempts,
@@ -84,9 +84,11 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
         if key is not None:
             kernel.keys.add(queue.name, key, task)
         if task.dead is not None:
+            move(task, DEAD)
             dead.append(task)
         elif recovered.due:
             # Due while the daemon was down: queued at once, in due order.
+            move(task, DELAYED)
             kernel._delay(task, recovered.due)
         else:
             kernel._push(task)
