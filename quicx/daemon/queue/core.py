@@ -52,16 +52,16 @@ from quicx.daemon.queue.leases import Leases, not_held
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
-from quicx.daemon.queue.progress import ProgressBook, Report
+from quicx.daemon.queue.progress_reports import ProgressReports
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcome
 from quicx.daemon.queue.retries import retry_wait
 from quicx.daemon.queue.speaker import Speaker
 from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED, move
 from quicx.net.twisted_types import Service
-from quicx.protocol import results, v2, wire
+from quicx.protocol import v2, wire
 from quicx.protocol.results import OutcomeState
-from quicx.protocol.session import IPeer, ProtocolViolation, Role
+from quicx.protocol.session import IPeer, Role
 from quicx.protocol.v2 import Backoff, ErrorCode
 
 
@@ -159,12 +159,11 @@ class QueueService(Service):
         self._duplicates = 0
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
-        self.hooks = Subscribers()
-        self.progress: ProgressBook[Task] = ProgressBook(
-            self.scheduler, clock, progress or ProgressSettings(), self._progress_out
-        )
         self.random: Callable[[], float] = random.random
         self.leases = leases = Leases(self)
+        self.reports = ProgressReports(self, progress or ProgressSettings(), leases.delivery)
+        self.progress, self.report_progress = self.reports.book, self.reports.report
+        self.hooks = Subscribers((self.reports,))
         self.touch, self.timeout_of = leases.touch, leases.timeout_of
         self.drainage = drainage = Drain(self)
         self.drain, self.stop_draining = drainage.drain, drainage.stop
@@ -211,7 +210,9 @@ class QueueService(Service):
             self.event_bus = events
         if schedules is not None:
             self.schedules = schedules
-        self.hooks = Subscribers(s for s in (self.shared, self.event_bus) if s is not None)
+        self.hooks = Subscribers(
+            s for s in (self.reports, self.shared, self.event_bus) if s is not None
+        )
 
     def snapshot(self) -> Snapshot:
         """(The journal.) Everything it keeps (see L{journal_side.snapshot})."""
@@ -946,69 +947,12 @@ class QueueService(Service):
             self.leases.stale_report(session, task_id, token)
         self.failed(session, task_id, reason, permanent)
 
-    def report_progress(
-        self, session: Session, task_id: int, token: int, fraction: int, message: str
-    ) -> None:
-        """
-        A worker's PROGRESS for delivery C{token}: the task's last report,
-        sent on to its producer (if it asked) and the events log, at most
-        one per C{[progress] interval}.
-
-        @raise Refused: (stale) the delivery is not the task's current one.
-        @raise ProtocolViolation: C{session} was never sent C{task_id}, or
-            the message is longer than C{max_message}.
-        """
-        task = self.leases.delivery(session, task_id, token, "PROGRESS")
-        limit = self.progress.settings.max_message
-        size = len(message.encode("utf-8"))
-        if size > limit:
-            raise ProtocolViolation(
-                f"PROGRESS message of {size} bytes exceeds [progress] max_message ({limit})"
-            )
-        self.progress.report(
-            task, token, fraction, message, task.forward_progress or self.events is not None
-        )
-
-    def _progress_out(self, task: Task, report: Report) -> None:
-        """(The progress book.) A report of C{task}'s goes out."""
-        if self.events is not None:
-            record(
-                self.events,
-                "progress",
-                task,
-                task.holder,
-                (report.fraction / results.MAX_FRACTION, report.message),
-            )
-        producer = task.producer
-        if (
-            task.forward_progress
-            and producer is not None
-            and producer.connected
-            and producer.speaker.hears_lifecycle
-        ):
-            frame = producer.speaker.progress(
-                task.task_id, report.token, report.fraction, report.message
-            )
-            if producer.paused:
-                # Its output is backed up: keep the latest of each task, not a backlog.
-                if producer.held_progress.pop(task.task_id, None) is not None:
-                    self.progress.coalesced += 1
-                producer.held_progress[task.task_id] = frame
-            else:
-                producer.peer.sendFrame(frame)
-
     def output_drained(self, session: Session) -> None:
         """
-        C{session}'s output drained: it gets the progress held meanwhile
-        (of tasks not yet finished: an outcome supersedes it), the newest
-        shared data it missed, and the lifecycle events held for it.
+        C{session}'s output drained: it gets the progress held meanwhile,
+        the newest shared data it missed, and the lifecycle events held for
+        it (from the features that hear C{output_drained}).
         """
-        if session.held_progress:
-            held, session.held_progress = session.held_progress, {}
-            for task_id, frame in held.items():
-                task = self._live.get(task_id)
-                if task is not None and task.dead is None:
-                    session.peer.sendFrame(frame)
         for drained in self.hooks.output_drained:
             drained(session)
 
