@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -49,6 +49,7 @@ from quicx.daemon.queue.hooks import (
 )
 from quicx.daemon.queue.journal_side import restore, snapshot
 from quicx.daemon.queue.leases import Leases, not_held
+from quicx.daemon.queue.manage import Manage
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
@@ -166,6 +167,8 @@ class QueueService(Service):
         self.hooks = Subscribers((self.reports,))
         self.touch, self.timeout_of = leases.touch, leases.timeout_of
         self.drainage = drainage = Drain(self)
+        manage = Manage(self)
+        self.cancel, self.set_paused, self.purge = manage.cancel, manage.set_paused, manage.purge
         self.drain, self.stop_draining = drainage.drain, drainage.stop
         self.dispatcher = Dispatcher(
             pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
@@ -716,59 +719,6 @@ class QueueService(Service):
                 self._last_task_id = task_id
                 return task_id
 
-    # -- cancel, pause, purge ---------------------------------------------------------
-
-    def cancel(self, session: Session, task_id: int) -> dict[str, Any]:
-        """
-        Cancel a queued task: its producer hears CANCELLED.
-
-        @raise Refused: (not found) no such live task; (forbidden) not
-            C{session}'s to cancel; (conflict) a worker is running it.
-        """
-        task = self._live.get(task_id)
-        if task is None or not task.accepted:
-            raise Refused(ErrorCode.NOT_FOUND, f"no queued or running task {task_id}")
-        if not (
-            session.admin
-            or task.producer is session
-            or (session.identity is not None and task.owner == session.identity)
-        ):
-            raise Refused(
-                ErrorCode.FORBIDDEN,
-                f"task {task_id} was submitted by another client;"
-                " cancelling it needs the admin role",
-            )
-        if task.holder is not None:
-            raise Refused(
-                ErrorCode.CONFLICT,
-                f"task {task_id} is running on {task.holder.peer.peer_name};"
-                " a running task is not interrupted",
-            )
-        if task.dead is not None:
-            raise Refused(
-                ErrorCode.CONFLICT,
-                f"task {task_id} is dead: replay it or purge the dead-letter set",
-            )
-        if task.due:
-            self._undelay(task)
-        else:
-            task.home.remove(task)
-        self._cancel(task, f"cancelled by {session.peer.peer_name}")
-        self._forget_if_idle(task.home)
-        return {"id": task_id, "state": "cancelled", "queue": task.home.name}
-
-    def _cancel(self, task: Task, why: str) -> None:
-        """Finish a task taken off its queue as cancelled."""
-        task.tally.cancelled += 1
-        self._end(task, "cancelled")
-        if self.events is not None:
-            record(self.events, "cancelled", task, None, why)
-        producer = task.producer
-        if producer is not None:
-            producer.outstanding -= 1
-            self._tell_outcome(producer, task.task_id, "cancelled", "")
-        self.outcomes.settle(task, OutcomeState.CANCELLED, None, why)
-
     def _tell_outcome(
         self,
         session: Session,
@@ -803,48 +753,6 @@ class QueueService(Service):
             self._tell_outcome(session, kept.task_id, "cancelled", "")
         else:
             self._tell_outcome(session, kept.task_id, "failed", data.decode("utf-8", "replace"))
-
-    def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
-        """
-        Pause (creating the queue) or resume a queue; journaled.
-
-        @raise Refused: (not found) resuming a queue that does not exist;
-            (queue full) pausing a new queue past C{max_queues}.
-        """
-        queue = self._queue(name) if paused else self.find_queue(name)
-        if queue.paused != paused:
-            queue.paused = paused
-            self.journal.record_pause(name, paused)
-            if paused:
-                self.log.info("queue {queue} paused", log_id="queue.paused", queue=name)
-            else:
-                self.log.info("queue {queue} resumed", log_id="queue.resumed", queue=name)
-                self.dispatcher.serve_queue(queue)
-                self._forget_if_idle(queue)
-        return {"queue": name, "paused": paused}
-
-    def purge(self, name: str) -> dict[str, Any]:
-        """Cancel every queued task of a queue. @raise Refused: (not found) no such queue."""
-        queue = self.find_queue(name)
-        tasks = list(queue.tasks())
-        for task in tasks:
-            queue.remove(task)
-            self._cancel(task, "its queue was purged")
-        if queue.delayed:
-            delayed = [task for task in self.delays if task.home is queue]
-            for task in delayed:
-                self._undelay(task)
-                self._cancel(task, "its queue was purged")
-            tasks += delayed
-        self._forget_if_idle(queue)
-        if tasks:
-            self.log.info(
-                "queue {queue} purged: {count} tasks",
-                log_id="queue.purged",
-                queue=name,
-                count=len(tasks),
-            )
-        return {"queue": name, "purged": len(tasks)}
 
     # -- workers ----------------------------------------------------------------
 

@@ -8,20 +8,24 @@ from collections.abc import Callable
 from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
 
 from quicx.daemon.journal.interface import IJournal
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.dedup import KeyTable
+from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.groups import Groups
 from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData
 from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.progress import ProgressBook
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcomes
+from quicx.protocol import v2
 
 
 class IGraveyard(Protocol):
@@ -67,6 +71,31 @@ class IKernel(Protocol):
 
     def _delay(self, task: Task, due: float) -> None:
         """Hold C{task} until C{due}."""
+
+    def _undelay(self, task: Task) -> None:
+        """Take C{task} out of the delayed tasks."""
+
+    @property
+    def delays(self) -> Delays[Task]: ...
+
+    @property
+    def outcomes(self) -> Outcomes: ...
+
+    @property
+    def log(self) -> Logger: ...
+
+    def find_queue(self, name: str) -> NamedQueue[Task, Session]:
+        """@raise Refused: (not found) there is no queue C{name}."""
+
+    def _tell_outcome(
+        self,
+        session: Session,
+        task_id: int,
+        outcome: str,
+        reason: str,
+        result: v2.Result | None = None,
+    ) -> None:
+        """Send C{session} a task's outcome in its version."""
 
     @property
     def sessions(self) -> dict[int, Session]: ...
