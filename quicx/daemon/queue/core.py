@@ -37,6 +37,7 @@ from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.drain import Drain
+from quicx.daemon.queue.failing import Failing
 from quicx.daemon.queue.graveyard import Graveyard
 from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.hooks import (
@@ -56,7 +57,6 @@ from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
 from quicx.daemon.queue.progress_reports import ProgressReports
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcome
-from quicx.daemon.queue.retries import retry_wait
 from quicx.daemon.queue.speaker import Speaker
 from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED, move
 from quicx.net.twisted_types import Service
@@ -155,7 +155,6 @@ class QueueService(Service):
         self._workers = 0
         self._last_task_id = 0
         self._last_session_id = 0
-        self._given_up = 0
         self._late_outcomes = 0
         self._duplicates = 0
         self.schedules: IScheduleBook | None = None
@@ -168,6 +167,8 @@ class QueueService(Service):
         self.touch, self.timeout_of = leases.touch, leases.timeout_of
         self.drainage = drainage = Drain(self)
         manage = Manage(self)
+        self.failing = Failing(self)
+        self._requeue = self.failing.requeue
         self.cancel, self.set_paused, self.purge = manage.cancel, manage.set_paused, manage.purge
         self.drain, self.stop_draining = drainage.drain, drainage.stop
         self.dispatcher = Dispatcher(
@@ -817,7 +818,7 @@ class QueueService(Service):
                 worker=session.peer.peer_name,
                 reason=reason,
             )
-            self._failure(task, reason, session.peer.peer_name, permanent, attempt, session)
+            self.failing.failure(task, reason, session.peer.peer_name, permanent, attempt, session)
         note_outcome(self.limits.dispatch, session, True, self.clock())
         self._become_idle(session)
 
@@ -889,73 +890,6 @@ class QueueService(Service):
         for queue in queues:
             if queue.idle:
                 self.dispatcher.serve_queue(queue)
-
-    def _failure(
-        self,
-        task: Task,
-        reason: str,
-        worker: str,
-        permanent: bool,
-        attempt: int,
-        session: Session | None = None,
-    ) -> None:
-        """
-        A failed attempt of C{task}, which no worker holds now: retry it
-        after its backoff, or fail it for good (into the dead-letter set
-        when it had retries).
-        """
-        task.failures += 1
-        if not permanent and task.failures <= task.retries:
-            now = self.clock()
-            backoff = task.backoff or task.home.policy.backoff
-            due = round(now + retry_wait(backoff, task.failures, self.random), 3)
-            task.due = due
-            self.journal.record_retry(task)
-            move(task, DELAYED)
-            task.tally.retried += 1
-            if session is not None and self.dispatcher.lifo:
-                self.dispatcher.failed_on[task.task_id] = session.session_id
-            self._delay(task, due)
-            if self.events is not None:
-                record(self.events, "retrying", task, session, reason, attempt)
-            producer = task.producer
-            if producer is not None and producer.connected and producer.speaker.hears_lifecycle:
-                producer.peer.sendFrame(
-                    producer.speaker.retrying(task.task_id, attempt, int(due * 1000), reason)
-                )
-            return
-        self._fail_for_good(task, reason, worker, session, attempt, dead_letter=True)
-
-    def _fail_for_good(
-        self,
-        task: Task,
-        reason: str,
-        worker: str,
-        session: Session | None,
-        attempt: int | None,
-        dead_letter: bool,
-    ) -> None:
-        """
-        End C{task}, which no worker holds, as failed -- into the dead-letter
-        set if C{dead_letter} and it had retries -- and tell its producer,
-        once, FAILED with C{reason}.
-        """
-        if self.events is not None:
-            record(self.events, "failed", task, session, reason, attempt)
-        producer = task.producer
-        dead = bool(dead_letter and task.retries and self.dead_letters.max_count)
-        if dead:
-            task.tally.dead += 1
-            self.graveyard.bury(task, reason, worker)
-        else:
-            task.tally.failed += 1
-            self._end(task, "failed")
-        if producer is not None:
-            producer.outstanding -= 1
-            self._tell_outcome(producer, task.task_id, "failed", reason)
-        self.outcomes.settle(task, OutcomeState.DEAD if dead else OutcomeState.FAILED, None, reason)
-        if dead:
-            task.producer = None  # it has heard its outcome: a replay's goes to nobody
 
     # -- schedules ----------------------------------------------------------------------
 
@@ -1147,54 +1081,6 @@ class QueueService(Service):
         """Whether C{session} is a producer still owed an outcome, or waits for one."""
         return session.outstanding > 0 or self.waits.holds(session)
 
-    def _requeue(
-        self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
-    ) -> None:
-        """
-        Queue C{task} again (C{why} in short, C{cause} in full) -- or, once
-        it has been delivered C{max_attempts} times, fail it: a task that
-        kills or outlasts every worker must not come back forever.  Only a
-        task queued again counts (and is recorded) as requeued.  With
-        C{count_lost}, it is a failed attempt instead (see L{_failure}).
-        """
-        task.home.released(task)
-        if self.limits.count_lost:
-            self._failure(task, cause, worker, False, task.attempts)
-            return
-        if self.max_attempts and task.attempts >= self.max_attempts:
-            self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
-            return
-        if self.events is not None:
-            record(self.events, "requeued", task, None, cause)
-        self.journal.record_attempts(task)
-        task.ready_at = self.clock()
-        move(task, QUEUED)
-        task.home.push(task, at_head)
-        task.tally.requeued += 1
-        self.failures.note(
-            "requeued",
-            task.task_type,
-            why,
-            "task {task_id} requeued: {cause}",
-            log_id="task.requeued",
-            task_id=task.task_id,
-            cause=cause,
-        )
-
-    def _give_up(self, task: Task, reason: str) -> None:
-        """Fail a task no worker holds: its producer hears FAILED with C{reason}."""
-        self._given_up += 1
-        self.failures.note(
-            "given up",
-            task.task_type,
-            "delivered max_attempts times",
-            "task {task_id} failed: {reason}",
-            log_id="task.given_up",
-            task_id=task.task_id,
-            reason=reason,
-        )
-        self._fail_for_good(task, reason, "", None, None, dead_letter=False)
-
     # -- everyone -----------------------------------------------------------------
 
     def stats(self) -> wire.StatsResponse:
@@ -1221,7 +1107,7 @@ class QueueService(Service):
             sum(self.telemetry.rejected.values()),
             total.requeued,
             self.leases.timed_out,
-            self._given_up,
+            self.failing.given_up,
             self._late_outcomes,
             total.cancelled,
             self._duplicates,

@@ -14,6 +14,7 @@ from quicx.daemon.journal.interface import IJournal
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.deadletters import DeadLetters
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatcher import Dispatcher
@@ -29,14 +30,25 @@ from quicx.protocol import v2
 
 
 class IGraveyard(Protocol):
+    @property
+    def letters(self) -> DeadLetters[Task]: ...
+
     def keep(self, tasks: list[Task]) -> None:
         """Keep these dead tasks (oldest first)."""
+
+    def bury(self, task: Task, reason: str, worker: str) -> None:
+        """Move C{task} to the dead-letter set."""
 
 
 class IKernel(Protocol):
     """The kernel, as the dead letters, leases, drain and the journal's side see it."""
 
     draining: bool
+    random: Callable[[], float]
+
+    @property
+    def max_attempts(self) -> int: ...
+
     _last_task_id: int
 
     @property
