@@ -160,25 +160,11 @@ class QueueService(Service):
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
         self.random: Callable[[], float] = random.random
-        self.leases = leases = Leases(self)
-        self.reports = ProgressReports(self, progress or ProgressSettings(), leases.delivery)
-        self.progress, self.report_progress = self.reports.book, self.reports.report
-        self.hooks = Subscribers((self.reports,))
-        self.touch, self.timeout_of = leases.touch, leases.timeout_of
-        self.drainage = drainage = Drain(self)
-        manage = Manage(self)
-        self.failing = Failing(self)
-        self._requeue = self.failing.requeue
-        self.cancel, self.set_paused, self.purge = manage.cancel, manage.set_paused, manage.purge
-        self.drain, self.stop_draining = drainage.drain, drainage.stop
+        self._collaborators(progress or ProgressSettings())
         self.dispatcher = Dispatcher(
             pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
         )
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
-        self.graveyard = graveyard = Graveyard(self)
-        self.dead_letters = graveyard.letters
-        self.dead_tasks, self.replay = graveyard.dead_tasks, graveyard.replay
-        self.purge_dead = graveyard.purge_dead
         self._duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
         self.outcomes = outcomes = Outcomes(
             pool,
@@ -195,6 +181,25 @@ class QueueService(Service):
         self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
         self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
+
+    def _collaborators(self, progress: ProgressSettings) -> None:
+        """The parts of the kernel's job it hands out; each moves tasks through L{IKernel}."""
+        leases = self.leases = Leases(self)
+        self.touch = leases.touch
+        self.timeout_of: Callable[[Task], float] = leases.timeout_of
+        self.reports = ProgressReports(self, progress, leases.delivery)
+        self.progress, self.report_progress = self.reports.book, self.reports.report
+        self.hooks = Subscribers((self.reports,))
+        self.drainage = drainage = Drain(self)
+        self.drain, self.stop_draining = drainage.drain, drainage.stop
+        manage = Manage(self)
+        self.cancel, self.set_paused, self.purge = manage.cancel, manage.set_paused, manage.purge
+        self.failing = Failing(self)
+        self._requeue = self.failing.requeue
+        self.graveyard = graveyard = Graveyard(self)
+        self.dead_letters = graveyard.letters
+        self.dead_tasks, self.replay = graveyard.dead_tasks, graveyard.replay
+        self.purge_dead = graveyard.purge_dead
 
     def plug(
         self,
