@@ -112,3 +112,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, reason in reasons.items():
             if item.get_closest_marker(marker):
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _checked_task_states(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In the queue core's tests, every move of every task is checked against the state table."""
+    if not request.module.__name__.split(".")[-1].startswith("test_core"):
+        yield
+        return
+    from tests.fakes import checked_states
+
+    with checked_states():
+        yield

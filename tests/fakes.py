@@ -6,6 +6,8 @@ L{task.Clock}.  No reactor, no sockets.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from functools import partial
 from typing import Any, cast
@@ -20,6 +22,7 @@ from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.state import TaskState, allowed
 from quicx.daemon.speakers import SPEAKERS
 from quicx.protocol import registry, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
@@ -220,3 +223,39 @@ def v2_worker_of(
         queue.subscribe(peer.session, queues)
     queue.ready(peer.session, credits)
     return peer
+
+
+class CheckedStates:
+    """
+    Stands in for L{Task}'s C{state} slot: every move a task makes is
+    checked against L{TRANSITIONS} (a move the table does not allow raises
+    at once) and kept in C{moves}.
+    """
+
+    def __init__(self) -> None:
+        self.slot = Task.__dict__["state"]
+        self.moves: set[tuple[TaskState, TaskState]] = set()
+
+    def __get__(self, task: Task | None, owner: type) -> Any:
+        return self if task is None else self.slot.__get__(task, owner)
+
+    def __set__(self, task: Task, new: TaskState) -> None:
+        try:
+            old = self.slot.__get__(task, Task)
+        except AttributeError:  # the constructor's
+            old = None
+        if old is not None:
+            assert allowed(old, new), f"task {task.task_id}: {old.name} -> {new.name}"
+            self.moves.add((old, new))
+        self.slot.__set__(task, new)
+
+
+@contextmanager
+def checked_states() -> Iterator[CheckedStates]:
+    """Check every task's moves against the table while in this block."""
+    checker = CheckedStates()
+    setattr(Task, "state", checker)  # noqa: B010 (a slot: mypy would refuse the assignment)
+    try:
+        yield checker
+    finally:
+        setattr(Task, "state", checker.slot)  # noqa: B010

@@ -30,6 +30,7 @@ def live(**limits: int) -> tuple[QueueService, EventBus, Clock]:
     clock = Clock()
     queue = make_queue(clock)
     bus = EventBus(queue, clock, limits=SubscriberLimits(**limits), clock=clock.seconds)
+    queue.plug(events=bus)
     bus.startService()
     return queue, bus, clock
 

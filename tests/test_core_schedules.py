@@ -30,6 +30,7 @@ def setup(
 ) -> tuple[QueueService, ScheduleBook]:
     queue = make_queue(clock, journal)
     book = ScheduleBook(queue, clock, declared, max_schedules=3)
+    queue.plug(schedules=book)
     return queue, book
 
 
@@ -141,6 +142,7 @@ def test_a_firing_the_queue_refuses_is_counted_and_logged_not_silent() -> None:
     clock = clock_at(START + 1)
     queue = make_queue(clock, limits=QueueLimits(max_queues=1))  # only the default queue
     book = ScheduleBook(queue, clock, {"tick": EVERY_MINUTE}, 3)
+    queue.plug(schedules=book)
     book.restore({}, {})
     book.startService()
     clock.advance(60)

@@ -22,7 +22,9 @@ from tests.fakes import FakeJournal, FakePeer, make_queue, v2_producer_of
 def shared_data(**limits: int) -> tuple[QueueService, SharedData, FakeJournal]:
     journal = FakeJournal(waits=False)
     queue = make_queue(journal=journal)
-    return queue, SharedData(queue, SharedLimits(**limits)), journal
+    shared = SharedData(queue, SharedLimits(**limits))
+    queue.plug(shared=shared)
+    return queue, shared, journal
 
 
 def follower(queue: QueueService, shared: SharedData, *names: str) -> FakePeer:
@@ -88,10 +90,10 @@ def test_a_follower_that_lags_gets_only_the_newest_version_of_each_name_that_cha
     shared.publish(producer.session, "gone", b"", True)
     assert slow.take() == []
     slow.session.paused = False
-    shared.caught_up(slow.session)
+    shared.output_drained(slow.session)
     assert slow.take() == [Shared("a", 5, b"a5"), Shared("b", 1, b"b1"), Shared("gone", 0)]
     # Caught up: nothing more, and new versions flow again one by one.
-    shared.caught_up(slow.session)
+    shared.output_drained(slow.session)
     shared.publish(producer.session, "a", b"a6", False)
     assert slow.take() == [Shared("a", 6, b"a6")]
 

@@ -157,6 +157,7 @@ def dashboard(
         },
         3,
     )
+    queue.plug(schedules=book)
     book.restore({}, {})
     book.startService()
     history = History(queue, 60)

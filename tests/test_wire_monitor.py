@@ -182,7 +182,10 @@ def test_the_pages_event_kinds_are_the_codecs_and_the_files() -> None:
 def test_every_kind_the_daemon_records_is_known() -> None:
     daemon = Path(__file__).resolve().parent.parent / "quicx" / "daemon"
     source = "\n".join(path.read_text() for path in sorted(daemon.rglob("*.py")))
-    recorded = set(re.findall(r'(?:record\(\s*self\.events,|events\.record\()\s*"(\w+)"', source))
+    # record(self.events, "kind" ...) in the kernel, record(self.kernel.events, ...) or
+    # record(events, ...) in its collaborators, events.record("kind" ...) elsewhere.
+    spelling = r"(?:record\(\s*(?:self\.|self\.kernel\.|kernel\.)?events,|events\.record\()"
+    recorded = set(re.findall(spelling + r'\s*"(\w+)"', source))
     assert recorded == set(EVENT_KINDS)
 
 

@@ -379,6 +379,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     )
     shared = SharedData(queue, config.shared)
     events = event_bus(config.events, queue, reactor)
+    queue.plug(shared=shared, events=events)
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, shared, reactor, factory.batcher, events, journal)
     factory.status = daemon.status
@@ -430,6 +431,7 @@ def add_state(daemon: QuicxDaemon) -> ScheduleBook:
     schedules = ScheduleBook(
         queue, daemon.reactor, config.schedule_sections, config.schedules.max_schedules
     )
+    queue.plug(schedules=schedules)
     if journal is not None:
         recovery = restore(queue, journal)
         schedules.restore(recovery.fired, recovery.schedules)

@@ -39,7 +39,7 @@ FLUSH_AT = 20_000
 
 class EventBus(MultiService):
     """
-    The daemon's lifecycle events (it becomes C{queue.event_bus}); its
+    The daemon's lifecycle events (handed to the queue: see C{QueueService.plug}); its
     L{EventLog}, if any, is its child service.
 
     @ivar log: the events files, or C{None}.
@@ -68,7 +68,6 @@ class EventBus(MultiService):
         self.autoscale: Callable[[list[Event]], None] | None = None
         if log is not None:
             log.setServiceParent(self)
-        queue.event_bus = self
         self._attach()
 
     @property
@@ -145,13 +144,13 @@ class EventBus(MultiService):
         self._attach()
         return answer
 
-    def forget(self, session: Session) -> None:
-        """C{session} closed: it is no subscriber any more."""
+    def session_closed(self, session: Session) -> None:
+        """(A kernel hook.) C{session} closed: it is no subscriber any more."""
         if self.live.forget(session):
             self._attach()
 
-    def caught_up(self, session: Session) -> None:
-        """C{session}'s output drained: it gets the events held for it."""
+    def output_drained(self, session: Session) -> None:
+        """(A kernel hook.) It gets the events held for it."""
         self.live.caught_up(session)
 
     # -- attached or not --------------------------------------------------------------

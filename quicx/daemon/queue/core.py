@@ -15,15 +15,13 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Any, NoReturn, Protocol
+from typing import Protocol
 
-from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from quicx.daemon.journal.interface import (
-    DeadInfo,
     IJournal,
     IJournalOwner,
     KeyEntry,
@@ -34,26 +32,38 @@ from quicx.daemon.journal.records import Recovery
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally, Telemetry
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.deadletters import DeadLetters
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.dispatcher import Dispatcher
+from quicx.daemon.queue.drain import Drain
+from quicx.daemon.queue.failing import Failing
+from quicx.daemon.queue.graveyard import Graveyard
 from quicx.daemon.queue.groups import Group
-from quicx.daemon.queue.hooks import IEvents, record
+from quicx.daemon.queue.hooks import (
+    IEvents,
+    IScheduleBook,
+    ISharedData,
+    Subscribers,
+    due_ms,
+    record,
+)
+from quicx.daemon.queue.journal_side import restore, snapshot
+from quicx.daemon.queue.leases import Leases, not_held
+from quicx.daemon.queue.manage import Manage
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
-from quicx.daemon.queue.progress import ProgressBook, Report
+from quicx.daemon.queue.progress_reports import ProgressReports
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcome
-from quicx.daemon.queue.retries import retry_wait
 from quicx.daemon.queue.speaker import Speaker
+from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED, move
 from quicx.net.twisted_types import Service
-from quicx.protocol import codec, outcomes, taskflow, wire
+from quicx.protocol import codec, taskflow, wire
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import OutcomeState
-from quicx.protocol.session import IPeer, ProtocolViolation, Role
+from quicx.protocol.session import IPeer, Role
 from quicx.protocol.taskflow import Backoff
 
 
@@ -73,29 +83,6 @@ class ScheduledTask(Protocol):
     def priority(self) -> int | None: ...
 
 
-class IScheduleBook(Protocol):
-    """The schedules, as the queue's journal snapshot reads them."""
-
-    def last_fires(self) -> list[tuple[str, float]]:
-        """Each schedule's last fire time."""
-
-    def definitions(self) -> list[tuple[str, bytes]]:
-        """The run-time schedules' SCHEDULE payloads, by name."""
-
-
-class ISharedData(Protocol):
-    """The shared data, as the queue sees it."""
-
-    def versions(self) -> list[tuple[str, int, bytes]]:
-        """Each name's current version and data (for the journal's snapshot)."""
-
-    def unfollow(self, session: Session) -> None:
-        """Forget a connection that closed."""
-
-    def caught_up(self, session: Session) -> None:
-        """C{session}'s output drained: send it the newest of what it missed."""
-
-
 @implementer(IJournalOwner)
 class QueueService(Service):
     """
@@ -112,9 +99,10 @@ class QueueService(Service):
     @ivar events: where lifecycle events are recorded, while they have
         somewhere to go (files, or a live subscriber): the daemon's event
         bus, or C{None}.
-    @ivar event_bus: the event bus, once one is made for this queue.
-    @ivar shared: the shared data, once a L{quicx.daemon.queue.shared.SharedData}
-        is made for this queue.
+    @ivar event_bus: the event bus, once one is plugged in (see L{plug}).
+    @ivar shared: the shared data, once plugged in.
+    @ivar schedules: the schedule book, once plugged in.
+    @ivar hooks: the plugged-in features, by the hook they hear.
     @ivar kept: the kept outcomes of finished tasks.
     @ivar groups: the groups of tasks.
     @ivar waits: the AWAITs and group WAITs waiting.
@@ -153,10 +141,8 @@ class QueueService(Service):
         self.limits = limits = limits or QueueLimits()
         if scheduler is None:
             from twisted.internet import reactor as scheduler
-        self._scheduler: IReactorTime = scheduler  # type: ignore[assignment]
+        self.scheduler: IReactorTime = scheduler  # type: ignore[assignment]
         self.draining = False
-        self._drained: Deferred[None] | None = None
-        self._drain_timer: IDelayedCall | None = None
         self.journal.bind(self)
         self.sessions: dict[int, Session] = {}
         self.started_at = clock()
@@ -170,32 +156,22 @@ class QueueService(Service):
         self._workers = 0
         self._last_task_id = 0
         self._last_session_id = 0
-        self._timed_out = 0
-        self._given_up = 0
         self._late_outcomes = 0
         self._duplicates = 0
-        self._dead_dropped = 0
-        self._stale = 0
-        self._dead_timer: IDelayedCall | None = None
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
-        self.progress: ProgressBook[Task] = ProgressBook(
-            self._scheduler, clock, progress or ProgressSettings(), self._progress_out
-        )
         self.random: Callable[[], float] = random.random
+        self._collaborators(progress or ProgressSettings())
         self.dispatcher = Dispatcher(
-            pool, self.queues, clock, self._scheduler, self.timeout_of, limits.dispatch.lifo
+            pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
         )
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
-        self.dead_letters: DeadLetters[Task] = DeadLetters(
-            limits.dead_max_count, limits.dead_max_age
-        )
         self._duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
         self.outcomes = outcomes = Outcomes(
             pool,
             self.journal,
             limits,
-            self._scheduler,
+            self.scheduler,
             clock,
             self._live,
             self.sessions,
@@ -206,6 +182,55 @@ class QueueService(Service):
         self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
         self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
+
+    def _collaborators(self, progress: ProgressSettings) -> None:
+        """The parts of the kernel's job it hands out; each moves tasks through L{IKernel}."""
+        leases = self.leases = Leases(self)
+        self.touch = leases.touch
+        self.timeout_of: Callable[[Task], float] = leases.timeout_of
+        self.reports = ProgressReports(self, progress, leases.delivery)
+        self.progress, self.report_progress = self.reports.book, self.reports.report
+        self.hooks = Subscribers((self.reports,))
+        self.drainage = drainage = Drain(self)
+        self.drain, self.stop_draining = drainage.drain, drainage.stop
+        manage = Manage(self)
+        self.cancel, self.set_paused, self.purge = manage.cancel, manage.set_paused, manage.purge
+        self.failing = Failing(self)
+        self._requeue = self.failing.requeue
+        self.graveyard = graveyard = Graveyard(self)
+        self.dead_letters = graveyard.letters
+        self.dead_tasks, self.replay = graveyard.dead_tasks, graveyard.replay
+        self.purge_dead = graveyard.purge_dead
+
+    def plug(
+        self,
+        *,
+        shared: ISharedData | None = None,
+        events: IEvents | None = None,
+        schedules: IScheduleBook | None = None,
+    ) -> None:
+        """
+        Hand the kernel the daemon's features built on it (each given
+        replaces the one before): they hear its hooks (see L{Subscribers});
+        the journal's snapshot reads the shared data and the schedules.
+        """
+        if shared is not None:
+            self.shared = shared
+        if events is not None:
+            self.event_bus = events
+        if schedules is not None:
+            self.schedules = schedules
+        self.hooks = Subscribers(
+            s for s in (self.reports, self.shared, self.event_bus) if s is not None
+        )
+
+    def snapshot(self) -> Snapshot:
+        """(The journal.) Everything it keeps (see L{journal_side.snapshot})."""
+        return snapshot(self)
+
+    def restore(self, recovery: Recovery) -> None:
+        """Take back what a journal kept (see L{journal_side.restore})."""
+        restore(self, recovery)
 
     @property
     def events(self) -> IEvents | None:
@@ -267,6 +292,12 @@ class QueueService(Service):
         ):
             del self.queues[queue.name]
 
+    def _push(self, task: Task) -> None:
+        """Queue C{task} at its queue's tail."""
+        move(task, QUEUED)
+        if task.home.push(task):
+            self._fairness_keys += 1
+
     def find_queue(self, name: str) -> NamedQueue[Task, Session]:
         """@raise Refused: (not found) there is no queue C{name}."""
         queue = self.queues.get(name)
@@ -292,10 +323,8 @@ class QueueService(Service):
         if session.role is Role.WORKER:
             self._workers -= 1
             self._unsubscribe(session)
-            if self.shared is not None:
-                self.shared.unfollow(session)
-        if self.events is not None:
-            self.events.forget(session)
+        for closed in self.hooks.session_closed:
+            closed(session)
         session.replies.clear()
         if session.tasks or session.overdue:
             held, session.tasks = session.tasks, {}
@@ -308,8 +337,8 @@ class QueueService(Service):
                 self._requeue(task, "its worker disconnected", cause, worker=session.peer.peer_name)
             for queue in {task.home: None for task in held.values()}:
                 self.dispatcher.serve_queue(queue)
-        if self._drained is not None:
-            self._check_drained()
+        if self.drainage.waiting is not None:
+            self.drainage.check()
 
     def claim_role(self, session: Session, role: Role) -> None:
         """
@@ -567,10 +596,10 @@ class QueueService(Service):
 
     def _accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
-        task.accepted = True
+        task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
         if self.events is not None:
-            record(self.events, "submitted", task, None, _due_ms(task.due))
+            record(self.events, "submitted", task, None, due_ms(task.due))
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
@@ -595,11 +624,11 @@ class QueueService(Service):
         producers: dict[Session, None] = {}
         queues: dict[NamedQueue[Task, Session], None] = {}
         for task in tasks:
-            task.accepted = True
+            move(task, DELAYED if task.due else QUEUED)
             task.tally.submitted += 1
             task.home.pending -= 1
             if self.events is not None:
-                record(self.events, "submitted", task, None, _due_ms(task.due))
+                record(self.events, "submitted", task, None, due_ms(task.due))
             producer = task.producer
             if producer is not None:  # None: a schedule's task
                 task.reply = producer.speaker.ok(task.task_id, False)
@@ -662,96 +691,6 @@ class QueueService(Service):
                     task.reply = error
                 session.send_decided()
 
-    def snapshot(self) -> Snapshot:
-        """
-        (The journal.) The live tasks oldest first, the paused queues, the
-        remembered keys, the schedules' state, the shared data, the kept
-        outcomes and the groups.
-        """
-        read = self.pool.read
-        schedules = self.schedules
-        return Snapshot(
-            [(task, read(task.block)) for task in self._live.values()],
-            [queue.name for queue in self.queues.values() if queue.paused],
-            list(self.keys.entries()),
-            [] if schedules is None else schedules.last_fires(),
-            [] if schedules is None else schedules.definitions(),
-            [] if self.shared is None else self.shared.versions(),
-            list(self.kept.entries()),
-            self.kept.forgotten_ids(),
-            list(self.groups.entries()),
-            self.kept.evicted_ids(),
-        )
-
-    def restore(self, recovery: Recovery) -> None:
-        """
-        Queue the tasks a journal kept, in their order and with their ids and
-        queues; pause the queues it paused; remember its keys; keep its kept
-        outcomes and groups.  A task's producer is gone: its outcome is kept
-        (as one nobody asked for) where version 2 is spoken.
-
-        @raise pmad.PmadError: they do not fit this pool.
-        @raise Refused: they need more queues than C{max_queues}.
-        """
-        now = self.clock()
-        dead: list[Task] = []
-        self.groups.restore(recovery.groups, recovery.last_group_id)
-        for name in recovery.paused:
-            self._queue(name).paused = True
-        for recovered in recovery.tasks:
-            payload = recovered.payload
-            block = self.pool.store(payload)
-            queue = self.default_queue if recovered.queue is None else self._queue(recovered.queue)
-            key, fairness = recovered.key, recovered.fairness
-            task = Task(
-                recovered.task_id,
-                recovered.task_type,
-                block,
-                len(payload),
-                None,
-                queue,
-                queue.policy.priority if recovered.priority is None else recovered.priority,
-                now if recovered.enqueued_at is None else recovered.enqueued_at,
-                key,
-                fairness,
-                accepted=True,
-                retries=recovered.retries,
-                failures=recovered.failures,
-                attempts=recovered.attempts,
-                backoff=None
-                if recovered.backoff is None
-                else taskflow.Backoff._make(recovered.backoff),
-                dead=recovered.dead,
-                keep_for=recovered.keep_for,
-                recovered=True,
-                group=recovered.group if self.groups.get(recovered.group) else 0,
-                tally=self._tally(queue, recovered.task_type),
-                ready_at=now,
-            )
-            self._live[task.task_id] = task
-            if self.events is not None:
-                # The reports join it to its submit (in the run before).
-                record(self.events, "recovered", task, None, _due_ms(recovered.due))
-            if key is not None:
-                self.keys.add(queue.name, key, task)
-            if task.dead is not None:
-                dead.append(task)
-            elif recovered.due:
-                # Due while the daemon was down: queued at once, in due order.
-                self._delay(task, recovered.due)
-            elif queue.push(task):
-                self._fairness_keys += 1
-        dead.sort(key=lambda task: task.dead.died_at if task.dead else 0.0)
-        for task in dead:
-            task.home.dead += 1
-            for old in self.dead_letters.add(task):
-                self._drop_dead(old, "pushed out of the dead-letter set (max_count)")
-        self._arm_dead_expiry()
-        self.keys.restore(recovery.keys, now)
-        self._last_task_id = recovery.last_task_id
-        # After the tasks: a task's payload comes before a kept result.
-        self.kept.restore(recovery.kept, recovery.forgotten, recovery.evicted)
-
     def _reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
         reason = str(refusal)
         self._count_rejection(session, refusal.code, reason, task_type, size)
@@ -787,59 +726,6 @@ class QueueService(Service):
                 self._last_task_id = task_id
                 return task_id
 
-    # -- cancel, pause, purge ---------------------------------------------------------
-
-    def cancel(self, session: Session, task_id: int) -> dict[str, Any]:
-        """
-        Cancel a queued task: its producer hears CANCELLED.
-
-        @raise Refused: (not found) no such live task; (forbidden) not
-            C{session}'s to cancel; (conflict) a worker is running it.
-        """
-        task = self._live.get(task_id)
-        if task is None or not task.accepted:
-            raise Refused(ErrorCode.NOT_FOUND, f"no queued or running task {task_id}")
-        if not (
-            session.admin
-            or task.producer is session
-            or (session.identity is not None and task.owner == session.identity)
-        ):
-            raise Refused(
-                ErrorCode.FORBIDDEN,
-                f"task {task_id} was submitted by another client;"
-                " cancelling it needs the admin role",
-            )
-        if task.holder is not None:
-            raise Refused(
-                ErrorCode.CONFLICT,
-                f"task {task_id} is running on {task.holder.peer.peer_name};"
-                " a running task is not interrupted",
-            )
-        if task.dead is not None:
-            raise Refused(
-                ErrorCode.CONFLICT,
-                f"task {task_id} is dead: replay it or purge the dead-letter set",
-            )
-        if task.due:
-            self._undelay(task)
-        else:
-            task.home.remove(task)
-        self._cancel(task, f"cancelled by {session.peer.peer_name}")
-        self._forget_if_idle(task.home)
-        return {"id": task_id, "state": "cancelled", "queue": task.home.name}
-
-    def _cancel(self, task: Task, why: str) -> None:
-        """Finish a task taken off its queue as cancelled."""
-        task.tally.cancelled += 1
-        self._end(task, "cancelled")
-        if self.events is not None:
-            record(self.events, "cancelled", task, None, why)
-        producer = task.producer
-        if producer is not None:
-            producer.outstanding -= 1
-            self._tell_outcome(producer, task.task_id, "cancelled", "")
-        self.outcomes.settle(task, OutcomeState.CANCELLED, None, why)
-
     def _tell_outcome(
         self,
         session: Session,
@@ -874,48 +760,6 @@ class QueueService(Service):
             self._tell_outcome(session, kept.task_id, "cancelled", "")
         else:
             self._tell_outcome(session, kept.task_id, "failed", data.decode("utf-8", "replace"))
-
-    def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
-        """
-        Pause (creating the queue) or resume a queue; journaled.
-
-        @raise Refused: (not found) resuming a queue that does not exist;
-            (queue full) pausing a new queue past C{max_queues}.
-        """
-        queue = self._queue(name) if paused else self.find_queue(name)
-        if queue.paused != paused:
-            queue.paused = paused
-            self.journal.record_pause(name, paused)
-            if paused:
-                self.log.info("queue {queue} paused", log_id="queue.paused", queue=name)
-            else:
-                self.log.info("queue {queue} resumed", log_id="queue.resumed", queue=name)
-                self.dispatcher.serve_queue(queue)
-                self._forget_if_idle(queue)
-        return {"queue": name, "paused": paused}
-
-    def purge(self, name: str) -> dict[str, Any]:
-        """Cancel every queued task of a queue. @raise Refused: (not found) no such queue."""
-        queue = self.find_queue(name)
-        tasks = list(queue.tasks())
-        for task in tasks:
-            queue.remove(task)
-            self._cancel(task, "its queue was purged")
-        if queue.delayed:
-            delayed = [task for task in self.delays if task.home is queue]
-            for task in delayed:
-                self._undelay(task)
-                self._cancel(task, "its queue was purged")
-            tasks += delayed
-        self._forget_if_idle(queue)
-        if tasks:
-            self.log.info(
-                "queue {queue} purged: {count} tasks",
-                log_id="queue.purged",
-                queue=name,
-                count=len(tasks),
-            )
-        return {"queue": name, "purged": len(tasks)}
 
     # -- workers ----------------------------------------------------------------
 
@@ -980,7 +824,7 @@ class QueueService(Service):
                 worker=session.peer.peer_name,
                 reason=reason,
             )
-            self._failure(task, reason, session.peer.peer_name, permanent, attempt, session)
+            self.failing.failure(task, reason, session.peer.peer_name, permanent, attempt, session)
         note_outcome(self.limits.dispatch, session, True, self.clock())
         self._become_idle(session)
 
@@ -1006,7 +850,7 @@ class QueueService(Service):
             )
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
-            self._stale_report(session, task_id, token)
+            self.leases.stale_report(session, task_id, token)
         self.done(session, task_id, result)
 
     def nack(
@@ -1015,137 +859,17 @@ class QueueService(Service):
         """A version-2 worker's NACK of delivery C{token} (see L{ack})."""
         task = session.tasks.get(task_id)
         if task is None or task.token != token:
-            self._stale_report(session, task_id, token)
+            self.leases.stale_report(session, task_id, token)
         self.failed(session, task_id, reason, permanent)
-
-    def touch(self, session: Session, task_id: int, token: int, seconds: int) -> None:
-        """
-        Extend the lease of delivery C{token} to C{seconds} from now (at
-        most C{max_lease}); a queue without a timeout has no lease to extend.
-
-        @raise Refused: (stale) the delivery is not the task's current one.
-        @raise ProtocolViolation: C{session} was never sent C{task_id}.
-        """
-        task = self._delivery(session, task_id, token, "TOUCH")
-        if self.timeout_of(task):
-            task.lease_until = self.clock() + min(float(seconds), self.limits.max_lease)
-
-    def report_progress(
-        self, session: Session, task_id: int, token: int, fraction: int, message: str
-    ) -> None:
-        """
-        A worker's PROGRESS for delivery C{token}: the task's last report,
-        sent on to its producer (if it asked) and the events log, at most
-        one per C{[progress] interval}.
-
-        @raise Refused: (stale) the delivery is not the task's current one.
-        @raise ProtocolViolation: C{session} was never sent C{task_id}, or
-            the message is longer than C{max_message}.
-        """
-        task = self._delivery(session, task_id, token, "PROGRESS")
-        limit = self.progress.settings.max_message
-        size = len(message.encode("utf-8"))
-        if size > limit:
-            raise ProtocolViolation(
-                f"PROGRESS message of {size} bytes exceeds [progress] max_message ({limit})"
-            )
-        self.progress.report(
-            task, token, fraction, message, task.forward_progress or self.events is not None
-        )
-
-    def _progress_out(self, task: Task, report: Report) -> None:
-        """(The progress book.) A report of C{task}'s goes out."""
-        if self.events is not None:
-            record(
-                self.events,
-                "progress",
-                task,
-                task.holder,
-                (report.fraction / outcomes.MAX_FRACTION, report.message),
-            )
-        producer = task.producer
-        if (
-            task.forward_progress
-            and producer is not None
-            and producer.connected
-            and producer.speaker.hears_lifecycle
-        ):
-            frame = producer.speaker.progress(
-                task.task_id, report.token, report.fraction, report.message
-            )
-            if producer.paused:
-                # Its output is backed up: keep the latest of each task, not a backlog.
-                if producer.held_progress.pop(task.task_id, None) is not None:
-                    self.progress.coalesced += 1
-                producer.held_progress[task.task_id] = frame
-            else:
-                producer.peer.sendFrame(frame)
 
     def output_drained(self, session: Session) -> None:
         """
-        C{session}'s output drained: it gets the progress held meanwhile
-        (of tasks not yet finished: an outcome supersedes it), the newest
-        shared data it missed, and the lifecycle events held for it.
+        C{session}'s output drained: it gets the progress held meanwhile,
+        the newest shared data it missed, and the lifecycle events held for
+        it (from the features that hear C{output_drained}).
         """
-        if session.held_progress:
-            held, session.held_progress = session.held_progress, {}
-            for task_id, frame in held.items():
-                task = self._live.get(task_id)
-                if task is not None and task.dead is None:
-                    session.peer.sendFrame(frame)
-        if self.shared is not None:
-            self.shared.caught_up(session)
-        if self.events is not None:
-            self.events.caught_up(session)
-
-    def _delivery(self, session: Session, task_id: int, token: int, what: str) -> Task:
-        """
-        The task of C{session}'s current delivery C{token} of C{task_id},
-        for a TOUCH or PROGRESS (C{what}).
-
-        @raise Refused: (stale) the delivery is not the task's current one.
-        @raise ProtocolViolation: C{session} was never sent C{task_id}.
-        """
-        task = session.tasks.get(task_id)
-        if task is None or task.token != token:
-            if task is None and task_id not in session.overdue:
-                raise _not_held(session, task_id)
-            self._refuse_stale(session, task_id, token, what)
-        return task
-
-    def _stale_report(self, session: Session, task_id: int, token: int) -> NoReturn:
-        """
-        Refuse an ACK or NACK that does not quote C{session}'s current
-        delivery of C{task_id}; a delivery taken back from it gives back its credit.
-
-        @raise Refused: (stale) always, unless:
-        @raise ProtocolViolation: C{session} holds no delivery of C{task_id}.
-        """
-        if session.overdue.pop(task_id, None) is not None:
-            self._become_idle(session)
-        elif task_id not in session.tasks:
-            raise _not_held(session, task_id)
-        self._refuse_stale(session, task_id, token, "outcome")
-
-    def _refuse_stale(self, session: Session, task_id: int, token: int, what: str) -> NoReturn:
-        """Count and log a stale C{what}. @raise Refused: (stale) always."""
-        self._stale += 1
-        self.failures.note(
-            "stale",
-            b"",
-            f"a stale {what} was refused",
-            "stale {what} for task {task_id} (token {token}) from {worker} refused",
-            log_id="task.stale",
-            what=what,
-            task_id=task_id,
-            token=token,
-            worker=session.peer.peer_name,
-        )
-        raise Refused(
-            ErrorCode.STALE,
-            f"task {task_id}: delivery {token} is not its current one (its lease ran out and"
-            f" it was taken back, or it is finished); the {what} is not applied",
-        )
+        for drained in self.hooks.output_drained:
+            drained(session)
 
     # -- delays, retries and dead letters ------------------------------------------
 
@@ -1163,6 +887,7 @@ class QueueService(Service):
         now = self.clock()
         for task in tasks:
             task.ready_at = now
+            move(task, QUEUED)
             queue = task.home
             queue.delayed -= 1
             if queue.push(task):
@@ -1171,184 +896,6 @@ class QueueService(Service):
         for queue in queues:
             if queue.idle:
                 self.dispatcher.serve_queue(queue)
-
-    def _failure(
-        self,
-        task: Task,
-        reason: str,
-        worker: str,
-        permanent: bool,
-        attempt: int,
-        session: Session | None = None,
-    ) -> None:
-        """
-        A failed attempt of C{task}, which no worker holds now: retry it
-        after its backoff, or fail it for good (into the dead-letter set
-        when it had retries).
-        """
-        task.failures += 1
-        if not permanent and task.failures <= task.retries:
-            now = self.clock()
-            backoff = task.backoff or task.home.policy.backoff
-            due = round(now + retry_wait(backoff, task.failures, self.random), 3)
-            task.due = due
-            self.journal.record_retry(task)
-            task.tally.retried += 1
-            if session is not None and self.dispatcher.lifo:
-                self.dispatcher.failed_on[task.task_id] = session.session_id
-            self._delay(task, due)
-            if self.events is not None:
-                record(self.events, "retrying", task, session, reason, attempt)
-            producer = task.producer
-            if producer is not None and producer.connected and producer.speaker.hears_lifecycle:
-                producer.peer.sendFrame(
-                    producer.speaker.retrying(task.task_id, attempt, int(due * 1000), reason)
-                )
-            return
-        self._fail_for_good(task, reason, worker, session, attempt, dead_letter=True)
-
-    def _fail_for_good(
-        self,
-        task: Task,
-        reason: str,
-        worker: str,
-        session: Session | None,
-        attempt: int | None,
-        dead_letter: bool,
-    ) -> None:
-        """
-        End C{task}, which no worker holds, as failed -- into the dead-letter
-        set if C{dead_letter} and it had retries -- and tell its producer,
-        once, FAILED with C{reason}.
-        """
-        if self.events is not None:
-            record(self.events, "failed", task, session, reason, attempt)
-        producer = task.producer
-        dead = bool(dead_letter and task.retries and self.dead_letters.max_count)
-        if dead:
-            task.tally.dead += 1
-            self._bury(task, reason, worker)
-        else:
-            task.tally.failed += 1
-            self._end(task, "failed")
-        if producer is not None:
-            producer.outstanding -= 1
-            self._tell_outcome(producer, task.task_id, "failed", reason)
-        self.outcomes.settle(task, OutcomeState.DEAD if dead else OutcomeState.FAILED, None, reason)
-        if dead:
-            task.producer = None  # it has heard its outcome: a replay's goes to nobody
-
-    def _bury(self, task: Task, reason: str, worker: str) -> None:
-        """Move C{task} to the dead-letter set, dropping the oldest past its bounds."""
-        self.progress.finished(task.task_id)
-        now = self.clock()
-        task.dead = DeadInfo(now, reason, worker)
-        self.journal.record_dead(task)
-        task.home.dead += 1
-        if self.events is not None:
-            record(self.events, "dead", task, None, reason)
-        for old in self.dead_letters.add(task):
-            self._drop_dead(old, "pushed out of the dead-letter set (max_count)")
-        self._arm_dead_expiry()
-
-    def _unbury(self, task: Task) -> None:
-        self.dead_letters.remove(task)
-        task.home.dead -= 1
-        task.dead = None
-
-    def _drop_dead(self, task: Task, why: str) -> None:
-        """Finish a dead task for good: it leaves the journal and the pool."""
-        self._unbury(task)
-        self._dead_dropped += 1
-        self._end(task, "failed")
-        self.failures.note(
-            "dead task dropped",
-            task.task_type,
-            why,
-            "dead task {task_id} dropped: {why}",
-            log_id="task.dead_dropped",
-            task_id=task.task_id,
-            why=why,
-        )
-        self._forget_if_idle(task.home)
-
-    def _arm_dead_expiry(self) -> None:
-        timer = self._dead_timer
-        letters = self.dead_letters
-        oldest = letters.oldest()
-        if not letters.max_age or oldest is None or (timer is not None and timer.active()):
-            return
-        assert oldest.dead is not None
-        wait = max(0.0, oldest.dead.died_at + letters.max_age - self.clock())
-        self._dead_timer = self._scheduler.callLater(wait, self._expire_dead)
-
-    def _expire_dead(self) -> None:
-        self._dead_timer = None
-        for task in self.dead_letters.expired(self.clock()):
-            self._drop_dead(task, "older than max_age")
-        self._arm_dead_expiry()
-
-    def dead_tasks(self, queue: str | None, limit: int) -> dict[str, Any]:
-        """The dead tasks of C{queue} (C{None}: of every queue), oldest first."""
-        tasks = list(self.dead_letters.of(queue))
-        return {"total": len(tasks), "tasks": [self.describe_dead(t) for t in tasks[:limit]]}
-
-    @staticmethod
-    def describe_dead(task: Task) -> dict[str, Any]:
-        dead = task.dead
-        assert dead is not None
-        return {
-            "id": task.task_id,
-            "queue": task.queue,
-            "type": task.task_type.decode("utf-8", "replace"),
-            "size": task.size,
-            "priority": task.priority,
-            "failures": task.failures,
-            "reason": dead.reason,
-            "worker": dead.worker,
-            "died_at": round(dead.died_at, 3),
-        }
-
-    def replay(self, task_id: int, queue: str | None) -> dict[str, Any]:
-        """
-        Put dead task C{task_id} (or, with 0, every dead task of C{queue})
-        back in its queue, its failures reset.
-
-        @raise Refused: (not found) C{task_id} is not a dead task.
-        """
-        if task_id:
-            task = self.dead_letters.get(task_id)
-            if task is None:
-                raise Refused(ErrorCode.NOT_FOUND, f"task {task_id} is not in a dead-letter set")
-            tasks = [task]
-        else:
-            tasks = list(self.dead_letters.of(queue))
-        queues: dict[NamedQueue[Task, Session], None] = {}
-        limits = self.limits.results
-        now = self.clock()
-        for task in tasks:
-            self._unbury(task)
-            task.failures = 0
-            task.ready_at = now
-            if task.task_id in self.kept and not task.keep_for:
-                # Its death was kept: its next outcome replaces it.
-                task.keep_for = min(limits.ttl, limits.max_ttl)
-            self.journal.record_replay(task)
-            if self.events is not None:
-                record(self.events, "replayed", task, None, None)
-            if task.home.push(task):
-                self._fairness_keys += 1
-            queues[task.home] = None
-        for home in queues:
-            self.dispatcher.serve_queue(home)
-        return {"replayed": [task.task_id for task in tasks]}
-
-    def purge_dead(self, queue: str | None) -> dict[str, Any]:
-        """Drop the dead tasks of C{queue} (C{None}: of every queue)."""
-        tasks = list(self.dead_letters.of(queue))
-        for task in tasks:
-            self._drop_dead(task, "purged")
-        return {"purged": len(tasks)}
 
     # -- schedules ----------------------------------------------------------------------
 
@@ -1445,7 +992,7 @@ class QueueService(Service):
 
     def _end(self, task: Task, outcome: str) -> None:
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
-        task.finished = True
+        task.state = FINISHED  # move(), inlined: the hot path
         del self._live[task.task_id]
         failed_on = self.dispatcher.failed_on
         if failed_on:
@@ -1479,9 +1026,9 @@ class QueueService(Service):
         """
         late = session.overdue.pop(task_id, None)
         if late is None:
-            raise _not_held(session, task_id)
+            raise not_held(session, task_id)
         task = late[0]
-        if task.finished:
+        if task.state is FINISHED:
             self._late_outcomes += 1
             self.failures.note(
                 "reported late",
@@ -1499,12 +1046,14 @@ class QueueService(Service):
             del holder.tasks[task_id]
             holder.overdue[task_id] = (task, task.attempts)
             task.home.released(task)
-        elif task.due:
-            self._undelay(task)  # waiting to run again: it need not
-        elif task.dead is not None:
-            self._unbury(task)
         else:
-            task.home.remove(task)  # queued again: it need not run now
+            if task.due:
+                self._undelay(task)  # waiting to run again: it need not
+            elif task.dead is not None:
+                self.graveyard.unbury(task)
+            else:
+                task.home.remove(task)  # queued again: it need not run now
+            move(task, HELD)  # by the late delivery, whose outcome counts
         self.failures.note(
             "finished after a timeout",
             task.task_type,
@@ -1521,140 +1070,22 @@ class QueueService(Service):
         # (unless a READY has since lowered its credits below what it held).
         if session.connected:
             self.dispatcher.serve_worker(session)
-        if self._drained is not None:
-            self._check_drained()
+        if self.drainage.waiting is not None:
+            self.drainage.check()
 
     def expire_overdue(self) -> None:
-        """
-        Take back every task held longer than its queue's task timeout and
-        queue it again, at the tail.  The worker keeps the credit until it
-        reports the task; if it does before anyone else, its outcome still
-        counts.
-        """
-        now = self.clock()
-        touched: dict[NamedQueue[Task, Session], None] = {}
-        for session in list(self.sessions.values()):
-            overdue = [
-                task
-                for task in session.tasks.values()
-                if (timeout := self.timeout_of(task))
-                and (task.lease_until or task.dispatched_at + timeout) <= now
-            ]
-            for task in overdue:
-                del session.tasks[task.task_id]
-                session.overdue[task.task_id] = (task, task.attempts)
-                task.holder = None
-                self._timed_out += 1
-                touched[task.home] = None
-                # At the tail: a task that keeps running too long must not
-                # take every worker from the tasks queued behind it.
-                self._requeue(
-                    task,
-                    "held past the task timeout",
-                    f"held for more than {now - task.dispatched_at:.3g} s by"
-                    f" {session.peer.peer_name} (attempt {task.attempts})",
-                    at_head=False,
-                    worker=session.peer.peer_name,
-                )
-        for queue in touched:
-            self.dispatcher.serve_queue(queue)
-        self._check_drained()
-
-    def timeout_of(self, task: Task) -> float:
-        """The task timeout of C{task}'s queue (0: none)."""
-        timeout = task.home.policy.timeout
-        return self.task_timeout if timeout is None else timeout
+        """Take back every task held past its timeout (see L{Leases.expire_overdue})."""
+        self.leases.expire_overdue()
+        self.drainage.check()
 
     @property
     def shortest_timeout(self) -> float:
         """The shortest task timeout of any queue (0: no queue has one)."""
-        timeouts = [self.task_timeout] + [
-            p.timeout for p in self.limits.declared.values() if p.timeout is not None
-        ]
-        return min((t for t in timeouts if t > 0), default=0.0)
-
-    def drain(self, timeout: float, clock: IReactorTime) -> Deferred[None]:
-        """
-        Stop taking tasks; fire once nothing is queued or running, or after
-        C{timeout} seconds, whichever is first.
-        """
-        self.draining = True
-        self._drained = Deferred()
-        self._drain_timer = clock.callLater(timeout, self.stop_draining)
-        drained = self._drained
-        self._check_drained()
-        return drained
-
-    def _check_drained(self) -> None:
-        # Done when nothing is left, or when no worker is left to do it (the
-        # listeners are closed, so none will come): a queue no worker serves,
-        # or a paused one, is not waited for.
-        if (
-            self._drained is not None
-            and not self.tasks_running
-            and not any(q.depth and q.subscribers and not q.paused for q in self.queues.values())
-        ):
-            self.stop_draining()
-
-    def stop_draining(self) -> None:
-        """Fire the drain's Deferred now, whatever is left."""
-        drained, self._drained = self._drained, None
-        if drained is not None:
-            if self._drain_timer is not None and self._drain_timer.active():
-                self._drain_timer.cancel()
-            drained.callback(None)
-        self.dispatcher.stop()
+        return self.leases.shortest_timeout
 
     def awaits_outcome(self, session: Session) -> bool:
         """Whether C{session} is a producer still owed an outcome, or waits for one."""
         return session.outstanding > 0 or self.waits.holds(session)
-
-    def _requeue(
-        self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
-    ) -> None:
-        """
-        Queue C{task} again (C{why} in short, C{cause} in full) -- or, once
-        it has been delivered C{max_attempts} times, fail it: a task that
-        kills or outlasts every worker must not come back forever.  Only a
-        task queued again counts (and is recorded) as requeued.  With
-        C{count_lost}, it is a failed attempt instead (see L{_failure}).
-        """
-        task.home.released(task)
-        if self.limits.count_lost:
-            self._failure(task, cause, worker, False, task.attempts)
-            return
-        if self.max_attempts and task.attempts >= self.max_attempts:
-            self._give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
-            return
-        if self.events is not None:
-            record(self.events, "requeued", task, None, cause)
-        self.journal.record_attempts(task)
-        task.ready_at = self.clock()
-        task.home.push(task, at_head)
-        task.tally.requeued += 1
-        self.failures.note(
-            "requeued",
-            task.task_type,
-            why,
-            "task {task_id} requeued: {cause}",
-            log_id="task.requeued",
-            task_id=task.task_id,
-            cause=cause,
-        )
-
-    def _give_up(self, task: Task, reason: str) -> None:
-        """Fail a task no worker holds: its producer hears FAILED with C{reason}."""
-        self._given_up += 1
-        self.failures.note(
-            "given up",
-            task.task_type,
-            "delivered max_attempts times",
-            "task {task_id} failed: {reason}",
-            log_id="task.given_up",
-            task_id=task.task_id,
-            reason=reason,
-        )
-        self._fail_for_good(task, reason, "", None, None, dead_letter=False)
 
     # -- everyone -----------------------------------------------------------------
 
@@ -1681,15 +1112,15 @@ class QueueService(Service):
             total.failed + total.dead,
             sum(self.telemetry.rejected.values()),
             total.requeued,
-            self._timed_out,
-            self._given_up,
+            self.leases.timed_out,
+            self.failing.given_up,
             self._late_outcomes,
             total.cancelled,
             self._duplicates,
             total.retried,
             total.dead,
-            self._dead_dropped,
-            self._stale,
+            self.graveyard.dropped,
+            self.leases.stale,
             self.delays.count,
             self.kept.kept,
             self.kept.evicted,
@@ -1717,8 +1148,7 @@ class QueueService(Service):
         super().stopService()
         self.failures.flush()
         self.dispatcher.stop()
-        if self._dead_timer is not None and self._dead_timer.active():
-            self._dead_timer.cancel()
+        self.graveyard.stop()
         self.delays.stop()
         self.progress.stop()
         self.outcomes.stop()
@@ -1749,28 +1179,3 @@ class QueueService(Service):
                 delayed=self.delays.count,
                 running=running,
             )
-
-
-def _not_held(session: Session, task_id: int) -> ProtocolViolation:
-    """Why C{session} may not report C{task_id}: it is no worker, or holds no such task."""
-    if session.role is not Role.WORKER:
-        return ProtocolViolation(
-            f"a {session.role.value} connection reported task {task_id};"
-            " only the worker holding a task may"
-        )
-    return ProtocolViolation(f"task {task_id} is not held by this worker ({_held(session.tasks)})")
-
-
-def _held(tasks: dict[int, Task]) -> str:
-    """What a worker holds, for an error message."""
-    if not tasks:
-        return "no task"
-    ids = list(tasks)
-    shown = ", ".join(str(task_id) for task_id in ids[:5])
-    more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
-    return f"task{'s' if len(ids) > 1 else ''} {shown}{more}"
-
-
-def _due_ms(due: float) -> int | None:
-    """A delayed task's due time as its events give it (epoch ms), or C{None}: not delayed."""
-    return round(due * 1000) if due else None

@@ -20,6 +20,7 @@ from quicx.daemon.queue.dispatch import offer
 from quicx.daemon.queue.hooks import IEvents, record
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.state import HELD
 
 
 class Dispatcher:
@@ -155,6 +156,7 @@ class Dispatcher:
         task.attempts += 1
         task.dispatched_at = now
         task.holder = worker
+        task.state = HELD  # move(), inlined: the hot path
         if task.lease_until:
             task.lease_until = 0.0  # a TOUCH extends one delivery only
         worker.tasks[task.task_id] = task

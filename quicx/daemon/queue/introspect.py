@@ -12,6 +12,7 @@ import base64
 from typing import Any
 
 from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.graveyard import describe_dead
 from quicx.daemon.queue.model import Task
 from quicx.documents.status import Queue
 from quicx.documents.typed import as_json
@@ -95,7 +96,7 @@ def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
         answer["running_for"] = round(max(0.0, now - task.dispatched_at), 3)
         return answer
     if task.dead is not None:
-        answer.update(service.describe_dead(task))
+        answer.update(describe_dead(task))
         answer["payload_base64"] = base64.b64encode(service.pool.read(task.block)).decode()
         return answer
     if task.due:

@@ -13,6 +13,7 @@ from quicx.daemon.journal.interface import DeadInfo
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.speaker import Speaker
+from quicx.daemon.queue.state import PENDING, TaskState
 from quicx.protocol import session as protocol
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.taskflow import Backoff
@@ -35,9 +36,10 @@ class Task:
     @ivar attempts: how many times it has been handed to a worker.
     @ivar dispatched_at: when it was last handed to a worker.
     @ivar holder: the worker holding its current delivery, if any.
-    @ivar finished: its outcome is decided (a task taken back at its timeout
-        can still be at another worker when the first outcome arrives).
-    @ivar accepted: its SUBMIT was answered OK (its record is durable).
+    @ivar state: where it is in its life (see L{quicx.daemon.queue.state}):
+        FINISHED once its outcome is decided (a task taken back at its
+        timeout can still be at another worker when the first outcome
+        arrives).
     @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
         it waits in its producer's L{Session.replies}.
     @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
@@ -74,8 +76,7 @@ class Task:
     attempts: int = 0
     dispatched_at: float = 0.0
     holder: Session | None = None
-    finished: bool = False
-    accepted: bool = False
+    state: TaskState = PENDING
     reply: bytes | None = None
     due: float = 0.0
     retries: int = 0
@@ -91,6 +92,11 @@ class Task:
     ticket: int = 0
     tally: Tally = field(kw_only=True)
     ready_at: float = field(kw_only=True)
+
+    @property
+    def accepted(self) -> bool:
+        """Its SUBMIT was answered OK (its record is durable)."""
+        return self.state is not PENDING
 
     @property
     def queue(self) -> str:

@@ -45,7 +45,6 @@ class ScheduleBook(Service):
         self.scheduler = Scheduler(reactor, self._fire, max_schedules)
         self._definitions: dict[str, bytes] = {}
         self._declared = declared
-        queue.schedules = self
 
     def restore(self, fired: Mapping[str, float], definitions: Mapping[str, bytes]) -> None:
         """Add the declared schedules, then the run-time ones the journal kept, with last fires."""

@@ -11,7 +11,7 @@ deletion: version 0, no data).
 A follower whose output is backed up (its unsent output passed
 C{max_output_buffer}: its session is C{paused} until that drains) is not
 written each version: the names that changed are remembered, and when it
-catches up (L{SharedData.caught_up}) it is sent the newest version of each,
+catches up (L{SharedData.output_drained}) it is sent the newest version of each,
 not a backlog.
 """
 
@@ -54,7 +54,7 @@ class _Follower:
 
 class SharedData:
     """
-    The shared data of C{queue}'s daemon (it becomes C{queue.shared}).
+    The shared data of C{queue}'s daemon (handed to it: see C{QueueService.plug}).
 
     @ivar size: the bytes of data of every name's current version.
     @ivar published: versions published since start, deletions included.
@@ -71,7 +71,6 @@ class SharedData:
         self._following: dict[str, dict[int, _Follower]] = {}
         self.size = 0
         self.published = 0
-        queue.shared = self
 
     @property
     def names(self) -> int:
@@ -223,8 +222,8 @@ class SharedData:
         version = self._versions.get(name)
         return 0 if version is None else version.number
 
-    def caught_up(self, session: Session) -> None:
-        """C{session}'s output drained: send it the newest version of each name it missed."""
+    def output_drained(self, session: Session) -> None:
+        """(A kernel hook.) Send C{session} the newest version of each name it missed."""
         follower = self._followers.get(session.session_id)
         if follower is None or not follower.behind:
             return
@@ -237,8 +236,8 @@ class SharedData:
                 else shared_data.encode_shared(name, version.number, version.data)
             )
 
-    def unfollow(self, session: Session) -> None:
-        """Forget a connection that closed."""
+    def session_closed(self, session: Session) -> None:
+        """(A kernel hook.) Forget a connection that closed."""
         follower = self._followers.pop(session.session_id, None)
         if follower is None:
             return
