@@ -12,6 +12,7 @@ import importlib.util
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -112,6 +113,13 @@ def admin(daemon: DaemonProcess) -> Iterator[QuicxClient]:
         yield client
 
 
+def until(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout:g} s"
+        time.sleep(0.02)
+
+
 def test_the_result_comes_back(web: Web) -> None:
     status, body, _ = web.post("/words?wait=60", {"text": TEXT})
     assert (status, body) == (200, {"id": body["id"], "status": "done", "result": COUNTED})
@@ -141,20 +149,21 @@ def test_a_timeout_answers_pending_with_where_to_look(web: Web, admin: QuicxClie
 
 
 def test_requests_do_not_wait_behind_each_other(web: Web, admin: QuicxClient) -> None:
-    """One request's wait holds up no other request (the apps' clients)."""
+    """While one request waits for its task, another is answered (the apps' clients)."""
     _, done, _ = web.post("/words?wait=60", {"text": TEXT})
     admin.pause("default")
     waiting: list[tuple[int, Any, Any]] = []
-    waiter = threading.Thread(
+    post = threading.Thread(
         target=lambda: waiting.append(web.post("/words?wait=60", {"text": TEXT}))
     )
-    waiter.start()
+    post.start()
     try:
+        until(lambda: admin.peek("default", 1) != [])  # its task is queued: it then waits
         assert web.get(f"/words/{done['id']}")[:2] == (200, done)
-        assert waiter.is_alive()  # still waiting: the answer above did not wait for it
+        assert post.is_alive()  # still waiting: the answer above did not wait for it
     finally:
         admin.resume("default")
-        waiter.join(90)
+        post.join(90)
     assert waiting[0][:2] == (200, {**waiting[0][1], "status": "done", "result": COUNTED})
 
 
