@@ -45,37 +45,32 @@ class Web:
         return response.status_code, body, response.headers
 
 
-def fastapi_app(address: str, monkeypatch: pytest.MonkeyPatch) -> AbstractContextManager[Web]:
-    pytest.importorskip("fastapi")
-    if importlib.util.find_spec("httpx2") is None:  # what Starlette's TestClient takes, else httpx
-        pytest.importorskip("httpx")
-    from fastapi.testclient import TestClient
-
+@contextmanager
+def fastapi_app(address: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Web]:
+    test_client = importlib.import_module("fastapi.testclient").TestClient
     monkeypatch.setenv("QUICX_ADDRESS", address)  # read by the app's lifespan
-
-    @contextmanager
-    def served() -> Iterator[Web]:
-        with TestClient(importlib.import_module("examples.fastapi_app").app) as client:
-            yield Web(client)
-
-    return served()
+    with test_client(importlib.import_module("examples.fastapi_app").app) as client:
+        yield Web(client)
 
 
-def flask_app(address: str, monkeypatch: pytest.MonkeyPatch) -> AbstractContextManager[Web]:
+@contextmanager
+def flask_app(address: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Web]:
+    yield Web(importlib.import_module("examples.flask_app").create_app(address).test_client())
+
+
+Serve = Callable[[str, pytest.MonkeyPatch], AbstractContextManager[Web]]
+
+
+@pytest.fixture(params=["fastapi", "flask"])
+def serve(request: pytest.FixtureRequest) -> Serve:
+    """Each app, where its framework is installed (checked before any daemon starts)."""
+    if request.param == "fastapi":
+        pytest.importorskip("fastapi")
+        if importlib.util.find_spec("httpx2") is None:  # Starlette's TestClient's, else httpx
+            pytest.importorskip("httpx")
+        return fastapi_app
     pytest.importorskip("flask")
-    app = importlib.import_module("examples.flask_app").create_app(address)
-
-    @contextmanager
-    def served() -> Iterator[Web]:
-        yield Web(app.test_client())
-
-    return served()
-
-
-APPS: dict[str, Callable[[str, pytest.MonkeyPatch], AbstractContextManager[Web]]] = {
-    "fastapi": fastapi_app,
-    "flask": flask_app,
-}
+    return flask_app
 
 
 @pytest.fixture
@@ -95,14 +90,14 @@ def worker(daemon: DaemonProcess, tmp_path: Path) -> Iterator[subprocess.Popen[b
     process.wait(30)
 
 
-@pytest.fixture(params=sorted(APPS))
+@pytest.fixture
 def web(
-    request: pytest.FixtureRequest,
+    serve: Serve,
     daemon: DaemonProcess,
     worker: subprocess.Popen[bytes],
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Web]:
-    with APPS[request.param](daemon.client_address, monkeypatch) as web:
+    with serve(daemon.client_address, monkeypatch) as web:
         yield web
 
 
