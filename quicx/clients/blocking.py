@@ -19,7 +19,9 @@ One client keeps one connection open and reuses it; it reconnects on the next
 call after the connection drops.  It speaks protocol version 2, or version 1
 with a daemon that speaks only that (see L{quicx.clients.requests}).  Calls
 are serialized by a lock, so one client may be shared by threads; threads that
-submit in parallel are faster with a client each.
+submit in parallel are faster with a client each.  A call holds the lock
+throughout, a C{wait} or C{result} included: threads that wait (a web app's
+requests) each need a client of their own while they wait.
 """
 
 from __future__ import annotations
