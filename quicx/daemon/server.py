@@ -1,10 +1,13 @@
 """
 The server protocol: a thin Twisted shell around L{QueueService}.
 
-Each connection decodes its frames, checks that the message suits the
-connection's role (taken from its first SUBMIT or READY: a producer or a
-worker), and hands the message to the queue.  STATS, HEARTBEAT and PONG suit
-any connection and fix no role.
+Each connection decodes its frames and hands each to its protocol version's
+handler (L{quicx.daemon.handlers.tables}), which decodes the message and
+asks the queue; the shell keeps what is the connection's: the first frame
+(which sets the version), the roles a connection may take (taken from its
+first SUBMIT or READY: a producer or a worker; STATS, HEARTBEAT and PONG
+suit any connection and fix no role), the order of its answers, the errors
+a handler raises (answered ERROR) and the connection's loss.
 
 Each connection is held to the factory's L{Limits}: the number of
 connections, a deadline for the first frame, the length of task types and
@@ -28,49 +31,23 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-import quicx
 from quicx.daemon import speakers
 from quicx.daemon.config import Limits
-from quicx.daemon.observe.eventbus import EventBus
-from quicx.daemon.queue import introspect
+from quicx.daemon.handlers import tables
+from quicx.daemon.handlers.connection import NotAuthorized
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused, Session
-from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.shared import SharedData
 from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
-from quicx.protocol import admin, codec, link, monitor, outcomes, shared_data, taskflow, wire
+from quicx.protocol import codec, link, monitor, taskflow, wire
 from quicx.protocol.frames import Frame, RejectedFrame
-from quicx.protocol.outcomes import ACK_SIZE, NACK_FIXED, PROGRESS_FIXED, GroupOp
+from quicx.protocol.outcomes import NACK_FIXED, PROGRESS_FIXED
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.shared_data import PUBLISH_FIXED
-from quicx.protocol.wire import ErrorCode, MessageType
-
-CAPABILITIES = (
-    "queues",
-    "priorities",
-    "idempotency",
-    "cancel",
-    "pause",
-    "purge",
-    "peek",
-    "inspect",
-    "fairness",
-    "rate-limits",
-    "delays",
-    "retries",
-    "dead-letters",
-    "leases",
-    "schedules",
-    "progress",
-    "shared",
-    "results",
-    "groups",
-    "events",
-)
-"""What a version-2 HELLO is told this daemon can do."""
+from quicx.protocol.wire import ErrorCode
 
 
 class _Unknown(Enum):
@@ -110,13 +87,13 @@ class _GonePeer:
         pass
 
 
-class NotAuthorized(Exception):
-    """The peer's identity may not take the role it asked for (ERROR, then closed)."""
-
-
 @implementer(IPeer, IPushProducer)
 class QuicxServerProtocol(FrameReceiver):
-    """One client connection to the daemon."""
+    """
+    One client connection to the daemon: each frame goes to its handler
+    (see L{quicx.daemon.handlers}), which sees it as a
+    L{quicx.daemon.handlers.connection.Connection}.
+    """
 
     log = Logger()
     factory: QuicxServerFactory
@@ -152,7 +129,7 @@ class QuicxServerProtocol(FrameReceiver):
         self._output = self._batcher.output(transport)
         self.session = self.queue.open_session(self, speakers.V1)
         self.session.admin = factory.admin
-        self._handlers = _HANDLERS
+        self._handlers = tables.V1
         self._clock = self.queue.clock
         transport.bufferSize = limits.max_output_buffer
         transport.registerProducer(self, True)
@@ -183,25 +160,6 @@ class QuicxServerProtocol(FrameReceiver):
             seconds=self.limits.first_frame_timeout,
         )
         self.transport.abortConnection()
-
-    def _authorize(self, *roles: str) -> None:
-        """
-        @raise NotAuthorized: the [tls] role lists do not let this peer's
-            certificate identity act as any of C{roles}.  An admin (the
-            control socket, or an identity in C{admins}) may always read.
-        """
-        authorization = self.factory.authorization
-        if authorization is None:
-            return
-        self._learn_identity()
-        identity = self.identity
-        assert identity is not _UNKNOWN
-        if "monitor" in roles and (self.factory.admin or authorization.allows(identity, "admin")):
-            return
-        if not any(authorization.allows(identity, role) for role in roles):
-            raise NotAuthorized(
-                f"{describe_peer(self.transport)} may not act as a {' or '.join(roles)}"
-            )
 
     # -- IPushProducer: the transport pauses us when our output piles up ----------
 
@@ -263,7 +221,7 @@ class QuicxServerProtocol(FrameReceiver):
             self._output.flush()
             batcher.release()
 
-    def _monitor(self) -> None:
+    def monitor_query(self) -> None:
         """
         A monitor query begins: the peer must be allowed to ask, and the
         turn may end once it is answered: a connection's monitor queries
@@ -272,7 +230,7 @@ class QuicxServerProtocol(FrameReceiver):
         rest of what was read waits for the next turn, the connection unread
         until then, so other connections are served in between.
         """
-        self._authorize("monitor")
+        self.authorize("monitor")
         if not self._monitor_since:
             self._monitor_since = perf_counter()
         self.checkTurn = True
@@ -304,16 +262,11 @@ class QuicxServerProtocol(FrameReceiver):
         if self._parser.version == codec.VERSION:
             assert self.session is not None
             self.session.speaker = speakers.V2
-            self._handlers = _HANDLERS_V2
-
-    def _reply(self, frame: bytes) -> None:
-        """Answer this peer's request, in order with its other answers."""
-        assert self.session is not None
-        self.session.reply(frame)
+            self._handlers = tables.V2
 
     def frameRejected(self, code: int, reason: str) -> None:
         encode = link.encode_error if self._parser.version == codec.VERSION else wire.encode_error
-        self._reply(encode(code, reason))
+        self.reply(encode(code, reason))
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if not self._versioned:
@@ -345,89 +298,43 @@ class QuicxServerProtocol(FrameReceiver):
             self.transport.unregisterProducer()
             self.transport.loseConnection()
 
-    def _submit(self, payload: bytes) -> None:
-        task_type, body = wire.submit_fields(payload)
-        self.queue.submit(self._producer(task_type), task_type, body)
+    # -- what the handlers ask of it (a handlers.connection.Connection) --------------
 
-    def _ready(self, payload: bytes) -> None:
-        credits = wire.decode_ready(payload).credits
-        session = self.session
-        assert session is not None
-        if session.role is not Role.WORKER:
-            self._authorize("worker")
-        self.queue.claim_role(session, Role.WORKER)
-        # More than the limit is not an error: the worker is granted the limit
-        # and simply never sees more tasks at once.
-        self.queue.ready(session, min(credits, self.limits.max_credits))
+    @property
+    def status(self) -> Callable[[], dict[str, Any]] | None:
+        """Makes the daemon's status document (STATUS); C{None}: this listener serves none."""
+        return self.factory.status
 
-    def _done(self, payload: bytes) -> None:
-        session = self.session
-        assert session is not None
-        self.queue.done(session, wire.done_task_id(payload))
+    def reply(self, frame: bytes) -> None:
+        """Answer this peer's request, in order with its other answers."""
+        assert self.session is not None
+        self.session.reply(frame)
 
-    def _failed(self, payload: bytes) -> None:
-        message = wire.decode_failed(payload)
-        reason_length = len(payload) - codec.TASK_ID.size
-        if reason_length > self.limits.max_reason_length:
-            # Refused, not cut: the worker still holds the task and may send
-            # a shorter reason.
-            raise ProtocolViolation(
-                f"FAILED reason of {reason_length} bytes exceeds max_reason_length"
-                f" ({self.limits.max_reason_length})"
+    def authorize(self, *roles: str) -> None:
+        """
+        @raise NotAuthorized: the [tls] role lists do not let this peer's
+            certificate identity act as any of C{roles}.  An admin (the
+            control socket, or an identity in C{admins}) may always read.
+        """
+        authorization = self.factory.authorization
+        if authorization is None:
+            return
+        self.learn_identity()
+        identity = self.identity
+        assert identity is not _UNKNOWN
+        if "monitor" in roles and (self.factory.admin or authorization.allows(identity, "admin")):
+            return
+        if not any(authorization.allows(identity, role) for role in roles):
+            raise NotAuthorized(
+                f"{describe_peer(self.transport)} may not act as a {' or '.join(roles)}"
             )
-        session = self.session
-        assert session is not None
-        self.queue.failed(session, message.task_id, message.reason)
-
-    def _heartbeat(self, payload: bytes) -> None:
-        wire.decode_heartbeat(payload)
-        self._reply(wire.PONG_FRAME)
-
-    def _pong(self, payload: bytes) -> None:
-        # Its arrival already counted as a sign of life.
-        wire.decode_pong(payload)
-
-    def _stats(self, payload: bytes) -> None:
-        wire.decode_stats(payload)
-        self._monitor()
-        # Any connection may ask, and asking does not fix its role: a client
-        # may look at the queue before it submits.
-        self._reply(wire.encode_stats_response(self.queue.stats()))
-
-    # -- version 2 ------------------------------------------------------------------
 
     def _check_key(self, key: bytes | None, what: str) -> None:
         limit = self.factory.max_key_length
         if key is not None and len(key) > limit:
             raise ProtocolViolation(f"{what} of {len(key)} bytes exceeds max_key_length ({limit})")
 
-    def _submit_v2(self, payload: bytes) -> None:
-        fields = taskflow.submit_fields(payload)
-        if fields is not None:
-            # No option but a queue and a priority: the common SUBMIT.
-            task_type, body, queue, priority = fields
-            self.queue.submit(self._producer(task_type), task_type, body, queue, priority)
-            return
-        message = taskflow.decode_submit(payload)
-        session = self._producer(message.task_type, message.key, message.fairness)
-        self.queue.submit(
-            session,
-            message.task_type,
-            message.payload,
-            message.queue,
-            message.priority,
-            message.key,
-            message.fairness,
-            message.delay_ms,
-            message.run_at_ms,
-            message.retries,
-            message.backoff,
-            message.progress,
-            message.result_ttl,
-            message.group,
-        )
-
-    def _producer(
+    def producer(
         self, task_type: bytes, key: bytes | None = None, fairness: bytes | None = None
     ) -> Session:
         """
@@ -449,88 +356,11 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         assert session is not None
         if session.role is not Role.PRODUCER:
-            self._authorize("producer")
+            self.authorize("producer")
             self.queue.claim_role(session, Role.PRODUCER)
         return session
 
-    def _ready_v2(self, payload: bytes) -> None:
-        message = taskflow.decode_ready(payload)
-        session = self.session
-        assert session is not None
-        if session.role is not Role.WORKER:
-            self._authorize("worker")
-        self.queue.claim_role(session, Role.WORKER)
-        if message.queues:
-            self.queue.subscribe(session, message.queues)
-        self.queue.ready(session, min(message.credits, self.limits.max_credits))
-
-    def _heartbeat_v2(self, payload: bytes) -> None:
-        wire.decode_heartbeat(payload)
-        self._reply(link.PONG_FRAME)
-
-    def _stats_v2(self, payload: bytes) -> None:
-        wire.decode_stats(payload)
-        self._monitor()
-        self._reply(monitor.encode_stats_response(self.queue.stats()))
-
-    def _hello(self, payload: bytes) -> None:
-        message = link.decode_hello(payload)
-        session = self.session
-        assert session is not None
-        session.client = " ".join(filter(None, (message.name, message.version)))
-        limits = self.queue.limits
-        shared = self._shared().limits
-        subscribers = self._events().limits
-        self._reply(
-            link.encode_info(
-                {
-                    "server": "quicx",
-                    "version": quicx.__version__,
-                    "protocol": sorted(limits.versions),
-                    "capabilities": list(CAPABILITIES),
-                    "missing": [c for c in message.capabilities if c not in CAPABILITIES],
-                    "limits": {
-                        "max_payload": self.queue.pool.max_size,
-                        "max_credits": self.limits.max_credits,
-                        "max_queues": limits.max_queues,
-                        "max_key_length": limits.max_key_length,
-                        "max_type_length": self.limits.max_type_length,
-                        "max_progress_message": self.queue.progress.settings.max_message,
-                        "max_shared_size": shared.max_size,
-                        "max_shared_names": shared.max_names,
-                        "max_shared_memory": shared.max_memory,
-                        "max_result": self.queue.max_result,
-                        "max_reason": self.limits.max_reason_length,
-                        "max_result_ttl": limits.results.max_ttl,
-                        "max_wait": limits.results.max_wait,
-                        "max_waiters_per_connection": limits.results.max_waiters_per_connection,
-                        "max_groups": limits.groups.max_groups,
-                        "max_subscribers": subscribers.max_subscribers,
-                        "max_held_events": subscribers.max_held,
-                    },
-                }
-            )
-        )
-
-    def _cancel(self, payload: bytes) -> None:
-        task_id = admin.decode_cancel(payload).task_id
-        session = self.session
-        assert session is not None
-        self._learn_identity()
-        self._reply_when_durable(link.encode_info(self.queue.cancel(session, task_id)))
-
-    def _queue_action(self, payload: bytes, action: codec.MessageType) -> None:
-        name = admin.decode_queue_action(action, payload).queue
-        session = self.session
-        assert session is not None
-        self._require_admin(action.name)
-        if action is codec.MessageType.PURGE:
-            answer = self.queue.purge(name)
-        else:
-            answer = self.queue.set_paused(name, action is codec.MessageType.PAUSE)
-        self._reply_when_durable(link.encode_info(answer))
-
-    def _reply_when_durable(self, frame: bytes) -> None:
+    def reply_when_durable(self, frame: bytes) -> None:
         """
         Answer once the journal holds what the request changed (with
         C{fsync = always}), in order with this peer's other answers.
@@ -556,102 +386,11 @@ class QuicxServerProtocol(FrameReceiver):
 
         durable.addBoth(decided)
 
-    def _pause(self, payload: bytes) -> None:
-        self._queue_action(payload, codec.MessageType.PAUSE)
-
-    def _resume(self, payload: bytes) -> None:
-        self._queue_action(payload, codec.MessageType.RESUME)
-
-    def _purge(self, payload: bytes) -> None:
-        self._queue_action(payload, codec.MessageType.PURGE)
-
-    def _queues(self, payload: bytes) -> None:
-        admin.decode_queues(payload)
-        self._monitor()
-        self._reply(link.encode_info(introspect.queues(self.queue)))
-
-    def _peek(self, payload: bytes) -> None:
-        message = admin.decode_peek(payload)
-        self._monitor()
-        self._reply(link.encode_info(introspect.peek(self.queue, message.queue, message.count)))
-
-    def _inspect(self, payload: bytes) -> None:
-        task_id = admin.decode_inspect(payload).task_id
-        self._monitor()
-        self._reply(link.encode_info(introspect.inspect(self.queue, task_id)))
-
-    # -- version 2, part 2: fenced outcomes, leases, dead letters ------------------
-
-    def _unfenced(self, payload: bytes) -> None:
-        raise ProtocolViolation(
-            "a version-2 worker reports with ACK or NACK, quoting the delivery's token"
-        )
-
-    def _ack(self, payload: bytes) -> None:
-        # The queue refuses a report from a connection that holds no such
-        # task, a worker's or not.
+    def require_admin(self, what: str) -> None:
+        """@raise Refused: (FORBIDDEN) this peer is no admin, so may not ask for C{what}."""
         session = self.session
         assert session is not None
-        if len(payload) == ACK_SIZE:  # no result: the common ACK, in one unpack
-            task_id, token = outcomes.ID_TOKEN.unpack(payload)
-            if task_id:
-                self.queue.ack(session, task_id, token)
-                return
-        # With a result, or bad: decoding says why.
-        self.queue.ack(session, *outcomes.decode_ack(payload))
-
-    def _nack(self, payload: bytes) -> None:
-        reason_length = len(payload) - NACK_FIXED
-        if reason_length > self.limits.max_reason_length:
-            raise ProtocolViolation(
-                f"NACK reason of {reason_length} bytes exceeds max_reason_length"
-                f" ({self.limits.max_reason_length})"
-            )
-        message = outcomes.decode_nack(payload)
-        session = self.session
-        assert session is not None
-        self.queue.nack(session, message.task_id, message.token, message.reason, message.permanent)
-
-    def _touch(self, payload: bytes) -> None:
-        message = outcomes.decode_touch(payload)
-        session = self.session
-        assert session is not None
-        self.queue.touch(session, message.task_id, message.token, message.seconds)
-
-    # -- version 2, part 3: results and groups ------------------------------------------
-
-    def _await(self, payload: bytes) -> None:
-        message = outcomes.decode_await(payload)
-        session = self.session
-        assert session is not None
-        self._authorize("producer", "monitor")
-        self.queue.await_outcome(session, message.task_id, message.timeout_ms)
-
-    def _group(self, payload: bytes) -> None:
-        message = outcomes.decode_group(payload)
-        session = self.session
-        assert session is not None
-        op = message.op
-        if op is GroupOp.OPEN or op is GroupOp.CLOSE:
-            if session.role is not Role.PRODUCER:
-                self._authorize("producer")
-                self.queue.claim_role(session, Role.PRODUCER)
-            if op is GroupOp.OPEN:
-                answer = self.queue.open_group(session)
-            else:
-                answer = self.queue.close_group(message.group)
-            self._reply_when_durable(link.encode_info(answer))
-            return
-        self._authorize("producer", "monitor")
-        if op is GroupOp.STATE:
-            self._reply(link.encode_info(self.queue.groups.describe(message.group)))
-        else:
-            self.queue.await_group(session, message.group, message.timeout_ms)
-
-    def _require_admin(self, what: str) -> None:
-        session = self.session
-        assert session is not None
-        self._learn_identity()
+        self.learn_identity()
         if not session.admin:
             raise Refused(
                 codec.ErrorCode.FORBIDDEN,
@@ -659,108 +398,7 @@ class QuicxServerProtocol(FrameReceiver):
                 " identity listed in [tls] admins",
             )
 
-    def _dead(self, payload: bytes) -> None:
-        message = admin.decode_dead(payload)
-        self._monitor()
-        self._reply(link.encode_info(self.queue.dead_tasks(message.queue, message.limit)))
-
-    def _replay(self, payload: bytes) -> None:
-        message = admin.decode_replay(payload)
-        self._require_admin("REPLAY")
-        answer = self.queue.replay(message.task_id, message.queue)
-        self._reply_when_durable(link.encode_info(answer))
-
-    def _dead_purge(self, payload: bytes) -> None:
-        message = admin.decode_dead_purge(payload)
-        self._require_admin("DEAD_PURGE")
-        self._reply_when_durable(link.encode_info(self.queue.purge_dead(message.queue)))
-
-    def _schedules(self, payload: bytes) -> None:
-        admin.decode_schedules(payload)
-        self._monitor()
-        book = self.queue.schedules
-        schedules = book.describe() if isinstance(book, ScheduleBook) else []
-        self._reply(link.encode_info(schedules))
-
-    def _schedule(self, payload: bytes) -> None:
-        message = admin.decode_schedule(payload)
-        self._require_admin("SCHEDULE")
-        self._reply_when_durable(link.encode_info(self._book().add(message, payload)))
-
-    def _unschedule(self, payload: bytes) -> None:
-        name = admin.decode_unschedule(payload).name
-        self._require_admin("UNSCHEDULE")
-        self._reply_when_durable(link.encode_info(self._book().remove(name)))
-
-    def _book(self) -> ScheduleBook:
-        book = self.queue.schedules
-        if not isinstance(book, ScheduleBook):
-            raise Refused(codec.ErrorCode.NOT_FOUND, "this daemon runs no schedules")
-        return book
-
-    # -- version 2, part 3: progress and shared data -------------------------------
-
-    def _progress(self, payload: bytes) -> None:
-        message = outcomes.decode_progress(payload)
-        session = self.session
-        assert session is not None
-        self.queue.report_progress(
-            session, message.task_id, message.token, message.fraction, message.message
-        )
-
-    def _publish(self, payload: bytes) -> None:
-        message = shared_data.decode_publish(payload)
-        session = self.session
-        assert session is not None
-        self._learn_identity()
-        if not session.admin:
-            try:
-                self._authorize("producer")
-            except NotAuthorized as e:
-                raise Refused(
-                    codec.ErrorCode.FORBIDDEN, f"{e}: PUBLISH needs the producer or admin role"
-                ) from None
-        answer = self._shared().publish(session, message.name, message.data, message.delete)
-        self._reply_when_durable(link.encode_info(answer))
-
-    def _follow(self, payload: bytes) -> None:
-        names = shared_data.decode_follow(payload).names
-        session = self.session
-        assert session is not None
-        if session.role is not Role.WORKER:
-            self._authorize("worker")
-        self._reply(link.encode_info(self._shared().follow(session, names)))
-
-    def _shared(self) -> SharedData:
-        shared = self.queue.shared
-        if not isinstance(shared, SharedData):
-            raise Refused(codec.ErrorCode.NOT_FOUND, "this daemon keeps no shared data")
-        return shared
-
-    # -- version 2, part 4: live events -------------------------------------------------
-
-    def _watch(self, payload: bytes) -> None:
-        message = monitor.decode_watch(payload)
-        session = self.session
-        assert session is not None
-        self._monitor()
-        self._reply(link.encode_info(self._events().watch(session, message)))
-
-    def _status(self, payload: bytes) -> None:
-        monitor.decode_status(payload)
-        self._monitor()
-        status = self.factory.status
-        if status is None:
-            raise Refused(codec.ErrorCode.NOT_FOUND, "this listener serves no status document")
-        self._reply(link.encode_info(status()))
-
-    def _events(self) -> EventBus:
-        bus = self.queue.event_bus
-        if not isinstance(bus, EventBus):
-            raise Refused(codec.ErrorCode.NOT_FOUND, "this daemon serves no live events")
-        return bus
-
-    def _learn_identity(self) -> None:
+    def learn_identity(self) -> None:
         """
         Learn this peer's certificate identity, once: it decides which role
         lists it is on, whether it is an admin, and whose tasks it may cancel.
@@ -773,51 +411,6 @@ class QuicxServerProtocol(FrameReceiver):
         if session is not None and identity is not None:
             session.identity = identity
             session.admin = self.factory.admin or authorization.allows(identity, "admin")
-
-
-_HANDLERS: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
-    MessageType.SUBMIT: QuicxServerProtocol._submit,
-    MessageType.READY: QuicxServerProtocol._ready,
-    MessageType.DONE: QuicxServerProtocol._done,
-    MessageType.FAILED: QuicxServerProtocol._failed,
-    MessageType.HEARTBEAT: QuicxServerProtocol._heartbeat,
-    MessageType.PONG: QuicxServerProtocol._pong,
-    MessageType.STATS: QuicxServerProtocol._stats,
-}
-
-_HANDLERS_V2: dict[int, Callable[[QuicxServerProtocol, bytes], None]] = {
-    codec.MessageType.SUBMIT: QuicxServerProtocol._submit_v2,
-    codec.MessageType.READY: QuicxServerProtocol._ready_v2,
-    codec.MessageType.DONE: QuicxServerProtocol._unfenced,
-    codec.MessageType.FAILED: QuicxServerProtocol._unfenced,
-    codec.MessageType.HEARTBEAT: QuicxServerProtocol._heartbeat_v2,
-    codec.MessageType.PONG: QuicxServerProtocol._pong,
-    codec.MessageType.STATS: QuicxServerProtocol._stats_v2,
-    codec.MessageType.HELLO: QuicxServerProtocol._hello,
-    codec.MessageType.CANCEL: QuicxServerProtocol._cancel,
-    codec.MessageType.PAUSE: QuicxServerProtocol._pause,
-    codec.MessageType.RESUME: QuicxServerProtocol._resume,
-    codec.MessageType.PURGE: QuicxServerProtocol._purge,
-    codec.MessageType.QUEUES: QuicxServerProtocol._queues,
-    codec.MessageType.PEEK: QuicxServerProtocol._peek,
-    codec.MessageType.INSPECT: QuicxServerProtocol._inspect,
-    codec.MessageType.ACK: QuicxServerProtocol._ack,
-    codec.MessageType.NACK: QuicxServerProtocol._nack,
-    codec.MessageType.TOUCH: QuicxServerProtocol._touch,
-    codec.MessageType.DEAD: QuicxServerProtocol._dead,
-    codec.MessageType.REPLAY: QuicxServerProtocol._replay,
-    codec.MessageType.DEAD_PURGE: QuicxServerProtocol._dead_purge,
-    codec.MessageType.SCHEDULES: QuicxServerProtocol._schedules,
-    codec.MessageType.SCHEDULE: QuicxServerProtocol._schedule,
-    codec.MessageType.UNSCHEDULE: QuicxServerProtocol._unschedule,
-    codec.MessageType.PROGRESS: QuicxServerProtocol._progress,
-    codec.MessageType.PUBLISH: QuicxServerProtocol._publish,
-    codec.MessageType.FOLLOW: QuicxServerProtocol._follow,
-    codec.MessageType.AWAIT: QuicxServerProtocol._await,
-    codec.MessageType.GROUP: QuicxServerProtocol._group,
-    codec.MessageType.WATCH: QuicxServerProtocol._watch,
-    codec.MessageType.STATUS: QuicxServerProtocol._status,
-}
 
 
 class QuicxServerFactory(Factory[QuicxServerProtocol]):

@@ -1,0 +1,80 @@
+"""
+What a message handler sees of the connection its frame came on: its
+session, the queue, its limits, its replies.
+
+L{quicx.daemon.server.QuicxServerProtocol} is the one implementation; the
+handlers (this package's other modules) see only this interface, so they
+import nothing above them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, TypeAlias
+
+from quicx.daemon.config import Limits
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.model import Session
+
+
+class NotAuthorized(Exception):
+    """The peer's identity may not take the role it asked for (ERROR, then closed)."""
+
+
+class Connection(Protocol):
+    """
+    One client connection, as its handlers see it.
+
+    @ivar session: its session (C{None} once it is lost, or if it was
+        refused: no frame is handled then).
+    @ivar queue: the queue it submits to and works for.
+    @ivar limits: what it is held to.
+    @ivar status: makes the daemon's status document (STATUS); C{None}:
+        this listener serves none.
+    """
+
+    @property
+    def session(self) -> Session | None: ...
+
+    @property
+    def queue(self) -> QueueService: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def status(self) -> Callable[[], dict[str, Any]] | None: ...
+
+    def reply(self, frame: bytes) -> None:
+        """Answer this peer's request, in order with its other answers."""
+
+    def reply_when_durable(self, frame: bytes) -> None:
+        """Answer once the journal holds what the request changed, in order."""
+
+    def producer(
+        self, task_type: bytes, key: bytes | None = None, fairness: bytes | None = None
+    ) -> Session:
+        """
+        Its session, taking the producer role if it is new, to submit a task
+        of C{task_type} with these keys.
+
+        @raise ProtocolViolation: the type or a key is too long, or the
+            connection is a worker.
+        @raise NotAuthorized: its identity may not produce.
+        """
+
+    def authorize(self, *roles: str) -> None:
+        """@raise NotAuthorized: its identity may act as none of C{roles}."""
+
+    def learn_identity(self) -> None:
+        """Learn its certificate identity (and whether it is an admin), once."""
+
+    def require_admin(self, what: str) -> None:
+        """@raise Refused: it is no admin, so may not ask for C{what}."""
+
+    def monitor_query(self) -> None:
+        """A monitor query begins: check the peer may ask; the turn may end once answered."""
+
+
+Handler: TypeAlias = Callable[[Connection, bytes], None]
+"""What answers one message type: called with the connection and the frame's payload."""

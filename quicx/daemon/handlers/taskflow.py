@@ -1,0 +1,123 @@
+"""
+Handlers of the task flow: SUBMIT, READY, and a delivery's report (DONE, FAILED, ACK, NACK).
+
+The hot path: each is one function, called straight from the table, that
+decodes the frame and calls the queue.
+"""
+
+from __future__ import annotations
+
+from quicx.daemon.handlers.connection import Connection
+from quicx.protocol import codec, outcomes, taskflow, wire
+from quicx.protocol.outcomes import ACK_SIZE, NACK_FIXED
+from quicx.protocol.session import ProtocolViolation, Role
+
+
+def submit_v1(conn: Connection, payload: bytes) -> None:
+    task_type, body = wire.submit_fields(payload)
+    conn.queue.submit(conn.producer(task_type), task_type, body)
+
+
+def submit_v2(conn: Connection, payload: bytes) -> None:
+    fields = taskflow.submit_fields(payload)
+    if fields is not None:
+        # No option but a queue and a priority: the common SUBMIT.
+        task_type, body, queue, priority = fields
+        conn.queue.submit(conn.producer(task_type), task_type, body, queue, priority)
+        return
+    message = taskflow.decode_submit(payload)
+    session = conn.producer(message.task_type, message.key, message.fairness)
+    conn.queue.submit(
+        session,
+        message.task_type,
+        message.payload,
+        message.queue,
+        message.priority,
+        message.key,
+        message.fairness,
+        message.delay_ms,
+        message.run_at_ms,
+        message.retries,
+        message.backoff,
+        message.progress,
+        message.result_ttl,
+        message.group,
+    )
+
+
+def ready_v1(conn: Connection, payload: bytes) -> None:
+    credits = wire.decode_ready(payload).credits
+    session = conn.session
+    assert session is not None
+    if session.role is not Role.WORKER:
+        conn.authorize("worker")
+    conn.queue.claim_role(session, Role.WORKER)
+    # More than the limit is not an error: the worker is granted the limit
+    # and simply never sees more tasks at once.
+    conn.queue.ready(session, min(credits, conn.limits.max_credits))
+
+
+def ready_v2(conn: Connection, payload: bytes) -> None:
+    message = taskflow.decode_ready(payload)
+    session = conn.session
+    assert session is not None
+    if session.role is not Role.WORKER:
+        conn.authorize("worker")
+    conn.queue.claim_role(session, Role.WORKER)
+    if message.queues:
+        conn.queue.subscribe(session, message.queues)
+    conn.queue.ready(session, min(message.credits, conn.limits.max_credits))
+
+
+def done(conn: Connection, payload: bytes) -> None:
+    session = conn.session
+    assert session is not None
+    conn.queue.done(session, wire.done_task_id(payload))
+
+
+def failed(conn: Connection, payload: bytes) -> None:
+    message = wire.decode_failed(payload)
+    reason_length = len(payload) - codec.TASK_ID.size
+    if reason_length > conn.limits.max_reason_length:
+        # Refused, not cut: the worker still holds the task and may send
+        # a shorter reason.
+        raise ProtocolViolation(
+            f"FAILED reason of {reason_length} bytes exceeds max_reason_length"
+            f" ({conn.limits.max_reason_length})"
+        )
+    session = conn.session
+    assert session is not None
+    conn.queue.failed(session, message.task_id, message.reason)
+
+
+def unfenced(conn: Connection, payload: bytes) -> None:
+    raise ProtocolViolation(
+        "a version-2 worker reports with ACK or NACK, quoting the delivery's token"
+    )
+
+
+def ack(conn: Connection, payload: bytes) -> None:
+    # The queue refuses a report from a connection that holds no such
+    # task, a worker's or not.
+    session = conn.session
+    assert session is not None
+    if len(payload) == ACK_SIZE:  # no result: the common ACK, in one unpack
+        task_id, token = outcomes.ID_TOKEN.unpack(payload)
+        if task_id:
+            conn.queue.ack(session, task_id, token)
+            return
+    # With a result, or bad: decoding says why.
+    conn.queue.ack(session, *outcomes.decode_ack(payload))
+
+
+def nack(conn: Connection, payload: bytes) -> None:
+    reason_length = len(payload) - NACK_FIXED
+    if reason_length > conn.limits.max_reason_length:
+        raise ProtocolViolation(
+            f"NACK reason of {reason_length} bytes exceeds max_reason_length"
+            f" ({conn.limits.max_reason_length})"
+        )
+    message = outcomes.decode_nack(payload)
+    session = conn.session
+    assert session is not None
+    conn.queue.nack(session, message.task_id, message.token, message.reason, message.permanent)
