@@ -18,6 +18,7 @@ from zope.interface import implementer
 from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry, Record
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.admission import Admission, ScheduledTask
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.speakers import SPEAKERS
@@ -188,6 +189,27 @@ def make_queue(
         failures=failures,
         **kwargs,
     )
+
+
+def submit_to(
+    kernel: QueueService,
+    session: Session,
+    task_type: bytes,
+    payload: bytes,
+    *fields: Any,
+    **named: Any,
+) -> None:
+    """
+    A SUBMIT into C{kernel}, as the server hands it on: its options
+    (L{taskflow.SubmitOptions}'s fields) made one value, admitted.
+    """
+    options = taskflow.SubmitOptions(*fields, **named)
+    Admission(kernel).submit(session, task_type, payload, options)
+
+
+def fire_to(kernel: QueueService, name: str, fire_time: float, spec: ScheduledTask) -> None:
+    """Schedule C{name}'s firing for C{fire_time}, as the schedules hand it on."""
+    Admission(kernel).fire(name, fire_time, spec)
 
 
 def producer_of(queue: QueueService, name: str = "producer") -> FakePeer:

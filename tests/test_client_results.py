@@ -474,7 +474,7 @@ def test_blocking_submit_with_a_result_progress_and_a_group(raw) -> None:
         assert heard == [ProgressReport(1, 0.25, "a quarter"), ProgressReport(1, 0.5, "half")]
         assert client.wait(client.submit("t", b"y", result_ttl="1h")) is None
     daemon.join()
-    assert [(s.result_ttl, s.progress, s.group) for s in submits] == [
+    assert [(s.options.result_ttl, s.options.progress, s.options.group) for s in submits] == [
         (0, True, 7),
         (3600, False, None),
     ]
@@ -596,7 +596,7 @@ def test_blocking_groups(raw) -> None:
             client.wait_group(9, timeout=0)
         assert client.group(7)["state"] == "finished"
     daemon.join()
-    assert [(s.group, s.queue, s.result_ttl) for s in submits] == [
+    assert [(s.options.group, s.options.queue, s.options.result_ttl) for s in submits] == [
         (7, None, None),
         (7, "q", 0),
         (7, None, None),

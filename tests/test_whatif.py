@@ -27,7 +27,7 @@ from quicx.report.whatif import (
     simulate,
     workload,
 )
-from tests.fakes import FakePeer, make_queue, v2_producer_of, v2_worker_of
+from tests.fakes import FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 QUEUES = ("a", "b")
 BACKOFF = Backoff(BackoffKind.FIXED, 7, 7, 0)
@@ -119,7 +119,8 @@ def run_core(
         clock.advance((START_MS + now) / 1000 + 1e-7 - clock.seconds())  # retries due
         collect(now)
         if isinstance(action, Spec):
-            queue.submit(
+            submit_to(
+                queue,
                 producer.session,
                 b"t",
                 b"x",

@@ -33,6 +33,7 @@ from quicx.daemon import speakers
 from quicx.daemon.config import Limits
 from quicx.daemon.observe.eventbus import EventBus
 from quicx.daemon.queue import introspect
+from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.schedule_book import ScheduleBook
@@ -139,6 +140,7 @@ class QuicxServerProtocol(FrameReceiver):
         host = getattr(peer, "host", None)
         self.peer_name = f"{host}:{peer.port}" if host else str(peer)
         self.queue = factory.queue
+        self.admission = factory.admission
         self.limits = limits = factory.limits
         if len(self.queue.sessions) >= limits.max_connections:
             # Refused before it costs a session: one ERROR, then the close.
@@ -347,7 +349,7 @@ class QuicxServerProtocol(FrameReceiver):
 
     def _submit(self, payload: bytes) -> None:
         task_type, body = wire.submit_fields(payload)
-        self.queue.submit(self._producer(task_type), task_type, body)
+        self.admission.submit(self._producer(task_type), task_type, body)
 
     def _ready(self, payload: bytes) -> None:
         credits = wire.decode_ready(payload).credits
@@ -405,27 +407,12 @@ class QuicxServerProtocol(FrameReceiver):
         fields = taskflow.submit_fields(payload)
         if fields is not None:
             # No option but a queue and a priority: the common SUBMIT.
-            task_type, body, queue, priority = fields
-            self.queue.submit(self._producer(task_type), task_type, body, queue, priority)
+            task_type, body, options = fields
+            self.admission.submit(self._producer(task_type), task_type, body, options)
             return
-        message = taskflow.decode_submit(payload)
-        session = self._producer(message.task_type, message.key, message.fairness)
-        self.queue.submit(
-            session,
-            message.task_type,
-            message.payload,
-            message.queue,
-            message.priority,
-            message.key,
-            message.fairness,
-            message.delay_ms,
-            message.run_at_ms,
-            message.retries,
-            message.backoff,
-            message.progress,
-            message.result_ttl,
-            message.group,
-        )
+        task_type, body, options = taskflow.decode_submit(payload)
+        session = self._producer(task_type, options.key, options.fairness)
+        self.admission.submit(session, task_type, body, options)
 
     def _producer(
         self, task_type: bytes, key: bytes | None = None, fairness: bytes | None = None
@@ -851,6 +838,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         if reactor is None:
             from twisted.internet import reactor
         self.queue = queue
+        self.admission = Admission(queue)
         self.authorization = authorization
         self.admin = admin
         self.reactor = reactor
