@@ -10,12 +10,20 @@ from decimal import Decimal
 from functools import partial
 from typing import Any, cast
 
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, Logger, formatEvent
 from zope.interface import implementer
 
-from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry, Record
+from quicx.daemon.journal.interface import (
+    DeadInfo,
+    GroupEntry,
+    IJournal,
+    IJournalOwner,
+    KeptEntry,
+    Record,
+)
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.admission import Admission, ScheduledTask
@@ -56,6 +64,28 @@ class FakePeer:
     def task_ids(self) -> list[int]:
         """The ids of the TASKs received since the last C{take}, taking them all."""
         return [m.task_id for m in self.take() if isinstance(m, wire.Task | taskflow.Task)]
+
+
+@frozen
+class Written:
+    """A task as the journal reads it (a L{Record}): to write its records by hand."""
+
+    task_id: int
+    task_type: bytes
+    queue: str
+    priority: int
+    enqueued_at: float
+    key: bytes | None = None
+    fairness: bytes | None = None
+    due: float = 0.0
+    retries: int = 0
+    failures: int = 0
+    backoff: tuple[int, int, int, int] | None = None
+    keep_for: float = 0.0
+    group: int = 0
+    size: int = 0
+    ended_attempts: int = 0
+    dead: DeadInfo | None = None
 
 
 @implementer(IJournal)
