@@ -65,8 +65,10 @@ class Admission:
         the queue) waits until the record is on disk; see L{QueueService.accepted}.
         """
         kernel = self.kernel
+        # The common SUBMIT's checks are inlined: this is the hot path.
         try:
-            queue = kernel.queue_named(options.queue)
+            name = options.queue
+            queue = kernel.default_queue if name is None else kernel.queue_named(name)
             if (
                 kernel.allowed_types is not None
                 or kernel.draining
@@ -75,7 +77,8 @@ class Admission:
             ):
                 self._check_submit(queue, task_type)
             now = kernel.clock()
-            due = self._due(options, now)
+            delayed = options.delay_ms is not None or options.run_at_ms is not None
+            due = self._due(options, now) if delayed else 0.0
             key = options.key
             if key is not None:
                 found = kernel.keys.find(queue.name, key, now)
@@ -89,22 +92,6 @@ class Admission:
         except Refused as e:
             kernel.reject(session, e, task_type, len(payload))
             return
-        self._take(session, queue, task_type, payload, block, options, now, due, joined)
-
-    def _take(
-        self,
-        session: Session,
-        queue: NamedQueue[Task, Session],
-        task_type: bytes,
-        payload: bytes,
-        block: int,
-        options: SubmitOptions,
-        now: float,
-        due: float,
-        joined: Group | None,
-    ) -> None:
-        """Make the task C{options} ask for, and hand it to the kernel."""
-        kernel = self.kernel
         # Kept from now on, if it was new: no refusal before left it behind.
         queue = kernel.queues.setdefault(queue.name, queue)
         priority, retries = options.priority, options.retries
@@ -117,22 +104,18 @@ class Admission:
             queue,
             queue.priority if priority is None else priority,
             now,
-            options.key,
+            key,
             options.fairness,
             session.identity,
             due=due,
             retries=queue.policy.retries if retries is None else retries,
             backoff=options.backoff,
             forward_progress=options.progress,
-            tally=kernel.tally_of(queue, task_type),
+            tally=queue.tallies.get(task_type) or kernel.tally_of(queue, task_type),
             ready_at=now,
         )
-        if options.result_ttl is not None:
-            kept = kernel.limits.results
-            task.keep_for = min(options.result_ttl or kept.ttl, kept.max_ttl)
-        if joined is not None:
-            task.group = joined.group_id
-            kernel.groups.join(joined)
+        if options.result_ttl is not None or joined is not None:
+            self._keep_and_join(task, options.result_ttl, joined)
         session.outstanding += 1
         if kernel.admit(task, payload):
             kernel.accept(task)
@@ -140,15 +123,22 @@ class Admission:
             # Its answer, and every answer after it, waits for the journal.
             session.wait_for(task)
 
+    def _keep_and_join(self, task: Task, result_ttl: int | None, joined: Group | None) -> None:
+        """C{task}'s outcome is kept C{result_ttl} seconds, if given; it joins C{joined}."""
+        if result_ttl is not None:
+            kept = self.kernel.limits.results
+            task.keep_for = min(result_ttl or kept.ttl, kept.max_ttl)
+        if joined is not None:
+            task.group = joined.group_id
+            self.kernel.groups.join(joined)
+
     def _due(self, options: SubmitOptions, now: float) -> float:
         """
-        When a task of C{options} runs (0.0: now).
+        When a task of C{options}, delayed, runs (0.0: now).
 
         @raise Refused: it may not be delayed until then.
         """
         delay_ms, run_at_ms = options.delay_ms, options.run_at_ms
-        if delay_ms is None and run_at_ms is None:
-            return 0.0
         due = now + delay_ms / 1000 if delay_ms is not None else run_at_ms / 1000  # type: ignore[operator]
         refusal = self._check_delay(due, now)
         if refusal is not None:
