@@ -88,7 +88,12 @@ class Admission:
             joined = None if options.group is None else kernel.outcomes.group_to_join(options.group)
             if options.fairness is not None:
                 self._check_fairness(queue, options.fairness)
-            block = self._store(payload)
+            try:
+                # An empty payload still takes the smallest block: every live task
+                # holds a block, so the pool bounds how many tasks there are.
+                block = kernel.pool.store(payload)
+            except pmad.PmadError:
+                block = self._store(payload)
         except Refused as e:
             kernel.reject(session, e, task_type, len(payload))
             return
@@ -204,8 +209,6 @@ class Admission:
         pool, kept = self.kernel.pool, self.kernel.kept
         while True:
             try:
-                # An empty payload still takes the smallest block: every live task
-                # holds a block, so the pool bounds how many tasks there are.
                 return pool.store(payload)
             except pmad.AllocationTooLarge as e:
                 raise Refused(ErrorCode.PAYLOAD_TOO_LARGE, str(e)) from None
