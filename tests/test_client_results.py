@@ -671,7 +671,7 @@ async def test_twisted_results_progress_and_groups(raw) -> None:
         assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.OPEN)
         peer.send(link.encode_info({"group": 4, "state": "open"}))
         submits = [received(peer, taskflow.Submit) for _ in range(2)]
-        assert [s.group for s in submits] == [4, 4]
+        assert [s.options.group for s in submits] == [4, 4]
         peer.send(taskflow.encode_ok(2) + taskflow.encode_ok(3))
         assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.CLOSE, 4)
         peer.send(link.encode_info({"group": 4, "state": "closed"}))
