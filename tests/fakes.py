@@ -12,14 +12,23 @@ from decimal import Decimal
 from functools import partial
 from typing import Any, cast
 
+from attrs import frozen
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, Logger, formatEvent
 from zope.interface import implementer
 
-from quicx.daemon.journal.interface import GroupEntry, IJournal, IJournalOwner, KeptEntry, Record
+from quicx.daemon.journal.interface import (
+    DeadInfo,
+    GroupEntry,
+    IJournal,
+    IJournalOwner,
+    KeptEntry,
+    Record,
+)
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.admission import Admission, ScheduledTask
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.state import TaskState, allowed
@@ -58,6 +67,28 @@ class FakePeer:
     def task_ids(self) -> list[int]:
         """The ids of the TASKs received since the last C{take}, taking them all."""
         return [m.task_id for m in self.take() if isinstance(m, wire.Task | taskflow.Task)]
+
+
+@frozen
+class Written:
+    """A task as the journal reads it (a L{Record}): to write its records by hand."""
+
+    task_id: int
+    task_type: bytes
+    queue: str
+    priority: int
+    enqueued_at: float
+    key: bytes | None = None
+    fairness: bytes | None = None
+    due: float = 0.0
+    retries: int = 0
+    failures: int = 0
+    backoff: tuple[int, int, int, int] | None = None
+    keep_for: float = 0.0
+    group: int = 0
+    size: int = 0
+    ended_attempts: int = 0
+    dead: DeadInfo | None = None
 
 
 @implementer(IJournal)
@@ -191,6 +222,27 @@ def make_queue(
         failures=failures,
         **kwargs,
     )
+
+
+def submit_to(
+    kernel: QueueService,
+    session: Session,
+    task_type: bytes,
+    payload: bytes,
+    *fields: Any,
+    **named: Any,
+) -> None:
+    """
+    A SUBMIT into C{kernel}, as the server hands it on: its options
+    (L{taskflow.SubmitOptions}'s fields) made one value, admitted.
+    """
+    options = taskflow.SubmitOptions(*fields, **named)
+    Admission(kernel).submit(session, task_type, payload, options)
+
+
+def fire_to(kernel: QueueService, name: str, fire_time: float, spec: ScheduledTask) -> None:
+    """Schedule C{name}'s firing for C{fire_time}, as the schedules hand it on."""
+    Admission(kernel).fire(name, fire_time, spec)
 
 
 def producer_of(queue: QueueService, name: str = "producer") -> FakePeer:

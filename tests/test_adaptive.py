@@ -31,7 +31,7 @@ from quicx.daemon.config import Limits
 from quicx.daemon.server import QuicxServerFactory
 from quicx.protocol import outcomes, taskflow, wire
 from quicx.protocol.wire import ErrorCode
-from tests.fakes import make_queue, producer_of
+from tests.fakes import make_queue, producer_of, submit_to
 from tests.test_worker_leases import FakeDaemon
 
 NOOP = 5e-6
@@ -302,7 +302,7 @@ def test_credits_cut_take_effect_at_once_with_a_real_daemon() -> None:
     )
     producer = producer_of(queue)
     for _ in range(200):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
 
     def next_read() -> int:
         count = len(reads)

@@ -257,8 +257,8 @@ def test_submits_are_the_codecs_and_decode_back(batch: list[requests.Task]) -> N
     assert len(frames) == len(batch)
     for frame, task in zip(frames, batch, strict=True):
         assert isinstance(frame, Frame)
-        submit = taskflow.decode_submit(frame.payload)
-        assert (submit.task_type, submit.payload) == (task[0], task[1])
+        task_type, payload, submit = taskflow.decode_submit(frame.payload)
+        assert (task_type, payload) == (task[0], task[1])
         expected = task[2] if len(task) == 3 else Options()
         assert (submit.queue, submit.priority, submit.key, submit.retries, submit.group) == (
             expected.queue,

@@ -18,10 +18,10 @@ from quicx.protocol.errors import NeedsVersion2, TaskFailed
 from quicx.protocol.taskflow import Backoff, BackoffKind
 
 
-def submitted(options: Options) -> taskflow.Submit:
-    """The SUBMIT the options make, as the daemon decodes it."""
+def submitted(options: Options) -> taskflow.SubmitOptions:
+    """The options of the SUBMIT they make, as the daemon decodes it."""
     frame = requests.encode_submit(2, "t", b"x", options)
-    return taskflow.decode_submit(frame[codec.HEADER.size :])
+    return taskflow.decode_submit(frame[codec.HEADER.size :]).options
 
 
 @pytest.mark.parametrize(

@@ -474,7 +474,7 @@ def test_blocking_submit_with_a_result_progress_and_a_group(raw) -> None:
         assert heard == [ProgressReport(1, 0.25, "a quarter"), ProgressReport(1, 0.5, "half")]
         assert client.wait(client.submit("t", b"y", result_ttl="1h")) is None
     daemon.join()
-    assert [(s.result_ttl, s.progress, s.group) for s in submits] == [
+    assert [(s.options.result_ttl, s.options.progress, s.options.group) for s in submits] == [
         (0, True, 7),
         (3600, False, None),
     ]
@@ -596,7 +596,7 @@ def test_blocking_groups(raw) -> None:
             client.wait_group(9, timeout=0)
         assert client.group(7)["state"] == "finished"
     daemon.join()
-    assert [(s.group, s.queue, s.result_ttl) for s in submits] == [
+    assert [(s.options.group, s.options.queue, s.options.result_ttl) for s in submits] == [
         (7, None, None),
         (7, "q", 0),
         (7, None, None),
@@ -671,7 +671,7 @@ async def test_twisted_results_progress_and_groups(raw) -> None:
         assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.OPEN)
         peer.send(link.encode_info({"group": 4, "state": "open"}))
         submits = [received(peer, taskflow.Submit) for _ in range(2)]
-        assert [s.group for s in submits] == [4, 4]
+        assert [s.options.group for s in submits] == [4, 4]
         peer.send(taskflow.encode_ok(2) + taskflow.encode_ok(3))
         assert received(peer, outcomes.Group) == outcomes.Group(GroupOp.CLOSE, 4)
         peer.send(link.encode_info({"group": 4, "state": "closed"}))

@@ -93,11 +93,11 @@ def test_blocking_client_hands_retry_notices_to_wait(raw: RetryingDaemon) -> Non
         with pytest.raises(TaskFailed):
             client.wait(second, on_retry=heard.append)
         assert len(heard) == 3
-    assert (raw.submits[0].retries, raw.submits[0].backoff) == (
+    assert (raw.submits[0].options.retries, raw.submits[0].options.backoff) == (
         3,
         taskflow.Backoff(taskflow.BackoffKind.FIXED, 2000, 2000, 0),
     )
-    assert raw.submits[1].delay_ms == 500
+    assert raw.submits[1].options.delay_ms == 500
 
 
 @pytest_twisted.ensureDeferred
@@ -119,7 +119,7 @@ async def test_twisted_outcome_fires_once_with_the_final_outcome(raw: RetryingDa
         assert len(heard) == 3
     finally:
         client.close()
-    assert raw.submits[1].delay_ms == 500
+    assert raw.submits[1].options.delay_ms == 500
 
 
 @pytest_twisted.ensureDeferred

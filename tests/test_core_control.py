@@ -25,6 +25,7 @@ from tests.fakes import (
     FakeJournal,
     make_queue,
     producer_of,
+    submit_to,
     v2_producer_of,
     v2_worker_of,
 )
@@ -36,7 +37,7 @@ def test_a_producer_cancels_its_queued_task_and_hears_cancelled() -> None:
     journal = FakeJournal(waits=False)
     queue = make_queue(journal=journal)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.take()
     used = queue.pool.bytes_used
     assert queue.cancel(producer.session, 1) == {"id": 1, "state": "cancelled", "queue": "default"}
@@ -51,7 +52,7 @@ def test_a_producer_cancels_its_queued_task_and_hears_cancelled() -> None:
 def test_a_v1_producer_hears_failed_cancelled() -> None:
     queue = make_queue()
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     admin = v2_producer_of(queue, "admin")
     admin.session.admin = True
     queue.cancel(admin.session, 1)
@@ -69,7 +70,7 @@ def test_a_v1_producer_hears_failed_cancelled() -> None:
 def test_cancel_refusals(setup: str, code: ErrorCode) -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     canceller = producer
     if setup == "other":
         canceller = v2_producer_of(queue, "other")
@@ -86,7 +87,7 @@ def test_the_same_tls_identity_may_cancel_across_connections() -> None:
     queue = make_queue()
     first = v2_producer_of(queue, "first")
     first.session.identity = "billing"
-    queue.submit(first.session, b"t", b"x")
+    submit_to(queue, first.session, b"t", b"x")
     second = v2_producer_of(queue, "second")
     second.session.identity = "billing"
     assert queue.cancel(second.session, 1)["state"] == "cancelled"
@@ -102,7 +103,7 @@ def test_a_paused_queue_accepts_but_dispatches_nothing_until_resumed() -> None:
     worker.take()
     assert queue.set_paused("mail", True) == {"queue": "mail", "paused": True}
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "mail")
+    submit_to(queue, producer.session, b"t", b"x", "mail")
     assert producer.take() == [taskflow.Ok(1)]
     assert worker.take() == []
     queue.set_paused("mail", False)
@@ -123,7 +124,7 @@ def test_purge_cancels_the_queued_tasks_and_leaves_running_ones() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x", "q")
+        submit_to(queue, producer.session, b"t", b"x", "q")
     worker = v2_worker_of(queue, queues=("q",))
     assert worker.task_ids() == [1]
     producer.take()
@@ -139,8 +140,8 @@ def test_purge_cancels_the_queued_tasks_and_leaves_running_ones() -> None:
 def test_a_second_submit_of_a_key_gets_the_first_id_and_queues_nothing() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", key=b"order-7")
-    queue.submit(producer.session, b"t", b"x", key=b"order-7")
+    submit_to(queue, producer.session, b"t", b"x", key=b"order-7")
+    submit_to(queue, producer.session, b"t", b"x", key=b"order-7")
     assert producer.take() == [taskflow.Ok(1), taskflow.Ok(1, duplicate=True)]
     assert queue.queued == 1
 
@@ -148,8 +149,8 @@ def test_a_second_submit_of_a_key_gets_the_first_id_and_queues_nothing() -> None
 def test_keys_are_per_queue() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "a", key=b"k")
-    queue.submit(producer.session, b"t", b"x", "b", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", "a", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", "b", key=b"k")
     assert producer.take() == [taskflow.Ok(1), taskflow.Ok(2)]
 
 
@@ -157,27 +158,27 @@ def test_a_duplicate_of_a_finished_task_hears_its_outcome_within_the_window() ->
     clock = Clock()
     queue = make_queue(clock, limits=QueueLimits(dedup_window=60))
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     worker = v2_worker_of(queue)
     queue.failed(worker.session, worker.task_ids()[0], "smtp down")
     producer.take()
     clock.advance(30)
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     answers = producer.take()
     assert answers[0] == taskflow.Ok(1, duplicate=True)
     assert isinstance(answers[1], wire.Failed) and answers[1].task_id == 1
     clock.advance(31)
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     assert producer.take() == [taskflow.Ok(2)]  # the window is over: a new task
 
 
 def test_a_resubmit_after_a_reconnect_takes_over_the_outcome() -> None:
     queue = make_queue()
     first = v2_producer_of(queue, "first")
-    queue.submit(first.session, b"t", b"x", key=b"k")
+    submit_to(queue, first.session, b"t", b"x", key=b"k")
     first.disconnect()
     second = v2_producer_of(queue, "second")
-    queue.submit(second.session, b"t", b"x", key=b"k")
+    submit_to(queue, second.session, b"t", b"x", key=b"k")
     worker = v2_worker_of(queue)
     queue.done(worker.session, worker.task_ids()[0])
     assert second.take() == [taskflow.Ok(1, duplicate=True), taskflow.Done(1)]
@@ -187,8 +188,8 @@ def test_a_duplicate_of_a_task_not_yet_durable_waits_for_its_answer() -> None:
     journal = FakeJournal(waits=True)
     queue = make_queue(journal=journal)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", key=b"k")
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     assert producer.take() == []
     journal.sync()
     assert producer.take() == [taskflow.Ok(1), taskflow.Ok(1, duplicate=True)]
@@ -198,12 +199,12 @@ def test_a_refused_submit_forgets_its_key() -> None:
     journal = FakeJournal(waits=True)
     queue = make_queue(journal=journal)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", key=b"k")
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     journal.fail()
     answers = producer.take()
     assert [a.code for a in answers] == [1, 1]
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     journal.sync()
     assert producer.take() == [taskflow.Ok(2)]
 
@@ -213,13 +214,13 @@ def test_the_key_table_is_bounded_oldest_first() -> None:
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, credits=10)
     for key in (b"a", b"b", b"c"):
-        queue.submit(producer.session, b"t", b"x", key=key)
+        submit_to(queue, producer.session, b"t", b"x", key=key)
     for task_id in worker.task_ids():
         queue.done(worker.session, task_id)
     assert len(queue.keys) == 2 and queue.keys.evicted == 1
     producer.take()
-    queue.submit(producer.session, b"t", b"x", key=b"a")  # forgotten: runs again
-    queue.submit(producer.session, b"t", b"x", key=b"c")
+    submit_to(queue, producer.session, b"t", b"x", key=b"a")  # forgotten: runs again
+    submit_to(queue, producer.session, b"t", b"x", key=b"c")
     assert producer.take()[:2] == [taskflow.Ok(4), taskflow.Ok(3, duplicate=True)]
 
 
@@ -229,8 +230,8 @@ def test_the_key_table_is_bounded_oldest_first() -> None:
 def test_peek_shows_the_next_tasks_in_dispatch_order_without_taking_them() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"low", b"x", "q", 1)
-    queue.submit(producer.session, b"high", b"xyz", "q", 8)
+    submit_to(queue, producer.session, b"low", b"x", "q", 1)
+    submit_to(queue, producer.session, b"high", b"xyz", "q", 8)
     peeked = introspect.peek(queue, "q", 5)
     assert [(t["id"], t["type"], t["priority"], t["state"], t["size"]) for t in peeked] == [
         (2, "high", 8, "queued", 3),
@@ -245,9 +246,9 @@ def test_queues_lists_depth_per_priority_pause_and_workers() -> None:
     clock = Clock()
     queue = make_queue(clock)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "q", 3)
-    queue.submit(producer.session, b"t", b"x", "q", 3)
-    queue.submit(producer.session, b"t", b"x", "q", 7)
+    submit_to(queue, producer.session, b"t", b"x", "q", 3)
+    submit_to(queue, producer.session, b"t", b"x", "q", 3)
+    submit_to(queue, producer.session, b"t", b"x", "q", 7)
     queue.set_paused("q", True)
     v2_worker_of(queue, queues=("q",))
     clock.advance(2)
@@ -264,9 +265,9 @@ def test_why_a_task_waits() -> None:
     limits = QueueLimits(declared={"q": QueuePolicy(key_concurrency=1)})
     queue = make_queue(clock, limits=limits)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "q", 5, fairness=b"acme")
-    queue.submit(producer.session, b"t", b"x", "q", 9)
-    queue.submit(producer.session, b"t", b"x", "q", 5, fairness=b"acme")
+    submit_to(queue, producer.session, b"t", b"x", "q", 5, fairness=b"acme")
+    submit_to(queue, producer.session, b"t", b"x", "q", 9)
+    submit_to(queue, producer.session, b"t", b"x", "q", 5, fairness=b"acme")
     answer = introspect.inspect(queue, 3)
     reasons = {r["reason"]: r for r in answer["why"]}
     assert set(reasons) == {"no_workers", "ahead"}
@@ -288,10 +289,10 @@ def test_why_a_task_waits() -> None:
 def test_cancelling_or_purging_the_last_task_of_an_unserved_queue_forgets_it_once() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "lonely")
+    submit_to(queue, producer.session, b"t", b"x", "lonely")
     assert queue.cancel(producer.session, 1)["state"] == "cancelled"
     assert "lonely" not in queue.queues
-    queue.submit(producer.session, b"t", b"x", "lonely")
+    submit_to(queue, producer.session, b"t", b"x", "lonely")
     assert queue.purge("lonely") == {"queue": "lonely", "purged": 1}
     assert "lonely" not in queue.queues
 
@@ -300,17 +301,17 @@ def test_a_finished_tasks_key_does_not_shadow_a_newer_live_one() -> None:
     clock = Clock()
     queue = make_queue(clock, limits=QueueLimits(dedup_window=60))
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     worker = v2_worker_of(queue)
     queue.done(worker.session, worker.task_ids()[0])
     clock.advance(61)  # the window is over: a new task takes the key
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     producer.take()
     # The first task's entry again (as a journal may replay it): the live task keeps the key.
     from quicx.daemon.journal.interface import KeyEntry
 
     queue.keys.finish(KeyEntry("default", b"k", 1, clock.seconds() - 61, "done"), clock.seconds())
-    queue.submit(producer.session, b"t", b"x", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", key=b"k")
     assert producer.take() == [taskflow.Ok(2, duplicate=True)]
 
 
@@ -327,7 +328,7 @@ def monitor_connection(slice_seconds: float) -> tuple[Clock, StringTransport, An
     server.makeConnection(transport)
     producer = v2_producer_of(queue)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     return clock, transport, server
 
 

@@ -7,14 +7,14 @@ above max_credits is cut by the server before the queue sees it.)
 from __future__ import annotations
 
 from quicx.protocol import wire
-from tests.fakes import make_queue, producer_of, worker_of
+from tests.fakes import make_queue, producer_of, submit_to, worker_of
 
 
 def test_one_credit_means_one_task_at_a_time() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     worker = worker_of(queue, credits=1)
     assert worker.task_ids() == [1]
     queue.done(worker.session, 1)
@@ -26,7 +26,7 @@ def test_many_credits_take_that_many_tasks_and_no_more() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     for _ in range(6):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     worker = worker_of(queue, credits=4)
     assert worker.task_ids() == [1, 2, 3, 4]
     assert worker.session.free_credits == 0
@@ -39,12 +39,12 @@ def test_many_credits_take_that_many_tasks_and_no_more() -> None:
 def test_a_worker_with_credits_left_stays_idle_for_later_tasks() -> None:
     queue = make_queue()
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     worker = worker_of(queue, credits=3)
     assert worker.take() == [wire.Task(1, b"t", b"x")], "one task, and no WAIT with it"
     assert queue.stats().workers_idle == 1
-    queue.submit(producer.session, b"t", b"y")
-    queue.submit(producer.session, b"t", b"z")
+    submit_to(queue, producer.session, b"t", b"y")
+    submit_to(queue, producer.session, b"t", b"z")
     assert worker.task_ids() == [2, 3]
     assert queue.stats().workers_idle == 0
 
@@ -53,7 +53,7 @@ def test_a_ready_from_a_worker_holding_all_it_may_is_not_answered() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     worker = worker_of(queue, credits=2)
     worker.take()
     queue.ready(worker.session, 2)
@@ -65,7 +65,7 @@ def test_raising_credits_takes_more_tasks_at_once() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     for _ in range(4):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     worker = worker_of(queue, credits=1)
     assert worker.task_ids() == [1]
     queue.ready(worker.session, 3)
@@ -76,7 +76,7 @@ def test_lowering_credits_holds_back_tasks_until_below_the_new_count() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     for _ in range(6):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     worker = worker_of(queue, credits=3)
     assert worker.task_ids() == [1, 2, 3]
     queue.ready(worker.session, 1)

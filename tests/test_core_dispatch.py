@@ -20,6 +20,7 @@ from tests.fakes import (
     FakePeer,
     make_queue,
     producer_of,
+    submit_to,
     v2_producer_of,
     worker_of,
 )
@@ -37,7 +38,7 @@ def dispatching(
 
 def submit_many(queue: QueueService, producer: FakePeer, count: int) -> None:
     for n in range(count):
-        queue.submit(producer.session, b"t", b"payload %d" % n)
+        submit_to(queue, producer.session, b"t", b"payload %d" % n)
 
 
 # -- READY ----------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def test_a_waiting_worker_gets_the_next_task_without_asking_again() -> None:
     worker = worker_of(queue)
     worker.take()
     producer = producer_of(queue)
-    queue.submit(producer.session, b"resize", b"img")
+    submit_to(queue, producer.session, b"resize", b"img")
     assert worker.take() == [wire.Task(1, b"resize", b"img")]
     assert queue.stats().queue_depth == 0 and queue.tasks_running == 1
     assert queue.stats().workers_idle == 0
@@ -78,7 +79,7 @@ def test_tasks_go_out_oldest_first_across_producers() -> None:
     queue = make_queue()
     first, second = producer_of(queue, "a"), producer_of(queue, "b")
     for producer in (first, second, second, first):
-        queue.submit(producer.session, b"t", producer.peer_name.encode())
+        submit_to(queue, producer.session, b"t", producer.peer_name.encode())
     worker = worker_of(queue)
     order = []
     for _ in range(4):
@@ -154,7 +155,7 @@ def test_done_reaches_the_producer_and_frees_the_worker() -> None:
     queue = make_queue(journal=journal)
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     worker.take()
     queue.done(worker.session, 1)
     assert producer.take() == [wire.Ok(1), wire.Done(1)]
@@ -171,7 +172,7 @@ def test_failed_reaches_the_producer_with_its_reason_and_is_logged() -> None:
     queue = make_queue(journal=journal, log=log)
     producer = producer_of(queue)
     worker = worker_of(queue, name="10.0.0.5:4242")
-    queue.submit(producer.session, b"resize", b"x")
+    submit_to(queue, producer.session, b"resize", b"x")
     queue.failed(worker.session, 1, "image is corrupt")
     assert producer.take() == [wire.Ok(1), wire.Failed(1, "image is corrupt")]
     assert journal.outcomes == [(1, "failed")]
@@ -198,9 +199,9 @@ def test_the_block_is_free_before_the_producer_hears_the_outcome() -> None:
     producer = PoolWatchingPeer(queue, "producer")
     queue.claim_role(producer.session, Role.PRODUCER)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     queue.done(worker.session, 1)
-    queue.submit(producer.session, b"t", b"y")
+    submit_to(queue, producer.session, b"t", b"y")
     queue.failed(worker.session, 2, "no")
     assert producer.used_at_outcome == [EMPTY_POOL_BYTES, EMPTY_POOL_BYTES]
 
@@ -227,7 +228,7 @@ def test_a_leaving_worker_s_task_goes_at_once_to_a_waiting_worker() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     leaving = worker_of(queue, name="leaving")
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     waiting = worker_of(queue, name="waiting")
     assert waiting.take() == [wire.Wait()]
     leaving.disconnect()
@@ -242,7 +243,7 @@ def test_a_leaving_idle_worker_is_no_longer_counted_or_served() -> None:
     leaving.disconnect()
     assert (queue.stats().workers_total, queue.stats().workers_idle) == (1, 1)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     assert staying.task_ids() == [1]
 
 
@@ -282,7 +283,7 @@ def test_stats_counts_queued_tasks_workers_and_pool_bytes() -> None:
     assert (stats.queue_depth, stats.workers_total, stats.workers_idle) == (0, 3, 2)
     used = stats.pmad_bytes_used
     assert used > EMPTY_POOL_BYTES and stats.pmad_bytes_total == 1 << 20
-    queue.submit(producer.session, b"t", b"x" * 300)
+    submit_to(queue, producer.session, b"t", b"x" * 300)
     assert queue.stats().pmad_bytes_used > used
     monitor.disconnect()
     assert queue.stats().workers_total == 3
@@ -346,7 +347,7 @@ def test_a_task_reported_twice_is_a_protocol_violation() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     queue.done(worker.session, 1)
     with pytest.raises(ProtocolViolation, match="task 1 is not held by this worker"):
         queue.failed(worker.session, 1, "no")
@@ -370,7 +371,7 @@ def good_and_failing(queue: QueueService) -> tuple[FakePeer, FakePeer, FakePeer]
 def fail_in_a_row(queue: QueueService, producer: FakePeer, worker: FakePeer, count: int) -> None:
     """Submit C{count} tasks, one at a time, each dealt to C{worker} and failed at once."""
     for _ in range(count):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
         (task_id,) = worker.task_ids()
         queue.failed(worker.session, task_id, "broken")
 
@@ -393,7 +394,7 @@ def test_a_worker_that_fails_at_once_does_not_eat_the_tasks(
     dealt = {"good": 0, "failing": 0}
     for _ in range(30):
         # Light load: one task at a time, each submitted when the last is finished.
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
         for worker in (good, failing):
             for task_id in worker.task_ids():
                 dealt[worker.peer_name] += 1
@@ -424,7 +425,7 @@ def test_a_worker_is_failing_for_failing_window_after_its_latest_failure(
     clock.advance(5)
     fail_in_a_row(queue, producer, failing, 3)
     clock.advance(wait)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     assert {w.peer_name: w.task_ids() for w in (good, failing)}[served] == [4]
 
 
@@ -437,7 +438,7 @@ def test_a_success_ends_the_streak() -> None:
     queue.done(good.session, 4)
     queue.done(failing.session, 5)
     # It went idle last, and is no longer failing.
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     assert (good.task_ids(), failing.task_ids()) == ([], [6])
 
 
@@ -448,7 +449,7 @@ def test_a_retried_task_goes_to_another_worker_than_the_one_it_failed_on(alone: 
     producer = producer_of(queue)
     other = None if alone else worker_of(queue, name="other")
     worker = worker_of(queue, name="worker")
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     queue.failed(worker.session, 1, "flaky")
     # It went idle last, and one failure does not make it failing...
     clock.advance(1.0)
@@ -465,12 +466,12 @@ def test_a_retried_task_goes_to_the_worker_it_failed_on_rather_than_to_a_failing
     queue = dispatching(DispatchSettings(), clock, retries=1, backoff=FAST_RETRY)
     producer = producer_of(queue)
     good = worker_of(queue, name="good")
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     assert good.task_ids() == [1]
     queue.failed(good.session, 1, "flaky")  # once: the task's fault, most likely
     broken = worker_of(queue, name="broken")
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x", retries=0)
+        submit_to(queue, producer.session, b"t", b"x", retries=0)
         (task_id,) = broken.task_ids()
         queue.failed(broken.session, task_id, "broken")
     # Due again, with both idle and the broken one idle last: the worker it

@@ -12,7 +12,7 @@ from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
 
 from quicx.protocol import wire
-from tests.fakes import make_queue, producer_of, worker_of
+from tests.fakes import make_queue, producer_of, submit_to, worker_of
 
 
 def test_a_drain_with_nothing_left_fires_at_once() -> None:
@@ -30,7 +30,7 @@ def test_a_drain_fires_when_the_last_task_is_reported() -> None:
     producer = producer_of(queue)
     worker = worker_of(queue, credits=2)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     drained = queue.drain(60, clock)
     queue.done(worker.session, 1)
     queue.done(worker.session, 2)
@@ -44,7 +44,7 @@ def test_a_drain_with_tasks_queued_and_no_worker_fires_at_once() -> None:
     clock = Clock()
     queue = make_queue(clock)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     assert queue.drain(60, clock).called, "no worker can come: the listeners are closed"
 
 
@@ -53,8 +53,8 @@ def test_a_drain_fires_when_the_last_worker_leaves_with_tasks() -> None:
     queue = make_queue(clock)
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
-    queue.submit(producer.session, b"t", b"y")
+    submit_to(queue, producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"y")
     drained = queue.drain(60, clock)
     assert not drained.called
     worker.disconnect()
@@ -66,7 +66,7 @@ def test_a_drain_fires_at_its_timeout_whatever_is_left() -> None:
     queue = make_queue(clock)
     producer = producer_of(queue)
     worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     drained = queue.drain(30, clock)
     clock.advance(29.9)
     assert not drained.called
@@ -79,7 +79,7 @@ def test_stop_draining_fires_now_and_only_once() -> None:
     queue = make_queue(clock)
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     fired: list[None] = []
     queue.drain(30, clock).addCallback(fired.append)
     queue.stop_draining()
@@ -94,7 +94,7 @@ def test_a_drain_fires_when_a_timed_out_task_is_given_up() -> None:
     queue = make_queue(clock, task_timeout=5.0, max_attempts=1)
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     drained = queue.drain(60, clock)
     clock.advance(5)
     queue.expire_overdue()
@@ -107,8 +107,8 @@ def test_a_drain_does_not_wait_for_a_queue_no_worker_serves() -> None:
     queue = make_queue(clock)
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")  # default: the worker runs it
-    queue.submit(producer.session, b"t", b"y", queue_name="mail")  # nobody serves mail
+    submit_to(queue, producer.session, b"t", b"x")  # default: the worker runs it
+    submit_to(queue, producer.session, b"t", b"y", queue="mail")  # nobody serves mail
     drained = queue.drain(30, clock)
     assert not drained.called, "task 1 is running"
     queue.done(worker.session, 1)
@@ -120,9 +120,9 @@ def test_a_drain_does_not_wait_for_a_paused_queue() -> None:
     queue = make_queue(clock)
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     queue.set_paused("default", True)
-    queue.submit(producer.session, b"t", b"y")
+    submit_to(queue, producer.session, b"t", b"y")
     drained = queue.drain(30, clock)
     queue.done(worker.session, 1)
     assert drained.called, "task 2 waits for a resume that will not come"
@@ -131,8 +131,8 @@ def test_a_drain_does_not_wait_for_a_paused_queue() -> None:
 def test_a_stop_without_a_journal_counts_the_delayed_tasks_it_drops() -> None:
     queue = make_queue(Clock())
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
-    queue.submit(producer.session, b"t", b"y", delay_ms=60_000)
+    submit_to(queue, producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"y", delay_ms=60_000)
     said: list[str] = []
 
     def observe(event: dict) -> None:

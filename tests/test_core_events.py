@@ -22,7 +22,7 @@ from quicx.daemon.queue.policy import SubscriberLimits
 from quicx.protocol import taskflow
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.monitor import Events, Watch
-from tests.fakes import FakePeer, make_queue, v2_producer_of, v2_worker_of
+from tests.fakes import FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 
 def live(**limits: int) -> tuple[QueueService, EventBus, Clock]:
@@ -62,7 +62,7 @@ def run(queue: QueueService, queue_name: str, task_type: bytes = b"t") -> int:
     """Submit a task to C{queue_name}, and have a worker take it and ACK it."""
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, queues=(queue_name,))
-    queue.submit(producer.session, task_type, b"x", queue_name)
+    submit_to(queue, producer.session, task_type, b"x", queue_name)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token)
     producer.disconnect()
@@ -181,9 +181,9 @@ def test_a_burst_is_flushed_at_once_past_flush_at() -> None:
     producer = v2_producer_of(queue)
     queue.allowed_types = frozenset({b"allowed"})  # every SUBMIT below is refused
     for _ in range(FLUSH_AT - 1):
-        queue.submit(producer.session, b"other", b"x")
+        submit_to(queue, producer.session, b"other", b"x")
     assert peer.take() == []
-    queue.submit(producer.session, b"other", b"x")
+    submit_to(queue, producer.session, b"other", b"x")
     records = heard(peer)  # at once, before any timer
     assert len(records) == FLUSH_AT and records[0]["code"] == ErrorCode.UNKNOWN_TASK_TYPE
 

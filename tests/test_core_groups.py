@@ -18,7 +18,7 @@ from quicx.daemon.queue.results import ResultLimits
 from quicx.protocol import link, outcomes, taskflow, wire
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import GroupPhase, GroupState
-from tests.fakes import FakeJournal, FakePeer, make_queue, v2_producer_of, v2_worker_of
+from tests.fakes import FakeJournal, FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 
 def queue_with(clock: Clock | None = None, **groups: object) -> QueueService:
@@ -44,10 +44,10 @@ def test_a_group_of_10000_reports_once_with_the_right_counts() -> None:
     for n in range(10_000):
         kind = n % 10
         if kind == 0:  # cancelled while queued
-            queue.submit(producer.session, b"t", b"x", "parked", group=group)
+            submit_to(queue, producer.session, b"t", b"x", "parked", group=group)
             queue.cancel(producer.session, queue._last_task_id)
             continue
-        queue.submit(producer.session, b"t", b"x", "work", group=group, retries=kind == 2)
+        submit_to(queue, producer.session, b"t", b"x", "work", group=group, retries=kind == 2)
         (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
         if n == 9_999:
             last = task  # finished after the close
@@ -77,7 +77,7 @@ def test_closing_a_group_whose_members_all_finished_finishes_it_at_once() -> Non
     queue = make_queue(clock, journal=journal)
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     group = queue.open_group(producer.session)["group"]
-    queue.submit(producer.session, b"t", b"x", group=group)
+    submit_to(queue, producer.session, b"t", b"x", group=group)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token)
     assert states(producer) == []
@@ -96,10 +96,10 @@ def test_an_empty_group_finishes_when_closed_and_a_closed_group_takes_no_member(
     group = queue.open_group(producer.session)["group"]
     assert queue.close_group(group)["state"] == "finished"
     assert states(producer) == [GroupState(group, GroupPhase.FINISHED)]
-    queue.submit(producer.session, b"t", b"x", group=group)
+    submit_to(queue, producer.session, b"t", b"x", group=group)
     (refused,) = errors(producer)
     assert refused.code == ErrorCode.CONFLICT and f"group {group} is closed" in refused.message
-    queue.submit(producer.session, b"t", b"x", group=group + 1)
+    submit_to(queue, producer.session, b"t", b"x", group=group + 1)
     (unknown,) = errors(producer)
     assert unknown.code == ErrorCode.NOT_FOUND
     with pytest.raises(Refused) as closing:
@@ -114,12 +114,12 @@ def test_a_duplicate_submit_does_not_join_twice() -> None:
     producer = v2_producer_of(queue)
     group = queue.open_group(producer.session)["group"]
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x", key=b"order-1", group=group)
+        submit_to(queue, producer.session, b"t", b"x", key=b"order-1", group=group)
     assert producer.take() == [taskflow.Ok(1), taskflow.Ok(1, True), taskflow.Ok(1, True)]
     assert queue.groups.describe(group)["members"] == 1
     queue.close_group(group)
     # Even once the group is closed, a resubmit is a duplicate, not a refusal.
-    queue.submit(producer.session, b"t", b"x", key=b"order-1", group=group)
+    submit_to(queue, producer.session, b"t", b"x", key=b"order-1", group=group)
     assert producer.take() == [taskflow.Ok(1, True)]
     worker = v2_worker_of(queue)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
@@ -132,7 +132,7 @@ def test_another_connection_waits_for_a_group() -> None:
     queue = queue_with(clock)
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     group = queue.open_group(producer.session)["group"]
-    queue.submit(producer.session, b"t", b"x", group=group)
+    submit_to(queue, producer.session, b"t", b"x", group=group)
     watcher = FakePeer(queue, "watcher", 2)
     queue.await_group(watcher.session, group, 0)
     assert states(watcher) == [GroupState(group, GroupPhase.OPEN, 1, pending=1)]
@@ -172,7 +172,7 @@ def test_group_waits_count_against_the_waiter_limits() -> None:
     queue.await_group(watcher.session, first, 1000)
     with pytest.raises(Refused, match="max_waiters_per_connection = 1"):
         queue.await_group(watcher.session, second, 1000)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     with pytest.raises(Refused, match="max_waiters_per_connection = 1"):
         queue.await_outcome(watcher.session, 1, 1000)
 
@@ -212,7 +212,7 @@ def test_a_member_whose_submit_the_journal_refuses_leaves_its_group() -> None:
     queue = make_queue(journal=journal)
     producer = v2_producer_of(queue)
     group = queue.open_group(producer.session)["group"]
-    queue.submit(producer.session, b"t", b"x", group=group)
+    submit_to(queue, producer.session, b"t", b"x", group=group)
     waiter = FakePeer(queue, "waiter", 2)
     queue.await_outcome(waiter.session, 1, 10_000)
     queue.close_group(group)
@@ -230,7 +230,9 @@ def test_the_last_members_outcome_comes_before_the_groups(how: str) -> None:
     worker = v2_worker_of(queue, queues=("work",))
     worker.take()
     group = queue.open_group(producer.session)["group"]
-    queue.submit(producer.session, b"t", b"x", "parked" if how == "cancel" else "work", group=group)
+    submit_to(
+        queue, producer.session, b"t", b"x", "parked" if how == "cancel" else "work", group=group
+    )
     queue.close_group(group)
     producer.take()
     task_id = queue._last_task_id
@@ -256,10 +258,10 @@ def test_an_open_group_nobody_joins_is_closed_by_the_daemon_and_finishes() -> No
     worker.take()
     active = queue.open_group(producer.session)["group"]
     forgotten = queue.open_group(producer.session)["group"]
-    queue.submit(producer.session, b"t", b"x", "work", group=forgotten)
+    submit_to(queue, producer.session, b"t", b"x", "work", group=forgotten)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     clock.advance(59)
-    queue.submit(producer.session, b"t", b"y", "parked", group=active)  # it took one: not idle
+    submit_to(queue, producer.session, b"t", b"y", "parked", group=active)  # it took one: not idle
     producer.take()
     clock.advance(1)
     assert queue.groups.describe(forgotten)["state"] == "closed"

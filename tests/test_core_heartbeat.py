@@ -14,7 +14,7 @@ from twisted.internet.task import Clock
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.timers import Heartbeats, heartbeat_timer
 from quicx.protocol import wire
-from tests.fakes import FakePeer, make_queue, producer_of, worker_of
+from tests.fakes import FakePeer, make_queue, producer_of, submit_to, worker_of
 
 INTERVAL, TIMEOUT = 4.0, 12.0
 
@@ -67,7 +67,7 @@ def test_a_dropped_worker_s_task_goes_back_to_the_queue() -> None:
     clock, queue, _ = heartbeats()
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     clock.pump([1.0] * int(TIMEOUT))
     assert not worker.session.connected
     assert queue.stats().queue_depth == 1 and queue.stats().workers_total == 0
@@ -76,7 +76,7 @@ def test_a_dropped_worker_s_task_goes_back_to_the_queue() -> None:
 def test_a_producer_owed_an_outcome_is_never_dropped() -> None:
     clock, queue, _ = heartbeats()
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.take()
     clock.pump([1.0] * 100)
     assert producer.session.connected
@@ -93,7 +93,7 @@ def test_a_busy_worker_is_dropped_unless_busy_workers_are_spared(spared: bool) -
     clock, queue, _ = heartbeats(spare_busy_workers=spared)
     producer = producer_of(queue)
     workers = [worker_of(queue, name=name) for name in ("a", "b")]
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     busy, idle = sorted(workers, key=lambda worker: not worker.session.tasks)
     clock.pump([1.0] * int(TIMEOUT))
     assert busy.session.connected is spared

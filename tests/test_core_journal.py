@@ -7,7 +7,7 @@ a refused record is answered ERROR in its place, one in doubt not at all.
 from __future__ import annotations
 
 from quicx.protocol import wire
-from tests.fakes import EMPTY_POOL_BYTES, FakeJournal, make_queue, producer_of, worker_of
+from tests.fakes import EMPTY_POOL_BYTES, FakeJournal, make_queue, producer_of, submit_to, worker_of
 
 # -- replies leave in request order -----------------------------------------------
 
@@ -16,10 +16,10 @@ def test_answers_queue_behind_a_submit_waiting_for_its_sync() -> None:
     journal = FakeJournal()
     queue = make_queue(journal=journal, allowed_types=frozenset({b"t"}))
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"one")
-    queue.submit(producer.session, b"other", b"refused at once")
+    submit_to(queue, producer.session, b"t", b"one")
+    submit_to(queue, producer.session, b"other", b"refused at once")
     producer.session.reply(wire.PONG_FRAME)
-    queue.submit(producer.session, b"t", b"two")
+    submit_to(queue, producer.session, b"t", b"two")
     assert producer.take() == [], "nothing may overtake the first OK"
     journal.sync()
     replies = producer.take()
@@ -34,7 +34,7 @@ def test_a_refused_waiting_submit_is_answered_in_its_place() -> None:
     journal = FakeJournal()
     queue = make_queue(journal=journal)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"one")
+    submit_to(queue, producer.session, b"t", b"one")
     producer.session.reply(wire.PONG_FRAME)
     journal.fail()
     first, second = producer.take()
@@ -50,7 +50,7 @@ def test_a_submit_in_doubt_is_not_answered_at_all() -> None:
     journal = FakeJournal()
     queue = make_queue(journal=journal)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"one")
+    submit_to(queue, producer.session, b"t", b"one")
     journal.fail(in_doubt=True)
     assert producer.take() == []
     assert not producer.session.connected
@@ -66,7 +66,7 @@ def test_a_task_waiting_for_its_record_is_neither_queued_nor_counted() -> None:
     producer = producer_of(queue)
     worker = worker_of(queue)
     assert worker.take() == [wire.Wait()]
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     assert queue.stats().queue_depth == 0 and queue.counters().submitted == 0
     assert worker.take() == [], "not dispatched before it is durable"
     assert queue.awaits_outcome(producer.session)
@@ -81,7 +81,7 @@ def test_one_sync_answers_each_producer_its_own_oks_in_order() -> None:
     queue = make_queue(journal=journal)
     first, second = producer_of(queue, "a"), producer_of(queue, "b")
     for producer in (first, second, first, second, first):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     journal.sync()
     assert first.take() == [wire.Ok(1), wire.Ok(3), wire.Ok(5)]
     assert second.take() == [wire.Ok(2), wire.Ok(4)]
@@ -93,7 +93,7 @@ def test_a_task_made_durable_after_its_producer_left_still_runs() -> None:
     journal = FakeJournal()
     queue = make_queue(journal=journal)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.disconnect()
     journal.sync()  # FakePeer fails if the producer is sent anything
     assert queue.stats().queue_depth == 1
@@ -106,7 +106,7 @@ def test_a_refused_record_of_a_producer_that_left_frees_its_block() -> None:
     journal = FakeJournal()
     queue = make_queue(journal=journal)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.disconnect()
     journal.fail()
     assert queue.pool.bytes_used == EMPTY_POOL_BYTES and queue.stats().queue_depth == 0
@@ -118,7 +118,7 @@ def test_outcomes_are_recorded_for_done_failed_and_given_up() -> None:
     producer = producer_of(queue)
     worker = worker_of(queue, credits=3)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     queue.failed(worker.session, 2, "no")
     queue.done(worker.session, 1)
     worker.disconnect()
@@ -130,7 +130,7 @@ def test_the_snapshot_holds_the_live_tasks_oldest_first() -> None:
     queue = make_queue(journal=journal)
     producer = producer_of(queue)
     for payload in (b"one", b"two", b"three"):
-        queue.submit(producer.session, b"t", payload)
+        submit_to(queue, producer.session, b"t", payload)
     worker = worker_of(queue)
     queue.done(worker.session, 1)
     worker.take()  # task 2 is held, task 3 queued: both live

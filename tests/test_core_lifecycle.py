@@ -24,6 +24,7 @@ from tests.fakes import (
     FakePeer,
     make_queue,
     producer_of,
+    submit_to,
     v2_producer_of,
     v2_worker_of,
     worker_of,
@@ -49,7 +50,7 @@ def one_task(queue: QueueService, version: int = 2) -> tuple[FakePeer, FakePeer,
     producer = (v2_producer_of if version == 2 else producer_of)(queue)
     worker = (v2_worker_of if version == 2 else worker_of)(queue)
     worker.take()
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.take()
     (task,) = tasks(worker)
     return producer, worker, task
@@ -68,7 +69,7 @@ def test_a_delayed_task_waits_for_its_time_then_runs() -> None:
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
     worker.take()
-    queue.submit(producer.session, b"t", b"later", delay_ms=1500)
+    submit_to(queue, producer.session, b"t", b"later", delay_ms=1500)
     assert producer.take() == [taskflow.Ok(1)]
     assert queue.delays.count == 1 and queue.default_queue.delayed == 1
     assert queue.queued == 0
@@ -85,7 +86,7 @@ def test_delayed_tasks_run_in_due_order_whatever_their_submit_order() -> None:
     queue = make_queue(clock)
     producer = v2_producer_of(queue)
     for payload, delay in [(b"c", 3000), (b"a", 1000), (b"b", 2000)]:
-        queue.submit(producer.session, b"t", payload, delay_ms=delay)
+        submit_to(queue, producer.session, b"t", payload, delay_ms=delay)
     # Only one timer is armed at a time: the earliest.
     assert len(clock.getDelayedCalls()) == 1
     clock.advance(5)
@@ -99,9 +100,9 @@ def test_a_run_at_in_the_past_runs_at_once_and_one_past_max_delay_is_refused() -
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
     worker.take()
-    queue.submit(producer.session, b"t", b"past", run_at_ms=int((START - 10) * 1000))
+    submit_to(queue, producer.session, b"t", b"past", run_at_ms=int((START - 10) * 1000))
     assert [t.payload for t in tasks(worker)] == [b"past"]
-    queue.submit(producer.session, b"t", b"far", delay_ms=61_000)
+    submit_to(queue, producer.session, b"t", b"far", delay_ms=61_000)
     (answer,) = [m for m in producer.take() if isinstance(m, wire.Error)]
     assert answer.code == ErrorCode.INVALID_MESSAGE and "max_delay" in answer.message
     assert queue.delays.count == 0
@@ -112,15 +113,15 @@ def test_max_delayed_refuses_a_delayed_submit_past_it_and_frees_nothing() -> Non
     queue = queue_with(clock, max_delayed=2)
     producer = v2_producer_of(queue)
     for _ in range(2):
-        queue.submit(producer.session, b"t", b"x", delay_ms=1000)
+        submit_to(queue, producer.session, b"t", b"x", delay_ms=1000)
     used = queue.pool.bytes_used
-    queue.submit(producer.session, b"t", b"x", delay_ms=1000)
+    submit_to(queue, producer.session, b"t", b"x", delay_ms=1000)
     errors = [m for m in producer.take() if isinstance(m, wire.Error)]
     assert [e.code for e in errors] == [ErrorCode.QUEUE_FULL]
     assert "max_delayed = 2" in errors[0].message
     assert queue.pool.bytes_used == used and queue.delays.count == 2
     # Not delayed: not held to it.
-    queue.submit(producer.session, b"t", b"now")
+    submit_to(queue, producer.session, b"t", b"now")
     assert producer.take() == [taskflow.Ok(3)]
 
 
@@ -128,7 +129,7 @@ def test_a_delayed_task_can_be_cancelled_and_never_runs() -> None:
     clock = clock_at_start()
     queue = make_queue(clock)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", delay_ms=1000)
+    submit_to(queue, producer.session, b"t", b"x", delay_ms=1000)
     producer.take()
     assert queue.cancel(producer.session, 1)["state"] == "cancelled"
     assert producer.take() == [registry.decode(0x0F, b"\x00\x00\x00\x01")]
@@ -143,7 +144,7 @@ def test_cancelled_leftovers_never_make_the_heap_grow_without_bound() -> None:
     queue = make_queue(clock)
     producer = v2_producer_of(queue)
     for task_id in range(1, 2001):
-        queue.submit(producer.session, b"t", b"x", delay_ms=3_600_000)
+        submit_to(queue, producer.session, b"t", b"x", delay_ms=3_600_000)
         queue.cancel(producer.session, task_id)
     assert queue.delays.count == 0
     assert len(queue.delays._heap) <= 64
@@ -153,9 +154,9 @@ def test_purge_cancels_the_delayed_tasks_of_the_queue_too() -> None:
     clock = clock_at_start()
     queue = make_queue(clock)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"now", "mail")
-    queue.submit(producer.session, b"t", b"later", "mail", delay_ms=1000)
-    queue.submit(producer.session, b"t", b"other", "video", delay_ms=1000)
+    submit_to(queue, producer.session, b"t", b"now", "mail")
+    submit_to(queue, producer.session, b"t", b"later", "mail", delay_ms=1000)
+    submit_to(queue, producer.session, b"t", b"other", "video", delay_ms=1000)
     assert queue.purge("mail") == {"queue": "mail", "purged": 2}
     assert queue.delays.count == 1
 
@@ -202,8 +203,12 @@ def test_a_failed_task_with_retries_comes_back_after_its_backoff_and_its_produce
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
     worker.take()
-    queue.submit(
-        producer.session, b"t", b"x", backoff=Backoff(BackoffKind.EXPONENTIAL, 1000, 10_000, 0)
+    submit_to(
+        queue,
+        producer.session,
+        b"t",
+        b"x",
+        backoff=Backoff(BackoffKind.EXPONENTIAL, 1000, 10_000, 0),
     )
     producer.take()
     seen = []
@@ -250,7 +255,7 @@ def test_out_of_retries_a_task_goes_to_the_dead_letter_set_with_its_story() -> N
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, queues=("mail",), name="w1")
     worker.take()
-    queue.submit(producer.session, b"t", b"payload", "mail")
+    submit_to(queue, producer.session, b"t", b"payload", "mail")
     producer.take()
     (task,) = tasks(worker)
     queue.nack(worker.session, task.task_id, task.token, "first", False)
@@ -301,7 +306,7 @@ def kill(queue: QueueService, clock: Clock, count: int, name: str = "mail") -> N
     worker = v2_worker_of(queue, queues=(name,), name="reaper")
     worker.take()
     for _ in range(count):
-        queue.submit(producer.session, b"t", b"x", name, retries=1)
+        submit_to(queue, producer.session, b"t", b"x", name, retries=1)
         (task,) = tasks(worker)
         queue.nack(worker.session, task.task_id, task.token, "doomed", True)
         clock.advance(1)
@@ -385,8 +390,8 @@ def test_every_delivery_has_a_new_larger_token() -> None:
     queue = make_queue(clock, task_timeout=5)
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, credits=2)
-    queue.submit(producer.session, b"t", b"a")
-    queue.submit(producer.session, b"t", b"b")
+    submit_to(queue, producer.session, b"t", b"a")
+    submit_to(queue, producer.session, b"t", b"b")
     first, second = tasks(worker)
     assert 0 < first.token < second.token
     assert first.lease_ms == 5000
@@ -397,7 +402,7 @@ def test_an_outcome_with_a_stale_token_is_refused_and_never_applied() -> None:
     queue = make_queue(clock, task_timeout=5)
     producer = v2_producer_of(queue)
     slow = v2_worker_of(queue, name="slow")
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.take()
     (old,) = tasks(slow)
     clock.advance(5)
@@ -421,7 +426,7 @@ def test_a_wrong_token_on_a_held_task_is_stale_and_the_delivery_stands() -> None
     queue = make_queue(clock)
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     (task,) = tasks(worker)
     with pytest.raises(Refused):
         queue.ack(worker.session, task.task_id, task.token + 1)
@@ -443,7 +448,7 @@ def test_touch_extends_the_lease_up_to_max_lease() -> None:
     queue = make_queue(clock, task_timeout=5, limits=QueueLimits(max_lease=30.0))
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     (task,) = tasks(worker)
     clock.advance(4)
     queue.touch(worker.session, task.task_id, task.token, 10)
@@ -467,7 +472,7 @@ def test_touch_on_a_queue_without_a_timeout_changes_nothing() -> None:
     queue = make_queue(clock)
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     (task,) = tasks(worker)
     assert task.lease_ms == 0
     queue.touch(worker.session, task.task_id, task.token, 10)
@@ -481,7 +486,7 @@ def test_count_lost_makes_a_lost_worker_a_failure_with_backoff() -> None:
     queue = retrying_queue(clock, retries=1, count_lost=True)
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, name="doomed")
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.take()
     tasks(worker)
     worker.disconnect()
@@ -503,7 +508,7 @@ def test_without_count_lost_a_lost_worker_requeues_at_once_uncounted() -> None:
     queue = retrying_queue(clock, retries=1)
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     tasks(worker)
     worker.disconnect()
     assert queue.queued == 1 and queue.delays.count == 0

@@ -16,7 +16,7 @@ from quicx.daemon.queue.policy import ProgressSettings
 from quicx.protocol import outcomes, taskflow, wire
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.session import ProtocolViolation
-from tests.fakes import FakePeer, make_queue, v2_producer_of, v2_worker_of
+from tests.fakes import FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 START = 1_800_000_000.0
 
@@ -35,7 +35,7 @@ def running(queue: QueueService, progress: bool = True) -> tuple[FakePeer, FakeP
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
     worker.take()
-    queue.submit(producer.session, b"t", b"x", progress=progress)
+    submit_to(queue, producer.session, b"t", b"x", progress=progress)
     assert producer.take() == [taskflow.Ok(1)]
     (task,) = worker.take()
     return producer, worker, task
@@ -193,7 +193,7 @@ def test_a_producer_that_stops_reading_is_kept_the_latest_report_of_each_task() 
     producer, worker, task = running(queue)
     other = v2_worker_of(queue)
     other.take()
-    queue.submit(producer.session, b"t", b"y", progress=True)
+    submit_to(queue, producer.session, b"t", b"y", progress=True)
     (second,) = [m for m in other.take() if isinstance(m, taskflow.Task)]
     producer.take()
     producer.session.paused = True  # its output is backed up

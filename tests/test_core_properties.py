@@ -38,7 +38,7 @@ from quicx.daemon.queue import pmad
 from quicx.daemon.queue.model import Refused
 from quicx.protocol import admin, codec, taskflow, wire
 from quicx.protocol.session import Role
-from tests.fakes import BLOCK, FakeJournal, FakePeer, make_queue, small_pool
+from tests.fakes import BLOCK, FakeJournal, FakePeer, make_queue, small_pool, submit_to
 
 BLOCKS = 8
 QUEUES = ("default", "a", "b")
@@ -116,9 +116,9 @@ class QueueMachine(RuleBasedStateMachine):
         session = producer.peer.session
         for payload in payloads:
             if session.version == 1:
-                self.queue.submit(session, b"t", payload)
+                submit_to(self.queue, session, b"t", payload)
             else:
-                self.queue.submit(session, b"t", payload, queue, priority)
+                submit_to(self.queue, session, b"t", payload, queue, priority)
 
     # -- the admin -----------------------------------------------------------------------
 

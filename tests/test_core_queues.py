@@ -18,8 +18,10 @@ from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.protocol import taskflow, wire
 from tests.fakes import (
+    fire_to,
     make_queue,
     producer_of,
+    submit_to,
     v2_producer_of,
     v2_worker_of,
     worker_of,
@@ -38,7 +40,7 @@ def test_higher_priority_runs_first_and_fifo_within_one() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
     for payload, priority in [(b"a", 1), (b"b", 5), (b"c", 1), (b"d", 9), (b"e", 5)]:
-        queue.submit(producer.session, b"t", payload, priority=priority)
+        submit_to(queue, producer.session, b"t", payload, priority=priority)
     worker = v2_worker_of(queue)
     order = []
     for _ in range(5):
@@ -53,7 +55,7 @@ def test_a_task_carries_its_context_to_a_v2_worker() -> None:
     clock.advance(1_800_000_000.25)
     queue = make_queue(clock)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "mail", 7, b"k1", b"tenant")
+    submit_to(queue, producer.session, b"t", b"x", "mail", 7, b"k1", b"tenant")
     worker = v2_worker_of(queue, queues=("mail",))
     (task,) = tasks_of(worker)
     # The token: the dispatch time in milliseconds, shifted past a counter.
@@ -74,8 +76,8 @@ def test_a_task_carries_its_context_to_a_v2_worker() -> None:
 def test_a_worker_serves_its_queues_in_strict_order() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"low", "b", 9)
-    queue.submit(producer.session, b"t", b"high", "a", 0)
+    submit_to(queue, producer.session, b"t", b"low", "b", 9)
+    submit_to(queue, producer.session, b"t", b"high", "a", 0)
     worker = v2_worker_of(queue, queues=("a", "b"))
     (first,) = tasks_of(worker)
     assert first.queue == "a"  # queue order beats priority across queues
@@ -89,7 +91,7 @@ def test_an_idle_worker_takes_from_a_later_queue_when_the_first_is_empty() -> No
     worker = v2_worker_of(queue, queues=("a", "b"))
     assert worker.take() == [wire.Wait()]
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "b")
+    submit_to(queue, producer.session, b"t", b"x", "b")
     assert [t.queue for t in tasks_of(worker)] == ["b"]
 
 
@@ -98,7 +100,7 @@ def test_queues_are_isolated() -> None:
     mail = v2_worker_of(queue, queues=("mail",), name="mail")
     mail.take()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "video")
+    submit_to(queue, producer.session, b"t", b"x", "video")
     assert mail.take() == []
     video = v2_worker_of(queue, queues=("video",), name="video")
     assert [t.queue for t in tasks_of(video)] == ["video"]
@@ -107,12 +109,12 @@ def test_queues_are_isolated() -> None:
 def test_v1_clients_share_the_default_queue_with_v2_clients() -> None:
     queue = make_queue()
     old_producer = producer_of(queue, "v1")
-    queue.submit(old_producer.session, b"t", b"from-v1")
+    submit_to(queue, old_producer.session, b"t", b"from-v1")
     v2_worker = v2_worker_of(queue)
     (task,) = tasks_of(v2_worker)
     assert (task.queue, task.payload, task.priority) == ("default", b"from-v1", 0)
     new_producer = v2_producer_of(queue)
-    queue.submit(new_producer.session, b"t", b"from-v2")
+    submit_to(queue, new_producer.session, b"t", b"from-v2")
     old_worker = worker_of(queue, name="v1-worker")
     assert [m for m in old_worker.take() if isinstance(m, wire.Task)] == [
         wire.Task(2, b"t", b"from-v2")
@@ -122,7 +124,7 @@ def test_v1_clients_share_the_default_queue_with_v2_clients() -> None:
 def test_the_default_queue_is_configurable() -> None:
     queue = make_queue(limits=QueueLimits(default_queue="legacy"))
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     worker = v2_worker_of(queue, queues=("legacy",))
     assert [t.queue for t in tasks_of(worker)] == ["legacy"]
 
@@ -130,11 +132,11 @@ def test_the_default_queue_is_configurable() -> None:
 def test_a_task_given_back_goes_to_the_head_of_its_priority() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"first", priority=5)
+    submit_to(queue, producer.session, b"t", b"first", priority=5)
     lost = v2_worker_of(queue, name="lost")
     (held,) = tasks_of(lost)
-    queue.submit(producer.session, b"t", b"second", priority=5)
-    queue.submit(producer.session, b"t", b"urgent", priority=9)
+    submit_to(queue, producer.session, b"t", b"second", priority=5)
+    submit_to(queue, producer.session, b"t", b"urgent", priority=9)
     lost.disconnect()
     worker = v2_worker_of(queue, credits=3)
     assert [t.payload for t in tasks_of(worker)] == [b"urgent", b"first", b"second"]
@@ -145,7 +147,7 @@ def test_a_queue_default_priority_applies_when_a_task_names_none() -> None:
     limits = QueueLimits(declared={"mail": QueuePolicy(priority=4)})
     queue = make_queue(limits=limits)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "mail")
+    submit_to(queue, producer.session, b"t", b"x", "mail")
     worker = v2_worker_of(queue, queues=("mail",))
     assert [t.priority for t in tasks_of(worker)] == [4]
 
@@ -155,7 +157,7 @@ def test_max_depth_refuses_with_queue_full_and_loses_nothing() -> None:
     queue = make_queue(limits=limits)
     producer = v2_producer_of(queue)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x", "mail")
+        submit_to(queue, producer.session, b"t", b"x", "mail")
     answers = producer.take()
     assert answers[:2] == [taskflow.Ok(1), taskflow.Ok(2)]
     assert answers[2] == wire.Error(1, "queue 'mail' is full (max_depth = 2)")
@@ -166,8 +168,8 @@ def test_max_depth_refuses_with_queue_full_and_loses_nothing() -> None:
 def test_max_queues_refuses_a_new_queue_and_an_idle_queue_is_forgotten() -> None:
     queue = make_queue(limits=QueueLimits(max_queues=2))  # "default" is one
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "a")
-    queue.submit(producer.session, b"t", b"x", "b")
+    submit_to(queue, producer.session, b"t", b"x", "a")
+    submit_to(queue, producer.session, b"t", b"x", "b")
     answers = producer.take()
     assert answers[0] == taskflow.Ok(1)
     assert answers[1].code == 1 and "max_queues = 2" in answers[1].message
@@ -177,7 +179,7 @@ def test_max_queues_refuses_a_new_queue_and_an_idle_queue_is_forgotten() -> None
     worker.disconnect()
     assert sorted(queue.queues) == ["default"]  # "a" had nothing left: forgotten
     assert producer.take() == [taskflow.Done(1)]
-    queue.submit(producer.session, b"t", b"x", "b")
+    submit_to(queue, producer.session, b"t", b"x", "b")
     assert producer.take() == [taskflow.Ok(2)]
 
 
@@ -193,25 +195,26 @@ def test_a_refused_request_leaves_no_queue_behind() -> None:
     )
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x", "kept", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", "kept", key=b"k")
     kept = v2_worker_of(queue, queues=("kept",))
     (task,) = tasks_of(kept)
     queue.ack(kept.session, task.task_id, task.token)
     kept.disconnect()
     assert sorted(queue.queues) == ["default"]  # "kept" had nothing left: forgotten
     producer.take()
-    queue.submit(producer.session, b"t", b"x" * (queue.pool.max_size + 1), "new0")  # too large
-    queue.submit(producer.session, b"t", b"x", "new1", group=99)  # no such group
-    queue.submit(producer.session, b"nope", b"x", "new2")  # unknown type
-    queue.submit(producer.session, b"t", b"x", "new3", delay_ms=3_600_000)  # past max_delay
+    submit_to(queue, producer.session, b"t", b"x" * (queue.pool.max_size + 1), "new0")  # too large
+    submit_to(queue, producer.session, b"t", b"x", "new1", group=99)  # no such group
+    submit_to(queue, producer.session, b"nope", b"x", "new2")  # unknown type
+    submit_to(queue, producer.session, b"t", b"x", "new3", delay_ms=3_600_000)  # past max_delay
     answers = producer.take()
     assert [a.code for a in answers if isinstance(a, wire.Error)] == [3, 5, 4, 2]
     # A duplicate of a task whose queue has been forgotten since: no task, no queue.
-    queue.submit(producer.session, b"t", b"x", "kept", key=b"k")
+    submit_to(queue, producer.session, b"t", b"x", "kept", key=b"k")
     assert producer.take()[0] == taskflow.Ok(task.task_id, True)
     with pytest.raises(Refused, match="max_queues = 4"):
         queue.subscribe(worker.session, ("a", "b", "c", "d"))
-    queue.fire(
+    fire_to(
+        queue,
         "tick",
         clock.seconds(),
         ScheduleSpec(name="tick", cron="* * * * *", task_type=b"nope", queue="cron"),
@@ -219,7 +222,7 @@ def test_a_refused_request_leaves_no_queue_behind() -> None:
     assert sorted(queue.queues) == ["default"]
     # Nothing was taken from the limit: three new queues still fit.
     for name in ("a", "b", "c"):
-        queue.submit(producer.session, b"t", b"x", name)
+        submit_to(queue, producer.session, b"t", b"x", name)
     assert [type(a) for a in producer.take()] == [taskflow.Ok] * 3
 
 
@@ -227,10 +230,10 @@ def test_fairness_keys_take_turns_within_a_priority() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
     for _ in range(4):
-        queue.submit(producer.session, b"t", b"busy", fairness=b"big")
-    queue.submit(producer.session, b"t", b"small1", fairness=b"small")
-    queue.submit(producer.session, b"t", b"small2", fairness=b"small")
-    queue.submit(producer.session, b"t", b"none")
+        submit_to(queue, producer.session, b"t", b"busy", fairness=b"big")
+    submit_to(queue, producer.session, b"t", b"small1", fairness=b"small")
+    submit_to(queue, producer.session, b"t", b"small2", fairness=b"small")
+    submit_to(queue, producer.session, b"t", b"none")
     worker = v2_worker_of(queue, credits=7)
     assert [t.payload for t in tasks_of(worker)] == [
         b"busy",
@@ -248,8 +251,8 @@ def test_key_concurrency_holds_across_every_worker() -> None:
     queue = make_queue(limits=limits)
     producer = v2_producer_of(queue)
     for i in range(4):
-        queue.submit(producer.session, b"t", b"a%d" % i, "q", fairness=b"A")
-    queue.submit(producer.session, b"t", b"b0", "q", fairness=b"B")
+        submit_to(queue, producer.session, b"t", b"a%d" % i, "q", fairness=b"A")
+    submit_to(queue, producer.session, b"t", b"b0", "q", fairness=b"B")
     workers = [v2_worker_of(queue, credits=2, queues=("q",), name=f"w{i}") for i in range(3)]
     running = [t for w in workers for t in tasks_of(w)]
     assert sorted(t.payload for t in running) == [b"a0", b"a1", b"b0"]
@@ -266,7 +269,7 @@ def test_a_rate_limit_spaces_starts_and_resumes_on_the_clock() -> None:
     queue = make_queue(clock, limits=limits)
     producer = v2_producer_of(queue)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x", "slow")
+        submit_to(queue, producer.session, b"t", b"x", "slow")
     worker = v2_worker_of(queue, credits=10, queues=("slow",))
     assert len(tasks_of(worker)) == 1
     clock.advance(0.4)
@@ -283,7 +286,7 @@ def test_a_per_key_rate_limit_lets_other_keys_through() -> None:
     queue = make_queue(clock, limits=limits)
     producer = v2_producer_of(queue)
     for key in (b"A", b"A", b"B"):
-        queue.submit(producer.session, b"t", key, "q", fairness=key)
+        submit_to(queue, producer.session, b"t", key, "q", fairness=key)
     worker = v2_worker_of(queue, credits=10, queues=("q",))
     assert [t.payload for t in tasks_of(worker)] == [b"A", b"B"]
     clock.advance(1.0)
@@ -295,7 +298,7 @@ def test_too_many_fairness_keys_is_refused() -> None:
     queue = make_queue(limits=limits)
     producer = v2_producer_of(queue)
     for key in (b"a", b"b", b"a", b"c"):
-        queue.submit(producer.session, b"t", b"x", "q", fairness=key)
+        submit_to(queue, producer.session, b"t", b"x", "q", fairness=key)
     answers = producer.take()
     assert [type(a) for a in answers] == [taskflow.Ok, taskflow.Ok, taskflow.Ok, wire.Error]
     assert "max_fairness_keys = 2" in answers[3].message
@@ -306,11 +309,11 @@ def test_priority_survives_prefetch() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
     for _ in range(50):
-        queue.submit(producer.session, b"t", b"low", priority=0)
+        submit_to(queue, producer.session, b"t", b"low", priority=0)
     worker = v2_worker_of(queue, credits=4)
     held = tasks_of(worker)
     assert len(held) == 4  # it holds only what it runs at once
-    queue.submit(producer.session, b"t", b"urgent", priority=200)
+    submit_to(queue, producer.session, b"t", b"urgent", priority=200)
     queue.done(worker.session, held[0].task_id)
     assert [t.payload for t in tasks_of(worker)] == [b"urgent"]
 
@@ -324,9 +327,9 @@ def test_subscribing_again_replaces_the_queues(credits: int) -> None:
     queue.subscribe(worker.session, ("b",))
     queue.ready(worker.session, credits)
     worker.take()
-    queue.submit(producer.session, b"t", b"x", "a")
+    submit_to(queue, producer.session, b"t", b"x", "a")
     assert tasks_of(worker) == []
-    queue.submit(producer.session, b"t", b"y", "b")
+    submit_to(queue, producer.session, b"t", b"y", "b")
     assert [t.payload for t in tasks_of(worker)] == [b"y"]
     assert queue.queues["a"].subscribers == 0 and queue.queues["b"].subscribers == 1
 

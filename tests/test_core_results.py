@@ -32,6 +32,7 @@ from tests.fakes import (
     make_queue,
     producer_of,
     small_pool,
+    submit_to,
     v2_producer_of,
     v2_worker_of,
     worker_of,
@@ -53,16 +54,16 @@ def queue_with(clock: Clock, journal: FakeJournal | None = None, **results: obje
 
 
 def run(
-    queue: QueueService,
+    kernel: QueueService,
     producer: FakePeer,
     worker: FakePeer,
     result: Result | None = ANSWER,
     **options: object,
 ) -> int:
     """Submit one task from C{producer}, have C{worker} ACK it with C{result}; its id."""
-    queue.submit(producer.session, b"t", b"x", **options)  # type: ignore[arg-type]
+    submit_to(kernel, producer.session, b"t", b"x", **options)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
-    queue.ack(worker.session, task.task_id, task.token, result)
+    kernel.ack(worker.session, task.task_id, task.token, result)
     return task.task_id
 
 
@@ -102,7 +103,7 @@ def test_an_ack_without_a_result_is_a_done_without_one() -> None:
 def test_a_result_past_max_size_is_refused_and_the_task_stays_held() -> None:
     queue = queue_with(Clock(), max_size=10)
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     with pytest.raises(Refused) as refused:
         queue.ack(worker.session, task.task_id, task.token, Result(ResultKind.BYTES, b"x" * 11))
@@ -119,7 +120,7 @@ def test_a_result_is_held_to_the_pools_largest_block_too() -> None:
     queue = make_queue(pool=small_pool(4))
     assert queue.max_result == BLOCK
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     with pytest.raises(Refused, match=f"{BLOCK + 1} bytes exceeds the limit of {BLOCK} bytes"):
         queue.ack(worker.session, task.task_id, task.token, Result(ResultKind.BYTES, b"x" * 65))
@@ -171,7 +172,7 @@ def test_the_outcome_of_a_task_whose_producer_left_is_kept() -> None:
     clock = clock_at_start()
     queue = queue_with(clock, ttl=120.0)
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.disconnect()
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token, ANSWER)
@@ -183,7 +184,7 @@ def test_the_outcome_of_a_task_whose_producer_left_is_kept() -> None:
 def test_no_outcome_is_kept_for_a_version_1_producer_that_left() -> None:
     queue = make_queue()
     producer, worker = producer_of(queue), v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     producer.disconnect()
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token, ANSWER)
@@ -197,7 +198,7 @@ def test_outcomes_kept_for_nobody_are_evicted_before_requested_ones() -> None:
     asked = run(queue, producer, worker, result_ttl=0)
     gone = v2_producer_of(queue, "gone")
     for _ in range(3):
-        queue.submit(gone.session, b"t", b"x")
+        submit_to(queue, gone.session, b"t", b"x")
     gone.disconnect()
     for _ in range(3):
         (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
@@ -223,7 +224,7 @@ def test_a_full_pool_evicts_an_outcome_kept_for_nobody_before_a_requested_one() 
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     asked = [run(queue, producer, worker, result_ttl=0) for _ in range(2)]
     gone = v2_producer_of(queue, "gone")
-    queue.submit(gone.session, b"t", b"x")  # the third block: the pool is full
+    submit_to(queue, gone.session, b"t", b"x")  # the third block: the pool is full
     gone.disconnect()
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, task.task_id, task.token, ANSWER)
@@ -255,7 +256,7 @@ def test_a_queue_that_keeps_results_keeps_them_for_its_ttl() -> None:
     queue = make_queue(clock, limits=QueueLimits(declared={"kept": policy}))
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, queues=("kept", "default"))
-    kept = run(queue, producer, worker, queue_name="kept")
+    kept = run(queue, producer, worker, queue="kept")
     other = run(queue, producer, worker)
     assert awaited(queue, kept).state == OutcomeState.DONE
     assert awaited(queue, other).state == OutcomeState.UNKNOWN
@@ -267,9 +268,9 @@ def test_failed_cancelled_and_dead_outcomes_are_kept_with_their_reasons() -> Non
     queue = make_queue()
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, credits=2, queues=("work",))
-    queue.submit(producer.session, b"t", b"x", "work", result_ttl=0)
-    queue.submit(producer.session, b"t", b"x", "work", result_ttl=0, retries=1)
-    queue.submit(producer.session, b"t", b"x", "idle", result_ttl=0)
+    submit_to(queue, producer.session, b"t", b"x", "work", result_ttl=0)
+    submit_to(queue, producer.session, b"t", b"x", "work", result_ttl=0, retries=1)
+    submit_to(queue, producer.session, b"t", b"x", "idle", result_ttl=0)
     failed, dead = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.nack(worker.session, failed.task_id, failed.token, "no such user", False)
     queue.nack(worker.session, dead.task_id, dead.token, "corrupt input", True)
@@ -284,7 +285,7 @@ def test_failed_cancelled_and_dead_outcomes_are_kept_with_their_reasons() -> Non
     assert cancel["state"] == "cancelled"
     # A dead task, even one whose outcome is not kept, is answered while it is dead.
     queue.purge_dead(None)
-    queue.submit(producer.session, b"t", b"x", "work", retries=1)
+    submit_to(queue, producer.session, b"t", b"x", "work", retries=1)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.nack(worker.session, task.task_id, task.token, "bad", True)
     assert awaited(queue, task.task_id) == Outcome(task.task_id, OutcomeState.DEAD, None, "bad")
@@ -295,7 +296,7 @@ def test_a_duplicate_submit_of_a_finished_task_hears_its_kept_result() -> None:
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     task_id = run(queue, producer, worker, key=b"order-1", result_ttl=0)
     again = v2_producer_of(queue, "again")
-    queue.submit(again.session, b"t", b"x", key=b"order-1")
+    submit_to(queue, again.session, b"t", b"x", key=b"order-1")
     assert again.take() == [taskflow.Ok(task_id, True), taskflow.Done(task_id, ANSWER)]
 
 
@@ -339,14 +340,14 @@ def test_a_submit_that_finds_the_pool_full_evicts_the_oldest_kept_outcome() -> N
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
     ids = [run(queue, producer, worker, result_ttl=0) for _ in range(3)]
     assert len(queue.kept) == 3 and queue.pool.blocks_used == [3]
-    queue.submit(producer.session, b"t", b"new")
+    submit_to(queue, producer.session, b"t", b"new")
     assert producer.take()[-1] == taskflow.Ok(4)
     assert awaited(queue, ids[0]).state == OutcomeState.EXPIRED
     assert queue.counters().results_evicted == 1 and len(queue.kept) == 2
     # A full pool of live tasks still refuses.
-    queue.submit(producer.session, b"t", b"a")
-    queue.submit(producer.session, b"t", b"b")
-    queue.submit(producer.session, b"t", b"c")
+    submit_to(queue, producer.session, b"t", b"a")
+    submit_to(queue, producer.session, b"t", b"b")
+    submit_to(queue, producer.session, b"t", b"c")
     assert [type(m) for m in producer.take()] == [taskflow.Ok, taskflow.Ok, wire.Error]
 
 
@@ -356,7 +357,7 @@ def test_a_submit_that_finds_the_pool_full_evicts_the_oldest_kept_outcome() -> N
 def test_a_wait_is_answered_when_the_task_finishes_kept_or_not() -> None:
     queue = make_queue()
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     first, second = FakePeer(queue, "a", 2), FakePeer(queue, "b", 2)
     for peer in (first, second):
@@ -372,7 +373,7 @@ def test_a_wait_times_out_pending_and_max_wait_cuts_it() -> None:
     clock = Clock()
     queue = queue_with(clock, max_wait=2.0)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     waiter = FakePeer(queue, "waiter", 2)
     queue.await_outcome(waiter.session, 1, 0)
     assert waiter.take() == [Outcome(1, OutcomeState.PENDING)]
@@ -388,7 +389,7 @@ def test_the_waiter_limits_hold_at_their_edges() -> None:
     queue = queue_with(Clock(), max_waiters=3, max_waiters_per_connection=2)
     producer = v2_producer_of(queue)
     for _ in range(4):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     one, two = FakePeer(queue, "one", 2), FakePeer(queue, "two", 2)
     queue.await_outcome(one.session, 1, 1000)
     queue.await_outcome(one.session, 2, 1000)
@@ -409,7 +410,7 @@ def test_the_waiter_limits_hold_at_their_edges() -> None:
 def test_a_closed_connections_waits_are_dropped() -> None:
     queue = make_queue()
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     waiter = FakePeer(queue, "waiter", 2)
     queue.await_outcome(waiter.session, task.task_id, 10_000)
@@ -423,7 +424,7 @@ def test_a_closed_connections_waits_are_dropped() -> None:
 def test_an_outcome_frame_names_the_reason_of_a_cancel() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "q")
+    submit_to(queue, producer.session, b"t", b"x", "q")
     waiter = FakePeer(queue, "waiter", 2)
     queue.await_outcome(waiter.session, 1, 1000)
     queue.purge("q")
@@ -436,7 +437,7 @@ def test_an_outcome_frame_names_the_reason_of_a_cancel() -> None:
 def test_a_kept_reason_longer_than_a_block_is_cut_to_it() -> None:
     queue = make_queue(pool=small_pool(4))
     producer, worker = v2_producer_of(queue), v2_worker_of(queue)
-    queue.submit(producer.session, b"t", b"x", result_ttl=0)
+    submit_to(queue, producer.session, b"t", b"x", result_ttl=0)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.nack(worker.session, task.task_id, task.token, "x" + "é" * 40, False)
     outcome = awaited(queue, task.task_id)
@@ -448,7 +449,7 @@ def test_a_replayed_task_whose_death_was_kept_keeps_its_new_outcome() -> None:
     queue = make_queue()
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, queues=("work",))
-    queue.submit(producer.session, b"t", b"x", "work", retries=1)
+    submit_to(queue, producer.session, b"t", b"x", "work", retries=1)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     producer.disconnect()  # its death is kept: its producer is gone
     queue.nack(worker.session, task.task_id, task.token, "boom", True)
@@ -464,6 +465,6 @@ def test_a_replayed_task_whose_death_was_kept_keeps_its_new_outcome() -> None:
 def test_no_waits_at_all_per_connection_refuses_the_first() -> None:
     queue = queue_with(Clock(), max_waiters_per_connection=0)
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     with pytest.raises(Refused, match="max_waiters_per_connection = 0"):
         queue.await_outcome(FakePeer(queue, "one", 2).session, 1, 1000)

@@ -17,7 +17,7 @@ from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.protocol import admin, taskflow
 from quicx.protocol.admin import Missed
 from quicx.protocol.codec import ErrorCode
-from tests.fakes import FakeJournal, make_queue, v2_worker_of
+from tests.fakes import FakeJournal, fire_to, make_queue, v2_worker_of
 
 START = 1_800_000_000.0  # a whole minute
 EVERY_MINUTE = ScheduleSpec(
@@ -69,7 +69,7 @@ def test_a_restart_fires_a_missed_time_once_and_never_one_already_fired() -> Non
     assert queue.pool.read(task.block) == b"{}"
     assert task.key == b"schedule:tick:%d" % ((START + 120) * 1000)
     # The same firing again (a journal that lost its FIRED record): the key answers.
-    queue.fire("tick", START + 120, EVERY_MINUTE)
+    fire_to(queue, "tick", START + 120, EVERY_MINUTE)
     assert queue.queues["cron"].depth == 1
 
 

@@ -14,7 +14,14 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.state import FINISHED, PENDING, TRANSITIONS, TaskState
 from quicx.protocol.taskflow import Backoff, BackoffKind
-from tests.fakes import FakeJournal, checked_states, make_queue, producer_of, worker_of
+from tests.fakes import (
+    FakeJournal,
+    checked_states,
+    make_queue,
+    producer_of,
+    submit_to,
+    worker_of,
+)
 
 FIXED_1S = Backoff(BackoffKind.FIXED, 1000, 1000, 0)
 
@@ -40,16 +47,16 @@ def queue_on(clock: Clock, **kwargs: object) -> QueueService:
 def walk_queued_held_done_and_cancels(clock: Clock) -> None:
     queue = queue_on(clock)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"1")  # PENDING -> QUEUED
-    queue.submit(producer.session, b"t", b"2", delay_ms=5000)  # PENDING -> DELAYED
-    queue.submit(producer.session, b"t", b"3")
+    submit_to(queue, producer.session, b"t", b"1")  # PENDING -> QUEUED
+    submit_to(queue, producer.session, b"t", b"2", delay_ms=5000)  # PENDING -> DELAYED
+    submit_to(queue, producer.session, b"t", b"3")
     queue.cancel(producer.session, 2)  # DELAYED -> FINISHED
     queue.cancel(producer.session, 3)  # QUEUED -> FINISHED
     worker = worker_of(queue)  # QUEUED -> HELD
     queue.done(worker.session, 1)  # HELD -> FINISHED
     queue.ready(worker.session)
-    queue.submit(producer.session, b"t", b"4")  # PENDING -> QUEUED -> HELD (an idle worker)
-    queue.submit(producer.session, b"t", b"5", delay_ms=1000)
+    submit_to(queue, producer.session, b"t", b"4")  # PENDING -> QUEUED -> HELD (an idle worker)
+    submit_to(queue, producer.session, b"t", b"5", delay_ms=1000)
     clock.advance(2)  # DELAYED -> QUEUED
     worker.disconnect()  # HELD -> QUEUED
 
@@ -58,7 +65,7 @@ def walk_retries_dead_letters_and_replay(clock: Clock) -> None:
     queue = queue_on(clock)
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x", retries=1, backoff=FIXED_1S)
+    submit_to(queue, producer.session, b"t", b"x", retries=1, backoff=FIXED_1S)
     queue.failed(worker.session, 1, "boom")  # HELD -> DELAYED
     clock.advance(2)
     queue.failed(worker.session, 1, "boom")  # HELD -> DEAD
@@ -75,7 +82,7 @@ def walk_late_outcomes(clock: Clock) -> None:
     producer = producer_of(queue)
     for task_id, second_says in enumerate(("requeued", "retry", "dead"), start=1):
         slow = worker_of(queue, name=f"slow{task_id}")
-        queue.submit(producer.session, b"t", b"x", retries=1, backoff=FIXED_1S)
+        submit_to(queue, producer.session, b"t", b"x", retries=1, backoff=FIXED_1S)
         clock.advance(11)
         queue.expire_overdue()  # HELD -> QUEUED
         if second_says != "requeued":

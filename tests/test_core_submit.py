@@ -19,6 +19,7 @@ from tests.fakes import (
     make_queue,
     producer_of,
     small_pool,
+    submit_to,
     worker_of,
 )
 
@@ -26,8 +27,8 @@ from tests.fakes import (
 def test_an_accepted_task_is_answered_ok_and_queued() -> None:
     queue = make_queue()
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"one")
-    queue.submit(producer.session, b"t", b"two")
+    submit_to(queue, producer.session, b"t", b"one")
+    submit_to(queue, producer.session, b"t", b"two")
     assert producer.take() == [wire.Ok(1), wire.Ok(2)]
     assert queue.stats().queue_depth == queue.queued == 2
     assert queue.pool.bytes_used > EMPTY_POOL_BYTES
@@ -38,7 +39,7 @@ def test_an_accepted_task_is_answered_ok_and_queued() -> None:
 def test_an_empty_payload_is_accepted_and_still_takes_a_block() -> None:
     queue = make_queue()
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"")
+    submit_to(queue, producer.session, b"t", b"")
     assert producer.take() == [wire.Ok(1)]
     assert queue.pool.bytes_used > EMPTY_POOL_BYTES
     worker = worker_of(queue)
@@ -57,10 +58,10 @@ def assert_rejected(queue: QueueService, producer: FakePeer, code: ErrorCode, me
 def test_an_unknown_task_type_is_rejected() -> None:
     queue = make_queue(allowed_types=frozenset({b"resize"}))
     producer = producer_of(queue)
-    queue.submit(producer.session, b"encode", b"x")
+    submit_to(queue, producer.session, b"encode", b"x")
     assert_rejected(queue, producer, ErrorCode.UNKNOWN_TASK_TYPE, "unknown task type: encode")
     assert queue.pool.bytes_used == EMPTY_POOL_BYTES
-    queue.submit(producer.session, b"resize", b"x")
+    submit_to(queue, producer.session, b"resize", b"x")
     assert producer.take() == [wire.Ok(1)]
 
 
@@ -68,7 +69,7 @@ def test_a_payload_larger_than_the_largest_block_is_rejected() -> None:
     queue = make_queue(pool=small_pool(2))
     empty = queue.pool.bytes_used
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x" * (BLOCK + 1))
+    submit_to(queue, producer.session, b"t", b"x" * (BLOCK + 1))
     assert_rejected(
         queue,
         producer,
@@ -82,10 +83,10 @@ def test_a_payload_larger_than_the_largest_block_is_rejected() -> None:
 def test_a_full_pool_rejects_until_a_task_finishes() -> None:
     queue = make_queue(pool=small_pool(2))
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"a")
-    queue.submit(producer.session, b"t", b"b")
+    submit_to(queue, producer.session, b"t", b"a")
+    submit_to(queue, producer.session, b"t", b"b")
     producer.take()
-    queue.submit(producer.session, b"t", b"c")
+    submit_to(queue, producer.session, b"t", b"c")
     (reply,) = producer.take()
     assert isinstance(reply, wire.Error) and reply.code == ErrorCode.QUEUE_FULL
     assert reply.message.startswith("queue full: no free block for 1 bytes")
@@ -93,7 +94,7 @@ def test_a_full_pool_rejects_until_a_task_finishes() -> None:
     assert queue.counters().rejected == 1
     worker = worker_of(queue)
     queue.done(worker.session, 1)
-    queue.submit(producer.session, b"t", b"c")
+    submit_to(queue, producer.session, b"t", b"c")
     assert producer.take() == [wire.Done(1), wire.Ok(3)]
 
 
@@ -101,10 +102,10 @@ def test_a_draining_queue_rejects_submits() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")  # keeps the drain open
+    submit_to(queue, producer.session, b"t", b"x")  # keeps the drain open
     producer.take()
     queue.drain(60, Clock())
-    queue.submit(producer.session, b"t", b"y")
+    submit_to(queue, producer.session, b"t", b"y")
     (reply,) = producer.take()
     assert reply == wire.Error(ErrorCode.QUEUE_FULL, "the daemon is shutting down")
     assert queue.counters().rejected == 1
@@ -115,7 +116,7 @@ def test_a_broken_journal_rejects_submits() -> None:
     queue = make_queue(journal=journal)
     journal.broken = "write failed: disk full"
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     assert_rejected(
         queue, producer, ErrorCode.QUEUE_FULL, "journal unavailable: write failed: disk full"
     )
@@ -125,9 +126,9 @@ def test_a_broken_journal_rejects_submits() -> None:
 def test_task_ids_increase_across_producers() -> None:
     queue = make_queue()
     first, second = producer_of(queue, "a"), producer_of(queue, "b")
-    queue.submit(first.session, b"t", b"x")
-    queue.submit(second.session, b"t", b"x")
-    queue.submit(first.session, b"t", b"x")
+    submit_to(queue, first.session, b"t", b"x")
+    submit_to(queue, second.session, b"t", b"x")
+    submit_to(queue, first.session, b"t", b"x")
     assert first.take() == [wire.Ok(1), wire.Ok(3)]
     assert second.take() == [wire.Ok(2)]
 
@@ -138,7 +139,7 @@ def test_restored_tasks_are_queued_in_order_with_their_ids() -> None:
     queue.restore(Recovery(recovered, 12, 0, 0, 0))
     assert queue.stats().queue_depth == 2
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"new")
+    submit_to(queue, producer.session, b"t", b"new")
     assert producer.take() == [wire.Ok(13)], "ids resume after the journal's last"
     worker = worker_of(queue, credits=3)
     assert worker.take() == [
@@ -158,6 +159,6 @@ def test_task_ids_wrap_and_skip_ids_still_live() -> None:
     live = (RecoveredTask(1, b"t", b"one"),)
     queue.restore(Recovery(live, codec.MAX_TASK_ID - 1, 0, 0, 0))
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     assert producer.take() == [wire.Ok(codec.MAX_TASK_ID), wire.Ok(2)]

@@ -15,7 +15,15 @@ from twisted.internet.task import Clock
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.timers import task_timeout_timer
 from quicx.protocol import wire
-from tests.fakes import EMPTY_POOL_BYTES, FakeJournal, FakePeer, make_queue, producer_of, worker_of
+from tests.fakes import (
+    EMPTY_POOL_BYTES,
+    FakeJournal,
+    FakePeer,
+    make_queue,
+    producer_of,
+    submit_to,
+    worker_of,
+)
 
 # -- task timeouts with credits: per delivery, first outcome wins --------------------
 
@@ -33,7 +41,7 @@ def a_task_timed_out(credits: int = 1) -> TimedOut:
     queue = make_queue(clock, task_timeout=10.0)
     producer = producer_of(queue)
     worker = worker_of(queue, credits, name="first")
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     clock.advance(11)
     queue.expire_overdue()
     return TimedOut(clock, queue, producer, worker)
@@ -50,7 +58,7 @@ def test_a_timed_out_task_is_never_sent_again_to_the_worker_that_holds_it() -> N
     assert queue.stats().queue_depth == 0
     assert queue.counters().completed == 1 and queue.counters().timed_out == 1
     # The queued copy is skipped, and the worker's credits are all free again.
-    queue.submit(producer.session, b"t", b"next")
+    submit_to(queue, producer.session, b"t", b"next")
     assert [m.task_id for m in worker.take()] == [2]
     assert worker.session.free_credits == 3
 
@@ -112,12 +120,12 @@ def test_a_task_kept_from_a_worker_running_its_late_copy_keeps_its_place() -> No
     queue = make_queue(clock, journal=journal, task_timeout=10.0)
     producer = producer_of(queue)
     slow = worker_of(queue, credits=2, name="slow")
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     clock.advance(10)
     queue.expire_overdue()  # task 1 queued again; slow runs its late copy
     journal.waits = True
-    queue.submit(producer.session, b"t", b"y")
-    queue.submit(producer.session, b"t", b"z")
+    submit_to(queue, producer.session, b"t", b"y")
+    submit_to(queue, producer.session, b"t", b"z")
     journal.sync()  # 2 and 3 queued at once, behind 1: slow takes 2, not 1
     assert slow.task_ids() == [1, 2]
     other = worker_of(queue, credits=2, name="other")
@@ -131,7 +139,7 @@ def test_a_timed_out_task_is_requeued_behind_the_tasks_waiting() -> None:
     producer = producer_of(queue)
     stuck = worker_of(queue, name="stuck")
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x")
+        submit_to(queue, producer.session, b"t", b"x")
     clock.advance(10)
     queue.expire_overdue()
     assert log == ["task 1 requeued: held for more than 10 s by stuck (attempt 1)"]
@@ -147,9 +155,9 @@ def test_only_tasks_held_past_the_timeout_are_taken_back() -> None:
     queue = make_queue(clock, task_timeout=10.0)
     producer = producer_of(queue)
     worker = worker_of(queue, credits=2)
-    queue.submit(producer.session, b"t", b"early")
+    submit_to(queue, producer.session, b"t", b"early")
     clock.advance(6)
-    queue.submit(producer.session, b"t", b"late")
+    submit_to(queue, producer.session, b"t", b"late")
     clock.advance(4)
     queue.expire_overdue()
     assert list(worker.session.tasks) == [2] and list(worker.session.overdue) == [1]
@@ -167,7 +175,7 @@ def test_the_timeout_service_takes_tasks_back_on_the_clock() -> None:
     queue = make_queue(clock, task_timeout=2.0)
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     service = task_timeout_timer(queue, clock)
     assert service is not None
     service.startService()
@@ -201,7 +209,7 @@ def test_a_task_delivered_max_attempts_times_fails() -> None:
     queue = make_queue(clock, journal=journal, task_timeout=10.0, max_attempts=2)
     producer = producer_of(queue)
     workers = [worker_of(queue, name="a"), worker_of(queue, name="b")]
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     first, second = sorted(workers, key=lambda worker: not worker.task_ids())
     clock.advance(10)
     queue.expire_overdue()  # attempt 1 taken back, given to the other worker
@@ -228,7 +236,7 @@ def test_a_task_delivered_max_attempts_times_fails() -> None:
 def test_a_task_whose_workers_keep_leaving_fails_after_max_attempts() -> None:
     queue = make_queue(max_attempts=2)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"t", b"x")
+    submit_to(queue, producer.session, b"t", b"x")
     worker_of(queue, name="one").disconnect()
     assert queue.stats().queue_depth == 1
     worker_of(queue, name="two").disconnect()

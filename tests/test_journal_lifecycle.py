@@ -17,6 +17,7 @@ from quicx.daemon.journal.interface import DeadInfo
 from quicx.daemon.journal.records import JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.protocol import admin, outcomes, taskflow
+from tests.fakes import Written
 from tests.peer import Peer
 from tests.test_journal_v2 import framed, write
 
@@ -25,9 +26,8 @@ BACKOFF = (1, 1000, 60000, 20)
 
 
 def submit3(task_id: int, due: float = 0.0, retries: int = 0, failures: int = 0) -> bytes:
-    return journal.encode_submit3(
-        task_id, b"t", b"p%d" % task_id, "q", 4, T0, b"k", None, due, retries, failures, BACKOFF
-    )
+    task = Written(task_id, b"t", "q", 4, T0, b"k", None, due, retries, failures, BACKOFF)
+    return journal.encode_submit3(task, b"p%d" % task_id)
 
 
 def test_lifecycle_records_come_back(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from quicx.daemon.journal.interface import GroupEntry, KeptEntry
 from quicx.daemon.journal.records import JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
 from quicx.protocol.outcomes import GroupPhase, OutcomeState
+from tests.fakes import Written
 
 T = 1_800_000_000.0
 
@@ -25,9 +26,8 @@ def write(path: Path, *records: bytes) -> None:
 
 
 def submit(task_id: int, group: int = 0, keep_for: float = 0.0, retries: int = 0) -> bytes:
-    return journal.encode_submit3(
-        task_id, b"t", b"p", "q", 0, T, None, None, 0.0, retries, 0, None, keep_for, group
-    )
+    task = Written(task_id, b"t", "q", 0, T, retries=retries, keep_for=keep_for, group=group)
+    return journal.encode_submit3(task, b"p")
 
 
 def group(group_id: int, phase: GroupPhase, members: int = 0, *counts: int) -> bytes:

@@ -27,7 +27,7 @@ from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess, config_option
-from tests.fakes import default_pool, make_queue, v2_producer_of
+from tests.fakes import default_pool, make_queue, submit_to, v2_producer_of
 from tests.peer import Peer
 from tests.test_docs import OPERATIONS, log_table
 from tools.launcher import TWISTD
@@ -134,7 +134,7 @@ def test_a_limit_is_logged_at_once_then_once_per_interval_while_it_is_hit() -> N
 
     def submit(count: int) -> list[tuple[str, str]]:
         for _ in range(count):
-            queue.submit(producer.session, b"t", b"x", "mail")
+            submit_to(queue, producer.session, b"t", b"x", "mail")
         return lines()
 
     def flush() -> list[tuple[str, str]]:
@@ -162,8 +162,8 @@ def test_a_limit_is_logged_at_once_then_once_per_interval_while_it_is_hit() -> N
     assert flush() == []
     assert submit(2) == [("limit.queue_depth", refused)]
     # Refusals that are no limit are not logged.
-    queue.submit(producer.session, b"t", b"x" * 100_000, "other")
-    queue.submit(producer.session, b"t", b"x", "mail")
+    submit_to(queue, producer.session, b"t", b"x" * 100_000, "other")
+    submit_to(queue, producer.session, b"t", b"x", "mail")
     too_large, full = producer.take()[-2:]
     assert (too_large.code, full.code) == (ErrorCode.PAYLOAD_TOO_LARGE, ErrorCode.QUEUE_FULL)
     assert flush() == [
@@ -176,7 +176,7 @@ def test_a_summary_interval_of_0_logs_every_limit_hit() -> None:
     queue = make_queue(log=log, limits=QueueLimits(declared={"mail": QueuePolicy(max_depth=1)}))
     producer = v2_producer_of(queue)
     for _ in range(3):
-        queue.submit(producer.session, b"t", b"x", "mail")
+        submit_to(queue, producer.session, b"t", b"x", "mail")
     assert log == ["refused producer: queue 'mail' is full (max_depth = 1)"] * 2
 
 

@@ -39,7 +39,7 @@ from quicx.daemon.queue.shared import SharedData
 from quicx.documents.latency import LATENCY_BUCKETS
 from quicx.protocol import outcomes, taskflow, wire
 from quicx.protocol.taskflow import Backoff, BackoffKind
-from tests.fakes import make_queue, producer_of, worker_of
+from tests.fakes import make_queue, producer_of, submit_to, worker_of
 from tests.peer import Peer
 from tools.launcher import DaemonError, DaemonProcess
 
@@ -296,7 +296,7 @@ def test_histogram_buckets_are_cumulative_counts_of_each_bound() -> None:
     queue = make_queue(clock)
     producer = producer_of(queue)
     for _ in range(3):
-        queue.submit(producer.session, b"resize", b"p")
+        submit_to(queue, producer.session, b"resize", b"p")
     worker = worker_of(queue)
     for task_id, seconds in ((1, 0.003), (2, 0.2), (3, 4000.0)):
         clock.advance(seconds)
@@ -397,7 +397,7 @@ def many_pairs() -> QueueService:
     queue = make_queue()
     producer = producer_of(queue)
     for n in range(500):
-        queue.submit(producer.session, b"type%d" % (n % 50), b"", f"queue{n // 50}")
+        submit_to(queue, producer.session, b"type%d" % (n % 50), b"", f"queue{n // 50}")
     return queue
 
 

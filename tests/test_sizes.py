@@ -32,8 +32,6 @@ SPLITTING = "being split (issue 31)"
 ALLOWED: dict[str, str] = {
     "quicx/daemon/queue/core.py": SPLITTING,
     "quicx/daemon/queue/core.py:QueueService": SPLITTING,
-    "quicx/daemon/queue/core.py:QueueService.submit": SPLITTING,
-    "quicx/protocol/taskflow.py:decode_submit": SPLITTING,
 }
 """C{path} (a module) or C{path:qualified.name} of each offender let through, and why."""
 

@@ -22,7 +22,7 @@ from quicx.documents.latency import LATENCY_BUCKETS, quantile
 from quicx.status.activity import activity, percentiles
 from quicx.status.text import NONE, latency, rate
 from quicx.status.watch import PLAIN_WIDTH, polled, watch
-from tests.fakes import FakePeer, producer_of, worker_of
+from tests.fakes import FakePeer, producer_of, submit_to, worker_of
 
 
 class Daemon:
@@ -37,7 +37,7 @@ class Daemon:
 
     def submit(self, task_type: bytes, count: int, queue: str | None = None) -> None:
         for _ in range(count):
-            self.queue.submit(self.producer.session, task_type, b"x", queue_name=queue)
+            submit_to(self.queue, self.producer.session, task_type, b"x", queue=queue)
 
     def run(self, outcomes: str, seconds: float) -> None:
         """The worker (connected on first use) runs tasks for C{seconds} each: d done, f failed."""

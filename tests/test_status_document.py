@@ -17,7 +17,7 @@ from quicx.daemon import config as configuration
 from quicx.daemon.service import build_daemon
 from quicx.documents.status import STATUS_FORMAT, StatusDocument, Tasks, read_status
 from quicx.documents.typed import DocumentError
-from tests.fakes import producer_of, worker_of
+from tests.fakes import producer_of, submit_to, worker_of
 
 
 def busy_document() -> dict[str, Any]:
@@ -28,11 +28,12 @@ def busy_document() -> dict[str, Any]:
     producer = producer_of(queue)
     producer.session.client = "test-client 1.0"
     for index in range(4):
-        queue.submit(
+        submit_to(
+            queue,
             producer.session,
             b"t%d" % (index % 2),
             b"x" * index,
-            queue_name="q" if index % 2 else None,
+            queue="q" if index % 2 else None,
         )
     worker = worker_of(queue)
     reactor.advance(0.25)

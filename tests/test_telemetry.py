@@ -18,7 +18,7 @@ from quicx.daemon.queue.core import QueueService
 from quicx.documents.latency import LATENCY_BUCKETS, quantile
 from quicx.documents.typed import as_json
 from quicx.protocol.codec import ErrorCode
-from tests.fakes import make_queue, producer_of, worker_of
+from tests.fakes import make_queue, producer_of, submit_to, worker_of
 
 
 def tallies(queue: QueueService) -> dict[tuple[str, str], dict[str, Any]]:
@@ -29,9 +29,9 @@ def test_a_task_counts_its_submit_wait_run_and_outcome_in_its_queue_and_type() -
     clock = Clock()
     queue = make_queue(clock)
     producer = producer_of(queue)
-    queue.submit(producer.session, b"resize", b"a")
-    queue.submit(producer.session, b"resize", b"b")
-    queue.submit(producer.session, b"email", b"c")
+    submit_to(queue, producer.session, b"resize", b"a")
+    submit_to(queue, producer.session, b"resize", b"b")
+    submit_to(queue, producer.session, b"email", b"c")
     clock.advance(0.2)  # queued 0.2 s
     worker = worker_of(queue)
     clock.advance(3.0)  # runs 3 s
@@ -56,15 +56,15 @@ def test_types_past_max_types_count_as_other_and_pairs_past_max_series_as_queue_
     queue = make_queue(telemetry=Telemetry(max_types=2, max_series=3))
     producer = producer_of(queue)
     for task_type in (b"a", b"b", b"c", b"d"):
-        queue.submit(producer.session, task_type, b"")
+        submit_to(queue, producer.session, task_type, b"")
     assert {k: t["submitted"] for k, t in tallies(queue).items()} == {
         ("default", "a"): 1,
         ("default", "b"): 1,
         ("default", OTHER): 2,
     }
     # Past max_series, every new pair counts in one tally: queue other, type other.
-    queue.submit(producer.session, b"a", b"", "mail")
-    queue.submit(producer.session, b"b", b"", "mail")
+    submit_to(queue, producer.session, b"a", b"", "mail")
+    submit_to(queue, producer.session, b"b", b"", "mail")
     labels = [(t.queue, t.task_type) for t in queue.telemetry.tallies.values()]
     assert labels.count((OTHER, OTHER)) == 1 and len(labels) == 4
     assert tallies(queue)[OTHER, OTHER]["submitted"] == 2
@@ -77,9 +77,9 @@ def test_pairs_of_a_type_counted_as_other_count_against_max_series_too() -> None
     """
     queue = make_queue(telemetry=Telemetry(max_types=1, max_series=3))
     producer = producer_of(queue)
-    queue.submit(producer.session, b"a", b"")
+    submit_to(queue, producer.session, b"a", b"")
     for n in range(50):
-        queue.submit(producer.session, b"b", b"", f"queue{n}")
+        submit_to(queue, producer.session, b"b", b"", f"queue{n}")
     assert {k: t["submitted"] for k, t in tallies(queue).items()} == {
         ("default", "a"): 1,
         ("queue0", OTHER): 1,
@@ -87,7 +87,7 @@ def test_pairs_of_a_type_counted_as_other_count_against_max_series_too() -> None
         (OTHER, OTHER): 48,
     }
     # An existing pair of other still counts in its own tally.
-    queue.submit(producer.session, b"c", b"", "queue0")
+    submit_to(queue, producer.session, b"c", b"", "queue0")
     assert tallies(queue)["queue0", OTHER]["submitted"] == 2
     assert len(queue.telemetry.tallies) == 4
 
@@ -95,7 +95,7 @@ def test_pairs_of_a_type_counted_as_other_count_against_max_series_too() -> None
 def test_rejections_count_by_error_code() -> None:
     queue = make_queue(allowed_types=frozenset({b"ok"}))
     producer = producer_of(queue)
-    queue.submit(producer.session, b"nope", b"")
+    submit_to(queue, producer.session, b"nope", b"")
     assert queue.telemetry.rejected == {ErrorCode.UNKNOWN_TASK_TYPE.name.lower(): 1}
 
 
@@ -124,7 +124,7 @@ def test_types_that_are_not_utf8_never_share_a_label() -> None:
     queue = make_queue()
     producer = producer_of(queue)
     for task_type in (b"\xff", b"\xfe", b"\xfe", b"ok"):
-        queue.submit(producer.session, task_type, b"")
+        submit_to(queue, producer.session, task_type, b"")
     labels = [(t.queue, t.task_type) for t in queue.telemetry.tallies.values()]
     assert len(labels) == len(set(labels))
     assert {k: t["submitted"] for k, t in tallies(queue).items()} == {

@@ -135,11 +135,11 @@ def test_tasks_spread_over_the_daemons_and_keys_go_to_theirs(daemons: Daemons) -
     assert [r.daemon for r in refs] == THREE * 2
     assert refs[:3] == [TaskRef(1, a) for a in THREE]
     # No key of the service's own: an unkeyed submit goes out without one.
-    assert [s.key for s in sent[0]] == [None, None]
+    assert [s.options.key for s in sent[0]] == [None, None]
     assert [r.result.daemon for r in keyed] == [THREE[1]] * 2
-    assert [s.key for s in sent[1][2:]] == [k.encode() for k in keys_of(1, 2)]
+    assert [s.options.key for s in sent[1][2:]] == [k.encode() for k in keys_of(1, 2)]
     assert sharded.result.daemon == THREE[2]
-    assert sent[2][-1].key == b"other"
+    assert sent[2][-1].options.key == b"other"
 
 
 def test_a_refusal_is_raised_and_goes_to_no_other_daemon(daemons: Daemons) -> None:
@@ -169,7 +169,7 @@ def test_a_daemon_that_goes_away_keeps_keyed_submits_and_reports_the_others(
         assert raised.value.daemon == THREE[0]
     # The keyed ones went on to their keys' next daemons, with their keys.
     resent = {d: daemons.answer(d) for d in (1, 2)}
-    assert sorted(s.key for s in resent[1] + resent[2]) == sorted(k.encode() for k in names)
+    assert sorted(s.options.key for s in resent[1] + resent[2]) == sorted(k.encode() for k in names)
     assert [d.result.daemon for d in keyed] == [ranking(k, THREE)[1] for k in names]
     assert all(d.result.daemon != THREE[0] for d in unkeyed[1::3] + unkeyed[2::3])
 
@@ -215,7 +215,7 @@ def test_a_submit_not_answered_in_the_timeout_is_lost_and_a_late_answer_is_dropp
         [name] = keys_of(0, 1)
         keyed = daemons.submit(key=name)
         unkeyed = daemons.submit()
-        assert [s.key for s in daemons.sent(0)] == [name.encode(), None]  # both on daemon 0
+        assert [s.options.key for s in daemons.sent(0)] == [name.encode(), None]  # both on daemon 0
         daemons.reactor.advance(4.9)
         assert not (keyed.called or unkeyed.called)
         daemons.reactor.advance(0.2)  # daemon 0 never answered them
@@ -224,7 +224,7 @@ def test_a_submit_not_answered_in_the_timeout_is_lost_and_a_late_answer_is_dropp
         assert raised.value.daemon == THREE[0]
         # The keyed one went on to its key's next daemon, with its key.
         nxt = THREE.index(ranking(name, THREE)[1])
-        assert [s.key for s in daemons.answer(nxt)] == [name.encode()]
+        assert [s.options.key for s in daemons.answer(nxt)] == [name.encode()]
         assert value(keyed) == TaskRef(1, THREE[nxt])
         # Down, once for each submit lost, and awaiting none.
         member = daemons.service.members[0]

@@ -30,7 +30,7 @@ from quicx.daemon.service import on_loopback
 from quicx.net.certificates import Authorization
 from quicx.protocol import taskflow
 from quicx.protocol.outcomes import OutcomeState
-from tests.fakes import FakeJournal, make_queue, v2_producer_of, v2_worker_of
+from tests.fakes import FakeJournal, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 ADMIN = "admin-secret"
 MONITOR = "monitor-secret"
@@ -319,7 +319,7 @@ def test_pause_purge_resume_call_the_core_and_a_paused_queue_dispatches_nothing(
     assert site.post("/api/queues/mail/pause", bearer(ADMIN)).status == 200
     producer = v2_producer_of(queue)
     for n in range(3):
-        queue.submit(producer.session, b"t", b"%d" % n, "mail")
+        submit_to(queue, producer.session, b"t", b"%d" % n, "mail")
     assert worker.task_ids() == []
     queues = {q["name"]: q for q in site.get("/api/queues", MONITOR).json()}
     assert (queues["mail"]["paused"], queues["mail"]["depth"]) == (True, 3)
@@ -327,7 +327,7 @@ def test_pause_purge_resume_call_the_core_and_a_paused_queue_dispatches_nothing(
         "queue": "mail",
         "purged": 3,
     }
-    queue.submit(producer.session, b"t", b"after", "mail")
+    submit_to(queue, producer.session, b"t", b"after", "mail")
     assert site.post("/api/queues/mail/resume", bearer(ADMIN)).status == 200
     assert len(worker.task_ids()) == 1
     missing = site.post("/api/queues/nowhere/resume", bearer(ADMIN))
@@ -359,7 +359,7 @@ def test_dead_letters_list_replay_one_replay_a_queue_and_purge() -> None:
     producer = v2_producer_of(queue)
     worker = v2_worker_of(queue, credits=10, queues=("mail", "sms"))
     for queue_name in ("mail", "mail", "sms"):
-        queue.submit(producer.session, b"t", b"x", queue_name, retries=1)
+        submit_to(queue, producer.session, b"t", b"x", queue_name, retries=1)
     for task in [m for m in worker.take() if isinstance(m, taskflow.Task)]:
         queue.nack(worker.session, task.task_id, task.token, "hopeless", True)
     listing = site.get("/api/dead?queue=mail", MONITOR).json()
@@ -383,8 +383,8 @@ def test_a_task_is_found_live_kept_expired_or_unknown() -> None:
     site = dashboard()
     queue = site.queue
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"resize", b"x", "mail")
-    queue.submit(producer.session, b"resize", b"y", "mail", result_ttl=60)
+    submit_to(queue, producer.session, b"resize", b"x", "mail")
+    submit_to(queue, producer.session, b"resize", b"y", "mail", result_ttl=60)
     live = site.get("/api/tasks/1", MONITOR).json()
     assert live["found"] == "live"
     assert (live["task"]["id"], live["task"]["state"], live["task"]["queue"]) == (
@@ -408,7 +408,7 @@ def test_a_task_is_found_live_kept_expired_or_unknown() -> None:
     assert site.get("/api/tasks/1", MONITOR).json() == {"found": "unknown", "id": 1}
     site.clock.advance(61)
     assert site.get("/api/tasks/2", MONITOR).json() == {"found": "expired", "id": 2}
-    queue.submit(producer.session, b"resize", b"z", "mail", result_ttl=60)
+    submit_to(queue, producer.session, b"resize", b"z", "mail", result_ttl=60)
     (third,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, third.task_id, third.token)
     assert queue.kept.make_room(1)  # as a SUBMIT does when the pool is full
@@ -426,7 +426,7 @@ def test_the_reads_the_pages_use() -> None:
     queue = site.queue
     worker = v2_worker_of(queue, credits=3, queues=("mail",), name="10.0.0.7:4242")
     producer = v2_producer_of(queue)
-    queue.submit(producer.session, b"t", b"x", "mail")
+    submit_to(queue, producer.session, b"t", b"x", "mail")
     site.history.sample()
     site.clock.advance(1)
     site.history.sample()

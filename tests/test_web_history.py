@@ -11,7 +11,7 @@ from twisted.internet.task import Clock
 from quicx.daemon.observe.web.history import FIELDS, History, Sample
 from quicx.daemon.periodic import every
 from quicx.documents.latency import LATENCY_BUCKETS
-from tests.fakes import make_queue, producer_of, worker_of
+from tests.fakes import make_queue, producer_of, submit_to, worker_of
 
 
 def test_the_first_call_sets_the_start_and_each_next_one_samples_rates_and_counts() -> None:
@@ -21,7 +21,7 @@ def test_the_first_call_sets_the_start_and_each_next_one_samples_rates_and_count
     assert history.sample() is None and history.latest is None
     producer = producer_of(queue)
     for n in range(6):
-        queue.submit(producer.session, b"t", b"%d" % n)
+        submit_to(queue, producer.session, b"t", b"%d" % n)
     clock.advance(2.0)
     sample = history.sample()
     assert isinstance(sample, Sample)
@@ -53,11 +53,11 @@ def test_percentiles_are_of_that_second_only() -> None:
     history.sample()
     producer = producer_of(queue)
     worker = worker_of(queue)
-    queue.submit(producer.session, b"t", b"slow")
+    submit_to(queue, producer.session, b"t", b"slow")
     clock.advance(20.0)
     queue.done(worker.session, 1)
     slow = history.sample()
-    queue.submit(producer.session, b"t", b"fast")
+    submit_to(queue, producer.session, b"t", b"fast")
     clock.advance(0.0004)
     queue.done(worker.session, 2)
     clock.advance(0.9996)
@@ -78,7 +78,7 @@ def test_a_timer_samples_every_second_into_a_ring_of_history_seconds() -> None:
     timer.startService()
     producer = producer_of(queue)
     for _ in range(5):
-        queue.submit(producer.session, b"t", b"")
+        submit_to(queue, producer.session, b"t", b"")
         clock.advance(1.0)
     timer.stopService()
     assert [s.submitted for s in heard] == [1, 2, 3, 4, 5]

@@ -22,7 +22,7 @@ from quicx.model.dispatch import percentile, simulate
 from quicx.protocol import taskflow, wire
 from quicx.protocol.taskflow import Backoff, BackoffKind
 from quicx.report.whatif import measured_backlog, parse_workers, workload
-from tests.fakes import FakePeer, make_queue, v2_producer_of, v2_worker_of
+from tests.fakes import FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 QUEUES = ("a", "b")
 BACKOFF = Backoff(BackoffKind.FIXED, 7, 7, 0)
@@ -114,7 +114,8 @@ def run_core(
         clock.advance((START_MS + now) / 1000 + 1e-7 - clock.seconds())  # retries due
         collect(now)
         if isinstance(action, Spec):
-            queue.submit(
+            submit_to(
+                queue,
                 producer.session,
                 b"t",
                 b"x",

@@ -286,7 +286,7 @@ def test_the_pages_submit_options_are_the_codecs() -> None:
         values, fields = given_values[option]
         spelled = item(int(tag, 16), spell(layout, values))
         decoded = registry.decode(MessageType.SUBMIT, b"\x01t" + opts(spelled) + b"p")
-        assert decoded == taskflow.Submit(b"t", b"p", **fields), option
+        assert decoded == taskflow.Submit(b"t", b"p", taskflow.SubmitOptions(**fields)), option
         assert encode(decoded) == codec.frame(MessageType.SUBMIT, b"\x01t" + opts(spelled) + b"p")
 
 

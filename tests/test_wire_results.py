@@ -254,7 +254,7 @@ def test_the_pages_submit_options_are_the_codecs() -> None:
         value, fields = given_values[option]
         options = item(int(tag, 16), value)
         decoded = registry.decode(MessageType.SUBMIT, b"\x01t" + opts(options) + b"p")
-        assert decoded == taskflow.Submit(b"t", b"p", **fields), option
+        assert decoded == taskflow.Submit(b"t", b"p", taskflow.SubmitOptions(**fields)), option
         encoded = taskflow.encode_submit(b"t", b"p", taskflow.submit_options(**fields))
         assert encoded == codec.frame(MessageType.SUBMIT, b"\x01t" + opts(options) + b"p")
 
@@ -273,7 +273,11 @@ def test_the_new_submit_options_round_trip_with_the_others(
     encoded = bytearray(taskflow.encode_submit(message.task_type, message.payload, extra))
     decoded = through_parser(bytes(encoded))
     assert isinstance(decoded, taskflow.Submit)
-    assert (decoded.result_ttl, decoded.progress, decoded.group) == (ttl, progress, group)
+    assert (decoded.options.result_ttl, decoded.options.progress, decoded.options.group) == (
+        ttl,
+        progress,
+        group,
+    )
 
 
 # -- every bad input says what is wrong --------------------------------------------------

@@ -42,17 +42,7 @@ def through_parser(encoded: bytes) -> object:
 
 def encode_submit(submit: taskflow.Submit) -> bytes:
     """C{submit}'s frame, its options in the encoder's order."""
-    options = taskflow.submit_options(
-        submit.queue,
-        submit.priority,
-        submit.key,
-        submit.fairness,
-        submit.delay_ms,
-        submit.run_at_ms,
-        submit.retries,
-        submit.backoff,
-    )
-    return taskflow.encode_submit(submit.task_type, submit.payload, options)
+    return taskflow.encode_submit(submit.task_type, submit.payload, submit.options.encode())
 
 
 def encode_task(task: taskflow.Task) -> bytes:
@@ -85,7 +75,9 @@ def _submit(
     backoff: taskflow.Backoff | None,
 ) -> taskflow.Submit:
     return taskflow.Submit(
-        task_type, payload, queue, priority, key, fairness, *when, retries, backoff
+        task_type,
+        payload,
+        taskflow.SubmitOptions(queue, priority, key, fairness, *when, retries, backoff),
     )
 
 
@@ -167,17 +159,19 @@ def test_submit_fields_are_a_plain_submits(message: tuple[bytes, taskflow.Submit
     encoded, expected = message
     payload = encoded[codec.HEADER_SIZE :]
     taskflow.decode_submit(payload)
-    task_type, body, queue, priority = expected[:4]
-    plain = expected == taskflow.Submit(task_type, body, queue, priority)
+    task_type, body, options = expected
+    plain = options == taskflow.SubmitOptions(options.queue, options.priority)
     fields = taskflow.submit_fields(payload)
-    assert fields == ((task_type, body, queue, priority) if plain else None)
+    assert fields == ((task_type, body, options) if plain else None)
 
 
 def test_submit_options_that_run_past_the_payload_are_refused() -> None:
     """Even when the bytes left are options decoded before."""
     options = taskflow.submit_options("mail", 3)
     payload = taskflow.encode_submit(b"t", b"", options)[codec.HEADER_SIZE :]
-    assert taskflow.decode_submit(payload) == taskflow.Submit(b"t", b"", "mail", 3)
+    assert taskflow.decode_submit(payload) == taskflow.Submit(
+        b"t", b"", taskflow.SubmitOptions("mail", 3)
+    )
     cut = payload[:2] + codec.U16.pack(len(options) + 1) + options
     assert taskflow.submit_fields(cut) is None
     with pytest.raises(MalformedMessage, match="run past the payload"):
@@ -414,7 +408,9 @@ def test_the_pages_submit_example() -> None:
     assert encoded == (
         b'\x02\x01\x00\x00\x00\x1e\x0asend_email\x00\x09\x01\x04mail\x02\x01\x09{"to":1}'
     )
-    assert through_parser(spelled) == taskflow.Submit(b"send_email", b'{"to":1}', "mail", 9)
+    assert through_parser(spelled) == taskflow.Submit(
+        b"send_email", b'{"to":1}', taskflow.SubmitOptions("mail", 9)
+    )
 
 
 def table(text: str, after: str) -> list[list[str]]:
@@ -691,9 +687,9 @@ def test_repeated_submit_options_decode_alike() -> None:
     for task_type, body in ((b"a", b"first"), (b"bb", b"")):
         payload = taskflow.encode_submit(task_type, body, options)[codec.HEADER_SIZE :]
         assert taskflow.decode_submit(payload) == taskflow.Submit(
-            task_type, body, "mail", 3, delay_ms=1, retries=2
+            task_type, body, taskflow.SubmitOptions("mail", 3, delay_ms=1, retries=2)
         )
     for key in (b"k1", b"k2"):
         keyed = taskflow.submit_options("mail", key=key, delay_ms=1)
         payload = taskflow.encode_submit(b"t", b"", keyed)[codec.HEADER_SIZE :]
-        assert taskflow.decode_submit(payload).key == key
+        assert taskflow.decode_submit(payload).options.key == key

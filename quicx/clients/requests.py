@@ -137,7 +137,7 @@ def _common_options(queue: str | None, priority: int | None) -> bytes:
     return taskflow.SubmitOptions(queue=queue, priority=priority).encode()
 
 
-NONE = taskflow.SubmitOptions()
+NONE = taskflow.DEFAULT_OPTIONS
 """No options, as the wire carries them."""
 
 Task = tuple[str | bytes, str | bytes] | tuple[str | bytes, str | bytes, Options]

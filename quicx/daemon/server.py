@@ -35,6 +35,7 @@ from quicx.daemon import speakers
 from quicx.daemon.config import Limits
 from quicx.daemon.handlers import tables
 from quicx.daemon.handlers.connection import NotAuthorized
+from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.shared import SharedData
@@ -116,6 +117,7 @@ class QuicxServerProtocol(FrameReceiver):
         host = getattr(peer, "host", None)
         self.peer_name = f"{host}:{peer.port}" if host else str(peer)
         self.queue = factory.queue
+        self.admission = factory.admission
         self.limits = limits = factory.limits
         if len(self.queue.sessions) >= limits.max_connections:
             # Refused before it costs a session: one ERROR, then the close.
@@ -444,6 +446,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         if reactor is None:
             from twisted.internet import reactor
         self.queue = queue
+        self.admission = Admission(queue)
         self.authorization = authorization
         self.admin = admin
         self.reactor = reactor

@@ -122,26 +122,22 @@ OK_DUPLICATE = 0x01
 # -- messages ---------------------------------------------------------------------
 
 
-class Submit(NamedTuple):
+@frozen(cache_hash=True)
+class SubmitOptions:
     """
-    (A named tuple: the daemon decodes one per task.)
+    A SUBMIT's options, as the wire carries them: the one value a client
+    builds and this codec encodes (L{encode}); a new option is a field
+    here and its tag (L{Option}).  Each C{None} (or C{False}) is absent.
 
-    @ivar queue: C{None} for the daemon's default queue.
-    @ivar priority: 0 to 255, higher first; C{None} for the queue's default.
-    @ivar key: the idempotency key, if any.
-    @ivar fairness: the fairness key, if any.
+    @ivar key: the idempotency key; C{fairness}: the fairness key.
     @ivar delay_ms: run it this many milliseconds from now; C{run_at_ms}:
-        at this time (milliseconds since the Unix epoch); at most one of the two.
-    @ivar retries: how many times a failure is retried (C{None}: the queue's).
-    @ivar backoff: the wait before each retry (C{None}: the queue's).
-    @ivar result_ttl: keep the outcome and result for this many seconds
-        (0: the daemon's default); C{None}: the queue's choice.
+        at this time (milliseconds since the Unix epoch); at most one.
+    @ivar result_ttl: keep the outcome and result this many seconds (0: the
+        daemon's default).
     @ivar progress: forward the task's progress reports to the producer.
-    @ivar group: the group it belongs to (C{None}: none).
+    @ivar group: the group it joins.
     """
 
-    task_type: bytes
-    payload: bytes
     queue: str | None = None
     priority: int | None = None
     key: bytes | None = None
@@ -153,6 +149,71 @@ class Submit(NamedTuple):
     result_ttl: int | None = None
     progress: bool = False
     group: int | None = None
+
+    def encode(self) -> bytes:
+        """
+        The options field of a SUBMIT (without its length).
+
+        @raise ValueError: an option is out of range.
+        """
+        options = b""
+        if self.queue is not None:
+            options += option(Option.QUEUE, check_queue(self.queue))
+        priority = self.priority
+        if priority is not None:
+            if not 0 <= priority <= 255:
+                raise ValueError(f"a priority is 0 to 255, not {priority}")
+            options += bytes((Option.PRIORITY, 1, priority))
+        if self.key is not None:
+            options += option(Option.KEY, self.key)
+        if self.fairness is not None:
+            options += option(Option.FAIRNESS, self.fairness)
+        delay_ms, run_at_ms = self.delay_ms, self.run_at_ms
+        if delay_ms is not None and run_at_ms is not None:
+            raise ValueError("a task has a delay or a time to run at, not both")
+        if delay_ms is not None:
+            if not 0 <= delay_ms <= 0xFFFFFFFF:
+                raise ValueError(f"a delay is 0 to {0xFFFFFFFF} ms, not {delay_ms}")
+            options += bytes((Option.DELAY, 4)) + TASK_ID.pack(delay_ms)
+        if run_at_ms is not None:
+            if not 0 <= run_at_ms < 1 << 64:
+                raise ValueError(f"a time to run at is a u64 of milliseconds, not {run_at_ms}")
+            options += bytes((Option.RUN_AT, 8)) + U64.pack(run_at_ms)
+        retries = self.retries
+        if retries is not None:
+            if not 0 <= retries <= MAX_RETRIES:
+                raise ValueError(f"retries are 0 to {MAX_RETRIES}, not {retries}")
+            options += bytes((Option.RETRIES, 2)) + U16.pack(retries)
+        if self.backoff is not None:
+            options += bytes((Option.BACKOFF, _BACKOFF.size)) + encode_backoff(self.backoff)
+        result_ttl = self.result_ttl
+        if result_ttl is not None:
+            if not 0 <= result_ttl <= 0xFFFFFFFF:
+                raise ValueError(f"a result TTL is 0 to {0xFFFFFFFF} s, not {result_ttl}")
+            options += bytes((Option.RESULT, 4)) + TASK_ID.pack(result_ttl)
+        if self.progress:
+            options += bytes((Option.PROGRESS, 1, 1))
+        group = self.group
+        if group is not None:
+            if not 1 <= group <= MAX_TASK_ID:
+                raise ValueError(f"a group id is 1 to {MAX_TASK_ID}, not {group}")
+            options += bytes((Option.GROUP, 4)) + TASK_ID.pack(group)
+        return options
+
+
+DEFAULT_OPTIONS = SubmitOptions()
+"""No option: a version-1 SUBMIT's, and a version-2 SUBMIT's without any (one shared value)."""
+
+
+class Submit(NamedTuple):
+    """
+    A SUBMIT: the task's type and payload, and its L{SubmitOptions}.  (A
+    named tuple: the daemon decodes one per task.)
+    """
+
+    task_type: bytes
+    payload: bytes
+    options: SubmitOptions = DEFAULT_OPTIONS
 
 
 class Result(NamedTuple):
@@ -282,85 +343,6 @@ _TASK = int(MessageType.TASK)
 _DONE = int(MessageType.DONE)
 _TOKEN = int(Context.TOKEN)
 _LEASE = int(Context.LEASE)
-
-
-@frozen(cache_hash=True)
-class SubmitOptions:
-    """
-    A SUBMIT's options, as the wire carries them: the one value a client
-    builds and this codec encodes (L{encode}); a new option is a field
-    here and its tag (L{Option}).  Each C{None} (or C{False}) is absent.
-
-    @ivar key: the idempotency key; C{fairness}: the fairness key.
-    @ivar delay_ms: run it this many milliseconds from now; C{run_at_ms}:
-        at this time (milliseconds since the Unix epoch); at most one.
-    @ivar result_ttl: keep the outcome and result this many seconds (0: the
-        daemon's default).
-    @ivar progress: forward the task's progress reports to the producer.
-    @ivar group: the group it joins.
-    """
-
-    queue: str | None = None
-    priority: int | None = None
-    key: bytes | None = None
-    fairness: bytes | None = None
-    delay_ms: int | None = None
-    run_at_ms: int | None = None
-    retries: int | None = None
-    backoff: Backoff | None = None
-    result_ttl: int | None = None
-    progress: bool = False
-    group: int | None = None
-
-    def encode(self) -> bytes:
-        """
-        The options field of a SUBMIT (without its length).
-
-        @raise ValueError: an option is out of range.
-        """
-        options = b""
-        if self.queue is not None:
-            options += option(Option.QUEUE, check_queue(self.queue))
-        priority = self.priority
-        if priority is not None:
-            if not 0 <= priority <= 255:
-                raise ValueError(f"a priority is 0 to 255, not {priority}")
-            options += bytes((Option.PRIORITY, 1, priority))
-        if self.key is not None:
-            options += option(Option.KEY, self.key)
-        if self.fairness is not None:
-            options += option(Option.FAIRNESS, self.fairness)
-        delay_ms, run_at_ms = self.delay_ms, self.run_at_ms
-        if delay_ms is not None and run_at_ms is not None:
-            raise ValueError("a task has a delay or a time to run at, not both")
-        if delay_ms is not None:
-            if not 0 <= delay_ms <= 0xFFFFFFFF:
-                raise ValueError(f"a delay is 0 to {0xFFFFFFFF} ms, not {delay_ms}")
-            options += bytes((Option.DELAY, 4)) + TASK_ID.pack(delay_ms)
-        if run_at_ms is not None:
-            if not 0 <= run_at_ms < 1 << 64:
-                raise ValueError(f"a time to run at is a u64 of milliseconds, not {run_at_ms}")
-            options += bytes((Option.RUN_AT, 8)) + U64.pack(run_at_ms)
-        retries = self.retries
-        if retries is not None:
-            if not 0 <= retries <= MAX_RETRIES:
-                raise ValueError(f"retries are 0 to {MAX_RETRIES}, not {retries}")
-            options += bytes((Option.RETRIES, 2)) + U16.pack(retries)
-        if self.backoff is not None:
-            options += bytes((Option.BACKOFF, _BACKOFF.size)) + encode_backoff(self.backoff)
-        result_ttl = self.result_ttl
-        if result_ttl is not None:
-            if not 0 <= result_ttl <= 0xFFFFFFFF:
-                raise ValueError(f"a result TTL is 0 to {0xFFFFFFFF} s, not {result_ttl}")
-            options += bytes((Option.RESULT, 4)) + TASK_ID.pack(result_ttl)
-        if self.progress:
-            options += bytes((Option.PROGRESS, 1, 1))
-        group = self.group
-        if group is not None:
-            if not 1 <= group <= MAX_TASK_ID:
-                raise ValueError(f"a group id is 1 to {MAX_TASK_ID}, not {group}")
-            options += bytes((Option.GROUP, 4)) + TASK_ID.pack(group)
-        return options
 
 
 def submit_options(*fields: Any, **named: Any) -> bytes:
@@ -577,19 +559,20 @@ WAIT_FRAME = frame(MessageType.WAIT)
 # -- decoders ---------------------------------------------------------------------
 
 
-_OPTIONS: dict[bytes, tuple[str | None, int | None]] = {}
-"""SUBMIT options without keys already decoded: queue and priority repeat."""
-_REPEATED: dict[bytes, tuple[Any, ...]] = {}
+_OPTIONS: dict[bytes, SubmitOptions] = {}
+"""SUBMIT options already decoded of a queue and a priority only: they repeat."""
+_REPEATED: dict[bytes, SubmitOptions] = {}
 """SUBMIT options already decoded that repeat from task to task (no key, time
-to run at or group): the L{Submit} fields after its payload."""
+to run at or group)."""
 
 
-def submit_fields(payload: bytes) -> tuple[bytes, bytes, str | None, int | None] | None:
+def submit_fields(payload: bytes) -> tuple[bytes, bytes, SubmitOptions] | None:
     """
-    A SUBMIT's task type, payload, queue and priority, without building a
-    L{Submit} (the daemon decodes one per task), when it has no other
-    option and its options were seen before; C{None} otherwise, and for a
-    malformed one: L{decode_submit} then decodes it, or says what is wrong.
+    A SUBMIT's task type, payload and options, without building a
+    L{Submit} (the daemon decodes one per task), when it has no option but
+    a queue and a priority and its options were seen before; C{None}
+    otherwise, and for a malformed one: L{decode_submit} then decodes it,
+    or says what is wrong.
     """
     size = len(payload)
     type_end = 1 + payload[0] if size else 0
@@ -598,110 +581,142 @@ def submit_fields(payload: bytes) -> tuple[bytes, bytes, str | None, int | None]
     start = type_end + 2
     end = start + ((payload[type_end] << 8) | payload[type_end + 1])
     if end == start:
-        return payload[1:type_end], payload[start:], None, None
+        return payload[1:type_end], payload[start:], DEFAULT_OPTIONS
     known = _OPTIONS.get(payload[start:end]) if end <= size else None
     if known is None:
         return None
-    return payload[1:type_end], payload[end:], known[0], known[1]
+    return payload[1:type_end], payload[end:], known
 
 
-def decode_submit(payload: bytes) -> Submit:  # noqa: C901, PLR0912
+def decode_submit(payload: bytes) -> Submit:
     fields = submit_fields(payload)
     if fields is not None:
         return Submit(*fields)
-    # Offsets into the payload, not slices of it: the payload is copied once.
+    type_end, start, end = _submit_layout(payload)
+    raw = payload[start:end]
+    options = _REPEATED.get(raw)
+    if options is None:
+        options = decode_options(payload, start, end)
+        _remember(raw, options)
+    return Submit(payload[1:type_end], payload[end:], options)
+
+
+def _submit_layout(payload: bytes) -> tuple[int, int, int]:
+    """
+    Where a SUBMIT's task type ends, and its options start and end (offsets
+    into the payload, not slices of it: the payload is copied once).
+
+    @raise MalformedMessage: they do not fit.
+    """
     size = len(payload)
     type_end = 1 + payload[0] if size else 0
     if not 1 < type_end <= size:
         split_type(MessageType.SUBMIT, payload, 0)  # raises, saying why
-    task_type = payload[1:type_end]
     if size < type_end + 2:
         raise bad(MessageType.SUBMIT, "has no options length")
     options_length = (payload[type_end] << 8) | payload[type_end + 1]
-    start = type_end + 2
     if options_length > MAX_OPTIONS:
         raise bad(MessageType.SUBMIT, f"options of {options_length} bytes exceed {MAX_OPTIONS}")
-    end = start + options_length
-    if end > size:
+    start = type_end + 2
+    if start + options_length > size:
         raise bad(MessageType.SUBMIT, f"options of {options_length} bytes run past the payload")
-    raw = payload[start:end]
-    repeated = _REPEATED.get(raw)
-    if repeated is not None:
-        return Submit(task_type, payload[end:], *repeated)
-    items = tlv(MessageType.SUBMIT, payload, start, end)
-    queue = priority = key = fairness = delay_ms = run_at_ms = retries = None
-    backoff = result_ttl = group = None
-    progress = False
-    for tag, value in items.items():
-        if tag == Option.QUEUE:
-            queue = queue_name(MessageType.SUBMIT, value)
-        elif tag == Option.PRIORITY:
-            if len(value) != 1:
-                raise bad(MessageType.SUBMIT, f"priority must be 1 byte (0-255), not {len(value)}")
-            priority = value[0]
-        elif tag == Option.KEY:
-            if not value:
-                raise bad(MessageType.SUBMIT, "has an empty idempotency key")
-            key = value
-        elif tag == Option.FAIRNESS:
-            if not value:
-                raise bad(MessageType.SUBMIT, "has an empty fairness key")
-            fairness = value
-        elif tag == Option.DELAY:
-            if len(value) != 4:
-                raise bad(MessageType.SUBMIT, f"delay must be 4 bytes (ms), not {len(value)}")
-            delay_ms = TASK_ID.unpack(value)[0]
-        elif tag == Option.RUN_AT:
-            if len(value) != 8:
-                raise bad(MessageType.SUBMIT, f"run-at must be 8 bytes (ms), not {len(value)}")
-            run_at_ms = U64.unpack(value)[0]
-        elif tag == Option.RETRIES:
-            if len(value) != 2:
-                raise bad(MessageType.SUBMIT, f"retries must be 2 bytes, not {len(value)}")
-            retries = U16.unpack(value)[0]
-        elif tag == Option.BACKOFF:
-            backoff = decode_backoff(MessageType.SUBMIT, value)
-        elif tag == Option.RESULT:
-            if len(value) != 4:
-                raise bad(MessageType.SUBMIT, f"result TTL must be 4 bytes (s), not {len(value)}")
-            result_ttl = TASK_ID.unpack(value)[0]
-        elif tag == Option.PROGRESS:
-            if value != b"\x01":
-                raise bad(MessageType.SUBMIT, "progress option must be the 1-byte value 1")
-            progress = True
-        elif tag == Option.GROUP:
-            if len(value) != 4:
-                raise bad(MessageType.SUBMIT, f"group must be 4 bytes, not {len(value)}")
-            group = TASK_ID.unpack(value)[0]
-            if not group:
-                raise bad(MessageType.SUBMIT, "names group 0")
-        else:
+    return type_end, start, start + options_length
+
+
+def decode_options(payload: bytes, start: int, end: int) -> SubmitOptions:
+    """
+    The L{SubmitOptions} of a SUBMIT's options field, C{payload[start:end]}:
+    each option decoded by its tag's decoder (L{OPTION_DECODERS}).
+
+    @raise MalformedMessage: an option is unknown or malformed.
+    """
+    named: dict[str, object] = {}
+    for tag, value in tlv(MessageType.SUBMIT, payload, start, end).items():
+        known = OPTION_DECODERS.get(tag)
+        if known is None:
             raise bad(MessageType.SUBMIT, f"has unknown option 0x{tag:02x}")
-    if delay_ms is not None and run_at_ms is not None:
+        field, decode = known
+        named[field] = decode(value)
+    if "delay_ms" in named and "run_at_ms" in named:
         raise bad(MessageType.SUBMIT, "has both a delay and a time to run at")
-    # Options of a queue and a priority only repeat from task to task.
-    only_queue_and_priority = len(items) == (queue is not None) + (priority is not None)
-    if only_queue_and_priority and len(_OPTIONS) < CACHE_SIZE:
-        _OPTIONS[raw] = (queue, priority)
-    submit = Submit(
-        task_type,
-        payload[end:],
-        queue,
-        priority,
-        key,
-        fairness,
-        delay_ms,
-        run_at_ms,
-        retries,
-        backoff,
-        result_ttl,
-        progress,
-        group,
+    return SubmitOptions(**named)  # type: ignore[arg-type]
+
+
+def _remember(raw: bytes, options: SubmitOptions) -> None:
+    """Keep C{options}, decoded from C{raw}, if they are of the kind that repeats."""
+    # Options of a queue and a priority only: the common SUBMIT's.
+    if len(_OPTIONS) < CACHE_SIZE and options == SubmitOptions(options.queue, options.priority):
+        _OPTIONS[raw] = options
+    repeats = (
+        options.key is None
+        and options.fairness is None
+        and options.run_at_ms is None
+        and options.group is None
     )
-    repeats = key is None and fairness is None and run_at_ms is None and group is None
     if repeats and len(_REPEATED) < CACHE_SIZE:
-        _REPEATED[raw] = submit[2:]
-    return submit
+        _REPEATED[raw] = options
+
+
+def _sized(length: int, what: str) -> Callable[[bytes], bytes]:
+    """A check that an option's value is C{length} bytes (C{what} says what it is)."""
+
+    def check(value: bytes) -> bytes:
+        if len(value) != length:
+            raise bad(MessageType.SUBMIT, f"{what}, not {len(value)}")
+        return value
+
+    return check
+
+
+_PRIORITY = _sized(1, "priority must be 1 byte (0-255)")
+_DELAY = _sized(4, "delay must be 4 bytes (ms)")
+_RUN_AT = _sized(8, "run-at must be 8 bytes (ms)")
+_RETRIES = _sized(2, "retries must be 2 bytes")
+_RESULT_TTL = _sized(4, "result TTL must be 4 bytes (s)")
+_GROUP = _sized(4, "group must be 4 bytes")
+
+
+def _not_empty(what: str) -> Callable[[bytes], bytes]:
+    def check(value: bytes) -> bytes:
+        if not value:
+            raise bad(MessageType.SUBMIT, f"has an empty {what}")
+        return value
+
+    return check
+
+
+def _progress(value: bytes) -> bool:
+    if value != b"\x01":
+        raise bad(MessageType.SUBMIT, "progress option must be the 1-byte value 1")
+    return True
+
+
+def _group(value: bytes) -> int:
+    group: int = TASK_ID.unpack(_GROUP(value))[0]
+    if not group:
+        raise bad(MessageType.SUBMIT, "names group 0")
+    return group
+
+
+OPTION_DECODERS: dict[int, tuple[str, Callable[[bytes], object]]] = {
+    Option.QUEUE: ("queue", lambda value: queue_name(MessageType.SUBMIT, value)),
+    Option.PRIORITY: ("priority", lambda value: _PRIORITY(value)[0]),
+    Option.KEY: ("key", _not_empty("idempotency key")),
+    Option.FAIRNESS: ("fairness", _not_empty("fairness key")),
+    Option.DELAY: ("delay_ms", lambda value: TASK_ID.unpack(_DELAY(value))[0]),
+    Option.RUN_AT: ("run_at_ms", lambda value: U64.unpack(_RUN_AT(value))[0]),
+    Option.RETRIES: ("retries", lambda value: U16.unpack(_RETRIES(value))[0]),
+    Option.BACKOFF: ("backoff", lambda value: decode_backoff(MessageType.SUBMIT, value)),
+    Option.RESULT: ("result_ttl", lambda value: TASK_ID.unpack(_RESULT_TTL(value))[0]),
+    Option.PROGRESS: ("progress", _progress),
+    Option.GROUP: ("group", _group),
+}
+"""
+Each SUBMIT option's decoder, by tag: the L{SubmitOptions} field it fills
+and how its value is read (raising L{MalformedMessage} for a bad one).  A
+new option is a field of L{SubmitOptions}, its tag (L{Option}), its
+encoding (L{SubmitOptions.encode}) and its line here.
+"""
 
 
 def decode_done(payload: bytes) -> Done:

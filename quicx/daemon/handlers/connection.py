@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeAlias
 
 from quicx.daemon.config import Limits
+from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Session
 
@@ -28,6 +29,7 @@ class Connection(Protocol):
     @ivar session: its session (C{None} once it is lost, or if it was
         refused: no frame is handled then).
     @ivar queue: the queue it submits to and works for.
+    @ivar admission: what takes its SUBMITs into the queue.
     @ivar limits: what it is held to.
     @ivar status: makes the daemon's status document (STATUS); C{None}:
         this listener serves none.
@@ -38,6 +40,9 @@ class Connection(Protocol):
 
     @property
     def queue(self) -> QueueService: ...
+
+    @property
+    def admission(self) -> Admission: ...
 
     @property
     def limits(self) -> Limits: ...

@@ -15,34 +15,19 @@ from quicx.protocol.session import ProtocolViolation, Role
 
 def submit_v1(conn: Connection, payload: bytes) -> None:
     task_type, body = wire.submit_fields(payload)
-    conn.queue.submit(conn.producer(task_type), task_type, body)
+    conn.admission.submit(conn.producer(task_type), task_type, body)
 
 
 def submit_v2(conn: Connection, payload: bytes) -> None:
     fields = taskflow.submit_fields(payload)
     if fields is not None:
         # No option but a queue and a priority: the common SUBMIT.
-        task_type, body, queue, priority = fields
-        conn.queue.submit(conn.producer(task_type), task_type, body, queue, priority)
+        task_type, body, options = fields
+        conn.admission.submit(conn.producer(task_type), task_type, body, options)
         return
-    message = taskflow.decode_submit(payload)
-    session = conn.producer(message.task_type, message.key, message.fairness)
-    conn.queue.submit(
-        session,
-        message.task_type,
-        message.payload,
-        message.queue,
-        message.priority,
-        message.key,
-        message.fairness,
-        message.delay_ms,
-        message.run_at_ms,
-        message.retries,
-        message.backoff,
-        message.progress,
-        message.result_ttl,
-        message.group,
-    )
+    task_type, body, options = taskflow.decode_submit(payload)
+    session = conn.producer(task_type, options.key, options.fairness)
+    conn.admission.submit(session, task_type, body, options)
 
 
 def ready_v1(conn: Connection, payload: bytes) -> None:

@@ -9,7 +9,7 @@ from enum import Enum
 
 from attrs import field, frozen
 
-from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry
+from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry, Record
 from quicx.protocol.codec import MAX_TASK_ID
 
 MAGIC_V1 = b"QUICXJ1\n"
@@ -198,35 +198,27 @@ def encode_submit2(
     )
 
 
-def encode_submit3(  # noqa: PLR0913
-    task_id: int,
-    task_type: bytes,
-    payload: bytes,
-    queue: str,
-    priority: int,
-    enqueued_at: float,
-    key: bytes | None,
-    fairness: bytes | None,
-    due: float,
-    retries: int,
-    failures: int,
-    backoff: tuple[int, int, int, int] | None,
-    keep_for: float = 0.0,
-    group: int = 0,
-) -> bytes:
+def encode_submit3(task: Record, payload: bytes) -> bytes:
     """
-    A SUBMIT of a task with a lifecycle: delayed until C{due} (0: not),
-    its retries and backoff, the failures it has had (a task without any
-    is written as L{encode_submit2}, as short as before).  A task whose
-    outcome is kept C{keep_for} seconds, or that is a member of C{group},
-    takes format 4's record (SUBMIT4), which adds them.
+    A SUBMIT of C{task}, a task with a lifecycle: delayed until its C{due}
+    (0: not), its retries and backoff, the failures it has had (a task
+    without any is written as L{encode_submit2}, as short as before).  A
+    task whose outcome is kept C{keep_for} seconds, or that is a member of a
+    C{group}, takes format 4's record (SUBMIT4), which adds them.
     """
-    name = queue.encode("ascii")
-    key = key or b""
-    fairness = fairness or b""
+    name = task.queue.encode("ascii")
+    task_type, key, fairness = task.task_type, task.key or b"", task.fairness or b""
+    backoff, keep_for, group = task.backoff, task.keep_for, task.group
     packed = b"" if backoff is None else BACKOFF.pack(*backoff)
     lengths = (len(name), len(task_type), len(key), len(fairness), len(packed))
-    head = (task_id, priority, int(enqueued_at * 1000), round(due * 1000), retries, failures)
+    head = (
+        task.task_id,
+        task.priority,
+        int(task.enqueued_at * 1000),
+        round(task.due * 1000),
+        task.retries,
+        task.failures,
+    )
     if keep_for or group:
         packed_head = SUBMIT4_HEAD.pack(
             KIND_SUBMIT4, *head, round(keep_for * 1000), group, *lengths

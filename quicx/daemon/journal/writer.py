@@ -540,7 +540,16 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
     A task's SUBMIT: format 2's; format 3's for a task with a lifecycle;
     format 4's for one whose outcome is kept, or in a group.
     """
-    fields = (
+    if (
+        task.due
+        or task.retries
+        or task.failures
+        or task.backoff is not None
+        or task.keep_for
+        or task.group
+    ):
+        return encode_submit3(task, payload)
+    return encode_submit2(
         task.task_id,
         task.task_type,
         payload,
@@ -550,17 +559,6 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
         task.key,
         task.fairness,
     )
-    if (
-        task.due
-        or task.retries
-        or task.failures
-        or task.backoff is not None
-        or task.keep_for
-        or task.group
-    ):
-        lifecycle = (task.due, task.retries, task.failures, task.backoff)
-        return encode_submit3(*fields, *lifecycle, task.keep_for, task.group)
-    return encode_submit2(*fields)
 
 
 @implementer(IJournalOwner)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -39,7 +38,6 @@ from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.drain import Drain
 from quicx.daemon.queue.failing import Failing
 from quicx.daemon.queue.graveyard import Graveyard
-from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.hooks import (
     IEvents,
     IScheduleBook,
@@ -64,23 +62,6 @@ from quicx.protocol import codec, taskflow, wire
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import OutcomeState
 from quicx.protocol.session import IPeer, Role
-from quicx.protocol.taskflow import Backoff
-
-
-class ScheduledTask(Protocol):
-    """What a schedule submits."""
-
-    @property
-    def task_type(self) -> bytes: ...
-
-    @property
-    def payload(self) -> bytes: ...
-
-    @property
-    def queue(self) -> str | None: ...
-
-    @property
-    def priority(self) -> int | None: ...
 
 
 @implementer(IJournalOwner)
@@ -382,219 +363,38 @@ class QueueService(Service):
 
     # -- producers ------------------------------------------------------------
 
-    def submit(  # noqa: PLR0913
-        self,
-        session: Session,
-        task_type: bytes,
-        payload: bytes,
-        queue_name: str | None = None,
-        priority: int | None = None,
-        key: bytes | None = None,
-        fairness: bytes | None = None,
-        delay_ms: int | None = None,
-        run_at_ms: int | None = None,
-        retries: int | None = None,
-        backoff: Backoff | None = None,
-        progress: bool = False,
-        result_ttl: int | None = None,
-        group: int | None = None,
-    ) -> None:
+    def queue_named(self, name: str | None) -> NamedQueue[Task, Session]:
         """
-        Accept a task and answer OK, or answer the ERROR that says why not.
-        C{delay_ms} or C{run_at_ms}: it is delayed; C{retries} and
-        C{backoff}: its own, instead of its queue's; C{progress}: its
-        producer hears its PROGRESS reports; C{result_ttl}: keep its outcome
-        this many seconds (0: C{[results] ttl}); C{group}: it joins that group.
+        The queue a SUBMIT names (C{None}: the default queue); a new one is
+        not kept until a task is (see L{_new_queue}).
 
-        With a journal that syncs each record, the OK (and the task's place in
-        the queue) waits until the record is on disk; see L{accepted}.
+        @raise Refused: it is new, and would pass C{max_queues}.
         """
-        try:
-            queue = (
-                self.default_queue
-                if queue_name is None
-                else self.queues.get(queue_name) or self._new_queue(queue_name)
-            )
-            if (
-                self.allowed_types is not None
-                or self.draining
-                or self.journal.broken
-                or queue.max_depth
-            ):
-                self._check_submit(queue, task_type)
-        except Refused as e:
-            self._reject(session, e, task_type, len(payload))
-            return
-        now = self.clock()
-        due = 0.0
-        if delay_ms is not None or run_at_ms is not None:
-            due = now + delay_ms / 1000 if delay_ms is not None else run_at_ms / 1000  # type: ignore[operator]
-            refusal = self._check_delay(due, now)
-            if refusal is not None:
-                self._reject(session, refusal, task_type, len(payload))
-                return
-            # Kept to the millisecond, as the wire and the journal carry it.
-            due = round(due, 3) if due > now else 0.0
-        if key is not None:
-            found = self.keys.find(queue.name, key, now)
-            if found is not None:
-                self._duplicate(session, found)
-                return
-        joined: Group | None = None
-        if group is not None:
-            try:
-                joined = self.outcomes.group_to_join(group)
-            except Refused as e:
-                self._reject(session, e, task_type, len(payload))
-                return
-        if (
-            fairness is not None
-            and queue.limited
-            and fairness not in queue.keys
-            and self._fairness_keys >= self.limits.max_fairness_keys
-        ):
-            self._reject(
-                session,
-                Refused(
-                    ErrorCode.QUEUE_FULL,
-                    f"too many fairness keys (max_fairness_keys = {self.limits.max_fairness_keys})",
-                    log_id="limit.fairness_keys",
-                ),
-                task_type,
-                len(payload),
-            )
-            return
-        try:
-            # An empty payload still takes the smallest block: every live task
-            # holds a block, so the pool bounds how many tasks there are.
-            block = self.pool.store(payload)
-        except pmad.AllocationTooLarge as e:
-            too_large = Refused(ErrorCode.PAYLOAD_TOO_LARGE, str(e))
-            self._reject(session, too_large, task_type, len(payload))
-            return
-        except pmad.PoolExhausted as e:
-            room = self._store(payload)
-            if room is None:
-                full = Refused(ErrorCode.QUEUE_FULL, f"queue full: {e}", log_id="limit.pool")
-                self._reject(session, full, task_type, len(payload))
-                return
-            block = room
-        # Kept from now on, if it was new: no refusal before left it behind.
-        queue = self.queues.setdefault(queue.name, queue)
-        task = Task(
-            self._next_task_id(),
-            task_type,
-            block,
-            len(payload),
-            session,
-            queue,
-            queue.priority if priority is None else priority,
-            now,
-            key,
-            fairness,
-            session.identity,
-            due=due,
-            retries=queue.policy.retries if retries is None else retries,
-            backoff=backoff,
-            forward_progress=progress,
-            tally=queue.tallies.get(task_type) or self._tally(queue, task_type),
-            ready_at=now,
-        )
-        if result_ttl is not None:
-            kept = self.limits.results
-            task.keep_for = min(result_ttl or kept.ttl, kept.max_ttl)
-        if joined is not None:
-            task.group = joined.group_id
-            self.groups.join(joined)
+        if name is None:
+            return self.default_queue
+        return self.queues.get(name) or self._new_queue(name)
+
+    def tally_of(self, queue: NamedQueue[Task, Session], task_type: bytes) -> Tally:
+        """What a task of C{task_type} in C{queue} counts in."""
+        return queue.tallies.get(task_type) or self._tally(queue, task_type)
+
+    def admit(self, task: Task, payload: bytes) -> bool:
+        """
+        (The admission, L{quicx.daemon.queue.admission}.)  Take C{task}, whose
+        SUBMIT passed its checks: it is live from now on, and recorded.
+
+        @return: whether it may be answered OK and queued now (L{accept}); if
+            not, the journal says when its record is durable (L{accepted}).
+        """
         self._live[task.task_id] = task
-        if key is not None:
-            self.keys.add(queue.name, key, task)
-        session.outstanding += 1
+        if task.key is not None:
+            self.keys.add(task.home.name, task.key, task)
         if self.journal.record_submit(task, payload):
-            self._accept(task)
-        else:
-            # Its answer, and every answer after it, waits for the journal.
-            queue.pending += 1
-            session.wait_for(task)
+            return True
+        task.home.pending += 1
+        return False
 
-    def _check_delay(self, due: float, now: float) -> Refused | None:
-        """Why a task delayed until C{due} cannot be taken now, if it cannot."""
-        limits = self.limits
-        if due - now > limits.max_delay:
-            return Refused(
-                ErrorCode.INVALID_MESSAGE,
-                f"a task may be delayed at most {limits.max_delay:g} s (max_delay),"
-                f" not {due - now:.0f} s",
-            )
-        if due > now and self.delays.count >= limits.max_delayed:
-            return Refused(
-                ErrorCode.QUEUE_FULL,
-                f"too many delayed tasks (max_delayed = {limits.max_delayed})",
-                log_id="limit.delayed",
-            )
-        return None
-
-    def _check_submit(self, queue: NamedQueue[Task, Session], task_type: bytes) -> None:
-        """@raise Refused: a SUBMIT of C{task_type} into C{queue} cannot be taken now."""
-        if self.allowed_types is not None and task_type not in self.allowed_types:
-            raise Refused(
-                ErrorCode.UNKNOWN_TASK_TYPE,
-                f"unknown task type: {task_type.decode('utf-8', 'replace')}",
-            )
-        if self.draining:
-            raise Refused(ErrorCode.QUEUE_FULL, "the daemon is shutting down")
-        if self.journal.broken:
-            raise Refused(ErrorCode.QUEUE_FULL, f"journal unavailable: {self.journal.broken}")
-        depth = queue.policy.max_depth
-        if depth and queue.depth >= depth:
-            raise Refused(
-                ErrorCode.QUEUE_FULL,
-                f"queue {queue.name!r} is full (max_depth = {depth})",
-                log_id="limit.queue_depth",
-            )
-
-    def _store(self, payload: bytes) -> int | None:
-        """
-        A pool block holding C{payload}; when the pool is full, kept outcomes
-        are evicted (the oldest whose block can hold it) to make room.
-        C{None}: there is no room even so.
-
-        @raise pmad.AllocationTooLarge: it is larger than any block.
-        """
-        while True:
-            try:
-                return self.pool.store(payload)
-            except pmad.PoolExhausted:
-                if not self.kept.make_room(len(payload) or 1):
-                    return None
-
-    def _duplicate(self, session: Session, found: Task | KeyEntry) -> None:
-        """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
-        self._duplicates += 1
-        if isinstance(found, KeyEntry):
-            session.reply(session.speaker.ok(found.task_id, True))
-            kept = self.kept.get(found.task_id)
-            if kept is not None:
-                self._tell_kept(session, *kept)
-                return
-            # The reason a failure gave is not kept with its key.
-            reason = "failed (an earlier submission of this key)"
-            self._tell_outcome(session, found.task_id, found.outcome, reason)
-            return
-        task = found
-        producer = task.producer
-        if producer is None or not producer.connected:
-            # Its producer is gone (a reconnecting client): this one hears the outcome.
-            task.producer = session
-            session.outstanding += 1
-        if task.accepted:
-            session.reply(session.speaker.ok(task.task_id, True))
-        else:
-            waiting = Duplicate(session)
-            self._duplicates_waiting.setdefault(task.task_id, []).append(waiting)
-            session.wait_for(waiting)
-
-    def _accept(self, task: Task) -> None:
+    def accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
         task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
@@ -691,7 +491,7 @@ class QueueService(Service):
                     task.reply = error
                 session.send_decided()
 
-    def _reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
+    def reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
         reason = str(refusal)
         self._count_rejection(session, refusal.code, reason, task_type, size)
         self.limit_hit(session.peer.peer_name, refusal)
@@ -717,7 +517,7 @@ class QueueService(Service):
                 "rejected", None, task_type, size, producer, None, 0, (int(code), reason)
             )
 
-    def _next_task_id(self) -> int:
+    def next_task_id(self) -> int:
         # Ids increase and wrap after 2**32 - 1, skipping ids still live.
         task_id = self._last_task_id
         while True:
@@ -896,60 +696,6 @@ class QueueService(Service):
         for queue in queues:
             if queue.idle:
                 self.dispatcher.serve_queue(queue)
-
-    # -- schedules ----------------------------------------------------------------------
-
-    def fire(self, name: str, fire_time: float, spec: ScheduledTask) -> None:
-        """
-        (The schedules.) Submit schedule C{name}'s task for C{fire_time},
-        with the idempotency key C{schedule:NAME:FIRE_MS}: a firing already
-        submitted (before a restart) is not submitted again.  A firing the
-        queue cannot take is logged and counted, never skipped silently.
-        """
-        key = f"schedule:{name}:{int(fire_time * 1000)}".encode()
-        try:
-            queue_name = spec.queue or self.default_queue.name
-            queue = self.queues.get(queue_name) or self._new_queue(queue_name)
-            self._check_submit(queue, spec.task_type)
-            now = self.clock()
-            if self.keys.find(queue.name, key, now) is not None:
-                return
-            block = self._store(spec.payload)
-            if block is None:
-                raise Refused(ErrorCode.QUEUE_FULL, "queue full: no room in the pool")
-        except (Refused, pmad.PmadError) as e:
-            self._count_rejection(None, ErrorCode.QUEUE_FULL, str(e), spec.task_type, 0)
-            self.log.warn(
-                "schedule {name}: the firing for {when} was refused: {reason}",
-                log_id="schedule.refused",
-                name=name,
-                when=fire_time,
-                reason=str(e),
-            )
-            return
-        queue = self.queues.setdefault(queue.name, queue)
-        task = Task(
-            self._next_task_id(),
-            spec.task_type,
-            block,
-            len(spec.payload),
-            None,
-            queue,
-            queue.priority if spec.priority is None else spec.priority,
-            now,
-            key,
-            retries=queue.policy.retries,
-            tally=self._tally(queue, spec.task_type),
-            ready_at=now,
-        )
-        self._live[task.task_id] = task
-        self.keys.add(queue.name, key, task)
-        accepted_now = self.journal.record_submit(task, spec.payload)
-        self.journal.record_fired(name, fire_time)
-        if accepted_now:
-            self._accept(task)
-        else:
-            queue.pending += 1
 
     def _take_back(self, session: Session, task_id: int) -> tuple[Task, int] | None:
         """

@@ -18,6 +18,7 @@ from typing import Any
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.schedules import Scheduler, ScheduleSpec, TooManySchedules, UnknownSchedule
@@ -42,6 +43,7 @@ class ScheduleBook(Service):
         max_schedules: int,
     ) -> None:
         self.queue = queue
+        self.admission = Admission(queue)
         self.scheduler = Scheduler(reactor, self._fire, max_schedules)
         self._definitions: dict[str, bytes] = {}
         self._declared = declared
@@ -73,7 +75,7 @@ class ScheduleBook(Service):
             self._definitions[name] = payload
 
     def _fire(self, spec: ScheduleSpec, fire_time: float) -> None:
-        self.queue.fire(spec.name, fire_time, spec)
+        self.admission.fire(spec.name, fire_time, spec)
 
     # -- the admin's requests -------------------------------------------------------------
 
