@@ -17,11 +17,12 @@ from types import MappingProxyType
 from typing import Any
 
 from attrs import frozen
-from twisted.internet.defer import ensureDeferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from quicx.clients import tracing
 from quicx.clients.adaptive import Placement
 from quicx.clients.context import TaskContext as TaskContext
 from quicx.clients.context import takes_context
@@ -106,7 +107,9 @@ class Handlers:
             the reactor and returned a plain value, the outcome itself: its
             return value (done) or a L{Failure} (no handler, or it raised).
             Skipping the Deferred for the common case halves the worker's
-            cost per task.
+            cost per task.  A task whose delivery carried its producer's
+            trace runs in its span, when the worker uses OpenTelemetry
+            (L{quicx.clients.tracing}).
         """
         registration = self._handlers.get(task.task_type)
         if registration is None:
@@ -115,23 +118,40 @@ class Handlers:
         args: tuple[Any, ...] = (task.payload,)
         if registration.wants_context:
             args += (TaskContext.of(task, lease, self.shared),)
+        if type(task) is taskflow.Task and task.trace is not None:
+            span = tracing.run_span(task)
+            if span is not None:
+                function = span.wrap(registration.function)
+                outcome = self._call(task.task_type, registration, function, args, timed)
+                if type(outcome) is Deferred:
+                    return outcome.addBoth(_ended, span)
+                return _ended(outcome, span)
+        return self._call(task.task_type, registration, registration.function, args, timed)
+
+    def _call(
+        self,
+        task_type: bytes,
+        registration: Registration,
+        function: Handler,
+        args: tuple[Any, ...],
+        timed: Timed | None,
+    ) -> object:
+        """Call C{function}, C{registration}'s (for C{task_type}), with C{args}: as L{run} says."""
         placement = registration.placement
         if placement is not None and not placement.inline:
             assert self._threads is not None and self._reactor is not None
-            called = deferToThreadPool(
-                self._reactor, self._threads, _timed_call, registration.function, args
-            )
+            called = deferToThreadPool(self._reactor, self._threads, _timed_call, function, args)
             return called.addCallback(_note_time, placement, timed)
         if registration.in_thread:
             assert self._threads is not None and self._reactor is not None
             if timed is not None:
                 timed(0.0, False)
-            return deferToThreadPool(self._reactor, self._threads, registration.function, *args)
+            return deferToThreadPool(self._reactor, self._threads, function, *args)
         started = self.timer()
         if placement is not None:
-            self.stuck.begin(task.task_type)
+            self.stuck.begin(task_type)
         try:
-            result = registration.function(*args)
+            result = function(*args)
         except (Exception, SystemExit):  # sys.exit() in a handler fails its task
             result = Failure()
         finally:
@@ -163,6 +183,12 @@ class Handlers:
             threads, self._threads = self._threads, None
             threads.stop()
         self.stuck.stop()
+
+
+def _ended(outcome: object, span: tracing.RunSpan) -> object:
+    """A traced task's outcome: its span ends with it."""
+    span.end(outcome.value if isinstance(outcome, Failure) else None)
+    return outcome
 
 
 def _timed_call(function: Handler, args: tuple[Any, ...]) -> tuple[object, float]:

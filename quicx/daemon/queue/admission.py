@@ -118,6 +118,7 @@ class Admission:
             forward_progress=options.progress,
             tally=queue.tallies.get(task_type) or kernel.tally_of(queue, task_type),
             ready_at=now,
+            trace=options.trace,
         )
         if options.result_ttl is not None or joined is not None:
             self._keep_and_join(task, options.result_ttl, joined)
