@@ -188,6 +188,7 @@ _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_SUBMIT2: _submit2_problem,
     KIND_SUBMIT3: _lifecycle_problem,
     KIND_SUBMIT4: _lifecycle_problem,
+    KIND_SUBMIT5: _lifecycle_problem,
     KIND_RESULT: _result_problem,
     KIND_GROUP: _group_problem,
     KIND_RETRY: _retry_problem,
