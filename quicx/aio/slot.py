@@ -138,7 +138,6 @@ class AsyncSlot(asyncio.Protocol):
         self._replies: list[bytes] | None = None  # outcomes found while a read is handled
         self._no_answer: asyncio.TimerHandle | None = None
         self._lost: set[int] = set()  # the handlers cancelled because their leases were lost
-        self._spans: dict[int, tracing.RunSpan] = {}  # the traced tasks' (quicx.clients.tracing)
         self.greeted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -278,10 +277,7 @@ class AsyncSlot(asyncio.Protocol):
             if wants_context:
                 args += (TaskContext.of(task, lease, self.shared),)
             if type(task) is taskflow.Task and task.trace is not None:
-                span = tracing.run_span(task)
-                if span is not None:
-                    self._spans[task.task_id] = span
-                    function = span.wrap(function)
+                function = tracing.traced(task, function)
             result = function(*args)
         except (Exception, SystemExit) as e:
             self._finished(task, lease, Raised.of(e, skip=1), True)
@@ -313,9 +309,6 @@ class AsyncSlot(asyncio.Protocol):
         self.running.pop(task.task_id, None)
         if lease is not None:
             lease.end()
-        span = self._spans.pop(task.task_id, None) if self._spans else None
-        if span is not None:
-            span.end(result.value if failed else None)
         if failed:
             log.warning(
                 "task %s (%s) failed%s: %s",

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from attrs import frozen
-from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.defer import ensureDeferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
@@ -118,25 +118,9 @@ class Handlers:
         args: tuple[Any, ...] = (task.payload,)
         if registration.wants_context:
             args += (TaskContext.of(task, lease, self.shared),)
+        function = registration.function
         if type(task) is taskflow.Task and task.trace is not None:
-            span = tracing.run_span(task)
-            if span is not None:
-                function = span.wrap(registration.function)
-                outcome = self._call(task.task_type, registration, function, args, timed)
-                if type(outcome) is Deferred:
-                    return outcome.addBoth(_ended, span)
-                return _ended(outcome, span)
-        return self._call(task.task_type, registration, registration.function, args, timed)
-
-    def _call(
-        self,
-        task_type: bytes,
-        registration: Registration,
-        function: Handler,
-        args: tuple[Any, ...],
-        timed: Timed | None,
-    ) -> object:
-        """Call C{function}, C{registration}'s (for C{task_type}), with C{args}: as L{run} says."""
+            function = tracing.traced(task, function)
         placement = registration.placement
         if placement is not None and not placement.inline:
             assert self._threads is not None and self._reactor is not None
@@ -149,7 +133,7 @@ class Handlers:
             return deferToThreadPool(self._reactor, self._threads, function, *args)
         started = self.timer()
         if placement is not None:
-            self.stuck.begin(task_type)
+            self.stuck.begin(task.task_type)
         try:
             result = function(*args)
         except (Exception, SystemExit):  # sys.exit() in a handler fails its task
@@ -183,12 +167,6 @@ class Handlers:
             threads, self._threads = self._threads, None
             threads.stop()
         self.stuck.stop()
-
-
-def _ended(outcome: object, span: tracing.RunSpan) -> object:
-    """A traced task's outcome: its span ends with it."""
-    span.end(outcome.value if isinstance(outcome, Failure) else None)
-    return outcome
 
 
 def _timed_call(function: Handler, args: tuple[Any, ...]) -> tuple[object, float]:

@@ -159,59 +159,65 @@ def parent_of(trace: bytes) -> Any:
     return api.set_span_in_context(api.NonRecordingSpan(parent))
 
 
-class RunSpan:
-    """A worker's C{run <type>} span of one task, and its outcome."""
+def traced(task: taskflow.Task, function: Callable[..., Any]) -> Callable[..., Any]:
+    """
+    C{function}, the handler of C{task} (whose delivery carried a trace),
+    called inside its C{run <type>} span (and awaited so, if it returns an
+    awaitable) when the worker uses OpenTelemetry; C{function} itself otherwise.
+    """
+    span = run_span(task)
+    if span is None:
+        return function
 
-    __slots__ = ("span", "task")
-
-    def __init__(self, span: Span, task: taskflow.Task) -> None:
-        self.span = span
-        self.task = task
-
-    def wrap(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """C{function}, called with the span current (and awaited so, if it is a coroutine)."""
-        span = self.span
-
-        def traced(*args: Any) -> Any:
-            api = sys.modules[_API]
-            with api.use_span(
-                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-            ):
+    def call(*args: Any) -> Any:
+        with sys.modules[_API].use_span(span, end_on_exit=False, **_QUIET):
+            try:
                 result = function(*args)
-            if inspect.isawaitable(result):
-                return _awaited_within(span, result)
-            return result
+            except BaseException as e:
+                _ended(span, task, e)
+                raise
+        if inspect.isawaitable(result):
+            return _awaited(span, task, result)
+        _ended(span, task, None)
+        return result
 
-        return traced
-
-    def end(self, error: BaseException | None) -> None:
-        """
-        The handler finished: done (C{error} is C{None}), retried (the
-        task may retry, and C{error} is not L{Unrecoverable}) or failed.
-        """
-        span, task = self.span, self.task
-        if error is None:
-            outcome = "done"
-        else:
-            may_retry = task.failures < task.retries and not isinstance(error, Unrecoverable)
-            outcome = "retried" if may_retry else "failed"
-            api = sys.modules[_API]
-            span.record_exception(error)
-            span.set_status(api.Status(api.StatusCode.ERROR, str(error) or type(error).__name__))
-        span.set_attribute(ATTRIBUTES["outcome"], outcome)
-        span.add_event(outcome)
-        span.end()
+    return call
 
 
-async def _awaited_within(span: Span, awaitable: Awaitable[Any]) -> Any:
-    api = sys.modules[_API]
-    with api.use_span(
-        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-    ):
-        return await awaitable
+_QUIET = {"record_exception": False, "set_status_on_exception": False}
+"""C{use_span}'s: L{_ended} records the outcome."""
 
 
-def run_span(task: taskflow.Task) -> RunSpan | None:
+async def _awaited(span: Span, task: taskflow.Task, awaitable: Awaitable[Any]) -> Any:
+    with sys.modules[_API].use_span(span, end_on_exit=False, **_QUIET):
+        try:
+            value = await awaitable
+        except BaseException as e:
+            _ended(span, task, e)
+            raise
+    _ended(span, task, None)
+    return value
+
+
+def _ended(span: Span, task: taskflow.Task, error: BaseException | None) -> None:
+    """
+    C{task}'s handler finished: done (C{error} is C{None}), retried (the
+    task may retry, and C{error} is not L{Unrecoverable}) or failed.
+    """
+    if error is None:
+        outcome = "done"
+    else:
+        may_retry = task.failures < task.retries and not isinstance(error, Unrecoverable)
+        outcome = "retried" if may_retry else "failed"
+        api = sys.modules[_API]
+        span.record_exception(error)
+        span.set_status(api.Status(api.StatusCode.ERROR, str(error) or type(error).__name__))
+    span.set_attribute(ATTRIBUTES["outcome"], outcome)
+    span.add_event(outcome)
+    span.end()
+
+
+def run_span(task: taskflow.Task) -> Span | None:
     """
     The C{run <type>} span of a task whose delivery carried a trace, when
     the worker uses OpenTelemetry (and the trace is well formed); C{None}
@@ -240,4 +246,4 @@ def run_span(task: taskflow.Task) -> RunSpan | None:
         start_time=now,
     )
     span.add_event("enqueued", timestamp=task.enqueued_ms * 1_000_000)
-    return RunSpan(span, task)
+    return span
