@@ -19,7 +19,7 @@ MAGIC_V2 = b"QUICXJ2\n"
 MAGIC_V3 = b"QUICXJ3\n"
 """The release of protocol v2 part 2: kinds 1 to 16."""
 MAGIC_V4 = b"QUICXJ4\n"
-"""The release of asyncio and Django: kinds 1 to 21."""
+"""The release of protocol v2 part 3: kinds 1 to 21."""
 MAGIC = b"QUICXJ5\n"
 """This release's: kinds 1 to 22 (a previous release refuses the file)."""
 MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC_V4: 4, MAGIC: 5}
