@@ -89,6 +89,7 @@ class Written:
     size: int = 0
     ended_attempts: int = 0
     dead: DeadInfo | None = None
+    trace: bytes | None = None
 
 
 @implementer(IJournal)

@@ -31,7 +31,7 @@ from itertools import islice
 from typing import Any, Unpack
 
 from quicx.aio.pump import RetryListener, StreamPump
-from quicx.clients import operations
+from quicx.clients import operations, tracing
 from quicx.clients.blocking import DEFAULT_WINDOW
 from quicx.clients.connection import Request
 from quicx.clients.operations import SubmitKeywords
@@ -62,7 +62,15 @@ class AsyncClient(StreamPump):
         Submit one task; its id.  Every option of the blocking client's
         C{submit}; C{progress} is called on the loop, as reports come.
         """
-        return await self._call(operations.submit(task_type, payload, options))
+        span = tracing.submit_span(task_type, options.get("queue"))
+        if span is None:
+            return await self._call(operations.submit(task_type, payload, options))
+        try:
+            request = operations.submit(task_type, payload, options, (self._conn, span.trace))
+        except BaseException as e:
+            span.refused(e)
+            raise
+        return await span.awaiting(self._call(request))
 
     async def submit_many(
         self, tasks: Iterable[Task], return_exceptions: bool = False, window: int = DEFAULT_WINDOW

@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from quicx.clients import tracing
 from quicx.clients.connection import (
     ClientConnection,
     Greeted,
@@ -275,6 +276,8 @@ class AsyncSlot(asyncio.Protocol):
             args: tuple[Any, ...] = (task.payload,)
             if wants_context:
                 args += (TaskContext.of(task, lease, self.shared),)
+            if type(task) is taskflow.Task and task.trace is not None:
+                function = tracing.traced(task, function)
             result = function(*args)
         except (Exception, SystemExit) as e:
             self._finished(task, lease, Raised.of(e, skip=1), True)

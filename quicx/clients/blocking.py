@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, Unpack
 
-from quicx.clients import operations
+from quicx.clients import operations, tracing
 from quicx.clients.connection import Answer, Request
 from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import RetryNotice, value_of
@@ -99,7 +99,14 @@ class QuicxClient(SocketPump):
         @raise ValueError: an option is out of range, or a backoff malformed.
         @raise ConnectionLost: the daemon could not be reached or went away.
         """
-        request = operations.submit(task_type, payload, options)
+        span = tracing.submit_span(task_type, options.get("queue"))
+        if span is not None:
+            traced = operations.submit(task_type, payload, options, (self._conn, span.trace))
+            return span.around(partial(self._submitted, traced))
+        return self._submitted(operations.submit(task_type, payload, options))
+
+    def _submitted(self, request: Request[int]) -> int:
+        """Send C{request}, a SUBMIT, and read until its answer: the task id."""
         with self._lock:
             deadline = time.monotonic() + self.timeout
             self._begin(deadline)

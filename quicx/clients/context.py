@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from attrs import field, frozen
 
 from quicx.clients.progress import ten_thousandths
+from quicx.clients.tracing import traceparent, tracestate
 from quicx.protocol import taskflow, wire
 
 MAX_TOUCH = 0xFFFFFFFF
@@ -67,6 +68,9 @@ class TaskContext:
     @ivar shared: the newest version of each shared-data name the worker
         follows (C{Worker(follow=...)}), by name: read-only, and kept up to
         date as new versions come, also while the handler runs.
+    @ivar trace: the producer's trace context, as the task carried it (see
+        L{traceparent} and L{tracestate}; L{quicx.clients.tracing} runs
+        the handler in a span of it when the worker uses OpenTelemetry).
     """
 
     task_id: int
@@ -83,6 +87,17 @@ class TaskContext:
     retries: int = 0
     shared: Mapping[str, bytes] = field(factory=dict, eq=False, repr=False)
     _delivery: Delivery | None = field(default=None, eq=False, repr=False)
+    trace: bytes | None = field(default=None, kw_only=True)
+
+    @property
+    def traceparent(self) -> str | None:
+        """The producer's W3C C{traceparent} (its C{submit} span), if its task carried one."""
+        return None if self.trace is None else traceparent(self.trace)
+
+    @property
+    def tracestate(self) -> str | None:
+        """The producer's W3C C{tracestate}, if its task carried one."""
+        return None if self.trace is None else tracestate(self.trace)
 
     @classmethod
     def of(
@@ -110,6 +125,7 @@ class TaskContext:
             task.retries,
             shared,
             delivery,
+            trace=task.trace,
         )
 
     def extend(self, seconds: float) -> None:

@@ -22,6 +22,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from quicx.clients import tracing
 from quicx.clients.adaptive import Placement
 from quicx.clients.context import TaskContext as TaskContext
 from quicx.clients.context import takes_context
@@ -106,7 +107,9 @@ class Handlers:
             the reactor and returned a plain value, the outcome itself: its
             return value (done) or a L{Failure} (no handler, or it raised).
             Skipping the Deferred for the common case halves the worker's
-            cost per task.
+            cost per task.  A task whose delivery carried its producer's
+            trace runs in its span, when the worker uses OpenTelemetry
+            (L{quicx.clients.tracing}).
         """
         registration = self._handlers.get(task.task_type)
         if registration is None:
@@ -115,23 +118,24 @@ class Handlers:
         args: tuple[Any, ...] = (task.payload,)
         if registration.wants_context:
             args += (TaskContext.of(task, lease, self.shared),)
+        function = registration.function
+        if type(task) is taskflow.Task and task.trace is not None:
+            function = tracing.traced(task, function)
         placement = registration.placement
         if placement is not None and not placement.inline:
             assert self._threads is not None and self._reactor is not None
-            called = deferToThreadPool(
-                self._reactor, self._threads, _timed_call, registration.function, args
-            )
+            called = deferToThreadPool(self._reactor, self._threads, _timed_call, function, args)
             return called.addCallback(_note_time, placement, timed)
         if registration.in_thread:
             assert self._threads is not None and self._reactor is not None
             if timed is not None:
                 timed(0.0, False)
-            return deferToThreadPool(self._reactor, self._threads, registration.function, *args)
+            return deferToThreadPool(self._reactor, self._threads, function, *args)
         started = self.timer()
         if placement is not None:
             self.stuck.begin(task.task_type)
         try:
-            result = registration.function(*args)
+            result = function(*args)
         except (Exception, SystemExit):  # sys.exit() in a handler fails its task
             result = Failure()
         finally:

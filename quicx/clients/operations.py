@@ -22,7 +22,7 @@ from typing import Any, TypedDict
 
 import attrs
 
-from quicx.clients import awaits, requests, watching
+from quicx.clients import awaits, requests, tracing, watching
 from quicx.clients.address import as_bytes
 from quicx.clients.connection import ClientConnection, Request
 from quicx.clients.progress import Listener
@@ -60,14 +60,24 @@ def check_keywords(keywords: SubmitKeywords) -> None:
         raise TypeError(f"submit() got an unexpected keyword argument {name!r}")
 
 
-def submit(task_type: str | bytes, payload: str | bytes, keywords: SubmitKeywords) -> Request[int]:
+def submit(
+    task_type: str | bytes,
+    payload: str | bytes,
+    keywords: SubmitKeywords,
+    traced: tuple[ClientConnection, bytes] | None = None,
+) -> Request[int]:
     """
     One SUBMIT, its options as the clients' C{submit} takes them: the one
     place they become the L{taskflow.SubmitOptions} the codec encodes.  Its task id.
 
+    @param traced: the client's connection and the trace option of the
+        producer's span (L{quicx.clients.tracing}): carried when the daemon
+        says it takes it (the C{trace} capability), known once it is sent.
     @raise TypeError: an unknown keyword, or an option of the wrong type.
     @raise ValueError: a malformed backoff or TTL, a naive C{datetime}.
     """
+    if traced is not None:
+        return _traced_submit(task_type, payload, keywords, *traced)
     if not keywords:  # the common case: no options to sort out
         return Request.submit([(task_type, payload)])
     if keywords.keys() <= _QUEUE_AND_PRIORITY:  # the next most common: made once each
@@ -81,6 +91,29 @@ def submit(task_type: str | bytes, payload: str | bytes, keywords: SubmitKeyword
 
 
 _QUEUE_AND_PRIORITY = frozenset(("queue", "priority"))
+
+
+def _traced_submit(
+    task_type: str | bytes,
+    payload: str | bytes,
+    keywords: SubmitKeywords,
+    connection: ClientConnection,
+    trace: bytes,
+) -> Request[int]:
+    """L{submit}, with C{trace} in its options if C{connection}'s daemon takes it."""
+    check_keywords(keywords)
+    fields: dict[str, Any] = dict(keywords)
+    progress: Listener | None = fields.pop("progress", None)
+    options = Options(**fields, progress=progress is not None).wire()
+    traced = attrs.evolve(options, trace=trace)
+    request = Request.submit([(task_type, payload, options)], progress)
+
+    def encode(version: int) -> bytes:
+        takes = tracing.CAPABILITY in connection.server.get("capabilities", ())
+        return requests.submit_frames(version, [(task_type, payload, traced if takes else options)])
+
+    request.encode = encode
+    return request
 
 
 def into_group(tasks: Iterable[Task], group: int) -> Iterator[Task]:

@@ -43,7 +43,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from quicx.clients import awaits, operations, watching
+from quicx.clients import awaits, operations, tracing, watching
 from quicx.clients.address import (
     CLIENT_MAX_LENGTH,
     CLIENT_TYPE_LIMITS,
@@ -196,11 +196,17 @@ class QuicxClientProtocol(FrameReceiver):
             option out of range or a malformed backoff.
         """
         operations.check_keywords(options)  # as Python does, at once
+        span = tracing.submit_span(task_type, options.get("queue"))
         try:
-            request = operations.submit(task_type, payload, options)
+            traced = None if span is None else (self._conn, span.trace)
+            request = operations.submit(task_type, payload, options, traced)
         except (ValueError, TypeError) as e:
+            if span is not None:
+                span.refused(e)
             return fail(e)
-        return self._request(request)
+        if span is None:
+            return self._request(request)
+        return self._request(request).addCallbacks(span.submitted, _refused, errbackArgs=(span,))
 
     def outcome(self, task_id: int, on_retry: RetryListener | None = None) -> Deferred[Any]:
         """
@@ -677,6 +683,13 @@ class ProducerService(ClientService):
         client, task_id = await self._submit(task_type, payload, options)
         await client.outcome(task_id, on_retry)
         return task_id
+
+
+def _refused(failure: Failure, span: tracing.SubmitSpan) -> Failure:
+    """A traced submit failed: its span ends so; the failure goes on."""
+    assert failure.value is not None  # a failure of an exception
+    span.refused(failure.value)
+    return failure
 
 
 __all__ = [

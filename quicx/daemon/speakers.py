@@ -75,6 +75,7 @@ def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
         int(timeout * 1000),
         task.failures,
         task.retries,
+        task.trace,
     )
 
 

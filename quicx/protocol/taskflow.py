@@ -72,6 +72,8 @@ class Option(IntEnum):
     RESULT = 0x09
     PROGRESS = 0x0A
     GROUP = 0x0B
+    # The producer's trace context (W3C Trace Context): L{check_trace}.
+    TRACE = 0x0C
 
 
 class Context(IntEnum):
@@ -114,6 +116,34 @@ class Backoff(NamedTuple):
 
 _BACKOFF = struct.Struct(">BIIB")
 
+TRACE_HEAD = 26
+"""A trace's fixed part: C{[version u8 = 0][trace_id 16][parent_id 8][flags u8]}."""
+MAX_TRACE = 255
+"""The most bytes a trace option (and context item) takes: its TLV's length byte says so."""
+MAX_TRACE_STATE = MAX_TRACE - TRACE_HEAD
+"""The most bytes of W3C C{tracestate} a trace carries after its fixed part."""
+_ZERO_ID = bytes(16)
+_PRINTABLE = bytes(range(0x20, 0x7F))
+
+
+def trace_problem(value: bytes) -> str:
+    """
+    What is wrong with a trace option's value, or C{""}: it is
+    C{[version u8 = 0][trace_id 16][parent_id 8][flags u8][tracestate]},
+    W3C C{traceparent}'s fields (ids not all zeros) and at most
+    L{MAX_TRACE_STATE} bytes of C{tracestate} (printable ASCII).
+    """
+    if not TRACE_HEAD <= len(value) <= MAX_TRACE:
+        return f"is {TRACE_HEAD} to {MAX_TRACE} bytes, not {len(value)}"
+    if value[0]:
+        return f"has version {value[0]}, not 0"
+    if value[1:17] == _ZERO_ID or value[17:25] == _ZERO_ID[:8]:
+        return "has a trace id or parent id of zeros"
+    state = value[TRACE_HEAD:]
+    if state.translate(None, _PRINTABLE):
+        return "has a tracestate that is not printable ASCII"
+    return ""
+
 
 OK_DUPLICATE = 0x01
 """OK flag: the SUBMIT's key matched a task submitted before; this is its id."""
@@ -136,6 +166,8 @@ class SubmitOptions:
         daemon's default).
     @ivar progress: forward the task's progress reports to the producer.
     @ivar group: the group it joins.
+    @ivar trace: the producer's trace context (see L{trace_problem}), which
+        the task's deliveries carry to its worker.
     """
 
     queue: str | None = None
@@ -149,6 +181,7 @@ class SubmitOptions:
     result_ttl: int | None = None
     progress: bool = False
     group: int | None = None
+    trace: bytes | None = None
 
     def encode(self) -> bytes:
         """
@@ -198,6 +231,12 @@ class SubmitOptions:
             if not 1 <= group <= MAX_TASK_ID:
                 raise ValueError(f"a group id is 1 to {MAX_TASK_ID}, not {group}")
             options += bytes((Option.GROUP, 4)) + TASK_ID.pack(group)
+        trace = self.trace
+        if trace is not None:
+            problem = trace_problem(trace)
+            if problem:
+                raise ValueError(f"a trace {problem}")
+            options += bytes((Option.TRACE, len(trace))) + trace
         return options
 
 
@@ -314,6 +353,7 @@ class Task(NamedTuple):
         (0: no limit), unless a TOUCH extends it.
     @ivar failures: the failed attempts before this one; C{retries}: how
         many the task may have retried.
+    @ivar trace: its producer's trace context (L{SubmitOptions.trace}), if any.
     """
 
     task_id: int
@@ -329,6 +369,7 @@ class Task(NamedTuple):
     lease_ms: int = 0
     failures: int = 0
     retries: int = 0
+    trace: bytes | None = None
 
 
 Message = Submit | Ok | Ready | Task | Done
@@ -418,11 +459,12 @@ def task_context(
     lease_ms: int = 0,
     failures: int = 0,
     retries: int = 0,
+    trace: bytes | None = None,
 ) -> bytes:
     """
     The TLV context a TASK carries after its type: the keys, then the
     delivery's token and lease (when it has a token), then its retries
-    (when it may retry).
+    (when it may retry), then its producer's trace context (when it has one).
     """
     context = b""
     if key is not None:
@@ -433,6 +475,8 @@ def task_context(
         context += _DELIVERY.pack(Context.TOKEN, 8, token, Context.LEASE, 4, lease_ms)
     if retries:
         context += bytes((Context.RETRIES, 4)) + U16.pack(failures) + U16.pack(retries)
+    if trace is not None:
+        context += bytes((Option.TRACE, len(trace))) + trace
     return context
 
 
@@ -494,6 +538,7 @@ def encode_delivery(  # noqa: PLR0913
     lease_ms: int,
     failures: int,
     retries: int,
+    trace: bytes | None = None,
 ) -> bytes:
     """
     A TASK as the daemon delivers it: L{encode_task} with the context
@@ -501,8 +546,8 @@ def encode_delivery(  # noqa: PLR0913
     a lease alone, is packed with the header, the queue and the type in one
     call (a layout made once per queue and type).
     """
-    if not token or key is not None or fairness is not None or retries:
-        context = task_context(key, fairness, token, lease_ms, failures, retries)
+    if not token or key is not None or fairness is not None or retries or trace is not None:
+        context = task_context(key, fairness, token, lease_ms, failures, retries, trace)
         return encode_task(
             task_id, task_type, payload, queue_header, priority, attempt, enqueued_ms, context
         )
@@ -652,6 +697,7 @@ def _remember(raw: bytes, options: SubmitOptions) -> None:
         and options.fairness is None
         and options.run_at_ms is None
         and options.group is None
+        and options.trace is None
     )
     if repeats and len(_REPEATED) < CACHE_SIZE:
         _REPEATED[raw] = options
@@ -691,6 +737,13 @@ def _progress(value: bytes) -> bool:
     return True
 
 
+def _trace(value: bytes) -> bytes:
+    problem = trace_problem(value)
+    if problem:
+        raise bad(MessageType.SUBMIT, f"trace {problem}")
+    return value
+
+
 def _group(value: bytes) -> int:
     group: int = TASK_ID.unpack(_GROUP(value))[0]
     if not group:
@@ -710,6 +763,7 @@ OPTION_DECODERS: dict[int, tuple[str, Callable[[bytes], object]]] = {
     Option.RESULT: ("result_ttl", lambda value: TASK_ID.unpack(_RESULT_TTL(value))[0]),
     Option.PROGRESS: ("progress", _progress),
     Option.GROUP: ("group", _group),
+    Option.TRACE: ("trace", _trace),
 }
 """
 Each SUBMIT option's decoder, by tag: the L{SubmitOptions} field it fills
@@ -749,7 +803,7 @@ def decode_ready(payload: bytes) -> Ready:
 
 
 _TASK_FIXED = struct.Struct(">IHBQ")
-_CONTEXT_TAGS = frozenset({Option.KEY, Option.FAIRNESS, *Context})
+_CONTEXT_TAGS = frozenset({Option.KEY, Option.FAIRNESS, Option.TRACE, *Context})
 _CONTEXT_SIZES = {Context.TOKEN: 8, Context.LEASE: 4, Context.RETRIES: 4}
 
 
@@ -768,16 +822,16 @@ def decode_task(payload: bytes) -> Task:
     end = start + ((payload[type_end] << 8) | payload[type_end + 1])
     if end > size:
         raise bad(MessageType.TASK, "context runs past the payload")
-    key = fairness = None
+    key = fairness = trace = None
     token = lease_ms = failures = retries = 0
     if end - start == _DELIVERY.size:
         # The common context, a token and a lease alone: one unpack.
         tag, size, token, lease_tag, lease_size, lease_ms = _DELIVERY.unpack_from(payload, start)
         if (tag, size, lease_tag, lease_size) != _DELIVERY_ITEMS:
             token = lease_ms = 0
-            key, fairness, token, lease_ms, failures, retries = _context(payload, start, end)
+            key, fairness, token, lease_ms, failures, retries, trace = _context(payload, start, end)
     elif end > start:
-        key, fairness, token, lease_ms, failures, retries = _context(payload, start, end)
+        key, fairness, token, lease_ms, failures, retries, trace = _context(payload, start, end)
     return Task(
         task_id,
         payload[offset + 1 : type_end],
@@ -792,6 +846,7 @@ def decode_task(payload: bytes) -> Task:
         lease_ms,
         failures,
         retries,
+        trace,
     )
 
 
@@ -800,8 +855,11 @@ _DELIVERY_ITEMS = (Context.TOKEN, 8, Context.LEASE, 4)
 
 def _context(
     payload: bytes, start: int, end: int
-) -> tuple[bytes | None, bytes | None, int, int, int, int]:
-    """A TASK's context items: keys, token, lease (ms), failures and retries."""
+) -> tuple[bytes | None, bytes | None, int, int, int, int, bytes | None]:
+    """
+    A TASK's context items: keys, token, lease (ms), failures, retries and
+    trace (as it came: a worker's tracing reads it, or passes it over).
+    """
     token = lease_ms = failures = retries = 0
     context = tlv(MessageType.TASK, payload, start, end, _CONTEXT_TAGS)
     key, fairness = context.get(Option.KEY), context.get(Option.FAIRNESS)
@@ -815,7 +873,7 @@ def _context(
         lease_ms = TASK_ID.unpack(context[Context.LEASE])[0]
     if Context.RETRIES in context:
         failures, retries = _TWO_U16.unpack(context[Context.RETRIES])
-    return key, fairness, token, lease_ms, failures, retries
+    return key, fairness, token, lease_ms, failures, retries, context.get(Option.TRACE)
 
 
 _TWO_U16 = struct.Struct(">HH")

@@ -30,6 +30,7 @@ CAPABILITIES = (
     "results",
     "groups",
     "events",
+    "trace",
 )
 """What a version-2 HELLO is told this daemon can do."""
 

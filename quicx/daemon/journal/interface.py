@@ -81,6 +81,10 @@ class Record(Protocol):
     def group(self) -> int:
         """The group it is a member of (0: none)."""
 
+    @property
+    def trace(self) -> bytes | None:
+        """Its producer's trace context, as its SUBMIT carried it."""
+
 
 OUTCOMES = ("done", "failed", "cancelled")
 """How a task can end; the journal records which."""

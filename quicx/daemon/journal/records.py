@@ -18,10 +18,12 @@ MAGIC_V2 = b"QUICXJ2\n"
 """The release of protocol v2 part 1: kinds 1 to 9."""
 MAGIC_V3 = b"QUICXJ3\n"
 """The release of protocol v2 part 2: kinds 1 to 16."""
-MAGIC = b"QUICXJ4\n"
-"""This release's: kinds 1 to 21 (a previous release refuses the file)."""
-MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC: 4}
-FORMAT = 4
+MAGIC_V4 = b"QUICXJ4\n"
+"""The release of protocol v2 part 3: kinds 1 to 21."""
+MAGIC = b"QUICXJ5\n"
+"""This release's: kinds 1 to 22 (a previous release refuses the file)."""
+MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC_V4: 4, MAGIC: 5}
+FORMAT = 5
 RECORD_HEADER = struct.Struct(">II")
 ID = struct.Struct(">I")
 SUBMIT_HEAD = struct.Struct(">BIB")
@@ -38,6 +40,12 @@ SUBMIT4_HEAD = struct.Struct(">BIBQQHHQIBBBBB")
 """
 SUBMIT3's fields and, before the lengths, how long its outcome is kept
 (ms; 0: as the queue says) and its group (0: none).
+"""
+SUBMIT5_HEAD = struct.Struct(">BIBQQHHQIBBBBBB")
+"""
+SUBMIT4's fields and, after the lengths, the length of its trace context
+(the producer's, 26 to 255 bytes: L{quicx.protocol.taskflow.trace_problem}),
+which comes after the backoff.
 """
 RESULT_HEAD = struct.Struct(">BIBBQ")
 """
@@ -82,6 +90,7 @@ KIND_RESULT = 17
 KIND_GROUP = 19
 KIND_SUBMIT4 = 20
 KIND_ATTEMPTS = 21
+KIND_SUBMIT5 = 22
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
     KIND_SUBMIT2,
@@ -100,6 +109,7 @@ KINDS = KINDS_V1 | {
     KIND_GROUP,
     KIND_SUBMIT4,
     KIND_ATTEMPTS,
+    KIND_SUBMIT5,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
@@ -110,7 +120,7 @@ FORGOTTEN = 5
 ID_BLOCK = 1 << 16
 """Task ids reserved at a time; a restart skips at most this many."""
 
-MAX_BODY = SUBMIT4_HEAD.size + 4 * 255 + BACKOFF.size + (1 << 20)
+MAX_BODY = SUBMIT5_HEAD.size + 5 * 255 + BACKOFF.size + (1 << 20)
 """The longest body a record can have: the longest queue, type and keys and a 1 MiB payload."""
 MAX_SHARED_DATA = 1 << 20
 """The most data a SHARED record carries (C{[shared] max_size}'s bound): it fits C{MAX_BODY}."""
@@ -204,11 +214,12 @@ def encode_submit3(task: Record, payload: bytes) -> bytes:
     (0: not), its retries and backoff, the failures it has had (a task
     without any is written as L{encode_submit2}, as short as before).  A
     task whose outcome is kept C{keep_for} seconds, or that is a member of a
-    C{group}, takes format 4's record (SUBMIT4), which adds them.
+    C{group}, takes format 4's record (SUBMIT4), which adds them; one with
+    its producer's C{trace} context, format 5's (SUBMIT5), which adds it.
     """
     name = task.queue.encode("ascii")
     task_type, key, fairness = task.task_type, task.key or b"", task.fairness or b""
-    backoff, keep_for, group = task.backoff, task.keep_for, task.group
+    backoff, keep_for, group, trace = task.backoff, task.keep_for, task.group, task.trace
     packed = b"" if backoff is None else BACKOFF.pack(*backoff)
     lengths = (len(name), len(task_type), len(key), len(fairness), len(packed))
     head = (
@@ -219,7 +230,12 @@ def encode_submit3(task: Record, payload: bytes) -> bytes:
         task.retries,
         task.failures,
     )
-    if keep_for or group:
+    if trace is not None:
+        packed_head = SUBMIT5_HEAD.pack(
+            KIND_SUBMIT5, *head, round(keep_for * 1000), group, *lengths, len(trace)
+        )
+        packed += trace
+    elif keep_for or group:
         packed_head = SUBMIT4_HEAD.pack(
             KIND_SUBMIT4, *head, round(keep_for * 1000), group, *lengths
         )
@@ -403,6 +419,7 @@ class RecoveredTask:
     keep_for: float = 0.0
     group: int = 0
     attempts: int = 0
+    trace: bytes | None = None
 
 
 @frozen

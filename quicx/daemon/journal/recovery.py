@@ -40,6 +40,7 @@ from quicx.daemon.journal.records import (
     KIND_SUBMIT2,
     KIND_SUBMIT3,
     KIND_SUBMIT4,
+    KIND_SUBMIT5,
     KIND_UNSCHEDULE,
     KINDS,
     MAGIC,
@@ -53,18 +54,25 @@ from quicx.daemon.journal.records import (
     SUBMIT2_HEAD,
     SUBMIT3_HEAD,
     SUBMIT4_HEAD,
+    SUBMIT5_HEAD,
     SUBMIT_HEAD,
     JournalCorrupt,
     RecoveredTask,
     Recovery,
 )
+from quicx.protocol.taskflow import TRACE_HEAD
 
 _OUTCOME_OF_KIND = {KIND_DONE: "done", KIND_CANCELLED: "cancelled"}
 _RESULT_STATES = frozenset(range(1, FORGOTTEN + 1))
 _RESULT_KINDS = frozenset(range(4))
 _GROUP_PHASES = frozenset(range(4))
 _GROUP_FORGOTTEN = 3
-_LIFECYCLE_HEADS = {KIND_SUBMIT3: SUBMIT3_HEAD, KIND_SUBMIT4: SUBMIT4_HEAD}
+_LIFECYCLE_HEADS = {
+    KIND_SUBMIT3: (SUBMIT3_HEAD, 5),
+    KIND_SUBMIT4: (SUBMIT4_HEAD, 5),
+    KIND_SUBMIT5: (SUBMIT5_HEAD, 6),
+}
+"""Each lifecycle SUBMIT's head, and how many lengths end it."""
 
 
 _View = bytes | memoryview
@@ -86,13 +94,13 @@ def _submit2_problem(data: _View, kind: int, start: int, length: int) -> str:
 
 
 def _lifecycle_problem(data: _View, kind: int, start: int, length: int) -> str:
-    head = _LIFECYCLE_HEADS[kind]
+    head, count = _LIFECYCLE_HEADS[kind]
     if length < head.size:
         return "SUBMIT record shorter than its header"
-    *_, queue, task_type, key, fairness, backoff = head.unpack_from(data, start)
-    if not queue or backoff not in (0, BACKOFF.size):
+    queue, task_type, key, fairness, backoff, *trace = head.unpack_from(data, start)[-count:]
+    if not queue or backoff not in (0, BACKOFF.size) or (trace and trace[0] < TRACE_HEAD):
         return "SUBMIT record of the wrong shape"
-    if head.size + queue + task_type + key + fairness + backoff > length:
+    if head.size + queue + task_type + key + fairness + backoff + sum(trace) > length:
         return "SUBMIT record shorter than its fields"
     return ""
 
@@ -180,6 +188,7 @@ _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_SUBMIT2: _submit2_problem,
     KIND_SUBMIT3: _lifecycle_problem,
     KIND_SUBMIT4: _lifecycle_problem,
+    KIND_SUBMIT5: _lifecycle_problem,
     KIND_RESULT: _result_problem,
     KIND_GROUP: _group_problem,
     KIND_RETRY: _retry_problem,
@@ -503,16 +512,18 @@ def _submit2(data: bytes, start: int, end: int) -> RecoveredTask:
 def _lifecycle_submit(data: bytes, start: int, end: int, kind: int) -> RecoveredTask:
     """
     The task of the (checked) SUBMIT3 or SUBMIT4 record whose body is
-    C{data[start:end]}: a SUBMIT4 adds its keep time and group.
+    C{data[start:end]}: a SUBMIT4 adds its keep time and group, a SUBMIT5
+    its trace context.
     """
-    head = _LIFECYCLE_HEADS[kind]
+    head, count = _LIFECYCLE_HEADS[kind]
     _, task_id, priority, enqueued_ms, due_ms, retries, failures, *rest = head.unpack_from(
         data, start
     )
-    keep_ms, group = rest[:-5] or (0, 0)
-    queue, task_type, key, fairness, backoff, payload = _split(
-        data, start + head.size, tuple(rest[-5:]), end
+    keep_ms, group = rest[:-count] or (0, 0)
+    queue, task_type, key, fairness, backoff, *fields = _split(
+        data, start + head.size, tuple(rest[-count:]), end
     )
+    trace, payload = fields if count == 6 else (None, fields[0])
     return RecoveredTask(
         task_id,
         task_type,
@@ -529,6 +540,7 @@ def _lifecycle_submit(data: bytes, start: int, end: int, kind: int) -> Recovered
         keep_for=keep_ms / 1000,
         group=group,
         attempts=failures,
+        trace=trace,
     )
 
 

@@ -538,7 +538,8 @@ class Journal(Service):
 def _submit_record(task: Record, payload: bytes) -> bytes:
     """
     A task's SUBMIT: format 2's; format 3's for a task with a lifecycle;
-    format 4's for one whose outcome is kept, or in a group.
+    format 4's for one whose outcome is kept, or in a group; format 5's
+    for one with its producer's trace context.
     """
     if (
         task.due
@@ -547,6 +548,7 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
         or task.backoff is not None
         or task.keep_for
         or task.group
+        or task.trace is not None
     ):
         return encode_submit3(task, payload)
     return encode_submit2(

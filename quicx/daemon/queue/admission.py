@@ -55,11 +55,10 @@ class Admission:
         options: SubmitOptions = DEFAULT_OPTIONS,
     ) -> None:
         """
-        Accept a task and answer OK, or answer the ERROR that says why not.
-        Its C{options}: a delay or a time to run at delays it; its retries
-        and backoff are its own, instead of its queue's; C{progress}: its
-        producer hears its PROGRESS reports; C{result_ttl}: keep its outcome
-        this many seconds (0: C{[results] ttl}); C{group}: it joins that group.
+        Accept a task and answer OK, or answer the ERROR that says why not. Its C{options}:
+        a delay or a time to run at delays it; its retries and backoff are its own, instead of
+        its queue's; C{progress}: its producer hears its PROGRESS reports; C{result_ttl}: keep
+        its outcome this many seconds (0: C{[results] ttl}); C{group}: it joins that group.
 
         With a journal that syncs each record, the OK (and the task's place in
         the queue) waits until the record is on disk; see L{QueueService.accepted}.
@@ -118,6 +117,7 @@ class Admission:
             forward_progress=options.progress,
             tally=queue.tallies.get(task_type) or kernel.tally_of(queue, task_type),
             ready_at=now,
+            trace=options.trace,
         )
         if options.result_ttl is not None or joined is not None:
             self._keep_and_join(task, options.result_ttl, joined)

@@ -78,6 +78,7 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             group=recovered.group if kernel.groups.get(recovered.group) else 0,
             tally=kernel._tally(queue, recovered.task_type),
             ready_at=now,
+            trace=recovered.trace,
         )
         kernel._live[task.task_id] = task
         if kernel.events is not None:

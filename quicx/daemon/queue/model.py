@@ -60,6 +60,8 @@ class Task:
         requeued), for its wait time.
     @ivar ticket: its place in its queue's FIFO while queued (see
         L{quicx.daemon.queue.queues.Level}).
+    @ivar trace: its producer's trace context, which its deliveries carry
+        (L{quicx.protocol.taskflow.SubmitOptions.trace}).
     """
 
     task_id: int
@@ -92,6 +94,7 @@ class Task:
     ticket: int = 0
     tally: Tally = field(kw_only=True)
     ready_at: float = field(kw_only=True)
+    trace: bytes | None = field(default=None, kw_only=True)
 
     @property
     def accepted(self) -> bool:

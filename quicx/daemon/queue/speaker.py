@@ -30,6 +30,7 @@ class Delivered(Protocol):
     token: int
     failures: int
     retries: int
+    trace: bytes | None
 
 
 class Speaker(Protocol):
