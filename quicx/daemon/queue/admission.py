@@ -265,7 +265,7 @@ class Admission:
             block = self._store(spec.payload)
         except Refused as e:
             reason = str(e)
-            kernel._count_rejection(None, ErrorCode.QUEUE_FULL, reason, spec.task_type, 0)
+            kernel.note_rejection(None, ErrorCode.QUEUE_FULL, reason, spec.task_type, 0)
             kernel.log.warn(
                 "schedule {name}: the firing for {when} was refused: {reason}",
                 log_id="schedule.refused",

@@ -31,6 +31,7 @@ from quicx.daemon.journal.records import Recovery
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally, Telemetry
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.counting import Counting
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatch import note_outcome
@@ -43,8 +44,6 @@ from quicx.daemon.queue.hooks import (
     IScheduleBook,
     ISharedData,
     Subscribers,
-    due_ms,
-    record,
 )
 from quicx.daemon.queue.journal_side import restore, snapshot
 from quicx.daemon.queue.leases import Leases, not_held
@@ -54,6 +53,7 @@ from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
 from quicx.daemon.queue.progress_reports import ProgressReports
 from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.recorder import EventRecorder
 from quicx.daemon.queue.results import KeptOutcome
 from quicx.daemon.queue.speaker import Speaker
 from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED, move
@@ -163,6 +163,8 @@ class QueueService(Service):
         self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
         self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
+        self.counting = Counting(self.telemetry)
+        self._hear()
 
     def _collaborators(self, progress: ProgressSettings) -> None:
         """The parts of the kernel's job it hands out; each moves tasks through L{IKernel}."""
@@ -171,7 +173,6 @@ class QueueService(Service):
         self.timeout_of: Callable[[Task], float] = leases.timeout_of
         self.reports = ProgressReports(self, progress, leases.delivery)
         self.progress, self.report_progress = self.reports.book, self.reports.report
-        self.hooks = Subscribers((self.reports,))
         self.drainage = drainage = Drain(self)
         self.drain, self.stop_draining = drainage.drain, drainage.stop
         manage = Manage(self)
@@ -201,9 +202,19 @@ class QueueService(Service):
             self.event_bus = events
         if schedules is not None:
             self.schedules = schedules
-        self.hooks = Subscribers(
-            s for s in (self.reports, self.shared, self.event_bus) if s is not None
-        )
+        self._hear()
+
+    def _hear(self) -> None:
+        """
+        Subscribe the features to the kernel's hooks: the outcomes, the
+        telemetry's counts, the progress reports, the shared data, the event
+        bus and, while events have somewhere to go, their recording.
+        """
+        events = self._events
+        recorder = None if events is None else EventRecorder(events)
+        features = (self.outcomes, self.counting, self.reports, self.shared, self.event_bus)
+        self.hooks = hooks = Subscribers(f for f in (*features, recorder) if f is not None)
+        self.dispatcher.delivered = hooks.delivered
 
     def snapshot(self) -> Snapshot:
         """(The journal.) Everything it keeps (see L{journal_side.snapshot})."""
@@ -223,7 +234,8 @@ class QueueService(Service):
 
     @events.setter
     def events(self, events: IEvents | None) -> None:
-        self._events = self.dispatcher.events = events
+        self._events = events
+        self._hear()
 
     # -- queues -------------------------------------------------------------
 
@@ -299,8 +311,6 @@ class QueueService(Service):
         """Forget a connection; tasks it held go back to the head of their queues, in order."""
         session.connected = False
         self.sessions.pop(session.session_id, None)
-        if self.waits.count:
-            self.waits.drop(session)
         if session.role is Role.WORKER:
             self._workers -= 1
             self._unsubscribe(session)
@@ -398,8 +408,8 @@ class QueueService(Service):
         """Answer OK for C{task} and queue it."""
         task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
-        if self.events is not None:
-            record(self.events, "submitted", task, None, due_ms(task.due))
+        for accepted in self.hooks.accepted:
+            accepted(task)
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
@@ -423,12 +433,13 @@ class QueueService(Service):
         """(The journal.) These waiting tasks' records are durable."""
         producers: dict[Session, None] = {}
         queues: dict[NamedQueue[Task, Session], None] = {}
+        hooks = self.hooks
         for task in tasks:
             move(task, DELAYED if task.due else QUEUED)
             task.tally.submitted += 1
             task.home.pending -= 1
-            if self.events is not None:
-                record(self.events, "submitted", task, None, due_ms(task.due))
+            for accepted in hooks.accepted:
+                accepted(task)
             producer = task.producer
             if producer is not None:  # None: a schedule's task
                 task.reply = producer.speaker.ok(task.task_id, False)
@@ -464,10 +475,8 @@ class QueueService(Service):
             del self._live[task.task_id]
             task.home.pending -= 1
             self._forget_if_idle(task.home)
-            if task.group:
-                self.outcomes.leave_group(task)
-            if self.waits.count:
-                self.outcomes.answer_waits(task.task_id, OutcomeState.UNKNOWN)
+            for withdrawn in self.hooks.withdrawn:
+                withdrawn(task)
             if task.key is not None:
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
@@ -481,7 +490,7 @@ class QueueService(Service):
                 if in_doubt:
                     session.peer.disconnect()
                     continue
-                self._count_rejection(
+                self.note_rejection(
                     session, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
                 )
                 error = session.speaker.error(ErrorCode.QUEUE_FULL, message)
@@ -493,7 +502,7 @@ class QueueService(Service):
 
     def reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
         reason = str(refusal)
-        self._count_rejection(session, refusal.code, reason, task_type, size)
+        self.note_rejection(session, refusal.code, reason, task_type, size)
         self.limit_hit(session.peer.peer_name, refusal)
         session.reply(session.speaker.error(refusal.code, reason))
 
@@ -507,15 +516,12 @@ class QueueService(Service):
                 "refused {peer}: {reason}", log_id=refusal.log_id, peer=peer, reason=str(refusal)
             )
 
-    def _count_rejection(
+    def note_rejection(
         self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
-        self.telemetry.rejected[code.name.lower()] += 1
-        if self.events is not None:
-            producer = None if session is None else session.session_id
-            self.events.record(
-                "rejected", None, task_type, size, producer, None, 0, (int(code), reason)
-            )
+        """Announce a refused SUBMIT (or schedule firing: C{session} C{None})."""
+        for rejected in self.hooks.rejected:
+            rejected(session, code, reason, task_type, size)
 
     def next_task_id(self) -> int:
         # Ids increase and wrap after 2**32 - 1, skipping ids still live.
@@ -585,8 +591,9 @@ class QueueService(Service):
         if finished is not None:
             task, attempt = finished
             task.tally.done += 1
-            if self.events is not None:
-                record(self.events, "done", task, session, None, attempt)
+            hooks = self.hooks
+            for done in hooks.done:
+                done(task, session, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
                 producer.peer.sendFrame(producer.speaker.done(task_id, result))
@@ -598,7 +605,8 @@ class QueueService(Service):
                 or task.home.policy.keep_results
                 or (producer is None or not producer.connected)
             ):
-                self.outcomes.settle(task, OutcomeState.DONE, result)
+                for settled in hooks.settled:
+                    settled(task, OutcomeState.DONE, result, "")
         if session.failed_in_row:
             note_outcome(self.limits.dispatch, session, False, 0.0)
         self._become_idle(session)
@@ -914,9 +922,9 @@ class QueueService(Service):
                 path=self.journal.path,
             )
         else:
-            if self.events is not None:
+            for dropped in self.hooks.dropped:
                 for task in self._live.values():
-                    record(self.events, "dropped", task, None, "daemon stopped without a journal")
+                    dropped(task, "daemon stopped without a journal")
             self.log.warn(
                 "stopping with {queued} queued, {delayed} delayed and {running} running tasks;"
                 " without a journal they are dropped",

@@ -19,7 +19,7 @@ from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.groups import Groups
-from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData
+from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData, Subscribers
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import QueueLimits
@@ -147,6 +147,10 @@ class IKernel(Protocol):
 
     @property
     def events(self) -> IEvents | None: ...
+
+    @property
+    def hooks(self) -> Subscribers:
+        """The features that hear the kernel's announcements, by hook."""
 
     def _end(self, task: Task, outcome: str) -> None:
         """Forget a finished task."""

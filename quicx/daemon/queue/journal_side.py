@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from quicx.daemon.journal.interface import Snapshot
 from quicx.daemon.journal.records import Recovery
-from quicx.daemon.queue.hooks import due_ms, record
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Task
 from quicx.daemon.queue.state import DEAD, DELAYED, move
@@ -80,9 +79,8 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             ready_at=now,
         )
         kernel._live[task.task_id] = task
-        if kernel.events is not None:
-            # The reports join it to its submit (in the run before).
-            record(kernel.events, "recovered", task, None, due_ms(recovered.due))
+        for announce in kernel.hooks.recovered:
+            announce(task, recovered.due)
         if key is not None:
             kernel.keys.add(queue.name, key, task)
         if task.dead is not None:
