@@ -6,8 +6,8 @@ L{taskflow.SubmitOptions}, as the client made them and the codec decoded
 them) and a schedule's firing: it checks the type, the queue, the delay, the
 idempotency key, the group and the fairness keys, stores the payload in the
 pool, makes the L{Task} (which keeps what the kernel needs of the options),
-and hands it down to the kernel (L{QueueService.admit}, then
-L{QueueService.accept}).  The kernel does not know it: the server and the
+and hands it down to the kernel, which it sees as L{IKernel} (its
+C{admit}, then C{accept}).  The kernel does not know it: the server and the
 schedules call it.
 """
 
@@ -17,10 +17,11 @@ from typing import Protocol
 
 from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.groups import Group
+from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.tell import tell_kept, tell_outcome
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.taskflow import DEFAULT_OPTIONS, SubmitOptions
 
@@ -44,7 +45,7 @@ class ScheduledTask(Protocol):
 class Admission:
     """The SUBMITs and schedule firings into C{kernel}."""
 
-    def __init__(self, kernel: QueueService) -> None:
+    def __init__(self, kernel: IKernel) -> None:
         self.kernel = kernel
 
     def submit(
@@ -62,7 +63,7 @@ class Admission:
         this many seconds (0: C{[results] ttl}); C{group}: it joins that group.
 
         With a journal that syncs each record, the OK (and the task's place in
-        the queue) waits until the record is on disk; see L{QueueService.accepted}.
+        the queue) waits until the record is on disk; see C{QueueService.accepted}.
         """
         kernel = self.kernel
         # The common SUBMIT's checks are inlined: this is the hot path.
@@ -192,7 +193,7 @@ class Admission:
         """@raise Refused: C{fairness} would be one fairness key too many."""
         kernel = self.kernel
         limit = kernel.limits.max_fairness_keys
-        if queue.limited and fairness not in queue.keys and kernel._fairness_keys >= limit:
+        if queue.limited and fairness not in queue.keys and kernel.fairness_keys >= limit:
             raise Refused(
                 ErrorCode.QUEUE_FULL,
                 f"too many fairness keys (max_fairness_keys = {limit})",
@@ -221,16 +222,16 @@ class Admission:
     def _duplicate(self, session: Session, found: Task | KeyEntry) -> None:
         """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
         kernel = self.kernel
-        kernel._duplicates += 1
+        kernel.duplicates += 1
         if isinstance(found, KeyEntry):
             session.reply(session.speaker.ok(found.task_id, True))
             kept = kernel.kept.get(found.task_id)
             if kept is not None:
-                kernel._tell_kept(session, *kept)
+                tell_kept(session, *kept)
                 return
             # The reason a failure gave is not kept with its key.
             reason = "failed (an earlier submission of this key)"
-            kernel._tell_outcome(session, found.task_id, found.outcome, reason)
+            tell_outcome(session, found.task_id, found.outcome, reason)
             return
         task = found
         producer = task.producer
@@ -242,7 +243,7 @@ class Admission:
             session.reply(session.speaker.ok(task.task_id, True))
         else:
             waiting = Duplicate(session)
-            kernel._duplicates_waiting.setdefault(task.task_id, []).append(waiting)
+            kernel.duplicates_waiting.setdefault(task.task_id, []).append(waiting)
             session.wait_for(waiting)
 
     # -- schedules ----------------------------------------------------------------------

@@ -54,7 +54,6 @@ from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
 from quicx.daemon.queue.progress_reports import ProgressReports
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.recorder import EventRecorder
-from quicx.daemon.queue.results import KeptOutcome
 from quicx.daemon.queue.speaker import Speaker
 from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED, move
 from quicx.net.twisted_types import Service
@@ -132,13 +131,13 @@ class QueueService(Service):
             self._queue(name)
         self.default_queue = self._queue(limits.default_queue)
         self.keys: KeyTable[Task] = KeyTable(limits.dedup_window, limits.max_dedup_keys)
-        self._fairness_keys = 0
+        self.fairness_keys = 0
         self._live: dict[int, Task] = {}
         self._workers = 0
         self._last_task_id = 0
         self._last_session_id = 0
         self._late_outcomes = 0
-        self._duplicates = 0
+        self.duplicates = 0
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
         self.random: Callable[[], float] = random.random
@@ -147,7 +146,7 @@ class QueueService(Service):
             pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
         )
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
-        self._duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
+        self.duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
         self.outcomes = outcomes = Outcomes(
             pool,
             self.journal,
@@ -276,7 +275,7 @@ class QueueService(Service):
     def _forget_if_idle(self, queue: NamedQueue[Task, Session]) -> None:
         """Forget an undeclared queue nothing refers to any more (so queues stay bounded)."""
         if queue.keys:
-            self._fairness_keys -= queue.prune_keys(self.clock())
+            self.fairness_keys -= queue.prune_keys(self.clock())
         if (
             queue.forgettable
             and queue is not self.default_queue
@@ -289,7 +288,7 @@ class QueueService(Service):
         """Queue C{task} at its queue's tail."""
         move(task, QUEUED)
         if task.home.push(task):
-            self._fairness_keys += 1
+            self.fairness_keys += 1
 
     def find_queue(self, name: str) -> NamedQueue[Task, Session]:
         """@raise Refused: (not found) there is no queue C{name}."""
@@ -425,7 +424,7 @@ class QueueService(Service):
         if queue.idle and self.dispatcher.hand_new(task, queue):
             return
         if queue.push(task):
-            self._fairness_keys += 1
+            self.fairness_keys += 1
         if queue.idle:
             self.dispatcher.serve_queue(queue)
 
@@ -444,14 +443,14 @@ class QueueService(Service):
             if producer is not None:  # None: a schedule's task
                 task.reply = producer.speaker.ok(task.task_id, False)
                 producers[producer] = None
-            for waiting in self._duplicates_waiting.pop(task.task_id, ()):
+            for waiting in self.duplicates_waiting.pop(task.task_id, ()):
                 waiting.reply = waiting.session.speaker.ok(task.task_id, True)
                 producers[waiting.session] = None
             if task.due:
                 self._delay(task, task.due)
                 continue
             if task.home.push(task):
-                self._fairness_keys += 1
+                self.fairness_keys += 1
             queues[task.home] = None
         # Every answer of the batch decided first, then each producer's sent once.
         for producer in producers:
@@ -481,7 +480,7 @@ class QueueService(Service):
                 self.keys.drop(task.queue, task.key)
             self.pool.free(task.block)
             waiting: list[Session | Duplicate] = [task.producer] if task.producer else []
-            waiting += self._duplicates_waiting.pop(task.task_id, [])
+            waiting += self.duplicates_waiting.pop(task.task_id, [])
             for request in waiting:
                 session = request if isinstance(request, Session) else request.session
                 session.outstanding -= isinstance(request, Session)
@@ -531,41 +530,6 @@ class QueueService(Service):
             if task_id not in self._live:
                 self._last_task_id = task_id
                 return task_id
-
-    def _tell_outcome(
-        self,
-        session: Session,
-        task_id: int,
-        outcome: str,
-        reason: str,
-        result: taskflow.Result | None = None,
-    ) -> None:
-        """
-        Send C{session} a task's outcome in its version (a version-1 peer
-        hears a cancel as FAILED C{cancelled}, and no result); C{reason}: a
-        failure's, verbatim.
-        """
-        if not session.connected:
-            return
-        speaker = session.speaker
-        if outcome == "done":
-            frame = speaker.done(task_id, result)
-        elif outcome == "cancelled":
-            frame = speaker.cancelled(task_id)
-        else:
-            frame = speaker.failed(task_id, reason)
-        session.peer.sendFrame(frame)
-
-    def _tell_kept(self, session: Session, kept: KeptOutcome, data: bytes) -> None:
-        """Send C{session} a kept outcome as its task's producer would have heard it."""
-        state = kept.state
-        if state == OutcomeState.DONE:
-            result = taskflow.Result(taskflow.ResultKind(kept.kind), data) if kept.kind else None
-            self._tell_outcome(session, kept.task_id, "done", "", result)
-        elif state == OutcomeState.CANCELLED:
-            self._tell_outcome(session, kept.task_id, "cancelled", "")
-        else:
-            self._tell_outcome(session, kept.task_id, "failed", data.decode("utf-8", "replace"))
 
     # -- workers ----------------------------------------------------------------
 
@@ -699,7 +663,7 @@ class QueueService(Service):
             queue = task.home
             queue.delayed -= 1
             if queue.push(task):
-                self._fairness_keys += 1
+                self.fairness_keys += 1
             queues[queue] = None
         for queue in queues:
             if queue.idle:
@@ -870,7 +834,7 @@ class QueueService(Service):
             self.failing.given_up,
             self._late_outcomes,
             total.cancelled,
-            self._duplicates,
+            self.duplicates,
             total.retried,
             total.dead,
             self.graveyard.dropped,

@@ -11,6 +11,7 @@ from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.retries import retry_wait
 from quicx.daemon.queue.state import DELAYED, QUEUED, move
+from quicx.daemon.queue.tell import tell_outcome
 from quicx.protocol.outcomes import OutcomeState
 
 
@@ -84,7 +85,7 @@ class Failing:
             kernel._end(task, "failed")
         if producer is not None:
             producer.outstanding -= 1
-            kernel._tell_outcome(producer, task.task_id, "failed", reason)
+            tell_outcome(producer, task.task_id, "failed", reason)
         state = OutcomeState.DEAD if dead else OutcomeState.FAILED
         for settled in kernel.hooks.settled:
             settled(task, state, None, reason)

@@ -20,13 +20,13 @@ from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.groups import Groups
 from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData, Subscribers
-from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.progress import ProgressBook
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcomes
-from quicx.protocol import taskflow
+from quicx.protocol.codec import ErrorCode
 
 
 class IGraveyard(Protocol):
@@ -41,10 +41,60 @@ class IGraveyard(Protocol):
 
 
 class IKernel(Protocol):
-    """The kernel, as the dead letters, leases, drain and the journal's side see it."""
+    """
+    The kernel, as its collaborators see it: the admission, the dead
+    letters, the leases, the failures, the drain and the journal's side.
+
+    @ivar draining: it takes no more tasks (the daemon is stopping).
+    @ivar fairness_keys: the fairness keys with state, in every queue (at
+        most C{limits.max_fairness_keys}).
+    @ivar duplicates: SUBMITs answered as duplicates of a task, since start.
+    @ivar duplicates_waiting: the duplicate SUBMITs waiting for the answer
+        of the task they name, not yet accepted, by its id.
+    """
 
     draining: bool
     random: Callable[[], float]
+    fairness_keys: int
+    duplicates: int
+
+    @property
+    def duplicates_waiting(self) -> dict[int, list[Duplicate]]: ...
+
+    @property
+    def allowed_types(self) -> frozenset[bytes] | None:
+        """The task types a SUBMIT may name (C{None}: any)."""
+
+    def queue_named(self, name: str | None) -> NamedQueue[Task, Session]:
+        """
+        The queue a SUBMIT names (C{None}: the default queue); a new one is
+        not kept until a task is.
+
+        @raise Refused: it is new, and would pass C{max_queues}.
+        """
+
+    def tally_of(self, queue: NamedQueue[Task, Session], task_type: bytes) -> Tally:
+        """What a task of C{task_type} in C{queue} counts in."""
+
+    def next_task_id(self) -> int:
+        """A new task's id (ids increase and wrap, skipping live ones)."""
+
+    def admit(self, task: Task, payload: bytes) -> bool:
+        """
+        Take C{task}, whose SUBMIT passed its checks; whether it may be
+        answered and queued now (L{accept}), or waits for its journal record.
+        """
+
+    def accept(self, task: Task) -> None:
+        """Answer OK for C{task} and queue it."""
+
+    def reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
+        """Answer C{session}'s SUBMIT with the ERROR of C{refusal}; announce it."""
+
+    def note_rejection(
+        self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
+    ) -> None:
+        """Announce a refused SUBMIT (or schedule firing: C{session} C{None})."""
 
     @property
     def max_attempts(self) -> int: ...
@@ -98,16 +148,6 @@ class IKernel(Protocol):
 
     def find_queue(self, name: str) -> NamedQueue[Task, Session]:
         """@raise Refused: (not found) there is no queue C{name}."""
-
-    def _tell_outcome(
-        self,
-        session: Session,
-        task_id: int,
-        outcome: str,
-        reason: str,
-        result: taskflow.Result | None = None,
-    ) -> None:
-        """Send C{session} a task's outcome in its version."""
 
     @property
     def sessions(self) -> dict[int, Session]: ...

@@ -12,6 +12,7 @@ from typing import Any
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
 from quicx.daemon.queue.state import DEAD, DELAYED
+from quicx.daemon.queue.tell import tell_outcome
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import OutcomeState
 
@@ -68,7 +69,7 @@ class Manage:
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
-            kernel._tell_outcome(producer, task.task_id, "cancelled", "")
+            tell_outcome(producer, task.task_id, "cancelled", "")
         for settled in kernel.hooks.settled:
             settled(task, OutcomeState.CANCELLED, None, why)
 
