@@ -55,7 +55,7 @@ from quicx.daemon.queue.progress_reports import ProgressReports
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.recorder import EventRecorder
 from quicx.daemon.queue.speaker import Speaker
-from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED, move
+from quicx.daemon.queue.state import DEAD, DELAYED, FINISHED, HELD, QUEUED, move
 from quicx.net.twisted_types import Service
 from quicx.protocol import codec, taskflow, wire
 from quicx.protocol.codec import ErrorCode
@@ -758,16 +758,17 @@ class QueueService(Service):
                 worker=session.peer.peer_name,
             )
             return None
-        holder = task.holder
-        if holder is not None:
+        if task.state is HELD:
             # Another worker runs it now: its outcome will come too late.
+            holder = task.holder
+            assert holder is not None
             del holder.tasks[task_id]
             holder.overdue[task_id] = (task, task.attempts)
             task.home.released(task)
         else:
-            if task.due:
+            if task.state is DELAYED:
                 self._undelay(task)  # waiting to run again: it need not
-            elif task.dead is not None:
+            elif task.state is DEAD:
                 self.graveyard.unbury(task)
             else:
                 task.home.remove(task)  # queued again: it need not run now
