@@ -26,12 +26,16 @@ from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.progress import ProgressBook
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcomes
+from quicx.protocol import taskflow
 from quicx.protocol.codec import ErrorCode
 
 
 class IGraveyard(Protocol):
     @property
     def letters(self) -> DeadLetters[Task]: ...
+
+    def unbury(self, task: Task) -> None:
+        """Take C{task} out of the dead-letter set."""
 
     def keep(self, tasks: list[Task]) -> None:
         """Keep these dead tasks (oldest first)."""
@@ -87,6 +91,22 @@ class IKernel(Protocol):
 
     def accept(self, task: Task) -> None:
         """Answer OK for C{task} and queue it."""
+
+    @property
+    def max_result(self) -> int:
+        """The longest result an ACK may carry."""
+
+    def done(self, session: Session, task_id: int, result: taskflow.Result | None = None) -> None:
+        """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
+
+    def failed(self, session: Session, task_id: int, reason: str, permanent: bool = False) -> None:
+        """A worker's FAILED (or NACK): retried if it may be, else failed for good."""
+
+    def check_drain(self) -> None:
+        """A task or a worker left: the drain, if under way, fires once nothing is left."""
+
+    def _new_queue(self, name: str, more: int = 0) -> NamedQueue[Task, Session]:
+        """A new queue called C{name}, not kept in C{queues} yet."""
 
     def reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
         """Answer C{session}'s SUBMIT with the ERROR of C{refusal}; announce it."""
@@ -160,6 +180,10 @@ class IKernel(Protocol):
 
     @property
     def tasks_running(self) -> int: ...
+
+    @property
+    def queued(self) -> int:
+        """Tasks waiting for a worker."""
 
     @property
     def clock(self) -> Callable[[], float]: ...
