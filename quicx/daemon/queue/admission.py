@@ -7,7 +7,7 @@ them) and a schedule's firing: it checks the type, the queue, the delay, the
 idempotency key, the group and the fairness keys, stores the payload in the
 pool, makes the L{Task} (which keeps what the kernel needs of the options),
 and hands it down to the kernel, which it sees as L{IKernel} (its
-C{admit}, then C{accept}).  The kernel does not know it: the server and the
+C{admit}).  The kernel does not know it: the server and the
 schedules call it.
 """
 
@@ -66,9 +66,11 @@ class Admission:
         the queue) waits until the record is on disk; see C{QueueService.accepted}.
         """
         kernel = self.kernel
-        # The common SUBMIT's checks are inlined: this is the hot path.
+        # The common SUBMIT's checks are inlined: this is the hot path.  A
+        # SUBMIT without options (every version-1 one) skips reading them.
+        plain = options is DEFAULT_OPTIONS
         try:
-            name = options.queue
+            name = None if plain else options.queue
             queue = kernel.default_queue if name is None else kernel.queue_named(name)
             if (
                 kernel.allowed_types is not None
@@ -78,17 +80,13 @@ class Admission:
             ):
                 self._check_submit(queue, task_type)
             now = kernel.clock()
-            delayed = options.delay_ms is not None or options.run_at_ms is not None
-            due = self._due(options, now) if delayed else 0.0
-            key = options.key
-            if key is not None:
-                found = kernel.keys.find(queue.name, key, now)
-                if found is not None:
-                    self._duplicate(session, found)
-                    return
-            joined = None if options.group is None else kernel.outcomes.group_to_join(options.group)
-            if options.fairness is not None:
-                self._check_fairness(queue, options.fairness)
+            if plain:
+                due, joined = 0.0, None
+            else:
+                chosen = self._options(session, queue, options, now)
+                if chosen is None:
+                    return  # answered: a duplicate
+                due, joined = chosen
             try:
                 # An empty payload still takes the smallest block: every live task
                 # holds a block, so the pool bounds how many tasks there are.
@@ -98,8 +96,9 @@ class Admission:
         except Refused as e:
             kernel.reject(session, e, task_type, len(payload))
             return
-        # Kept from now on, if it was new: no refusal before left it behind.
-        queue = kernel.queues.setdefault(queue.name, queue)
+        if name is not None:
+            # Kept from now on, if it was new: no refusal before left it behind.
+            queue = kernel.queues.setdefault(queue.name, queue)
         priority, retries = options.priority, options.retries
         task = Task(
             kernel.next_task_id(),
@@ -110,7 +109,7 @@ class Admission:
             queue,
             queue.priority if priority is None else priority,
             now,
-            key,
+            options.key,
             options.fairness,
             session.identity,
             due=due,
@@ -123,11 +122,35 @@ class Admission:
         if options.result_ttl is not None or joined is not None:
             self._keep_and_join(task, options.result_ttl, joined)
         session.outstanding += 1
-        if kernel.admit(task, payload):
-            kernel.accept(task)
-        else:
-            # Its answer, and every answer after it, waits for the journal.
-            session.wait_for(task)
+        kernel.admit(task, payload)
+
+    def _options(
+        self,
+        session: Session,
+        queue: NamedQueue[Task, Session],
+        options: SubmitOptions,
+        now: float,
+    ) -> tuple[float, Group | None] | None:
+        """
+        What C{options} make of a SUBMIT into C{queue}: its due time (0.0:
+        now) and the group it joins; C{None} when its key names a task
+        already submitted (then C{session} is answered: see L{_duplicate}).
+
+        @raise Refused: an option cannot be taken.
+        """
+        delayed = options.delay_ms is not None or options.run_at_ms is not None
+        due = self._due(options, now) if delayed else 0.0
+        key = options.key
+        if key is not None:
+            found = self.kernel.keys.find(queue.name, key, now)
+            if found is not None:
+                self._duplicate(session, found)
+                return None
+        group = options.group
+        joined = None if group is None else self.kernel.outcomes.group_to_join(group)
+        if options.fairness is not None:
+            self._check_fairness(queue, options.fairness)
+        return due, joined
 
     def _keep_and_join(self, task: Task, result_ttl: int | None, joined: Group | None) -> None:
         """C{task}'s outcome is kept C{result_ttl} seconds, if given; it joins C{joined}."""
@@ -290,7 +313,5 @@ class Admission:
             tally=kernel.tally_of(queue, spec.task_type),
             ready_at=now,
         )
-        accepted_now = kernel.admit(task, spec.payload)
+        kernel.admit(task, spec.payload)
         kernel.journal.record_fired(name, fire_time)
-        if accepted_now:
-            kernel.accept(task)

@@ -3,7 +3,7 @@ The queue kernel: a task's lifecycle, from SUBMIT accepted to its outcome, and t
 
 L{QueueService} holds the PMAD pool, the named queues, the live tasks and
 the sessions, and moves each task through its states (L{state}): accepted
-(L{accept}), delivered (the L{Dispatcher}), finished (L{done}, L{failed}).
+(L{admit}), delivered (the L{Dispatcher}), finished (L{done}, L{failed}).
 It announces each step through its hooks (L{Subscribers}): the outcomes
 (kept results, waits, groups), the telemetry's counts, the event bus's
 recording, the progress reports and the shared data are subscribers, handed
@@ -316,24 +316,22 @@ class QueueService(Service):
         """What a task of C{task_type} in C{queue} counts in."""
         return queue.tallies.get(task_type) or self._tally(queue, task_type)
 
-    def admit(self, task: Task, payload: bytes) -> bool:
+    def admit(self, task: Task, payload: bytes) -> None:
         """
         (The admission, L{quicx.daemon.queue.admission}.)  Take C{task}, whose
-        SUBMIT passed its checks: it is live from now on, and recorded.
-
-        @return: whether it may be answered OK and queued now (L{accept}); if
-            not, the journal says when its record is durable (L{accepted}).
+        SUBMIT passed its checks: it is live from now on, and recorded; once
+        its record is durable, it is answered OK and queued (at once, or
+        when the journal says so: L{accepted}; its producer's answers wait).
         """
         self._live[task.task_id] = task
         if task.key is not None:
             self.keys.add(task.home.name, task.key, task)
-        if self.journal.record_submit(task, payload):
-            return True
-        task.home.pending += 1
-        return False
-
-    def accept(self, task: Task) -> None:
-        """Answer OK for C{task} and queue it."""
+        if not self.journal.record_submit(task, payload):
+            task.home.pending += 1
+            if task.producer is not None:
+                # Its answer, and every answer after it, waits for the journal.
+                task.producer.wait_for(task)
+            return
         task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
         for accepted in self.hooks.accepted:

@@ -83,14 +83,11 @@ class IKernel(Protocol):
     def next_task_id(self) -> int:
         """A new task's id (ids increase and wrap, skipping live ones)."""
 
-    def admit(self, task: Task, payload: bytes) -> bool:
+    def admit(self, task: Task, payload: bytes) -> None:
         """
-        Take C{task}, whose SUBMIT passed its checks; whether it may be
-        answered and queued now (L{accept}), or waits for its journal record.
+        Take C{task}, whose SUBMIT passed its checks: answered OK and queued
+        once its journal record is durable (at once, or later).
         """
-
-    def accept(self, task: Task) -> None:
-        """Answer OK for C{task} and queue it."""
 
     @property
     def max_result(self) -> int:
