@@ -6,8 +6,8 @@ L{taskflow.SubmitOptions}, as the client made them and the codec decoded
 them) and a schedule's firing: it checks the type, the queue, the delay, the
 idempotency key, the group and the fairness keys, stores the payload in the
 pool, makes the L{Task} (which keeps what the kernel needs of the options),
-and hands it down to the kernel (L{QueueService.admit}, then
-L{QueueService.accept}).  The kernel does not know it: the server and the
+and hands it down to the kernel, which it sees as L{IKernel} (its
+C{admit}).  The kernel does not know it: the server and the
 schedules call it.
 """
 
@@ -17,10 +17,11 @@ from typing import Protocol
 
 from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.groups import Group
+from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.tell import tell_kept, tell_outcome
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.taskflow import DEFAULT_OPTIONS, SubmitOptions
 
@@ -44,7 +45,7 @@ class ScheduledTask(Protocol):
 class Admission:
     """The SUBMITs and schedule firings into C{kernel}."""
 
-    def __init__(self, kernel: QueueService) -> None:
+    def __init__(self, kernel: IKernel) -> None:
         self.kernel = kernel
 
     def submit(
@@ -61,12 +62,14 @@ class Admission:
         its outcome this many seconds (0: C{[results] ttl}); C{group}: it joins that group.
 
         With a journal that syncs each record, the OK (and the task's place in
-        the queue) waits until the record is on disk; see L{QueueService.accepted}.
+        the queue) waits until the record is on disk; see C{QueueService.accepted}.
         """
         kernel = self.kernel
-        # The common SUBMIT's checks are inlined: this is the hot path.
+        # The common SUBMIT's checks are inlined: this is the hot path.  A
+        # SUBMIT without options (every version-1 one) skips reading them.
+        plain = options is DEFAULT_OPTIONS
         try:
-            name = options.queue
+            name = None if plain else options.queue
             queue = kernel.default_queue if name is None else kernel.queue_named(name)
             if (
                 kernel.allowed_types is not None
@@ -76,17 +79,13 @@ class Admission:
             ):
                 self._check_submit(queue, task_type)
             now = kernel.clock()
-            delayed = options.delay_ms is not None or options.run_at_ms is not None
-            due = self._due(options, now) if delayed else 0.0
-            key = options.key
-            if key is not None:
-                found = kernel.keys.find(queue.name, key, now)
-                if found is not None:
-                    self._duplicate(session, found)
-                    return
-            joined = None if options.group is None else kernel.outcomes.group_to_join(options.group)
-            if options.fairness is not None:
-                self._check_fairness(queue, options.fairness)
+            if plain:
+                due, joined = 0.0, None
+            else:
+                chosen = self._options(session, queue, options, now)
+                if chosen is None:
+                    return  # answered: a duplicate
+                due, joined = chosen
             try:
                 # An empty payload still takes the smallest block: every live task
                 # holds a block, so the pool bounds how many tasks there are.
@@ -96,8 +95,9 @@ class Admission:
         except Refused as e:
             kernel.reject(session, e, task_type, len(payload))
             return
-        # Kept from now on, if it was new: no refusal before left it behind.
-        queue = kernel.queues.setdefault(queue.name, queue)
+        if name is not None:
+            # Kept from now on, if it was new: no refusal before left it behind.
+            queue = kernel.queues.setdefault(queue.name, queue)
         priority, retries = options.priority, options.retries
         task = Task(
             kernel.next_task_id(),
@@ -108,7 +108,7 @@ class Admission:
             queue,
             queue.priority if priority is None else priority,
             now,
-            key,
+            options.key,
             options.fairness,
             session.identity,
             due=due,
@@ -122,11 +122,35 @@ class Admission:
         if options.result_ttl is not None or joined is not None:
             self._keep_and_join(task, options.result_ttl, joined)
         session.outstanding += 1
-        if kernel.admit(task, payload):
-            kernel.accept(task)
-        else:
-            # Its answer, and every answer after it, waits for the journal.
-            session.wait_for(task)
+        kernel.admit(task, payload)
+
+    def _options(
+        self,
+        session: Session,
+        queue: NamedQueue[Task, Session],
+        options: SubmitOptions,
+        now: float,
+    ) -> tuple[float, Group | None] | None:
+        """
+        What C{options} make of a SUBMIT into C{queue}: its due time (0.0:
+        now) and the group it joins; C{None} when its key names a task
+        already submitted (then C{session} is answered: see L{_duplicate}).
+
+        @raise Refused: an option cannot be taken.
+        """
+        delayed = options.delay_ms is not None or options.run_at_ms is not None
+        due = self._due(options, now) if delayed else 0.0
+        key = options.key
+        if key is not None:
+            found = self.kernel.keys.find(queue.name, key, now)
+            if found is not None:
+                self._duplicate(session, found)
+                return None
+        group = options.group
+        joined = None if group is None else self.kernel.outcomes.group_to_join(group)
+        if options.fairness is not None:
+            self._check_fairness(queue, options.fairness)
+        return due, joined
 
     def _keep_and_join(self, task: Task, result_ttl: int | None, joined: Group | None) -> None:
         """C{task}'s outcome is kept C{result_ttl} seconds, if given; it joins C{joined}."""
@@ -192,7 +216,7 @@ class Admission:
         """@raise Refused: C{fairness} would be one fairness key too many."""
         kernel = self.kernel
         limit = kernel.limits.max_fairness_keys
-        if queue.limited and fairness not in queue.keys and kernel._fairness_keys >= limit:
+        if queue.limited and fairness not in queue.keys and kernel.fairness_keys >= limit:
             raise Refused(
                 ErrorCode.QUEUE_FULL,
                 f"too many fairness keys (max_fairness_keys = {limit})",
@@ -221,16 +245,16 @@ class Admission:
     def _duplicate(self, session: Session, found: Task | KeyEntry) -> None:
         """Answer a SUBMIT whose key names C{found}: its id, and its outcome if it has one."""
         kernel = self.kernel
-        kernel._duplicates += 1
+        kernel.duplicates += 1
         if isinstance(found, KeyEntry):
             session.reply(session.speaker.ok(found.task_id, True))
             kept = kernel.kept.get(found.task_id)
             if kept is not None:
-                kernel._tell_kept(session, *kept)
+                tell_kept(session, *kept)
                 return
             # The reason a failure gave is not kept with its key.
             reason = "failed (an earlier submission of this key)"
-            kernel._tell_outcome(session, found.task_id, found.outcome, reason)
+            tell_outcome(session, found.task_id, found.outcome, reason)
             return
         task = found
         producer = task.producer
@@ -242,7 +266,7 @@ class Admission:
             session.reply(session.speaker.ok(task.task_id, True))
         else:
             waiting = Duplicate(session)
-            kernel._duplicates_waiting.setdefault(task.task_id, []).append(waiting)
+            kernel.duplicates_waiting.setdefault(task.task_id, []).append(waiting)
             session.wait_for(waiting)
 
     # -- schedules ----------------------------------------------------------------------
@@ -265,7 +289,7 @@ class Admission:
             block = self._store(spec.payload)
         except Refused as e:
             reason = str(e)
-            kernel._count_rejection(None, ErrorCode.QUEUE_FULL, reason, spec.task_type, 0)
+            kernel.note_rejection(None, ErrorCode.QUEUE_FULL, reason, spec.task_type, 0)
             kernel.log.warn(
                 "schedule {name}: the firing for {when} was refused: {reason}",
                 log_id="schedule.refused",
@@ -289,7 +313,5 @@ class Admission:
             tally=kernel.tally_of(queue, spec.task_type),
             ready_at=now,
         )
-        accepted_now = kernel.admit(task, spec.payload)
+        kernel.admit(task, spec.payload)
         kernel.journal.record_fired(name, fire_time)
-        if accepted_now:
-            kernel.accept(task)

@@ -1,13 +1,17 @@
 """
-The queue: the one owner of the daemon's state.
+The queue kernel: a task's lifecycle, from SUBMIT accepted to its outcome, and the daemon's state.
 
-L{QueueService} holds the PMAD pool, the FIFO of queued tasks, the idle
-workers, the task each worker holds, and the counters.  It speaks in frames
-(built with L{quicx.protocol.wire}) to L{IPeer}s but knows nothing of sockets: the
-server protocol feeds it decoded messages and it answers through the peer.
-
-Each connection is a L{Session}, created and owned here; the protocol only
-holds a reference to pass back in.
+L{QueueService} holds the PMAD pool, the named queues, the live tasks and
+the sessions, and moves each task through its states (L{state}): accepted
+(L{admit}), delivered (the L{Dispatcher}), finished (L{done}, L{failed}).
+It announces each step through its hooks (L{Subscribers}): the outcomes
+(kept results, waits, groups), the telemetry's counts, the event bus's
+recording, the progress reports and the shared data are subscribers, handed
+in at construction or plugged in (L{QueueService.plug}).  Its other jobs are
+handed out to collaborators that see it as L{IKernel}: the leases, the
+roster of sessions, failures, dead letters, management, draining and the
+journal's side.  It never branches on a protocol version: each session's
+L{Speaker} spells the replies.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from quicx.daemon.journal.interface import (
 from quicx.daemon.journal.records import Recovery
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally, Telemetry
-from quicx.daemon.queue import pmad
+from quicx.daemon.queue import journal_side, pmad
+from quicx.daemon.queue.counting import Counting
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatch import note_outcome
@@ -43,25 +48,21 @@ from quicx.daemon.queue.hooks import (
     IScheduleBook,
     ISharedData,
     Subscribers,
-    due_ms,
-    record,
 )
-from quicx.daemon.queue.journal_side import restore, snapshot
-from quicx.daemon.queue.leases import Leases, not_held
+from quicx.daemon.queue.leases import Leases
 from quicx.daemon.queue.manage import Manage
 from quicx.daemon.queue.model import Counters, Duplicate, Refused, Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import ProgressSettings, QueueLimits
 from quicx.daemon.queue.progress_reports import ProgressReports
 from quicx.daemon.queue.queues import NamedQueue
-from quicx.daemon.queue.results import KeptOutcome
-from quicx.daemon.queue.speaker import Speaker
-from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED, move
+from quicx.daemon.queue.recorder import EventRecorder
+from quicx.daemon.queue.roster import Roster
+from quicx.daemon.queue.state import DELAYED, FINISHED, QUEUED, move
 from quicx.net.twisted_types import Service
 from quicx.protocol import codec, taskflow, wire
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import OutcomeState
-from quicx.protocol.session import IPeer, Role
 
 
 @implementer(IJournalOwner)
@@ -132,13 +133,10 @@ class QueueService(Service):
             self._queue(name)
         self.default_queue = self._queue(limits.default_queue)
         self.keys: KeyTable[Task] = KeyTable(limits.dedup_window, limits.max_dedup_keys)
-        self._fairness_keys = 0
+        self.fairness_keys = 0
         self._live: dict[int, Task] = {}
-        self._workers = 0
         self._last_task_id = 0
-        self._last_session_id = 0
-        self._late_outcomes = 0
-        self._duplicates = 0
+        self.duplicates = 0
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
         self.random: Callable[[], float] = random.random
@@ -147,7 +145,7 @@ class QueueService(Service):
             pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
         )
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
-        self._duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
+        self.duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
         self.outcomes = outcomes = Outcomes(
             pool,
             self.journal,
@@ -163,15 +161,19 @@ class QueueService(Service):
         self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
         self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
+        self.counting = Counting(self.telemetry)
+        self._hear()
 
     def _collaborators(self, progress: ProgressSettings) -> None:
         """The parts of the kernel's job it hands out; each moves tasks through L{IKernel}."""
         leases = self.leases = Leases(self)
-        self.touch = leases.touch
+        self.touch, self.ack, self.nack = leases.touch, leases.ack, leases.nack
+        self.roster = roster = Roster(self)
+        self.open_session, self.close_session = roster.open_session, roster.close_session
+        self.claim_role, self.subscribe = roster.claim_role, roster.subscribe
         self.timeout_of: Callable[[Task], float] = leases.timeout_of
         self.reports = ProgressReports(self, progress, leases.delivery)
         self.progress, self.report_progress = self.reports.book, self.reports.report
-        self.hooks = Subscribers((self.reports,))
         self.drainage = drainage = Drain(self)
         self.drain, self.stop_draining = drainage.drain, drainage.stop
         manage = Manage(self)
@@ -201,17 +203,27 @@ class QueueService(Service):
             self.event_bus = events
         if schedules is not None:
             self.schedules = schedules
-        self.hooks = Subscribers(
-            s for s in (self.reports, self.shared, self.event_bus) if s is not None
-        )
+        self._hear()
+
+    def _hear(self) -> None:
+        """
+        Subscribe the features to the kernel's hooks: the outcomes, the
+        telemetry's counts, the progress reports, the shared data, the event
+        bus and, while events have somewhere to go, their recording.
+        """
+        events = self._events
+        recorder = None if events is None else EventRecorder(events)
+        features = (self.outcomes, self.counting, self.reports, self.shared, self.event_bus)
+        self.hooks = hooks = Subscribers(f for f in (*features, recorder) if f is not None)
+        self.dispatcher.delivered = hooks.delivered
 
     def snapshot(self) -> Snapshot:
         """(The journal.) Everything it keeps (see L{journal_side.snapshot})."""
-        return snapshot(self)
+        return journal_side.snapshot(self)
 
     def restore(self, recovery: Recovery) -> None:
         """Take back what a journal kept (see L{journal_side.restore})."""
-        restore(self, recovery)
+        journal_side.restore(self, recovery)
 
     @property
     def events(self) -> IEvents | None:
@@ -223,7 +235,8 @@ class QueueService(Service):
 
     @events.setter
     def events(self, events: IEvents | None) -> None:
-        self._events = self.dispatcher.events = events
+        self._events = events
+        self._hear()
 
     # -- queues -------------------------------------------------------------
 
@@ -264,7 +277,7 @@ class QueueService(Service):
     def _forget_if_idle(self, queue: NamedQueue[Task, Session]) -> None:
         """Forget an undeclared queue nothing refers to any more (so queues stay bounded)."""
         if queue.keys:
-            self._fairness_keys -= queue.prune_keys(self.clock())
+            self.fairness_keys -= queue.prune_keys(self.clock())
         if (
             queue.forgettable
             and queue is not self.default_queue
@@ -277,7 +290,7 @@ class QueueService(Service):
         """Queue C{task} at its queue's tail."""
         move(task, QUEUED)
         if task.home.push(task):
-            self._fairness_keys += 1
+            self.fairness_keys += 1
 
     def find_queue(self, name: str) -> NamedQueue[Task, Session]:
         """@raise Refused: (not found) there is no queue C{name}."""
@@ -285,81 +298,6 @@ class QueueService(Service):
         if queue is None:
             raise Refused(ErrorCode.NOT_FOUND, f"no queue named {name!r}")
         return queue
-
-    # -- sessions -----------------------------------------------------------
-
-    def open_session(self, peer: IPeer, speaker: Speaker) -> Session:
-        """A new connection, spoken to by C{speaker} (until its first frame chooses another)."""
-        self._last_session_id += 1
-        session = Session(self._last_session_id, peer, self.clock(), speaker=speaker)
-        self.sessions[session.session_id] = session
-        return session
-
-    def close_session(self, session: Session) -> None:
-        """Forget a connection; tasks it held go back to the head of their queues, in order."""
-        session.connected = False
-        self.sessions.pop(session.session_id, None)
-        if self.waits.count:
-            self.waits.drop(session)
-        if session.role is Role.WORKER:
-            self._workers -= 1
-            self._unsubscribe(session)
-        for closed in self.hooks.session_closed:
-            closed(session)
-        session.replies.clear()
-        if session.tasks or session.overdue:
-            held, session.tasks = session.tasks, {}
-            # Its late copies are forgotten: each task is queued, held by
-            # another worker, or finished.
-            session.overdue = {}
-            cause = f"worker {session.peer.peer_name} disconnected"
-            for task in reversed(held.values()):
-                task.holder = None
-                self._requeue(task, "its worker disconnected", cause, worker=session.peer.peer_name)
-            for queue in {task.home: None for task in held.values()}:
-                self.dispatcher.serve_queue(queue)
-        if self.drainage.waiting is not None:
-            self.drainage.check()
-
-    def claim_role(self, session: Session, role: Role) -> None:
-        """
-        Give a new connection its role, or check it has C{role} already.
-
-        @raise ProtocolViolation: the connection has another role.
-        """
-        if session.claim(role) and role is Role.WORKER:
-            self._workers += 1
-            self._subscribe(session, (self.default_queue,))
-
-    def subscribe(self, session: Session, names: tuple[str, ...]) -> None:
-        """
-        Make worker C{session} serve these queues, in order.
-
-        @raise Refused: a queue would pass C{max_queues}.
-        """
-        new = [name for name in dict.fromkeys(names) if name not in self.queues]
-        # All made before any is kept: a READY refused leaves no queue behind.
-        self.queues.update({name: self._new_queue(name, more) for more, name in enumerate(new)})
-        queues = tuple(self.queues[name] for name in names)
-        old = session.subscriptions
-        self._subscribe(session, queues)
-        for queue in old:
-            self._forget_if_idle(queue)
-
-    def _subscribe(self, session: Session, queues: tuple[NamedQueue[Task, Session], ...]) -> None:
-        self._unsubscribe(session)
-        session.subscriptions = queues
-        for queue in queues:
-            queue.subscribers += 1
-
-    def _unsubscribe(self, session: Session) -> None:
-        for queue in session.subscriptions:
-            queue.subscribers -= 1
-            queue.idle.pop(session.session_id, None)
-            if not session.connected:
-                self._forget_if_idle(queue)
-        session.subscriptions = ()
-        session.waiting = False
 
     # -- producers ------------------------------------------------------------
 
@@ -378,28 +316,26 @@ class QueueService(Service):
         """What a task of C{task_type} in C{queue} counts in."""
         return queue.tallies.get(task_type) or self._tally(queue, task_type)
 
-    def admit(self, task: Task, payload: bytes) -> bool:
+    def admit(self, task: Task, payload: bytes) -> None:
         """
         (The admission, L{quicx.daemon.queue.admission}.)  Take C{task}, whose
-        SUBMIT passed its checks: it is live from now on, and recorded.
-
-        @return: whether it may be answered OK and queued now (L{accept}); if
-            not, the journal says when its record is durable (L{accepted}).
+        SUBMIT passed its checks: it is live from now on, and recorded; once
+        its record is durable, it is answered OK and queued (at once, or
+        when the journal says so: L{accepted}; its producer's answers wait).
         """
         self._live[task.task_id] = task
         if task.key is not None:
             self.keys.add(task.home.name, task.key, task)
-        if self.journal.record_submit(task, payload):
-            return True
-        task.home.pending += 1
-        return False
-
-    def accept(self, task: Task) -> None:
-        """Answer OK for C{task} and queue it."""
+        if not self.journal.record_submit(task, payload):
+            task.home.pending += 1
+            if task.producer is not None:
+                # Its answer, and every answer after it, waits for the journal.
+                task.producer.wait_for(task)
+            return
         task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
-        if self.events is not None:
-            record(self.events, "submitted", task, None, due_ms(task.due))
+        for accepted in self.hooks.accepted:
+            accepted(task)
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
@@ -415,85 +351,21 @@ class QueueService(Service):
         if queue.idle and self.dispatcher.hand_new(task, queue):
             return
         if queue.push(task):
-            self._fairness_keys += 1
+            self.fairness_keys += 1
         if queue.idle:
             self.dispatcher.serve_queue(queue)
 
     def accepted(self, tasks: list[Task]) -> None:
-        """(The journal.) These waiting tasks' records are durable."""
-        producers: dict[Session, None] = {}
-        queues: dict[NamedQueue[Task, Session], None] = {}
-        for task in tasks:
-            move(task, DELAYED if task.due else QUEUED)
-            task.tally.submitted += 1
-            task.home.pending -= 1
-            if self.events is not None:
-                record(self.events, "submitted", task, None, due_ms(task.due))
-            producer = task.producer
-            if producer is not None:  # None: a schedule's task
-                task.reply = producer.speaker.ok(task.task_id, False)
-                producers[producer] = None
-            for waiting in self._duplicates_waiting.pop(task.task_id, ()):
-                waiting.reply = waiting.session.speaker.ok(task.task_id, True)
-                producers[waiting.session] = None
-            if task.due:
-                self._delay(task, task.due)
-                continue
-            if task.home.push(task):
-                self._fairness_keys += 1
-            queues[task.home] = None
-        # Every answer of the batch decided first, then each producer's sent once.
-        for producer in producers:
-            producer.send_decided()
-        for queue in queues:
-            if queue.idle:
-                self.dispatcher.serve_queue(queue)
+        """(The journal.) These waiting tasks' records are durable (L{journal_side.accepted})."""
+        journal_side.accepted(self, tasks)
 
     def refused(self, tasks: list[Task], reason: str, in_doubt: bool) -> None:
-        """
-        (The journal.) These waiting tasks' records could not be written.
-
-        Their producers hear ERROR: nothing of them is left in the journal,
-        so they never run.  When the journal could not even be cut back
-        (C{in_doubt}), a record may survive and run after a restart: then
-        their producers are disconnected unanswered, which tells them the
-        outcome is unknown, rather than told a lie.
-        """
-        message = f"journal write failed: {reason}"
-        for task in tasks:
-            del self._live[task.task_id]
-            task.home.pending -= 1
-            self._forget_if_idle(task.home)
-            if task.group:
-                self.outcomes.leave_group(task)
-            if self.waits.count:
-                self.outcomes.answer_waits(task.task_id, OutcomeState.UNKNOWN)
-            if task.key is not None:
-                self.keys.drop(task.queue, task.key)
-            self.pool.free(task.block)
-            waiting: list[Session | Duplicate] = [task.producer] if task.producer else []
-            waiting += self._duplicates_waiting.pop(task.task_id, [])
-            for request in waiting:
-                session = request if isinstance(request, Session) else request.session
-                session.outstanding -= isinstance(request, Session)
-                if not session.connected:
-                    continue
-                if in_doubt:
-                    session.peer.disconnect()
-                    continue
-                self._count_rejection(
-                    session, ErrorCode.QUEUE_FULL, message, task.task_type, task.size
-                )
-                error = session.speaker.error(ErrorCode.QUEUE_FULL, message)
-                if isinstance(request, Duplicate):
-                    request.reply = error
-                else:
-                    task.reply = error
-                session.send_decided()
+        """(The journal.) These waiting tasks' records could not be written (see there)."""
+        journal_side.refused(self, tasks, reason, in_doubt)
 
     def reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
         reason = str(refusal)
-        self._count_rejection(session, refusal.code, reason, task_type, size)
+        self.note_rejection(session, refusal.code, reason, task_type, size)
         self.limit_hit(session.peer.peer_name, refusal)
         session.reply(session.speaker.error(refusal.code, reason))
 
@@ -507,15 +379,12 @@ class QueueService(Service):
                 "refused {peer}: {reason}", log_id=refusal.log_id, peer=peer, reason=str(refusal)
             )
 
-    def _count_rejection(
+    def note_rejection(
         self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:
-        self.telemetry.rejected[code.name.lower()] += 1
-        if self.events is not None:
-            producer = None if session is None else session.session_id
-            self.events.record(
-                "rejected", None, task_type, size, producer, None, 0, (int(code), reason)
-            )
+        """Announce a refused SUBMIT (or schedule firing: C{session} C{None})."""
+        for rejected in self.hooks.rejected:
+            rejected(session, code, reason, task_type, size)
 
     def next_task_id(self) -> int:
         # Ids increase and wrap after 2**32 - 1, skipping ids still live.
@@ -525,41 +394,6 @@ class QueueService(Service):
             if task_id not in self._live:
                 self._last_task_id = task_id
                 return task_id
-
-    def _tell_outcome(
-        self,
-        session: Session,
-        task_id: int,
-        outcome: str,
-        reason: str,
-        result: taskflow.Result | None = None,
-    ) -> None:
-        """
-        Send C{session} a task's outcome in its version (a version-1 peer
-        hears a cancel as FAILED C{cancelled}, and no result); C{reason}: a
-        failure's, verbatim.
-        """
-        if not session.connected:
-            return
-        speaker = session.speaker
-        if outcome == "done":
-            frame = speaker.done(task_id, result)
-        elif outcome == "cancelled":
-            frame = speaker.cancelled(task_id)
-        else:
-            frame = speaker.failed(task_id, reason)
-        session.peer.sendFrame(frame)
-
-    def _tell_kept(self, session: Session, kept: KeptOutcome, data: bytes) -> None:
-        """Send C{session} a kept outcome as its task's producer would have heard it."""
-        state = kept.state
-        if state == OutcomeState.DONE:
-            result = taskflow.Result(taskflow.ResultKind(kept.kind), data) if kept.kind else None
-            self._tell_outcome(session, kept.task_id, "done", "", result)
-        elif state == OutcomeState.CANCELLED:
-            self._tell_outcome(session, kept.task_id, "cancelled", "")
-        else:
-            self._tell_outcome(session, kept.task_id, "failed", data.decode("utf-8", "replace"))
 
     # -- workers ----------------------------------------------------------------
 
@@ -585,8 +419,9 @@ class QueueService(Service):
         if finished is not None:
             task, attempt = finished
             task.tally.done += 1
-            if self.events is not None:
-                record(self.events, "done", task, session, None, attempt)
+            hooks = self.hooks
+            for done in hooks.done:
+                done(task, session, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
                 producer.peer.sendFrame(producer.speaker.done(task_id, result))
@@ -598,7 +433,8 @@ class QueueService(Service):
                 or task.home.policy.keep_results
                 or (producer is None or not producer.connected)
             ):
-                self.outcomes.settle(task, OutcomeState.DONE, result)
+                for settled in hooks.settled:
+                    settled(task, OutcomeState.DONE, result, "")
         if session.failed_in_row:
             note_outcome(self.limits.dispatch, session, False, 0.0)
         self._become_idle(session)
@@ -627,40 +463,6 @@ class QueueService(Service):
             self.failing.failure(task, reason, session.peer.peer_name, permanent, attempt, session)
         note_outcome(self.limits.dispatch, session, True, self.clock())
         self._become_idle(session)
-
-    # -- version-2 workers: fenced outcomes and leases -------------------------------
-
-    def ack(
-        self, session: Session, task_id: int, token: int, result: taskflow.Result | None = None
-    ) -> None:
-        """
-        A version-2 worker's ACK of delivery C{token}, with the task's C{result}.
-
-        @raise Refused: (payload too large) the result is longer than
-            L{max_result}: nothing is applied, the worker still holds the
-            task; (stale) the delivery is not the task's current one.
-        @raise ProtocolViolation: C{session} was never sent C{task_id}.
-        """
-        if result is not None and len(result.data) > self.max_result:
-            raise Refused(
-                ErrorCode.PAYLOAD_TOO_LARGE,
-                f"task {task_id}: a result of {len(result.data)} bytes exceeds the limit of"
-                f" {self.max_result} bytes ([results] max_size, or the largest [allocator] class);"
-                " the ACK is not applied",
-            )
-        task = session.tasks.get(task_id)
-        if task is None or task.token != token:
-            self.leases.stale_report(session, task_id, token)
-        self.done(session, task_id, result)
-
-    def nack(
-        self, session: Session, task_id: int, token: int, reason: str, permanent: bool
-    ) -> None:
-        """A version-2 worker's NACK of delivery C{token} (see L{ack})."""
-        task = session.tasks.get(task_id)
-        if task is None or task.token != token:
-            self.leases.stale_report(session, task_id, token)
-        self.failed(session, task_id, reason, permanent)
 
     def output_drained(self, session: Session) -> None:
         """
@@ -691,7 +493,7 @@ class QueueService(Service):
             queue = task.home
             queue.delayed -= 1
             if queue.push(task):
-                self._fairness_keys += 1
+                self.fairness_keys += 1
             queues[queue] = None
         for queue in queues:
             if queue.idle:
@@ -719,7 +521,7 @@ class QueueService(Service):
             else:
                 home.running -= 1  # home.released(task), inlined
         else:
-            late = self._late_delivery(session, task_id)
+            late = self.leases.late_delivery(session, task_id)
             if late is None:
                 return None
             task, attempt = late
@@ -762,60 +564,16 @@ class QueueService(Service):
         elif not (queue.subscribers or queue.depth or queue.running or queue.declared):
             self._forget_if_idle(queue)
 
-    def _late_delivery(self, session: Session, task_id: int) -> tuple[Task, int] | None:
-        """
-        An outcome for a delivery C{session} no longer holds: the task if it
-        is still to be finished (its other copies are then forgotten), else
-        C{None}.
-
-        @raise ProtocolViolation: C{session} was never given C{task_id}.
-        """
-        late = session.overdue.pop(task_id, None)
-        if late is None:
-            raise not_held(session, task_id)
-        task = late[0]
-        if task.state is FINISHED:
-            self._late_outcomes += 1
-            self.failures.note(
-                "reported late",
-                task.task_type,
-                "the task was finished before",
-                "outcome of task {task_id} from {worker} ignored: it was finished before",
-                log_id="task.late",
-                task_id=task_id,
-                worker=session.peer.peer_name,
-            )
-            return None
-        holder = task.holder
-        if holder is not None:
-            # Another worker runs it now: its outcome will come too late.
-            del holder.tasks[task_id]
-            holder.overdue[task_id] = (task, task.attempts)
-            task.home.released(task)
-        else:
-            if task.due:
-                self._undelay(task)  # waiting to run again: it need not
-            elif task.dead is not None:
-                self.graveyard.unbury(task)
-            else:
-                task.home.remove(task)  # queued again: it need not run now
-            move(task, HELD)  # by the late delivery, whose outcome counts
-        self.failures.note(
-            "finished after a timeout",
-            task.task_type,
-            "its worker reported it after it was taken back",
-            "task {task_id} finished by {worker} after it was taken back",
-            log_id="task.finished_late",
-            task_id=task_id,
-            worker=session.peer.peer_name,
-        )
-        return late
-
     def _become_idle(self, session: Session) -> None:
         # After DONE/FAILED a worker has a free credit without a new READY
         # (unless a READY has since lowered its credits below what it held).
         if session.connected:
             self.dispatcher.serve_worker(session)
+        if self.drainage.waiting is not None:
+            self.drainage.check()
+
+    def check_drain(self) -> None:
+        """A task or a worker left: the drain, if under way, fires once nothing is left."""
         if self.drainage.waiting is not None:
             self.drainage.check()
 
@@ -839,7 +597,7 @@ class QueueService(Service):
         idle = {sid for queue in self.queues.values() for sid in queue.idle}
         return wire.StatsResponse(
             queue_depth=self.queued,
-            workers_total=self._workers,
+            workers_total=self.roster.workers,
             workers_idle=len(idle),
             pmad_bytes_used=self.pool.bytes_used,
             pmad_bytes_total=self.pool.bytes_total,
@@ -860,9 +618,9 @@ class QueueService(Service):
             total.requeued,
             self.leases.timed_out,
             self.failing.given_up,
-            self._late_outcomes,
+            self.leases.late,
             total.cancelled,
-            self._duplicates,
+            self.duplicates,
             total.retried,
             total.dead,
             self.graveyard.dropped,
@@ -893,35 +651,6 @@ class QueueService(Service):
     def stopService(self) -> None:
         super().stopService()
         self.failures.flush()
-        self.dispatcher.stop()
-        self.graveyard.stop()
-        self.delays.stop()
-        self.progress.stop()
-        self.outcomes.stop()
-        live = len(self._live)
-        queued, running = self.queued, self.tasks_running
-        if not live:
-            self.log.info(
-                "stopping with no live tasks", log_id="daemon.stopped", queued=0, running=0
-            )
-        elif self.journal.path is not None:
-            self.log.info(
-                "stopping with {queued} queued and {running} running tasks;"
-                " the journal {path} keeps them",
-                log_id="daemon.stopped",
-                queued=queued,
-                running=running,
-                path=self.journal.path,
-            )
-        else:
-            if self.events is not None:
-                for task in self._live.values():
-                    record(self.events, "dropped", task, None, "daemon stopped without a journal")
-            self.log.warn(
-                "stopping with {queued} queued, {delayed} delayed and {running} running tasks;"
-                " without a journal they are dropped",
-                log_id="daemon.stopped",
-                queued=queued,
-                delayed=self.delays.count,
-                running=running,
-            )
+        for part in (self.dispatcher, self.graveyard, self.delays, self.progress, self.outcomes):
+            part.stop()
+        journal_side.stopping(self)

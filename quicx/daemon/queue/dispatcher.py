@@ -17,7 +17,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.dispatch import offer
-from quicx.daemon.queue.hooks import IEvents, record
+from quicx.daemon.queue.hooks import WorkerHook
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.state import HELD
@@ -31,8 +31,9 @@ class Dispatcher:
     @ivar failed_on: the worker each retried task last failed on, by task
         id (lifo only): another is offered it first.  Kept out of L{Task},
         which every task pays for.
-    @ivar events: where the deliveries are recorded, while events have
-        somewhere to go (the kernel keeps it in step with its own).
+    @ivar delivered: the kernel's C{delivered} hook (see
+        L{quicx.daemon.queue.hooks.Subscribers}), told of each delivery
+        (the kernel keeps it in step with its own).
     """
 
     def __init__(
@@ -51,7 +52,7 @@ class Dispatcher:
         self.timeout_of = timeout_of
         self.lifo = lifo
         self.failed_on: dict[int, int] = {}
-        self.events: IEvents | None = None
+        self.delivered: tuple[WorkerHook, ...] = ()
         self._last_token = 0
         self._rate_timer: IDelayedCall | None = None
 
@@ -171,8 +172,8 @@ class Dispatcher:
             task, self.pool.read(task.block), queue.header, self.timeout_of(task)
         )
         worker.peer.sendFrame(frame)
-        if self.events is not None:
-            record(self.events, "dispatched", task, worker)
+        for delivered in self.delivered:
+            delivered(task, worker)
 
     def unidle(self, worker: Session) -> None:
         if worker.waiting:

@@ -7,11 +7,11 @@ never imports it.
 
 from __future__ import annotations
 
-from quicx.daemon.queue.hooks import record
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.retries import retry_wait
 from quicx.daemon.queue.state import DELAYED, QUEUED, move
+from quicx.daemon.queue.tell import tell_outcome
 from quicx.protocol.outcomes import OutcomeState
 
 
@@ -46,12 +46,11 @@ class Failing:
             task.due = due
             self.kernel.journal.record_retry(task)
             move(task, DELAYED)
-            task.tally.retried += 1
             if session is not None and self.kernel.dispatcher.lifo:
                 self.kernel.dispatcher.failed_on[task.task_id] = session.session_id
             self.kernel._delay(task, due)
-            if self.kernel.events is not None:
-                record(self.kernel.events, "retrying", task, session, reason, attempt)
+            for retrying in self.kernel.hooks.retrying:
+                retrying(task, session, reason, attempt)
             producer = task.producer
             if producer is not None and producer.connected and producer.speaker.hears_lifecycle:
                 producer.peer.sendFrame(
@@ -74,22 +73,22 @@ class Failing:
         set if C{dead_letter} and it had retries -- and tell its producer,
         once, FAILED with C{reason}.
         """
-        if self.kernel.events is not None:
-            record(self.kernel.events, "failed", task, session, reason, attempt)
+        kernel = self.kernel
+        dead = bool(dead_letter and task.retries and kernel.graveyard.letters.max_count)
+        # Announced as it is decided (the events keep this order).
+        for failed in kernel.hooks.buried if dead else kernel.hooks.failed:
+            failed(task, session, reason, attempt)
         producer = task.producer
-        dead = bool(dead_letter and task.retries and self.kernel.graveyard.letters.max_count)
         if dead:
-            task.tally.dead += 1
-            self.kernel.graveyard.bury(task, reason, worker)
+            kernel.graveyard.bury(task, reason, worker)
         else:
-            task.tally.failed += 1
-            self.kernel._end(task, "failed")
+            kernel._end(task, "failed")
         if producer is not None:
             producer.outstanding -= 1
-            self.kernel._tell_outcome(producer, task.task_id, "failed", reason)
-        self.kernel.outcomes.settle(
-            task, OutcomeState.DEAD if dead else OutcomeState.FAILED, None, reason
-        )
+            tell_outcome(producer, task.task_id, "failed", reason)
+        state = OutcomeState.DEAD if dead else OutcomeState.FAILED
+        for settled in kernel.hooks.settled:
+            settled(task, state, None, reason)
         if dead:
             task.producer = None  # it has heard its outcome: a replay's goes to nobody
 
@@ -110,13 +109,12 @@ class Failing:
         if self.kernel.max_attempts and task.attempts >= self.kernel.max_attempts:
             self.give_up(task, f"given up after {task.attempts} attempts; last: {cause}")
             return
-        if self.kernel.events is not None:
-            record(self.kernel.events, "requeued", task, None, cause)
+        for requeued in self.kernel.hooks.requeued:
+            requeued(task, cause)
         self.kernel.journal.record_attempts(task)
         task.ready_at = self.kernel.clock()
         move(task, QUEUED)
         task.home.push(task, at_head)
-        task.tally.requeued += 1
         self.kernel.failures.note(
             "requeued",
             task.task_type,

@@ -13,7 +13,6 @@ from twisted.internet.interfaces import IDelayedCall
 
 from quicx.daemon.journal.interface import DeadInfo
 from quicx.daemon.queue.deadletters import DeadLetters
-from quicx.daemon.queue.hooks import record
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
@@ -47,8 +46,6 @@ class Graveyard:
         move(task, DEAD)
         kernel.journal.record_dead(task)
         task.home.dead += 1
-        if kernel.events is not None:
-            record(kernel.events, "dead", task, None, reason)
         self.keep([task])
 
     def keep(self, tasks: list[Task]) -> None:
@@ -127,8 +124,8 @@ class Graveyard:
                 # Its death was kept: its next outcome replaces it.
                 task.keep_for = min(limits.ttl, limits.max_ttl)
             kernel.journal.record_replay(task)
-            if kernel.events is not None:
-                record(kernel.events, "replayed", task, None, None)
+            for replayed in kernel.hooks.replayed:
+                replayed(task)
             kernel._push(task)
             queues[task.home] = None
         for home in queues:

@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from quicx.daemon.queue.model import Session, Task
+from quicx.protocol import taskflow
+from quicx.protocol.codec import ErrorCode
+from quicx.protocol.outcomes import OutcomeState
 
 
 class IEvents(Protocol):
@@ -34,6 +37,14 @@ class IEvents(Protocol):
 
 
 SessionHook = Callable[[Session], None]
+TaskHook = Callable[[Task], None]
+WorkerHook = Callable[[Task, Session], None]
+Done = Callable[[Task, Session, int], None]
+Failed = Callable[[Task, Session | None, str, int | None], None]
+Why = Callable[[Task, str], None]
+Settled = Callable[[Task, OutcomeState, taskflow.Result | None, str], None]
+Recovered = Callable[[Task, float], None]
+Rejected = Callable[[Session | None, ErrorCode, str, bytes, int], None]
 
 
 class Subscribers:
@@ -42,25 +53,84 @@ class Subscribers:
     those that implement it (a method of the hook's name), in the order
     given; a hook nobody implements costs the kernel one empty loop.
 
-    The hooks:
+    The hooks, as the kernel announces them (a task's, in its life's order):
+      - C{accepted(task)}: its SUBMIT is answered OK; it is queued or delayed;
+      - C{recovered(task, due)}: it came back from the journal (C{due}: 0
+        or when it runs);
+      - C{delivered(task, worker)}: handed to C{worker};
+      - C{retrying(task, worker, reason, attempt)}: an attempt failed, it
+        runs again after its backoff;
+      - C{requeued(task, cause)}: taken back from its worker, queued again;
+      - C{done(task, worker, attempt)}: its worker's DONE finished it;
+      - C{failed(task, worker, reason, attempt)}: it fails for good
+        (C{worker}, C{attempt}: C{None} when given up);
+      - C{buried(task, worker, reason, attempt)}: it fails for good, into
+        the dead-letter set;
+      - C{replayed(task)}: out of the dead-letter set, queued again;
+      - C{cancelled(task, why)}: cancelled or purged before it ran;
+      - C{settled(task, state, result, reason)}: its outcome is decided and
+        told to its producer: for those that keep it, wait for it, count
+        it in a group.  Announced for every outcome but a DONE nobody else
+        can want (see L{quicx.daemon.queue.core.QueueService.done}: the
+        hot path's one test);
+      - C{withdrawn(task)}: its SUBMIT, not yet answered, is refused after
+        all (its journal record could not be written): it never existed;
+      - C{dropped(task, why)}: lost as the daemon stops without a journal;
+      - C{rejected(session, code, reason, task_type, size)}: a SUBMIT (or a
+        schedule's firing: C{session} C{None}) refused;
       - C{session_closed(session)}: a connection closed (after the kernel
         forgot its subscriptions, before its tasks are requeued);
       - C{output_drained(session)}: its output drained: send it what was
         held back.
 
-    A new feature that must hear of a session's life implements the hook
-    and is handed to the kernel (L{quicx.daemon.queue.core.QueueService.plug}).
+    A new feature that must hear of a task's or a session's life implements
+    the hooks it needs and is handed to the kernel (see
+    L{quicx.daemon.queue.core.QueueService.plug}).
     """
 
-    __slots__ = ("output_drained", "session_closed")
+    __slots__ = HOOKS = (
+        "accepted",
+        "recovered",
+        "delivered",
+        "retrying",
+        "requeued",
+        "done",
+        "failed",
+        "buried",
+        "replayed",
+        "cancelled",
+        "settled",
+        "withdrawn",
+        "dropped",
+        "rejected",
+        "session_closed",
+        "output_drained",
+    )
+
+    accepted: tuple[TaskHook, ...]
+    recovered: tuple[Recovered, ...]
+    delivered: tuple[WorkerHook, ...]
+    retrying: tuple[Failed, ...]
+    requeued: tuple[Why, ...]
+    done: tuple[Done, ...]
+    failed: tuple[Failed, ...]
+    buried: tuple[Failed, ...]
+    replayed: tuple[TaskHook, ...]
+    cancelled: tuple[Why, ...]
+    settled: tuple[Settled, ...]
+    withdrawn: tuple[TaskHook, ...]
+    dropped: tuple[Why, ...]
+    rejected: tuple[Rejected, ...]
+    session_closed: tuple[SessionHook, ...]
+    output_drained: tuple[SessionHook, ...]
 
     def __init__(self, subscribers: Iterable[object] = ()) -> None:
         those = tuple(subscribers)
-        self.session_closed: tuple[SessionHook, ...] = _hook(those, "session_closed")
-        self.output_drained: tuple[SessionHook, ...] = _hook(those, "output_drained")
+        for name in self.HOOKS:
+            setattr(self, name, _hook(those, name))
 
 
-def _hook(subscribers: tuple[object, ...], name: str) -> tuple[SessionHook, ...]:
+def _hook(subscribers: tuple[object, ...], name: str) -> tuple[Callable[..., None], ...]:
     return tuple(getattr(s, name) for s in subscribers if callable(getattr(s, name, None)))
 
 

@@ -19,19 +19,23 @@ from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.groups import Groups
-from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData
-from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.hooks import IEvents, IScheduleBook, ISharedData, Subscribers
+from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
 from quicx.daemon.queue.outcomes import Outcomes
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.progress import ProgressBook
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcomes
 from quicx.protocol import taskflow
+from quicx.protocol.codec import ErrorCode
 
 
 class IGraveyard(Protocol):
     @property
     def letters(self) -> DeadLetters[Task]: ...
+
+    def unbury(self, task: Task) -> None:
+        """Take C{task} out of the dead-letter set."""
 
     def keep(self, tasks: list[Task]) -> None:
         """Keep these dead tasks (oldest first)."""
@@ -41,10 +45,73 @@ class IGraveyard(Protocol):
 
 
 class IKernel(Protocol):
-    """The kernel, as the dead letters, leases, drain and the journal's side see it."""
+    """
+    The kernel, as its collaborators see it: the admission, the dead
+    letters, the leases, the failures, the drain and the journal's side.
+
+    @ivar draining: it takes no more tasks (the daemon is stopping).
+    @ivar fairness_keys: the fairness keys with state, in every queue (at
+        most C{limits.max_fairness_keys}).
+    @ivar duplicates: SUBMITs answered as duplicates of a task, since start.
+    @ivar duplicates_waiting: the duplicate SUBMITs waiting for the answer
+        of the task they name, not yet accepted, by its id.
+    """
 
     draining: bool
     random: Callable[[], float]
+    fairness_keys: int
+    duplicates: int
+
+    @property
+    def duplicates_waiting(self) -> dict[int, list[Duplicate]]: ...
+
+    @property
+    def allowed_types(self) -> frozenset[bytes] | None:
+        """The task types a SUBMIT may name (C{None}: any)."""
+
+    def queue_named(self, name: str | None) -> NamedQueue[Task, Session]:
+        """
+        The queue a SUBMIT names (C{None}: the default queue); a new one is
+        not kept until a task is.
+
+        @raise Refused: it is new, and would pass C{max_queues}.
+        """
+
+    def tally_of(self, queue: NamedQueue[Task, Session], task_type: bytes) -> Tally:
+        """What a task of C{task_type} in C{queue} counts in."""
+
+    def next_task_id(self) -> int:
+        """A new task's id (ids increase and wrap, skipping live ones)."""
+
+    def admit(self, task: Task, payload: bytes) -> None:
+        """
+        Take C{task}, whose SUBMIT passed its checks: answered OK and queued
+        once its journal record is durable (at once, or later).
+        """
+
+    @property
+    def max_result(self) -> int:
+        """The longest result an ACK may carry."""
+
+    def done(self, session: Session, task_id: int, result: taskflow.Result | None = None) -> None:
+        """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
+
+    def failed(self, session: Session, task_id: int, reason: str, permanent: bool = False) -> None:
+        """A worker's FAILED (or NACK): retried if it may be, else failed for good."""
+
+    def check_drain(self) -> None:
+        """A task or a worker left: the drain, if under way, fires once nothing is left."""
+
+    def _new_queue(self, name: str, more: int = 0) -> NamedQueue[Task, Session]:
+        """A new queue called C{name}, not kept in C{queues} yet."""
+
+    def reject(self, session: Session, refusal: Refused, task_type: bytes, size: int) -> None:
+        """Answer C{session}'s SUBMIT with the ERROR of C{refusal}; announce it."""
+
+    def note_rejection(
+        self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
+    ) -> None:
+        """Announce a refused SUBMIT (or schedule firing: C{session} C{None})."""
 
     @property
     def max_attempts(self) -> int: ...
@@ -99,16 +166,6 @@ class IKernel(Protocol):
     def find_queue(self, name: str) -> NamedQueue[Task, Session]:
         """@raise Refused: (not found) there is no queue C{name}."""
 
-    def _tell_outcome(
-        self,
-        session: Session,
-        task_id: int,
-        outcome: str,
-        reason: str,
-        result: taskflow.Result | None = None,
-    ) -> None:
-        """Send C{session} a task's outcome in its version."""
-
     @property
     def sessions(self) -> dict[int, Session]: ...
 
@@ -120,6 +177,10 @@ class IKernel(Protocol):
 
     @property
     def tasks_running(self) -> int: ...
+
+    @property
+    def queued(self) -> int:
+        """Tasks waiting for a worker."""
 
     @property
     def clock(self) -> Callable[[], float]: ...
@@ -147,6 +208,10 @@ class IKernel(Protocol):
 
     @property
     def events(self) -> IEvents | None: ...
+
+    @property
+    def hooks(self) -> Subscribers:
+        """The features that hear the kernel's announcements, by hook."""
 
     def _end(self, task: Task, outcome: str) -> None:
         """Forget a finished task."""

@@ -14,6 +14,7 @@ from typing import Any
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.graveyard import describe_dead
 from quicx.daemon.queue.model import Task
+from quicx.daemon.queue.state import DEAD, DELAYED, HELD
 from quicx.documents.status import Queue
 from quicx.documents.typed import as_json
 from quicx.protocol.outcomes import MAX_FRACTION
@@ -45,15 +46,13 @@ def describe(task: Task, now: float) -> dict[str, Any]:
     }
 
 
+SHOWN = {HELD: "running", DELAYED: "delayed", DEAD: "dead"}
+"""How INSPECT and PEEK name a task's state (any other: C{queued})."""
+
+
 def state(task: Task) -> str:
     """C{running}, C{delayed} (waiting for its time), C{dead}, or C{queued}."""
-    if task.holder is not None:
-        return "running"
-    if task.due:
-        return "delayed"
-    if task.dead is not None:
-        return "dead"
-    return "queued"
+    return SHOWN.get(task.state, "queued")
 
 
 def peek(service: QueueService, name: str, count: int) -> list[dict[str, Any]]:
@@ -91,15 +90,15 @@ def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
             "message": report.message,
             "at": round(report.at, 3),
         }
-    if task.holder is not None:
+    if task.holder is not None:  # held (the state HELD), by it
         answer["worker"] = task.holder.peer.peer_name
         answer["running_for"] = round(max(0.0, now - task.dispatched_at), 3)
         return answer
-    if task.dead is not None:
+    if task.state is DEAD:
         answer.update(describe_dead(task))
         answer["payload_base64"] = base64.b64encode(service.pool.read(task.block)).decode()
         return answer
-    if task.due:
+    if task.state is DELAYED:
         answer["due"] = round(task.due, 3)
         answer["why"] = [
             {

@@ -1,16 +1,21 @@
 """
-The journal's side of the kernel: the snapshot it writes, and the restore of what it kept.
+The journal's side of the kernel: the snapshot it writes, the restore of what it kept, its answers.
+
+What the journal tells the kernel (a waiting task's record is durable:
+L{accepted}; it could not be written: L{refused}) and what it asks of it
+(L{snapshot}); each a function of the kernel it is handed (L{IKernel}).
 """
 
 from __future__ import annotations
 
 from quicx.daemon.journal.interface import Snapshot
 from quicx.daemon.journal.records import Recovery
-from quicx.daemon.queue.hooks import due_ms, record
 from quicx.daemon.queue.ikernel import IKernel
-from quicx.daemon.queue.model import Task
-from quicx.daemon.queue.state import DEAD, DELAYED, move
+from quicx.daemon.queue.model import Duplicate, Session, Task
+from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.state import DEAD, DELAYED, QUEUED, move
 from quicx.protocol import taskflow
+from quicx.protocol.codec import ErrorCode
 
 
 def snapshot(kernel: IKernel) -> Snapshot:
@@ -81,9 +86,8 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             trace=recovered.trace,
         )
         kernel._live[task.task_id] = task
-        if kernel.events is not None:
-            # The reports join it to its submit (in the run before).
-            record(kernel.events, "recovered", task, None, due_ms(recovered.due))
+        for announce in kernel.hooks.recovered:
+            announce(task, recovered.due)
         if key is not None:
             kernel.keys.add(queue.name, key, task)
         if task.dead is not None:
@@ -103,3 +107,106 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
     kernel._last_task_id = recovery.last_task_id
     # After the tasks: a task's payload comes before a kept result.
     kernel.kept.restore(recovery.kept, recovery.forgotten, recovery.evicted)
+
+
+def accepted(kernel: IKernel, tasks: list[Task]) -> None:
+    """(The journal.) These waiting tasks' records are durable."""
+    producers: dict[Session, None] = {}
+    queues: dict[NamedQueue[Task, Session], None] = {}
+    hooks = kernel.hooks
+    for task in tasks:
+        move(task, DELAYED if task.due else QUEUED)
+        task.tally.submitted += 1
+        task.home.pending -= 1
+        for accepted in hooks.accepted:
+            accepted(task)
+        producer = task.producer
+        if producer is not None:  # None: a schedule's task
+            task.reply = producer.speaker.ok(task.task_id, False)
+            producers[producer] = None
+        for waiting in kernel.duplicates_waiting.pop(task.task_id, ()):
+            waiting.reply = waiting.session.speaker.ok(task.task_id, True)
+            producers[waiting.session] = None
+        if task.due:
+            kernel._delay(task, task.due)
+            continue
+        if task.home.push(task):
+            kernel.fairness_keys += 1
+        queues[task.home] = None
+    # Every answer of the batch decided first, then each producer's sent once.
+    for producer in producers:
+        producer.send_decided()
+    for queue in queues:
+        if queue.idle:
+            kernel.dispatcher.serve_queue(queue)
+
+
+def refused(kernel: IKernel, tasks: list[Task], reason: str, in_doubt: bool) -> None:
+    """
+    (The journal.) These waiting tasks' records could not be written.
+
+    Their producers hear ERROR: nothing of them is left in the journal,
+    so they never run.  When the journal could not even be cut back
+    (C{in_doubt}), a record may survive and run after a restart: then
+    their producers are disconnected unanswered, which tells them the
+    outcome is unknown, rather than told a lie.
+    """
+    message = f"journal write failed: {reason}"
+    for task in tasks:
+        del kernel._live[task.task_id]
+        task.home.pending -= 1
+        kernel._forget_if_idle(task.home)
+        for withdrawn in kernel.hooks.withdrawn:
+            withdrawn(task)
+        if task.key is not None:
+            kernel.keys.drop(task.queue, task.key)
+        kernel.pool.free(task.block)
+        waiting: list[Session | Duplicate] = [task.producer] if task.producer else []
+        waiting += kernel.duplicates_waiting.pop(task.task_id, [])
+        for request in waiting:
+            session = request if isinstance(request, Session) else request.session
+            session.outstanding -= isinstance(request, Session)
+            if not session.connected:
+                continue
+            if in_doubt:
+                session.peer.disconnect()
+                continue
+            kernel.note_rejection(session, ErrorCode.QUEUE_FULL, message, task.task_type, task.size)
+            error = session.speaker.error(ErrorCode.QUEUE_FULL, message)
+            if isinstance(request, Duplicate):
+                request.reply = error
+            else:
+                task.reply = error
+            session.send_decided()
+
+
+def stopping(kernel: IKernel) -> None:
+    """
+    Say, as the daemon stops, what becomes of the live tasks: the journal
+    keeps them, or (without one) they are dropped (announced as such).
+    """
+    live = len(kernel._live)
+    queued, running = kernel.queued, kernel.tasks_running
+    if not live:
+        kernel.log.info("stopping with no live tasks", log_id="daemon.stopped", queued=0, running=0)
+    elif kernel.journal.path is not None:
+        kernel.log.info(
+            "stopping with {queued} queued and {running} running tasks;"
+            " the journal {path} keeps them",
+            log_id="daemon.stopped",
+            queued=queued,
+            running=running,
+            path=kernel.journal.path,
+        )
+    else:
+        for dropped in kernel.hooks.dropped:
+            for task in kernel._live.values():
+                dropped(task, "daemon stopped without a journal")
+        kernel.log.warn(
+            "stopping with {queued} queued, {delayed} delayed and {running} running tasks;"
+            " without a journal they are dropped",
+            log_id="daemon.stopped",
+            queued=queued,
+            delayed=kernel.delays.count,
+            running=running,
+        )

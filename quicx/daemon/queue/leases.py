@@ -1,5 +1,5 @@
 """
-Deliveries' leases: the task timeouts, TOUCH, taking back overdue tasks, refusing stale reports.
+Deliveries' leases: the task timeouts, TOUCH, taking back overdue tasks, fenced and late reports.
 
 L{Leases} moves tasks through the kernel it is handed (L{IKernel}) and
 never imports it.
@@ -12,6 +12,8 @@ from typing import NoReturn
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.state import DEAD, DELAYED, FINISHED, HELD, move
+from quicx.protocol import taskflow
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.session import ProtocolViolation, Role
 
@@ -20,12 +22,14 @@ class Leases:
     """
     @ivar timed_out: deliveries taken back at their timeout, since start.
     @ivar stale: stale reports refused, since start.
+    @ivar late: outcomes ignored since start, their task finished before.
     """
 
     def __init__(self, kernel: IKernel) -> None:
         self.kernel = kernel
         self.timed_out = 0
         self.stale = 0
+        self.late = 0
 
     def timeout_of(self, task: Task) -> float:
         """The task timeout of C{task}'s queue (0: none)."""
@@ -103,6 +107,90 @@ class Leases:
                 raise not_held(session, task_id)
             self._refuse_stale(session, task_id, token, what)
         return task
+
+    def ack(
+        self, session: Session, task_id: int, token: int, result: taskflow.Result | None = None
+    ) -> None:
+        """
+        A version-2 worker's ACK of delivery C{token}, with the task's C{result}.
+
+        @raise Refused: (payload too large) the result is longer than
+            L{max_result}: nothing is applied, the worker still holds the
+            task; (stale) the delivery is not the task's current one.
+        @raise ProtocolViolation: C{session} was never sent C{task_id}.
+        """
+        limit = self.kernel.max_result
+        if result is not None and len(result.data) > limit:
+            raise Refused(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"task {task_id}: a result of {len(result.data)} bytes exceeds the limit of"
+                f" {limit} bytes ([results] max_size, or the largest [allocator] class);"
+                " the ACK is not applied",
+            )
+        task = session.tasks.get(task_id)
+        if task is None or task.token != token:
+            self.stale_report(session, task_id, token)
+        self.kernel.done(session, task_id, result)
+
+    def nack(
+        self, session: Session, task_id: int, token: int, reason: str, permanent: bool
+    ) -> None:
+        """A version-2 worker's NACK of delivery C{token} (see L{ack})."""
+        task = session.tasks.get(task_id)
+        if task is None or task.token != token:
+            self.stale_report(session, task_id, token)
+        self.kernel.failed(session, task_id, reason, permanent)
+
+    def late_delivery(self, session: Session, task_id: int) -> tuple[Task, int] | None:
+        """
+        An outcome for a delivery C{session} no longer holds: the task if it
+        is still to be finished (its other copies are then forgotten), else
+        C{None}.
+
+        @raise ProtocolViolation: C{session} was never given C{task_id}.
+        """
+        kernel = self.kernel
+        late = session.overdue.pop(task_id, None)
+        if late is None:
+            raise not_held(session, task_id)
+        task = late[0]
+        if task.state is FINISHED:
+            self.late += 1
+            kernel.failures.note(
+                "reported late",
+                task.task_type,
+                "the task was finished before",
+                "outcome of task {task_id} from {worker} ignored: it was finished before",
+                log_id="task.late",
+                task_id=task_id,
+                worker=session.peer.peer_name,
+            )
+            return None
+        if task.state is HELD:
+            # Another worker runs it now: its outcome will come too late.
+            holder = task.holder
+            assert holder is not None
+            del holder.tasks[task_id]
+            holder.overdue[task_id] = (task, task.attempts)
+            task.home.released(task)
+        else:
+            if task.state is DELAYED:
+                kernel._undelay(task)  # waiting to run again: it need not
+            elif task.state is DEAD:
+                kernel.graveyard.unbury(task)
+            else:
+                task.home.remove(task)  # queued again: it need not run now
+            move(task, HELD)  # by the late delivery, whose outcome counts
+        kernel.failures.note(
+            "finished after a timeout",
+            task.task_type,
+            "its worker reported it after it was taken back",
+            "task {task_id} finished by {worker} after it was taken back",
+            log_id="task.finished_late",
+            task_id=task_id,
+            worker=session.peer.peer_name,
+        )
+        return late
 
     def stale_report(self, session: Session, task_id: int, token: int) -> NoReturn:
         """

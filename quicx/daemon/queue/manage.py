@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from quicx.daemon.queue.hooks import record
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
 from quicx.daemon.queue.state import DEAD, DELAYED
+from quicx.daemon.queue.tell import tell_outcome
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import OutcomeState
 
@@ -62,15 +62,16 @@ class Manage:
 
     def _cancel(self, task: Task, why: str) -> None:
         """Finish a task taken off its queue as cancelled."""
-        task.tally.cancelled += 1
-        self.kernel._end(task, "cancelled")
-        if self.kernel.events is not None:
-            record(self.kernel.events, "cancelled", task, None, why)
+        kernel = self.kernel
+        kernel._end(task, "cancelled")
+        for cancelled in kernel.hooks.cancelled:
+            cancelled(task, why)
         producer = task.producer
         if producer is not None:
             producer.outstanding -= 1
-            self.kernel._tell_outcome(producer, task.task_id, "cancelled", "")
-        self.kernel.outcomes.settle(task, OutcomeState.CANCELLED, None, why)
+            tell_outcome(producer, task.task_id, "cancelled", "")
+        for settled in kernel.hooks.settled:
+            settled(task, OutcomeState.CANCELLED, None, why)
 
     def set_paused(self, name: str, paused: bool) -> dict[str, Any]:
         """

@@ -1,8 +1,9 @@
 """
 Decided outcomes: the kept ones, the AWAITs and group WAITs for them, the groups they count in.
 
-The kernel tells it each task's outcome (L{Outcomes.settle}) and each
-SUBMIT that joins or leaves a group; it answers the requests about outcomes
+It hears the kernel's hooks (see L{quicx.daemon.queue.hooks.Subscribers}):
+each task's outcome (L{Outcomes.settled}), each SUBMIT withdrawn, each
+session closed; admission has a SUBMIT join a group; it answers the requests about outcomes
 and groups (AWAIT, OPEN/CLOSE/WAIT of a group) itself.  It reads the live
 tasks and the sessions, and never calls the kernel.
 """
@@ -65,7 +66,22 @@ class Outcomes:
         self.groups.stop()
         self.waits.stop()
 
-    def settle(
+    def session_closed(self, session: Session) -> None:
+        """(A kernel hook.) C{session}'s waits end."""
+        if self.waits.count:
+            self.waits.drop(session)
+
+    def withdrawn(self, task: Task) -> None:
+        """
+        (A kernel hook.) C{task}'s SUBMIT is refused after all: it leaves its
+        group; its waits hear I{unknown}.
+        """
+        if task.group:
+            self.leave_group(task)
+        if self.waits.count:
+            self.answer_waits(task.task_id, OutcomeState.UNKNOWN)
+
+    def settled(
         self,
         task: Task,
         state: OutcomeState,
@@ -73,7 +89,7 @@ class Outcomes:
         reason: str = "",
     ) -> None:
         """
-        C{task}'s outcome is decided (its producer has heard it): keep it if
+        (A kernel hook.) C{task}'s outcome is decided (its producer has heard it): keep it if
         it should be kept, send it to every wait for it, count it in its
         group (whose GROUP_STATE then follows the outcome).
         """

@@ -15,6 +15,7 @@ from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.policy import ProgressSettings
 from quicx.daemon.queue.progress import ProgressBook, Report
+from quicx.daemon.queue.state import DEAD
 from quicx.protocol.outcomes import MAX_FRACTION
 from quicx.protocol.session import ProtocolViolation
 
@@ -95,5 +96,5 @@ class ProgressReports:
             live = self.kernel._live
             for task_id, frame in held.items():
                 task = live.get(task_id)
-                if task is not None and task.dead is None:
+                if task is not None and task.state is not DEAD:
                     session.peer.sendFrame(frame)
