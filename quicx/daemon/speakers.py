@@ -30,9 +30,11 @@ class _Speaker:
     claims_outcomes: bool
     wait: bytes
     heartbeat: bytes
-    ok: Callable[[int, bool], bytes]
+    ok: Callable[[int], bytes]
+    duplicate_ok: Callable[[int], bytes]
     error: Callable[[int, str], bytes]
-    done: Callable[[int, Result | None], bytes]
+    done: Callable[[int], bytes]
+    done_with: Callable[[int, Result], bytes]
     failed: Callable[[int, str], bytes]
     cancelled: Callable[[int], bytes]
     delivery: Callable[[Delivered, bytes, bytes, float], bytes]
@@ -42,11 +44,12 @@ class _Speaker:
     group_state: Callable[[GroupState], bytes]
 
 
-def _ok_v1(task_id: int, duplicate: bool) -> bytes:
-    return wire.encode_ok(task_id)
+def _duplicate_ok_v2(task_id: int) -> bytes:
+    return taskflow.encode_ok(task_id, True)
 
 
-def _done_v1(task_id: int, result: Result | None) -> bytes:
+def _done_with_v1(task_id: int, result: Result) -> bytes:
+    # Version 1's DONE carries no result.
     return wire.encode_done(task_id)
 
 
@@ -90,9 +93,11 @@ V1 = _Speaker(
     claims_outcomes=False,
     wait=wire.WAIT_FRAME,
     heartbeat=wire.HEARTBEAT_FRAME,
-    ok=_ok_v1,
+    ok=wire.encode_ok,
+    duplicate_ok=wire.encode_ok,
     error=wire.encode_error,
-    done=_done_v1,
+    done=wire.encode_done,
+    done_with=_done_with_v1,
     failed=wire.encode_failed,
     cancelled=_cancelled_v1,
     delivery=_delivery_v1,
@@ -111,8 +116,10 @@ V2 = _Speaker(
     wait=taskflow.WAIT_FRAME,
     heartbeat=link.HEARTBEAT_FRAME,
     ok=taskflow.encode_ok,
+    duplicate_ok=_duplicate_ok_v2,
     error=link.encode_error,
     done=taskflow.encode_done,
+    done_with=taskflow.encode_done,
     failed=taskflow.encode_failed,
     cancelled=admin.encode_cancelled,
     delivery=_delivery_v2,

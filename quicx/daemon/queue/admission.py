@@ -98,12 +98,48 @@ class Admission:
         if name is not None:
             # Kept from now on, if it was new: no refusal before left it behind.
             queue = kernel.queues.setdefault(queue.name, queue)
+        task = self._task(session, task_type, block, len(payload), queue, now, due, options)
+        if options.result_ttl is not None or joined is not None:
+            self._keep_and_join(task, options.result_ttl, joined)
+        session.outstanding += 1
+        kernel.admit(task, payload)
+
+    def _task(
+        self,
+        session: Session,
+        task_type: bytes,
+        block: int,
+        size: int,
+        queue: NamedQueue[Task, Session],
+        now: float,
+        due: float,
+        options: SubmitOptions,
+    ) -> Task:
+        """The task a SUBMIT makes: its options' values, or its queue's where it gives none."""
+        kernel = self.kernel
+        tally = queue.tallies.get(task_type) or kernel.tally_of(queue, task_type)
+        if options is DEFAULT_OPTIONS:
+            # No option given (every version-1 SUBMIT): none is read.
+            return Task(
+                kernel.next_task_id(),
+                task_type,
+                block,
+                size,
+                session,
+                queue,
+                queue.priority,
+                now,
+                owner=session.identity,
+                retries=queue.policy.retries,
+                tally=tally,
+                ready_at=now,
+            )
         priority, retries = options.priority, options.retries
-        task = Task(
+        return Task(
             kernel.next_task_id(),
             task_type,
             block,
-            len(payload),
+            size,
             session,
             queue,
             queue.priority if priority is None else priority,
@@ -115,14 +151,10 @@ class Admission:
             retries=queue.policy.retries if retries is None else retries,
             backoff=options.backoff,
             forward_progress=options.progress,
-            tally=queue.tallies.get(task_type) or kernel.tally_of(queue, task_type),
+            tally=tally,
             ready_at=now,
             trace=options.trace,
         )
-        if options.result_ttl is not None or joined is not None:
-            self._keep_and_join(task, options.result_ttl, joined)
-        session.outstanding += 1
-        kernel.admit(task, payload)
 
     def _options(
         self,
@@ -247,7 +279,7 @@ class Admission:
         kernel = self.kernel
         kernel.duplicates += 1
         if isinstance(found, KeyEntry):
-            session.reply(session.speaker.ok(found.task_id, True))
+            session.reply(session.speaker.duplicate_ok(found.task_id))
             kept = kernel.kept.get(found.task_id)
             if kept is not None:
                 tell_kept(session, *kept)
@@ -263,7 +295,7 @@ class Admission:
             task.producer = session
             session.outstanding += 1
         if task.accepted:
-            session.reply(session.speaker.ok(task.task_id, True))
+            session.reply(session.speaker.duplicate_ok(task.task_id))
         else:
             waiting = Duplicate(session)
             kernel.duplicates_waiting.setdefault(task.task_id, []).append(waiting)

@@ -215,6 +215,8 @@ class QueueService(Service):
         recorder = None if events is None else EventRecorder(events)
         features = (self.outcomes, self.counting, self.reports, self.shared, self.event_bus)
         self.hooks = hooks = Subscribers(f for f in (*features, recorder) if f is not None)
+        # The hot path's hooks, one attribute away (each is most often empty).
+        self._on_accepted, self._on_done = hooks.accepted, hooks.done
         self.dispatcher.delivered = hooks.delivered
 
     def snapshot(self) -> Snapshot:
@@ -334,12 +336,12 @@ class QueueService(Service):
             return
         task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
-        for accepted in self.hooks.accepted:
+        for accepted in self._on_accepted:
             accepted(task)
         producer = task.producer
         if producer is not None and producer.connected:
             # producer.reply(), inlined: the submit path's one hot call.
-            ok = producer.speaker.ok(task.task_id, False)
+            ok = producer.speaker.ok(task.task_id)
             if producer.replies:
                 producer.replies.append(ok)
             else:
@@ -419,12 +421,14 @@ class QueueService(Service):
         if finished is not None:
             task, attempt = finished
             task.tally.done += 1
-            hooks = self.hooks
-            for done in hooks.done:
+            for done in self._on_done:
                 done(task, session, attempt)
             producer = task.producer
             if producer is not None and producer.connected:
-                producer.peer.sendFrame(producer.speaker.done(task_id, result))
+                speaker = producer.speaker
+                producer.peer.sendFrame(
+                    speaker.done(task_id) if result is None else speaker.done_with(task_id, result)
+                )
             # The common case, nothing to keep, count or answer, in one test.
             if (
                 task.keep_for
@@ -433,7 +437,7 @@ class QueueService(Service):
                 or task.home.policy.keep_results
                 or (producer is None or not producer.connected)
             ):
-                for settled in hooks.settled:
+                for settled in self.hooks.settled:
                     settled(task, OutcomeState.DONE, result, "")
         if session.failed_in_row:
             note_outcome(self.limits.dispatch, session, False, 0.0)

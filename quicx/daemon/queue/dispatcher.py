@@ -163,14 +163,15 @@ class Dispatcher:
         worker.tasks[task.task_id] = task
         speaker = worker.speaker
         if speaker.fenced:
-            # Unfenced (version 1), the delivery keeps no token.
+            # Unfenced (version 1), the delivery keeps no token and has no lease.
             token = int(now * 1000) << 20
             if token <= self._last_token:
                 token = self._last_token + 1
             self._last_token = task.token = token
-        frame = speaker.delivery(
-            task, self.pool.read(task.block), queue.header, self.timeout_of(task)
-        )
+            timeout = self.timeout_of(task)
+        else:
+            timeout = 0.0
+        frame = speaker.delivery(task, self.pool.read(task.block), queue.header, timeout)
         worker.peer.sendFrame(frame)
         for delivered in self.delivered:
             delivered(task, worker)

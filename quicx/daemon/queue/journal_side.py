@@ -122,10 +122,10 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
             accepted(task)
         producer = task.producer
         if producer is not None:  # None: a schedule's task
-            task.reply = producer.speaker.ok(task.task_id, False)
+            task.reply = producer.speaker.ok(task.task_id)
             producers[producer] = None
         for waiting in kernel.duplicates_waiting.pop(task.task_id, ()):
-            waiting.reply = waiting.session.speaker.ok(task.task_id, True)
+            waiting.reply = waiting.session.speaker.duplicate_ok(task.task_id)
             producers[waiting.session] = None
         if task.due:
             kernel._delay(task, task.due)

@@ -64,16 +64,24 @@ class Speaker(Protocol):
     def heartbeat(self) -> bytes: ...
 
     @property
-    def ok(self) -> Callable[[int, bool], bytes]:
-        """C{ok(task_id, duplicate)}: a SUBMIT's OK."""
+    def ok(self) -> Callable[[int], bytes]:
+        """C{ok(task_id)}: a SUBMIT's OK, for a task it made."""
+
+    @property
+    def duplicate_ok(self) -> Callable[[int], bytes]:
+        """C{duplicate_ok(task_id)}: the OK of a SUBMIT whose key names a task made before."""
 
     @property
     def error(self) -> Callable[[int, str], bytes]:
         """C{error(code, message)}: an ERROR."""
 
     @property
-    def done(self) -> Callable[[int, Result | None], bytes]:
-        """C{done(task_id, result)}: a task's DONE (version 1: no result)."""
+    def done(self) -> Callable[[int], bytes]:
+        """C{done(task_id)}: a task's DONE, without a result."""
+
+    @property
+    def done_with(self) -> Callable[[int, Result], bytes]:
+        """C{done_with(task_id, result)}: a task's DONE with its result (version 1: without)."""
 
     @property
     def failed(self) -> Callable[[int, str], bytes]:

@@ -26,7 +26,7 @@ def tell_outcome(
         return
     speaker = session.speaker
     if outcome == "done":
-        frame = speaker.done(task_id, result)
+        frame = speaker.done(task_id) if result is None else speaker.done_with(task_id, result)
     elif outcome == "cancelled":
         frame = speaker.cancelled(task_id)
     else:
