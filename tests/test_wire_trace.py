@@ -14,13 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quicx.clients import tracing
-from quicx.protocol import taskflow
+from quicx.protocol import taskflow, tracecontext
 from quicx.protocol.codec import MalformedMessage
 from tests.test_wire_v2 import TRACING, encode_submit, table, through_parser
 
 ids = st.binary(min_size=16, max_size=16).filter(any)
 parents = st.binary(min_size=8, max_size=8).filter(any)
-states = st.binary(max_size=taskflow.MAX_TRACE_STATE).map(
+states = st.binary(max_size=tracecontext.MAX_TRACE_STATE).map(
     lambda raw: bytes(0x20 + b % 0x5F for b in raw)
 )
 """Any tracestate the page allows: printable ASCII, at most 229 bytes."""
@@ -98,7 +98,7 @@ def test_a_trace_is_not_cached_among_the_repeating_options() -> None:
 def test_the_pages_layout_is_the_codecs() -> None:
     ((tag, name, value, _),) = table(TRACING, "## More SUBMIT options")
     assert (int(tag, 16), name) == (taskflow.Option.TRACE, "trace")
-    assert f"{taskflow.TRACE_HEAD} to {taskflow.MAX_TRACE} bytes" in value
+    assert f"{tracecontext.TRACE_HEAD} to {tracecontext.MAX_TRACE} bytes" in value
     ((tag, name, _),) = table(TRACING, "## TASK context items")
     assert (int(tag, 16), name) == (taskflow.Option.TRACE, "trace")
     example = bytes.fromhex("020100000026")

@@ -10,7 +10,7 @@ costs a producer one dictionary look-up per submit and a worker nothing
   - a producer's submit runs in a C{submit} span (a child of the current
     one; kind PRODUCER), whose context rides in the SUBMIT's trace option
     (W3C C{traceparent} and C{tracestate}, see
-    L{quicx.protocol.taskflow.trace_problem}) to a daemon that lists the
+    L{quicx.protocol.tracecontext.trace_problem}) to a daemon that lists the
     C{trace} capability; the span gets the task id once the OK comes;
   - a worker runs the handler of a task that carries one inside a
     C{run <type>} span, its child (kind CONSUMER), current while the
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from quicx.clients.reports import Unrecoverable
 from quicx.protocol import taskflow
-from quicx.protocol.taskflow import MAX_TRACE_STATE, TRACE_HEAD, trace_problem
+from quicx.protocol.tracecontext import MAX_TRACE_STATE, TRACE_HEAD, trace_problem
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from attrs import frozen
+from attrs import field, frozen
 
 from quicx.protocol import wire
 from quicx.protocol.codec import (
@@ -46,6 +46,7 @@ from quicx.protocol.codec import (
     split_type,
     tlv,
 )
+from quicx.protocol.tracecontext import trace_problem
 
 MAX_OPTIONS = 4096
 """The most bytes a SUBMIT's options may take."""
@@ -116,35 +117,6 @@ class Backoff(NamedTuple):
 
 _BACKOFF = struct.Struct(">BIIB")
 
-TRACE_HEAD = 26
-"""A trace's fixed part: C{[version u8 = 0][trace_id 16][parent_id 8][flags u8]}."""
-MAX_TRACE = 255
-"""The most bytes a trace option (and context item) takes: its TLV's length byte says so."""
-MAX_TRACE_STATE = MAX_TRACE - TRACE_HEAD
-"""The most bytes of W3C C{tracestate} a trace carries after its fixed part."""
-_ZERO_ID = bytes(16)
-_PRINTABLE = bytes(range(0x20, 0x7F))
-
-
-def trace_problem(value: bytes) -> str:
-    """
-    What is wrong with a trace option's value, or C{""}: it is
-    C{[version u8 = 0][trace_id 16][parent_id 8][flags u8][tracestate]},
-    W3C C{traceparent}'s fields (ids not all zeros) and at most
-    L{MAX_TRACE_STATE} bytes of C{tracestate} (printable ASCII).
-    """
-    if not TRACE_HEAD <= len(value) <= MAX_TRACE:
-        return f"is {TRACE_HEAD} to {MAX_TRACE} bytes, not {len(value)}"
-    if value[0]:
-        return f"has version {value[0]}, not 0"
-    if value[1:17] == _ZERO_ID or value[17:25] == _ZERO_ID[:8]:
-        return "has a trace id or parent id of zeros"
-    state = value[TRACE_HEAD:]
-    if state.translate(None, _PRINTABLE):
-        return "has a tracestate that is not printable ASCII"
-    return ""
-
-
 OK_DUPLICATE = 0x01
 """OK flag: the SUBMIT's key matched a task submitted before; this is its id."""
 
@@ -166,8 +138,12 @@ class SubmitOptions:
         daemon's default).
     @ivar progress: forward the task's progress reports to the producer.
     @ivar group: the group it joins.
-    @ivar trace: the producer's trace context (see L{trace_problem}), which
-        the task's deliveries carry to its worker.
+    @ivar trace: the producer's trace context (see
+        L{quicx.protocol.tracecontext.trace_problem}), which the task's
+        deliveries carry to its worker.
+    @ivar routing_only: no option but a queue and a priority is given (made
+        from the others, not an option: the daemon's SUBMIT path reads no
+        other then).
     """
 
     queue: str | None = None
@@ -182,6 +158,22 @@ class SubmitOptions:
     progress: bool = False
     group: int | None = None
     trace: bytes | None = None
+    routing_only: bool = field(init=False, repr=False, eq=False)
+
+    @routing_only.default
+    def _routing_only(self) -> bool:
+        return (
+            self.key is None
+            and self.fairness is None
+            and self.delay_ms is None
+            and self.run_at_ms is None
+            and self.retries is None
+            and self.backoff is None
+            and self.result_ttl is None
+            and not self.progress
+            and self.group is None
+            and self.trace is None
+        )
 
     def encode(self) -> bytes:
         """

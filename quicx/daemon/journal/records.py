@@ -44,7 +44,7 @@ SUBMIT3's fields and, before the lengths, how long its outcome is kept
 SUBMIT5_HEAD = struct.Struct(">BIBQQHHQIBBBBBB")
 """
 SUBMIT4's fields and, after the lengths, the length of its trace context
-(the producer's, 26 to 255 bytes: L{quicx.protocol.taskflow.trace_problem}),
+(the producer's, 26 to 255 bytes: L{quicx.protocol.tracecontext.trace_problem}),
 which comes after the backoff.
 """
 RESULT_HEAD = struct.Struct(">BIBBQ")

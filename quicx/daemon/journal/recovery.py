@@ -60,7 +60,7 @@ from quicx.daemon.journal.records import (
     RecoveredTask,
     Recovery,
 )
-from quicx.protocol.taskflow import TRACE_HEAD
+from quicx.protocol.tracecontext import TRACE_HEAD
 
 _OUTCOME_OF_KIND = {KIND_DONE: "done", KIND_CANCELLED: "cancelled"}
 _RESULT_STATES = frozenset(range(1, FORGOTTEN + 1))

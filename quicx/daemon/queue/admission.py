@@ -66,10 +66,11 @@ class Admission:
         """
         kernel = self.kernel
         # The common SUBMIT's checks are inlined: this is the hot path.  A
-        # SUBMIT without options (every version-1 one) skips reading them.
-        plain = options is DEFAULT_OPTIONS
+        # SUBMIT without options (every version-1 one), or with a queue and a
+        # priority alone, reads no other.
+        plain = options.routing_only
         try:
-            name = None if plain else options.queue
+            name = options.queue
             queue = kernel.default_queue if name is None else kernel.queue_named(name)
             if (
                 kernel.allowed_types is not None
@@ -118,8 +119,9 @@ class Admission:
         """The task a SUBMIT makes: its options' values, or its queue's where it gives none."""
         kernel = self.kernel
         tally = queue.tallies.get(task_type) or kernel.tally_of(queue, task_type)
-        if options is DEFAULT_OPTIONS:
-            # No option given (every version-1 SUBMIT): none is read.
+        priority = options.priority
+        if options.routing_only:
+            # No option but a queue and a priority: no other is read.
             return Task(
                 kernel.next_task_id(),
                 task_type,
@@ -127,14 +129,14 @@ class Admission:
                 size,
                 session,
                 queue,
-                queue.priority,
+                queue.priority if priority is None else priority,
                 now,
                 owner=session.identity,
                 retries=queue.policy.retries,
                 tally=tally,
                 ready_at=now,
             )
-        priority, retries = options.priority, options.retries
+        retries = options.retries
         return Task(
             kernel.next_task_id(),
             task_type,
