@@ -32,7 +32,7 @@ test: $(VENV)/.installed java browser haproxy
 	$(VENV)/bin/tox run -e lint,py311,interop
 
 # A Spark master and worker started from the installed pyspark, on loopback
-# (tests/test_cluster.py), and the tests marked slow: in the py311 environment,
+# (tests/report/test_cluster.py), and the tests marked slow: in the py311 environment,
 # one at a time, only those.
 test-cluster: $(VENV)/.installed java
 	$(VENV)/bin/tox run -e py311 -- --cluster -m "cluster or slow" tests --ignore=tests/interop
@@ -46,7 +46,7 @@ $(VENV312)/.installed: setup.cfg pyproject.toml Makefile
 	touch $@
 
 test-django312: $(VENV312)/.installed
-	PYTHONPATH=$(CURDIR) $(VENV312)/bin/python -m pytest -q -p no:cacheprovider tests/test_django_tasks.py
+	PYTHONPATH=$(CURDIR) $(VENV312)/bin/python -m pytest -q -p no:cacheprovider tests/contrib/test_django_tasks.py
 
 # PySpark (the data pipeline) needs a Java runtime; Debian's is OpenJDK 17.
 java:

@@ -22,8 +22,8 @@ from quicx.daemon.control import fetch_status
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
 from tests.conftest import DaemonProcess, config_option
+from tests.net.test_tls import pki as pki  # a fixture
 from tests.peer import Peer
-from tests.test_tls import pki as pki  # a fixture
 from tools.launcher import daemon_command
 
 # -- every reply on a connection leaves in request order -----------------------------
@@ -137,7 +137,7 @@ def test_connections_past_the_limit_get_the_error_even_once_descriptors_run_out(
             assert answer[6] == ErrorCode.QUEUE_FULL and b"too many connections" in answer
         # Whether the spare answered some of them (the log's "out of file
         # descriptors") depends on how many wait at once, so on the machine's
-        # load: tests/test_spare.py proves that path in-process.
+        # load: tests/net/test_spare.py proves that path in-process.
         with Peer(daemon.address) as refused:
             assert isinstance(refused.receive(), wire.Error)
         opened.pop(0).close()

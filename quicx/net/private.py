@@ -18,7 +18,7 @@ Twisted offers no public way to do these four things, and each is worth it:
     L{twisted.internet.tcp}), wrapped so that a connection past the
     open-file limit is answered (L{quicx.net.spare}).
 
-C{tests/test_twisted_private.py} checks each against the installed Twisted,
+C{tests/net/test_twisted_private.py} checks each against the installed Twisted,
 so a release that changes one fails loudly there, and C{setup.cfg} bounds
 Twisted to the releases checked.
 """

@@ -1,1 +1,1 @@
-"""A small Django project for tests/test_django_tasks.py: its settings and tasks."""
+"""A small Django project for tests/contrib/test_django_tasks.py: its settings and tasks."""

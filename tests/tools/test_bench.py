@@ -1,0 +1,138 @@
+"""
+The benchmark command runs end to end (figures are not checked: they belong
+to the benchmark, not to the tests).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "e2e", "latency", "--quick", "--no-peers",
+         f"--json-out={out}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "tasks/s" in result.stdout and "p50" in result.stdout
+    records = {record["workload"]: record for record in json.loads(out.read_text())}
+    assert list(records) == [
+        "e2e",
+        "e2e one task/conn",
+        "e2e one task/worker",
+        "e2e stock worker",
+        "latency",
+        "latency no busy-poll",
+        "latency floor",
+    ]
+    for name, n, credits in (
+        ("e2e", 20_000, 64),
+        ("e2e one task/conn", 20_000, 1),
+        ("e2e one task/worker", 5_000, 1),
+        ("e2e stock worker", 20_000, None),
+    ):
+        e2e = records[name]
+        assert e2e["n"] == n and e2e["credits"] == credits and e2e["tasks_per_s"] > 0
+    for name, busy_poll in (("latency", None), ("latency no busy-poll", 0.0)):
+        latency = records[name]
+        assert latency["n"] == 500 and latency["busy_poll"] == busy_poll
+        assert 0 < latency["p50_us"] <= latency["p99_us"] <= latency["max_us"]
+    assert 0 < records["latency floor"]["p50_us"] <= records["latency floor"]["max_us"]
+
+
+def test_bench_monitor_inspects_a_deep_queue_beside_round_trips(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "monitor", "--quick", "--no-peers",
+         f"--json-out={out}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "pipelined INSPECTs" in result.stdout
+    (record,) = json.loads(out.read_text())
+    assert (record["workload"], record["depth"], record["queries"]) == ("monitor", 4000, 300)
+    assert record["seconds"] > 0 and record["round_trips"] >= 1
+
+
+def test_bench_abuse_prints_each_scenario_beside_the_bound(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "abuse", "--quick", "--no-peers",
+         f"--json-out={out}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = json.loads(out.read_text())
+    assert [r["scenario"] for r in records] == [
+        "1 half frames",
+        "2 other pairs",
+        "3 oversized",
+        "4 idle http",
+        "9 floods",
+    ]
+    for record in records:
+        assert 0 < record["rss_before"] <= record["rss_peak"] and record["readings"] > 0
+        assert record["bound_before"] > 0 and record["notes"]
+    assert "413" in records[3]["notes"][0] and "a producer served" in records[3]["notes"][0]
+
+
+def test_bench_refuses_an_unknown_workload() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "fastest"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 2
+    assert "unknown workload fastest" in result.stderr
+
+
+def test_bench_delays_prints_dispatch_and_memory_figures(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "delays", "--no-peers", "--delays-dispatch=200",
+         "--delays-memory=2000", f"--json-out={out}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "lateness p0" in result.stdout and "B/task for the delay" in result.stdout
+    records = {record["workload"]: record for record in json.loads(out.read_text())}
+    assert list(records) == ["delays idle", "delays dispatch", "delays memory"]
+    idle = records["delays idle"]
+    assert idle["k"] == 20 and 0 <= idle["lateness_ms"]["p50"] <= idle["lateness_ms"]["max"]
+    dispatch = records["delays dispatch"]
+    assert dispatch["n"] == 200 and dispatch["workers"] * dispatch["credits"] >= 1000
+    lateness = dispatch["lateness_ms"]
+    assert lateness["p0"] <= lateness["p50"] <= lateness["p99"] <= lateness["p100"]
+    rtt = dispatch["stats_rtt_ms"]
+    assert rtt["probes"] >= 1 and 0 < rtt["p50"] <= rtt["max"] and "max_before" in rtt
+    memory = records["delays memory"]
+    assert memory["m"] == 2000
+    for kind in ("queued", "delayed"):
+        assert memory[kind]["rss_after"] > 0 and "bytes_per_task" in memory[kind]
+    assert memory["delay_bytes_per_task"] == (
+        memory["delayed"]["bytes_per_task"] - memory["queued"]["bytes_per_task"]
+    )
+
+
+def test_bench_refuses_a_delays_count_below_one() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "delays", "--delays-dispatch=0"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "1 or more" in result.stderr
+
+
+def test_bench_observability_scrapes_the_on_runs() -> None:
+    from tools.bench import OBSERVABILITY_ON, observability_workload
+
+    figures = observability_workload(2000, rounds=1)
+    assert figures["flags"] == OBSERVABILITY_ON
+    assert [len(figures["rounds"][k]) for k in ("off", "on")] == [1, 1]
+    assert figures["ratio"] == figures["median_on"] / figures["median_off"] > 0
+    assert figures["scrapes"] >= 1 and figures["scrape_ms_max"] > 0
