@@ -3,7 +3,8 @@
 #                 ARGS="--config quicx.conf" passes flags to `quicx start`
 #   make test   - lint, the test suite and the interop suite, through tox
 #   make test-cluster - the slow tier, alone: the tests on a real Spark standalone
-#                 cluster and the load-sensitive ones (the what-if against real runs); CI runs it
+#                 cluster and the load-sensitive ones (the what-if against real runs), and
+#                 the Django backend on Python 3.12 (make test-django312); CI runs it
 # A second run with nothing changed does no set-up at all.
 
 PYTHON ?= python3
@@ -33,15 +34,19 @@ test: $(VENV)/.installed java browser haproxy
 
 # A Spark master and worker started from the installed pyspark, on loopback
 # (tests/report/test_cluster.py), and the tests marked slow: in the py311 environment,
-# one at a time, only those.
+# one at a time, only those.  Then the Django backend on Python 3.12 (Django 6).
 test-cluster: $(VENV)/.installed java
 	$(VENV)/bin/tox run -e py311 -- --cluster -m "cluster or slow" tests --ignore=tests/interop
+	$(MAKE) test-django312
 
 # Django 6 (django.tasks) needs Python 3.12: the Django backend's tests on it,
 # in a venv of their own (make test runs them on 3.11, with the backport).
 VENV312 := .venv-django312
+# python3.12 on the PATH, else a pyenv's (whose shim may not select it here).
+PYTHON312 ?= $(or $(shell command -v python3.12 >/dev/null && python3.12 -c 'import sys; print(sys.executable)' 2>/dev/null),$(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12)))
 $(VENV312)/.installed: setup.cfg pyproject.toml Makefile
-	python3.12 -m venv $(VENV312)
+	@[ -n "$(PYTHON312)" ] || { echo "make: Python 3.12 is missing (Django 6 needs it): install python3.12"; exit 1; }
+	$(PYTHON312) -m venv $(VENV312)
 	$(VENV312)/bin/pip --quiet install '.[test,django]'
 	touch $@
 
