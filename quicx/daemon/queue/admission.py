@@ -118,26 +118,8 @@ class Admission:
     ) -> Task:
         """The task a SUBMIT makes: its options' values, or its queue's where it gives none."""
         kernel = self.kernel
-        tally = queue.tallies.get(task_type) or kernel.tally_of(queue, task_type)
         priority = options.priority
-        if options.routing_only:
-            # No option but a queue and a priority: no other is read.
-            return Task(
-                kernel.next_task_id(),
-                task_type,
-                block,
-                size,
-                session,
-                queue,
-                queue.priority if priority is None else priority,
-                now,
-                owner=session.identity,
-                retries=queue.policy.retries,
-                tally=tally,
-                ready_at=now,
-            )
-        retries = options.retries
-        return Task(
+        task = Task(
             kernel.next_task_id(),
             task_type,
             block,
@@ -146,17 +128,19 @@ class Admission:
             queue,
             queue.priority if priority is None else priority,
             now,
-            options.key,
-            options.fairness,
-            session.identity,
-            due=due,
-            retries=queue.policy.retries if retries is None else retries,
-            backoff=options.backoff,
-            forward_progress=options.progress,
-            tally=tally,
+            owner=session.identity,
+            retries=queue.policy.retries,
+            tally=queue.tallies.get(task_type) or kernel.tally_of(queue, task_type),
             ready_at=now,
-            trace=options.trace,
         )
+        if not options.routing_only:
+            # Options beyond a queue and a priority (read only then: the hot path).
+            task.key, task.fairness, task.due = options.key, options.fairness, due
+            if options.retries is not None:
+                task.retries = options.retries
+            task.backoff, task.forward_progress = options.backoff, options.progress
+            task.trace = options.trace
+        return task
 
     def _options(
         self,
