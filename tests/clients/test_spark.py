@@ -37,6 +37,7 @@ def record(payload: bytes) -> None:
 """
 
 
+@pytest.mark.slow  # a long run of its own: make test-cluster (CI) runs it
 def test_a_hundred_thousand_rows_through_a_full_queue_exactly_once(
     tmp_path: Path, start_daemon, spark
 ) -> None:

@@ -242,6 +242,7 @@ def test_report_matches_a_plain_python_computation(tmp_path: Path, start_daemon,
     assert "archive" in page and "bulk" in page
 
 
+@pytest.mark.slow  # a long run of its own: make test-cluster (CI) runs it
 def test_quicx_report_command(tmp_path: Path, start_daemon) -> None:
     """
     C{quicx report --timings} with stderr to a file, as under a service
@@ -440,6 +441,7 @@ def _serve(peer: Peer, count: int) -> None:
         peer.send(wire.encode_done(task.task_id))
 
 
+@pytest.mark.slow  # a long run of its own: make test-cluster (CI) runs it
 def test_the_report_agrees_with_the_journal_across_a_kill_9(
     tmp_path: Path, start_daemon, spark
 ) -> None:

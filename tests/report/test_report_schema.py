@@ -85,6 +85,7 @@ def test_a_newer_schema_is_refused(spark, tmp_path: Path) -> None:
     assert spark.sparkContext._jsc.getPersistentRDDs().size() == cached
 
 
+@pytest.mark.slow  # a long run of its own: make test-cluster (CI) runs it
 def test_quicx_report_refuses_a_newer_schema_in_one_line(tmp_path: Path) -> None:
     """The command's error is one line naming the version, with no traceback."""
     pytest.importorskip("pyspark")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -61,6 +63,7 @@ def test_bench_monitor_inspects_a_deep_queue_beside_round_trips(tmp_path) -> Non
     assert record["seconds"] > 0 and record["round_trips"] >= 1
 
 
+@pytest.mark.slow  # a long run of its own: make test-cluster (CI) runs it
 def test_bench_abuse_prints_each_scenario_beside_the_bound(tmp_path) -> None:
     out = tmp_path / "bench.json"
     result = subprocess.run(
@@ -91,6 +94,7 @@ def test_bench_refuses_an_unknown_workload() -> None:
     assert "unknown workload fastest" in result.stderr
 
 
+@pytest.mark.slow  # a long run of its own: make test-cluster (CI) runs it
 def test_bench_delays_prints_dispatch_and_memory_figures(tmp_path) -> None:
     out = tmp_path / "bench.json"
     result = subprocess.run(
