@@ -99,31 +99,12 @@ class Admission:
         if name is not None:
             # Kept from now on, if it was new: no refusal before left it behind.
             queue = kernel.queues.setdefault(queue.name, queue)
-        task = self._task(session, task_type, block, len(payload), queue, now, due, options)
-        if options.result_ttl is not None or joined is not None:
-            self._keep_and_join(task, options.result_ttl, joined)
-        session.outstanding += 1
-        kernel.admit(task, payload)
-
-    def _task(
-        self,
-        session: Session,
-        task_type: bytes,
-        block: int,
-        size: int,
-        queue: NamedQueue[Task, Session],
-        now: float,
-        due: float,
-        options: SubmitOptions,
-    ) -> Task:
-        """The task a SUBMIT makes: its options' values, or its queue's where it gives none."""
-        kernel = self.kernel
         priority = options.priority
         task = Task(
             kernel.next_task_id(),
             task_type,
             block,
-            size,
+            len(payload),
             session,
             queue,
             queue.priority if priority is None else priority,
@@ -133,14 +114,10 @@ class Admission:
             tally=queue.tallies.get(task_type) or kernel.tally_of(queue, task_type),
             ready_at=now,
         )
-        if not options.routing_only:
-            # Options beyond a queue and a priority (read only then: the hot path).
-            task.key, task.fairness, task.due = options.key, options.fairness, due
-            if options.retries is not None:
-                task.retries = options.retries
-            task.backoff, task.forward_progress = options.backoff, options.progress
-            task.trace = options.trace
-        return task
+        if not plain:
+            self._apply(task, options, due, joined)
+        session.outstanding += 1
+        kernel.admit(task, payload)
 
     def _options(
         self,
@@ -170,11 +147,20 @@ class Admission:
             self._check_fairness(queue, options.fairness)
         return due, joined
 
-    def _keep_and_join(self, task: Task, result_ttl: int | None, joined: Group | None) -> None:
-        """C{task}'s outcome is kept C{result_ttl} seconds, if given; it joins C{joined}."""
-        if result_ttl is not None:
+    def _apply(self, task: Task, options: SubmitOptions, due: float, joined: Group | None) -> None:
+        """
+        The options beyond a queue and a priority, on C{task} (read only when
+        given: the hot path): its keys, due time, retries, backoff, progress,
+        trace; its outcome kept C{result_ttl} seconds; it joins C{joined}.
+        """
+        task.key, task.fairness, task.due = options.key, options.fairness, due
+        if options.retries is not None:
+            task.retries = options.retries
+        task.backoff, task.forward_progress = options.backoff, options.progress
+        task.trace = options.trace
+        if options.result_ttl is not None:
             kept = self.kernel.limits.results
-            task.keep_for = min(result_ttl or kept.ttl, kept.max_ttl)
+            task.keep_for = min(options.result_ttl or kept.ttl, kept.max_ttl)
         if joined is not None:
             task.group = joined.group_id
             self.kernel.groups.join(joined)
