@@ -40,8 +40,8 @@ MiB = 1 << 20
 
 FIXED = 56 * MiB
 """Python, Twisted, OpenSSL, with an empty pool."""
-SLACK = 16 * MiB
-"""What the allocators keep after churn."""
+SLACK = 20 * MiB
+"""What the allocators keep after churn (up to 20 MiB measured: docs/operations.md, "Memory")."""
 PER_TASK = 550
 PER_CONNECTION = 2048
 MAX_OUTPUT_BUFFER = 1 << 20

@@ -397,8 +397,8 @@ def test_connections_that_leave_in_the_middle_of_a_frame_give_its_memory_back(
         )
 
 
-# Its RSS depends on how far the daemon reads ahead of a busy machine (77.5-77.9 MiB alone,
-# 80-82 MiB beside the suite's other worker, against a bound of 80.0): it runs alone.
+# Its RSS depends on how far the daemon reads ahead of the flood (76.5-82.0 MiB over a dozen
+# runs, against a bound of 84.0 MiB): it runs alone, in the slow tier.
 @pytest.mark.slow
 def test_producers_that_leave_unread_replies_behind_do_not_keep_them(start_daemon) -> None:
     """
