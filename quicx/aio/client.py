@@ -30,12 +30,12 @@ from functools import partial
 from itertools import islice
 from typing import Any, Unpack
 
-from quicx.aio.pump import RetryListener, StreamPump
+from quicx.aio.pump import StreamPump
 from quicx.clients import operations, tracing
 from quicx.clients.blocking import DEFAULT_WINDOW
 from quicx.clients.connection import Request
 from quicx.clients.operations import SubmitKeywords
-from quicx.clients.outcomes import value_of
+from quicx.clients.outcomes import RetryListener, value_of
 from quicx.clients.requests import Task
 from quicx.protocol import admin, wire
 from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError

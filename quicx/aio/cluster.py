@@ -21,7 +21,6 @@ from functools import partial
 from typing import Any, cast
 
 from quicx.aio.client import AsyncClient
-from quicx.aio.pump import RetryListener
 from quicx.clients import operations
 from quicx.clients.address import default_address, split_addresses
 from quicx.clients.cluster import (
@@ -36,7 +35,7 @@ from quicx.clients.cluster import (
 )
 from quicx.clients.connection import Request
 from quicx.clients.operations import SubmitKeywords
-from quicx.clients.outcomes import DEFAULT_KEEP
+from quicx.clients.outcomes import DEFAULT_KEEP, RetryListener
 from quicx.protocol.errors import ConnectionLost, QuicxError
 
 

@@ -38,14 +38,12 @@ from quicx.clients.connection import (
     Settled,
     Unanswered,
 )
-from quicx.clients.outcomes import DEFAULT_KEEP, Outcome, RetryNotice
+from quicx.clients.outcomes import DEFAULT_KEEP, Outcome, RetryListener
 from quicx.protocol import codec, wire
 from quicx.protocol.errors import ConnectionLost, QuicxError
 
 T = TypeVar("T")
 
-RetryListener = Callable[[RetryNotice], object]
-"""What C{on_retry} is: called with each L{RetryNotice} of a task."""
 
 SEVERAL = "AsyncClusterClient or open_client (quicx.aio)"
 """What takes the addresses of several daemons, where L{StreamPump} takes one."""

@@ -15,6 +15,7 @@ until they are asked for with the outcome.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from attrs import frozen
@@ -58,6 +59,10 @@ class RetryNotice:
     @classmethod
     def of(cls, message: outcomes.Retrying) -> RetryNotice:
         return cls(message.task_id, message.attempt, message.due_ms / 1000, message.reason)
+
+
+RetryListener = Callable[[RetryNotice], object]
+"""What C{on_retry} is: called with each L{RetryNotice} of a task."""
 
 
 class OutcomeBook:

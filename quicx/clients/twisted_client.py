@@ -69,6 +69,7 @@ from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import (
     DEFAULT_KEEP,
     OutcomeBook,
+    RetryListener,
     RetryNotice,
     value_of,
 )
@@ -84,8 +85,6 @@ from quicx.protocol.wire import ErrorCode
 
 T = TypeVar("T")
 
-RetryListener = Callable[[RetryNotice], object]
-"""What C{on_retry} is: called with each L{RetryNotice} of a task."""
 EventListener = Callable[[dict[str, Any]], object]
 """What L{QuicxClientProtocol.watch} calls with each live event."""
 

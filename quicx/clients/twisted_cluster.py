@@ -45,7 +45,8 @@ from twisted.python.failure import Failure
 
 from quicx.clients.address import default_address, split_addresses
 from quicx.clients.cluster import ROUND_ROBIN, Cluster, Member, Route, TaskRef
-from quicx.clients.twisted_client import ProducerService, QuicxClientProtocol, RetryListener
+from quicx.clients.outcomes import RetryListener
+from quicx.clients.twisted_client import ProducerService, QuicxClientProtocol
 from quicx.protocol import wire
 from quicx.protocol.errors import ConnectionLost, QuicxError
 

@@ -10,18 +10,8 @@ L{Job}s; L{simulate} replays them through C{slots} workers and gives each
 task's queue wait and each queue's backlog over time.  The Spark job
 (L{quicx.report.capacity}) runs one simulation per scenario and history.
 
-The model (L{quicx.model.dispatch}, which the daemon's autoscaling signal
-shares) is the daemon's dispatch (L{quicx.daemon.queue.core}) for workers that
-are alike and subscribed to the same queues:
-
-  - a task ready to run goes to a worker with a credit free if there is one
-    (there is one only while every queue is empty);
-  - a worker that frees a credit takes the next task of the first of its
-    queues with tasks, in the order it subscribed (here: by name): the
-    highest priority first, first ready first within a priority;
-  - a task taken back from a worker that disconnected queues again at the
-    head of its priority, one taken back at its timeout at the tail;
-  - a retry is ready after its backoff.
+The model is L{quicx.model.dispatch} (its docstring says what of the
+daemon's dispatch it keeps), which the daemon's autoscaling signal shares.
 
 A worker is one connection running one delivery at a time, in the order
 of its reports (as C{quicx worker} runs what it holds: short handlers one
