@@ -229,7 +229,7 @@ function reasonView(reason) {
 
 // The task page: a list of sections, each drawn from the page's document
 // (GET /api/tasks/ID) or left out (null); a new section is one more function.
-const TASK_SECTIONS = [taskFacts, taskFailure, taskResult, taskPayload, taskTimeline, taskActions];
+const TASK_SECTIONS = [taskFacts, taskKept, taskFailure, taskResult, taskPayload, taskTimeline, taskActions];
 
 // The task's newest record in the history of finished tasks, if any.
 const newest = (found) => (found.history && found.history.length ? found.history[0] : null);
@@ -268,13 +268,20 @@ function taskFacts(found) {
       ['attempts', record.attempts], ['worker', record.worker],
     ]);
   }
-  if (found.found === 'kept') return facts([['kept until', when(found.kept_until)]]);
-  const words = found.found === 'unknown'
-    ? 'unknown: no live task, no outcome kept, and none in the history of finished tasks'
-    : found.evicted
-      ? `finished; its outcome was kept and was ${found.evicted}`
-      : 'finished; its outcome was kept and has expired';
-  return el('p', {}, words);
+  return null;
+}
+
+// Whether its outcome is kept (for AWAIT and the page's result), and till when.
+function taskKept(found) {
+  if (found.found === 'live') return null;
+  if (found.found === 'kept') return el('p', {}, `Its outcome is kept until ${when(found.kept_until)}.`);
+  if (found.found === 'unknown') {
+    return newest(found) ? null
+      : el('p', {}, 'unknown: no live task, no outcome kept, and none in the history of finished tasks');
+  }
+  return el('p', {}, found.evicted
+    ? `finished; its outcome was kept and was ${found.evicted}`
+    : 'finished; its outcome was kept and has expired');
 }
 
 // The failure: the dead task's reason, else the newest record's, else the kept outcome's.
@@ -308,7 +315,11 @@ function taskTimeline(found) {
   const seen = new Set();
   const steps = found.history.slice().reverse().flatMap((record) => record.timeline)
     .filter((step) => { const id = `${step.at} ${step.event}`; const fresh = !seen.has(id); seen.add(id); return fresh; });
-  if (found.found === 'live') steps.push({ at: Date.now() / 1000, event: `now ${found.task.state}`, text: '' });
+  const record = newest(found);
+  // Where it is now, unless its last step said so (a dead task).
+  if (found.found === 'live' && !(record && record.state === found.task.state)) {
+    steps.push({ at: Date.now() / 1000, event: `now ${found.task.state}`, text: '' });
+  }
   if (!steps.length) return null;
   return el('div', { class: 'timeline' }, el('h4', {}, 'Timeline'),
     el('table', {}, el('tbody', {}, ...steps.map((step) => el('tr', { data: { event: step.event } },
