@@ -600,6 +600,7 @@ def serve_dashboard(
             web.task_history_age,
             web.payload_preview,
             web.failure_text,
+            web.preview_done,
         )
         queue.plug(history=tasks)
     certificates = web.listen.startswith("tls:") and bool(config.tls.client_ca)

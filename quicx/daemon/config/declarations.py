@@ -330,6 +330,8 @@ WEB = section("web", WebSettings, "web_",
         "Bytes of each payload the dashboard's history keeps to show (0: none)."),
     key("failure_text", integer(64, 64 << 10, size=True),
         "Bytes of a failure's reason (exception and traceback) the dashboard's history keeps."),
+    key("preview_done", YES_NO,
+        "Keep the payload preview of tasks that succeed too (read at each delivery: a cost)."),
 )  # fmt: skip
 
 CLUSTER = section("cluster", ClusterSettings, "cluster_",

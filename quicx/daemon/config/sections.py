@@ -250,6 +250,7 @@ class WebSettings:
     task_history_age: float = 3600.0
     payload_preview: int = 256
     failure_text: int = 4096
+    preview_done: bool = False
 
 
 @frozen

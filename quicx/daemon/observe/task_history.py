@@ -9,8 +9,10 @@ of at most C{[web] payload_preview} bytes, a failure's reason cut to
 C{[web] failure_text} bytes, at most L{MAX_STEPS} earlier steps of at most
 L{STEP_TEXT} bytes each).  Each record is one tuple, appended as the task
 finishes and made readable only when a page asks (L{render}): a DONE costs
-a clock read, a tuple and an append.  The payload's preview is taken at
-the task's delivery (its block is freed before its outcome is announced).
+a clock read, a tuple and an append.  A failing task's payload preview
+is read from its block as it fails (or is retried); a DONE's block is
+freed before its outcome is announced, so its preview is taken at its
+delivery, and only with C{[web] preview_done} (a hook on every delivery).
 
 The history is in memory, as Flower's is: a restart starts it empty.
 What must survive a restart already does, in the journal: the dead-letter
@@ -142,6 +144,7 @@ class TaskHistory:
         age: float,
         preview: int,
         failure_text: int,
+        preview_done: bool = False,
     ) -> None:
         self.clock = clock
         self.head = head
@@ -151,8 +154,8 @@ class TaskHistory:
         self.ring: deque[Record] = deque(maxlen=count)
         self._previews: dict[int, bytes] = {}
         self._steps: dict[int, list[Step]] = {}
-        if not preview:
-            # No preview, no hook: a delivery costs nothing.
+        if not (preview and preview_done):
+            # No hook: a delivery costs nothing.
             self.delivered = None  # type: ignore[assignment]
 
     @property
@@ -168,6 +171,10 @@ class TaskHistory:
     # -- the kernel's hooks --------------------------------------------------
 
     def delivered(self, task: Task, worker: Session) -> None:
+        self._remember(task)
+
+    def _remember(self, task: Task) -> None:
+        """Keep the preview of C{task}'s payload until it finishes (its block is freed then)."""
         previews = self._previews
         previews[task.task_id] = self.head(task.block, self.preview)
         if len(previews) > self.limit:
@@ -175,20 +182,27 @@ class TaskHistory:
             del previews[next(iter(previews))]
 
     def done(self, task: Task, worker: Session, attempt: int) -> None:
-        self._keep(task, "done", worker, attempt, "")
+        previews = self._previews
+        preview = previews.pop(task.task_id, None) if previews else None
+        self._keep(task, "done", worker, attempt, "", preview)
 
     def failed(self, task: Task, worker: Session | None, reason: str, attempt: int | None) -> None:
-        self._keep(task, "failed", worker, task.attempts if attempt is None else attempt, reason)
+        attempt = task.attempts if attempt is None else attempt
+        self._keep(task, "failed", worker, attempt, reason, self._head(task))
 
     def buried(self, task: Task, worker: Session | None, reason: str, attempt: int | None) -> None:
-        self._keep(task, "dead", worker, task.attempts if attempt is None else attempt, reason)
+        attempt = task.attempts if attempt is None else attempt
+        self._keep(task, "dead", worker, attempt, reason, self._head(task))
 
     def cancelled(self, task: Task, why: str) -> None:
-        self._keep(task, "cancelled", None, task.attempts, why)
+        preview = self._previews.pop(task.task_id, None)
+        self._keep(task, "cancelled", None, task.attempts, why, preview)
 
     def retrying(
         self, task: Task, worker: Session | None, reason: str, attempt: int | None
     ) -> None:
+        if self.preview and task.task_id not in self._previews:
+            self._remember(task)
         self._step(task, "retrying", reason)
 
     def requeued(self, task: Task, cause: str) -> None:
@@ -205,8 +219,19 @@ class TaskHistory:
 
     # -- keeping -------------------------------------------------------------
 
+    def _head(self, task: Task) -> bytes | None:
+        """The preview of a failing task's payload, read from its block (still live)."""
+        self._previews.pop(task.task_id, None)
+        return self.head(task.block, self.preview) if self.preview else None
+
     def _keep(
-        self, task: Task, state: str, worker: Session | None, attempt: int, reason: str
+        self,
+        task: Task,
+        state: str,
+        worker: Session | None,
+        attempt: int,
+        reason: str,
+        preview: bytes | None,
     ) -> None:
         now = self.clock()
         task_id = task.task_id
@@ -226,7 +251,7 @@ class TaskHistory:
                 state,
                 None if worker is None else worker.peer.peer_name,
                 cut(reason, self.failure_text) if reason else reason,
-                self._previews.pop(task_id, None),
+                preview,
                 self._steps.pop(task_id, None) if self._steps else None,
             )
         )

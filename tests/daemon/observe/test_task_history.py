@@ -47,11 +47,14 @@ class Kernel:
         return v2_worker_of(self.queue, credits=credits, queues=("q",))
 
 
-def kernel(count: int = 100, age: float = 3600.0, preview: int = 8, text: int = 64) -> Kernel:
+def kernel(
+    count: int = 100, age: float = 3600.0, preview: int = 8, text: int = 64, done: bool = True
+) -> Kernel:
+    """A kernel with a history; C{done}: with C{[web] preview_done}."""
     clock = Clock()
     clock.advance(1_800_000_000)
     queue = make_queue(clock)
-    history = TaskHistory(queue.clock, queue.pool.head, count, age, preview, text)
+    history = TaskHistory(queue.clock, queue.pool.head, count, age, preview, text, done)
     queue.plug(history=history)
     return Kernel(queue, history, clock, v2_producer_of(queue))
 
@@ -123,16 +126,37 @@ def test_a_payload_preview_is_hex_unless_it_is_text() -> None:
     assert payload_view("ab\N{EURO SIGN}".encode()[:4], 5)["text"] == "ab"
 
 
-def test_no_preview_no_delivery_hook() -> None:
-    k = kernel(preview=0)
-    assert k.history.delivered not in k.queue.hooks.delivered
-    assert not k.queue.hooks.delivered or all(
-        getattr(hook, "__self__", None) is not k.history for hook in k.queue.hooks.delivered
-    )
+def hears_deliveries(k: Kernel) -> bool:
+    return any(getattr(hook, "__self__", None) is k.history for hook in k.queue.hooks.delivered)
+
+
+@pytest.mark.parametrize(("preview", "done"), [(0, True), (8, False)])
+def test_without_preview_done_a_delivery_costs_nothing_and_a_failure_still_shows_it(
+    preview: int, done: bool
+) -> None:
+    k = kernel(preview=preview, done=done)
+    assert not hears_deliveries(k)
     worker = k.worker()
-    k.submit()
+    k.submit(b"ran")
     (record,) = k.history.of(run(k, worker))
     assert render(record)["payload"] is None
+    # A failure reads it from the block, still live as it fails; a retry keeps it for later.
+    k.submit(b"died", retries=1)
+    (record,) = k.history.of(run(k, worker, "dead", "E"))
+    k.submit(b"retried", retries=1, backoff=SECOND)
+    run(k, worker, "failed", "once")
+    k.clock.advance(1)
+    (retried,) = k.history.of(run(k, worker))
+    shown = [render(r)["payload"] for r in (record, retried)]
+    if preview:
+        assert [p["text"] for p in shown] == ["died", "retried"]
+    else:
+        assert shown == [None, None]
+    assert not k.history._previews
+
+
+def test_with_preview_done_it_hears_deliveries() -> None:
+    assert hears_deliveries(kernel(preview=8, done=True))
 
 
 @pytest.mark.parametrize(("length", "kept"), [(64, 64), (65, 64)])
