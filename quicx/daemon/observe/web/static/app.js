@@ -242,11 +242,13 @@ function taskState(found) {
 }
 
 function taskFacts(found) {
+  const record = newest(found);
   if (found.found === 'live') {
     const t = found.task;
     return el('div', {},
       facts([
-        ['type', t.type], ['queue', t.queue], ['priority', t.priority], ['size', bytes(t.size)],
+        ['type', t.type], ['queue', t.queue], ['key', record ? record.key : undefined],
+        ['priority', t.priority], ['size', bytes(t.size)],
         ['age', seconds(t.age)], ['attempt', t.attempt], ['failures', `${t.failures} of ${t.retries} retries`],
         ['fairness key', t.fairness_key], ['worker', t.worker],
         ['running for', t.running_for === undefined ? undefined : seconds(t.running_for)],
@@ -257,7 +259,6 @@ function taskFacts(found) {
       ]),
       ...(t.why && t.why.length ? [el('ul', { class: 'why' }, ...t.why.map((w) => el('li', {}, w.text)))] : []));
   }
-  const record = newest(found);
   if (record) {
     return facts([
       ['type', record.type], ['queue', record.queue], ['key', record.key], ['priority', record.priority],
