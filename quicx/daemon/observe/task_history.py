@@ -297,10 +297,6 @@ class TaskHistory:
         """Task C{task_id}'s records, newest first (one per outcome: a replay makes another)."""
         return Search(task_id=task_id).among(reversed(self.ring))
 
-    def live_preview(self, task_id: int) -> bytes | None:
-        """The preview taken at a running task's delivery, if any."""
-        return self._previews.get(task_id)
-
 
 def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", "replace")
