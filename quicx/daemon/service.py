@@ -582,6 +582,7 @@ def serve_dashboard(
     # Imported only when on: twisted.web is memory a daemon without a
     # dashboard need not hold.
     from quicx.daemon.observe.http_limits import ConnectionCap
+    from quicx.daemon.observe.task_history import TaskHistory
     from quicx.daemon.observe.web.auth import Gate
     from quicx.daemon.observe.web.history import History
     from quicx.daemon.observe.web.site import dashboard_site
@@ -590,6 +591,18 @@ def serve_dashboard(
     web = config.web
     history = History(queue, web.history)
     every(1.0, history.sample, reactor).setServiceParent(daemon)
+    tasks = None
+    if web.task_history:
+        tasks = TaskHistory(
+            queue.clock,
+            queue.pool.head,
+            web.task_history,
+            web.task_history_age,
+            web.payload_preview,
+            web.failure_text,
+            web.preview_done,
+        )
+        queue.plug(history=tasks)
     certificates = web.listen.startswith("tls:") and bool(config.tls.client_ca)
     gate = Gate(
         web.admin_token,
@@ -603,6 +616,7 @@ def serve_dashboard(
         gate,
         web.max_streams,
         None if cluster is None else cluster.view,
+        tasks,
     )
     ListenerService(
         reactor,

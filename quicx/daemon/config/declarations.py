@@ -57,6 +57,7 @@ from quicx.daemon.config.table import SectionKey, key, repeated_set, repeated_tu
 from quicx.daemon.journal.records import MAX_SHARED_DATA, FsyncPolicy
 from quicx.daemon.observe.events import Compression, EventSettings
 from quicx.daemon.observe.logformat import LogFormat
+from quicx.daemon.observe.task_history import MAX_COUNT
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.dispatch import Order
 from quicx.daemon.queue.groups import GroupLimits
@@ -321,6 +322,16 @@ WEB = section("web", WebSettings, "web_",
         "Live dashboard streams (open pages) at once; one more is refused (503)."),
     key("max_connections", integer(1, 100_000),
         "Connections to the dashboard at once; one more is answered 503 and closed."),
+    key("task_history", integer(0, MAX_COUNT),
+        "Finished tasks the dashboard's history keeps (in memory; 0: none), the newest."),
+    key("task_history_age", seconds(low=1),
+        "Seconds a finished task stays in the dashboard's history."),
+    key("payload_preview", integer(0, 64 << 10, size=True),
+        "Bytes of each payload the dashboard's history keeps to show (0: none)."),
+    key("failure_text", integer(64, 64 << 10, size=True),
+        "Bytes of a failure's reason (exception and traceback) the dashboard's history keeps."),
+    key("preview_done", YES_NO,
+        "Keep the payload preview of tasks that succeed too (read at each delivery: a cost)."),
 )  # fmt: skip
 
 CLUSTER = section("cluster", ClusterSettings, "cluster_",

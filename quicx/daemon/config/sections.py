@@ -246,6 +246,11 @@ class WebSettings:
     history: float = 3600.0
     max_streams: int = 32
     max_connections: int = 64
+    task_history: int = 10_000
+    task_history_age: float = 3600.0
+    payload_preview: int = 256
+    failure_text: int = 4096
+    preview_done: bool = False
 
 
 @frozen

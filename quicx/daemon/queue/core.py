@@ -139,6 +139,7 @@ class QueueService(Service):
         self.duplicates = 0
         self.schedules: IScheduleBook | None = None
         self.shared: ISharedData | None = None
+        self.task_history: object | None = None  # the dashboard's, while it is on
         self.random: Callable[[], float] = random.random
         self._collaborators(progress or ProgressSettings())
         self.dispatcher = Dispatcher(
@@ -176,7 +177,7 @@ class QueueService(Service):
         self.progress, self.report_progress = self.reports.book, self.reports.report
         self.drainage = drainage = Drain(self)
         self.drain, self.stop_draining = drainage.drain, drainage.stop
-        manage = Manage(self)
+        manage = self.manage = Manage(self)
         self.cancel, self.set_paused, self.purge = manage.cancel, manage.set_paused, manage.purge
         self.failing = Failing(self)
         self._requeue = self.failing.requeue
@@ -191,6 +192,7 @@ class QueueService(Service):
         shared: ISharedData | None = None,
         events: IEvents | None = None,
         schedules: IScheduleBook | None = None,
+        history: object | None = None,
     ) -> None:
         """
         Hand the kernel the daemon's features built on it (each given
@@ -203,6 +205,8 @@ class QueueService(Service):
             self.event_bus = events
         if schedules is not None:
             self.schedules = schedules
+        if history is not None:
+            self.task_history = history
         self._hear()
 
     def _hear(self) -> None:
@@ -213,7 +217,8 @@ class QueueService(Service):
         """
         events = self._events
         recorder = None if events is None else EventRecorder(events)
-        features = (self.outcomes, self.counting, self.reports, self.shared, self.event_bus)
+        features: tuple[object, ...] = (self.outcomes, self.counting, self.reports, self.shared)
+        features += (self.event_bus, self.task_history)
         self.hooks = hooks = Subscribers(f for f in (*features, recorder) if f is not None)
         # The hot path's hooks, one attribute away (each is most often empty).
         self._on_accepted, self._on_done = hooks.accepted, hooks.done

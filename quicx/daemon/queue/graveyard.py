@@ -139,6 +139,18 @@ class Graveyard:
             self.drop(task, "purged")
         return {"purged": len(tasks)}
 
+    def purge_task(self, task_id: int) -> dict[str, Any]:
+        """
+        Drop dead task C{task_id} for good.
+
+        @raise Refused: (not found) C{task_id} is not a dead task.
+        """
+        task = self.letters.get(task_id)
+        if task is None:
+            raise Refused(ErrorCode.NOT_FOUND, f"task {task_id} is not in a dead-letter set")
+        self.drop(task, "purged")
+        return {"purged": 1}
+
 
 def describe_dead(task: Task) -> dict[str, Any]:
     dead = task.dead

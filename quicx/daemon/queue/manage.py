@@ -41,6 +41,15 @@ class Manage:
                 f"task {task_id} was submitted by another client;"
                 " cancelling it needs the admin role",
             )
+        return self.cancel_task(task, f"cancelled by {session.peer.peer_name}")
+
+    def cancel_task(self, task: Task, why: str) -> dict[str, Any]:
+        """
+        Cancel C{task}, a live task, for an admin: see L{cancel}.
+
+        @raise Refused: (conflict) a worker is running it, or it is dead.
+        """
+        task_id = task.task_id
         if task.holder is not None:
             raise Refused(
                 ErrorCode.CONFLICT,
@@ -56,7 +65,7 @@ class Manage:
             self.kernel._undelay(task)
         else:
             task.home.remove(task)
-        self._cancel(task, f"cancelled by {session.peer.peer_name}")
+        self._cancel(task, why)
         self.kernel._forget_if_idle(task.home)
         return {"id": task_id, "state": "cancelled", "queue": task.home.name}
 

@@ -330,6 +330,12 @@ class Pmad:
         start = handle + BLOCK_HEADER_SIZE
         return self._pool[start : start + length]
 
+    def head(self, handle: int, limit: int) -> bytes:
+        """Return a copy of the first C{limit} bytes (at most) stored in block C{handle}."""
+        length = _LENGTH.unpack_from(self._pool, handle + 8)[0]
+        start = handle + BLOCK_HEADER_SIZE
+        return self._pool[start : start + min(length, limit)]
+
     def capacity(self, handle: int) -> int:
         """The most bytes block C{handle} holds: its class's size."""
         index: int = BLOCK_HEADER.unpack_from(self._pool, handle)[2]

@@ -20,6 +20,7 @@ from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 
 from quicx.daemon import config as settings
+from quicx.daemon.observe.task_history import TaskHistory
 from quicx.daemon.observe.web.auth import Gate, Role, same_origin
 from quicx.daemon.observe.web.history import History
 from quicx.daemon.observe.web.site import DashboardSite, dashboard_site
@@ -143,7 +144,9 @@ def dashboard(
     max_streams: int = 4,
     gate: Gate | None = None,
     cluster: Callable[[], dict[str, Any]] | None = None,
+    tasks: int = 0,
 ) -> Dashboard:
+    """A site over a new queue; with C{tasks}, a history of that many finished tasks."""
     clock = Clock()
     clock.advance(1_800_000_000)
     queue = make_queue(clock, journal or FakeJournal(waits=False))
@@ -161,7 +164,12 @@ def dashboard(
     book.restore({}, {})
     book.startService()
     history = History(queue, 60)
-    site = dashboard_site(queue, book, history, gate or Gate(ADMIN, MONITOR), max_streams, cluster)
+    finished = None
+    if tasks:
+        finished = TaskHistory(queue.clock, queue.pool.head, tasks, 3600, 16, 1024)
+        queue.plug(history=finished)
+    gate = gate or Gate(ADMIN, MONITOR)
+    site = dashboard_site(queue, book, history, gate, max_streams, cluster, finished)
     return Dashboard(queue, site, history, clock)
 
 

@@ -23,6 +23,8 @@ from twisted.python.failure import Failure
 from twisted.web.server import NOT_DONE_YET, Request
 
 from quicx import __version__
+from quicx.daemon.observe import task_history
+from quicx.daemon.observe.task_history import TaskHistory
 from quicx.daemon.observe.web import views
 from quicx.daemon.observe.web.auth import Gate, Role, Visitor, same_origin
 from quicx.daemon.observe.web.history import History, Sample
@@ -87,6 +89,30 @@ def _queue_name(name: str) -> str:
     return name
 
 
+SEARCHED = ("id", "key", "type", "queue", "state", "offset", "limit")
+"""The arguments of C{/api/finished}."""
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+
+
+def _search(request: Request) -> tuple[task_history.Search, int, int]:
+    """C{/api/finished}'s arguments: what to look for, and the page (offset, limit)."""
+    given = {name: _argument(request, name) or None for name in SEARCHED}
+    state = given["state"]
+    if state is not None and state not in task_history.STATES:
+        raise BadRequest(f"state is one of {', '.join(task_history.STATES)}, not {state!r}")
+    key, task_type = given["key"], given["type"]
+    search = task_history.Search(
+        task_id=_number(given["id"], "a task id", 1, MAX_TASK_ID),
+        key=None if key is None else key.encode(),
+        task_type=None if task_type is None else task_type.encode(),
+        queue=None if given["queue"] is None else _queue_name(given["queue"]),
+        state=state,
+    )
+    offset = _number(given["offset"], "offset", 0, task_history.MAX_COUNT)
+    return search, offset, _number(given["limit"], "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+
+
 def _number(text: str | None, what: str, low: int, high: int, default: int = 0) -> int:
     """C{text} as a number from C{low} to C{high}; C{default} for none."""
     if text is None:
@@ -110,8 +136,10 @@ class Api:
         streams: Streams,
         gate: Gate,
         cluster: Callable[[], dict[str, Any]] | None = None,
+        tasks: TaskHistory | None = None,
     ) -> None:
         self.cluster = cluster
+        self.tasks = tasks
         self.queue = queue
         self.schedules = schedules
         self.history = history
@@ -168,7 +196,10 @@ class Api:
                 return document(lambda: introspect.queues(queue))
             case ["tasks", task_id]:
                 found = _number(task_id, "a task id", 1, MAX_TASK_ID)
-                return document(lambda: views.lookup(queue, found))
+                return document(lambda: self._task(found))
+            case ["finished"]:
+                search, offset, limit = _search(request)
+                return document(lambda: self._finished(search, offset, limit))
             case ["dead"]:
                 name = _queue_argument(request)
                 limit = _number(
@@ -184,6 +215,26 @@ class Api:
             case ["stream"] if request.method == b"GET":
                 return lambda: self._stream(request)
         return None
+
+    def _task(self, task_id: int) -> dict[str, Any]:
+        """Task C{task_id} as it is now, with its records in the history (and a preview)."""
+        document = views.lookup(self.queue, task_id)
+        tasks = self.tasks
+        if tasks is None:
+            return document
+        document["history"] = [task_history.render(record) for record in tasks.of(task_id)]
+        if document["found"] == "live" and tasks.preview:
+            task = self.queue.task(task_id)
+            document["payload"] = task_history.payload_view(
+                self.queue.pool.head(task.block, tasks.preview), task.size
+            )
+        return document
+
+    def _finished(self, search: task_history.Search, offset: int, limit: int) -> dict[str, Any]:
+        """The finished tasks that match C{search}: C{/api/finished}."""
+        if self.tasks is None:
+            raise BadRequest("no history of finished tasks: [web] task_history is 0")
+        return self.tasks.search(search, offset, limit)
 
     def _overview(self, sample: Sample | None) -> dict[str, Any]:
         """The overview, with the live streams' own figures."""
@@ -232,6 +283,9 @@ class Api:
             case ["dead", task_id, "replay"]:
                 found = _number(task_id, "a task id", 1, MAX_TASK_ID)
                 return Action(f"replay dead task {found}", lambda: queue.replay(found, None))
+            case ["tasks", task_id, "retry" | "cancel" | "delete" as verb]:
+                found = _number(task_id, "a task id", 1, MAX_TASK_ID)
+                return Action(f"{verb} task {found}", lambda: self._task_action(verb, found))
             case ["dead", "replay" | "purge" as verb]:
                 named = _queue_argument(request)
                 what = f"{verb} the dead tasks of " + (f"queue {named}" if named else "every queue")
@@ -239,6 +293,15 @@ class Api:
                     return Action(what, lambda: queue.replay(0, named))
                 return Action(what, lambda: queue.purge_dead(named))
         return None
+
+    def _task_action(self, verb: str, task_id: int) -> dict[str, Any]:
+        """Retry (replay) a dead task, cancel a queued or delayed one, delete (purge) a dead one."""
+        queue = self.queue
+        if verb == "retry":
+            return queue.replay(task_id, None)
+        if verb == "delete":
+            return queue.graveyard.purge_task(task_id)
+        return queue.manage.cancel_task(queue.task(task_id), "cancelled from the dashboard")
 
     def _act(self, request: Request, visitor: Visitor, action: Action) -> bytes | int:
         if visitor.role is not Role.ADMIN:

@@ -23,6 +23,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import Request, Site
 
 from quicx.daemon.observe.http_limits import BodylessRequest
+from quicx.daemon.observe.task_history import TaskHistory
 from quicx.daemon.observe.web.api import Api, header, refusal
 from quicx.daemon.observe.web.auth import COOKIE, Gate
 from quicx.daemon.observe.web.history import History
@@ -146,11 +147,13 @@ def dashboard_site(
     gate: Gate,
     max_streams: int,
     cluster: Callable[[], dict[str, Any]] | None = None,
+    tasks: TaskHistory | None = None,
 ) -> DashboardSite:
     """
     The site of the dashboard over C{queue}; its live streams follow
-    C{history}; C{cluster} makes its cluster view (C{None}: it has none).
+    C{history}; C{cluster} makes its cluster view (C{None}: it has none);
+    C{tasks}: the finished tasks' history (C{None}: none is kept).
     """
-    api = Api(queue, schedules, history, Streams(max_streams), gate, cluster)
+    api = Api(queue, schedules, history, Streams(max_streams), gate, cluster, tasks)
     history.listen(api.publish)
     return DashboardSite(Dashboard(api, gate))

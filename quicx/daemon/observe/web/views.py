@@ -61,7 +61,10 @@ def overview(queue: QueueService, sample: Sample | None) -> dict[str, Any]:
 
 
 def connections(queue: QueueService) -> list[dict[str, Any]]:
-    """Every connection, workers first: who it is, what it serves, what it holds."""
+    """
+    Every connection, workers first: who it is, what it serves, what it
+    holds (the first L{SHOWN_TASKS}, each with its type and how long it has run).
+    """
     now = queue.clock()
     sessions = sorted(
         queue.sessions.values(),
@@ -79,6 +82,15 @@ def connections(queue: QueueService) -> list[dict[str, Any]]:
             "credits": session.credits,
             "held": len(session.tasks),
             "tasks": list(islice(session.tasks, SHOWN_TASKS)),
+            "running": [
+                {
+                    "id": task.task_id,
+                    "type": task.task_type.decode("utf-8", "replace"),
+                    "queue": task.home.name,
+                    "for": round(max(0.0, now - task.dispatched_at), 3),
+                }
+                for task in islice(session.tasks.values(), SHOWN_TASKS)
+            ],
             "idle": session.waiting,
             "silent_for": round(max(0.0, now - session.last_received), 1),
         }

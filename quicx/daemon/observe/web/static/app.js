@@ -12,7 +12,7 @@ const state = {
   overview: null, // the newest overview from the stream
 };
 
-const PAGES = ['overview', 'queues', 'task', 'dead', 'workers', 'schedules', 'cluster'];
+const PAGES = ['overview', 'queues', 'finished', 'task', 'dead', 'workers', 'schedules', 'cluster'];
 
 const $ = (id) => document.getElementById(id);
 
@@ -91,6 +91,7 @@ async function act(path, question) {
 }
 
 function describeAction(done) {
+  if (done.state === 'cancelled') return `task ${done.id} cancelled`;
   if ('paused' in done) return `queue ${done.queue} ${done.paused ? 'paused' : 'resumed'}`;
   if ('replayed' in done) return `replayed ${done.replayed.length} task(s): ${done.replayed.join(', ') || 'none'}`;
   if ('queue' in done) return `queue ${done.queue} purged: ${done.purged} task(s) cancelled`;
@@ -199,6 +200,11 @@ function renderQueues(queues) {
 
 // -- a task ---------------------------------------------------------------------
 
+// A task id as a link to its page (#task/ID): every task id the pages show is one.
+function taskLink(id) {
+  return el('a', { href: `#task/${id}`, class: 'task-link', data: { task: id } }, id);
+}
+
 function facts(pairs) {
   return el('dl', {}, ...pairs.filter(([, value]) => value !== undefined && value !== null)
     .flatMap(([term, value]) => [el('dt', {}, term), el('dd', {}, value)]));
@@ -221,50 +227,187 @@ function reasonView(reason) {
     traceback ? el('pre', { class: 'traceback' }, traceback) : null);
 }
 
-function renderTask(found) {
-  const box = $('task-answer');
+// The task page: a list of sections, each drawn from the page's document
+// (GET /api/tasks/ID) or left out (null); a new section is one more function.
+const TASK_SECTIONS = [taskFacts, taskKept, taskFailure, taskResult, taskPayload, taskTimeline, taskActions];
+
+// The task's newest record in the history of finished tasks, if any.
+const newest = (found) => (found.history && found.history.length ? found.history[0] : null);
+
+function taskState(found) {
+  if (found.found === 'live') return found.task.state;
+  const record = newest(found);
+  if (record) return record.state;
+  return found.found === 'kept' ? found.outcome : found.found;
+}
+
+function taskFacts(found) {
+  const record = newest(found);
   if (found.found === 'live') {
     const t = found.task;
-    box.replaceChildren(
-      el('h3', {}, `Task ${t.id}: ${t.state}`),
+    return el('div', {},
       facts([
-        ['type', t.type], ['queue', t.queue], ['priority', t.priority], ['size', bytes(t.size)],
+        ['type', t.type], ['queue', t.queue], ['key', record ? record.key : undefined],
+        ['priority', t.priority], ['size', bytes(t.size)],
         ['age', seconds(t.age)], ['attempt', t.attempt], ['failures', `${t.failures} of ${t.retries} retries`],
         ['fairness key', t.fairness_key], ['worker', t.worker],
         ['running for', t.running_for === undefined ? undefined : seconds(t.running_for)],
         ['progress', t.progress && `${Math.round(t.progress.fraction * 100)} % ${t.progress.message}`],
-        ['reason', reasonView(t.reason)], ['died', t.died_at === undefined ? undefined : when(t.died_at)],
+        ['died', t.died_at === undefined ? undefined : when(t.died_at)],
         ['due', t.due === undefined ? undefined : when(t.due)],
         ['ahead of it', t.ahead], ['estimated start', t.estimated_start && when(t.estimated_start)],
       ]),
       ...(t.why && t.why.length ? [el('ul', { class: 'why' }, ...t.why.map((w) => el('li', {}, w.text)))] : []));
-  } else if (found.found === 'kept') {
-    const result = found.result;
-    box.replaceChildren(
-      el('h3', {}, `Task ${found.id}: ${found.outcome}`),
-      facts([
-        ['reason', reasonView(found.reason)],
-        ['result', result && (result.kind === 'bytes' ? `${result.base64} (base64)` : result.text)],
-        ['result kind', result && result.kind],
-        ['kept until', when(found.kept_until)],
-      ]));
-  } else {
-    const words = found.found !== 'expired'
-      ? 'unknown: no live task, and no outcome kept'
-      : found.evicted
-        ? `finished; its outcome was kept and was ${found.evicted}`
-        : 'finished; its outcome was kept and has expired';
-    box.replaceChildren(el('h3', {}, `Task ${found.id}: ${found.found}`), el('p', {}, words));
   }
+  if (record) {
+    return facts([
+      ['type', record.type], ['queue', record.queue], ['key', record.key], ['priority', record.priority],
+      ['size', bytes(record.size)], ['submitted', when(record.submitted_at)],
+      ['started', record.started_at && when(record.started_at)], ['finished', when(record.finished_at)],
+      ['waited', record.wait === null ? undefined : seconds(record.wait)],
+      ['ran', record.run === null ? undefined : seconds(record.run)],
+      ['attempts', record.attempts], ['worker', record.worker],
+    ]);
+  }
+  return null;
 }
 
-async function lookUp(event) {
-  event.preventDefault();
-  try {
-    renderTask(await api(`tasks/${Number($('task-id').value)}`));
-  } catch (error) {
-    say(error.message, true);
+// Whether its outcome is kept (for AWAIT and the page's result), and till when.
+function taskKept(found) {
+  if (found.found === 'live') return null;
+  if (found.found === 'kept') return el('p', {}, `Its outcome is kept until ${when(found.kept_until)}.`);
+  if (found.found === 'unknown') {
+    return newest(found) ? null
+      : el('p', {}, 'unknown: no live task, no outcome kept, and none in the history of finished tasks');
   }
+  return el('p', {}, found.evicted
+    ? `finished; its outcome was kept and was ${found.evicted}`
+    : 'finished; its outcome was kept and has expired');
+}
+
+// The failure: the dead task's reason, else the newest record's, else the kept outcome's.
+function taskFailure(found) {
+  const record = newest(found);
+  const reason = (found.found === 'live' ? found.task.reason : undefined)
+    ?? (record ? record.reason : undefined) ?? found.reason;
+  return reason ? el('div', { class: 'failure' }, el('h4', {}, 'Failure'), reasonView(reason)) : null;
+}
+
+function taskResult(found) {
+  const result = found.result;
+  if (!result) return null;
+  return el('div', { class: 'result' }, el('h4', {}, `Result (${result.kind})`),
+    el('pre', { class: 'payload' }, result.kind === 'bytes' ? `${result.base64} (base64)` : result.text));
+}
+
+function taskPayload(found) {
+  const record = newest(found);
+  const payload = found.payload || (record && record.payload);
+  if (!payload) return null;
+  const shown = payload.cut ? `the first ${bytes(payload.shown)} of ${bytes(payload.size)}` : bytes(payload.size);
+  return el('div', { class: 'payload' },
+    el('h4', {}, `Payload (${shown}${payload.text === undefined ? ', hex' : ''})`),
+    el('pre', { class: 'payload' }, payload.text ?? payload.hex));
+}
+
+// Every step of every record of the task (a replayed task has one per outcome), oldest first.
+function taskTimeline(found) {
+  if (!found.history) return el('p', { class: 'footnote' }, 'No history of finished tasks is kept ([web] task_history = 0).');
+  const seen = new Set();
+  const steps = found.history.slice().reverse().flatMap((record) => record.timeline)
+    .filter((step) => { const id = `${step.at} ${step.event}`; const fresh = !seen.has(id); seen.add(id); return fresh; });
+  const record = newest(found);
+  // Where it is now, unless its last step said so (a dead task).
+  if (found.found === 'live' && !(record && record.state === found.task.state)) {
+    steps.push({ at: Date.now() / 1000, event: `now ${found.task.state}`, text: '' });
+  }
+  if (!steps.length) return null;
+  return el('div', { class: 'timeline' }, el('h4', {}, 'Timeline'),
+    el('table', {}, el('tbody', {}, ...steps.map((step) => el('tr', { data: { event: step.event } },
+      el('td', {}, new Date(step.at * 1000).toLocaleString('en-GB')),
+      el('td', {}, step.event),
+      el('td', { class: 'reason' }, splitReason(step.text)[0]))))));
+}
+
+// What an admin may do to it: retry or delete a dead task, cancel a queued or delayed one.
+function taskActions(found) {
+  if (!isAdmin() || found.found !== 'live') return null;
+  const t = found.task;
+  const buttons = [];
+  if (t.state === 'dead') {
+    buttons.push(button('Retry', () => act(`tasks/${t.id}/retry`), { data: { action: 'retry' } }),
+      button('Delete', () => act(`tasks/${t.id}/delete`, `Drop dead task ${t.id} for good?`),
+        { class: 'danger', data: { action: 'delete' } }));
+  } else if (t.state === 'queued' || t.state === 'delayed') {
+    buttons.push(button('Cancel', () => act(`tasks/${t.id}/cancel`, `Cancel task ${t.id}?`),
+      { class: 'danger', data: { action: 'cancel' } }));
+  }
+  return buttons.length ? el('p', { class: 'controls task-actions' }, ...buttons) : null;
+}
+
+function renderTask(found) {
+  const id = found.found === 'live' ? found.task.id : found.id;
+  $('task-answer').replaceChildren(el('h3', {}, `Task ${id}: ${taskState(found)}`),
+    ...TASK_SECTIONS.map((section) => section(found)).filter((node) => node));
+}
+
+// The task page's id, from its link (#task/ID), or none.
+function linkedTask() {
+  const [name, id] = location.hash.slice(1).split('/');
+  return name === 'task' && /^[0-9]+$/.test(id || '') ? Number(id) : null;
+}
+
+async function loadTask() {
+  const id = linkedTask();
+  if (id === null) { $('task-answer').replaceChildren(); return; }
+  $('task-id').value = id;
+  renderTask(await api(`tasks/${id}`));
+}
+
+function lookUp(event) {
+  event.preventDefault();
+  const wanted = `#task/${Number($('task-id').value)}`;
+  if (location.hash === wanted) show(); else location.hash = wanted;
+}
+
+// -- finished tasks: the history, searched, newest first -------------------------
+
+const FINISHED_PAGE = 50;
+let finishedOffset = 0;
+
+function finishedQuery() {
+  const query = new URLSearchParams();
+  for (const field of ['id', 'key', 'type', 'queue', 'state']) {
+    const value = $(`finished-${field}`).value.trim();
+    if (value) query.set(field, value);
+  }
+  query.set('offset', finishedOffset);
+  query.set('limit', FINISHED_PAGE);
+  return query.toString();
+}
+
+async function loadFinished() {
+  const found = await api(`finished?${finishedQuery()}`);
+  const last = Math.min(found.matching, finishedOffset + found.tasks.length);
+  fill('finished-total', `${count(found.matching)} matching of ${count(found.kept)} kept (at most ${count(found.limit)}),` +
+    ` newest first` + (found.matching ? `; ${count(finishedOffset + 1)} to ${count(last)} shown` : ''));
+  $('finished-rows').replaceChildren(...found.tasks.map((t) => el('tr', { data: { task: t.id, state: t.state } },
+    el('td', { class: 'number' }, taskLink(t.id)),
+    el('td', { class: `state ${t.state}` }, t.state),
+    el('td', {}, t.type),
+    el('td', {}, t.queue),
+    el('td', {}, t.key || '–'),
+    el('td', { class: 'number' }, t.attempts),
+    el('td', {}, when(t.finished_at)),
+    el('td', { class: 'number' }, seconds(t.run)),
+    el('td', { class: 'reason' }, t.reason || ''))));
+  $('finished-newer').disabled = finishedOffset === 0;
+  $('finished-older').disabled = last >= found.matching;
+}
+
+function pageFinished(step) {
+  finishedOffset = Math.max(0, finishedOffset + step * FINISHED_PAGE);
+  show();
 }
 
 // -- dead letters ---------------------------------------------------------------
@@ -290,7 +433,7 @@ async function loadDead() {
   fill('dead-total', `${count(dead.total)} dead task(s) in ${whichQueue()}` +
     (dead.total > dead.tasks.length ? `; the oldest ${dead.tasks.length} shown` : ''));
   $('dead-rows').replaceChildren(...dead.tasks.map((t) => el('tr', { data: { task: t.id } },
-    el('td', { class: 'number' }, t.id),
+    el('td', { class: 'number' }, taskLink(t.id)),
     el('td', {}, t.queue),
     el('td', {}, t.type),
     el('td', { class: 'number' }, t.failures),
@@ -303,18 +446,31 @@ async function loadDead() {
 
 // -- workers and schedules ------------------------------------------------------
 
+// What a worker runs now: each task's link, type and how long it has run.
+function running(c) {
+  if (!c.running.length) return '–';
+  return el('ul', { class: 'running' }, ...c.running.map((t) => el('li', { data: { task: t.id } },
+    taskLink(t.id), ` ${t.type} (${t.queue}), ${seconds(t.for)}`)),
+  ...(c.held > c.running.length ? [el('li', {}, `and ${count(c.held - c.running.length)} more`)] : []));
+}
+
+// The workers page's columns: a heading and a cell per connection; a new column is one more line.
+const WORKER_COLUMNS = [
+  ['id', (c) => c.id, 'number'],
+  ['role', (c) => c.role],
+  ['peer', (c) => (c.identity ? `${c.peer} (${c.identity})` : c.peer)],
+  ['client', (c) => c.client || '–'],
+  ['queues', (c) => (c.role === 'worker' ? c.queues.join(', ') : '–')],
+  ['holds / credits', (c) => (c.role === 'worker' ? `${c.held} / ${c.credits}` : '–'), 'number'],
+  ['running now', running],
+  ['idle', (c) => (c.role === 'worker' ? (c.idle ? 'idle' : 'busy') : '–')],
+  ['silent for', (c) => seconds(c.silent_for), 'number'],
+];
+
 async function loadWorkers() {
   const connections = await api('workers');
-  $('worker-rows').replaceChildren(...connections.map((c) => el('tr', {},
-    el('td', { class: 'number' }, c.id),
-    el('td', {}, c.role),
-    el('td', {}, c.identity ? `${c.peer} (${c.identity})` : c.peer),
-    el('td', {}, c.client || '–'),
-    el('td', {}, c.role === 'worker' ? c.queues.join(', ') : '–'),
-    el('td', { class: 'number' }, c.role === 'worker' ? `${c.held} / ${c.credits}` : '–'),
-    el('td', {}, c.tasks.join(', ') + (c.held > c.tasks.length ? ', …' : '')),
-    el('td', {}, c.role === 'worker' ? (c.idle ? 'idle' : 'busy') : '–'),
-    el('td', { class: 'number' }, seconds(c.silent_for)))));
+  $('worker-rows').replaceChildren(...connections.map((c) => el('tr', { data: { connection: c.id } },
+    ...WORKER_COLUMNS.map(([, cell, cls]) => el('td', cls ? { class: cls } : {}, cell(c))))));
 }
 
 async function loadSchedules() {
@@ -380,7 +536,7 @@ async function loadCluster() {
 // -- pages and the live stream ---------------------------------------------------
 
 function page() {
-  const name = location.hash.slice(1);
+  const name = location.hash.slice(1).split('/')[0];
   return PAGES.includes(name) ? name : 'overview';
 }
 
@@ -393,6 +549,8 @@ async function show() {
   try {
     if (current === 'overview') renderCharts();
     else if (current === 'queues') renderQueues(await api('queues'));
+    else if (current === 'finished') await loadFinished();
+    else if (current === 'task') await loadTask();
     else if (current === 'dead') await loadDead();
     else if (current === 'workers') await loadWorkers();
     else if (current === 'schedules') await loadSchedules();
@@ -433,6 +591,9 @@ async function start() {
     addSample(Object.fromEntries(history.fields.map((field, i) => [field, row[i]])));
   }
   $('task-form').addEventListener('submit', lookUp);
+  $('finished-form').addEventListener('submit', (event) => { event.preventDefault(); finishedOffset = 0; show(); });
+  $('finished-newer').addEventListener('click', () => pageFinished(-1));
+  $('finished-older').addEventListener('click', () => pageFinished(1));
   $('dead-form').addEventListener('submit', (event) => { event.preventDefault(); show(); });
   document.querySelector('[data-action="replay-all"]').addEventListener(
     'click', () => act(withQueue('dead/replay'), `Replay every dead task of ${whichQueue()}?`));

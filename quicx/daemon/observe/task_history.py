@@ -1,0 +1,376 @@
+"""
+The dashboard's history of finished tasks: what happened to a task, after it is gone.
+
+L{TaskHistory} hears the kernel's hooks (it is plugged in only while the
+dashboard is on) and keeps the most recent finished tasks (done, failed,
+dead, cancelled) in a ring, bounded three ways: C{[web] task_history}
+records, C{[web] task_history_age} seconds, and bytes (a payload preview
+of at most C{[web] payload_preview} bytes, a failure's reason cut to
+C{[web] failure_text} bytes, at most L{MAX_STEPS} earlier steps of at most
+L{STEP_TEXT} bytes each).  Each record is one tuple, appended as the task
+finishes and made readable only when a page asks (L{render}): a DONE costs
+a clock read, a tuple and an append.  A failing task's payload preview
+is read from its block as it fails (or is retried); a DONE's block is
+freed before its outcome is announced, so its preview is taken at its
+delivery, and only with C{[web] preview_done} (a hook on every delivery).
+
+The history is in memory, as Flower's is: a restart starts it empty.
+What must survive a restart already does, in the journal: the dead-letter
+set, and the outcomes a producer asked to keep.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import deque
+from collections.abc import Callable, Iterable
+from itertools import islice
+from typing import Any, Final
+
+from attrs import frozen
+
+from quicx.daemon.queue.model import Session, Task
+
+MAX_COUNT = 100_000
+"""The most C{[web] task_history} may keep: a search reads them all in one reactor turn."""
+MAX_STEPS = 16
+"""The steps before its outcome (retries, requeues, replays) a record keeps: the latest."""
+STEP_TEXT = 256
+"""The bytes of a step's words kept (a retry's reason, cut)."""
+RECORD_OVERHEAD = 2048
+"""A generous bound on a record's own bytes (its tuple, numbers, type, queue, key, worker's
+name), beside its texts."""
+STEP_OVERHEAD = 256
+"""A bound on a step's own bytes, beside its words."""
+
+# A record: one tuple (the cheapest to make), its fields at these places.
+ID: Final = 0
+TYPE: Final = 1
+QUEUE: Final = 2
+KEY: Final = 3
+PRIORITY: Final = 4
+SIZE: Final = 5
+SUBMITTED: Final = 6
+STARTED: Final = 7
+FINISHED: Final = 8
+ATTEMPTS: Final = 9
+STATE: Final = 10
+WORKER: Final = 11
+REASON: Final = 12
+PREVIEW: Final = 13
+STEPS: Final = 14
+
+Step = tuple[float, str, str]
+"""When, what (C{retrying}, C{requeued}, C{replayed}) and its words."""
+Record = tuple[
+    int,
+    bytes,
+    str,
+    bytes | None,
+    int,
+    int,
+    float,
+    float,
+    float,
+    int,
+    str,
+    str | None,
+    str,
+    bytes | None,
+    list[Step] | None,
+]
+
+STATES = ("done", "failed", "dead", "cancelled")
+"""The outcomes a record can have."""
+
+
+@frozen
+class Search:
+    """What to look for: any of these that is given must match (C{key}: a prefix)."""
+
+    task_id: int = 0
+    key: bytes | None = None
+    task_type: bytes | None = None
+    queue: str | None = None
+    state: str | None = None
+
+    def among(self, records: Iterable[Record]) -> Iterable[Record]:
+        """The C{records} that match, in their order (one filter per field given)."""
+        task_id, key, task_type, queue, state = (
+            self.task_id,
+            self.key,
+            self.task_type,
+            self.queue,
+            self.state,
+        )
+        if task_id:
+            records = (r for r in records if r[ID] == task_id)
+        if state is not None:
+            records = (r for r in records if r[STATE] == state)
+        if queue is not None:
+            records = (r for r in records if r[QUEUE] == queue)
+        if task_type is not None:
+            records = (r for r in records if r[TYPE] == task_type)
+        if key is not None:
+            records = (r for r in records if r[KEY] is not None and r[KEY].startswith(key))
+        return records
+
+
+NOTHING = Search()
+"""A search for every record."""
+
+
+def cut(text: str, limit: int) -> str:
+    """C{text}, cut to C{limit} bytes of UTF-8 (C{...} says it was cut)."""
+    encoded = text.encode("utf-8", "replace")
+    if len(encoded) <= limit:
+        return text
+    return encoded[: max(0, limit - 3)].decode("utf-8", "ignore") + "..."
+
+
+class TaskHistory:
+    """
+    The recent finished tasks, newest last; the previews and steps of the
+    live tasks that will be part of their record.
+
+    @param head: reads the first bytes of a payload's block: C{head(block, n)}.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        head: Callable[[int, int], bytes],
+        count: int,
+        age: float,
+        preview: int,
+        failure_text: int,
+        preview_done: bool = False,
+    ) -> None:
+        self.clock = clock
+        self.head = head
+        self.age = age
+        self.preview = preview
+        self.failure_text = failure_text
+        self.ring: deque[Record] = deque(maxlen=count)
+        self._previews: dict[int, bytes] = {}
+        self._steps: dict[int, list[Step]] = {}
+        if not (preview and preview_done):
+            # No hook: a delivery costs nothing.
+            self.delivered = None  # type: ignore[assignment]
+
+    @property
+    def limit(self) -> int:
+        """The most records kept (C{[web] task_history})."""
+        return self.ring.maxlen or 0
+
+    def record_bytes(self) -> int:
+        """A bound on one record's bytes: what the count bound times makes the memory bound."""
+        texts = self.preview + self.failure_text + MAX_STEPS * (STEP_TEXT + STEP_OVERHEAD)
+        return RECORD_OVERHEAD + texts
+
+    # -- the kernel's hooks --------------------------------------------------
+
+    def delivered(self, task: Task, worker: Session) -> None:
+        self._remember(task)
+
+    def _remember(self, task: Task) -> None:
+        """Keep the preview of C{task}'s payload until it finishes (its block is freed then)."""
+        previews = self._previews
+        previews[task.task_id] = self.head(task.block, self.preview)
+        if len(previews) > self.limit:
+            # A task that ended unheard; never more than the ring holds.
+            del previews[next(iter(previews))]
+
+    def done(self, task: Task, worker: Session, attempt: int) -> None:
+        previews = self._previews
+        preview = previews.pop(task.task_id, None) if previews else None
+        self._keep(task, "done", worker, attempt, "", preview)
+
+    def failed(self, task: Task, worker: Session | None, reason: str, attempt: int | None) -> None:
+        attempt = task.attempts if attempt is None else attempt
+        self._keep(task, "failed", worker, attempt, reason, self._head(task))
+
+    def buried(self, task: Task, worker: Session | None, reason: str, attempt: int | None) -> None:
+        attempt = task.attempts if attempt is None else attempt
+        self._keep(task, "dead", worker, attempt, reason, self._head(task))
+
+    def cancelled(self, task: Task, why: str) -> None:
+        preview = self._previews.pop(task.task_id, None)
+        self._keep(task, "cancelled", None, task.attempts, why, preview)
+
+    def retrying(
+        self, task: Task, worker: Session | None, reason: str, attempt: int | None
+    ) -> None:
+        if self.preview and task.task_id not in self._previews:
+            self._remember(task)
+        self._step(task, "retrying", reason)
+
+    def requeued(self, task: Task, cause: str) -> None:
+        self._step(task, "requeued", cause)
+
+    def replayed(self, task: Task) -> None:
+        self._step(task, "replayed", "out of the dead-letter set")
+
+    def withdrawn(self, task: Task) -> None:
+        self._forget(task)
+
+    def dropped(self, task: Task, why: str) -> None:
+        self._forget(task)
+
+    # -- keeping -------------------------------------------------------------
+
+    def _head(self, task: Task) -> bytes | None:
+        """The preview of a failing task's payload, read from its block (still live)."""
+        self._previews.pop(task.task_id, None)
+        return self.head(task.block, self.preview) if self.preview else None
+
+    def _keep(
+        self,
+        task: Task,
+        state: str,
+        worker: Session | None,
+        attempt: int,
+        reason: str,
+        preview: bytes | None,
+    ) -> None:
+        now = self.clock()
+        task_id = task.task_id
+        ring = self.ring
+        ring.append(
+            (
+                task_id,
+                task.task_type,
+                task.home.name,
+                task.key,
+                task.priority,
+                task.size,
+                task.enqueued_at,
+                task.dispatched_at,
+                now,
+                attempt,
+                state,
+                None if worker is None else worker.peer.peer_name,
+                cut(reason, self.failure_text) if reason else reason,
+                preview,
+                self._steps.pop(task_id, None) if self._steps else None,
+            )
+        )
+        if ring[0][FINISHED] < now - self.age:
+            self.expire(now)
+
+    def _step(self, task: Task, kind: str, words: str) -> None:
+        steps = self._steps.get(task.task_id)
+        if steps is None:
+            steps = self._steps[task.task_id] = []
+            if len(self._steps) > self.limit:
+                del self._steps[next(iter(self._steps))]
+        steps.append((self.clock(), kind, cut(words, STEP_TEXT)))
+        if len(steps) > MAX_STEPS:
+            del steps[0]
+
+    def _forget(self, task: Task) -> None:
+        self._previews.pop(task.task_id, None)
+        self._steps.pop(task.task_id, None)
+
+    def expire(self, now: float) -> None:
+        """Forget the records older than C{task_history_age}."""
+        ring, oldest = self.ring, now - self.age
+        while ring and ring[0][FINISHED] < oldest:
+            ring.popleft()
+
+    # -- reading -------------------------------------------------------------
+
+    def search(self, search: Search, offset: int, limit: int) -> dict[str, Any]:
+        """The records that match, newest first, C{limit} from C{offset}; and how many match."""
+        self.expire(self.clock())
+        ring = self.ring
+        page: Iterable[Record]
+        if search == NOTHING:
+            matching, page = len(ring), islice(reversed(ring), offset, offset + limit)
+        else:
+            found = list(search.among(reversed(ring)))
+            matching, page = len(found), found[offset : offset + limit]
+        tasks = [summary(record) for record in page]
+        return {"matching": matching, "kept": len(ring), "limit": self.limit, "tasks": tasks}
+
+    def of(self, task_id: int) -> Iterable[Record]:
+        """Task C{task_id}'s records, newest first (one per outcome: a replay makes another)."""
+        return Search(task_id=task_id).among(reversed(self.ring))
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def summary(record: Record) -> dict[str, Any]:
+    """A record as a row of the search's table."""
+    started = record[STARTED]
+    return {
+        "id": record[ID],
+        "type": _text(record[TYPE]),
+        "queue": record[QUEUE],
+        "key": _text(record[KEY]),
+        "state": record[STATE],
+        "attempts": record[ATTEMPTS],
+        "finished_at": round(record[FINISHED], 3),
+        "run": round(record[FINISHED] - started, 3) if started else None,
+        "reason": record[REASON].partition("\n")[0] or None,
+    }
+
+
+def payload_view(data: bytes, size: int) -> dict[str, Any]:
+    """A payload's preview: as text when it is UTF-8 without control bytes, else as hex."""
+    view: dict[str, Any] = {"size": size, "shown": len(data), "cut": len(data) < size}
+    try:
+        text: str | None = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        # Cut inside a character: the text before it.
+        text = data[: e.start].decode() if view["cut"] and e.start >= len(data) - 3 else None
+    if text is not None and not _controls(text):
+        view["text"] = text
+    else:
+        view["hex"] = data.hex(" ")
+    view["base64"] = base64.b64encode(data).decode()
+    return view
+
+
+def _controls(text: str) -> bool:
+    """Whether C{text} holds control characters other than tab and line ends."""
+    return any((ord(c) < 32 and c not in "\t\r\n") or ord(c) == 127 for c in text)
+
+
+def render(record: Record) -> dict[str, Any]:
+    """A record in full, for the task page: its facts, payload, failure and timeline."""
+    answer = summary(record)
+    submitted, started, finished = record[SUBMITTED], record[STARTED], record[FINISHED]
+    preview = record[PREVIEW]
+    answer |= {
+        "priority": record[PRIORITY],
+        "size": record[SIZE],
+        "submitted_at": round(submitted, 3),
+        "started_at": round(started, 3) if started else None,
+        "wait": round(started - submitted, 3) if started else None,
+        "worker": record[WORKER],
+        "reason": record[REASON] or None,
+        "payload": None if preview is None else payload_view(preview, record[SIZE]),
+    }
+    timeline: list[dict[str, Any]] = [
+        {"at": round(submitted, 3), "event": "submitted", "text": f"to queue {record[QUEUE]}"}
+    ]
+    steps = record[STEPS] or ()
+    timeline += ({"at": round(at, 3), "event": kind, "text": words} for at, kind, words in steps)
+    if started:
+        worker = record[WORKER]
+        timeline.append(
+            {
+                "at": round(started, 3),
+                "event": "delivered",
+                "text": f"attempt {record[ATTEMPTS]}" + (f" to {worker}" if worker else ""),
+            }
+        )
+    timeline.append(
+        {"at": round(finished, 3), "event": record[STATE], "text": answer["reason"] or ""}
+    )
+    timeline.sort(key=lambda step: step["at"])
+    answer["timeline"] = timeline
+    return answer
