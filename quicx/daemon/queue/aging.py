@@ -79,6 +79,8 @@ class Aging(Generic[T]):
     @ivar levels: the queue's priorities (shared, not copied).
     @ivar order: the queue's priorities with tasks, ascending (shared).
     @ivar heads: the heap of the lower priorities' heads (some stale).
+    @ivar watched: the ticket of each priority's head that has an entry in
+        C{heads} (so a head is pushed once, however often it is watched).
     @ivar promoted: tasks dealt before a higher priority's because they were
         overdue, since the queue was made.
     """
@@ -87,6 +89,7 @@ class Aging(Generic[T]):
     levels: Mapping[int, Lane[T]]
     order: list[int]
     heads: list[Entry] = field(factory=list)
+    watched: dict[int, int] = field(factory=dict)
     promoted: int = 0
 
     def arrived(self, priority: int, fresh: bool) -> None:
@@ -106,6 +109,9 @@ class Aging(Generic[T]):
         if not level.size or priority == self.order[-1]:
             return
         head = level.peek()
+        if self.watched.get(priority) == head.ticket:
+            return
+        self.watched[priority] = head.ticket
         heads = self.heads
         heapq.heappush(heads, (head.ready_at, priority, head.ticket))
         if len(heads) > MAX_ENTRIES:
@@ -116,6 +122,7 @@ class Aging(Generic[T]):
                 for head in (levels[p].peek(),)
             ]
             heapq.heapify(self.heads)
+            self.watched = {p: ticket for _, p, ticket in self.heads}
 
     def due(self, now: float) -> int | None:
         """The overdue priority whose head is oldest at C{now}; C{None}: none is."""
@@ -127,11 +134,11 @@ class Aging(Generic[T]):
             if ready > deadline:
                 return None
             level = levels[priority]
-            if not level.size or priority >= top:
-                heapq.heappop(heads)  # watched again if it is ever lower and queued
-                continue
-            if level.peek().ticket != ticket:
-                heapq.heappop(heads)  # a head since taken: its successor is watched
-                continue
-            return priority
+            if level.size and priority < top and level.peek().ticket == ticket:
+                return priority
+            # Empty or the highest (watched again once lower and queued), or
+            # a head since taken (its successor is watched).
+            heapq.heappop(heads)
+            if self.watched.get(priority) == ticket:
+                del self.watched[priority]
         return None

@@ -309,11 +309,13 @@ class NamedQueue(Generic[T, W]):
             task.ticket = level.tail
             level.plain.append(task)
             level.size += 1
+            if fresh and self.aging is not None and len(self.order) > 1:
+                self.aging.arrived(priority, fresh)
         else:
             level.push(task, at_head)
+            if (fresh or at_head) and self.aging is not None and len(self.order) > 1:
+                self.aging.arrived(priority, fresh)
         self.depth += 1
-        if (fresh or at_head) and self.aging is not None and len(self.order) > 1:
-            self.aging.arrived(priority, fresh)
         if key is None or not self.limited:
             return False
         state = self.keys.get(key)

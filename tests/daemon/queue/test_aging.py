@@ -214,6 +214,21 @@ def test_the_highest_priority_queued_is_never_promoted() -> None:
     assert queue.aging is not None and queue.aging.promoted == 1
 
 
+def test_a_priority_displaced_from_the_top_again_is_still_promoted() -> None:
+    """
+    A priority that was the highest queued (its head then left unpromoted)
+    and is displaced again by a higher one keeps its bound: its old head is
+    promoted over the new top.
+    """
+    queue: NamedQueue[Item, object] = NamedQueue("q", QueuePolicy(aging=5.0), False)
+    for item in (Item("top", 9, 0.0), Item("old", 3, 0.0), Item("low", 1, 0.5)):
+        queue.push(item)
+    taken = [queue.take(1.0), queue.take(10.0)]  # then "old" is the highest queued
+    queue.push(Item("top again", 9, 10.0))
+    taken.append(queue.take(11.0))
+    assert [item.name for item in taken if item] == ["top", "low", "old"]
+
+
 def test_with_aging_0_there_is_no_aging_state() -> None:
     queue: NamedQueue[Item, object] = NamedQueue("q", QueuePolicy(aging=0.0), False)
     assert queue.aging is None
