@@ -229,6 +229,26 @@ def test_a_priority_displaced_from_the_top_again_is_still_promoted() -> None:
     assert [item.name for item in taken if item] == ["top", "low", "old"]
 
 
+def test_in_a_queue_with_key_limits_an_overdue_head_held_by_its_key_waits_for_it() -> None:
+    """
+    With key limits: an overdue head goes first when its key may start;
+    one whose key is at key_concurrency does not hold the others back.
+    """
+    policy = QueuePolicy(aging=5.0, key_concurrency=1)
+    queue: NamedQueue[Item, object] = NamedQueue("q", policy, False)
+    items = [
+        Item("top x", 9, 0.0, b"x"),
+        Item("top y", 9, 0.0, b"y"),
+        Item("low z", 1, 0.0, b"z"),
+        Item("held x", 2, 0.0, b"x"),
+    ]
+    for item in items:
+        queue.push(item)
+    taken = [queue.take(1.0), queue.take(10.0), queue.take(10.0)]
+    assert [item.name for item in taken if item] == ["top x", "low z", "top y"]
+    assert queue.aging is not None and queue.aging.promoted == 1
+
+
 def test_with_aging_0_there_is_no_aging_state() -> None:
     queue: NamedQueue[Item, object] = NamedQueue("q", QueuePolicy(aging=0.0), False)
     assert queue.aging is None
