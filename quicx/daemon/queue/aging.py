@@ -23,15 +23,16 @@ by the C{k+1}-th dispatch after C{ready + W}.  Preconditions: workers keep
 taking tasks from the queue, and the task is not held back by a limit of its
 own (C{key_concurrency}, C{rate}, C{key_rate}) or a pause.
 
-Cost: with one priority queued, nothing but one comparison per dispatch
-(L{quicx.daemon.queue.queues.NamedQueue.take}).  With several, a binary
-heap of the lower priorities' heads, checked lazily: an entry is pushed
-when a priority's head changes (it gets its first task, it stops being the
-highest, a task is put back at its head, taken from it or removed), and a
-stale one is dropped or refreshed when it reaches the top; so a dispatch
-costs O(log p) for p priorities queued (at most 256), never a walk of the
-queue.  The heap is rebuilt from the priorities when it holds more than
-L{MAX_ENTRIES}, so it stays bounded.
+Cost: with one priority queued, one comparison per dispatch
+(L{quicx.daemon.queue.queues.NamedQueue.take}) and one per task queued into
+an empty priority.  With several, a binary heap of the lower priorities'
+heads, checked lazily: an entry is pushed when a priority's head changes
+(it gets its first task, it stops being the highest, a task is put back at
+its head, taken from it or removed), once per head, and a stale one is
+dropped when it reaches the top; so a dispatch costs O(log p) for p
+priorities queued (at most 256), never a walk of the queue.  The heap is
+rebuilt from the priorities when it holds more than L{MAX_ENTRIES}, so it
+stays bounded.
 """
 
 from __future__ import annotations

@@ -310,7 +310,7 @@ class NamedQueue(Generic[T, W]):
             level.plain.append(task)
             level.size += 1
             if fresh and self.aging is not None and len(self.order) > 1:
-                self.aging.arrived(priority, fresh)
+                self.aging.arrived(priority, True)
         else:
             level.push(task, at_head)
             if (fresh or at_head) and self.aging is not None and len(self.order) > 1:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
+from quicx.daemon.queue.aging import MAX_ENTRIES
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Task
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
@@ -247,6 +248,22 @@ def test_in_a_queue_with_key_limits_an_overdue_head_held_by_its_key_waits_for_it
     taken = [queue.take(1.0), queue.take(10.0), queue.take(10.0)]
     assert [item.name for item in taken if item] == ["top x", "low z", "top y"]
     assert queue.aging is not None and queue.aging.promoted == 1
+
+
+def test_the_heap_of_heads_stays_bounded() -> None:
+    """
+    Heads that keep changing (tasks put back at the head of a lower
+    priority, each ready earlier) leave stale entries: past MAX_ENTRIES the
+    heap is rebuilt, one entry per lower priority, and the rule still holds.
+    """
+    queue: NamedQueue[Item, object] = NamedQueue("q", QueuePolicy(aging=5.0), False)
+    queue.push(Item("top", 9, 100.0))
+    queue.push(Item("other", 2, 50.0))
+    for n in range(3 * MAX_ENTRIES):
+        queue.push(Item(f"back {n}", 1, 50.0 - n / MAX_ENTRIES), at_head=True)
+        assert queue.aging is not None and len(queue.aging.heads) <= MAX_ENTRIES
+    oldest = queue.take(60.0)
+    assert oldest is not None and oldest.name == f"back {3 * MAX_ENTRIES - 1}"
 
 
 def test_with_aging_0_there_is_no_aging_state() -> None:
