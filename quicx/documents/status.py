@@ -96,6 +96,7 @@ class Queue:
     oldest_age: float | None = None
     declared: bool = False
     drain_rate: float = 0.0
+    promoted: int = 0
 
 
 @frozen

@@ -201,6 +201,7 @@ EVERY_FLAG_CHANGED = config.with_settings(
     dispatch=Order.FIFO,
     failing_streak=5,
     failing_window=2.5,
+    default_aging=0,
     default_retries=3,
     default_backoff=Backoff(BackoffKind.FIXED, 2000, 2000, 10),
     count_lost=True,
@@ -537,6 +538,7 @@ EVERY_QUEUE_KEY_CHANGED: dict[str, Any] = {
     "key_burst": 4,
     "keep_results": True,
     "result_ttl": 90.0,
+    "aging": 0.5,
 }
 
 
@@ -588,6 +590,16 @@ def test_the_limits_reach_the_queue_core_as_configured() -> None:
         dispatch=DispatchSettings(Order.FIFO, 0, 0.5),
     )
     assert config.Config().queue_limits.dispatch == DispatchSettings(Order.LIFO, 3, 10.0)
+
+
+def test_aging_is_off_where_only_version_1_is_spoken() -> None:
+    """The protocol page's daemon deals in strict priority order, [queue NAME] sections too."""
+    text = "[queues]\naging = 2\n[queue mail]\naging = 3\n"
+    both = config.parse(text).queue_limits
+    assert (both.defaults.aging, both.policy("mail").aging) == (2.0, 3.0)
+    only_v1 = config.parse("[protocol]\nversions = 1\n" + text).queue_limits
+    assert (only_v1.defaults.aging, only_v1.policy("mail").aging) == (0.0, 0.0)
+    assert config.Config().queue_limits.defaults.aging == 5.0
 
 
 def test_the_progress_and_shared_limits_reach_the_daemon_as_configured() -> None:

@@ -550,6 +550,7 @@ def test_queues_lists_every_queue_by_name_and_stats_counts_them_all(connect: Con
     assert last["priorities"] == {"3": 2, "0": 1}
     assert isinstance(last["oldest_age"], int | float) and last["oldest_age"] >= 0
     assert last["declared"] is False
+    assert last["promoted"] == 0  # no task has waited [queues] aging
     kind, after = monitor.ask(frame(STATS))
     assert kind == STATS_RESPONSE
     assert struct.unpack(">I", after[:4])[0] == struct.unpack(">I", before[:4])[0] + 4

@@ -14,6 +14,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench observability        # e2e with /metrics off and on, scraped
     python -m tools.bench scale                # 1, 2, 4 daemons: independent, as a cluster
     python -m tools.bench abuse                # the memory bound under abuse (tools/abuse.py)
+    python -m tools.bench starvation           # lowest-priority waits beside a saturating top
 
 See docs/performance.md for the figures and how to read them.
 
@@ -98,6 +99,7 @@ from tools.bench.scale import (
     scale_run,
     scale_workload,
 )
+from tools.bench.starvation import starvation_worker, starvation_workload
 from tools.bench.throughput import (
     e2e_workload,
     events_workload,
@@ -187,6 +189,8 @@ __all__ = [
     "scale_workload",
     "sixteen_bytes",
     "small_result_worker",
+    "starvation_worker",
+    "starvation_workload",
     "status",
     "submit_workload",
     "synthetic_events",

@@ -39,6 +39,7 @@ from tools.bench.scale import (
     SCALE_MODES,
     scale_workload,
 )
+from tools.bench.starvation import starvation_workload
 from tools.bench.throughput import (
     clients_workload,
     e2e_workload,
@@ -395,6 +396,22 @@ def run_abuse(s: Session) -> None:
         s.emit(f"abuse {result['scenario']}", abuse_line(result), result)
 
 
+def run_starvation(s: Session) -> None:
+    # W = 1 s, a low task every 1.5 s (the trickle the bound is stated for);
+    # then aging off, where the low tasks start only once the top stops.
+    seconds = 30.0 / s.scale
+    for aging in (1.0, 0.0):
+        ours = starvation_workload(aging, seconds, 1.5)
+        s.emit(
+            f"starvation aging {aging:g}",
+            f"{ours['low_tasks']} lowest-priority tasks beside {ours['top_tasks']:,}"
+            f" saturating top ones: wait p50 {ours['wait_p50_s']:.3f} s,"
+            f" p99 {ours['wait_p99_s']:.3f} s, max {ours['wait_max_s']:.3f} s;"
+            f" {ours['promoted']} promoted",
+            ours,
+        )
+
+
 RUNS: dict[str, Callable[[Session], None]] = {
     "submit": run_submit,
     "e2e": run_e2e,
@@ -415,6 +432,7 @@ RUNS: dict[str, Callable[[Session], None]] = {
     "idle": run_idle,
     "scale": run_scale,
     "abuse": run_abuse,
+    "starvation": run_starvation,
 }
 """The workloads by name, in the order C{python -m tools.bench} runs them."""
 

@@ -184,6 +184,10 @@ QUEUES = section("queues", QueuesSettings, "",
     key("failing_window", seconds(),
         "lifo: seconds after its latest failure that such a worker stays behind (0: off).",
         field="dispatch.failing_window"),
+    key("aging", seconds(),
+        "The starvation bound W: a lower priority's next task waiting this long goes first"
+        " (0: strict priority order), in a queue without its own.",
+        name="default_aging"),
 )  # fmt: skip
 
 RETRIES = section("retries", RetrySettings, "",
@@ -401,6 +405,9 @@ QUEUE_KEYS = (
                "Keep every task's outcome and result, as if its SUBMIT asked."),
     SectionKey(QueuePolicy, "result_ttl", seconds(low=1),
                "Seconds the queue keeps an outcome.", "`[results] ttl`"),
+    SectionKey(QueuePolicy, "aging", seconds(),
+               "The starvation bound W: a lower priority's next task waiting this long goes"
+               " first (0: strict priority order).", "`[queues] aging`"),
 )  # fmt: skip
 """The keys of a C{[queue NAME]} section, in the docs' order."""
 

@@ -184,6 +184,7 @@ class QueuesSettings:
     max_dedup_keys: int = 100_000
     max_fairness_keys: int = 10_000
     dispatch: DispatchSettings = Factory(DispatchSettings)
+    aging: float = 5.0
 
 
 @frozen
@@ -328,6 +329,7 @@ class Config:
             priority=queues.priority,
             retries=retries.retries,
             backoff=retries.backoff,
+            aging=queues.aging,
         )
         return QueueLimits(
             versions=self.protocol.versions,
@@ -344,13 +346,18 @@ class Config:
             dead_max_count=self.dead_letters.max_count,
             dead_max_age=self.dead_letters.max_age,
             declared={
-                name: attrs.evolve(defaults, **keys) for name, keys in self.queue_sections.items()
+                name: self._aged(attrs.evolve(defaults, **keys))
+                for name, keys in self.queue_sections.items()
             },
-            defaults=defaults,
+            defaults=self._aged(defaults),
             results=self.results,
             groups=self.groups,
             dispatch=queues.dispatch,
         )
+
+    def _aged(self, policy: QueuePolicy) -> QueuePolicy:
+        """C{policy}, without aging where only version 1 is spoken (the page's strict order)."""
+        return policy if 2 in self.protocol.versions else attrs.evolve(policy, aging=0.0)
 
     @property
     def authorization(self) -> Authorization | None:

@@ -200,6 +200,14 @@ class QuicxCollector(Collector):
             for queue in queues:
                 gauge.add_metric([queue.name], int(getattr(queue, attribute)))
             yield gauge
+        promoted = CounterMetricFamily(
+            "quicx_queue_promoted",
+            "Tasks dealt before a higher priority's because they waited [queues] aging.",
+            labels=["queue"],
+        )
+        for queue in queues:
+            promoted.add_metric([queue.name], 0 if queue.aging is None else queue.aging.promoted)
+        yield promoted
 
     def _connections(self) -> Iterator[Metric]:
         queue = self.queue

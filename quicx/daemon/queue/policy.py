@@ -43,6 +43,9 @@ class QueuePolicy:
         finishes, as if its SUBMIT had asked.
     @ivar result_ttl: seconds an outcome is kept when the queue keeps it;
         C{None}: C{[results] ttl}.
+    @ivar aging: the starvation bound C{W}: seconds after which a lower
+        priority's next task goes before higher ones (0: strict priority
+        order; see L{quicx.daemon.queue.aging}).
     """
 
     max_depth: int = 0
@@ -57,6 +60,7 @@ class QueuePolicy:
     backoff: Backoff = DEFAULT_BACKOFF
     keep_results: bool = False
     result_ttl: float | None = None
+    aging: float = 5.0
 
 
 @frozen

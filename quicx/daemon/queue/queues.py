@@ -9,7 +9,9 @@ between them and workers.
 Within a queue, tasks wait in one L{Level} per priority; the non-empty
 priorities are kept sorted, so taking the next task is O(log n) in the
 number of priorities (at most 256) plus O(1) in the tasks.  Within a level,
-tasks wait in one FIFO per fairness key, and the keys take turns.
+tasks wait in one FIFO per fairness key, and the keys take turns.  With
+aging (L{quicx.daemon.queue.aging}), a lower priority whose next task has
+waited C{aging} seconds goes first.
 
 Each task queued gets a ticket from its level: counting up at the tail,
 down at the head, so every FIFO is sorted by ticket and a task's place in
@@ -27,6 +29,7 @@ from typing import Generic, Protocol, TypeVar
 from attrs import define, field
 
 from quicx.daemon.observe.telemetry import Tally
+from quicx.daemon.queue.aging import Aging
 from quicx.daemon.queue.policy import QueuePolicy
 from quicx.documents.status import Queue
 
@@ -41,6 +44,7 @@ class Queued(Protocol):
     priority: int
     fairness: bytes | None
     enqueued_at: float
+    ready_at: float
     ticket: int
 
 
@@ -151,6 +155,15 @@ class Level(Generic[T]):
         self.popped(key, fifo)
         return task
 
+    def peek(self) -> T:
+        """The task L{pop} would take (there is one)."""
+        fifos = self.fifos
+        if len(fifos) == 1:
+            return self.plain[0]
+        first = iter(fifos.values())
+        fifo = next(first)
+        return fifo[0] if fifo else next(first)[0]
+
     def popped(self, key: bytes | None, fifo: deque[T]) -> None:
         """A task was taken from C{fifo}, the FIFO of C{key}: its turn is over."""
         fifos = self.fifos
@@ -224,6 +237,7 @@ class NamedQueue(Generic[T, W]):
     @ivar finished: when its recent tasks finished, for the drain rate.
     @ivar tallies: its task types' tallies, by type (a cache of the core's
         L{Telemetry}, up to its C{max_types}).
+    @ivar aging: its starvation bound (C{None}: its policy's C{aging} is 0).
     """
 
     name: str
@@ -247,10 +261,13 @@ class NamedQueue(Generic[T, W]):
     max_depth: int = 0
     priority: int = 0
     tallies: dict[bytes, Tally] = field(factory=dict)
+    aging: Aging[T] | None = None
 
     def __attrs_post_init__(self) -> None:
         self.header = bytes((len(self.name),)) + self.name.encode("ascii")
         policy = self.policy
+        if policy.aging:
+            self.aging = Aging(policy.aging, self.levels, self.order)
         self.limited = bool(policy.key_concurrency or policy.rate or policy.key_rate)
         # The policy's, where the submit path reads them.
         self.max_depth, self.priority = policy.max_depth, policy.priority
@@ -283,7 +300,8 @@ class NamedQueue(Generic[T, W]):
         level = self.levels.get(priority)
         if level is None:
             level = self.levels[priority] = Level()
-        if not level.size:
+        fresh = not level.size
+        if fresh:
             bisect.insort(self.order, priority)
         key = task.fairness
         if key is None and not at_head and len(level.fifos) == 1:
@@ -291,8 +309,12 @@ class NamedQueue(Generic[T, W]):
             task.ticket = level.tail
             level.plain.append(task)
             level.size += 1
+            if fresh and self.aging is not None and len(self.order) > 1:
+                self.aging.arrived(priority, True)
         else:
             level.push(task, at_head)
+            if (fresh or at_head) and self.aging is not None and len(self.order) > 1:
+                self.aging.arrived(priority, fresh)
         self.depth += 1
         if key is None or not self.limited:
             return False
@@ -308,6 +330,8 @@ class NamedQueue(Generic[T, W]):
         level = self.levels[task.priority]
         level.remove(task)
         self._shrunk(task.priority, level)
+        if self.aging is not None:
+            self.aging.watch(task.priority)
         if task.fairness is not None and self.limited:
             self.keys[task.fairness].queued -= 1
 
@@ -329,6 +353,10 @@ class NamedQueue(Generic[T, W]):
             return None
         if not self.limited:
             order = self.order
+            if len(order) > 1 and self.aging is not None:
+                overdue = self.aging.due(now)
+                if overdue is not None:
+                    return self._promote(overdue)
             level = self.levels[order[-1]]
             if len(level.fifos) == 1:  # level.pop(), for the common case
                 task = level.plain.popleft()
@@ -342,6 +370,18 @@ class NamedQueue(Generic[T, W]):
             return task
         return self._take_limited(now)
 
+    def _promote(self, priority: int) -> T:
+        """Take the head of C{priority}, overdue (see L{quicx.daemon.queue.aging})."""
+        aging = self.aging
+        assert aging is not None
+        level = self.levels[priority]
+        task = level.pop()
+        self._shrunk(priority, level)
+        self.running += 1
+        aging.promoted += 1
+        aging.watch(priority)
+        return task
+
     def _take_limited(self, now: float) -> T | None:
         bucket = self.bucket
         if self.policy.rate:
@@ -349,24 +389,41 @@ class NamedQueue(Generic[T, W]):
                 bucket = self.bucket = TokenBucket.full(self.policy.rate, self.policy.burst, now)
             if not bucket.ready(now):
                 return None
+        aging = self.aging
+        if aging is not None and len(self.order) > 1:
+            overdue = aging.due(now)
+            if overdue is not None:
+                task = self._take_from(overdue, now)
+                if task is not None:
+                    aging.promoted += 1
+                    return task
         for priority in reversed(self.order):
-            level = self.levels[priority]
-            for key, fifo in level.fifos.items():
-                if not fifo or (key is not None and not self._key_may_start(key, now)):
-                    continue
-                task = fifo.popleft()
-                level.popped(key, fifo)
-                self._shrunk(priority, level)
-                if bucket is not None:
-                    bucket.take()
-                if key is not None:
-                    state = self.keys[key]
-                    state.queued -= 1
-                    state.running += 1
-                    if state.bucket is not None:
-                        state.bucket.take()
-                self.running += 1
+            task = self._take_from(priority, now)
+            if task is not None:
                 return task
+        return None
+
+    def _take_from(self, priority: int, now: float) -> T | None:
+        """The first task of C{priority} in turn that its key's limits let start now."""
+        level = self.levels[priority]
+        for key, fifo in level.fifos.items():
+            if not fifo or (key is not None and not self._key_may_start(key, now)):
+                continue
+            task = fifo.popleft()
+            level.popped(key, fifo)
+            self._shrunk(priority, level)
+            if self.aging is not None:
+                self.aging.watch(priority)
+            if self.bucket is not None:
+                self.bucket.take()
+            if key is not None:
+                state = self.keys[key]
+                state.queued -= 1
+                state.running += 1
+                if state.bucket is not None:
+                    state.bucket.take()
+            self.running += 1
+            return task
         return None
 
     def _key_may_start(self, key: bytes, now: float) -> bool:
@@ -473,4 +530,5 @@ class NamedQueue(Generic[T, W]):
             oldest_age=None if oldest is None else round(max(0.0, now - oldest), 3),
             declared=self.declared,
             drain_rate=round(self.drain_rate(now), 3),
+            promoted=0 if self.aging is None else self.aging.promoted,
         )

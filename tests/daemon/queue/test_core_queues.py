@@ -344,6 +344,7 @@ class Item:
     priority: int
     fairness: bytes | None
     enqueued_at: float = 0.0
+    ready_at: float = 0.0
     ticket: int = 0
 
 
