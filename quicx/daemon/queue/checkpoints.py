@@ -50,8 +50,6 @@ class Checkpoints:
     """
     @ivar settings: its limits (the daemon sets the configured ones).
     @ivar held: tasks that have a checkpoint now; C{bytes}: their states' bytes.
-    @ivar saved: checkpoints kept since start; C{refused}: refused as too
-        large or past C{max_memory} (a stale one counts with the stale outcomes).
     """
 
     def __init__(
@@ -62,8 +60,6 @@ class Checkpoints:
         self.settings = settings or CheckpointSettings()
         self.held = 0
         self.bytes = 0
-        self.saved = 0
-        self.refused = 0
 
     def save(self, session: Session, task_id: int, token: int, state: Result) -> None:
         """
@@ -79,7 +75,6 @@ class Checkpoints:
         settings = self.settings
         size = len(state.data)
         if size > settings.max_size:
-            self.refused += 1
             raise Refused(
                 ErrorCode.PAYLOAD_TOO_LARGE,
                 f"task {task_id}: a checkpoint of {size} bytes exceeds [checkpoints] max_size"
@@ -88,7 +83,6 @@ class Checkpoints:
         old = task.checkpoint
         grows = size - (0 if old is None else len(old.state.data))
         if grows > 0 and self.bytes + grows > settings.max_memory:
-            self.refused += 1
             raise Refused(
                 ErrorCode.QUEUE_FULL,
                 f"task {task_id}: checkpoint memory is full ([checkpoints] max_memory ="
@@ -99,7 +93,6 @@ class Checkpoints:
         task.checkpoint = saved = SavedState(state, self.kernel.clock())
         self.bytes += grows
         self.held += old is None
-        self.saved += 1
         self.kernel.journal.record_checkpoint(task_id, saved)
 
     def finished(self, task: Task) -> None:
@@ -123,12 +116,3 @@ class Checkpoints:
         if saved is None:
             return None
         return {"size": len(saved.state.data), "at": round(saved.saved_at, 3)}
-
-    def status(self) -> dict[str, int]:
-        """The checkpoints held now and their bytes, those saved and refused since start."""
-        return {
-            "held": self.held,
-            "bytes": self.bytes,
-            "saved": self.saved,
-            "refused": self.refused,
-        }
