@@ -214,9 +214,7 @@ def test_the_snapshot_keeps_it_and_a_restore_hands_it_back_counted() -> None:
     ]
     _, restarted, _ = started()
     saved = SavedState(Result.of({"i": 7}), START - 5)
-    restarted.restore(
-        Recovery((RecoveredTask(9, b"t", b"x", checkpoint=saved),), 9, 0, 0, 1)
-    )
+    restarted.restore(Recovery((RecoveredTask(9, b"t", b"x", checkpoint=saved),), 9, 0, 0, 1))
     assert (restarted.checkpoints.held, restarted.checkpoints.bytes) == (1, len(b'{"i":7}'))
     worker = v2_worker_of(restarted)
     (delivered,) = tasks(worker)
