@@ -54,7 +54,7 @@ def test_a_checkpoint_round_trips(task_id: int, token: int, state: Result) -> No
 @given(ids, tokens, st.sampled_from([0, *codec.ErrorCode]), st.text(max_size=200))
 def test_an_answer_round_trips(task_id: int, token: int, code: int, reason: str) -> None:
     encoded = checkpoints.encode_checkpointed(task_id, token, code, reason)
-    message_type, payload = through_parser(encoded)
+    _, payload = through_parser(encoded)
     answer = checkpoints.decode_checkpointed(payload)
     assert answer == Checkpointed(task_id, token, code, reason)
     assert answer.kept == (code == checkpoints.KEPT)
@@ -71,7 +71,7 @@ def test_a_deliverys_checkpoint_rides_beside_every_other_item(
     state: Result, key: bytes | None, fairness: bytes | None, retries: int, trace: bytes | None
 ) -> None:
     fields = (7, b"job", b"body", b"\x01q", 3, 2, 1234, key, fairness, 99, 5000, 1, retries, trace)
-    message_type, payload = through_parser(taskflow.encode_delivery(*fields, state))
+    _, payload = through_parser(taskflow.encode_delivery(*fields, state))
     task = taskflow.decode_task(payload)
     assert (task.checkpoint, task.key, task.fairness, task.retries, task.trace, task.payload) == (
         state,

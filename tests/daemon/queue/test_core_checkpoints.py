@@ -171,7 +171,7 @@ def test_memory_is_bounded_in_all_and_the_last_checkpoint_stands() -> None:
 
 def test_a_task_this_worker_does_not_hold_is_a_protocol_violation() -> None:
     _, queue, _ = started()
-    _, worker, task = running(queue)
+    task = running(queue)[2]
     stranger = v2_worker_of(queue, name="stranger")
     with pytest.raises(ProtocolViolation):
         save(queue, stranger, task, "mine")
