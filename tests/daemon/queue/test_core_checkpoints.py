@@ -8,6 +8,8 @@ task finishes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from twisted.internet.task import Clock
 
@@ -55,7 +57,7 @@ def running(queue: QueueService, retries: int = 0) -> tuple[FakePeer, FakePeer, 
     return producer, worker, task
 
 
-def tasks(peer: FakePeer) -> list[taskflow.Task]:
+def tasks(peer: FakePeer) -> list[Any]:
     """The TASKs C{peer} got since the last call."""
     return [m for m in peer.take() if isinstance(m, taskflow.Task | wire.Task)]
 
