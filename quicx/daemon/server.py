@@ -369,7 +369,7 @@ class QuicxServerProtocol(FrameReceiver):
         """
         Answer once the journal holds what the request changed (with
         C{fsync = always}), in order with this peer's other answers; if it
-        could not be written, C{ERROR 0x01}, or C{failed(reason)}.
+        could not be written, C{ERROR 0x01}, or C{failed(why)} (the write's error).
         """
         durable = self.queue.journal.durable()
         session = self.session
@@ -382,13 +382,14 @@ class QuicxServerProtocol(FrameReceiver):
 
         def decided(result: object) -> None:
             if isinstance(result, Failure):
-                reason = (
-                    f"done, but not journaled ({result.getErrorMessage()}): a restart may undo it"
-                )
+                why = result.getErrorMessage()
                 held.reply = (
-                    link.encode_error(ErrorCode.QUEUE_FULL, reason)
+                    link.encode_error(
+                        ErrorCode.QUEUE_FULL,
+                        f"done, but not journaled ({why}): a restart may undo it",
+                    )
                     if failed is None
-                    else failed(reason)
+                    else failed(why)
                 )
             else:
                 held.reply = frame

@@ -58,7 +58,7 @@ class Connection(Protocol):
     ) -> None:
         """
         Answer once the journal holds what the request changed, in order;
-        if it could not be written, C{ERROR 0x01}, or C{failed(reason)}.
+        if it could not be written, C{ERROR 0x01}, or C{failed(why)} (the write's error).
         """
 
     def producer(

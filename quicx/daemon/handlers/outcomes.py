@@ -42,8 +42,11 @@ def checkpoint(conn: Connection, payload: bytes) -> None:
         return
     conn.reply_when_durable(
         checkpoints.encode_checkpointed(task_id, token),
-        lambda reason: checkpoints.encode_checkpointed(
-            task_id, token, ErrorCode.QUEUE_FULL, f"kept, but {reason}"
+        lambda why: checkpoints.encode_checkpointed(
+            task_id,
+            token,
+            ErrorCode.QUEUE_FULL,
+            f"kept, but not journaled ({why}): a restart may undo it",
         ),
     )
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
 
 from quicx.daemon.journal.interface import SavedState
 from quicx.daemon.journal.records import RecoveredTask, Recovery
@@ -19,8 +20,11 @@ from quicx.daemon.queue import introspect
 from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
-from quicx.protocol import taskflow, wire
+from quicx.daemon.server import QuicxServerFactory
+from quicx.protocol import checkpoints, registry, taskflow, wire
+from quicx.protocol.checkpoints import Checkpointed
 from quicx.protocol.codec import ErrorCode
+from quicx.protocol.frames import FrameParser
 from quicx.protocol.session import ProtocolViolation
 from quicx.protocol.taskflow import Backoff, BackoffKind, Result
 from tests.fakes import (
@@ -222,3 +226,33 @@ def test_the_snapshot_keeps_it_and_a_restore_hands_it_back_counted() -> None:
     (delivered,) = tasks(worker)
     assert (delivered.task_id, delivered.checkpoint) == (9, Result.of({"i": 7}))
     assert introspect.inspect(restarted, 9)["checkpoint"] == {"size": 7, "at": START - 5}
+
+
+def test_the_answer_waits_for_the_journal_and_says_when_it_failed() -> None:
+    """Through the server: kept is answered once its record is durable; a failed write says so."""
+    clock, queue, journal = started()
+    journal.syncing = []  # fsync = always: each record is durable when its Deferred fires
+    server = QuicxServerFactory(queue, clock).buildProtocol(None)
+    assert server is not None
+    transport = StringTransport()
+    server.makeConnection(transport)
+    parser = FrameParser(1 << 20, check_types=False, v2_max_length=1 << 20)
+
+    def written() -> list[Any]:
+        clock.advance(0)  # the output batcher's flush
+        frames = parser.feed(transport.value())
+        transport.clear()
+        return [registry.decode(f.message_type, f.payload) for f in frames]  # type: ignore[union-attr]
+
+    server.dataReceived(taskflow.encode_ready(1))
+    submit_to(queue, v2_producer_of(queue).session, b"t", b"x")
+    (task,) = [m for m in written() if isinstance(m, taskflow.Task)]
+    server.dataReceived(checkpoints.encode_checkpoint(task.task_id, task.token, Result.of(1)))
+    assert written() == []  # not yet durable
+    journal.syncing[-1].callback(None)
+    assert written() == [Checkpointed(task.task_id, task.token, 0)]
+    server.dataReceived(checkpoints.encode_checkpoint(task.task_id, task.token, Result.of(2)))
+    journal.syncing[-1].errback(OSError("No space left on device"))
+    ((task_id, token, code, reason),) = written()
+    assert (task_id, token, code) == (task.task_id, task.token, ErrorCode.QUEUE_FULL)
+    assert reason == "kept, but not journaled (No space left on device): a restart may undo it"
