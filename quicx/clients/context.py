@@ -168,7 +168,6 @@ class TaskContext:
         if self._delivery is not None:
             self._delivery.progress_soon(encoded, message)
 
-
     def checkpoint(self, state: object) -> Any:
         """
         Save C{state} (bytes, a string, or anything JSON-serialisable, at
