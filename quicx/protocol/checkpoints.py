@@ -19,7 +19,7 @@ import struct
 from collections.abc import Callable
 from typing import NamedTuple
 
-from quicx.protocol.codec import MessageType, bad, frame, text
+from quicx.protocol.codec import MAX_OPTION, MessageType, bad, frame, text
 from quicx.protocol.taskflow import Result, decode_result
 
 _HEAD = struct.Struct(">IQB")
@@ -28,6 +28,8 @@ CHECKPOINT_FIXED = _HEAD.size
 MAX_CHECKPOINT = 32768
 """The largest state the protocol allows (C{[checkpoints] max_size}'s bound): a TASK's
 context (u16 long) has room for it, in items of 255 bytes, beside every other item."""
+MAX_CONTEXT = MAX_CHECKPOINT + 1 + 2 * -(-(MAX_CHECKPOINT + 1) // MAX_OPTION)
+"""The most bytes a checkpoint adds to a TASK's context: its kind and state, in items."""
 KEPT = 0
 """The code of the answer to a CHECKPOINT that was kept."""
 

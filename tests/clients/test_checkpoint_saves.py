@@ -11,9 +11,11 @@ from collections.abc import Callable
 
 import pytest
 
+from quicx.clients.address import CLIENT_MAX_LENGTH
 from quicx.clients.checkpoints import Saves
-from quicx.protocol import checkpoints, codec
+from quicx.protocol import checkpoints, codec, taskflow
 from quicx.protocol.errors import ConnectionLost, DaemonError, QueueFull, QuicxError
+from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.taskflow import Result
 
 
@@ -66,3 +68,17 @@ def test_what_the_daemon_would_refuse_is_refused_before_it_is_sent() -> None:
         saves.frame(1, 1, b"12345", print)
     with pytest.raises(TypeError, match="JSON-serialisable"):
         saves.frame(1, 1, object(), print)
+
+
+def test_the_largest_task_with_the_largest_checkpoint_fits_a_clients_frames() -> None:
+    longest = b"k" * 255
+    state = Result.of(b"s" * checkpoints.MAX_CHECKPOINT)
+    context = taskflow.task_context(longest, longest, 5, 100, 3, 9, longest, state)
+    task = taskflow.encode_task(
+        1, b"t" * 255, b"p" * codec.MAX_PAYLOAD, b"\x40" + b"q" * 64, 9, 2, 0, context
+    )
+    assert len(task) - codec.HEADER_SIZE <= CLIENT_MAX_LENGTH
+    parser = FrameParser(CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH)
+    (frame,) = parser.feed(task)
+    assert isinstance(frame, Frame)
+    assert taskflow.decode_task(frame.payload).checkpoint == state
