@@ -3,15 +3,25 @@ Checkpoints survive a crash: a daemon with C{fsync = always} answers a
 CHECKPOINT once its record is synced, is killed with SIGKILL, and the
 task's redelivery after the restart carries the last acknowledged state
 (also after compactions, which rewrite it); a finished task's is gone.
+The record's layout is the page's, the last of a task wins, and a damaged
+one is refused.
 """
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
+import pytest
+
+from quicx.daemon.journal import records as journal
+from quicx.daemon.journal.interface import SavedState
+from quicx.daemon.journal.records import JournalCorrupt
+from quicx.daemon.journal.recovery import recover
 from quicx.protocol import admin, checkpoints, codec, outcomes, taskflow, wire
 from quicx.protocol.checkpoints import Checkpointed
 from quicx.protocol.taskflow import Result
+from tests.daemon.journal.test_journal_v2 import framed, write
 from tests.peer import Peer
 
 
@@ -85,3 +95,41 @@ def test_checkpoints_survive_compactions_and_kill_9(tmp_path: Path, start_daemon
         worker.send(taskflow.encode_ready(1))
         again = next_task(worker)
         assert again.checkpoint == Result.of(bytes([199]) * 1000)
+
+
+T0 = 1795000000.0
+
+
+def test_the_record_is_the_pages_layout_and_the_last_of_a_task_wins(tmp_path: Path) -> None:
+    saved = SavedState(Result.of({"i": 2}), T0 + 0.25)
+    assert journal.encode_saved(7, saved) == framed(
+        bytes([27]) + struct.pack(">IQB", 7, 1795000000250, 3) + b'{"i":2}'
+    )
+    path = tmp_path / "j"
+    first = SavedState(Result.of({"i": 1}), T0)
+    write(
+        path,
+        journal.encode_submit2(7, b"t", b"p", "q", 0, T0, None, None),
+        journal.encode_saved(7, first),
+        journal.encode_saved(7, saved),
+        journal.encode_saved(8, first),  # of no live task: nothing
+        journal.encode_submit2(9, b"t", b"p", "q", 0, T0, None, None),
+        journal.encode_saved(9, first),
+        journal.encode_outcome(9, "done"),  # finished: its checkpoint goes with it
+    )
+    (task,) = recover(str(path)).tasks
+    assert (task.task_id, task.checkpoint) == (7, saved)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (bytes([27]) + struct.pack(">IQ", 7, 0), "CHECKPOINT record shorter than its header"),
+        (bytes([27]) + struct.pack(">IQB", 7, 0, 4) + b"x", "unknown state kind 4"),
+    ],
+)
+def test_a_damaged_record_is_refused(tmp_path: Path, body: bytes, problem: str) -> None:
+    path = tmp_path / "j"
+    write(path, journal.encode_submit2(7, b"t", b"p", "q", 0, T0, None, None), framed(body))
+    with pytest.raises(JournalCorrupt, match=problem):
+        recover(str(path))
