@@ -25,6 +25,7 @@ from quicx.daemon.journal.interface import (
     IJournalOwner,
     KeptEntry,
     Record,
+    SavedState,
 )
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
@@ -116,6 +117,7 @@ class FakeJournal:
         self.shared: list[tuple[str, int, bytes]] = []
         self.results: list[KeptEntry | int] = []
         self.groups: list[GroupEntry] = []
+        self.checkpoints: list[tuple[int, SavedState]] = []
         self.syncing: list[Deferred[None]] | None = None
 
     def bind(self, owner: IJournalOwner) -> None:
@@ -162,6 +164,9 @@ class FakeJournal:
 
     def record_group(self, entry: GroupEntry) -> None:
         self.groups.append(entry)
+
+    def record_checkpoint(self, task_id: int, saved: SavedState) -> None:
+        self.checkpoints.append((task_id, saved))
 
     def durable(self) -> Deferred[None] | None:
         """C{None} (all is durable), unless a test set C{syncing}: then one more to fire."""

@@ -6,7 +6,7 @@ worker's credits and queues, runs each TASK's handler (an C{async def}
 one as a task of the loop), and reports its outcome with
 L{quicx.clients.reports.report}: the outcomes found while a read is
 handled go in one write.  Each delivery's lease (L{AsyncLease}) sends the
-handler's TOUCH and PROGRESS, and keeps it alive with C{auto_extend}.
+handler's TOUCH, PROGRESS and CHECKPOINT, and keeps it alive with C{auto_extend}.
 
 The protocol does not tell a worker that its task was cancelled (CANCEL
 of a running task is refused as a conflict); it does tell it, in answer
@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from quicx.clients import tracing
+from quicx.clients.checkpoints import Saves
 from quicx.clients.connection import (
     ClientConnection,
     Greeted,
@@ -37,6 +38,7 @@ from quicx.clients.connection import (
 from quicx.clients.context import TaskContext, touch_seconds
 from quicx.clients.reports import Raised, Unrecoverable, failure_reason, report
 from quicx.protocol import codec, outcomes, taskflow, wire
+from quicx.protocol.errors import QuicxError
 from quicx.protocol.frames import Frame
 
 log = logging.getLogger("quicx.aio.worker")
@@ -67,8 +69,15 @@ class AsyncLease:
     handler's PROGRESS; nothing after its outcome.
     """
 
-    def __init__(self, send: Callable[[bytes], None], task: taskflow.Task, reports: bool) -> None:
+    def __init__(
+        self,
+        send: Callable[[bytes], None],
+        task: taskflow.Task,
+        reports: bool,
+        saves: Saves | None = None,
+    ) -> None:
         self._loop = asyncio.get_running_loop()
+        self._saves = saves or Saves(None)
         self._send = send
         self.task_id, self.token = task.task_id, task.token
         self.seconds = task.lease_ms / 1000
@@ -96,6 +105,26 @@ class AsyncLease:
     def _send_unless_ended(self, frame: bytes) -> None:
         if not self.ended:
             self._send(frame)
+
+    def checkpoint_soon(self, state: object) -> asyncio.Future[bool]:
+        """
+        CHECKPOINT C{state}, on the loop: a future, done (C{True}) once the
+        daemon holds it durably, or failed with its refusal.
+        """
+        if self.ended:
+            raise QuicxError(f"task {self.task_id}: no checkpoint after its outcome")
+        answer: asyncio.Future[bool] = self._loop.create_future()
+
+        def answered(error: Exception | None) -> None:
+            if answer.done():
+                return
+            if error is None:
+                answer.set_result(True)
+            else:
+                answer.set_exception(error)
+
+        self._send(self._saves.frame(self.task_id, self.token, state, answered))
+        return answer
 
     def keep_alive(self) -> None:
         """Every half lease until L{end}, extend it by its length unless it has that left."""
@@ -134,6 +163,7 @@ class AsyncSlot(asyncio.Protocol):
         self.capabilities: frozenset[str] = frozenset()
         self.max_result: int | None = None
         self.max_reason = 1024
+        self.saves = Saves(None)  # its handlers' checkpoints waiting for their answers
         self._answered = False  # a TASK or WAIT came: READY was taken
         self._replies: list[bytes] | None = None  # outcomes found while a read is handled
         self._no_answer: asyncio.TimerHandle | None = None
@@ -167,6 +197,7 @@ class AsyncSlot(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._no_answer is not None:
             self._no_answer.cancel()
+        self.saves.lost(str(exc or "closed"))
         for _, lease in self.running.values():
             if lease is not None:
                 lease.end()  # its outcome cannot be reported: the daemon requeues it
@@ -201,6 +232,8 @@ class AsyncSlot(asyncio.Protocol):
             self._start(task)
         elif self._conn.greeted and kind == wire.MessageType.WAIT:
             self._answered = True
+        elif self.version == codec.VERSION and kind == codec.MessageType.CHECKPOINT:
+            self.saves.answered(frame.payload)  # a bad one: MalformedMessage, as a bad TASK
         else:
             events: list[Any] = []
             self._conn.receive_frame(self._parser.version, kind, frame.payload, events)
@@ -227,6 +260,8 @@ class AsyncSlot(asyncio.Protocol):
             self.max_result = limits["max_result"]
         if isinstance(limits.get("max_reason"), int) and limits["max_reason"] > 0:
             self.max_reason = limits["max_reason"]
+        if "checkpoints" in self.capabilities and isinstance(limits.get("max_checkpoint"), int):
+            self.saves.limit = limits["max_checkpoint"]
         if greeted.fell_back and self.worker.queues:
             log.warning(
                 "the daemon speaks protocol version 1 only: this worker serves its default queue"
@@ -265,7 +300,7 @@ class AsyncSlot(asyncio.Protocol):
         """Run C{task}'s handler: a plain function's outcome is reported at once."""
         lease = None
         if isinstance(task, taskflow.Task) and task.token:
-            lease = AsyncLease(self._write, task, "progress" in self.capabilities)
+            lease = AsyncLease(self._write, task, "progress" in self.capabilities, self.saves)
             if self.worker.auto_extend:
                 lease.keep_alive()
         found = self.worker.handler_for(task.task_type)

@@ -227,6 +227,10 @@ def cmd_task(args: argparse.Namespace) -> int:
         f" priority {task['priority']}, {thousands(task['size'])} bytes,"
         f" submitted {age(task['age'])} ago, {_deliveries(task['attempt'])}"
     )
+    saved = task.get("checkpoint")
+    if saved is not None:  # what its next delivery resumes from
+        saved_ago = age(max(0.0, time.time() - saved["at"]))
+        print(f"  checkpoint: {thousands(saved['size'])} bytes, saved {saved_ago} ago")
     if task["state"] == "running":
         print(f"  running on {task['worker']} for {age(task['running_for'])}")
         return 0

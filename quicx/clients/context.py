@@ -2,9 +2,9 @@
 What a handler knows of its task besides the payload (L{TaskContext}), sans-I/O.
 
 Shared by the Twisted worker (L{quicx.clients.worker}) and the asyncio one
-(L{quicx.aio.worker}): each hands its handlers a context whose C{extend}
-and C{progress} go through its own L{Delivery} (a lease that sends TOUCH
-and PROGRESS on its connection).
+(L{quicx.aio.worker}): each hands its handlers a context whose C{extend},
+C{progress} and C{checkpoint} go through its own L{Delivery} (a lease that
+sends TOUCH, PROGRESS and CHECKPOINT on its connection).
 """
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from __future__ import annotations
 import inspect
 import math
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from attrs import field, frozen
 
 from quicx.clients.progress import ten_thousandths
 from quicx.clients.tracing import traceparent, tracestate
 from quicx.protocol import taskflow, wire
+from quicx.protocol.errors import QuicxError
 
 MAX_TOUCH = 0xFFFFFFFF
 """The longest extension a TOUCH carries, in seconds."""
@@ -46,6 +47,11 @@ class Delivery(Protocol):
 
     def progress_soon(self, fraction: int, message: str) -> None: ...
 
+    def checkpoint_soon(self, state: object) -> Any: ...
+
+
+T = TypeVar("T")
+
 
 @frozen
 class TaskContext:
@@ -71,6 +77,8 @@ class TaskContext:
     @ivar trace: the producer's trace context, as the task carried it (see
         L{traceparent} and L{tracestate}; L{quicx.clients.tracing} runs
         the handler in a span of it when the worker uses OpenTelemetry).
+    @ivar saved: the last checkpoint of the task, which this delivery
+        resumes from (see L{checkpoint_state}), as it came.
     """
 
     task_id: int
@@ -88,6 +96,7 @@ class TaskContext:
     shared: Mapping[str, bytes] = field(factory=dict, eq=False, repr=False)
     _delivery: Delivery | None = field(default=None, eq=False, repr=False)
     trace: bytes | None = field(default=None, kw_only=True)
+    saved: taskflow.Result | None = field(default=None, kw_only=True, repr=False)
 
     @property
     def traceparent(self) -> str | None:
@@ -126,6 +135,7 @@ class TaskContext:
             shared,
             delivery,
             trace=task.trace,
+            saved=task.checkpoint,
         )
 
     def extend(self, seconds: float) -> None:
@@ -157,6 +167,65 @@ class TaskContext:
         encoded = ten_thousandths(fraction)
         if self._delivery is not None:
             self._delivery.progress_soon(encoded, message)
+
+    def checkpoint(self, state: object) -> Any:
+        """
+        Save C{state} (bytes, a string, or anything JSON-serialisable, at
+        most the daemon's C{max_checkpoint} bytes: 16 KiB by default) as the
+        task's checkpoint: its next delivery (a retry, or a redelivery after
+        this worker is lost or its lease runs out, or after a restart) gets
+        it back as L{checkpoint_state}.  Each replaces the one before.
+
+        In a handler in the thread pool it returns once the daemon holds the
+        state as durably as an accepted task; on the reactor (or the asyncio
+        worker's loop) it returns an awaitable that completes then:
+        C{await context.checkpoint(state)}.
+
+        @raise TypeError: C{state} is none of those.
+        @raise ValueError: it is larger than the daemon takes.
+        @raise QuicxError: the daemon takes no checkpoints, or the handler has
+            finished; a L{quicx.protocol.errors.DaemonError} when the daemon
+            refuses it (code 0x08: the delivery is stale, its lease ran out;
+            L{quicx.protocol.errors.QueueFull}: the daemon's checkpoint memory
+            is full): the task's last checkpoint stands.
+        """
+        if self._delivery is None:
+            raise QuicxError("no checkpoints without a delivery token (a version-1 daemon)")
+        return self._delivery.checkpoint_soon(state)
+
+    @property
+    def resumed(self) -> bool:
+        """Whether this delivery came with a checkpoint of an earlier one."""
+        return self.saved is not None
+
+    @property
+    def checkpoint_state(self) -> Any:
+        """
+        The state of the task's last checkpoint, as it was saved (bytes, a
+        string, or what the JSON holds); C{None} without one (see L{resumed}).
+        """
+        return None if self.saved is None else self.saved.value()
+
+    def iterate(self, items: Sequence[T], every: int = 1) -> Iterator[T]:
+        """
+        C{items} from where the last checkpoint left off, checkpointing the
+        index of the next item after every C{every} items and after the
+        last: a retry or a redelivery skips what was done.  For a handler
+        in the thread pool, where each checkpoint waits until it is durable.
+
+            for row in context.iterate(rows, every=100):
+                copy(row)
+
+        @raise ValueError: C{every} is less than 1, or the checkpoint is not
+            an index into C{items}.
+        """
+        start = self.checkpoint_state if self.resumed else 0
+        if every < 1 or type(start) is not int or not 0 <= start <= len(items):
+            raise ValueError(f"cannot resume {len(items)} items from checkpoint {start!r}")
+        for index in range(start, len(items)):
+            yield items[index]
+            if (index + 1 - start) % every == 0 or index + 1 == len(items):
+                self.checkpoint(index + 1)
 
 
 def takes_context(function: Callable[..., Any]) -> bool:

@@ -7,19 +7,25 @@ again.  TOUCH, quoting the token, sets the lease to run out so many seconds
 from now.  A L{Lease} sends it when the handler asks (L{Lease.extend_soon},
 from any thread) or, with L{Lease.keep_alive}, every half lease while the
 handler runs, and never after the task's outcome.  The handler's progress
-reports on its delivery go the same way (L{Lease.progress_soon}).
+reports on its delivery go the same way (L{Lease.progress_soon}), and its
+checkpoints, which wait for the daemon's answer (L{Lease.checkpoint_soon}).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
+from twisted.internet.threads import blockingCallFromThread
+from twisted.python.threadable import isInIOThread
 
+from quicx.clients.checkpoints import Saves
 from quicx.clients.context import MAX_TOUCH as MAX_TOUCH
 from quicx.clients.context import touch_seconds
 from quicx.protocol import outcomes
+from quicx.protocol.errors import QuicxError
 
 
 class Lease:
@@ -41,6 +47,7 @@ class Lease:
         token: int,
         lease_ms: int,
         reports: bool = True,
+        saves: Saves | None = None,
     ) -> None:
         self._reactor = reactor
         self._send = send
@@ -50,6 +57,7 @@ class Lease:
         self.deadline: float | None = reactor.seconds() + self.seconds if lease_ms else None
         self.ended = False
         self.reports = reports
+        self._saves = saves or Saves(None)
         self._renewal: LoopingCall | None = None
 
     def extend(self, seconds: float) -> None:
@@ -84,6 +92,38 @@ class Lease:
         if self.reports:
             frame = outcomes.encode_progress(self.task_id, self.token, fraction, message)
             self._reactor.callFromThread(self._send_unless_ended, frame)
+
+    def checkpoint_soon(self, state: object) -> Deferred[bool] | None:
+        """
+        CHECKPOINT C{state}: from a thread (a handler's in the thread pool),
+        sent by the reactor thread, and returns once the daemon holds it
+        durably; on the reactor thread, sent now, and returns a Deferred
+        that fires then.  Refused, it raises (or the Deferred fails with)
+        the daemon's error (see L{quicx.clients.checkpoints.Saves.frame} for
+        what is refused before it is sent).
+        """
+        if isInIOThread():
+            return self._checkpoint(state)
+        # Waits for the Deferred's value, or raises its error (typed as the value).
+        blockingCallFromThread(
+            self._reactor, cast(Callable[[object], bool], self._checkpoint), state
+        )
+        return None
+
+    def _checkpoint(self, state: object) -> Deferred[bool]:
+        """Send the CHECKPOINT: a Deferred of C{True} once it is kept."""
+        if self.ended:
+            raise QuicxError(f"task {self.task_id}: no checkpoint after its outcome")
+        answer: Deferred[bool] = Deferred()
+
+        def answered(error: Exception | None) -> None:
+            if error is None:
+                answer.callback(True)
+            else:
+                answer.errback(error)
+
+        self._send(self._saves.frame(self.task_id, self.token, state, answered))
+        return answer
 
     def _send_unless_ended(self, frame: bytes) -> None:
         if not self.ended:

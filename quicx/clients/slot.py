@@ -23,6 +23,7 @@ from twisted.python.failure import Failure
 from quicx.clients import operations
 from quicx.clients.adaptive import AutoCredits
 from quicx.clients.address import CLIENT_MAX_LENGTH
+from quicx.clients.checkpoints import Saves
 from quicx.clients.connection import (
     Answer,
     ClientConnection,
@@ -124,6 +125,7 @@ class WorkerProtocol(FrameReceiver):
     @ivar capabilities: what the daemon says it can do, in answer to HELLO.
     @ivar max_result: the largest result the daemon takes, in bytes, as its
         answer to HELLO says (C{None}: it did not say).
+    @ivar saves: its handlers' checkpoints waiting for their answers.
     """
 
     log = Logger()
@@ -157,6 +159,7 @@ class WorkerProtocol(FrameReceiver):
         self.capabilities: frozenset[str] = frozenset()
         self.max_result: int | None = None
         self.max_reason = MAX_REASON
+        self.saves = Saves(None)
         # The latest ACKs with a result: task id -> (token, frame size).
         self._results_sent: OrderedDict[int, tuple[int, int]] = OrderedDict()
         # Outcomes found while a read is handled, sent together at its end.
@@ -198,6 +201,7 @@ class WorkerProtocol(FrameReceiver):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self._unanswered is not None and self._unanswered.active():
             self._unanswered.cancel()
+        self.saves.lost(reason.getErrorMessage())
         self.worker._slots.discard(self)
         self.worker._slot_lost(self)
         self.closed.callback(None)
@@ -259,6 +263,11 @@ class WorkerProtocol(FrameReceiver):
                 self._finished(outcome, task, lease)
         elif message_type == wire.MessageType.WAIT:
             self._answered = True
+        elif message_type == codec.MessageType.CHECKPOINT and self.version == codec.VERSION:
+            try:
+                self.saves.answered(payload)
+            except codec.MalformedMessage as e:
+                self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
         elif message_type == codec.MessageType.SHARED and self.version == codec.VERSION:
             if self.worker._follower is self:
                 self.worker.shared_arrived(shared_data.decode_shared(payload))
@@ -357,6 +366,9 @@ class WorkerProtocol(FrameReceiver):
         limits = limits if isinstance(limits, dict) else {}
         limit, reason = limits.get("max_result"), limits.get("max_reason")
         self.max_result = limit if isinstance(limit, int) else None
+        saved = limits.get("max_checkpoint")
+        if "checkpoints" in self.capabilities and isinstance(saved, int):
+            self.saves.limit = saved
         if isinstance(reason, int) and reason > 0:
             self.max_reason = reason
 
@@ -418,6 +430,7 @@ class WorkerProtocol(FrameReceiver):
             task.token,
             task.lease_ms,
             "progress" in self.capabilities,
+            self.saves,
         )
         if self.worker.auto_extend:
             lease.keep_alive()

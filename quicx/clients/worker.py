@@ -12,8 +12,8 @@ The worker runner.
 Handlers take the task's payload (C{bytes}), and may take a second argument,
 the task's L{TaskContext} (id, queue, priority, attempt, enqueue time, keys,
 the delivery's fencing token and lease, its failures and retries, progress
-reports, shared data).  Returning normally means done, and what the handler
-returns (C{bytes}, C{str}, or anything JSON-serialisable; C{None}: nothing)
+reports, shared data, checkpoints).  Returning normally means done, and what
+the handler returns (C{bytes}, C{str}, or anything JSON-serialisable; C{None}: nothing)
 is the task's result; raising means failed, with the exception's type,
 message and traceback as the reason (see L{failure_reason}; the worker logs
 it too), L{Unrecoverable}: failed for good, not to be retried.  To a version-2

@@ -44,6 +44,7 @@ from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
 from quicx.protocol import codec, link, monitor, taskflow, wire
+from quicx.protocol.checkpoints import CHECKPOINT_FIXED
 from quicx.protocol.frames import Frame, RejectedFrame
 from quicx.protocol.outcomes import NACK_FIXED, PROGRESS_FIXED
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
@@ -362,10 +363,13 @@ class QuicxServerProtocol(FrameReceiver):
             self.queue.claim_role(session, Role.PRODUCER)
         return session
 
-    def reply_when_durable(self, frame: bytes) -> None:
+    def reply_when_durable(
+        self, frame: bytes, failed: Callable[[str], bytes] | None = None
+    ) -> None:
         """
         Answer once the journal holds what the request changed (with
-        C{fsync = always}), in order with this peer's other answers.
+        C{fsync = always}), in order with this peer's other answers; if it
+        could not be written, C{ERROR 0x01}, or C{failed(why)} (the write's error).
         """
         durable = self.queue.journal.durable()
         session = self.session
@@ -378,9 +382,14 @@ class QuicxServerProtocol(FrameReceiver):
 
         def decided(result: object) -> None:
             if isinstance(result, Failure):
-                held.reply = link.encode_error(
-                    ErrorCode.QUEUE_FULL,
-                    f"done, but not journaled ({result.getErrorMessage()}): a restart may undo it",
+                why = result.getErrorMessage()
+                held.reply = (
+                    link.encode_error(
+                        ErrorCode.QUEUE_FULL,
+                        f"done, but not journaled ({why}): a restart may undo it",
+                    )
+                    if failed is None
+                    else failed(why)
                 )
             else:
                 held.reply = frame
@@ -424,8 +433,8 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         longest reason the limits allow, whichever is longer.
     @ivar v2_max_length: the same for version 2 (its SUBMIT options may add
         up to 2 + 4,096 bytes); C{None} when version 2 is turned off.
-    @ivar v2_type_limits: the longest PROGRESS, PUBLISH and WATCH the
-        limits allow, in place of C{v2_max_length}.
+    @ivar v2_type_limits: the longest PROGRESS, PUBLISH, WATCH and
+        CHECKPOINT the limits allow, in place of C{v2_max_length}.
     @ivar admin: its connections have the admin role (the control socket's).
     @ivar status: makes the daemon's status document, which STATUS answers;
         C{None} (STATUS is answered not found) until the daemon sets it.
@@ -469,12 +478,14 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         # name and its length, and the most data (no more, refused at its
         # header); a WATCH's three lists full of the longest items.  A
         # PROGRESS: task id, token, fraction and the longest message, when
-        # longer (a longer message is a bad message, not too large).
+        # longer (a longer message is a bad message, not too large).  A
+        # CHECKPOINT: task id, token, kind and the largest state (no more).
         self.v2_type_limits: dict[int, int] = {
             codec.MessageType.PROGRESS: max(
                 self.v2_max_length or 0, PROGRESS_FIXED + queue.progress.settings.max_message
             ),
             codec.MessageType.WATCH: monitor.MAX_WATCH_SIZE,
+            codec.MessageType.CHECKPOINT: CHECKPOINT_FIXED + queue.checkpoints.settings.max_size,
         }
         shared = queue.shared
         if isinstance(shared, SharedData):

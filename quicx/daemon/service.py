@@ -377,6 +377,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
         progress=config.progress,
         telemetry=Telemetry(config.metrics.max_types, config.metrics.max_series),
     )
+    queue.checkpoints.settings = config.checkpoints
     shared = SharedData(queue, config.shared)
     events = event_bus(config.events, queue, reactor)
     queue.plug(shared=shared, events=events)

@@ -64,6 +64,7 @@ def _delivery_v1(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
 
 
 def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
+    saved = task.checkpoint
     return taskflow.encode_delivery(
         task.task_id,
         task.task_type,
@@ -79,6 +80,7 @@ def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
         task.failures,
         task.retries,
         task.trace,
+        None if saved is None else saved.state,
     )
 
 

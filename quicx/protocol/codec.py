@@ -103,6 +103,8 @@ class MessageType(IntEnum):
     WATCH = 0x29
     EVENTS = 0x2A
     STATUS = 0x2B
+    # Checkpoints (quicx.protocol.checkpoints).
+    CHECKPOINT = 0x30
 
 
 KNOWN_TYPES = frozenset(MessageType)
@@ -239,6 +241,32 @@ def tlv(
             items[tag] = data[offset + 2 : value_end]
         offset = value_end
     return items
+
+
+def chunked(tag: int, value: bytes) -> bytes:
+    """
+    C{value}, not empty and of any length, as TLV items of C{tag}, each 1
+    to L{MAX_OPTION} bytes, in order: what L{joined} reads back.
+    """
+    return b"".join(
+        bytes((tag, len(part))) + part
+        for part in (value[i : i + MAX_OPTION] for i in range(0, len(value), MAX_OPTION))
+    )
+
+
+def joined(data: bytes, start: int, end: int, tag: int) -> bytes | None:
+    """
+    The values of the (checked) TLV items of C{tag} in C{data[start:end]},
+    joined in order (see L{chunked}); C{None} if there is none.
+    """
+    parts = []
+    offset = start
+    while offset < end:
+        value_end = offset + 2 + data[offset + 1]
+        if data[offset] == tag:
+            parts.append(data[offset + 2 : value_end])
+        offset = value_end
+    return b"".join(parts) if parts else None
 
 
 _NAMES: dict[bytes, str] = {}

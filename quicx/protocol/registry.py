@@ -3,7 +3,7 @@ Every message of the protocol by version and type: the registry, and the one dec
 
 Version 1's decoders are L{wire.DECODERS}; version 2's are those of its
 message modules, each of which registers the types it defines (L{taskflow},
-L{outcomes}, L{admin}, L{shared_data}, L{monitor}, L{link}).  A type is in
+L{outcomes}, L{admin}, L{shared_data}, L{monitor}, L{link}, L{checkpoints}).  A type is in
 exactly one of them, and every opcode of L{codec.MessageType} has a
 decoder: this module refuses to load otherwise.
 """
@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from quicx.protocol import admin, link, monitor, outcomes, shared_data, taskflow, wire
+from quicx.protocol import (
+    admin,
+    checkpoints,
+    link,
+    monitor,
+    outcomes,
+    shared_data,
+    taskflow,
+    wire,
+)
 from quicx.protocol.codec import VERSION, MalformedMessage, MessageType
 
 Message = (
@@ -23,6 +32,7 @@ Message = (
     | shared_data.Message
     | monitor.Message
     | link.Message
+    | checkpoints.Message
 )
 """Any message, of either version."""
 
@@ -51,6 +61,7 @@ DECODERS: dict[int, Decoders] = {
         shared_data.DECODERS,
         monitor.DECODERS,
         link.DECODERS,
+        checkpoints.DECODERS,
     ),
 }
 """Each version's decoders, by message type."""

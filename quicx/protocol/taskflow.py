@@ -37,7 +37,9 @@ from quicx.protocol.codec import (
     MessageType,
     bad,
     check_queue,
+    chunked,
     frame,
+    joined,
     name_field,
     name_list,
     option,
@@ -78,11 +80,15 @@ class Option(IntEnum):
 
 
 class Context(IntEnum):
-    """The TLV tags a TASK's context adds to the SUBMIT option tags it repeats."""
+    """
+    The TLV tags a TASK's context adds to the SUBMIT option tags it repeats:
+    CHECKPOINT's items repeat (L{quicx.protocol.checkpoints}).
+    """
 
     TOKEN = 0x20
     LEASE = 0x21
     RETRIES = 0x22
+    CHECKPOINT = 0x24
 
 
 class ResultKind(IntEnum):
@@ -346,6 +352,7 @@ class Task(NamedTuple):
     @ivar failures: the failed attempts before this one; C{retries}: how
         many the task may have retried.
     @ivar trace: its producer's trace context (L{SubmitOptions.trace}), if any.
+    @ivar checkpoint: the last state a delivery of it saved (CHECKPOINT), if any.
     """
 
     task_id: int
@@ -362,6 +369,7 @@ class Task(NamedTuple):
     failures: int = 0
     retries: int = 0
     trace: bytes | None = None
+    checkpoint: Result | None = None
 
 
 Message = Submit | Ok | Ready | Task | Done
@@ -452,11 +460,13 @@ def task_context(
     failures: int = 0,
     retries: int = 0,
     trace: bytes | None = None,
+    checkpoint: Result | None = None,
 ) -> bytes:
     """
     The TLV context a TASK carries after its type: the keys, then the
     delivery's token and lease (when it has a token), then its retries
-    (when it may retry), then its producer's trace context (when it has one).
+    (when it may retry), then its producer's trace context (when it has
+    one), then its last checkpoint (when it has one).
     """
     context = b""
     if key is not None:
@@ -469,6 +479,8 @@ def task_context(
         context += bytes((Context.RETRIES, 4)) + U16.pack(failures) + U16.pack(retries)
     if trace is not None:
         context += bytes((Option.TRACE, len(trace))) + trace
+    if checkpoint is not None:
+        context += chunked(Context.CHECKPOINT, checkpoint.encode())
     return context
 
 
@@ -531,6 +543,7 @@ def encode_delivery(  # noqa: PLR0913
     failures: int,
     retries: int,
     trace: bytes | None = None,
+    checkpoint: Result | None = None,
 ) -> bytes:
     """
     A TASK as the daemon delivers it: L{encode_task} with the context
@@ -538,8 +551,8 @@ def encode_delivery(  # noqa: PLR0913
     a lease alone, is packed with the header, the queue and the type in one
     call (a layout made once per queue and type).
     """
-    if not token or key is not None or fairness is not None or retries or trace is not None:
-        context = task_context(key, fairness, token, lease_ms, failures, retries, trace)
+    if not token or key is not None or fairness is not None or retries or trace or checkpoint:
+        context = task_context(key, fairness, token, lease_ms, failures, retries, trace, checkpoint)
         return encode_task(
             task_id, task_type, payload, queue_header, priority, attempt, enqueued_ms, context
         )
@@ -795,7 +808,10 @@ def decode_ready(payload: bytes) -> Ready:
 
 
 _TASK_FIXED = struct.Struct(">IHBQ")
-_CONTEXT_TAGS = frozenset({Option.KEY, Option.FAIRNESS, Option.TRACE, *Context})
+# Each of these once; a checkpoint's items repeat (read by joined()).
+_CONTEXT_TAGS = frozenset(
+    {Option.KEY, Option.FAIRNESS, Option.TRACE, *Context} - {Context.CHECKPOINT}
+)
 _CONTEXT_SIZES = {Context.TOKEN: 8, Context.LEASE: 4, Context.RETRIES: 4}
 
 
@@ -814,32 +830,15 @@ def decode_task(payload: bytes) -> Task:
     end = start + ((payload[type_end] << 8) | payload[type_end + 1])
     if end > size:
         raise bad(MessageType.TASK, "context runs past the payload")
-    key = fairness = trace = None
-    token = lease_ms = failures = retries = 0
+    task_type, body = payload[offset + 1 : type_end], payload[end:]
     if end - start == _DELIVERY.size:
         # The common context, a token and a lease alone: one unpack.
         tag, size, token, lease_tag, lease_size, lease_ms = _DELIVERY.unpack_from(payload, start)
-        if (tag, size, lease_tag, lease_size) != _DELIVERY_ITEMS:
-            token = lease_ms = 0
-            key, fairness, token, lease_ms, failures, retries, trace = _context(payload, start, end)
-    elif end > start:
-        key, fairness, token, lease_ms, failures, retries, trace = _context(payload, start, end)
-    return Task(
-        task_id,
-        payload[offset + 1 : type_end],
-        payload[end:],
-        queue,
-        priority,
-        attempt,
-        enqueued_ms,
-        key,
-        fairness,
-        token,
-        lease_ms,
-        failures,
-        retries,
-        trace,
-    )
+        if (tag, size, lease_tag, lease_size) == _DELIVERY_ITEMS:
+            fixed = (task_id, task_type, body, queue, priority, attempt, enqueued_ms)
+            return Task(*fixed, None, None, token, lease_ms)
+    items = _context(payload, start, end) if end > start else ()
+    return Task(task_id, task_type, body, queue, priority, attempt, enqueued_ms, *items)
 
 
 _DELIVERY_ITEMS = (Context.TOKEN, 8, Context.LEASE, 4)
@@ -847,10 +846,11 @@ _DELIVERY_ITEMS = (Context.TOKEN, 8, Context.LEASE, 4)
 
 def _context(
     payload: bytes, start: int, end: int
-) -> tuple[bytes | None, bytes | None, int, int, int, int, bytes | None]:
+) -> tuple[bytes | None, bytes | None, int, int, int, int, bytes | None, Result | None]:
     """
-    A TASK's context items: keys, token, lease (ms), failures, retries and
-    trace (as it came: a worker's tracing reads it, or passes it over).
+    A TASK's context items: keys, token, lease (ms), failures, retries,
+    trace (as it came: a worker's tracing reads it, or passes it over) and
+    checkpoint (its items of tag 0x24, joined).
     """
     token = lease_ms = failures = retries = 0
     context = tlv(MessageType.TASK, payload, start, end, _CONTEXT_TAGS)
@@ -865,7 +865,9 @@ def _context(
         lease_ms = TASK_ID.unpack(context[Context.LEASE])[0]
     if Context.RETRIES in context:
         failures, retries = _TWO_U16.unpack(context[Context.RETRIES])
-    return key, fairness, token, lease_ms, failures, retries, context.get(Option.TRACE)
+    saved = joined(payload, start, end, Context.CHECKPOINT)
+    checkpoint = None if saved is None else decode_result(MessageType.TASK, saved or b"\0", 0)
+    return key, fairness, token, lease_ms, failures, retries, context.get(Option.TRACE), checkpoint
 
 
 _TWO_U16 = struct.Struct(">HH")

@@ -383,6 +383,8 @@ MONITOR = PROTOCOL[PROTOCOL.index("\n# Version 2: live events") :]
 """The page's section on part 4 of version 2 (L{quicx.protocol.monitor})."""
 TRACING = PROTOCOL[PROTOCOL.index("\n# Version 2: trace context") :]
 """The page's section on the trace option (L{quicx.protocol.taskflow})."""
+CHECKPOINTS = PROTOCOL[PROTOCOL.index("\n# Version 2: checkpoints") :]
+"""The page's section on checkpoints (L{quicx.protocol.checkpoints})."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -430,6 +432,7 @@ def table(text: str, after: str) -> list[list[str]]:
 def test_the_pages_message_tables_are_the_codecs() -> None:
     rows = table(VERSION_2, "## Messages") + table(LIFECYCLE, "## Messages")
     rows += table(RESULTS, "## Messages") + table(MONITOR, "## Messages")
+    rows += table(CHECKPOINTS, "## Messages")
     assert [(int(code, 16), name) for code, name, *_ in rows] == [
         (t.value, t.name) for t in MessageType
     ]
@@ -448,7 +451,7 @@ def test_the_pages_option_tags_are_the_codecs() -> None:
 
 
 def test_the_pages_context_tags_are_the_codecs() -> None:
-    rows = table(LIFECYCLE, "## TASK context items")
+    rows = table(LIFECYCLE, "## TASK context items") + table(CHECKPOINTS, "## TASK context items")
     assert [(int(tag, 16), item.upper()) for tag, item, *_ in rows] == [
         (c.value, c.name) for c in taskflow.Context
     ]

@@ -59,6 +59,7 @@ from quicx.daemon.observe.events import Compression, EventSettings
 from quicx.daemon.observe.logformat import LogFormat
 from quicx.daemon.observe.task_history import MAX_COUNT
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.dispatch import Order
 from quicx.daemon.queue.groups import GroupLimits
 from quicx.daemon.queue.policy import ProgressSettings, QueuePolicy, SharedLimits
@@ -66,6 +67,7 @@ from quicx.daemon.queue.results import ResultLimits
 from quicx.daemon.queue.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.net.tls import TlsSettings
 from quicx.protocol.admin import Missed
+from quicx.protocol.checkpoints import MAX_CHECKPOINT
 from quicx.protocol.codec import MAX_CREDITS, MAX_TYPE_LENGTH
 
 SERVER = section("server", ServerSettings, "",
@@ -221,6 +223,13 @@ PROGRESS = section("progress", ProgressSettings, "",
         name="max_progress_message"),
 )  # fmt: skip
 
+CHECKPOINTS = section("checkpoints", CheckpointSettings, "checkpoint_",
+    key("max_size", integer(1, MAX_CHECKPOINT, size=True),
+        "The largest state one CHECKPOINT may carry, in bytes (larger: refused from its header)."),
+    key("max_memory", integer(0, 1 << 32, size=True),
+        "The most bytes all running tasks' checkpoints may hold together (past it: refused)."),
+)  # fmt: skip
+
 SHARED = section("shared", SharedLimits, "shared_",
     key("max_size", integer(0, MAX_SHARED_DATA, size=True),
         "The most data one version of a shared name may have, in bytes."),
@@ -372,7 +381,7 @@ LOG = section("log", LogSettings, "log_",
 SETTINGS = (
     *SERVER, *ALLOCATOR, *TASKS, *LIMITS, *TLS, *PROTOCOL, *QUEUES, *RETRIES, *DEAD_LETTERS,
     *SCHEDULES, *PROGRESS, *SHARED, *RESULTS, *GROUPS, *EVENTS, *METRICS, *AUTOSCALE, *WEB,
-    *CLUSTER, *JOURNAL, *LOG,
+    *CLUSTER, *JOURNAL, *LOG, *CHECKPOINTS,
 )  # fmt: skip
 """Every setting, in the order of the docs' tables."""
 

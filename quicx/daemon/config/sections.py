@@ -34,6 +34,7 @@ from quicx.daemon.observe.events import EventSettings
 from quicx.daemon.observe.logformat import LogFormat
 from quicx.daemon.observe.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.dispatch import DispatchSettings
 from quicx.daemon.queue.groups import GroupLimits
 from quicx.daemon.queue.policy import (
@@ -306,6 +307,7 @@ class Config:
     dead_letters: DeadLetterSettings = Factory(DeadLetterSettings)
     schedules: ScheduleSettings = Factory(ScheduleSettings)
     progress: ProgressSettings = Factory(ProgressSettings)
+    checkpoints: CheckpointSettings = Factory(CheckpointSettings)
     shared: SharedLimits = Factory(SharedLimits)
     results: ResultLimits = Factory(ResultLimits)
     groups: GroupLimits = Factory(GroupLimits)

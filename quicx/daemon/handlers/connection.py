@@ -53,8 +53,13 @@ class Connection(Protocol):
     def reply(self, frame: bytes) -> None:
         """Answer this peer's request, in order with its other answers."""
 
-    def reply_when_durable(self, frame: bytes) -> None:
-        """Answer once the journal holds what the request changed, in order."""
+    def reply_when_durable(
+        self, frame: bytes, failed: Callable[[str], bytes] | None = None
+    ) -> None:
+        """
+        Answer once the journal holds what the request changed, in order;
+        if it could not be written, C{ERROR 0x01}, or C{failed(why)} (the write's error).
+        """
 
     def producer(
         self, task_type: bytes, key: bytes | None = None, fairness: bytes | None = None

@@ -31,6 +31,7 @@ CAPABILITIES = (
     "groups",
     "events",
     "trace",
+    "checkpoints",
 )
 """What a version-2 HELLO is told this daemon can do."""
 
@@ -59,6 +60,7 @@ def hello(conn: Connection, payload: bytes) -> None:
                     "max_key_length": limits.max_key_length,
                     "max_type_length": conn.limits.max_type_length,
                     "max_progress_message": queue.progress.settings.max_message,
+                    "max_checkpoint": queue.checkpoints.settings.max_size,
                     "max_shared_size": shared.max_size,
                     "max_shared_names": shared.max_names,
                     "max_shared_memory": shared.max_memory,

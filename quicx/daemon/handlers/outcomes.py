@@ -1,11 +1,13 @@
 """
-Handlers of a task's outcome and its way there: TOUCH, PROGRESS, AWAIT and GROUP.
+Handlers of a task's outcome and its way there: TOUCH, PROGRESS, CHECKPOINT, AWAIT and GROUP.
 """
 
 from __future__ import annotations
 
 from quicx.daemon.handlers.connection import Connection
-from quicx.protocol import link, outcomes
+from quicx.daemon.queue.model import Refused
+from quicx.protocol import checkpoints, link, outcomes
+from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import GroupOp
 from quicx.protocol.session import Role
 
@@ -23,6 +25,29 @@ def progress(conn: Connection, payload: bytes) -> None:
     assert session is not None
     conn.queue.report_progress(
         session, message.task_id, message.token, message.fraction, message.message
+    )
+
+
+def checkpoint(conn: Connection, payload: bytes) -> None:
+    # Answered with a CHECKPOINT that names the task and the token, kept or
+    # refused: a worker matches it without counting answers.
+    task_id, token, state = checkpoints.decode_checkpoint(payload)
+    session = conn.session
+    assert session is not None
+    try:
+        conn.queue.checkpoints.save(session, task_id, token, state)
+    except Refused as e:
+        conn.queue.limit_hit(session.peer.peer_name, e)
+        conn.reply(checkpoints.encode_checkpointed(task_id, token, e.code, str(e)))
+        return
+    conn.reply_when_durable(
+        checkpoints.encode_checkpointed(task_id, token),
+        lambda why: checkpoints.encode_checkpointed(
+            task_id,
+            token,
+            ErrorCode.QUEUE_FULL,
+            f"kept, but not journaled ({why}): a restart may undo it",
+        ),
     )
 
 

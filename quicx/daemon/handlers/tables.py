@@ -32,6 +32,7 @@ V2: dict[int, Handler] = {
     codec.MessageType.NACK: taskflow.nack,
     codec.MessageType.TOUCH: outcomes.touch,
     codec.MessageType.PROGRESS: outcomes.progress,
+    codec.MessageType.CHECKPOINT: outcomes.checkpoint,
     codec.MessageType.AWAIT: outcomes.await_outcome,
     codec.MessageType.GROUP: outcomes.group,
     codec.MessageType.CANCEL: admin.cancel,

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from attrs import frozen
 from zope.interface import Attribute, Interface, implementer
 
+from quicx.protocol.taskflow import Result
+
 
 class Record(Protocol):
     """What the journal reads of a task."""
@@ -117,6 +119,14 @@ class DeadInfo:
 
 
 @frozen
+class SavedState:
+    """A running task's last checkpoint: its C{state}, and when it was saved (Unix seconds)."""
+
+    state: Result
+    saved_at: float
+
+
+@frozen
 class KeptEntry:
     """
     A kept outcome (see L{quicx.daemon.queue.results}).
@@ -171,6 +181,7 @@ class Snapshot:
     @ivar forgotten: the ids of outcomes that were kept and no longer are.
     @ivar evicted: those of C{forgotten} that were evicted (not expired).
     @ivar groups: the groups, open or remembered.
+    @ivar checkpoints: the live tasks' checkpoints, by task id.
     """
 
     tasks: Iterable[tuple[Record, bytes]]
@@ -183,6 +194,7 @@ class Snapshot:
     forgotten: Iterable[int] = ()
     groups: Iterable[GroupEntry] = ()
     evicted: Container[int] = frozenset()
+    checkpoints: Iterable[tuple[int, SavedState]] = ()
 
 
 class IJournalOwner(Interface):
@@ -261,6 +273,9 @@ class IJournal(Interface):
     def record_group(entry: GroupEntry) -> None:
         """Record a group's state now: opened, closed, finished or forgotten."""
 
+    def record_checkpoint(task_id: int, saved: SavedState) -> None:
+        """Record C{saved}, the last state a delivery of live task C{task_id} saved."""
+
     def durable() -> Any:
         """
         A C{Deferred} that fires once every record so far is as durable as
@@ -316,6 +331,9 @@ class NullJournal:
         pass
 
     def record_group(self, entry: GroupEntry) -> None:
+        pass
+
+    def record_checkpoint(self, task_id: int, saved: SavedState) -> None:
         pass
 
     def durable(self) -> None:

@@ -9,7 +9,14 @@ from enum import Enum
 
 from attrs import field, frozen
 
-from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry, Record
+from quicx.daemon.journal.interface import (
+    DeadInfo,
+    GroupEntry,
+    KeptEntry,
+    KeyEntry,
+    Record,
+    SavedState,
+)
 from quicx.protocol.codec import MAX_TASK_ID
 
 MAGIC_V1 = b"QUICXJ1\n"
@@ -68,6 +75,8 @@ FIRED_HEAD = struct.Struct(">BQB")
 SHARED_HEAD = struct.Struct(">BIB")
 """Kind, version (0: deleted), then the length of the name."""
 BACKOFF = struct.Struct(">BIIB")
+SAVED_HEAD = struct.Struct(">BIQB")
+"""Kind, id, saved ms, the state's kind (a result's); then the state."""
 
 KIND_SUBMIT = 1
 KIND_DONE = 2
@@ -91,6 +100,7 @@ KIND_GROUP = 19
 KIND_SUBMIT4 = 20
 KIND_ATTEMPTS = 21
 KIND_SUBMIT5 = 22
+KIND_TASK_CHECKPOINT = 27
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
     KIND_SUBMIT2,
@@ -110,6 +120,7 @@ KINDS = KINDS_V1 | {
     KIND_SUBMIT4,
     KIND_ATTEMPTS,
     KIND_SUBMIT5,
+    KIND_TASK_CHECKPOINT,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
@@ -310,6 +321,14 @@ def encode_dead(task_id: int, died_at: float, failures: int, reason: str, worker
     )
 
 
+def encode_saved(task_id: int, saved: SavedState) -> bytes:
+    """A live task's last checkpoint (replacing any before it)."""
+    kind, data = saved.state
+    return _frame(
+        SAVED_HEAD.pack(KIND_TASK_CHECKPOINT, task_id, round(saved.saved_at * 1000), kind) + data
+    )
+
+
 def encode_replay(task_id: int) -> bytes:
     """A dead task put back in its queue, its failures reset."""
     return _frame(bytes((KIND_REPLAY,)) + ID.pack(task_id))
@@ -420,6 +439,7 @@ class RecoveredTask:
     group: int = 0
     attempts: int = 0
     trace: bytes | None = None
+    checkpoint: SavedState | None = None
 
 
 @frozen

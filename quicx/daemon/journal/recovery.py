@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from attrs import evolve, frozen
 
-from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry
+from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry, SavedState
 from quicx.daemon.journal.records import (
     ATTEMPTS_HEAD,
     AUTOMATIC,
@@ -41,6 +41,7 @@ from quicx.daemon.journal.records import (
     KIND_SUBMIT3,
     KIND_SUBMIT4,
     KIND_SUBMIT5,
+    KIND_TASK_CHECKPOINT,
     KIND_UNSCHEDULE,
     KINDS,
     MAGIC,
@@ -50,6 +51,7 @@ from quicx.daemon.journal.records import (
     RECORD_HEADER,
     RESULT_HEAD,
     RETRY_HEAD,
+    SAVED_HEAD,
     SHARED_HEAD,
     SUBMIT2_HEAD,
     SUBMIT3_HEAD,
@@ -60,6 +62,7 @@ from quicx.daemon.journal.records import (
     RecoveredTask,
     Recovery,
 )
+from quicx.protocol.taskflow import Result, ResultKind
 from quicx.protocol.tracecontext import TRACE_HEAD
 
 _OUTCOME_OF_KIND = {KIND_DONE: "done", KIND_CANCELLED: "cancelled"}
@@ -141,6 +144,17 @@ def _dead_problem(data: _View, kind: int, start: int, length: int) -> str:
     return ""
 
 
+def _saved_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < SAVED_HEAD.size:
+        return "CHECKPOINT record shorter than its header"
+    if data[start + SAVED_HEAD.size - 1] not in _STATE_KINDS_OF_RESULTS:
+        return f"CHECKPOINT record of unknown state kind {data[start + SAVED_HEAD.size - 1]}"
+    return ""
+
+
+_STATE_KINDS_OF_RESULTS = frozenset(ResultKind)
+
+
 def _fired_problem(data: _View, kind: int, start: int, length: int) -> str:
     if length < FIRED_HEAD.size or not data[start + 9]:
         return "FIRED record of the wrong shape"
@@ -194,6 +208,7 @@ _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_RETRY: _retry_problem,
     KIND_ATTEMPTS: _attempts_problem,
     KIND_DEAD: _dead_problem,
+    KIND_TASK_CHECKPOINT: _saved_problem,
     KIND_FIRED: _fired_problem,
     KIND_SCHEDULE: _schedule_problem,
     KIND_UNSCHEDULE: _schedule_problem,
@@ -310,7 +325,7 @@ def _replay_records(path: str, data: bytes, replay: _Replay) -> int:
 
 _NAMED_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE, KIND_SHARED})
 """The records of a queue, a schedule or shared data: of no task."""
-_STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS})
+_STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS, KIND_TASK_CHECKPOINT})
 
 
 class _Replay:
@@ -375,7 +390,10 @@ class _Replay:
         self.last_task_id = task.task_id
 
     def _changed(self, data: bytes, kind: int, task_id: int, start: int, end: int) -> None:
-        """A live task's RETRY, DEAD, REPLAY or ATTEMPTS: a dead task leaves its group, counted."""
+        """
+        A live task's RETRY, DEAD, REPLAY, ATTEMPTS or CHECKPOINT: a dead
+        task leaves its group, counted.
+        """
         task = self.live.get(task_id)
         if task is None:
             return
@@ -461,9 +479,14 @@ def _shared_record(data: bytes, start: int, end: int, shared: dict[str, tuple[in
 
 def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -> RecoveredTask:
     """
-    A live task after a (checked) RETRY, DEAD, REPLAY or ATTEMPTS record: a
-    RETRY's or DEAD's failures are its attempts, unless an ATTEMPTS follows.
+    A live task after a (checked) RETRY, DEAD, REPLAY, ATTEMPTS or
+    CHECKPOINT record: a RETRY's or DEAD's failures are its attempts, unless
+    an ATTEMPTS follows.
     """
+    if kind == KIND_TASK_CHECKPOINT:
+        _, _, saved_ms, state_kind = SAVED_HEAD.unpack_from(data, start)
+        state = Result(ResultKind(state_kind), data[start + SAVED_HEAD.size : end])
+        return evolve(task, checkpoint=SavedState(state, saved_ms / 1000))
     if kind == KIND_ATTEMPTS:
         return evolve(task, attempts=ATTEMPTS_HEAD.unpack_from(data, start)[2])
     if kind == KIND_RETRY:

@@ -21,6 +21,7 @@ from quicx.daemon.journal.interface import (
     IJournalOwner,
     KeptEntry,
     Record,
+    SavedState,
     Snapshot,
 )
 from quicx.daemon.journal.records import (
@@ -44,6 +45,7 @@ from quicx.daemon.journal.records import (
     encode_reserve,
     encode_result,
     encode_retry,
+    encode_saved,
     encode_schedule,
     encode_shared,
     encode_submit2,
@@ -288,6 +290,9 @@ class Journal(Service):
     def record_group(self, entry: GroupEntry) -> None:
         self._append(encode_group(entry))
 
+    def record_checkpoint(self, task_id: int, saved: SavedState) -> None:
+        self._append(encode_saved(task_id, saved))
+
     def durable(self) -> Deferred[None] | None:
         """
         With C{fsync = always}: a Deferred that fires once every record
@@ -345,6 +350,7 @@ class Journal(Service):
             ]
             # After the SUBMITs and DEADs, whose failures they correct.
             snapshot += [encode_attempts(t.task_id, t.ended_attempts) for t in attempted]
+            snapshot += [encode_saved(*checkpoint) for checkpoint in state.checkpoints]
             # After the tasks: their SUBMITs join no group the file knows
             # yet, so the groups' counts stand as written.
             snapshot += [encode_group(entry) for entry in state.groups]

@@ -35,6 +35,7 @@ from quicx.daemon.journal.records import Recovery
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally, Telemetry
 from quicx.daemon.queue import journal_side, pmad
+from quicx.daemon.queue.checkpoints import Checkpoints
 from quicx.daemon.queue.counting import Counting
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
@@ -174,6 +175,7 @@ class QueueService(Service):
         self.claim_role, self.subscribe = roster.claim_role, roster.subscribe
         self.timeout_of: Callable[[Task], float] = leases.timeout_of
         self.reports = ProgressReports(self, progress, leases.delivery)
+        self.checkpoints = Checkpoints(self, leases.delivery)
         self.progress, self.report_progress = self.reports.book, self.reports.report
         self.drainage = drainage = Drain(self)
         self.drain, self.stop_draining = drainage.drain, drainage.stop
@@ -217,8 +219,8 @@ class QueueService(Service):
         """
         events = self._events
         recorder = None if events is None else EventRecorder(events)
-        features: tuple[object, ...] = (self.outcomes, self.counting, self.reports, self.shared)
-        features += (self.event_bus, self.task_history)
+        features: tuple[object, ...] = (self.outcomes, self.counting, self.reports)
+        features += (self.checkpoints, self.shared, self.event_bus, self.task_history)
         self.hooks = hooks = Subscribers(f for f in (*features, recorder) if f is not None)
         # The hot path's hooks, one attribute away (each is most often empty).
         self._on_accepted, self._on_done = hooks.accepted, hooks.done
@@ -555,6 +557,8 @@ class QueueService(Service):
         if failed_on:
             failed_on.pop(task.task_id, None)
         self.progress.finished(task.task_id)
+        if task.checkpoint is not None:
+            self.checkpoints.finished(task)
         self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.

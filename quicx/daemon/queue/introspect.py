@@ -73,8 +73,8 @@ def peek(service: QueueService, name: str, count: int) -> list[dict[str, Any]]:
 
 def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
     """
-    One live task, with its last progress report if it sent one; for a
-    queued one, why it is not running yet.
+    One live task, with its last progress report if it sent one and its
+    checkpoint if it has one; for a queued one, why it is not running yet.
 
     @raise Refused: (not found) there is no such live task.
     """
@@ -90,6 +90,9 @@ def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
             "message": report.message,
             "at": round(report.at, 3),
         }
+    checkpoint = service.checkpoints.describe(task)
+    if checkpoint is not None:
+        answer["checkpoint"] = checkpoint
     if task.holder is not None:  # held (the state HELD), by it
         answer["worker"] = task.holder.peer.peer_name
         answer["running_for"] = round(max(0.0, now - task.dispatched_at), 3)

@@ -22,7 +22,7 @@ def snapshot(kernel: IKernel) -> Snapshot:
     """
     (The journal.) The live tasks oldest first, the paused queues, the
     remembered keys, the schedules' state, the shared data, the kept
-    outcomes and the groups.
+    outcomes, the groups and the live tasks' checkpoints.
     """
     read = kernel.pool.read
     schedules = kernel.schedules
@@ -37,6 +37,7 @@ def snapshot(kernel: IKernel) -> Snapshot:
         kernel.kept.forgotten_ids(),
         list(kernel.groups.entries()),
         kernel.kept.evicted_ids(),
+        [(task.task_id, task.checkpoint) for task in kernel._live.values() if task.checkpoint],
     )
 
 
@@ -84,6 +85,7 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             tally=kernel._tally(queue, recovered.task_type),
             ready_at=now,
             trace=recovered.trace,
+            checkpoint=recovered.checkpoint,
         )
         kernel._live[task.task_id] = task
         for announce in kernel.hooks.recovered:

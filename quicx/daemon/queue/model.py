@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from attrs import define, field, frozen
 
-from quicx.daemon.journal.interface import DeadInfo
+from quicx.daemon.journal.interface import DeadInfo, SavedState
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.speaker import Speaker
@@ -62,6 +62,8 @@ class Task:
         L{quicx.daemon.queue.queues.Level}).
     @ivar trace: its producer's trace context, which its deliveries carry
         (L{quicx.protocol.taskflow.SubmitOptions.trace}).
+    @ivar checkpoint: the last state a delivery of it saved, which its later
+        deliveries carry (L{quicx.daemon.queue.checkpoints}).
     """
 
     task_id: int
@@ -95,6 +97,7 @@ class Task:
     tally: Tally = field(kw_only=True)
     ready_at: float = field(kw_only=True)
     trace: bytes | None = field(default=None, kw_only=True)
+    checkpoint: SavedState | None = field(default=None, kw_only=True)
 
     @property
     def accepted(self) -> bool:

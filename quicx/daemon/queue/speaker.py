@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from quicx.daemon.journal.interface import SavedState
 from quicx.protocol.outcomes import GroupState, OutcomeState
 from quicx.protocol.taskflow import Result
 
@@ -31,6 +32,7 @@ class Delivered(Protocol):
     failures: int
     retries: int
     trace: bytes | None
+    checkpoint: SavedState | None
 
 
 class Speaker(Protocol):
