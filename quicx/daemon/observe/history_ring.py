@@ -1,8 +1,9 @@
 """
-The ring that holds the dashboard's history of finished tasks: records,
-oldest first, each at its place since the daemon started (its sequence
-number), read newest first a bounded slice at a time, and found by task id
-through an index kept as records come and go.
+The ring that holds the dashboard's history of finished tasks, read a bounded slice at a time.
+
+Records, oldest first, each at its place since the daemon started (its
+sequence number), read newest first a bounded slice at a time, and found by
+task id through an index kept as records come and go.
 
 Every operation costs O(1) (amortized: the list's slots of evicted records
 are let go in one move once they are half of it), but reading: a slice of
