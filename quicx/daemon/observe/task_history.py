@@ -3,7 +3,7 @@ The dashboard's history of finished tasks: what happened to a task, after it is 
 
 L{TaskHistory} hears the kernel's hooks (it is plugged in only while the
 dashboard is on) and keeps the most recent finished tasks (done, failed,
-dead, cancelled) in a ring (L{Ring}), bounded three ways: C{[web]
+dead, cancelled) in a ring, bounded three ways: C{[web]
 task_history} records, C{[web] task_history_age} seconds, and C{[web]
 task_history_bytes} in all.  Each record's bytes are accounted as it is
 kept (a payload preview of at most C{[web] payload_preview} bytes, a
@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import base64
 import sys
+from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any, Final
 
 from attrs import frozen
 
-from quicx.daemon.observe.history_ring import Ring
 from quicx.daemon.queue.model import Session, Task
 
 MAX_COUNT = 100_000
@@ -46,7 +46,7 @@ STEP_TEXT = 256
 RECORD_BYTES = 768
 """A record's own bytes beside its type, key, reason, preview and steps: its tuple (566 B
 with its numbers and the worker's, queue's and state's names, held once the worker or queue
-is gone), its slots in the ring's list and index (about 60 B: tests/daemon/observe/
+is gone), its slots in the ring and the index by id (about 60 B: tests/daemon/observe/
 test_task_history.py)."""
 BYTES_OBJECT = sys.getsizeof(b"")
 """A bytes object's own bytes."""
@@ -191,7 +191,13 @@ class TaskHistory:
         self.step = step
         """The most records a search reads a call (C{[web] search_step})."""
         self.used = 0
-        self.ring = Ring()
+        self.ring: deque[Record] = deque()
+        self._end = 0
+        """The place the next record will have: records are numbered as they come (cursors)."""
+        self._by_id: dict[int, Record | list[Record]] = {}
+        """Each task id's record, or its records oldest first (a replay makes another)."""
+        self._expiry = -1.0
+        """When the oldest record is past its age (C{-1}: the ring was empty)."""
         self._previews: dict[int, bytes] = {}
         self._steps: dict[int, list[Step]] = {}
         if not (preview and preview_done):
@@ -212,7 +218,8 @@ class TaskHistory:
         if len(previews) > self.limit:
             # A task that ended unheard; never more than the ring holds.
             self._take_preview(next(iter(previews)))
-        self._trim()
+        if self.used > self.budget:
+            self.expire(self.clock())
 
     def done(self, task: Task, worker: Session, attempt: int) -> None:
         preview = self._take_preview(task.task_id) if self._previews else None
@@ -278,34 +285,41 @@ class TaskHistory:
         steps = self._take_steps(task_id) if self._steps else None
         if steps is not None:
             size += _steps_bytes(steps)
-        ring = self.ring
-        ring.append(
-            (
-                task_id,
-                task.task_type,
-                task.home.name,
-                key,
-                task.priority,
-                task.size,
-                task.enqueued_at,
-                task.dispatched_at,
-                now,
-                attempt,
-                state,
-                None if worker is None else worker.peer.peer_name,
-                reason,
-                preview,
-                steps,
-                size,
-            )
+        record: Record = (
+            task_id,
+            task.task_type,
+            task.home.name,
+            key,
+            task.priority,
+            task.size,
+            task.enqueued_at,
+            task.dispatched_at,
+            now,
+            attempt,
+            state,
+            None if worker is None else worker.peer.peer_name,
+            reason,
+            preview,
+            steps,
+            size,
         )
+        ring, by_id = self.ring, self._by_id
+        ring.append(record)
+        self._end += 1
+        earlier = by_id.setdefault(task_id, record)
+        if earlier is not record:
+            self._index_again(earlier, record)
         self.used += size
-        if len(ring) > self.limit:
-            self._evict()
-        if ring.oldest[FINISHED] < now - self.age:
+        if len(ring) > self.limit or self.used > self.budget:
+            # Full: one in, one out (inline, as a DONE does it at every task).
+            gone = ring.popleft()
+            self.used -= gone[BYTES]
+            if by_id[gone[ID]] is gone:
+                del by_id[gone[ID]]
+            else:
+                self._unindex(gone)
+        if self.used > self.budget or now > self._expiry:
             self.expire(now)
-        if self.used > self.budget:
-            self._trim()
 
     def _step(self, task: Task, kind: str, words: str) -> None:
         step = (self.clock(), kind, cut(words, STEP_TEXT))
@@ -319,7 +333,8 @@ class TaskHistory:
         self.used += _step_bytes(step)
         if len(steps) > MAX_STEPS:
             self.used -= _step_bytes(steps.pop(0))
-        self._trim()
+        if self.used > self.budget:
+            self.expire(step[0])
 
     def _take_preview(self, task_id: int) -> bytes | None:
         """Task C{task_id}'s live preview, no longer live, if it has one."""
@@ -339,25 +354,47 @@ class TaskHistory:
         self._take_preview(task.task_id)
         self._take_steps(task.task_id)
 
-    def _evict(self) -> None:
-        self.used -= self.ring.popleft()[BYTES]
+    def _index_again(self, earlier: Record | list[Record], record: Record) -> None:
+        """Index C{record}, whose task has C{earlier} records (a replay's)."""
+        if isinstance(earlier, list):
+            earlier.append(record)
+        else:
+            self._by_id[record[ID]] = [earlier, record]
 
-    def _trim(self) -> None:
-        """Within the budget: evict the oldest records, then (none left) the oldest live parts."""
-        ring, steps, previews = self.ring, self._steps, self._previews
-        while self.used > self.budget and (ring or steps or previews):
-            if ring:
-                self._evict()
-            elif steps:
+    def _unindex(self, record: Record) -> None:
+        """Take C{record}, the oldest, out of the index by id."""
+        by_id, task_id = self._by_id, record[ID]
+        records = by_id[task_id]
+        if isinstance(records, list):
+            # A replayed task's: its oldest record is the oldest in the ring.
+            del records[0]
+            if len(records) == 1:
+                by_id[task_id] = records[0]
+        else:
+            del by_id[task_id]
+
+    def expire(self, now: float) -> None:
+        """
+        Forget the oldest records while there are more than C{task_history},
+        or they take more than C{task_history_bytes}, or are older than
+        C{task_history_age}; then, past the budget with no record left, the
+        oldest live parts.
+        """
+        ring, oldest = self.ring, now - self.age
+        while ring and (
+            len(ring) > self.limit or self.used > self.budget or ring[0][FINISHED] < oldest
+        ):
+            record = ring.popleft()
+            self.used -= record[BYTES]
+            self._unindex(record)
+        # The next time one may be older (evictions only make it later).
+        self._expiry = ring[0][FINISHED] + self.age if ring else -1.0
+        steps, previews = self._steps, self._previews
+        while self.used > self.budget and (steps or previews):
+            if steps:
                 self._take_steps(next(iter(steps)))
             else:
                 self._take_preview(next(iter(previews)))
-
-    def expire(self, now: float) -> None:
-        """Forget the records older than C{task_history_age}."""
-        ring, oldest = self.ring, now - self.age
-        while ring and ring.oldest[FINISHED] < oldest:
-            self._evict()
 
     # -- reading -------------------------------------------------------------
 
@@ -369,31 +406,54 @@ class TaskHistory:
         L{step}, but for a search by id, which its index answers at once).
         """
         self.expire(self.clock())
-        ring = self.ring
+        first = self._end - len(self.ring)
         after: int | None
         if search.task_id:
-            found = list(search.among(ring.of(search.task_id)))
+            found = list(search.among(self.of(search.task_id)))
             page, after, scanned = found[:limit], None, len(found)
         else:
             filtered = search != NOTHING
-            records, start = ring.before(cursor, self.step if filtered else limit)
+            records, start = self._before(cursor, self.step if filtered else limit)
             page = list(islice(search.among(records), limit)) if filtered else records
             scanned = len(records)
             if filtered and len(page) == limit:
                 # A full page: go on from its last record.
                 start += len(records) - 1 - records.index(page[-1])
-            after = start if start > ring.start else None
+            after = start if start > first else None
         return {
             "tasks": [summary(record) for record in page],
             "next": after,
             "scanned": scanned,
-            "kept": len(ring),
+            "kept": len(self.ring),
             "limit": self.limit,
         }
 
+    def _before(self, cursor: int | None, most: int) -> tuple[list[Record], int]:
+        """
+        At most C{most} records, newest first, of those numbered below
+        C{cursor} (C{None}: from the newest); and the number of the oldest of
+        them.  Reached from the nearer end of the ring: at most half of it
+        is skipped (in C), then C{most} read.
+        """
+        ring, end = self.ring, self._end
+        first = end - len(ring)
+        stop = end if cursor is None else max(first, min(cursor, end))
+        start = max(first, stop - most)
+        if end - stop <= start - first:
+            found = list(islice(reversed(ring), end - stop, end - start))
+        else:
+            found = list(islice(ring, start - first, stop - first))
+            found.reverse()
+        return found, start
+
     def of(self, task_id: int) -> list[Record]:
         """Task C{task_id}'s records, newest first (one per outcome: a replay makes another)."""
-        return self.ring.of(task_id)
+        records = self._by_id.get(task_id)
+        if records is None:
+            return []
+        if isinstance(records, list):
+            return records[::-1]
+        return [records]
 
 
 def _text(data: bytes | None) -> str | None:

@@ -306,7 +306,7 @@ def test_a_search_reads_at_most_its_step_a_call_and_its_cursor_finds_all(step: i
         found += [t["id"] for t in answer["tasks"]]
         if (before := answer["next"]) is None:
             break
-    odd = [r[0] for r in k.history.ring if r[3].startswith(b"odd-")][::-1]
+    odd = [r[0] for r in k.history.ring if (r[3] or b"").startswith(b"odd-")][::-1]
     assert (
         found == odd and len(odd) == 21 and calls == (3 if step == 104 else 2)
     )  # 210 records: 2 steps of 105
@@ -347,7 +347,7 @@ def test_a_full_history_holds_no_more_than_it_accounts() -> None:
     ring = k.history.ring
     assert len(ring) == 50
     assert all(deep_size(record) <= record[BYTES] for record in ring)
-    held = sum(map(deep_size, ring)) + sys.getsizeof(ring._slots) + sys.getsizeof(ring._by_id)
+    held = sum(map(deep_size, ring)) + sys.getsizeof(ring) + sys.getsizeof(k.history._by_id)
     assert held <= k.history.used
 
 
@@ -417,3 +417,21 @@ def test_at_the_defaults_a_history_of_failures_stays_within_its_byte_budget() ->
     kept = k.history.ring
     assert 1000 < len(kept) < 3000
     assert sum(deep_size(record) for record in kept) <= k.history.used <= 8 << 20
+
+
+def test_a_replayed_tasks_records_leave_the_index_oldest_first() -> None:
+    k = kernel(count=3)
+    worker = k.worker()
+    k.submit(retries=1)
+    task_id = run(k, worker, "dead", "E")
+    k.queue.replay(task_id, None)
+    assert run(k, worker) == task_id
+    assert [r[10] for r in k.history.of(task_id)] == ["done", "dead"]
+    k.submit()
+    run(k, worker)  # 3 kept
+    k.submit()
+    run(k, worker)  # its death goes
+    assert [r[10] for r in k.history.of(task_id)] == ["done"]
+    k.submit()
+    run(k, worker)
+    assert k.history.of(task_id) == [] and len(k.history._by_id) == 3
