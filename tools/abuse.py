@@ -64,14 +64,19 @@ WEB_MAX_CONNECTIONS = 64
 METRICS_MAX_CONNECTIONS = 16
 METRICS_MAX_SCRAPES = 8
 """[web] max_connections, [metrics] max_connections and max_scrapes, the defaults."""
+TASK_HISTORY_BYTES = 8 * MiB
+"""[web] task_history_bytes, the default: the dashboard's history of finished tasks."""
 
 
-def documented_bound(status: dict[str, Any], http_connections: int = 0, scrapes: int = 0) -> int:
+def documented_bound(
+    status: dict[str, Any], http_connections: int = 0, scrapes: int = 0, dashboard: bool = False
+) -> int:
     """
     docs/operations.md, "Memory": the daemon's RSS never exceeds this, for
     its C{status} document, with C{http_connections} dashboard and
-    C{/metrics} connections at most (their caps, where those listen) and
-    C{scrapes} of C{/metrics} being answered.
+    C{/metrics} connections at most (their caps, where those listen),
+    C{scrapes} of C{/metrics} being answered, and the C{dashboard} on (its
+    history of finished tasks).
     """
     tallies = len(status["telemetry"]["tallies"])
     tasks, connections = status["tasks"], status["connections"]
@@ -89,6 +94,7 @@ def documented_bound(status: dict[str, Any], http_connections: int = 0, scrapes:
         + PER_TALLY * tallies
         + (PER_TALLY_BUILT + PER_TALLY_SENT * scrapes) * tallies * (scrapes > 0)
         + PER_HTTP_CONNECTION * http_connections
+        + TASK_HISTORY_BYTES * dashboard
     )
 
 
@@ -152,7 +158,7 @@ class Target:
         """The RSS beside the bound for the status just fetched."""
         status = self.status()
         http = WEB_MAX_CONNECTIONS + METRICS_MAX_CONNECTIONS
-        bound = documented_bound(status, http, self.scrapes)
+        bound = documented_bound(status, http, self.scrapes, dashboard=True)
         return Reading(rss(self.daemon.pid), bound)
 
     @contextmanager

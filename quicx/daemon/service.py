@@ -602,6 +602,8 @@ def serve_dashboard(
             web.payload_preview,
             web.failure_text,
             web.preview_done,
+            web.task_history_bytes,
+            web.search_step,
         )
         queue.plug(history=tasks)
     certificates = web.listen.startswith("tls:") and bool(config.tls.client_ca)

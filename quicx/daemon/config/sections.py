@@ -250,6 +250,8 @@ class WebSettings:
     max_connections: int = 64
     task_history: int = 10_000
     task_history_age: float = 3600.0
+    task_history_bytes: int = 8 << 20
+    search_step: int = 10_000
     payload_preview: int = 256
     failure_text: int = 4096
     preview_done: bool = False

@@ -9,8 +9,11 @@ the workers page shows a task running, with its type and how long.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,7 +64,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def daemon(folder: Path) -> Iterator[DaemonProcess]:
-    args = ("--web-listen=tcp:0", f"--web-admin-token={ADMIN}")
+    # 10 records a request: a search follows its cursor over a few requests.
+    args = ("--web-listen=tcp:0", f"--web-admin-token={ADMIN}", "--web-search-step=10")
     (folder / "daemon").mkdir()
     with DaemonProcess(folder / "daemon", args) as started:
         yield started
@@ -218,3 +222,66 @@ def test_the_workers_page_shows_a_running_task(
     script(browser, "document.querySelector('#worker-rows a.task-link').click();")
     wait_for(browser, lambda: heading(browser) == f"Task {task_id}: running", "its page")
     assert console_errors(browser) == []
+
+
+def call(web: str, path: str, method: str = "GET") -> tuple[int, Any]:
+    """The dashboard's answer to C{path} with the admin's token: its status and JSON."""
+    headers = {"Authorization": f"Bearer {ADMIN}"}
+    request = urllib.request.Request(web + path, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.load(answer)
+    except urllib.error.HTTPError as refused:
+        return refused.code, json.load(refused)
+
+
+def rows(driver: Any) -> list[int]:
+    """The task ids the Finished page shows."""
+    found = "[...document.querySelectorAll('#finished-rows tr')].map((r) => r.dataset.task)"
+    return [int(task) for task in script(driver, f"return {found};")]
+
+
+def test_the_finished_page_follows_the_searchs_cursor(
+    daemon: DaemonProcess, web: str, browser: Any
+) -> None:
+    """60 cancelled tasks, searched 10 records a request: pages of 50 and 10, and back."""
+    cancelled = []
+    for n in range(60):
+        task_id = submit(daemon, b"idle", b"", queue="nobody", key=b"page-%d" % n)
+        assert call(web, f"/api/tasks/{task_id}/cancel", "POST")[0] == 200
+        cancelled.append(task_id)
+    newest = cancelled[::-1]
+    first = call(web, "/api/finished?key=page-&limit=50")[1]
+    assert first["scanned"] == 10 and len(first["tasks"]) == 10 and first["next"] is not None
+    log_in(browser, web, ADMIN, "finished")
+    field = wait_for(browser, lambda: browser.find_elements("id", "finished-key"), "the search")[0]
+    field.send_keys("page-")
+    script(browser, "document.querySelector('#finished-form button[type=submit]').click();")
+    wait_for(browser, lambda: rows(browser) == newest[:50], "the first 50, over 5 requests")
+    assert "matches 1 to 50 shown" in text(browser, "finished-total")
+    script(browser, "document.getElementById('finished-older').click();")
+    wait_for(browser, lambda: rows(browser) == newest[50:], "the last 10")
+    assert "matches 51 to 60 shown" in text(browser, "finished-total")
+    assert script(browser, "return document.getElementById('finished-older').disabled;")
+    script(browser, "document.getElementById('finished-newer').click();")
+    wait_for(browser, lambda: rows(browser) == newest[:50], "the first 50 again")
+    assert console_errors(browser) == []
+
+
+def test_with_task_history_0_there_is_none(web: str, tmp_path: Path) -> None:
+    """C{[web] task_history = 0}: no history at all (the service plugs none in)."""
+    assert call(web, "/api/finished")[0] == 200  # the module's daemon: the default, on
+    args = ("--web-listen=tcp:0", f"--web-admin-token={ADMIN}", "--web-task-history=0")
+    with DaemonProcess(tmp_path, args) as daemon:
+        match = DASHBOARD.search(daemon.wait_for_log("dashboard on"))
+        assert match is not None
+        off = f"http://127.0.0.1:{match.group(1)}"
+        task_id = submit(daemon, b"idle", b"", queue="nobody")
+        assert call(off, f"/api/tasks/{task_id}/cancel", "POST")[0] == 200
+        status, answer = call(off, "/api/finished")
+        assert (status, answer) == (
+            400,
+            {"error": "no history of finished tasks: [web] task_history is 0"},
+        )
+        status, page = call(off, f"/api/tasks/{task_id}")
+        assert status == 200 and "history" not in page

@@ -1,8 +1,9 @@
 """
 The dashboard's history of finished tasks, in-process: a real kernel on a
 L{task.Clock} with the history plugged in.  Each bound at its edge (count,
-age, payload preview, failure text, steps, the live previews), what a
-record says, the search, and the bytes a full history holds.
+age, bytes, payload preview, failure text, steps, the live previews), what
+a record says, the search and its cursor, and the bytes a full history
+holds beside those it accounts.
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ import pytest
 from attrs import define
 from twisted.internet.task import Clock
 
+from quicx.daemon.config.sections import WebSettings
 from quicx.daemon.observe.task_history import (
+    BYTES,
+    BYTES_OBJECT,
+    LIVE_BYTES,
     MAX_STEPS,
     STEP_TEXT,
     Search,
     TaskHistory,
+    _steps_bytes,
     payload_view,
     render,
 )
@@ -48,13 +54,21 @@ class Kernel:
 
 
 def kernel(
-    count: int = 100, age: float = 3600.0, preview: int = 8, text: int = 64, done: bool = True
+    count: int = 100,
+    age: float = 3600.0,
+    preview: int = 8,
+    text: int = 64,
+    done: bool = True,
+    budget: int = 8 << 20,
+    step: int = 10_000,
 ) -> Kernel:
     """A kernel with a history; C{done}: with C{[web] preview_done}."""
     clock = Clock()
     clock.advance(1_800_000_000)
     queue = make_queue(clock)
-    history = TaskHistory(queue.clock, queue.pool.head, count, age, preview, text, done)
+    history = TaskHistory(
+        queue.clock, queue.pool.head, count, age, preview, text, done, budget, step
+    )
     queue.plug(history=history)
     return Kernel(queue, history, clock, v2_producer_of(queue))
 
@@ -70,7 +84,7 @@ def run(k: Kernel, worker: FakePeer, outcome: str = "done", reason: str = "") ->
 
 
 def states(k: Kernel) -> list[tuple[int, str]]:
-    return [(t["id"], t["state"]) for t in k.history.search(Search(), 0, 1000)["tasks"]]
+    return [(t["id"], t["state"]) for t in k.history.search(Search(), None, 1000)["tasks"]]
 
 
 def test_the_count_bound_keeps_the_newest_at_its_edge() -> None:
@@ -84,7 +98,7 @@ def test_the_count_bound_keeps_the_newest_at_its_edge() -> None:
     k.submit()
     ids.append(run(k, worker))
     assert states(k) == [(i, "done") for i in reversed(ids[1:])]
-    assert k.history.search(Search(), 0, 10)["kept"] == 3
+    assert k.history.search(Search(), None, 10)["kept"] == 3
 
 
 def test_the_age_bound_at_its_edge() -> None:
@@ -256,15 +270,53 @@ def test_search_by_each_field_and_page() -> None:
     for n in range(6):
         k.submit(key=f"k{n % 2}-{n}".encode(), retries=1)
         run(k, worker, "done" if n % 3 else "dead", "boom")
-    search = k.history.search
-    assert search(Search(state="dead"), 0, 10)["matching"] == 2
-    assert [t["id"] for t in search(Search(key=b"k1-"), 0, 10)["tasks"]] == [6, 4, 2]
-    assert search(Search(task_id=3), 0, 10)["tasks"][0]["key"] == "k0-2"
-    assert search(Search(queue="other"), 0, 10)["matching"] == 0
-    assert search(Search(task_type=b"job"), 0, 10)["matching"] == 6
-    page = search(Search(), 2, 3)
-    assert page["matching"] == 6 and [t["id"] for t in page["tasks"]] == [4, 3, 2]
-    assert search(Search(), 6, 3)["tasks"] == []
+
+    def ids(search: Search, before: int | None = None, limit: int = 10) -> list[int]:
+        return [t["id"] for t in k.history.search(search, before, limit)["tasks"]]
+
+    assert ids(Search(state="dead")) == [4, 1]
+    assert ids(Search(key=b"k1-")) == [6, 4, 2]
+    assert k.history.search(Search(task_id=3), None, 10)["tasks"][0]["key"] == "k0-2"
+    assert ids(Search(task_id=3, state="dead")) == []
+    assert ids(Search(queue="other")) == []
+    assert ids(Search(task_type=b"job")) == [6, 5, 4, 3, 2, 1]
+    # Pages: each says where the next starts (a record's place), the last none.
+    page = k.history.search(Search(), None, 4)
+    assert [t["id"] for t in page["tasks"]] == [6, 5, 4, 3] and page["next"] == 2
+    last = k.history.search(Search(), page["next"], 4)
+    assert [t["id"] for t in last["tasks"]] == [2, 1] and last["next"] is None
+    full = k.history.search(Search(key=b"k1-"), None, 2)
+    assert [t["id"] for t in full["tasks"]] == [6, 4] and full["next"] == 3
+    assert ids(Search(key=b"k1-"), full["next"]) == [2]
+    assert ids(Search(), 0) == []
+
+
+@pytest.mark.parametrize("step", [104, 105])
+def test_a_search_reads_at_most_its_step_a_call_and_its_cursor_finds_all(step: int) -> None:
+    k = kernel(count=1000, preview=0, done=False, step=step)
+    worker = k.worker()
+    for n in range(210):
+        k.submit(key=(b"odd-%d" if n % 10 == 1 else b"even-%d") % n)
+        run(k, worker)
+    found, calls, before = [], 0, None
+    while True:
+        answer = k.history.search(Search(key=b"odd-"), before, 50)
+        calls += 1
+        assert answer["scanned"] <= step
+        found += [t["id"] for t in answer["tasks"]]
+        if (before := answer["next"]) is None:
+            break
+    odd = [r[0] for r in k.history.ring if (r[3] or b"").startswith(b"odd-")][::-1]
+    assert (
+        found == odd and len(odd) == 21 and calls == (3 if step == 104 else 2)
+    )  # 210 records: 2 steps of 105
+    # A full page stops at its last match; the rest follows.
+    page = k.history.search(Search(key=b"odd-"), None, 5)
+    assert [t["id"] for t in page["tasks"]] == odd[:5]
+    after = k.history.search(Search(key=b"odd-"), page["next"], 5)
+    assert [t["id"] for t in after["tasks"]] == odd[5:10]
+    # By id: its index answers at once.
+    assert k.history.search(Search(task_id=odd[-1]), None, 5)["scanned"] == 1
 
 
 def deep_size(value: object) -> int:
@@ -274,7 +326,14 @@ def deep_size(value: object) -> int:
     return sys.getsizeof(value)
 
 
-def test_a_full_history_holds_no_more_than_its_byte_bound() -> None:
+def accounted(history: TaskHistory) -> int:
+    """The bytes C{history} accounts, counted afresh: its records' and its live parts'."""
+    live = [(LIVE_BYTES + len(p) + BYTES_OBJECT) for p in history._previews.values()]
+    steps = [LIVE_BYTES + _steps_bytes(s) for s in history._steps.values()]
+    return sum(r[BYTES] for r in history.ring) + sum(live) + sum(steps)
+
+
+def test_a_full_history_holds_no_more_than_it_accounts() -> None:
     k = kernel(count=50, preview=512, text=4096)
     worker = k.worker()
     for n in range(60):
@@ -284,8 +343,95 @@ def test_a_full_history_holds_no_more_than_its_byte_bound() -> None:
             k.clock.advance(1)
         run(k, worker, "dead", "R" * 10_000)
         k.queue.purge_dead(None)  # the pool's blocks back
+        assert k.history.used == accounted(k.history)
     ring = k.history.ring
     assert len(ring) == 50
-    largest = max(deep_size(record) for record in ring)
-    assert largest <= k.history.record_bytes()
-    assert sum(deep_size(record) for record in ring) <= 50 * k.history.record_bytes()
+    assert all(deep_size(record) <= record[BYTES] for record in ring)
+    held = sum(map(deep_size, ring)) + sys.getsizeof(ring) + sys.getsizeof(k.history._by_id)
+    assert held <= k.history.used
+
+
+def test_the_live_parts_are_accounted_and_let_go() -> None:
+    k = kernel(preview=64)
+    worker = k.worker(credits=2)
+    first, second = k.submit(b"x" * 100, retries=3, backoff=SECOND), k.submit()
+    worker.take()
+    assert k.history.used == accounted(k.history) > 0
+    k.queue.nack(worker.session, first, k.queue.task(first).token, "once", False)
+    assert k.history.used == accounted(k.history)
+    worker.disconnect()  # second: requeued
+    assert k.history.used == accounted(k.history)
+    k.queue.manage.cancel_task(k.queue.task(first), "by a test")
+    k.queue.manage.cancel_task(k.queue.task(second), "by a test")
+    assert not k.history._previews and not k.history._steps
+    assert k.history.used == accounted(k.history) == sum(r[BYTES] for r in k.history.ring)
+
+
+@pytest.mark.parametrize("less", [0, 1])
+def test_the_byte_budget_evicts_the_oldest_at_its_edge(less: int) -> None:
+    probe = kernel(done=False)
+    worker = probe.worker()
+    for _ in range(3):
+        probe.submit()
+        run(probe, worker)
+    three = probe.history.used
+    k = kernel(done=False, budget=three - less)
+    worker = k.worker()
+    ids = []
+    for _ in range(4):
+        k.submit()
+        ids.append(run(k, worker))
+    assert [i for i, _ in states(k)] == ids[::-1][: 3 - less]
+    assert k.history.used <= three - less
+
+
+def test_past_the_budget_the_live_parts_go_last() -> None:
+    k = kernel(preview=1000, done=True, budget=5000)
+    worker = k.worker(credits=8)
+    k.submit()
+    run(k, worker)
+    for _ in range(8):
+        k.submit(b"x" * 1000)
+    worker.take()
+    # 8 previews of 1,000 B: the record went first, then the oldest previews.
+    assert len(k.history.ring) == 0 and len(k.history._previews) == 4
+    assert k.history.used == accounted(k.history) <= 5000
+
+
+def test_at_the_defaults_a_history_of_failures_stays_within_its_byte_budget() -> None:
+    """4 KiB tracebacks, the most the defaults keep, in 3,000 dead tasks: 13 MB, not 8 MiB."""
+    web = WebSettings()
+    k = kernel(
+        web.task_history,
+        web.task_history_age,
+        web.payload_preview,
+        web.failure_text,
+        web.preview_done,
+        web.task_history_bytes,
+    )
+    worker = k.worker()
+    for _ in range(3000):
+        k.submit(b"\xff" * 1000, retries=1)
+        run(k, worker, "dead", "T" * 10_000)
+        k.queue.purge_dead(None)
+    kept = k.history.ring
+    assert 1000 < len(kept) < 3000
+    assert sum(deep_size(record) for record in kept) <= k.history.used <= 8 << 20
+
+
+def test_a_replayed_tasks_records_leave_the_index_oldest_first() -> None:
+    k = kernel(count=3)
+    worker = k.worker()
+    k.submit(retries=1)
+    task_id = run(k, worker, "dead", "E")
+    k.queue.replay(task_id, None)
+    assert run(k, worker) == task_id
+    assert [r[10] for r in k.history.of(task_id)] == ["done", "dead"]
+    k.submit()
+    run(k, worker)  # 3 kept
+    k.submit()
+    run(k, worker)  # its death goes
+    assert [r[10] for r in k.history.of(task_id)] == ["done"]
+    k.submit()
+    run(k, worker)
+    assert k.history.of(task_id) == [] and len(k.history._by_id) == 3

@@ -166,7 +166,9 @@ def dashboard(
     history = History(queue, 60)
     finished = None
     if tasks:
-        finished = TaskHistory(queue.clock, queue.pool.head, tasks, 3600, 16, 1024)
+        finished = TaskHistory(
+            queue.clock, queue.pool.head, tasks, 3600, 16, 1024, False, 8 << 20, 1000
+        )
         queue.plug(history=finished)
     gate = gate or Gate(ADMIN, MONITOR)
     site = dashboard_site(queue, book, history, gate, max_streams, cluster, finished)

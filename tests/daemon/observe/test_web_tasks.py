@@ -49,7 +49,7 @@ def finished(site: Dashboard, query: str = "", token: str = MONITOR) -> Any:
 def test_the_finished_tasks_are_searched_by_each_field() -> None:
     site, _, dead, done = with_a_dead_and_a_done_task()
     every = finished(site).json()
-    assert (every["matching"], every["kept"], every["limit"]) == (2, 2, 100)
+    assert (every["kept"], every["limit"], every["next"], every["scanned"]) == (2, 100, None, 2)
     assert [(t["id"], t["state"]) for t in every["tasks"]] == [(done, "done"), (dead, "dead")]
     assert every["tasks"][1]["reason"] == "KeyError: 'sku'"
     for query, found in [
@@ -60,10 +60,12 @@ def test_the_finished_tasks_are_searched_by_each_field() -> None:
         ("?queue=mail&state=done", [done]),
         ("?queue=other", []),
         (f"?id={dead}", [dead]),
-        ("?limit=1&offset=1", [dead]),
+        ("?limit=1", [done]),
+        ("?before=1", [dead]),  # the cursor of the page after the first
         ("?id=&key=", [done, dead]),  # empty fields: not searched
     ]:
         assert [t["id"] for t in finished(site, query).json()["tasks"]] == found, query
+    assert finished(site, "?limit=1").json()["next"] == 1
 
 
 def test_a_bad_search_is_400_and_no_history_says_so() -> None:
@@ -72,7 +74,7 @@ def test_a_bad_search_is_400_and_no_history_says_so() -> None:
         ("?state=running", "state is one of done, failed, dead, cancelled"),
         ("?limit=0", "limit is a number from 1 to 500"),
         ("?limit=501", "limit is a number from 1 to 500"),
-        ("?offset=-1", "offset is a number from 0 to 100000"),
+        ("?before=-1", "before is a number from 0 to 9007199254740991"),
         ("?id=x", "a task id is a number"),
         ("?queue=bad%20name", "queue"),
     ]:

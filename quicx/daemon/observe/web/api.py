@@ -89,14 +89,16 @@ def _queue_name(name: str) -> str:
     return name
 
 
-SEARCHED = ("id", "key", "type", "queue", "state", "offset", "limit")
+SEARCHED = ("id", "key", "type", "queue", "state", "before", "limit")
 """The arguments of C{/api/finished}."""
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
+MAX_CURSOR = (1 << 53) - 1
+"""The largest cursor (a record's sequence number) a page may send: JavaScript's largest integer."""
 
 
-def _search(request: Request) -> tuple[task_history.Search, int, int]:
-    """C{/api/finished}'s arguments: what to look for, and the page (offset, limit)."""
+def _search(request: Request) -> tuple[task_history.Search, int | None, int]:
+    """C{/api/finished}'s arguments: what to look for, and the page (its cursor, limit)."""
     given = {name: _argument(request, name) or None for name in SEARCHED}
     state = given["state"]
     if state is not None and state not in task_history.STATES:
@@ -109,8 +111,9 @@ def _search(request: Request) -> tuple[task_history.Search, int, int]:
         queue=None if given["queue"] is None else _queue_name(given["queue"]),
         state=state,
     )
-    offset = _number(given["offset"], "offset", 0, task_history.MAX_COUNT)
-    return search, offset, _number(given["limit"], "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+    before = given["before"]
+    cursor = None if before is None else _number(before, "before", 0, MAX_CURSOR)
+    return search, cursor, _number(given["limit"], "limit", 1, MAX_PAGE, DEFAULT_PAGE)
 
 
 def _number(text: str | None, what: str, low: int, high: int, default: int = 0) -> int:
@@ -198,8 +201,8 @@ class Api:
                 found = _number(task_id, "a task id", 1, MAX_TASK_ID)
                 return document(lambda: self._task(found))
             case ["finished"]:
-                search, offset, limit = _search(request)
-                return document(lambda: self._finished(search, offset, limit))
+                search, cursor, limit = _search(request)
+                return document(lambda: self._finished(search, cursor, limit))
             case ["dead"]:
                 name = _queue_argument(request)
                 limit = _number(
@@ -230,11 +233,13 @@ class Api:
             )
         return document
 
-    def _finished(self, search: task_history.Search, offset: int, limit: int) -> dict[str, Any]:
+    def _finished(
+        self, search: task_history.Search, cursor: int | None, limit: int
+    ) -> dict[str, Any]:
         """The finished tasks that match C{search}: C{/api/finished}."""
         if self.tasks is None:
             raise BadRequest("no history of finished tasks: [web] task_history is 0")
-        return self.tasks.search(search, offset, limit)
+        return self.tasks.search(search, cursor, limit)
 
     def _overview(self, sample: Sample | None) -> dict[str, Any]:
         """The overview, with the live streams' own figures."""

@@ -373,25 +373,40 @@ function lookUp(event) {
 // -- finished tasks: the history, searched, newest first -------------------------
 
 const FINISHED_PAGE = 50;
-let finishedOffset = 0;
+// The cursor each page shown starts from (null: the newest), and the next page's.
+let finishedPages = [null];
+let finishedNext = null;
 
-function finishedQuery() {
+function finishedQuery(before, limit) {
   const query = new URLSearchParams();
   for (const field of ['id', 'key', 'type', 'queue', 'state']) {
     const value = $(`finished-${field}`).value.trim();
     if (value) query.set(field, value);
   }
-  query.set('offset', finishedOffset);
-  query.set('limit', FINISHED_PAGE);
+  if (before !== null) query.set('before', before);
+  query.set('limit', limit);
   return query.toString();
 }
 
+// A page of matches: the daemon reads a bounded slice of its history per
+// request (one reactor turn each), so a sparse search follows its cursor.
 async function loadFinished() {
-  const found = await api(`finished?${finishedQuery()}`);
-  const last = Math.min(found.matching, finishedOffset + found.tasks.length);
-  fill('finished-total', `${count(found.matching)} matching of ${count(found.kept)} kept (at most ${count(found.limit)}),` +
-    ` newest first` + (found.matching ? `; ${count(finishedOffset + 1)} to ${count(last)} shown` : ''));
-  $('finished-rows').replaceChildren(...found.tasks.map((t) => el('tr', { data: { task: t.id, state: t.state } },
+  const tasks = [];
+  let found;
+  let before = finishedPages[finishedPages.length - 1];
+  let scanned = 0;
+  do {
+    found = await api(`finished?${finishedQuery(before, FINISHED_PAGE - tasks.length)}`);
+    tasks.push(...found.tasks);
+    scanned += found.scanned;
+    before = found.next;
+  } while (tasks.length < FINISHED_PAGE && before !== null);
+  finishedNext = before;
+  const first = (finishedPages.length - 1) * FINISHED_PAGE;
+  fill('finished-total', `${count(found.kept)} kept (at most ${count(found.limit)}), newest first; ` +
+    (tasks.length ? `matches ${count(first + 1)} to ${count(first + tasks.length)} shown` : 'none matching') +
+    ` (${count(scanned)} read)`);
+  $('finished-rows').replaceChildren(...tasks.map((t) => el('tr', { data: { task: t.id, state: t.state } },
     el('td', { class: 'number' }, taskLink(t.id)),
     el('td', { class: `state ${t.state}` }, t.state),
     el('td', {}, t.type),
@@ -401,12 +416,12 @@ async function loadFinished() {
     el('td', {}, when(t.finished_at)),
     el('td', { class: 'number' }, seconds(t.run)),
     el('td', { class: 'reason' }, t.reason || ''))));
-  $('finished-newer').disabled = finishedOffset === 0;
-  $('finished-older').disabled = last >= found.matching;
+  $('finished-newer').disabled = finishedPages.length === 1;
+  $('finished-older').disabled = finishedNext === null;
 }
 
 function pageFinished(step) {
-  finishedOffset = Math.max(0, finishedOffset + step * FINISHED_PAGE);
+  if (step > 0) finishedPages.push(finishedNext); else if (finishedPages.length > 1) finishedPages.pop();
   show();
 }
 
@@ -591,7 +606,7 @@ async function start() {
     addSample(Object.fromEntries(history.fields.map((field, i) => [field, row[i]])));
   }
   $('task-form').addEventListener('submit', lookUp);
-  $('finished-form').addEventListener('submit', (event) => { event.preventDefault(); finishedOffset = 0; show(); });
+  $('finished-form').addEventListener('submit', (event) => { event.preventDefault(); finishedPages = [null]; show(); });
   $('finished-newer').addEventListener('click', () => pageFinished(-1));
   $('finished-older').addEventListener('click', () => pageFinished(1));
   $('dead-form').addEventListener('submit', (event) => { event.preventDefault(); show(); });
