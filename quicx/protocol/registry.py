@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from quicx.protocol import admin, link, monitor, outcomes, shared_data, taskflow, wire
+from quicx.protocol import (
+    admin,
+    link,
+    monitor,
+    outcomes,
+    shared_data,
+    taskflow,
+    wire,
+    workers,
+)
 from quicx.protocol.codec import VERSION, MalformedMessage, MessageType
 
 Message = (
@@ -23,6 +32,7 @@ Message = (
     | shared_data.Message
     | monitor.Message
     | link.Message
+    | workers.Message
 )
 """Any message, of either version."""
 
@@ -51,6 +61,7 @@ DECODERS: dict[int, Decoders] = {
         shared_data.DECODERS,
         monitor.DECODERS,
         link.DECODERS,
+        workers.DECODERS,
     ),
 }
 """Each version's decoders, by message type."""

@@ -345,6 +345,7 @@ class Item:
     fairness: bytes | None
     enqueued_at: float = 0.0
     ticket: int = 0
+    task_type: bytes = b"t"
 
 
 operations = st.lists(
