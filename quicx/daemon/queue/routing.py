@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.model import Session, Steering, Task
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.protocol.session import Role
 
@@ -31,6 +31,11 @@ from quicx.protocol.session import Role
 def runs(worker: Session, task_type: bytes) -> bool:
     """Whether C{worker} runs tasks of C{task_type}."""
     return worker.handles is None or task_type in worker.handles
+
+
+def steered(worker: Session) -> bool:
+    """Whether C{worker} was told to go quiet or to terminate (it is dealt nothing)."""
+    return worker.card is not None and worker.card.state is not Steering.ACTIVE
 
 
 def workers_of(sessions: Iterable[Session], queue: NamedQueue[Task, Session]) -> list[Session]:

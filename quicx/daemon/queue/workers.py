@@ -94,7 +94,10 @@ class Workers:
                 workers.encode_stop(workers.Steer.TERMINATE, round(grace * 1000))
             )
             if session.tasks:
+                late = {task_id: (task, task.attempts) for task_id, task in session.tasks.items()}
                 self.kernel.roster.take_back_held(session, "was terminated")
+                # Its outcomes for them are late ones: refused as stale.
+                session.overdue.update(late)
             self.kernel.scheduler.callLater(grace, _close, session)
         self.kernel.check_drain()
         return [session.session_id for session in steered]
