@@ -48,7 +48,9 @@ class Workers:
             before the first READY, once), or names more than C{max_types}.
         """
         if session.role is not Role.NEW or session.card is not None:
-            raise ProtocolViolation("ANNOUNCE comes once, before the connection's first READY")
+            raise ProtocolViolation(
+                "ANNOUNCE comes once, before the connection's first READY or FOLLOW"
+            )
         if message.types is not None and len(message.types) > max_types:
             raise ProtocolViolation(
                 f"ANNOUNCE names {len(message.types)} task types, more than"
