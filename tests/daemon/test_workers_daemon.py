@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from quicx.clients.blocking import QuicxClient
+from quicx.protocol.errors import Forbidden
 from tests.conftest import DaemonProcess
 
 QUICX = str(Path(sys.executable).with_name("quicx"))
@@ -190,7 +191,6 @@ def test_steering_refuses_what_it_cannot_do(daemon: DaemonProcess) -> None:
     named = quicx(daemon, "quiet", "nobody")
     assert named.returncode == 1 and "no connected worker is named 'nobody'" in named.stderr
     # Over TCP, without the admin role: refused.
-    with QuicxClient(daemon.client_address) as client:
-        with pytest.raises(Exception, match="STEER needs the admin role"):
-            client.quiet(0)
+    with QuicxClient(daemon.client_address) as client, pytest.raises(Forbidden, match="STEER"):
+        client.quiet(0)
     assert quicx(daemon, "terminate", "--all").stdout == "no version-2 worker to terminate\n"
