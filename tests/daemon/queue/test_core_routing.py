@@ -16,7 +16,7 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.workers import workers_of
-from quicx.protocol import workers
+from quicx.protocol import wire, workers
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.session import ProtocolViolation, Role
 from tests.fakes import FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
@@ -231,3 +231,14 @@ def test_every_task_runs_once_on_a_worker_of_its_type(
     expected = {n + 1 for n, t in enumerate(tasks) if t in served}
     assert set(ran) == expected
     assert queue.queued == len(tasks) - len(expected)
+
+
+def test_tasks_set_aside_count_against_max_depth() -> None:
+    limits = QueueLimits(defaults=QueuePolicy(max_depth=2))
+    queue = make_queue(limits=limits)
+    producer = v2_producer_of(queue)
+    typed_worker(queue, (b"mail",), name="mail")
+    submit(queue, producer, b"pdf", b"pdf", b"pdf")
+    assert queue.queues["default"].parked == 2
+    errors = [m.code for m in producer.take() if isinstance(m, wire.Error)]
+    assert errors == [ErrorCode.QUEUE_FULL]
