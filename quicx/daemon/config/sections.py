@@ -162,7 +162,7 @@ class Limits:
     max_output_buffer: int = 1 << 20
     max_credits: int = 1024
     monitor_slice: float = 0.002
-    max_worker_types: int = 1024
+    max_worker_types: int = 256
     terminate_grace: float = 5.0
 
 
