@@ -67,7 +67,12 @@ class Dispatcher:
             return False
         idle = queue.idle
         worker = idle[next(iter(idle))]
-        if worker.overdue or worker.failing_until > task.enqueued_at or worker.handles is not None:
+        handles = worker.handles
+        if (
+            worker.overdue
+            or worker.failing_until > task.enqueued_at
+            or (handles is not None and task.task_type not in handles)
+        ):
             return False
         queue.running += 1
         self.deliver(worker, task, queue, task.enqueued_at)
@@ -139,7 +144,13 @@ class Dispatcher:
                 self._wait_for_tokens(queue, now)
                 break
             worker = idle[next(iter(idle))]  # offer(), inlined for the common case
-            if worker.overdue or worker.failing_until > now or task.failures or worker.handles:
+            handles = worker.handles
+            if (
+                worker.overdue
+                or worker.failing_until > now
+                or task.failures
+                or (handles is not None and task.task_type not in handles)
+            ):
                 avoid = self.failed_on.get(task.task_id, 0)
                 chosen = offer(idle, now, task.task_id, avoid, task.task_type)
                 if chosen is None:
