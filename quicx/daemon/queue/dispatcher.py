@@ -60,20 +60,23 @@ class Dispatcher:
     def hand_new(self, task: Task, queue: NamedQueue[Task, Session]) -> bool:
         """
         The common case, a worker waiting on C{queue} empty when C{task} is
-        accepted: straight to the first, unless it is failing (then
-        L{serve_queue} chooses).  Whether it was handed.
+        accepted: straight to the first (the first that runs its type),
+        unless it is failing (then L{serve_queue} chooses).  Whether it was
+        handed.
         """
         if queue.depth or queue.limited or queue.paused:
             return False
         idle = queue.idle
         worker = idle[next(iter(idle))]
-        handles = worker.handles
-        if (
-            worker.overdue
-            or worker.failing_until > task.enqueued_at
-            or (handles is not None and task.task_type not in handles)
-        ):
+        if worker.overdue or worker.failing_until > task.enqueued_at:
             return False
+        handles = worker.handles
+        if handles is not None and task.task_type not in handles:
+            # It does not run the type: another idle one may (see routing).
+            chosen = offer(idle, task.enqueued_at, task.task_id, 0, task.task_type)
+            if chosen is None:
+                return False
+            worker = chosen
         queue.running += 1
         self.deliver(worker, task, queue, task.enqueued_at)
         if worker.credits - len(worker.tasks) <= 0:

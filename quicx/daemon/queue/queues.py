@@ -454,6 +454,8 @@ class NamedQueue(Generic[T, W]):
         (C{None}: any), the oldest set aside first, at the head of their
         priority: the next L{take} finds them first.
         """
+        if handles is not None and handles.isdisjoint(self.parking):
+            return  # none of its types is set aside: the common case, kept cheap
         chosen: list[T] = []
         for task_type, fifo in self.parking.items():
             if handles is None or task_type in handles:
