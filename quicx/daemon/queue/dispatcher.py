@@ -60,9 +60,9 @@ class Dispatcher:
     def hand_new(self, task: Task, queue: NamedQueue[Task, Session]) -> bool:
         """
         The common case, a worker waiting on C{queue} empty when C{task} is
-        accepted: straight to the first (the first that runs its type),
-        unless it is failing (then L{serve_queue} chooses).  Whether it was
-        handed.
+        accepted: straight to the first (the first that runs its type, or
+        set aside when none does), unless it is failing (then
+        L{serve_queue} chooses).  Whether it was handed (or set aside).
         """
         if queue.depth or queue.limited or queue.paused:
             return False
@@ -70,14 +70,15 @@ class Dispatcher:
         worker = idle[next(iter(idle))]
         if worker.overdue or worker.failing_until > task.enqueued_at:
             return False
+        queue.running += 1
         handles = worker.handles
         if handles is not None and task.task_type not in handles:
             # It does not run the type: another idle one may (see routing).
             chosen = offer(idle, task.enqueued_at, task.task_id, 0, task.task_type)
             if chosen is None:
-                return False
+                queue.park(task)  # no idle worker runs its type: set aside at once
+                return True
             worker = chosen
-        queue.running += 1
         self.deliver(worker, task, queue, task.enqueued_at)
         if worker.credits - len(worker.tasks) <= 0:
             self.unidle(worker)

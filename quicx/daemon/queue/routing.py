@@ -57,14 +57,19 @@ def unroutable(
     queue, by type, how many.  (A task is counted once the dispatcher met
     it with only workers that do not run its type idle.)
     """
-    workers = list(sessions)
+    parked = [queue for queue in queues if queue.parked]
+    if not parked:
+        return {}
+    serving: dict[NamedQueue[Task, Session], list[Session]] = {queue: [] for queue in parked}
+    for session in sessions:  # once, not once per queue
+        if session.role is Role.WORKER:
+            for queue in session.subscriptions:
+                if queue in serving:
+                    serving[queue].append(session)
     found: dict[str, dict[str, int]] = {}
-    for queue in queues:
-        if not queue.parked:
-            continue
-        serving = workers_of(workers, queue)
+    for queue in parked:
         for task_type, fifo in queue.parking.items():
-            if fifo and not any(runs(w, task_type) for w in serving):
+            if fifo and not any(runs(w, task_type) for w in serving[queue]):
                 by_type = found.setdefault(queue.name, {})
                 by_type[task_type.decode("utf-8", "replace")] = len(fifo)
     return found
