@@ -18,7 +18,7 @@ import pytest
 
 from quicx.clients.blocking import QuicxClient
 from quicx.protocol.errors import Forbidden
-from tests.conftest import DaemonProcess
+from tests.conftest import DaemonProcess, config_option
 
 QUICX = str(Path(sys.executable).with_name("quicx"))
 DEADLINE = 30.0
@@ -55,11 +55,12 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start_worker(daemon: DaemonProcess, workspace: Path) -> Iterator[Callable[..., Any]]:
+def spawn(workspace: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start C{quicx worker TARGET} processes for a daemon; kill them all after."""
     started: list[subprocess.Popen[str]] = []
     path = os.pathsep.join(filter(None, [str(workspace), os.environ.get("PYTHONPATH")]))
 
-    def start(target: str, *flags: str) -> subprocess.Popen[str]:
+    def start(daemon: DaemonProcess, target: str, *flags: str) -> subprocess.Popen[str]:
         log = (workspace / f"worker{len(started)}.log").open("w")
         worker = subprocess.Popen(
             [QUICX, "worker", target, f"--connect={daemon.client_address}", *flags],
@@ -75,6 +76,12 @@ def start_worker(daemon: DaemonProcess, workspace: Path) -> Iterator[Callable[..
     for worker in started:
         worker.kill()
         worker.wait()
+
+
+@pytest.fixture
+def start_worker(daemon: DaemonProcess, spawn: Callable[..., Any]) -> Callable[..., Any]:
+    """Start C{quicx worker TARGET} processes for the test's daemon."""
+    return lambda target, *flags: spawn(daemon, target, *flags)
 
 
 def quicx(daemon: DaemonProcess, *args: str) -> subprocess.CompletedProcess[str]:
@@ -194,3 +201,27 @@ def test_steering_refuses_what_it_cannot_do(daemon: DaemonProcess) -> None:
     with QuicxClient(daemon.client_address) as client, pytest.raises(Forbidden, match="STEER"):
         client.quiet(0)
     assert quicx(daemon, "terminate", "--all").stdout == "no version-2 worker to terminate\n"
+
+
+def test_tasks_set_aside_survive_a_kill_9(
+    start_daemon: Callable[..., DaemonProcess],
+    tmp_path: Path,
+    workspace: Path,
+    spawn: Callable[..., Any],
+) -> None:
+    journal = tmp_path / "quicx.journal"
+    daemon = start_daemon(config_option(tmp_path, f"[journal]\npath = {journal}\n"))
+    spawn(daemon, "jobs:mail")
+    with QuicxClient(daemon.client_address) as client:
+        workers_now(client, 1)
+        ids = [client.submit("pdf", f"pdf{n}") for n in range(5)]
+        until(lambda: client.status()["tasks"]["unroutable"] == 5, "five tasks set aside")
+    daemon.kill()
+    daemon.start()
+    # Back, in order, for the worker of their type.
+    spawn(daemon, "jobs:pdf")
+    until(lambda: len(ran(workspace)) == 5, "the five tasks to run")
+    assert [name for _, kind, name in ran(workspace)] == [f"pdf{n}" for n in range(5)]
+    with QuicxClient(daemon.client_address) as client:
+        until(lambda: client.status()["tasks"]["completed"] == 5, "their outcomes")
+        assert ids == [1, 2, 3, 4, 5] and client.status()["tasks"]["queued"] == 0
