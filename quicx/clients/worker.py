@@ -155,6 +155,7 @@ class Worker(Handlers):
             raise ValueError(f'types is "handlers", "all" or a list of task types, not {types!r}')
         self.types = types
         self.name = name
+        workers.encode_announce(None if isinstance(types, str) else types, name)  # checks them
         self.on_terminate: Callable[[], object] | None = None
         self.terminated = False
         taskflow.encode_ready(1, self.queues)  # checks the names and their number
