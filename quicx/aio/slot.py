@@ -37,7 +37,7 @@ from quicx.clients.connection import (
 )
 from quicx.clients.context import TaskContext, touch_seconds
 from quicx.clients.reports import Raised, Unrecoverable, failure_reason, report
-from quicx.protocol import codec, outcomes, taskflow, wire
+from quicx.protocol import codec, outcomes, taskflow, wire, workers
 from quicx.protocol.errors import QuicxError
 from quicx.protocol.frames import Frame
 
@@ -60,6 +60,8 @@ class Handlers(Protocol):
     auto_extend: bool
 
     def handler_for(self, task_type: bytes) -> tuple[Callable[..., Any], bool] | None: ...
+
+    def told_to_stop(self, stop: workers.Stop, slot: AsyncSlot) -> None: ...
 
 
 class AsyncLease:
@@ -160,6 +162,7 @@ class AsyncSlot(asyncio.Protocol):
         self.credits = worker.credits
         self.running: dict[int, tuple[asyncio.Task[None] | None, AsyncLease | None]] = {}
         self.stopping = False
+        self.quiet = False  # the daemon told it so: it is sent no more tasks
         self.capabilities: frozenset[str] = frozenset()
         self.max_result: int | None = None
         self.max_reason = 1024
@@ -234,6 +237,8 @@ class AsyncSlot(asyncio.Protocol):
             self._answered = True
         elif self.version == codec.VERSION and kind == codec.MessageType.CHECKPOINT:
             self.saves.answered(frame.payload)  # a bad one: MalformedMessage, as a bad TASK
+        elif kind == codec.MessageType.STOP and self.version == codec.VERSION:
+            self.worker.told_to_stop(workers.decode_stop(frame.payload), self)
         else:
             events: list[Any] = []
             self._conn.receive_frame(self._parser.version, kind, frame.payload, events)
@@ -382,6 +387,15 @@ class AsyncSlot(asyncio.Protocol):
             and self.transport is not None
         ):
             self.transport.close()
+
+    def terminate(self) -> None:
+        """Stop now (the daemon said so, and queued again what it held): cancel, disconnect."""
+        self.stopping = True
+        for task, _ in list(self.running.values()):
+            if task is not None:
+                task.cancel()
+        if self.transport is not None:
+            self.transport.abort()
 
     def stop(self) -> asyncio.Future[None]:
         """Finish the tasks in hand, if any, then disconnect."""

@@ -29,6 +29,12 @@ follows no shared data (C{context.shared} is empty).  A handler whose
 delivery's lease was lost (the daemon says so, stale, in answer to its
 TOUCH or PROGRESS) is cancelled; the protocol does not tell a worker that
 its running task was cancelled, as a running task cannot be.
+
+An admin may steer it from the daemon (C{quicx quiet}, C{quicx terminate}):
+a connection told to go quiet finishes what it holds, is sent no more, and
+stays connected (not reconnecting once it closes); told to terminate, the
+worker cancels its handlers (the daemon has queued their tasks again) and
+L{run} returns.  It announces no task types: it is sent every type.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from quicx.aio.slot import AsyncSlot, log
 from quicx.clients.address import DEFAULT_ADDRESS, parse_address, split_addresses
 from quicx.clients.context import TaskContext, takes_context
 from quicx.clients.reports import Unrecoverable
-from quicx.protocol import codec, taskflow
+from quicx.protocol import codec, taskflow, workers
 
 Handler = Callable[..., Any]
 
@@ -163,6 +169,23 @@ class AsyncWorker:
         if self._serving is not None:
             await self._serving
 
+    def told_to_stop(self, stop: workers.Stop, slot: AsyncSlot) -> None:
+        """
+        The daemon steers this worker (STOP): a quiet connection finishes
+        what it holds and stays, idle, not reconnecting once it closes; a
+        terminate stops every connection now (the daemon queued again what
+        they held: their handlers are cancelled), and L{run} returns.
+        """
+        if stop.action is workers.Steer.QUIET:
+            slot.quiet = True
+            log.info("the daemon asks this worker to be quiet: it takes no more tasks")
+            return
+        log.warning("the daemon terminates this worker: stopping now")
+        if self._stopping is not None:
+            self._stopping.set()
+        for each in list(self.slots):
+            each.terminate()
+
     async def _keep_connected(self, address: str) -> None:
         """One connection: connect, serve until it ends, reconnect."""
         assert self._stopping is not None
@@ -199,7 +222,7 @@ class AsyncWorker:
                     log.info("connected to %s (protocol version %d)", address, slot.version)
                 await slot.closed
                 self.slots.discard(slot)
-                if self._stopping.is_set():
+                if self._stopping.is_set() or slot.quiet:
                     return
                 log.warning("lost the daemon at %s; reconnecting", address)
             with contextlib.suppress(TimeoutError):

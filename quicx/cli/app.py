@@ -11,7 +11,18 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 
 from quicx import version_line
-from quicx.cli import daemon, dlq, events, queues, schedules, shared, status, tasks, worker
+from quicx.cli import (
+    daemon,
+    dlq,
+    events,
+    queues,
+    schedules,
+    shared,
+    status,
+    tasks,
+    worker,
+    workers,
+)
 from quicx.cli.arguments import Commands, Parser
 from quicx.cli.common import run_command
 
@@ -33,6 +44,8 @@ COMMANDS: tuple[Callable[[Commands], None], ...] = (
     dlq.add_dlq,
     schedules.add_schedule,
     worker.add_worker,
+    workers.add_workers,
+    workers.add_steering,
     daemon.add_version,
     daemon.add_init,
     events.add_report,
@@ -58,7 +71,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("admins", ("cancel", "pause", "resume", "purge", "dlq", "schedule")),
-    ("workers", ("worker",)),
+    ("workers", ("worker", "workers", "quiet", "terminate")),
     ("data", ("report",)),
     ("about quicx", ("version",)),
 )

@@ -82,6 +82,14 @@ def add_worker(commands: Commands) -> None:
         help="shared data to follow: handlers read it as context.shared[NAME]",
     )
     worker.add_argument(
+        "--types",
+        type=task_types,
+        metavar="all|A,B,...",
+        help="the task types to announce (default: the handlers'; all: every type, and a"
+        " task without a handler fails)",
+    )
+    worker.add_argument("--name", help="the name to announce (quicx workers, quicx quiet NAME)")
+    worker.add_argument(
         "--auto-extend",
         action="store_true",
         help="extend each task's lease every half lease while its handler runs",
@@ -137,6 +145,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except ValueError as e:
             # On by default, and it only saves wake-ups: never a reason not to run.
             Worker.log.warn("busy polling is off: {error}", error=str(e))
+    worker.on_terminate = lambda: reactor.callLater(0, exit_terminated)
     worker.start(reactor, addresses)
     reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
     stop_on_signals(reactor)
@@ -223,6 +232,10 @@ def configured_worker(target: object, args: argparse.Namespace) -> Worker:
             worker.auto_extend = True
         if args.follow:
             worker.follow = args.follow
+        if args.types:
+            worker.types = args.types
+        if args.name:
+            worker.name = args.name
     elif isinstance(target, Mapping):
         for task_type, handler in target.items():
             if not isinstance(task_type, str) or not callable(handler):
@@ -238,6 +251,8 @@ def configured_worker(target: object, args: argparse.Namespace) -> Worker:
             protocol=args.protocol or 2,
             auto_extend=args.auto_extend,
             follow=args.follow or (),
+            types=args.types or "handlers",
+            name=args.name or "",
         )
     else:
         raise CommandError(
@@ -245,6 +260,26 @@ def configured_worker(target: object, args: argparse.Namespace) -> Worker:
             " of task types to handlers"
         )
     return worker
+
+
+def task_types(value: str) -> str | tuple[str, ...]:
+    """C{--types}: C{all}, or a comma-separated list of task types."""
+    if value == "all":
+        return value
+    types = tuple(t for t in value.split(",") if t)
+    if not types or len(set(types)) != len(types):
+        raise argparse.ArgumentTypeError(f"{value!r} is not 'all' or a list of task types")
+    return types
+
+
+def exit_terminated() -> None:
+    """
+    The daemon terminated the worker (C{quicx terminate}): exit 0 now, not
+    waiting for the handlers still running (the daemon has queued their
+    tasks again).
+    """
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def stop_on_signals(reactor: Any) -> None:

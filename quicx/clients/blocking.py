@@ -341,6 +341,27 @@ class QuicxClient(SocketPump):
         """One task's state and, while it waits, why (see docs/protocol.md)."""
         return self._call(operations.task(task_id))
 
+    def workers(self) -> list[dict[str, Any]]:
+        """
+        The connected workers: id, address, name, host, pid, queues, types,
+        credits, the tasks each holds and for how long, state (docs/protocol.md).
+        """
+        return self._call(operations.workers())
+
+    def quiet(self, worker: int = 0) -> dict[str, Any]:
+        """
+        Tell worker C{worker} (its id; 0: every version-2 worker) to finish
+        what it holds and take no more; needs the admin role.
+        """
+        return self._call(operations.steer("quiet", worker))
+
+    def terminate(self, worker: int = 0) -> dict[str, Any]:
+        """
+        Tell worker C{worker} (0: every version-2 worker) to stop now: what
+        it holds is queued again at once; needs the admin role.
+        """
+        return self._call(operations.steer("terminate", worker))
+
     def pause(self, queue: str) -> dict[str, Any]:
         """Stop dispatching from C{queue} (it still accepts tasks); needs the admin role."""
         return self._call(operations.queue_action("pause", queue))

@@ -28,6 +28,7 @@ from quicx.clients.connection import ClientConnection, Request
 from quicx.clients.progress import Listener
 from quicx.clients.requests import Options, Task
 from quicx.protocol import admin, link, monitor, outcomes, shared_data, taskflow, wire
+from quicx.protocol import workers as worker_messages
 from quicx.protocol.outcomes import GroupOp
 
 Document = dict[str, Any]
@@ -166,6 +167,17 @@ def task(task_id: int) -> Request[Document]:
 def queue_action(action: str, queue: str) -> Request[Document]:
     """PAUSE, RESUME or PURGE (C{action}, by name) of C{queue}."""
     make = partial(admin.encode_queue_action, requests.QUEUE_ACTIONS[action], queue)
+    return Request.info(action, make)
+
+
+def workers() -> Request[Documents]:
+    """WORKERS: the connected workers, one record each (docs/protocol.md)."""
+    return Request.info("workers", worker_messages.encode_workers)
+
+
+def steer(action: str, worker: int) -> Request[Document]:
+    """STEER: C{quiet} or C{terminate} (C{action}) worker C{worker}, or all (0)."""
+    make = partial(worker_messages.encode_steer, worker_messages.Steer[action.upper()], worker)
     return Request.info(action, make)
 
 

@@ -44,7 +44,7 @@ from quicx.clients.reports import (
     report,
 )
 from quicx.net.framer import FrameReceiver, set_no_delay, write_now
-from quicx.protocol import codec, outcomes, shared_data, taskflow, wire
+from quicx.protocol import codec, outcomes, shared_data, taskflow, wire, workers
 from quicx.protocol.wire import ErrorCode
 
 HELLO_TIMEOUT = 10.0
@@ -89,6 +89,10 @@ class Worker(Protocol):
     def _slot_lost(self, slot: WorkerProtocol) -> None: ...
 
     def followed(self, following: object, slot: WorkerProtocol) -> None: ...
+
+    def announcement(self) -> bytes: ...
+
+    def told_to_stop(self, stop: workers.Stop, slot: WorkerProtocol) -> None: ...
 
     def shared_arrived(self, shared: shared_data.Shared) -> None: ...
 
@@ -154,6 +158,7 @@ class WorkerProtocol(FrameReceiver):
         self._unanswered: IDelayedCall | None = None
         self.running = 0
         self.stopping = False
+        self.quiet = False  # the daemon told it so: it is sent no more tasks
         self.closed: Deferred[None] = Deferred()
         self._answered = False
         self.capabilities: frozenset[str] = frozenset()
@@ -268,6 +273,8 @@ class WorkerProtocol(FrameReceiver):
                 self.saves.answered(payload)
             except codec.MalformedMessage as e:
                 self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
+        elif message_type == codec.MessageType.STOP and self.version == codec.VERSION:
+            self.worker.told_to_stop(workers.decode_stop(payload), self)
         elif message_type == codec.MessageType.SHARED and self.version == codec.VERSION:
             if self.worker._follower is self:
                 self.worker.shared_arrived(shared_data.decode_shared(payload))
@@ -347,6 +354,9 @@ class WorkerProtocol(FrameReceiver):
                 )
         else:
             self._learn(greeted.server)
+            if "workers" in self.capabilities:
+                # Before FOLLOW and READY: the daemon takes it only first.
+                self.transport.write(self.worker.announcement())
             if self.worker.follow and "shared" not in self.capabilities:
                 self.log.error(
                     "the daemon has no shared data: handlers see none of {names}",

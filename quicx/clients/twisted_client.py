@@ -368,6 +368,18 @@ class QuicxClientProtocol(FrameReceiver):
     def task(self, task_id: int) -> Deferred[dict[str, Any]]:
         return self._request(operations.task(task_id))
 
+    def workers(self) -> Deferred[list[dict[str, Any]]]:
+        """The connected workers (as L{quicx.clients.blocking.QuicxClient.workers})."""
+        return self._request(operations.workers())
+
+    def quiet(self, worker: int = 0) -> Deferred[dict[str, Any]]:
+        """Quiet worker C{worker}, or all (0); needs the admin role (as the blocking client's)."""
+        return self._request(operations.steer("quiet", worker))
+
+    def terminate(self, worker: int = 0) -> Deferred[dict[str, Any]]:
+        """Terminate worker C{worker}, or all (0); needs the admin role (as the blocking one)."""
+        return self._request(operations.steer("terminate", worker))
+
     def pause(self, queue: str) -> Deferred[dict[str, Any]]:
         """Stop dispatching from C{queue}; needs the admin role (as the blocking client's)."""
         return self._request(operations.queue_action("pause", queue))

@@ -48,6 +48,18 @@ only version 1 it falls back to version 1: it serves the default queue, and
 a handler's context has the queue C{None}, priority 0 and the time the task
 arrived, and no token or lease.
 
+Each slot announces the task types the worker runs (ANNOUNCE: by default
+its handlers' types; C{types="all"}: every type, as before routing), so the
+daemon hands it only those: a task of another type waits for a worker that
+runs it, instead of failing here with "no handler for".  An admin may steer
+the worker from the daemon (C{quicx quiet}, C{quicx terminate}; STOP): a
+slot told to go quiet finishes the tasks it holds, is sent no more, and
+stays connected and idle (as Faktory's quiet: the process keeps running, and
+a quiet slot whose connection drops does not reconnect); told to terminate,
+the worker stops at once, every slot on every daemon (the daemon has queued
+again the tasks it held; their outcomes are dropped), and calls
+C{on_terminate} (C{quicx worker} exits 0), else L{Worker.stop}.
+
 A delivery's lease runs out after the queue's task timeout unless it is
 extended: by the handler (L{TaskContext.extend}), or, with
 C{Worker(auto_extend=True)}, every half lease while the handler runs.  A
@@ -57,6 +69,8 @@ task went back to the queue) is logged as a warning.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,7 +86,7 @@ from quicx.clients.reports import Unrecoverable, cut_reason, failure_reason, rep
 from quicx.clients.shares import slot_credits
 from quicx.clients.slot import Member, WorkerProtocol
 from quicx.clients.twisted_client import endpoint_for
-from quicx.protocol import codec, shared_data, taskflow
+from quicx.protocol import codec, shared_data, taskflow, workers
 
 RETRY_FIRST = 0.1
 RETRY_MAX = 3.0
@@ -101,6 +115,13 @@ class Worker(Handlers):
     @ivar shared: the newest version of each of them, by name (read-only;
         what each task's C{context.shared} is).
     @ivar members: its daemons, in the order given, once started.
+    @ivar types: the task types it announces it runs: C{"handlers"} (its
+        handlers' types, or every type when it has none), C{"all"} (every
+        type: it announces none), or a list of them.
+    @ivar name: the name it announces (C{quicx workers} shows it, and
+        C{quicx quiet NAME} steers every connection that gave it).
+    @ivar on_terminate: called once the daemon has terminated the worker
+        and its connections are closed (C{None}: L{stop} is).
     """
 
     log = Logger()
@@ -114,6 +135,8 @@ class Worker(Handlers):
         protocol: int = 2,
         auto_extend: bool = False,
         follow: Sequence[str] = (),
+        types: Sequence[str] | str = "handlers",
+        name: str = "",
     ) -> None:
         super().__init__()
         if concurrency < 1:
@@ -128,6 +151,13 @@ class Worker(Handlers):
             raise ValueError("protocol is 2, or 1 without queues or shared data")
         self.protocol = protocol
         self.auto_extend = auto_extend
+        if isinstance(types, str) and types not in ("handlers", "all"):
+            raise ValueError(f'types is "handlers", "all" or a list of task types, not {types!r}')
+        self.types = types
+        self.name = name
+        workers.encode_announce(None if isinstance(types, str) else types, name)  # checks them
+        self.on_terminate: Callable[[], object] | None = None
+        self.terminated = False
         taskflow.encode_ready(1, self.queues)  # checks the names and their number
         if self.follow:
             shared_data.encode_follow(self.follow)  # the same
@@ -254,6 +284,46 @@ class Worker(Handlers):
         else:
             self._shared.pop(shared.name, None)
 
+    def announcement(self) -> bytes:
+        """The ANNOUNCE each slot sends: its types, its name, its host and process id."""
+        if isinstance(self.types, str):
+            handled = sorted(self._handlers) if self.types == "handlers" else []
+        else:
+            handled = [t.encode("utf-8") for t in self.types]
+        return workers.encode_announce(
+            handled or None, self.name, socket.gethostname(), os.getpid()
+        )
+
+    def told_to_stop(self, stop: workers.Stop, slot: WorkerProtocol) -> None:
+        """The daemon of C{slot} steers this worker (STOP): quiet, or terminate."""
+        address = slot.place[0].address if slot.place is not None else "the daemon"
+        if stop.action is workers.Steer.QUIET:
+            slot.quiet = True
+            self.log.info(
+                "{address} asks this worker to be quiet: it finishes the {held} task(s) this"
+                " connection holds and takes no more",
+                address=address,
+                held=slot.running,
+            )
+            return
+        if self.terminated:
+            return
+        self.terminated = self._stopping = True
+        self.log.warn(
+            "{address} terminates this worker: stopping now (the daemon queues again the"
+            " tasks it held)",
+            address=address,
+        )
+        for waiting in list(self._waiting):
+            waiting.cancel()
+        for each in list(self._slots):
+            each.stopping = True
+            each.transport.abortConnection()
+        if self.on_terminate is not None:
+            self.on_terminate()
+        else:
+            ensureDeferred(self.stop())
+
     def start(self, reactor: Any, address: str | Sequence[str] = DEFAULT_ADDRESS) -> None:
         """
         Connect C{concurrency} slots to the daemon at C{address}, or to each
@@ -309,8 +379,8 @@ class Worker(Handlers):
             else:
                 delay = RETRY_FIRST
                 await slot.closed
-                if self._stopping:
-                    return
+                if self._stopping or slot.quiet:
+                    return  # a quiet slot stays away, as it was told
                 self.log.warn("lost the daemon at {address}; reconnecting", address=address)
             try:
                 await self._cancellable(deferLater(self._reactor, delay, lambda: None))

@@ -50,6 +50,7 @@ from quicx.protocol.outcomes import NACK_FIXED, PROGRESS_FIXED
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.shared_data import PUBLISH_FIXED
 from quicx.protocol.wire import ErrorCode
+from quicx.protocol.workers import ANNOUNCE_FIELDS_SIZE
 
 
 class _Unknown(Enum):
@@ -486,6 +487,12 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             ),
             codec.MessageType.WATCH: monitor.MAX_WATCH_SIZE,
             codec.MessageType.CHECKPOINT: CHECKPOINT_FIXED + queue.checkpoints.settings.max_size,
+            # What a worker may announce; a STEER is 5 bytes, a WORKERS none.
+            codec.MessageType.ANNOUNCE: 2
+            + self.limits.max_worker_types * (1 + self.limits.max_type_length)
+            + ANNOUNCE_FIELDS_SIZE,
+            codec.MessageType.STEER: 5,
+            codec.MessageType.WORKERS: 0,
         }
         shared = queue.shared
         if isinstance(shared, SharedData):

@@ -31,8 +31,9 @@ STATUS_FORMAT = "quicx-status/1"
 class Tasks:
     """
     C{"tasks"}: the totals since start (the kernel's C{Counters}, same
-    names), the dead tasks kept now, the tasks queued and running now, and
-    the progress reports coalesced.
+    names), the dead tasks kept now, the tasks queued and running now, the
+    progress reports coalesced, and the queued tasks set aside that no
+    connected worker runs (C{unroutable}: see L{quicx.daemon.queue.routing}).
     """
 
     submitted: int = 0
@@ -57,6 +58,7 @@ class Tasks:
     queued: int = 0
     running: int = 0
     progress_coalesced: int = 0
+    unroutable: int = 0
 
 
 @frozen
@@ -68,6 +70,7 @@ class Connections:
     paused: int = 0
     workers: int = 0
     idle_workers: int = 0
+    quiet_workers: int = 0
 
 
 @frozen

@@ -103,6 +103,11 @@ class MessageType(IntEnum):
     WATCH = 0x29
     EVENTS = 0x2A
     STATUS = 0x2B
+    # Workers: what they run, quiet and terminate (quicx.protocol.workers).
+    ANNOUNCE = 0x2C
+    WORKERS = 0x2D
+    STEER = 0x2E
+    STOP = 0x2F
     # Checkpoints (quicx.protocol.checkpoints).
     CHECKPOINT = 0x30
 
@@ -121,6 +126,7 @@ class ErrorCode(IntEnum):
     FORBIDDEN = 0x06
     CONFLICT = 0x07
     STALE = 0x08
+    UNSTEERABLE = 0x0A
 
 
 class MalformedMessage(ValueError):

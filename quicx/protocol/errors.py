@@ -78,6 +78,12 @@ class Conflict(DaemonError):
     code = 0x07
 
 
+class Unsteerable(DaemonError):
+    """ERROR 0x0A (version 2): the worker speaks version 1, so cannot be told to quiet or stop."""
+
+    code = 0x0A
+
+
 _BY_CODE: dict[int, type[DaemonError]] = {
     cls.code: cls
     for cls in (
@@ -88,6 +94,7 @@ _BY_CODE: dict[int, type[DaemonError]] = {
         NotFound,
         Forbidden,
         Conflict,
+        Unsteerable,
     )
 }
 

@@ -21,6 +21,7 @@ from quicx.protocol import (
     shared_data,
     taskflow,
     wire,
+    workers,
 )
 from quicx.protocol.codec import VERSION, MalformedMessage, MessageType
 
@@ -33,6 +34,7 @@ Message = (
     | monitor.Message
     | link.Message
     | checkpoints.Message
+    | workers.Message
 )
 """Any message, of either version."""
 
@@ -62,6 +64,7 @@ DECODERS: dict[int, Decoders] = {
         monitor.DECODERS,
         link.DECODERS,
         checkpoints.DECODERS,
+        workers.DECODERS,
     ),
 }
 """Each version's decoders, by message type."""

@@ -151,7 +151,7 @@ def test_help_groups_the_commands_by_who_uses_them() -> None:
             "events",
         ],
         "admins": ["cancel", "pause", "resume", "purge", "dlq", "schedule"],
-        "workers": ["worker"],
+        "workers": ["worker", "workers", "quiet", "terminate"],
         "data": ["report"],
         "about quicx": ["version"],
     }

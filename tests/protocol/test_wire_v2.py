@@ -385,6 +385,8 @@ TRACING = PROTOCOL[PROTOCOL.index("\n# Version 2: trace context") :]
 """The page's section on the trace option (L{quicx.protocol.taskflow})."""
 CHECKPOINTS = PROTOCOL[PROTOCOL.index("\n# Version 2: checkpoints") :]
 """The page's section on checkpoints (L{quicx.protocol.checkpoints})."""
+WORKERS = PROTOCOL[PROTOCOL.index("\n# Version 2: workers") :]
+"""The page's section on the workers' messages (L{quicx.protocol.workers})."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -433,6 +435,7 @@ def test_the_pages_message_tables_are_the_codecs() -> None:
     rows = table(VERSION_2, "## Messages") + table(LIFECYCLE, "## Messages")
     rows += table(RESULTS, "## Messages") + table(MONITOR, "## Messages")
     rows += table(CHECKPOINTS, "## Messages")
+    rows += table(WORKERS, "## Messages")
     assert [(int(code, 16), name) for code, name, *_ in rows] == [
         (t.value, t.name) for t in MessageType
     ]
@@ -461,6 +464,7 @@ def test_the_pages_error_codes_are_the_codecs() -> None:
     codes = [int(row[0], 16) for row in table(PROTOCOL, "## Error codes\n")]
     codes += [int(row[0], 16) for row in table(VERSION_2, "## Error codes added in version 2")]
     codes += [int(row[0], 16) for row in table(LIFECYCLE, "### Error code added")]
+    codes += [int(row[0], 16) for row in table(WORKERS, "### Error code added")]
     assert codes == [c.value for c in codec.ErrorCode]
 
 

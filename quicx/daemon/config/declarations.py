@@ -69,6 +69,7 @@ from quicx.net.tls import TlsSettings
 from quicx.protocol.admin import Missed
 from quicx.protocol.checkpoints import MAX_CHECKPOINT
 from quicx.protocol.codec import MAX_CREDITS, MAX_TYPE_LENGTH
+from quicx.protocol.workers import MAX_ANNOUNCED_TYPES
 
 SERVER = section("server", ServerSettings, "",
     key("port", PORT, "The TCP port, on 127.0.0.1 only; `listen` replaces it."),
@@ -129,6 +130,10 @@ LIMITS = section("limits", Limits, "",
         "Unsent bytes a connection may pile up before the daemon stops reading it."),
     key("max_credits", integer(1, MAX_CREDITS),
         "The most tasks one worker connection may hold at once."),
+    key("max_worker_types", integer(1, MAX_ANNOUNCED_TYPES),
+        "The most task types one worker's ANNOUNCE may name."),
+    key("terminate_grace", seconds(high=3600.0),
+        "Seconds a terminated worker has to close its connection before the daemon does."),
 )  # fmt: skip
 
 TLS = section("tls", TlsSettings, "tls_",

@@ -151,6 +151,9 @@ class Limits:
     @ivar monitor_slice: seconds of the reactor one connection's monitor
         queries may hold in a turn; the rest of what it sent waits for the
         next turn, so that other connections are served in between.
+    @ivar max_worker_types: the most task types one worker's ANNOUNCE may name.
+    @ivar terminate_grace: seconds a terminated worker has to close its
+        connection before the daemon closes it.
     """
 
     max_connections: int = 4096
@@ -160,6 +163,8 @@ class Limits:
     max_output_buffer: int = 1 << 20
     max_credits: int = 1024
     monitor_slice: float = 0.002
+    max_worker_types: int = 256
+    terminate_grace: float = 5.0
 
 
 @frozen

@@ -32,6 +32,7 @@ CAPABILITIES = (
     "events",
     "trace",
     "checkpoints",
+    "workers",
 )
 """What a version-2 HELLO is told this daemon can do."""
 

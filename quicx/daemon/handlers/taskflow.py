@@ -8,6 +8,7 @@ decodes the frame and calls the queue.
 from __future__ import annotations
 
 from quicx.daemon.handlers.connection import Connection
+from quicx.daemon.queue.workers import credits as steered_credits
 from quicx.protocol import codec, outcomes, taskflow, wire
 from quicx.protocol.outcomes import ACK_SIZE, NACK_FIXED
 from quicx.protocol.session import ProtocolViolation, Role
@@ -51,7 +52,10 @@ def ready_v2(conn: Connection, payload: bytes) -> None:
     conn.queue.claim_role(session, Role.WORKER)
     if message.queues:
         conn.queue.subscribe(session, message.queues)
-    conn.queue.ready(session, min(message.credits, conn.limits.max_credits))
+    credits = min(message.credits, conn.limits.max_credits)
+    if session.card is not None:  # quiet or terminating: none
+        credits = steered_credits(session, credits)
+    conn.queue.ready(session, credits)
 
 
 def done(conn: Connection, payload: bytes) -> None:

@@ -19,7 +19,7 @@ import attrs
 from quicx import __version__
 from quicx.daemon.journal.writer import Journal
 from quicx.daemon.observe.eventbus import EventBus
-from quicx.daemon.queue import introspect
+from quicx.daemon.queue import introspect, routing
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.pmad import Pmad
 from quicx.daemon.queue.shared import SharedData
@@ -81,6 +81,12 @@ def tasks(queue: QueueService) -> document.Tasks:
         queued=queue.queued,
         running=queue.tasks_running,
         progress_coalesced=queue.progress.coalesced,
+        unroutable=sum(
+            sum(by_type.values())
+            for by_type in routing.unroutable(
+                queue.sessions.values(), queue.queues.values()
+            ).values()
+        ),
     )
 
 
@@ -93,6 +99,7 @@ def connections(queue: QueueService) -> document.Connections:
         paused=sum(1 for session in sessions if session.paused),
         workers=stats.workers_total,
         idle_workers=stats.workers_idle,
+        quiet_workers=sum(1 for session in sessions if routing.steered(session)),
     )
 
 

@@ -209,7 +209,7 @@ class Admission:
         if kernel.journal.broken:
             raise Refused(ErrorCode.QUEUE_FULL, f"journal unavailable: {kernel.journal.broken}")
         depth = queue.policy.max_depth
-        if depth and queue.depth >= depth:
+        if depth and queue.depth + queue.parked >= depth:
             raise Refused(
                 ErrorCode.QUEUE_FULL,
                 f"queue {queue.name!r} is full (max_depth = {depth})",

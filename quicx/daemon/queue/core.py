@@ -654,7 +654,7 @@ class QueueService(Service):
     @property
     def queued(self) -> int:
         """Tasks waiting for a worker."""
-        return sum(queue.depth for queue in self.queues.values())
+        return sum(queue.depth + queue.parked for queue in self.queues.values())
 
     @property
     def tasks_running(self) -> int:

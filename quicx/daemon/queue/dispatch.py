@@ -77,6 +77,7 @@ class Idler(Protocol):
     session_id: int
     failing_until: float
     failed_in_row: int
+    handles: frozenset[bytes] | None
 
     @property
     def overdue(self) -> Mapping[int, object]: ...
@@ -100,10 +101,13 @@ def note_outcome(settings: DispatchSettings, worker: Idler, failed: bool, now: f
         worker.failing_until = now + settings.failing_window
 
 
-def offer(idle: Mapping[int, W], now: float, task_id: int = 0, avoid: int = 0) -> W | None:
+def offer(
+    idle: Mapping[int, W], now: float, task_id: int = 0, avoid: int = 0, task_type: bytes = b""
+) -> W | None:
     """
     The worker of C{idle} (a queue's idle workers, in the order they are
-    offered tasks) to offer task C{task_id}: the first that is not failing
+    offered tasks) that runs C{task_type} (see L{quicx.daemon.queue.routing})
+    to offer task C{task_id}: the first that is not failing
     at C{now} and is not worker C{avoid} (the one the task last failed on);
     else C{avoid}, if it is not failing (one failure of this task says less
     than a streak of failures); else the first.  Never a worker that runs a
@@ -112,6 +116,8 @@ def offer(idle: Mapping[int, W], now: float, task_id: int = 0, avoid: int = 0) -
     fallback = None
     for worker in idle.values():
         if worker.overdue and task_id in worker.overdue:
+            continue
+        if worker.handles is not None and task_type not in worker.handles:
             continue
         if worker.failing_until <= now:
             if worker.session_id != avoid:

@@ -11,7 +11,8 @@ free credit (L{serve_worker}).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
@@ -59,8 +60,9 @@ class Dispatcher:
     def hand_new(self, task: Task, queue: NamedQueue[Task, Session]) -> bool:
         """
         The common case, a worker waiting on C{queue} empty when C{task} is
-        accepted: straight to the first, unless it is failing (then
-        L{serve_queue} chooses).  Whether it was handed.
+        accepted: straight to the first (the first that runs its type, or
+        set aside when none does), unless it is failing (then
+        L{serve_queue} chooses).  Whether it was handed (or set aside).
         """
         if queue.depth or queue.limited or queue.paused:
             return False
@@ -69,6 +71,14 @@ class Dispatcher:
         if worker.overdue or worker.failing_until > task.enqueued_at:
             return False
         queue.running += 1
+        handles = worker.handles
+        if handles is not None and task.task_type not in handles:
+            # It does not run the type: another idle one may (see routing).
+            chosen = offer(idle, task.enqueued_at, task.task_id, 0, task.task_type)
+            if chosen is None:
+                queue.park(task)  # no idle worker runs its type: set aside at once
+                return True
+            worker = chosen
         self.deliver(worker, task, queue, task.enqueued_at)
         if worker.credits - len(worker.tasks) <= 0:
             self.unidle(worker)
@@ -86,7 +96,11 @@ class Dispatcher:
             return
         now = self.clock()
         deliver = self.deliver
+        handles = worker.handles
         for queue in worker.subscriptions:
+            if queue.parked:
+                # Tasks set aside for want of an idle worker of their type.
+                queue.unpark(handles, free)
             while queue.depth and free > 0:
                 task = queue.take(now)
                 if task is None:
@@ -95,6 +109,10 @@ class Dispatcher:
                 if worker.overdue and task.task_id in worker.overdue:
                     # It still runs a late copy: another worker must take it.
                     self.put_back(task)
+                    break
+                if handles is not None and task.task_type not in handles:
+                    if self._route(task, queue, now):
+                        continue
                     break
                 deliver(worker, task, queue, now)
                 free -= 1
@@ -130,20 +148,53 @@ class Dispatcher:
                 self._wait_for_tokens(queue, now)
                 break
             worker = idle[next(iter(idle))]  # offer(), inlined for the common case
-            if worker.overdue or worker.failing_until > now or task.failures:
+            handles = worker.handles
+            if (
+                worker.overdue
+                or worker.failing_until > now
+                or task.failures
+                or (handles is not None and task.task_type not in handles)
+            ):
                 avoid = self.failed_on.get(task.task_id, 0)
-                chosen = offer(idle, now, task.task_id, avoid)
+                chosen = offer(idle, now, task.task_id, avoid, task.task_type)
                 if chosen is None:
-                    set_aside.append(task)
+                    if _runs(idle, task.task_type):
+                        set_aside.append(task)
+                    else:
+                        queue.park(task)
                     continue
                 worker = chosen
             self.deliver(worker, task, queue, now)
-            if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
-                self.unidle(worker)
-            else:
-                idle.move_to_end(worker.session_id)
+            self._dealt(worker, idle)
         for task in reversed(set_aside):
             self.put_back(task)
+
+    def _dealt(self, worker: Session, idle: OrderedDict[int, Session]) -> None:
+        """C{worker}, idle on a queue whose C{idle} it is, was dealt a task: its place now."""
+        if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
+            self.unidle(worker)
+        else:
+            idle.move_to_end(worker.session_id)
+
+    def _route(self, task: Task, queue: NamedQueue[Task, Session], now: float) -> bool:
+        """
+        C{task}, just taken for a worker that does not run its type: to an
+        idle worker that does, else set aside by type (L{NamedQueue.park}).
+        Whether the worker may go on taking tasks from C{queue} (not when
+        C{task} went back to its head).
+        """
+        idle = queue.idle
+        avoid = self.failed_on.get(task.task_id, 0)
+        chosen = offer(idle, now, task.task_id, avoid, task.task_type)
+        if chosen is not None:
+            self.deliver(chosen, task, queue, now)
+            self._dealt(chosen, idle)
+        elif _runs(idle, task.task_type):
+            self.put_back(task)  # only workers with a late copy of it run it
+            return False
+        else:
+            queue.park(task)
+        return True
 
     def put_back(self, task: Task) -> None:
         """Return a task just taken off its queue to the head of its priority."""
@@ -206,3 +257,8 @@ class Dispatcher:
         """Cancel the rate limit's timer."""
         if self._rate_timer is not None and self._rate_timer.active():
             self._rate_timer.cancel()
+
+
+def _runs(idle: Mapping[int, Session], task_type: bytes) -> bool:
+    """Whether one of C{idle} runs C{task_type}."""
+    return any(w.handles is None or task_type in w.handles for w in idle.values())

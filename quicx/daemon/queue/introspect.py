@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from quicx.daemon.queue import routing
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.graveyard import describe_dead
 from quicx.daemon.queue.model import Task
@@ -130,7 +131,11 @@ def why(service: QueueService, task: Task, now: float) -> tuple[list[dict[str, A
         reasons.append({"reason": "paused", "text": f"queue {name} is paused"})
     if not queue.subscribers:
         reasons.append({"reason": "no_workers", "text": f"no worker is subscribed to queue {name}"})
-    ahead, higher = queue.ahead(task)
+    routed = routing.why(service.sessions.values(), task)
+    if routed is not None:
+        reasons.append(routed)
+    # A task set aside by type waits for a worker of its type, not its turn.
+    ahead, higher = (0, 0) if queue.parked and queue.is_parked(task) else queue.ahead(task)
     if ahead:
         reasons.append(
             {

@@ -7,6 +7,8 @@ and its features move them.
 
 from __future__ import annotations
 
+import enum
+
 from attrs import define, field, frozen
 
 from quicx.daemon.journal.interface import DeadInfo, SavedState
@@ -140,6 +142,10 @@ class Session(protocol.Session[Task]):
         all failures.
     @ivar failing_until: it is passed over while another worker is idle
         until then (see L{quicx.daemon.queue.dispatch}).
+    @ivar handles: the task types a version-2 worker announced it runs
+        (C{None}: every type; see L{quicx.daemon.queue.routing}).
+    @ivar card: what it announced of itself, and whether it was told to go
+        quiet or terminate (see L{quicx.daemon.queue.workers}).
     """
 
     speaker: Speaker = field(kw_only=True)
@@ -151,11 +157,35 @@ class Session(protocol.Session[Task]):
     held_progress: dict[int, bytes] = field(factory=dict)
     failed_in_row: int = 0
     failing_until: float = 0.0
+    handles: frozenset[bytes] | None = None
+    card: WorkerCard | None = None
 
     @property
     def version(self) -> int:
         """The protocol version it speaks."""
         return self.speaker.version
+
+
+class Steering(enum.Enum):
+    """A worker's state as the daemon steers it (L{quicx.daemon.queue.workers})."""
+
+    ACTIVE = "active"
+    QUIET = "quiet"
+    TERMINATING = "terminating"
+
+
+@define(eq=False)
+class WorkerCard:
+    """
+    What a version-2 worker announced of itself (its ANNOUNCE), and its state.
+
+    @ivar pid: its process id (0: not said).
+    """
+
+    name: str = ""
+    host: str = ""
+    pid: int = 0
+    state: Steering = Steering.ACTIVE
 
 
 class Refused(Exception):

@@ -46,6 +46,7 @@ class Queued(Protocol):
     enqueued_at: float
     ready_at: float
     ticket: int
+    task_type: bytes
 
 
 T = TypeVar("T", bound=Queued)
@@ -238,6 +239,11 @@ class NamedQueue(Generic[T, W]):
     @ivar tallies: its task types' tallies, by type (a cache of the core's
         L{Telemetry}, up to its C{max_types}).
     @ivar aging: its starvation bound (C{None}: its policy's C{aging} is 0).
+    @ivar parked: how many of its tasks are set aside by type, out of the
+        dispatch order, because no idle worker runs their type (see
+        L{quicx.daemon.queue.routing}): still queued, not in C{depth}.
+    @ivar parking: those tasks, by type, oldest first (their C{ticket}:
+        the order they were set aside in).
     """
 
     name: str
@@ -262,6 +268,9 @@ class NamedQueue(Generic[T, W]):
     priority: int = 0
     tallies: dict[bytes, Tally] = field(factory=dict)
     aging: Aging[T] | None = None
+    parked: int = 0
+    parking: dict[bytes, deque[T]] = field(factory=dict)
+    _parked_last: int = 0
 
     def __attrs_post_init__(self) -> None:
         self.header = bytes((len(self.name),)) + self.name.encode("ascii")
@@ -286,6 +295,7 @@ class NamedQueue(Generic[T, W]):
             or self.subscribers
             or self.keys
             or self.bucket
+            or self.parked
         )
 
     # -- tasks in ----------------------------------------------------------------
@@ -327,6 +337,12 @@ class NamedQueue(Generic[T, W]):
 
     def remove(self, task: T) -> None:
         """Take C{task} out of the queue (cancelled, purged, or finished by a late outcome)."""
+        if self.parked and self.is_parked(task):
+            self._unpark_one(task)
+            self.parking[task.task_type].remove(task)
+            if not self.parking[task.task_type]:
+                del self.parking[task.task_type]
+            return
         level = self.levels[task.priority]
         level.remove(task)
         self._shrunk(task.priority, level)
@@ -474,12 +490,61 @@ class NamedQueue(Generic[T, W]):
                 times.append(state.bucket.next_token(now))
         return min(times) if times else None
 
+    # -- set aside by type (quicx.daemon.queue.routing) ---------------------------
+
+    def park(self, task: T) -> None:
+        """Set aside C{task}, just taken (L{take}): no idle worker runs its type."""
+        self.released(task)
+        if task.fairness is not None and self.limited:
+            self.keys[task.fairness].queued += 1  # still queued: its key stays
+        self._parked_last += 1
+        task.ticket = self._parked_last
+        fifo = self.parking.get(task.task_type)
+        if fifo is None:
+            fifo = self.parking[task.task_type] = deque()
+        fifo.append(task)
+        self.parked += 1
+
+    def unpark(self, handles: frozenset[bytes] | None, most: int) -> None:
+        """
+        Put back up to C{most} tasks set aside, of the types in C{handles}
+        (C{None}: any), the oldest set aside first, at the head of their
+        priority: the next L{take} finds them first.
+        """
+        if handles is not None and handles.isdisjoint(self.parking):
+            return  # none of its types is set aside: the common case, kept cheap
+        chosen: list[T] = []
+        for task_type, fifo in self.parking.items():
+            if handles is None or task_type in handles:
+                chosen.extend(fifo[i] for i in range(min(most, len(fifo))))
+        chosen.sort(key=_ticket)
+        del chosen[most:]
+        for task in chosen:
+            fifo = self.parking[task.task_type]
+            fifo.popleft()
+            if not fifo:
+                del self.parking[task.task_type]
+        for task in reversed(chosen):
+            self._unpark_one(task)
+            self.push(task, at_head=True)
+
+    def _unpark_one(self, task: T) -> None:
+        self.parked -= 1
+        if task.fairness is not None and self.limited:
+            self.keys[task.fairness].queued -= 1
+
+    def is_parked(self, task: T) -> bool:
+        """Whether C{task} (queued here) is set aside by type."""
+        return any(each is task for each in self.parking.get(task.task_type, ()))
+
     # -- looking -----------------------------------------------------------------
 
     def tasks(self) -> Iterator[T]:
-        """Every queued task in dispatch order (ignoring limits)."""
+        """Every queued task in dispatch order (ignoring limits), then those set aside."""
         for priority in reversed(self.order):
             yield from self.levels[priority].tasks()
+        if self.parked:
+            yield from sorted((t for f in self.parking.values() for t in f), key=_ticket)
 
     def ahead(self, task: T) -> tuple[int, int]:
         """
@@ -519,7 +584,7 @@ class NamedQueue(Generic[T, W]):
         oldest = self.oldest()
         return Queue(
             name=self.name,
-            depth=self.depth,
+            depth=self.depth + self.parked,
             paused=self.paused,
             workers=self.subscribers,
             idle_workers=len(self.idle),

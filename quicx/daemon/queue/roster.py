@@ -45,19 +45,24 @@ class Roster:
             closed(session)
         session.replies.clear()
         if session.tasks or session.overdue:
-            held, session.tasks = session.tasks, {}
             # Its late copies are forgotten: each task is queued, held by
             # another worker, or finished.
             session.overdue = {}
-            cause = f"worker {session.peer.peer_name} disconnected"
-            for task in reversed(held.values()):
-                task.holder = None
-                self.kernel._requeue(
-                    task, "its worker disconnected", cause, worker=session.peer.peer_name
-                )
-            for queue in {task.home: None for task in held.values()}:
-                self.kernel.dispatcher.serve_queue(queue)
+            self.take_back_held(session, "disconnected")
         self.kernel.check_drain()
+
+    def take_back_held(self, session: Session, why: str) -> None:
+        """
+        Queue again, at the head of their queues in order, the tasks worker
+        C{session} holds (it C{why}: disconnected, or was terminated).
+        """
+        held, session.tasks = session.tasks, {}
+        cause = f"worker {session.peer.peer_name} {why}"
+        for task in reversed(held.values()):
+            task.holder = None
+            self.kernel._requeue(task, f"its worker {why}", cause, worker=session.peer.peer_name)
+        for queue in {task.home: None for task in held.values()}:
+            self.kernel.dispatcher.serve_queue(queue)
 
     def claim_role(self, session: Session, role: Role) -> None:
         """

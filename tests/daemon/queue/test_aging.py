@@ -199,6 +199,7 @@ class Item:
     fairness: bytes | None = None
     enqueued_at: float = 0.0
     ticket: int = 0
+    task_type: bytes = b"t"
 
 
 def test_the_highest_priority_queued_is_never_promoted() -> None:

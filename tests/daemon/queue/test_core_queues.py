@@ -346,6 +346,7 @@ class Item:
     enqueued_at: float = 0.0
     ready_at: float = 0.0
     ticket: int = 0
+    task_type: bytes = b"t"
 
 
 operations = st.lists(

@@ -17,6 +17,7 @@ class Worker:
     failing_until: float = 0.0
     failed_in_row: int = 0
     overdue: dict[int, object] = field(factory=dict)
+    handles: frozenset[bytes] | None = None
 
 
 def idle(*workers: Worker) -> dict[int, Worker]:
@@ -52,6 +53,22 @@ def test_when_every_worker_is_failing_the_first_is_offered_the_task() -> None:
     workers = idle(Worker(1, failing_until=9.0), Worker(2, failing_until=9.0))
     assert offer(workers, now=0.0, task_id=7, avoid=2) is workers[1]
     assert offer(workers, now=0.0, task_id=7) is workers[1]
+
+
+def test_a_task_is_offered_only_to_a_worker_that_runs_its_type() -> None:
+    mail, pictures, every = (
+        Worker(1, handles=frozenset({b"mail"})),
+        Worker(2, handles=frozenset({b"resize", b"crop"})),
+        Worker(3),
+    )
+    assert offer(idle(mail, pictures, every), now=0.0, task_type=b"crop") is pictures
+    assert offer(idle(mail, pictures, every), now=0.0, task_type=b"mail") is mail
+    # A worker that announced nothing runs every type.
+    assert offer(idle(mail, pictures, every), now=0.0, task_type=b"other") is every
+    assert offer(idle(mail, pictures), now=0.0, task_type=b"other") is None
+    # Failing or not, a worker of another type is never the fallback.
+    failing_mail = Worker(4, failing_until=9.0, handles=frozenset({b"mail"}))
+    assert offer(idle(failing_mail, pictures), now=0.0, task_type=b"mail") is failing_mail
 
 
 def test_a_task_never_goes_to_a_worker_running_a_late_copy_of_it() -> None:
