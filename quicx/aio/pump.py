@@ -11,6 +11,12 @@ answered.  A close, a reset or a bad frame fails what is owed with
 L{ConnectionLost} (or L{QuicxError}), and every pending outcome becomes an
 L{OutcomeUnknown}.  L{quicx.aio.client.AsyncClient} is this pump plus its
 API, each call one line over L{quicx.clients.operations}.
+
+Cheap per call, as the blocking client is: a call awaits its answer's
+future itself (no task, no C{asyncio.timeout} scope); the requests sent in
+one turn of the loop go in as few writes as it can (L{StreamPump._write});
+the answers to requests, which come in order, are timed by one timer for
+all (L{_Deadlines}), and a wait for an outcome by a timer handle of its own.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from service_identity import VerificationError
@@ -50,6 +57,49 @@ SEVERAL = "AsyncClusterClient or open_client (quicx.aio)"
 
 log = logging.getLogger("quicx.aio")
 log.addHandler(logging.NullHandler())  # silent unless the application configures logging
+
+
+class _Deadlines:
+    """
+    The deadlines of the answers owed, in the order they are owed (the
+    daemon answers in order, and each waits the client's timeout): one
+    timer, for the first answer not yet come, fails each that is late with
+    C{TimeoutError}.  Those answered leave from the front as others join,
+    so it holds no more than the answers owed.
+    """
+
+    def __init__(self, late: Callable[[float | None], TimeoutError]) -> None:
+        self._late = late
+        self._owed: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, seconds: float, future: asyncio.Future[Any]) -> None:
+        owed, loop = self._owed, future.get_loop()
+        while owed and owed[0][1].done():
+            owed.popleft()
+        owed.append((loop.time() + seconds, future))
+        if self._timer is None or self._loop is not loop:
+            self._loop = loop
+            self._timer = loop.call_at(owed[0][0], self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        owed, loop = self._owed, self._loop
+        assert loop is not None
+        now = loop.time()
+        while owed and (owed[0][1].done() or owed[0][0] <= now):
+            _, future = owed.popleft()
+            if not future.done():
+                future.set_exception(self._late(None))
+        if owed:
+            self._timer = loop.call_at(owed[0][0], self._expire)
+
+    def clear(self) -> None:
+        self._owed.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class _Link(asyncio.Protocol):
@@ -107,6 +157,11 @@ class StreamPump:
         # The future of each request sent or held, until its answer; a batch's answers so far.
         self._replies: dict[Request[Any], asyncio.Future[Any]] = {}
         self._collecting: dict[Request[Any], list[Any]] = {}
+        self._deadlines = _Deadlines(self._late)
+        # What the requests of this turn of the loop send, written at its end
+        # (the first since the daemon's last data goes at once: L{_write}).
+        self._out: list[bytes] = []
+        self._wrote = False
         # The waits sent (result, wait_group), until their answers.
         self._answers: set[asyncio.Future[Any]] = set()
         # Those waiting for the outcome of a task submitted here, and its retry notices.
@@ -189,6 +244,7 @@ class StreamPump:
         """Close the connection (a later call opens another); return once it is closed."""
         link = self._link
         if link is not None and link.transport is not None:
+            self._flush()
             link.transport.close()
             await link.closed
 
@@ -202,7 +258,8 @@ class StreamPump:
 
     def _send(self, request: Request[Any], batch: bool = False) -> asyncio.Future[Any]:
         """
-        Send C{request} on the connection L{connect} opened: the future of
+        Send C{request} on the connection L{connect} opened (at the end of
+        this turn of the loop, with the others of the turn): the future of
         its answer (of a C{batch}'s: the list of its answers, ids or refusals).
 
         @raise QuicxError, ValueError, TypeError: it cannot be encoded.
@@ -217,17 +274,55 @@ class StreamPump:
         if batch:
             self._collecting[request] = []
         if data:
-            link.transport.write(data)
+            self._write(data)
         return reply
 
-    async def _within(self, seconds: float | None, waiting: Awaitable[T]) -> T:
-        """C{waiting}'s value, or C{TimeoutError} after C{seconds} (C{None}: the client's)."""
+    def _write(self, data: bytes) -> None:
+        """
+        Send C{data}: at once if it is the first since the daemon's last
+        data (a call that awaited an answer), else at the end of this turn
+        of the loop, with the others of the turn (calls made at once).
+        """
+        out = self._out
+        if not out and not self._wrote:
+            link = self._link
+            if link is not None and link.transport is not None:
+                link.transport.write(data)
+                self._wrote = True
+            return
+        if not out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        out.append(data)
+
+    def _flush(self) -> None:
+        """Write what this turn's requests send, in one write."""
+        out, self._out, self._wrote = self._out, [], False
+        link = self._link
+        if out and link is not None and link.transport is not None:
+            link.transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _late(self, seconds: float | None = None) -> TimeoutError:
         seconds = self.timeout if seconds is None else seconds
+        return TimeoutError(f"no answer from {self.address} in {seconds:g} s")
+
+    def _timed_out(self, future: asyncio.Future[Any], seconds: float) -> None:
+        if not future.done():
+            future.set_exception(self._late(seconds))
+
+    async def _within(self, seconds: float | None, waiting: asyncio.Future[T]) -> T:
+        """
+        C{waiting}'s value, or C{TimeoutError} after C{seconds} (C{None}:
+        the client's, for the answer to a request, which come in order):
+        C{waiting}, this call's own, fails with it.
+        """
+        if seconds is None:
+            self._deadlines.add(self.timeout, waiting)
+            return await waiting
+        timer = asyncio.get_running_loop().call_later(seconds, self._timed_out, waiting, seconds)
         try:
-            async with asyncio.timeout(seconds):
-                return await waiting
-        except TimeoutError:
-            raise TimeoutError(f"no answer from {self.address} in {seconds:g} s") from None
+            return await waiting
+        finally:
+            timer.cancel()
 
     async def _call(self, request: Request[T]) -> T:
         """
@@ -235,9 +330,11 @@ class StreamPump:
         answer: the value it makes of it, or the error it got.
         """
         request.prepare()
-        await self.connect()
-        value = await self._within(None, self._send(request))
-        return request.finish(value)
+        if self._link is None:
+            await self.connect()
+        reply = self._send(request)
+        self._deadlines.add(self.timeout, reply)
+        return request.finish(await reply)
 
     async def _wait(self, declare: Callable[..., Request[T]], timeout: float | None) -> T:
         """
@@ -279,19 +376,28 @@ class StreamPump:
         @raise NotSubmittedHere: not submitted here, or its outcome was taken.
         """
         book = self._conn.book
-        for notice in book.notices(task_id):
-            _tell(on_retry, notice)
+        if on_retry is not None:
+            for notice in book.notices(task_id):
+                _tell(on_retry, notice)
         if not book.pending(task_id):
             return book.take(task_id)
-        waiter: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        waiters = self._outcomes.setdefault(task_id, [])
-        waiters.append(waiter)
-        listeners = self._retries.setdefault(task_id, [])
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[Outcome] = loop.create_future()
+        waiters = self._outcomes.get(task_id)
+        if waiters is None:
+            waiters = self._outcomes[task_id] = [waiter]
+        else:
+            waiters.append(waiter)
+        listeners: list[RetryListener] = []
         if on_retry is not None:
+            listeners = self._retries.setdefault(task_id, [])
             listeners.append(on_retry)
+        seconds = self.timeout if timeout is None else timeout
+        timer = loop.call_later(seconds, self._timed_out, waiter, seconds)
         try:
-            return await self._within(timeout, waiter)
+            return await waiter
         finally:
+            timer.cancel()
             if waiter in waiters:  # not delivered: it timed out, or was cancelled
                 waiters.remove(waiter)
                 if on_retry is not None:
@@ -300,6 +406,7 @@ class StreamPump:
     # -- what the daemon sends ----------------------------------------------------------
 
     def _received(self, data: bytes) -> None:
+        self._wrote = False
         for event in self._conn.receive(data):
             if type(event) is Answer:  # the common case first
                 self._answer(event)
@@ -308,8 +415,7 @@ class StreamPump:
             elif isinstance(event, Retried):
                 self._retrying(event.task_id)
             elif isinstance(event, Send):
-                if self._link is not None and self._link.transport is not None:
-                    self._link.transport.write(event.data)
+                self._write(event.data)
             elif isinstance(event, Progressed):
                 _tell(event.listener, event.report)
             elif isinstance(event, LiveEvents):
@@ -382,6 +488,8 @@ class StreamPump:
         if self._greeted is not None:
             owed.append(self._greeted)
         self._replies, self._collecting, self._answers = {}, {}, set()
+        self._out, self._wrote = [], False
+        self._deadlines.clear()
         for future in owed:
             if not future.done():
                 future.set_exception(error)

@@ -1,11 +1,14 @@
 """
 One asyncio worker connection (a slot): TASKs in, handlers run on the loop, outcomes out.
 
-It opens with HELLO (falling back to version 1), sends READY with the
-worker's credits and queues, runs each TASK's handler (an C{async def}
-one as a task of the loop), and reports its outcome with
-L{quicx.clients.reports.report}: the outcomes found while a read is
-handled go in one write.  Each delivery's lease (L{AsyncLease}) sends the
+It opens with HELLO (falling back to version 1), FOLLOWs the shared
+data if it is the worker's follower (L{quicx.clients.following}), sends
+READY with its credits (the worker's share for it, L{quicx.clients.shares};
+chosen by its handlers' pace unless given, as the Twisted runner's are:
+L{quicx.clients.adaptive.AutoCredits}) and the worker's queues, runs each
+TASK's handler (an C{async def} one as a task of the loop), and reports
+its outcome with L{quicx.clients.reports.report}: the outcomes found while
+a read is handled go in one write.  Each delivery's lease (L{AsyncLease}) sends the
 handler's TOUCH, PROGRESS and CHECKPOINT, and keeps it alive with C{auto_extend}.
 
 The protocol does not tell a worker that its task was cancelled (CANCEL
@@ -22,12 +25,14 @@ import asyncio
 import inspect
 import logging
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from quicx.clients import tracing
+from quicx.clients import operations, tracing
 from quicx.clients.checkpoints import Saves
 from quicx.clients.connection import (
+    Answer,
     ClientConnection,
     Greeted,
     Rejected,
@@ -36,8 +41,10 @@ from quicx.clients.connection import (
     client_parser,
 )
 from quicx.clients.context import TaskContext, touch_seconds
+from quicx.clients.credits import Credited
 from quicx.clients.reports import Raised, Unrecoverable, failure_reason, report
-from quicx.protocol import codec, outcomes, taskflow, wire, workers
+from quicx.clients.shares import Member
+from quicx.protocol import codec, outcomes, shared_data, taskflow, wire, workers
 from quicx.protocol.errors import QuicxError
 from quicx.protocol.frames import Frame
 
@@ -54,14 +61,25 @@ _STALE = re.compile(r"task (\d+): delivery (\d+) ")
 class Handlers(Protocol):
     """What a slot needs of its worker (L{quicx.aio.worker.AsyncWorker})."""
 
-    credits: int
+    credits: int | None
     queues: tuple[str, ...]
+    follow: tuple[str, ...]
     protocol: int
     auto_extend: bool
 
     def handler_for(self, task_type: bytes) -> tuple[Callable[..., Any], bool] | None: ...
 
     def told_to_stop(self, stop: workers.Stop, slot: AsyncSlot) -> None: ...
+
+    def _slot_connected(self, slot: AsyncSlot) -> None: ...
+
+    def _slot_greeted(self, slot: AsyncSlot) -> bool: ...
+
+    def _slot_lost(self, slot: AsyncSlot) -> None: ...
+
+    def followed(self, following: object, slot: AsyncSlot) -> None: ...
+
+    def shared_arrived(self, shared: shared_data.Shared, slot: AsyncSlot) -> None: ...
 
 
 class AsyncLease:
@@ -144,22 +162,31 @@ class AsyncLease:
             self._renewal.cancel()
 
 
-class AsyncSlot(asyncio.Protocol):
+class AsyncSlot(asyncio.Protocol, Credited):
     """
     One worker connection: READY once, then up to C{credits} tasks at a time.
 
+    @ivar place: its daemon and its place among that daemon's slots
+        (C{None}: a connection made by hand, with the worker's credits).
+    @ivar auto: its credits' choice by its handlers' pace (C{None}: given).
     @ivar running: the handlers running, by task id, with their leases.
     @ivar closed: resolved once the connection has closed.
     """
 
-    def __init__(self, worker: Handlers, shared: dict[str, bytes]) -> None:
+    def __init__(
+        self,
+        worker: Handlers,
+        shared: Mapping[str, bytes],
+        place: tuple[Member[AsyncSlot], int] | None = None,
+    ) -> None:
         self.worker = worker
         self.shared = shared
+        self.place = place
         self._conn = ClientConnection(worker.protocol)
         self._parser = client_parser()
         self.transport: asyncio.Transport | None = None
         self.version = worker.protocol
-        self.credits = worker.credits
+        self._choose_credits(worker.credits)
         self.running: dict[int, tuple[asyncio.Task[None] | None, AsyncLease | None]] = {}
         self.stopping = False
         self.quiet = False  # the daemon told it so: it is sent no more tasks
@@ -182,15 +209,24 @@ class AsyncSlot(asyncio.Protocol):
             loop = asyncio.get_running_loop()
             self._no_answer = loop.call_later(HELLO_TIMEOUT, self._abort, "no answer to HELLO")
         else:
+            self._answered_hello()
             self._ready()
 
-    def _ready(self) -> None:
+    @property
+    def _greeted(self) -> bool:
+        return self._conn.greeted
+
+    def _answered_hello(self) -> None:
         if not self.greeted.done():
             self.greeted.set_result(None)
-        if self.version == codec.VERSION:
-            self._write(taskflow.encode_ready(self.credits, self.worker.queues))
-        else:
-            self._write(wire.encode_ready(self.credits))
+        self.worker._slot_connected(self)
+
+    def _ready(self) -> None:
+        self._write(self._ready_frame(self.worker.queues))
+
+    def follow(self) -> None:
+        """Follow the worker's shared data on this connection (its FOLLOW answer comes later)."""
+        self._write(self._conn.send(operations.follow(self.worker.follow)))
 
     def _abort(self, why: str) -> None:
         log.warning("%s; closing this connection", why)
@@ -206,11 +242,13 @@ class AsyncSlot(asyncio.Protocol):
                 lease.end()  # its outcome cannot be reported: the daemon requeues it
         if not self.greeted.done():
             self.greeted.set_exception(ConnectionError(f"closed before HELLO was answered: {exc}"))
+        self.worker._slot_lost(self)
         self.closed.set_result(None)
 
     def data_received(self, data: bytes) -> None:
         replies: list[bytes] = []
         self._replies = replies
+        self._received = 0
         try:
             for frame in self._parser.feed(data):
                 if type(frame) is not Frame:
@@ -219,6 +257,8 @@ class AsyncSlot(asyncio.Protocol):
                 self._frame(frame)
         finally:
             self._replies = None
+            if self._received and self.auto is not None:
+                self._pace(replies)
             if replies and self.transport is not None:
                 self.transport.write(b"".join(replies))
             self._close_if_done()
@@ -232,6 +272,7 @@ class AsyncSlot(asyncio.Protocol):
                 if self.version == codec.VERSION
                 else wire.decode_task(frame.payload)
             )
+            self._received += 1
             self._start(task)
         elif self._conn.greeted and kind == wire.MessageType.WAIT:
             self._answered = True
@@ -239,6 +280,8 @@ class AsyncSlot(asyncio.Protocol):
             self.saves.answered(frame.payload)  # a bad one: MalformedMessage, as a bad TASK
         elif kind == codec.MessageType.STOP and self.version == codec.VERSION:
             self.worker.told_to_stop(workers.decode_stop(frame.payload), self)
+        elif kind == codec.MessageType.SHARED and self.version == codec.VERSION:
+            self.worker.shared_arrived(shared_data.decode_shared(frame.payload), self)
         else:
             events: list[Any] = []
             self._conn.receive_frame(self._parser.version, kind, frame.payload, events)
@@ -247,6 +290,8 @@ class AsyncSlot(asyncio.Protocol):
                     self._write(event.data)
                 elif isinstance(event, Greeted):
                     self._hello_answered(event)
+                elif isinstance(event, Answer):  # FOLLOW's: what exists of what it follows
+                    self._followed(event.value)
                 elif isinstance(event, Unanswered) and isinstance(event.message, wire.Error):
                     self._refused(event.message)
                 elif isinstance(event, Rejected):
@@ -267,17 +312,44 @@ class AsyncSlot(asyncio.Protocol):
             self.max_reason = limits["max_reason"]
         if "checkpoints" in self.capabilities and isinstance(limits.get("max_checkpoint"), int):
             self.saves.limit = limits["max_checkpoint"]
-        if greeted.fell_back and self.worker.queues:
+        self._answered_hello()
+        if greeted.fell_back and (self.worker.queues or self.worker.follow):
             log.warning(
-                "the daemon speaks protocol version 1 only: this worker serves its default queue"
+                "the daemon speaks protocol version 1 only: this worker serves its default"
+                " queue, and gets no shared data"
             )
+        elif self.worker.follow and "shared" not in self.capabilities:
+            log.error(
+                "the daemon has no shared data: handlers see none of %s",
+                ", ".join(self.worker.follow),
+            )
+        elif self.worker.follow and not self.worker._slot_greeted(self):
+            return  # its READY waits until the shared data has come
         self._ready()
+
+    def _followed(self, value: Any) -> None:
+        if isinstance(value, Exception):
+            log.error(
+                "the daemon refuses to send shared data %s (%s): handlers see none",
+                ", ".join(self.worker.follow),
+                value,
+            )
+            self.worker.followed({}, self)
+        else:
+            self.worker.followed(value.get("following", {}), self)
 
     def _refused(self, error: wire.Error) -> None:
         """An ERROR no request is owed: of READY's credits, or of a report, TOUCH or PROGRESS."""
-        if self.credits > 1 and not self._answered and error.code == wire.ErrorCode.INVALID_MESSAGE:
-            log.warning("the daemon refuses READY credits (%s): one task at a time", error.message)
-            self.credits = 1
+        chosen = self.auto is not None
+        if (
+            not self._answered
+            and error.code == wire.ErrorCode.INVALID_MESSAGE
+            and self._credits_refused()
+        ):
+            if not chosen:
+                log.warning(
+                    "the daemon refuses READY credits (%s): one task at a time", error.message
+                )
             self._ready()
         elif error.code == codec.ErrorCode.STALE:
             self._stale(error.message)
@@ -305,10 +377,12 @@ class AsyncSlot(asyncio.Protocol):
         """Run C{task}'s handler: a plain function's outcome is reported at once."""
         lease = None
         if isinstance(task, taskflow.Task) and task.token:
+            self._lease_seconds = task.lease_ms / 1000 if task.lease_ms else None
             lease = AsyncLease(self._write, task, "progress" in self.capabilities, self.saves)
             if self.worker.auto_extend:
                 lease.keep_alive()
         found = self.worker.handler_for(task.task_type)
+        started = time.perf_counter()
         try:
             if found is None:
                 raise LookupError(f"no handler for: {task.task_type.decode('utf-8', 'replace')}")
@@ -320,9 +394,15 @@ class AsyncSlot(asyncio.Protocol):
                 function = tracing.traced(task, function)
             result = function(*args)
         except (Exception, SystemExit) as e:
+            if self.auto is not None:
+                self.auto.ran(time.perf_counter() - started, True)
             self._finished(task, lease, Raised.of(e, skip=1), True)
             return
-        if not inspect.isawaitable(result):
+        awaitable = inspect.isawaitable(result)
+        if self.auto is not None:
+            # A coroutine holds the connection's only credit while it runs.
+            self.auto.ran(0.0 if awaitable else time.perf_counter() - started, not awaitable)
+        if not awaitable:
             self._finished(task, lease, result, False)
             return
         handler = asyncio.ensure_future(self._await(task, lease, result))
@@ -371,6 +451,9 @@ class AsyncSlot(asyncio.Protocol):
             frame = report(task, unsent, failed=True)
         self._write(frame)
         self._close_if_done()
+
+    def _in_hand(self) -> int:
+        return len(self.running)
 
     def _write(self, frame: bytes) -> None:
         """Send C{frame}: at the end of the read being handled, if any, else now."""

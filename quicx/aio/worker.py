@@ -1,7 +1,7 @@
 """
 The asyncio worker: handlers run on the application's own event loop.
 
-    worker = AsyncWorker(credits=50)
+    worker = AsyncWorker(credits=50, follow=["rates"])
 
     @worker.handler("fetch")
     async def fetch(payload: bytes, context: TaskContext) -> dict:
@@ -19,13 +19,20 @@ Handlers are C{async def} functions (run as tasks of the loop, up to
 C{credits} at once on each connection) or plain ones, which run on the
 loop itself and must be quick.  They take the payload, and may take the
 task's L{TaskContext} (its C{extend} sends TOUCH, its C{progress}
-PROGRESS); what they return is the result, what they raise the failure
+PROGRESS, its C{shared} the newest version of each name the worker
+C{follow}s); what they return is the result, what they raise the failure
 (L{Unrecoverable}: for good), as with L{quicx.clients.worker.Worker}.
 
-Each of C{concurrency} connections to each daemon (a list of addresses
-gives each daemon its own, with the same credits: the asyncio worker does
-not share its capacity out among them) reconnects with backoff.  It
-follows no shared data (C{context.shared} is empty).  A handler whose
+Without C{credits}, each connection chooses its own as the Twisted
+runner's do (L{quicx.clients.adaptive.AutoCredits}): as many as its plain
+handlers run on the loop in 2 ms, up to 256; one while an C{async def}
+handler runs (give C{credits} for coroutines that should overlap).
+
+Each of C{concurrency} connections to each daemon reconnects with
+backoff.  Given several daemons (a list of addresses), the daemons share
+the worker's capacity (C{concurrency * credits}, as one daemon would get),
+the daemons it reaches taking a gone one's share until it comes back
+(L{quicx.clients.shares}), as with the Twisted runner.  A handler whose
 delivery's lease was lost (the daemon says so, stale, in answer to its
 TOUCH or PROGRESS) is cancelled; the protocol does not tell a worker that
 its running task was cancelled, as a running task cannot be.
@@ -44,13 +51,17 @@ import contextlib
 import functools
 import signal
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from quicx.aio.slot import AsyncSlot, log
+from quicx.clients.adaptive import AUTO_MAX
 from quicx.clients.address import DEFAULT_ADDRESS, parse_address, split_addresses
 from quicx.clients.context import TaskContext, takes_context
+from quicx.clients.following import Following
 from quicx.clients.reports import Unrecoverable
-from quicx.protocol import codec, taskflow, workers
+from quicx.clients.shares import Member, Shares
+from quicx.protocol import codec, shared_data, taskflow, workers
 
 Handler = Callable[..., Any]
 
@@ -64,35 +75,50 @@ class AsyncWorker:
     Runs C{async def} handlers for tasks from one daemon, or each of several.
 
     @ivar concurrency: connections to each daemon.
-    @ivar credits: tasks each connection may hold (and run) at once.
+    @ivar credits: tasks each connection may hold (and run) at once
+        (C{None}, the default: each chooses, by its handlers' pace).
     @ivar queues: the queues it serves, in order (empty: the default queue).
     @ivar auto_extend: while a handler runs, extend its lease every half lease.
+    @ivar follow: the shared-data names it follows (at most 32).
+    @ivar shared: the newest version of each of them, by name (read-only;
+        what each task's C{context.shared} is).
+    @ivar members: its daemons, in the order given, once started.
     """
 
     def __init__(
         self,
         handlers: Mapping[str, Handler] | None = None,
         concurrency: int = 1,
-        credits: int = 1,
+        credits: int | None = None,
         queues: Sequence[str] = (),
         protocol: int = 2,
         auto_extend: bool = False,
+        follow: Sequence[str] = (),
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
-        if not 1 <= credits <= codec.MAX_CREDITS:
+        if credits is not None and not 1 <= credits <= codec.MAX_CREDITS:
             raise ValueError(f"credits must be 1 to {codec.MAX_CREDITS}")
-        if protocol not in (1, 2) or (protocol == 1 and queues):
-            raise ValueError("protocol is 2, or 1 without queues")
+        if protocol not in (1, 2) or (protocol == 1 and (queues or follow)):
+            raise ValueError("protocol is 2, or 1 without queues or shared data")
         taskflow.encode_ready(1, tuple(queues))  # checks the names and their number
+        if follow:
+            shared_data.encode_follow(tuple(follow))  # the same
         self.concurrency = concurrency
         self.credits = credits
         self.queues = tuple(queues)
+        self.follow = tuple(follow)
         self.protocol = protocol
         self.auto_extend = auto_extend
         self._handlers: dict[bytes, tuple[Handler, bool]] = {}
         for name, function in (handlers or {}).items():
             self.register(name, function)
+        self._shared: dict[str, bytes] = {}
+        self.shared = MappingProxyType(self._shared)
+        # One slot follows the shared data for all; the others' READYs wait for it.
+        self._following: Following[AsyncSlot] = Following(self._shared)
+        self.members: list[Member[AsyncSlot]] = []
+        self._shares: Shares[AsyncSlot] = Shares(self.members, 0, concurrency)
         self.slots: set[AsyncSlot] = set()
         self._stopping: asyncio.Event | None = None
         self._serving: asyncio.Task[None] | None = None
@@ -114,6 +140,48 @@ class AsyncWorker:
     def handler_for(self, task_type: bytes) -> tuple[Handler, bool] | None:
         return self._handlers.get(task_type)
 
+    # -- what its slots tell it (the sans-I/O parts are the Twisted runner's too) -----
+
+    def _slot_connected(self, slot: AsyncSlot) -> None:
+        """A slot's connection was answered: its daemon is counted, and it learns its credits."""
+        if slot.place is None:
+            return
+        member, place = slot.place
+        said, came = self._shares.connected(member, place, slot)
+        if said is not None:
+            log.info("%s %s (protocol version %d)", said, member.address, slot.version)
+        if came:
+            self._log_shares()
+
+    def _slot_greeted(self, slot: AsyncSlot) -> bool:
+        """A slot's daemon has shared data: whether it may send READY now."""
+        return self._following.greeted(slot)
+
+    def _slot_lost(self, slot: AsyncSlot) -> None:
+        """A slot's connection closed: its daemon's share, and the following, move on."""
+        self.slots.discard(slot)
+        if slot.place is not None:
+            member, place = slot.place
+            if self._shares.lost(member, place, slot, self._is_stopping()):
+                self._log_shares()
+        self._following.lost(slot, self.slots)
+
+    def followed(self, following: object, slot: AsyncSlot) -> None:
+        """The follower's FOLLOW was answered: the held slots may ask for tasks."""
+        self._following.followed(following, slot)
+
+    def shared_arrived(self, shared: shared_data.Shared, slot: AsyncSlot) -> None:
+        """C{slot} got a version of shared data: the newest, if it is the follower."""
+        self._following.arrived(shared, slot)
+
+    def _log_shares(self) -> None:
+        summary = self._shares.summary()
+        if summary is not None:
+            log.info("%s", summary)
+
+    def _is_stopping(self) -> bool:
+        return self._stopping is not None and self._stopping.is_set()
+
     async def run(
         self, address: str | Sequence[str] = DEFAULT_ADDRESS, signals: bool = False
     ) -> None:
@@ -126,23 +194,26 @@ class AsyncWorker:
         addresses = split_addresses(address)
         for each in addresses:
             parse_address(each)
+        self.members = [Member(each) for each in addresses]
+        capacity = self.concurrency * (self.credits or AUTO_MAX)
+        self._shares = Shares(self.members, capacity, self.concurrency)
         self._stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         if signals:
             for number in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(number, self._signalled, number)
         log.info(
-            "asyncio worker for %s: queues %s; %d connection(s) to each, %d credits",
+            "asyncio worker for %s: queues %s; %d connection(s) to each, %s credits",
             ", ".join(addresses),
             ", ".join(self.queues) or "the default queue",
             self.concurrency,
-            self.credits,
+            "automatic" if self.credits is None else self.credits,
         )
         try:
             async with asyncio.TaskGroup() as group:
-                for each in addresses:
-                    for _ in range(self.concurrency):
-                        group.create_task(self._keep_connected(each))
+                for member in self.members:
+                    for place in range(self.concurrency):
+                        group.create_task(self._keep_connected(member, place))
         finally:
             if signals:
                 for number in (signal.SIGTERM, signal.SIGINT):
@@ -186,15 +257,16 @@ class AsyncWorker:
         for each in list(self.slots):
             each.terminate()
 
-    async def _keep_connected(self, address: str) -> None:
+    async def _keep_connected(self, member: Member[AsyncSlot], place: int) -> None:
         """One connection: connect, serve until it ends, reconnect."""
         assert self._stopping is not None
         loop = asyncio.get_running_loop()
+        address = member.address
         _, sockaddr, tls = parse_address(address)
         context = tls.context() if tls is not None else None
         delay = RETRY_FIRST
         while not self._stopping.is_set():
-            slot = AsyncSlot(self, {})
+            slot = AsyncSlot(self, self.shared, (member, place))
             factory = functools.partial(_same, slot)
             try:
                 if isinstance(sockaddr, str):
@@ -211,6 +283,8 @@ class AsyncWorker:
                             transport.abort()
                             raise
             except Exception as e:
+                if self._shares.lost(member, stopping=self._stopping.is_set()):
+                    self._log_shares()
                 log.warning("cannot reach %s (%s); retrying in %.1f s", address, e, delay)
             else:
                 self.slots.add(slot)
@@ -219,7 +293,6 @@ class AsyncWorker:
                 with contextlib.suppress(ConnectionError):
                     await slot.greeted
                     delay = RETRY_FIRST
-                    log.info("connected to %s (protocol version %d)", address, slot.version)
                 await slot.closed
                 self.slots.discard(slot)
                 if self._stopping.is_set() or slot.quiet:

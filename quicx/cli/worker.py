@@ -115,6 +115,9 @@ def add_worker(commands: Commands) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    for flag, given in (("--queues", args.queues), ("--follow", args.follow)):
+        if args.protocol == 1 and given:
+            raise CommandError(f"{flag} needs protocol version 2 (not --protocol 1)")
     if args.loop == "asyncio":
         return asyncio_worker(args)
     from twisted.internet import reactor
@@ -124,9 +127,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from quicx.clients.worker import Worker
     from quicx.net.busypoll import enable_busy_poll
 
-    for flag, given in (("--queues", args.queues), ("--follow", args.follow)):
-        if args.protocol == 1 and given:
-            raise CommandError(f"{flag} needs protocol version 2 (not --protocol 1)")
     target: object
     if args.django is not None:
         target, address = django_target(args)
@@ -163,21 +163,20 @@ def asyncio_worker(args: argparse.Namespace) -> int:
 
     if args.target is None or args.django is not None:
         raise CommandError("--loop asyncio needs MODULE:OBJECT (not --django)", status=2)
-    if args.follow:
-        raise CommandError("--follow is not supported with --loop asyncio", status=2)
     target = import_object(args.target)
     options = dict(
         concurrency=args.concurrency or 1,
-        credits=args.credits or 1,
+        credits=args.credits,
         queues=args.queues or (),
         protocol=args.protocol or 2,
         auto_extend=args.auto_extend,
+        follow=args.follow or (),
     )
     if isinstance(target, AsyncWorker):
         worker = target
         for name, value in options.items():
             if getattr(args, name, None):
-                setattr(worker, name, value if name != "queues" else tuple(value))
+                setattr(worker, name, tuple(value) if name in ("queues", "follow") else value)
     elif isinstance(target, Mapping) and all(callable(h) for h in target.values()):
         worker = AsyncWorker(target, **options)
     else:

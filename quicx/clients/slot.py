@@ -20,8 +20,7 @@ from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from quicx.clients import operations
-from quicx.clients.adaptive import AutoCredits
+from quicx.clients import operations, shares
 from quicx.clients.address import CLIENT_MAX_LENGTH
 from quicx.clients.checkpoints import Saves
 from quicx.clients.connection import (
@@ -33,6 +32,8 @@ from quicx.clients.connection import (
     Send,
     Unanswered,
 )
+from quicx.clients.credits import Credited
+from quicx.clients.following import Following
 from quicx.clients.handlers import Timed
 from quicx.clients.leases import Lease
 from quicx.clients.reports import (
@@ -72,7 +73,7 @@ class Worker(Protocol):
     auto_extend: bool
     members: list[Member]
     _slots: set[WorkerProtocol]
-    _follower: WorkerProtocol | None
+    _following: Following[WorkerProtocol]
     _reactor: Any
 
     def run(
@@ -94,32 +95,17 @@ class Worker(Protocol):
 
     def told_to_stop(self, stop: workers.Stop, slot: WorkerProtocol) -> None: ...
 
-    def shared_arrived(self, shared: shared_data.Shared) -> None: ...
+    def shared_arrived(self, shared: shared_data.Shared, slot: WorkerProtocol) -> None: ...
 
 
 @define(eq=False)
-class Member:
-    """
-    One of the worker's daemons (one, or each of a cluster's).
+class Member(shares.Member["WorkerProtocol"]):
+    """One of the worker's daemons (L{shares.Member}), and how to reach it."""
 
-    @ivar address: where it is (normalized: L{split_addresses}).
-    @ivar slots: its connections open and answered now, by their place (0 to
-        C{concurrency - 1}).
-    @ivar reached: whether a connection to it has opened and been answered.
-    @ivar counted: whether it has a share of the worker's capacity: from the
-        start, and again whenever a connection to it opens and is answered
-        (its HELLO), until it has none left open and one closes, fails to
-        open or goes unanswered (L{HELLO_TIMEOUT}).
-    """
-
-    address: str
-    endpoint: IStreamClientEndpoint
-    slots: dict[int, WorkerProtocol] = field(factory=dict)
-    counted: bool = True
-    reached: bool = False
+    endpoint: IStreamClientEndpoint = field(kw_only=True)
 
 
-class WorkerProtocol(FrameReceiver):
+class WorkerProtocol(FrameReceiver, Credited):
     """
     One worker connection: READY once, then up to C{credits} tasks at a time.
 
@@ -143,14 +129,8 @@ class WorkerProtocol(FrameReceiver):
         if place is not None and len(worker.members) > 1:
             # Its lines name its daemon, one of several.
             self.log = Logger(f"{self.log.namespace}@{place[0].address}", self)
-        self.credits = worker.credits or 1
-        # Credits chosen by the connection itself (the user gave none).
-        self.auto = AutoCredits() if worker.credits is None else None
-        # READY was sent, with credits in the extension's form unless refused.
-        self._asked = False
-        self._refused_credits = False
-        self._received = 0  # TASKs in the read being handled
-        self._lease_seconds: float | None = None  # the last delivery's lease
+        # The worker's credits, or chosen by the connection itself (the user gave none).
+        self._choose_credits(worker.credits)
         # The handshake, heartbeats, FOLLOW's answer and ERRORs; TASKs are read here.
         self._conn = ClientConnection(worker.protocol)
         self.version = worker.protocol
@@ -186,15 +166,7 @@ class WorkerProtocol(FrameReceiver):
     def _ready(self) -> None:
         # Once only: after DONE/FAILED the daemon treats the worker as idle,
         # and after WAIT it pushes the next task without being asked again.
-        self._asked = True
-        if self.version == codec.VERSION:
-            self.transport.write(taskflow.encode_ready(self.credits, self.worker.queues))
-        elif self.auto is not None:
-            # Credits of 1, spelt out: a daemon without the extension says so
-            # now, before this connection asks for more.
-            self.transport.write(wire.frame(wire.MessageType.READY, wire.CREDITS.pack(1)))
-        else:
-            self.transport.write(wire.encode_ready(self.credits))
+        self.transport.write(self._ready_frame(self.worker.queues))
 
     def _no_answer(self) -> None:
         """No answer to HELLO in L{HELLO_TIMEOUT} seconds: close, and try again."""
@@ -276,8 +248,7 @@ class WorkerProtocol(FrameReceiver):
         elif message_type == codec.MessageType.STOP and self.version == codec.VERSION:
             self.worker.told_to_stop(workers.decode_stop(payload), self)
         elif message_type == codec.MessageType.SHARED and self.version == codec.VERSION:
-            if self.worker._follower is self:
-                self.worker.shared_arrived(shared_data.decode_shared(payload))
+            self.worker.shared_arrived(shared_data.decode_shared(payload), self)
         else:
             self._other(message_type, payload)
 
@@ -311,20 +282,20 @@ class WorkerProtocol(FrameReceiver):
 
     def _refused(self, error: wire.Error) -> None:
         """An ERROR no request of the connection's is owed: of READY, or of a report."""
+        chosen = self.auto is not None
         if (
-            (self.credits > 1 or self.auto is not None)
-            and not self._answered
+            not self._answered
             and error.code == ErrorCode.INVALID_MESSAGE
+            and self._credits_refused()
         ):
             # The first answer to a READY with credits is an ERROR: a
             # daemon without the extension (the reference one).
-            if self.auto is None:
+            if not chosen:
                 self.log.warn(
                     "the daemon refuses READY credits ({message}); this connection"
                     " takes one task at a time",
                     message=error.message,
                 )
-            self.credits, self.auto, self._refused_credits = 1, None, True
             self._ready()
             return
         if error.code == codec.ErrorCode.STALE:
@@ -395,38 +366,8 @@ class WorkerProtocol(FrameReceiver):
         self.log.warn("task {id} failed: {reason}", id=task_id, reason=reason)
         self._write(outcomes.encode_nack(task_id, token, cut_reason(reason), permanent=True))
 
-    def _pace(self, replies: list[bytes]) -> None:
-        """
-        After a read that brought tasks: ask for more or fewer, if the pace
-        says so, before the read's outcomes (the daemon would refill the old
-        credits on each outcome before it reads a READY that follows them).
-        """
-        assert self.auto is not None
-        credits = self.auto.after_read(self._received, self._lease_seconds, self.running)
-        if credits is not None:
-            self.credits = credits
-            spoken = taskflow if self.version == codec.VERSION else wire
-            replies.insert(0, spoken.encode_ready(credits))
-
-    def allot(self, credits: int) -> None:
-        """
-        The worker's share of its capacity for this connection is now
-        C{credits} (see L{quicx.clients.shares}): with credits given, ask for
-        that many; with credits chosen, choose no more.  A READY that
-        changes the count goes at once if READY was sent, else it is the
-        first READY's.  A connection whose daemon refused credits keeps 1.
-        """
-        if self.auto is not None:
-            self.auto.maximum = credits
-            if self.auto.credits <= credits:
-                return
-            self.auto.credits = credits
-        elif self._refused_credits or credits == self.credits:
-            return
-        self.credits = credits
-        if self._asked and not self.stopping:
-            spoken = taskflow if self.version == codec.VERSION else wire
-            self._write(spoken.encode_ready(credits))
+    def _in_hand(self) -> int:
+        return self.running
 
     def _lease(self, task: wire.Task | taskflow.Task) -> Lease | None:
         """The lease of a delivery with a token (kept alive with C{auto_extend})."""

@@ -81,9 +81,10 @@ from twisted.logger import Logger
 
 from quicx.clients.adaptive import AUTO_MAX
 from quicx.clients.address import DEFAULT_ADDRESS, split_addresses
+from quicx.clients.following import Following
 from quicx.clients.handlers import Handler, Handlers, TaskContext
 from quicx.clients.reports import Unrecoverable, cut_reason, failure_reason, report
-from quicx.clients.shares import slot_credits
+from quicx.clients.shares import Shares
 from quicx.clients.slot import Member, WorkerProtocol
 from quicx.clients.twisted_client import endpoint_for
 from quicx.protocol import codec, shared_data, taskflow, workers
@@ -163,9 +164,7 @@ class Worker(Handlers):
             shared_data.encode_follow(self.follow)  # the same
         # One slot follows the shared data for all (the follower); the
         # others' READYs wait until its first FOLLOW answer has come.
-        self._follower: WorkerProtocol | None = None
-        self._shared_known = False
-        self._held: list[WorkerProtocol] = []
+        self._following: Following[WorkerProtocol] = Following(self._shared)
         for name, function in (handlers or {}).items():
             self.register(name, function)
         self._loops: list[Deferred[None]] = []
@@ -173,7 +172,8 @@ class Worker(Handlers):
         self._stopping = False
         self._slots: set[WorkerProtocol] = set()
         self.members: list[Member] = []
-        self._capacity = 0  # the tasks it may hold, whatever its daemons
+        # The tasks it may hold, whatever its daemons, shared among them.
+        self._shares: Shares[WorkerProtocol] = Shares(self.members, 0, concurrency)
 
     def _slot_greeted(self, slot: WorkerProtocol) -> bool:
         """
@@ -182,14 +182,7 @@ class Worker(Handlers):
 
         @return: whether C{slot} may send READY now (not before the data has come).
         """
-        if self._follower is None:
-            self._follower = slot
-            slot.follow()
-            return True
-        if self._shared_known:
-            return True
-        self._held.append(slot)
-        return False
+        return self._following.greeted(slot)
 
     def _slot_connected(self, slot: WorkerProtocol) -> None:
         """
@@ -199,62 +192,35 @@ class Worker(Handlers):
         if slot.place is None:
             return
         member, place = slot.place
-        member.slots[place] = slot
-        came = not member.counted
-        member.counted = True
-        if came or not member.reached:
+        said, came = self._shares.connected(member, place, slot)
+        if said is not None:
             self.log.info(
                 "{what} {address} (protocol version {version})",
-                what="reconnected to" if member.reached else "connected to",
+                what=said,
                 address=member.address,
                 version=slot.version,
             )
-            member.reached = True
-        self._share_out(came)
+        if came:
+            self._log_shares()
 
     def _slot_gone(self, member: Member) -> None:
-        """A slot of C{member} lost its connection or could not open one."""
-        if member.counted and not member.slots and not self._stopping:
-            member.counted = False
-            self._share_out(True)
+        """A slot of C{member} could not open its connection."""
+        if self._shares.lost(member, stopping=self._stopping):
+            self._log_shares()
 
-    def _share_out(self, changed: bool) -> None:
-        """
-        Every open slot is told its credits now; C{changed}: because a daemon
-        came or went (which a cluster's worker logs).
-        """
-        counted = [m.counted for m in self.members]
-        if changed and len(counted) > 1:
-            self.log.info(
-                "{count} of {total} daemons have a share of this worker's capacity ({capacity}):"
-                " {addresses}",
-                count=sum(counted),
-                total=len(counted),
-                capacity=self._capacity,
-                addresses=", ".join(m.address for m in self.members if m.counted) or "none",
-            )
-        table = slot_credits(self._capacity, self.concurrency, counted)
-        for member, credits in zip(self.members, table, strict=True):
-            for place, slot in member.slots.items():
-                slot.allot(credits[place])
+    def _log_shares(self) -> None:
+        """A daemon came or went: which have a share now (a cluster's worker logs it)."""
+        summary = self._shares.summary()
+        if summary is not None:
+            self.log.info("{summary}", summary=summary)
 
     def _slot_lost(self, slot: WorkerProtocol) -> None:
         """A slot's connection closed: another slot follows, if it followed."""
         if slot.place is not None:
             member, place = slot.place
-            if member.slots.get(place) is slot:
-                del member.slots[place]
-            self._slot_gone(member)
-        if slot in self._held:
-            self._held.remove(slot)
-        if self._follower is not slot:
-            return
-        self._follower = None
-        for other in self._slots:
-            if other._greeted and "shared" in other.capabilities and not other.stopping:
-                self._follower = other
-                other.follow()
-                return
+            if self._shares.lost(member, place, slot, self._stopping):
+                self._log_shares()
+        self._following.lost(slot, self._slots)
 
     def followed(self, following: object, slot: WorkerProtocol) -> None:
         """
@@ -262,27 +228,11 @@ class Worker(Handlers):
         version, 0 for none): forget the names that no longer exist; the
         held slots may now ask for tasks.
         """
-        if slot is not self._follower:
-            return
-        if isinstance(following, dict):
-            for name, version in following.items():
-                if not version:
-                    self._shared.pop(name, None)
-        self._shared_known = True
-        held, self._held = self._held, []
-        for other in held:
-            other._ready()
+        self._following.followed(following, slot)
 
-    def shared_arrived(self, shared: shared_data.Shared) -> None:
-        """
-        The follower got a version of shared data: the newest, as the daemon
-        sends them in order (versions count again from 1 after a delete, or
-        after a restart without a journal); version 0 deletes the name.
-        """
-        if shared.version:
-            self._shared[shared.name] = shared.data
-        else:
-            self._shared.pop(shared.name, None)
+    def shared_arrived(self, shared: shared_data.Shared, slot: WorkerProtocol) -> None:
+        """C{slot} got a version of shared data: the newest, if it is the follower."""
+        self._following.arrived(shared, slot)
 
     def announcement(self) -> bytes:
         """The ANNOUNCE each slot sends: its types, its name, its host and process id."""
@@ -335,13 +285,14 @@ class Worker(Handlers):
             a malformed C{tls:} address (see L{endpoint_for}).
         """
         addresses = split_addresses(address)
-        self.members = [Member(each, endpoint_for(reactor, each)) for each in addresses]
+        self.members = [Member(each, endpoint=endpoint_for(reactor, each)) for each in addresses]
         self._stopping = False
-        self._capacity = self.concurrency * (self.credits or AUTO_MAX)
+        capacity = self.concurrency * (self.credits or AUTO_MAX)
+        self._shares = Shares(self.members, capacity, self.concurrency)
         # A thread per credit, so that no task held waits for another's
         # thread.  (A slot holds one at least: with many daemons, more
         # than the capacity.)
-        self._start_threads(reactor, max(self._capacity, self.concurrency * len(self.members)))
+        self._start_threads(reactor, max(capacity, self.concurrency * len(self.members)))
         self.log.info(
             "worker for {addresses}: queues {queues}; handlers {handlers};"
             " {concurrency} connection(s) to each, {credits} credits",

@@ -41,6 +41,7 @@ from tools.bench.scale import (
 )
 from tools.bench.starvation import starvation_workload
 from tools.bench.throughput import (
+    CLIENT_LOOPS,
     clients_workload,
     e2e_workload,
     events_workload,
@@ -194,13 +195,17 @@ def run_latency(s: Session) -> None:
 
 def run_clients(s: Session) -> None:
     ours = clients_workload(200_000 // s.scale, 5000 // s.scale)
-    for name in ("blocking", "asyncio"):
+    for name in ("blocking", *CLIENT_LOOPS):
+        if name not in ours:
+            continue  # uvloop, not installed
         rate, trip = ours[f"{name}_submits_per_s"], ours[name]
         s.emit(
             f"client {name}",
-            f"{rate:,.0f} submits/s, round trip p50 {trip['p50_us']:,.0f}"
-            f" p99 {trip['p99_us']:,.0f} µs",
-            {"client": name, "submits_per_s": rate, **trip},
+            f"{rate:,.0f} submits/s (median of {ours['rounds']}), round trip p50"
+            f" {trip['p50_us']:,.0f} p99 {trip['p99_us']:,.0f} µs; client CPU"
+            f" {trip['cpu_us_per_submit']:.1f} µs a submit, {trip['cpu_us_per_trip']:.0f}"
+            " µs a round trip",
+            {"client": name, "submits_per_s": rate, "rounds": ours[f"{name}_rounds"], **trip},
         )
 
 

@@ -15,9 +15,9 @@ C{window} seconds) and C{max_jobs} run times (the latest), and deliveries
 in flight up to C{max_jobs}; at most C{[queues] max_queues} queues have a
 window (a queue idle for a whole window is forgotten).  Off the hot path:
 recording costs the core one tuple per event (the bus's), the windows are
-fed a flush at a time, and an estimate runs one simulation of at most
-C{max_jobs} jobs per reactor turn (L{Autoscaler.longest_step} says how long
-the longest took).
+fed a flush at a time, and an estimate takes one queue's window (sorts its
+arrivals) or replays at most L{quicx.model.sizing.CHUNK} of its jobs per reactor turn
+(L{Autoscaler.longest_step} says how long the longest took).
 
 The model's inputs, as the events give them: a task arrives when it is
 submitted (at its due time if delayed), recovered, or retried (at its
@@ -117,7 +117,9 @@ class Autoscaler(Service):
         self.estimates: dict[str, Estimate] = {}
         self.reported: dict[int, int] = {}  # worker: ms of its last report
         self.longest_step = 0.0
-        self._round: list[tuple[str, Search, int, int]] = []
+        # The round's queues: each one's search (once its window is taken), arrivals and runs.
+        self._round: list[tuple[str, Search | None, int, int]] = []
+        self._since = self._now = 0  # the round's window (ms)
         self._call: IDelayedCall | None = None
 
     # -- the windows ------------------------------------------------------------------
@@ -171,36 +173,46 @@ class Autoscaler(Service):
         return super().stopService()
 
     def estimate(self) -> None:
-        """Start a round: every queue's search, a simulation at a time; then the next round."""
+        """Start a round: every queue's window, then its search, a step a reactor turn."""
         now = int(self.clock() * 1000)
-        since = now - int(self.settings.window * 1000)
-        settings = self.settings
-        for name, found in list(self.windows.items()):
-            arrivals = found.recent(since, now)
-            if not arrivals and not found.dispatched:
-                del self.windows[name]  # idle for a whole window
-                self.estimates.pop(name, None)
-                continue
-            work = window(arrivals, list(found.runs), self.queued(name), now)
-            search = Search(work, settings.target * 1000, settings.max_workers)
-            self._round.append((name, search, len(arrivals), len(found.runs)))
+        self._since, self._now = now - int(self.settings.window * 1000), now
+        self._round = [(name, None, 0, 0) for name in self.windows]
         self._step()
 
     def _step(self) -> None:
-        """One simulation of the round's first search; the next at the reactor's next turn."""
+        """
+        One step of the round's first queue: its window taken (its arrivals
+        sorted), or its search's next replay of at most
+        L{quicx.model.sizing.CHUNK} jobs; the next at the reactor's next turn.
+        """
         if self._round:
-            name, search, arrivals, runs = self._round[0]
             started = self.timer()
-            done = search.step()
+            self._advance()
             self.longest_step = max(self.longest_step, self.timer() - started)
-            if done:
-                self._round.pop(0)
-                found = search.result
-                self.estimates[name] = Estimate(
-                    found.workers, found.p95 / 1000, arrivals, runs, found.saturated
-                )
         delay = 0.0 if self._round else self.settings.interval
         self._call = self.scheduler.callLater(delay, self._step if self._round else self.estimate)
+
+    def _advance(self) -> None:
+        name, search, arrivals_taken, runs_taken = self._round[0]
+        found = self.windows.get(name)
+        if found is None:
+            self._round.pop(0)
+        elif search is None:
+            arrivals = found.recent(self._since, self._now)
+            if not arrivals and not found.dispatched:
+                del self.windows[name]  # idle for a whole window
+                self.estimates.pop(name, None)
+                self._round.pop(0)
+                return
+            work = window(arrivals, list(found.runs), self.queued(name), self._now)
+            search = Search(work, self.settings.target * 1000, self.settings.max_workers)
+            self._round[0] = (name, search, len(arrivals), len(found.runs))
+        elif search.step():
+            self._round.pop(0)
+            result = search.result
+            self.estimates[name] = Estimate(
+                result.workers, result.p95 / 1000, arrivals_taken, runs_taken, result.saturated
+            )
 
     def workers(self, queue: str) -> Estimate:
         """C{queue}'s estimate, floored: one worker while it has tasks queued, C{min_workers}."""

@@ -347,7 +347,7 @@ def autoscale_families(autoscale: Autoscaler) -> Iterator[Metric]:
     yield p95
     yield GaugeMetricFamily(
         "quicx_autoscale_longest_step_seconds",
-        "The longest one simulation of an estimate held the reactor, since start.",
+        "The longest one step of an estimate held the reactor, since start.",
         value=autoscale.longest_step,
     )
 

@@ -20,7 +20,7 @@ from quicx.daemon import config
 from quicx.daemon.config.sections import AutoscaleSettings
 from quicx.daemon.observe.autoscale import Autoscaler
 from quicx.daemon.observe.events import Event
-from quicx.model.sizing import workers_needed
+from quicx.model.sizing import CHUNK, Search, workers_needed
 from quicx.protocol import outcomes, taskflow
 from tests.daemon.observe.test_metrics import fetch, scrape, series, submit
 from tests.peer import Peer
@@ -161,29 +161,41 @@ def test_what_it_keeps_is_bounded_by_its_settings() -> None:
     assert len(scaler.windows["q0"].dispatched) <= 50
 
 
-def test_a_round_is_one_simulation_a_reactor_turn_of_at_most_max_jobs_jobs() -> None:
-    fixture = Fixture(max_jobs=200, max_workers=64, window=1000)
+@pytest.mark.parametrize("max_jobs", [200, 2 * CHUNK + 1])
+def test_a_round_is_one_window_or_one_chunk_a_reactor_turn(max_jobs: int) -> None:
+    fixture = Fixture(max_jobs=max_jobs, max_workers=64, window=1000)
     for queue in ("a", "b", "c"):
-        fixture.feed(events_of(poisson(40, 100, 1000, seed=7), queue))
-    fixture.scaler.estimate()
-    searches = [search for _, search, _, _ in fixture.scaler._round]
-    assert [len(search.work.jobs) for search in searches] == [200, 200, 200]
+        fixture.feed(events_of(poisson(40, 100, 2 * max_jobs, seed=7), queue))
+    scaler = fixture.scaler
+    scaler.estimate()
+    searches: dict[str, Search] = {}
+    chunks = -(-max_jobs // CHUNK)  # the steps of one simulation
 
-    def simulations() -> int:
-        return sum(len(search.p95) for search in searches)
+    def steps() -> int:
+        """Windows taken, and chunks replayed."""
+        for name, search, _, _ in scaler._round:
+            if search is not None:
+                searches.setdefault(name, search)
+        return len(searches) + sum(
+            len(search.p95) * chunks
+            + (-(-len(search._replay.waits) // CHUNK) if search._replay is not None else 0)
+            for search in searches.values()
+        )
 
-    assert simulations() == 1
-    while fixture.scaler._round:
+    assert steps() == 1  # the first queue's window, taken
+    while scaler._round:
         # The next step waits for the reactor's next turn: one call, due now.
         (call,) = fixture.clock.calls
         assert call.getTime() == fixture.clock.seconds()
-        before = simulations()
+        before = steps()
         fixture.clock.calls.remove(call)
         call.func(*call.args, **call.kw)
-        assert simulations() == before + 1
+        assert steps() == before + 1
+    assert sorted(searches) == ["a", "b", "c"]
+    assert all(len(search.work.ready) == max_jobs for search in searches.values())
     # Bisection over 1..64: at most 7 simulations a queue.
-    assert all(len(search.p95) <= 7 for search in searches)
-    assert fixture.scaler.longest_step > 0
+    assert all(len(search.p95) <= 7 for search in searches.values())
+    assert scaler.longest_step > 0
     # The next round comes an interval after this one ended.
     assert [call.getTime() for call in fixture.clock.getDelayedCalls()] == [
         fixture.clock.seconds() + 5.0
