@@ -27,10 +27,12 @@ MAGIC_V3 = b"QUICXJ3\n"
 """The release of protocol v2 part 2: kinds 1 to 16."""
 MAGIC_V4 = b"QUICXJ4\n"
 """The release of protocol v2 part 3: kinds 1 to 21."""
-MAGIC = b"QUICXJ5\n"
-"""This release's: kinds 1 to 22 (a previous release refuses the file)."""
-MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC_V4: 4, MAGIC: 5}
-FORMAT = 5
+MAGIC_V5 = b"QUICXJ5\n"
+"""Format 5: format 4, and a task's trace context (SUBMIT5, kind 22)."""
+MAGIC = b"QUICXJ6\n"
+"""This release's (issue 33's workflows): kinds 1 to 30 (a previous release refuses the file)."""
+MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC_V4: 4, MAGIC_V5: 5, MAGIC: 6}
+FORMAT = 6
 RECORD_HEADER = struct.Struct(">II")
 ID = struct.Struct(">I")
 SUBMIT_HEAD = struct.Struct(">BIB")

@@ -85,8 +85,8 @@ def test_a_format_4_journal_reads_and_is_upgraded(tmp_path: Path) -> None:
     writer.open(recover(str(path)))
     again = recover(str(path))
     assert (again.format, [(t.task_id, t.keep_for, t.trace) for t in again.tasks]) == (
-        5,
+        journal.FORMAT,
         [(1, 3.0, None)],
     )
-    assert path.read_bytes()[:8] == b"QUICXJ5\n"
+    assert path.read_bytes()[:8] == journal.MAGIC
     assert struct.unpack(">B", path.read_bytes()[16:17]) == (journal.KIND_SUBMIT4,)

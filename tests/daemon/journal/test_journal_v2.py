@@ -150,8 +150,8 @@ def test_a_live_tasks_key_is_its_own(tmp_path: Path) -> None:
 
 def test_a_journal_of_a_newer_format_is_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "j"
-    path.write_bytes(b"QUICXJ6\n")
-    with pytest.raises(JournalCorrupt, match=r"newer Quicx \(journal format 6\)"):
+    path.write_bytes(b"QUICXJ7\n")
+    with pytest.raises(JournalCorrupt, match=r"newer Quicx \(journal format 7\)"):
         recover(str(path))
 
 
