@@ -24,13 +24,14 @@ from quicx.daemon.journal.interface import (
     IJournal,
     IJournalOwner,
     KeptEntry,
+    ParentEntry,
     Record,
 )
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.admission import Admission, ScheduledTask
 from quicx.daemon.queue.core import QueueService
-from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.model import After, Session, Task
 from quicx.daemon.queue.state import TaskState, allowed
 from quicx.daemon.speakers import SPEAKERS
 from quicx.protocol import registry, taskflow, wire
@@ -90,6 +91,7 @@ class Written:
     ended_attempts: int = 0
     dead: DeadInfo | None = None
     trace: bytes | None = None
+    after: After | None = None
 
 
 @implementer(IJournal)
@@ -116,6 +118,7 @@ class FakeJournal:
         self.shared: list[tuple[str, int, bytes]] = []
         self.results: list[KeptEntry | int] = []
         self.groups: list[GroupEntry] = []
+        self.parents: list[ParentEntry] = []
         self.syncing: list[Deferred[None]] | None = None
 
     def bind(self, owner: IJournalOwner) -> None:
@@ -162,6 +165,9 @@ class FakeJournal:
 
     def record_group(self, entry: GroupEntry) -> None:
         self.groups.append(entry)
+
+    def record_parent(self, entry: ParentEntry) -> None:
+        self.parents.append(entry)
 
     def durable(self) -> Deferred[None] | None:
         """C{None} (all is durable), unless a test set C{syncing}: then one more to fire."""

@@ -79,6 +79,7 @@ def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
         task.failures,
         task.retries,
         task.trace,
+        task.parents,
     )
 
 

@@ -38,6 +38,7 @@ from quicx.daemon.queue.dispatch import DispatchSettings
 from quicx.daemon.queue.groups import GroupLimits
 from quicx.daemon.queue.policy import (
     DEFAULT_BACKOFF,
+    DependencyLimits,
     ProgressSettings,
     QueueLimits,
     QueuePolicy,
@@ -303,6 +304,7 @@ class Config:
     shared: SharedLimits = Factory(SharedLimits)
     results: ResultLimits = Factory(ResultLimits)
     groups: GroupLimits = Factory(GroupLimits)
+    dependencies: DependencyLimits = Factory(DependencyLimits)
     events: EventSettings = Factory(EventSettings)
     metrics: MetricsSettings = Factory(MetricsSettings)
     autoscale: AutoscaleSettings = Factory(AutoscaleSettings)
@@ -344,6 +346,7 @@ class Config:
             defaults=defaults,
             results=self.results,
             groups=self.groups,
+            dependencies=self.dependencies,
             dispatch=queues.dispatch,
         )
 

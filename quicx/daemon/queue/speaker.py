@@ -31,6 +31,7 @@ class Delivered(Protocol):
     failures: int
     retries: int
     trace: bytes | None
+    parents: bytes | None
 
 
 class Speaker(Protocol):
