@@ -220,7 +220,7 @@ class SubmitOptions:
             if problem:
                 raise ValueError(f"a trace {problem}")
             options += bytes((Option.TRACE, len(trace))) + trace
-        if self.after is not None or self.after_group is not None or self.on_parent_failure:
+        if (self.after, self.after_group, self.on_parent_failure) != (None, None, None):
             options += deps.encode_dependency_options(
                 self.after, self.on_parent_failure, self.after_group
             )

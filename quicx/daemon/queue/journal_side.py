@@ -126,7 +126,7 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
     """(The journal.) These waiting tasks' records are durable."""
     producers: dict[Session, None] = {}
     queues: dict[NamedQueue[Task, Session], None] = {}
-    waiting: list[Task] = []
+    held: list[Task] = []  # those that wait for other tasks
     hooks = kernel.hooks
     for task in tasks:
         move(task, WAITING if task.after is not None else DELAYED if task.due else QUEUED)
@@ -142,7 +142,7 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
             waiting.reply = waiting.session.speaker.duplicate_ok(task.task_id)
             producers[waiting.session] = None
         if task.after is not None:
-            waiting.append(task)
+            held.append(task)
             continue
         if task.due:
             kernel._delay(task, task.due)
@@ -154,7 +154,7 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
     for producer in producers:
         producer.send_decided()
     # Once answered OK: a task that waits may fail at once (by its policy).
-    for task in waiting:
+    for task in held:
         kernel.dependencies.wait(task)
     for queue in queues:
         if queue.idle:

@@ -49,12 +49,16 @@ def ok_id(peer: FakePeer) -> int:
     return ok.task_id
 
 
-def submit(queue: QueueService, producer: FakePeer, queue_name: str = "work", **options: object) -> int:
+def submit(
+    queue: QueueService, producer: FakePeer, queue_name: str = "work", **options: object
+) -> int:
     submit_to(queue, producer.session, b"t", b"x", queue_name, **options)
     return ok_id(producer)
 
 
-def finish(queue: QueueService, worker: FakePeer, task: taskflow.Task, value: object = None) -> None:
+def finish(
+    queue: QueueService, worker: FakePeer, task: taskflow.Task, value: object = None
+) -> None:
     queue.ack(worker.session, task.task_id, task.token, None if value is None else Result.of(value))
 
 
@@ -193,9 +197,7 @@ def test_a_group_callback_runs_once_with_the_groups_counts_and_results() -> None
     producer = v2_producer_of(queue)
     group = queue.open_group(producer.session)["group"]
     members = [submit(queue, producer, group=group) for _ in range(5)]
-    callback = submit(
-        queue, producer, after_group=group, on_parent_failure=ParentPolicy.CONTINUE
-    )
+    callback = submit(queue, producer, after_group=group, on_parent_failure=ParentPolicy.CONTINUE)
     worker = v2_worker_of(queue, queues=("work",))
     for n in range(5):
         if n:
@@ -318,7 +320,8 @@ def test_inspect_says_what_a_waiting_task_waits_for() -> None:
     assert answer["state"] == "waiting"
     (why,) = answer["why"]
     assert (why["parents"], why["group"]) == ([b], group)
-    assert why["text"] == f"it waits for parent {b} and group {group} to finish (1 of 2 parents finished)"
+    text = f"it waits for parent {b} and group {group} to finish (1 of 2 parents finished)"
+    assert why["text"] == text
 
 
 def test_the_moves_of_a_waiting_task_are_in_the_table() -> None:
