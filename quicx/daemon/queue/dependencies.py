@@ -170,27 +170,26 @@ class Dependencies:
             options.after_group or 0,
         )
         task.watched = True
-        waiter = self.waiters[task.task_id] = Waiter(task)
+        # All it waits for is counted first: none heard below releases it early.
+        waiter = self.waiters[task.task_id] = Waiter(task, len(after.parents) + bool(after.group))
         kernel = self.kernel
         for parent_id in after.parents:
             parent = kernel._live.get(parent_id)
             if parent is not None and parent.dead is None:
                 self.children.setdefault(parent_id, {})[task.task_id] = waiter
                 parent.watched = True
-                waiter.pending += 1
                 continue
             outcome = self._outcome_of(parent_id, parent)
             kernel.journal.record_parent(_entry(outcome))
-            waiter.pending += 1
             self._resolve(waiter, outcome)
         if after.group:
             group = kernel.groups.get(after.group)
             assert group is not None
             if group.phase is GroupPhase.FINISHED:
                 waiter.group = _counts(group)
+                waiter.pending -= 1
             else:
                 self.callbacks.setdefault(after.group, {})[task.task_id] = waiter
-                waiter.pending += 1
 
     def _outcome_of(self, parent_id: int, parent: Task | None) -> ParentOutcome:
         """The outcome of a parent that has one: dead, kept, or (lost) unknown."""
@@ -318,6 +317,8 @@ class Dependencies:
         task = waiter.task
         if task.state is PENDING or self.waiters.get(task.task_id) is not waiter:
             return  # answered later (L{wait}), or gone already
+        if waiter.pending and not self._fails(waiter):
+            return  # (never: each is due once it heard all it waits for)
         del self.waiters[task.task_id]
         self._detach(waiter)
         kernel = self.kernel
@@ -412,9 +413,10 @@ class Dependencies:
             after = task.after
             assert after is not None
             task.watched = True
-            waiter = self.waiters[task.task_id] = Waiter(task)
+            waiter = self.waiters[task.task_id] = Waiter(
+                task, len(after.parents) + bool(after.group)
+            )
             for parent_id in after.parents:
-                waiter.pending += 1
                 entry = heard.get(parent_id)
                 parent = kernel._live.get(parent_id)
                 if entry is not None:
@@ -430,9 +432,9 @@ class Dependencies:
                 group = kernel.groups.get(after.group)
                 if group is not None and group.phase is not GroupPhase.FINISHED:
                     self.callbacks.setdefault(after.group, {})[task.task_id] = waiter
-                    waiter.pending += 1
                 else:
                     waiter.group = _counts(group) if group else GroupCounts(after.group, 0, 0, 0, 0)
+                    waiter.pending -= 1
             if not waiter.pending or self._fails(waiter):
                 self._due.append(waiter)
         self._release_due()

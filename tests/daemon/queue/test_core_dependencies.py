@@ -330,3 +330,20 @@ def test_the_moves_of_a_waiting_task_are_in_the_table() -> None:
         test_a_child_of_a_delayed_submit_waits_then_keeps_its_time()
         test_a_child_accepted_after_its_parent_finished_meanwhile_is_due()
     assert (WAITING, WAITING) not in checker.moves
+
+
+def test_a_child_of_a_finished_and_a_live_parent_waits_for_the_live_one() -> None:
+    """Found by the journal's every-moment test: the first parent heard released it early."""
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue, queues=("work",))
+    kept = submit(queue, producer, result_ttl=60)
+    run_one(queue, worker, "kept")
+    live = submit(queue, producer, queue_name="parked")
+    child = submit(queue, producer, after=(kept, live))
+    other = submit(queue, producer)
+    second = submit(queue, producer, after=(other,), queue_name="parked")
+    run_one(queue, worker)  # other's outcome releases second, and whatever else is due
+    assert queue.task(second).state is not WAITING
+    queue.ready(worker.session)
+    assert tasks(worker) == [] and queue.task(child).state is WAITING
