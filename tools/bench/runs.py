@@ -24,6 +24,7 @@ from tools.bench.delays import (
     delays_idle_workload,
     delays_memory_workload,
 )
+from tools.bench.dependencies import FANIN_SIZES, edges_workload, fanin_cost_workload
 from tools.bench.observability import (
     V2_FEATURES,
     monitor_workload,
@@ -395,6 +396,25 @@ def run_abuse(s: Session) -> None:
         s.emit(f"abuse {result['scenario']}", abuse_line(result), result)
 
 
+def run_dependencies(s: Session) -> None:
+    edges = edges_workload(20_000 // s.scale, 50_000 // s.scale)
+    s.emit(
+        "dependency edges",
+        f"{edges['edges_per_s']:,.0f} edges resolved/s ({edges['edges']:,} edges,"
+        f" {edges['children']:,} children of 32 parents each; with the tasks' own run:"
+        f" {edges['edges_per_s_all_in']:,.0f}/s)",
+        edges,
+    )
+    for members in FANIN_SIZES:
+        cost = fanin_cost_workload(members // s.scale)
+        s.emit(
+            f"fan-in {members // s.scale:,}",
+            f"a group callback costs {cost['us_callback_cost_per_member']:.2f} µs per member"
+            f" outcome (a member: {cost['us_per_member_plain']:.1f} µs without it)",
+            cost,
+        )
+
+
 RUNS: dict[str, Callable[[Session], None]] = {
     "submit": run_submit,
     "e2e": run_e2e,
@@ -415,6 +435,7 @@ RUNS: dict[str, Callable[[Session], None]] = {
     "idle": run_idle,
     "scale": run_scale,
     "abuse": run_abuse,
+    "dependencies": run_dependencies,
 }
 """The workloads by name, in the order C{python -m tools.bench} runs them."""
 

@@ -65,7 +65,8 @@ class Waiter:
     @ivar pending: the parents (and the group) it still waits for.
     @ivar outcomes: those of its parents (and group members) it has heard, in order.
     @ivar size: the bytes of C{outcomes} in its context.
-    @ivar left_out: outcomes whose data did not fit C{max_results}.
+    @ivar left_out: outcomes listed without their data, or not listed, for
+        C{max_results} (which so bounds C{outcomes} too).
     @ivar failed: its first parent that finished other than done.
     @ivar group: its group's counts, once it finished.
     """
@@ -79,14 +80,23 @@ class Waiter:
     group: GroupCounts | None = None
 
     def hear(self, outcome: ParentOutcome, limit: int) -> None:
-        """Keep C{outcome} for its context, without its data past C{limit}."""
+        """
+        Keep C{outcome} for its context: without its data if that would pass
+        C{limit}, not at all if even its entry would.
+        """
         cost = _ENTRY_COST + len(outcome.data)
         if self.size + cost > limit:
+            self.left_out += 1
+            if self.full(limit):
+                return
             outcome = ParentOutcome(outcome.task_id, outcome.state)
             cost = _ENTRY_COST
-            self.left_out += 1
         self.size += cost
         self.outcomes.append(outcome)
+
+    def full(self, limit: int) -> bool:
+        """Whether its context has no room for one more outcome, even without data."""
+        return self.size + _ENTRY_COST > limit
 
     def parents(self) -> bytes:
         """Its context's parents' items: a failure left out if its policy ignores failures."""
@@ -254,10 +264,13 @@ class Dependencies:
                 outcome = ParentOutcome(task_id, state, 0, reason.encode("utf-8"))
             else:
                 outcome = ParentOutcome(task_id, state, result.kind, result.data)
-            self.kernel.journal.record_parent(_entry(outcome, task.group if callbacks else 0))
+            limit = self.limits.max_results
+            # A member's outcome no callback has room for is only counted (not journaled).
+            if children or any(not c.full(limit) for c in (callbacks or {}).values()):
+                group = task.group if callbacks else 0
+                self.kernel.journal.record_parent(_entry(outcome, group))
             for child in (children or {}).values():
                 self._resolve(child, outcome)
-            limit = self.limits.max_results
             for callback in (callbacks or {}).values():
                 callback.hear(outcome, limit)
                 if outcome.state != OutcomeState.DONE and callback.failed is None:

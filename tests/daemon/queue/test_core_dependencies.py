@@ -33,7 +33,11 @@ from tests.fakes import (
 
 
 def queue_with(clock: Clock | None = None, **limits: int) -> QueueService:
-    return make_queue(clock, limits=QueueLimits(dependencies=DependencyLimits(**limits)))
+    return make_queue(
+        clock,
+        pool=pmad.Pmad(16 << 20, pmad.default_classes()),
+        limits=QueueLimits(dependencies=DependencyLimits(**limits)),
+    )
 
 
 def tasks(peer: FakePeer) -> list[taskflow.Task]:
@@ -347,3 +351,31 @@ def test_a_child_of_a_finished_and_a_live_parent_waits_for_the_live_one() -> Non
     assert queue.task(second).state is not WAITING
     queue.ready(worker.session)
     assert tasks(worker) == [] and queue.task(child).state is WAITING
+
+
+def test_a_chord_of_10000_hands_its_callback_what_max_results_allows() -> None:
+    queue = queue_with(max_results=1000)
+    producer = v2_producer_of(queue)
+    group = queue.open_group(producer.session)["group"]
+    callback = submit(queue, producer, queue_name="cb", after_group=group)
+    for _ in range(10_000):
+        submit_to(queue, producer.session, b"t", b"x", "work", group=group)
+    producer.take()
+    queue.close_group(group)
+    worker = v2_worker_of(queue, credits=1000, queues=("work",))
+    while True:
+        running = tasks(worker)
+        if not running:
+            break
+        for task in running:
+            finish(queue, worker, task, "r")
+    queue.subscribe(worker.session, ("cb",))
+    queue.ready(worker.session)
+    last = tasks(worker)
+    assert [t.task_id for t in last] == [callback]
+    parents = last[0].parents
+    assert parents is not None and parents.group == GroupCounts(group, 10_000, 10_000, 0, 0)
+    # Each listed outcome takes 10 bytes and its data (the text "r", 1 byte):
+    # 90 fit with it, the 91st without, no more at all.
+    assert [o.data for o in parents.outcomes] == [b"r"] * 90 + [b""]
+    assert parents.left_out == 10_000 - 90
