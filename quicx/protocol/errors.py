@@ -78,6 +78,16 @@ class Conflict(DaemonError):
     code = 0x07
 
 
+class UnknownParent(DaemonError):
+    """
+    ERROR 0x09 (version 2): a parent the SUBMIT names (C{after}) is unknown --
+    never submitted, not yet accepted, or finished with no outcome kept -- or
+    its C{after_group} names a group the daemon does not know.
+    """
+
+    code = 0x09
+
+
 _BY_CODE: dict[int, type[DaemonError]] = {
     cls.code: cls
     for cls in (
@@ -88,6 +98,7 @@ _BY_CODE: dict[int, type[DaemonError]] = {
         NotFound,
         Forbidden,
         Conflict,
+        UnknownParent,
     )
 }
 

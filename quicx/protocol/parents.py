@@ -1,6 +1,5 @@
 """
-Version 2's task dependencies: the SUBMIT options that make a task wait for
-others, and the parents' outcomes its TASK then carries.
+Version 2's dependencies: the SUBMIT options that make a task wait for others, and their outcomes.
 
 A SUBMIT's C{after} option (tag 0x0D) names the tasks it waits for, its
 C{on-parent-failure} option (0x0E) says what a parent that did not finish

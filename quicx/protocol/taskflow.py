@@ -23,8 +23,11 @@ from attrs import field, frozen
 
 from quicx.protocol import parents as deps
 from quicx.protocol import wire
-from quicx.protocol.backoff import _BACKOFF, Backoff, decode_backoff, encode_backoff
+from quicx.protocol.backoff import _BACKOFF
+from quicx.protocol.backoff import Backoff as Backoff
 from quicx.protocol.backoff import BackoffKind as BackoffKind
+from quicx.protocol.backoff import decode_backoff as decode_backoff
+from quicx.protocol.backoff import encode_backoff as encode_backoff
 from quicx.protocol.codec import (
     CACHE_SIZE,
     HEADER,

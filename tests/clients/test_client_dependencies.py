@@ -117,5 +117,7 @@ def test_a_handler_fans_out_and_a_later_task_waits_for_its_children(
         assert client.result(aggregate, timeout=30) == sum(n * n for n in range(20))
         # submit_many takes the options too.
         (first,) = client.submit_many([("square", "3", Options(keep_result=True))])
+        assert isinstance(first, int)
         (second,) = client.submit_many([("total", "", Options(after=(first,)))])
+        assert isinstance(second, int)
         assert client.wait(second, timeout=30) == 9

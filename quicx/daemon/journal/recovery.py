@@ -407,10 +407,9 @@ class _Replay:
             self.named.update(recovered.after[2] if recovered.after else ())
         elif kind == KIND_PARENT:
             _, _, group, state, result_kind = PARENT_HEAD.unpack_from(data, start)
-            entry = ParentEntry(
+            self.parents[(task_id, group)] = ParentEntry(
                 task_id, group, state, result_kind, data[start + PARENT_HEAD.size : end]
             )
-            self.parents[(task_id, group)] = entry
         elif kind in _STATE_KINDS:
             self._changed(data, kind, task_id, start, end)
         elif kind == KIND_RESULT:

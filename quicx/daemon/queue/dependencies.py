@@ -430,10 +430,10 @@ class Dependencies:
                 task, len(after.parents) + bool(after.group)
             )
             for parent_id in after.parents:
-                entry = heard.get(parent_id)
+                known = heard.get(parent_id)
                 parent = kernel._live.get(parent_id)
-                if entry is not None:
-                    self._resolve(waiter, _outcome(entry))
+                if known is not None:
+                    self._resolve(waiter, _outcome(known))
                 elif parent is not None and parent.dead is None:
                     self.children.setdefault(parent_id, {})[task.task_id] = waiter
                     parent.watched = True

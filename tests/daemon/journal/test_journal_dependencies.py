@@ -104,7 +104,7 @@ def test_waiting_tasks_survive_kill_9_and_the_due_ones_run(tmp_path: Path, start
     assert {o.task_id: o.data for o in by_d.outcomes} == {b: b"from b", c: b"from c"}
 
 
-def records(data: bytes) -> list[tuple[int, int]]:
+def records(data: bytes) -> list[int]:
     """Each whole record's end offset, in order."""
     ends, offset = [], len(MAGIC)
     while offset + RECORD_HEADER.size <= len(data):
