@@ -14,12 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import pytest_twisted
+from twisted.internet import reactor
 
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
+from quicx.clients.twisted_client import connect
+from quicx.clients.worker import Worker
 from quicx.protocol.errors import TaskFailed
 from tests.cli import test_cli
-from tests.cli.test_cli import ROOT, env_for
+from tests.cli.test_cli import ROOT, env_for, quicx
 from tests.conftest import DaemonProcess
 
 background = test_cli.background  # the fixture: quicx commands that run until stopped
@@ -121,3 +125,43 @@ def test_a_handler_fans_out_and_a_later_task_waits_for_its_children(
         (second,) = client.submit_many([("total", "", Options(after=(first,)))])
         assert isinstance(second, int)
         assert client.wait(second, timeout=30) == 9
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_twisted_client_and_worker(daemon: DaemonProcess) -> None:
+    worker = Worker(concurrency=2)
+    worker.register("square", lambda payload: int(payload) ** 2)
+    worker.register(
+        "states", lambda payload, context: [[p.state, p.reason] for p in context.parents]
+    )
+    worker.start(reactor, f"tcp:127.0.0.1:{daemon.port}")
+    client = await connect(reactor, f"tcp:127.0.0.1:{daemon.port}")
+    try:
+        parent = await client.submit("square", "7", keep_result=True)
+        cancelled = await client.submit("square", "8", queue="parked")
+        child = await client.submit(
+            "states", "", after=[parent, cancelled], on_parent_failure="continue"
+        )
+        await client.cancel(cancelled)
+        done, cancelled_by = await client.outcome(child)
+        assert done == ["done", ""] and cancelled_by[0] == "cancelled"
+        assert cancelled_by[1].startswith("cancelled by 127.0.0.1:")
+    finally:
+        client.close()
+        await worker.stop()
+
+
+def test_quicx_task_says_what_a_waiting_task_waits_for(daemon: DaemonProcess) -> None:
+    env = env_for(daemon)
+    with QuicxClient(env["QUICX_ADDRESS"]) as client:
+        first = client.submit("t", "x", queue="parked")
+        second = client.submit("t", "x", queue="parked")
+        child = client.submit(
+            "t", "x", after=[first, second], on_parent_failure="ignore", queue="work"
+        )
+        client.cancel(first)
+        shown = quicx("task", str(child), env=env)
+    assert shown.returncode == 0, shown.stderr
+    head, why = shown.stdout.splitlines()
+    assert head.startswith(f"task {child} (t): waiting in queue work, priority ")
+    assert why == f"  waiting: it waits for parent {second} (1 of 2 parents finished)"
