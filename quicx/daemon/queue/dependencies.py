@@ -51,6 +51,7 @@ from quicx.protocol.parents import (
     ParentPolicy,
     Parents,
     encode_parents,
+    parents_in,
 )
 
 _ENTRY_COST = 10
@@ -79,15 +80,16 @@ class Waiter:
     failed: ParentOutcome | None = None
     group: GroupCounts | None = None
 
-    def hear(self, outcome: ParentOutcome, limit: int) -> None:
+    def hear(self, outcome: ParentOutcome, limit: int, member: bool = False) -> None:
         """
         Keep C{outcome} for its context: without its data if that would pass
-        C{limit}, not at all if even its entry would.
+        C{limit}; a group C{member}'s not at all if even its entry would (a
+        parent's always is: at most 63 entries of 10 bytes past it).
         """
         cost = _ENTRY_COST + len(outcome.data)
         if self.size + cost > limit:
             self.left_out += 1
-            if self.full(limit):
+            if member and self.full(limit):
                 return
             outcome = ParentOutcome(outcome.task_id, outcome.state)
             cost = _ENTRY_COST
@@ -114,6 +116,9 @@ class Dependencies:
     @ivar waiters: the waiting tasks' bookkeeping, by task id.
     @ivar children: by parent id, the waiters that wait for it.
     @ivar callbacks: by group id, the waiters that wait for it to finish.
+    @ivar released: the tasks that waited and are due now (queued, delayed
+        or running), until they finish: a journal snapshot keeps the
+        outcomes they were handed, which a restart hands them again.
     @ivar resolved: dependency edges resolved since start (a parent's
         outcome heard by one child, or a group's end by one callback).
     """
@@ -124,6 +129,7 @@ class Dependencies:
         self.waiters: dict[int, Waiter] = {}
         self.children: dict[int, dict[int, Waiter]] = {}
         self.callbacks: dict[int, dict[int, Waiter]] = {}
+        self.released: dict[int, Task] = {}
         self.resolved = 0
         self._due: deque[Waiter] = deque()
         self._releasing = False
@@ -257,6 +263,8 @@ class Dependencies:
         waiter = self.waiters.pop(task_id, None)
         if waiter is not None:
             self._detach(waiter)
+        elif task.parents is not None:
+            self.released.pop(task_id, None)
         children = self.children.pop(task_id, None)
         callbacks = self.callbacks.get(task.group) if task.group else None
         if children or callbacks:
@@ -272,7 +280,7 @@ class Dependencies:
             for child in (children or {}).values():
                 self._resolve(child, outcome)
             for callback in (callbacks or {}).values():
-                callback.hear(outcome, limit)
+                callback.hear(outcome, limit, member=True)
                 if outcome.state != OutcomeState.DONE and callback.failed is None:
                     callback.failed = outcome
         self._release_due()
@@ -343,6 +351,7 @@ class Dependencies:
             kernel.failing.fail_for_good(task, reason, "", None, None, dead_letter=False)
             return
         task.parents = waiter.parents()
+        self.released[task.task_id] = task
         now = kernel.clock()
         if task.due > now:
             move(task, DELAYED)
@@ -374,10 +383,9 @@ class Dependencies:
         """What a waiting task waits for, as INSPECT says it."""
         after = task.after
         assert after is not None
-        waiter = self.waiters.get(task.task_id)
-        heard = {o.task_id for o in waiter.outcomes} if waiter is not None else set()
-        pending = [p for p in after.parents if p not in heard]
-        group_pending = bool(after.group) and waiter is not None and waiter.group is None
+        task_id = task.task_id
+        pending = [p for p in after.parents if task_id in self.children.get(p, ())]
+        group_pending = task_id in self.callbacks.get(after.group, ())
         parts = []
         if pending:
             ids = ", ".join(map(str, pending))
@@ -395,14 +403,21 @@ class Dependencies:
         }
 
     def entries(self) -> Iterator[ParentEntry]:
-        """The outcomes the waiting tasks have heard (for a journal snapshot), each once."""
+        """
+        The outcomes the waiting tasks have heard, and those the released
+        ones were handed (for a journal snapshot), each once.
+        """
         seen: set[tuple[int, int]] = set()
-        for waiter in self.waiters.values():
-            after = waiter.task.after
-            group = after.group if after is not None and waiter.group is None else 0
-            parents = set(after.parents) if after is not None else set()
-            for outcome in waiter.outcomes:
-                entry = _entry(outcome, 0 if outcome.task_id in parents else group)
+        heard = [(w.task, w.outcomes) for w in self.waiters.values()]
+        for task in self.released.values():
+            carried = parents_in(task.parents or b"", 0, len(task.parents or b""))
+            heard.append((task, list(carried.outcomes) if carried is not None else []))
+        for task, outcomes in heard:
+            after = task.after
+            assert after is not None
+            parents = set(after.parents)
+            for outcome in outcomes:
+                entry = _entry(outcome, 0 if outcome.task_id in parents else after.group)
                 if (entry.task_id, entry.group) not in seen:
                     seen.add((entry.task_id, entry.group))
                     yield entry
@@ -441,7 +456,7 @@ class Dependencies:
                     self._resolve(waiter, self._outcome_of(parent_id, parent))
             if after.group:
                 for entry in members.get(after.group, ()):
-                    waiter.hear(_outcome(entry), limit)
+                    waiter.hear(_outcome(entry), limit, member=True)
                 group = kernel.groups.get(after.group)
                 if group is not None and group.phase is not GroupPhase.FINISHED:
                     self.callbacks.setdefault(after.group, {})[task.task_id] = waiter
@@ -451,14 +466,6 @@ class Dependencies:
             if not waiter.pending or self._fails(waiter):
                 self._due.append(waiter)
         self._release_due()
-
-    def status(self) -> dict[str, int]:
-        return {
-            "waiting": len(self.waiters),
-            "parents_watched": len(self.children),
-            "groups_watched": len(self.callbacks),
-            "resolved": self.resolved,
-        }
 
 
 def _counts(group: Group) -> GroupCounts:

@@ -12,6 +12,11 @@ from __future__ import annotations
 import struct
 import zlib
 from pathlib import Path
+from typing import cast
+
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.task import deferLater
 
 from quicx.daemon.journal.records import (
     KIND_CANCELLED,
@@ -24,10 +29,12 @@ from quicx.daemon.journal.records import (
     SUBMIT6_HEAD,
 )
 from quicx.daemon.journal.recovery import recover
+from quicx.daemon.journal.writer import FsyncPolicy, Journal
+from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.state import DELAYED, QUEUED, WAITING
 from quicx.protocol import admin, codec, outcomes, taskflow
 from quicx.protocol.parents import parents_in
-from tests.fakes import FakeJournal, make_queue
+from tests.fakes import FakeJournal, make_queue, submit_to, v2_producer_of, v2_worker_of
 from tests.peer import Peer
 
 
@@ -163,3 +170,43 @@ def check_every_moment(data: bytes, tmp_path: Path) -> None:
                 assert {o.task_id for o in carried.outcomes} == set(parents), (cut, child)
             else:
                 assert task.state is WAITING, f"{cut}: {child} released early"
+
+
+async def accepted(queue: QueueService, task_id: int) -> None:
+    while not queue._live[task_id].accepted:
+        await deferLater(reactor, 0.01, lambda: None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_released_task_keeps_its_parents_outcomes_through_compaction(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "j")
+    written = Journal(path, FsyncPolicy.ALWAYS, reactor)
+    queue = make_queue(journal=cast(FakeJournal, written))
+    written.open(recover(path))
+    written.startService()
+    try:
+        producer = v2_producer_of(queue)
+        submit_to(queue, producer.session, b"t", b"p", "work")
+        await accepted(queue, 1)
+        submit_to(queue, producer.session, b"t", b"c", "parked", after=(1,))
+        await accepted(queue, 2)
+        worker = v2_worker_of(queue, queues=("work",))
+        (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+        result = taskflow.Result(taskflow.ResultKind.TEXT, b"from the parent")
+        queue.ack(worker.session, task.task_id, task.token, result)
+        assert queue.task(2).state is QUEUED  # released, not yet run
+        written.compact_factor, written.compact_min_size = 0.0, 0  # the next flush compacts
+        queue.set_paused("elsewhere", True)
+        while not written.stats.compactions:
+            await deferLater(reactor, 0.01, lambda: None)
+    finally:
+        await written.stopService()
+    restored = make_queue(journal=FakeJournal(waits=False))
+    restored.restore(recover(path))
+    child = restored.task(2)
+    assert child.state is QUEUED and child.parents is not None
+    carried = parents_in(child.parents, 0, len(child.parents))
+    assert carried is not None
+    assert [(o.task_id, o.state, o.data) for o in carried.outcomes] == [(1, 1, b"from the parent")]
