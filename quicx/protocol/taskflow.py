@@ -665,6 +665,7 @@ def _remember(raw: bytes, options: SubmitOptions) -> None:
         and options.run_at_ms is None
         and options.group is None
         and options.trace is None
+        and options.after is None
     )
     if repeats and len(_REPEATED) < CACHE_SIZE:
         _REPEATED[raw] = options
