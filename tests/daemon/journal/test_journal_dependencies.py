@@ -27,9 +27,10 @@ from quicx.daemon.journal.records import (
     MAGIC,
     RECORD_HEADER,
     SUBMIT6_HEAD,
+    FsyncPolicy,
 )
 from quicx.daemon.journal.recovery import recover
-from quicx.daemon.journal.writer import FsyncPolicy, Journal
+from quicx.daemon.journal.writer import Journal
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.state import DELAYED, QUEUED, WAITING
 from quicx.protocol import admin, codec, outcomes, taskflow
