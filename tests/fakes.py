@@ -24,6 +24,7 @@ from quicx.daemon.journal.interface import (
     IJournal,
     IJournalOwner,
     KeptEntry,
+    ParentEntry,
     Record,
     SavedState,
 )
@@ -31,7 +32,7 @@ from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.admission import Admission, ScheduledTask
 from quicx.daemon.queue.core import QueueService
-from quicx.daemon.queue.model import Session, Task
+from quicx.daemon.queue.model import After, Session, Task
 from quicx.daemon.queue.state import TaskState, allowed
 from quicx.daemon.speakers import SPEAKERS
 from quicx.protocol import registry, taskflow, wire
@@ -91,6 +92,7 @@ class Written:
     ended_attempts: int = 0
     dead: DeadInfo | None = None
     trace: bytes | None = None
+    after: After | None = None
 
 
 @implementer(IJournal)
@@ -118,6 +120,7 @@ class FakeJournal:
         self.results: list[KeptEntry | int] = []
         self.groups: list[GroupEntry] = []
         self.checkpoints: list[tuple[int, SavedState]] = []
+        self.parents: list[ParentEntry] = []
         self.syncing: list[Deferred[None]] | None = None
 
     def bind(self, owner: IJournalOwner) -> None:
@@ -167,6 +170,9 @@ class FakeJournal:
 
     def record_checkpoint(self, task_id: int, saved: SavedState) -> None:
         self.checkpoints.append((task_id, saved))
+
+    def record_parent(self, entry: ParentEntry) -> None:
+        self.parents.append(entry)
 
     def durable(self) -> Deferred[None] | None:
         """C{None} (all is durable), unless a test set C{syncing}: then one more to fire."""

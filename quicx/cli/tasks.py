@@ -243,6 +243,8 @@ def cmd_task(args: argparse.Namespace) -> int:
         return 0
     for reason in task["why"]:
         print(f"  waiting: {reason['text']}")
+    if task["state"] == "waiting":
+        return 0
     if task["state"] == "delayed":
         if task.get("failures"):
             print(f"  {_failures(task['failures'])} so far, {task['retries']} retries allowed")

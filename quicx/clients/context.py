@@ -17,10 +17,12 @@ from typing import Any, Protocol, TypeVar
 
 from attrs import field, frozen
 
+from quicx.clients.parents import Parent, parents_of
 from quicx.clients.progress import ten_thousandths
 from quicx.clients.tracing import traceparent, tracestate
 from quicx.protocol import taskflow, wire
 from quicx.protocol.errors import QuicxError
+from quicx.protocol.parents import GroupCounts
 
 MAX_TOUCH = 0xFFFFFFFF
 """The longest extension a TOUCH carries, in seconds."""
@@ -79,6 +81,12 @@ class TaskContext:
         the handler in a span of it when the worker uses OpenTelemetry).
     @ivar saved: the last checkpoint of the task, which this delivery
         resumes from (see L{checkpoint_state}), as it came.
+    @ivar parents: the outcomes of the tasks it waited for (C{after}), or of
+        its group's members (C{after_group}), in the order they finished;
+        a failed one only when it was submitted with C{on_parent_failure="continue"}.
+    @ivar group_counts: for a group's callback, the group's counts.
+    @ivar parents_left_out: parents whose result did not fit the daemon's
+        C{[dependencies] max_results} (they are listed without it).
     """
 
     task_id: int
@@ -97,6 +105,9 @@ class TaskContext:
     _delivery: Delivery | None = field(default=None, eq=False, repr=False)
     trace: bytes | None = field(default=None, kw_only=True)
     saved: taskflow.Result | None = field(default=None, kw_only=True, repr=False)
+    parents: tuple[Parent, ...] = field(default=(), kw_only=True)
+    group_counts: GroupCounts | None = field(default=None, kw_only=True)
+    parents_left_out: int = field(default=0, kw_only=True)
 
     @property
     def traceparent(self) -> str | None:
@@ -136,6 +147,9 @@ class TaskContext:
             delivery,
             trace=task.trace,
             saved=task.checkpoint,
+            parents=parents_of(task.parents),
+            group_counts=None if task.parents is None else task.parents.group,
+            parents_left_out=0 if task.parents is None else task.parents.left_out,
         )
 
     def extend(self, seconds: float) -> None:

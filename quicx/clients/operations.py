@@ -50,6 +50,9 @@ class SubmitKeywords(TypedDict, total=False):
     result_ttl: float | str | None
     progress: Listener | None
     group: int | None
+    after: Iterable[int] | None
+    on_parent_failure: str | None
+    after_group: int | None
 
 
 SUBMIT_KEYWORDS = SubmitKeywords.__optional_keys__

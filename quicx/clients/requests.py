@@ -29,6 +29,7 @@ from quicx.clients import timing
 from quicx.clients.address import as_bytes, payload_bytes
 from quicx.protocol import admin, codec, link, registry, shared_data, taskflow, wire
 from quicx.protocol.errors import NeedsVersion2, PayloadTooLarge
+from quicx.protocol.parents import POLICY_NAMES
 
 CLIENT_NAME = "quicx-python"
 HELLO = link.encode_hello(CLIENT_NAME, quicx.__version__)
@@ -36,6 +37,20 @@ HELLO = link.encode_hello(CLIENT_NAME, quicx.__version__)
 
 def _optional_ttl(value: float | str | None) -> int | None:
     return None if value is None else timing.ttl_seconds(value)
+
+
+def _optional_ids(value: Iterable[int] | None) -> tuple[int, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _policy(name: str | None) -> int | None:
+    """@raise ValueError: not C{"fail"}, C{"ignore"} or C{"continue"}."""
+    if name is None:
+        return None
+    policy = POLICY_NAMES.get(name)
+    if policy is None:
+        raise ValueError(f"on_parent_failure is 'fail', 'ignore' or 'continue', not {name!r}")
+    return policy
 
 
 @frozen(cache_hash=True)
@@ -58,6 +73,14 @@ class Options:
         it too.  Default: as the queue says (C{keep_results}).
     @ivar progress: forward the task's progress reports to this connection.
     @ivar group: the group the task joins (see C{open_group}).
+    @ivar after: the tasks it waits for (their ids, at most 63): it runs once
+        each has finished, their outcomes in its handler's C{context.parents}.
+    @ivar on_parent_failure: what a parent that did not finish done does to
+        it: C{"fail"} it (the default), C{"ignore"} that parent, or
+        C{"continue"} with that parent's failure listed in C{context.parents}.
+    @ivar after_group: the group it is the callback of: it runs once the
+        group finishes (closed, every member finished; as Celery's chord),
+        with its counts and members' results.
     """
 
     queue: str | None = None
@@ -72,6 +95,9 @@ class Options:
     result_ttl: int | None = field(default=None, converter=_optional_ttl)
     progress: bool = False
     group: int | None = None
+    after: tuple[int, ...] | None = field(default=None, converter=_optional_ids)
+    on_parent_failure: str | None = None
+    after_group: int | None = None
 
     @property
     def any(self) -> bool:
@@ -90,6 +116,9 @@ class Options:
             and self._result_ttl is None
             and not self.progress
             and self.group is None
+            and self.after is None
+            and self.on_parent_failure is None
+            and self.after_group is None
         )
 
     @property
@@ -128,6 +157,9 @@ class Options:
             result_ttl=self._result_ttl,
             progress=self.progress,
             group=self.group,
+            after=self.after,
+            on_parent_failure=_policy(self.on_parent_failure),
+            after_group=self.after_group,
         )
 
 

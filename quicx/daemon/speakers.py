@@ -81,6 +81,7 @@ def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
         task.retries,
         task.trace,
         None if saved is None else saved.state,
+        task.parents,
     )
 
 

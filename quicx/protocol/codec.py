@@ -126,6 +126,8 @@ class ErrorCode(IntEnum):
     FORBIDDEN = 0x06
     CONFLICT = 0x07
     STALE = 0x08
+    UNKNOWN_PARENT = 0x09
+    """A SUBMIT's parent (or group) is unknown: never seen, or finished with no outcome kept."""
     UNSTEERABLE = 0x0A
 
 

@@ -78,6 +78,16 @@ class Conflict(DaemonError):
     code = 0x07
 
 
+class UnknownParent(DaemonError):
+    """
+    ERROR 0x09 (version 2): a parent the SUBMIT names (C{after}) is unknown --
+    never submitted, not yet accepted, or finished with no outcome kept -- or
+    its C{after_group} names a group the daemon does not know.
+    """
+
+    code = 0x09
+
+
 class Unsteerable(DaemonError):
     """ERROR 0x0A (version 2): the worker speaks version 1, so cannot be told to quiet or stop."""
 
@@ -94,6 +104,7 @@ _BY_CODE: dict[int, type[DaemonError]] = {
         NotFound,
         Forbidden,
         Conflict,
+        UnknownParent,
         Unsteerable,
     )
 }

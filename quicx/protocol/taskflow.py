@@ -21,7 +21,13 @@ from typing import Any, NamedTuple
 
 from attrs import field, frozen
 
+from quicx.protocol import parents as deps
 from quicx.protocol import wire
+from quicx.protocol.backoff import _BACKOFF
+from quicx.protocol.backoff import Backoff as Backoff
+from quicx.protocol.backoff import BackoffKind as BackoffKind
+from quicx.protocol.backoff import decode_backoff as decode_backoff
+from quicx.protocol.backoff import encode_backoff as encode_backoff
 from quicx.protocol.codec import (
     CACHE_SIZE,
     HEADER,
@@ -77,6 +83,9 @@ class Option(IntEnum):
     GROUP = 0x0B
     # The producer's trace context (W3C Trace Context): L{check_trace}.
     TRACE = 0x0C
+    AFTER = deps.AFTER
+    ON_PARENT_FAILURE = deps.ON_PARENT_FAILURE
+    AFTER_GROUP = deps.AFTER_GROUP
 
 
 class Context(IntEnum):
@@ -99,29 +108,9 @@ class ResultKind(IntEnum):
     JSON = 3
 
 
-class BackoffKind(IntEnum):
-    FIXED = 0
-    EXPONENTIAL = 1
-
-
 MAX_RETRIES = 0xFFFF
 """The most retries a task may ask for."""
 
-
-class Backoff(NamedTuple):
-    """
-    How long a failed task waits before its next attempt: C{base_ms}
-    (fixed), or C{base_ms * 2 ** (failures - 1)} up to C{cap_ms}
-    (exponential), less a random part of up to C{jitter} percent.
-    """
-
-    kind: BackoffKind = BackoffKind.EXPONENTIAL
-    base_ms: int = 1000
-    cap_ms: int = 300_000
-    jitter: int = 0
-
-
-_BACKOFF = struct.Struct(">BIIB")
 
 OK_DUPLICATE = 0x01
 """OK flag: the SUBMIT's key matched a task submitted before; this is its id."""
@@ -164,6 +153,9 @@ class SubmitOptions:
     progress: bool = False
     group: int | None = None
     trace: bytes | None = None
+    after: tuple[int, ...] | None = None
+    on_parent_failure: int | None = None
+    after_group: int | None = None
     routing_only: bool = field(init=False, repr=False, eq=False)
 
     @routing_only.default
@@ -179,6 +171,8 @@ class SubmitOptions:
             and not self.progress
             and self.group is None
             and self.trace is None
+            and self.after is None
+            and self.after_group is None
         )
 
     def encode(self) -> bytes:
@@ -235,6 +229,10 @@ class SubmitOptions:
             if problem:
                 raise ValueError(f"a trace {problem}")
             options += bytes((Option.TRACE, len(trace))) + trace
+        if (self.after, self.after_group, self.on_parent_failure) != (None, None, None):
+            options += deps.encode_dependency_options(
+                self.after, self.on_parent_failure, self.after_group
+            )
         return options
 
 
@@ -353,6 +351,7 @@ class Task(NamedTuple):
         many the task may have retried.
     @ivar trace: its producer's trace context (L{SubmitOptions.trace}), if any.
     @ivar checkpoint: the last state a delivery of it saved (CHECKPOINT), if any.
+    @ivar parents: its parents' outcomes, when it waited for others.
     """
 
     task_id: int
@@ -370,6 +369,7 @@ class Task(NamedTuple):
     retries: int = 0
     trace: bytes | None = None
     checkpoint: Result | None = None
+    parents: deps.Parents | None = None
 
 
 Message = Submit | Ok | Ready | Task | Done
@@ -389,39 +389,6 @@ _LEASE = int(Context.LEASE)
 def submit_options(*fields: Any, **named: Any) -> bytes:
     """The options field of a SUBMIT: L{SubmitOptions} of C{fields}, encoded."""
     return SubmitOptions(*fields, **named).encode()
-
-
-def encode_backoff(backoff: Backoff) -> bytes:
-    """
-    C{[kind u8][base_ms u32][cap_ms u32][jitter u8]}.
-
-    @raise ValueError: a field is out of range.
-    """
-    kind, base_ms, cap_ms, jitter = backoff
-    if kind not in tuple(BackoffKind):
-        raise ValueError(f"a backoff is fixed (0) or exponential (1), not {kind}")
-    if not 0 <= base_ms <= cap_ms <= 0xFFFFFFFF:
-        raise ValueError(f"a backoff needs 0 <= base <= cap < 2**32 ms, not {base_ms}, {cap_ms}")
-    if not 0 <= jitter <= 100:
-        raise ValueError(f"a backoff's jitter is 0 to 100 percent, not {jitter}")
-    return _BACKOFF.pack(kind, base_ms, cap_ms, jitter)
-
-
-def decode_backoff(message_type: int, value: bytes) -> Backoff:
-    """@raise MalformedMessage: C{value} is not a backoff."""
-    if len(value) != _BACKOFF.size:
-        raise bad(message_type, f"backoff must be {_BACKOFF.size} bytes, not {len(value)}")
-    kind, base_ms, cap_ms, jitter = _BACKOFF.unpack(value)
-    if kind not in _BACKOFF_KINDS:
-        raise bad(message_type, f"backoff kind must be 0 (fixed) or 1 (exponential), not {kind}")
-    if base_ms > cap_ms:
-        raise bad(message_type, f"backoff base {base_ms} ms exceeds its cap {cap_ms} ms")
-    if jitter > 100:
-        raise bad(message_type, f"backoff jitter must be 0 to 100 percent, not {jitter}")
-    return Backoff(BackoffKind(kind), base_ms, cap_ms, jitter)
-
-
-_BACKOFF_KINDS = frozenset(BackoffKind)
 
 
 def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> bytes:
@@ -461,12 +428,14 @@ def task_context(
     retries: int = 0,
     trace: bytes | None = None,
     checkpoint: Result | None = None,
+    parents: bytes | None = None,
 ) -> bytes:
     """
     The TLV context a TASK carries after its type: the keys, then the
     delivery's token and lease (when it has a token), then its retries
     (when it may retry), then its producer's trace context (when it has
-    one), then its last checkpoint (when it has one).
+    one), then its last checkpoint (when it has one), then its parents'
+    outcomes (items made by L{deps.encode_parents}).
     """
     context = b""
     if key is not None:
@@ -481,6 +450,8 @@ def task_context(
         context += bytes((Option.TRACE, len(trace))) + trace
     if checkpoint is not None:
         context += chunked(Context.CHECKPOINT, checkpoint.encode())
+    if parents is not None:
+        context += parents
     return context
 
 
@@ -544,6 +515,7 @@ def encode_delivery(  # noqa: PLR0913
     retries: int,
     trace: bytes | None = None,
     checkpoint: Result | None = None,
+    parents: bytes | None = None,
 ) -> bytes:
     """
     A TASK as the daemon delivers it: L{encode_task} with the context
@@ -551,8 +523,18 @@ def encode_delivery(  # noqa: PLR0913
     a lease alone, is packed with the header, the queue and the type in one
     call (a layout made once per queue and type).
     """
-    if not token or key is not None or fairness is not None or retries or trace or checkpoint:
-        context = task_context(key, fairness, token, lease_ms, failures, retries, trace, checkpoint)
+    if (
+        not token
+        or key is not None
+        or fairness is not None
+        or retries
+        or trace
+        or checkpoint
+        or parents
+    ):
+        context = task_context(
+            key, fairness, token, lease_ms, failures, retries, trace, checkpoint, parents
+        )
         return encode_task(
             task_id, task_type, payload, queue_header, priority, attempt, enqueued_ms, context
         )
@@ -689,6 +671,8 @@ def decode_options(payload: bytes, start: int, end: int) -> SubmitOptions:
         named[field] = decode(value)
     if "delay_ms" in named and "run_at_ms" in named:
         raise bad(MessageType.SUBMIT, "has both a delay and a time to run at")
+    if "on_parent_failure" in named and not named.keys() & {"after", "after_group"}:
+        raise bad(MessageType.SUBMIT, "has on-parent-failure without after or after-group")
     return SubmitOptions(**named)  # type: ignore[arg-type]
 
 
@@ -703,6 +687,7 @@ def _remember(raw: bytes, options: SubmitOptions) -> None:
         and options.run_at_ms is None
         and options.group is None
         and options.trace is None
+        and options.after is None
     )
     if repeats and len(_REPEATED) < CACHE_SIZE:
         _REPEATED[raw] = options
@@ -769,6 +754,9 @@ OPTION_DECODERS: dict[int, tuple[str, Callable[[bytes], object]]] = {
     Option.PROGRESS: ("progress", _progress),
     Option.GROUP: ("group", _group),
     Option.TRACE: ("trace", _trace),
+    Option.AFTER: ("after", deps.decode_after),
+    Option.ON_PARENT_FAILURE: ("on_parent_failure", deps.decode_policy),
+    Option.AFTER_GROUP: ("after_group", deps.decode_after_group),
 }
 """
 Each SUBMIT option's decoder, by tag: the L{SubmitOptions} field it fills
@@ -837,8 +825,11 @@ def decode_task(payload: bytes) -> Task:
         if (tag, size, lease_tag, lease_size) == _DELIVERY_ITEMS:
             fixed = (task_id, task_type, body, queue, priority, attempt, enqueued_ms)
             return Task(*fixed, None, None, token, lease_ms)
-    items = _context(payload, start, end) if end > start else ()
-    return Task(task_id, task_type, body, queue, priority, attempt, enqueued_ms, *items)
+    if end == start:
+        return Task(task_id, task_type, body, queue, priority, attempt, enqueued_ms)
+    items = _context(payload, start, end)
+    parents = deps.parents_in(payload, start, end)
+    return Task(task_id, task_type, body, queue, priority, attempt, enqueued_ms, *items, parents)
 
 
 _DELIVERY_ITEMS = (Context.TOKEN, 8, Context.LEASE, 4)

@@ -589,7 +589,7 @@ BACKOFF = "SUBMIT backoff"
             b"\x01t" + opts(item(0x08, struct.pack(">BIIB", 0, 1, 2, 101))),
             f"{BACKOFF} jitter must be 0 to 100 percent, not 101",
         ),
-        (MessageType.SUBMIT, b"\x01t" + opts(item(0x0D, b"x")), "SUBMIT has unknown option 0x0d"),
+        (MessageType.SUBMIT, b"\x01t" + opts(item(0x7E, b"x")), "SUBMIT has unknown option 0x7e"),
         # TASK's context items of part 2.
         (
             MessageType.TASK,

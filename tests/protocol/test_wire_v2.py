@@ -387,6 +387,8 @@ CHECKPOINTS = PROTOCOL[PROTOCOL.index("\n# Version 2: checkpoints") :]
 """The page's section on checkpoints (L{quicx.protocol.checkpoints})."""
 WORKERS = PROTOCOL[PROTOCOL.index("\n# Version 2: workers") :]
 """The page's section on the workers' messages (L{quicx.protocol.workers})."""
+DEPENDENCIES = PROTOCOL[PROTOCOL.index("\n# Version 2: dependencies") :]
+"""The page's section on dependencies (L{quicx.protocol.parents})."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -443,10 +445,12 @@ def test_the_pages_message_tables_are_the_codecs() -> None:
 def test_the_pages_option_tags_are_the_codecs() -> None:
     rows = table(VERSION_2, "### SUBMIT options") + table(LIFECYCLE, "## More SUBMIT options")
     rows += table(RESULTS, "## More SUBMIT options") + table(TRACING, "## More SUBMIT options")
+    rows += table(DEPENDENCIES, "## More SUBMIT options")
     names = {"queue": "QUEUE", "priority": "PRIORITY", "idempotency key": "KEY"}
     names |= {"fairness key": "FAIRNESS", "delay": "DELAY", "run at": "RUN_AT"}
     names |= {"retries": "RETRIES", "backoff": "BACKOFF", "result": "RESULT"}
-    names |= {"progress": "PROGRESS", "group": "GROUP", "trace": "TRACE"}
+    names |= {"progress": "PROGRESS", "group": "GROUP", "trace": "TRACE", "after": "AFTER"}
+    names |= {"on-parent-failure": "ON_PARENT_FAILURE", "after-group": "AFTER_GROUP"}
     assert [(int(tag, 16), names[option]) for tag, option, *_ in rows] == [
         (o.value, o.name) for o in taskflow.Option
     ]
@@ -464,6 +468,7 @@ def test_the_pages_error_codes_are_the_codecs() -> None:
     codes += [int(row[0], 16) for row in table(VERSION_2, "## Error codes added in version 2")]
     codes += [int(row[0], 16) for row in table(LIFECYCLE, "### Error code added")]
     codes += [int(row[0], 16) for row in table(WORKERS, "### Error code added")]
+    codes += [int(row[0], 16) for row in table(DEPENDENCIES, "### Error code added")]
     assert codes == [c.value for c in codec.ErrorCode]
 
 
@@ -482,7 +487,7 @@ def opts(*items: bytes) -> bytes:
         (MessageType.SUBMIT, b"\x01t", "no options length"),
         (MessageType.SUBMIT, b"\x01t\x00\x05\x01\x01a", "run past the payload"),
         (MessageType.SUBMIT, b"\x01t" + struct.pack(">H", 4097), "exceed 4096"),
-        (MessageType.SUBMIT, b"\x01t" + opts(b"\x0d\x01x"), "unknown option 0x0d"),
+        (MessageType.SUBMIT, b"\x01t" + opts(b"\x7e\x01x"), "unknown option 0x7e"),
         (MessageType.SUBMIT, b"\x01t" + opts(b"\x02\x01\x01\x02\x01\x02"), "repeats option"),
         (MessageType.SUBMIT, b"\x01t" + opts(b"\x02\x02\x01\x02"), "priority must be 1 byte"),
         (MessageType.SUBMIT, b"\x01t" + opts(b"\x03\x00"), "empty idempotency key"),
@@ -607,16 +612,16 @@ def test_info_that_is_not_utf_8() -> None:
 
 def test_fields_and_context_of_later_releases_are_passed_over_even_repeated() -> None:
     # HELLO: "Unknown fields are ignored"; TASK: "A worker ignores tags it does not know."
-    later = b"\x0d\x01x\x0d\x02yz"
+    later = b"\x7e\x01x\x7e\x02yz"
     assert registry.decode(MessageType.HELLO, b"\x01\x01a" + later) == link.Hello("a")
     task = registry.decode(
         MessageType.TASK, FIXED + b"\x01q\x01t" + opts(later + b"\x04\x01f") + b"p"
     )
     assert task == taskflow.Task(1, b"t", b"p", "q", 0, 1, 0, None, b"f")
     # A SUBMIT never ignores an option: "an option is never silently ignored".
-    with pytest.raises(MalformedMessage, match=r"^SUBMIT repeats option 0x0d$"):
+    with pytest.raises(MalformedMessage, match=r"^SUBMIT repeats option 0x7e$"):
         registry.decode(MessageType.SUBMIT, b"\x01t" + opts(later))
-    with pytest.raises(MalformedMessage, match=r"^SUBMIT has unknown option 0x0d$"):
+    with pytest.raises(MalformedMessage, match=r"^SUBMIT has unknown option 0x7e$"):
         registry.decode(MessageType.SUBMIT, b"\x01t" + opts(later[:3]))
 
 

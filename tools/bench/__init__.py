@@ -15,6 +15,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench scale                # 1, 2, 4 daemons: independent, as a cluster
     python -m tools.bench abuse                # the memory bound under abuse (tools/abuse.py)
     python -m tools.bench starvation           # lowest-priority waits beside a saturating top
+    python -m tools.bench dependencies         # edges resolved per second; a chord's fan-in cost
 
 See docs/performance.md for the figures and how to read them.
 
@@ -38,6 +39,12 @@ from tools.bench.delays import (
     delays_memory_workload,
     delays_worker,
     probe,
+)
+from tools.bench.dependencies import (
+    FANIN_SIZES,
+    PARENTS_PER_CHILD,
+    edges_workload,
+    fanin_cost_workload,
 )
 from tools.bench.observability import (
     BENCH_TOKEN,
@@ -122,11 +129,13 @@ __all__ = [
     "DAY",
     "DELAY_CREDITS",
     "DELAY_WORKERS",
+    "FANIN_SIZES",
     "HELPERS",
     "IDLE_DELAY_MS",
     "INDEPENDENT",
     "OBSERVABILITY_ON",
     "ONE_TASK_EACH",
+    "PARENTS_PER_CHILD",
     "PROBE_INTERVAL",
     "QUICX_ADAPTER",
     "RESULT_1K",
@@ -157,8 +166,10 @@ __all__ = [
     "delays_memory_workload",
     "delays_worker",
     "e2e_workload",
+    "edges_workload",
     "emit",
     "events_workload",
+    "fanin_cost_workload",
     "fanin_producer",
     "fanin_workload",
     "find_peers",

@@ -24,6 +24,7 @@ from tools.bench.delays import (
     delays_idle_workload,
     delays_memory_workload,
 )
+from tools.bench.dependencies import FANIN_SIZES, edges_workload, fanin_cost_workload
 from tools.bench.observability import (
     V2_FEATURES,
     monitor_workload,
@@ -417,6 +418,26 @@ def run_starvation(s: Session) -> None:
         )
 
 
+def run_dependencies(s: Session) -> None:
+    edges = edges_workload(20_000 // s.scale, 50_000 // s.scale)
+    s.emit(
+        "dependency edges",
+        f"{edges['edges_per_s']:,.0f} edges resolved/s ({edges['edges']:,} edges,"
+        f" {edges['children']:,} children of 32 parents each; with the tasks' own run:"
+        f" {edges['edges_per_s_all_in']:,.0f}/s)",
+        edges,
+    )
+    for members in FANIN_SIZES:
+        cost = fanin_cost_workload(members // s.scale)
+        s.emit(
+            f"fan-in {members // s.scale:,}",
+            f"{cost['us_in_dependencies_per_member']:.2f} µs in the dependencies per member"
+            f" outcome; a member {cost['us_per_member_with_callback']:.1f} µs with the"
+            f" callback, {cost['us_per_member_plain']:.1f} µs without",
+            cost,
+        )
+
+
 RUNS: dict[str, Callable[[Session], None]] = {
     "submit": run_submit,
     "e2e": run_e2e,
@@ -438,6 +459,7 @@ RUNS: dict[str, Callable[[Session], None]] = {
     "scale": run_scale,
     "abuse": run_abuse,
     "starvation": run_starvation,
+    "dependencies": run_dependencies,
 }
 """The workloads by name, in the order C{python -m tools.bench} runs them."""
 

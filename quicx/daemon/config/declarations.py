@@ -62,13 +62,19 @@ from quicx.daemon.queue import pmad
 from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.dispatch import Order
 from quicx.daemon.queue.groups import GroupLimits
-from quicx.daemon.queue.policy import ProgressSettings, QueuePolicy, SharedLimits
+from quicx.daemon.queue.policy import (
+    DependencyLimits,
+    ProgressSettings,
+    QueuePolicy,
+    SharedLimits,
+)
 from quicx.daemon.queue.results import ResultLimits
 from quicx.daemon.queue.schedules import MAX_CATCH_UP, ScheduleSpec
 from quicx.net.tls import TlsSettings
 from quicx.protocol.admin import Missed
 from quicx.protocol.checkpoints import MAX_CHECKPOINT
 from quicx.protocol.codec import MAX_CREDITS, MAX_TYPE_LENGTH
+from quicx.protocol.parents import MAX_CONTEXT, MAX_PARENTS
 from quicx.protocol.workers import MAX_ANNOUNCED_TYPES
 
 SERVER = section("server", ServerSettings, "",
@@ -277,6 +283,15 @@ GROUPS = section("groups", GroupLimits, "",
         name="group_idle_close"),
 )  # fmt: skip
 
+DEPENDENCIES = section("dependencies", DependencyLimits, "",
+    key("max_parents", integer(1, MAX_PARENTS),
+        f"The most parents one SUBMIT may name (`after`; at most {MAX_PARENTS})."),
+    key("max_waiting", integer(1, 100_000_000),
+        "Tasks waiting for their parents or their group at once; one more is refused (0x01)."),
+    key("max_results", integer(0, MAX_CONTEXT, size=True),
+        "Bytes of its parents' results a waiting task is handed (past it, without their data)."),
+)  # fmt: skip
+
 EVENTS = section("events", EventSettings, "events_",
     key("directory", text("DIR"),
         "Write task lifecycle events (NDJSON) into this directory.",
@@ -389,8 +404,8 @@ LOG = section("log", LogSettings, "log_",
 
 SETTINGS = (
     *SERVER, *ALLOCATOR, *TASKS, *LIMITS, *TLS, *PROTOCOL, *QUEUES, *RETRIES, *DEAD_LETTERS,
-    *SCHEDULES, *PROGRESS, *SHARED, *RESULTS, *GROUPS, *EVENTS, *METRICS, *AUTOSCALE, *WEB,
-    *CLUSTER, *JOURNAL, *LOG, *CHECKPOINTS,
+    *SCHEDULES, *PROGRESS, *SHARED, *RESULTS, *GROUPS, *DEPENDENCIES, *EVENTS, *METRICS,
+    *AUTOSCALE, *WEB, *CLUSTER, *JOURNAL, *LOG, *CHECKPOINTS,
 )  # fmt: skip
 """Every setting, in the order of the docs' tables."""
 

@@ -39,6 +39,7 @@ from quicx.daemon.queue.dispatch import DispatchSettings
 from quicx.daemon.queue.groups import GroupLimits
 from quicx.daemon.queue.policy import (
     DEFAULT_BACKOFF,
+    DependencyLimits,
     ProgressSettings,
     QueueLimits,
     QueuePolicy,
@@ -318,6 +319,7 @@ class Config:
     shared: SharedLimits = Factory(SharedLimits)
     results: ResultLimits = Factory(ResultLimits)
     groups: GroupLimits = Factory(GroupLimits)
+    dependencies: DependencyLimits = Factory(DependencyLimits)
     events: EventSettings = Factory(EventSettings)
     metrics: MetricsSettings = Factory(MetricsSettings)
     autoscale: AutoscaleSettings = Factory(AutoscaleSettings)
@@ -361,6 +363,7 @@ class Config:
             defaults=self._aged(defaults),
             results=self.results,
             groups=self.groups,
+            dependencies=self.dependencies,
             dispatch=queues.dispatch,
         )
 

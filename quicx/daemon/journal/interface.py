@@ -87,6 +87,10 @@ class Record(Protocol):
     def trace(self) -> bytes | None:
         """Its producer's trace context, as its SUBMIT carried it."""
 
+    @property
+    def after(self) -> WaitsFor | None:
+        """What it waits for before it is due, if it waits."""
+
 
 OUTCOMES = ("done", "failed", "cancelled")
 """How a task can end; the journal records which."""
@@ -166,6 +170,35 @@ class GroupEntry:
     cancelled: int = 0
 
 
+class WaitsFor(Protocol):
+    """What a waiting task waits for (L{quicx.daemon.queue.model.After})."""
+
+    @property
+    def parents(self) -> tuple[int, ...]: ...
+
+    @property
+    def policy(self) -> int: ...
+
+    @property
+    def group(self) -> int: ...
+
+
+@frozen
+class ParentEntry:
+    """
+    An outcome a waiting task needs (a PARENT record, kind 24): task
+    C{task_id}'s state (an L{quicx.protocol.outcomes.OutcomeState}), its
+    result's kind (0: C{data} is a reason) and data; C{group}: the group it
+    is a member of, when a callback of that group keeps it (0: a parent's).
+    """
+
+    task_id: int
+    group: int
+    state: int
+    kind: int
+    data: bytes
+
+
 @frozen
 class Snapshot:
     """
@@ -195,6 +228,7 @@ class Snapshot:
     groups: Iterable[GroupEntry] = ()
     evicted: Container[int] = frozenset()
     checkpoints: Iterable[tuple[int, SavedState]] = ()
+    parents: Iterable[ParentEntry] = ()
 
 
 class IJournalOwner(Interface):
@@ -270,6 +304,9 @@ class IJournal(Interface):
         is forgotten: C{evicted} before its time, or expired.
         """
 
+    def record_parent(entry: ParentEntry) -> None:
+        """An outcome a waiting task needs (before the task's SUBMIT, or after the outcome)."""
+
     def record_group(entry: GroupEntry) -> None:
         """Record a group's state now: opened, closed, finished or forgotten."""
 
@@ -328,6 +365,9 @@ class NullJournal:
         pass
 
     def record_forgotten(self, task_id: int, size: int, evicted: bool) -> None:
+        pass
+
+    def record_parent(self, entry: ParentEntry) -> None:
         pass
 
     def record_group(self, entry: GroupEntry) -> None:

@@ -14,6 +14,7 @@ from quicx.daemon.journal.interface import (
     GroupEntry,
     KeptEntry,
     KeyEntry,
+    ParentEntry,
     Record,
     SavedState,
 )
@@ -56,6 +57,15 @@ SUBMIT4's fields and, after the lengths, the length of its trace context
 (the producer's, 26 to 255 bytes: L{quicx.protocol.tracecontext.trace_problem}),
 which comes after the backoff.
 """
+SUBMIT6_HEAD = struct.Struct(">BIBQQHHQIBBBBBBBIB")
+"""
+SUBMIT5's fields (its trace context's length 0: none) and, after them, what
+the task waits for: its policy on a parent's failure, the group it is the
+callback of (0: none) and how many parents it names, whose 4-byte ids come
+after the trace context, before the payload.
+"""
+PARENT_HEAD = struct.Struct(">BIIBB")
+"""Kind, task id, group (0: a parent's outcome), outcome state, result kind; then the data."""
 RESULT_HEAD = struct.Struct(">BIBBQ")
 """
 Kind, id, outcome state, result kind (with L{AUTOMATIC}), expires ms; then
@@ -102,6 +112,8 @@ KIND_GROUP = 19
 KIND_SUBMIT4 = 20
 KIND_ATTEMPTS = 21
 KIND_SUBMIT5 = 22
+KIND_SUBMIT6 = 23
+KIND_PARENT = 24
 KIND_TASK_CHECKPOINT = 27
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
@@ -122,6 +134,8 @@ KINDS = KINDS_V1 | {
     KIND_SUBMIT4,
     KIND_ATTEMPTS,
     KIND_SUBMIT5,
+    KIND_SUBMIT6,
+    KIND_PARENT,
     KIND_TASK_CHECKPOINT,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
@@ -133,7 +147,7 @@ FORGOTTEN = 5
 ID_BLOCK = 1 << 16
 """Task ids reserved at a time; a restart skips at most this many."""
 
-MAX_BODY = SUBMIT5_HEAD.size + 5 * 255 + BACKOFF.size + (1 << 20)
+MAX_BODY = SUBMIT6_HEAD.size + 5 * 255 + BACKOFF.size + 63 * 4 + (1 << 20)
 """The longest body a record can have: the longest queue, type and keys and a 1 MiB payload."""
 MAX_SHARED_DATA = 1 << 20
 """The most data a SHARED record carries (C{[shared] max_size}'s bound): it fits C{MAX_BODY}."""
@@ -228,7 +242,8 @@ def encode_submit3(task: Record, payload: bytes) -> bytes:
     without any is written as L{encode_submit2}, as short as before).  A
     task whose outcome is kept C{keep_for} seconds, or that is a member of a
     C{group}, takes format 4's record (SUBMIT4), which adds them; one with
-    its producer's C{trace} context, format 5's (SUBMIT5), which adds it.
+    its producer's C{trace} context, format 5's (SUBMIT5), which adds it;
+    one that waits for others (C{after}), SUBMIT6, which adds what it waits for.
     """
     name = task.queue.encode("ascii")
     task_type, key, fairness = task.task_type, task.key or b"", task.fairness or b""
@@ -243,7 +258,21 @@ def encode_submit3(task: Record, payload: bytes) -> bytes:
         task.retries,
         task.failures,
     )
-    if trace is not None:
+    after = task.after
+    if after is not None:
+        packed_head = SUBMIT6_HEAD.pack(
+            KIND_SUBMIT6,
+            *head,
+            round(keep_for * 1000),
+            group,
+            *lengths,
+            len(trace or b""),
+            after.policy,
+            after.group,
+            len(after.parents),
+        )
+        packed += (trace or b"") + struct.pack(f">{len(after.parents)}I", *after.parents)
+    elif trace is not None:
         packed_head = SUBMIT5_HEAD.pack(
             KIND_SUBMIT5, *head, round(keep_for * 1000), group, *lengths, len(trace)
         )
@@ -279,6 +308,14 @@ def encode_forgotten(task_id: int, evicted: bool = False) -> bytes:
 def result_record_size(size: int) -> int:
     """The bytes a RESULT record of C{size} bytes of data takes in the file."""
     return RECORD_HEADER.size + RESULT_HEAD.size + size
+
+
+def encode_parent(entry: ParentEntry) -> bytes:
+    """An outcome a waiting task needs (see L{ParentEntry})."""
+    return _frame(
+        PARENT_HEAD.pack(KIND_PARENT, entry.task_id, entry.group, entry.state, entry.kind)
+        + entry.data
+    )
 
 
 def encode_group(entry: GroupEntry) -> bytes:
@@ -442,6 +479,8 @@ class RecoveredTask:
     attempts: int = 0
     trace: bytes | None = None
     checkpoint: SavedState | None = None
+    after: tuple[int, int, tuple[int, ...]] | None = None
+    """What it waits for: its policy, its group (0: none) and its parents."""
 
 
 @frozen
@@ -468,6 +507,8 @@ class Recovery:
     @ivar evicted: those of C{forgotten} evicted before their time.
     @ivar groups: the groups not forgotten.
     @ivar last_group_id: the highest group id the journal names.
+    @ivar parents: the outcomes the waiting tasks need (PARENT records, and
+        the outcomes of parents whose PARENT record a crash cut off).
     """
 
     tasks: tuple[RecoveredTask, ...]
@@ -486,3 +527,4 @@ class Recovery:
     groups: tuple[GroupEntry, ...] = ()
     last_group_id: int = 0
     evicted: frozenset[int] = frozenset()
+    parents: tuple[ParentEntry, ...] = ()

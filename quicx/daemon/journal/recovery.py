@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import os
+import struct
 import time
 import zlib
 from collections.abc import Callable
 
 from attrs import evolve, frozen
 
-from quicx.daemon.journal.interface import DeadInfo, GroupEntry, KeptEntry, KeyEntry, SavedState
+from quicx.daemon.journal.interface import (
+    DeadInfo,
+    GroupEntry,
+    KeptEntry,
+    KeyEntry,
+    ParentEntry,
+    SavedState,
+)
 from quicx.daemon.journal.records import (
     ATTEMPTS_HEAD,
     AUTOMATIC,
@@ -29,6 +37,7 @@ from quicx.daemon.journal.records import (
     KIND_FIRED,
     KIND_GROUP,
     KIND_KEY,
+    KIND_PARENT,
     KIND_PAUSE,
     KIND_REPLAY,
     KIND_RESERVE,
@@ -41,6 +50,7 @@ from quicx.daemon.journal.records import (
     KIND_SUBMIT3,
     KIND_SUBMIT4,
     KIND_SUBMIT5,
+    KIND_SUBMIT6,
     KIND_TASK_CHECKPOINT,
     KIND_UNSCHEDULE,
     KINDS,
@@ -48,6 +58,7 @@ from quicx.daemon.journal.records import (
     MAGICS,
     MAX_BODY,
     OUTCOME_NAMES,
+    PARENT_HEAD,
     RECORD_HEADER,
     RESULT_HEAD,
     RETRY_HEAD,
@@ -57,6 +68,7 @@ from quicx.daemon.journal.records import (
     SUBMIT3_HEAD,
     SUBMIT4_HEAD,
     SUBMIT5_HEAD,
+    SUBMIT6_HEAD,
     SUBMIT_HEAD,
     JournalCorrupt,
     RecoveredTask,
@@ -70,6 +82,10 @@ _RESULT_STATES = frozenset(range(1, FORGOTTEN + 1))
 _RESULT_KINDS = frozenset(range(4))
 _GROUP_PHASES = frozenset(range(4))
 _GROUP_FORGOTTEN = 3
+_MAX_POLICY = 2
+_MAX_PARENTS = 63
+_PARENT_STATES = frozenset({1, 2, 3, 4, 6})
+_ENDED_STATES = {"done": 1, "failed": 2, "cancelled": 3, "dead": 4}
 _LIFECYCLE_HEADS = {
     KIND_SUBMIT3: (SUBMIT3_HEAD, 5),
     KIND_SUBMIT4: (SUBMIT4_HEAD, 5),
@@ -105,6 +121,36 @@ def _lifecycle_problem(data: _View, kind: int, start: int, length: int) -> str:
         return "SUBMIT record of the wrong shape"
     if head.size + queue + task_type + key + fairness + backoff + sum(trace) > length:
         return "SUBMIT record shorter than its fields"
+    return ""
+
+
+def _submit6_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < SUBMIT6_HEAD.size:
+        return "SUBMIT record shorter than its header"
+    *_, queue, task_type, key, fairness, backoff, trace, policy, group, count = (
+        SUBMIT6_HEAD.unpack_from(data, start)
+    )
+    if (
+        not queue
+        or backoff not in (0, BACKOFF.size)
+        or 0 < trace < TRACE_HEAD
+        or policy > _MAX_POLICY
+        or not (count or group)
+        or count > _MAX_PARENTS
+    ):
+        return "SUBMIT record of the wrong shape"
+    fields = queue + task_type + key + fairness + backoff + trace + 4 * count
+    if SUBMIT6_HEAD.size + fields > length:
+        return "SUBMIT record shorter than its fields"
+    return ""
+
+
+def _parent_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < PARENT_HEAD.size:
+        return "PARENT record shorter than its header"
+    *_, state, result_kind = PARENT_HEAD.unpack_from(data, start)
+    if state not in _PARENT_STATES or result_kind not in _RESULT_KINDS:
+        return "PARENT record of the wrong shape"
     return ""
 
 
@@ -203,6 +249,8 @@ _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_SUBMIT3: _lifecycle_problem,
     KIND_SUBMIT4: _lifecycle_problem,
     KIND_SUBMIT5: _lifecycle_problem,
+    KIND_SUBMIT6: _submit6_problem,
+    KIND_PARENT: _parent_problem,
     KIND_RESULT: _result_problem,
     KIND_GROUP: _group_problem,
     KIND_RETRY: _retry_problem,
@@ -339,6 +387,11 @@ class _Replay:
         self.schedules: dict[str, bytes] = {}
         self.shared: dict[str, tuple[int, bytes]] = {}
         self.outcomes = _Outcomes()
+        # The outcomes waiting tasks need: PARENT records, and the ends of
+        # the parents named (in case a crash cut their PARENT record off).
+        self.parents: dict[tuple[int, int], ParentEntry] = {}
+        self.named: set[int] = set()
+        self.ended: dict[int, str] = {}
         self.last_task_id = 0
         self.reserved: int | None = None
         self.records = 0
@@ -369,6 +422,16 @@ class _Replay:
             recovered = _lifecycle_submit(data, start, end, kind)
             self._submitted(recovered)
             self.outcomes.join(recovered.group)
+        elif kind == KIND_SUBMIT6:
+            recovered = _submit6(data, start, end)
+            self._submitted(recovered)
+            self.outcomes.join(recovered.group)
+            self.named.update(recovered.after[2] if recovered.after else ())
+        elif kind == KIND_PARENT:
+            _, _, group, state, result_kind = PARENT_HEAD.unpack_from(data, start)
+            self.parents[(task_id, group)] = ParentEntry(
+                task_id, group, state, result_kind, data[start + PARENT_HEAD.size : end]
+            )
         elif kind in _STATE_KINDS:
             self._changed(data, kind, task_id, start, end)
         elif kind == KIND_RESULT:
@@ -397,6 +460,8 @@ class _Replay:
         task = self.live.get(task_id)
         if task is None:
             return
+        if kind == KIND_DEAD and task_id in self.named:
+            self.ended[task_id] = "dead"
         self.live[task_id] = _change(task, kind, data, start, end)
         if kind == KIND_DEAD and task.group:
             self.outcomes.count(task.group, "failed")
@@ -404,6 +469,8 @@ class _Replay:
 
     def _finished(self, task_id: int, outcome: str) -> None:
         """A task's outcome: it leaves the live tasks, its group counts it, its key says it."""
+        if task_id in self.named:
+            self.ended[task_id] = outcome
         task = self.live.pop(task_id, None)
         if task is None:
             return
@@ -439,7 +506,16 @@ class _Replay:
             tuple(outcomes.groups.values()),
             outcomes.last_group_id,
             frozenset(task_id for task_id, evicted in outcomes.forgotten.items() if evicted),
+            self._parents(),
         )
+
+    def _parents(self) -> tuple[ParentEntry, ...]:
+        """The PARENT records, and an entry (without data) for a parent's end without one."""
+        parents = self.parents
+        for task_id, outcome in self.ended.items():
+            if (task_id, 0) not in parents:
+                parents[(task_id, 0)] = ParentEntry(task_id, 0, _ENDED_STATES[outcome], 0, b"")
+        return tuple(parents.values())
 
 
 def _schedule_record(
@@ -564,6 +640,36 @@ def _lifecycle_submit(data: bytes, start: int, end: int, kind: int) -> Recovered
         group=group,
         attempts=failures,
         trace=trace,
+    )
+
+
+def _submit6(data: bytes, start: int, end: int) -> RecoveredTask:
+    """The task of the (checked) SUBMIT6 record whose body is C{data[start:end]}."""
+    _, task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group, *rest = (
+        SUBMIT6_HEAD.unpack_from(data, start)
+    )
+    *lengths, policy, after_group, count = rest
+    queue, task_type, key, fairness, backoff, trace, parents, payload = _split(
+        data, start + SUBMIT6_HEAD.size, (*lengths, 4 * count), end
+    )
+    return RecoveredTask(
+        task_id,
+        task_type,
+        payload,
+        queue.decode("ascii"),
+        priority,
+        enqueued_ms / 1000,
+        key or None,
+        fairness or None,
+        due_ms / 1000,
+        retries,
+        failures,
+        BACKOFF.unpack(backoff) if backoff else None,
+        keep_for=keep_ms / 1000,
+        group=group,
+        attempts=failures,
+        trace=trace or None,
+        after=(policy, after_group, struct.unpack(f">{count}I", parents)),
     )
 
 

@@ -20,6 +20,7 @@ from quicx.daemon.journal.interface import (
     IJournal,
     IJournalOwner,
     KeptEntry,
+    ParentEntry,
     Record,
     SavedState,
     Snapshot,
@@ -40,6 +41,7 @@ from quicx.daemon.journal.records import (
     encode_group,
     encode_key,
     encode_outcome,
+    encode_parent,
     encode_pause,
     encode_replay,
     encode_reserve,
@@ -287,6 +289,11 @@ class Journal(Service):
         self.stats.live_bytes -= result_record_size(size)
         self._append(encode_forgotten(task_id, evicted))
 
+    def record_parent(self, entry: ParentEntry) -> None:
+        record = encode_parent(entry)
+        self.stats.live_bytes += len(record)
+        self._append(record)
+
     def record_group(self, entry: GroupEntry) -> None:
         self._append(encode_group(entry))
 
@@ -354,6 +361,7 @@ class Journal(Service):
             # After the tasks: their SUBMITs join no group the file knows
             # yet, so the groups' counts stand as written.
             snapshot += [encode_group(entry) for entry in state.groups]
+            snapshot += [encode_parent(entry) for entry in state.parents]
             snapshot += [encode_result(entry) for entry in state.kept]
             evicted = state.evicted
             snapshot += [encode_forgotten(i, i in evicted) for i in state.forgotten]
@@ -555,6 +563,7 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
         or task.keep_for
         or task.group
         or task.trace is not None
+        or task.after is not None
     ):
         return encode_submit3(task, payload)
     return encode_submit2(

@@ -145,6 +145,8 @@ class Admission:
         joined = None if group is None else self.kernel.outcomes.group_to_join(group)
         if options.fairness is not None:
             self._check_fairness(queue, options.fairness)
+        if options.after is not None or options.after_group is not None:
+            self.kernel.dependencies.check(options)
         return due, joined
 
     def _apply(self, task: Task, options: SubmitOptions, due: float, joined: Group | None) -> None:
@@ -164,6 +166,8 @@ class Admission:
         if joined is not None:
             task.group = joined.group_id
             self.kernel.groups.join(joined)
+        if options.after is not None or options.after_group is not None:
+            self.kernel.dependencies.attach(task, options)
 
     def _due(self, options: SubmitOptions, now: float) -> float:
         """

@@ -39,6 +39,7 @@ from quicx.daemon.queue.checkpoints import Checkpoints
 from quicx.daemon.queue.counting import Counting
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
+from quicx.daemon.queue.dependencies import Dependencies
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.drain import Drain
@@ -164,6 +165,7 @@ class QueueService(Service):
         self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
         self.max_result = min(limits.results.max_size, pool.max_size)
         self.counting = Counting(self.telemetry)
+        self.dependencies = Dependencies(self)
         self._hear()
 
     def _collaborators(self, progress: ProgressSettings) -> None:
@@ -219,8 +221,9 @@ class QueueService(Service):
         """
         events = self._events
         recorder = None if events is None else EventRecorder(events)
-        features: tuple[object, ...] = (self.outcomes, self.counting, self.reports)
-        features += (self.checkpoints, self.shared, self.event_bus, self.task_history)
+        # The dependencies first: they hear a group's member before the group counts it.
+        features: tuple[object, ...] = (self.dependencies, self.outcomes, self.counting)
+        features += (self.reports, self.checkpoints, self.shared, self.event_bus, self.task_history)
         self.hooks = hooks = Subscribers(f for f in (*features, recorder) if f is not None)
         # The hot path's hooks, one attribute away (each is most often empty).
         self._on_accepted, self._on_done = hooks.accepted, hooks.done
@@ -341,6 +344,9 @@ class QueueService(Service):
                 # Its answer, and every answer after it, waits for the journal.
                 task.producer.wait_for(task)
             return
+        if task.after is not None:  # it waits for other tasks first
+            self.dependencies.accept(task)
+            return
         task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
         for accepted in self._on_accepted:
@@ -439,6 +445,7 @@ class QueueService(Service):
             # The common case, nothing to keep, count or answer, in one test.
             if (
                 task.keep_for
+                or task.watched
                 or task.group
                 or self.waits.count
                 or task.home.policy.keep_results

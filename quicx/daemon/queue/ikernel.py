@@ -4,13 +4,13 @@ What the kernel's collaborators may use of it: they are handed it and never impo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from quicx.daemon.journal.interface import IJournal
+from quicx.daemon.journal.interface import IJournal, ParentEntry
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue import pmad
@@ -42,6 +42,38 @@ class IGraveyard(Protocol):
 
     def bury(self, task: Task, reason: str, worker: str) -> None:
         """Move C{task} to the dead-letter set."""
+
+
+class IFailing(Protocol):
+    def fail_for_good(
+        self,
+        task: Task,
+        reason: str,
+        worker: str,
+        session: Session | None,
+        attempt: int | None,
+        dead_letter: bool,
+    ) -> None:
+        """End C{task}, which no worker holds, as failed; tell its producer."""
+
+
+class IWaitingRoom(Protocol):
+    """The waiting tasks, as the kernel's side sees them (L{quicx.daemon.queue.dependencies})."""
+
+    def check(self, options: taskflow.SubmitOptions) -> None:
+        """@raise Refused: a SUBMIT may not wait for what C{options} name."""
+
+    def attach(self, task: Task, options: taskflow.SubmitOptions) -> None:
+        """C{task}, just made of C{options}, waits for what they name."""
+
+    def wait(self, task: Task) -> None:
+        """C{task}, accepted, is waiting: due now if it may be."""
+
+    def entries(self) -> Iterator[ParentEntry]:
+        """The outcomes the waiting tasks have heard (for a journal snapshot)."""
+
+    def restore(self, waiting: Iterable[Task], entries: Iterable[ParentEntry]) -> None:
+        """Take back the waiting tasks a journal kept."""
 
 
 class IKernel(Protocol):
@@ -159,6 +191,12 @@ class IKernel(Protocol):
 
     @property
     def outcomes(self) -> Outcomes: ...
+
+    @property
+    def failing(self) -> IFailing: ...
+
+    @property
+    def dependencies(self) -> IWaitingRoom: ...
 
     @property
     def log(self) -> Logger: ...

@@ -15,7 +15,7 @@ from quicx.daemon.queue import routing
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.graveyard import describe_dead
 from quicx.daemon.queue.model import Task
-from quicx.daemon.queue.state import DEAD, DELAYED, HELD
+from quicx.daemon.queue.state import DEAD, DELAYED, HELD, WAITING
 from quicx.documents.status import Queue
 from quicx.documents.typed import as_json
 from quicx.protocol.outcomes import MAX_FRACTION
@@ -47,12 +47,15 @@ def describe(task: Task, now: float) -> dict[str, Any]:
     }
 
 
-SHOWN = {HELD: "running", DELAYED: "delayed", DEAD: "dead"}
+SHOWN = {HELD: "running", DELAYED: "delayed", DEAD: "dead", WAITING: "waiting"}
 """How INSPECT and PEEK name a task's state (any other: C{queued})."""
 
 
 def state(task: Task) -> str:
-    """C{running}, C{delayed} (waiting for its time), C{dead}, or C{queued}."""
+    """
+    C{running}, C{delayed} (waiting for its time), C{dead}, C{waiting} (for
+    other tasks), or C{queued}.
+    """
     return SHOWN.get(task.state, "queued")
 
 
@@ -101,6 +104,9 @@ def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
     if task.state is DEAD:
         answer.update(describe_dead(task))
         answer["payload_base64"] = base64.b64encode(service.pool.read(task.block)).decode()
+        return answer
+    if task.state is WAITING:
+        answer["why"] = [service.dependencies.describe(task)]
         return answer
     if task.state is DELAYED:
         answer["due"] = round(task.due, 3)

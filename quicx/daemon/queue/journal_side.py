@@ -11,11 +11,12 @@ from __future__ import annotations
 from quicx.daemon.journal.interface import Snapshot
 from quicx.daemon.journal.records import Recovery
 from quicx.daemon.queue.ikernel import IKernel
-from quicx.daemon.queue.model import Duplicate, Session, Task
+from quicx.daemon.queue.model import After, Duplicate, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
-from quicx.daemon.queue.state import DEAD, DELAYED, QUEUED, move
+from quicx.daemon.queue.state import DEAD, DELAYED, QUEUED, WAITING, move
 from quicx.protocol import taskflow
 from quicx.protocol.codec import ErrorCode
+from quicx.protocol.parents import ParentPolicy
 
 
 def snapshot(kernel: IKernel) -> Snapshot:
@@ -38,6 +39,7 @@ def snapshot(kernel: IKernel) -> Snapshot:
         list(kernel.groups.entries()),
         kernel.kept.evicted_ids(),
         [(task.task_id, task.checkpoint) for task in kernel._live.values() if task.checkpoint],
+        list(kernel.dependencies.entries()),
     )
 
 
@@ -53,6 +55,7 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
     """
     now = kernel.clock()
     dead: list[Task] = []
+    waiting: list[Task] = []
     kernel.groups.restore(recovery.groups, recovery.last_group_id)
     for name in recovery.paused:
         kernel._queue(name).paused = True
@@ -86,6 +89,7 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             ready_at=now,
             trace=recovered.trace,
             checkpoint=recovered.checkpoint,
+            after=None if recovered.after is None else _after(*recovered.after),
         )
         kernel._live[task.task_id] = task
         for announce in kernel.hooks.recovered:
@@ -95,6 +99,9 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
         if task.dead is not None:
             move(task, DEAD)
             dead.append(task)
+        elif task.after is not None:
+            move(task, WAITING)
+            waiting.append(task)
         elif recovered.due:
             # Due while the daemon was down: queued at once, in due order.
             move(task, DELAYED)
@@ -109,15 +116,22 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
     kernel._last_task_id = recovery.last_task_id
     # After the tasks: a task's payload comes before a kept result.
     kernel.kept.restore(recovery.kept, recovery.forgotten, recovery.evicted)
+    # After the tasks they wait for, and the kept outcomes they may have heard.
+    kernel.dependencies.restore(waiting, recovery.parents)
+
+
+def _after(policy: int, group: int, parents: tuple[int, ...]) -> After:
+    return After(parents, ParentPolicy(policy), group)
 
 
 def accepted(kernel: IKernel, tasks: list[Task]) -> None:
     """(The journal.) These waiting tasks' records are durable."""
     producers: dict[Session, None] = {}
     queues: dict[NamedQueue[Task, Session], None] = {}
+    held: list[Task] = []  # those that wait for other tasks
     hooks = kernel.hooks
     for task in tasks:
-        move(task, DELAYED if task.due else QUEUED)
+        move(task, WAITING if task.after is not None else DELAYED if task.due else QUEUED)
         task.tally.submitted += 1
         task.home.pending -= 1
         for accepted in hooks.accepted:
@@ -129,6 +143,9 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
         for waiting in kernel.duplicates_waiting.pop(task.task_id, ()):
             waiting.reply = waiting.session.speaker.duplicate_ok(task.task_id)
             producers[waiting.session] = None
+        if task.after is not None:
+            held.append(task)
+            continue
         if task.due:
             kernel._delay(task, task.due)
             continue
@@ -138,6 +155,9 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
     # Every answer of the batch decided first, then each producer's sent once.
     for producer in producers:
         producer.send_decided()
+    # Once answered OK: a task that waits may fail at once (by its policy).
+    for task in held:
+        kernel.dependencies.wait(task)
     for queue in queues:
         if queue.idle:
             kernel.dispatcher.serve_queue(queue)

@@ -11,7 +11,7 @@ from typing import Any
 
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
-from quicx.daemon.queue.state import DEAD, DELAYED
+from quicx.daemon.queue.state import DEAD, DELAYED, WAITING
 from quicx.daemon.queue.tell import tell_outcome
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import OutcomeState
@@ -63,7 +63,7 @@ class Manage:
             )
         if task.state is DELAYED:
             self.kernel._undelay(task)
-        else:
+        elif task.state is not WAITING:  # (a waiting task waits in no queue)
             task.home.remove(task)
         self._cancel(task, why)
         self.kernel._forget_if_idle(task.home)

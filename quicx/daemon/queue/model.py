@@ -18,7 +18,20 @@ from quicx.daemon.queue.speaker import Speaker
 from quicx.daemon.queue.state import PENDING, TaskState
 from quicx.protocol import session as protocol
 from quicx.protocol.codec import ErrorCode
+from quicx.protocol.parents import ParentPolicy
 from quicx.protocol.taskflow import Backoff
+
+
+@frozen
+class After:
+    """
+    What a task waits for before it is due (L{quicx.daemon.queue.dependencies}):
+    its C{parents}' outcomes, and group C{group}'s end (0: none).
+    """
+
+    parents: tuple[int, ...] = ()
+    policy: ParentPolicy = ParentPolicy.FAIL
+    group: int = 0
 
 
 @define(eq=False)
@@ -66,6 +79,12 @@ class Task:
         (L{quicx.protocol.taskflow.SubmitOptions.trace}).
     @ivar checkpoint: the last state a delivery of it saved, which its later
         deliveries carry (L{quicx.daemon.queue.checkpoints}).
+    @ivar after: what it waits for before it is due, if it waits (see
+        L{quicx.daemon.queue.dependencies}).
+    @ivar watched: its outcome is wanted by a task that waits for it (or it
+        waits itself): announced even when it is a DONE nobody else wants.
+    @ivar parents: its parents' outcomes, as its deliveries carry them
+        (TASK context items 0x23), once it no longer waits.
     """
 
     task_id: int
@@ -100,6 +119,9 @@ class Task:
     ready_at: float = field(kw_only=True)
     trace: bytes | None = field(default=None, kw_only=True)
     checkpoint: SavedState | None = field(default=None, kw_only=True)
+    after: After | None = field(default=None, kw_only=True)
+    watched: bool = field(default=False, kw_only=True)
+    parents: bytes | None = field(default=None, kw_only=True)
 
     @property
     def accepted(self) -> bool:

@@ -59,6 +59,8 @@ class Outcomes:
         )
         self.groups = Groups(limits.groups, journal, scheduler, clock, self._group_idle_closed)
         self.waits: Waits[Session] = Waits(limits.results, scheduler, clock, self._wait_ended)
+        # Told of each group that finishes (the dependencies: its callbacks).
+        self.finished_listeners: list[Callable[[Group], None]] = []
 
     def stop(self) -> None:
         """Cancel the timers."""
@@ -272,6 +274,8 @@ class Outcomes:
 
     def _group_finished(self, group: Group) -> None:
         """GROUP_STATE, once, to the group's opener (if connected) and every wait for it."""
+        for listener in self.finished_listeners:
+            listener(group)
         state = group.state()
         waiting = self.waits.pop(Target.GROUP, group.group_id)
         opener = self.sessions.get(group.opener)

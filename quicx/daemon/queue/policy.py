@@ -64,6 +64,22 @@ class QueuePolicy:
 
 
 @frozen
+class DependencyLimits:
+    """
+    The C{[dependencies]} settings.
+
+    @ivar max_parents: the most parents one SUBMIT may name (the wire carries 63).
+    @ivar max_waiting: the most tasks waiting at once.
+    @ivar max_results: the most bytes of its parents' results (or its group
+        members') a task is handed; past it, outcomes come without their data.
+    """
+
+    max_parents: int = 32
+    max_waiting: int = 100_000
+    max_results: int = 16_384
+
+
+@frozen
 class QueueLimits:
     """
     The limits on queues and keys across the daemon (C{[protocol]} and
@@ -91,6 +107,7 @@ class QueueLimits:
     @ivar defaults: the policy of a queue without a section.
     @ivar results: the bounds on kept outcomes, results and waits.
     @ivar groups: the bounds on groups.
+    @ivar dependencies: the bounds on tasks that wait for others.
     @ivar dispatch: which idle worker is offered a task first.
     """
 
@@ -111,6 +128,7 @@ class QueueLimits:
     defaults: QueuePolicy = QueuePolicy()
     results: ResultLimits = field(factory=ResultLimits)
     groups: GroupLimits = field(factory=GroupLimits)
+    dependencies: DependencyLimits = field(factory=DependencyLimits)
     dispatch: DispatchSettings = field(factory=DispatchSettings)
 
     def policy(self, name: str) -> QueuePolicy:

@@ -33,6 +33,7 @@ class Delivered(Protocol):
     retries: int
     trace: bytes | None
     checkpoint: SavedState | None
+    parents: bytes | None
 
 
 class Speaker(Protocol):

@@ -25,15 +25,17 @@ class TaskState(enum.Enum):
     DEAD = "dead"
     """Failed for good, in the dead-letter set."""
     FINISHED = "finished"
+    WAITING = "waiting"
+    """Accepted, waiting for its parents' outcomes (or its group) before it is due."""
     """Its outcome is decided: it is no longer live."""
 
 
-PENDING, QUEUED, DELAYED, HELD, DEAD, FINISHED = TaskState
+PENDING, QUEUED, DELAYED, HELD, DEAD, FINISHED, WAITING = TaskState
 
 TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = {
     # Accepted (its record durable): queued (then maybe handed to an idle
     # worker at once) or delayed; recovered from the journal: also dead.
-    PENDING: frozenset({QUEUED, DELAYED, DEAD}),
+    PENDING: frozenset({QUEUED, DELAYED, DEAD, WAITING}),
     # Delivered (or taken back by a late outcome of an earlier delivery);
     # cancelled or purged.
     QUEUED: frozenset({HELD, FINISHED}),
@@ -46,6 +48,9 @@ TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = {
     # Replayed; dropped (bounds, purge); taken back by a late outcome.
     DEAD: frozenset({QUEUED, FINISHED, HELD}),
     FINISHED: frozenset(),
+    # Due (every parent has an outcome: queued, or delayed until its time);
+    # failed by its policy, or cancelled.
+    WAITING: frozenset({QUEUED, DELAYED, FINISHED}),
 }
 
 

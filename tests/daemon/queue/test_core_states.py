@@ -103,6 +103,19 @@ def walk_a_recovered_dead_task(clock: Clock) -> None:
     queue.restore(Recovery((RecoveredTask(7, b"t", b"x", dead=died),), 7, 0, 0, 0))
 
 
+def walk_waiting_tasks(clock: Clock) -> None:
+    """Tasks that wait for a parent: released, released to their time, cancelled."""
+    queue = queue_on(clock)
+    producer = producer_of(queue)
+    submit_to(queue, producer.session, b"t", b"1")
+    submit_to(queue, producer.session, b"t", b"2", after=(1,))  # PENDING -> WAITING
+    submit_to(queue, producer.session, b"t", b"3", after=(1,), delay_ms=5000)
+    submit_to(queue, producer.session, b"t", b"4", after=(1,))
+    queue.cancel(producer.session, 4)  # WAITING -> FINISHED
+    worker = worker_of(queue)
+    queue.done(worker.session, 1)  # WAITING -> QUEUED (2), WAITING -> DELAYED (3)
+
+
 def test_the_kernel_walks_every_move_of_the_table_and_no_other() -> None:
     clock = Clock()
     clock.advance(1_800_000_000)
@@ -111,6 +124,7 @@ def test_the_kernel_walks_every_move_of_the_table_and_no_other() -> None:
         walk_retries_dead_letters_and_replay(clock)
         walk_late_outcomes(clock)
         walk_a_recovered_dead_task(clock)
+        walk_waiting_tasks(clock)
     table = {(old, new) for old, targets in TRANSITIONS.items() for new in targets}
     assert checker.moves == table, sorted(
         (old.name, new.name) for old, new in table ^ checker.moves
