@@ -467,8 +467,8 @@ def test_the_pages_error_codes_are_the_codecs() -> None:
     codes = [int(row[0], 16) for row in table(PROTOCOL, "## Error codes\n")]
     codes += [int(row[0], 16) for row in table(VERSION_2, "## Error codes added in version 2")]
     codes += [int(row[0], 16) for row in table(LIFECYCLE, "### Error code added")]
-    codes += [int(row[0], 16) for row in table(WORKERS, "### Error code added")]
     codes += [int(row[0], 16) for row in table(DEPENDENCIES, "### Error code added")]
+    codes += [int(row[0], 16) for row in table(WORKERS, "### Error code added")]
     assert codes == [c.value for c in codec.ErrorCode]
 
 
