@@ -453,7 +453,7 @@ class QuicxClient(SocketPump):
         @raise TaskFailed: it failed for good (L{TaskDead}: and is in the
             dead-letter set), with the worker's C{reason}.
         @raise TaskCancelled: it was cancelled before it ran.
-        @raise OutcomeExpired: its kept outcome has expired.
+        @raise OutcomeForgotten: its kept outcome is forgotten (its TTL ran out).
         @raise TaskUnknown: no such task, or it finished without its outcome kept.
         @raise NotFinished: it had not finished when the wait ended (a
             C{TimeoutError}); ask again.

@@ -134,7 +134,7 @@ class TaskDead(TaskFailed):
         self.args = (f"task {task_id} is dead: {reason}",)
 
 
-class OutcomeExpired(QuicxError):
+class OutcomeForgotten(QuicxError):
     """
     The task's outcome was kept, and no longer is: its TTL ran out, or the
     daemon evicted it for room.
@@ -148,7 +148,7 @@ class OutcomeExpired(QuicxError):
         if eviction:
             message = f"the outcome of task {task_id} was kept, and was {eviction}"
         else:
-            message = f"the outcome of task {task_id} was kept, and has expired"
+            message = f"the outcome of task {task_id} was kept, and is forgotten (its TTL ran out)"
         super().__init__(message)
         self.task_id = task_id
         self.eviction = eviction

@@ -249,11 +249,11 @@ function renderTask(found) {
         ['kept until', when(found.kept_until)],
       ]));
   } else {
-    const words = found.found !== 'expired'
+    const words = found.found !== 'forgotten'
       ? 'unknown: no live task, and no outcome kept'
       : found.evicted
         ? `finished; its outcome was kept and was ${found.evicted}`
-        : 'finished; its outcome was kept and has expired';
+        : 'finished; its outcome was kept, and its TTL ran out';
     box.replaceChildren(el('h3', {}, `Task ${found.id}: ${found.found}`), el('p', {}, words));
   }
 }
