@@ -156,6 +156,7 @@ class Expires(NamedTuple):
     ms: int
     at: bool = False
 
+
 OK_DUPLICATE = 0x01
 """OK flag: the SUBMIT's key matched a task submitted before; this is its id."""
 
@@ -289,7 +290,9 @@ class SubmitOptions:
                 raise ValueError("a debounce is a delay of its own: not with a delay or run-at")
             mode, window_ms = debounce
             if mode not in _DEBOUNCE_MODES:
-                raise ValueError(f"a debounce mode is 1 (drop), 2 (replace) or 3 (extend), not {mode}")
+                raise ValueError(
+                    f"a debounce mode is 1 (drop), 2 (replace) or 3 (extend), not {mode}"
+                )
             if not 1 <= window_ms <= 0xFFFFFFFF:
                 raise ValueError(f"a debounce window is 1 to {0xFFFFFFFF} ms, not {window_ms}")
             options += bytes((Option.DEBOUNCE, _DEBOUNCE.size)) + _DEBOUNCE.pack(mode, window_ms)

@@ -390,6 +390,10 @@ QUEUE_KEYS = (
                "Keep every task's outcome and result, as if its SUBMIT asked."),
     SectionKey(QueuePolicy, "result_ttl", seconds(low=1),
                "Seconds the queue keeps an outcome.", "`[results] ttl`"),
+    SectionKey(QueuePolicy, "expires", seconds(),
+               "Seconds a task may wait to start once due, unless its SUBMIT says (0: no limit)."),
+    SectionKey(QueuePolicy, "expired_dead", YES_NO,
+               "A task not started before its deadline goes to the dead-letter set."),
 )  # fmt: skip
 """The keys of a C{[queue NAME]} section, in the docs' order."""
 

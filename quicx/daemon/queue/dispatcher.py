@@ -12,6 +12,7 @@ free credit (L{serve_worker}).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
@@ -21,6 +22,36 @@ from quicx.daemon.queue.hooks import WorkerHook
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.state import HELD
+
+
+class Deadlines(Protocol):
+    """
+    The tasks' deadlines to start, as the dispatcher checks them
+    (L{quicx.daemon.queue.expiry.Expiry}).
+
+    @ivar lapsed: the tasks found past their deadline this turn.
+    """
+
+    lapsed: list[Task]
+
+    def lapse(self, task: Task, now: float) -> bool:
+        """C{task}, with a deadline, taken to start C{now}: whether it is past it."""
+
+    def expire_lapsed(self) -> None:
+        """At the dispatcher's turn's end: expire the L{lapsed} tasks."""
+
+
+class _NoDeadlines:
+    lapsed: list[Task] = []
+
+    def lapse(self, task: Task, now: float) -> bool:
+        return False
+
+    def expire_lapsed(self) -> None:
+        pass
+
+
+_NO_DEADLINES = _NoDeadlines()
 
 
 class Dispatcher:
@@ -53,6 +84,7 @@ class Dispatcher:
         self.lifo = lifo
         self.failed_on: dict[int, int] = {}
         self.delivered: tuple[WorkerHook, ...] = ()
+        self.deadlines: Deadlines = _NO_DEADLINES
         self._last_token = 0
         self._rate_timer: IDelayedCall | None = None
 
@@ -92,6 +124,8 @@ class Dispatcher:
                 if task is None:
                     self._wait_for_tokens(queue, now)
                     break
+                if task.deadline and self.deadlines.lapse(task, now):
+                    continue
                 if worker.overdue and task.task_id in worker.overdue:
                     # It still runs a late copy: another worker must take it.
                     self.put_back(task)
@@ -100,6 +134,8 @@ class Dispatcher:
                 free -= 1
             if free <= 0:
                 self.unidle(worker)
+                if self.deadlines.lapsed:
+                    self.deadlines.expire_lapsed()
                 return
         session_id = worker.session_id
         if not worker.waiting:
@@ -111,6 +147,8 @@ class Dispatcher:
             # It went idle last: it is offered the next task first.
             for queue in worker.subscriptions:
                 queue.idle.move_to_end(session_id, False)
+        if self.deadlines.lapsed:
+            self.deadlines.expire_lapsed()
 
     def serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
         """
@@ -129,6 +167,8 @@ class Dispatcher:
             if task is None:
                 self._wait_for_tokens(queue, now)
                 break
+            if task.deadline and self.deadlines.lapse(task, now):
+                continue
             worker = idle[next(iter(idle))]  # offer(), inlined for the common case
             if worker.overdue or worker.failing_until > now or task.failures:
                 avoid = self.failed_on.get(task.task_id, 0)
@@ -144,6 +184,8 @@ class Dispatcher:
                 idle.move_to_end(worker.session_id)
         for task in reversed(set_aside):
             self.put_back(task)
+        if self.deadlines.lapsed:
+            self.deadlines.expire_lapsed()
 
     def put_back(self, task: Task) -> None:
         """Return a task just taken off its queue to the head of its priority."""

@@ -10,7 +10,7 @@ from typing import Protocol
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from quicx.daemon.journal.interface import IJournal
+from quicx.daemon.journal.interface import IJournal, KeyEntry
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue import pmad
@@ -42,6 +42,37 @@ class IGraveyard(Protocol):
 
     def bury(self, task: Task, reason: str, worker: str) -> None:
         """Move C{task} to the dead-letter set."""
+
+
+class IExpiry(Protocol):
+    """Deadlines to start (L{quicx.daemon.queue.expiry.Expiry})."""
+
+    def deadline(
+        self,
+        queue: NamedQueue[Task, Session],
+        expires: taskflow.Expires | None,
+        due: float,
+        now: float,
+    ) -> float:
+        """The deadline of a task submitted C{now}. @raise Refused: it cannot be met."""
+
+    def watch(self, task: Task) -> None:
+        """Hold C{task}, accepted and waiting, to its deadline."""
+
+
+class IDebouncing(Protocol):
+    """Debounced SUBMITs (L{quicx.daemon.queue.debounce.Debouncing})."""
+
+    def fold(
+        self,
+        session: Session,
+        found: Task | KeyEntry | None,
+        task_type: bytes,
+        payload: bytes,
+        debounce: taskflow.Debounce,
+        store: Callable[[bytes], int],
+    ) -> bool:
+        """Whether the SUBMIT folded into C{found} (and was answered)."""
 
 
 class IKernel(Protocol):
@@ -202,6 +233,12 @@ class IKernel(Protocol):
 
     @property
     def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def expiry(self) -> IExpiry: ...
+
+    @property
+    def debouncing(self) -> IDebouncing: ...
 
     @property
     def kept(self) -> KeptOutcomes: ...

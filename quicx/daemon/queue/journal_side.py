@@ -84,6 +84,7 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             tally=kernel._tally(queue, recovered.task_type),
             ready_at=now,
             trace=recovered.trace,
+            deadline=recovered.deadline,
         )
         kernel._live[task.task_id] = task
         for announce in kernel.hooks.recovered:
@@ -127,6 +128,8 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
         for waiting in kernel.duplicates_waiting.pop(task.task_id, ()):
             waiting.reply = waiting.session.speaker.duplicate_ok(task.task_id)
             producers[waiting.session] = None
+        if task.deadline:
+            kernel.expiry.watch(task)
         if task.due:
             kernel._delay(task, task.due)
             continue

@@ -62,6 +62,8 @@ class Task:
         L{quicx.daemon.queue.queues.Level}).
     @ivar trace: its producer's trace context, which its deliveries carry
         (L{quicx.protocol.taskflow.SubmitOptions.trace}).
+    @ivar deadline: it expires if not started by then (Unix seconds; 0: no
+        deadline, or it started): see L{quicx.daemon.queue.expiry}.
     """
 
     task_id: int
@@ -95,6 +97,7 @@ class Task:
     tally: Tally = field(kw_only=True)
     ready_at: float = field(kw_only=True)
     trace: bytes | None = field(default=None, kw_only=True)
+    deadline: float = field(default=0.0, kw_only=True)
 
     @property
     def accepted(self) -> bool:

@@ -43,6 +43,9 @@ class QueuePolicy:
         finishes, as if its SUBMIT had asked.
     @ivar result_ttl: seconds an outcome is kept when the queue keeps it;
         C{None}: C{[results] ttl}.
+    @ivar expires: seconds a task may wait to start, from when it is due,
+        unless its SUBMIT gives its own deadline (0: no deadline).
+    @ivar expired_dead: an expired task goes to the dead-letter set.
     """
 
     max_depth: int = 0
@@ -57,6 +60,8 @@ class QueuePolicy:
     backoff: Backoff = DEFAULT_BACKOFF
     keep_results: bool = False
     result_ttl: float | None = None
+    expires: float = 0.0
+    expired_dead: bool = False
 
 
 @frozen
