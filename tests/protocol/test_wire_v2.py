@@ -383,6 +383,8 @@ MONITOR = PROTOCOL[PROTOCOL.index("\n# Version 2: live events") :]
 """The page's section on part 4 of version 2 (L{quicx.protocol.monitor})."""
 TRACING = PROTOCOL[PROTOCOL.index("\n# Version 2: trace context") :]
 """The page's section on the trace option (L{quicx.protocol.taskflow})."""
+ISSUE33 = PROTOCOL[PROTOCOL.index("\n# Version 2: debounce and expiry") :]
+"""The page's section on the debounce and expiry options (L{quicx.protocol.taskflow})."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -438,10 +440,12 @@ def test_the_pages_message_tables_are_the_codecs() -> None:
 def test_the_pages_option_tags_are_the_codecs() -> None:
     rows = table(VERSION_2, "### SUBMIT options") + table(LIFECYCLE, "## More SUBMIT options")
     rows += table(RESULTS, "## More SUBMIT options") + table(TRACING, "## More SUBMIT options")
+    rows += table(ISSUE33, "## More SUBMIT options")
     names = {"queue": "QUEUE", "priority": "PRIORITY", "idempotency key": "KEY"}
     names |= {"fairness key": "FAIRNESS", "delay": "DELAY", "run at": "RUN_AT"}
     names |= {"retries": "RETRIES", "backoff": "BACKOFF", "result": "RESULT"}
     names |= {"progress": "PROGRESS", "group": "GROUP", "trace": "TRACE"}
+    names |= {"debounce": "DEBOUNCE", "expiry": "EXPIRES"}
     assert [(int(tag, 16), names[option]) for tag, option, *_ in rows] == [
         (o.value, o.name) for o in taskflow.Option
     ]

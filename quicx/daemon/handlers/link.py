@@ -31,6 +31,8 @@ CAPABILITIES = (
     "groups",
     "events",
     "trace",
+    "debounce",
+    "expiry",
 )
 """What a version-2 HELLO is told this daemon can do."""
 
