@@ -32,6 +32,7 @@ from quicx.protocol.errors import (
     OutcomeForgotten,
     TaskCancelled,
     TaskDead,
+    TaskExpired,
     TaskFailed,
     TaskUnknown,
 )
@@ -155,6 +156,7 @@ def awaited_value(outcome: outcomes.Outcome) -> Any:
 
     @raise TaskFailed: it failed (C{TaskDead}: and is in the dead-letter set).
     @raise TaskCancelled: it was cancelled before it ran.
+    @raise TaskExpired: it was not started before its deadline.
     @raise OutcomeForgotten: its kept outcome expired, or was evicted.
     @raise TaskUnknown: no such task, or its outcome was not kept.
     @raise NotFinished: it had not finished when the wait ended.
@@ -168,6 +170,8 @@ def awaited_value(outcome: outcomes.Outcome) -> Any:
         raise TaskDead(task_id, outcome.reason)
     if state == OutcomeState.CANCELLED:
         raise TaskCancelled(task_id)
+    if state == OutcomeState.EXPIRED:
+        raise TaskExpired(task_id, outcome.reason)
     if state == OutcomeState.FORGOTTEN:
         raise OutcomeForgotten(task_id, outcome.reason)
     if state == OutcomeState.UNKNOWN:

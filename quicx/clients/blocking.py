@@ -39,7 +39,7 @@ from quicx.clients.outcomes import RetryNotice, value_of
 from quicx.clients.pump import SocketPump, _name
 from quicx.clients.requests import Task
 from quicx.protocol import admin, wire
-from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError
+from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, TaskExpired
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -92,6 +92,12 @@ class QuicxClient(SocketPump):
             report of its worker's, in order, before its outcome; by
             whichever call of this client reads it (L{wait}, most often).
         @param group: the group it joins (see L{open_group}).
+        @param debounce: with a C{key}, C{"drop:5s"}, C{"replace:2s"} or
+            C{"extend:2s"}: it waits that window, and a later submit of the
+            key folds into it while it waits (docs/clients.md).
+        @param expires_in: seconds it must start within, or C{expires_at}, a
+            time (default: the queue's C{expires}): otherwise it ends
+            expired, and L{wait} raises L{TaskExpired}.
         @raise QueueFull, PayloadTooLarge, UnknownTaskType, InvalidMessage:
             the daemon refused it.
         @raise NotFound, Conflict: C{group} is unknown, or closed.

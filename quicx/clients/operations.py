@@ -49,6 +49,9 @@ class SubmitKeywords(TypedDict, total=False):
     result_ttl: float | str | None
     progress: Listener | None
     group: int | None
+    debounce: str | taskflow.Debounce | None
+    expires_in: float | None
+    expires_at: datetime | float | None
 
 
 SUBMIT_KEYWORDS = SubmitKeywords.__optional_keys__

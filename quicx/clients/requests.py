@@ -58,6 +58,14 @@ class Options:
         it too.  Default: as the queue says (C{keep_results}).
     @ivar progress: forward the task's progress reports to this connection.
     @ivar group: the group the task joins (see C{open_group}).
+    @ivar debounce: with a C{key}: its task waits this window, and a later
+        submit of the key folds into it while it waits: a
+        L{taskflow.Debounce}, or given as C{"replace:2s"}, C{"extend:5s"},
+        C{"drop:1m"} (see docs/protocol.md, "Version 2: debounce and expiry").
+    @ivar expires_in: seconds from now it must start by, or it ends expired
+        (L{quicx.protocol.errors.TaskExpired}); C{expires_at}: the time it
+        must start by (a C{datetime} with its zone, or Unix seconds).  At
+        most one of the two; default: the queue's C{expires}.
     """
 
     queue: str | None = None
@@ -72,6 +80,9 @@ class Options:
     result_ttl: int | None = field(default=None, converter=_optional_ttl)
     progress: bool = False
     group: int | None = None
+    debounce: taskflow.Debounce | None = field(default=None, converter=timing.as_debounce)
+    expires_in: float | None = None
+    expires_at: datetime | float | None = None
 
     @property
     def any(self) -> bool:
@@ -90,6 +101,9 @@ class Options:
             and self._result_ttl is None
             and not self.progress
             and self.group is None
+            and self.debounce is None
+            and self.expires_in is None
+            and self.expires_at is None
         )
 
     @property
@@ -128,6 +142,8 @@ class Options:
             result_ttl=self._result_ttl,
             progress=self.progress,
             group=self.group,
+            debounce=self.debounce,
+            expires=timing.expiry(self.expires_in, self.expires_at),
         )
 
 
@@ -148,7 +164,8 @@ AnyTask = Task | tuple[str | bytes, str | bytes, taskflow.SubmitOptions]
 
 
 OPTIONS_NEED_VERSION_2 = (
-    "queue, priority, keys, delays, retries, results, progress and groups need protocol version 2"
+    "queue, priority, keys, delays, retries, results, progress, groups, debounce and expiry"
+    " need protocol version 2"
 )
 """Why a SUBMIT with options cannot go to a version-1 daemon."""
 

@@ -134,6 +134,21 @@ class TaskDead(TaskFailed):
         self.args = (f"task {task_id} is dead: {reason}",)
 
 
+class TaskExpired(QuicxError):
+    """
+    The task was not started before its deadline (its C{expires_in} or
+    C{expires_at}, or its queue's C{expires}): it never ran.
+
+    @ivar task_id: the task.
+    @ivar reason: the daemon's words.
+    """
+
+    def __init__(self, task_id: int, reason: str = "") -> None:
+        super().__init__(f"task {task_id} expired: not started before its deadline")
+        self.task_id = task_id
+        self.reason = reason
+
+
 class OutcomeForgotten(QuicxError):
     """
     The task's outcome was kept, and no longer is: its TTL ran out, or the

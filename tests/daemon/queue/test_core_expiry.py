@@ -218,7 +218,7 @@ def test_an_expiry_is_an_event() -> None:
         def record(self, kind: str, task_id: int | None, *rest: object, **named: object) -> None:
             recorded.append((kind, task_id, rest[5] if len(rest) > 5 else None))
 
-    queue.events = Events()  # type: ignore[assignment]
+    queue.events = Events()
     producer = v2_producer_of(queue)
     submit_to(queue, producer.session, b"t", b"x", expires=Expires(1000))
     clock.advance(1)
