@@ -39,7 +39,7 @@ from quicx.clients.outcomes import RetryNotice, value_of
 from quicx.clients.pump import SocketPump, _name
 from quicx.clients.requests import Task
 from quicx.protocol import admin, wire
-from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError, TaskExpired
+from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -97,7 +97,7 @@ class QuicxClient(SocketPump):
             key folds into it while it waits (docs/clients.md).
         @param expires_in: seconds it must start within, or C{expires_at}, a
             time (default: the queue's C{expires}): otherwise it ends
-            expired, and L{wait} raises L{TaskExpired}.
+            expired, and L{wait} raises C{TaskExpired}.
         @raise QueueFull, PayloadTooLarge, UnknownTaskType, InvalidMessage:
             the daemon refused it.
         @raise NotFound, Conflict: C{group} is unknown, or closed.
