@@ -17,6 +17,7 @@ from quicx.cli.arguments import (
     connect_option,
     delay_seconds,
     duration,
+    expiry_seconds,
     option_key,
     queue_name,
     task_argument,
@@ -126,7 +127,7 @@ def add_debounce_and_expiry(submit: argparse.ArgumentParser) -> None:
     deadline = submit.add_mutually_exclusive_group()
     deadline.add_argument(
         "--expires-in",
-        type=configuration_argument(durations.parse_duration),
+        type=configuration_argument(expiry_seconds),
         metavar="DURATION",
         help="not started within DURATION (30s, 10m), it ends expired (default: the queue's)",
     )
@@ -139,6 +140,12 @@ def add_debounce_and_expiry(submit: argparse.ArgumentParser) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    if args.debounce is not None and args.key is None:
+        raise CommandError(
+            "--debounce needs --key: the key names what a later submit folds into", 2
+        )
+    if args.debounce is not None and (args.delay is not None or args.run_at is not None):
+        raise CommandError("--debounce is a delay of its own: not with --delay or --at", 2)
     # fsencode: the bytes as given, even those that are not UTF-8.
     payload = read_payload(args.payload)
     # The same calls on one daemon (task ids) or several (ID@ADDRESS task refs).
