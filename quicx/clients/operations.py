@@ -27,7 +27,16 @@ from quicx.clients.address import as_bytes
 from quicx.clients.connection import ClientConnection, Request
 from quicx.clients.progress import Listener
 from quicx.clients.requests import Options, Task
-from quicx.protocol import admin, link, monitor, outcomes, shared_data, taskflow, wire
+from quicx.protocol import (
+    admin,
+    link,
+    monitor,
+    outcomes,
+    shared_data,
+    start_options,
+    taskflow,
+    wire,
+)
 from quicx.protocol.outcomes import GroupOp
 
 Document = dict[str, Any]
@@ -49,7 +58,7 @@ class SubmitKeywords(TypedDict, total=False):
     result_ttl: float | str | None
     progress: Listener | None
     group: int | None
-    debounce: str | taskflow.Debounce | None
+    debounce: str | start_options.Debounce | None
     expires_in: float | None
     expires_at: datetime | float | None
 

@@ -27,7 +27,7 @@ from attrs import field, frozen
 import quicx
 from quicx.clients import timing
 from quicx.clients.address import as_bytes, payload_bytes
-from quicx.protocol import admin, codec, link, registry, shared_data, taskflow, wire
+from quicx.protocol import admin, codec, link, registry, shared_data, start_options, taskflow, wire
 from quicx.protocol.errors import NeedsVersion2, PayloadTooLarge
 
 CLIENT_NAME = "quicx-python"
@@ -60,7 +60,7 @@ class Options:
     @ivar group: the group the task joins (see C{open_group}).
     @ivar debounce: with a C{key}: its task waits this window, and a later
         submit of the key folds into it while it waits: a
-        L{taskflow.Debounce}, or given as C{"replace:2s"}, C{"extend:5s"},
+        L{start_options.Debounce}, or given as C{"replace:2s"}, C{"extend:5s"},
         C{"drop:1m"} (see docs/protocol.md, "Version 2: debounce and expiry").
     @ivar expires_in: seconds from now it must start by, or it ends expired
         (L{quicx.protocol.errors.TaskExpired}); C{expires_at}: the time it
@@ -80,7 +80,7 @@ class Options:
     result_ttl: int | None = field(default=None, converter=_optional_ttl)
     progress: bool = False
     group: int | None = None
-    debounce: taskflow.Debounce | None = field(default=None, converter=timing.as_debounce)
+    debounce: start_options.Debounce | None = field(default=None, converter=timing.as_debounce)
     expires_in: float | None = None
     expires_at: datetime | float | None = None
 

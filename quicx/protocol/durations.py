@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 
-from quicx.protocol.taskflow import Backoff, BackoffKind, Debounce, DebounceMode
+from quicx.protocol.start_options import Debounce, DebounceMode
+from quicx.protocol.taskflow import Backoff, BackoffKind
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "": 1.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d|)\s*\Z")

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from attrs import field, frozen
 
-from quicx.protocol import wire
+from quicx.protocol import start_options, wire
 from quicx.protocol.codec import (
     CACHE_SIZE,
     HEADER,
@@ -75,7 +75,7 @@ class Option(IntEnum):
     GROUP = 0x0B
     # The producer's trace context (W3C Trace Context): L{check_trace}.
     TRACE = 0x0C
-    # Issue 33: debounce (L{Debounce}) and a deadline to start (L{Expires}).
+    # When it may start: L{quicx.protocol.start_options}.
     DEBOUNCE = 0x10
     EXPIRES = 0x11
 
@@ -121,42 +121,6 @@ class Backoff(NamedTuple):
 _BACKOFF = struct.Struct(">BIIB")
 
 
-class DebounceMode(IntEnum):
-    """What a SUBMIT does to the queued task its key names (L{Debounce})."""
-
-    DROP = 1
-    """It is answered as a duplicate: the queued task stays as it is."""
-    REPLACE = 2
-    """Its payload replaces the queued task's, which keeps its place and due time."""
-    EXTEND = 3
-    """Its payload replaces the queued task's, whose window starts again."""
-
-
-class Debounce(NamedTuple):
-    """
-    A keyed SUBMIT's debounce: its task waits C{window_ms} before it may
-    start, and while it waits, a SUBMIT of the same key folds into it as
-    C{mode} says.
-    """
-
-    mode: DebounceMode
-    window_ms: int
-
-
-_DEBOUNCE = struct.Struct(">BI")
-
-
-class Expires(NamedTuple):
-    """
-    A task's deadline to start: C{ms} from its SUBMIT (C{at} false) or at
-    C{ms} since the Unix epoch (C{at} true).  Not started by then, it
-    ends expired.
-    """
-
-    ms: int
-    at: bool = False
-
-
 OK_DUPLICATE = 0x01
 """OK flag: the SUBMIT's key matched a task submitted before; this is its id."""
 
@@ -181,8 +145,7 @@ class SubmitOptions:
     @ivar trace: the producer's trace context (see
         L{quicx.protocol.tracecontext.trace_problem}), which the task's
         deliveries carry to its worker.
-    @ivar debounce: its key's debounce (it needs a key, and no delay).
-    @ivar expires: its deadline to start.
+    @ivar debounce: its key's debounce (with a key, no delay); C{expires}: its deadline to start.
     @ivar routing_only: no option but a queue and a priority is given (made
         from the others, not an option: the daemon's SUBMIT path reads no
         other then).
@@ -200,8 +163,8 @@ class SubmitOptions:
     progress: bool = False
     group: int | None = None
     trace: bytes | None = None
-    debounce: Debounce | None = None
-    expires: Expires | None = None
+    debounce: start_options.Debounce | None = None
+    expires: start_options.Expires | None = None
     routing_only: bool = field(init=False, repr=False, eq=False)
 
     @routing_only.default
@@ -276,37 +239,7 @@ class SubmitOptions:
                 raise ValueError(f"a trace {problem}")
             options += bytes((Option.TRACE, len(trace))) + trace
         if self.debounce is not None or self.expires is not None:
-            options += self._encode_issue33()
-        return options
-
-    def _encode_issue33(self) -> bytes:
-        """The debounce and expiry options (L{Option.DEBOUNCE}, L{Option.EXPIRES})."""
-        options = b""
-        debounce = self.debounce
-        if debounce is not None:
-            if self.key is None:
-                raise ValueError("a debounce needs a key")
-            if self.delay_ms is not None or self.run_at_ms is not None:
-                raise ValueError("a debounce is a delay of its own: not with a delay or run-at")
-            mode, window_ms = debounce
-            if mode not in _DEBOUNCE_MODES:
-                raise ValueError(
-                    f"a debounce mode is 1 (drop), 2 (replace) or 3 (extend), not {mode}"
-                )
-            if not 1 <= window_ms <= 0xFFFFFFFF:
-                raise ValueError(f"a debounce window is 1 to {0xFFFFFFFF} ms, not {window_ms}")
-            options += bytes((Option.DEBOUNCE, _DEBOUNCE.size)) + _DEBOUNCE.pack(mode, window_ms)
-        expires = self.expires
-        if expires is not None:
-            ms, at = expires
-            if at:
-                if not 1 <= ms < 1 << 64:
-                    raise ValueError(f"an expiry time is a u64 of milliseconds, not {ms}")
-                options += bytes((Option.EXPIRES, 8)) + U64.pack(ms)
-            else:
-                if not 1 <= ms <= 0xFFFFFFFF:
-                    raise ValueError(f"an expiry is 1 to {0xFFFFFFFF} ms from now, not {ms}")
-                options += bytes((Option.EXPIRES, 4)) + TASK_ID.pack(ms)
+            options += start_options.encode_start_options(self)
         return options
 
 
@@ -754,11 +687,7 @@ def decode_options(payload: bytes, start: int, end: int) -> SubmitOptions:
         named[field] = decode(value)
     if "delay_ms" in named and "run_at_ms" in named:
         raise bad(MessageType.SUBMIT, "has both a delay and a time to run at")
-    if "debounce" in named:
-        if "key" not in named:
-            raise bad(MessageType.SUBMIT, "has a debounce without a key")
-        if "delay_ms" in named or "run_at_ms" in named:
-            raise bad(MessageType.SUBMIT, "has both a debounce and a delay or time to run at")
+    start_options.check_debounce(named)
     return SubmitOptions(**named)  # type: ignore[arg-type]
 
 
@@ -827,39 +756,6 @@ def _group(value: bytes) -> int:
     return group
 
 
-_DEBOUNCE_MODES = frozenset(DebounceMode)
-
-
-def _debounce(value: bytes) -> Debounce:
-    if len(value) != _DEBOUNCE.size:
-        raise bad(MessageType.SUBMIT, f"debounce must be {_DEBOUNCE.size} bytes, not {len(value)}")
-    mode, window_ms = _DEBOUNCE.unpack(value)
-    if mode not in _DEBOUNCE_MODES:
-        raise bad(
-            MessageType.SUBMIT,
-            f"debounce mode must be 1 (drop), 2 (replace) or 3 (extend), not {mode}",
-        )
-    if not window_ms:
-        raise bad(MessageType.SUBMIT, "has a debounce window of 0 ms")
-    return Debounce(DebounceMode(mode), window_ms)
-
-
-def _expires(value: bytes) -> Expires:
-    if len(value) == 4:
-        expires = Expires(TASK_ID.unpack(value)[0])
-    elif len(value) == 8:
-        expires = Expires(U64.unpack(value)[0], at=True)
-    else:
-        raise bad(
-            MessageType.SUBMIT,
-            f"expiry must be 4 bytes (ms from now) or 8 bytes (ms since the epoch),"
-            f" not {len(value)}",
-        )
-    if not expires.ms:
-        raise bad(MessageType.SUBMIT, "has an expiry of 0")
-    return expires
-
-
 OPTION_DECODERS: dict[int, tuple[str, Callable[[bytes], object]]] = {
     Option.QUEUE: ("queue", lambda value: queue_name(MessageType.SUBMIT, value)),
     Option.PRIORITY: ("priority", lambda value: _PRIORITY(value)[0]),
@@ -873,8 +769,8 @@ OPTION_DECODERS: dict[int, tuple[str, Callable[[bytes], object]]] = {
     Option.PROGRESS: ("progress", _progress),
     Option.GROUP: ("group", _group),
     Option.TRACE: ("trace", _trace),
-    Option.DEBOUNCE: ("debounce", _debounce),
-    Option.EXPIRES: ("expires", _expires),
+    Option.DEBOUNCE: ("debounce", start_options.decode_debounce),
+    Option.EXPIRES: ("expires", start_options.decode_expires),
 }
 """
 Each SUBMIT option's decoder, by tag: the L{SubmitOptions} field it fills

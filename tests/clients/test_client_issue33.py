@@ -18,7 +18,7 @@ from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
 from quicx.clients.twisted_client import connect
 from quicx.protocol.errors import TaskExpired
-from quicx.protocol.taskflow import Debounce, DebounceMode, Expires
+from quicx.protocol.start_options import Debounce, DebounceMode, Expires
 from tests.aio_helpers import runner
 from tests.conftest import DaemonProcess
 

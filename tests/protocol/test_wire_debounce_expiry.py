@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from quicx.protocol import taskflow
 from quicx.protocol.codec import MalformedMessage
-from quicx.protocol.taskflow import Debounce, DebounceMode, Expires, SubmitOptions
+from quicx.protocol.start_options import Debounce, DebounceMode, Expires
+from quicx.protocol.taskflow import SubmitOptions
 from tests.protocol.test_wire_v2 import ISSUE33, encode_submit, through_parser
 
 keys = st.binary(min_size=1, max_size=255)

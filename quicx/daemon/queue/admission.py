@@ -24,7 +24,8 @@ from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.state import DELAYED, HELD, QUEUED
 from quicx.daemon.queue.tell import tell_kept, tell_outcome
 from quicx.protocol.codec import ErrorCode
-from quicx.protocol.taskflow import DEFAULT_OPTIONS, DebounceMode, SubmitOptions
+from quicx.protocol.start_options import DebounceMode
+from quicx.protocol.taskflow import DEFAULT_OPTIONS, SubmitOptions
 
 
 class ScheduledTask(Protocol):

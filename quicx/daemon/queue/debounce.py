@@ -1,7 +1,7 @@
 """
 Debounce: a keyed SUBMIT folds into the task its key names while that task waits to start.
 
-A SUBMIT with a debounce (L{taskflow.Debounce}: a mode and a window W)
+A SUBMIT with a debounce (L{start_options.Debounce}: a mode and a window W)
 needs an idempotency key.  Its task waits W before it may start.  While a
 task of the key waits (submitted, delayed or queued: not started), a new
 SUBMIT of the key folds into it, as its mode says:
@@ -32,7 +32,7 @@ from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
 from quicx.daemon.queue.state import DELAYED, PENDING, QUEUED, move
 from quicx.protocol.codec import ErrorCode
-from quicx.protocol.taskflow import Debounce, DebounceMode
+from quicx.protocol.start_options import Debounce, DebounceMode
 
 _WAITING = frozenset({PENDING, QUEUED, DELAYED})
 

@@ -32,7 +32,7 @@ from quicx.daemon.queue.state import DELAYED, QUEUED
 from quicx.daemon.queue.tell import tell_outcome
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import OutcomeState
-from quicx.protocol.taskflow import Expires
+from quicx.protocol.start_options import Expires
 
 BATCH = 1000
 """The most tasks the timer expires in one reactor turn."""

@@ -26,7 +26,7 @@ from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.progress import ProgressBook
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcomes
-from quicx.protocol import taskflow
+from quicx.protocol import start_options, taskflow
 from quicx.protocol.codec import ErrorCode
 
 
@@ -50,7 +50,7 @@ class IExpiry(Protocol):
     def deadline(
         self,
         queue: NamedQueue[Task, Session],
-        expires: taskflow.Expires | None,
+        expires: start_options.Expires | None,
         due: float,
         now: float,
     ) -> float:
@@ -69,7 +69,7 @@ class IDebouncing(Protocol):
         found: Task | KeyEntry | None,
         task_type: bytes,
         payload: bytes,
-        debounce: taskflow.Debounce,
+        debounce: start_options.Debounce,
         store: Callable[[bytes], int],
     ) -> bool:
         """Whether the SUBMIT folded into C{found} (and was answered)."""

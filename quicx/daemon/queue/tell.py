@@ -1,6 +1,7 @@
 """
-Telling a session a task's outcome as its producer hears it: DONE, FAILED or CANCELLED
-(or, for an expired task, OUTCOME I{expired}).
+Telling a session a task's outcome as its producer hears it: DONE, FAILED or CANCELLED.
+
+An expired task's producer hears OUTCOME I{expired} (version 1: FAILED).
 """
 
 from __future__ import annotations

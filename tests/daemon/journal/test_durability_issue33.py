@@ -12,7 +12,8 @@ from pathlib import Path
 
 from quicx.protocol import admin, outcomes, taskflow
 from quicx.protocol.outcomes import OutcomeState
-from quicx.protocol.taskflow import Debounce, DebounceMode, Expires, SubmitOptions
+from quicx.protocol.start_options import Debounce, DebounceMode, Expires
+from quicx.protocol.taskflow import SubmitOptions
 from tests.peer import Peer
 
 WHY = "expired: not started before its deadline"

@@ -15,7 +15,8 @@ from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.journal.records import JournalCorrupt
 from quicx.daemon.journal.recovery import recover
 from quicx.protocol import outcomes, taskflow
-from quicx.protocol.taskflow import Debounce, DebounceMode, Expires, SubmitOptions
+from quicx.protocol.start_options import Debounce, DebounceMode, Expires
+from quicx.protocol.taskflow import SubmitOptions
 from tests.daemon.journal.test_journal_v2 import framed, write
 from tests.fakes import Written
 from tests.peer import Peer

@@ -12,7 +12,7 @@ from twisted.internet.task import Clock
 from quicx.daemon.queue.policy import QueueLimits
 from quicx.protocol import taskflow, wire
 from quicx.protocol.codec import ErrorCode
-from quicx.protocol.taskflow import Debounce, DebounceMode
+from quicx.protocol.start_options import Debounce, DebounceMode
 from tests.fakes import (
     EMPTY_POOL_BYTES,
     FakeJournal,

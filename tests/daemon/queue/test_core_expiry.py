@@ -15,7 +15,7 @@ from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.protocol import admin, taskflow, wire
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import Outcome, OutcomeState
-from quicx.protocol.taskflow import Expires
+from quicx.protocol.start_options import Expires
 from tests.daemon.queue.test_core_results import awaited
 from tests.fakes import (
     EMPTY_POOL_BYTES,

@@ -13,7 +13,8 @@ from quicx.daemon.journal.records import RecoveredTask, Recovery
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.state import FINISHED, PENDING, TRANSITIONS, TaskState
-from quicx.protocol.taskflow import Backoff, BackoffKind, Debounce, DebounceMode, Expires
+from quicx.protocol.start_options import Debounce, DebounceMode, Expires
+from quicx.protocol.taskflow import Backoff, BackoffKind
 from tests.fakes import (
     FakeJournal,
     checked_states,
