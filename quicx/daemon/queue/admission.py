@@ -301,7 +301,7 @@ class Admission:
                 tell_kept(session, *kept)
                 return
             # The reason a failure gave is not kept with its key.
-            reason = "failed (an earlier submission of this key)"
+            reason = f"{found.outcome} (an earlier submission of this key)"
             tell_outcome(session, found.task_id, found.outcome, reason)
             return
         task = found
