@@ -278,6 +278,9 @@ def cmd_task(args: argparse.Namespace) -> int:
         return 0
     for reason in task["why"]:
         print(f"  waiting: {reason['text']}")
+    if task.get("deadline"):
+        left = age(max(0.0, task["deadline"] - time.time()))
+        print(f"  expires {utc_time(task['deadline'])} unless started, in {left}")
     if task["state"] == "delayed":
         if task.get("failures"):
             print(f"  {_failures(task['failures'])} so far, {task['retries']} retries allowed")

@@ -124,12 +124,12 @@ class Dispatcher:
                 if task is None:
                     self._wait_for_tokens(queue, now)
                     break
-                if task.deadline and self.deadlines.lapse(task, now):
-                    continue
                 if worker.overdue and task.task_id in worker.overdue:
                     # It still runs a late copy: another worker must take it.
                     self.put_back(task)
                     break
+                if task.deadline and self.deadlines.lapse(task, now):
+                    continue
                 deliver(worker, task, queue, now)
                 free -= 1
             if free <= 0:
@@ -167,8 +167,6 @@ class Dispatcher:
             if task is None:
                 self._wait_for_tokens(queue, now)
                 break
-            if task.deadline and self.deadlines.lapse(task, now):
-                continue
             worker = idle[next(iter(idle))]  # offer(), inlined for the common case
             if worker.overdue or worker.failing_until > now or task.failures:
                 avoid = self.failed_on.get(task.task_id, 0)
@@ -177,6 +175,8 @@ class Dispatcher:
                     set_aside.append(task)
                     continue
                 worker = chosen
+            if task.deadline and self.deadlines.lapse(task, now):
+                continue
             self.deliver(worker, task, queue, now)
             if worker.credits - len(worker.tasks) - len(worker.overdue) <= 0:
                 self.unidle(worker)

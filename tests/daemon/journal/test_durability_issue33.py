@@ -89,7 +89,7 @@ def test_a_debounced_payload_survives_kill_9_the_newest_only(tmp_path: Path, sta
     restarted = start_daemon(f"--journal={journal}")
     with Peer(restarted.address) as worker:
         worker.send(taskflow.encode_ready(2, ["q"]))
-        got = {}
+        got: dict[int, bytes] = {}
         while len(got) < 2:
             task = worker.receive(timeout=30)
             if isinstance(task, wire.Wait):

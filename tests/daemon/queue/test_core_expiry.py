@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from twisted.internet.task import Clock
 
+from quicx.daemon.queue import introspect
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.expiry import WHY
 from quicx.daemon.queue.model import Refused
@@ -85,6 +86,16 @@ def test_a_task_past_its_deadline_is_expired_at_dispatch_not_handed_out() -> Non
     assert queue.expiry.lapsed == [] and queue.default_queue.running == 1
     scheduler.advance(5)  # the timer finds nothing left to do
     assert producer.take() == [] and queue.telemetry.total().expired == 1
+
+
+def test_inspect_says_when_a_waiting_task_expires() -> None:
+    clock = clock_at_start()
+    queue = make_queue(clock)
+    producer = v2_producer_of(queue)
+    submit_to(queue, producer.session, b"t", b"x", expires=Expires(90_000))
+    submit_to(queue, producer.session, b"t", b"y")
+    assert introspect.inspect(queue, 1)["deadline"] == START + 90
+    assert "deadline" not in introspect.inspect(queue, 2)
 
 
 def test_a_task_started_in_time_is_not_held_to_its_deadline_again() -> None:
