@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from quicx import (
     DEFAULT_ADDRESS,
     ConnectionLost,
-    OutcomeExpired,
+    OutcomeForgotten,
     OutcomeUnknown,
     QueueFull,
     TaskCancelled,
@@ -87,7 +87,7 @@ async def answer(task_id: int, outcome: Awaitable[Any]) -> JSONResponse:
         )
     except TaskCancelled:
         return JSONResponse({"id": task_id, "status": "cancelled"}, 409)
-    except (TaskUnknown, OutcomeExpired):
+    except (TaskUnknown, OutcomeForgotten):
         return JSONResponse({"detail": f"no task {task_id}"}, 404)
     return JSONResponse({"id": task_id, "status": "done", "result": result})
 

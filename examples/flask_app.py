@@ -33,7 +33,7 @@ from flask import Flask, request
 from quicx import (
     DEFAULT_ADDRESS,
     ConnectionLost,
-    OutcomeExpired,
+    OutcomeForgotten,
     OutcomeUnknown,
     QueueFull,
     QuicxClient,
@@ -104,6 +104,6 @@ def answer(task_id: int, outcome: Callable[[], Any]) -> Any:
         return {"id": task_id, "status": "failed", "reason": e.reason.partition("\n")[0]}, 422
     except TaskCancelled:
         return {"id": task_id, "status": "cancelled"}, 409
-    except (TaskUnknown, OutcomeExpired):
+    except (TaskUnknown, OutcomeForgotten):
         return {"detail": f"no task {task_id}"}, 404
     return {"id": task_id, "status": "done", "result": result}

@@ -93,6 +93,7 @@ class Written:
     dead: DeadInfo | None = None
     trace: bytes | None = None
     after: After | None = None
+    deadline: float = 0.0
 
 
 @implementer(IJournal)
@@ -149,6 +150,9 @@ class FakeJournal:
 
     def record_attempts(self, task: Record) -> None:
         self.changes.append(("attempts", task.task_id))
+
+    def record_replace(self, task: Record, payload: bytes) -> None:
+        self.changes.append(("replace", task.task_id))
 
     def record_fired(self, schedule: str, fire_time: float) -> None:
         self.fired.append((schedule, fire_time))

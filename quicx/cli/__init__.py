@@ -8,7 +8,8 @@ The C{quicx} command.
     quicx status --connect A,B,... [--json] [--watch]      a cluster, side by side
     quicx submit TYPE PAYLOAD|- [--wait] [--queue Q] [--priority N] [--key K]
                  [--delay 30s | --at TIME] [--retries N] [--backoff exponential:1s:5m]
-                 [--keep-result [--result-ttl 1h]]
+                 [--keep-result [--result-ttl 1h]] [--debounce replace:2s]
+                 [--expires-in 10m | --expires-at TIME]
     quicx result ID [--wait] | group GID [--wait]          outcomes, from anywhere
     quicx publish NAME FILE|- | publish NAME --delete      shared data for workers
     quicx queues | peek QUEUE | task ID | schedules [--json]   look inside

@@ -134,6 +134,14 @@ def delay_seconds(text: str) -> float:
     return seconds
 
 
+def expiry_seconds(text: str) -> float:
+    """A deadline to start from now (see L{durations.parse_duration}): 1 ms to about 49 days."""
+    seconds = durations.parse_duration(text)
+    if not 0.001 <= seconds <= MAX_DELAY:
+        raise ValueError(f"{text}: an expiry is 1ms to {MAX_DELAY:g} s (about 49 days)")
+    return seconds
+
+
 def interval_seconds(text: str) -> int:
     """A schedule's interval (see L{durations.parse_duration}): whole seconds, 1 or more."""
     seconds = durations.parse_duration(text)

@@ -17,6 +17,7 @@ from quicx.cli.arguments import (
     connect_option,
     delay_seconds,
     duration,
+    expiry_seconds,
     option_key,
     queue_name,
     task_argument,
@@ -41,7 +42,7 @@ from quicx.clients import timing
 from quicx.clients.blocking_cluster import open_client
 from quicx.clients.outcomes import RetryNotice
 from quicx.protocol import durations
-from quicx.protocol.errors import NotFinished, TaskCancelled, TaskFailed
+from quicx.protocol.errors import NotFinished, TaskCancelled, TaskExpired, TaskFailed
 from quicx.protocol.taskflow import MAX_RETRIES
 from quicx.status.text import printable, thousands
 
@@ -108,11 +109,43 @@ def add_submit(commands: Commands) -> None:
         help="keep them this long, in whole seconds (rounded up): 90, 30m, 1h (implies"
         " --keep-result; default: the daemon's [results] ttl; at most its max_ttl)",
     )
+    add_debounce_and_expiry(submit)
     connect_option(submit, several=True)
     submit.set_defaults(run=cmd_submit)
 
 
+def add_debounce_and_expiry(submit: argparse.ArgumentParser) -> None:
+    """C{quicx submit}'s --debounce, --expires-in and --expires-at (issue 33)."""
+    submit.add_argument(
+        "--debounce",
+        type=configuration_argument(durations.parse_debounce),
+        metavar="MODE:WINDOW",
+        help="with --key: wait WINDOW, and fold a later submit of the key into this task"
+        " while it waits: drop:5s (keep this payload), replace:2s (take the newest),"
+        " extend:2s (take the newest, and wait WINDOW again)",
+    )
+    deadline = submit.add_mutually_exclusive_group()
+    deadline.add_argument(
+        "--expires-in",
+        type=configuration_argument(expiry_seconds),
+        metavar="DURATION",
+        help="not started within DURATION (30s, 10m), it ends expired (default: the queue's)",
+    )
+    deadline.add_argument(
+        "--expires-at",
+        type=configuration_argument(timing.parse_time),
+        metavar="TIME",
+        help="not started by TIME (ISO 8601 with its zone, or Unix seconds), it ends expired",
+    )
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    if args.debounce is not None and args.key is None:
+        raise CommandError(
+            "--debounce needs --key: the key names what a later submit folds into", 2
+        )
+    if args.debounce is not None and (args.delay is not None or args.run_at is not None):
+        raise CommandError("--debounce is a delay of its own: not with --delay or --at", 2)
     # fsencode: the bytes as given, even those that are not UTF-8.
     payload = read_payload(args.payload)
     # The same calls on one daemon (task ids) or several (ID@ADDRESS task refs).
@@ -132,6 +165,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 backoff=args.backoff,
                 keep_result=args.keep_result,
                 result_ttl=args.result_ttl,
+                debounce=args.debounce,
+                expires_in=args.expires_in,
+                expires_at=args.expires_at,
             )
         except TimeoutError:
             raise CommandError(f"no answer from the daemon within {args.timeout:g} s") from None
@@ -145,6 +181,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
             return 1
         except TaskCancelled:
             print(f"task {task_id} cancelled")
+            return 1
+        except TaskExpired as e:
+            print(e)  # task N expired: not started before its deadline
             return 1
         except TimeoutError:
             raise CommandError(
@@ -175,7 +214,7 @@ def add_result(commands: Commands) -> None:
         "print a task's result, from any connection",
         "Print the outcome of task ID, submitted by anyone: its result (bytes and text as"
         " they are, anything else as JSON), or 'task ID done' when it gave none; exit 1"
-        " when it failed, is dead or was cancelled, its kept outcome expired, it is"
+        " when it failed, is dead, was cancelled or expired, its kept outcome is forgotten, it is"
         " unknown (or its outcome was not kept: see submit --keep-result), or it has not"
         " finished. With --wait, wait for it to finish.",
     )
@@ -189,8 +228,8 @@ def cmd_result(args: argparse.Namespace) -> int:
     try:
         task_id, address = task_daemon(args)
         value = ask(args, lambda client: client.result(task_id, timeout=wait), address=address)
-    except (TaskFailed, TaskCancelled) as e:
-        # task N failed: REASON, task N is dead: REASON, task N was cancelled
+    except (TaskFailed, TaskCancelled, TaskExpired) as e:
+        # task N failed: REASON, task N is dead: REASON, task N was cancelled, ... expired
         print(reason_text(str(e), 0))
         return 1
     except NotFinished:
@@ -243,6 +282,9 @@ def cmd_task(args: argparse.Namespace) -> int:
         return 0
     for reason in task["why"]:
         print(f"  waiting: {reason['text']}")
+    if task.get("deadline"):
+        left = age(max(0.0, task["deadline"] - time.time()))
+        print(f"  expires {utc_time(task['deadline'])} unless started, in {left}")
     if task["state"] == "waiting":
         return 0
     if task["state"] == "delayed":

@@ -29,9 +29,10 @@ from quicx.protocol import outcomes
 from quicx.protocol.errors import (
     GroupUnknown,
     NotFinished,
-    OutcomeExpired,
+    OutcomeForgotten,
     TaskCancelled,
     TaskDead,
+    TaskExpired,
     TaskFailed,
     TaskUnknown,
 )
@@ -155,7 +156,8 @@ def awaited_value(outcome: outcomes.Outcome) -> Any:
 
     @raise TaskFailed: it failed (C{TaskDead}: and is in the dead-letter set).
     @raise TaskCancelled: it was cancelled before it ran.
-    @raise OutcomeExpired: its kept outcome expired, or was evicted.
+    @raise TaskExpired: it was not started before its deadline.
+    @raise OutcomeForgotten: its kept outcome expired, or was evicted.
     @raise TaskUnknown: no such task, or its outcome was not kept.
     @raise NotFinished: it had not finished when the wait ended.
     """
@@ -169,7 +171,9 @@ def awaited_value(outcome: outcomes.Outcome) -> Any:
     if state == OutcomeState.CANCELLED:
         raise TaskCancelled(task_id)
     if state == OutcomeState.EXPIRED:
-        raise OutcomeExpired(task_id, outcome.reason)
+        raise TaskExpired(task_id, outcome.reason)
+    if state == OutcomeState.FORGOTTEN:
+        raise OutcomeForgotten(task_id, outcome.reason)
     if state == OutcomeState.UNKNOWN:
         raise TaskUnknown(task_id)
     raise NotFinished(f"task {task_id} has not finished yet")

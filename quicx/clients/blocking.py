@@ -92,6 +92,12 @@ class QuicxClient(SocketPump):
             report of its worker's, in order, before its outcome; by
             whichever call of this client reads it (L{wait}, most often).
         @param group: the group it joins (see L{open_group}).
+        @param debounce: with a C{key}, C{"drop:5s"}, C{"replace:2s"} or
+            C{"extend:2s"}: it waits that window, and a later submit of the
+            key folds into it while it waits (docs/clients.md).
+        @param expires_in: seconds it must start within, or C{expires_at}, a
+            time (default: the queue's C{expires}): otherwise it ends
+            expired, and L{wait} raises C{TaskExpired}.
         @raise QueueFull, PayloadTooLarge, UnknownTaskType, InvalidMessage:
             the daemon refused it.
         @raise NotFound, Conflict: C{group} is unknown, or closed.
@@ -474,7 +480,7 @@ class QuicxClient(SocketPump):
         @raise TaskFailed: it failed for good (L{TaskDead}: and is in the
             dead-letter set), with the worker's C{reason}.
         @raise TaskCancelled: it was cancelled before it ran.
-        @raise OutcomeExpired: its kept outcome has expired.
+        @raise OutcomeForgotten: its kept outcome is forgotten (its TTL ran out).
         @raise TaskUnknown: no such task, or it finished without its outcome kept.
         @raise NotFinished: it had not finished when the wait ended (a
             C{TimeoutError}); ask again.

@@ -43,11 +43,12 @@ from attrs import define
 from quicx.clients import awaits, requests
 from quicx.clients.address import CLIENT_MAX_LENGTH, CLIENT_TYPE_LIMITS
 from quicx.clients.awaits import Waiter, Waits
-from quicx.clients.outcomes import DEFAULT_KEEP, OutcomeBook, RetryNotice, outcome_of
+from quicx.clients.outcomes import DEFAULT_KEEP, Outcome, OutcomeBook, RetryNotice, outcome_of
 from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
 from quicx.protocol import codec, link, monitor, outcomes, taskflow, wire
-from quicx.protocol.errors import QuicxError, error_from
+from quicx.protocol.errors import QuicxError, TaskExpired, error_from
 from quicx.protocol.frames import Frame, FrameParser
+from quicx.protocol.outcomes import OutcomeState
 
 
 class Expect(enum.Enum):
@@ -438,16 +439,18 @@ class ClientConnection:
     def _file(self, version: int | None, message: Any, events: list[Event]) -> bool:
         settled = outcome_of(message)
         if settled is not None:
-            self.book.arrived(*settled)
-            self.progress.forget(settled[0])
-            if self.announce:
-                events.append(Settled(settled[0]))
+            self._settle(*settled, events)
         elif isinstance(message, outcomes.Progress):
             found = self.progress.report(message)
             if found is not None:
                 events.append(Progressed(*found))
         elif isinstance(message, outcomes.Outcome):
-            self.awaits.answer(message.task_id, message)
+            task_id = message.task_id
+            if message.state == OutcomeState.EXPIRED and self.book.pending(task_id):
+                # A task of this producer's, never started: its outcome (an AWAIT's comes after).
+                self._settle(task_id, TaskExpired(task_id, message.reason), events)
+            else:
+                self.awaits.answer(task_id, message)
         elif isinstance(message, outcomes.GroupState):
             self.group_waits.answer(message.group, message)  # or the opener's notice: dropped
         elif isinstance(message, outcomes.Retrying):
@@ -468,6 +471,13 @@ class ClientConnection:
         else:
             self._answer(version, message, events)
         return True
+
+    def _settle(self, task_id: int, outcome: Outcome, events: list[Event]) -> None:
+        """A task of this producer's has its C{outcome}."""
+        self.book.arrived(task_id, outcome)
+        self.progress.forget(task_id)
+        if self.announce:
+            events.append(Settled(task_id))
 
     def _next(self) -> Request[Any]:
         """The oldest request owed an answer, which the answer that came is."""

@@ -27,7 +27,16 @@ from quicx.clients.address import as_bytes
 from quicx.clients.connection import ClientConnection, Request
 from quicx.clients.progress import Listener
 from quicx.clients.requests import Options, Task
-from quicx.protocol import admin, link, monitor, outcomes, shared_data, taskflow, wire
+from quicx.protocol import (
+    admin,
+    link,
+    monitor,
+    outcomes,
+    shared_data,
+    start_options,
+    taskflow,
+    wire,
+)
 from quicx.protocol import workers as worker_messages
 from quicx.protocol.outcomes import GroupOp
 
@@ -53,6 +62,9 @@ class SubmitKeywords(TypedDict, total=False):
     after: Iterable[int] | None
     on_parent_failure: str | None
     after_group: int | None
+    debounce: str | start_options.Debounce | None
+    expires_in: float | None
+    expires_at: datetime | float | None
 
 
 SUBMIT_KEYWORDS = SubmitKeywords.__optional_keys__

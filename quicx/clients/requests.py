@@ -27,7 +27,7 @@ from attrs import field, frozen
 import quicx
 from quicx.clients import timing
 from quicx.clients.address import as_bytes, payload_bytes
-from quicx.protocol import admin, codec, link, registry, shared_data, taskflow, wire
+from quicx.protocol import admin, codec, link, registry, shared_data, start_options, taskflow, wire
 from quicx.protocol.errors import NeedsVersion2, PayloadTooLarge
 from quicx.protocol.parents import POLICY_NAMES
 
@@ -81,6 +81,14 @@ class Options:
     @ivar after_group: the group it is the callback of: it runs once the
         group finishes (closed, every member finished; as Celery's chord),
         with its counts and members' results.
+    @ivar debounce: with a C{key}: its task waits this window, and a later
+        submit of the key folds into it while it waits: a
+        L{start_options.Debounce}, or given as C{"replace:2s"}, C{"extend:5s"},
+        C{"drop:1m"} (see docs/protocol.md, "Version 2: debounce and expiry").
+    @ivar expires_in: seconds from now it must start by, or it ends expired
+        (L{quicx.protocol.errors.TaskExpired}); C{expires_at}: the time it
+        must start by (a C{datetime} with its zone, or Unix seconds).  At
+        most one of the two; default: the queue's C{expires}.
     """
 
     queue: str | None = None
@@ -98,6 +106,9 @@ class Options:
     after: tuple[int, ...] | None = field(default=None, converter=_optional_ids)
     on_parent_failure: str | None = None
     after_group: int | None = None
+    debounce: start_options.Debounce | None = field(default=None, converter=timing.as_debounce)
+    expires_in: float | None = None
+    expires_at: datetime | float | None = None
 
     @property
     def any(self) -> bool:
@@ -119,6 +130,9 @@ class Options:
             and self.after is None
             and self.on_parent_failure is None
             and self.after_group is None
+            and self.debounce is None
+            and self.expires_in is None
+            and self.expires_at is None
         )
 
     @property
@@ -160,6 +174,8 @@ class Options:
             after=self.after,
             on_parent_failure=_policy(self.on_parent_failure),
             after_group=self.after_group,
+            debounce=self.debounce,
+            expires=timing.expiry(self.expires_in, self.expires_at),
         )
 
 
@@ -180,7 +196,8 @@ AnyTask = Task | tuple[str | bytes, str | bytes, taskflow.SubmitOptions]
 
 
 OPTIONS_NEED_VERSION_2 = (
-    "queue, priority, keys, delays, retries, results, progress and groups need protocol version 2"
+    "queue, priority, keys, delays, retries, results, progress, groups, debounce and expiry"
+    " need protocol version 2"
 )
 """Why a SUBMIT with options cannot go to a version-1 daemon."""
 

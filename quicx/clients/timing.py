@@ -14,8 +14,8 @@ import math
 import re
 from datetime import datetime
 
-from quicx.protocol import taskflow
-from quicx.protocol.durations import parse_backoff, parse_duration
+from quicx.protocol import start_options, taskflow
+from quicx.protocol.durations import parse_backoff, parse_debounce, parse_duration
 
 _NUMBER = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 
@@ -73,6 +73,34 @@ def as_backoff(value: str | taskflow.Backoff | None) -> taskflow.Backoff | None:
     @raise ValueError: malformed text.
     """
     return parse_backoff(value) if isinstance(value, str) else value
+
+
+def as_debounce(value: str | start_options.Debounce | None) -> start_options.Debounce | None:
+    """
+    A debounce given as L{parse_debounce}'s text (C{replace:2s}) or as a
+    L{start_options.Debounce}.
+
+    @raise ValueError: malformed text.
+    """
+    return parse_debounce(value) if isinstance(value, str) else value
+
+
+def expiry(in_seconds: float | None, at: datetime | float | None) -> start_options.Expires | None:
+    """
+    A deadline to start, as SUBMIT carries it: C{in_seconds} from now, or
+    C{at} a time (a C{datetime} with its zone, or Unix seconds).
+
+    @raise ValueError: both given, or neither more than 0.
+    """
+    if in_seconds is not None and at is not None:
+        raise ValueError("a task expires in some time or at a time, not both")
+    if in_seconds is not None:
+        if not 0 < in_seconds <= 0xFFFFFFFF / 1000:
+            raise ValueError(f"expires_in is more than 0 seconds, up to 49 days, not {in_seconds}")
+        return start_options.Expires(max(1, milliseconds(in_seconds)))
+    if at is not None:
+        return start_options.Expires(max(1, milliseconds(unix_seconds(at))), at=True)
+    return None
 
 
 MAX_TTL = 0xFFFFFFFF

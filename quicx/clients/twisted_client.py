@@ -281,7 +281,7 @@ class QuicxClientProtocol(FrameReceiver):
         L{quicx.clients.blocking.QuicxClient.result}.
 
         @return: fires with the handler's return value; fails with
-            L{TaskFailed} (L{TaskDead}), L{TaskCancelled}, L{OutcomeExpired},
+            L{TaskFailed} (L{TaskDead}), L{TaskCancelled}, L{OutcomeForgotten},
             L{TaskUnknown}, L{NotFinished}, L{QueueFull} (too many waits),
             L{NeedsVersion2} or L{ConnectionLost}.
         """

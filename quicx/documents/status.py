@@ -177,6 +177,8 @@ class Tally:
     cancelled: int = 0
     retried: int = 0
     requeued: int = 0
+    expired: int = 0
+    debounced: int = 0
     wait: Histogram = attrs.field(kw_only=True)
     run: Histogram = attrs.field(kw_only=True)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from quicx.protocol.start_options import Debounce, DebounceMode
 from quicx.protocol.taskflow import Backoff, BackoffKind
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "": 1.0}
@@ -81,3 +82,19 @@ def format_backoff(backoff: Backoff) -> str:
     if kind == BackoffKind.FIXED:
         return f"fixed:{format_duration(base_ms / 1000)}{suffix}"
     return f"exponential:{format_duration(base_ms / 1000)}:{format_duration(cap_ms / 1000)}{suffix}"
+
+
+def parse_debounce(text: str) -> Debounce:
+    """
+    A debounce, from C{MODE:WINDOW}: C{drop:5s}, C{replace:2s}, C{extend:500ms}.
+
+    @raise ValueError: it is not one, or its window is not 1 ms to 2**32 - 1 ms.
+    """
+    mode, _, window = text.partition(":")
+    modes = {m.name.lower(): m for m in DebounceMode}
+    if mode.strip().lower() not in modes or not window:
+        raise ValueError(f"{text!r} is not a debounce (like replace:2s, extend:5s or drop:1m)")
+    window_ms = _milliseconds(window)
+    if not window_ms:
+        raise ValueError(f"{text!r}: a debounce window is 1 ms or more")
+    return Debounce(modes[mode.strip().lower()], window_ms)

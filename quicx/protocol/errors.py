@@ -152,7 +152,22 @@ class TaskDead(TaskFailed):
         self.args = (f"task {task_id} is dead: {reason}",)
 
 
-class OutcomeExpired(QuicxError):
+class TaskExpired(QuicxError):
+    """
+    The task was not started before its deadline (its C{expires_in} or
+    C{expires_at}, or its queue's C{expires}): it never ran.
+
+    @ivar task_id: the task.
+    @ivar reason: the daemon's words.
+    """
+
+    def __init__(self, task_id: int, reason: str = "") -> None:
+        super().__init__(f"task {task_id} expired: not started before its deadline")
+        self.task_id = task_id
+        self.reason = reason
+
+
+class OutcomeForgotten(QuicxError):
     """
     The task's outcome was kept, and no longer is: its TTL ran out, or the
     daemon evicted it for room.
@@ -166,7 +181,7 @@ class OutcomeExpired(QuicxError):
         if eviction:
             message = f"the outcome of task {task_id} was kept, and was {eviction}"
         else:
-            message = f"the outcome of task {task_id} was kept, and has expired"
+            message = f"the outcome of task {task_id} was kept, and is forgotten (its TTL ran out)"
         super().__init__(message)
         self.task_id = task_id
         self.eviction = eviction

@@ -48,6 +48,8 @@ EVENT_KINDS = (
     "replayed",
     "dropped",
     "recovered",
+    "expired",
+    "debounced",
 )
 """Every kind of lifecycle event the daemon records, as its C{event} field names it."""
 EVENTS_SCHEMA = 3

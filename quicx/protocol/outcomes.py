@@ -60,10 +60,12 @@ class OutcomeState(IntEnum):
     CANCELLED = 3
     DEAD = 4
     """Failed for good, and kept in the dead-letter set."""
-    EXPIRED = 5
+    FORGOTTEN = 5
     """Its outcome was kept, and is no longer: its TTL passed, or memory ran short."""
     UNKNOWN = 6
     """No such task, or its outcome was never kept."""
+    EXPIRED = 7
+    """It was not started before its deadline (its SUBMIT's expiry, or its queue's)."""
 
 
 class GroupOp(IntEnum):

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from attrs import field, frozen
 
 from quicx.protocol import parents as deps
-from quicx.protocol import wire
+from quicx.protocol import start_options, wire
 from quicx.protocol.backoff import _BACKOFF
 from quicx.protocol.backoff import Backoff as Backoff
 from quicx.protocol.backoff import BackoffKind as BackoffKind
@@ -86,6 +86,9 @@ class Option(IntEnum):
     AFTER = deps.AFTER
     ON_PARENT_FAILURE = deps.ON_PARENT_FAILURE
     AFTER_GROUP = deps.AFTER_GROUP
+    # When it may start: L{quicx.protocol.start_options}.
+    DEBOUNCE = 0x10
+    EXPIRES = 0x11
 
 
 class Context(IntEnum):
@@ -136,6 +139,7 @@ class SubmitOptions:
     @ivar trace: the producer's trace context (see
         L{quicx.protocol.tracecontext.trace_problem}), which the task's
         deliveries carry to its worker.
+    @ivar debounce: its key's debounce (with a key, no delay); C{expires}: its deadline to start.
     @ivar routing_only: no option but a queue and a priority is given (made
         from the others, not an option: the daemon's SUBMIT path reads no
         other then).
@@ -156,6 +160,8 @@ class SubmitOptions:
     after: tuple[int, ...] | None = None
     on_parent_failure: int | None = None
     after_group: int | None = None
+    debounce: start_options.Debounce | None = None
+    expires: start_options.Expires | None = None
     routing_only: bool = field(init=False, repr=False, eq=False)
 
     @routing_only.default
@@ -173,6 +179,8 @@ class SubmitOptions:
             and self.trace is None
             and self.after is None
             and self.after_group is None
+            and self.debounce is None
+            and self.expires is None
         )
 
     def encode(self) -> bytes:
@@ -233,6 +241,8 @@ class SubmitOptions:
             options += deps.encode_dependency_options(
                 self.after, self.on_parent_failure, self.after_group
             )
+        if self.debounce is not None or self.expires is not None:
+            options += start_options.encode_start_options(self)
         return options
 
 
@@ -673,6 +683,7 @@ def decode_options(payload: bytes, start: int, end: int) -> SubmitOptions:
         raise bad(MessageType.SUBMIT, "has both a delay and a time to run at")
     if "on_parent_failure" in named and not named.keys() & {"after", "after_group"}:
         raise bad(MessageType.SUBMIT, "has on-parent-failure without after or after-group")
+    start_options.check_debounce(named)
     return SubmitOptions(**named)  # type: ignore[arg-type]
 
 
@@ -688,6 +699,7 @@ def _remember(raw: bytes, options: SubmitOptions) -> None:
         and options.group is None
         and options.trace is None
         and options.after is None
+        and (options.expires is None or not options.expires.at)
     )
     if repeats and len(_REPEATED) < CACHE_SIZE:
         _REPEATED[raw] = options
@@ -757,6 +769,8 @@ OPTION_DECODERS: dict[int, tuple[str, Callable[[bytes], object]]] = {
     Option.AFTER: ("after", deps.decode_after),
     Option.ON_PARENT_FAILURE: ("on_parent_failure", deps.decode_policy),
     Option.AFTER_GROUP: ("after_group", deps.decode_after_group),
+    Option.DEBOUNCE: ("debounce", start_options.decode_debounce),
+    Option.EXPIRES: ("expires", start_options.decode_expires),
 }
 """
 Each SUBMIT option's decoder, by tag: the L{SubmitOptions} field it fills

@@ -101,7 +101,7 @@ def test_every_new_option_needs_version_2() -> None:
         Options(group=7),
     ):
         assert options.any
-        with pytest.raises(NeedsVersion2, match="results, progress and groups need protocol"):
+        with pytest.raises(NeedsVersion2, match="groups, debounce and expiry need protocol"):
             requests.encode_submit(1, "t", b"x", options)
     assert not Options().any
 

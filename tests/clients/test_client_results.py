@@ -35,7 +35,7 @@ from quicx.protocol.errors import (
     ConnectionLost,
     GroupUnknown,
     NotFinished,
-    OutcomeExpired,
+    OutcomeForgotten,
     PayloadTooLarge,
     QueueFull,
     TaskCancelled,
@@ -101,10 +101,10 @@ def test_a_refused_wait_owes_nothing() -> None:
         (outcome(7, OutcomeState.FAILED, reason="boom"), TaskFailed, "task 7 failed: boom"),
         (outcome(7, OutcomeState.DEAD, reason="boom"), TaskDead, "task 7 is dead: boom"),
         (outcome(7, OutcomeState.CANCELLED, reason="admin"), TaskCancelled, "cancelled"),
-        (outcome(7, OutcomeState.EXPIRED), OutcomeExpired, "has expired"),
+        (outcome(7, OutcomeState.FORGOTTEN), OutcomeForgotten, "is forgotten"),
         (
-            outcome(7, OutcomeState.EXPIRED, reason="evicted: the pool is full"),
-            OutcomeExpired,
+            outcome(7, OutcomeState.FORGOTTEN, reason="evicted: the pool is full"),
+            OutcomeForgotten,
             "task 7 was kept, and was evicted: the pool is full",
         ),
         (outcome(7, OutcomeState.UNKNOWN), TaskUnknown, "no task 7"),
@@ -506,7 +506,7 @@ def test_blocking_result_answers_and_refusals(raw) -> None:
         peer.send(outcomes.encode_outcome(5, OutcomeState.DONE, Result.of("thumb.png")))
         asked.append(received(peer, outcomes.Await))
         peer.send(link.encode_error(codec.ErrorCode.QUEUE_FULL, "too many waits"))
-        for task_id, state in ((7, OutcomeState.DEAD), (8, OutcomeState.EXPIRED)):
+        for task_id, state in ((7, OutcomeState.DEAD), (8, OutcomeState.FORGOTTEN)):
             asked.append(received(peer, outcomes.Await))
             peer.send(outcomes.encode_outcome(task_id, state, reason="boom"))
 
@@ -519,7 +519,7 @@ def test_blocking_result_answers_and_refusals(raw) -> None:
             client.result(6)
         with pytest.raises(TaskDead, match="boom"):
             client.result(7)
-        with pytest.raises(OutcomeExpired):
+        with pytest.raises(OutcomeForgotten):
             client.result(8)
     daemon.join()
     assert asked == [

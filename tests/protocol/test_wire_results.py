@@ -289,7 +289,7 @@ def test_the_new_submit_options_round_trip_with_the_others(
         (MessageType.AWAIT, b"\x00\x00\x00\x01", "AWAIT payload must be 8 bytes, got 4"),
         (MessageType.AWAIT, bytes(8), "AWAIT names task 0"),
         (MessageType.OUTCOME, b"\x00\x00\x00\x01\x01", "OUTCOME needs at least 6 bytes"),
-        (MessageType.OUTCOME, b"\x00\x00\x00\x01\x07\x00", "OUTCOME has unknown state 7"),
+        (MessageType.OUTCOME, b"\x00\x00\x00\x01\x08\x00", "OUTCOME has unknown state 8"),
         (
             MessageType.OUTCOME,
             b"\x00\x00\x00\x01\x02\x01x",

@@ -36,7 +36,7 @@ from quicx.contrib.django.compat import (
 from quicx.protocol.errors import (
     NotFinished,
     NotFound,
-    OutcomeExpired,
+    OutcomeForgotten,
     TaskCancelled,
     TaskFailed,
     TaskUnknown,
@@ -163,7 +163,7 @@ class QuicxBackend(BaseTaskBackend):
             )
         try:
             return self._result(client, task, result_id, ref)
-        except (OutcomeExpired, TaskUnknown, NotFound, ValueError) as e:
+        except (OutcomeForgotten, TaskUnknown, NotFound, ValueError) as e:
             raise TaskResultDoesNotExist(f"{result_id}: {e}") from None
 
     async def aget_result(self, result_id: str) -> TaskResult:

@@ -441,6 +441,10 @@ QUEUE_KEYS = (
     SectionKey(QueuePolicy, "aging", seconds(),
                "The starvation bound W: a lower priority's next task waiting this long goes"
                " first (0: strict priority order).", "`[queues] aging`"),
+    SectionKey(QueuePolicy, "expires", seconds(),
+               "Seconds a task may wait to start once due, unless its SUBMIT says (0: no limit)."),
+    SectionKey(QueuePolicy, "expired_dead", YES_NO,
+               "A task not started before its deadline goes to the dead-letter set."),
 )  # fmt: skip
 """The keys of a C{[queue NAME]} section, in the docs' order."""
 

@@ -33,6 +33,8 @@ CAPABILITIES = (
     "trace",
     "checkpoints",
     "workers",
+    "debounce",
+    "expiry",
 )
 """What a version-2 HELLO is told this daemon can do."""
 

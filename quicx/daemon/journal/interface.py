@@ -91,8 +91,12 @@ class Record(Protocol):
     def after(self) -> WaitsFor | None:
         """What it waits for before it is due, if it waits."""
 
+    @property
+    def deadline(self) -> float:
+        """When it expires if not started by then (Unix seconds; 0: no deadline)."""
 
-OUTCOMES = ("done", "failed", "cancelled")
+
+OUTCOMES = ("done", "failed", "cancelled", "expired")
 """How a task can end; the journal records which."""
 
 
@@ -286,6 +290,9 @@ class IJournal(Interface):
     def record_attempts(task: Record) -> None:
         """Record that a delivery of C{task} ended (lost, timed out) and it is queued again."""
 
+    def record_replace(task: Record, payload: bytes) -> None:
+        """Record that a debounced SUBMIT replaced C{task}'s payload (and due time)."""
+
     def record_fired(schedule: str, fire_time: float) -> None:
         """Record that C{schedule} fired for C{fire_time} (after its task's SUBMIT)."""
 
@@ -350,6 +357,9 @@ class NullJournal:
         pass
 
     def record_attempts(self, task: Record) -> None:
+        pass
+
+    def record_replace(self, task: Record, payload: bytes) -> None:
         pass
 
     def record_fired(self, schedule: str, fire_time: float) -> None:

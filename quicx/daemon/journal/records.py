@@ -89,6 +89,10 @@ SHARED_HEAD = struct.Struct(">BIB")
 BACKOFF = struct.Struct(">BIIB")
 SAVED_HEAD = struct.Struct(">BIQB")
 """Kind, id, saved ms, the state's kind (a result's); then the state."""
+DEADLINE_HEAD = struct.Struct(">BIQ")
+"""Kind, id, the task's deadline to start in ms (0: it expired: its outcome)."""
+REPLACE_HEAD = struct.Struct(">BIQ")
+"""Kind, id, due ms (0: not delayed); then the payload that replaces the task's."""
 
 KIND_SUBMIT = 1
 KIND_DONE = 2
@@ -114,6 +118,9 @@ KIND_ATTEMPTS = 21
 KIND_SUBMIT5 = 22
 KIND_SUBMIT6 = 23
 KIND_PARENT = 24
+# Issue 33: a task's deadline to start (and its expiry), a debounce's new payload.
+KIND_DEADLINE = 25
+KIND_REPLACE = 26
 KIND_TASK_CHECKPOINT = 27
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
@@ -136,10 +143,12 @@ KINDS = KINDS_V1 | {
     KIND_SUBMIT5,
     KIND_SUBMIT6,
     KIND_PARENT,
+    KIND_DEADLINE,
+    KIND_REPLACE,
     KIND_TASK_CHECKPOINT,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
-OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
+OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3, "expired": 7}
 OUTCOME_NAMES = {code: name for name, code in OUTCOME_CODES.items()}
 FORGOTTEN = 5
 """A RESULT record's state when the outcome is forgotten (OUTCOME's I{expired})."""
@@ -397,8 +406,20 @@ def encode_shared(name: str, version: int, data: bytes) -> bytes:
 
 
 def encode_outcome(task_id: int, outcome: str) -> bytes:
-    """DONE, FAILED or CANCELLED."""
+    """DONE, FAILED or CANCELLED; or expired (a DEADLINE of 0)."""
+    if outcome == "expired":
+        return encode_deadline(task_id, 0.0)
     return _frame(bytes((OUTCOME_KINDS[outcome],)) + ID.pack(task_id))
+
+
+def encode_deadline(task_id: int, deadline: float) -> bytes:
+    """A task's deadline to start (written after its SUBMIT); 0: it expired."""
+    return _frame(DEADLINE_HEAD.pack(KIND_DEADLINE, task_id, round(deadline * 1000)))
+
+
+def encode_replace(task_id: int, due: float, payload: bytes) -> bytes:
+    """A debounced SUBMIT's payload replaced a live task's, which is due at C{due} (0: now)."""
+    return _frame(REPLACE_HEAD.pack(KIND_REPLACE, task_id, round(due * 1000)) + payload)
 
 
 def encode_pause(queue: str, paused: bool) -> bytes:
@@ -481,6 +502,7 @@ class RecoveredTask:
     checkpoint: SavedState | None = None
     after: tuple[int, int, tuple[int, ...]] | None = None
     """What it waits for: its policy, its group (0: none) and its parents."""
+    deadline: float = 0.0
 
 
 @frozen

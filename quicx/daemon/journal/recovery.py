@@ -23,6 +23,7 @@ from quicx.daemon.journal.records import (
     AUTOMATIC,
     BACKOFF,
     DEAD_HEAD,
+    DEADLINE_HEAD,
     FIRED_HEAD,
     FORGOTTEN,
     FORMAT,
@@ -33,12 +34,14 @@ from quicx.daemon.journal.records import (
     KIND_CANCELLED,
     KIND_CHECKPOINT,
     KIND_DEAD,
+    KIND_DEADLINE,
     KIND_DONE,
     KIND_FIRED,
     KIND_GROUP,
     KIND_KEY,
     KIND_PARENT,
     KIND_PAUSE,
+    KIND_REPLACE,
     KIND_REPLAY,
     KIND_RESERVE,
     KIND_RESULT,
@@ -57,9 +60,11 @@ from quicx.daemon.journal.records import (
     MAGIC,
     MAGICS,
     MAX_BODY,
+    OUTCOME_CODES,
     OUTCOME_NAMES,
     PARENT_HEAD,
     RECORD_HEADER,
+    REPLACE_HEAD,
     RESULT_HEAD,
     RETRY_HEAD,
     SAVED_HEAD,
@@ -78,7 +83,7 @@ from quicx.protocol.taskflow import Result, ResultKind
 from quicx.protocol.tracecontext import TRACE_HEAD
 
 _OUTCOME_OF_KIND = {KIND_DONE: "done", KIND_CANCELLED: "cancelled"}
-_RESULT_STATES = frozenset(range(1, FORGOTTEN + 1))
+_RESULT_STATES = frozenset((*range(1, FORGOTTEN + 1), OUTCOME_CODES["expired"]))
 _RESULT_KINDS = frozenset(range(4))
 _GROUP_PHASES = frozenset(range(4))
 _GROUP_FORGOTTEN = 3
@@ -243,6 +248,14 @@ def _key_problem(data: _View, kind: int, start: int, length: int) -> str:
     return ""
 
 
+def _deadline_problem(data: _View, kind: int, start: int, length: int) -> str:
+    return "" if length == DEADLINE_HEAD.size else "DEADLINE record of the wrong length"
+
+
+def _replace_problem(data: _View, kind: int, start: int, length: int) -> str:
+    return "" if length >= REPLACE_HEAD.size else "REPLACE record shorter than its header"
+
+
 _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_SUBMIT: _submit_problem,
     KIND_SUBMIT2: _submit2_problem,
@@ -263,6 +276,8 @@ _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_SHARED: _shared_problem,
     KIND_PAUSE: _pause_problem,
     KIND_KEY: _key_problem,
+    KIND_DEADLINE: _deadline_problem,
+    KIND_REPLACE: _replace_problem,
 }
 """
 What is wrong with a record's body, by kind (C{data}, C{kind}, where the
@@ -373,7 +388,9 @@ def _replay_records(path: str, data: bytes, replay: _Replay) -> int:
 
 _NAMED_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE, KIND_SHARED})
 """The records of a queue, a schedule or shared data: of no task."""
-_STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS, KIND_TASK_CHECKPOINT})
+_STATE_KINDS = frozenset(
+    {KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS, KIND_TASK_CHECKPOINT, KIND_REPLACE}
+)
 
 
 class _Replay:
@@ -434,6 +451,8 @@ class _Replay:
             )
         elif kind in _STATE_KINDS:
             self._changed(data, kind, task_id, start, end)
+        elif kind == KIND_DEADLINE:
+            self._deadline(task_id, DEADLINE_HEAD.unpack_from(data, start)[2])
         elif kind == KIND_RESULT:
             self.outcomes.result(data, start, end)
         elif kind == KIND_KEY:
@@ -466,6 +485,15 @@ class _Replay:
         if kind == KIND_DEAD and task.group:
             self.outcomes.count(task.group, "failed")
             self.live[task_id] = evolve(self.live[task_id], group=0)
+
+    def _deadline(self, task_id: int, deadline_ms: int) -> None:
+        """A live task's deadline to start; 0: it expired."""
+        if not deadline_ms:
+            self._finished(task_id, "expired")
+            return
+        task = self.live.get(task_id)
+        if task is not None:
+            self.live[task_id] = evolve(task, deadline=deadline_ms / 1000)
 
     def _finished(self, task_id: int, outcome: str) -> None:
         """A task's outcome: it leaves the live tasks, its group counts it, its key says it."""
@@ -555,14 +583,17 @@ def _shared_record(data: bytes, start: int, end: int, shared: dict[str, tuple[in
 
 def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -> RecoveredTask:
     """
-    A live task after a (checked) RETRY, DEAD, REPLAY, ATTEMPTS or
-    CHECKPOINT record: a RETRY's or DEAD's failures are its attempts, unless
-    an ATTEMPTS follows.
+    A live task after a (checked) RETRY, DEAD, REPLAY, ATTEMPTS, CHECKPOINT
+    or REPLACE record: a RETRY's or DEAD's failures are its attempts, unless
+    an ATTEMPTS follows; a REPLACE's payload and due time are its own.
     """
     if kind == KIND_TASK_CHECKPOINT:
         _, _, saved_ms, state_kind = SAVED_HEAD.unpack_from(data, start)
         state = Result(ResultKind(state_kind), data[start + SAVED_HEAD.size : end])
         return evolve(task, checkpoint=SavedState(state, saved_ms / 1000))
+    if kind == KIND_REPLACE:
+        due_ms = REPLACE_HEAD.unpack_from(data, start)[2]
+        return evolve(task, payload=data[start + REPLACE_HEAD.size : end], due=due_ms / 1000)
     if kind == KIND_ATTEMPTS:
         return evolve(task, attempts=ATTEMPTS_HEAD.unpack_from(data, start)[2])
     if kind == KIND_RETRY:

@@ -36,6 +36,7 @@ from quicx.daemon.journal.records import (
     Recovery,
     encode_attempts,
     encode_dead,
+    encode_deadline,
     encode_fired,
     encode_forgotten,
     encode_group,
@@ -43,6 +44,7 @@ from quicx.daemon.journal.records import (
     encode_outcome,
     encode_parent,
     encode_pause,
+    encode_replace,
     encode_replay,
     encode_reserve,
     encode_result,
@@ -226,6 +228,8 @@ class Journal(Service):
         record = _submit_record(task, payload)
         self.stats.live_bytes += len(record)
         self._append(record)
+        if task.deadline:
+            self._append(encode_deadline(task.task_id, task.deadline))
         if self.policy is FsyncPolicy.ALWAYS or self._durable_steps < 0:
             self._unsynced.append(task)
             return False
@@ -267,6 +271,9 @@ class Journal(Service):
 
     def record_replay(self, task: Record) -> None:
         self._append(encode_replay(task.task_id))
+
+    def record_replace(self, task: Record, payload: bytes) -> None:
+        self._append(encode_replace(task.task_id, task.due, payload))
 
     def record_fired(self, schedule: str, fire_time: float) -> None:
         self._append(encode_fired(schedule, fire_time))
@@ -343,8 +350,11 @@ class Journal(Service):
             snapshot = [MAGIC, encode_reserve(self._reserved_id)]
             dead: list[Record] = []
             attempted: list[Record] = []
+            deadlines: list[Record] = []
             for task, payload in state.tasks:
                 snapshot.append(_submit_record(task, payload))
+                if task.deadline:
+                    deadlines.append(task)
                 if task.dead is not None:
                     dead.append(task)
                 if task.ended_attempts != task.failures:
@@ -355,6 +365,7 @@ class Journal(Service):
                 for t in dead
                 if t.dead is not None
             ]
+            snapshot += [encode_deadline(t.task_id, t.deadline) for t in deadlines]
             # After the SUBMITs and DEADs, whose failures they correct.
             snapshot += [encode_attempts(t.task_id, t.ended_attempts) for t in attempted]
             snapshot += [encode_saved(*checkpoint) for checkpoint in state.checkpoints]

@@ -16,7 +16,8 @@ with C{event} one of L{quicx.protocol.monitor.EVENT_KINDS}: submitted,
 rejected (with C{code} and C{reason}), dispatched, progress (with
 C{fraction}, 0 to 1, and C{message}), done, failed (with C{reason}),
 retrying (with C{reason}), requeued (with C{cause}), cancelled (with
-C{cause}), dead (with C{reason}), replayed, dropped (with C{cause}) and
+C{cause}), dead (with C{reason}), replayed, dropped (with C{cause}),
+expired (with C{reason}), debounced (with C{mode}) and
 recovered.  A delayed task's submitted and recovered events add C{due}
 (epoch milliseconds); the others' have none.
 C{queue} and C{priority} are C{null} on a rejected SUBMIT.  C{t} is epoch
@@ -74,6 +75,8 @@ _EXTRA_KEY: dict[str, str | tuple[str, ...]] = {
     "cancelled": "cause",
     "retrying": "reason",
     "dead": "reason",
+    "expired": "reason",
+    "debounced": "mode",
 }
 
 

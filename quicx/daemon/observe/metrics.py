@@ -439,7 +439,7 @@ TALLY_FAMILIES: tuple[Callable[[Sequence[Tally]], Metric], ...] = (
     _counts(
         "quicx_tasks_finished",
         "Tasks finished, by outcome: done, failed (for good), dead (into the"
-        " dead letters) or cancelled.",
+        " dead letters), cancelled or expired (not started before its deadline).",
         lambda t: [([outcome], getattr(t, outcome)) for outcome in Tally.OUTCOMES],
         extra=["outcome"],
     ),
@@ -452,6 +452,11 @@ TALLY_FAMILIES: tuple[Callable[[Sequence[Tally]], Metric], ...] = (
         "quicx_tasks_requeued",
         "Deliveries taken back and queued again (a worker lost, a timeout).",
         lambda t: [([], t.requeued)],
+    ),
+    _counts(
+        "quicx_tasks_debounced",
+        "SUBMITs folded into a queued task of their key by its debounce.",
+        lambda t: [([], t.debounced)],
     ),
     _latencies(
         "quicx_task_wait_seconds",

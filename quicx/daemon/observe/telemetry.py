@@ -96,7 +96,9 @@ class Tally:
     __slots__ = (
         "cancelled",
         "dead",
+        "debounced",
         "done",
+        "expired",
         "failed",
         "queue",
         "requeued",
@@ -107,14 +109,15 @@ class Tally:
         "wait",
     )
 
-    OUTCOMES = ("done", "failed", "dead", "cancelled")
-    COUNTS = ("submitted", *OUTCOMES, "retried", "requeued")
+    OUTCOMES = ("done", "failed", "dead", "cancelled", "expired")
+    COUNTS = ("submitted", *OUTCOMES, "retried", "requeued", "debounced")
 
     def __init__(self, queue: str, task_type: str) -> None:
         self.queue = queue
         self.task_type = task_type
         self.submitted = self.done = self.failed = self.dead = self.cancelled = 0
         self.retried = self.requeued = 0
+        self.expired = self.debounced = 0
         self.wait = Histogram()
         self.run = Histogram()
 

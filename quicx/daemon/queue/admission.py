@@ -21,8 +21,10 @@ from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.state import DELAYED, HELD, QUEUED
 from quicx.daemon.queue.tell import tell_kept, tell_outcome
 from quicx.protocol.codec import ErrorCode
+from quicx.protocol.start_options import DebounceMode
 from quicx.protocol.taskflow import DEFAULT_OPTIONS, SubmitOptions
 
 
@@ -81,12 +83,12 @@ class Admission:
                 self._check_submit(queue, task_type)
             now = kernel.clock()
             if plain:
-                due, joined = 0.0, None
+                due, joined, deadline = 0.0, None, 0.0
             else:
-                chosen = self._options(session, queue, options, now)
+                chosen = self._options(session, queue, options, now, task_type, payload)
                 if chosen is None:
                     return  # answered: a duplicate
-                due, joined = chosen
+                due, joined, deadline = chosen
             try:
                 # An empty payload still takes the smallest block: every live task
                 # holds a block, so the pool bounds how many tasks there are.
@@ -115,9 +117,24 @@ class Admission:
             ready_at=now,
         )
         if not plain:
-            self._apply(task, options, due, joined)
+            self._apply(task, options, due, joined, deadline)
+        elif queue.policy.expires:
+            task.deadline = now + queue.policy.expires
         session.outstanding += 1
         kernel.admit(task, payload)
+        if task.deadline:
+            self._watch(task)
+
+    def _watch(self, task: Task) -> None:
+        """
+        Hold C{task}, just admitted with a deadline, to it: if it waits (it
+        was not handed to a worker at once; one not yet accepted is held
+        once it is, see L{quicx.daemon.queue.journal_side.accepted}).
+        """
+        if task.state is QUEUED or task.state is DELAYED:
+            self.kernel.expiry.watch(task)
+        elif task.state is HELD:
+            task.deadline = 0.0  # it started in time
 
     def _options(
         self,
@@ -125,11 +142,15 @@ class Admission:
         queue: NamedQueue[Task, Session],
         options: SubmitOptions,
         now: float,
-    ) -> tuple[float, Group | None] | None:
+        task_type: bytes = b"",
+        payload: bytes = b"",
+    ) -> tuple[float, Group | None, float] | None:
         """
         What C{options} make of a SUBMIT into C{queue}: its due time (0.0:
-        now) and the group it joins; C{None} when its key names a task
-        already submitted (then C{session} is answered: see L{_duplicate}).
+        now), the group it joins and its deadline to start (0.0: none);
+        C{None} when its key names a task already submitted (then
+        C{session} is answered: see L{_duplicate}), or a debounced one it
+        folds into (L{quicx.daemon.queue.debounce}).
 
         @raise Refused: an option cannot be taken.
         """
@@ -138,6 +159,15 @@ class Admission:
         key = options.key
         if key is not None:
             found = self.kernel.keys.find(queue.name, key, now)
+            debounce = options.debounce
+            if debounce is not None:
+                if self.kernel.debouncing.fold(
+                    session, found, task_type, payload, debounce, self._store
+                ):
+                    return None  # folded in, and answered
+                if debounce.mode is not DebounceMode.DROP:
+                    found = None  # its task started: a new one
+                due = self._debounce_due(debounce.window_ms, now)
             if found is not None:
                 self._duplicate(session, found)
                 return None
@@ -145,17 +175,34 @@ class Admission:
         joined = None if group is None else self.kernel.outcomes.group_to_join(group)
         if options.fairness is not None:
             self._check_fairness(queue, options.fairness)
-        if options.after is not None or options.after_group is not None:
+        waits = options.after is not None or options.after_group is not None
+        if waits:
             self.kernel.dependencies.check(options)
-        return due, joined
+        deadline = 0.0
+        # A queue's default counts from when a task is due: one that waits for
+        # others is due only once they finish, so only its own deadline holds it.
+        if options.expires is not None or (queue.policy.expires and not waits):
+            deadline = self.kernel.expiry.deadline(queue, options.expires, due, now)
+        return due, joined, deadline
 
-    def _apply(self, task: Task, options: SubmitOptions, due: float, joined: Group | None) -> None:
+    def _debounce_due(self, window_ms: int, now: float) -> float:
+        """When a new debounced task runs: once its window passes. @raise Refused: too far."""
+        due = round(now + window_ms / 1000, 3)
+        refusal = self._check_delay(due, now)
+        if refusal is not None:
+            raise refusal
+        return due
+
+    def _apply(
+        self, task: Task, options: SubmitOptions, due: float, joined: Group | None, deadline: float
+    ) -> None:
         """
         The options beyond a queue and a priority, on C{task} (read only when
         given: the hot path): its keys, due time, retries, backoff, progress,
         trace; its outcome kept C{result_ttl} seconds; it joins C{joined}.
         """
         task.key, task.fairness, task.due = options.key, options.fairness, due
+        task.deadline = deadline
         if options.retries is not None:
             task.retries = options.retries
         task.backoff, task.forward_progress = options.backoff, options.progress
@@ -261,7 +308,7 @@ class Admission:
                 tell_kept(session, *kept)
                 return
             # The reason a failure gave is not kept with its key.
-            reason = "failed (an earlier submission of this key)"
+            reason = f"{found.outcome} (an earlier submission of this key)"
             tell_outcome(session, found.task_id, found.outcome, reason)
             return
         task = found
@@ -321,5 +368,9 @@ class Admission:
             tally=kernel.tally_of(queue, spec.task_type),
             ready_at=now,
         )
+        if queue.policy.expires:
+            task.deadline = now + queue.policy.expires
         kernel.admit(task, spec.payload)
+        if task.deadline:
+            self._watch(task)
         kernel.journal.record_fired(name, fire_time)

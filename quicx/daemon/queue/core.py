@@ -37,12 +37,14 @@ from quicx.daemon.observe.telemetry import Tally, Telemetry
 from quicx.daemon.queue import journal_side, pmad
 from quicx.daemon.queue.checkpoints import Checkpoints
 from quicx.daemon.queue.counting import Counting
+from quicx.daemon.queue.debounce import Debouncing
 from quicx.daemon.queue.dedup import KeyTable
 from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.dependencies import Dependencies
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.dispatcher import Dispatcher
 from quicx.daemon.queue.drain import Drain
+from quicx.daemon.queue.expiry import Expiry
 from quicx.daemon.queue.failing import Failing
 from quicx.daemon.queue.graveyard import Graveyard
 from quicx.daemon.queue.hooks import (
@@ -147,6 +149,7 @@ class QueueService(Service):
         self.dispatcher = Dispatcher(
             pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
         )
+        self.expiry, self.debouncing = Expiry(self), Debouncing(self)  # issue 33's features
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
         self.duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
         self.outcomes = outcomes = Outcomes(
@@ -223,7 +226,8 @@ class QueueService(Service):
         recorder = None if events is None else EventRecorder(events)
         # The dependencies first: they hear a group's member before the group counts it.
         features: tuple[object, ...] = (self.dependencies, self.outcomes, self.counting)
-        features += (self.reports, self.checkpoints, self.shared, self.event_bus, self.task_history)
+        features += (self.reports, self.checkpoints, self.shared, self.event_bus)
+        features += (self.task_history, self.expiry)
         self.hooks = hooks = Subscribers(f for f in (*features, recorder) if f is not None)
         # The hot path's hooks, one attribute away (each is most often empty).
         self._on_accepted, self._on_done = hooks.accepted, hooks.done
@@ -671,6 +675,7 @@ class QueueService(Service):
     def stopService(self) -> None:
         super().stopService()
         self.failures.flush()
+        self.expiry.stop()
         for part in (self.dispatcher, self.graveyard, self.delays, self.progress, self.outcomes):
             part.stop()
         journal_side.stopping(self)

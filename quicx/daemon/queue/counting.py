@@ -39,6 +39,12 @@ class Counting:
     def cancelled(self, task: Task, why: str) -> None:
         task.tally.cancelled += 1
 
+    def expired(self, task: Task, why: str) -> None:
+        task.tally.expired += 1
+
+    def debounced(self, task: Task, mode: str) -> None:
+        task.tally.debounced += 1
+
     def rejected(
         self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:

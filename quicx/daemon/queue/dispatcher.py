@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
@@ -22,6 +23,36 @@ from quicx.daemon.queue.hooks import WorkerHook
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.state import HELD
+
+
+class Deadlines(Protocol):
+    """
+    The tasks' deadlines to start, as the dispatcher checks them
+    (L{quicx.daemon.queue.expiry.Expiry}).
+
+    @ivar lapsed: the tasks found past their deadline this turn.
+    """
+
+    lapsed: list[Task]
+
+    def lapse(self, task: Task, now: float) -> bool:
+        """C{task}, with a deadline, taken to start C{now}: whether it is past it."""
+
+    def expire_lapsed(self) -> None:
+        """At the dispatcher's turn's end: expire the L{lapsed} tasks."""
+
+
+class _NoDeadlines:
+    lapsed: list[Task] = []
+
+    def lapse(self, task: Task, now: float) -> bool:
+        return False
+
+    def expire_lapsed(self) -> None:
+        pass
+
+
+_NO_DEADLINES = _NoDeadlines()
 
 
 class Dispatcher:
@@ -54,6 +85,7 @@ class Dispatcher:
         self.lifo = lifo
         self.failed_on: dict[int, int] = {}
         self.delivered: tuple[WorkerHook, ...] = ()
+        self.deadlines: Deadlines = _NO_DEADLINES
         self._last_token = 0
         self._rate_timer: IDelayedCall | None = None
 
@@ -110,6 +142,8 @@ class Dispatcher:
                     # It still runs a late copy: another worker must take it.
                     self.put_back(task)
                     break
+                if task.deadline and self.deadlines.lapse(task, now):
+                    continue
                 if handles is not None and task.task_type not in handles:
                     if self._route(task, queue, now):
                         continue
@@ -118,6 +152,8 @@ class Dispatcher:
                 free -= 1
             if free <= 0:
                 self.unidle(worker)
+                if self.deadlines.lapsed:
+                    self.deadlines.expire_lapsed()
                 return
         session_id = worker.session_id
         if not worker.waiting:
@@ -129,6 +165,8 @@ class Dispatcher:
             # It went idle last: it is offered the next task first.
             for queue in worker.subscriptions:
                 queue.idle.move_to_end(session_id, False)
+        if self.deadlines.lapsed:
+            self.deadlines.expire_lapsed()
 
     def serve_queue(self, queue: NamedQueue[Task, Session]) -> None:
         """
@@ -164,10 +202,14 @@ class Dispatcher:
                         queue.park(task)
                     continue
                 worker = chosen
+            if task.deadline and self.deadlines.lapse(task, now):
+                continue
             self.deliver(worker, task, queue, now)
             self._dealt(worker, idle)
         for task in reversed(set_aside):
             self.put_back(task)
+        if self.deadlines.lapsed:
+            self.deadlines.expire_lapsed()
 
     def _dealt(self, worker: Session, idle: OrderedDict[int, Session]) -> None:
         """C{worker}, idle on a queue whose C{idle} it is, was dealt a task: its place now."""

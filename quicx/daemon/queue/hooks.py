@@ -81,7 +81,12 @@ class Subscribers:
       - C{session_closed(session)}: a connection closed (after the kernel
         forgot its subscriptions, before its tasks are requeued);
       - C{output_drained(session)}: its output drained: send it what was
-        held back.
+        held back;
+      - C{expired(task, why)}: not started before its deadline, it ends
+        expired (L{quicx.daemon.queue.expiry});
+      - C{debounced(task, mode)}: a SUBMIT of its key folded into it, as its
+        debounce's C{mode} (C{drop}, C{replace}, C{extend}) says
+        (L{quicx.daemon.queue.debounce}).
 
     A new feature that must hear of a task's or a session's life implements
     the hooks it needs and is handed to the kernel (see
@@ -105,6 +110,8 @@ class Subscribers:
         "rejected",
         "session_closed",
         "output_drained",
+        "expired",
+        "debounced",
     )
 
     accepted: tuple[TaskHook, ...]
@@ -123,6 +130,8 @@ class Subscribers:
     rejected: tuple[Rejected, ...]
     session_closed: tuple[SessionHook, ...]
     output_drained: tuple[SessionHook, ...]
+    expired: tuple[Why, ...]
+    debounced: tuple[Why, ...]
 
     def __init__(self, subscribers: Iterable[object] = ()) -> None:
         those = tuple(subscribers)

@@ -10,7 +10,7 @@ from typing import Protocol
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from quicx.daemon.journal.interface import IJournal, ParentEntry
+from quicx.daemon.journal.interface import IJournal, KeyEntry, ParentEntry
 from quicx.daemon.observe.logsummary import LogSummary
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue import pmad
@@ -26,7 +26,7 @@ from quicx.daemon.queue.policy import QueueLimits
 from quicx.daemon.queue.progress import ProgressBook
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.results import KeptOutcomes
-from quicx.protocol import taskflow
+from quicx.protocol import start_options, taskflow
 from quicx.protocol.codec import ErrorCode
 
 
@@ -74,6 +74,37 @@ class IWaitingRoom(Protocol):
 
     def restore(self, waiting: Iterable[Task], entries: Iterable[ParentEntry]) -> None:
         """Take back the waiting tasks a journal kept."""
+
+
+class IExpiry(Protocol):
+    """Deadlines to start (L{quicx.daemon.queue.expiry.Expiry})."""
+
+    def deadline(
+        self,
+        queue: NamedQueue[Task, Session],
+        expires: start_options.Expires | None,
+        due: float,
+        now: float,
+    ) -> float:
+        """The deadline of a task submitted C{now}. @raise Refused: it cannot be met."""
+
+    def watch(self, task: Task) -> None:
+        """Hold C{task}, accepted and waiting, to its deadline."""
+
+
+class IDebouncing(Protocol):
+    """Debounced SUBMITs (L{quicx.daemon.queue.debounce.Debouncing})."""
+
+    def fold(
+        self,
+        session: Session,
+        found: Task | KeyEntry | None,
+        task_type: bytes,
+        payload: bytes,
+        debounce: start_options.Debounce,
+        store: Callable[[bytes], int],
+    ) -> bool:
+        """Whether the SUBMIT folded into C{found} (and was answered)."""
 
 
 class IKernel(Protocol):
@@ -240,6 +271,12 @@ class IKernel(Protocol):
 
     @property
     def dispatcher(self) -> Dispatcher: ...
+
+    @property
+    def expiry(self) -> IExpiry: ...
+
+    @property
+    def debouncing(self) -> IDebouncing: ...
 
     @property
     def kept(self) -> KeptOutcomes: ...

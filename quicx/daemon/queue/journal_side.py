@@ -90,6 +90,7 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             trace=recovered.trace,
             checkpoint=recovered.checkpoint,
             after=None if recovered.after is None else _after(*recovered.after),
+            deadline=recovered.deadline,
         )
         kernel._live[task.task_id] = task
         for announce in kernel.hooks.recovered:
@@ -143,6 +144,8 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
         for waiting in kernel.duplicates_waiting.pop(task.task_id, ()):
             waiting.reply = waiting.session.speaker.duplicate_ok(task.task_id)
             producers[waiting.session] = None
+        if task.deadline:
+            kernel.expiry.watch(task)
         if task.after is not None:
             held.append(task)
             continue

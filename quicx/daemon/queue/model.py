@@ -85,6 +85,8 @@ class Task:
         waits itself): announced even when it is a DONE nobody else wants.
     @ivar parents: its parents' outcomes, as its deliveries carry them
         (TASK context items 0x23), once it no longer waits.
+    @ivar deadline: it expires if not started by then (Unix seconds; 0: no
+        deadline, or it started): see L{quicx.daemon.queue.expiry}.
     """
 
     task_id: int
@@ -122,6 +124,7 @@ class Task:
     after: After | None = field(default=None, kw_only=True)
     watched: bool = field(default=False, kw_only=True)
     parents: bytes | None = field(default=None, kw_only=True)
+    deadline: float = field(default=0.0, kw_only=True)
 
     @property
     def accepted(self) -> bool:

@@ -46,6 +46,9 @@ class QueuePolicy:
     @ivar aging: the starvation bound C{W}: seconds after which a lower
         priority's next task goes before higher ones (0: strict priority
         order; see L{quicx.daemon.queue.aging}).
+    @ivar expires: seconds a task may wait to start, from when it is due,
+        unless its SUBMIT gives its own deadline (0: no deadline).
+    @ivar expired_dead: an expired task goes to the dead-letter set.
     """
 
     max_depth: int = 0
@@ -61,6 +64,8 @@ class QueuePolicy:
     keep_results: bool = False
     result_ttl: float | None = None
     aging: float = 5.0
+    expires: float = 0.0
+    expired_dead: bool = False
 
 
 @frozen

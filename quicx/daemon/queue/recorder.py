@@ -59,6 +59,12 @@ class EventRecorder:
     def dropped(self, task: Task, why: str) -> None:
         record(self.events, "dropped", task, None, why)
 
+    def expired(self, task: Task, why: str) -> None:
+        record(self.events, "expired", task, None, why)
+
+    def debounced(self, task: Task, mode: str) -> None:
+        record(self.events, "debounced", task, None, mode)
+
     def rejected(
         self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:

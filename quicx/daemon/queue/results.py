@@ -14,9 +14,9 @@ outcomes are evicted: the oldest automatic ones first, then the oldest
 requested ones (an automatic one never evicts a requested one).  The ids
 of outcomes forgotten (by TTL or eviction) are remembered, as many as
 C{max_count}, with why when they were evicted, so that AWAIT can tell
-I{expired} from I{unknown} and say I{evicted}.  Every change is journaled:
+I{forgotten} from I{unknown} and say I{evicted}.  Every change is journaled:
 a kept outcome as a RESULT record, a forgotten one as a RESULT of state
-I{expired}.
+I{forgotten}.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class KeptOutcomes:
         found = self.get(task_id)
         if found is None:
             if self.forgot(task_id):
-                return encode_outcome(task_id, OutcomeState.EXPIRED, None, self.eviction(task_id))
+                return encode_outcome(task_id, OutcomeState.FORGOTTEN, None, self.eviction(task_id))
             return encode_outcome(task_id, OutcomeState.UNKNOWN)
         kept, data = found
         if kept.kind:

@@ -37,11 +37,13 @@ TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = {
     # worker at once) or delayed; recovered from the journal: also dead.
     PENDING: frozenset({QUEUED, DELAYED, DEAD, WAITING}),
     # Delivered (or taken back by a late outcome of an earlier delivery);
-    # cancelled or purged.
-    QUEUED: frozenset({HELD, FINISHED}),
-    # Due; cancelled or purged; taken back by a late outcome of an earlier
-    # delivery (which then counts as its holder).
-    DELAYED: frozenset({QUEUED, FINISHED, HELD}),
+    # cancelled or purged; expired; (issue 33) delayed again by a debounce's
+    # extend, expired into the dead-letter set.
+    QUEUED: frozenset({HELD, FINISHED, DELAYED, DEAD}),
+    # Due; cancelled or purged; expired; taken back by a late outcome of an
+    # earlier delivery (which then counts as its holder); (issue 33) expired
+    # into the dead-letter set.
+    DELAYED: frozenset({QUEUED, FINISHED, HELD, DEAD}),
     # Requeued (its worker left, its lease ran out); retried after a backoff;
     # failed for good, into the dead-letter set or not; done.
     HELD: frozenset({QUEUED, DELAYED, DEAD, FINISHED}),

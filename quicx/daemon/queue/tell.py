@@ -1,5 +1,7 @@
 """
 Telling a session a task's outcome as its producer hears it: DONE, FAILED or CANCELLED.
+
+An expired task's producer hears OUTCOME I{expired} (version 1: FAILED).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ def tell_outcome(
 ) -> None:
     """
     Send C{session} a task's outcome in its version (a version-1 peer
-    hears a cancel as FAILED C{cancelled}, and no result); C{reason}: a
-    failure's, verbatim.
+    hears a cancel as FAILED C{cancelled}, and no result; an expiry as
+    FAILED C{reason}, where version 2 hears OUTCOME I{expired}); C{reason}:
+    a failure's, verbatim.
     """
     if not session.connected:
         return
@@ -29,6 +32,8 @@ def tell_outcome(
         frame = speaker.done(task_id) if result is None else speaker.done_with(task_id, result)
     elif outcome == "cancelled":
         frame = speaker.cancelled(task_id)
+    elif outcome == "expired" and speaker.version != 1:
+        frame = speaker.outcome(task_id, OutcomeState.EXPIRED, None, reason)
     else:
         frame = speaker.failed(task_id, reason)
     session.peer.sendFrame(frame)
@@ -42,5 +47,7 @@ def tell_kept(session: Session, kept: KeptOutcome, data: bytes) -> None:
         tell_outcome(session, kept.task_id, "done", "", result)
     elif state == OutcomeState.CANCELLED:
         tell_outcome(session, kept.task_id, "cancelled", "")
+    elif state == OutcomeState.EXPIRED:
+        tell_outcome(session, kept.task_id, "expired", data.decode("utf-8", "replace"))
     else:
         tell_outcome(session, kept.task_id, "failed", data.decode("utf-8", "replace"))

@@ -180,7 +180,7 @@ def test_a_scrape_says_exactly_what_a_known_workload_did(tmp_path: Path, start_d
         ("img", "resize", "done"): 4,
         ("img", "resize", "dead"): 1,
     }
-    assert len(outcomes_by) == 3 * 4  # every outcome of every (queue, type), zeros too
+    assert len(outcomes_by) == 3 * 5  # every outcome of every (queue, type), zeros too
     assert series(samples, "quicx_tasks_submitted_total", "queue", "type") == {
         ("mail", "email"): 7,
         ("img", "resize"): 5,

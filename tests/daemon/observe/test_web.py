@@ -417,13 +417,13 @@ def test_a_task_is_found_live_kept_expired_or_unknown() -> None:
     assert kept["result"] == {"kind": "text", "text": "ok"}
     assert site.get("/api/tasks/1", MONITOR).json() == {"found": "unknown", "id": 1}
     site.clock.advance(61)
-    assert site.get("/api/tasks/2", MONITOR).json() == {"found": "expired", "id": 2}
+    assert site.get("/api/tasks/2", MONITOR).json() == {"found": "forgotten", "id": 2}
     submit_to(queue, producer.session, b"resize", b"z", "mail", result_ttl=60)
     (third,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, third.task_id, third.token)
     assert queue.kept.make_room(1)  # as a SUBMIT does when the pool is full
     assert site.get(f"/api/tasks/{third.task_id}", MONITOR).json() == {
-        "found": "expired",
+        "found": "forgotten",
         "id": third.task_id,
         "evicted": "evicted: the pool is full",
     }

@@ -141,7 +141,7 @@ def test_a_kept_outcome_answers_another_connection_until_its_ttl() -> None:
     clock.advance(59.999)
     assert awaited(queue, task_id).state == OutcomeState.DONE
     clock.advance(0.001)
-    assert awaited(queue, task_id) == Outcome(task_id, OutcomeState.EXPIRED)
+    assert awaited(queue, task_id) == Outcome(task_id, OutcomeState.FORGOTTEN)
     assert queue.counters().results_expired == 1 and journal.results[-1] == task_id
     assert queue.pool.bytes_used == EMPTY_POOL_BYTES
 
@@ -153,10 +153,10 @@ def test_the_result_option_0_keeps_for_the_default_ttl_and_max_ttl_caps_any() ->
     default = run(queue, producer, worker, result_ttl=0)
     capped = run(queue, producer, worker, result_ttl=1_000_000)
     clock.advance(30)
-    assert awaited(queue, default).state == OutcomeState.EXPIRED
+    assert awaited(queue, default).state == OutcomeState.FORGOTTEN
     assert awaited(queue, capped).state == OutcomeState.DONE
     clock.advance(70)
-    assert awaited(queue, capped).state == OutcomeState.EXPIRED
+    assert awaited(queue, capped).state == OutcomeState.FORGOTTEN
 
 
 def test_an_outcome_not_kept_is_unknown_as_is_a_task_that_never_was() -> None:
@@ -178,7 +178,7 @@ def test_the_outcome_of_a_task_whose_producer_left_is_kept() -> None:
     queue.ack(worker.session, task.task_id, task.token, ANSWER)
     assert awaited(queue, task.task_id) == Outcome(task.task_id, OutcomeState.DONE, ANSWER)
     clock.advance(120)
-    assert awaited(queue, task.task_id).state == OutcomeState.EXPIRED
+    assert awaited(queue, task.task_id).state == OutcomeState.FORGOTTEN
 
 
 def test_no_outcome_is_kept_for_a_version_1_producer_that_left() -> None:
@@ -205,8 +205,8 @@ def test_outcomes_kept_for_nobody_are_evicted_before_requested_ones() -> None:
         queue.ack(worker.session, task.task_id, task.token)
     assert awaited(queue, asked).state == OutcomeState.DONE
     assert [awaited(queue, t).state for t in (2, 3, 4)] == [
-        OutcomeState.EXPIRED,
-        OutcomeState.EXPIRED,
+        OutcomeState.FORGOTTEN,
+        OutcomeState.FORGOTTEN,
         OutcomeState.DONE,
     ]
     assert awaited(queue, 2).reason == "evicted: past [results] max_count"
@@ -214,7 +214,7 @@ def test_outcomes_kept_for_nobody_are_evicted_before_requested_ones() -> None:
     run(queue, producer, worker, result_ttl=0)
     run(queue, producer, worker, result_ttl=0)
     assert awaited(queue, asked) == Outcome(
-        asked, OutcomeState.EXPIRED, None, "evicted: past [results] max_count"
+        asked, OutcomeState.FORGOTTEN, None, "evicted: past [results] max_count"
     )
 
 
@@ -261,7 +261,7 @@ def test_a_queue_that_keeps_results_keeps_them_for_its_ttl() -> None:
     assert awaited(queue, kept).state == OutcomeState.DONE
     assert awaited(queue, other).state == OutcomeState.UNKNOWN
     clock.advance(5)
-    assert awaited(queue, kept).state == OutcomeState.EXPIRED
+    assert awaited(queue, kept).state == OutcomeState.FORGOTTEN
 
 
 def test_failed_cancelled_and_dead_outcomes_are_kept_with_their_reasons() -> None:
@@ -309,7 +309,7 @@ def test_past_max_count_the_oldest_outcome_is_evicted_and_remembered_as_expired(
     first, second = (run(queue, producer, worker, result_ttl=0) for _ in range(2))
     assert queue.counters().results_evicted == 0
     third = run(queue, producer, worker, result_ttl=0)
-    assert awaited(queue, first).state == OutcomeState.EXPIRED
+    assert awaited(queue, first).state == OutcomeState.FORGOTTEN
     assert [awaited(queue, t).state for t in (second, third)] == [OutcomeState.DONE] * 2
     assert queue.counters().results_evicted == 1 and len(queue.kept) == 2
 
@@ -322,7 +322,7 @@ def test_past_max_memory_the_oldest_outcomes_are_evicted() -> None:
     assert queue.kept.memory == 64 and queue.counters().results_evicted == 0
     ids.append(run(queue, producer, worker, result_ttl=0))
     assert [awaited(queue, t).state for t in ids] == [
-        OutcomeState.EXPIRED,
+        OutcomeState.FORGOTTEN,
         OutcomeState.DONE,
         OutcomeState.DONE,
     ]
@@ -342,7 +342,7 @@ def test_a_submit_that_finds_the_pool_full_evicts_the_oldest_kept_outcome() -> N
     assert len(queue.kept) == 3 and queue.pool.blocks_used == [3]
     submit_to(queue, producer.session, b"t", b"new")
     assert producer.take()[-1] == taskflow.Ok(4)
-    assert awaited(queue, ids[0]).state == OutcomeState.EXPIRED
+    assert awaited(queue, ids[0]).state == OutcomeState.FORGOTTEN
     assert queue.counters().results_evicted == 1 and len(queue.kept) == 2
     # A full pool of live tasks still refuses.
     submit_to(queue, producer.session, b"t", b"a")

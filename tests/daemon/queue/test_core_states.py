@@ -11,8 +11,9 @@ from twisted.internet.task import Clock
 from quicx.daemon.journal.interface import DeadInfo
 from quicx.daemon.journal.records import RecoveredTask, Recovery
 from quicx.daemon.queue.core import QueueService
-from quicx.daemon.queue.policy import QueueLimits
+from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.daemon.queue.state import FINISHED, PENDING, TRANSITIONS, TaskState
+from quicx.protocol.start_options import Debounce, DebounceMode, Expires
 from quicx.protocol.taskflow import Backoff, BackoffKind
 from tests.fakes import (
     FakeJournal,
@@ -116,6 +117,23 @@ def walk_waiting_tasks(clock: Clock) -> None:
     queue.done(worker.session, 1)  # WAITING -> QUEUED (2), WAITING -> DELAYED (3)
 
 
+def walk_debounce_and_expiry(clock: Clock) -> None:
+    """Issue 33: an extend delays a queued task again; expiry into the dead letters."""
+    limits = QueueLimits(defaults=QueuePolicy(expired_dead=True))
+    queue = make_queue(clock, task_timeout=10.0, limits=limits)
+    producer = producer_of(queue)
+    extend = Debounce(DebounceMode.EXTEND, 1000)
+    submit_to(queue, producer.session, b"t", b"1", key=b"k", debounce=extend)
+    clock.advance(2)
+    submit_to(queue, producer.session, b"t", b"2", key=b"k", debounce=extend)  # QUEUED -> DELAYED
+    submit_to(queue, producer.session, b"t", b"3", key=b"j", debounce=extend, expires=Expires(1500))
+    clock.advance(0.9)
+    submit_to(queue, producer.session, b"t", b"4", key=b"j", debounce=extend)
+    clock.advance(0.6)  # its deadline, while delayed: DELAYED -> DEAD
+    submit_to(queue, producer.session, b"t", b"5", expires=Expires(1000))
+    clock.advance(1)  # QUEUED -> DEAD
+
+
 def test_the_kernel_walks_every_move_of_the_table_and_no_other() -> None:
     clock = Clock()
     clock.advance(1_800_000_000)
@@ -125,6 +143,7 @@ def test_the_kernel_walks_every_move_of_the_table_and_no_other() -> None:
         walk_late_outcomes(clock)
         walk_a_recovered_dead_task(clock)
         walk_waiting_tasks(clock)
+        walk_debounce_and_expiry(clock)
     table = {(old, new) for old, targets in TRANSITIONS.items() for new in targets}
     assert checker.moves == table, sorted(
         (old.name, new.name) for old, new in table ^ checker.moves

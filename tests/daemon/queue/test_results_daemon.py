@@ -205,7 +205,7 @@ def test_a_daemon_at_its_result_memory_limit_evicts_the_oldest_and_counts_it(
         with Peer(daemon.address) as later:
             answers = [later.request(outcomes.encode_await(task_id)) for task_id in ids]
     states = [answer.state for answer in answers]
-    assert states[:2] == [OutcomeState.EXPIRED] * 2  # the oldest went first
+    assert states[:2] == [OutcomeState.FORGOTTEN] * 2  # the oldest went first
     assert states[2:] == [OutcomeState.DONE] * 3
     assert answers[4] == Outcome(ids[4], OutcomeState.DONE, Result(ResultKind.BYTES, b"\4" * 1000))
     status = fetch_status(str(daemon.control_path))
@@ -263,7 +263,7 @@ def test_a_fire_and_forget_load_does_not_evict_a_kept_result_and_quicx_result_sa
     assert (shown.returncode, shown.stdout.strip()) == (0, "r" * 1000), shown.stderr
     with Peer(restarted.address) as client:
         states = [client.request(outcomes.encode_await(task_id)).state for task_id in load]
-    assert states == [OutcomeState.EXPIRED] * 3 + [OutcomeState.DONE] * 2
+    assert states == [OutcomeState.FORGOTTEN] * 3 + [OutcomeState.DONE] * 2
     # Three results asked for now: the two automatic ones go, then the oldest asked for.
     with Peer(restarted.address) as producer, Peer(restarted.address) as worker:
         worker.send(taskflow.encode_ready(1))

@@ -102,7 +102,7 @@ def lookup(queue: QueueService, task_id: int) -> dict[str, Any]:
     """
     Task C{task_id}: live (queued, delayed, running or dead, as C{INSPECT}
     shows it), finished with its outcome kept, finished with its outcome
-    forgotten (C{expired}, with why when it was C{evicted} before its time),
+    forgotten (C{forgotten}, with why when it was C{evicted} before its time),
     or C{unknown}.
     """
     try:
@@ -114,7 +114,7 @@ def lookup(queue: QueueService, task_id: int) -> dict[str, Any]:
         if not queue.kept.forgot(task_id):
             return {"found": "unknown", "id": task_id}
         eviction = queue.kept.eviction(task_id)
-        return {"found": "expired", "id": task_id} | ({"evicted": eviction} if eviction else {})
+        return {"found": "forgotten", "id": task_id} | ({"evicted": eviction} if eviction else {})
     outcome, data = kept
     answer: dict[str, Any] = {
         "found": "kept",

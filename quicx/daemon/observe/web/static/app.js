@@ -282,7 +282,7 @@ function taskKept(found) {
   }
   return el('p', {}, found.evicted
     ? `finished; its outcome was kept and was ${found.evicted}`
-    : 'finished; its outcome was kept and has expired');
+    : 'finished; its outcome was kept, and its TTL ran out (forgotten)');
 }
 
 // The failure: the dead task's reason, else the newest record's, else the kept outcome's.
