@@ -152,17 +152,8 @@ class QueueService(Service):
         self.expiry, self.debouncing = Expiry(self), Debouncing(self)  # issue 33's features
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
         self.duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
-        self.outcomes = outcomes = Outcomes(
-            pool,
-            self.journal,
-            limits,
-            self.scheduler,
-            clock,
-            self._live,
-            self.sessions,
-            self.failures,
-            self.log,
-        )
+        parts = (pool, self.journal, limits, self.scheduler, clock, self._live, self.sessions)
+        self.outcomes = outcomes = Outcomes(*parts, self.failures, self.log)
         self.kept, self.groups, self.waits = outcomes.kept, outcomes.groups, outcomes.waits
         self.await_outcome, self.await_group = outcomes.await_outcome, outcomes.await_group
         self.open_group, self.close_group = outcomes.open_group, outcomes.close_group
@@ -217,11 +208,7 @@ class QueueService(Service):
         self._hear()
 
     def _hear(self) -> None:
-        """
-        Subscribe the features to the kernel's hooks: the outcomes, the
-        telemetry's counts, the progress reports, the shared data, the event
-        bus and, while events have somewhere to go, their recording.
-        """
+        """Subscribe the features to the kernel's hooks (events recorded while they go on)."""
         events = self._events
         recorder = None if events is None else EventRecorder(events)
         # The dependencies first: they hear a group's member before the group counts it.
