@@ -620,6 +620,7 @@ def serve_dashboard(
         web.max_streams,
         None if cluster is None else cluster.view,
         tasks,
+        config.limits.terminate_grace,
     )
     ListenerService(
         reactor,

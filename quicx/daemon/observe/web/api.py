@@ -4,7 +4,8 @@ The JSON API under C{/api/} that the pages use (docs/operations.md lists it).
 GET reads: the session, the overview, the history, queues, a task, dead
 letters, connections, schedules, the cluster view, and the live stream.  POST acts: pause,
 resume and purge a queue; replay one dead task, or every dead task (of a
-queue); purge the dead tasks (of a queue).  An action needs the admin role,
+queue); purge the dead tasks (of a queue); retry, cancel or delete a task;
+quiet or terminate a worker, or quiet them all (as STEER does).  An action needs the admin role,
 its session's CSRF token and the dashboard's own origin (L{auth}); it calls
 the queue core's method that the wire's admin message calls, so it is
 journaled and logged as that is, and it is answered once the journal holds
@@ -29,10 +30,10 @@ from quicx.daemon.observe.web import views
 from quicx.daemon.observe.web.auth import Gate, Role, Visitor, same_origin
 from quicx.daemon.observe.web.history import History, Sample
 from quicx.daemon.observe.web.stream import Streams, event
-from quicx.daemon.queue import introspect
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.schedule_book import ScheduleBook
+from quicx.daemon.queue.workers import workers_of
 from quicx.protocol.admin import MAX_DEAD_LIST
 from quicx.protocol.codec import ErrorCode, check_queue
 
@@ -41,6 +42,7 @@ CSRF_HEADER = b"x-quicx-csrf"
 
 DEFAULT_DEAD_LIST = 100
 MAX_TASK_ID = 0xFFFFFFFF
+MAX_WORKER_ID = 0xFFFFFFFF
 
 _STATUS = {ErrorCode.NOT_FOUND: 404, ErrorCode.FORBIDDEN: 403}
 """The HTTP status of a refusal by the core, by its error code (else 409)."""
@@ -140,7 +142,9 @@ class Api:
         gate: Gate,
         cluster: Callable[[], dict[str, Any]] | None = None,
         tasks: TaskHistory | None = None,
+        terminate_grace: float = 5.0,
     ) -> None:
+        self.terminate_grace = terminate_grace
         self.cluster = cluster
         self.tasks = tasks
         self.queue = queue
@@ -196,7 +200,7 @@ class Api:
             case ["history"]:
                 return document(self.history.as_dict)
             case ["queues"]:
-                return document(lambda: introspect.queues(queue))
+                return document(lambda: views.queues(queue))
             case ["tasks", task_id]:
                 found = _number(task_id, "a task id", 1, MAX_TASK_ID)
                 return document(lambda: self._task(found))
@@ -220,7 +224,10 @@ class Api:
         return None
 
     def _task(self, task_id: int) -> dict[str, Any]:
-        """Task C{task_id} as it is now, with its records in the history (and a preview)."""
+        """
+        Task C{task_id} as it is now, with its records in the history (and a
+        preview of its payload, and of its checkpoint if small and text).
+        """
         document = views.lookup(self.queue, task_id)
         tasks = self.tasks
         if tasks is None:
@@ -231,6 +238,9 @@ class Api:
             document["payload"] = task_history.payload_view(
                 self.queue.pool.head(task.block, tasks.preview), task.size
             )
+            text = views.checkpoint_text(task, tasks.preview)
+            if text is not None:
+                document["task"]["checkpoint"]["text"] = text
         return document
 
     def _finished(
@@ -297,7 +307,21 @@ class Api:
                 if verb == "replay":
                     return Action(what, lambda: queue.replay(0, named))
                 return Action(what, lambda: queue.purge_dead(named))
+            case ["workers", "quiet"]:
+                return Action("quiet every worker", lambda: self._steer("quiet", 0))
+            case ["workers", worker_id, "quiet" | "terminate" as verb]:
+                found = _number(worker_id, "a worker id", 1, MAX_WORKER_ID)
+                return Action(f"{verb} worker {found}", lambda: self._steer(verb, found))
         return None
+
+    def _steer(self, verb: str, worker: int) -> dict[str, Any]:
+        """Quiet or terminate worker C{worker} (0: every one), as STEER does; what STEER answers."""
+        steering = workers_of(self.queue)
+        if verb == "quiet":
+            steered = steering.quiet(worker)
+        else:
+            steered = steering.terminate(worker, self.terminate_grace)
+        return {"action": verb, "workers": steered}
 
     def _task_action(self, verb: str, task_id: int) -> dict[str, Any]:
         """Retry (replay) a dead task, cancel a queued or delayed one, delete (purge) a dead one."""

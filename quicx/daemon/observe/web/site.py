@@ -148,12 +148,16 @@ def dashboard_site(
     max_streams: int,
     cluster: Callable[[], dict[str, Any]] | None = None,
     tasks: TaskHistory | None = None,
+    terminate_grace: float = 5.0,
 ) -> DashboardSite:
     """
     The site of the dashboard over C{queue}; its live streams follow
     C{history}; C{cluster} makes its cluster view (C{None}: it has none);
-    C{tasks}: the finished tasks' history (C{None}: none is kept).
+    C{tasks}: the finished tasks' history (C{None}: none is kept);
+    C{terminate_grace}: a terminated worker's (C{[limits] terminate_grace}).
     """
-    api = Api(queue, schedules, history, Streams(max_streams), gate, cluster, tasks)
+    api = Api(
+        queue, schedules, history, Streams(max_streams), gate, cluster, tasks, terminate_grace
+    )
     history.listen(api.publish)
     return DashboardSite(Dashboard(api, gate))

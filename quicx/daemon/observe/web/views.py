@@ -2,10 +2,10 @@
 What the dashboard's pages show, as JSON-ready documents.
 
 What the dashboard's pages show, as JSON-ready documents: the overview, the
-connections (workers first), and a task looked up by id.  Plain functions
-over L{QueueService}'s state: they read, never change.  (The queues, dead
-letters and schedules are the documents C{QUEUES}, C{DEAD} and C{SCHEDULES}
-answer on the wire.)
+queues, the connections (workers first), and a task looked up by id.  Plain
+functions over L{QueueService}'s state: they read, never change.  (The dead
+letters and schedules are the documents C{DEAD} and C{SCHEDULES} answer on
+the wire; the queues are C{QUEUES}' with each one's unroutable tasks.)
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Any
 from quicx import __version__
 from quicx.daemon.observe import status as parts
 from quicx.daemon.observe.web.history import Sample
-from quicx.daemon.queue import introspect
+from quicx.daemon.queue import introspect, routing
 from quicx.daemon.queue.core import QueueService
-from quicx.daemon.queue.model import Refused
+from quicx.daemon.queue.model import Refused, Task
+from quicx.daemon.queue.workers import workers_of
 from quicx.documents.typed import as_json
 from quicx.protocol.outcomes import OutcomeState
 from quicx.protocol.session import Role
@@ -27,6 +28,12 @@ from quicx.protocol.taskflow import ResultKind
 
 SHOWN_TASKS = 20
 """The task ids listed per connection (the count is always whole)."""
+
+ANNOUNCED = ("name", "host", "pid", "types", "state")
+"""What a worker's record (WORKERS) adds to its connection: what it announced, and its steering."""
+
+TEXT_KINDS = (ResultKind.TEXT, ResultKind.JSON)
+"""The checkpoints whose state the task page may show (a small one, whole)."""
 
 
 def overview(queue: QueueService, sample: Sample | None) -> dict[str, Any]:
@@ -55,17 +62,36 @@ def overview(queue: QueueService, sample: Sample | None) -> dict[str, Any]:
         },
         "memory": as_json(parts.memory(queue.pool)),
         "results_kept": len(queue.kept),
-        "queues": introspect.queues(queue),
+        "queues": queues(queue),
         "sample": None if sample is None else sample.as_dict(),
     }
+
+
+def queues(queue: QueueService) -> list[dict[str, Any]]:
+    """
+    Every queue as C{QUEUES} answers, with C{unroutable}: its queued tasks
+    set aside that no connected worker runs, by type (the status
+    document's C{tasks.unroutable}, per queue).
+    """
+    unroutable = routing.unroutable(queue.sessions.values(), queue.queues.values())
+    listed = introspect.queues(queue)
+    for found in listed:
+        found["unroutable"] = unroutable.get(found["name"], {})
+    return listed
 
 
 def connections(queue: QueueService) -> list[dict[str, Any]]:
     """
     Every connection, workers first: who it is, what it serves, what it
-    holds (the first L{SHOWN_TASKS}, each with its type and how long it has run).
+    holds (the first L{SHOWN_TASKS}, each with its type and how long it has
+    run); a worker's, what it announced (C{name}, C{host}, C{pid}, C{types}:
+    C{None} for all) and its C{state} (C{active}, C{quiet}, C{terminating}).
     """
     now = queue.clock()
+    announced = {
+        record["id"]: {name: record[name] for name in ANNOUNCED}
+        for record in workers_of(queue).records()
+    }
     sessions = sorted(
         queue.sessions.values(),
         key=lambda s: (s.role is not Role.WORKER, s.session_id),
@@ -94,8 +120,24 @@ def connections(queue: QueueService) -> list[dict[str, Any]]:
             "idle": session.waiting,
             "silent_for": round(max(0.0, now - session.last_received), 1),
         }
+        | announced.get(session.session_id, {})
         for session in sessions
     ]
+
+
+def checkpoint_text(task: Task, shown: int) -> str | None:
+    """
+    The state of C{task}'s checkpoint as the task page shows it: when it is
+    text or JSON of at most C{shown} bytes (C{[web] payload_preview}), whole;
+    else (or with none) C{None}: the page shows only its size and age.
+    """
+    saved = task.checkpoint
+    if saved is None:
+        return None
+    state = saved.state
+    if state.kind not in TEXT_KINDS or len(state.data) > shown:
+        return None
+    return state.data.decode("utf-8", "replace")
 
 
 def lookup(queue: QueueService, task_id: int) -> dict[str, Any]:

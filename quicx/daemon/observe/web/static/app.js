@@ -92,6 +92,7 @@ async function act(path, question) {
 
 function describeAction(done) {
   if (done.state === 'cancelled') return `task ${done.id} cancelled`;
+  if ('workers' in done) return `${done.action}: worker(s) ${done.workers.join(', ') || 'none'}`;
   if ('paused' in done) return `queue ${done.queue} ${done.paused ? 'paused' : 'resumed'}`;
   if ('replayed' in done) return `replayed ${done.replayed.length} task(s): ${done.replayed.join(', ') || 'none'}`;
   if ('queue' in done) return `queue ${done.queue} purged: ${done.purged} task(s) cancelled`;
@@ -168,6 +169,14 @@ function button(label, onClick, attributes = {}) {
   return node;
 }
 
+// A queue's tasks no connected worker runs: how many, and of which types.
+function unroutable(byType) {
+  const types = Object.entries(byType);
+  const total = types.reduce((sum, [, n]) => sum + n, 0);
+  return el('td', { class: total ? 'number unroutable' : 'number', data: { column: 'unroutable' },
+    title: types.map(([type, n]) => `${type}: ${count(n)}`).join(', ') }, count(total));
+}
+
 function renderQueues(queues) {
   $('queue-names').replaceChildren(...queues.map((q) => el('option', { value: q.name })));
   $('queue-rows').replaceChildren(...queues.map((q) => {
@@ -193,6 +202,8 @@ function renderQueues(queues) {
       el('td', { class: 'number' }, `${count(q.workers)} (${count(q.idle_workers)})`),
       el('td', { class: 'number' }, seconds(q.oldest_age)),
       el('td', { class: 'number' }, rate(q.drain_rate)),
+      el('td', { class: 'number', data: { column: 'promoted' } }, count(q.promoted)),
+      unroutable(q.unroutable || {}),
       el('td', { class: q.paused ? 'paused' : 'running' }, q.paused ? 'paused' : 'running'),
       actions);
   }));
@@ -229,7 +240,7 @@ function reasonView(reason) {
 
 // The task page: a list of sections, each drawn from the page's document
 // (GET /api/tasks/ID) or left out (null); a new section is one more function.
-const TASK_SECTIONS = [taskFacts, taskKept, taskFailure, taskResult, taskPayload, taskTimeline, taskActions];
+const TASK_SECTIONS = [taskFacts, taskKept, taskFailure, taskResult, taskPayload, taskCheckpoint, taskTimeline, taskActions];
 
 // The task's newest record in the history of finished tasks, if any.
 const newest = (found) => (found.history && found.history.length ? found.history[0] : null);
@@ -308,6 +319,15 @@ function taskPayload(found) {
   return el('div', { class: 'payload' },
     el('h4', {}, `Payload (${shown}${payload.text === undefined ? ', hex' : ''})`),
     el('pre', { class: 'payload' }, payload.text ?? payload.hex));
+}
+
+// Its last checkpoint: size and age, and its state when small and text (the daemon decides).
+function taskCheckpoint(found) {
+  const saved = found.found === 'live' ? found.task.checkpoint : undefined;
+  if (!saved) return null;
+  return el('div', { class: 'checkpoint' },
+    el('h4', {}, `Checkpoint (${bytes(saved.size)}, saved ${when(saved.at)})`),
+    saved.text === undefined ? null : el('pre', { class: 'payload' }, saved.text));
 }
 
 // Every step of every record of the task (a replayed task has one per outcome), oldest first.
@@ -469,10 +489,30 @@ function running(c) {
   ...(c.held > c.running.length ? [el('li', {}, `and ${count(c.held - c.running.length)} more`)] : []));
 }
 
+// What a worker said it is (ANNOUNCE): its name, on which host, as which process.
+function announced(c) {
+  if (c.role !== 'worker' || !(c.name || c.host || c.pid)) return '–';
+  return `${c.name || '?'} on ${c.host || '?'}` + (c.pid ? ` (pid ${c.pid})` : '');
+}
+
+// An admin's steering of a worker: quiet an active one, terminate one not yet terminating.
+function steering(c) {
+  if (!isAdmin() || c.role !== 'worker') return null;
+  const data = (action) => ({ data: { action, worker: c.id } });
+  return el('td', { class: 'actions' },
+    c.state === 'active' ? button('Quiet', () => act(`workers/${c.id}/quiet`), data('quiet')) : null,
+    c.state !== 'terminating' ? button('Terminate', () => act(`workers/${c.id}/terminate`,
+      `Terminate worker ${c.id}? What it runs is queued again, and its connection closed.`),
+    { class: 'danger', ...data('terminate') }) : null);
+}
+
 // The workers page's columns: a heading and a cell per connection; a new column is one more line.
 const WORKER_COLUMNS = [
   ['id', (c) => c.id, 'number'],
   ['role', (c) => c.role],
+  ['worker', announced],
+  ['types', (c) => (c.role === 'worker' ? (c.types ? c.types.join(', ') : 'all') : '–')],
+  ['state', (c) => (c.role === 'worker' ? c.state || 'active' : '–')],
   ['peer', (c) => (c.identity ? `${c.peer} (${c.identity})` : c.peer)],
   ['client', (c) => c.client || '–'],
   ['queues', (c) => (c.role === 'worker' ? c.queues.join(', ') : '–')],
@@ -485,7 +525,8 @@ const WORKER_COLUMNS = [
 async function loadWorkers() {
   const connections = await api('workers');
   $('worker-rows').replaceChildren(...connections.map((c) => el('tr', { data: { connection: c.id } },
-    ...WORKER_COLUMNS.map(([, cell, cls]) => el('td', cls ? { class: cls } : {}, cell(c))))));
+    ...WORKER_COLUMNS.map(([, cell, cls]) => el('td', cls ? { class: cls } : {}, cell(c))),
+    steering(c))));
 }
 
 async function loadSchedules() {
@@ -614,6 +655,8 @@ async function start() {
     'click', () => act(withQueue('dead/replay'), `Replay every dead task of ${whichQueue()}?`));
   document.querySelector('[data-action="purge-dead"]').addEventListener(
     'click', () => act(withQueue('dead/purge'), `Drop every dead task of ${whichQueue()} for good?`));
+  document.querySelector('[data-action="quiet-all"]').addEventListener(
+    'click', () => act('workers/quiet', 'Quiet every worker? Each finishes what it runs and is dealt no more.'));
   // The monitor role reads only: no action's button is on its pages.
   if (!isAdmin()) for (const node of document.querySelectorAll('.admin-only')) node.remove();
   $('workers-refresh').addEventListener('click', show);
