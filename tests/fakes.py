@@ -145,6 +145,9 @@ class FakeJournal:
     def record_attempts(self, task: Record) -> None:
         self.changes.append(("attempts", task.task_id))
 
+    def record_move(self, task: Record, old_queue: str) -> None:
+        self.changes.append(("moved", task.task_id))
+
     def record_fired(self, schedule: str, fire_time: float) -> None:
         self.fired.append((schedule, fire_time))
 

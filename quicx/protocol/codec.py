@@ -103,6 +103,8 @@ class MessageType(IntEnum):
     WATCH = 0x29
     EVENTS = 0x2A
     STATUS = 0x2B
+    # Bulk actions (quicx.protocol.bulk).
+    BULK = 0x31
 
 
 KNOWN_TYPES = frozenset(MessageType)
@@ -119,6 +121,7 @@ class ErrorCode(IntEnum):
     FORBIDDEN = 0x06
     CONFLICT = 0x07
     STALE = 0x08
+    BUSY = 0x0B
 
 
 class MalformedMessage(ValueError):

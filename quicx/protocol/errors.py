@@ -78,6 +78,12 @@ class Conflict(DaemonError):
     code = 0x07
 
 
+class Busy(DaemonError):
+    """ERROR 0x0B (version 2): as many bulk actions run as C{[bulk] max_running} allows."""
+
+    code = 0x0B
+
+
 _BY_CODE: dict[int, type[DaemonError]] = {
     cls.code: cls
     for cls in (
@@ -88,6 +94,7 @@ _BY_CODE: dict[int, type[DaemonError]] = {
         NotFound,
         Forbidden,
         Conflict,
+        Busy,
     )
 }
 

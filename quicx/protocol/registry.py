@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from quicx.protocol import admin, link, monitor, outcomes, shared_data, taskflow, wire
+from quicx.protocol import admin, bulk, link, monitor, outcomes, shared_data, taskflow, wire
 from quicx.protocol.codec import VERSION, MalformedMessage, MessageType
 
 Message = (
@@ -23,6 +23,7 @@ Message = (
     | shared_data.Message
     | monitor.Message
     | link.Message
+    | bulk.Message
 )
 """Any message, of either version."""
 
@@ -51,6 +52,7 @@ DECODERS: dict[int, Decoders] = {
         shared_data.DECODERS,
         monitor.DECODERS,
         link.DECODERS,
+        bulk.DECODERS,
     ),
 }
 """Each version's decoders, by message type."""

@@ -8,7 +8,7 @@ itself, so a frame costs one dict lookup and one call.
 
 from __future__ import annotations
 
-from quicx.daemon.handlers import admin, link, monitor, outcomes, shared_data, taskflow
+from quicx.daemon.handlers import admin, bulk, link, monitor, outcomes, shared_data, taskflow
 from quicx.daemon.handlers.connection import Handler
 from quicx.protocol import codec, wire
 
@@ -55,5 +55,6 @@ V2: dict[int, Handler] = {
     codec.MessageType.HEARTBEAT: link.heartbeat_v2,
     codec.MessageType.PONG: link.pong,
     codec.MessageType.STATS: monitor.stats_v2,
+    codec.MessageType.BULK: bulk.bulk,
 }
 """Version 2: every message a client may send."""

@@ -91,6 +91,7 @@ KIND_GROUP = 19
 KIND_SUBMIT4 = 20
 KIND_ATTEMPTS = 21
 KIND_SUBMIT5 = 22
+KIND_MOVED = 28
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
     KIND_SUBMIT2,
@@ -110,6 +111,7 @@ KINDS = KINDS_V1 | {
     KIND_SUBMIT4,
     KIND_ATTEMPTS,
     KIND_SUBMIT5,
+    KIND_MOVED,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3}
@@ -313,6 +315,12 @@ def encode_dead(task_id: int, died_at: float, failures: int, reason: str, worker
 def encode_replay(task_id: int) -> bytes:
     """A dead task put back in its queue, its failures reset."""
     return _frame(bytes((KIND_REPLAY,)) + ID.pack(task_id))
+
+
+def encode_moved(task_id: int, queue: str) -> bytes:
+    """A live task moved to queue C{queue} (a bulk action's move), keeping its id."""
+    name = queue.encode("ascii")
+    return _frame(bytes((KIND_MOVED,)) + ID.pack(task_id) + bytes((len(name),)) + name)
 
 
 def encode_fired(schedule: str, fire_time: float) -> bytes:

@@ -29,6 +29,7 @@ from quicx.daemon.journal.records import (
     KIND_FIRED,
     KIND_GROUP,
     KIND_KEY,
+    KIND_MOVED,
     KIND_PAUSE,
     KIND_REPLAY,
     KIND_RESERVE,
@@ -183,6 +184,12 @@ def _key_problem(data: _View, kind: int, start: int, length: int) -> str:
     return ""
 
 
+def _moved_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < 7 or 6 + data[start + 5] != length:
+        return "MOVED record of the wrong length"
+    return ""
+
+
 _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_SUBMIT: _submit_problem,
     KIND_SUBMIT2: _submit2_problem,
@@ -200,6 +207,7 @@ _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_SHARED: _shared_problem,
     KIND_PAUSE: _pause_problem,
     KIND_KEY: _key_problem,
+    KIND_MOVED: _moved_problem,
 }
 """
 What is wrong with a record's body, by kind (C{data}, C{kind}, where the
@@ -310,7 +318,7 @@ def _replay_records(path: str, data: bytes, replay: _Replay) -> int:
 
 _NAMED_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE, KIND_SHARED})
 """The records of a queue, a schedule or shared data: of no task."""
-_STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS})
+_STATE_KINDS = frozenset({KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS, KIND_MOVED})
 
 
 class _Replay:
@@ -466,6 +474,8 @@ def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -
     """
     if kind == KIND_ATTEMPTS:
         return evolve(task, attempts=ATTEMPTS_HEAD.unpack_from(data, start)[2])
+    if kind == KIND_MOVED:
+        return evolve(task, queue=data[start + 6 : end].decode("ascii"))
     if kind == KIND_RETRY:
         _, _, failures, due_ms = RETRY_HEAD.unpack_from(data, start)
         return evolve(task, failures=failures, attempts=failures, due=due_ms / 1000)

@@ -52,13 +52,20 @@ class Manage:
                 ErrorCode.CONFLICT,
                 f"task {task_id} is dead: replay it or purge the dead-letter set",
             )
+        self.withdraw(task, f"cancelled by {session.peer.peer_name}")
+        self.kernel._forget_if_idle(task.home)
+        return {"id": task_id, "state": "cancelled", "queue": task.home.name}
+
+    def withdraw(self, task: Task, why: str) -> None:
+        """
+        Cancel C{task}, queued or delayed: taken off, its producer told
+        CANCELLED (its queue is left for the caller to forget if idle).
+        """
         if task.state is DELAYED:
             self.kernel._undelay(task)
         else:
             task.home.remove(task)
-        self._cancel(task, f"cancelled by {session.peer.peer_name}")
-        self.kernel._forget_if_idle(task.home)
-        return {"id": task_id, "state": "cancelled", "queue": task.home.name}
+        self._cancel(task, why)
 
     def _cancel(self, task: Task, why: str) -> None:
         """Finish a task taken off its queue as cancelled."""
