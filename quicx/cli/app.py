@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 
 from quicx import version_line
-from quicx.cli import daemon, dlq, events, queues, schedules, shared, status, tasks, worker
+from quicx.cli import bulk, daemon, dlq, events, queues, schedules, shared, status, tasks, worker
 from quicx.cli.arguments import Commands, Parser
 from quicx.cli.common import run_command
 
@@ -31,6 +31,7 @@ COMMANDS: tuple[Callable[[Commands], None], ...] = (
     tasks.add_cancel,
     queues.add_queue_actions,
     dlq.add_dlq,
+    bulk.add_tasks,
     schedules.add_schedule,
     worker.add_worker,
     daemon.add_version,
@@ -57,7 +58,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "events",
         ),
     ),
-    ("admins", ("cancel", "pause", "resume", "purge", "dlq", "schedule")),
+    ("admins", ("cancel", "pause", "resume", "purge", "dlq", "tasks", "schedule")),
     ("workers", ("worker",)),
     ("data", ("report",)),
     ("about quicx", ("version",)),

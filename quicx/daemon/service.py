@@ -53,10 +53,10 @@ from quicx.daemon.observe.status import Where, status
 from quicx.daemon.observe.telemetry import Telemetry
 from quicx.daemon.periodic import every
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.results import ResultLimits
-from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.shared import SharedData
 from quicx.daemon.server import QuicxServerFactory

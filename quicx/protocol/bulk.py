@@ -12,7 +12,7 @@ docs/protocol.md has the layout.  Sans I/O.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import IntEnum, IntFlag
 
 from attrs import Factory, frozen
@@ -28,6 +28,7 @@ from quicx.protocol.codec import (
     text,
     tlv,
 )
+from quicx.protocol.durations import parse_duration
 
 _HEAD = struct.Struct(">BBH")
 """Action, flags, then the length of the filter's fields."""
@@ -61,6 +62,8 @@ class BulkState(IntFlag):
     DEAD = 0x04
 
 
+NO_STATES = BulkState(0)
+"""A filter's states when it names none: every state the action acts on."""
 ALL_STATES = BulkState.QUEUED | BulkState.DELAYED | BulkState.DEAD
 
 ACTS_ON: dict[BulkAction, BulkState] = {
@@ -105,7 +108,7 @@ class BulkFilter:
     queue: str | None = None
     task_type: bytes | None = None
     key_prefix: bytes | None = None
-    states: BulkState = BulkState(0)
+    states: BulkState = NO_STATES
     older_than: float = 0.0
     newer_than: float = 0.0
     reason: str | None = None
@@ -140,6 +143,57 @@ def problem(request: Bulk) -> str:
     if ages.older_than and ages.newer_than and ages.newer_than <= ages.older_than:
         return "no task is older than older_than and newer than a shorter newer_than"
     return ""
+
+
+def request(
+    action: str | BulkAction,
+    dry_run: bool = False,
+    *,
+    queue: str | None = None,
+    task_type: str | bytes | None = None,
+    key_prefix: str | bytes | None = None,
+    states: Iterable[str] = (),
+    older_than: float | str = 0.0,
+    newer_than: float | str = 0.0,
+    reason: str | None = None,
+    to: str | None = None,
+) -> Bulk:
+    """
+    A L{Bulk} from names and text, as a client or the command line gives
+    them: C{action} and C{states} by name, ages in seconds or as C{10m}.
+
+    @raise ValueError: an unknown action or state, a malformed age.
+    """
+    if isinstance(action, str):
+        try:
+            action = BulkAction[action.upper()]
+        except KeyError:
+            actions = ", ".join(a.name.lower() for a in BulkAction)
+            raise ValueError(f"unknown bulk action {action!r} (one of {actions})") from None
+    flags = NO_STATES
+    for state in states:
+        try:
+            flags |= BulkState[state.upper()]
+        except KeyError:
+            raise ValueError(f"unknown state {state!r} (queued, delayed or dead)") from None
+    return Bulk(
+        action,
+        BulkFilter(
+            queue,
+            task_type.encode("utf-8") if isinstance(task_type, str) else task_type,
+            key_prefix.encode("utf-8") if isinstance(key_prefix, str) else key_prefix,
+            flags,
+            _seconds(older_than),
+            _seconds(newer_than),
+            reason,
+        ),
+        dry_run,
+        to,
+    )
+
+
+def _seconds(age: float | str) -> float:
+    return parse_duration(age) if isinstance(age, str) else float(age)
 
 
 # -- encoding ---------------------------------------------------------------------
@@ -215,7 +269,7 @@ def decode_bulk(payload: bytes) -> Bulk:
     unknown = set(items) - _KNOWN
     if unknown:
         raise bad(kind, f"has unknown field 0x{min(unknown):02x}")
-    states = BulkState(0)
+    states = NO_STATES
     if BulkField.STATES in items:
         raw = items[BulkField.STATES]
         if len(raw) != 1 or not raw[0] or raw[0] & ~ALL_STATES:
@@ -231,8 +285,12 @@ def decode_bulk(payload: bytes) -> Bulk:
             items.get(BulkField.TYPE),
             items.get(BulkField.KEY_PREFIX),
             states,
-            _age(items[BulkField.OLDER_THAN], "older_than") if BulkField.OLDER_THAN in items else 0.0,
-            _age(items[BulkField.NEWER_THAN], "newer_than") if BulkField.NEWER_THAN in items else 0.0,
+            _age(items[BulkField.OLDER_THAN], "older_than")
+            if BulkField.OLDER_THAN in items
+            else 0.0,
+            _age(items[BulkField.NEWER_THAN], "newer_than")
+            if BulkField.NEWER_THAN in items
+            else 0.0,
             reason,
         ),
         bool(flags & DRY_RUN),

@@ -296,4 +296,3 @@ class BulkActions:
             run.done.callback(summary)
         else:
             durable.addCallback(lambda _: summary).chainDeferred(run.done)
-
