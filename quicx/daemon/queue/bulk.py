@@ -25,7 +25,7 @@ from typing import Any
 
 from attrs import define, field, frozen
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.manage import Manage
@@ -115,10 +115,16 @@ class BulkActions:
         kernel: IKernel,
         settings: BulkSettings | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        turns: IReactorTime | None = None,
     ) -> None:
+        """
+        @param timer: what a turn's time is measured with.
+        @param turns: what schedules the turns (the kernel's scheduler).
+        """
         self.kernel = kernel
         self.settings = settings or BulkSettings()
         self._timer = timer
+        self._turns = turns or kernel.scheduler
         self._manage = Manage(kernel)
         self.running: list[Run] = []
 
@@ -154,7 +160,7 @@ class BulkActions:
             tasks = list(kernel._live.values())
         run = Run(request, tasks, states, target)
         self.running.append(run)
-        run.call = kernel.scheduler.callLater(0, self._turn, run)
+        run.call = self._turns.callLater(0, self._turn, run)
         return run.done
 
     def stop(self) -> None:
@@ -198,7 +204,7 @@ class BulkActions:
         run.turns += 1
         run.longest_turn = max(run.longest_turn, timer() - started)
         if index < len(tasks):
-            run.call = kernel.scheduler.callLater(0, self._turn, run)
+            run.call = self._turns.callLater(0, self._turn, run)
         else:
             self._finish(run)
 
