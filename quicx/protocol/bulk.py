@@ -132,7 +132,7 @@ def problem(request: Bulk) -> str:
     """What is wrong with C{request} beyond its layout ('' if nothing)."""
     action, states = request.action, request.filter.states
     acts_on = ACTS_ON[action]
-    if states & ~acts_on:
+    if int(states) & ~int(acts_on):
         named = ", ".join(str(s.name).lower() for s in BulkState if s & states & ~acts_on)
         return f"{action.name.lower()} does not act on {named} tasks"
     if (action is BulkAction.MOVE) != (request.target is not None):
@@ -220,7 +220,7 @@ def encode_bulk(request: Bulk) -> bytes:
     if where.key_prefix is not None:
         fields += option(BulkField.KEY_PREFIX, where.key_prefix)
     if where.states:
-        if where.states & ~ALL_STATES:
+        if int(where.states) & ~int(ALL_STATES):
             raise ValueError(f"unknown states 0x{int(where.states):02x}")
         fields += option(BulkField.STATES, bytes((where.states,)))
     if where.older_than:
@@ -272,7 +272,7 @@ def decode_bulk(payload: bytes) -> Bulk:
     states = NO_STATES
     if BulkField.STATES in items:
         raw = items[BulkField.STATES]
-        if len(raw) != 1 or not raw[0] or raw[0] & ~ALL_STATES:
+        if len(raw) != 1 or not raw[0] or raw[0] & ~int(ALL_STATES):
             raise bad(kind, "states must be 1 byte of the bits 0x01, 0x02 and 0x04")
         states = BulkState(raw[0])
     reason = None

@@ -383,6 +383,8 @@ MONITOR = PROTOCOL[PROTOCOL.index("\n# Version 2: live events") :]
 """The page's section on part 4 of version 2 (L{quicx.protocol.monitor})."""
 TRACING = PROTOCOL[PROTOCOL.index("\n# Version 2: trace context") :]
 """The page's section on the trace option (L{quicx.protocol.taskflow})."""
+BULK = PROTOCOL[PROTOCOL.index("\n# Version 2: bulk actions") :]
+"""The page's section on bulk actions (L{quicx.protocol.bulk})."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -430,6 +432,7 @@ def table(text: str, after: str) -> list[list[str]]:
 def test_the_pages_message_tables_are_the_codecs() -> None:
     rows = table(VERSION_2, "## Messages") + table(LIFECYCLE, "## Messages")
     rows += table(RESULTS, "## Messages") + table(MONITOR, "## Messages")
+    rows += table(BULK, "## Messages")
     assert [(int(code, 16), name) for code, name, *_ in rows] == [
         (t.value, t.name) for t in MessageType
     ]
@@ -458,6 +461,7 @@ def test_the_pages_error_codes_are_the_codecs() -> None:
     codes = [int(row[0], 16) for row in table(PROTOCOL, "## Error codes\n")]
     codes += [int(row[0], 16) for row in table(VERSION_2, "## Error codes added in version 2")]
     codes += [int(row[0], 16) for row in table(LIFECYCLE, "### Error code added")]
+    codes += [int(row[0], 16) for row in table(BULK, "### Error code added")]
     assert codes == [c.value for c in codec.ErrorCode]
 
 

@@ -31,6 +31,7 @@ CAPABILITIES = (
     "groups",
     "events",
     "trace",
+    "bulk",
 )
 """What a version-2 HELLO is told this daemon can do."""
 

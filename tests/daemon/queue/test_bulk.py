@@ -205,9 +205,7 @@ def test_a_filter_by_state_key_prefix_and_age() -> None:
     kit.submit(key=b"invoice-3")
     kit.submit()
     assert kit.run("cancel", dry_run=True, key_prefix="order-")["matched"] == 2
-    assert kit.run("cancel", dry_run=True, key_prefix="order-", states=["delayed"])[
-        "matched"
-    ] == 1
+    assert kit.run("cancel", dry_run=True, key_prefix="order-", states=["delayed"])["matched"] == 1
     assert kit.run("cancel", dry_run=True, older_than="5m")["sample"] == [old]
     assert kit.run("cancel", dry_run=True, newer_than="5m")["matched"] == 3
     assert kit.run("cancel", dry_run=True, older_than=1, newer_than=3600)["matched"] == 1
@@ -223,9 +221,7 @@ def test_move_keeps_ids_order_and_counts_and_is_journaled() -> None:
     with checked_states():
         answer = kit.run("move", queue="a", to="b")
     assert (answer["acted"], answer["to"]) == (5, "b")
-    assert sorted(kit.journal.changes) == sorted(
-        ("moved", i) for i in [*queued, delayed, dead]
-    )
+    assert sorted(kit.journal.changes) == sorted(("moved", i) for i in [*queued, delayed, dead])
     b = kit.queue.queues["b"]
     assert (b.depth, b.delayed, b.dead) == (3, 1, 1)
     assert "a" not in kit.queue.queues  # nothing left: forgotten
@@ -336,4 +332,3 @@ def test_a_producer_left_does_not_stop_a_cancel() -> None:
     kit.submit()
     kit.producer.disconnect()
     assert kit.run("cancel")["acted"] == 1
-
