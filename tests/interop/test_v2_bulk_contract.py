@@ -89,7 +89,12 @@ def test_a_dry_run_counts_then_a_cancel_by_queue_and_type(connect: Connect, admi
     assert counted["sample"] == wanted[:10]
     assert queue_named(admin, "bulk-mail")["depth"] == 13
     done = admin.info(bulk(CANCEL_, *fields))
-    assert (done["action"], done["matched"], done["acted"], done["skipped"]) == ("cancel", 12, 12, 0)
+    assert (done["action"], done["matched"], done["acted"], done["skipped"]) == (
+        "cancel",
+        12,
+        12,
+        0,
+    )
     assert sorted(producer.read() for _ in wanted) == [(CANCELLED, id_bytes(i)) for i in wanted]
     assert queue_named(admin, "bulk-mail")["depth"] == 1
 
@@ -97,7 +102,9 @@ def test_a_dry_run_counts_then_a_cancel_by_queue_and_type(connect: Connect, admi
 def dead_tasks(connect: Connect, queue: bytes, reasons: list[bytes]) -> list[int]:
     """Tasks (with a retry, so they are kept) failed for good with these reasons."""
     producer, worker = connect(), connect()
-    ids = submitted(producer, len(reasons), b"job", option(QUEUE, queue), option(RETRIES, b"\x00\x01"))
+    ids = submitted(
+        producer, len(reasons), b"job", option(QUEUE, queue), option(RETRIES, b"\x00\x01")
+    )
     worker.send(ready(len(reasons), queue))
     for reason in reasons:
         task = worker.task()
