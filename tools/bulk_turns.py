@@ -54,7 +54,7 @@ class _Turns(Clock):
     """Runs the calls due now, one turn at a time, and times each."""
 
     def step(self) -> float | None:
-        due = [call for call in self.getDelayedCalls() if call.getTime() <= self.seconds()]
+        due = [call for call in self.calls if call.getTime() <= self.seconds()]
         if not due:
             return None
         started = time.perf_counter()

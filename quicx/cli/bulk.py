@@ -17,6 +17,7 @@ from quicx.cli.arguments import (
 )
 from quicx.cli.common import ask, print_json
 from quicx.protocol.bulk import BulkAction
+from quicx.protocol.durations import parse_duration
 from quicx.status.text import thousands
 
 _DONE = {
@@ -33,6 +34,14 @@ _HELP = {
     BulkAction.PURGE: "delete queued, delayed and dead tasks",
     BulkAction.MOVE: "move queued, delayed and dead tasks to the queue --to, keeping their ids",
 }
+
+
+def age(text: str) -> float:
+    """An argparse type: an age (C{90}, C{30s}, C{10m}, C{2d}), in seconds."""
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_tasks(commands: Commands) -> None:
@@ -56,8 +65,12 @@ def add_tasks(commands: Commands) -> None:
             choices=("queued", "delayed", "dead"),
             help="tasks in this state (repeat for several; default: every state it acts on)",
         )
-        sub.add_argument("--older-than", type=duration, metavar="AGE", help="submitted before")
-        sub.add_argument("--newer-than", type=duration, metavar="AGE", help="submitted since")
+        sub.add_argument(
+            "--older-than", type=age, metavar="AGE", help="submitted at least AGE ago (10m, 2d)"
+        )
+        sub.add_argument(
+            "--newer-than", type=age, metavar="AGE", help="submitted less than AGE ago"
+        )
         sub.add_argument(
             "--reason-contains", metavar="TEXT", help="dead tasks whose failure reason has TEXT"
         )
@@ -102,7 +115,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             + (f" (e.g. {sample})" if sample else "")
         )
         return 0
-    line = f"{_tasks(answer['acted'])} {_DONE[action]}{into}, of {matched} matched"
+    of = thousands(answer["matched"])
+    line = f"{_tasks(answer['acted'])} {_DONE[action]}{into}, of {of} matched"
     if answer["skipped"]:
         line += f"; {thousands(answer['skipped'])} left (target full, or its key taken there)"
     print(line)

@@ -16,8 +16,8 @@ import pytest
 from quicx import Options
 from quicx.clients.blocking import QuicxClient
 from quicx.daemon.journal import records
-from quicx.daemon.journal.recovery import recover
 from quicx.daemon.journal.records import JournalCorrupt
+from quicx.daemon.journal.recovery import recover
 from quicx.protocol import bulk
 from quicx.protocol.errors import NotFound
 from tests.interop.raw import Wire
@@ -61,10 +61,13 @@ def test_kill_9_in_the_middle_of_a_bulk_action_loses_and_doubles_nothing(
     flags = (f"--journal={journal}", "--fsync=always", "--bulk-batch=20", "--pool-size=32M")
     daemon = start_daemon(*flags)
     with QuicxClient(f"tcp:127.0.0.1:{daemon.port}") as client:
-        ids = client.submit_many(("t", b"x", Options(queue="a")) for _ in range(TASKS))
+        ids = [
+            int(i)
+            for i in client.submit_many(("t", b"x", Options(queue="a")) for _ in range(TASKS))
+        ]
         assert len(ids) == TASKS
         admin = Wire(str(daemon.control_path))
-        request = bulk.request(action, queue="a", **({"to": "b"} if action == "move" else {}))
+        request = bulk.request(action, queue="a", to="b" if action == "move" else None)
         written = os.path.getsize(journal)
         admin.send(bulk.encode_bulk(request))
         # Killed once the records of the first 100 tasks acted on are in the

@@ -41,7 +41,7 @@ class Turns(Clock):
     """
 
     def step(self) -> int:
-        due = [call for call in self.getDelayedCalls() if call.getTime() <= self.seconds()]
+        due = [call for call in self.calls if call.getTime() <= self.seconds()]
         for call in due:
             self.calls.remove(call)
             call.called = True
