@@ -61,10 +61,8 @@ def test_kill_9_in_the_middle_of_a_bulk_action_loses_and_doubles_nothing(
     flags = (f"--journal={journal}", "--fsync=always", "--bulk-batch=20", "--pool-size=32M")
     daemon = start_daemon(*flags)
     with QuicxClient(f"tcp:127.0.0.1:{daemon.port}") as client:
-        ids = [
-            int(i)
-            for i in client.submit_many(("t", b"x", Options(queue="a")) for _ in range(TASKS))
-        ]
+        answers = client.submit_many(("t", b"x", Options(queue="a")) for _ in range(TASKS))
+        ids = [i for i in answers if isinstance(i, int)]
         assert len(ids) == TASKS
         admin = Wire(str(daemon.control_path))
         request = bulk.request(action, queue="a", to="b" if action == "move" else None)
