@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -231,8 +232,9 @@ def test_the_daemon_answers_others_while_a_bulk_action_goes_over_200000_tasks(
         # Another client is answered while the action is under way: QUEUES
         # sees the queue part-cancelled, then a HEARTBEAT and a SUBMIT are
         # answered before the queue is empty.
-        seen = MANY
+        seen, deadline = MANY, time.monotonic() + 60
         while seen == MANY:
+            assert time.monotonic() < deadline, "the action never started"
             seen = depth(other, "many")
         assert 0 < seen < MANY
         assert other.ask(frame(HEARTBEAT)) == (PONG, b"")
