@@ -9,7 +9,9 @@ first: the one step not cut into turns, an action's copy of the live tasks
 and the rest of its start), the number of turns, and the median, 99th
 percentile and longest turn, with the longest garbage collection that fell
 inside a turn (the daemon's own full collections, which walk every live
-object, are not the bulk action's doing).
+object, are not the bulk action's doing).  The most CPU time one turn
+took, beside the longest wall time, tells a turn that worked long from one
+whose process waited for a CPU (on a loaded machine).
 
     python -m tools.bulk_turns                        # 200,000 tasks, [bulk]'s defaults
     python -m tools.bulk_turns --tasks 1000000 --batch 1000 --turn-time 0.002
@@ -54,16 +56,17 @@ class _Sink:
 class _Turns(Clock):
     """Runs the calls due now, one turn at a time, and times each."""
 
-    def step(self) -> float | None:
+    def step(self) -> tuple[float, float] | None:
+        """The turn's wall time and its CPU time (which leaves out time the process waited)."""
         due = [call for call in self.calls if call.getTime() <= self.seconds()]
         if not due:
             return None
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         for call in due:
             self.calls.remove(call)
             call.called = True
             call.func(*call.args, **call.kw)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.thread_time() - cpu
 
 
 def build(tasks: int) -> QueueService:
@@ -106,9 +109,10 @@ def measure(kernel: QueueService, settings: BulkSettings, request: bulk.Bulk) ->
         answers: list[dict[str, Any]] = []
         actions.run(request).addCallback(answers.append)
         snapshot = time.perf_counter() - started
-        times = []
+        times, cpu = [], []
         while (took := turns.step()) is not None:
-            times.append(took)
+            times.append(took[0])
+            cpu.append(took[1])
     finally:
         gc.callbacks.remove(timed)
     times.sort()
@@ -120,6 +124,7 @@ def measure(kernel: QueueService, settings: BulkSettings, request: bulk.Bulk) ->
         "median_ms": statistics.median(times) * 1000,
         "p99_ms": times[int(len(times) * 0.99)] * 1000,
         "max_ms": times[-1] * 1000,
+        "cpu_max_ms": max(cpu) * 1000,
         "gc_max_ms": max(pauses, default=0.0) * 1000,
     }
 
@@ -146,7 +151,8 @@ def main() -> None:
         print(
             f"  {row['action']:<18} {row['acted']:>9,} tasks: start {row['start_ms']:.2f} ms,"
             f" {row['turns']:,} turns: median {row['median_ms']:.3f} ms,"
-            f" p99 {row['p99_ms']:.3f} ms, longest {row['max_ms']:.3f} ms"
+            f" p99 {row['p99_ms']:.3f} ms, longest {row['max_ms']:.3f} ms;"
+            f" the most CPU one turn took {row['cpu_max_ms']:.3f} ms"
             f" (longest GC pause {row['gc_max_ms']:.1f} ms)"
         )
 
