@@ -60,9 +60,10 @@ class Run:
     """
     One bulk action under way.
 
-    @ivar tasks: the live tasks when it started, in id order: its cursor's
-        candidates.
-    @ivar index: how far along C{tasks} it is.
+    @ivar ids: the ids of the live tasks when it started, in the order they
+        were submitted: its cursor's candidates (ids, not the tasks, so that
+        the copy is cheap and a task that finishes meanwhile is let go).
+    @ivar index: how far along C{ids} it is.
     @ivar states: the states it acts on, as L{BulkState} bits.
     @ivar target: a move's queue.
     @ivar matched: tasks that matched when reached; C{acted}: those acted
@@ -72,7 +73,7 @@ class Run:
     """
 
     request: Bulk
-    tasks: list[Task]
+    ids: list[int]
     states: int
     target: NamedQueue[Task, Session] | None
     done: Deferred[dict[str, Any]] = field(factory=Deferred)
@@ -154,11 +155,9 @@ class BulkActions:
         elif request.target is not None:
             target = kernel.queues.get(request.target)
         states = int(request.filter.states or ACTS_ON[request.action])
-        if states == BulkState.DEAD:
-            tasks = list(kernel.graveyard.letters.of(None))
-        else:
-            tasks = list(kernel._live.values())
-        run = Run(request, tasks, states, target)
+        # A dead-only action looks at the dead-letter set alone.
+        ids = kernel.graveyard.letters.ids() if states == BulkState.DEAD else list(kernel._live)
+        run = Run(request, ids, states, target)
         self.running.append(run)
         run.call = self._turns.callLater(0, self._turn, run)
         return run.done
@@ -178,13 +177,13 @@ class BulkActions:
         started = timer()
         deadline = started + settings.turn_time
         now = kernel.clock()
-        tasks, index = run.tasks, run.index
-        end = min(len(tasks), index + settings.batch)
+        ids, index, live = run.ids, run.index, kernel._live
+        end = min(len(ids), index + settings.batch)
         touched: dict[NamedQueue[Task, Session], None] = {}
         while index < end:
-            task = tasks[index]
+            task = live.get(ids[index])
             index += 1
-            if self._matches(run, task, now):
+            if task is not None and self._matches(run, task, now):
                 run.matched += 1
                 if len(run.sample) < SAMPLE:
                     run.sample.append(task.task_id)
@@ -203,7 +202,7 @@ class BulkActions:
             kernel._forget_if_idle(queue)
         run.turns += 1
         run.longest_turn = max(run.longest_turn, timer() - started)
-        if index < len(tasks):
+        if index < len(ids):
             run.call = self._turns.callLater(0, self._turn, run)
         else:
             self._finish(run)
