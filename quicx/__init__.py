@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from quicx.clients.twisted_cluster import ClusterProducerService, open_producer
     from quicx.clients.worker import TaskContext, Unrecoverable, Worker
     from quicx.protocol.errors import (
+        Busy,
         Conflict,
         ConnectionLost,
         DaemonError,
@@ -98,6 +99,7 @@ _PUBLIC = {
     "NotFound": "quicx.protocol.errors",
     "Forbidden": "quicx.protocol.errors",
     "Conflict": "quicx.protocol.errors",
+    "Busy": "quicx.protocol.errors",
     "TaskCancelled": "quicx.protocol.errors",
     "NeedsVersion2": "quicx.protocol.errors",
     "TaskDead": "quicx.protocol.errors",
@@ -111,6 +113,7 @@ _PUBLIC = {
 
 __all__ = [
     "DEFAULT_ADDRESS",
+    "Busy",
     "ClusterClient",
     "ClusterProducerService",
     "Conflict",

@@ -154,6 +154,9 @@ class FakeJournal:
     def record_replace(self, task: Record, payload: bytes) -> None:
         self.changes.append(("replace", task.task_id))
 
+    def record_move(self, task: Record, old_queue: str) -> None:
+        self.changes.append(("moved", task.task_id))
+
     def record_fired(self, schedule: str, fire_time: float) -> None:
         self.fired.append((schedule, fire_time))
 

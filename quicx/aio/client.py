@@ -175,6 +175,12 @@ class AsyncClient(StreamPump):
     async def replay(self, task_id: int = 0, queue: str | None = None) -> dict[str, Any]:
         return await self._call(operations.replay(task_id, queue))
 
+    async def bulk(
+        self, action: str, dry_run: bool = False, **where: Unpack[operations.BulkKeywords]
+    ) -> dict[str, Any]:
+        """A bulk action (see L{quicx.clients.blocking.QuicxClient.bulk})."""
+        return await self._call(operations.bulk(action, dry_run, where))
+
     async def dead_purge(self, queue: str | None = None) -> dict[str, Any]:
         return await self._call(operations.dead_purge(queue))
 

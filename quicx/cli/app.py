@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from quicx import version_line
 from quicx.cli import (
+    bulk,
     daemon,
     dlq,
     events,
@@ -42,6 +43,7 @@ COMMANDS: tuple[Callable[[Commands], None], ...] = (
     tasks.add_cancel,
     queues.add_queue_actions,
     dlq.add_dlq,
+    bulk.add_tasks,
     schedules.add_schedule,
     worker.add_worker,
     workers.add_workers,
@@ -70,7 +72,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "events",
         ),
     ),
-    ("admins", ("cancel", "pause", "resume", "purge", "dlq", "schedule")),
+    ("admins", ("cancel", "pause", "resume", "purge", "dlq", "tasks", "schedule")),
     ("workers", ("worker", "workers", "quiet", "terminate")),
     ("data", ("report",)),
     ("about quicx", ("version",)),

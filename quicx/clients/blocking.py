@@ -412,6 +412,23 @@ class QuicxClient(SocketPump):
         """
         return self._call(operations.dead_purge(queue))
 
+    def bulk(
+        self, action: str, dry_run: bool = False, **where: Unpack[operations.BulkKeywords]
+    ) -> dict[str, Any]:
+        """
+        A bulk action: C{action} (C{cancel}, C{retry}, C{replay}, C{purge} or
+        C{move}, with C{to}) on every task that matches C{where} (C{queue},
+        C{task_type}, C{key_prefix}, C{states}, C{older_than}, C{newer_than},
+        C{reason}: all given must match); with C{dry_run}, only counted.
+        Needs the admin role.  Answered once the action is over.
+
+        @return: C{{"matched": N, "acted": N, "skipped": N, "sample": [ids], ...}}.
+        @raise Busy: as many bulk actions run as the daemon allows.
+        @raise ValueError: an unknown action or state, or a filter the action
+            cannot take.
+        """
+        return self._call(operations.bulk(action, dry_run, where))
+
     def schedules(self) -> list[dict[str, Any]]:
         """Every schedule, by name: its expression or interval, next_fire, last_fire..."""
         return self._call(operations.schedules())

@@ -37,6 +37,7 @@ from quicx.protocol import (
     taskflow,
     wire,
 )
+from quicx.protocol import bulk as protocol_bulk
 from quicx.protocol import workers as worker_messages
 from quicx.protocol.outcomes import GroupOp
 
@@ -206,6 +207,35 @@ def replay(task_id: int, queue: str | None) -> Request[Document]:
 
 def dead_purge(queue: str | None) -> Request[Document]:
     return Request.info("dead_purge", partial(admin.encode_dead_purge, queue))
+
+
+class BulkKeywords(TypedDict, total=False):
+    """A bulk action's filter and target, by keyword (see L{bulk})."""
+
+    queue: str | None
+    task_type: str | bytes | None
+    key_prefix: str | bytes | None
+    states: Iterable[str]
+    older_than: float | str
+    newer_than: float | str
+    reason: str | None
+    to: str | None
+
+
+def bulk(action: str, dry_run: bool, where: BulkKeywords) -> Request[Document]:
+    """
+    BULK: C{action} (C{cancel}, C{retry}, C{replay}, C{purge} or C{move})
+    on the tasks that match C{where}'s fields, all of them; C{states} by
+    name (C{queued}, C{delayed}, C{dead}), ages in seconds or as C{10m}.
+    Its counts: C{matched}, C{acted}, C{skipped}, C{sample} (ids)...
+
+    @raise ValueError: an unknown action, state or field, or a filter the
+        action cannot take (a state it does not act on, a move without C{to}).
+    """
+    for name in where.keys() - BulkKeywords.__optional_keys__:
+        raise TypeError(f"bulk() got an unexpected keyword argument {name!r}")
+    request = protocol_bulk.request(action, dry_run, **where)
+    return Request.info("bulk", partial(protocol_bulk.encode_bulk, request))
 
 
 def schedules() -> Request[Documents]:

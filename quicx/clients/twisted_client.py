@@ -398,6 +398,12 @@ class QuicxClientProtocol(FrameReceiver):
         """Replay dead tasks; needs the admin role (as the blocking client's)."""
         return self._request(operations.replay(task_id, queue))
 
+    def bulk(
+        self, action: str, dry_run: bool = False, **where: Unpack[operations.BulkKeywords]
+    ) -> Deferred[dict[str, Any]]:
+        """A bulk action (see L{quicx.clients.blocking.QuicxClient.bulk})."""
+        return self._request(operations.bulk(action, dry_run, where))
+
     def dead_purge(self, queue: str | None = None) -> Deferred[dict[str, Any]]:
         """Drop dead tasks; needs the admin role (as the blocking client's)."""
         return self._request(operations.dead_purge(queue))

@@ -36,6 +36,7 @@ from quicx.daemon.config import Limits
 from quicx.daemon.handlers import tables
 from quicx.daemon.handlers.connection import NotAuthorized
 from quicx.daemon.queue.admission import Admission
+from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.shared import SharedData
@@ -309,6 +310,11 @@ class QuicxServerProtocol(FrameReceiver):
         """Makes the daemon's status document (STATUS); C{None}: this listener serves none."""
         return self.factory.status
 
+    @property
+    def bulk(self) -> BulkActions | None:
+        """The daemon's bulk actions (BULK); C{None}: this listener runs none."""
+        return self.factory.bulk
+
     def reply(self, frame: bytes) -> None:
         """Answer this peer's request, in order with its other answers."""
         assert self.session is not None
@@ -439,11 +445,14 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
     @ivar admin: its connections have the admin role (the control socket's).
     @ivar status: makes the daemon's status document, which STATUS answers;
         C{None} (STATUS is answered not found) until the daemon sets it.
+    @ivar bulk: the daemon's bulk actions, which BULK starts; C{None} (BULK
+        is answered not found) until the daemon sets it.
     """
 
     protocol = QuicxServerProtocol
     noisy = False
     status: Callable[[], dict[str, Any]] | None = None
+    bulk: BulkActions | None = None
 
     def __init__(
         self,

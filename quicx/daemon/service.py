@@ -53,6 +53,7 @@ from quicx.daemon.observe.status import Where, status
 from quicx.daemon.observe.telemetry import Telemetry
 from quicx.daemon.periodic import every
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.results import ResultLimits
@@ -187,6 +188,7 @@ class QuicxDaemon(MultiService):
         self.reactor = reactor
         self.batcher = batcher
         self._stopping = False
+        self.bulk: BulkActions | None = None
 
     def stopService(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self._stop())
@@ -216,6 +218,8 @@ class QuicxDaemon(MultiService):
             await drained
         else:
             queue.draining = True
+        if self.bulk is not None:
+            self.bulk.stop()
         # Every outcome forwarded before connections close.
         self.batcher.flush()
         await MultiService.stopService(self)
@@ -384,6 +388,7 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     factory = QuicxServerFactory(queue, reactor, config.limits, config.authorization)
     daemon = QuicxDaemon(config, queue, shared, reactor, factory.batcher, events, journal)
     factory.status = daemon.status
+    factory.bulk = daemon.bulk = BulkActions(queue, config.bulk)
     if config.log.summary_interval:
         every(config.log.summary_interval, failures.flush, reactor).setServiceParent(daemon)
     # Added before the queue, stopped after it: the queue's last events
@@ -569,6 +574,7 @@ def admin_factory(daemon: QuicxDaemon, config: configuration.Config) -> QuicxSer
         daemon.queue, daemon.reactor, config.limits, config.authorization, admin=True
     )
     factory.status = daemon.status
+    factory.bulk = daemon.bulk
     return factory
 
 

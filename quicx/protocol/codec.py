@@ -110,6 +110,8 @@ class MessageType(IntEnum):
     STOP = 0x2F
     # Checkpoints (quicx.protocol.checkpoints).
     CHECKPOINT = 0x30
+    # Bulk actions (quicx.protocol.bulk).
+    BULK = 0x31
 
 
 KNOWN_TYPES = frozenset(MessageType)
@@ -129,6 +131,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_PARENT = 0x09
     """A SUBMIT's parent (or group) is unknown: never seen, or finished with no outcome kept."""
     UNSTEERABLE = 0x0A
+    BUSY = 0x0B
 
 
 class MalformedMessage(ValueError):

@@ -94,6 +94,12 @@ class Unsteerable(DaemonError):
     code = 0x0A
 
 
+class Busy(DaemonError):
+    """ERROR 0x0B (version 2): as many bulk actions run as C{[bulk] max_running} allows."""
+
+    code = 0x0B
+
+
 _BY_CODE: dict[int, type[DaemonError]] = {
     cls.code: cls
     for cls in (
@@ -106,6 +112,7 @@ _BY_CODE: dict[int, type[DaemonError]] = {
         Conflict,
         UnknownParent,
         Unsteerable,
+        Busy,
     )
 }
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from quicx.protocol import (
     admin,
+    bulk,
     checkpoints,
     link,
     monitor,
@@ -35,6 +36,7 @@ Message = (
     | link.Message
     | checkpoints.Message
     | workers.Message
+    | bulk.Message
 )
 """Any message, of either version."""
 
@@ -65,6 +67,7 @@ DECODERS: dict[int, Decoders] = {
         link.DECODERS,
         checkpoints.DECODERS,
         workers.DECODERS,
+        bulk.DECODERS,
     ),
 }
 """Each version's decoders, by message type."""

@@ -150,7 +150,7 @@ def test_help_groups_the_commands_by_who_uses_them() -> None:
             "schedules",
             "events",
         ],
-        "admins": ["cancel", "pause", "resume", "purge", "dlq", "schedule"],
+        "admins": ["cancel", "pause", "resume", "purge", "dlq", "tasks", "schedule"],
         "workers": ["worker", "workers", "quiet", "terminate"],
         "data": ["report"],
         "about quicx": ["version"],

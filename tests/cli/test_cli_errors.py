@@ -301,6 +301,37 @@ CASES = {
         1,
     ),
     "dlq without an action": (["dlq"], USAGE, "the following arguments are required: ACTION", 1),
+    "tasks without an action": (
+        ["tasks"],
+        USAGE,
+        "the following arguments are required: ACTION",
+        1,
+    ),
+    "tasks cancel of dead tasks": (
+        ["tasks", "cancel", "--state=dead"],
+        USAGE,
+        "cancel does not act on dead tasks",
+        1,
+    ),
+    "tasks move without --to": (
+        ["tasks", "move", "--queue=mail"],
+        USAGE,
+        "the following arguments are required: --to",
+        1,
+    ),
+    "tasks move to its own queue": (
+        ["tasks", "move", "--queue=mail", "--to=mail"],
+        USAGE,
+        "the tasks of queue mail are in it already",
+        1,
+    ),
+    "tasks with a bad age": (["tasks", "purge", "--older-than=soon"], USAGE, "soon", 1),
+    "tasks no daemon": (
+        ["tasks", "purge", "--dry-run", "--control=/nonexistent/quicx.sock"],
+        FAILED,
+        "cannot connect to unix:/nonexistent/quicx.sock",
+        1,
+    ),
     "dlq list daemon down": (
         ["dlq", "list", "--connect=tcp:127.0.0.1:1"],
         FAILED,

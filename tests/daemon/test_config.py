@@ -271,6 +271,9 @@ EVERY_FLAG_CHANGED = config.with_settings(
     compact_min_size=4096,
     log_summary_interval=0,
     log_format=LogFormat.JSON,
+    bulk_batch=50,
+    bulk_turn_time=0.01,
+    bulk_max_running=2,
 )
 """What flags can set: all but the [queue NAME] and [schedule NAME] sections (file-only)."""
 

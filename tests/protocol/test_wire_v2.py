@@ -391,6 +391,8 @@ DEPENDENCIES = PROTOCOL[PROTOCOL.index("\n# Version 2: dependencies") :]
 """The page's section on dependencies (L{quicx.protocol.parents})."""
 ISSUE33 = PROTOCOL[PROTOCOL.index("\n# Version 2: debounce and expiry") :]
 """The page's section on the debounce and expiry options (L{quicx.protocol.taskflow})."""
+BULK = PROTOCOL[PROTOCOL.index("\n# Version 2: bulk actions") :]
+"""The page's section on bulk actions (L{quicx.protocol.bulk})."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -439,6 +441,7 @@ def test_the_pages_message_tables_are_the_codecs() -> None:
     rows = table(VERSION_2, "## Messages") + table(LIFECYCLE, "## Messages")
     rows += table(RESULTS, "## Messages") + table(MONITOR, "## Messages")
     rows += table(WORKERS, "## Messages") + table(CHECKPOINTS, "## Messages")
+    rows += table(BULK, "## Messages")
     assert [(int(code, 16), name) for code, name, *_ in rows] == [
         (t.value, t.name) for t in MessageType
     ]
@@ -473,6 +476,7 @@ def test_the_pages_error_codes_are_the_codecs() -> None:
     codes += [int(row[0], 16) for row in table(LIFECYCLE, "### Error code added")]
     codes += [int(row[0], 16) for row in table(DEPENDENCIES, "### Error code added")]
     codes += [int(row[0], 16) for row in table(WORKERS, "### Error code added")]
+    codes += [int(row[0], 16) for row in table(BULK, "### Error code added")]
     assert codes == [c.value for c in codec.ErrorCode]
 
 

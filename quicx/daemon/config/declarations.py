@@ -59,6 +59,7 @@ from quicx.daemon.observe.events import Compression, EventSettings
 from quicx.daemon.observe.logformat import LogFormat
 from quicx.daemon.observe.task_history import MAX_COUNT
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.bulk import BulkSettings
 from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.dispatch import Order
 from quicx.daemon.queue.groups import GroupLimits
@@ -401,11 +402,19 @@ LOG = section("log", LogSettings, "log_",
         "Log lines on stdout as text, or as one JSON object per line."),
 )  # fmt: skip
 
+BULK = section("bulk", BulkSettings, "bulk_",
+    key("batch", integer(1, 1_000_000),
+        "The most tasks one bulk action (quicx tasks ...) looks at in one turn of the event loop."),
+    key("turn_time", seconds(high=1.0, low=0.0001),
+        "The longest one bulk action's turn runs, in seconds (it ends after the task past it)."),
+    key("max_running", integer(1, 1000), "Bulk actions running at once (more are refused)."),
+)  # fmt: skip
+
 
 SETTINGS = (
     *SERVER, *ALLOCATOR, *TASKS, *LIMITS, *TLS, *PROTOCOL, *QUEUES, *RETRIES, *DEAD_LETTERS,
     *SCHEDULES, *PROGRESS, *SHARED, *RESULTS, *GROUPS, *DEPENDENCIES, *EVENTS, *METRICS,
-    *AUTOSCALE, *WEB, *CLUSTER, *JOURNAL, *LOG, *CHECKPOINTS,
+    *AUTOSCALE, *WEB, *CLUSTER, *JOURNAL, *LOG, *CHECKPOINTS, *BULK,
 )  # fmt: skip
 """Every setting, in the order of the docs' tables."""
 

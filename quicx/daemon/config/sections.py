@@ -34,6 +34,7 @@ from quicx.daemon.observe.events import EventSettings
 from quicx.daemon.observe.logformat import LogFormat
 from quicx.daemon.observe.telemetry import DEFAULT_MAX_SERIES, DEFAULT_MAX_TYPES
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.bulk import BulkSettings
 from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.dispatch import DispatchSettings
 from quicx.daemon.queue.groups import GroupLimits
@@ -327,6 +328,7 @@ class Config:
     cluster: ClusterSettings = Factory(ClusterSettings)
     journal: JournalSettings = Factory(JournalSettings)
     log: LogSettings = Factory(LogSettings)
+    bulk: BulkSettings = Factory(BulkSettings)
     queue_sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     schedule_sections: Mapping[str, ScheduleSpec] = field(factory=dict)
     source: str = "built-in default"

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeAlias
 
 from quicx.daemon.config import Limits
 from quicx.daemon.queue.admission import Admission
+from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Session
 
@@ -33,6 +34,7 @@ class Connection(Protocol):
     @ivar limits: what it is held to.
     @ivar status: makes the daemon's status document (STATUS); C{None}:
         this listener serves none.
+    @ivar bulk: the daemon's bulk actions (BULK).
     """
 
     @property
@@ -49,6 +51,10 @@ class Connection(Protocol):
 
     @property
     def status(self) -> Callable[[], dict[str, Any]] | None: ...
+
+    @property
+    def bulk(self) -> BulkActions | None:
+        """The daemon's bulk actions; C{None}: this listener runs none."""
 
     def reply(self, frame: bytes) -> None:
         """Answer this peer's request, in order with its other answers."""

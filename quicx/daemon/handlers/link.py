@@ -35,6 +35,7 @@ CAPABILITIES = (
     "workers",
     "debounce",
     "expiry",
+    "bulk",
 )
 """What a version-2 HELLO is told this daemon can do."""
 

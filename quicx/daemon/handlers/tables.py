@@ -8,7 +8,16 @@ itself, so a frame costs one dict lookup and one call.
 
 from __future__ import annotations
 
-from quicx.daemon.handlers import admin, link, monitor, outcomes, shared_data, taskflow, workers
+from quicx.daemon.handlers import (
+    admin,
+    bulk,
+    link,
+    monitor,
+    outcomes,
+    shared_data,
+    taskflow,
+    workers,
+)
 from quicx.daemon.handlers.connection import Handler
 from quicx.protocol import codec, wire
 
@@ -59,5 +68,6 @@ V2: dict[int, Handler] = {
     codec.MessageType.ANNOUNCE: workers.announce,
     codec.MessageType.WORKERS: workers.list_workers,
     codec.MessageType.STEER: workers.steer,
+    codec.MessageType.BULK: bulk.bulk,
 }
 """Version 2: every message a client may send."""

@@ -287,6 +287,9 @@ class IJournal(Interface):
     def record_replay(task: Record) -> None:
         """Record that dead C{task} is back in its queue, its failures reset."""
 
+    def record_move(task: Record, old_queue: str) -> None:
+        """Record that C{task} moved from C{old_queue} to its queue now (a bulk action's move)."""
+
     def record_attempts(task: Record) -> None:
         """Record that a delivery of C{task} ended (lost, timed out) and it is queued again."""
 
@@ -354,6 +357,9 @@ class NullJournal:
         pass
 
     def record_replay(self, task: Record) -> None:
+        pass
+
+    def record_move(self, task: Record, old_queue: str) -> None:
         pass
 
     def record_attempts(self, task: Record) -> None:

@@ -122,6 +122,7 @@ KIND_PARENT = 24
 KIND_DEADLINE = 25
 KIND_REPLACE = 26
 KIND_TASK_CHECKPOINT = 27
+KIND_MOVED = 28
 KINDS_V1 = frozenset({KIND_SUBMIT, KIND_DONE, KIND_FAILED, KIND_CHECKPOINT, KIND_RESERVE})
 KINDS = KINDS_V1 | {
     KIND_SUBMIT2,
@@ -146,6 +147,7 @@ KINDS = KINDS_V1 | {
     KIND_DEADLINE,
     KIND_REPLACE,
     KIND_TASK_CHECKPOINT,
+    KIND_MOVED,
 }
 OUTCOME_KINDS = {"done": KIND_DONE, "failed": KIND_FAILED, "cancelled": KIND_CANCELLED}
 OUTCOME_CODES = {"done": 1, "failed": 2, "cancelled": 3, "expired": 7}
@@ -380,6 +382,12 @@ def encode_saved(task_id: int, saved: SavedState) -> bytes:
 def encode_replay(task_id: int) -> bytes:
     """A dead task put back in its queue, its failures reset."""
     return _frame(bytes((KIND_REPLAY,)) + ID.pack(task_id))
+
+
+def encode_moved(task_id: int, queue: str) -> bytes:
+    """A live task moved to queue C{queue} (a bulk action's move), keeping its id."""
+    name = queue.encode("ascii")
+    return _frame(bytes((KIND_MOVED,)) + ID.pack(task_id) + bytes((len(name),)) + name)
 
 
 def encode_fired(schedule: str, fire_time: float) -> bytes:

@@ -39,6 +39,7 @@ from quicx.daemon.journal.records import (
     KIND_FIRED,
     KIND_GROUP,
     KIND_KEY,
+    KIND_MOVED,
     KIND_PARENT,
     KIND_PAUSE,
     KIND_REPLACE,
@@ -256,6 +257,12 @@ def _replace_problem(data: _View, kind: int, start: int, length: int) -> str:
     return "" if length >= REPLACE_HEAD.size else "REPLACE record shorter than its header"
 
 
+def _moved_problem(data: _View, kind: int, start: int, length: int) -> str:
+    if length < 7 or 6 + data[start + 5] != length:
+        return "MOVED record of the wrong length"
+    return ""
+
+
 _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_SUBMIT: _submit_problem,
     KIND_SUBMIT2: _submit2_problem,
@@ -278,6 +285,7 @@ _BODY_CHECKS: dict[int, Callable[[_View, int, int, int], str]] = {
     KIND_KEY: _key_problem,
     KIND_DEADLINE: _deadline_problem,
     KIND_REPLACE: _replace_problem,
+    KIND_MOVED: _moved_problem,
 }
 """
 What is wrong with a record's body, by kind (C{data}, C{kind}, where the
@@ -389,7 +397,15 @@ def _replay_records(path: str, data: bytes, replay: _Replay) -> int:
 _NAMED_KINDS = frozenset({KIND_PAUSE, KIND_FIRED, KIND_SCHEDULE, KIND_UNSCHEDULE, KIND_SHARED})
 """The records of a queue, a schedule or shared data: of no task."""
 _STATE_KINDS = frozenset(
-    {KIND_RETRY, KIND_DEAD, KIND_REPLAY, KIND_ATTEMPTS, KIND_TASK_CHECKPOINT, KIND_REPLACE}
+    {
+        KIND_RETRY,
+        KIND_DEAD,
+        KIND_REPLAY,
+        KIND_ATTEMPTS,
+        KIND_TASK_CHECKPOINT,
+        KIND_REPLACE,
+        KIND_MOVED,
+    }
 )
 
 
@@ -596,6 +612,8 @@ def _change(task: RecoveredTask, kind: int, data: bytes, start: int, end: int) -
         return evolve(task, payload=data[start + REPLACE_HEAD.size : end], due=due_ms / 1000)
     if kind == KIND_ATTEMPTS:
         return evolve(task, attempts=ATTEMPTS_HEAD.unpack_from(data, start)[2])
+    if kind == KIND_MOVED:
+        return evolve(task, queue=data[start + 6 : end].decode("ascii"))
     if kind == KIND_RETRY:
         _, _, failures, due_ms = RETRY_HEAD.unpack_from(data, start)
         return evolve(task, failures=failures, attempts=failures, due=due_ms / 1000)

@@ -41,6 +41,7 @@ from quicx.daemon.journal.records import (
     encode_forgotten,
     encode_group,
     encode_key,
+    encode_moved,
     encode_outcome,
     encode_parent,
     encode_pause,
@@ -265,6 +266,11 @@ class Journal(Service):
         )
         if task.ended_attempts != task.failures:
             self.record_attempts(task)
+
+    def record_move(self, task: Record, old_queue: str) -> None:
+        # Its live SUBMIT record, once rewritten at compaction, names the new queue.
+        self.stats.live_bytes += len(task.queue) - len(old_queue)
+        self._append(encode_moved(task.task_id, task.queue))
 
     def record_attempts(self, task: Record) -> None:
         self._append(encode_attempts(task.task_id, task.ended_attempts))

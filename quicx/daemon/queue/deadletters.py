@@ -70,6 +70,10 @@ class DeadLetters(Generic[T]):
             old.append(task)
         return old
 
+    def ids(self) -> list[int]:
+        """The dead tasks' ids, oldest first."""
+        return list(self._tasks)
+
     def of(self, queue: str | None) -> Iterator[T]:
         """The dead tasks of C{queue} (C{None}: every queue), oldest first."""
         tasks = self._tasks.values()

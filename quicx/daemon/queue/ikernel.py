@@ -5,7 +5,7 @@ What the kernel's collaborators may use of it: they are handed it and never impo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -42,6 +42,12 @@ class IGraveyard(Protocol):
 
     def bury(self, task: Task, reason: str, worker: str) -> None:
         """Move C{task} to the dead-letter set."""
+
+    def drop(self, task: Task, why: str) -> None:
+        """Finish dead C{task} for good."""
+
+    def replay(self, task_id: int, queue: str | None) -> dict[str, Any]:
+        """Put dead task C{task_id} back in its queue, its failures reset."""
 
 
 class IFailing(Protocol):

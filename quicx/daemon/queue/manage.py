@@ -61,13 +61,20 @@ class Manage:
                 ErrorCode.CONFLICT,
                 f"task {task_id} is dead: replay it or purge the dead-letter set",
             )
+        self.withdraw(task, why)
+        self.kernel._forget_if_idle(task.home)
+        return {"id": task_id, "state": "cancelled", "queue": task.home.name}
+
+    def withdraw(self, task: Task, why: str) -> None:
+        """
+        Cancel C{task}, queued or delayed: taken off, its producer told
+        CANCELLED (its queue is left for the caller to forget if idle).
+        """
         if task.state is DELAYED:
             self.kernel._undelay(task)
         elif task.state is not WAITING:  # (a waiting task waits in no queue)
             task.home.remove(task)
         self._cancel(task, why)
-        self.kernel._forget_if_idle(task.home)
-        return {"id": task_id, "state": "cancelled", "queue": task.home.name}
 
     def _cancel(self, task: Task, why: str) -> None:
         """Finish a task taken off its queue as cancelled."""

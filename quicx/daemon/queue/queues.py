@@ -180,7 +180,10 @@ class Level(Generic[T]):
     def remove(self, task: T) -> None:
         key = task.fairness
         fifo = self.fifos[key]
-        fifo.remove(task)
+        # A binary search by ticket (the FIFO is sorted by it), not a walk
+        # of the FIFO: a bulk action that takes tasks from deep in a long
+        # queue costs O(log n) searching each, not O(n).
+        del fifo[bisect.bisect_left(fifo, task.ticket, key=_ticket)]
         if not fifo and key is not None:
             del self.fifos[key]
         self.size -= 1
