@@ -71,33 +71,15 @@ class QuicxClient(SocketPump):
         """
         Submit one task; return its id.
 
-        @param queue: the queue (default: the daemon's default queue).
-        @param priority: 0 to 255, higher runs first (default: the queue's).
-        @param key: an idempotency key: a second submit with the same key,
-            in the same queue, within the daemon's window, returns the first
-            task's id and queues nothing.
-        @param fairness_key: the tenant or customer the task is for: within
-            a queue they take turns, and the queue's per-key limits apply.
-        @param delay: seconds from now before it may run; or C{run_at}, the
-            time it may run (a C{datetime} with a zone, or Unix seconds).
-        @param retries: how many times a failure is retried (default: the queue's).
-        @param backoff: the wait before each retry: C{"fixed:10s"},
-            C{"exponential:1s:5m"}, either optionally with C{":20%"} of
-            jitter, or a L{taskflow.Backoff} (default: the queue's).
-        @param keep_result: keep its outcome and result once it finishes, for
-            L{result} on any connection, for C{result_ttl} (seconds, or text
-            such as C{"1h"}) or the daemon's C{[results] ttl}; a C{result_ttl}
-            alone keeps it too (default: as its queue says).
-        @param progress: called with a L{ProgressReport} for each progress
-            report of its worker's, in order, before its outcome; by
-            whichever call of this client reads it (L{wait}, most often).
-        @param group: the group it joins (see L{open_group}).
-        @param debounce: with a C{key}, C{"drop:5s"}, C{"replace:2s"} or
-            C{"extend:2s"}: it waits that window, and a later submit of the
-            key folds into it while it waits (docs/clients.md).
-        @param expires_in: seconds it must start within, or C{expires_at}, a
-            time (default: the queue's C{expires}): otherwise it ends
-            expired, and L{wait} raises C{TaskExpired}.
+        @param options: by keyword, any of L{operations.SubmitKeywords}, each
+            documented on L{quicx.clients.requests.Options}: C{queue},
+            C{priority}, C{key}, C{fairness_key}, C{delay} or C{run_at},
+            C{retries}, C{backoff}, C{keep_result} and C{result_ttl} (for
+            L{result}), C{progress} (called with each L{ProgressReport} by
+            whichever call of this client reads it, most often L{wait}),
+            C{group} (see L{open_group}), C{after}, C{on_parent_failure} and
+            C{after_group} (dependencies), C{debounce}, C{expires_in} or
+            C{expires_at} (L{wait} then raises C{TaskExpired}).
         @raise QueueFull, PayloadTooLarge, UnknownTaskType, InvalidMessage:
             the daemon refused it.
         @raise NotFound, Conflict: C{group} is unknown, or closed.
