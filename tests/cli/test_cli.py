@@ -481,11 +481,14 @@ def test_stop_says_what_the_drain_waits_for(tmp_path: Path, background) -> None:
     port = int(daemon.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
     daemon.wait_for("control socket on")
     address = f"tcp:127.0.0.1:{port}"
+    go = tmp_path / "go"
     (tmp_path / "slow.py").write_text(
-        "import time\n"
+        "import os, time\n"
         "def slow(payload):\n"
         "    print('started', flush=True)\n"
-        "    time.sleep(1)\n"
+        "    deadline = time.monotonic() + 120\n"
+        f"    while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:\n"
+        "        time.sleep(0.02)\n"
         "handlers = {'slow': slow}\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
@@ -495,10 +498,14 @@ def test_stop_says_what_the_drain_waits_for(tmp_path: Path, background) -> None:
         client.submit("slow", b"", queue="nobody-serves-this", delay=600)
         client.submit("other", b"", queue="nobody-serves-this")
     worker.wait_for("started")
-    stopped = quicx("stop", f"--config={conf}")
-    assert stopped.returncode == 0, stopped.stderr
-    assert stopped.stdout.splitlines()[0] == (
+    # The running task holds the drain (quicx stop waits for it) until the
+    # test has read what stop says it waits for.
+    stopping = background("stop", f"--config={conf}")
+    said = stopping.wait_for(r"stopping quicx .*\n").group(0)
+    go.touch()
+    assert stopping.process.wait(60) == 0, stopping.log()
+    assert said == (
         f"stopping quicx (pid {daemon.process.pid}): waiting up to 60 s (drain_timeout)"
-        " for 1 running tasks and 0 queued to finish"
+        " for 1 running tasks and 0 queued to finish\n"
     )
     assert "stopping with 1 queued, 1 delayed and 0 running tasks" in daemon.log()
