@@ -125,6 +125,8 @@ def _search(request: Request) -> tuple[task_history.Search, int | None, int]:
 
 BULK_ACTIONS = tuple(a.name.lower() for a in bulk.BulkAction)
 """The bulk actions, as C{/api/bulk/ACTION} names them."""
+BULK_ARGUMENTS = ("queue", "type", "key", "older", "newer", "reason", "to", "dry_run")
+"""The arguments of C{/api/bulk/ACTION} besides its C{states}."""
 
 
 def _bulk(request: Request, action: str) -> bulk.Bulk:
@@ -158,10 +160,6 @@ def _bulk(request: Request, action: str) -> bulk.Bulk:
     except ValueError as e:
         raise BadRequest(str(e)) from None
     return made
-
-
-BULK_ARGUMENTS = ("queue", "type", "key", "older", "newer", "reason", "to", "dry_run")
-"""The arguments of C{/api/bulk/ACTION} besides its C{states}."""
 
 
 def _number(text: str | None, what: str, low: int, high: int, default: int = 0) -> int:
