@@ -627,6 +627,7 @@ def serve_dashboard(
         None if cluster is None else cluster.view,
         tasks,
         config.limits.terminate_grace,
+        daemon.bulk,
     )
     ListenerService(
         reactor,

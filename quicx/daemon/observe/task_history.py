@@ -3,7 +3,7 @@ The dashboard's history of finished tasks: what happened to a task, after it is 
 
 L{TaskHistory} hears the kernel's hooks (it is plugged in only while the
 dashboard is on) and keeps the most recent finished tasks (done, failed,
-dead, cancelled) in a ring, bounded three ways: C{[web]
+dead, cancelled, expired) in a ring, bounded three ways: C{[web]
 task_history} records, C{[web] task_history_age} seconds, and C{[web]
 task_history_bytes} in all.  Each record's bytes are accounted as it is
 kept (a payload preview of at most C{[web] payload_preview} bytes, a
@@ -96,7 +96,7 @@ Record = tuple[
     int,
 ]
 
-STATES = ("done", "failed", "dead", "cancelled")
+STATES = ("done", "failed", "dead", "cancelled", "expired")
 """The outcomes a record can have."""
 
 
@@ -236,6 +236,10 @@ class TaskHistory:
     def cancelled(self, task: Task, why: str) -> None:
         preview = self._take_preview(task.task_id)
         self._keep(task, "cancelled", None, task.attempts, why, preview)
+
+    def expired(self, task: Task, why: str) -> None:
+        preview = self._take_preview(task.task_id)
+        self._keep(task, "expired", None, task.attempts, why, preview)
 
     def retrying(
         self, task: Task, worker: Session | None, reason: str, attempt: int | None

@@ -24,6 +24,7 @@ from quicx.daemon.observe.task_history import TaskHistory
 from quicx.daemon.observe.web.auth import Gate, Role, same_origin
 from quicx.daemon.observe.web.history import History
 from quicx.daemon.observe.web.site import DashboardSite, dashboard_site
+from quicx.daemon.queue.bulk import BulkActions, BulkSettings
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.schedules import ScheduleSpec
@@ -145,8 +146,12 @@ def dashboard(
     gate: Gate | None = None,
     cluster: Callable[[], dict[str, Any]] | None = None,
     tasks: int = 0,
+    bulk: BulkSettings | None = None,
 ) -> Dashboard:
-    """A site over a new queue; with C{tasks}, a history of that many finished tasks."""
+    """
+    A site over a new queue; with C{tasks}, a history of that many finished
+    tasks; with C{bulk}, its bulk actions (turns on the clock).
+    """
     clock = Clock()
     clock.advance(1_800_000_000)
     queue = make_queue(clock, journal or FakeJournal(waits=False))
@@ -171,7 +176,10 @@ def dashboard(
         )
         queue.plug(history=finished)
     gate = gate or Gate(ADMIN, MONITOR)
-    site = dashboard_site(queue, book, history, gate, max_streams, cluster, finished)
+    actions = None if bulk is None else BulkActions(queue, bulk, turns=clock)
+    site = dashboard_site(
+        queue, book, history, gate, max_streams, cluster, finished, bulk_actions=actions
+    )
     return Dashboard(queue, site, history, clock)
 
 

@@ -5,7 +5,8 @@ GET reads: the session, the overview, the history, queues, a task, dead
 letters, connections, schedules, the cluster view, and the live stream.  POST acts: pause,
 resume and purge a queue; replay one dead task, or every dead task (of a
 queue); purge the dead tasks (of a queue); retry, cancel or delete a task;
-quiet or terminate a worker, or quiet them all (as STEER does).  An action needs the admin role,
+quiet or terminate a worker, or quiet them all (as STEER does); a bulk action
+by a filter, or its dry run (as BULK does).  An action needs the admin role,
 its session's CSRF token and the dashboard's own origin (L{auth}); it calls
 the queue core's method that the wire's admin message calls, so it is
 journaled and logged as that is, and it is answered once the journal holds
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from attrs import frozen
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.server import NOT_DONE_YET, Request
@@ -30,10 +32,12 @@ from quicx.daemon.observe.web import views
 from quicx.daemon.observe.web.auth import Gate, Role, Visitor, same_origin
 from quicx.daemon.observe.web.history import History, Sample
 from quicx.daemon.observe.web.stream import Streams, event
+from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.workers import workers_of
+from quicx.protocol import bulk
 from quicx.protocol.admin import MAX_DEAD_LIST
 from quicx.protocol.codec import ErrorCode, check_queue
 
@@ -44,8 +48,9 @@ DEFAULT_DEAD_LIST = 100
 MAX_TASK_ID = 0xFFFFFFFF
 MAX_WORKER_ID = 0xFFFFFFFF
 
-_STATUS = {ErrorCode.NOT_FOUND: 404, ErrorCode.FORBIDDEN: 403}
-"""The HTTP status of a refusal by the core, by its error code (else 409)."""
+_STATUS = {ErrorCode.NOT_FOUND: 404, ErrorCode.FORBIDDEN: 403, ErrorCode.BUSY: 429}
+"""The HTTP status of a refusal by the core, by its error code (else 409): busy (as
+many bulk actions run as C{[bulk] max_running} allows) is 429, try again later."""
 
 
 class BadRequest(Exception):
@@ -57,7 +62,7 @@ class Action:
     """A POST: what the log calls it, and the core call that does it."""
 
     name: str
-    call: Callable[[], dict[str, Any]]
+    call: Callable[[], dict[str, Any] | Deferred[dict[str, Any]]]
 
 
 def answer(request: Request, status: int, document: object) -> bytes:
@@ -118,6 +123,45 @@ def _search(request: Request) -> tuple[task_history.Search, int | None, int]:
     return search, cursor, _number(given["limit"], "limit", 1, MAX_PAGE, DEFAULT_PAGE)
 
 
+BULK_ACTIONS = tuple(a.name.lower() for a in bulk.BulkAction)
+"""The bulk actions, as C{/api/bulk/ACTION} names them."""
+BULK_ARGUMENTS = ("queue", "type", "key", "older", "newer", "reason", "to", "dry_run")
+"""The arguments of C{/api/bulk/ACTION} besides its C{states}."""
+
+
+def _bulk(request: Request, action: str) -> bulk.Bulk:
+    """
+    C{/api/bulk/ACTION}'s filter, from its arguments: C{queue}, C{type},
+    C{key} (a prefix), C{states} (repeated, or with commas), C{older} and
+    C{newer} (seconds, or as C{10m}), C{reason} (contained), C{to} (a
+    move's queue), C{dry_run=1}: as the wire's BULK checks it.
+    """
+    given = {name: _argument(request, name) or None for name in BULK_ARGUMENTS}
+    states = [
+        state
+        for value in (request.args or {}).get(b"states", [])
+        for state in value.decode("utf-8", "replace").split(",")
+        if state
+    ]
+    try:
+        made = bulk.request(
+            action,
+            given["dry_run"] == "1",
+            queue=given["queue"],
+            task_type=given["type"],
+            key_prefix=given["key"],
+            states=states,
+            older_than=given["older"] or 0.0,
+            newer_than=given["newer"] or 0.0,
+            reason=given["reason"],
+            to=given["to"],
+        )
+        bulk.encode_bulk(made)  # every field and rule checked as a client's BULK is
+    except ValueError as e:
+        raise BadRequest(str(e)) from None
+    return made
+
+
 def _number(text: str | None, what: str, low: int, high: int, default: int = 0) -> int:
     """C{text} as a number from C{low} to C{high}; C{default} for none."""
     if text is None:
@@ -143,7 +187,9 @@ class Api:
         cluster: Callable[[], dict[str, Any]] | None = None,
         tasks: TaskHistory | None = None,
         terminate_grace: float = 5.0,
+        bulk_actions: BulkActions | None = None,
     ) -> None:
+        self.bulk = bulk_actions
         self.terminate_grace = terminate_grace
         self.cluster = cluster
         self.tasks = tasks
@@ -226,15 +272,19 @@ class Api:
     def _task(self, task_id: int) -> dict[str, Any]:
         """
         Task C{task_id} as it is now, with its records in the history (and a
-        preview of its payload, and of its checkpoint if small and text).
+        preview of its payload, and of its checkpoint if small and text);
+        a live one's parents and children (L{views.relatives}).
         """
         document = views.lookup(self.queue, task_id)
+        live = document["found"] == "live"
+        if live:
+            task = self.queue.task(task_id)
+            document["task"]["dependencies"] = views.relatives(self.queue, task)
         tasks = self.tasks
         if tasks is None:
             return document
         document["history"] = [task_history.render(record) for record in tasks.of(task_id)]
-        if document["found"] == "live" and tasks.preview:
-            task = self.queue.task(task_id)
+        if live and tasks.preview:
             document["payload"] = task_history.payload_view(
                 self.queue.pool.head(task.block, tasks.preview), task.size
             )
@@ -307,6 +357,11 @@ class Api:
                 if verb == "replay":
                     return Action(what, lambda: queue.replay(0, named))
                 return Action(what, lambda: queue.purge_dead(named))
+            case ["bulk", verb] if verb in BULK_ACTIONS:
+                dry = _argument(request, "dry_run") == "1"
+                return Action(
+                    f"bulk {verb}" + " (dry run)" * dry, lambda: self._bulk(_bulk(request, verb))
+                )
             case ["workers", "quiet"]:
                 return Action("quiet every worker", lambda: self._steer("quiet", 0))
             case ["workers", worker_id, "quiet" | "terminate" as verb]:
@@ -322,6 +377,12 @@ class Api:
         else:
             steered = steering.terminate(worker, self.terminate_grace)
         return {"action": verb, "workers": steered}
+
+    def _bulk(self, request: bulk.Bulk) -> Deferred[dict[str, Any]]:
+        """Start bulk action C{request}; its counts once it is over and journaled."""
+        if self.bulk is None:
+            raise BadRequest("no bulk actions here")
+        return self.bulk.run(request)
 
     def _task_action(self, verb: str, task_id: int) -> dict[str, Any]:
         """Retry (replay) a dead task, cancel a queued or delayed one, delete (purge) a dead one."""
@@ -348,6 +409,16 @@ class Api:
                 request, 403, f"{action.name}: the session's CSRF token is missing or wrong"
             )
         done = action.call()
+        if isinstance(done, Deferred):
+            return self._when(request, done, lambda found: self._done(visitor, action, found))
+        self._done(visitor, action, done)
+        durable = self.queue.journal.durable()
+        if durable is None:
+            return answer(request, 200, done)
+        return self._when(request, durable, lambda _: done)
+
+    def _done(self, visitor: Visitor, action: Action, done: dict[str, Any]) -> dict[str, Any]:
+        """Log what C{action} did; what it answers."""
         self.log.info(
             "dashboard: {action} (by {how}, {role}): {answer}",
             log_id="web.action",
@@ -359,13 +430,19 @@ class Api:
                 for key, value in done.items()
             ),
         )
-        durable = self.queue.journal.durable()
-        if durable is None:
-            return answer(request, 200, done)
+        return done
+
+    def _when(
+        self,
+        request: Request,
+        durable: Deferred[Any],
+        then: Callable[[Any], dict[str, Any]],
+    ) -> int:
+        """Answer C{request} with C{then}'s document once C{durable} fires (500 if it fails)."""
         gone: list[Failure] = []
         request.notifyFinish().addErrback(gone.append)
 
-        def decided(result: Failure | None) -> None:
+        def decided(result: object) -> None:
             if gone:
                 return
             if isinstance(result, Failure):
@@ -375,7 +452,7 @@ class Api:
                     f"done, but not journaled ({result.getErrorMessage()}): a restart may undo it",
                 )
             else:
-                body = answer(request, 200, done)
+                body = answer(request, 200, then(result))
             request.write(body)
             request.finish()
 

@@ -28,6 +28,7 @@ from quicx.daemon.observe.web.api import Api, header, refusal
 from quicx.daemon.observe.web.auth import COOKIE, Gate
 from quicx.daemon.observe.web.history import History
 from quicx.daemon.observe.web.stream import Streams
+from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.net.tls import peer_identity
@@ -149,15 +150,25 @@ def dashboard_site(
     cluster: Callable[[], dict[str, Any]] | None = None,
     tasks: TaskHistory | None = None,
     terminate_grace: float = 5.0,
+    bulk_actions: BulkActions | None = None,
 ) -> DashboardSite:
     """
     The site of the dashboard over C{queue}; its live streams follow
     C{history}; C{cluster} makes its cluster view (C{None}: it has none);
     C{tasks}: the finished tasks' history (C{None}: none is kept);
-    C{terminate_grace}: a terminated worker's (C{[limits] terminate_grace}).
+    C{terminate_grace}: a terminated worker's (C{[limits] terminate_grace});
+    C{bulk_actions}: what runs its bulk actions (C{None}: it has none).
     """
     api = Api(
-        queue, schedules, history, Streams(max_streams), gate, cluster, tasks, terminate_grace
+        queue,
+        schedules,
+        history,
+        Streams(max_streams),
+        gate,
+        cluster,
+        tasks,
+        terminate_grace,
+        bulk_actions,
     )
     history.listen(api.publish)
     return DashboardSite(Dashboard(api, gate))

@@ -32,6 +32,9 @@ SHOWN_TASKS = 20
 ANNOUNCED = ("name", "host", "pid", "types", "state")
 """What a worker's record (WORKERS) adds to its connection: what it announced, and its steering."""
 
+SHOWN_RELATIVES = 20
+"""The parents and the children a task's page lists (the counts are always whole)."""
+
 TEXT_KINDS = (ResultKind.TEXT, ResultKind.JSON)
 """The checkpoints whose state the task page may show (a small one, whole)."""
 
@@ -138,6 +141,40 @@ def checkpoint_text(task: Task, shown: int) -> str | None:
     if state.kind not in TEXT_KINDS or len(state.data) > shown:
         return None
     return state.data.decode("utf-8", "replace")
+
+
+def relatives(queue: QueueService, task: Task) -> dict[str, Any] | None:
+    """
+    What live C{task} waits for and what waits for it, as the kernel knows
+    them (L{quicx.daemon.queue.dependencies}): its parents (the first
+    L{SHOWN_RELATIVES}, each C{pending} or not), its group and policy; the
+    waiting tasks that name it a parent (the first L{SHOWN_RELATIVES}).
+    C{None} when it has neither.  O(its parents + L{SHOWN_RELATIVES}).
+    """
+    dependencies = queue.dependencies
+    task_id, after = task.task_id, task.after
+    children = dependencies.children.get(task_id) or {}
+    if after is None and not children:
+        return None
+    answer: dict[str, Any] = {}
+    if after is not None:
+        pending = [p for p in after.parents if task_id in dependencies.children.get(p, ())]
+        waiting = set(pending)
+        answer["parents"] = [
+            {"id": parent, "pending": parent in waiting}
+            for parent in islice(after.parents, SHOWN_RELATIVES)
+        ]
+        answer["parents_total"] = len(after.parents)
+        answer["parents_pending"] = len(pending)
+        answer["policy"] = after.policy.name.lower()
+        if after.group:
+            answer["group"] = {
+                "id": after.group,
+                "pending": task_id in dependencies.callbacks.get(after.group, ()),
+            }
+    answer["children"] = list(islice(children, SHOWN_RELATIVES))
+    answer["children_total"] = len(children)
+    return answer
 
 
 def lookup(queue: QueueService, task_id: int) -> dict[str, Any]:

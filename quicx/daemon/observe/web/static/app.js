@@ -12,7 +12,7 @@ const state = {
   overview: null, // the newest overview from the stream
 };
 
-const PAGES = ['overview', 'queues', 'finished', 'task', 'dead', 'workers', 'schedules', 'cluster'];
+const PAGES = ['overview', 'queues', 'finished', 'task', 'dead', 'bulk', 'workers', 'schedules', 'cluster'];
 
 const $ = (id) => document.getElementById(id);
 
@@ -240,7 +240,7 @@ function reasonView(reason) {
 
 // The task page: a list of sections, each drawn from the page's document
 // (GET /api/tasks/ID) or left out (null); a new section is one more function.
-const TASK_SECTIONS = [taskFacts, taskKept, taskFailure, taskResult, taskPayload, taskCheckpoint, taskTimeline, taskActions];
+const TASK_SECTIONS = [taskFacts, taskDependencies, taskKept, taskFailure, taskResult, taskPayload, taskCheckpoint, taskTimeline, taskActions];
 
 // The task's newest record in the history of finished tasks, if any.
 const newest = (found) => (found.history && found.history.length ? found.history[0] : null);
@@ -281,6 +281,37 @@ function taskFacts(found) {
     ]);
   }
   return null;
+}
+
+// Ids as links, comma-separated, then how many more there are than shown.
+function linkedIds(ids, total, label = (id) => taskLink(id)) {
+  return [...ids.flatMap((id, i) => [i ? ', ' : '', label(id)]),
+    total > ids.length ? ` and ${total - ids.length} more` : ''];
+}
+
+// What a live task waits for (its parents, each linked; its group; its failure
+// policy) and the waiting tasks that name it a parent, as far as the daemon knows them.
+function taskDependencies(found) {
+  const d = found.found === 'live' ? found.task.dependencies : null;
+  if (!d) return null;
+  const items = [];
+  if (d.parents) {
+    if (d.parents_total) {
+      items.push(el('li', { class: 'parents' },
+        `parents (${d.parents_pending} of ${d.parents_total} pending): `,
+        ...linkedIds(d.parents, d.parents_total, (p) => el('span', { data: { parent: p.id, pending: p.pending } },
+          taskLink(p.id), p.pending ? ' (pending)' : ' (finished)'))));
+    }
+    if (d.group) {
+      items.push(el('li', { class: 'group' },
+        `group ${d.group.id}: ${d.group.pending ? 'waits for it to finish' : 'finished'}`));
+    }
+    items.push(el('li', { class: 'policy' }, `if a parent does not finish done: ${d.policy}`));
+  }
+  if (d.children_total) {
+    items.push(el('li', { class: 'children' }, 'waiting for it: ', ...linkedIds(d.children, d.children_total)));
+  }
+  return el('div', { class: 'dependencies' }, el('h4', {}, 'Dependencies'), el('ul', {}, ...items));
 }
 
 // Whether its outcome is kept (for AWAIT and the page's result), and till when.
@@ -443,6 +474,57 @@ async function loadFinished() {
 function pageFinished(step) {
   if (step > 0) finishedPages.push(finishedNext); else if (finishedPages.length > 1) finishedPages.pop();
   show();
+}
+
+// -- bulk actions: a filter, its dry run's count, then the action ----------------
+
+// The filter's query (with the dry run's flag), from the form.
+function bulkQuery(dryRun) {
+  const query = new URLSearchParams();
+  for (const field of ['queue', 'type', 'key', 'older', 'newer', 'reason', 'to']) {
+    const value = $(`bulk-${field}`).value.trim();
+    if (value) query.set(field, value);
+  }
+  const states = [...document.querySelectorAll('#bulk-form input[name=states]:checked')].map((box) => box.value);
+  if (states.length) query.set('states', states.join(','));
+  if (dryRun) query.set('dry_run', '1');
+  return `bulk/${$('bulk-action').value}?${query}`;
+}
+
+// The last dry run's count and the query it ran (the action runs only that one).
+let bulkCounted = null;
+
+async function bulkPost(dryRun) {
+  const path = bulkQuery(dryRun);
+  const action = $('bulk-action').value;
+  if (!dryRun) {
+    if (!bulkCounted || bulkCounted.path !== bulkQuery(true)) return;
+    if (!window.confirm(`${action} the tasks that match? The dry run counted ${bulkCounted.matched}.`)) return;
+  }
+  $('bulk-run').disabled = true;
+  try {
+    const done = await api(path, { method: 'POST', headers: { 'X-Quicx-CSRF': state.csrf || '' } });
+    const sample = done.sample.length
+      ? el('p', { class: 'sample' }, `${dryRun ? 'among them' : 'among those'}: `, ...linkedIds(done.sample, done.matched))
+      : null;
+    const summary = dryRun
+      ? `dry run: ${count(done.matched)} task(s) match (of ${count(done.examined)} looked at)`
+      : `${done.action}: ${count(done.acted)} of ${count(done.matched)} matching task(s) acted on, ${count(done.skipped)} skipped`;
+    $('bulk-result').replaceChildren(el('p', { class: 'summary', data: { matched: done.matched, acted: done.acted } }, summary), sample);
+    bulkCounted = dryRun ? { path, matched: done.matched } : null;
+    $('bulk-run').textContent = dryRun ? `${action} ${done.matched} task(s)` : 'Run';
+    $('bulk-run').disabled = !dryRun || !done.matched;
+  } catch (error) {
+    $('bulk-result').replaceChildren(el('p', { class: 'error' }, error.message));
+    bulkCounted = null;
+  }
+}
+
+// A changed filter needs a dry run again before its action.
+function bulkChanged() {
+  bulkCounted = null;
+  $('bulk-run').disabled = true;
+  $('bulk-run').textContent = 'Run';
 }
 
 // -- dead letters ---------------------------------------------------------------
@@ -651,6 +733,9 @@ async function start() {
   $('finished-newer').addEventListener('click', () => pageFinished(-1));
   $('finished-older').addEventListener('click', () => pageFinished(1));
   $('dead-form').addEventListener('submit', (event) => { event.preventDefault(); show(); });
+  $('bulk-form').addEventListener('submit', (event) => { event.preventDefault(); bulkPost(true); });
+  $('bulk-form').addEventListener('input', bulkChanged);
+  $('bulk-run').addEventListener('click', () => bulkPost(false));
   document.querySelector('[data-action="replay-all"]').addEventListener(
     'click', () => act(withQueue('dead/replay'), `Replay every dead task of ${whichQueue()}?`));
   document.querySelector('[data-action="purge-dead"]').addEventListener(
