@@ -207,6 +207,7 @@ def test_a_terminated_worker_is_told_its_tasks_go_elsewhere_and_it_is_closed(
     held = worker.task()
     other = connect()
     other.send(ready(1, b"terminate-q"))
+    assert other.read()[0] == WAIT  # idle before the terminate: it takes what is requeued
     [worker_id] = worker_ids(admin, "raw-terminated")
     assert admin.info(steer(TERMINATE, worker_id))["workers"] == [worker_id]
     told = worker.read()
