@@ -10,6 +10,7 @@ The C{quicx} command.
                  [--delay 30s | --at TIME] [--retries N] [--backoff exponential:1s:5m]
                  [--keep-result [--result-ttl 1h]] [--debounce replace:2s]
                  [--expires-in 10m | --expires-at TIME]
+                 [--after ID,ID] [--after-group G] [--on-parent-failure continue]
     quicx result ID [--wait] | group GID [--wait]          outcomes, from anywhere
     quicx publish NAME FILE|- | publish NAME --delete      shared data for workers
     quicx queues | peek QUEUE | task ID | schedules [--json]   look inside

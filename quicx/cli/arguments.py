@@ -20,7 +20,7 @@ from quicx.clients.address import ADDRESS_VARIABLE, DEFAULT_ADDRESS
 from quicx.clients.cluster import TaskRef
 from quicx.daemon import config as configuration
 from quicx.daemon.fleet.instances import MAX_PROCESSES
-from quicx.protocol import admin, codec, durations, wire
+from quicx.protocol import admin, codec, durations, parents, wire
 from quicx.protocol.codec import MAX_OPTION, check_queue
 from quicx.protocol.shared_data import MAX_FOLLOW
 from quicx.protocol.taskflow import MAX_SUBSCRIPTIONS
@@ -169,6 +169,18 @@ def task_argument(text: str) -> int | TaskRef:
         return TaskRef.parse(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def parent_ids(text: str) -> tuple[int, ...]:
+    """An argparse type: task ids, comma-separated (C{12,13}), each once, at most C{MAX_PARENTS}."""
+    ids = tuple(map(bounded_int(1, codec.MAX_TASK_ID), text.split(",")))
+    if len(ids) > parents.MAX_PARENTS:
+        raise argparse.ArgumentTypeError(
+            f"a task waits for at most {parents.MAX_PARENTS} parents, not {len(ids)}"
+        )
+    if len(set(ids)) != len(ids):
+        raise argparse.ArgumentTypeError(f"{text!r} names a parent twice")
+    return ids
 
 
 def configuration_argument(parse: Callable[[str], T]) -> Callable[[str], T]:

@@ -219,12 +219,17 @@ def render_status(status: StatusDocument | Mapping[str, Any], classes: bool = Fa
         f"   ({thousands(tasks.dead_now)} kept,"
         f" {thousands(tasks.dead_dropped)} dropped)",
         f"  delayed     {thousands(tasks.delayed):>14}   (waiting for their time)",
+        f"  expired     {thousands(tasks.expired):>14}   (not started before their deadline)",
+        f"  debounced   {thousands(tasks.debounced):>14}   (submits folded into a queued task)",
+        f"  waiting     {thousands(tasks.waiting):>14}   (for their parents or group, now)",
         f"  results     {thousands(tasks.results_kept):>14}"
         f"   ({thousands(status.results.kept)} kept now,"
         f" {thousands(tasks.results_evicted)} evicted,"
         f" {thousands(tasks.results_expired)} expired)",
         f"  in flight   {thousands(tasks.queued + tasks.running):>14}"
         f"   ({thousands(tasks.queued)} queued + {thousands(tasks.running)} running)",
+        f"  checkpoints {thousands(status.checkpoints.kept):>14}"
+        f"   ({format_size(status.checkpoints.bytes)} kept)",
         "",
         "Connections",
         f"  workers     {thousands(connections.workers):>14}"

@@ -19,6 +19,7 @@ from quicx.cli.arguments import (
     duration,
     expiry_seconds,
     option_key,
+    parent_ids,
     queue_name,
     task_argument,
     task_type,
@@ -41,8 +42,9 @@ from quicx.cli.common import (
 from quicx.clients import timing
 from quicx.clients.blocking_cluster import open_client
 from quicx.clients.outcomes import RetryNotice
-from quicx.protocol import durations
+from quicx.protocol import codec, durations
 from quicx.protocol.errors import NotFinished, TaskCancelled, TaskExpired, TaskFailed
+from quicx.protocol.parents import POLICY_NAMES
 from quicx.protocol.taskflow import MAX_RETRIES
 from quicx.status.text import printable, thousands
 
@@ -110,6 +112,7 @@ def add_submit(commands: Commands) -> None:
         " --keep-result; default: the daemon's [results] ttl; at most its max_ttl)",
     )
     add_debounce_and_expiry(submit)
+    add_dependencies(submit)
     connect_option(submit, several=True)
     submit.set_defaults(run=cmd_submit)
 
@@ -139,7 +142,41 @@ def add_debounce_and_expiry(submit: argparse.ArgumentParser) -> None:
     )
 
 
+def add_dependencies(submit: argparse.ArgumentParser) -> None:
+    """C{quicx submit}'s --after, --after-group and --on-parent-failure (issue 33)."""
+    submit.add_argument(
+        "--after",
+        type=parent_ids,
+        metavar="ID[,ID]",
+        help="wait until these tasks (of the same daemon) have finished, then run",
+    )
+    submit.add_argument(
+        "--after-group",
+        type=bounded_int(1, codec.MAX_TASK_ID),
+        metavar="GROUP",
+        help="wait until this group has finished, then run with its counts and results",
+    )
+    submit.add_argument(
+        "--on-parent-failure",
+        choices=sorted(POLICY_NAMES),
+        help="when a parent does not finish done: fail this task (the default), ignore that"
+        " parent, or continue with the failure listed",
+    )
+
+
+def check_dependencies(args: argparse.Namespace) -> None:
+    """@raise CommandError: (status 2) dependencies' options that cannot go together."""
+    waits = args.after is not None or args.after_group is not None
+    if args.on_parent_failure is not None and not waits:
+        raise CommandError("--on-parent-failure needs --after or --after-group", 2)
+    if waits and len(client_addresses(args)) > 1:
+        raise CommandError(
+            "--after and --after-group name tasks and groups of one daemon: --connect one", 2
+        )
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
+    check_dependencies(args)
     if args.debounce is not None and args.key is None:
         raise CommandError(
             "--debounce needs --key: the key names what a later submit folds into", 2
@@ -168,6 +205,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 debounce=args.debounce,
                 expires_in=args.expires_in,
                 expires_at=args.expires_at,
+                after=args.after,
+                after_group=args.after_group,
+                on_parent_failure=args.on_parent_failure,
             )
         except TimeoutError:
             raise CommandError(f"no answer from the daemon within {args.timeout:g} s") from None

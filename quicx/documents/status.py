@@ -33,7 +33,10 @@ class Tasks:
     C{"tasks"}: the totals since start (the kernel's C{Counters}, same
     names), the dead tasks kept now, the tasks queued and running now, the
     progress reports coalesced, and the queued tasks set aside that no
-    connected worker runs (C{unroutable}: see L{quicx.daemon.queue.routing}).
+    connected worker runs (C{unroutable}: see L{quicx.daemon.queue.routing});
+    the tasks that ended expired and the SUBMITs folded by a debounce since
+    start, and the tasks waiting for others now (C{waiting}: see
+    L{quicx.daemon.queue.dependencies}).
     """
 
     submitted: int = 0
@@ -59,6 +62,9 @@ class Tasks:
     running: int = 0
     progress_coalesced: int = 0
     unroutable: int = 0
+    expired: int = 0
+    debounced: int = 0
+    waiting: int = 0
 
 
 @frozen
@@ -127,6 +133,15 @@ class Groups:
 
     total: int = 0
     unfinished: int = 0
+
+
+@frozen
+class Checkpoints:
+    """C{"checkpoints"}: the running tasks' checkpoints kept now, their bytes and bound."""
+
+    kept: int = 0
+    bytes: int = 0
+    max_memory: int = 0
 
 
 @frozen
@@ -246,6 +261,7 @@ class StatusDocument:
     keys: Keys = Keys()
     results: Results = Results()
     groups: Groups = Groups()
+    checkpoints: Checkpoints = Checkpoints()
     memory: Memory = Memory()
     shared: Shared | None = None
     classes: tuple[SizeClass, ...] = ()

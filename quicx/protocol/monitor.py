@@ -50,6 +50,7 @@ EVENT_KINDS = (
     "recovered",
     "expired",
     "debounced",
+    "moved",
 )
 """Every kind of lifecycle event the daemon records, as its C{event} field names it."""
 EVENTS_SCHEMA = 3

@@ -167,7 +167,7 @@ class Parents:
 _HEAD = struct.Struct(">BIH")  # flags, left out, count
 _GROUP = struct.Struct(">IIIII")
 _ENTRY = struct.Struct(">IBBI")  # task id, state, result kind, data length
-_STATES = frozenset({1, 2, 3, 4, 6})
+_STATES = frozenset({1, 2, 3, 4, 6, 7})  # (7: expired, a parent not started in time)
 
 
 def encode_parents(parents: Parents) -> bytes:

@@ -57,3 +57,20 @@ def test_a_move_that_leaves_tasks_says_so(start_daemon) -> None:
         assert moved.stdout == (
             "0 tasks moved to queue b, of 1 matched; 1 left (target full, or its key taken there)\n"
         )
+
+
+def test_a_move_is_told_as_a_moved_event_to_a_watcher(start_daemon) -> None:
+    daemon = start_daemon()
+    address = f"tcp:127.0.0.1:{daemon.port}"
+    with (
+        QuicxClient(address) as client,
+        QuicxClient(address) as watcher,
+        watcher.events(kinds=["moved"], timeout=60) as events,
+    ):
+        ids = [client.submit("t", "x", queue="a") for _ in range(2)]
+        moved = tasks(str(daemon.control_path), "move", "--queue=a", "--to=b")
+        assert moved.returncode == 0, moved.stderr
+        seen = [next(events), next(events)]
+    assert [(e["event"], e["task"], e["queue"], e["from"]) for e in seen] == [
+        ("moved", task_id, "b", "a") for task_id in ids
+    ]

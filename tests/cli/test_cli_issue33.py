@@ -46,3 +46,45 @@ def test_a_bad_debounce_or_expiry_is_one_line_and_exit_2() -> None:
         result = quicx("submit", "t", "x", *flags)
         assert result.returncode == 2, (flags, result.stderr)
         assert "Traceback" not in result.stderr and result.stderr.strip(), flags
+
+
+def test_submit_after_waits_for_its_parent_and_its_policy_decides(daemon: DaemonProcess) -> None:
+    env = env_for(daemon)
+    parent = quicx("submit", "t", "p", "--queue", "nobody", env=env)
+    assert parent.returncode == 0, parent.stderr
+    parent_id = parent.stdout.strip()
+    options = ("--queue", "later", "--after", parent_id, "--on-parent-failure", "continue")
+    child = quicx("submit", "t", "c", *options, env=env)
+    assert child.returncode == 0, child.stderr
+    child_id = child.stdout.strip()
+    shown = quicx("task", child_id, env=env)
+    assert ": waiting in queue later" in shown.stdout, shown.stdout
+    assert f"it waits for parent {parent_id}" in shown.stdout, shown.stdout
+    cancel = quicx("cancel", parent_id, f"--control={daemon.control_path}", env=env)
+    assert cancel.returncode == 0, cancel.stderr
+    shown = quicx("task", child_id, env=env)  # continue: it runs, the cancel listed
+    assert f"task {child_id} (t): queued in queue later" in shown.stdout, shown.stdout
+    unknown = quicx("submit", "t", "x", "--after", "99999", env=env)
+    assert unknown.returncode == 1, unknown.stderr
+    assert unknown.stderr.count("\n") == 1 and "parent 99999 is unknown" in unknown.stderr
+    group = quicx("submit", "t", "x", "--after-group", "777", env=env)
+    assert group.returncode == 1 and "no group 777" in group.stderr, group.stderr
+
+
+def test_a_bad_dependency_option_is_one_line_and_exit_2() -> None:
+    for flags in (
+        ("--after", "x"),
+        ("--after", "0"),
+        ("--after", ""),
+        ("--after", "3,3"),
+        ("--after", ",".join(map(str, range(1, 65)))),
+        ("--after-group", "0"),
+        ("--after-group", "g"),
+        ("--on-parent-failure", "later", "--after", "1"),
+        ("--on-parent-failure", "ignore"),  # neither --after nor --after-group
+        ("--after", "1", "--connect", "tcp:127.0.0.1:1,tcp:127.0.0.1:2"),
+    ):
+        result = quicx("submit", "t", "x", *flags)
+        assert result.returncode == 2, (flags, result.stderr)
+        assert "Traceback" not in result.stderr, flags
+        assert result.stderr.count("\n") == 1 or "usage:" in result.stderr, flags

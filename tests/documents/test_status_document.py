@@ -96,3 +96,51 @@ def test_the_document_is_written_in_the_order_of_its_keys() -> None:
         "control",
     ]
     assert list(busy_document()) == keys
+
+
+def test_waiting_expired_debounced_and_checkpoints_are_in_the_document_text_and_metrics() -> None:
+    """
+    A daemon with one task waiting for a parent, one expired, one SUBMIT
+    debounced and one checkpoint kept says so in its status document, in
+    C{quicx status}'s text and in its metrics.
+    """
+    from quicx.cli.status import render_status
+    from quicx.daemon.observe.metrics import QuicxCollector
+    from quicx.protocol import taskflow
+    from quicx.protocol.start_options import Debounce, DebounceMode, Expires
+    from tests.fakes import v2_producer_of, v2_worker_of
+
+    reactor = MemoryReactorClock()
+    daemon = build_daemon(configuration.Config(), reactor)
+    queue = daemon.queue
+    producer = v2_producer_of(queue)
+    submit_to(queue, producer.session, b"parent", b"p", queue="later")
+    (parent,) = [m.task_id for m in producer.take() if isinstance(m, taskflow.Ok)]
+    submit_to(queue, producer.session, b"child", b"c", queue="later", after=(parent,))
+    submit_to(queue, producer.session, b"late", b"l", queue="later", expires=Expires(1000))
+    for payload in (b"one", b"two"):
+        replace = Debounce(DebounceMode.REPLACE, 60_000)
+        submit_to(queue, producer.session, b"d", payload, queue="later", key=b"k", debounce=replace)
+    worker = v2_worker_of(queue)
+    submit_to(queue, producer.session, b"long", b"x")
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    state = taskflow.Result.of({"cursor": 7})
+    queue.checkpoints.save(worker.session, task.task_id, task.token, state)
+    reactor.advance(2)
+
+    typed = read_status(daemon.status())
+    assert (typed.tasks.waiting, typed.tasks.expired, typed.tasks.debounced) == (1, 1, 1)
+    assert (typed.checkpoints.kept, typed.checkpoints.bytes) == (1, len(state.data))
+    assert typed.checkpoints.max_memory == queue.checkpoints.settings.max_memory
+    text = render_status(typed)
+    for line in ("expired", "debounced", "waiting", "checkpoints"):
+        (found,) = [row for row in text.splitlines() if row.split()[:1] == [line]]
+        assert found.split()[1] == "1", found
+    scraped = {
+        family.name: family.samples[0].value
+        for family in QuicxCollector(queue, daemon.shared, None).collect()
+        if family.samples and not family.samples[0].labels
+    }
+    assert scraped["quicx_tasks_waiting"] == 1
+    assert scraped["quicx_checkpoints"] == 1
+    assert scraped["quicx_checkpoints_bytes"] == len(state.data)

@@ -58,7 +58,7 @@ def test_any_dependency_options_round_trip(
 outcome = st.builds(
     ParentOutcome,
     U32,
-    st.sampled_from([1, 2, 3, 4, 6]),
+    st.sampled_from([1, 2, 3, 4, 6, 7]),
     st.integers(0, 3),
     st.binary(max_size=700),
 )

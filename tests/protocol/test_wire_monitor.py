@@ -192,7 +192,7 @@ def test_every_kind_the_daemon_records_is_known() -> None:
 
 def test_the_stop_flag_and_the_sizes_are_the_pages() -> None:
     assert frames_of(codec.frame(MessageType.WATCH, b"\x01")) == [Watch(stop=True)]
-    assert "10,405 bytes" in MONITOR and monitor.MAX_WATCH_SIZE == 10_405
+    assert "10,411 bytes" in MONITOR and monitor.MAX_WATCH_SIZE == 10_411
     assert "at most 64 KiB of lines" in MONITOR and MAX_EVENTS_BYTES == 64 << 10
 
 

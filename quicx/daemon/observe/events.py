@@ -17,8 +17,8 @@ rejected (with C{code} and C{reason}), dispatched, progress (with
 C{fraction}, 0 to 1, and C{message}), done, failed (with C{reason}),
 retrying (with C{reason}), requeued (with C{cause}), cancelled (with
 C{cause}), dead (with C{reason}), replayed, dropped (with C{cause}),
-expired (with C{reason}), debounced (with C{mode}) and
-recovered.  A delayed task's submitted and recovered events add C{due}
+expired (with C{reason}), debounced (with C{mode}), moved (with C{from},
+the queue it left) and recovered.  A delayed task's submitted and recovered events add C{due}
 (epoch milliseconds); the others' have none.
 C{queue} and C{priority} are C{null} on a rejected SUBMIT.  C{t} is epoch
 milliseconds; C{producer} and C{worker} are connection ids (C{null} when not
@@ -77,6 +77,7 @@ _EXTRA_KEY: dict[str, str | tuple[str, ...]] = {
     "dead": "reason",
     "expired": "reason",
     "debounced": "mode",
+    "moved": "from",
 }
 
 

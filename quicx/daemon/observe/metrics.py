@@ -251,6 +251,7 @@ class QuicxCollector(Collector):
     def _kept(self) -> Iterator[Metric]:
         results = parts.results(self.queue)
         groups = parts.groups(self.queue)
+        checkpoints = parts.checkpoints(self.queue)
         shared = parts.shared_data(self.shared)
         for name, text, value in (
             ("quicx_results_kept", "Task outcomes kept for AWAIT.", results.kept),
@@ -258,6 +259,13 @@ class QuicxCollector(Collector):
             ("quicx_result_waiters", "AWAITs and group WAITs waiting.", results.waiters),
             ("quicx_groups", "Groups known (open, closed or finished).", groups.total),
             ("quicx_groups_unfinished", "Groups not finished yet.", groups.unfinished),
+            (
+                "quicx_tasks_waiting",
+                "Tasks waiting for their parents or their group.",
+                len(self.queue.dependencies.waiters),
+            ),
+            ("quicx_checkpoints", "Running tasks' checkpoints kept.", checkpoints.kept),
+            ("quicx_checkpoints_bytes", "Bytes of the checkpoints kept.", checkpoints.bytes),
             ("quicx_shared_names", "Shared-data names.", shared.names),
             ("quicx_shared_bytes", "Bytes of the shared data's current versions.", shared.bytes),
         ):

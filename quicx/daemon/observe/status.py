@@ -64,6 +64,7 @@ def status(
         keys=document.Keys(len(queue.keys), queue.keys.evicted, queue.keys.window),
         results=results(queue),
         groups=groups(queue),
+        checkpoints=checkpoints(queue),
         memory=memory(queue.pool),
         shared=shared_data(shared),
         classes=classes(queue.pool),
@@ -74,9 +75,10 @@ def status(
 
 
 def tasks(queue: QueueService) -> document.Tasks:
-    """The totals since start (the kernel's counters), and what is queued and running now."""
+    """The totals since start (the kernel's counters), and what is queued, running, waiting now."""
+    total = queue.telemetry.total()
     return document.Tasks(
-        **attrs.asdict(queue.counters()),
+        **attrs.asdict(queue.counters(total)),
         dead_now=len(queue.dead_letters),
         queued=queue.queued,
         running=queue.tasks_running,
@@ -87,6 +89,9 @@ def tasks(queue: QueueService) -> document.Tasks:
                 queue.sessions.values(), queue.queues.values()
             ).values()
         ),
+        expired=total.expired,
+        debounced=total.debounced,
+        waiting=len(queue.dependencies.waiters),
     )
 
 
@@ -123,6 +128,11 @@ def results(queue: QueueService) -> document.Results:
 
 def groups(queue: QueueService) -> document.Groups:
     return document.Groups(len(queue.groups), queue.groups.unfinished)
+
+
+def checkpoints(queue: QueueService) -> document.Checkpoints:
+    kept = queue.checkpoints
+    return document.Checkpoints(kept.held, kept.bytes, kept.settings.max_memory)
 
 
 def memory(pool: Pmad) -> document.Memory:

@@ -276,6 +276,8 @@ class BulkActions:
             kernel.keys.drop(old.name, key)
             kernel.keys.add(target.name, key, task)
         kernel.journal.record_move(task, old.name)
+        for moved in kernel.hooks.moved:
+            moved(task, old.name)
         if task.state is QUEUED and target.push(task):
             kernel.fairness_keys += 1
         return True

@@ -352,6 +352,11 @@ class Dependencies:
             return
         task.parents = waiter.parents()
         self.released[task.task_id] = task
+        # A waiting task is in none of its queue's counts: the queue may have
+        # been forgotten meanwhile (kept again now), or made anew since.
+        queue = kernel.queues.setdefault(task.home.name, task.home)
+        if queue is not task.home:
+            task.home, task.tally = queue, kernel.tally_of(queue, task.task_type)
         now = kernel.clock()
         if task.due > now:
             move(task, DELAYED)
@@ -359,7 +364,6 @@ class Dependencies:
             return
         task.ready_at = now
         kernel._push(task)
-        queue = task.home
         if queue.idle:
             kernel.dispatcher.serve_queue(queue)
 

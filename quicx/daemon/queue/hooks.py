@@ -86,7 +86,9 @@ class Subscribers:
         expired (L{quicx.daemon.queue.expiry});
       - C{debounced(task, mode)}: a SUBMIT of its key folded into it, as its
         debounce's C{mode} (C{drop}, C{replace}, C{extend}) says
-        (L{quicx.daemon.queue.debounce}).
+        (L{quicx.daemon.queue.debounce});
+      - C{moved(task, old)}: a bulk action moved it (queued, delayed or
+        dead) out of queue C{old} into its C{home} (L{quicx.daemon.queue.bulk}).
 
     A new feature that must hear of a task's or a session's life implements
     the hooks it needs and is handed to the kernel (see
@@ -112,6 +114,7 @@ class Subscribers:
         "output_drained",
         "expired",
         "debounced",
+        "moved",
     )
 
     accepted: tuple[TaskHook, ...]
@@ -132,6 +135,7 @@ class Subscribers:
     output_drained: tuple[SessionHook, ...]
     expired: tuple[Why, ...]
     debounced: tuple[Why, ...]
+    moved: tuple[Why, ...]
 
     def __init__(self, subscribers: Iterable[object] = ()) -> None:
         those = tuple(subscribers)

@@ -65,6 +65,9 @@ class EventRecorder:
     def debounced(self, task: Task, mode: str) -> None:
         record(self.events, "debounced", task, None, mode)
 
+    def moved(self, task: Task, old: str) -> None:
+        record(self.events, "moved", task, None, old)
+
     def rejected(
         self, session: Session | None, code: ErrorCode, reason: str, task_type: bytes, size: int
     ) -> None:

@@ -35,6 +35,7 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.state import DELAYED, QUEUED, WAITING
 from quicx.protocol import admin, codec, outcomes, taskflow
 from quicx.protocol.parents import parents_in
+from quicx.protocol.start_options import Expires
 from tests.fakes import FakeJournal, make_queue, submit_to, v2_producer_of, v2_worker_of
 from tests.peer import Peer
 
@@ -110,6 +111,30 @@ def test_waiting_tasks_survive_kill_9_and_the_due_ones_run(tmp_path: Path, start
     by_d = seen[d].parents
     assert by_d is not None
     assert {o.task_id: o.data for o in by_d.outcomes} == {b: b"from b", c: b"from c"}
+
+
+def test_a_parent_that_expired_is_heard_again_after_kill_9(tmp_path: Path, start_daemon) -> None:
+    """A PARENT record of an expired parent (state 7) is read back, and handed on."""
+    journal = str(tmp_path / "j")
+    daemon = start_daemon(f"--journal={journal}", "--fsync=always")
+    with Peer(daemon.address) as producer:
+        late = submit(producer, b"late", expires=Expires(300))
+        other = submit(producer, b"other")
+        child = submit(producer, b"child", after=(late, other), on_parent_failure=2)
+        assert isinstance(producer.receive(), outcomes.Outcome)  # late expired
+    with Peer(str(daemon.control_path)) as control:
+        # A PAUSE's answer waits until every record before it is synced.
+        control.request(admin.encode_queue_action(codec.MessageType.PAUSE, "elsewhere"))
+    daemon.kill()
+    restarted = start_daemon(f"--journal={journal}")
+    with Peer(restarted.address) as worker:
+        worker.send(taskflow.encode_ready(1, ["work"]))
+        run(worker, other, "from other")
+        task = worker.receive()
+        assert isinstance(task, taskflow.Task) and task.task_id == child, task
+    assert task.parents is not None
+    heard = {o.task_id: o.state for o in task.parents.outcomes}
+    assert heard == {late: outcomes.OutcomeState.EXPIRED, other: outcomes.OutcomeState.DONE}
 
 
 def records(data: bytes) -> list[int]:

@@ -8,6 +8,8 @@ the histograms' buckets.
 from __future__ import annotations
 
 import gc
+import json
+import subprocess
 import sys
 import time
 import urllib.error
@@ -246,6 +248,28 @@ def test_a_scrape_says_exactly_what_a_known_workload_did(tmp_path: Path, start_d
     status, content_type, _ = fetch(port, "/")
     assert status == 404 and content_type.startswith("text/plain")
     assert "GET /metrics" not in daemon.log()  # scrapes are not logged
+
+
+def test_tasks_waiting_for_others_are_scraped_and_in_quicx_status(start_daemon) -> None:
+    daemon = start_daemon(METRICS)
+    with Peer(daemon.address) as producer:
+        parent = submit(producer, b"p", b"", queue="nobody")
+        assert isinstance(parent, taskflow.Ok), parent
+        for _ in range(2):
+            child = submit(producer, b"c", b"", queue="later", after=(parent.task_id,))
+            assert isinstance(child, taskflow.Ok), child
+        samples = scrape(daemon.announced_port("metrics"))
+    assert one(samples, "quicx_tasks_waiting") == 2
+    assert (one(samples, "quicx_checkpoints"), one(samples, "quicx_checkpoints_bytes")) == (0, 0)
+    quicx = str(Path(sys.executable).parent / "quicx")
+    status = subprocess.run(
+        [quicx, "status", "--json", f"--control={daemon.control_path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["tasks"]["waiting"] == 2
 
 
 def test_task_types_past_max_types_count_as_other(start_daemon) -> None:
