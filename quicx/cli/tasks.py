@@ -118,7 +118,7 @@ def add_submit(commands: Commands) -> None:
 
 
 def add_debounce_and_expiry(submit: argparse.ArgumentParser) -> None:
-    """C{quicx submit}'s --debounce, --expires-in and --expires-at (issue 33)."""
+    """C{quicx submit}'s --debounce, --expires-in and --expires-at."""
     submit.add_argument(
         "--debounce",
         type=configuration_argument(durations.parse_debounce),
@@ -143,7 +143,7 @@ def add_debounce_and_expiry(submit: argparse.ArgumentParser) -> None:
 
 
 def add_dependencies(submit: argparse.ArgumentParser) -> None:
-    """C{quicx submit}'s --after, --after-group and --on-parent-failure (issue 33)."""
+    """C{quicx submit}'s --after, --after-group and --on-parent-failure."""
     submit.add_argument(
         "--after",
         type=parent_ids,

@@ -69,7 +69,7 @@ def next_task(worker: Wire) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    with launch(tmp_path_factory.mktemp("issue33")) as daemon:
+    with launch(tmp_path_factory.mktemp("startopts")) as daemon:
         yield daemon
 
 

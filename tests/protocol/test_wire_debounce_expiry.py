@@ -18,7 +18,7 @@ from quicx.protocol import taskflow
 from quicx.protocol.codec import MalformedMessage
 from quicx.protocol.start_options import Debounce, DebounceMode, Expires
 from quicx.protocol.taskflow import SubmitOptions
-from tests.protocol.test_wire_v2 import ISSUE33, encode_submit, through_parser
+from tests.protocol.test_wire_v2 import START_OPTIONS, encode_submit, through_parser
 
 keys = st.binary(min_size=1, max_size=255)
 debounces = st.builds(Debounce, st.sampled_from(DebounceMode), st.integers(1, 0xFFFFFFFF))
@@ -45,7 +45,7 @@ def test_an_expiry_goes_with_a_delay(expires: Expires, delay_ms: int | None) -> 
 
 
 def test_the_pages_example_is_the_codecs() -> None:
-    block = ISSUE33[ISSUE33.index("Example: `digest`") :].split("```")[1]
+    block = START_OPTIONS[START_OPTIONS.index("Example: `digest`") :].split("```")[1]
     fields = (re.split(r"\s{3,}", line)[0] for line in block.strip().splitlines())
     quoted = (re.sub(r'"(\w+)"', lambda m: m.group(1).encode().hex(), f) for f in fields)
     options = SubmitOptions(

@@ -389,7 +389,7 @@ WORKERS = PROTOCOL[PROTOCOL.index("\n# Version 2: workers") :]
 """The page's section on the workers' messages (L{quicx.protocol.workers})."""
 DEPENDENCIES = PROTOCOL[PROTOCOL.index("\n# Version 2: dependencies") :]
 """The page's section on dependencies (L{quicx.protocol.parents})."""
-ISSUE33 = PROTOCOL[PROTOCOL.index("\n# Version 2: debounce and expiry") :]
+START_OPTIONS = PROTOCOL[PROTOCOL.index("\n# Version 2: debounce and expiry") :]
 """The page's section on the debounce and expiry options (L{quicx.protocol.taskflow})."""
 BULK = PROTOCOL[PROTOCOL.index("\n# Version 2: bulk actions") :]
 """The page's section on bulk actions (L{quicx.protocol.bulk})."""
@@ -451,7 +451,7 @@ def test_the_pages_option_tags_are_the_codecs() -> None:
     rows = table(VERSION_2, "### SUBMIT options") + table(LIFECYCLE, "## More SUBMIT options")
     rows += table(RESULTS, "## More SUBMIT options") + table(TRACING, "## More SUBMIT options")
     rows += table(DEPENDENCIES, "## More SUBMIT options")
-    rows += table(ISSUE33, "## More SUBMIT options")
+    rows += table(START_OPTIONS, "## More SUBMIT options")
     names = {"queue": "QUEUE", "priority": "PRIORITY", "idempotency key": "KEY"}
     names |= {"fairness key": "FAIRNESS", "delay": "DELAY", "run at": "RUN_AT"}
     names |= {"retries": "RETRIES", "backoff": "BACKOFF", "result": "RESULT"}

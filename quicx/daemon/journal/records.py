@@ -31,7 +31,10 @@ MAGIC_V4 = b"QUICXJ4\n"
 MAGIC_V5 = b"QUICXJ5\n"
 """Format 5: format 4, and a task's trace context (SUBMIT5, kind 22)."""
 MAGIC = b"QUICXJ6\n"
-"""This release's (issue 33's workflows): kinds 1 to 30 (a previous release refuses the file)."""
+"""
+This release's: kinds 1 to 28, the workflows' (dependencies, debounce,
+expiry, checkpoints, bulk moves) from 23 (a previous release refuses the file).
+"""
 MAGICS = {MAGIC_V1: 1, MAGIC_V2: 2, MAGIC_V3: 3, MAGIC_V4: 4, MAGIC_V5: 5, MAGIC: 6}
 FORMAT = 6
 RECORD_HEADER = struct.Struct(">II")
@@ -118,7 +121,7 @@ KIND_ATTEMPTS = 21
 KIND_SUBMIT5 = 22
 KIND_SUBMIT6 = 23
 KIND_PARENT = 24
-# Issue 33: a task's deadline to start (and its expiry), a debounce's new payload.
+# A task's deadline to start (and its expiry), a debounce's new payload.
 KIND_DEADLINE = 25
 KIND_REPLACE = 26
 KIND_TASK_CHECKPOINT = 27

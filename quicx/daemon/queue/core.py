@@ -149,7 +149,7 @@ class QueueService(Service):
         self.dispatcher = Dispatcher(
             pool, self.queues, clock, self.scheduler, self.timeout_of, limits.dispatch.lifo
         )
-        self.expiry, self.debouncing = Expiry(self), Debouncing(self)  # issue 33's features
+        self.expiry, self.debouncing = Expiry(self), Debouncing(self)
         self.delays: Delays[Task] = Delays(scheduler, clock, self._delays_due)  # type: ignore[arg-type]
         self.duplicates_waiting: dict[int, list[Duplicate]] = {}  # by the task they wait on
         parts = (pool, self.journal, limits, self.scheduler, clock, self._live, self.sessions)

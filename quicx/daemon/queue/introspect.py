@@ -87,7 +87,7 @@ def inspect(service: QueueService, task_id: int) -> dict[str, Any]:
     answer = describe(task, now)
     answer["failures"] = task.failures
     answer["retries"] = task.retries
-    if task.deadline:  # it waits, held to a deadline to start (issue 33)
+    if task.deadline:  # it waits, held to a deadline to start
         answer["deadline"] = round(task.deadline, 3)
     report = service.progress.last(task_id)
     if report is not None:

@@ -37,11 +37,11 @@ TRANSITIONS: Mapping[TaskState, frozenset[TaskState]] = {
     # worker at once) or delayed; recovered from the journal: also dead.
     PENDING: frozenset({QUEUED, DELAYED, DEAD, WAITING}),
     # Delivered (or taken back by a late outcome of an earlier delivery);
-    # cancelled or purged; expired; (issue 33) delayed again by a debounce's
+    # cancelled or purged; expired; delayed again by a debounce's
     # extend, expired into the dead-letter set.
     QUEUED: frozenset({HELD, FINISHED, DELAYED, DEAD}),
     # Due; cancelled or purged; expired; taken back by a late outcome of an
-    # earlier delivery (which then counts as its holder); (issue 33) expired
+    # earlier delivery (which then counts as its holder); expired
     # into the dead-letter set.
     DELAYED: frozenset({QUEUED, FINISHED, HELD, DEAD}),
     # Requeued (its worker left, its lease ran out); retried after a backoff;

@@ -1,5 +1,5 @@
 """
-Issue 33's workflows on the dashboard, in a real headless Chromium against
+The workflows on the dashboard, in a real headless Chromium against
 a real daemon: a diamond of tasks, whose waiting child's page shows its
 parents (each linked, pending) and whose parents' pages show it waiting;
 a bulk cancel of 30 queued tasks, its dry run counted first (30, a sample

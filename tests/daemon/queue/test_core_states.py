@@ -118,7 +118,7 @@ def walk_waiting_tasks(clock: Clock) -> None:
 
 
 def walk_debounce_and_expiry(clock: Clock) -> None:
-    """Issue 33: an extend delays a queued task again; expiry into the dead letters."""
+    """An extend delays a queued task again; expiry into the dead letters."""
     limits = QueueLimits(defaults=QueuePolicy(expired_dead=True))
     queue = make_queue(clock, task_timeout=10.0, limits=limits)
     producer = producer_of(queue)

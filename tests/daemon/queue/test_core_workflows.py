@@ -1,5 +1,5 @@
 """
-Issue 33's parts together, in the queue core on a L{task.Clock}: a waiting
+The workflows together, in the queue core on a L{task.Clock}: a waiting
 task's own deadline, a debounced parent, a bulk cancel of parents, a
 checkpoint across a bulk move, and priority aging with a routed worker.
 """
