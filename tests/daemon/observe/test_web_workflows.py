@@ -1,9 +1,10 @@
 """
 The dashboard's view of the workflows (dependencies, expiry, bulk actions)
-in-process: real HTTP into a queue core on a L{task.Clock}.  A task's page
-says what it waits for (its parents, its group, its policy) and what waits for it (bounded); an expired
-task is in the history as expired; bulk actions by a filter, their dry run,
-their refusals (the admin role, CSRF and origin, a bad filter, busy).
+in-process: real HTTP into a queue core on a L{task.Clock}. A task's page
+says what it waits for (its parents, its group, its policy) and what waits
+for it (bounded); an expired task is in the history as expired; bulk actions
+by a filter, their dry run, their refusals (the admin role, CSRF and origin,
+a bad filter, busy).
 """
 
 from __future__ import annotations
