@@ -372,10 +372,13 @@ class NamedQueue(Generic[T, W]):
             return None
         if not self.limited:
             order = self.order
-            if len(order) > 1 and self.aging is not None:
-                overdue = self.aging.due(now)
-                if overdue is not None:
-                    return self._promote(overdue)
+            aging = self.aging
+            if len(order) > 1 and aging is not None:
+                heads = aging.heads  # (its oldest head is not overdue: most often)
+                if heads and heads[0][0] <= now - aging.limit:
+                    overdue = aging.due(now)
+                    if overdue is not None:
+                        return self._promote(overdue)
             level = self.levels[order[-1]]
             if len(level.fifos) == 1:  # level.pop(), for the common case
                 task = level.plain.popleft()
