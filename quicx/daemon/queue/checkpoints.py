@@ -26,8 +26,9 @@ from attrs import frozen
 from quicx.daemon.journal.interface import SavedState
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
+from quicx.protocol.checkpoints import context_size
 from quicx.protocol.codec import ErrorCode
-from quicx.protocol.taskflow import Result
+from quicx.protocol.taskflow import MAX_TASK_CONTEXT, Result, task_context
 
 Delivery = Callable[[Session, int, int, str], Task]
 
@@ -67,7 +68,8 @@ class Checkpoints:
         holds in delivery C{token}, and journal it.
 
         @raise Refused: (stale) the delivery is not the task's current one;
-            (payload too large) the state is over C{max_size}; (queue full)
+            (payload too large) the state is over C{max_size}, or would not
+            fit its TASK's context beside the task's other items; (queue full)
             it would take the states past C{max_memory}.
         @raise ProtocolViolation: C{session} was never sent C{task_id}.
         """
@@ -79,6 +81,19 @@ class Checkpoints:
                 ErrorCode.PAYLOAD_TOO_LARGE,
                 f"task {task_id}: a checkpoint of {size} bytes exceeds [checkpoints] max_size"
                 f" ({settings.max_size})",
+            )
+        # Its TASK's context (u16 long) must hold it beside the task's own
+        # items: its keys, token, retries, trace and parents' outcomes.
+        room = MAX_TASK_CONTEXT - len(
+            task_context(
+                task.key, task.fairness, 1, 0, 0, task.retries, task.trace, None, task.parents
+            )
+        )
+        if context_size(size) > room:
+            raise Refused(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"task {task_id}: a checkpoint of {size} bytes does not fit its TASK's context"
+                f" beside its parents' outcomes and keys ({room} bytes left there)",
             )
         old = task.checkpoint
         grows = size - (0 if old is None else len(old.state.data))
