@@ -91,7 +91,7 @@ class BulkField(IntEnum):
 
 
 MAX_BULK = _HEAD.size + len(BulkField) * (2 + MAX_OPTION)
-"""The longest BULK: its head and each field once, at its longest (longer: refused at its header)."""
+"""The longest BULK: its head, each field once at its longest (longer: refused at its header)."""
 
 
 @frozen

@@ -5,6 +5,11 @@ part's state does to another's promise.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
 import pytest
 from twisted.internet.task import Clock
 
@@ -12,12 +17,14 @@ from quicx.daemon.queue import pmad
 from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import DependencyLimits, QueueLimits
-from quicx.protocol import taskflow
+from quicx.daemon.queue.workers import workers_of
+from quicx.protocol import taskflow, workers
 from quicx.protocol.checkpoints import MAX_CHECKPOINT, context_size
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.parents import MAX_CONTEXT, MAX_PARENTS
+from quicx.protocol.session import Role
 from quicx.protocol.taskflow import MAX_TASK_CONTEXT, Backoff, BackoffKind, Result
-from tests.fakes import make_queue, submit_to, v2_producer_of, v2_worker_of
+from tests.fakes import FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 NO_WAIT = Backoff(BackoffKind.FIXED, 0, 0, 0)
 
@@ -74,3 +81,49 @@ def test_a_child_with_the_most_results_keeps_a_checkpoint_only_that_fits_its_con
     (again,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     assert again.task_id == child_id and again.key == key
     assert again.parents == child.parents and again.checkpoint == state
+
+
+def steps(work: Callable[[], object]) -> int:
+    """The Python lines C{work} runs (a count of its work that no machine's speed changes)."""
+    count = 0
+
+    def tracer(frame: FrameType, event: str, arg: object) -> Any:
+        nonlocal count
+        count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        work()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def cancel_the_newest_of(parked: int) -> int:
+    """The steps of cancelling the newest of C{parked} tasks set aside by type."""
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    worker = FakePeer(queue, "mail", version=2)
+    workers_of(queue).announce(worker.session, workers.Announce(frozenset({b"mail"}), "mail"), 64)
+    queue.claim_role(worker.session, Role.WORKER)
+    queue.ready(worker.session, 1)
+    for _ in range(parked):
+        submit_to(queue, producer.session, b"pdf", b"x")
+    home = queue.queues["default"]
+    assert home.parked == parked
+    newest = max(queue._live)
+    used = steps(lambda: queue.cancel(producer.session, newest))
+    assert home.parked == parked - 1
+    return used
+
+
+def test_cancelling_a_task_set_aside_costs_the_same_however_many_are() -> None:
+    """
+    A task set aside by type (no idle worker runs it) is found and taken out
+    in O(1): cancelling (or expiring, purging, moving) one of 3,000 set aside
+    scanned all of them twice (an identity search, then deque.remove), so
+    expiring a batch of 1,000 of 100,000 held the reactor for seconds.
+    """
+    few, many = cancel_the_newest_of(100), cancel_the_newest_of(3000)
+    assert many < few * 1.5, (few, many)
