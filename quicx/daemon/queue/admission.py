@@ -21,7 +21,7 @@ from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
-from quicx.daemon.queue.state import DELAYED, HELD, QUEUED
+from quicx.daemon.queue.state import DELAYED, HELD, QUEUED, WAITING
 from quicx.daemon.queue.tell import tell_kept, tell_outcome
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.start_options import DebounceMode
@@ -128,10 +128,11 @@ class Admission:
     def _watch(self, task: Task) -> None:
         """
         Hold C{task}, just admitted with a deadline, to it: if it waits (it
-        was not handed to a worker at once; one not yet accepted is held
-        once it is, see L{quicx.daemon.queue.journal_side.accepted}).
+        was not handed to a worker at once, or it waits for its parents; one
+        not yet accepted is held once it is, see
+        L{quicx.daemon.queue.journal_side.accepted}).
         """
-        if task.state is QUEUED or task.state is DELAYED:
+        if task.state is QUEUED or task.state is DELAYED or task.state is WAITING:
             self.kernel.expiry.watch(task)
         elif task.state is HELD:
             task.deadline = 0.0  # it started in time

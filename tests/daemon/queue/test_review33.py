@@ -21,10 +21,12 @@ from quicx.daemon.queue.workers import workers_of
 from quicx.protocol import taskflow, workers
 from quicx.protocol.checkpoints import MAX_CHECKPOINT, context_size
 from quicx.protocol.codec import ErrorCode
+from quicx.protocol.outcomes import Outcome, OutcomeState
 from quicx.protocol.parents import MAX_CONTEXT, MAX_PARENTS
 from quicx.protocol.session import Role
+from quicx.protocol.start_options import Expires
 from quicx.protocol.taskflow import MAX_TASK_CONTEXT, Backoff, BackoffKind, Result
-from tests.fakes import FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
+from tests.fakes import FakeJournal, FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 NO_WAIT = Backoff(BackoffKind.FIXED, 0, 0, 0)
 
@@ -127,3 +129,40 @@ def test_cancelling_a_task_set_aside_costs_the_same_however_many_are() -> None:
     """
     few, many = cancel_the_newest_of(100), cancel_the_newest_of(3000)
     assert many < few * 1.5, (few, many)
+
+
+@pytest.mark.parametrize("journal_waits", [False, True])
+def test_a_waiting_child_expires_at_its_deadline_as_its_parent_runs_late(
+    journal_waits: bool,
+) -> None:
+    """
+    A child that waits for its parent, with a deadline to start: the timer
+    expires it at its deadline while it still waits, its producer told,
+    whether its record was durable at once or later (it was held to its
+    deadline only in the second case: with the first, it waited on, then
+    ran late, and the deadlines' count went below zero).
+    """
+    clock = Clock()
+    clock.advance(1_800_000_000.0)
+    journal = FakeJournal(waits=journal_waits)
+    queue = make_queue(clock, journal)
+    producer = v2_producer_of(queue)
+    submit_to(queue, producer.session, b"t", b"parent", "work")
+    if journal_waits:
+        journal.sync()
+    submit_to(queue, producer.session, b"t", b"child", "work", after=(1,), expires=Expires(1000))
+    if journal_waits:
+        journal.sync()
+    assert [m.task_id for m in producer.take() if isinstance(m, taskflow.Ok)] == [1, 2]
+    assert queue.expiry.count == 1
+    clock.advance(2)
+    assert [(m.task_id, m.state) for m in producer.take() if isinstance(m, Outcome)] == [
+        (2, OutcomeState.EXPIRED)
+    ]
+    assert queue.expiry.count == 0
+    worker = v2_worker_of(queue, queues=("work",))
+    (parent,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    queue.ack(worker.session, parent.task_id, parent.token)
+    queue.ready(worker.session)
+    assert [m for m in worker.take() if isinstance(m, taskflow.Task)] == []
+    assert queue.expiry.count == 0
