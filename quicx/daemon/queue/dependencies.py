@@ -348,6 +348,7 @@ class Dependencies:
             reason = f"parent {failed.task_id} {OutcomeState(failed.state).name.lower()}"
             if failed.data and not failed.kind:
                 reason += f": {failed.data.decode('utf-8', 'replace')}"
+            kernel.expiry.cancelled(task, reason)  # its deadline holds no longer
             kernel.failing.fail_for_good(task, reason, "", None, None, dead_letter=False)
             return
         task.parents = waiter.parents()

@@ -97,6 +97,9 @@ class IExpiry(Protocol):
     def watch(self, task: Task) -> None:
         """Hold C{task}, accepted and waiting, to its deadline."""
 
+    def cancelled(self, task: Task, why: str) -> None:
+        """C{task}, which waited, ended before its deadline (cancelled, or failed by a parent)."""
+
 
 class IDebouncing(Protocol):
     """Debounced SUBMITs (L{quicx.daemon.queue.debounce.Debouncing})."""

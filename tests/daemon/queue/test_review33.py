@@ -166,3 +166,28 @@ def test_a_waiting_child_expires_at_its_deadline_as_its_parent_runs_late(
     queue.ready(worker.session)
     assert [m for m in worker.take() if isinstance(m, taskflow.Task)] == []
     assert queue.expiry.count == 0
+
+
+def test_a_waiting_child_failed_by_its_parent_lets_go_of_its_deadline() -> None:
+    """
+    A child with a distant deadline that fails as its parent fails (its
+    policy) no longer counts among the deadlines, and the deadlines' heap
+    lets it go: it stayed there until its deadline (a day of children held).
+    """
+    clock = Clock()
+    clock.advance(1_800_000_000.0)
+    queue = make_queue(clock)
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue, queues=("work",))
+    for _ in range(100):
+        submit_to(queue, producer.session, b"t", b"parent", "work")
+        parent = producer.take()[-1].task_id
+        submit_to(
+            queue, producer.session, b"t", b"child", "work",
+            after=(parent,), expires=Expires(86_400_000),
+        )  # fmt: skip
+        (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+        queue.nack(worker.session, task.task_id, task.token, "boom", True)
+        queue.ready(worker.session)
+    assert queue.expiry.count == 0
+    assert len(queue.expiry._heap) < 100
