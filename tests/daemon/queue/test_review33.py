@@ -24,7 +24,7 @@ from quicx.protocol.codec import ErrorCode
 from quicx.protocol.outcomes import Outcome, OutcomeState
 from quicx.protocol.parents import MAX_CONTEXT, MAX_PARENTS
 from quicx.protocol.session import Role
-from quicx.protocol.start_options import Expires
+from quicx.protocol.start_options import Debounce, DebounceMode, Expires
 from quicx.protocol.taskflow import MAX_TASK_CONTEXT, Backoff, BackoffKind, Result
 from tests.fakes import FakeJournal, FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
@@ -191,3 +191,36 @@ def test_a_waiting_child_failed_by_its_parent_lets_go_of_its_deadline() -> None:
         queue.ready(worker.session)
     assert queue.expiry.count == 0
     assert len(queue.expiry._heap) < 100
+
+
+@pytest.mark.parametrize("mode", [DebounceMode.REPLACE, DebounceMode.EXTEND])
+def test_a_debounced_submit_folds_into_its_keys_child_that_waits_for_its_parent(
+    mode: DebounceMode,
+) -> None:
+    """
+    A child waiting for its parent has not started: a SUBMIT of its key
+    with a replace (or extend) debounce folds into it (its payload replaced,
+    its parents kept) instead of making a second task of the key, which ran
+    beside it, the older payload too.
+    """
+    clock = Clock()
+    clock.advance(1_800_000_000.0)
+    queue = make_queue(clock)
+    producer = v2_producer_of(queue)
+    submit_to(queue, producer.session, b"t", b"parent", "work")
+    debounce = Debounce(mode, 1000)
+    for payload in (b"old", b"new"):
+        submit_to(
+            queue, producer.session, b"t", payload, "work",
+            key=b"k", after=(1,), debounce=debounce,
+        )  # fmt: skip
+    oks = [m for m in producer.take() if isinstance(m, taskflow.Ok)]
+    assert [(ok.task_id, ok.duplicate) for ok in oks] == [(1, False), (2, False), (2, True)]
+    worker = v2_worker_of(queue, queues=("work",), credits=2)
+    (parent,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    queue.ack(worker.session, parent.task_id, parent.token)
+    clock.advance(2)
+    queue.ready(worker.session, 2)
+    children = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    assert [(t.task_id, t.payload) for t in children] == [(2, b"new")]
+    assert children[0].parents is not None
