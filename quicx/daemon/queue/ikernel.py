@@ -307,7 +307,13 @@ class IKernel(Protocol):
         """Queue C{task} at its queue's tail."""
 
     def _requeue(
-        self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
+        self,
+        task: Task,
+        why: str,
+        cause: str,
+        at_head: bool = True,
+        worker: str = "",
+        lost: bool = True,
     ) -> None:
         """Queue C{task} again, or fail it once it was delivered C{max_attempts} times."""
 

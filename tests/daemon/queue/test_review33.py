@@ -251,3 +251,26 @@ def test_the_workers_answer_fits_a_clients_frame_whatever_workers_announce() -> 
     parser = FrameParser(CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH)
     (frame,) = parser.feed(answer)
     assert isinstance(frame, Frame)
+
+
+def test_a_terminated_workers_tasks_are_queued_again_even_where_lost_ones_count() -> None:
+    """
+    `quicx terminate` queues a worker's held tasks again: with
+    [retries] count_lost (a task taken back from a lost worker counts as a
+    failed attempt), a task with no retries left failed for good instead,
+    its producer told FAILED, because the operator stopped its worker.
+    """
+    clock = Clock()
+    queue = make_queue(clock, limits=QueueLimits(count_lost=True))
+    producer = v2_producer_of(queue)
+    worker = v2_worker_of(queue, name="leaving")
+    submit_to(queue, producer.session, b"t", b"x")
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    producer.take()
+    assert workers_of(queue).terminate(worker.session.session_id, 5.0) == [
+        worker.session.session_id
+    ]
+    assert [m for m in producer.take() if not isinstance(m, taskflow.Ok)] == []
+    other = v2_worker_of(queue, name="other")
+    (again,) = [m for m in other.take() if isinstance(m, taskflow.Task)]
+    assert (again.task_id, again.attempt) == (task.task_id, 2)
