@@ -23,8 +23,9 @@ class Parent:
     """
     One parent's outcome (or, for a group's callback, one member's).
 
-    @ivar state: C{"done"}, C{"failed"}, C{"dead"}, C{"cancelled"}, or
-        C{"unknown"} (its outcome was lost to a restart).
+    @ivar state: C{"done"}, C{"failed"}, C{"dead"}, C{"cancelled"},
+        C{"expired"} (not started before its deadline), or C{"unknown"} (its
+        outcome was lost to a restart).
     @ivar result: the value its handler returned (as L{Result.value} restores
         it), when it is done with a result that fit the daemon's
         C{[dependencies] max_results}; else C{None}.

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 from quicx.protocol import admin, outcomes, taskflow
+from quicx.protocol.outcomes import OutcomeState
+from quicx.protocol.parents import ParentPolicy
 from quicx.protocol.start_options import Debounce, DebounceMode, Expires
 from quicx.protocol.taskflow import Backoff, BackoffKind, Result, SubmitOptions
 from tests.daemon.journal.test_journal_checkpoints import next_task, save
@@ -79,3 +81,34 @@ def test_a_replaced_payload_a_checkpoint_and_a_deadline_survive_kill_9(
         assert again.checkpoint == Result.of({"cursor": 7})
         assert again.attempt == 2
         assert worker.nothing_for(0.3)
+
+
+def test_a_child_of_an_expired_parent_survives_kill_9(tmp_path: Path, start_daemon) -> None:
+    """
+    A parent that expires while its child waits (the child continues past
+    failures): the PARENT record of its outcome (state 7, expired) is read
+    back after a kill -9 (it was "of the wrong shape": the daemon would not
+    start), and the child runs with it listed.
+    """
+    journal = tmp_path / "j"
+    daemon = start_daemon(f"--journal={journal}", "--fsync=always")
+    with Peer(daemon.address) as producer:
+        parent = submit(producer, b"parent", "work", expires=Expires(300))
+        child = submit(
+            producer, b"child", "work", after=(parent.task_id,),
+            on_parent_failure=ParentPolicy.CONTINUE,
+        )  # fmt: skip
+        expired = producer.receive(timeout=30)
+        assert isinstance(expired, outcomes.Outcome), expired
+        assert expired.state is OutcomeState.EXPIRED
+        submit(producer, b"barrier", "barrier")  # its OK: everything before it is synced
+        daemon.kill()
+
+    restarted = start_daemon(f"--journal={journal}")
+    with Peer(restarted.address) as worker:
+        worker.send(taskflow.encode_ready(1, ["work"]))
+        again = next_task(worker)
+        assert again.task_id == child.task_id and again.parents is not None
+        assert [(o.task_id, o.state) for o in again.parents.outcomes] == [
+            (parent.task_id, OutcomeState.EXPIRED)
+        ]

@@ -24,7 +24,7 @@ from quicx.protocol.checkpoints import MAX_CHECKPOINT, context_size
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.outcomes import Outcome, OutcomeState
-from quicx.protocol.parents import MAX_CONTEXT, MAX_PARENTS
+from quicx.protocol.parents import MAX_CONTEXT, MAX_PARENTS, ParentPolicy
 from quicx.protocol.session import Role
 from quicx.protocol.start_options import Debounce, DebounceMode, Expires
 from quicx.protocol.taskflow import MAX_TASK_CONTEXT, Backoff, BackoffKind, Result
@@ -274,3 +274,44 @@ def test_a_terminated_workers_tasks_are_queued_again_even_where_lost_ones_count(
     other = v2_worker_of(queue, name="other")
     (again,) = [m for m in other.take() if isinstance(m, taskflow.Task)]
     assert (again.task_id, again.attempt) == (task.task_id, 2)
+
+
+def test_a_child_that_continues_past_an_expired_parent_gets_a_task_its_worker_reads() -> None:
+    """
+    A parent that expires (never started before its deadline) resolves its
+    child like a failure; a child that continues gets it listed in its
+    TASK: as a state its worker decodes (EXPIRED, 7, made the context
+    malformed to every client, which dropped the connection on each delivery).
+    """
+    clock = Clock()
+    clock.advance(1_800_000_000.0)
+    queue = make_queue(clock)
+    producer = v2_producer_of(queue)
+    submit_to(queue, producer.session, b"t", b"parent", "work", expires=Expires(1000))
+    submit_to(
+        queue, producer.session, b"t", b"child", "work",
+        after=(1,), on_parent_failure=ParentPolicy.CONTINUE,
+    )  # fmt: skip
+    clock.advance(2)
+    worker = v2_worker_of(queue, queues=("work",))
+    (child,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    assert child.task_id == 2 and child.parents is not None
+    (outcome,) = child.parents.outcomes
+    assert (outcome.task_id, outcome.state) == (1, OutcomeState.EXPIRED)
+
+
+@pytest.mark.parametrize("policy", [ParentPolicy.CONTINUE, ParentPolicy.IGNORE])
+def test_a_child_released_after_its_queue_was_forgotten_runs(policy: ParentPolicy) -> None:
+    """
+    A queue that holds only a waiting child (and a parent no worker takes)
+    is forgotten once its parent is cancelled; the child, released then,
+    joins the queue of that name (made again) that workers subscribe to: it
+    was pushed into the forgotten queue object, live but dealt to no one.
+    """
+    queue = make_queue()
+    producer = v2_producer_of(queue)
+    submit_to(queue, producer.session, b"t", b"parent", "work")
+    submit_to(queue, producer.session, b"t", b"child", "work", after=(1,), on_parent_failure=policy)
+    queue.cancel(producer.session, 1)
+    worker = v2_worker_of(queue, queues=("work",))
+    assert [t.task_id for t in worker.take() if isinstance(t, taskflow.Task)] == [2]
