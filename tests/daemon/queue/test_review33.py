@@ -20,6 +20,7 @@ from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import DependencyLimits, QueueLimits
 from quicx.daemon.queue.workers import workers_of
 from quicx.protocol import link, taskflow, workers
+from quicx.protocol.bulk import request as bulk_request
 from quicx.protocol.checkpoints import MAX_CHECKPOINT, context_size
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.frames import Frame, FrameParser
@@ -28,6 +29,7 @@ from quicx.protocol.parents import MAX_CONTEXT, MAX_PARENTS, ParentPolicy
 from quicx.protocol.session import Role
 from quicx.protocol.start_options import Debounce, DebounceMode, Expires
 from quicx.protocol.taskflow import MAX_TASK_CONTEXT, Backoff, BackoffKind, Result
+from tests.daemon.queue.test_bulk import Kit as BulkKit
 from tests.fakes import FakeJournal, FakePeer, make_queue, submit_to, v2_producer_of, v2_worker_of
 
 NO_WAIT = Backoff(BackoffKind.FIXED, 0, 0, 0)
@@ -315,3 +317,27 @@ def test_a_child_released_after_its_queue_was_forgotten_runs(policy: ParentPolic
     queue.cancel(producer.session, 1)
     worker = v2_worker_of(queue, queues=("work",))
     assert [t.task_id for t in worker.take() if isinstance(t, taskflow.Task)] == [2]
+
+
+def test_a_move_goes_on_into_its_target_queue_made_again_between_turns() -> None:
+    """
+    A move spans turns; its target queue, emptied and left by its worker
+    between two of them, is forgotten: the next turn's tasks join the queue
+    of that name (made again), which a worker then subscribes to, not the
+    forgotten object (they were live and dealt to no one).
+    """
+    kit = BulkKit(batch=1)
+    first, second = kit.submit(queue="a"), kit.submit(queue="a")
+    answers: list[dict[str, Any]] = []
+    kit.bulk.run(bulk_request("move", queue="a", to="b")).addCallback(answers.append)
+    kit.turns.step()  # the first task moves
+    worker = v2_worker_of(kit.queue, queues=("b",), name="one")
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    assert task.task_id == first
+    kit.queue.ack(worker.session, task.task_id, task.token)
+    worker.disconnect()  # "b" is empty and has no worker: forgotten
+    while not answers:
+        kit.turns.step()
+    assert answers[0]["acted"] == 2
+    other = v2_worker_of(kit.queue, queues=("b",), name="two")
+    assert [m.task_id for m in other.take() if isinstance(m, taskflow.Task)] == [second]
