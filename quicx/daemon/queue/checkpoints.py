@@ -82,13 +82,7 @@ class Checkpoints:
                 f"task {task_id}: a checkpoint of {size} bytes exceeds [checkpoints] max_size"
                 f" ({settings.max_size})",
             )
-        # Its TASK's context (u16 long) must hold it beside the task's own
-        # items: its keys, token, retries, trace and parents' outcomes.
-        room = MAX_TASK_CONTEXT - len(
-            task_context(
-                task.key, task.fairness, 1, 0, 0, task.retries, task.trace, None, task.parents
-            )
-        )
+        room = _room(task)
         if context_size(size) > room:
             raise Refused(
                 ErrorCode.PAYLOAD_TOO_LARGE,
@@ -109,6 +103,24 @@ class Checkpoints:
         self.bytes += grows
         self.held += old is None
         self.kernel.journal.record_checkpoint(task_id, saved)
+
+    def fit(self, task: Task) -> None:
+        """
+        (The dependencies, as C{task}, back from the journal, is handed its
+        parents' outcomes again: with a larger C{[dependencies] max_results}
+        than when it saved its checkpoint, more of them.)  Let go of its
+        checkpoint if its TASK's context has no room for it beside them.
+        """
+        saved = task.checkpoint
+        if saved is not None and context_size(len(saved.state.data)) > _room(task):
+            self.kernel.log.warn(
+                "task {task_id}: its checkpoint of {size} bytes no longer fits its TASK beside"
+                " its parents' outcomes; let go (the task starts from its beginning)",
+                log_id="checkpoint.dropped",
+                task_id=task.task_id,
+                size=len(saved.state.data),
+            )
+            self.finished(task)
 
     def finished(self, task: Task) -> None:
         """(The kernel, as C{task}, which has a checkpoint, ends.) Free it."""
@@ -131,3 +143,13 @@ class Checkpoints:
         if saved is None:
             return None
         return {"size": len(saved.state.data), "at": round(saved.saved_at, 3)}
+
+
+def _room(task: Task) -> int:
+    """
+    The bytes C{task}'s TASK context (u16 long) has left for a checkpoint
+    beside the task's own items: its keys, token, retries, trace and parents' outcomes.
+    """
+    return MAX_TASK_CONTEXT - len(
+        task_context(task.key, task.fairness, 1, 0, 0, task.retries, task.trace, None, task.parents)
+    )

@@ -357,6 +357,8 @@ class Dependencies:
         if home is not task.home:
             task.home, task.tally = home, kernel.tally_of(home, task.task_type)
         task.parents = waiter.parents()
+        if task.checkpoint is not None:  # (back from the journal)
+            kernel.checkpoints.fit(task)
         self.released[task.task_id] = task
         now = kernel.clock()
         if task.due > now:

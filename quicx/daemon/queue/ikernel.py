@@ -101,6 +101,13 @@ class IExpiry(Protocol):
         """C{task}, which waited, ended before its deadline (cancelled, or failed by a parent)."""
 
 
+class ICheckpoints(Protocol):
+    """Running tasks' checkpoints (L{quicx.daemon.queue.checkpoints.Checkpoints})."""
+
+    def fit(self, task: Task) -> None:
+        """Let go of C{task}'s checkpoint if its TASK's context has no room for it."""
+
+
 class IDebouncing(Protocol):
     """Debounced SUBMITs (L{quicx.daemon.queue.debounce.Debouncing})."""
 
@@ -283,6 +290,9 @@ class IKernel(Protocol):
 
     @property
     def expiry(self) -> IExpiry: ...
+
+    @property
+    def checkpoints(self) -> ICheckpoints: ...
 
     @property
     def debouncing(self) -> IDebouncing: ...

@@ -14,6 +14,8 @@ import pytest
 from twisted.internet.task import Clock
 
 from quicx.clients.address import CLIENT_MAX_LENGTH
+from quicx.daemon.journal.interface import ParentEntry, SavedState
+from quicx.daemon.journal.records import RecoveredTask, Recovery
 from quicx.daemon.queue import pmad
 from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.model import Refused
@@ -341,3 +343,32 @@ def test_a_move_goes_on_into_its_target_queue_made_again_between_turns() -> None
     assert answers[0]["acted"] == 2
     other = v2_worker_of(kit.queue, queues=("b",), name="two")
     assert [m.task_id for m in other.take() if isinstance(m, taskflow.Task)] == [second]
+
+
+def test_a_checkpoint_that_no_longer_fits_beside_its_parents_after_a_restart_is_let_go() -> None:
+    """
+    A child's checkpoint was kept when it fit beside its parents' outcomes;
+    a restart with a larger [dependencies] max_results hands it more of
+    them: its checkpoint is let go (the task restarts from its beginning)
+    rather than make its TASK's u16 context overflow (struct.error on every
+    delivery, the task never delivered again).
+    """
+    queue = make_queue(
+        pool=pmad.Pmad(64 << 20, pmad.default_classes()),
+        limits=QueueLimits(
+            dependencies=DependencyLimits(max_parents=MAX_PARENTS, max_results=MAX_CONTEXT)
+        ),
+    )
+    queue.checkpoints.settings = CheckpointSettings(MAX_CHECKPOINT, 1 << 20)
+    parents = tuple(range(1, MAX_PARENTS + 1))
+    saved = SavedState(Result.of(b"c" * MAX_CHECKPOINT), 1.0)
+    child = RecoveredTask(
+        100, b"t", b"x", queue="work", checkpoint=saved, after=(0, 0, parents), attempts=1
+    )
+    entries = tuple(ParentEntry(i, 0, 1, 1, b"r" * 950) for i in parents)
+    queue.restore(Recovery((child,), 100, 0, 0, 1, parents=entries))
+    worker = v2_worker_of(queue, queues=("work",))
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    assert task.task_id == 100 and task.parents is not None
+    assert task.checkpoint is None
+    assert (queue.checkpoints.held, queue.checkpoints.bytes) == (0, 0)
