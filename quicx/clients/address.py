@@ -17,16 +17,16 @@ from quicx.net.addresses import TlsOptions as TlsOptions
 from quicx.net.addresses import normalize_address as normalize_address
 from quicx.net.addresses import parse_address as parse_address
 from quicx.net.addresses import split_addresses as split_addresses
-from quicx.protocol import checkpoints, codec, monitor, taskflow
+from quicx.protocol import codec, monitor, taskflow
 
 ADDRESS_VARIABLE = "QUICX_ADDRESS"
 """The environment variable naming the daemon's address (see L{default_address})."""
 
 DEFAULT_ADDRESS = "tcp:127.0.0.1:16381"
 
-CLIENT_MAX_LENGTH = codec.MAX_PAYLOAD + taskflow.SUBMIT_OVERHEAD + checkpoints.MAX_CONTEXT + 1024
+CLIENT_MAX_LENGTH = codec.MAX_PAYLOAD + taskflow.SUBMIT_OVERHEAD + taskflow.MAX_TASK_CONTEXT
 """The largest frame a client accepts: a version-2 TASK of the largest possible
-class, with its queue and context (a checkpoint's too)."""
+class, with its queue and the longest context (a checkpoint and parents' results)."""
 CLIENT_TYPE_LIMITS: dict[int, int] = {codec.MessageType.EVENTS: monitor.MAX_EVENTS_FRAME}
 """Larger limits for some version-2 frames: EVENTS with one long line."""
 

@@ -45,6 +45,7 @@ from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
 from quicx.protocol import codec, link, monitor, taskflow, wire
+from quicx.protocol.bulk import MAX_BULK
 from quicx.protocol.checkpoints import CHECKPOINT_FIXED
 from quicx.protocol.frames import Frame, RejectedFrame
 from quicx.protocol.outcomes import NACK_FIXED, PROGRESS_FIXED
@@ -440,8 +441,9 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         longest reason the limits allow, whichever is longer.
     @ivar v2_max_length: the same for version 2 (its SUBMIT options may add
         up to 2 + 4,096 bytes); C{None} when version 2 is turned off.
-    @ivar v2_type_limits: the longest PROGRESS, PUBLISH, WATCH and
-        CHECKPOINT the limits allow, in place of C{v2_max_length}.
+    @ivar v2_type_limits: the longest PROGRESS, PUBLISH, WATCH, CHECKPOINT,
+        ANNOUNCE, STEER, WORKERS and BULK the limits allow, in place of
+        C{v2_max_length}.
     @ivar admin: its connections have the admin role (the control socket's).
     @ivar status: makes the daemon's status document, which STATUS answers;
         C{None} (STATUS is answered not found) until the daemon sets it.
@@ -502,6 +504,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             + ANNOUNCE_FIELDS_SIZE,
             codec.MessageType.STEER: 5,
             codec.MessageType.WORKERS: 0,
+            codec.MessageType.BULK: MAX_BULK,
         }
         shared = queue.shared
         if isinstance(shared, SharedData):

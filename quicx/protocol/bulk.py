@@ -18,6 +18,7 @@ from enum import IntEnum, IntFlag
 from attrs import Factory, frozen
 
 from quicx.protocol.codec import (
+    MAX_OPTION,
     U64,
     MessageType,
     bad,
@@ -87,6 +88,10 @@ class BulkField(IntEnum):
     NEWER_THAN = 0x06
     REASON = 0x07
     TARGET = 0x08
+
+
+MAX_BULK = _HEAD.size + len(BulkField) * (2 + MAX_OPTION)
+"""The longest BULK: its head, each field once at its longest (longer: refused at its header)."""
 
 
 @frozen

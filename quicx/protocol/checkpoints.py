@@ -28,8 +28,15 @@ CHECKPOINT_FIXED = _HEAD.size
 MAX_CHECKPOINT = 32768
 """The largest state the protocol allows (C{[checkpoints] max_size}'s bound): a TASK's
 context (u16 long) has room for it, in items of 255 bytes, beside every other item."""
-MAX_CONTEXT = MAX_CHECKPOINT + 1 + 2 * -(-(MAX_CHECKPOINT + 1) // MAX_OPTION)
-"""The most bytes a checkpoint adds to a TASK's context: its kind and state, in items."""
+
+
+def context_size(size: int) -> int:
+    """The bytes a state of C{size} bytes adds to a TASK's context: its kind and state, in items."""
+    return size + 1 + 2 * -(-(size + 1) // MAX_OPTION)
+
+
+MAX_CONTEXT = context_size(MAX_CHECKPOINT)
+"""The most bytes a checkpoint adds to a TASK's context."""
 KEPT = 0
 """The code of the answer to a CHECKPOINT that was kept."""
 

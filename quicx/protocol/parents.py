@@ -126,8 +126,9 @@ class ParentOutcome:
     One parent's outcome, as its child gets it.
 
     @ivar state: its L{quicx.protocol.outcomes.OutcomeState}: done (1),
-        failed (2), cancelled (3), dead (4), or unknown (6: lost, as a parent
-        whose outcome a restart could not tell).  (A plain int here: the
+        failed (2), cancelled (3), dead (4), unknown (6: lost, as a parent
+        whose outcome a restart could not tell) or expired (7: not started
+        before its deadline).  (A plain int here: the
         outcomes module builds on this one's.)
     @ivar kind: its result's kind (L{quicx.protocol.taskflow.ResultKind}), or
         0: C{data} is the reason it failed (or nothing).

@@ -62,6 +62,8 @@ MAX_SUBSCRIPTIONS = 32
 """The most queues one READY may list."""
 SUBMIT_OVERHEAD = 1 + MAX_TYPE_LENGTH + 2 + MAX_OPTIONS
 """The most bytes a v2 SUBMIT spends before its payload."""
+MAX_TASK_CONTEXT = 0xFFFF
+"""The most bytes a TASK's context may take (its length is a u16)."""
 
 _TASK_HEAD = struct.Struct(">BBIIHBQ")  # header, then task id, attempt, priority, enqueued ms
 

@@ -13,7 +13,7 @@ import pytest
 
 from quicx.clients.address import CLIENT_MAX_LENGTH
 from quicx.clients.checkpoints import Saves
-from quicx.protocol import checkpoints, codec, taskflow
+from quicx.protocol import checkpoints, codec, parents, taskflow
 from quicx.protocol.errors import ConnectionLost, DaemonError, QueueFull, QuicxError
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.taskflow import Result
@@ -82,3 +82,27 @@ def test_the_largest_task_with_the_largest_checkpoint_fits_a_clients_frames() ->
     (frame,) = parser.feed(task)
     assert isinstance(frame, Frame)
     assert taskflow.decode_task(frame.payload).checkpoint == state
+
+
+def test_the_largest_task_with_the_most_parents_results_fits_a_clients_frames() -> None:
+    """
+    A child of the largest payload handed the most parents' results
+    ([dependencies] max_results at its highest) and a checkpoint: its context
+    may take all a u16 length allows, and a client still reads the TASK.
+    """
+    longest = b"k" * 255
+    outcomes = tuple(
+        parents.ParentOutcome(i, 1, 1, b"r" * 950) for i in range(1, parents.MAX_PARENTS + 1)
+    )
+    block = parents.encode_parents(parents.Parents(outcomes))
+    state = Result.of(b"s" * 2000)
+    context = taskflow.task_context(longest, longest, 5, 100, 3, 9, longest, state, block)
+    assert len(context) > taskflow.MAX_TASK_CONTEXT - 2000
+    task = taskflow.encode_task(
+        1, b"t" * 255, b"p" * codec.MAX_PAYLOAD, b"\x40" + b"q" * 64, 9, 2, 0, context
+    )
+    parser = FrameParser(CLIENT_MAX_LENGTH, check_types=False, v2_max_length=CLIENT_MAX_LENGTH)
+    (frame,) = parser.feed(task)
+    assert isinstance(frame, Frame)
+    decoded = taskflow.decode_task(frame.payload)
+    assert decoded.checkpoint == state and decoded.parents is not None

@@ -255,3 +255,17 @@ def read_answer(admin: Wire) -> dict[str, Any]:
     assert kind == INFO, (kind, body)
     answer: dict[str, Any] = json.loads(body)
     return answer
+
+
+def test_a_bulk_longer_than_its_fields_may_be_is_refused_at_its_header(admin: Wire) -> None:
+    """
+    Its head and each of its 8 fields once, at 255 bytes: 2,060 bytes; one
+    more is refused from the header (ERROR 0x03), not buffered up to the
+    largest SUBMIT's length (a megabyte) and then found malformed.
+    """
+    longest = 4 + 8 * 257
+    code, message = admin.error(frame(BULK, bytes(longest + 1)))
+    assert (code, f"exceeds the limit of {longest}" in message) == (3, True), message
+    code, message = admin.error(frame(BULK, struct.pack(">BBH", 1, 0, longest - 4) + bytes(2056)))
+    assert code == 2 and message.startswith("BULK "), message
+    assert admin.alive()

@@ -91,7 +91,7 @@ _GROUP_FORGOTTEN = 3
 _MAX_POLICY = 2
 _MAX_PARENTS = 63
 _PARENT_STATES = frozenset({1, 2, 3, 4, 6, 7})
-_ENDED_STATES = {"done": 1, "failed": 2, "cancelled": 3, "dead": 4}
+_ENDED_STATES = {"done": 1, "failed": 2, "cancelled": 3, "dead": 4, "expired": 7}
 _LIFECYCLE_HEADS = {
     KIND_SUBMIT3: (SUBMIT3_HEAD, 5),
     KIND_SUBMIT4: (SUBMIT4_HEAD, 5),

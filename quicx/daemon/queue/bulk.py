@@ -180,6 +180,9 @@ class BulkActions:
         ids, index, live = run.ids, run.index, kernel._live
         end = min(len(ids), index + settings.batch)
         touched: dict[NamedQueue[Task, Session], None] = {}
+        if run.target is not None and not run.request.dry_run:
+            # An empty queue nobody serves is forgotten between turns (and may be made anew).
+            run.target = kernel.queues.setdefault(run.target.name, run.target)
         while index < end:
             task = live.get(ids[index])
             index += 1

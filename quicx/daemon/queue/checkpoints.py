@@ -26,8 +26,9 @@ from attrs import frozen
 from quicx.daemon.journal.interface import SavedState
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
+from quicx.protocol.checkpoints import context_size
 from quicx.protocol.codec import ErrorCode
-from quicx.protocol.taskflow import Result
+from quicx.protocol.taskflow import MAX_TASK_CONTEXT, Result, task_context
 
 Delivery = Callable[[Session, int, int, str], Task]
 
@@ -67,7 +68,8 @@ class Checkpoints:
         holds in delivery C{token}, and journal it.
 
         @raise Refused: (stale) the delivery is not the task's current one;
-            (payload too large) the state is over C{max_size}; (queue full)
+            (payload too large) the state is over C{max_size}, or would not
+            fit its TASK's context beside the task's other items; (queue full)
             it would take the states past C{max_memory}.
         @raise ProtocolViolation: C{session} was never sent C{task_id}.
         """
@@ -79,6 +81,13 @@ class Checkpoints:
                 ErrorCode.PAYLOAD_TOO_LARGE,
                 f"task {task_id}: a checkpoint of {size} bytes exceeds [checkpoints] max_size"
                 f" ({settings.max_size})",
+            )
+        room = _room(task)
+        if context_size(size) > room:
+            raise Refused(
+                ErrorCode.PAYLOAD_TOO_LARGE,
+                f"task {task_id}: a checkpoint of {size} bytes does not fit its TASK's context"
+                f" beside its parents' outcomes and keys ({room} bytes left there)",
             )
         old = task.checkpoint
         grows = size - (0 if old is None else len(old.state.data))
@@ -94,6 +103,24 @@ class Checkpoints:
         self.bytes += grows
         self.held += old is None
         self.kernel.journal.record_checkpoint(task_id, saved)
+
+    def fit(self, task: Task) -> None:
+        """
+        (The dependencies, as C{task}, back from the journal, is handed its
+        parents' outcomes again: with a larger C{[dependencies] max_results}
+        than when it saved its checkpoint, more of them.)  Let go of its
+        checkpoint if its TASK's context has no room for it beside them.
+        """
+        saved = task.checkpoint
+        if saved is not None and context_size(len(saved.state.data)) > _room(task):
+            self.kernel.log.warn(
+                "task {task_id}: its checkpoint of {size} bytes no longer fits its TASK beside"
+                " its parents' outcomes; let go (the task starts from its beginning)",
+                log_id="checkpoint.dropped",
+                task_id=task.task_id,
+                size=len(saved.state.data),
+            )
+            self.finished(task)
 
     def finished(self, task: Task) -> None:
         """(The kernel, as C{task}, which has a checkpoint, ends.) Free it."""
@@ -116,3 +143,13 @@ class Checkpoints:
         if saved is None:
             return None
         return {"size": len(saved.state.data), "at": round(saved.saved_at, 3)}
+
+
+def _room(task: Task) -> int:
+    """
+    The bytes C{task}'s TASK context (u16 long) has left for a checkpoint
+    beside the task's own items: its keys, token, retries, trace and parents' outcomes.
+    """
+    return MAX_TASK_CONTEXT - len(
+        task_context(task.key, task.fairness, 1, 0, 0, task.retries, task.trace, None, task.parents)
+    )

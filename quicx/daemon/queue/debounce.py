@@ -3,8 +3,9 @@ Debounce: a keyed SUBMIT folds into the task its key names while that task waits
 
 A SUBMIT with a debounce (L{start_options.Debounce}: a mode and a window W)
 needs an idempotency key.  Its task waits W before it may start.  While a
-task of the key waits (submitted, delayed or queued: not started), a new
-SUBMIT of the key folds into it, as its mode says:
+task of the key waits (submitted, delayed, queued, or waiting for its
+parents: not started), a new SUBMIT of the key folds into it, as its mode
+says (a task waiting for its parents keeps them):
   - C{drop}: answered as a duplicate (today's idempotency key); the task
     stays as it was;
   - C{replace}: its payload replaces the task's, which keeps its place
@@ -30,11 +31,11 @@ from twisted.python.failure import Failure
 from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
-from quicx.daemon.queue.state import DELAYED, PENDING, QUEUED, move
+from quicx.daemon.queue.state import DELAYED, PENDING, QUEUED, WAITING, move
 from quicx.protocol.codec import ErrorCode
 from quicx.protocol.start_options import Debounce, DebounceMode
 
-_WAITING = frozenset({PENDING, QUEUED, DELAYED})
+_WAITING = frozenset({PENDING, QUEUED, DELAYED, WAITING})
 
 
 class Debouncing:
@@ -98,8 +99,8 @@ class Debouncing:
         kernel = self.kernel
         now = kernel.clock()
         due = round(min(now + window, task.enqueued_at + kernel.limits.max_delay), 3)
-        if task.state is PENDING:
-            task.due = due  # delayed when it is accepted
+        if task.state is PENDING or task.state is WAITING:
+            task.due = due  # delayed when it is accepted, or its parents finish
         elif task.state is DELAYED:
             kernel._undelay(task)
             kernel._delay(task, due)

@@ -93,17 +93,24 @@ class Failing:
             task.producer = None  # it has heard its outcome: a replay's goes to nobody
 
     def requeue(
-        self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
+        self,
+        task: Task,
+        why: str,
+        cause: str,
+        at_head: bool = True,
+        worker: str = "",
+        lost: bool = True,
     ) -> None:
         """
         Queue C{task} again (C{why} in short, C{cause} in full) -- or, once
         it has been delivered C{max_attempts} times, fail it: a task that
         kills or outlasts every worker must not come back forever.  Only a
         task queued again counts (and is recorded) as requeued.  With
-        C{count_lost}, it is a failed attempt instead (see L{_failure}).
+        C{count_lost}, a task C{lost} (its worker left, or was too slow; not
+        one an operator terminated) is a failed attempt instead (see L{_failure}).
         """
         task.home.released(task)
-        if self.kernel.limits.count_lost:
+        if lost and self.kernel.limits.count_lost:
             self.failure(task, cause, worker, False, task.attempts)
             return
         if self.kernel.max_attempts and task.attempts >= self.kernel.max_attempts:

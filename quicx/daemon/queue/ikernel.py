@@ -97,6 +97,16 @@ class IExpiry(Protocol):
     def watch(self, task: Task) -> None:
         """Hold C{task}, accepted and waiting, to its deadline."""
 
+    def cancelled(self, task: Task, why: str) -> None:
+        """C{task}, which waited, ended before its deadline (cancelled, or failed by a parent)."""
+
+
+class ICheckpoints(Protocol):
+    """Running tasks' checkpoints (L{quicx.daemon.queue.checkpoints.Checkpoints})."""
+
+    def fit(self, task: Task) -> None:
+        """Let go of C{task}'s checkpoint if its TASK's context has no room for it."""
+
 
 class IDebouncing(Protocol):
     """Debounced SUBMITs (L{quicx.daemon.queue.debounce.Debouncing})."""
@@ -282,6 +292,9 @@ class IKernel(Protocol):
     def expiry(self) -> IExpiry: ...
 
     @property
+    def checkpoints(self) -> ICheckpoints: ...
+
+    @property
     def debouncing(self) -> IDebouncing: ...
 
     @property
@@ -304,7 +317,13 @@ class IKernel(Protocol):
         """Queue C{task} at its queue's tail."""
 
     def _requeue(
-        self, task: Task, why: str, cause: str, at_head: bool = True, worker: str = ""
+        self,
+        task: Task,
+        why: str,
+        cause: str,
+        at_head: bool = True,
+        worker: str = "",
+        lost: bool = True,
     ) -> None:
         """Queue C{task} again, or fail it once it was delivered C{max_attempts} times."""
 

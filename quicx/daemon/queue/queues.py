@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict, deque
 from collections.abc import Iterator
+from itertools import islice
 from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
 
@@ -245,8 +246,9 @@ class NamedQueue(Generic[T, W]):
     @ivar parked: how many of its tasks are set aside by type, out of the
         dispatch order, because no idle worker runs their type (see
         L{quicx.daemon.queue.routing}): still queued, not in C{depth}.
-    @ivar parking: those tasks, by type, oldest first (their C{ticket}:
-        the order they were set aside in).
+    @ivar parking: those tasks, by type, by C{id()}, oldest first (their
+        C{ticket}: the order they were set aside in): one is found and
+        taken out in O(1).
     """
 
     name: str
@@ -272,7 +274,7 @@ class NamedQueue(Generic[T, W]):
     tallies: dict[bytes, Tally] = field(factory=dict)
     aging: Aging[T] | None = None
     parked: int = 0
-    parking: dict[bytes, deque[T]] = field(factory=dict)
+    parking: dict[bytes, OrderedDict[int, T]] = field(factory=dict)
     _parked_last: int = 0
 
     def __attrs_post_init__(self) -> None:
@@ -340,12 +342,14 @@ class NamedQueue(Generic[T, W]):
 
     def remove(self, task: T) -> None:
         """Take C{task} out of the queue (cancelled, purged, or finished by a late outcome)."""
-        if self.parked and self.is_parked(task):
-            self._unpark_one(task)
-            self.parking[task.task_type].remove(task)
-            if not self.parking[task.task_type]:
-                del self.parking[task.task_type]
-            return
+        if self.parked:
+            fifo = self.parking.get(task.task_type)
+            if fifo is not None and fifo.get(id(task)) is task:
+                self._unpark_one(task)
+                del fifo[id(task)]
+                if not fifo:
+                    del self.parking[task.task_type]
+                return
         level = self.levels[task.priority]
         level.remove(task)
         self._shrunk(task.priority, level)
@@ -507,8 +511,8 @@ class NamedQueue(Generic[T, W]):
         task.ticket = self._parked_last
         fifo = self.parking.get(task.task_type)
         if fifo is None:
-            fifo = self.parking[task.task_type] = deque()
-        fifo.append(task)
+            fifo = self.parking[task.task_type] = OrderedDict()
+        fifo[id(task)] = task
         self.parked += 1
 
     def unpark(self, handles: frozenset[bytes] | None, most: int) -> None:
@@ -522,12 +526,12 @@ class NamedQueue(Generic[T, W]):
         chosen: list[T] = []
         for task_type, fifo in self.parking.items():
             if handles is None or task_type in handles:
-                chosen.extend(fifo[i] for i in range(min(most, len(fifo))))
+                chosen.extend(islice(fifo.values(), most))
         chosen.sort(key=_ticket)
         del chosen[most:]
         for task in chosen:
             fifo = self.parking[task.task_type]
-            fifo.popleft()
+            del fifo[id(task)]
             if not fifo:
                 del self.parking[task.task_type]
         for task in reversed(chosen):
@@ -541,7 +545,8 @@ class NamedQueue(Generic[T, W]):
 
     def is_parked(self, task: T) -> bool:
         """Whether C{task} (queued here) is set aside by type."""
-        return any(each is task for each in self.parking.get(task.task_type, ()))
+        fifo = self.parking.get(task.task_type)
+        return fifo is not None and fifo.get(id(task)) is task
 
     # -- looking -----------------------------------------------------------------
 
@@ -550,7 +555,7 @@ class NamedQueue(Generic[T, W]):
         for priority in reversed(self.order):
             yield from self.levels[priority].tasks()
         if self.parked:
-            yield from sorted((t for f in self.parking.values() for t in f), key=_ticket)
+            yield from sorted((t for f in self.parking.values() for t in f.values()), key=_ticket)
 
     def ahead(self, task: T) -> tuple[int, int]:
         """

@@ -51,16 +51,19 @@ class Roster:
             self.take_back_held(session, "disconnected")
         self.kernel.check_drain()
 
-    def take_back_held(self, session: Session, why: str) -> None:
+    def take_back_held(self, session: Session, why: str, lost: bool = True) -> None:
         """
         Queue again, at the head of their queues in order, the tasks worker
-        C{session} holds (it C{why}: disconnected, or was terminated).
+        C{session} holds (it C{why}: disconnected, or was terminated: then
+        not C{lost}, never a failed attempt, even with C{count_lost}).
         """
         held, session.tasks = session.tasks, {}
         cause = f"worker {session.peer.peer_name} {why}"
         for task in reversed(held.values()):
             task.holder = None
-            self.kernel._requeue(task, f"its worker {why}", cause, worker=session.peer.peer_name)
+            self.kernel._requeue(
+                task, f"its worker {why}", cause, worker=session.peer.peer_name, lost=lost
+            )
         for queue in {task.home: None for task in held.values()}:
             self.kernel.dispatcher.serve_queue(queue)
 

@@ -97,7 +97,7 @@ class Workers:
             )
             if session.tasks:
                 late = {task_id: (task, task.attempts) for task_id, task in session.tasks.items()}
-                self.kernel.roster.take_back_held(session, "was terminated")
+                self.kernel.roster.take_back_held(session, "was terminated", lost=False)
                 # Its outcomes for them are late ones: refused as stale.
                 session.overdue.update(late)
             self.kernel.scheduler.callLater(grace, _close, session)
