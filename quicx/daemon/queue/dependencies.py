@@ -351,11 +351,6 @@ class Dependencies:
             kernel.expiry.cancelled(task, reason)  # its deadline holds no longer
             kernel.failing.fail_for_good(task, reason, "", None, None, dead_letter=False)
             return
-        # A queue does not count its waiting tasks: one that held only this
-        # task (and finished ones) may have been forgotten, or made anew.
-        home = kernel.queues.setdefault(task.home.name, task.home)
-        if home is not task.home:
-            task.home, task.tally = home, kernel.tally_of(home, task.task_type)
         task.parents = waiter.parents()
         if task.checkpoint is not None:  # (back from the journal)
             kernel.checkpoints.fit(task)
