@@ -219,13 +219,14 @@ def test_a_reason_with_terminal_escapes_is_printed_escaped(
         'handlers = {"shout": shout}\n'
     )
     env = {**env_for(daemon), "PYTHONPATH": f"{tmp_path}:{ROOT}"}
-    background("worker", "shouting:handlers", env=env)
+    worker = background("worker", "shouting:handlers", env=env)
+    worker.wait_for(rf"connected to tcp:127\.0\.0\.1:{daemon.port} \(protocol version 2\)")
     hostile = "\x1b]0;owned\x07\x1b[2Jgone\rcover"
-    waited = quicx("submit", "shout", hostile, "--wait", "--timeout", "30", env=env)
-    assert waited.returncode == 1, waited.stderr
+    waited = quicx("submit", "shout", hostile, "--wait", "--timeout", "120", env=env)
+    assert waited.returncode == 1, (waited.stdout, waited.stderr)
     submitted = quicx("submit", "shout", hostile, env=env)
-    asked = quicx("result", submitted.stdout.strip(), "--wait", "--timeout", "30", env=env)
-    assert asked.returncode == 1, asked.stderr
+    asked = quicx("result", submitted.stdout.strip(), "--wait", "--timeout", "120", env=env)
+    assert asked.returncode == 1, (asked.stdout, asked.stderr)
     for shown in (waited.stdout, asked.stdout):
         first = next(line for line in shown.splitlines() if " failed: " in line)
         assert first.endswith(r"failed: ValueError: \x1b]0;owned\x07\x1b[2Jgone\rcover"), shown
