@@ -98,6 +98,7 @@ def test_handlers_read_the_newest_shared_data(daemon: DaemonProcess, loop: str) 
     runner(loop)(main())
 
 
+@pytest.mark.slow  # two daemons, one stopped mid-run: 16 s; make test-cluster (CI) runs it
 def test_the_capacity_is_split_among_the_daemons_and_a_gone_ones_share_moves(
     start_daemon: Any,
 ) -> None:

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from quicx.daemon.observe.events import format_event, format_events
 from quicx.protocol import wire
 from quicx.protocol.wire import ErrorCode
@@ -164,6 +166,7 @@ def test_files_rotate_by_age(tmp_path: Path, start_daemon) -> None:
     assert [r["event"] for r in read_events(events)].count("submitted") == 3
 
 
+@pytest.mark.slow  # a Spark report over rotated files: 19 s; make test-cluster (CI) runs it
 def test_rotated_files_are_compressed_and_the_report_reads_the_mix(
     tmp_path: Path, start_daemon, spark
 ) -> None:
