@@ -672,6 +672,39 @@ def _lifecycle_submit(data: bytes, start: int, end: int, kind: int) -> Recovered
         data, start + head.size, tuple(rest[-count:]), end
     )
     trace, payload = fields if count == 6 else (None, fields[0])
+    numbers = (task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group)
+    return _lifecycle_task(numbers, (queue, task_type, key, fairness, backoff), payload, trace)
+
+
+def _submit6(data: bytes, start: int, end: int) -> RecoveredTask:
+    """The task of the (checked) SUBMIT6 record whose body is C{data[start:end]}."""
+    _, task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group, *rest = (
+        SUBMIT6_HEAD.unpack_from(data, start)
+    )
+    *lengths, policy, after_group, count = rest
+    queue, task_type, key, fairness, backoff, trace, parents, payload = _split(
+        data, start + SUBMIT6_HEAD.size, (*lengths, 4 * count), end
+    )
+    numbers = (task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group)
+    after = (policy, after_group, struct.unpack(f">{count}I", parents))
+    fields = (queue, task_type, key, fairness, backoff)
+    return _lifecycle_task(numbers, fields, payload, trace or None, after)
+
+
+def _lifecycle_task(
+    numbers: tuple[int, int, int, int, int, int, int, int],
+    fields: tuple[bytes, bytes, bytes, bytes, bytes],
+    payload: bytes,
+    trace: bytes | None,
+    after: tuple[int, int, tuple[int, ...]] | None = None,
+) -> RecoveredTask:
+    """
+    A task of a SUBMIT record of format 3 or later: its C{numbers} (id,
+    priority, enqueued ms, due ms, retries, failures, keep ms, group) and its
+    C{fields} (queue, type, key, fairness key, backoff) as read.
+    """
+    task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group = numbers
+    queue, task_type, key, fairness, backoff = fields
     return RecoveredTask(
         task_id,
         task_type,
@@ -689,36 +722,7 @@ def _lifecycle_submit(data: bytes, start: int, end: int, kind: int) -> Recovered
         group=group,
         attempts=failures,
         trace=trace,
-    )
-
-
-def _submit6(data: bytes, start: int, end: int) -> RecoveredTask:
-    """The task of the (checked) SUBMIT6 record whose body is C{data[start:end]}."""
-    _, task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group, *rest = (
-        SUBMIT6_HEAD.unpack_from(data, start)
-    )
-    *lengths, policy, after_group, count = rest
-    queue, task_type, key, fairness, backoff, trace, parents, payload = _split(
-        data, start + SUBMIT6_HEAD.size, (*lengths, 4 * count), end
-    )
-    return RecoveredTask(
-        task_id,
-        task_type,
-        payload,
-        queue.decode("ascii"),
-        priority,
-        enqueued_ms / 1000,
-        key or None,
-        fairness or None,
-        due_ms / 1000,
-        retries,
-        failures,
-        BACKOFF.unpack(backoff) if backoff else None,
-        keep_for=keep_ms / 1000,
-        group=group,
-        attempts=failures,
-        trace=trace or None,
-        after=(policy, after_group, struct.unpack(f">{count}I", parents)),
+        after=after,
     )
 
 
