@@ -17,7 +17,7 @@ from enum import IntEnum
 
 from attrs import frozen
 
-from quicx.protocol.codec import MAX_OPTION, MAX_TASK_ID, TASK_ID, MessageType, bad
+from quicx.protocol.codec import MAX_OPTION, MAX_TASK_ID, TASK_ID, MessageType, bad, chunked, joined
 
 AFTER = 0x0D
 """The SUBMIT option that names the parents."""
@@ -188,10 +188,7 @@ def encode_parents(parents: Parents) -> bytes:
     block += b"".join(
         _ENTRY.pack(o.task_id, o.state, o.kind, len(o.data)) + o.data for o in parents.outcomes
     )
-    return b"".join(
-        bytes((PARENTS, len(chunk))) + chunk
-        for chunk in (block[i : i + MAX_OPTION] for i in range(0, len(block), MAX_OPTION))
-    )
+    return chunked(PARENTS, block)
 
 
 def decode_parents(block: bytes) -> Parents:
@@ -229,11 +226,5 @@ def parents_in(context: bytes, start: int, end: int) -> Parents | None:
 
     @raise MalformedMessage: they are not a block of L{encode_parents}.
     """
-    chunks = []
-    offset = start
-    while offset < end:
-        length = context[offset + 1]
-        if context[offset] == PARENTS:
-            chunks.append(context[offset + 2 : offset + 2 + length])
-        offset += 2 + length
-    return decode_parents(b"".join(chunks)) if chunks else None
+    block = joined(context, start, end, PARENTS)
+    return None if block is None else decode_parents(block)
