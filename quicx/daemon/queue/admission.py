@@ -118,8 +118,8 @@ class Admission:
         )
         if not plain:
             self._apply(task, options, due, joined, deadline)
-        elif queue.policy.expires:
-            task.deadline = now + queue.policy.expires
+        elif queue.policy.expires:  # (its queue's default: the one rule is Expiry.deadline's)
+            task.deadline = kernel.expiry.deadline(queue, None, 0.0, now)
         session.outstanding += 1
         kernel.admit(task, payload)
         if task.deadline:
