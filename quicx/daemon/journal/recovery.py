@@ -698,11 +698,7 @@ def _lifecycle_task(
     trace: bytes | None,
     after: tuple[int, int, tuple[int, ...]] | None = None,
 ) -> RecoveredTask:
-    """
-    A task of a SUBMIT record of format 3 or later: its C{numbers} (id,
-    priority, enqueued ms, due ms, retries, failures, keep ms, group) and its
-    C{fields} (queue, type, key, fairness key, backoff) as read.
-    """
+    """A SUBMIT3-6 record's task, of its numbers and fields as read (see the callers)."""
     task_id, priority, enqueued_ms, due_ms, retries, failures, keep_ms, group = numbers
     queue, task_type, key, fairness, backoff = fields
     return RecoveredTask(
