@@ -142,6 +142,8 @@ async def test_the_twisted_client_and_worker(daemon: DaemonProcess) -> None:
         child = await client.submit(
             "states", "", after=[parent, cancelled], on_parent_failure="continue"
         )
+        # The parents finish in the order the child lists them: the one that runs first.
+        assert await client.outcome(parent) == 49
         await client.cancel(cancelled)
         done, cancelled_by = await client.outcome(child)
         assert done == ["done", ""] and cancelled_by[0] == "cancelled"
