@@ -240,7 +240,7 @@ def run_quicx(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
 
 
-def wait_for_status(path: str, timeout: float = 20.0) -> dict:
+def wait_for_status(path: str, timeout: float = 60.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         try:
