@@ -54,6 +54,21 @@ def queued(client: QuicxClient) -> dict[str, int]:
     return {q["name"]: q["depth"] for q in client.queues()}
 
 
+def check_each_task_once(client: QuicxClient, ids: list[int], action: str) -> dict[str, int]:
+    """Every task is in exactly one queue (or cancelled), as the depths say."""
+    depths = queued(client)
+    if action == "move":
+        assert depths.get("a", 0) + depths.get("b", 0) == TASKS  # every task in one queue
+    found: dict[str, list[int]] = {"a": [], "b": []}
+    for task_id in ids:
+        try:
+            found[client.task(task_id)["queue"]].append(task_id)
+        except NotFound:  # cancelled
+            assert action == "cancel"
+    assert (len(found["a"]), len(found["b"])) == (depths.get("a", 0), depths.get("b", 0))
+    return depths
+
+
 @pytest.mark.parametrize("action", ["move", "cancel"])
 def test_kill_9_in_the_middle_of_a_bulk_action_loses_and_doubles_nothing(
     tmp_path: Path, start_daemon, action: str
@@ -70,31 +85,29 @@ def test_kill_9_in_the_middle_of_a_bulk_action_loses_and_doubles_nothing(
         written = os.path.getsize(journal)
         admin.send(bulk.encode_bulk(request))
         # Killed once the records of the first 100 tasks acted on are in the
-        # file.
+        # file (on a slow machine the action may have finished by then).
         record = len(
             records.encode_moved(1, "b")
             if action == "move"
             else records.encode_outcome(1, "cancelled")
         )
+        cut = written + DONE_BEFORE * record
         deadline = time.monotonic() + 60
-        while os.path.getsize(journal) < written + DONE_BEFORE * record:
+        while os.path.getsize(journal) < cut:
             assert time.monotonic() < deadline, "the action's records never reached the file"
             time.sleep(0.001)
-        # Stopped at once (then killed), so that the action is caught in the middle.
         os.kill(daemon.pid, signal.SIGSTOP)
     daemon.kill()
+    # A crash at that exact record: the file as it was when the 100th task's
+    # record had been written (the action writes nothing else meanwhile).
+    at_cut = str(tmp_path / "at-cut")
+    with open(journal, "rb") as whole, open(at_cut, "wb") as prefix:
+        prefix.write(whole.read(cut))
     restarted = start_daemon(*flags[:1], "--pool-size=32M")
     with QuicxClient(f"tcp:127.0.0.1:{restarted.port}") as client:
-        depths = queued(client)
-        left = depths.get("a", 0)
-        assert 0 < left <= TASKS - DONE_BEFORE
-        if action == "move":
-            assert left + depths.get("b", 0) == TASKS  # every task in one queue
-        # Each task once, in the queue the depths count it in.
-        found: dict[str, list[int]] = {"a": [], "b": []}
-        for task_id in ids:
-            try:
-                found[client.task(task_id)["queue"]].append(task_id)
-            except NotFound:  # cancelled
-                assert action == "cancel"
-        assert (len(found["a"]), len(found["b"])) == (left, depths.get("b", 0))
+        left = check_each_task_once(client, ids, action).get("a", 0)
+        assert left <= TASKS - DONE_BEFORE
+    restarted.kill()
+    in_the_middle = start_daemon(f"--journal={at_cut}", "--pool-size=32M")
+    with QuicxClient(f"tcp:127.0.0.1:{in_the_middle.port}") as client:
+        assert check_each_task_once(client, ids, action).get("a", 0) == TASKS - DONE_BEFORE
