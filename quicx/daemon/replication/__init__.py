@@ -1,0 +1,1 @@
+"""High availability: a fenced warm standby, with leadership from a lease store (etcd)."""
