@@ -132,6 +132,8 @@ class ErrorCode(IntEnum):
     """A SUBMIT's parent (or group) is unknown: never seen, or finished with no outcome kept."""
     UNSTEERABLE = 0x0A
     BUSY = 0x0B
+    NOT_PRIMARY = 0x0C
+    """Not the shard's primary: the message is the primary's C{host:port}, or empty."""
 
 
 class MalformedMessage(ValueError):

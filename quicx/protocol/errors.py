@@ -100,6 +100,22 @@ class Busy(DaemonError):
     code = 0x0B
 
 
+class NotPrimary(DaemonError):
+    """
+    ERROR 0x0C (version 2): this daemon is not its shard's primary (a
+    standby, or a former primary that was fenced).  The message is the
+    primary's C{host:port}, or empty while no primary is known: try again
+    there (a SUBMIT refused so was not admitted, so it is safe to send again).
+    """
+
+    code = 0x0C
+
+    @property
+    def primary(self) -> str:
+        """The primary's C{host:port}, or C{""} when the daemon knows none."""
+        return self.message
+
+
 _BY_CODE: dict[int, type[DaemonError]] = {
     cls.code: cls
     for cls in (
@@ -113,6 +129,7 @@ _BY_CODE: dict[int, type[DaemonError]] = {
         UnknownParent,
         Unsteerable,
         Busy,
+        NotPrimary,
     )
 }
 

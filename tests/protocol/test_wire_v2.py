@@ -393,6 +393,8 @@ START_OPTIONS = PROTOCOL[PROTOCOL.index("\n# Version 2: debounce and expiry") :]
 """The page's section on the debounce and expiry options (L{quicx.protocol.taskflow})."""
 BULK = PROTOCOL[PROTOCOL.index("\n# Version 2: bulk actions") :]
 """The page's section on bulk actions (L{quicx.protocol.bulk})."""
+REPLICATION = PROTOCOL[PROTOCOL.index("\n# Version 2: replication") :]
+"""The page's section on replication."""
 
 
 def example_bytes(block: str) -> bytes:
@@ -477,6 +479,7 @@ def test_the_pages_error_codes_are_the_codecs() -> None:
     codes += [int(row[0], 16) for row in table(DEPENDENCIES, "### Error code added")]
     codes += [int(row[0], 16) for row in table(WORKERS, "### Error code added")]
     codes += [int(row[0], 16) for row in table(BULK, "### Error code added")]
+    codes += [int(row[0], 16) for row in table(REPLICATION, "### Error code added")]
     assert codes == [c.value for c in codec.ErrorCode]
 
 
