@@ -334,7 +334,10 @@ class QuicxClient(SocketPump):
         The connected workers: id, address, name, host, pid, queues, types,
         credits, the tasks each holds and for how long, state (docs/protocol.md).
         """
-        return self._call(operations.workers())
+        pages = operations.WorkerPages()
+        while not pages.take(self._call(pages.request())):
+            pass
+        return pages.found
 
     def quiet(self, worker: int = 0) -> dict[str, Any]:
         """

@@ -186,9 +186,26 @@ def queue_action(action: str, queue: str) -> Request[Document]:
     return Request.info(action, make)
 
 
-def workers() -> Request[Documents]:
-    """WORKERS: the connected workers, one record each (docs/protocol.md)."""
-    return Request.info("workers", worker_messages.encode_workers)
+@attrs.define
+class WorkerPages:
+    """
+    WORKERS a page at a time (docs/protocol.md): send L{request} until
+    L{take} of its answer says that was the last page; then L{found} holds
+    every connected worker's record, by id.
+    """
+
+    found: list[dict[str, Any]] = attrs.Factory(list)
+    after: int = 0
+
+    def request(self) -> Request[Document]:
+        return Request.info("workers", partial(worker_messages.encode_workers, self.after))
+
+    def take(self, page: Document) -> bool:
+        self.found += page["workers"]
+        if page["next"] is None:
+            return True
+        self.after = page["next"]
+        return False
 
 
 def steer(action: str, worker: int) -> Request[Document]:

@@ -370,7 +370,13 @@ class QuicxClientProtocol(FrameReceiver):
 
     def workers(self) -> Deferred[list[dict[str, Any]]]:
         """The connected workers (as L{quicx.clients.blocking.QuicxClient.workers})."""
-        return self._request(operations.workers())
+        return Deferred.fromCoroutine(self._workers())
+
+    async def _workers(self) -> list[dict[str, Any]]:
+        pages = operations.WorkerPages()
+        while not pages.take(await self._request(pages.request())):
+            pass
+        return pages.found
 
     def quiet(self, worker: int = 0) -> Deferred[dict[str, Any]]:
         """Quiet worker C{worker}, or all (0); needs the admin role (as the blocking client's)."""

@@ -498,12 +498,12 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             ),
             codec.MessageType.WATCH: monitor.MAX_WATCH_SIZE,
             codec.MessageType.CHECKPOINT: CHECKPOINT_FIXED + queue.checkpoints.settings.max_size,
-            # What a worker may announce; a STEER is 5 bytes, a WORKERS none.
+            # What a worker may announce; a STEER is 5 bytes, a WORKERS 4 at most.
             codec.MessageType.ANNOUNCE: 2
             + self.limits.max_worker_types * (1 + self.limits.max_type_length)
             + ANNOUNCE_FIELDS_SIZE,
             codec.MessageType.STEER: 5,
-            codec.MessageType.WORKERS: 0,
+            codec.MessageType.WORKERS: 4,
             codec.MessageType.BULK: MAX_BULK,
         }
         shared = queue.shared

@@ -53,6 +53,14 @@ class Steer(IntEnum):
 
 
 _STEER = struct.Struct(">BI")
+_AFTER = struct.Struct(">I")
+
+WORKERS_PAGE_BYTES = 256 << 10
+"""
+The most JSON one WORKERS answer carries (one worker's record always goes,
+at most about 66 KiB with every type announced): well under a client's frame
+limit, however many workers announce however many types.
+"""
 """STEER and STOP: the action, then a worker id (STEER) or a grace in ms (STOP)."""
 
 
@@ -75,7 +83,15 @@ class Announce:
 
 @frozen
 class Workers:
-    """List the connected workers (answered INFO)."""
+    """
+    List the connected workers (answered INFO), a page at a time.
+
+    @ivar after: the page starts after this worker id (C{None}: the request
+        carried no cursor, and is answered with the first page as a bare
+        array, as before pages).
+    """
+
+    after: int | None = None
 
 
 @frozen
@@ -140,11 +156,11 @@ def encode_announce(
     return frame(MessageType.ANNOUNCE, body)
 
 
-WORKERS_FRAME = frame(MessageType.WORKERS)
-
-
-def encode_workers() -> bytes:
-    return WORKERS_FRAME
+def encode_workers(after: int | None = None) -> bytes:
+    """The page of workers after id C{after}; C{None}: the first page, the old way."""
+    if after is None:
+        return frame(MessageType.WORKERS)
+    return frame(MessageType.WORKERS, _AFTER.pack(after))
 
 
 def encode_steer(action: Steer, worker: int = 0) -> bytes:
@@ -196,9 +212,11 @@ def decode_announce(payload: bytes) -> Announce:
 
 
 def decode_workers(payload: bytes) -> Workers:
-    if payload:
-        raise bad(MessageType.WORKERS, f"payload must be empty, got {len(payload)} bytes")
-    return Workers()
+    if not payload:
+        return Workers()
+    if len(payload) != _AFTER.size:
+        raise bad(MessageType.WORKERS, f"payload must be empty or 4 bytes, got {len(payload)}")
+    return Workers(_AFTER.unpack(payload)[0])
 
 
 def _action(message_type: MessageType, payload: bytes) -> tuple[Steer, int]:

@@ -21,7 +21,9 @@ from quicx.clients.twisted_client import ProducerService, QuicxClientFactory, co
 from quicx.clients.worker import Worker
 from quicx.protocol import wire
 from quicx.protocol.errors import ConnectionLost, OutcomeUnknown, QueueFull, TaskFailed
+from quicx.protocol.taskflow import encode_ready
 from quicx.protocol.wire import ErrorCode
+from quicx.protocol.workers import encode_announce
 from tests.conftest import DaemonProcess
 
 
@@ -327,3 +329,26 @@ async def test_a_task_beyond_the_credits_is_run_not_dropped() -> None:
         listener.close()
     assert ran == [b"a", b"b"]
     assert answers == [wire.encode_done(1) + wire.encode_done(2)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_workers_reads_every_page(start_daemon) -> None:
+    daemon = start_daemon()
+    types = [b"%03d" % i + b"t" * 252 for i in range(256)]
+    peers = []
+    for n in range(6):  # about 400 KB of records: two pages
+        peer = socket.create_connection(("127.0.0.1", daemon.port))
+        peer.sendall(encode_announce(types, name=f"wide-{n}") + encode_ready(1, ["paged"]))
+        peers.append(peer)
+    client = await connect(reactor, address(daemon))
+    try:
+        names: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(names) < 6:  # the ANNOUNCEs are read in their own time
+            assert time.monotonic() < deadline
+            names = sorted(w["name"] for w in await client.workers() if w["name"])
+        assert names == [f"wide-{n}" for n in range(6)]
+    finally:
+        client.close()
+        for peer in peers:
+            peer.close()

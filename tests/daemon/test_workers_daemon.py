@@ -16,9 +16,14 @@ from typing import Any
 
 import pytest
 
+from quicx.clients import operations
 from quicx.clients.blocking import QuicxClient
+from quicx.protocol.codec import MessageType
 from quicx.protocol.errors import Forbidden
+from quicx.protocol.taskflow import encode_ready
+from quicx.protocol.workers import encode_announce
 from tests.conftest import DaemonProcess, config_option
+from tests.interop.raw import Wire
 
 QUICX = str(Path(sys.executable).with_name("quicx"))
 DEADLINE = 30.0
@@ -228,3 +233,27 @@ def test_tasks_set_aside_survive_a_kill_9(
     with QuicxClient(daemon.client_address) as client:
         until(lambda: client.status()["tasks"]["completed"] == 5, "their outcomes")
         assert ids == [1, 2, 3, 4, 5] and client.status()["tasks"]["queued"] == 0
+
+
+def test_workers_lists_every_worker_over_pages_when_one_answer_would_not_fit(
+    daemon: DaemonProcess,
+) -> None:
+    """
+    Six workers announcing 256 types of 255 bytes each are about 400 KB of
+    records: more than one WORKERS answer carries (256 KiB), so the client
+    reads them in two pages, every worker once.
+    """
+    types = [b"%03d" % i + b"t" * 252 for i in range(256)]
+    peers = [Wire(("127.0.0.1", daemon.port)) for _ in range(6)]
+    for n, peer in enumerate(peers):
+        peer.send(encode_announce(types, name=f"wide-{n}"))
+        peer.send(encode_ready(1, ["paged"]))
+        assert peer.read()[0] == MessageType.WAIT
+    with QuicxClient(daemon.client_address) as client:
+        listed = [w for w in client.workers() if w["name"].startswith("wide-")]
+        first = client._call(operations.WorkerPages().request())
+    assert sorted(w["name"] for w in listed) == [f"wide-{n}" for n in range(6)]
+    assert all(len(w["types"]) == 256 for w in listed)
+    assert first["next"] is not None and len(first["workers"]) < 6
+    for peer in peers:
+        peer.close()

@@ -134,6 +134,27 @@ def test_announce_comes_once_before_ready_and_within_its_limit(connect: Connect)
     assert too_many.alive() and producer.alive()
 
 
+@pytest.mark.parametrize("payload", [b"\x00", bytes(3)])
+def test_a_workers_cursor_that_is_not_4_bytes_is_error_0x02(admin: Wire, payload: bytes) -> None:
+    code, message = admin.error(frame(WORKERS, payload))
+    assert (code, "payload must be empty or 4 bytes" in message) == (INVALID, True)
+    assert admin.alive()
+
+
+def test_workers_is_answered_a_page_at_a_time_after_a_cursor(connect: Connect, admin: Wire) -> None:
+    for n in range(3):
+        worker = connect()
+        worker.send(announce(b"paged", fields=option(NAME, f"paged-{n}".encode())))
+        worker.send(ready(1, b"paging"))
+        assert worker.read()[0] == WAIT
+    ids = [w["id"] for w in admin.info(frame(WORKERS)) if w["name"].startswith("paged-")]
+    page = admin.info(frame(WORKERS, struct.pack(">I", 0)))
+    assert [w["id"] for w in page["workers"] if w["name"].startswith("paged-")] == ids
+    assert page["next"] is None
+    after = admin.info(frame(WORKERS, struct.pack(">I", ids[0])))
+    assert [w["id"] for w in after["workers"] if w["name"].startswith("paged-")] == ids[1:]
+
+
 def test_a_frame_longer_than_its_type_may_carry_is_refused_at_its_header(
     connect: Connect,
 ) -> None:
@@ -142,7 +163,7 @@ def test_a_frame_longer_than_its_type_may_carry_is_refused_at_its_header(
     longest = 2 + MAX_TYPES * 256 + 3 * 257
     code, message = peer.error(frame(ANNOUNCE, bytes(longest + 1)))
     assert (code, f"exceeds the limit of {longest}" in message) == (TOO_LARGE, True)
-    assert peer.error(frame(WORKERS, b"\x00"))[0] == TOO_LARGE
+    assert peer.error(frame(WORKERS, bytes(5)))[0] == TOO_LARGE
     assert peer.error(frame(STEER, bytes(6)))[0] == TOO_LARGE
     assert peer.alive()
 

@@ -58,9 +58,11 @@ def test_steer_and_stop_round_trip(action: workers.Steer, number: int) -> None:
     assert decoded(workers.encode_stop(action, number)) == workers.Stop(action, number)
 
 
-def test_workers_round_trips_and_takes_nothing() -> None:
+@given(u32)
+def test_workers_round_trips_with_or_without_a_cursor(after: int) -> None:
     assert decoded(workers.encode_workers()) == workers.Workers()
-    with pytest.raises(MalformedMessage, match="WORKERS payload must be empty"):
+    assert decoded(workers.encode_workers(after)) == workers.Workers(after)
+    with pytest.raises(MalformedMessage, match="WORKERS payload must be empty or 4 bytes"):
         workers.decode_workers(b"\x00")
 
 

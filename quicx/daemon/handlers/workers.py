@@ -21,9 +21,13 @@ def announce(conn: Connection, payload: bytes) -> None:
 
 
 def list_workers(conn: Connection, payload: bytes) -> None:
-    workers.decode_workers(payload)
+    message = workers.decode_workers(payload)
     conn.monitor_query()
-    conn.reply(link.encode_info(workers_of(conn.queue).records()))
+    found, following = workers_of(conn.queue).page(message.after or 0, workers.WORKERS_PAGE_BYTES)
+    if message.after is None:
+        conn.reply(link.encode_info(found))
+    else:
+        conn.reply(link.encode_info({"workers": found, "next": following}))
 
 
 def steer(conn: Connection, payload: bytes) -> None:

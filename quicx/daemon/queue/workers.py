@@ -21,6 +21,7 @@ A version-1 worker cannot be told, so it cannot be steered (ERROR 0x0A).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -60,13 +61,33 @@ class Workers:
         session.handles = message.types
 
     def records(self) -> list[dict[str, Any]]:
-        """Every connected worker, by id: what WORKERS answers (docs/protocol.md)."""
+        """Every connected worker, by id (the dashboard's list)."""
         now = self.kernel.clock()
         return [
             _record(session, now)
             for _, session in sorted(self.kernel.sessions.items())
             if session.role is Role.WORKER
         ]
+
+    def page(self, after: int, budget: int) -> tuple[list[dict[str, Any]], int | None]:
+        """
+        What WORKERS answers: the workers after id C{after}, by id, as many as
+        C{budget} bytes of JSON hold (one at least), and the id to ask after
+        next (C{None}: that was the last).
+        """
+        now = self.kernel.clock()
+        found: list[dict[str, Any]] = []
+        size = 2
+        for session_id in sorted(i for i in self.kernel.sessions if i > after):
+            session = self.kernel.sessions[session_id]
+            if session.role is not Role.WORKER:
+                continue
+            record = _record(session, now)
+            size += len(json.dumps(record, separators=(",", ":"), ensure_ascii=False)) + 1
+            if found and size > budget:
+                return found, found[-1]["id"]
+            found.append(record)
+        return found, None
 
     def quiet(self, worker: int) -> list[int]:
         """Quiet worker C{worker} (0: every active version-2 worker); the ids steered."""
