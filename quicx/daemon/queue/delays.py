@@ -2,8 +2,9 @@
 Delayed tasks: a heap of due times with one timer armed at a time.
 
 A task waits here until its due time (a delayed SUBMIT, or a retry's
-backoff), then L{Delays} hands it back through its C{due} callback, in due
-order.  Tasks falling due together are handed back in batches of
+backoff; or whatever time the attribute C{field} names: a deadline to
+start), then L{Delays} hands it back through its C{due} callback, in due
+order, its time set to 0.  Tasks falling due together are handed back in batches of
 C{batch}, each batch in its own reactor turn, so that 100,000 tasks due in
 the same second never stall the daemon.  A task taken out early (a cancel)
 stays in the heap until it surfaces, unless such leftovers outnumber the
@@ -15,17 +16,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 
-
-class Delayable(Protocol):
-    due: float
-    """When it runs (Unix seconds); 0 while it is not delayed."""
-
-
-T = TypeVar("T", bound=Delayable)
+T = TypeVar("T")
 
 BATCH = 1000
 """The most tasks handed back in one reactor turn."""
@@ -34,6 +29,8 @@ BATCH = 1000
 class Delays(Generic[T]):
     """
     @ivar count: the tasks delayed now.
+    @ivar field: the attribute of each task that holds its time (Unix
+        seconds; 0 while it is not held here).
     """
 
     def __init__(
@@ -42,7 +39,9 @@ class Delays(Generic[T]):
         clock: Callable[[], float],
         due: Callable[[list[T]], None],
         batch: int = BATCH,
+        field: str = "due",
     ) -> None:
+        self.field = field
         self._reactor = reactor
         self._clock = clock
         self._due = due
@@ -54,7 +53,7 @@ class Delays(Generic[T]):
 
     def add(self, task: T, due: float) -> None:
         """Hold C{task} until C{due} (Unix seconds)."""
-        task.due = due
+        setattr(task, self.field, due)
         self._sequence += 1
         heapq.heappush(self._heap, (due, self._sequence, task))
         self.count += 1
@@ -63,15 +62,17 @@ class Delays(Generic[T]):
 
     def remove(self, task: T) -> None:
         """Take C{task} out before its time (it must be delayed)."""
-        task.due = 0.0
+        setattr(task, self.field, 0.0)
         self.count -= 1
         if len(self._heap) > 2 * self.count + 64:
-            self._heap = [entry for entry in self._heap if entry[2].due == entry[0]]
+            field = self.field
+            self._heap = [entry for entry in self._heap if getattr(entry[2], field) == entry[0]]
             heapq.heapify(self._heap)
 
     def __iter__(self) -> Iterator[T]:
         """The delayed tasks, in no order."""
-        return (task for due, _, task in self._heap if task.due == due)
+        field = self.field
+        return (task for due, _, task in self._heap if getattr(task, field) == due)
 
     def stop(self) -> None:
         if self._timer is not None and self._timer.active():
@@ -79,8 +80,8 @@ class Delays(Generic[T]):
         self._timer = None
 
     def _drop_stale(self) -> None:
-        heap = self._heap
-        while heap and heap[0][2].due != heap[0][0]:
+        heap, field = self._heap, self.field
+        while heap and getattr(heap[0][2], field) != heap[0][0]:
             heapq.heappop(heap)
 
     def _arm(self) -> None:
@@ -99,17 +100,17 @@ class Delays(Generic[T]):
     def _fire(self) -> None:
         self._timer = None
         now = self._clock()
-        heap = self._heap
+        heap, field = self._heap, self.field
         ready: list[T] = []
         while heap and len(ready) < self._batch:
             due, _, task = heap[0]
-            if task.due != due:
+            if getattr(task, field) != due:
                 heapq.heappop(heap)
                 continue
             if due > now:
                 break
             heapq.heappop(heap)
-            task.due = 0.0
+            setattr(task, field, 0.0)
             ready.append(task)
         self.count -= len(ready)
         if ready:

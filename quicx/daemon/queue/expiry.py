@@ -10,9 +10,10 @@ dead-letter set with C{expired_dead}) two ways:
     dispatcher one test of C{task.deadline}), and one past it is expired
     instead of handed out, once the dispatcher's turn is over
     (L{Expiry.expire_lapsed});
-  - by a timer: a heap of deadlines with one timer armed at a time, which
-    expires the tasks still waiting at their deadline, at most C{batch} of
-    them in a reactor turn, so that expired tasks do not sit in memory.
+  - by a timer: the deadlines in a L{Delays} (a heap, one timer armed at a
+    time), which expires the tasks still waiting at their deadline, at most
+    C{batch} of them in a reactor turn, so that expired tasks do not sit in
+    memory.
 A task that starts in time loses its deadline (a retry or a requeue is not
 held to it).  Its expiry is journaled once, as its outcome (a DEADLINE
 record of 0); a task whose deadline passed while the daemon was down comes
@@ -21,10 +22,7 @@ back with it and expires as the daemon starts.
 
 from __future__ import annotations
 
-import heapq
-
-from twisted.internet.interfaces import IDelayedCall
-
+from quicx.daemon.queue.delays import Delays
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
@@ -45,7 +43,7 @@ class Expiry:
     """
     The deadlines of C{kernel}'s waiting tasks.
 
-    @ivar count: the waiting tasks with a deadline.
+    @ivar deadlines: the waiting tasks with a deadline (their C{deadline}).
     @ivar lapsed: the tasks the dispatcher found past their deadline in its
         current turn (expired by L{expire_lapsed} at its end).
     """
@@ -53,12 +51,10 @@ class Expiry:
     def __init__(self, kernel: IKernel, batch: int = BATCH) -> None:
         self.kernel = kernel
         kernel.dispatcher.deadlines = self
-        self.batch = batch
-        self.count = 0
         self.lapsed: list[Task] = []
-        self._heap: list[tuple[float, int, Task]] = []
-        self._sequence = 0
-        self._timer: IDelayedCall | None = None
+        self.deadlines: Delays[Task] = Delays(
+            kernel.scheduler, kernel.clock, self._passed, batch, "deadline"
+        )
 
     # -- admission ----------------------------------------------------------------
 
@@ -87,12 +83,7 @@ class Expiry:
 
     def watch(self, task: Task) -> None:
         """Hold C{task}, accepted and waiting (queued or delayed), to its deadline."""
-        deadline = task.deadline
-        self._sequence += 1
-        heapq.heappush(self._heap, (deadline, self._sequence, task))
-        self.count += 1
-        if self._heap[0][2] is task:
-            self._arm()
+        self.deadlines.add(task, task.deadline)
 
     # -- the dispatcher -----------------------------------------------------------
 
@@ -104,8 +95,9 @@ class Expiry:
         end); if not, it starts in time and its deadline no longer holds.
         """
         if task.deadline > now:
-            self._forget(task)
+            self.deadlines.remove(task)
             return False
+        self.deadlines.remove(task)
         task.home.released(task)
         self.lapsed.append(task)
         return True
@@ -135,35 +127,23 @@ class Expiry:
 
     def cancelled(self, task: Task, why: str) -> None:
         if task.deadline:
-            self._forget(task)
+            self.deadlines.remove(task)
 
     def withdrawn(self, task: Task) -> None:
         task.deadline = 0.0
 
     def stop(self) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
+        self.deadlines.stop()
 
     # -- inside -------------------------------------------------------------------
 
-    def _forget(self, task: Task) -> None:
-        """C{task} no longer waits on its deadline (its heap entry goes stale)."""
-        task.deadline = 0.0
-        self.count -= 1
-        if len(self._heap) > 2 * self.count + 64:
-            self._heap = [entry for entry in self._heap if entry[2].deadline == entry[0]]
-            heapq.heapify(self._heap)
-
     def _expire(self, task: Task) -> None:
         """
-        End C{task}, which waits, taken off its queue or delays, as expired:
-        journaled, announced, its producer told; into its queue's dead-letter
-        set with C{expired_dead}.
+        End C{task}, which waits, taken off its queue or delays and its
+        deadline, as expired: journaled, announced, its producer told; into
+        its queue's dead-letter set with C{expired_dead}.
         """
         kernel = self.kernel
-        task.deadline = 0.0
-        self.count -= 1
         # A task still waiting for its parents ends expired (never dead: it never ran).
         dead = task.state is not WAITING and task.home.policy.expired_dead
         dead = dead and kernel.graveyard.letters.max_count > 0
@@ -182,44 +162,16 @@ class Expiry:
         if dead:
             task.producer = None  # it has heard its outcome: a replay's goes to nobody
 
-    def _arm(self) -> None:
-        heap = self._heap
-        while heap and heap[0][2].deadline != heap[0][0]:
-            heapq.heappop(heap)
-        if not heap:
-            self.stop()
-            return
-        scheduler = self.kernel.scheduler
-        delay = max(0.0, heap[0][0] - self.kernel.clock())
-        timer = self._timer
-        if timer is not None and timer.active():
-            if abs(timer.getTime() - (scheduler.seconds() + delay)) < 0.0005:
-                return
-            timer.cancel()
-        self._timer = scheduler.callLater(delay, self._fire)
-
-    def _fire(self) -> None:
-        """Expire the waiting tasks past their deadline, at most C{batch} of them."""
-        self._timer = None
+    def _passed(self, due: list[Task]) -> None:
+        """The waiting tasks whose deadline passed (at most C{batch}): expired."""
         kernel = self.kernel
-        now = kernel.clock()
-        heap = self._heap
         ended: list[Task] = []
-        while heap and len(ended) < self.batch:
-            deadline, _, task = heap[0]
-            if task.deadline != deadline:
-                heapq.heappop(heap)
-                continue
-            if deadline > now:
-                break
-            heapq.heappop(heap)
+        for task in due:
             if task.state is QUEUED:
                 task.home.remove(task)
             elif task.state is DELAYED:
                 kernel._undelay(task)
             elif task.state is not WAITING:  # (a waiting task is in no queue) it started, or ended
-                task.deadline = 0.0
-                self.count -= 1
                 continue
             self._expire(task)
             ended.append(task)
@@ -227,4 +179,3 @@ class Expiry:
             kernel._forget_if_idle(task.home)
         if ended:
             kernel.check_drain()
-        self._arm()

@@ -63,7 +63,7 @@ def test_a_task_not_started_by_its_deadline_expires_and_its_producer_hears_it() 
     assert journal.outcomes == [(1, "expired")]
     assert queue.telemetry.total().expired == 1
     assert awaited(queue, 1).state is OutcomeState.UNKNOWN  # not kept: nobody asked
-    assert queue.expiry.count == 0 and producer.session.outstanding == 0
+    assert queue.expiry.deadlines.count == 0 and producer.session.outstanding == 0
     # A worker that comes now gets nothing.
     worker = v2_worker_of(queue)
     assert [m for m in worker.take() if isinstance(m, taskflow.Task)] == []
@@ -110,7 +110,7 @@ def test_a_task_started_in_time_is_not_held_to_its_deadline_again() -> None:
     other = v2_worker_of(queue, name="other")
     (again,) = [m for m in other.take() if isinstance(m, taskflow.Task)]
     assert again.task_id == 1 and producer.take() == [taskflow.Ok(1)]
-    assert queue.expiry.count == 0
+    assert queue.expiry.deadlines.count == 0
 
 
 def test_a_queues_default_deadline_counts_from_when_the_task_is_due() -> None:
@@ -166,7 +166,7 @@ def test_an_expired_task_goes_to_the_dead_letters_with_expired_dead() -> None:
     queue.replay(1, None)
     worker = v2_worker_of(queue)
     (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
-    assert task.payload == b"x" and queue.expiry.count == 0
+    assert task.payload == b"x" and queue.expiry.deadlines.count == 0
 
 
 def one_turn(clock: Clock) -> None:
@@ -205,7 +205,7 @@ def test_the_deadlines_of_tasks_that_started_do_not_pile_up() -> None:
         # Each queued behind the one running: watched, then started in time.
         submit_to(queue, producer.session, b"t", b"x", expires=Expires(3_600_000))
         queue.done(worker.session, task_id)
-    assert queue.expiry.count == 0 and len(queue.expiry._heap) <= 64
+    assert queue.expiry.deadlines.count == 0 and len(queue.expiry.deadlines._heap) <= 64
 
 
 def test_a_cancelled_task_leaves_its_deadline() -> None:
@@ -214,10 +214,10 @@ def test_a_cancelled_task_leaves_its_deadline() -> None:
     producer = v2_producer_of(queue)
     submit_to(queue, producer.session, b"t", b"x", expires=Expires(1000))
     queue.cancel(producer.session, 1)
-    assert queue.expiry.count == 0
+    assert queue.expiry.deadlines.count == 0
     clock.advance(2)
     assert [type(m) for m in producer.take()] == [taskflow.Ok, admin.Cancelled]
-    assert queue.telemetry.total().expired == 0 and queue.expiry._heap == []
+    assert queue.telemetry.total().expired == 0 and queue.expiry.deadlines._heap == []
 
 
 def test_an_expiry_is_an_event() -> None:

@@ -160,18 +160,18 @@ def test_a_waiting_child_expires_at_its_deadline_as_its_parent_runs_late(
     if journal_waits:
         journal.sync()
     assert [m.task_id for m in producer.take() if isinstance(m, taskflow.Ok)] == [1, 2]
-    assert queue.expiry.count == 1
+    assert queue.expiry.deadlines.count == 1
     clock.advance(2)
     assert [(m.task_id, m.state) for m in producer.take() if isinstance(m, Outcome)] == [
         (2, OutcomeState.EXPIRED)
     ]
-    assert queue.expiry.count == 0
+    assert queue.expiry.deadlines.count == 0
     worker = v2_worker_of(queue, queues=("work",))
     (parent,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
     queue.ack(worker.session, parent.task_id, parent.token)
     queue.ready(worker.session)
     assert [m for m in worker.take() if isinstance(m, taskflow.Task)] == []
-    assert queue.expiry.count == 0
+    assert queue.expiry.deadlines.count == 0
 
 
 def test_a_waiting_child_failed_by_its_parent_lets_go_of_its_deadline() -> None:
@@ -195,8 +195,8 @@ def test_a_waiting_child_failed_by_its_parent_lets_go_of_its_deadline() -> None:
         (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
         queue.nack(worker.session, task.task_id, task.token, "boom", True)
         queue.ready(worker.session)
-    assert queue.expiry.count == 0
-    assert len(queue.expiry._heap) < 100
+    assert queue.expiry.deadlines.count == 0
+    assert len(queue.expiry.deadlines._heap) < 100
 
 
 @pytest.mark.parametrize("mode", [DebounceMode.REPLACE, DebounceMode.EXTEND])

@@ -76,7 +76,7 @@ def test_a_waiting_child_expires_and_its_own_children_hear_it_by_their_policy() 
     with checked_states():
         clock.advance(1.5)
     assert child not in queue._live and failing not in queue._live
-    assert queue.expiry.count == 0 and not queue.dependencies.waiters
+    assert queue.expiry.deadlines.count == 0 and not queue.dependencies.waiters
     worker = v2_worker_of(queue, queues=("work",))
     (task,) = tasks(worker)
     assert task.task_id == going
