@@ -441,13 +441,19 @@ function finishedQuery(before, limit) {
 
 // A page of matches: the daemon reads a bounded slice of its history per
 // request (one reactor turn each), so a sparse search follows its cursor.
+// Each load is numbered: one overtaken by a later (a search sent while the
+// page's first load still follows its cursor) shows nothing.
+let finishedLoads = 0;
+
 async function loadFinished() {
+  const load = ++finishedLoads;
   const tasks = [];
   let found;
   let before = finishedPages[finishedPages.length - 1];
   let scanned = 0;
   do {
     found = await api(`finished?${finishedQuery(before, FINISHED_PAGE - tasks.length)}`);
+    if (load !== finishedLoads) return;
     tasks.push(...found.tasks);
     scanned += found.scanned;
     before = found.next;
