@@ -62,7 +62,7 @@ def add_tasks(commands: Commands) -> None:
         sub.add_argument(
             "--state",
             action="append",
-            choices=("queued", "delayed", "dead"),
+            choices=("queued", "delayed", "dead", "waiting"),
             help="tasks in this state (repeat for several; default: every state it acts on)",
         )
         sub.add_argument(

@@ -61,18 +61,20 @@ class BulkState(IntFlag):
     QUEUED = 0x01
     DELAYED = 0x02
     DEAD = 0x04
+    WAITING = 0x08
+    """Waiting for its parents (C{after}): cancel and purge act on it, a move does not."""
 
 
 NO_STATES = BulkState(0)
 """A filter's states when it names none: every state the action acts on."""
-ALL_STATES = BulkState.QUEUED | BulkState.DELAYED | BulkState.DEAD
+ALL_STATES = BulkState.QUEUED | BulkState.DELAYED | BulkState.DEAD | BulkState.WAITING
 
 ACTS_ON: dict[BulkAction, BulkState] = {
-    BulkAction.CANCEL: BulkState.QUEUED | BulkState.DELAYED,
+    BulkAction.CANCEL: BulkState.QUEUED | BulkState.DELAYED | BulkState.WAITING,
     BulkAction.RETRY: BulkState.DELAYED | BulkState.DEAD,
     BulkAction.REPLAY: BulkState.DEAD,
     BulkAction.PURGE: ALL_STATES,
-    BulkAction.MOVE: ALL_STATES,
+    BulkAction.MOVE: BulkState.QUEUED | BulkState.DELAYED | BulkState.DEAD,
 }
 """The states each action acts on: a filter's states must be among them."""
 
@@ -278,7 +280,7 @@ def decode_bulk(payload: bytes) -> Bulk:
     if BulkField.STATES in items:
         raw = items[BulkField.STATES]
         if len(raw) != 1 or not raw[0] or raw[0] & ~int(ALL_STATES):
-            raise bad(kind, "states must be 1 byte of the bits 0x01, 0x02 and 0x04")
+            raise bad(kind, "states must be 1 byte of the bits 0x01, 0x02, 0x04 and 0x08")
         states = BulkState(raw[0])
     reason = None
     if BulkField.REASON in items:

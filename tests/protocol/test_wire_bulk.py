@@ -105,7 +105,7 @@ BAD = [
     (head(fields=field(1, b"a") + field(1, b"b")), "repeats option 0x01"),
     (head(fields=field(BulkField.QUEUE, b"no spaces")), "queue name"),
     (head(fields=field(BulkField.STATES, b"\x00")), "states must be"),
-    (head(fields=field(BulkField.STATES, b"\x08")), "states must be"),
+    (head(fields=field(BulkField.STATES, b"\x10")), "states must be"),
     (head(fields=field(BulkField.STATES, b"\x01\x02")), "states must be"),
     (head(fields=field(BulkField.STATES, b"\x04")), "cancel does not act on dead"),
     (head(fields=field(BulkField.OLDER_THAN, b"\x00" * 4)), "older_than must be 8 bytes"),
@@ -136,7 +136,7 @@ def test_every_bad_bulk_is_refused_saying_why(payload: bytes, why: str) -> None:
         Bulk(BulkAction.CANCEL, BulkFilter(key_prefix=b"k" * 256)),
         Bulk(BulkAction.CANCEL, BulkFilter(older_than=-1.0)),
         Bulk(BulkAction.CANCEL, BulkFilter(reason="")),
-        Bulk(BulkAction.PURGE, BulkFilter(states=BulkState(8))),
+        Bulk(BulkAction.PURGE, BulkFilter(states=BulkState(16))),
     ],
 )
 def test_the_encoder_refuses_what_the_page_does_not_allow(made: Bulk) -> None:

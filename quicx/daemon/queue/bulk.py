@@ -31,11 +31,16 @@ from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.manage import Manage
 from quicx.daemon.queue.model import Refused, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
-from quicx.daemon.queue.state import DEAD, DELAYED, QUEUED
+from quicx.daemon.queue.state import DEAD, DELAYED, QUEUED, WAITING
 from quicx.protocol.bulk import ACTS_ON, SAMPLE, Bulk, BulkAction, BulkFilter, BulkState
 from quicx.protocol.codec import ErrorCode
 
-_BITS = {QUEUED: int(BulkState.QUEUED), DELAYED: int(BulkState.DELAYED), DEAD: int(BulkState.DEAD)}
+_BITS = {
+    QUEUED: int(BulkState.QUEUED),
+    DELAYED: int(BulkState.DELAYED),
+    DEAD: int(BulkState.DEAD),
+    WAITING: int(BulkState.WAITING),
+}
 
 
 @frozen

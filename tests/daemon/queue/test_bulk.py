@@ -119,6 +119,22 @@ def test_cancel_by_queue_and_type_tells_each_producer_and_journals_each() -> Non
     assert kit.queue.queues["mail"].depth == 1 and kit.queue.queues["other"].depth == 1
 
 
+def test_cancel_reaches_tasks_waiting_for_their_parents_and_their_children_hear_it() -> None:
+    kit = Kit()
+    parent = kit.submit(queue="first")
+    waiting = kit.submit(queue="then", after=(parent,))
+    grandchild = kit.submit(queue="last", after=(waiting,))
+    assert kit.queue.task(waiting).state.name == "WAITING"
+    with checked_states():
+        answer = kit.run("cancel", states=["waiting"], queue="then")
+    assert (answer["matched"], answer["acted"]) == (1, 1)
+    assert admin.Cancelled(waiting) in kit.producer.take()
+    assert kit.journal.outcomes[0] == (waiting, "cancelled")
+    # Its own child follows its policy (fail, by default); the parent stays queued.
+    assert (grandchild, "failed") in kit.journal.outcomes
+    assert kit.queue.queues["first"].depth == 1
+
+
 def test_a_running_task_is_never_touched() -> None:
     kit = Kit()
     running = kit.submit()
@@ -283,6 +299,10 @@ def test_the_dry_run_api_for_the_dashboard() -> None:
         (Bulk(BulkAction.CANCEL, BulkFilter(states=BulkState.DEAD)), "does not act on dead"),
         (Bulk(BulkAction.REPLAY, BulkFilter(states=BulkState.QUEUED)), "does not act on queued"),
         (Bulk(BulkAction.MOVE), "target queue"),
+        (
+            Bulk(BulkAction.MOVE, BulkFilter(states=BulkState.WAITING), target="b"),
+            "does not act on waiting",
+        ),
         (Bulk(BulkAction.CANCEL, target="b"), "target queue"),
         (Bulk(BulkAction.MOVE, BulkFilter(queue="b"), target="b"), "in it already"),
     ],
