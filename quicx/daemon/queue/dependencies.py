@@ -188,6 +188,7 @@ class Dependencies:
         task.watched = True
         # All it waits for is counted first: none heard below releases it early.
         waiter = self.waiters[task.task_id] = Waiter(task, len(after.parents) + bool(after.group))
+        task.home.waiting += 1  # its queue is kept while it waits
         kernel = self.kernel
         for parent_id in after.parents:
             parent = kernel._live.get(parent_id)
@@ -355,11 +356,7 @@ class Dependencies:
         if task.checkpoint is not None:  # (back from the journal)
             kernel.checkpoints.fit(task)
         self.released[task.task_id] = task
-        # A waiting task is in none of its queue's counts: the queue may have
-        # been forgotten meanwhile (kept again now), or made anew since.
-        queue = kernel.queues.setdefault(task.home.name, task.home)
-        if queue is not task.home:
-            task.home, task.tally = queue, kernel.tally_of(queue, task.task_type)
+        queue = task.home  # kept while the task waited (its count of waiting ones)
         now = kernel.clock()
         if task.due > now:
             move(task, DELAYED)
@@ -373,6 +370,7 @@ class Dependencies:
     def _detach(self, waiter: Waiter) -> None:
         """C{waiter} waits for nothing any more (O(its parents))."""
         task = waiter.task
+        task.home.waiting -= 1
         after = task.after
         assert after is not None
         task_id = task.task_id
@@ -451,6 +449,7 @@ class Dependencies:
             waiter = self.waiters[task.task_id] = Waiter(
                 task, len(after.parents) + bool(after.group)
             )
+            task.home.waiting += 1
             for parent_id in after.parents:
                 known = heard.get(parent_id)
                 parent = kernel._live.get(parent_id)

@@ -238,6 +238,8 @@ class NamedQueue(Generic[T, W]):
     @ivar running: tasks held by workers.
     @ivar delayed: its tasks waiting for their time (delays and retries).
     @ivar dead: its tasks in the dead-letter set.
+    @ivar waiting: its tasks waiting for their parents (in none of the
+        counts above until they are released).
     @ivar keys: fairness keys with tasks queued or running, or a bucket not full.
     @ivar finished: when its recent tasks finished, for the drain rate.
     @ivar tallies: its task types' tallies, by type (a cache of the core's
@@ -265,6 +267,7 @@ class NamedQueue(Generic[T, W]):
     running: int = 0
     delayed: int = 0
     dead: int = 0
+    waiting: int = 0
     keys: dict[bytes, KeyState] = field(factory=dict)
     bucket: TokenBucket | None = None
     finished: deque[float] = field(factory=lambda: deque(maxlen=_DRAIN_SAMPLES))
@@ -297,6 +300,7 @@ class NamedQueue(Generic[T, W]):
             or self.running
             or self.delayed
             or self.dead
+            or self.waiting
             or self.subscribers
             or self.keys
             or self.bucket

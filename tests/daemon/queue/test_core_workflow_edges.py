@@ -21,7 +21,7 @@ from quicx.daemon.queue.checkpoints import CheckpointSettings
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import DependencyLimits, QueueLimits
 from quicx.daemon.queue.workers import workers_of
-from quicx.protocol import link, taskflow, workers
+from quicx.protocol import link, taskflow, wire, workers
 from quicx.protocol.bulk import request as bulk_request
 from quicx.protocol.checkpoints import MAX_CHECKPOINT, context_size
 from quicx.protocol.codec import ErrorCode
@@ -373,3 +373,32 @@ def test_a_checkpoint_that_no_longer_fits_beside_its_parents_after_a_restart_is_
     assert task.task_id == 100 and task.parents is not None
     assert task.checkpoint is None
     assert (queue.checkpoints.held, queue.checkpoints.bytes) == (0, 0)
+
+
+def test_a_queue_with_only_waiting_tasks_is_kept_and_counts_toward_max_queues() -> None:
+    """
+    A waiting child's queue is not forgotten while it waits (when the last
+    other task there finishes): otherwise another queue could take its place
+    under max_queues, and its release would make one queue more than allowed.
+    """
+    queue = make_queue(Clock(), limits=QueueLimits(max_queues=3))
+    producer = v2_producer_of(queue)
+
+    def submitted(name: str, **options: Any) -> taskflow.Ok | wire.Ok | wire.Error:
+        submit_to(queue, producer.session, b"t", b"", queue=name, **options)
+        return producer.take()[-1]
+
+    parent = submitted("parents").task_id
+    child = submitted("children", after=(parent,)).task_id
+    other = submitted("children").task_id
+    worker = v2_worker_of(queue, queues=("children",))
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    queue.ack(worker.session, other, task.token)
+    worker.disconnect()
+    assert "children" in queue.queues  # its waiting child keeps it
+    refused = submitted("another")
+    assert isinstance(refused, wire.Error) and refused.code == ErrorCode.QUEUE_FULL
+    worker = v2_worker_of(queue, queues=("parents",))
+    (task,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    queue.ack(worker.session, parent, task.token)
+    assert queue.task(child).state.name == "QUEUED" and len(queue.queues) == 3
