@@ -384,7 +384,7 @@ def test_a_queue_with_only_waiting_tasks_is_kept_and_counts_toward_max_queues() 
     queue = make_queue(Clock(), limits=QueueLimits(max_queues=3))
     producer = v2_producer_of(queue)
 
-    def submitted(name: str, **options: Any) -> taskflow.Ok | wire.Ok | wire.Error:
+    def submitted(name: str, **options: Any) -> Any:
         submit_to(queue, producer.session, b"t", b"", queue=name, **options)
         return producer.take()[-1]
 
