@@ -34,7 +34,17 @@ from quicx.report.whatif import Row, Workload, rows, workload
 
 BUCKETS = 120
 """Time buckets over the recording, for the backlog over time."""
-KINDS = ("submitted", "dispatched", "done", "failed", "retrying", "requeued", "cancelled")
+KINDS = (
+    "submitted",
+    "dispatched",
+    "done",
+    "failed",
+    "retrying",
+    "requeued",
+    "cancelled",
+    "expired",
+    "moved",
+)
 """The events the model reads."""
 COLUMNS = ("run", "t", "event", "task", "worker", "attempt", "queue", "priority", "cause")
 ROW_SCHEMA = "scenario STRING, workers LONG, queue STRING, kind STRING, t LONG, value LONG"

@@ -402,6 +402,9 @@ def _per_task(tasks: Any) -> Any:
             F.first(column, ignorenulls=True),
         )
 
+    # A task a bulk action moved counts in the queue it was moved to last.
+    moved_to = F.max(F.when(event == "moved", F.struct("t", "queue")))["queue"]
+
     # A delayed task is due at its `due`; one that comes back from the
     # journal with its submitted line lost is submitted as it is recovered.
     due = F.greatest(F.col("t"), F.coalesce(F.col("due"), F.col("t")))
@@ -413,16 +416,22 @@ def _per_task(tasks: Any) -> Any:
                 "submitted_t"
             ),
             F.coalesce(first_of("submitted", due), first_of("recovered", due)).alias("due_t"),
-            *(described(column).alias(column) for column in ("type", "queue", "priority")),
+            described("type").alias("type"),
+            F.coalesce(moved_to, described("queue")).alias("queue"),
+            described("priority").alias("priority"),
             seen(event == "dispatched").alias("dispatched"),
             F.min(F.when(event == "dispatched", F.col("t"))).alias("first_t"),
             seen(event == "done").alias("completed"),
             seen(event == "failed").alias("failed"),
             seen(event == "cancelled").alias("cancelled"),
+            seen(event == "expired").alias("expired"),
         )
-        # Cancelled tasks never ran, and were not lost: they are not "never
-        # completed".
-        .withColumn("finished", F.col("completed") | F.col("failed") | F.col("cancelled"))
+        # Cancelled and expired tasks never ran, and were not lost: they are
+        # not "never completed".
+        .withColumn(
+            "finished",
+            F.col("completed") | F.col("failed") | F.col("cancelled") | F.col("expired"),
+        )
     )
 
 

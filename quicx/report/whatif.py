@@ -160,8 +160,10 @@ def _gather(records: Iterable[Mapping[str, Any]]) -> tuple[dict[int, _Task], dic
                 task.ends[r["attempt"]] = (t, event, r.get("cause") or "")
             if worker is not None and event != "requeued":
                 freed[worker].add(t)
-        elif event == "cancelled":
+        elif event in ("cancelled", "expired"):  # left the queue without running
             task.cancelled = t
+        elif event == "moved":  # replayed as if in its new queue all along
+            task.queue = r["queue"]
     return tasks, freed
 
 

@@ -262,3 +262,66 @@ def test_predictions_from_a_real_run_at_2_workers_hold_at_1_and_4(tmp_path: Path
         allowed = max(P95_BOUND * c.measured[1], P95_FLOOR_MS)
         assert abs(c.predicted[1] - c.measured[1]) <= allowed, c
     assert comparisons[1].measured[1] > 10 * max(comparisons[2].measured[1], 1)  # 1 is overloaded
+
+
+def expired_and_moved() -> tuple[list[dict[str, Any]], int, int]:
+    """
+    Recorded by the real core: two tasks in queue a, no worker; a bulk move
+    takes both to queue b; the first expires there. The records, the
+    expired task's id, the other's.
+    """
+    from quicx.daemon.queue.bulk import BulkActions, BulkSettings
+    from quicx.protocol.bulk import request
+    from quicx.protocol.start_options import Expires
+
+    clock = Clock()
+    clock.advance(START_MS / 1000)
+    queue = make_queue(clock)
+    recorder = Recorder(clock)
+    queue.events = recorder
+    producer = v2_producer_of(queue)
+    submit_to(queue, producer.session, b"t", b"x", "a", expires=Expires(5))
+    submit_to(queue, producer.session, b"t", b"x", "a")
+    expiring, moving = [m.task_id for m in producer.take() if isinstance(m, taskflow.Ok)]
+    moved: list[Any] = []
+    bulk = BulkActions(queue, BulkSettings(), turns=clock)
+    bulk.run(request("move", queue="a", to="b")).addCallback(moved.append)
+    clock.advance(0.001)
+    clock.advance(0.01)  # past the first task's deadline
+    assert moved and moved[0]["acted"] == 2
+    assert [r["event"] for r in recorder.records if r["task"] == expiring][-1] == "expired"
+    return recorder.records, expiring, moving
+
+
+def test_an_expired_task_leaves_the_backlog_and_a_moved_one_counts_in_its_new_queue() -> None:
+    """
+    A task that expired before any worker took it leaves the backlog when it
+    expired (as a cancelled one does); a task a bulk action moved is
+    replayed in the queue it was moved to.
+    """
+    records, expiring, moving = expired_and_moved()
+    work = workload(records)
+    jobs = {job.task: job for job in work.jobs}
+    assert jobs[moving].queue == "b" and jobs[moving].cancelled is None
+    expired_at = next(r["t"] for r in records if r["event"] == "expired")
+    assert jobs[expiring].cancelled == expired_at
+    assert (expired_at, "b", -1) in work.backlog
+
+
+def test_the_report_counts_an_expired_task_as_ended_and_a_moved_one_where_it_went(
+    tmp_path: Path, spark: Any
+) -> None:
+    from quicx.report.pipeline import build_report
+
+    records, _, moving = expired_and_moved()
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "events-20250101T000000-4242-0001.ndjson").write_text(
+        "".join(json.dumps(r) + "\n" for r in records)
+    )
+    report = build_report(spark, [str(events)], str(tmp_path / "out"))
+    assert [(r["queue"], r["submitted"], r["never_completed"]) for r in report.queues] == [
+        ("b", 2, 1)
+    ]
+    never = spark.read.parquet(str(tmp_path / "out" / "never_completed")).collect()
+    assert [row["task"] for row in never] == [moving]
