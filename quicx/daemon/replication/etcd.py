@@ -1,6 +1,7 @@
 """
-The lease store on etcd: leadership of a shard as a key under an etcd lease,
-spoken to over etcd's v3 HTTP/JSON gateway with Twisted's own HTTP client.
+The lease store on etcd: a shard's leader key under an etcd lease, over etcd's v3 JSON gateway.
+
+It speaks with Twisted's own HTTP client (C{Agent}).
 
 The requests and the reading of answers are L{etcd_wire}'s; this module only
 moves bytes, to the first endpoint that answers, each call within a timeout.

@@ -28,14 +28,14 @@ TTL = 2.0
 
 def sleep(seconds: float) -> Deferred[None]:
     wait: Deferred[None] = Deferred()
-    reactor.callLater(seconds, wait.callback, None)  # type: ignore[attr-defined]
+    reactor.callLater(seconds, wait.callback, None)
     return wait
 
 
 async def eventually(
     check: Callable[[], Deferred[Any]], expected: object, within: float = 30.0
 ) -> None:
-    """Ask C{check} until it answers C{expected} (the store's TTL is etcd's to enforce: no fixed wait)."""
+    """Ask C{check} until it answers C{expected} (etcd enforces the TTL: no fixed wait)."""
     deadline = time.monotonic() + within
     while (found := await check()) != expected:
         assert time.monotonic() < deadline, f"still {found!r}, not {expected!r}, after {within} s"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 
 import pytest
 
@@ -18,7 +19,7 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def answer(fields: dict[str, object]) -> bytes:
+def answer(fields: Mapping[str, object]) -> bytes:
     return json.dumps(fields).encode()
 
 
