@@ -8,10 +8,12 @@ records what it is told.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 from attrs import define, field
 from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import Clock
 from zope.interface import implementer
 
@@ -151,19 +153,22 @@ class RecordingListener:
     Records what the role manager tells it: C{("primary", epoch)},
     C{("standby", leader)}, C{("fenced", reason)}, and when.
 
-    @ivar keys: who held the leader key when each event was told (C{None}: no one).
+    @ivar keys: who held the leader key when each event was told, as C{key()} says.
     """
 
-    def __init__(self, etcd: FakeEtcd) -> None:
-        self.etcd = etcd
+    def __init__(
+        self, clock: IReactorTime, key: Callable[[], Leader | None] = lambda: None
+    ) -> None:
+        self.clock = clock
+        self.key = key
         self.events: list[tuple[str, Any]] = []
         self.times: list[float] = []
         self.keys: list[Leader | None] = []
 
     def _told(self, kind: str, what: object) -> None:
         self.events.append((kind, what))
-        self.times.append(self.etcd.clock.seconds())
-        self.keys.append(self.etcd.key)
+        self.times.append(self.clock.seconds())
+        self.keys.append(self.key())
 
     def became_primary(self, epoch: int) -> None:
         self._told("primary", epoch)

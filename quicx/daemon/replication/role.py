@@ -7,7 +7,8 @@ A candidate reads the leader key: someone holds it, so it follows them as a
 standby; no one does and this daemon may take it (L{eligible}), so it
 campaigns, and once it won and wrote the shard's History it is the primary.
 A primary renews its lease every C{renew_interval}; it fences itself (tells
-its listener, then resigns) when no renewal was confirmed by its deadline:
+its listener, resigns, and campaigns for none of one C{ttl}) when no renewal
+was confirmed by its deadline:
 the send time of the last confirmed renewal + C{ttl} - C{margin}, checked on
 a timer, before a renewal is taken as confirmed, and whenever its state is
 read (a process stopped past its lease fences itself first thing on waking).
@@ -140,7 +141,6 @@ class RoleManager(Service):
         """
         if self._state.role != "primary":
             return succeed(None)
-        self._hold_until = self._clock.seconds() + self.options.ttl
         return self._fence("stepped down")
 
     def in_sync(self, names: frozenset[str]) -> Deferred[bool]:
@@ -234,7 +234,7 @@ class RoleManager(Service):
                 self._follow(leader)
                 return
             if not force and self._clock.seconds() < self._hold_until:
-                self._wait("stepped down: no campaign for one lease_ttl")
+                self._wait("fenced or stepped down: no campaign for one lease_ttl")
                 return
             history = await self._ask(self._store.history())
             if term != self._term:
@@ -350,7 +350,13 @@ class RoleManager(Service):
         return True
 
     def _fence(self, reason: str) -> Deferred[None]:
-        """Stop being primary, the listener told first; then resign, then look again."""
+        """
+        Stop being primary, the listener told first; then resign, then look
+        again, but campaign for none of one C{ttl}: the standbys in sync get
+        the key first (a primary cut off from renewing it only would take it
+        back each time).
+        """
+        self._hold_until = self._clock.seconds() + self.options.ttl
         if self._deadline_call is not None and self._deadline_call.active():
             self._deadline_call.cancel()
         self._cancel_next()

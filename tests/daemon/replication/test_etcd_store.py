@@ -2,7 +2,8 @@
 EtcdLeaseStore (quicx/daemon/replication/etcd.py) against a real etcd on
 loopback (tools/etcd.py): the campaign is exclusive, the epoch grows with
 each holder, a lease that lapses frees the key, and a store refuses to write
-History for a key it does not hold.
+History for a key it does not hold.  Then two role managers on it, in this
+process's reactor: a failover.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from typing import Any
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 
 from quicx.daemon.replication.etcd import EtcdLeaseStore
-from quicx.daemon.replication.interfaces import History, Leader, LeaseStoreUnavailable
+from quicx.daemon.replication.interfaces import History, Leader, LeaseStoreUnavailable, RoleState
+from quicx.daemon.replication.role import RoleManager, RoleOptions
+from tests.replication_fakes import RecordingListener
 from tools.etcd import Etcd
 
 A = Leader("a", "127.0.0.1:11", "127.0.0.1:12")
@@ -138,3 +141,52 @@ async def test_no_endpoint_answering_is_unavailable_within_the_timeout() -> None
         with pytest.raises(LeaseStoreUnavailable, match="no etcd endpoint took the connection"):
             await refused.history()
         assert time.monotonic() - started < 20
+
+
+class CutOffStore(EtcdLeaseStore):
+    """An etcd lease store whose renewals stop getting through once C{cut}."""
+
+    cut = False
+
+    def renew(self) -> Deferred[bool]:
+        if self.cut:
+            return fail(LeaseStoreUnavailable("renewals cut off"))
+        return super().renew()
+
+
+async def until(done: Callable[[], bool], within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not done():
+        assert time.monotonic() < deadline, f"not within {within} s"
+        await sleep(0.05)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_standby_takes_over_from_a_primary_cut_off_from_etcd(etcd: Etcd) -> None:
+    # A lease of 4 s, each call given 1.5 s (a loaded machine's etcd may be slow to fsync).
+    options = RoleOptions(4.0, call_timeout=1.5)
+    a_store = CutOffStore(etcd.url, "s", options.call_timeout, reactor)
+    b_store = EtcdLeaseStore(etcd.url, "s", options.call_timeout, reactor)
+    a_listener, b_listener = RecordingListener(reactor), RecordingListener(reactor)
+    a = RoleManager(a_store, A, options, a_listener, reactor)
+    b = RoleManager(b_store, B, options, b_listener, reactor)
+    try:
+        a.startService()
+        await until(lambda: a.state.role == "primary")
+        b.startService()
+        await until(lambda: b.state.role == "standby")
+        first = a.state.epoch
+        assert b.state == RoleState("standby", first, A.client)
+        assert await a.in_sync(frozenset({"b"})) is True
+        a_store.cut = True
+        await until(lambda: b.state.role == "primary")
+        assert b.state.epoch > first
+        assert await b_store.history() == History(b.state.epoch, "b", frozenset())
+        assert [kind for kind, _ in a_listener.events][:2] == ["primary", "fenced"]
+        assert a_listener.times[1] < b_listener.times[-1]  # never two primaries
+        await until(lambda: a.state == RoleState("standby", b.state.epoch, B.client))
+    finally:
+        await a.stopService()
+        await b.stopService()
+        await a_store.close()
+        await b_store.close()

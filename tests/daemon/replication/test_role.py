@@ -41,7 +41,7 @@ def etcd() -> FakeEtcd:
 
 def start(etcd: FakeEtcd, name: str) -> Daemon:
     store = FakeLeaseStore(etcd)
-    listener = RecordingListener(etcd)
+    listener = RecordingListener(etcd.clock, lambda: etcd.key)
     role = RoleManager(store, leader(name), OPTIONS, listener, etcd.clock)
     role.startService()
     etcd.clock.advance(0)
@@ -162,13 +162,13 @@ def test_a_primary_whose_renewals_fail_fences_itself_at_its_deadline(etcd: FakeE
     fenced_within_its_lease(a, etcd)
     assert a.listener.events[1] == ("fenced", a.listener.events[1][1])
     assert "deadline" in a.listener.events[1][1]
-    # It resigned, and took the key again at once (a new epoch; its renewals fail still)
-    assert a.listener.events[2] == ("primary", a.listener.events[2][1])
-    assert a.listener.events[2][1] > 1
+    assert a.role.state.role == "candidate" and etcd.key is None  # it resigned
+    # It takes the key again (a new epoch), after one ttl left to the standbys.
     a.store.renewals = True
-    run(etcd, 2 * TTL)
-    assert a.role.state.role == "primary"
-    assert a.kinds.count("primary") == a.kinds.count("fenced") + 1
+    fenced = a.listener.times[1]
+    run_until(etcd, lambda: a.role.state.role == "primary", within=2 * TTL)
+    assert a.listener.times[2] >= fenced + TTL
+    assert a.listener.events[2] == ("primary", a.role.state.epoch) and a.role.state.epoch > 1
 
 
 def test_a_primary_whose_renewals_hang_fences_itself_at_its_deadline(etcd: FakeEtcd) -> None:
@@ -180,6 +180,16 @@ def test_a_primary_whose_renewals_hang_fences_itself_at_its_deadline(etcd: FakeE
     assert a.kinds == ["primary", "fenced"]
     assert a.role.state.role == "candidate"  # each silent call timed out, resign too
     assert len([call for call in a.store.pending if not call.called]) <= 1  # timed out
+
+
+def test_a_primary_cut_off_from_renewing_only_leaves_the_key_to_its_standby(
+    etcd: FakeEtcd,
+) -> None:
+    a, b = primary_with_standby(etcd)
+    a.store.renewals = False  # it can campaign, resign, record: only its renewals fail
+    run_until(etcd, lambda: b.role.state.role == "primary", within=3 * TTL)
+    run_until(etcd, lambda: a.role.state.role == "standby", within=OPTIONS.poll_interval + STEP)
+    assert a.kinds == ["primary", "fenced", "standby"]
 
 
 def test_a_lease_gone_fences_at_once(etcd: FakeEtcd) -> None:
@@ -250,7 +260,7 @@ def test_campaign_now_does_not_make_an_ineligible_standby_campaign(etcd: FakeEtc
 def test_a_candidate_with_no_lease_store_stays_a_candidate(etcd: FakeEtcd) -> None:
     store = FakeLeaseStore(etcd)
     store.mode = "down"
-    listener = RecordingListener(etcd)
+    listener = RecordingListener(etcd.clock, lambda: etcd.key)
     role = RoleManager(store, leader("a"), OPTIONS, listener, etcd.clock)
     role.startService()
     run(etcd, 5 * TTL)
