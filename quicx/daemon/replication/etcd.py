@@ -18,7 +18,13 @@ from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.error import ConnectError
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.python.failure import Failure
-from twisted.web.client import Agent, FileBodyProducer, HTTPConnectionPool, ResponseDone
+from twisted.web.client import (
+    Agent,
+    FileBodyProducer,
+    HTTPConnectionPool,
+    ResponseDone,
+    _HTTP11ClientFactory,
+)
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
 from zope.interface import implementer
@@ -35,6 +41,12 @@ T = TypeVar("T")
 MAX_ANSWER = 1 << 20
 """The most bytes an answer of etcd's may have (the lease store's are a few hundred)."""
 HEADERS = Headers({b"Content-Type": [b"application/json"]})
+
+
+class QuietFactory(_HTTP11ClientFactory):
+    """Twisted's HTTP client factory, without a log line per connection (one a poll, etcd down)."""
+
+    noisy = False
 
 
 @implementer(ILeaseStore)
@@ -64,6 +76,7 @@ class EtcdLeaseStore:
         self._timeout = timeout
         self._reactor = reactor
         self._pool = HTTPConnectionPool(reactor, persistent=True)
+        self._pool._factory = QuietFactory
         self._agent = Agent(reactor, connectTimeout=timeout, pool=self._pool)
         self._next = 0
         self.lease: int | None = None

@@ -17,8 +17,10 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, fail
+from twisted.web.resource import Resource
+from twisted.web.server import Request, Site
 
-from quicx.daemon.replication.etcd import EtcdLeaseStore
+from quicx.daemon.replication.etcd import MAX_ANSWER, EtcdLeaseStore
 from quicx.daemon.replication.interfaces import History, Leader, LeaseStoreUnavailable, RoleState
 from quicx.daemon.replication.role import RoleManager, RoleOptions
 from tests.replication_fakes import RecordingListener
@@ -190,3 +192,25 @@ async def test_a_standby_takes_over_from_a_primary_cut_off_from_etcd(etcd: Etcd)
         await b.stopService()
         await a_store.close()
         await b_store.close()
+
+
+class Flood(Resource):
+    """An endpoint that answers each POST with more than an etcd answer may have."""
+
+    isLeaf = True
+
+    def render_POST(self, request: Request) -> bytes:
+        return b"{" + b" " * (MAX_ANSWER + 1)
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_answer_past_its_bound_is_unavailable() -> None:
+    tcp: Any = reactor  # Site is a ServerFactory that the stubs do not see as one
+    port = tcp.listenTCP(0, Site(Flood()), interface="127.0.0.1")
+    store = EtcdLeaseStore(f"http://127.0.0.1:{port.getHost().port}", "s", 10.0, reactor)
+    try:
+        with pytest.raises(LeaseStoreUnavailable, match="more than"):
+            await store.leader()
+    finally:
+        await store.close()
+        await port.stopListening()
