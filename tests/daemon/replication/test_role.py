@@ -288,3 +288,14 @@ def test_stopping_a_primary_fences_it_and_resigns(etcd: FakeEtcd) -> None:
     assert a.kinds == ["primary", "fenced"] and etcd.key is None
     run(etcd, 2 * TTL)
     assert a.store.calls.count("campaign") == 1
+
+
+def test_a_shard_with_no_standby_in_sync_waits_until_an_operator_names_one(etcd: FakeEtcd) -> None:
+    a, b = primary_with_standby(etcd, in_sync=False)
+    a.role.stopService()  # the primary is gone for good
+    run(etcd, 5 * TTL)
+    assert etcd.key is None and "campaign" not in b.store.calls
+    # docs/operations.md's forcing: a History that names b (etcdctl put .../history)
+    etcd.history = History(0, "b", frozenset())
+    run_until(etcd, lambda: b.role.state.role == "primary", within=OPTIONS.poll_interval + STEP)
+    assert etcd.history == History(b.role.state.epoch, "b", frozenset())
