@@ -23,7 +23,6 @@ from twisted.web.client import (
     FileBodyProducer,
     HTTPConnectionPool,
     ResponseDone,
-    _HTTP11ClientFactory,
 )
 from twisted.web.http import PotentialDataLoss
 from twisted.web.http_headers import Headers
@@ -36,17 +35,12 @@ from quicx.daemon.replication.interfaces import (
     Leader,
     LeaseStoreUnavailable,
 )
+from quicx.net.private import quiet_connection_pool
 
 T = TypeVar("T")
 MAX_ANSWER = 1 << 20
 """The most bytes an answer of etcd's may have (the lease store's are a few hundred)."""
 HEADERS = Headers({b"Content-Type": [b"application/json"]})
-
-
-class QuietFactory(_HTTP11ClientFactory):
-    """Twisted's HTTP client factory, without a log line per connection (one a poll, etcd down)."""
-
-    noisy = False
 
 
 @implementer(ILeaseStore)
@@ -76,7 +70,7 @@ class EtcdLeaseStore:
         self._timeout = timeout
         self._reactor = reactor
         self._pool = HTTPConnectionPool(reactor, persistent=True)
-        self._pool._factory = QuietFactory
+        quiet_connection_pool(self._pool)
         self._agent = Agent(reactor, connectTimeout=timeout, pool=self._pool)
         self._next = 0
         self.lease: int | None = None
