@@ -14,7 +14,7 @@ PIP    := $(VENV)/bin/pip --quiet --disable-pip-version-check
 # plugin) only when one of these changed since the last install.
 SOURCES := setup.cfg pyproject.toml $(shell find quicx twisted -name '*.py' -not -path '*/__pycache__/*')
 
-.PHONY: run test test-cluster test-django312 java browser haproxy clean
+.PHONY: run test test-cluster test-django312 java browser haproxy etcd clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ $(VENV)/.built: $(VENV)/.installed $(SOURCES)
 run: $(VENV)/.built
 	$(VENV)/bin/quicx start $(ARGS)
 
-test: $(VENV)/.installed java browser haproxy
+test: $(VENV)/.installed java browser haproxy etcd
 	$(VENV)/bin/tox run -e lint,py311,interop
 
 # A Spark master and worker started from the installed pyspark, on loopback
@@ -70,6 +70,12 @@ haproxy:
 	@test -x /usr/sbin/haproxy || { \
 	  [ "$$(id -u)" = 0 ] || { echo "make: HAProxy is missing: apt-get install haproxy (its test is skipped)"; exit 0; }; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy; }
+
+# Replication's lease store: Debian's etcd-server (etcd 3.4), started on loopback by tools/etcd.py.
+etcd:
+	@test -x /usr/bin/etcd || { \
+	  [ "$$(id -u)" = 0 ] || { echo "make: etcd is missing: apt-get install etcd-server (its tests are skipped)"; exit 0; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server; }
 
 clean:
 	rm -rf $(VENV) .tox build *.egg-info

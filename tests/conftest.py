@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tools.etcd import ETCD, Etcd, start_etcd_on_free_ports
 from tools.launcher import TWISTD, DaemonProcess
 
 # A suite started in the background (`make test &`, nohup, a CI runner's
@@ -124,3 +125,13 @@ def _checked_task_states(request: pytest.FixtureRequest) -> Iterator[None]:
 
     with checked_states():
         yield
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[Etcd]:
+    """A fresh one-member etcd on free loopback ports (Debian's C{etcd-server}), killed after."""
+    if not Path(ETCD).exists():
+        pytest.skip(f"no {ETCD}: apt-get install etcd-server (or make etcd)")
+    member = start_etcd_on_free_ports(tmp_path / "etcd")
+    yield member
+    member.kill()

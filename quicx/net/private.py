@@ -1,7 +1,7 @@
 """
 Every private Twisted attribute this project reaches, in one place.
 
-Twisted offers no public way to do these four things, and each is worth it:
+Twisted offers no public way to do these five things, and each is worth it:
 
   - L{has_unsent_output}: a socket transport's pending output, read so that
     a frame can go out with one C{send} instead of two C{epoll_ctl} calls
@@ -16,7 +16,11 @@ Twisted offers no public way to do these four things, and each is worth it:
   - L{listening_socket} / L{replace_listening_socket}: the socket a TCP,
     UNIX or TLS port accepts on (C{Port.socket} of
     L{twisted.internet.tcp}), wrapped so that a connection past the
-    open-file limit is answered (L{quicx.net.spare}).
+    open-file limit is answered (L{quicx.net.spare});
+  - L{quiet_connection_pool}: the factory an C{HTTPConnectionPool} builds
+    its connections with (C{HTTPConnectionPool._factory}), made quiet: the
+    lease store's client (L{quicx.daemon.replication.etcd}) connects every
+    few seconds while etcd is down, two log lines each otherwise.
 
 C{tests/net/test_twisted_private.py} checks each against the installed Twisted,
 so a release that changes one fails loudly there, and C{setup.cfg} bounds
@@ -59,3 +63,8 @@ def listening_socket(port: Any) -> Any:
 def replace_listening_socket(port: Any, listener: object) -> None:
     """Make C{port} accept through C{listener} (wrapping its socket)."""
     port.socket = listener
+
+
+def quiet_connection_pool(pool: Any) -> None:
+    """Make a C{twisted.web.client.HTTPConnectionPool}'s connections log nothing."""
+    pool._factory = type("QuietHTTP11ClientFactory", (pool._factory,), {"noisy": False})

@@ -16,9 +16,12 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from twisted.application import app
 from twisted.internet import abstract, base, tcp, unix
+from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.epollreactor import EPollReactor
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import MemoryReactor
+from twisted.web.client import HTTPConnectionPool
+from twisted.web.client import _HTTP11ClientFactory as HTTP11ClientFactory
 
 import twisted
 from quicx.net import private
@@ -113,3 +116,15 @@ def test_a_listening_port_accepts_through_the_socket_it_keeps() -> None:
         port.stopListening()
         reactor.runUntilCurrent()
         private.epoll_of(reactor).close()  # type: ignore[attr-defined]
+
+
+def test_a_quiet_connection_pool_connects_with_a_factory_that_logs_nothing() -> None:
+    reactor = MemoryReactor()
+    pool = HTTPConnectionPool(reactor)
+    assert Factory.noisy and issubclass(pool._factory, Factory)
+    private.quiet_connection_pool(pool)
+    pool.getConnection("etcd", TCP4ClientEndpoint(reactor, "127.0.0.1", 2379))
+    (_, _, factory, _, _), *_ = reactor.tcpClients
+    while hasattr(factory, "_wrappedFactory"):  # the endpoint's wrapping
+        factory = factory._wrappedFactory
+    assert isinstance(factory, HTTP11ClientFactory) and factory.noisy is False
