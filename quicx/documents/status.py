@@ -236,6 +236,28 @@ class Events:
 
 
 @frozen
+class Replication:
+    """
+    C{"replication"} (C{null} without C{[replication]}): this daemon's role
+    in its shard (C{primary}, C{standby}, C{candidate} or C{fenced}), the
+    epoch, the primary's client address, its name, the shard, the policy in
+    force (C{mode}, C{standby_lost}), the lag (batches not yet acknowledged
+    or applied, and the oldest one's age) and a primary's in-sync standbys.
+    """
+
+    role: str
+    epoch: int = 0
+    primary: str = ""
+    name: str = ""
+    shard: str = ""
+    mode: str = "sync"
+    standby_lost: str = "wait"
+    lag_batches: int = 0
+    lag_seconds: float = 0.0
+    in_sync_standbys: tuple[str, ...] = ()
+
+
+@frozen
 class StatusDocument:
     """
     The whole document.  A reader's defaults are what an older daemon that
@@ -268,6 +290,7 @@ class StatusDocument:
     telemetry: Telemetry = Telemetry()
     journal: Journal | None = None
     events: Events = Events()
+    replication: Replication | None = None
 
     @property
     def versions(self) -> tuple[int, ...]:

@@ -333,7 +333,9 @@ def _urls(text: str) -> str:
     urls = [url.strip() for url in text.split(",") if url.strip()]
     for url in urls:
         if not re.fullmatch(r"https?://[^/\s,]+(:\d+)?/?", url):
-            raise ValueError(f"{url!r} is not an http:// or https:// URL (like http://127.0.0.1:2379)")
+            raise ValueError(
+                f"{url!r} is not an http:// or https:// URL (like http://127.0.0.1:2379)"
+            )
     if len(urls) > MAX_ETCD_ENDPOINTS:
         raise ValueError(f"{len(urls)} URLs, more than {MAX_ETCD_ENDPOINTS}")
     return ", ".join(urls)

@@ -1,0 +1,74 @@
+"""
+How a daemon of a shard is put together: its L{Node}, and the seams of the other parts.
+
+Called by L{quicx.daemon.service.build_daemon} when C{[replication] etcd}
+is set, after the listeners; a daemon without it never loads this module.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from quicx.daemon.config import Config
+from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.schedule_book import ScheduleBook
+from quicx.daemon.replication.node import JournalSlot, Node
+from quicx.daemon.server import QuicxServerFactory
+
+
+class ShardDaemon(Protocol):
+    """What of the daemon (L{quicx.daemon.service.QuicxDaemon}) its role needs."""
+
+    config: Config
+    reactor: Any
+    queue: QueueService
+    control_factory: QuicxServerFactory | None
+    leaving: bool
+
+    def getServiceNamed(self, name: str) -> Any: ...
+
+
+def add_replication(
+    daemon: ShardDaemon,
+    factory: QuicxServerFactory,
+    schedules: ScheduleBook,
+    recover_state: Callable[[Any, ScheduleBook], None],
+) -> Node:
+    """
+    Make C{daemon} one of a shard: it serves only as the primary, and
+    recovers its journal (C{recover_state}, as at start) only then; its node.
+    """
+    config, reactor = daemon.config, daemon.reactor
+    slot = daemon.getServiceNamed("journal")
+    assert isinstance(slot, JournalSlot)
+
+    def recover() -> None:
+        # As at start: the missed firings of its schedules fire once restored.
+        schedules.scheduler.stop()
+        recover_state(daemon, schedules)
+        slot.open()
+        schedules.scheduler.start()
+
+    def leave(status: int) -> None:
+        # Without the drain (the queue is no longer this daemon's to run),
+        # after this turn's answers, and with C{status} once stopped.
+        daemon.leaving = True
+        reactor.addSystemEventTrigger("after", "shutdown", os._exit, status)
+        reactor.callLater(0, reactor.stop)
+
+    settings = config.replication
+    # THE SEAMS (plugged in here by the merge):
+    # - the stream: Node(..., sides=Sides(primary=..., standby=...)), each
+    #   building its side (IReplicationSide) of hastream's classes;
+    # - the role manager: node.manager = RoleManager(store, me, options,
+    #   node, reactor), added to the daemon as a service after its listeners.
+    return Node(
+        settings,
+        settings.client(config.server.port),
+        recover,
+        daemon.queue.dispatcher,
+        [f for f in (factory, daemon.control_factory) if f is not None],
+        leave,
+    )
