@@ -59,6 +59,15 @@ def add_replication(
         reactor.callLater(0, reactor.stop)
 
     settings = config.replication
+    Node.log.info(
+        "{name} of shard {shard}: not serving until it is the primary (lease store {etcd});"
+        " journal {path} not restored until then",
+        log_id="replication.start",
+        name=settings.member,
+        shard=settings.shard,
+        etcd=", ".join(settings.endpoints),
+        path=config.journal.path,
+    )
     # THE SEAMS (plugged in here by the merge):
     # - the stream: Node(..., sides=Sides(primary=..., standby=...)), each
     #   building its side (IReplicationSide) of hastream's classes;
