@@ -552,6 +552,7 @@ def serve_metrics(
         daemon.events,
         None if cluster is None else cluster.view,
         autoscale,
+        None if daemon.node is None else daemon.node.status,
     )
     ListenerService(
         daemon.reactor,
@@ -646,6 +647,7 @@ def serve_dashboard(
         tasks,
         config.limits.terminate_grace,
         daemon.bulk,
+        None if daemon.node is None else daemon.node.status,
     )
     ListenerService(
         reactor,

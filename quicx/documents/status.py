@@ -256,6 +256,23 @@ class Replication:
     lag_seconds: float = 0.0
     in_sync_standbys: tuple[str, ...] = ()
 
+    @property
+    def summary(self) -> str:
+        """
+        One line: the role, of what, the policy in force, the in-sync
+        standbys and the lag (C{quicx status} and the dashboard show it).
+        """
+        if self.role == "primary":
+            standbys = ", ".join(self.in_sync_standbys) or "none"
+            what = f"primary of shard {self.shard} at epoch {self.epoch}; in sync: {standbys}"
+        elif self.role == "standby":
+            what = f"standby of {self.primary} (shard {self.shard}) at epoch {self.epoch}"
+        else:
+            what = f"{self.role} in shard {self.shard}, epoch {self.epoch}"
+        policy = self.mode if self.mode == "async" else f"sync, standby_lost {self.standby_lost}"
+        lag = f"lag {self.lag_batches} batches, {self.lag_seconds:.3g} s"
+        return f"{self.name}: {what} ({policy}); {lag}"
+
 
 @frozen
 class StatusDocument:
