@@ -186,7 +186,9 @@ class Node:
         self._leave = leave
         self._sides = sides
         self._served = False  # the queue holds the journal's state
+        self._pending: int | None = None  # the epoch served once the side stops
         self._following: Leader | None = None
+        self._steps: Deferred[object] = succeed(None)  # the changes of side, in order
         self._refusing = [self._refusing_tables(f.admin) for f in self._factories]
         for factory in self._factories:
             factory.replication = self
@@ -202,16 +204,19 @@ class Node:
         if self._served:
             self._demoted(f"primary again at epoch {epoch}, after a fence")
             return
-        side, self.side, self._following = self.side, None, None
-        stopped = succeed(None) if side is None else maybeDeferred(side.stop)
-        stopped.addCallback(lambda _: self._serve(epoch))
-        stopped.addErrback(self._cannot_serve, epoch)
+        if self._pending == epoch:
+            return  # told again while the standby side stops
+        self._pending, self._following = epoch, None
+        self._after_side(
+            lambda: self._serve(epoch), lambda failure: self._not_served(failure, epoch)
+        )
 
     def became_standby(self, leader: Leader) -> None:
         if self._served:
             self._demoted(f"{leader.name} is the primary now (epoch {leader.epoch})")
             return
         self.state = RoleState("standby", leader.epoch, leader.client)
+        self._pending = None
         if leader == self._following:
             return
         self.log.info(
@@ -221,12 +226,11 @@ class Node:
             client=leader.client,
             epoch=leader.epoch,
         )
-        side, self.side, self._following = self.side, None, leader
-        stopped = succeed(None) if side is None else maybeDeferred(side.stop)
-        stopped.addCallback(lambda _: self._follow(leader))
-        stopped.addErrback(self._broken, "following the primary")
+        self._following = leader
+        self._after_side(lambda: self._follow(leader), self._broken)
 
     def fenced(self, reason: str) -> None:
+        self._pending = None
         self._swap(serving=None)
         closed = self._close_clients()
         if self._served:
@@ -297,8 +301,29 @@ class Node:
 
     # -- the changes ----------------------------------------------------------------------
 
+    def _after_side(self, step: Callable[[], None], failed: Callable[[Failure], None]) -> None:
+        """
+        Run C{step} once the side now running has stopped (a standby's
+        journal file is whole then), after the steps asked for before it;
+        C{failed} instead if it could not stop.
+        """
+        side, self.side = self.side, None
+        if side is not None:
+            self._steps.addCallback(lambda _: side.stop())
+        self._steps.addCallbacks(lambda _: step(), failed)
+        self._steps.addErrback(self._broken)
+
+    def _not_served(self, failure: Failure, epoch: int) -> None:
+        """The standby side did not stop cleanly: its journal file cannot be trusted."""
+        if self._pending == epoch:
+            self._pending = None
+            self._cannot_serve(failure, epoch)
+
     def _serve(self, epoch: int) -> None:
         """Recover the journal, attach the primary's side, serve (one reactor turn)."""
+        if self._pending != epoch:
+            return  # fenced, or told of another primary, while the side stopped
+        self._pending = None
         try:
             self._recover()
         except SystemExit as e:
@@ -348,8 +373,8 @@ class Node:
         )
         self._leave(1)
 
-    def _broken(self, failure: Failure, what: str) -> None:
-        self.log.failure("{what} failed", failure, log_id="replication.broken", what=what)
+    def _broken(self, failure: Failure) -> None:
+        self.log.failure("a change of role failed", failure, log_id="replication.broken")
 
     def _refusing_tables(self, admin: bool) -> tuple[dict[int, Handler], dict[int, Handler]]:
         v1 = roles.refusing(tables.V1, roles.ANSWERED_V1, self._refuse_v1)

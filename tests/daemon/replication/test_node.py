@@ -281,6 +281,45 @@ def test_a_standby_promoted_recovers_its_journal_only_once_its_side_stopped() ->
     assert daemon.queue.stats().queue_depth == 0 and daemon.queue.tasks_running == 0
 
 
+def test_a_fence_while_the_standby_side_stops_cancels_the_promotion() -> None:
+    daemon = shard(Clock(), recovery(41))
+    daemon.node.became_standby(OTHER)
+    follower = daemon.sides.started[0]
+    daemon.node.became_primary(9)
+    daemon.node.became_primary(9)  # told again: one promotion
+    daemon.node.fenced("the lease ran out")
+    assert follower.stopping is not None
+    follower.stopping.callback(None)
+    assert daemon.recovered == [] and daemon.node.state.role == "candidate"
+    assert Conn(daemon.clients).error(submit())[0] == ErrorCode.NOT_PRIMARY
+    daemon.node.became_primary(10)
+    assert daemon.recovered == [True] and daemon.node.state == RoleState("primary", 10, "")
+    assert [s.arg for s in daemon.sides.started] == [OTHER, 10]
+
+
+def test_a_standby_side_that_cannot_stop_makes_the_promoted_daemon_leave() -> None:
+    daemon = shard(Clock())
+    daemon.node.became_standby(OTHER)
+    follower = daemon.sides.started[0]
+    daemon.node.became_primary(9)
+    assert follower.stopping is not None
+    follower.stopping.errback(OSError("disk full"))
+    assert daemon.recovered == [] and daemon.left == [1]
+    assert Conn(daemon.clients).error(submit())[0] == ErrorCode.NOT_PRIMARY
+
+
+def test_a_new_primary_to_follow_waits_for_the_old_side_to_stop() -> None:
+    daemon = shard(Clock())
+    daemon.node.became_standby(OTHER)
+    first = daemon.sides.started[0]
+    newer = Leader("c", "10.0.0.3:16381", "10.0.0.3:16400", 6)
+    daemon.node.became_standby(newer)
+    assert len(daemon.sides.started) == 1 and first.stopping is not None
+    first.stopping.callback(None)
+    assert [s.arg for s in daemon.sides.started] == [OTHER, newer]
+    assert daemon.node.describe() == {"role": "standby", "epoch": 6, "primary": newer.client}
+
+
 def recovery(*task_ids: int) -> Recovery:
     """What a standby's journal holds: these tasks, queued."""
     tasks = tuple(RecoveredTask(task_id, b"t", b"x") for task_id in task_ids)
