@@ -1,5 +1,5 @@
 """
-The hot path in-process, for counting instructions: SUBMIT -> TASK -> ACK (v2) and SUBMIT -> TASK -> DONE (v1).
+The hot path in-process, for counting instructions: SUBMIT, TASK, ACK (v2) or DONE (v1).
 
 A real queue and real server protocols over in-memory transports, on a
 L{task.Clock}: no sockets, no reactor, nothing random, so that
