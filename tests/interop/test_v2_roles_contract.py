@@ -79,7 +79,6 @@ def test_a_candidate_refuses_every_v2_request_but_hello(
         ack(1, 1),
         frame(QUEUES),
         frame(STATS),
-        frame(STATUS),
         frame(HEARTBEAT),
         role(PROMOTE),
     ):
@@ -93,6 +92,7 @@ def test_a_candidate_refuses_every_v2_request_but_hello(
     )
     peer.send(frame(PONG))  # not answered: the next answer is HELLO's
     assert peer.info(frame(HELLO))["role"] == "candidate"
+    assert peer.info(frame(STATUS))["replication"]["role"] == "candidate"
 
 
 def test_a_candidate_refuses_v1_requests_with_error_1(

@@ -6,7 +6,7 @@ L{quicx.daemon.replication.node.Node}) swaps its listeners' handler tables,
 so that a daemon without replication pays nothing for any of this.  While
 not the primary, every request is answered C{ERROR 0x0C} (version 2, with
 the primary's address) or C{ERROR 0x01} (version 1), but HELLO (so that a
-client learns the role) and a PONG.  As the primary, the reports that quote
+client learns the role), STATUS (monitors) and a PONG.  As the primary, the reports that quote
 a delivery's token (ACK, NACK, TOUCH, PROGRESS, CHECKPOINT) are refused as
 stale when the token is of another primary's epoch.
 """
@@ -40,10 +40,13 @@ def not_primary_v1(roles: Roles, conn: Connection, payload: bytes) -> None:
     conn.reply(wire.encode_error(wire.ErrorCode.QUEUE_FULL, f"not the primary: {where}"))
 
 
-ANSWERED_V2 = frozenset({MessageType.HELLO, MessageType.PONG})
-"""What a daemon that is not the primary answers as the primary would (version 2)."""
-ANSWERED_ADMIN = ANSWERED_V2 | {MessageType.ROLE, MessageType.STATUS}
-"""...and on the control socket: its status, and ROLE (promote a standby)."""
+ANSWERED_V2 = frozenset({MessageType.HELLO, MessageType.PONG, MessageType.STATUS})
+"""
+What a daemon that is not the primary answers as the primary would (version
+2): HELLO (its role), a PONG, and STATUS (a monitor's, the cluster view's).
+"""
+ANSWERED_ADMIN = ANSWERED_V2 | {MessageType.ROLE}
+"""...and on the control socket, ROLE (promote a standby)."""
 ANSWERED_V1 = frozenset({wire.MessageType.PONG})
 
 

@@ -216,6 +216,7 @@ def test_a_candidate_refuses_every_request_but_hello() -> None:
     assert v2.error(submit()) == (ErrorCode.NOT_PRIMARY, "")
     assert v2.error(taskflow.encode_ready(1)) == (ErrorCode.NOT_PRIMARY, "")
     assert v2.error(frame_of(MessageType.STATS)) == (ErrorCode.NOT_PRIMARY, "")
+    assert v2.error(frame_of(MessageType.STATUS))[0] == ErrorCode.NOT_FOUND  # answered
     info = v2.info(hello())
     assert (info["role"], info["epoch"], info["primary"]) == ("candidate", 0, "")
     assert info["server"] == "quicx"
@@ -247,7 +248,7 @@ def test_a_standby_names_the_primary_and_follows_it() -> None:
     assert len(daemon.sides.started) == 1
 
 
-def test_the_control_socket_of_a_standby_answers_status_and_role_only() -> None:
+def test_the_control_socket_of_a_standby_answers_status_and_role_too() -> None:
     daemon = shard(Clock())
     daemon.admin.status = lambda: {"format": "quicx-status/1", "uptime": 1.0}
     admin = Conn(daemon.admin)
