@@ -2,7 +2,7 @@
 How a daemon of a shard is put together: its L{Node}, and the seams of the other parts.
 
 Called by L{quicx.daemon.service.build_daemon} when C{[replication] etcd}
-is set, after the listeners; a daemon without it never loads this module.
+is set, after the listeners; for a daemon without it, nothing is built.
 """
 
 from __future__ import annotations
