@@ -408,6 +408,7 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     from quicx.daemon.observe.metrics import QuicxCollector
     from quicx.daemon.queue.shared import SharedData
     from quicx.documents.cluster import Member, cluster_view
+    from quicx.documents.status import Replication
     from tests.fakes import make_queue
 
     queue = make_queue()
@@ -417,9 +418,17 @@ def test_every_metric_the_collector_emits_is_in_the_table(tmp_path: Path) -> Non
     cluster = Member("self", {"uptime": 1.0, "memory": {"used": 0, "total": 0}})
     # With [autoscale] target.
     autoscale = Autoscaler(AutoscaleSettings(target=1), 10, lambda name: 0, Clock())
+    # With [replication].
+    replication = Replication("standby", 3, "10.0.0.2:16381", "a", "default")
     text = generate_latest(
         QuicxCollector(
-            queue, SharedData(queue), journal, events, lambda: cluster_view([cluster]), autoscale
+            queue,
+            SharedData(queue),
+            journal,
+            events,
+            lambda: cluster_view([cluster]),
+            autoscale,
+            lambda: replication,
         )
     ).decode()
     # Each family's "# TYPE NAME KIND" line, with the name as exposed (a counter's ends in _total).

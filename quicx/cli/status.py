@@ -201,6 +201,7 @@ def render_status(status: StatusDocument | Mapping[str, Any], classes: bool = Fa
         f"   up {human_duration(status.uptime)}",
         f"  listening   {', '.join(status.listening) or '-'}",
         f"  config      {status.config}",
+        *(() if status.replication is None else (f"  replication {status.replication.summary}",)),
         "",
         "Tasks",
         f"  submitted   {thousands(tasks.submitted):>14}",

@@ -414,6 +414,18 @@ class QuicxClient(SocketPump):
         """
         return self._call(operations.bulk(action, dry_run, where))
 
+    def role(self, action: str) -> dict[str, Any]:
+        """
+        Step this daemon of a shard down (C{step-down}: the primary only) or
+        make it campaign for the primary's role now (C{promote}); needs the
+        admin role.
+
+        @return: C{{"role": ROLE, "epoch": N, "primary": "HOST:PORT"}}, after it.
+        @raise NotFound: the daemon is not one of a shard.
+        @raise Conflict: a step-down of a daemon that is not the primary.
+        """
+        return self._call(operations.role(action))
+
     def schedules(self) -> list[dict[str, Any]]:
         """Every schedule, by name: its expression or interval, next_fire, last_fire..."""
         return self._call(operations.schedules())

@@ -38,6 +38,7 @@ from quicx.protocol import (
     wire,
 )
 from quicx.protocol import bulk as protocol_bulk
+from quicx.protocol import role as protocol_role
 from quicx.protocol import workers as worker_messages
 from quicx.protocol.outcomes import GroupOp
 
@@ -253,6 +254,20 @@ def bulk(action: str, dry_run: bool, where: BulkKeywords) -> Request[Document]:
         raise TypeError(f"bulk() got an unexpected keyword argument {name!r}")
     request = protocol_bulk.request(action, dry_run, **where)
     return Request.info("bulk", partial(protocol_bulk.encode_bulk, request))
+
+
+def role(action: str) -> Request[Document]:
+    """
+    ROLE: C{step-down} or C{promote} this daemon of a shard; its role,
+    epoch and primary after it (C{{"role": ..., "epoch": N, "primary": ...}}).
+
+    @raise ValueError: an unknown action.
+    """
+    try:
+        chosen = protocol_role.RoleAction[action.upper().replace("-", "_")]
+    except KeyError:
+        raise ValueError(f"unknown role action {action!r} (step-down or promote)") from None
+    return Request.info("role", partial(protocol_role.encode_role, chosen))
 
 
 def schedules() -> Request[Documents]:

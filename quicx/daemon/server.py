@@ -34,7 +34,7 @@ from zope.interface import implementer
 from quicx.daemon import speakers
 from quicx.daemon.config import Limits
 from quicx.daemon.handlers import tables
-from quicx.daemon.handlers.connection import NotAuthorized
+from quicx.daemon.handlers.connection import Handler, NotAuthorized, Roles
 from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
@@ -49,6 +49,7 @@ from quicx.protocol.bulk import MAX_BULK
 from quicx.protocol.checkpoints import CHECKPOINT_FIXED
 from quicx.protocol.frames import Frame, RejectedFrame
 from quicx.protocol.outcomes import NACK_FIXED, PROGRESS_FIXED
+from quicx.protocol.role import ROLE_SIZE
 from quicx.protocol.session import IPeer, ProtocolViolation, Role
 from quicx.protocol.shared_data import PUBLISH_FIXED
 from quicx.protocol.wire import ErrorCode
@@ -135,7 +136,7 @@ class QuicxServerProtocol(FrameReceiver):
         self._output = self._batcher.output(transport)
         self.session = self.queue.open_session(self, speakers.V1)
         self.session.admin = factory.admin
-        self._handlers = tables.V1
+        self._handlers = factory.handlers_v1
         self._clock = self.queue.clock
         transport.bufferSize = limits.max_output_buffer
         transport.registerProducer(self, True)
@@ -268,7 +269,7 @@ class QuicxServerProtocol(FrameReceiver):
         if self._parser.version == codec.VERSION:
             assert self.session is not None
             self.session.speaker = speakers.V2
-            self._handlers = tables.V2
+            self._handlers = self.factory.handlers_v2
 
     def frameRejected(self, code: int, reason: str) -> None:
         encode = link.encode_error if self._parser.version == codec.VERSION else wire.encode_error
@@ -315,6 +316,11 @@ class QuicxServerProtocol(FrameReceiver):
     def bulk(self) -> BulkActions | None:
         """The daemon's bulk actions (BULK); C{None}: this listener runs none."""
         return self.factory.bulk
+
+    @property
+    def replication(self) -> Roles | None:
+        """This daemon's role in its shard (ROLE, HELLO); C{None}: replication is off."""
+        return self.factory.replication
 
     def reply(self, frame: bytes) -> None:
         """Answer this peer's request, in order with its other answers."""
@@ -449,12 +455,20 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
         C{None} (STATUS is answered not found) until the daemon sets it.
     @ivar bulk: the daemon's bulk actions, which BULK starts; C{None} (BULK
         is answered not found) until the daemon sets it.
+    @ivar replication: this daemon's role in its shard (ROLE; HELLO tells
+        it); C{None}: replication is off (ROLE is answered not found).
+    @ivar handlers_v1: the handlers of a new connection's version-1 frames
+        (L{tables.V1}, unless its role swaps them: see L{close_connections}).
+    @ivar handlers_v2: the same for version 2 (L{tables.V2}).
     """
 
     protocol = QuicxServerProtocol
     noisy = False
     status: Callable[[], dict[str, Any]] | None = None
     bulk: BulkActions | None = None
+    replication: Roles | None = None
+    handlers_v1: dict[int, Handler] = tables.V1
+    handlers_v2: dict[int, Handler] = tables.V2
 
     def __init__(
         self,
@@ -505,6 +519,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             codec.MessageType.STEER: 5,
             codec.MessageType.WORKERS: 4,
             codec.MessageType.BULK: MAX_BULK,
+            codec.MessageType.ROLE: ROLE_SIZE,
         }
         shared = queue.shared
         if isinstance(shared, SharedData):
@@ -523,3 +538,17 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             return Refused(codec.ErrorCode.QUEUE_FULL, reason, log_id="limit.descriptors")
         reason = f"too many connections ({limit})"
         return Refused(codec.ErrorCode.QUEUE_FULL, reason, log_id="limit.connections")
+
+    def close_connections(self) -> int:
+        """
+        Close every connection of this factory (its role changed: a new one
+        takes the handlers that now apply); how many.
+        """
+        closing = [
+            session.peer
+            for session in self.queue.sessions.values()
+            if isinstance(session.peer, QuicxServerProtocol) and session.peer.factory is self
+        ]
+        for peer in closing:
+            peer.disconnect()
+        return len(closing)

@@ -59,6 +59,8 @@ from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.results import ResultLimits
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.shared import SharedData
+from quicx.daemon.replication.node import JournalSlot, Node
+from quicx.daemon.replication.wiring import add_replication
 from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
 from quicx.documents.status import StatusDocument
@@ -189,6 +191,9 @@ class QuicxDaemon(MultiService):
         self.batcher = batcher
         self._stopping = False
         self.bulk: BulkActions | None = None
+        self.control_factory: QuicxServerFactory | None = None
+        self.node: Node | None = None
+        self.leaving = False  # a demoted primary: it stops without its drain
 
     def stopService(self) -> Deferred[None]:
         return Deferred.fromCoroutine(self._stop())
@@ -204,7 +209,7 @@ class QuicxDaemon(MultiService):
     async def _stop(self) -> None:
         await gatherResults([maybeDeferred(listener.stopService) for listener in self._listeners()])
         queue, timeout = self.queue, self.config.server.drain_timeout
-        if timeout > 0:
+        if timeout > 0 and not self.leaving:
             # Fires at once when there is nothing to wait for.
             drained = queue.drain(timeout, self.reactor)
             if not drained.called:
@@ -238,7 +243,8 @@ class QuicxDaemon(MultiService):
             [listener.address for listener in self._listeners()],
             self.config.server.control_path,
         )
-        return status(self.queue, self.shared, self.events, self.journal, where)
+        replication = None if self.node is None else self.node.status()
+        return status(self.queue, self.shared, self.events, self.journal, where, replication)
 
     def privilegedStartService(self) -> None:
         config, pool = self.config, self.queue.pool
@@ -397,6 +403,8 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     schedules = add_state(daemon)
     add_heartbeats(daemon)
     add_listeners(daemon, factory)
+    if config.replication.enabled:
+        daemon.node = add_replication(daemon, factory, schedules, recover_state)
     cluster = cluster_poller(daemon) if config.cluster.addresses else None
     if config.metrics.listen:
         serve_metrics(daemon, cluster, autoscaler(daemon) if config.autoscale.target else None)
@@ -438,10 +446,11 @@ def add_state(daemon: QuicxDaemon) -> ScheduleBook:
         queue, daemon.reactor, config.schedule_sections, config.schedules.max_schedules
     )
     queue.plug(schedules=schedules)
-    if journal is not None:
-        recovery = restore(queue, journal)
-        schedules.restore(recovery.fired, recovery.schedules)
-        daemon.shared.restore(recovery.shared)
+    if journal is not None and config.replication.enabled:
+        # Restored once this daemon is the primary (see add_replication).
+        JournalSlot(journal).setServiceParent(daemon)
+    elif journal is not None:
+        recover_state(daemon, schedules)
         # Stopped after the queue: every record is written before exit.
         journal.setServiceParent(daemon)
     else:
@@ -450,6 +459,14 @@ def add_state(daemon: QuicxDaemon) -> ScheduleBook:
     # Started after the queue (its missed firings go into it), stopped before.
     schedules.setServiceParent(daemon)
     return schedules
+
+
+def recover_state(daemon: QuicxDaemon, schedules: ScheduleBook) -> None:
+    """Queue the journal's tasks, schedules and shared data, and open it (see L{restore})."""
+    assert daemon.journal is not None
+    recovery = restore(daemon.queue, daemon.journal)
+    schedules.restore(recovery.fired, recovery.schedules)
+    daemon.shared.restore(recovery.shared)
 
 
 def add_heartbeats(daemon: QuicxDaemon) -> None:
@@ -535,6 +552,7 @@ def serve_metrics(
         daemon.events,
         None if cluster is None else cluster.view,
         autoscale,
+        None if daemon.node is None else daemon.node.status,
     )
     ListenerService(
         daemon.reactor,
@@ -575,6 +593,7 @@ def admin_factory(daemon: QuicxDaemon, config: configuration.Config) -> QuicxSer
     )
     factory.status = daemon.status
     factory.bulk = daemon.bulk
+    daemon.control_factory = factory
     return factory
 
 
@@ -628,6 +647,7 @@ def serve_dashboard(
         tasks,
         config.limits.terminate_grace,
         daemon.bulk,
+        None if daemon.node is None else daemon.node.status,
     )
     ListenerService(
         reactor,

@@ -236,6 +236,45 @@ class Events:
 
 
 @frozen
+class Replication:
+    """
+    C{"replication"} (C{null} without C{[replication]}): this daemon's role
+    in its shard (C{primary}, C{standby}, C{candidate} or C{fenced}), the
+    epoch, the primary's client address, its name, the shard, the policy in
+    force (C{mode}, C{standby_lost}), the lag (batches not yet acknowledged
+    or applied, and the oldest one's age) and a primary's in-sync standbys.
+    """
+
+    role: str
+    epoch: int = 0
+    primary: str = ""
+    name: str = ""
+    shard: str = ""
+    mode: str = "sync"
+    standby_lost: str = "wait"
+    lag_batches: int = 0
+    lag_seconds: float = 0.0
+    in_sync_standbys: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        """
+        One line: the role, of what, the policy in force, the in-sync
+        standbys and the lag (C{quicx status} and the dashboard show it).
+        """
+        if self.role == "primary":
+            standbys = ", ".join(self.in_sync_standbys) or "none"
+            what = f"primary of shard {self.shard} at epoch {self.epoch}; in sync: {standbys}"
+        elif self.role == "standby":
+            what = f"standby of {self.primary} (shard {self.shard}) at epoch {self.epoch}"
+        else:
+            what = f"{self.role} in shard {self.shard}, epoch {self.epoch}"
+        policy = self.mode if self.mode == "async" else f"sync, standby_lost {self.standby_lost}"
+        lag = f"lag {self.lag_batches} batches, {self.lag_seconds:.3g} s"
+        return f"{self.name}: {what} ({policy}); {lag}"
+
+
+@frozen
 class StatusDocument:
     """
     The whole document.  A reader's defaults are what an older daemon that
@@ -268,6 +307,7 @@ class StatusDocument:
     telemetry: Telemetry = Telemetry()
     journal: Journal | None = None
     events: Events = Events()
+    replication: Replication | None = None
 
     @property
     def versions(self) -> tuple[int, ...]:

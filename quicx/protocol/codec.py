@@ -112,6 +112,8 @@ class MessageType(IntEnum):
     CHECKPOINT = 0x30
     # Bulk actions (quicx.protocol.bulk).
     BULK = 0x31
+    # A shard's roles: promote, step down (quicx.protocol.role).
+    ROLE = 0x36
 
 
 KNOWN_TYPES = frozenset(MessageType)

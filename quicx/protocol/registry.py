@@ -19,6 +19,7 @@ from quicx.protocol import (
     link,
     monitor,
     outcomes,
+    role,
     shared_data,
     taskflow,
     wire,
@@ -37,6 +38,7 @@ Message = (
     | checkpoints.Message
     | workers.Message
     | bulk.Message
+    | role.Message
 )
 """Any message, of either version."""
 
@@ -68,6 +70,7 @@ DECODERS: dict[int, Decoders] = {
         checkpoints.DECODERS,
         workers.DECODERS,
         bulk.DECODERS,
+        role.DECODERS,
     ),
 }
 """Each version's decoders, by message type."""

@@ -14,7 +14,7 @@ from quicx import cli
 from quicx.cli.common import daemon_config
 from quicx.daemon import config, tap
 from quicx.daemon.config import Config, ConfigError
-from quicx.daemon.config.sections import AllocatorSettings
+from quicx.daemon.config.sections import AllocatorSettings, ReplicationMode, StandbyLost
 from quicx.daemon.journal.records import FsyncPolicy
 from quicx.daemon.observe.events import Compression
 from quicx.daemon.observe.logformat import LogFormat
@@ -274,6 +274,18 @@ EVERY_FLAG_CHANGED = config.with_settings(
     bulk_batch=50,
     bulk_turn_time=0.01,
     bulk_max_running=2,
+    replication_etcd="http://10.0.0.5:2379, http://10.0.0.6:2379",
+    replication_shard="orders",
+    replication_name="q1",
+    replication_listen="tcp:16400",
+    replication_advertise="10.0.0.1:16400",
+    replication_client_address="10.0.0.1:7000",
+    replication_lease_ttl=4.0,
+    replication_mode=ReplicationMode.ASYNC,
+    replication_standby_lost=StandbyLost.ASYNC,
+    replication_standby_timeout=1.5,
+    replication_max_backlog=16 << 20,
+    replication_key_prefix="/quicx/prod",
 )
 """What flags can set: all but the [queue NAME] and [schedule NAME] sections (file-only)."""
 

@@ -393,6 +393,8 @@ START_OPTIONS = PROTOCOL[PROTOCOL.index("\n# Version 2: debounce and expiry") :]
 """The page's section on the debounce and expiry options (L{quicx.protocol.taskflow})."""
 BULK = PROTOCOL[PROTOCOL.index("\n# Version 2: bulk actions") :]
 """The page's section on bulk actions (L{quicx.protocol.bulk})."""
+ROLES = PROTOCOL[PROTOCOL.index("\n# Version 2: roles") :]
+"""The page's section on a shard's roles (L{quicx.protocol.role})."""
 REPLICATION = PROTOCOL[PROTOCOL.index("\n# Version 2: replication") :]
 """The page's section on replication."""
 
@@ -443,7 +445,7 @@ def test_the_pages_message_tables_are_the_codecs() -> None:
     rows = table(VERSION_2, "## Messages") + table(LIFECYCLE, "## Messages")
     rows += table(RESULTS, "## Messages") + table(MONITOR, "## Messages")
     rows += table(WORKERS, "## Messages") + table(CHECKPOINTS, "## Messages")
-    rows += table(BULK, "## Messages")
+    rows += table(BULK, "## Messages") + table(ROLES, "## Messages")
     assert [(int(code, 16), name) for code, name, *_ in rows] == [
         (t.value, t.name) for t in MessageType
     ]

@@ -59,6 +59,7 @@ def validate(config: Config) -> None:
         )
     _check_autoscale(config)
     _check_counts(config)
+    _check_replication(config)
     try:
         config.allocator.layout()
     except pmad.LayoutError as e:
@@ -99,4 +100,23 @@ def _check_counts(config: Config) -> None:
             f"{len(config.schedule_sections)} [schedule NAME] sections, more than"
             f" max_schedules = {max_schedules}",
             "max_schedules",
+        )
+
+
+def _check_replication(config: Config) -> None:
+    """A daemon of a shard has a replication listener and a journal to replicate."""
+    replication = config.replication
+    if not replication.enabled:
+        return
+    if not replication.listen:
+        raise Conflict(
+            "[replication] etcd needs listen: the standbys replicate from that endpoint",
+            "replication_etcd",
+            "replication_listen",
+        )
+    if not config.journal.path:
+        raise Conflict(
+            "[replication] etcd needs [journal] path: what is replicated is the journal",
+            "replication_etcd",
+            "journal",
         )

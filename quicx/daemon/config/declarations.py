@@ -20,6 +20,9 @@ from quicx.daemon.config.kinds import (
     BACKOFF,
     BUSY_POLL,
     CRON,
+    HOST_PORT,
+    KEY_PREFIX,
+    MEMBER_NAME,
     NAMES,
     PAYLOAD,
     PORT,
@@ -28,6 +31,7 @@ from quicx.daemon.config.kinds import (
     SIZE_OR_SHARE,
     TASK_TYPE,
     TIME_ZONE,
+    URLS,
     VERSIONS,
     YES_NO,
     choice,
@@ -47,9 +51,12 @@ from quicx.daemon.config.sections import (
     MetricsSettings,
     ProtocolSettings,
     QueuesSettings,
+    ReplicationMode,
+    ReplicationSettings,
     RetrySettings,
     ScheduleSettings,
     ServerSettings,
+    StandbyLost,
     TaskSettings,
     WebSettings,
 )
@@ -411,10 +418,42 @@ BULK = section("bulk", BulkSettings, "bulk_",
 )  # fmt: skip
 
 
+REPLICATION = section("replication", ReplicationSettings, "replication_",
+    key("etcd", URLS,
+        "The lease store (etcd's URLs) that elects the shard's primary; none: replication off.",
+        unset="none (off)"),
+    key("shard", MEMBER_NAME, "The shard this daemon is one of (its key in the lease store)."),
+    key("name", MEMBER_NAME, "This daemon's name in the shard, unique in it.",
+        unset="the host name"),
+    key("listen", text("ENDPOINT"),
+        "Serve replication to the standbys on this endpoint (e.g. tcp:16400); needed with etcd.",
+        unset="none"),
+    key("advertise", HOST_PORT, "The HOST:PORT the shard's daemons reach that listener at.",
+        unset="the address it binds"),
+    key("client_address", HOST_PORT,
+        "The HOST:PORT clients reach this daemon at (ERROR 0x0C and HELLO name it).",
+        unset="127.0.0.1 and [server] port"),
+    key("lease_ttl", seconds(high=60, low=1),
+        "Seconds the primary's lease lasts unrenewed; past it, it stops acknowledging."),
+    key("mode", choice(ReplicationMode),
+        "sync: an acknowledgement waits for every in-sync standby's copy; async: for the"
+        " local one."),
+    key("standby_lost", choice(StandbyLost),
+        "In sync mode, an in-sync standby silent for standby_timeout: wait for it, or go on"
+        " without it (async)."),
+    key("standby_timeout", seconds(high=60, low=0.1),
+        "Seconds an in-sync standby may leave a batch unacknowledged before standby_lost applies."),
+    key("max_backlog", integer(1 << 20, 1 << 40, size=True),
+        "Bytes of batches kept for a slow standby; past it, it starts over from a snapshot."),
+    key("key_prefix", KEY_PREFIX, "Where the shards' keys live in the lease store."),
+)  # fmt: skip
+
+
 SETTINGS = (
     *SERVER, *ALLOCATOR, *TASKS, *LIMITS, *TLS, *PROTOCOL, *QUEUES, *RETRIES, *DEAD_LETTERS,
     *SCHEDULES, *PROGRESS, *SHARED, *RESULTS, *GROUPS, *DEPENDENCIES, *EVENTS, *METRICS,
     *AUTOSCALE, *WEB, *CLUSTER, *JOURNAL, *LOG, *CHECKPOINTS, *BULK,
+    *REPLICATION,
 )  # fmt: skip
 """Every setting, in the order of the docs' tables."""
 

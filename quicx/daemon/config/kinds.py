@@ -323,3 +323,59 @@ TIME_ZONE = Kind("ZONE", partial(_checked, schedules.check_timezone), str, "an I
 
 BUSY_POLL = seconds(high=MAX_BUSY_POLL)
 """Seconds to spin before sleeping (see L{quicx.net.busypoll}): 0 to 10 ms."""
+
+
+MAX_ETCD_ENDPOINTS = 16
+"""The most URLs C{[replication] etcd} may name."""
+
+
+def _urls(text: str) -> str:
+    urls = [url.strip() for url in text.split(",") if url.strip()]
+    for url in urls:
+        if not re.fullmatch(r"https?://[^/\s,]+(:\d+)?/?", url):
+            raise ValueError(
+                f"{url!r} is not an http:// or https:// URL (like http://127.0.0.1:2379)"
+            )
+    if len(urls) > MAX_ETCD_ENDPOINTS:
+        raise ValueError(f"{len(urls)} URLs, more than {MAX_ETCD_ENDPOINTS}")
+    return ", ".join(urls)
+
+
+URLS = Kind("URL,...", _urls, str, f"up to {MAX_ETCD_ENDPOINTS} http(s) URLs")
+"""The lease store's URLs, comma-separated (C{[replication] etcd})."""
+
+
+def _host_port(text: str) -> str:
+    value = text.strip()
+    host, colon, port = value.rpartition(":")
+    if not value:
+        return ""
+    if not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT (like 10.0.0.1:16381)")
+    return value
+
+
+HOST_PORT = Kind("HOST:PORT", _host_port, str, "a host and a port")
+"""Where others reach a listener of this daemon."""
+
+
+def _shard_name(text: str) -> str:
+    value = text.strip()
+    if value and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", value):
+        raise ValueError(f"{text!r} is not 1 to 64 of A-Z a-z 0-9 _ . -")
+    return value
+
+
+MEMBER_NAME = Kind("NAME", _shard_name, str, "1 to 64 of A-Z a-z 0-9 _ . -")
+"""A shard's or daemon's name (a part of the lease store's keys)."""
+
+
+def _key_prefix(text: str) -> str:
+    value = text.strip().rstrip("/")
+    if not re.fullmatch(r"(/[A-Za-z0-9_.-]+)+", value):
+        raise ValueError(f"{text!r} is not a key prefix like /quicx")
+    return value
+
+
+KEY_PREFIX = Kind("PREFIX", _key_prefix, str, "/ and names of A-Z a-z 0-9 _ . -")
+"""Where a shard's keys live in the lease store."""

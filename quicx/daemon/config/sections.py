@@ -18,8 +18,10 @@ C{[dead_letters]}, C{[results]}, C{[groups]} and the C{[queue NAME]} sections.
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 import attrs
@@ -297,6 +299,68 @@ class LogSettings:
     format: LogFormat = LogFormat.TEXT
 
 
+class ReplicationMode(Enum):
+    """C{[replication] mode}: what an acknowledgement waits for."""
+
+    SYNC = "sync"
+    """The local write and every in-sync standby's."""
+    ASYNC = "async"
+    """The local write only (a failover may lose the last batches)."""
+
+
+class StandbyLost(Enum):
+    """C{[replication] standby_lost}: a sync primary's answer to a silent in-sync standby."""
+
+    WAIT = "wait"
+    """Keep waiting: nothing is acknowledged without a second copy."""
+    ASYNC = "async"
+    """Take it out of the in-sync set (in the lease store first), go on alone."""
+
+
+@frozen
+class ReplicationSettings:
+    """
+    C{[replication]}: the shard this daemon is one of, its lease store
+    (etcd), its replication listener and the acknowledgement policy.
+    C{etcd = ""} (the default): replication is off, the daemon is what it was.
+
+    C{name}, C{advertise}, C{client_address}: C{""} for their defaults
+    (L{member}, the listener's bound address, L{client}).
+    """
+
+    etcd: str = ""
+    shard: str = "default"
+    name: str = ""
+    listen: str = ""
+    advertise: str = ""
+    client_address: str = ""
+    lease_ttl: float = 5.0
+    mode: ReplicationMode = ReplicationMode.SYNC
+    standby_lost: StandbyLost = StandbyLost.WAIT
+    standby_timeout: float = 2.0
+    max_backlog: int = 64 << 20
+    key_prefix: str = "/quicx"
+
+    @property
+    def enabled(self) -> bool:
+        """Whether this daemon is one of a shard (C{etcd} is set)."""
+        return bool(self.etcd)
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """C{etcd}'s URLs, one each."""
+        return tuple(url.strip() for url in self.etcd.split(",") if url.strip())
+
+    @property
+    def member(self) -> str:
+        """This daemon's name in the shard: C{name}, or the host's."""
+        return self.name or socket.gethostname()
+
+    def client(self, port: int) -> str:
+        """The C{host:port} clients reach this daemon at (C{port}: C{[server] port})."""
+        return self.client_address or f"127.0.0.1:{port}"
+
+
 @frozen
 class Config:
     """
@@ -329,6 +393,7 @@ class Config:
     journal: JournalSettings = Factory(JournalSettings)
     log: LogSettings = Factory(LogSettings)
     bulk: BulkSettings = Factory(BulkSettings)
+    replication: ReplicationSettings = Factory(ReplicationSettings)
     queue_sections: Mapping[str, Mapping[str, Any]] = field(factory=dict)
     schedule_sections: Mapping[str, ScheduleSpec] = field(factory=dict)
     source: str = "built-in default"

@@ -12,11 +12,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeAlias
 
+from twisted.internet.defer import Deferred
+
 from quicx.daemon.config import Limits
 from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Session
+from quicx.daemon.replication.interfaces import RoleState
+from quicx.protocol.role import RoleAction
+
+
+class Roles(Protocol):
+    """This daemon's role in its shard, as the handlers see it (a replication C{Node})."""
+
+    @property
+    def state(self) -> RoleState: ...
+
+    def describe(self) -> dict[str, Any]:
+        """C{role}, C{epoch} and C{primary}: what HELLO's INFO and ROLE's answer add."""
+
+    def act(self, action: RoleAction) -> Deferred[dict[str, Any]]:
+        """
+        Step down or campaign now: L{describe} once done.
+
+        @raise Refused: (conflict) the action makes no sense in this role.
+        """
 
 
 class NotAuthorized(Exception):
@@ -35,6 +56,7 @@ class Connection(Protocol):
     @ivar status: makes the daemon's status document (STATUS); C{None}:
         this listener serves none.
     @ivar bulk: the daemon's bulk actions (BULK).
+    @ivar replication: its role in its shard (ROLE, HELLO), when replication is on.
     """
 
     @property
@@ -55,6 +77,10 @@ class Connection(Protocol):
     @property
     def bulk(self) -> BulkActions | None:
         """The daemon's bulk actions; C{None}: this listener runs none."""
+
+    @property
+    def replication(self) -> Roles | None:
+        """This daemon's role in its shard; C{None}: replication is off."""
 
     def reply(self, frame: bytes) -> None:
         """Answer this peer's request, in order with its other answers."""

@@ -4,6 +4,8 @@ Handlers of the link itself: HELLO (what this daemon is and can do), HEARTBEAT a
 
 from __future__ import annotations
 
+from typing import Any
+
 import quicx
 from quicx.daemon.handlers import monitor, shared_data
 from quicx.daemon.handlers.connection import Connection
@@ -77,9 +79,16 @@ def hello(conn: Connection, payload: bytes) -> None:
                     "max_subscribers": subscribers.max_subscribers,
                     "max_held_events": subscribers.max_held,
                 },
+                **_role(conn),
             }
         )
     )
+
+
+def _role(conn: Connection) -> dict[str, Any]:
+    """C{role}, C{epoch} and C{primary}, when replication is on (else nothing)."""
+    roles = conn.replication
+    return {} if roles is None else roles.describe()
 
 
 def heartbeat_v1(conn: Connection, payload: bytes) -> None:

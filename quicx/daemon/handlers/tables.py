@@ -14,6 +14,7 @@ from quicx.daemon.handlers import (
     link,
     monitor,
     outcomes,
+    roles,
     shared_data,
     taskflow,
     workers,
@@ -69,5 +70,6 @@ V2: dict[int, Handler] = {
     codec.MessageType.WORKERS: workers.list_workers,
     codec.MessageType.STEER: workers.steer,
     codec.MessageType.BULK: bulk.bulk,
+    codec.MessageType.ROLE: roles.role,
 }
 """Version 2: every message a client may send."""

@@ -39,6 +39,7 @@ from quicx.daemon.observe.eventbus import EventBus
 from quicx.daemon.observe.telemetry import Histogram, Tally
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.shared import SharedData
+from quicx.documents import status as document
 from quicx.protocol.session import Role
 
 
@@ -112,6 +113,8 @@ class QuicxCollector(Collector):
     @ivar cluster: makes the cluster view of C{[cluster] peers} (see
         L{quicx.documents.cluster}), or C{None} (no C{quicx_cluster_*} metrics).
     @ivar autoscale: the autoscaling signal, or C{None} (no C{quicx_autoscale_*} metrics).
+    @ivar replication: makes the status document's C{replication} part, or
+        C{None} without C{[replication]} (no C{quicx_replication_*} metrics).
     """
 
     def __init__(
@@ -122,8 +125,10 @@ class QuicxCollector(Collector):
         events: EventBus | None = None,
         cluster: Callable[[], dict[str, Any]] | None = None,
         autoscale: Autoscaler | None = None,
+        replication: Callable[[], document.Replication] | None = None,
     ) -> None:
         self.autoscale = autoscale
+        self.replication = replication
         self.cluster = cluster
         self.queue = queue
         self.shared = shared
@@ -150,6 +155,8 @@ class QuicxCollector(Collector):
             families.extend(cluster_families(self.cluster()))
         if self.autoscale is not None:
             families.extend(autoscale_families(self.autoscale))
+        if self.replication is not None:
+            families.extend(replication_families(self.replication()))
         telemetry = self.queue.telemetry
         tallies = [telemetry.tallies[key].copy() for key in sorted(telemetry.tallies)]
         return Snapshot(families, tallies, dict(telemetry.rejected))
@@ -358,6 +365,41 @@ def autoscale_families(autoscale: Autoscaler) -> Iterator[Metric]:
         "The longest one step of an estimate held the reactor, since start.",
         value=autoscale.longest_step,
     )
+
+
+ROLES = ("candidate", "standby", "primary", "fenced")
+"""The roles C{quicx_replication_role} has a sample for (1: the one held)."""
+
+
+def replication_families(part: document.Replication) -> Iterator[Metric]:
+    """This daemon's role in its shard, its epoch, its lag and its in-sync standbys."""
+    role = GaugeMetricFamily(
+        "quicx_replication_role",
+        "1 for the role this daemon holds in its shard, 0 for the others.",
+        labels=["role"],
+    )
+    for name in ROLES:
+        role.add_metric([name], int(part.role == name))
+    yield role
+    for name, text, value in (
+        ("quicx_replication_epoch", "The epoch of the primary it is or follows.", part.epoch),
+        (
+            "quicx_replication_lag_batches",
+            "Batches an in-sync standby has not acknowledged (a primary) or applied (a standby).",
+            part.lag_batches,
+        ),
+        (
+            "quicx_replication_lag_seconds",
+            "The age of the oldest of those batches.",
+            part.lag_seconds,
+        ),
+        (
+            "quicx_replication_in_sync_standbys",
+            "A primary's in-sync standbys (0 on a standby).",
+            len(part.in_sync_standbys),
+        ),
+    ):
+        yield GaugeMetricFamily(name, text, value=value)
 
 
 def cluster_families(view: Mapping[str, Any]) -> Iterator[Metric]:

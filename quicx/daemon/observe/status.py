@@ -45,6 +45,7 @@ def status(
     events: EventBus,
     journal: Journal | None,
     where: Where,
+    replication: document.Replication | None = None,
 ) -> document.StatusDocument:
     """Everything C{quicx status} shows (see docs/operations.md)."""
     return document.StatusDocument(
@@ -71,6 +72,7 @@ def status(
         telemetry=queue.telemetry.document(),
         journal=None if journal is None else journal_status(journal),
         events=events_status(events),
+        replication=replication,
     )
 
 

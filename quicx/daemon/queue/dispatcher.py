@@ -24,6 +24,22 @@ from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.state import HELD
 
+EPOCH_SHIFT = 40
+"""
+With replication on, a delivery's token is C{(epoch << EPOCH_SHIFT) |
+counter}: the epoch of the primary that handed it out, then a counter
+(2**40 deliveries an epoch), so that a token another primary handed out
+is recognised as stale whatever its counter.  A token is 64 bits: an
+epoch past 2**24 (the lease store's revision: it may grow that far) is
+kept modulo 2**24 (L{token_epoch}).
+"""
+EPOCH_BITS = 64 - EPOCH_SHIFT
+
+
+def token_epoch(epoch: int) -> int:
+    """The part of C{epoch} a token carries (its low L{EPOCH_BITS} bits)."""
+    return epoch & ((1 << EPOCH_BITS) - 1)
+
 
 class Deadlines(Protocol):
     """
@@ -66,6 +82,8 @@ class Dispatcher:
     @ivar delivered: the kernel's C{delivered} hook (see
         L{quicx.daemon.queue.hooks.Subscribers}), told of each delivery
         (the kernel keeps it in step with its own).
+    @ivar epoch: the primary's epoch its tokens carry (see L{EPOCH_SHIFT});
+        0 without replication: tokens are from the clock, as they were.
     """
 
     def __init__(
@@ -87,6 +105,7 @@ class Dispatcher:
         self.delivered: tuple[WorkerHook, ...] = ()
         self.deadlines: Deadlines = _NO_DEADLINES
         self._last_token = 0
+        self.epoch = 0
         self._rate_timer: IDelayedCall | None = None
 
     def hand_new(self, task: Task, queue: NamedQueue[Task, Session]) -> bool:
@@ -257,7 +276,7 @@ class Dispatcher:
         speaker = worker.speaker
         if speaker.fenced:
             # Unfenced (version 1), the delivery keeps no token and has no lease.
-            token = int(now * 1000) << 20
+            token = self._last_token + 1 if self.epoch else int(now * 1000) << 20
             if token <= self._last_token:
                 token = self._last_token + 1
             self._last_token = task.token = token
@@ -268,6 +287,11 @@ class Dispatcher:
         worker.peer.sendFrame(frame)
         for delivered in self.delivered:
             delivered(task, worker)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Hand out the tokens of primary C{epoch} from now on (see L{EPOCH_SHIFT})."""
+        self.epoch = epoch
+        self._last_token = token_epoch(epoch) << EPOCH_SHIFT
 
     def unidle(self, worker: Session) -> None:
         if worker.waiting:

@@ -105,7 +105,7 @@ class Leases:
         if task is None or task.token != token:
             if task is None and task_id not in session.overdue:
                 raise not_held(session, task_id)
-            self._refuse_stale(session, task_id, token, what)
+            self.refuse_stale(session, task_id, token, what)
         return task
 
     def ack(
@@ -204,10 +204,15 @@ class Leases:
             self.kernel._become_idle(session)
         elif task_id not in session.tasks:
             raise not_held(session, task_id)
-        self._refuse_stale(session, task_id, token, "outcome")
+        self.refuse_stale(session, task_id, token, "outcome")
 
-    def _refuse_stale(self, session: Session, task_id: int, token: int, what: str) -> NoReturn:
-        """Count and log a stale C{what}. @raise Refused: (stale) always."""
+    def refuse_stale(
+        self, session: Session, task_id: int, token: int, what: str, why: str = ""
+    ) -> NoReturn:
+        """
+        Count and log a stale C{what}; C{why} it is stale, if not the usual
+        reason. @raise Refused: (stale) always.
+        """
         self.stale += 1
         self.kernel.failures.note(
             "stale",
@@ -222,8 +227,9 @@ class Leases:
         )
         raise Refused(
             ErrorCode.STALE,
-            f"task {task_id}: delivery {token} is not its current one (its lease ran out and"
-            f" it was taken back, or it is finished); the {what} is not applied",
+            f"task {task_id}: delivery {token} is not its current one ("
+            + (why or "its lease ran out and it was taken back, or it is finished")
+            + f"); the {what} is not applied",
         )
 
 

@@ -29,6 +29,7 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.schedules import ScheduleSpec
 from quicx.daemon.service import on_loopback
+from quicx.documents.status import Replication
 from quicx.net.certificates import Authorization
 from quicx.protocol import taskflow
 from quicx.protocol.outcomes import OutcomeState
@@ -147,6 +148,7 @@ def dashboard(
     cluster: Callable[[], dict[str, Any]] | None = None,
     tasks: int = 0,
     bulk: BulkSettings | None = None,
+    replication: Callable[[], Replication] | None = None,
 ) -> Dashboard:
     """
     A site over a new queue; with C{tasks}, a history of that many finished
@@ -178,7 +180,15 @@ def dashboard(
     gate = gate or Gate(ADMIN, MONITOR)
     actions = None if bulk is None else BulkActions(queue, bulk, turns=clock)
     site = dashboard_site(
-        queue, book, history, gate, max_streams, cluster, finished, bulk_actions=actions
+        queue,
+        book,
+        history,
+        gate,
+        max_streams,
+        cluster,
+        finished,
+        bulk_actions=actions,
+        replication=replication,
     )
     return Dashboard(queue, site, history, clock)
 
@@ -569,3 +579,30 @@ def test_a_dashboard_nobody_can_get_into_is_refused_naming_the_key(text: str) ->
 )
 def test_a_token_or_client_certificates_let_the_dashboard_start(text: str) -> None:
     assert settings.parse(text, "f").web.listen
+
+
+# -- a daemon of a shard --------------------------------------------------------------------
+
+
+def test_the_overview_shows_the_role_and_a_standby_refuses_actions() -> None:
+    role = Replication("standby", 5, "10.0.0.2:16381", "a", "orders")
+    site = dashboard(replication=lambda: role)
+    overview = site.get("/api/overview", ADMIN).json()
+    assert overview["replication"] == role.summary
+    assert overview["replication"].startswith("a: standby of 10.0.0.2:16381 (shard orders)")
+    csrf = site.login(ADMIN)["csrf"]
+    refused = site.post("/api/queues/default/pause", page_post(csrf))
+    assert (refused.status, refused.json()) == (
+        503,
+        {
+            "error": "pause queue default: this daemon is not the primary"
+            " (the primary is at 10.0.0.2:16381)"
+        },
+    )
+    assert not site.queue.queues["default"].paused
+    role = Replication("primary", 6, "10.0.0.1:16381", "a", "orders")
+    assert site.post("/api/queues/default/pause", page_post(csrf)).status == 200
+
+
+def test_without_replication_the_overview_has_no_role() -> None:
+    assert "replication" not in dashboard().get("/api/overview", ADMIN).json()

@@ -37,6 +37,7 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.workers import workers_of
+from quicx.documents.status import Replication
 from quicx.protocol import bulk
 from quicx.protocol.admin import MAX_DEAD_LIST
 from quicx.protocol.codec import ErrorCode, check_queue
@@ -188,7 +189,9 @@ class Api:
         tasks: TaskHistory | None = None,
         terminate_grace: float = 5.0,
         bulk_actions: BulkActions | None = None,
+        replication: Callable[[], Replication] | None = None,
     ) -> None:
+        self.replication = replication
         self.bulk = bulk_actions
         self.terminate_grace = terminate_grace
         self.cluster = cluster
@@ -306,6 +309,8 @@ class Api:
         streams = self.streams
         document = views.overview(self.queue, sample)
         document["streams"] = {"open": len(streams.open), "dropped": streams.dropped}
+        if self.replication is not None:
+            document["replication"] = self.replication().summary
         return document
 
     def _cluster(self, request: Request) -> bytes:
@@ -408,6 +413,9 @@ class Api:
             return refusal(
                 request, 403, f"{action.name}: the session's CSRF token is missing or wrong"
             )
+        if self.replication is not None and (role := self.replication()).role != "primary":
+            where = f"the primary is at {role.primary}" if role.primary else "no primary is known"
+            return refusal(request, 503, f"{action.name}: this daemon is not the primary ({where})")
         done = action.call()
         if isinstance(done, Deferred):
             return self._when(request, done, lambda found: self._done(visitor, action, found))

@@ -31,6 +31,7 @@ from quicx.daemon.observe.web.stream import Streams
 from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.schedule_book import ScheduleBook
+from quicx.documents.status import Replication
 from quicx.net.tls import peer_identity
 
 STATIC: dict[str, tuple[str, bytes]] = {
@@ -151,13 +152,15 @@ def dashboard_site(
     tasks: TaskHistory | None = None,
     terminate_grace: float = 5.0,
     bulk_actions: BulkActions | None = None,
+    replication: Callable[[], Replication] | None = None,
 ) -> DashboardSite:
     """
     The site of the dashboard over C{queue}; its live streams follow
     C{history}; C{cluster} makes its cluster view (C{None}: it has none);
     C{tasks}: the finished tasks' history (C{None}: none is kept);
     C{terminate_grace}: a terminated worker's (C{[limits] terminate_grace});
-    C{bulk_actions}: what runs its bulk actions (C{None}: it has none).
+    C{bulk_actions}: what runs its bulk actions (C{None}: it has none);
+    C{replication}: its role in its shard (C{None}: replication is off).
     """
     api = Api(
         queue,
@@ -169,6 +172,7 @@ def dashboard_site(
         tasks,
         terminate_grace,
         bulk_actions,
+        replication,
     )
     history.listen(api.publish)
     return DashboardSite(Dashboard(api, gate))

@@ -128,6 +128,8 @@ function renderOverview() {
   fill('pool', `${(100 * doc.memory.used / doc.memory.total).toFixed(1)} %`);
   fill('pool-total', `${bytes(doc.memory.used)} of ${bytes(doc.memory.total)}`);
   const dropped = doc.streams.dropped ? `, ${count(doc.streams.dropped)} updates dropped for slow ones` : '';
+  $('replication').hidden = !doc.replication;
+  if (doc.replication) fill('replication', `Replication: ${doc.replication}`);
   fill('about', `Quicx ${doc.version}, up ${seconds(doc.uptime)}; ${count(doc.results_kept)} outcomes kept;` +
     ` ${count(doc.streams.open)} live page(s)${dropped}.`);
   renderCharts();
