@@ -30,16 +30,17 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Unpack
+from typing import Any, Unpack, cast
 
-from quicx.clients import operations, tracing
+from quicx.clients import failover, operations, tracing
 from quicx.clients.connection import Answer, Request
+from quicx.clients.failover import Shard
 from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import RetryNotice, value_of
 from quicx.clients.pump import SocketPump, _name
 from quicx.clients.requests import Task
 from quicx.protocol import admin, wire
-from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError
+from quicx.protocol.errors import ConnectionLost, DaemonError, NotPrimary, QuicxError
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -54,10 +55,18 @@ class QuicxClient(SocketPump):
     handshake, the order of the replies, outcomes, waits and progress; each
     call sends what L{quicx.clients.operations} declares, and reads its answer.
 
+    Given the addresses of one replicated shard's daemons with
+    C{failover=True} (C{QuicxClient("tcp:h1:16381,tcp:h2:16381",
+    failover=True)}), it follows the shard's primary: a call refused by a
+    standby, or cut off when sending it again is safe, goes to the primary
+    (see L{quicx.clients.failover}), for up to C{failover_deadline} seconds.
+
     @ivar timeout: seconds any one call may wait for the daemon.
     @ivar version: the protocol version of the connection (2, unless the
         client was made with C{protocol=1} or the daemon speaks only 1).
     @ivar server: what the daemon said of itself in answer to HELLO.
+    @ivar address: the daemon it talks to (with failover: the primary, as
+        far as it knows).
     """
 
     # -- requests ----------------------------------------------------------------------
@@ -96,12 +105,9 @@ class QuicxClient(SocketPump):
     def _submitted(self, request: Request[int]) -> int:
         """Send C{request}, a SUBMIT, and read until its answer: the task id."""
         with self._lock:
-            deadline = time.monotonic() + self.timeout
-            self._begin(deadline)
-            self._request(request)
-            (result,) = self._read_replies(request)
-            if isinstance(result, Exception):
-                raise result
+            result = self._exchange(request, self.timeout, lambda _: self._read_replies(request)[0])
+        if isinstance(result, Exception):
+            raise result
         return result
 
     def submit_many(
@@ -109,7 +115,7 @@ class QuicxClient(SocketPump):
         tasks: Iterable[Task],
         return_exceptions: bool = False,
         window: int = DEFAULT_WINDOW,
-    ) -> list[int | DaemonError]:
+    ) -> list[int | QuicxError]:
         """
         Submit many tasks over the one connection, pipelined: SUBMITs go in
         batches of C{window}, and each batch is sent before the OKs of the one
@@ -120,10 +126,16 @@ class QuicxClient(SocketPump):
         have reached the daemon: those after the answers, up to C{sent}, were
         not acknowledged (and may have been accepted); the others were not sent.
 
+        With C{failover}, the tasks a daemon refused as not the primary, and
+        those not sent, go to the primary; those sent and not answered when
+        a connection dropped too if they have a key, else each is a
+        L{NotAcknowledged} in its place.
+
         @param tasks: C{(type, payload)}, or C{(type, payload, Options(...))}
             for a queue, priority or keys.
-        @param return_exceptions: put each refused task's L{DaemonError} in
-            its place in the result instead of raising the first one.
+        @param return_exceptions: put each refused task's L{DaemonError} (or
+            L{NotAcknowledged}) in its place in the result instead of
+            raising the first one.
         @return: task ids (or errors), in the order of C{tasks}.
         @raise DaemonError: the first refusal, after every reply was read;
             its C{results} attribute holds the whole list.
@@ -134,37 +146,81 @@ class QuicxClient(SocketPump):
             batch, nor after it, was sent; the answers to the batch before it
             were read first.
         """
+        with self._lock:
+            if self._shard is None:
+                results: list[int | QuicxError] = list(self._pipeline(tasks, window))
+            else:
+                results = self._submit_following(self._shard, list(tasks), window)
+        if not return_exceptions:
+            for result in results:
+                if isinstance(result, QuicxError):
+                    result.results = results  # type: ignore[attr-defined]
+                    raise result
+        return results
+
+    def _pipeline(self, tasks: Iterable[Task], window: int) -> list[int | DaemonError]:
+        """L{submit_many}'s SUBMITs to the daemon of the moment, and their answers."""
         results: list[int | DaemonError] = []
         batch: list[Task] = []
         # The SUBMITs of the previous batch, sent and not yet read.
         unanswered: Request[int] | None = None
         sent = 0  # tasks that may have reached the daemon
-        with self._lock:
-            try:
-                self._begin(time.monotonic() + self.timeout)
-                for task in tasks:
-                    batch.append(task)
-                    if len(batch) == window:
-                        request = self._send_submits(batch, unanswered, results)
-                        sent += len(batch)
-                        self._read_replies(unanswered, results)
-                        unanswered, batch = request, []
-                if batch:
+        try:
+            self._begin(time.monotonic() + self.timeout)
+            for task in tasks:
+                batch.append(task)
+                if len(batch) == window:
                     request = self._send_submits(batch, unanswered, results)
                     sent += len(batch)
                     self._read_replies(unanswered, results)
-                    unanswered = request
+                    unanswered, batch = request, []
+            if batch:
+                request = self._send_submits(batch, unanswered, results)
+                sent += len(batch)
                 self._read_replies(unanswered, results)
-            except Exception as e:
-                e.results = list(results)  # type: ignore[attr-defined]
-                e.sent = sent  # type: ignore[attr-defined]
-                raise
-        if not return_exceptions:
-            for result in results:
-                if isinstance(result, DaemonError):
-                    result.results = results
-                    raise result
+                unanswered = request
+            self._read_replies(unanswered, results)
+        except Exception as e:
+            e.results = list(results)  # type: ignore[attr-defined]
+            e.sent = sent  # type: ignore[attr-defined]
+            raise
         return results
+
+    def _submit_following(
+        self, shard: Shard, tasks: list[Task], window: int
+    ) -> list[int | QuicxError]:
+        """
+        L{submit_many} to a shard's primary: what was refused as not the
+        primary, not sent, or sent safely again (L{failover.lost}) goes to
+        the next daemon until every task has its answer.
+        """
+        results: list[int | QuicxError | None] = [None] * len(tasks)
+        todo = list(range(len(tasks)))
+        while todo:
+            error: Exception | None = None
+            try:
+                got: list[int | DaemonError] = self._pipeline([tasks[i] for i in todo], window)
+                sent = len(todo)
+            except (ConnectionLost, NotPrimary, TimeoutError) as e:
+                got, sent, error = getattr(e, "results", []), getattr(e, "sent", 0), e
+                if isinstance(e, TimeoutError) and sent:
+                    raise
+            again = []
+            for place, index in enumerate(todo):
+                value: int | QuicxError | None = got[place] if place < len(got) else None
+                if place < len(got) and type(value) is NotPrimary:
+                    error = error or value
+                elif place >= len(got) and place < sent:  # sent, and not answered
+                    value = failover.lost(Request.submit([tasks[index]]), self.address)
+                if value is None or type(value) is NotPrimary:
+                    again.append(index)
+                else:
+                    results[index] = value
+            todo = again
+            if error is not None:
+                self._follow(shard, error)
+        shard.reached()
+        return cast(list[int | QuicxError], results)
 
     def _send_submits(
         self,

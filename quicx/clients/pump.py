@@ -21,12 +21,13 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Self, TypeVar
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Self, TypeVar, cast
 
 from service_identity import VerificationError
 
-from quicx.clients import awaits, watching
+from quicx.clients import awaits, failover, watching
 from quicx.clients.address import DEFAULT_ADDRESS, one_address, parse_address
 from quicx.clients.connection import (
     Answer,
@@ -40,10 +41,11 @@ from quicx.clients.connection import (
     Send,
     Unanswered,
 )
+from quicx.clients.failover import FAILOVER_DEADLINE, Shard
 from quicx.clients.outcomes import DEFAULT_KEEP
 from quicx.clients.progress import Listener, ProgressReport
 from quicx.protocol import codec, wire
-from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
+from quicx.protocol.errors import ConnectionLost, NotPrimary, QuicxError, error_from
 
 T = TypeVar("T")
 
@@ -65,17 +67,21 @@ class SocketPump:
 
     def __init__(
         self,
-        address: str = DEFAULT_ADDRESS,
+        address: str | Sequence[str] = DEFAULT_ADDRESS,
         timeout: float = 30.0,
         keep_outcomes: int = DEFAULT_KEEP,
         protocol: int = 2,
+        failover: bool = False,
+        failover_deadline: float = FAILOVER_DEADLINE,
     ) -> None:
         self._conn = ClientConnection(protocol, keep_outcomes, announce=False)
-        self.address = address
         self.protocol = protocol
-        several = "open_client or ClusterClient (quicx.clients.blocking_cluster)"
-        _, self._sockaddr, self._tls = parse_address(one_address(address, "QuicxClient", several))
-        self._context = self._tls.context() if self._tls is not None else None
+        # With failover, the daemons of one replicated shard: it follows the primary.
+        self._shard = Shard(address, failover_deadline) if failover else None
+        if self._shard is None:
+            several = "open_client or ClusterClient (quicx.clients.blocking_cluster)"
+            address = one_address(cast(str, address), "QuicxClient", several)
+        self._aim(cast(str, address) if self._shard is None else self._shard.current)
         self.timeout = timeout
         self._lock = threading.RLock()
         self._sock: socket.socket | None = None
@@ -85,6 +91,12 @@ class SocketPump:
         # What the connection made of the bytes read, not yet handled.
         self._inbox: deque[Event] = deque()
         self._feed = watching.EventFeed()
+
+    def _aim(self, address: str) -> None:
+        """Connect to C{address} from now on."""
+        self.address = address
+        _, self._sockaddr, self._tls = parse_address(address)
+        self._context = self._tls.context() if self._tls is not None else None
 
     @property
     def version(self) -> int:
@@ -126,6 +138,8 @@ class SocketPump:
             if hello:
                 try:
                     self._hello(hello)
+                    if self._shard is not None:
+                        self._check_primary()
                 except BaseException:
                     self._drop()  # its answer may still come, as the answer to another
                     raise
@@ -147,6 +161,12 @@ class SocketPump:
                 " (queues, priorities, keys, cancel and introspection are unavailable)",
                 self.address,
             )
+
+    def _check_primary(self) -> None:
+        """@raise NotPrimary: HELLO's answer says the daemon is a standby (or fenced)."""
+        refusal = failover.not_primary(self._conn.server)
+        if refusal is not None:
+            raise refusal
 
     def _begin(self, deadline: float, sends: bool = True) -> None:
         """
@@ -314,14 +334,69 @@ class SocketPump:
         answer: the value it makes of it, or the error it got.
         """
         request.prepare()
-        deadline = time.monotonic() + self.timeout
         with self._lock:
-            self._begin(deadline)
-            self._request(request)
-            value = self._answer(request, deadline)
+            value = self._exchange(request, self.timeout, partial(self._answer, request))
         if isinstance(value, Exception):
             raise value
         return request.finish(value)
+
+    def _exchange(self, request: Request[Any], seconds: float, read: Callable[[float], T]) -> T:
+        """
+        Connect (L{_begin}), send C{request} and C{read} its answer (by a
+        deadline C{seconds} away): what C{read} returns.  With failover,
+        this follows the shard's primary (L{quicx.clients.failover}):
+        refused by a daemon that is not, or cut off before its answer when
+        that is safe, the request is sent again to the next daemon.
+
+        @raise PrimaryNotFound: no primary within the shard's deadline.
+        @raise NotAcknowledged, ConnectionLost: its connection dropped
+            before its answer, and it may have been applied.
+        """
+        shard = self._shard
+        while True:
+            deadline = time.monotonic() + seconds
+            try:
+                self._begin(deadline)
+            except (ConnectionLost, NotPrimary, TimeoutError) as e:
+                if shard is None:
+                    raise
+                self._follow(shard, e)  # nothing was sent
+                continue
+            try:
+                self._request(request)
+                value = read(deadline)
+            except ConnectionLost as e:
+                if shard is None:
+                    raise
+                refusal = failover.lost(request, self.address)
+                if refusal is not None:
+                    self._drop()
+                    raise refusal from None
+                self._follow(shard, e)
+                continue
+            except NotPrimary as e:  # a wait's refusal
+                if shard is None:
+                    raise
+                self._follow(shard, e)
+                continue
+            if shard is not None:
+                if isinstance(value, NotPrimary):
+                    self._follow(shard, value)
+                    continue
+                shard.reached()
+            return value
+
+    def _follow(self, shard: Shard, error: Exception) -> None:
+        """The daemon is not the primary, or cannot be reached: aim at the next."""
+        self._drop()
+        now = time.monotonic()
+        if isinstance(error, NotPrimary):
+            hop = shard.refused(error, now)
+        else:
+            hop = shard.unreachable(now, str(error))
+        log.info("%s (%s): trying %s in %.2f s", self.address, error, hop.address, hop.delay)
+        time.sleep(hop.delay)
+        self._aim(hop.address)
 
     def _wait(self, declare: Callable[[float, float], Request[T]], timeout: float | None) -> T:
         """
@@ -330,26 +405,27 @@ class SocketPump:
         client's), and this client's C{timeout} more for the answer to come back.
         """
         wait = awaits.wait_seconds(self.timeout if timeout is None else timeout)
-        deadline = time.monotonic() + wait + self.timeout
-        request = declare(wait, deadline)
+        request = declare(wait, time.monotonic() + wait + self.timeout)
         request.prepare()  # a bad argument is refused before anything is sent
         with self._lock:
-            self._begin(deadline)
-            self._request(request)
-            waiter = request.waiter
-            assert waiter is not None  # sent
-            while waiter.answer is None:
-                # Nothing else is owed to this call: an ERROR refuses the wait.
-                event = self._pump(deadline)
-                if event is None:
-                    continue
-                self._conn.refused(request)
-                if type(event) is Unanswered and type(event.message) is wire.Error:
-                    raise error_from(event.message)
-                self._drop()
-                raise QuicxError(f"unexpected {_name(event)} for {request.what}")
-            answer = waiter.answer
+            answer = self._exchange(request, wait + self.timeout, partial(self._waited, request))
         return request.finish(answer)
+
+    def _waited(self, request: Request[Any], deadline: float) -> Any:
+        """Read until the answer of C{request}, a wait sent."""
+        waiter = request.waiter
+        assert waiter is not None  # sent
+        while waiter.answer is None:
+            # Nothing else is owed to this call: an ERROR refuses the wait.
+            event = self._pump(deadline)
+            if event is None:
+                continue
+            self._conn.refused(request)
+            if type(event) is Unanswered and type(event.message) is wire.Error:
+                raise error_from(event.message)
+            self._drop()
+            raise QuicxError(f"unexpected {_name(event)} for {request.what}")
+        return waiter.answer
 
 
 def _name(event: object) -> str:
