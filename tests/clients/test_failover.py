@@ -24,7 +24,7 @@ from quicx.clients.failover import (
     lost,
     not_primary,
 )
-from quicx.clients.requests import Options
+from quicx.clients.requests import Options, Task
 from quicx.protocol import codec
 from quicx.protocol.errors import ConnectionLost, NotAcknowledged, NotPrimary
 from tests.clients.standby import Scripted
@@ -178,6 +178,7 @@ def test_a_standby_that_names_no_primary_sends_the_client_down_the_list(
     standby = Scripted(role="candidate", primary="")
     try:
         client = open_client([standby.address, daemon.client_address], failover=True)
+        assert isinstance(client, QuicxClient)
         with client:
             assert client.stats().queue_depth == 0
             assert client.address == daemon.client_address
@@ -221,7 +222,7 @@ def test_submit_many_sends_the_refused_and_the_keyed_again_and_reports_the_other
 ) -> None:
     proxy = Scripted(upstream=daemon.address, cut_submits=1)
     try:
-        tasks = [("t", b"keyed", Options(key=f"k{n}")) for n in range(5)]
+        tasks: list[Task] = [("t", b"keyed", Options(key=f"k{n}")) for n in range(5)]
         tasks.append(("t", b"keyless"))
         with QuicxClient(f"{proxy.address},{daemon.client_address}", failover=True) as client:
             results = client.submit_many(tasks, return_exceptions=True, window=2)
