@@ -110,6 +110,12 @@ def add_worker(commands: Commands) -> None:
         " (uvloop's where installed): MODULE:OBJECT is then a quicx.aio.AsyncWorker,"
         " or a mapping of task types to async functions",
     )
+    worker.add_argument(
+        "--failover",
+        action="store_true",
+        help="the --connect list names one replicated shard's primary and standbys:"
+        " follow its primary (without it, a list is a cluster of independent daemons)",
+    )
     connect_option(worker, several=True)
     worker.set_defaults(run=cmd_worker)
 
@@ -146,7 +152,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             # On by default, and it only saves wake-ups: never a reason not to run.
             Worker.log.warn("busy polling is off: {error}", error=str(e))
     worker.on_terminate = lambda: reactor.callLater(0, exit_terminated)
-    worker.start(reactor, addresses)
+    worker.start(reactor, addresses, failover=args.failover)
     reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
     stop_on_signals(reactor)
     # The default reactor's run() takes installSignalHandlers; IReactorCore omits it.

@@ -53,7 +53,7 @@ class Scripted:
         self.address = f"tcp:127.0.0.1:{self.port}"
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def fence(self, role: str = "fenced", primary: str = "") -> None:
+    def fence(self, role: str | None = "fenced", primary: str = "") -> None:
         """From now on a daemon that is not the primary: its connections are closed."""
         with self._lock:
             self.upstream, self.role, self.primary = None, role, primary

@@ -7,7 +7,10 @@ sockets, against a real daemon as the primary and scripted standbys
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -28,7 +31,9 @@ from quicx.clients.requests import Options, Task
 from quicx.protocol import codec
 from quicx.protocol.errors import ConnectionLost, NotAcknowledged, NotPrimary
 from tests.clients.standby import Scripted
+from tests.clients.test_worker_cluster import HANDLERS, submit, until
 from tests.conftest import DaemonProcess
+from tools.launcher import start_workers, stop_all
 
 A, B, C = "tcp:127.0.0.1:7001", "tcp:127.0.0.1:7002", "tcp:127.0.0.1:7003"
 
@@ -261,3 +266,49 @@ def test_no_primary_within_the_deadline_is_a_clear_error() -> None:
     finally:
         first.close()
         second.close()
+
+
+# -- the worker runner, on real sockets --------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["fenced", None])
+def test_a_worker_follows_the_primary_and_keeps_working(
+    start_daemon: Callable[..., DaemonProcess],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    role: str | None,
+) -> None:
+    # The shard: a proxy to a first daemon (the primary, until it is fenced);
+    # a standby that names it (out of date); a second daemon, the new
+    # primary that the fenced one names.
+    first, second = start_daemon(), start_daemon()
+    proxy = Scripted(upstream=first.address)
+    standby = Scripted(role="standby", primary=f"127.0.0.1:{proxy.port}")
+    log = tmp_path / "ran.log"
+    log.touch()
+    (tmp_path / "shard_handlers.py").write_text(HANDLERS.format(log=str(log)))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+    connect = f"{proxy.address},{standby.address},{second.client_address}"
+    workers = start_workers(
+        "shard_handlers:handlers",
+        1,
+        ["--connect", connect, "--failover", "--concurrency", "2"],
+        tmp_path,
+    )
+    try:
+        before = submit(first, "before", 5)
+        until(lambda: sorted(log.read_bytes().splitlines()) == before)
+        # Fenced: its connections close; a fenced daemon says so at HELLO (role),
+        # or answers HELLO as the primary did and refuses READY (0x0C).
+        proxy.fence(role=role, primary=f"127.0.0.1:{second.port}")
+        after = submit(second, "after", 5)
+        until(lambda: sorted(log.read_bytes().splitlines()) == sorted(before + after))
+        assert workers[0].poll() is None  # it never crashed
+        assert standby.connections >= 1  # each slot, on its way
+        if role is None:
+            assert proxy.refused >= 1  # READY refused, then followed
+    finally:
+        stop_all(workers, 5)
+        proxy.close()
+        standby.close()
+    assert b"Traceback" not in (tmp_path / "worker0.log").read_bytes()
