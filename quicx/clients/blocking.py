@@ -38,7 +38,7 @@ from quicx.clients.failover import Shard
 from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import RetryNotice, value_of
 from quicx.clients.pump import SocketPump, _name
-from quicx.clients.requests import Task
+from quicx.clients.requests import AnyTask, Task
 from quicx.protocol import admin, wire
 from quicx.protocol.errors import ConnectionLost, DaemonError, NotPrimary, QuicxError
 
@@ -158,10 +158,10 @@ class QuicxClient(SocketPump):
                     raise result
         return results
 
-    def _pipeline(self, tasks: Iterable[Task], window: int) -> list[int | DaemonError]:
+    def _pipeline(self, tasks: Iterable[AnyTask], window: int) -> list[int | DaemonError]:
         """L{submit_many}'s SUBMITs to the daemon of the moment, and their answers."""
         results: list[int | DaemonError] = []
-        batch: list[Task] = []
+        batch: list[AnyTask] = []
         # The SUBMITs of the previous batch, sent and not yet read.
         unanswered: Request[int] | None = None
         sent = 0  # tasks that may have reached the daemon
@@ -191,40 +191,29 @@ class QuicxClient(SocketPump):
     ) -> list[int | QuicxError]:
         """
         L{submit_many} to a shard's primary: what was refused as not the
-        primary, not sent, or sent safely again (L{failover.lost}) goes to
-        the next daemon until every task has its answer.
+        primary, not sent, or sent and safe to send again (L{failover.Batch})
+        goes to the next daemon, until every task has its answer.
         """
-        results: list[int | QuicxError | None] = [None] * len(tasks)
-        todo = list(range(len(tasks)))
-        while todo:
+        batch = failover.Batch(tasks)
+        while not batch.done:
             error: Exception | None = None
             try:
-                got: list[int | DaemonError] = self._pipeline([tasks[i] for i in todo], window)
-                sent = len(todo)
+                got: list[int | DaemonError] = self._pipeline(batch.pending(), window)
             except (ConnectionLost, NotPrimary, TimeoutError) as e:
                 got, sent, error = getattr(e, "results", []), getattr(e, "sent", 0), e
                 if isinstance(e, TimeoutError) and sent:
                     raise
-            again = []
-            for place, index in enumerate(todo):
-                value: int | QuicxError | None = got[place] if place < len(got) else None
-                if place < len(got) and type(value) is NotPrimary:
-                    error = error or value
-                elif place >= len(got) and place < sent:  # sent, and not answered
-                    value = failover.lost(Request.submit([tasks[index]]), self.address)
-                if value is None or type(value) is NotPrimary:
-                    again.append(index)
-                else:
-                    results[index] = value
-            todo = again
+            else:
+                sent = len(got)
+            error = batch.answered(got, sent, self.address) or error
             if error is not None:
                 self._follow(shard, error)
         shard.reached()
-        return cast(list[int | QuicxError], results)
+        return cast(list[int | QuicxError], batch.results)
 
     def _send_submits(
         self,
-        batch: list[Task],
+        batch: list[AnyTask],
         unanswered: Request[int] | None,
         results: list[int | DaemonError],
     ) -> Request[int]:

@@ -26,15 +26,16 @@ here, once for all of them:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from attrs import frozen
 
 from quicx.clients.connection import Expect, Request
+from quicx.clients.requests import AnyTask
 from quicx.net.addresses import normalize_address, parse_address, split_addresses
 from quicx.protocol import codec
-from quicx.protocol.errors import ConnectionLost, NotAcknowledged, NotPrimary
+from quicx.protocol.errors import ConnectionLost, NotAcknowledged, NotPrimary, QuicxError
 
 FAILOVER_DEADLINE = 30.0
 """Seconds a call follows the shard before L{PrimaryNotFound}: a failover
@@ -112,6 +113,51 @@ def lost(request: Request[Any], address: str) -> ConnectionLost | None:
     return ConnectionLost(
         f"{address} went away before it answered {request.what}: it may have been applied"
     )
+
+
+class Batch:
+    """
+    A C{submit_many}'s tasks to a shard's primary: those answered, and
+    those to send (again) to the next daemon.
+
+    @ivar results: each task's id or error, C{None} while it has none.
+    """
+
+    def __init__(self, tasks: Sequence[AnyTask]) -> None:
+        self.tasks = tasks
+        self.results: list[int | QuicxError | None] = [None] * len(tasks)
+        self._todo = list(range(len(tasks)))
+
+    @property
+    def done(self) -> bool:
+        return not self._todo
+
+    def pending(self) -> list[AnyTask]:
+        """The tasks to send now, in order."""
+        return [self.tasks[index] for index in self._todo]
+
+    def answered(self, got: Sequence[Any], sent: int, address: str) -> NotPrimary | None:
+        """
+        The daemon at C{address} answered the first of L{pending} with
+        C{got} (ids and errors, in order), and C{sent} of them may have
+        reached it: file the answers, and the L{lost} error of each sent and
+        not answered that may not be sent again; the others stay to send.
+
+        @return: its refusal, if it refused one as not the primary.
+        """
+        refusal = None
+        todo, self._todo = self._todo, []
+        for place, index in enumerate(todo):
+            value = got[place] if place < len(got) else None
+            if isinstance(value, NotPrimary):
+                refusal, value = value, None
+            elif value is None and place < sent:
+                value = lost(Request.submit([self.tasks[index]]), address)
+            if value is None:
+                self._todo.append(index)
+            else:
+                self.results[index] = value
+        return refusal
 
 
 @frozen
