@@ -419,11 +419,7 @@ class StreamPump:
                     self._rejected = error
                 link.transport.abort()
                 await link.closed
-            now = time.monotonic()
-            if isinstance(error, NotPrimary):
-                hop = shard.refused(error, now)
-            else:
-                hop = shard.unreachable(now, str(error))
+            hop = shard.next(error, time.monotonic())
             log.info("%s (%s): trying %s in %.2f s", self.address, error, hop.address, hop.delay)
             await asyncio.sleep(hop.delay)
             self._aim(hop.address)

@@ -162,10 +162,16 @@ class Batch:
 
 @frozen
 class Hop:
-    """Where to connect next (C{address}), after C{delay} seconds."""
+    """
+    Where to connect next (C{address}), after C{delay} seconds.
+
+    @ivar overdue: a shard that follows C{forever} (a worker's): no primary
+        within its deadline, said once a deadline (it starts over).
+    """
 
     address: str
     delay: float
+    overdue: PrimaryNotFound | None = None
 
 
 class Shard:
@@ -175,15 +181,21 @@ class Shard:
     @ivar addresses: the shard's daemons, normalized, in the order given.
     @ivar deadline: seconds without a primary before L{PrimaryNotFound}.
     @ivar current: the address to connect to.
+    @ivar forever: past the deadline, start over (a worker's), rather than
+        raise L{PrimaryNotFound} (a call's).
     """
 
-    def __init__(self, addresses: str | Iterable[str], deadline: float = FAILOVER_DEADLINE) -> None:
+    def __init__(
+        self,
+        addresses: str | Iterable[str],
+        deadline: float = FAILOVER_DEADLINE,
+        forever: bool = False,
+    ) -> None:
         """@raise ValueError: no address, one named twice, a deadline not above 0."""
         if not deadline > 0:
-            raise ValueError(
-                f"the failover deadline is a number of seconds above 0, not {deadline}"
-            )
+            raise ValueError(f"the failover deadline is seconds above 0, not {deadline}")
         self.addresses = split_addresses(addresses)
+        self.forever = forever
         self.deadline = deadline
         self.current = self.addresses[0]
         self._since: float | None = None  # when this outage began
@@ -195,6 +207,12 @@ class Shard:
         self._since = None
         self._tried.clear()
         self._misses = 0
+
+    def next(self, error: Exception, now: float) -> Hop:
+        """L{refused} for a L{NotPrimary} C{error}, else L{unreachable}."""
+        if isinstance(error, NotPrimary):
+            return self.refused(error, now)
+        return self.unreachable(now, str(error))
 
     def refused(self, error: NotPrimary, now: float) -> Hop:
         """
@@ -219,7 +237,12 @@ class Shard:
         if self._since is None:
             self._since = now
         elif now - self._since >= self.deadline:
-            raise PrimaryNotFound(self.addresses, now - self._since, why)
+            overdue = PrimaryNotFound(self.addresses, now - self._since, why)
+            if not self.forever:
+                raise overdue
+            self.reached()
+            hop = self._hop(now, named, why)
+            return Hop(hop.address, MAX_DELAY, overdue)
         self._tried.add(self.current)
         self._misses += 1
         if named is None:

@@ -389,11 +389,7 @@ class SocketPump:
     def _follow(self, shard: Shard, error: Exception) -> None:
         """The daemon is not the primary, or cannot be reached: aim at the next."""
         self._drop()
-        now = time.monotonic()
-        if isinstance(error, NotPrimary):
-            hop = shard.refused(error, now)
-        else:
-            hop = shard.unreachable(now, str(error))
+        hop = shard.next(error, time.monotonic())
         log.info("%s (%s): trying %s in %.2f s", self.address, error, hop.address, hop.delay)
         time.sleep(hop.delay)
         self._aim(hop.address)

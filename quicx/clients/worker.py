@@ -82,7 +82,7 @@ from twisted.logger import Logger
 
 from quicx.clients.adaptive import AUTO_MAX
 from quicx.clients.address import DEFAULT_ADDRESS, split_addresses
-from quicx.clients.failover import FAILOVER_DEADLINE, PrimaryNotFound, Shard
+from quicx.clients.failover import FAILOVER_DEADLINE, Shard
 from quicx.clients.following import Following
 from quicx.clients.handlers import Handler, Handlers, TaskContext
 from quicx.clients.reports import Unrecoverable, cut_reason, failure_reason, report
@@ -90,7 +90,7 @@ from quicx.clients.shares import Shares
 from quicx.clients.slot import Member, WorkerProtocol
 from quicx.clients.twisted_client import endpoint_for
 from quicx.protocol import codec, shared_data, taskflow, workers
-from quicx.protocol.errors import ConnectionLost, NotPrimary
+from quicx.protocol.errors import ConnectionLost
 
 RETRY_FIRST = 0.1
 RETRY_MAX = 3.0
@@ -333,7 +333,9 @@ class Worker(Handlers):
         delay = RETRY_FIRST
         address = member.address
         # With failover, where this slot follows the shard's primary to.
-        shard = Shard(self._shard_addresses, FAILOVER_DEADLINE) if self.failover else None
+        shard = None
+        if self.failover:
+            shard = Shard(self._shard_addresses, FAILOVER_DEADLINE, forever=True)
         while not self._stopping:
             if shard is not None:
                 address = shard.current
@@ -378,17 +380,11 @@ class Worker(Handlers):
     def _hop(self, shard: Shard, error: Exception) -> float:
         """
         A slot's daemon is not the primary, or is out of reach: the slot
-        follows C{shard} to the next; in how many seconds.  A worker never
-        gives up: past the shard's deadline it says so, and starts over.
+        follows C{shard} to the next; in how many seconds.
         """
-        now = self._reactor.seconds()
-        try:
-            hop = shard.refused(error, now) if isinstance(error, NotPrimary) else None
-            hop = hop or shard.unreachable(now, str(error))
-        except PrimaryNotFound as e:
-            self.log.error("{error}; still trying", error=e)
-            shard.reached()
-            return RETRY_MAX
+        hop = shard.next(error, self._reactor.seconds())
+        if hop.overdue is not None:
+            self.log.error("{error}; still trying", error=hop.overdue)
         return hop.delay
 
     def _cancellable(self, waiting: Deferred[Any]) -> Deferred[Any]:

@@ -312,3 +312,14 @@ def test_a_worker_follows_the_primary_and_keeps_working(
         proxy.close()
         standby.close()
     assert b"Traceback" not in (tmp_path / "worker0.log").read_bytes()
+
+
+def test_a_worker_s_shard_never_gives_up_and_says_so_once_a_deadline() -> None:
+    shard = Shard(f"{A},{B}", deadline=5.0, forever=True)
+    overdue = []
+    for second in range(21):
+        hop = shard.unreachable(float(second), "refused")
+        assert hop.delay <= MAX_DELAY
+        if hop.overdue is not None:
+            overdue.append(second)
+    assert overdue == [5, 10, 15, 20]  # said once each 5 s, started over after it
