@@ -196,7 +196,7 @@ def asyncio_worker(args: argparse.Namespace) -> int:
         runner: Any = importlib.import_module("uvloop").run
     except ImportError:
         runner = asyncio.run
-    runner(worker.run(addresses, signals=True))
+    runner(worker.run(addresses, signals=True, failover=args.failover))
     return 0
 
 

@@ -271,12 +271,14 @@ def test_no_primary_within_the_deadline_is_a_clear_error() -> None:
 # -- the worker runner, on real sockets --------------------------------------------------
 
 
+@pytest.mark.parametrize("loop", ["twisted", "asyncio"])
 @pytest.mark.parametrize("role", ["fenced", None])
 def test_a_worker_follows_the_primary_and_keeps_working(
     start_daemon: Callable[..., DaemonProcess],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     role: str | None,
+    loop: str,
 ) -> None:
     # The shard: a proxy to a first daemon (the primary, until it is fenced);
     # a standby that names it (out of date); a second daemon, the new
@@ -292,7 +294,7 @@ def test_a_worker_follows_the_primary_and_keeps_working(
     workers = start_workers(
         "shard_handlers:handlers",
         1,
-        ["--connect", connect, "--failover", "--concurrency", "2"],
+        ["--connect", connect, "--failover", "--concurrency", "2", "--loop", loop],
         tmp_path,
     )
     try:
