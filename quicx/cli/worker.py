@@ -110,13 +110,7 @@ def add_worker(commands: Commands) -> None:
         " (uvloop's where installed): MODULE:OBJECT is then a quicx.aio.AsyncWorker,"
         " or a mapping of task types to async functions",
     )
-    worker.add_argument(
-        "--failover",
-        action="store_true",
-        help="the --connect list names one replicated shard's primary and standbys:"
-        " follow its primary (without it, a list is a cluster of independent daemons)",
-    )
-    connect_option(worker, several=True)
+    connect_option(worker, several=True, failover=True)
     worker.set_defaults(run=cmd_worker)
 
 

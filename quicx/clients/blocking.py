@@ -30,17 +30,16 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Unpack, cast
+from typing import Any, Unpack
 
-from quicx.clients import failover, operations, tracing
-from quicx.clients.connection import Answer, Request
-from quicx.clients.failover import Shard
+from quicx.clients import operations, tracing
+from quicx.clients.connection import Request
 from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import RetryNotice, value_of
 from quicx.clients.pump import SocketPump, _name
-from quicx.clients.requests import AnyTask, Task
+from quicx.clients.requests import Task
 from quicx.protocol import admin, wire
-from quicx.protocol.errors import ConnectionLost, DaemonError, NotPrimary, QuicxError
+from quicx.protocol.errors import ConnectionLost, QuicxError
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -156,108 +155,6 @@ class QuicxClient(SocketPump):
                 if isinstance(result, QuicxError):
                     result.results = results  # type: ignore[attr-defined]
                     raise result
-        return results
-
-    def _pipeline(self, tasks: Iterable[AnyTask], window: int) -> list[int | DaemonError]:
-        """L{submit_many}'s SUBMITs to the daemon of the moment, and their answers."""
-        results: list[int | DaemonError] = []
-        batch: list[AnyTask] = []
-        # The SUBMITs of the previous batch, sent and not yet read.
-        unanswered: Request[int] | None = None
-        sent = 0  # tasks that may have reached the daemon
-        try:
-            self._begin(time.monotonic() + self.timeout)
-            for task in tasks:
-                batch.append(task)
-                if len(batch) == window:
-                    request = self._send_submits(batch, unanswered, results)
-                    sent += len(batch)
-                    self._read_replies(unanswered, results)
-                    unanswered, batch = request, []
-            if batch:
-                request = self._send_submits(batch, unanswered, results)
-                sent += len(batch)
-                self._read_replies(unanswered, results)
-                unanswered = request
-            self._read_replies(unanswered, results)
-        except Exception as e:
-            e.results = list(results)  # type: ignore[attr-defined]
-            e.sent = sent  # type: ignore[attr-defined]
-            raise
-        return results
-
-    def _submit_following(
-        self, shard: Shard, tasks: list[Task], window: int
-    ) -> list[int | QuicxError]:
-        """
-        L{submit_many} to a shard's primary: what was refused as not the
-        primary, not sent, or sent and safe to send again (L{failover.Batch})
-        goes to the next daemon, until every task has its answer.
-        """
-        batch = failover.Batch(tasks)
-        while not batch.done:
-            error: Exception | None = None
-            try:
-                got: list[int | DaemonError] = self._pipeline(batch.pending(), window)
-            except (ConnectionLost, NotPrimary, TimeoutError) as e:
-                got, sent, error = getattr(e, "results", []), getattr(e, "sent", 0), e
-                if isinstance(e, TimeoutError) and sent:
-                    raise
-            else:
-                sent = len(got)
-            error = batch.answered(got, sent, self.address) or error
-            if error is not None:
-                self._follow(shard, error)
-        shard.reached()
-        return cast(list[int | QuicxError], batch.results)
-
-    def _send_submits(
-        self,
-        batch: list[AnyTask],
-        unanswered: Request[int] | None,
-        results: list[int | DaemonError],
-    ) -> Request[int]:
-        """
-        Send C{batch}, encoded in the version of the connection L{_begin}
-        made.  If a task of it cannot be, the answers to the C{unanswered}
-        SUBMITs sent before it are read into C{results} before the error
-        is raised: they are all that was sent.
-        """
-        request = Request.submit(batch)
-        try:
-            data = self._conn.send(request)
-        except Exception:
-            self._read_replies(unanswered, results)
-            raise
-        self._send(data)
-        return request
-
-    def _read_replies(
-        self, request: Request[int] | None, results: list[int | DaemonError] | None = None
-    ) -> list[int | DaemonError]:
-        """
-        Read the answers to C{request}'s SUBMITs (none if C{None}): task
-        ids, or the refusals, each added to C{results} (a new list if none)
-        as it comes.
-        """
-        results = [] if results is None else results
-        if request is None:
-            return results
-        deadline = time.monotonic() + self.timeout
-        inbox = self._inbox
-        for _ in range(request.count):
-            # Straight from the inbox, the common case, else through the pump.
-            event = inbox[0] if inbox else None
-            if type(event) is Answer and event.request is request:
-                inbox.popleft()
-                value = event.value
-            else:
-                value = self._answer(request, deadline)
-            if type(value) is int or isinstance(value, DaemonError):
-                results.append(value)
-            else:
-                self._drop()
-                raise value
         return results
 
     def wait(

@@ -1,6 +1,8 @@
 """
-Following a shard's primary, sans-I/O: which daemon to connect to next, how
-long to wait first, when to give up, and which requests may be sent again.
+Following a replicated shard's primary, sans-I/O: where next, when to give up, what to resend.
+
+Which daemon to connect to next, how long to wait first, when to give up,
+and which requests may be sent again.
 
 A replicated shard is one primary and its standbys (docs/operations.md,
 "High availability").  A client given the shard's addresses with

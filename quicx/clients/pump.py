@@ -21,7 +21,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Self, TypeVar, cast
 
@@ -44,8 +44,9 @@ from quicx.clients.connection import (
 from quicx.clients.failover import FAILOVER_DEADLINE, Shard
 from quicx.clients.outcomes import DEFAULT_KEEP
 from quicx.clients.progress import Listener, ProgressReport
+from quicx.clients.requests import AnyTask
 from quicx.protocol import codec, wire
-from quicx.protocol.errors import ConnectionLost, NotPrimary, QuicxError, error_from
+from quicx.protocol.errors import ConnectionLost, DaemonError, NotPrimary, QuicxError, error_from
 
 T = TypeVar("T")
 
@@ -56,8 +57,9 @@ log.addHandler(logging.NullHandler())  # silent unless the application configure
 class SocketPump:
     """
     A connection to one daemon over a blocking socket, and the calls that
-    use it: L{_call} (a request and its answer) and L{_wait} (a wait on the
-    daemon).  Calls are serialized by a lock.
+    use it: L{_call} (a request and its answer), L{_wait} (a wait on the
+    daemon) and L{_pipeline} (SUBMITs, pipelined); with failover, the
+    daemon is the shard's primary (L{_exchange}).  Calls are serialized by a lock.
 
     @ivar timeout: seconds any one call may wait for the daemon.
     @ivar version: the protocol version of the connection (2, unless the
@@ -422,6 +424,110 @@ class SocketPump:
             self._drop()
             raise QuicxError(f"unexpected {_name(event)} for {request.what}")
         return waiter.answer
+
+    # -- SUBMITs, pipelined (L{quicx.clients.blocking.QuicxClient.submit_many}) ---------
+
+    def _pipeline(self, tasks: Iterable[AnyTask], window: int) -> list[int | DaemonError]:
+        """L{submit_many}'s SUBMITs to the daemon of the moment, and their answers."""
+        results: list[int | DaemonError] = []
+        batch: list[AnyTask] = []
+        # The SUBMITs of the previous batch, sent and not yet read.
+        unanswered: Request[int] | None = None
+        sent = 0  # tasks that may have reached the daemon
+        try:
+            self._begin(time.monotonic() + self.timeout)
+            for task in tasks:
+                batch.append(task)
+                if len(batch) == window:
+                    request = self._send_submits(batch, unanswered, results)
+                    sent += len(batch)
+                    self._read_replies(unanswered, results)
+                    unanswered, batch = request, []
+            if batch:
+                request = self._send_submits(batch, unanswered, results)
+                sent += len(batch)
+                self._read_replies(unanswered, results)
+                unanswered = request
+            self._read_replies(unanswered, results)
+        except Exception as e:
+            e.results = list(results)  # type: ignore[attr-defined]
+            e.sent = sent  # type: ignore[attr-defined]
+            raise
+        return results
+
+    def _submit_following(
+        self, shard: Shard, tasks: list[AnyTask], window: int
+    ) -> list[int | QuicxError]:
+        """
+        L{submit_many} to a shard's primary: what was refused as not the
+        primary, not sent, or sent and safe to send again (L{failover.Batch})
+        goes to the next daemon, until every task has its answer.
+        """
+        batch = failover.Batch(tasks)
+        while not batch.done:
+            error: Exception | None = None
+            try:
+                got: list[int | DaemonError] = self._pipeline(batch.pending(), window)
+            except (ConnectionLost, NotPrimary, TimeoutError) as e:
+                got, sent, error = getattr(e, "results", []), getattr(e, "sent", 0), e
+                if isinstance(e, TimeoutError) and sent:
+                    raise
+            else:
+                sent = len(got)
+            error = batch.answered(got, sent, self.address) or error
+            if error is not None:
+                self._follow(shard, error)
+        shard.reached()
+        return cast(list[int | QuicxError], batch.results)
+
+    def _send_submits(
+        self,
+        batch: list[AnyTask],
+        unanswered: Request[int] | None,
+        results: list[int | DaemonError],
+    ) -> Request[int]:
+        """
+        Send C{batch}, encoded in the version of the connection L{_begin}
+        made.  If a task of it cannot be, the answers to the C{unanswered}
+        SUBMITs sent before it are read into C{results} before the error
+        is raised: they are all that was sent.
+        """
+        request = Request.submit(batch)
+        try:
+            data = self._conn.send(request)
+        except Exception:
+            self._read_replies(unanswered, results)
+            raise
+        self._send(data)
+        return request
+
+    def _read_replies(
+        self, request: Request[int] | None, results: list[int | DaemonError] | None = None
+    ) -> list[int | DaemonError]:
+        """
+        Read the answers to C{request}'s SUBMITs (none if C{None}): task
+        ids, or the refusals, each added to C{results} (a new list if none)
+        as it comes.
+        """
+        results = [] if results is None else results
+        if request is None:
+            return results
+        deadline = time.monotonic() + self.timeout
+        inbox = self._inbox
+        for _ in range(request.count):
+            # Straight from the inbox, the common case, else through the pump.
+            event = inbox[0] if inbox else None
+            if type(event) is Answer and event.request is request:
+                inbox.popleft()
+                value = event.value
+            else:
+                value = self._answer(request, deadline)
+            if type(value) is int or isinstance(value, DaemonError):
+                results.append(value)
+            else:
+                self._drop()
+                raise value
+        return results
 
 
 def _name(event: object) -> str:

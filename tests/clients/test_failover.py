@@ -8,6 +8,9 @@ sockets, against a real daemon as the primary and scripted standbys
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +38,7 @@ from tests.clients.test_worker_cluster import HANDLERS, submit, until
 from tests.conftest import DaemonProcess
 from tools.launcher import start_workers, stop_all
 
+ROOT = Path(__file__).resolve().parents[2]
 A, B, C = "tcp:127.0.0.1:7001", "tcp:127.0.0.1:7002", "tcp:127.0.0.1:7003"
 
 
@@ -325,3 +329,22 @@ def test_a_worker_s_shard_never_gives_up_and_says_so_once_a_deadline() -> None:
         if hop.overdue is not None:
             overdue.append(second)
     assert overdue == [5, 10, 15, 20]  # said once each 5 s, started over after it
+
+
+def test_the_docs_example_runs_as_written(daemon: DaemonProcess) -> None:
+    page = (ROOT / "docs" / "clients.md").read_text()
+    section = page[page.index("## Following the primary") :]
+    block = re.search(r"^```python\n(.*?)^```", section, re.M | re.S)
+    assert block is not None
+    standby = Scripted(role="standby", primary=primary_of(daemon))
+    try:
+        env = {**os.environ, "QUICX_ADDRESS": f"{standby.address},{daemon.client_address}"}
+        done = subprocess.run(
+            [sys.executable, "-c", block[1]], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f"accepted by the primary, {daemon.client_address}\n"
+        assert standby.connections == 1
+        assert queued(daemon) == 1
+    finally:
+        standby.close()
