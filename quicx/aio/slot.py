@@ -241,6 +241,12 @@ class AsyncSlot(asyncio.Protocol, Credited):
         if self._no_answer is not None:
             self._no_answer.cancel()
         self.saves.lost(str(exc or "closed"))
+        if self.running:
+            log.info(
+                "%d task(s) in hand as the connection closed: their outcomes are dropped,"
+                " and the daemon delivers them again",
+                len(self.running),
+            )
         for _, lease in self.running.values():
             if lease is not None:
                 lease.end()  # its outcome cannot be reported: the daemon requeues it
@@ -465,13 +471,6 @@ class AsyncSlot(asyncio.Protocol, Credited):
                 " for good" if isinstance(result.value, Unrecoverable) else "",
                 failure_reason(result, 16 * 1024),
             )
-        if self.closed.done():
-            log.info(
-                "task %s finished after its connection closed: its outcome is dropped,"
-                " and the daemon delivers it again",
-                task.task_id,
-            )
-            return
         try:
             frame = report(
                 task,

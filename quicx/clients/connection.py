@@ -123,7 +123,9 @@ class Request(Generic[T]):
         answered by task ids; C{progress}: the callback of a single task's.
         """
         encode = partial(requests.submit_frames, tasks=tasks)
-        return Request("a SUBMIT", Expect.OK, encode, len(tasks), progress, tasks=tasks)
+        request: Request[int] = Request("a SUBMIT", Expect.OK, encode, len(tasks), progress)
+        request.tasks = tasks
+        return request
 
     @classmethod
     def info(

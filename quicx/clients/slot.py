@@ -183,6 +183,12 @@ class WorkerProtocol(FrameReceiver, Credited):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self._unanswered is not None and self._unanswered.active():
             self._unanswered.cancel()
+        if self.running:
+            self.log.info(
+                "{count} task(s) in hand as the connection closed: their outcomes are"
+                " dropped, and the daemon delivers them again",
+                count=self.running,
+            )
         self.saves.lost(reason.getErrorMessage())
         self.worker._slots.discard(self)
         self.worker._slot_lost(self)
@@ -436,13 +442,6 @@ class WorkerProtocol(FrameReceiver, Credited):
             self.log.failure("task {id}: its outcome could not be reported", id=task.task_id)
             unsent = Failure(Unrecoverable(f"the outcome could not be sent: {e!r}"))
             frame = report(task, unsent, failed=True)
-        if self.closed.called:
-            self.log.info(
-                "task {id} finished after its connection closed: its outcome is dropped,"
-                " and the daemon delivers it again",
-                id=task.task_id,
-            )
-            return
         if len(frame) > _ACK_SIZE and frame[1] == codec.MessageType.ACK:
             sent = self._results_sent
             sent[task.task_id] = (cast(taskflow.Task, task).token, len(frame))
