@@ -449,7 +449,8 @@ class QuicxClient(SocketPump):
             producer or admin role) may not publish.
         """
         with self._lock:
-            self._begin(time.monotonic() + self.timeout)  # its HELLO tells the limit
+            if self._shard is None:  # (with failover, the primary's, once followed)
+                self._begin(time.monotonic() + self.timeout)  # its HELLO tells the limit
             return self._call(operations.publish(self._conn, name, data))
 
     def unpublish(self, name: str) -> dict[str, Any]:
