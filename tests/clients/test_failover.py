@@ -25,6 +25,7 @@ from quicx.clients.connection import Request
 from quicx.clients.failover import (
     FAILOVER_DEADLINE,
     MAX_DELAY,
+    Batch,
     PrimaryNotFound,
     Shard,
     lost,
@@ -32,7 +33,7 @@ from quicx.clients.failover import (
 )
 from quicx.clients.requests import Options, Task
 from quicx.protocol import codec
-from quicx.protocol.errors import ConnectionLost, NotAcknowledged, NotPrimary
+from quicx.protocol.errors import ConnectionLost, DaemonError, NotAcknowledged, NotPrimary
 from tests.clients.standby import Scripted
 from tests.clients.test_worker_cluster import HANDLERS, submit, until
 from tests.conftest import DaemonProcess
@@ -348,3 +349,41 @@ def test_the_docs_example_runs_as_written(daemon: DaemonProcess) -> None:
         assert queued(daemon) == 1
     finally:
         standby.close()
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=10), st.data())
+def test_a_batch_sends_again_what_was_refused_unsent_or_keyed_and_settles_the_rest_once(
+    keyed: list[bool], data: st.DataObject
+) -> None:
+    tasks: list[Task] = [
+        ("t", b"%d" % n, Options(key=f"k{n}")) if has_key else ("t", b"%d" % n)
+        for n, has_key in enumerate(keyed)
+    ]
+    batch = Batch(tasks)
+    todo = list(range(len(tasks)))  # the model
+    next_id = 1
+    for _ in range(30):
+        if batch.done:
+            break
+        assert batch.pending() == [tasks[i] for i in todo]
+        answered = data.draw(st.integers(0, len(todo)))
+        refused_from = data.draw(st.integers(0, answered))  # a refusal holds for all after it
+        sent = data.draw(st.integers(answered, len(todo)))
+        got: list[int | DaemonError] = []
+        for place in range(answered):
+            got.append(refusal("h:1") if place >= refused_from else next_id + place)
+        refused = batch.answered(got, sent, A)
+        assert (refused is not None) == (refused_from < answered)
+        again = []
+        for place, index in enumerate(todo):
+            if place < refused_from:
+                assert batch.results[index] == next_id + place
+            elif place < answered or place >= sent or keyed[index]:
+                again.append(index)
+                assert batch.results[index] is None
+            else:
+                assert isinstance(batch.results[index], NotAcknowledged)
+        todo = again
+        next_id += len(todo) + answered + 1
+    if batch.done:
+        assert all(result is not None for result in batch.results)
