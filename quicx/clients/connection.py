@@ -187,6 +187,7 @@ class Request(Generic[T]):
             requests.needs_version_2(version, what)
             frame = request.prepare()
             request.waiter = waits.add(key, deadline, then)
+            request._refused = False  # sent again (a client that follows the primary)
             return frame + link.HEARTBEAT_FRAME if fenced else frame
 
         request.encode = encode

@@ -15,7 +15,7 @@ from quicx.aio import AsyncClient, open_client
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.failover import PrimaryNotFound
 from quicx.clients.requests import Options, Task
-from quicx.protocol.errors import NotAcknowledged
+from quicx.protocol.errors import NotAcknowledged, NotFinished
 from tests.clients.standby import Scripted
 from tests.conftest import DaemonProcess
 
@@ -104,3 +104,20 @@ def test_no_primary_within_the_deadline_is_a_clear_error() -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_a_wait_on_the_daemon_follows(daemon: DaemonProcess) -> None:
+    with QuicxClient(daemon.client_address) as direct:
+        task_id = direct.submit("t", b"x", keep_result=True)
+    standby = Scripted(role=None, primary=f"127.0.0.1:{daemon.port}")
+
+    async def main() -> None:
+        async with AsyncClient(f"{standby.address},{daemon.client_address}", failover=True) as c:
+            with pytest.raises(NotFinished):  # refused by the standby, taken by the primary
+                await c.result(task_id, timeout=0)
+
+    try:
+        asyncio.run(main())
+        assert standby.refused == 1
+    finally:
+        standby.close()

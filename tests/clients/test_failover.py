@@ -33,7 +33,13 @@ from quicx.clients.failover import (
 )
 from quicx.clients.requests import Options, Task
 from quicx.protocol import codec
-from quicx.protocol.errors import ConnectionLost, DaemonError, NotAcknowledged, NotPrimary
+from quicx.protocol.errors import (
+    ConnectionLost,
+    DaemonError,
+    NotAcknowledged,
+    NotFinished,
+    NotPrimary,
+)
 from tests.clients.standby import Scripted
 from tests.clients.test_worker_cluster import HANDLERS, submit, until
 from tests.conftest import DaemonProcess
@@ -387,3 +393,17 @@ def test_a_batch_sends_again_what_was_refused_unsent_or_keyed_and_settles_the_re
         next_id += len(todo) + answered + 1
     if batch.done:
         assert all(result is not None for result in batch.results)
+
+
+def test_a_wait_on_the_daemon_follows(daemon: DaemonProcess) -> None:
+    with QuicxClient(daemon.client_address) as direct:
+        task_id = direct.submit("t", b"x", keep_result=True)
+    standby = Scripted(role=None, primary=primary_of(daemon))
+    try:
+        shard = f"{standby.address},{daemon.client_address}"
+        # AWAIT, refused by the standby (0x0C), then taken by the primary.
+        with QuicxClient(shard, failover=True) as client, pytest.raises(NotFinished):
+            client.result(task_id, timeout=0)
+        assert standby.refused == 1
+    finally:
+        standby.close()
