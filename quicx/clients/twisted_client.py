@@ -655,7 +655,8 @@ class ProducerService(ClientService):
     With C{failover=True}, C{address} lists one replicated shard's daemons
     and it follows the shard's primary (L{quicx.clients.failover}): a submit
     refused by a standby, or cut off, goes to the primary with its key,
-    for up to C{failover_deadline} seconds (then L{PrimaryNotFound}).
+    for up to C{failover_deadline} seconds (then L{PrimaryNotFound}); the
+    deadline, not C{attempts}, bounds its tries.
     """
 
     def __init__(
