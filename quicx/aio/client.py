@@ -28,17 +28,24 @@ import contextlib
 from collections.abc import Iterable
 from functools import partial
 from itertools import islice
-from typing import Any, Unpack
+from typing import Any, Unpack, cast
 
 from quicx.aio.pump import StreamPump
-from quicx.clients import operations, tracing
+from quicx.clients import failover, operations, tracing
 from quicx.clients.blocking import DEFAULT_WINDOW
 from quicx.clients.connection import Request
+from quicx.clients.failover import Shard
 from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import RetryListener, value_of
-from quicx.clients.requests import Task
+from quicx.clients.requests import AnyTask, Task
 from quicx.protocol import admin, wire
-from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError
+from quicx.protocol.errors import (
+    ConnectionLost,
+    DaemonError,
+    NotAcknowledged,
+    NotPrimary,
+    QuicxError,
+)
 
 
 class AsyncClient(StreamPump):
@@ -74,13 +81,28 @@ class AsyncClient(StreamPump):
 
     async def submit_many(
         self, tasks: Iterable[Task], return_exceptions: bool = False, window: int = DEFAULT_WINDOW
-    ) -> list[int | DaemonError]:
+    ) -> list[int | QuicxError]:
         """
         Submit many tasks, pipelined: each batch of C{window} is sent before
         the answers to the one before it are awaited.  An error raised
         part-way holds the answers of the whole batches before it in
-        C{results}, and how many tasks were sent in C{sent}.
+        C{results}, and how many tasks were sent in C{sent}.  With
+        C{failover}, as the blocking client's.
         """
+        if self._shard is None:
+            results: list[int | QuicxError] = list(await self._pipeline(tasks, window))
+        else:
+            results = await self._submit_following(self._shard, list(tasks), window)
+        for result in results:
+            if not isinstance(result, int | DaemonError | NotAcknowledged):
+                raise result  # a daemon's mistake (an answer of the wrong type)
+            if isinstance(result, QuicxError) and not return_exceptions:
+                result.results = results
+                raise result
+        return results
+
+    async def _pipeline(self, tasks: Iterable[AnyTask], window: int) -> list[int | DaemonError]:
+        """L{submit_many}'s SUBMITs to the daemon of the moment, and their answers."""
         results: list[int | DaemonError] = []
         previous: Any = None  # the answers of the batch sent before
         sent = 0
@@ -104,13 +126,27 @@ class AsyncClient(StreamPump):
             e.results = list(results)  # type: ignore[attr-defined]
             e.sent = sent  # type: ignore[attr-defined]
             raise
-        for result in results:
-            if not isinstance(result, int | DaemonError):
-                raise result  # a daemon's mistake (an answer of the wrong type)
-            if isinstance(result, DaemonError) and not return_exceptions:
-                result.results = results
-                raise result
         return results
+
+    async def _submit_following(
+        self, shard: Shard, tasks: list[Task], window: int
+    ) -> list[int | QuicxError]:
+        """L{submit_many} to a shard's primary (see L{failover.Batch})."""
+        batch = failover.Batch(tasks)
+        while not batch.done:
+            aimed = self._aimed
+            error: Exception | None = None
+            try:
+                got: list[int | DaemonError] = await self._pipeline(batch.pending(), window)
+            except (ConnectionLost, NotPrimary) as e:
+                got, sent, error = getattr(e, "results", []), getattr(e, "sent", 0), e
+            else:
+                sent = len(got)
+            error = batch.answered(got, sent, self.address) or error
+            if error is not None:
+                await self._follow(shard, error, aimed)
+        shard.reached()
+        return cast(list[int | QuicxError], batch.results)
 
     async def wait(
         self, task_id: int, timeout: float | None = None, on_retry: RetryListener | None = None

@@ -158,9 +158,16 @@ def open_client(
     keep_outcomes: int = DEFAULT_KEEP,
     protocol: int = 2,
     spread: str = ROUND_ROBIN,
+    failover: bool = False,
 ) -> AsyncClient | AsyncClusterClient:
-    """An L{AsyncClient} for one address, an L{AsyncClusterClient} for several ($QUICX_ADDRESS)."""
+    """
+    An L{AsyncClient} for one address, an L{AsyncClusterClient} for several
+    ($QUICX_ADDRESS); with C{failover}, an L{AsyncClient} of the replicated
+    shard they are, which follows its primary (L{quicx.clients.failover}).
+    """
     found = split_addresses(default_address() if addresses is None else addresses)
+    if failover:
+        return AsyncClient(found, timeout, keep_outcomes, protocol, failover=True)
     if len(found) == 1:
         return AsyncClient(found[0], timeout, keep_outcomes, protocol)
     return AsyncClusterClient(found, timeout, keep_outcomes, protocol, spread)

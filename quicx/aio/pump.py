@@ -25,12 +25,13 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, TypeVar, cast
 
 from service_identity import VerificationError
 
-from quicx.clients import awaits, watching
+from quicx.clients import awaits, failover, watching
 from quicx.clients.address import DEFAULT_ADDRESS, one_address, parse_address
 from quicx.clients.connection import (
     Answer,
@@ -45,9 +46,10 @@ from quicx.clients.connection import (
     Settled,
     Unanswered,
 )
+from quicx.clients.failover import FAILOVER_DEADLINE, Shard, not_primary
 from quicx.clients.outcomes import DEFAULT_KEEP, Outcome, RetryListener
 from quicx.protocol import codec, wire
-from quicx.protocol.errors import ConnectionLost, QuicxError
+from quicx.protocol.errors import ConnectionLost, NotPrimary, QuicxError
 
 T = TypeVar("T")
 
@@ -139,16 +141,22 @@ class StreamPump:
 
     def __init__(
         self,
-        address: str = DEFAULT_ADDRESS,
+        address: str | Sequence[str] = DEFAULT_ADDRESS,
         timeout: float = 30.0,
         keep_outcomes: int = DEFAULT_KEEP,
         protocol: int = 2,
+        failover: bool = False,
+        failover_deadline: float = FAILOVER_DEADLINE,
     ) -> None:
         self._conn = ClientConnection(protocol, keep_outcomes)
-        self.address = address
         self.protocol = protocol
-        _, self._sockaddr, self._tls = parse_address(one_address(address, "AsyncClient", SEVERAL))
-        self._context = self._tls.context() if self._tls is not None else None
+        # With failover, the daemons of one replicated shard: it follows the primary.
+        self._shard = Shard(address, failover_deadline) if failover else None
+        self._aimed = 0  # how many times it followed: a call follows once per refusal
+        if self._shard is None:
+            self._aim(one_address(cast(str, address), "AsyncClient", SEVERAL))
+        else:
+            self._aim(self._shard.current)
         self.timeout = timeout
         self._link: _Link | None = None
         self._opening = asyncio.Lock()
@@ -169,6 +177,12 @@ class StreamPump:
         self._retries: dict[int, list[RetryListener]] = {}
         self._feed = watching.EventFeed()
         self._fed: asyncio.Future[None] | None = None  # woken by live events
+
+    def _aim(self, address: str) -> None:
+        """Connect to C{address} from now on."""
+        self.address = address
+        _, self._sockaddr, self._tls = parse_address(address)
+        self._context = self._tls.context() if self._tls is not None else None
 
     @property
     def version(self) -> int:
@@ -211,6 +225,9 @@ class StreamPump:
                     greeted = await self._greeted
                     if greeted.error is not None:
                         raise greeted.error
+                    refusal = None if self._shard is None else not_primary(greeted.server)
+                    if refusal is not None:
+                        raise refusal
                     if greeted.fell_back and self.protocol == codec.VERSION:
                         log.warning(
                             "%s speaks protocol version 1 only: this client speaks version 1"
@@ -330,11 +347,82 @@ class StreamPump:
         answer: the value it makes of it, or the error it got.
         """
         request.prepare()
-        if self._link is None:
-            await self.connect()
+        if self._shard is None:  # the common case, as short as it goes
+            if self._link is None:
+                await self.connect()
+            reply = self._send(request)
+            self._deadlines.add(self.timeout, reply)
+            return request.finish(await reply)
+        return await self._exchange(request, partial(self._answered, request))
+
+    async def _answered(self, request: Request[T]) -> T:
         reply = self._send(request)
         self._deadlines.add(self.timeout, reply)
         return request.finish(await reply)
+
+    async def _exchange(self, request: Request[Any], send: Callable[[], Awaitable[T]]) -> T:
+        """
+        Connect, then C{send} C{request} and await its answer (what C{send}
+        returns).  With failover, this follows the shard's primary
+        (L{quicx.clients.failover}): refused by a daemon that is not, or cut
+        off when that is safe, the request is sent again to the next daemon.
+
+        @raise PrimaryNotFound: no primary within the shard's deadline.
+        @raise NotAcknowledged, ConnectionLost: its connection dropped
+            before its answer, and it may have been applied.
+        """
+        shard = self._shard
+        while True:
+            aimed = self._aimed
+            try:
+                await self.connect()
+            except (ConnectionLost, NotPrimary) as e:
+                if shard is None:
+                    raise
+                await self._follow(shard, e, aimed)  # nothing was sent
+                continue
+            try:
+                value = await send()
+            except NotPrimary as e:
+                if shard is None:
+                    raise
+                await self._follow(shard, e, aimed)
+                continue
+            except ConnectionLost as e:
+                if shard is None:
+                    raise
+                refusal = failover.lost(request, self.address)
+                if refusal is not None:
+                    raise refusal from None
+                await self._follow(shard, e, aimed)
+                continue
+            if shard is not None:
+                shard.reached()
+            return value
+
+    async def _follow(self, shard: Shard, error: Exception, aimed: int) -> None:
+        """
+        The daemon is not the primary, or cannot be reached: aim at the
+        next, once for all the calls that learnt it at once (C{aimed}: how
+        many times the client had followed when this one was sent).  The
+        connection to a daemon that is not the primary is cut: the calls
+        it still owes answers fail with its refusal (a daemon that refused
+        one request refuses those after it), and follow.
+        """
+        async with self._opening:
+            if self._aimed != aimed:
+                return  # another call followed already
+            self._aimed += 1
+            link = self._link
+            if link is not None and link.transport is not None:
+                if isinstance(error, NotPrimary):
+                    self._rejected = error
+                link.transport.abort()
+                await link.closed
+            hop = shard.next(error, time.monotonic())
+            log.info("%s (%s): trying %s in %.2f s", self.address, error, hop.address, hop.delay)
+            await asyncio.sleep(hop.delay)
+            self._aim(hop.address)
 
     async def _wait(self, declare: Callable[..., Request[T]], timeout: float | None) -> T:
         """
@@ -344,26 +432,31 @@ class StreamPump:
         more for the answer to come back.
         """
         seconds = awaits.wait_seconds(self.timeout if timeout is None else timeout)
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        # The answer of the wait sent last (with failover, it may be sent again).
+        answers: list[asyncio.Future[Any]] = []
 
         def then(value: object) -> None:
-            if not answer.done():
-                answer.set_result(value)
+            if answers and not answers[-1].done():
+                answers[-1].set_result(value)
 
         request = declare(seconds, time.monotonic() + seconds, then, True)
         request.prepare()  # a bad argument is refused before anything is sent
-        await self.connect()
-        fence = self._send(request)
-        self._answers.add(answer)
-        try:
-            async with asyncio.timeout(seconds + self.timeout):
-                await fence  # the daemon took the wait, or refused it (raised here)
-                value = await answer
-        except TimeoutError:
-            raise TimeoutError(f"no answer from {self.address} in time") from None
-        finally:
-            self._answers.discard(answer)
-        return request.finish(value)
+
+        async def send() -> Any:
+            answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            answers[:] = [answer]
+            fence = self._send(request)
+            self._answers.add(answer)
+            try:
+                async with asyncio.timeout(seconds + self.timeout):
+                    await fence  # the daemon took the wait, or refused it (raised here)
+                    return await answer
+            except TimeoutError:
+                raise TimeoutError(f"no answer from {self.address} in time") from None
+            finally:
+                self._answers.discard(answer)
+
+        return request.finish(await self._exchange(request, send))
 
     async def _outcome(
         self, task_id: int, timeout: float | None, on_retry: RetryListener | None

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from quicx.clients import operations, tracing
+from quicx.clients import failover, operations, tracing
 from quicx.clients.checkpoints import Saves
 from quicx.clients.connection import (
     Answer,
@@ -45,7 +45,7 @@ from quicx.clients.credits import Credited
 from quicx.clients.reports import Raised, Unrecoverable, failure_reason, report
 from quicx.clients.shares import Member
 from quicx.protocol import codec, outcomes, shared_data, taskflow, wire, workers
-from quicx.protocol.errors import QuicxError
+from quicx.protocol.errors import NotPrimary, QuicxError
 from quicx.protocol.frames import Frame
 
 log = logging.getLogger("quicx.aio.worker")
@@ -66,6 +66,7 @@ class Handlers(Protocol):
     follow: tuple[str, ...]
     protocol: int
     auto_extend: bool
+    failover: bool
 
     def handler_for(self, task_type: bytes) -> tuple[Callable[..., Any], bool] | None: ...
 
@@ -194,6 +195,9 @@ class AsyncSlot(asyncio.Protocol, Credited):
         self.max_result: int | None = None
         self.max_reason = 1024
         self.saves = Saves(None)  # its handlers' checkpoints waiting for their answers
+        # With failover: the daemon said it is not the primary (at HELLO, or refusing a request).
+        self.refusal: NotPrimary | None = None
+        self.primary = False  # its daemon answered HELLO as one that serves workers
         self._answered = False  # a TASK or WAIT came: READY was taken
         self._replies: list[bytes] | None = None  # outcomes found while a read is handled
         self._no_answer: asyncio.TimerHandle | None = None
@@ -237,6 +241,12 @@ class AsyncSlot(asyncio.Protocol, Credited):
         if self._no_answer is not None:
             self._no_answer.cancel()
         self.saves.lost(str(exc or "closed"))
+        if self.running:
+            log.info(
+                "%d task(s) in hand as the connection closed: their outcomes are dropped,"
+                " and the daemon delivers them again",
+                len(self.running),
+            )
         for _, lease in self.running.values():
             if lease is not None:
                 lease.end()  # its outcome cannot be reported: the daemon requeues it
@@ -312,6 +322,13 @@ class AsyncSlot(asyncio.Protocol, Credited):
             self.max_reason = limits["max_reason"]
         if "checkpoints" in self.capabilities and isinstance(limits.get("max_checkpoint"), int):
             self.saves.limit = limits["max_checkpoint"]
+        refusal = failover.not_primary(server) if self.worker.failover else None
+        if refusal is not None:
+            if not self.greeted.done():
+                self.greeted.set_result(None)
+            self._not_primary(refusal)
+            return
+        self.primary = True
         self._answered_hello()
         if greeted.fell_back and (self.worker.queues or self.worker.follow):
             log.warning(
@@ -353,8 +370,25 @@ class AsyncSlot(asyncio.Protocol, Credited):
             self._ready()
         elif error.code == codec.ErrorCode.STALE:
             self._stale(error.message)
+        elif error.code == codec.ErrorCode.NOT_PRIMARY:
+            self._not_primary(NotPrimary(error.message, error.code))
         else:
             log.error("daemon error: %s", error.message)
+
+    def _not_primary(self, refusal: NotPrimary) -> None:
+        """
+        The daemon is not its shard's primary: close; the worker connects to
+        the primary it names (with failover), or here again later.  The
+        tasks held are delivered again by the primary; their outcomes are dropped.
+        """
+        if self.refusal is None:
+            self.refusal = refusal
+            log.info(
+                "the daemon is not the primary (primary: %s); closing this connection",
+                refusal.primary or "none known",
+            )
+        if self.transport is not None:
+            self.transport.close()
 
     def _stale(self, message: str) -> None:
         """

@@ -50,6 +50,7 @@ import asyncio
 import contextlib
 import functools
 import signal
+import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -58,10 +59,12 @@ from quicx.aio.slot import AsyncSlot, log
 from quicx.clients.adaptive import AUTO_MAX
 from quicx.clients.address import DEFAULT_ADDRESS, parse_address, split_addresses
 from quicx.clients.context import TaskContext, takes_context
+from quicx.clients.failover import FAILOVER_DEADLINE, Shard
 from quicx.clients.following import Following
 from quicx.clients.reports import Unrecoverable
 from quicx.clients.shares import Member, Shares
 from quicx.protocol import codec, shared_data, taskflow, workers
+from quicx.protocol.errors import ConnectionLost
 
 Handler = Callable[..., Any]
 
@@ -110,6 +113,8 @@ class AsyncWorker:
         self.follow = tuple(follow)
         self.protocol = protocol
         self.auto_extend = auto_extend
+        self.failover = False
+        self._shard: tuple[str, ...] = ()  # with failover, the shard's daemons
         self._handlers: dict[bytes, tuple[Handler, bool]] = {}
         for name, function in (handlers or {}).items():
             self.register(name, function)
@@ -183,17 +188,26 @@ class AsyncWorker:
         return self._stopping is not None and self._stopping.is_set()
 
     async def run(
-        self, address: str | Sequence[str] = DEFAULT_ADDRESS, signals: bool = False
+        self,
+        address: str | Sequence[str] = DEFAULT_ADDRESS,
+        signals: bool = False,
+        failover: bool = False,
     ) -> None:
         """
         Serve the daemon at C{address} (or each of a list) until L{stop}; with
         C{signals}, the first SIGTERM or SIGINT stops it gracefully.
 
+        @param failover: the list names one replicated shard's daemons: the
+            connections follow its primary (L{quicx.clients.failover}).
         @raise ValueError: a malformed or empty address list.
         """
         addresses = split_addresses(address)
         for each in addresses:
             parse_address(each)
+        self.failover = failover
+        if failover:
+            # One member, the shard; each connection goes where it follows.
+            self._shard, addresses = addresses, (",".join(addresses),)
         self.members = [Member(each) for each in addresses]
         capacity = self.concurrency * (self.credits or AUTO_MAX)
         self._shares = Shares(self.members, capacity, self.concurrency)
@@ -219,9 +233,11 @@ class AsyncWorker:
                 for number in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(number)
 
-    def start(self, address: str | Sequence[str] = DEFAULT_ADDRESS) -> asyncio.Task[None]:
+    def start(
+        self, address: str | Sequence[str] = DEFAULT_ADDRESS, failover: bool = False
+    ) -> asyncio.Task[None]:
         """L{run}, as a task of the running loop (an application's): stop it with L{stop}."""
-        self._serving = asyncio.ensure_future(self.run(address))
+        self._serving = asyncio.ensure_future(self.run(address, failover=failover))
         return self._serving
 
     def _signalled(self, number: int) -> None:
@@ -262,10 +278,14 @@ class AsyncWorker:
         assert self._stopping is not None
         loop = asyncio.get_running_loop()
         address = member.address
-        _, sockaddr, tls = parse_address(address)
-        context = tls.context() if tls is not None else None
+        # With failover, where this connection follows the shard's primary to.
+        shard = Shard(self._shard, FAILOVER_DEADLINE, forever=True) if self.failover else None
         delay = RETRY_FIRST
         while not self._stopping.is_set():
+            if shard is not None:
+                address = shard.current
+            _, sockaddr, tls = parse_address(address)
+            context = tls.context() if tls is not None else None
             slot = AsyncSlot(self, self.shared, (member, place))
             factory = functools.partial(_same, slot)
             try:
@@ -285,6 +305,8 @@ class AsyncWorker:
             except Exception as e:
                 if self._shares.lost(member, stopping=self._stopping.is_set()):
                     self._log_shares()
+                if shard is not None:
+                    delay = _hop(shard, e)
                 log.warning("cannot reach %s (%s); retrying in %.1f s", address, e, delay)
             else:
                 self.slots.add(slot)
@@ -297,11 +319,26 @@ class AsyncWorker:
                 self.slots.discard(slot)
                 if self._stopping.is_set() or slot.quiet:
                     return
-                log.warning("lost the daemon at %s; reconnecting", address)
+                if slot.refusal is None:
+                    log.warning("lost the daemon at %s; reconnecting", address)
+                if shard is not None:
+                    if slot.primary and slot.refusal is None:
+                        shard.reached()
+                    delay = _hop(shard, slot.refusal or ConnectionLost(f"lost {address}"))
+                    log.info("following the shard's primary: %s in %.2f s", shard.current, delay)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._stopping.wait()
-            delay = min(delay * 2, RETRY_MAX)
+            if shard is None:
+                delay = min(delay * 2, RETRY_MAX)
+
+
+def _hop(shard: Shard, error: Exception) -> float:
+    """A connection follows C{shard} to its next daemon: in how many seconds."""
+    hop = shard.next(error, time.monotonic())
+    if hop.overdue is not None:
+        log.error("%s; still trying", hop.overdue)
+    return hop.delay
 
 
 def _same(slot: AsyncSlot) -> AsyncSlot:

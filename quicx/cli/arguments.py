@@ -257,8 +257,13 @@ class Commands:
         )
 
 
-def connect_option(sub: argparse.ArgumentParser, several: bool = False) -> None:
-    """C{--connect}: the daemon's address (a list of them if C{several})."""
+def connect_option(
+    sub: argparse.ArgumentParser, several: bool = False, failover: bool = False
+) -> None:
+    """
+    C{--connect}: the daemon's address (a list of them if C{several});
+    with C{failover}, C{--failover}: the list is one replicated shard.
+    """
     sub.add_argument(
         "--connect",
         metavar="ADDRESS[,ADDRESS...]" if several else "ADDRESS",
@@ -266,6 +271,13 @@ def connect_option(sub: argparse.ArgumentParser, several: bool = False) -> None:
         f" tcp:HOST:PORT, unix:PATH or tls:HOST:PORT"
         f" (default ${ADDRESS_VARIABLE}, else {DEFAULT_ADDRESS})",
     )
+    if failover:
+        sub.add_argument(
+            "--failover",
+            action="store_true",
+            help="the --connect list names one replicated shard's primary and standbys:"
+            " follow its primary (without it, a list is a cluster of independent daemons)",
+        )
 
 
 def config_option(sub: argparse.ArgumentParser) -> None:

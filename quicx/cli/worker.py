@@ -110,7 +110,7 @@ def add_worker(commands: Commands) -> None:
         " (uvloop's where installed): MODULE:OBJECT is then a quicx.aio.AsyncWorker,"
         " or a mapping of task types to async functions",
     )
-    connect_option(worker, several=True)
+    connect_option(worker, several=True, failover=True)
     worker.set_defaults(run=cmd_worker)
 
 
@@ -146,7 +146,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             # On by default, and it only saves wake-ups: never a reason not to run.
             Worker.log.warn("busy polling is off: {error}", error=str(e))
     worker.on_terminate = lambda: reactor.callLater(0, exit_terminated)
-    worker.start(reactor, addresses)
+    worker.start(reactor, addresses, failover=args.failover)
     reactor.addSystemEventTrigger("before", "shutdown", lambda: ensureDeferred(worker.stop()))
     stop_on_signals(reactor)
     # The default reactor's run() takes installSignalHandlers; IReactorCore omits it.
@@ -190,7 +190,7 @@ def asyncio_worker(args: argparse.Namespace) -> int:
         runner: Any = importlib.import_module("uvloop").run
     except ImportError:
         runner = asyncio.run
-    runner(worker.run(addresses, signals=True))
+    runner(worker.run(addresses, signals=True, failover=args.failover))
     return 0
 
 

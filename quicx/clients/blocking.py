@@ -33,13 +33,13 @@ from functools import partial
 from typing import Any, Unpack
 
 from quicx.clients import operations, tracing
-from quicx.clients.connection import Answer, Request
+from quicx.clients.connection import Request
 from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import RetryNotice, value_of
 from quicx.clients.pump import SocketPump, _name
 from quicx.clients.requests import Task
 from quicx.protocol import admin, wire
-from quicx.protocol.errors import ConnectionLost, DaemonError, QuicxError
+from quicx.protocol.errors import ConnectionLost, QuicxError
 
 DEFAULT_WINDOW = 1000
 """SUBMITs sent ahead of their OKs by L{QuicxClient.submit_many}."""
@@ -54,10 +54,18 @@ class QuicxClient(SocketPump):
     handshake, the order of the replies, outcomes, waits and progress; each
     call sends what L{quicx.clients.operations} declares, and reads its answer.
 
+    Given the addresses of one replicated shard's daemons with
+    C{failover=True} (C{QuicxClient("tcp:h1:16381,tcp:h2:16381",
+    failover=True)}), it follows the shard's primary: a call refused by a
+    standby, or cut off when sending it again is safe, goes to the primary
+    (see L{quicx.clients.failover}), for up to C{failover_deadline} seconds.
+
     @ivar timeout: seconds any one call may wait for the daemon.
     @ivar version: the protocol version of the connection (2, unless the
         client was made with C{protocol=1} or the daemon speaks only 1).
     @ivar server: what the daemon said of itself in answer to HELLO.
+    @ivar address: the daemon it talks to (with failover: the primary, as
+        far as it knows).
     """
 
     # -- requests ----------------------------------------------------------------------
@@ -96,12 +104,15 @@ class QuicxClient(SocketPump):
     def _submitted(self, request: Request[int]) -> int:
         """Send C{request}, a SUBMIT, and read until its answer: the task id."""
         with self._lock:
-            deadline = time.monotonic() + self.timeout
-            self._begin(deadline)
-            self._request(request)
-            (result,) = self._read_replies(request)
-            if isinstance(result, Exception):
-                raise result
+            if self._shard is None:  # the common case, as short as it goes
+                self._begin(time.monotonic() + self.timeout)
+                self._request(request)
+                (result,) = self._read_replies(request)
+            else:
+                read = lambda _: self._read_replies(request)[0]  # noqa: E731
+                result = self._exchange(request, self.timeout, read)
+        if isinstance(result, Exception):
+            raise result
         return result
 
     def submit_many(
@@ -109,7 +120,7 @@ class QuicxClient(SocketPump):
         tasks: Iterable[Task],
         return_exceptions: bool = False,
         window: int = DEFAULT_WINDOW,
-    ) -> list[int | DaemonError]:
+    ) -> list[int | QuicxError]:
         """
         Submit many tasks over the one connection, pipelined: SUBMITs go in
         batches of C{window}, and each batch is sent before the OKs of the one
@@ -120,10 +131,16 @@ class QuicxClient(SocketPump):
         have reached the daemon: those after the answers, up to C{sent}, were
         not acknowledged (and may have been accepted); the others were not sent.
 
+        With C{failover}, the tasks a daemon refused as not the primary, and
+        those not sent, go to the primary; those sent and not answered when
+        a connection dropped too if they have a key, else each is a
+        L{NotAcknowledged} in its place.
+
         @param tasks: C{(type, payload)}, or C{(type, payload, Options(...))}
             for a queue, priority or keys.
-        @param return_exceptions: put each refused task's L{DaemonError} in
-            its place in the result instead of raising the first one.
+        @param return_exceptions: put each refused task's L{DaemonError} (or
+            L{NotAcknowledged}) in its place in the result instead of
+            raising the first one.
         @return: task ids (or errors), in the order of C{tasks}.
         @raise DaemonError: the first refusal, after every reply was read;
             its C{results} attribute holds the whole list.
@@ -134,85 +151,16 @@ class QuicxClient(SocketPump):
             batch, nor after it, was sent; the answers to the batch before it
             were read first.
         """
-        results: list[int | DaemonError] = []
-        batch: list[Task] = []
-        # The SUBMITs of the previous batch, sent and not yet read.
-        unanswered: Request[int] | None = None
-        sent = 0  # tasks that may have reached the daemon
         with self._lock:
-            try:
-                self._begin(time.monotonic() + self.timeout)
-                for task in tasks:
-                    batch.append(task)
-                    if len(batch) == window:
-                        request = self._send_submits(batch, unanswered, results)
-                        sent += len(batch)
-                        self._read_replies(unanswered, results)
-                        unanswered, batch = request, []
-                if batch:
-                    request = self._send_submits(batch, unanswered, results)
-                    sent += len(batch)
-                    self._read_replies(unanswered, results)
-                    unanswered = request
-                self._read_replies(unanswered, results)
-            except Exception as e:
-                e.results = list(results)  # type: ignore[attr-defined]
-                e.sent = sent  # type: ignore[attr-defined]
-                raise
+            if self._shard is None:
+                results: list[int | QuicxError] = list(self._pipeline(tasks, window))
+            else:
+                results = self._submit_following(self._shard, list(tasks), window)
         if not return_exceptions:
             for result in results:
-                if isinstance(result, DaemonError):
-                    result.results = results
+                if isinstance(result, QuicxError):
+                    result.results = results  # type: ignore[attr-defined]
                     raise result
-        return results
-
-    def _send_submits(
-        self,
-        batch: list[Task],
-        unanswered: Request[int] | None,
-        results: list[int | DaemonError],
-    ) -> Request[int]:
-        """
-        Send C{batch}, encoded in the version of the connection L{_begin}
-        made.  If a task of it cannot be, the answers to the C{unanswered}
-        SUBMITs sent before it are read into C{results} before the error
-        is raised: they are all that was sent.
-        """
-        request = Request.submit(batch)
-        try:
-            data = self._conn.send(request)
-        except Exception:
-            self._read_replies(unanswered, results)
-            raise
-        self._send(data)
-        return request
-
-    def _read_replies(
-        self, request: Request[int] | None, results: list[int | DaemonError] | None = None
-    ) -> list[int | DaemonError]:
-        """
-        Read the answers to C{request}'s SUBMITs (none if C{None}): task
-        ids, or the refusals, each added to C{results} (a new list if none)
-        as it comes.
-        """
-        results = [] if results is None else results
-        if request is None:
-            return results
-        deadline = time.monotonic() + self.timeout
-        inbox = self._inbox
-        for _ in range(request.count):
-            # Straight from the inbox, the common case, else through the pump.
-            event = inbox[0] if inbox else None
-            if type(event) is Answer and event.request is request:
-                inbox.popleft()
-                value = event.value
-            else:
-                value = self._answer(request, deadline)
-            if type(value) is int or isinstance(value, DaemonError):
-                results.append(value)
-            else:
-                self._drop()
-                raise value
         return results
 
     def wait(
@@ -516,7 +464,8 @@ class QuicxClient(SocketPump):
             producer or admin role) may not publish.
         """
         with self._lock:
-            self._begin(time.monotonic() + self.timeout)  # its HELLO tells the limit
+            if self._shard is None:  # (with failover, the primary's, once followed)
+                self._begin(time.monotonic() + self.timeout)  # its HELLO tells the limit
             return self._call(operations.publish(self._conn, name, data))
 
     def unpublish(self, name: str) -> dict[str, Any]:

@@ -392,15 +392,20 @@ def open_client(
     keep_outcomes: int = DEFAULT_KEEP,
     protocol: int = 2,
     spread: str = ROUND_ROBIN,
+    failover: bool = False,
 ) -> QuicxClient | ClusterClient:
     """
     A blocking client of C{addresses} (default: C{$QUICX_ADDRESS}, else
     L{quicx.DEFAULT_ADDRESS}): a L{QuicxClient} for one daemon, a
-    L{ClusterClient} for several (C{spread} is theirs).
+    L{ClusterClient} for several (C{spread} is theirs); with C{failover},
+    a L{QuicxClient} of the one replicated shard they are, which follows
+    its primary (L{quicx.clients.failover}).
 
     @raise ValueError: no address, an empty one, one named twice.
     """
     found = split_addresses(default_address() if addresses is None else addresses)
+    if failover:
+        return QuicxClient(found, timeout, keep_outcomes, protocol, failover=True)
     if len(found) == 1:
         return QuicxClient(found[0], timeout, keep_outcomes, protocol)
     return ClusterClient(found, timeout, keep_outcomes, protocol, spread)

@@ -83,6 +83,8 @@ class Request(Generic[T]):
     @ivar listener: a SUBMIT's progress callback: it gets the task's
         reports once its OK has come (those that came before, at once).
     @ivar waiter: a wait's, once it is sent.
+    @ivar tasks: a SUBMIT's tasks (whether each has a key tells whether it
+        may be sent again: L{quicx.clients.failover.lost}).
     @ivar finish: what the answer becomes (a wait's: the answer of the
         wait, not its fence's).
     """
@@ -96,6 +98,7 @@ class Request(Generic[T]):
     key: int = 0
     waiter: Waiter[Any] | None = None
     finish: Callable[[Any], T] = same
+    tasks: Sequence[requests.AnyTask] = ()
     _make: Callable[[], bytes] | None = None
     _frame: bytes | None = None
     _refused: bool = False
@@ -120,7 +123,9 @@ class Request(Generic[T]):
         answered by task ids; C{progress}: the callback of a single task's.
         """
         encode = partial(requests.submit_frames, tasks=tasks)
-        return Request("a SUBMIT", Expect.OK, encode, len(tasks), progress)
+        request: Request[int] = Request("a SUBMIT", Expect.OK, encode, len(tasks), progress)
+        request.tasks = tasks
+        return request
 
     @classmethod
     def info(
@@ -182,6 +187,7 @@ class Request(Generic[T]):
             requests.needs_version_2(version, what)
             frame = request.prepare()
             request.waiter = waits.add(key, deadline, then)
+            request._refused = False  # sent again (a client that follows the primary)
             return frame + link.HEARTBEAT_FRAME if fenced else frame
 
         request.encode = encode

@@ -21,12 +21,13 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any, Self, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from typing import Any, Self, TypeVar, cast
 
 from service_identity import VerificationError
 
-from quicx.clients import awaits, watching
+from quicx.clients import awaits, failover, watching
 from quicx.clients.address import DEFAULT_ADDRESS, one_address, parse_address
 from quicx.clients.connection import (
     Answer,
@@ -40,10 +41,12 @@ from quicx.clients.connection import (
     Send,
     Unanswered,
 )
+from quicx.clients.failover import FAILOVER_DEADLINE, Shard
 from quicx.clients.outcomes import DEFAULT_KEEP
 from quicx.clients.progress import Listener, ProgressReport
+from quicx.clients.requests import AnyTask
 from quicx.protocol import codec, wire
-from quicx.protocol.errors import ConnectionLost, QuicxError, error_from
+from quicx.protocol.errors import ConnectionLost, DaemonError, NotPrimary, QuicxError, error_from
 
 T = TypeVar("T")
 
@@ -54,8 +57,9 @@ log.addHandler(logging.NullHandler())  # silent unless the application configure
 class SocketPump:
     """
     A connection to one daemon over a blocking socket, and the calls that
-    use it: L{_call} (a request and its answer) and L{_wait} (a wait on the
-    daemon).  Calls are serialized by a lock.
+    use it: L{_call} (a request and its answer), L{_wait} (a wait on the
+    daemon) and L{_pipeline} (SUBMITs, pipelined); with failover, the
+    daemon is the shard's primary (L{_exchange}).  Calls are serialized by a lock.
 
     @ivar timeout: seconds any one call may wait for the daemon.
     @ivar version: the protocol version of the connection (2, unless the
@@ -65,17 +69,21 @@ class SocketPump:
 
     def __init__(
         self,
-        address: str = DEFAULT_ADDRESS,
+        address: str | Sequence[str] = DEFAULT_ADDRESS,
         timeout: float = 30.0,
         keep_outcomes: int = DEFAULT_KEEP,
         protocol: int = 2,
+        failover: bool = False,
+        failover_deadline: float = FAILOVER_DEADLINE,
     ) -> None:
         self._conn = ClientConnection(protocol, keep_outcomes, announce=False)
-        self.address = address
         self.protocol = protocol
-        several = "open_client or ClusterClient (quicx.clients.blocking_cluster)"
-        _, self._sockaddr, self._tls = parse_address(one_address(address, "QuicxClient", several))
-        self._context = self._tls.context() if self._tls is not None else None
+        # With failover, the daemons of one replicated shard: it follows the primary.
+        self._shard = Shard(address, failover_deadline) if failover else None
+        if self._shard is None:
+            several = "open_client or ClusterClient (quicx.clients.blocking_cluster)"
+            address = one_address(cast(str, address), "QuicxClient", several)
+        self._aim(cast(str, address) if self._shard is None else self._shard.current)
         self.timeout = timeout
         self._lock = threading.RLock()
         self._sock: socket.socket | None = None
@@ -85,6 +93,12 @@ class SocketPump:
         # What the connection made of the bytes read, not yet handled.
         self._inbox: deque[Event] = deque()
         self._feed = watching.EventFeed()
+
+    def _aim(self, address: str) -> None:
+        """Connect to C{address} from now on."""
+        self.address = address
+        _, self._sockaddr, self._tls = parse_address(address)
+        self._context = self._tls.context() if self._tls is not None else None
 
     @property
     def version(self) -> int:
@@ -126,6 +140,8 @@ class SocketPump:
             if hello:
                 try:
                     self._hello(hello)
+                    if self._shard is not None:
+                        self._check_primary()
                 except BaseException:
                     self._drop()  # its answer may still come, as the answer to another
                     raise
@@ -147,6 +163,12 @@ class SocketPump:
                 " (queues, priorities, keys, cancel and introspection are unavailable)",
                 self.address,
             )
+
+    def _check_primary(self) -> None:
+        """@raise NotPrimary: HELLO's answer says the daemon is a standby (or fenced)."""
+        refusal = failover.not_primary(self._conn.server)
+        if refusal is not None:
+            raise refusal
 
     def _begin(self, deadline: float, sends: bool = True) -> None:
         """
@@ -314,14 +336,71 @@ class SocketPump:
         answer: the value it makes of it, or the error it got.
         """
         request.prepare()
-        deadline = time.monotonic() + self.timeout
         with self._lock:
-            self._begin(deadline)
-            self._request(request)
-            value = self._answer(request, deadline)
+            if self._shard is None:  # the common case, as short as it goes
+                deadline = time.monotonic() + self.timeout
+                self._begin(deadline)
+                self._request(request)
+                value = self._answer(request, deadline)
+            else:
+                value = self._exchange(request, self.timeout, partial(self._answer, request))
         if isinstance(value, Exception):
             raise value
         return request.finish(value)
+
+    def _exchange(self, request: Request[Any], seconds: float, read: Callable[[float], T]) -> T:
+        """
+        Connect (L{_begin}), send C{request} and C{read} its answer (by a
+        deadline C{seconds} away): what C{read} returns.  With failover,
+        this follows the shard's primary (L{quicx.clients.failover}):
+        refused by a daemon that is not, or cut off before its answer when
+        that is safe, the request is sent again to the next daemon.
+
+        @raise PrimaryNotFound: no primary within the shard's deadline.
+        @raise NotAcknowledged, ConnectionLost: its connection dropped
+            before its answer, and it may have been applied.
+        """
+        shard = self._shard
+        while True:
+            deadline = time.monotonic() + seconds
+            try:
+                self._begin(deadline)
+            except (ConnectionLost, NotPrimary, TimeoutError) as e:
+                if shard is None:
+                    raise
+                self._follow(shard, e)  # nothing was sent
+                continue
+            try:
+                self._request(request)
+                value = read(deadline)
+            except ConnectionLost as e:
+                if shard is None:
+                    raise
+                refusal = failover.lost(request, self.address)
+                if refusal is not None:
+                    self._drop()
+                    raise refusal from None
+                self._follow(shard, e)
+                continue
+            except NotPrimary as e:  # a wait's refusal
+                if shard is None:
+                    raise
+                self._follow(shard, e)
+                continue
+            if shard is not None:
+                if isinstance(value, NotPrimary):
+                    self._follow(shard, value)
+                    continue
+                shard.reached()
+            return value
+
+    def _follow(self, shard: Shard, error: Exception) -> None:
+        """The daemon is not the primary, or cannot be reached: aim at the next."""
+        self._drop()
+        hop = shard.next(error, time.monotonic())
+        log.info("%s (%s): trying %s in %.2f s", self.address, error, hop.address, hop.delay)
+        time.sleep(hop.delay)
+        self._aim(hop.address)
 
     def _wait(self, declare: Callable[[float, float], Request[T]], timeout: float | None) -> T:
         """
@@ -330,26 +409,131 @@ class SocketPump:
         client's), and this client's C{timeout} more for the answer to come back.
         """
         wait = awaits.wait_seconds(self.timeout if timeout is None else timeout)
-        deadline = time.monotonic() + wait + self.timeout
-        request = declare(wait, deadline)
+        request = declare(wait, time.monotonic() + wait + self.timeout)
         request.prepare()  # a bad argument is refused before anything is sent
         with self._lock:
-            self._begin(deadline)
-            self._request(request)
-            waiter = request.waiter
-            assert waiter is not None  # sent
-            while waiter.answer is None:
-                # Nothing else is owed to this call: an ERROR refuses the wait.
-                event = self._pump(deadline)
-                if event is None:
-                    continue
-                self._conn.refused(request)
-                if type(event) is Unanswered and type(event.message) is wire.Error:
-                    raise error_from(event.message)
-                self._drop()
-                raise QuicxError(f"unexpected {_name(event)} for {request.what}")
-            answer = waiter.answer
+            answer = self._exchange(request, wait + self.timeout, partial(self._waited, request))
         return request.finish(answer)
+
+    def _waited(self, request: Request[Any], deadline: float) -> Any:
+        """Read until the answer of C{request}, a wait sent."""
+        waiter = request.waiter
+        assert waiter is not None  # sent
+        while waiter.answer is None:
+            # Nothing else is owed to this call: an ERROR refuses the wait.
+            event = self._pump(deadline)
+            if event is None:
+                continue
+            self._conn.refused(request)
+            if type(event) is Unanswered and type(event.message) is wire.Error:
+                raise error_from(event.message)
+            self._drop()
+            raise QuicxError(f"unexpected {_name(event)} for {request.what}")
+        return waiter.answer
+
+    # -- SUBMITs, pipelined (L{quicx.clients.blocking.QuicxClient.submit_many}) ---------
+
+    def _pipeline(self, tasks: Iterable[AnyTask], window: int) -> list[int | DaemonError]:
+        """L{submit_many}'s SUBMITs to the daemon of the moment, and their answers."""
+        results: list[int | DaemonError] = []
+        batch: list[AnyTask] = []
+        # The SUBMITs of the previous batch, sent and not yet read.
+        unanswered: Request[int] | None = None
+        sent = 0  # tasks that may have reached the daemon
+        try:
+            self._begin(time.monotonic() + self.timeout)
+            for task in tasks:
+                batch.append(task)
+                if len(batch) == window:
+                    request = self._send_submits(batch, unanswered, results)
+                    sent += len(batch)
+                    self._read_replies(unanswered, results)
+                    unanswered, batch = request, []
+            if batch:
+                request = self._send_submits(batch, unanswered, results)
+                sent += len(batch)
+                self._read_replies(unanswered, results)
+                unanswered = request
+            self._read_replies(unanswered, results)
+        except Exception as e:
+            e.results = list(results)  # type: ignore[attr-defined]
+            e.sent = sent  # type: ignore[attr-defined]
+            raise
+        return results
+
+    def _submit_following(
+        self, shard: Shard, tasks: list[AnyTask], window: int
+    ) -> list[int | QuicxError]:
+        """
+        L{submit_many} to a shard's primary: what was refused as not the
+        primary, not sent, or sent and safe to send again (L{failover.Batch})
+        goes to the next daemon, until every task has its answer.
+        """
+        batch = failover.Batch(tasks)
+        while not batch.done:
+            error: Exception | None = None
+            try:
+                got: list[int | DaemonError] = self._pipeline(batch.pending(), window)
+            except (ConnectionLost, NotPrimary, TimeoutError) as e:
+                got, sent, error = getattr(e, "results", []), getattr(e, "sent", 0), e
+                if isinstance(e, TimeoutError) and sent:
+                    raise
+            else:
+                sent = len(got)
+            error = batch.answered(got, sent, self.address) or error
+            if error is not None:
+                self._follow(shard, error)
+        shard.reached()
+        return cast(list[int | QuicxError], batch.results)
+
+    def _send_submits(
+        self,
+        batch: list[AnyTask],
+        unanswered: Request[int] | None,
+        results: list[int | DaemonError],
+    ) -> Request[int]:
+        """
+        Send C{batch}, encoded in the version of the connection L{_begin}
+        made.  If a task of it cannot be, the answers to the C{unanswered}
+        SUBMITs sent before it are read into C{results} before the error
+        is raised: they are all that was sent.
+        """
+        request = Request.submit(batch)
+        try:
+            data = self._conn.send(request)
+        except Exception:
+            self._read_replies(unanswered, results)
+            raise
+        self._send(data)
+        return request
+
+    def _read_replies(
+        self, request: Request[int] | None, results: list[int | DaemonError] | None = None
+    ) -> list[int | DaemonError]:
+        """
+        Read the answers to C{request}'s SUBMITs (none if C{None}): task
+        ids, or the refusals, each added to C{results} (a new list if none)
+        as it comes.
+        """
+        results = [] if results is None else results
+        if request is None:
+            return results
+        deadline = time.monotonic() + self.timeout
+        inbox = self._inbox
+        for _ in range(request.count):
+            # Straight from the inbox, the common case, else through the pump.
+            event = inbox[0] if inbox else None
+            if type(event) is Answer and event.request is request:
+                inbox.popleft()
+                value = event.value
+            else:
+                value = self._answer(request, deadline)
+            if type(value) is int or isinstance(value, DaemonError):
+                results.append(value)
+            else:
+                self._drop()
+                raise value
+        return results
 
 
 def _name(event: object) -> str:

@@ -20,7 +20,7 @@ from twisted.internet.protocol import connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from quicx.clients import operations, shares
+from quicx.clients import failover, operations, shares
 from quicx.clients.address import CLIENT_MAX_LENGTH
 from quicx.clients.checkpoints import Saves
 from quicx.clients.connection import (
@@ -46,6 +46,7 @@ from quicx.clients.reports import (
 )
 from quicx.net.framer import FrameReceiver, set_no_delay, write_now
 from quicx.protocol import codec, outcomes, shared_data, taskflow, wire, workers
+from quicx.protocol.errors import NotPrimary
 from quicx.protocol.wire import ErrorCode
 
 HELLO_TIMEOUT = 10.0
@@ -68,6 +69,7 @@ class Worker(Protocol):
 
     credits: int | None
     protocol: int
+    failover: bool
     queues: tuple[str, ...]
     follow: tuple[str, ...]
     auto_extend: bool
@@ -145,6 +147,9 @@ class WorkerProtocol(FrameReceiver, Credited):
         self.max_result: int | None = None
         self.max_reason = MAX_REASON
         self.saves = Saves(None)
+        # With failover: the daemon said it is not the primary (at HELLO, or refusing a request).
+        self.refusal: NotPrimary | None = None
+        self.primary = False  # its daemon answered HELLO as one that serves workers
         # The latest ACKs with a result: task id -> (token, frame size).
         self._results_sent: OrderedDict[int, tuple[int, int]] = OrderedDict()
         # Outcomes found while a read is handled, sent together at its end.
@@ -178,6 +183,12 @@ class WorkerProtocol(FrameReceiver, Credited):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self._unanswered is not None and self._unanswered.active():
             self._unanswered.cancel()
+        if self.running:
+            self.log.info(
+                "{count} task(s) in hand as the connection closed: their outcomes are"
+                " dropped, and the daemon delivers them again",
+                count=self.running,
+            )
         self.saves.lost(reason.getErrorMessage())
         self.worker._slots.discard(self)
         self.worker._slot_lost(self)
@@ -298,6 +309,9 @@ class WorkerProtocol(FrameReceiver, Credited):
                 )
             self._ready()
             return
+        if error.code == codec.ErrorCode.NOT_PRIMARY:
+            self._not_primary(NotPrimary(error.message, error.code))
+            return
         if error.code == codec.ErrorCode.STALE:
             self.log.warn(
                 "the daemon refused a stale report ({message}): the task's lease ran"
@@ -315,6 +329,11 @@ class WorkerProtocol(FrameReceiver, Credited):
         if self._unanswered is not None:
             self._unanswered.cancel()
         self.version = greeted.version
+        refusal = failover.not_primary(greeted.server) if self.worker.failover else None
+        if refusal is not None:
+            self._not_primary(refusal)
+            return
+        self.primary = True
         self.worker._slot_connected(self)
         if greeted.version == wire.PROTOCOL_VERSION:
             if self.worker.queues or self.worker.follow:
@@ -336,6 +355,20 @@ class WorkerProtocol(FrameReceiver, Credited):
             elif self.worker.follow and not self.worker._slot_greeted(self):
                 return  # its READY waits until the shared data has come
         self._ready()
+
+    def _not_primary(self, refusal: NotPrimary) -> None:
+        """
+        The daemon is not its shard's primary: close; the worker connects to
+        the primary it names (with failover), or here again later.  The
+        tasks held are delivered again by the primary; their outcomes are dropped.
+        """
+        if self.refusal is None:
+            self.refusal = refusal
+            self.log.info(
+                "the daemon is not the primary (primary: {primary}); closing this connection",
+                primary=refusal.primary or "none known",
+            )
+        self.transport.loseConnection()
 
     def _learn(self, hello: object) -> None:
         """What the daemon's answer to HELLO says it can do, and its largest result."""

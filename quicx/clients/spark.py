@@ -64,7 +64,7 @@ from attrs import evolve, frozen
 import quicx
 from quicx.clients.blocking import QuicxClient, Task
 from quicx.clients.requests import CLIENT_NAME, Options
-from quicx.protocol.errors import DaemonError, NeedsVersion2, QueueFull
+from quicx.protocol.errors import NeedsVersion2, QueueFull, QuicxError
 
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
@@ -329,7 +329,7 @@ def _submit_with_retry(
         for task, result in zip(tasks, results, strict=True):
             if isinstance(result, QueueFull):
                 refused.append(task)
-            elif isinstance(result, DaemonError):
+            elif isinstance(result, QuicxError):
                 raise result
             else:
                 yield task[0], result

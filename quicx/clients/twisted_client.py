@@ -31,19 +31,20 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, TypeVar, Unpack, cast
 
 from twisted.application.internet import ClientService, backoffPolicy
 from twisted.internet.defer import Deferred, DeferredList, fail, succeed
 from twisted.internet.endpoints import connectProtocol
+from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory, connectionDone
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from quicx.clients import awaits, operations, tracing, watching
+from quicx.clients import awaits, failover, operations, tracing, watching
 from quicx.clients.address import (
     CLIENT_MAX_LENGTH,
     CLIENT_TYPE_LIMITS,
@@ -65,6 +66,7 @@ from quicx.clients.connection import (
     Unanswered,
     same,
 )
+from quicx.clients.failover import FAILOVER_DEADLINE, Shard
 from quicx.clients.operations import SubmitKeywords
 from quicx.clients.outcomes import (
     DEFAULT_KEEP,
@@ -80,7 +82,7 @@ from quicx.net.framer import FrameReceiver, set_no_delay
 # Re-exported: the clients' name for it since before it moved down.
 from quicx.net.tls import client_endpoint as endpoint_for
 from quicx.protocol import codec, monitor, wire
-from quicx.protocol.errors import ConnectionLost, QuicxError
+from quicx.protocol.errors import ConnectionLost, NotPrimary, QuicxError
 from quicx.protocol.wire import ErrorCode
 
 T = TypeVar("T")
@@ -655,11 +657,31 @@ class ProducerService(ClientService):
     version-1 daemon there are no keys: a resubmit there may run twice, so
     it is not retried and L{ConnectionLost} is raised (and a C{key=} given
     there is L{NeedsVersion2}, like any other version-2 option).
+
+    With C{failover=True}, C{address} lists one replicated shard's daemons
+    and it follows the shard's primary (L{quicx.clients.failover}): a submit
+    refused by a standby, or cut off, goes to the primary with its key,
+    for up to C{failover_deadline} seconds (then L{PrimaryNotFound}); the
+    deadline, not C{attempts}, bounds its tries.
     """
 
-    def __init__(self, reactor: Any, address: str = DEFAULT_ADDRESS, attempts: int = 5) -> None:
+    def __init__(
+        self,
+        reactor: Any,
+        address: str | Sequence[str] = DEFAULT_ADDRESS,
+        attempts: int = 5,
+        failover: bool = False,
+        failover_deadline: float = FAILOVER_DEADLINE,
+    ) -> None:
+        self._shard = Shard(address, failover_deadline) if failover else None
+        if self._shard is None:
+            endpoint = endpoint_for(
+                reactor, one_address(cast(str, address), "ProducerService", SEVERAL)
+            )
+        else:
+            endpoint = cast(IStreamClientEndpoint, _Following(reactor, self._shard))
         super().__init__(
-            endpoint_for(reactor, one_address(address, "ProducerService", SEVERAL)),
+            endpoint,
             QuicxClientFactory(),
             retryPolicy=backoffPolicy(initialDelay=0.1, maxDelay=3.0),
             clock=reactor,
@@ -669,27 +691,61 @@ class ProducerService(ClientService):
 
     async def _connected(self) -> QuicxClientProtocol:
         # Twisted types whenConnected's protocol as any IProtocol: here it is
-        # always QuicxClientFactory's.
-        return cast(QuicxClientProtocol, await self.whenConnected(failAfterFailures=None))
+        # always QuicxClientFactory's.  With failover, a daemon that cannot be
+        # reached is followed past at once.
+        failures = None if self._shard is None else 1
+        return cast(QuicxClientProtocol, await self.whenConnected(failAfterFailures=failures))
 
     async def _submit(
         self, task_type: str | bytes, payload: str | bytes, options: dict[str, Any]
     ) -> tuple[QuicxClientProtocol, int]:
         own_key = options.get("key") is None
         key = uuid.uuid4().hex if own_key else options["key"]
-        for attempt in range(1, self.attempts + 1):
-            client = await self._connected()
+        shard = self._shard
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                client = await self._connected()
+            except Exception as e:  # a connection refused, a host unreachable...
+                if shard is None:
+                    raise
+                await self._follow(shard, None, e)
+                continue
             try:
                 await client.greeted()
+                refusal = None if shard is None else failover.not_primary(client.server)
+                if refusal is not None:
+                    raise refusal
                 # A version-1 daemon takes no key: the caller's is NeedsVersion2, ours left out.
                 options["key"] = None if own_key and client.version != codec.VERSION else key
                 return client, await client.submit(task_type, payload, **options)
-            except ConnectionLost:
-                if client.version != codec.VERSION or attempt == self.attempts:
+            except NotPrimary as e:
+                if shard is None:
                     raise
-                # The service may not have seen the loss yet: let it reconnect.
-                await deferLater(self._reactor, RESUBMIT_DELAY, lambda: None)
-        raise AssertionError("unreachable")
+                await self._follow(shard, client, e)
+            except ConnectionLost as e:
+                if client.version != codec.VERSION or (shard is None and attempt == self.attempts):
+                    raise
+                if shard is not None:
+                    await self._follow(shard, client, e)
+                else:
+                    # The service may not have seen the loss yet: let it reconnect.
+                    await deferLater(self._reactor, RESUBMIT_DELAY, lambda: None)
+
+    async def _follow(
+        self, shard: Shard, client: QuicxClientProtocol | None, error: Exception
+    ) -> None:
+        """
+        The daemon is not the primary, or cannot be reached: aim at the next
+        (the service connects there), and close the connection to this one.
+
+        @raise PrimaryNotFound: no primary within the shard's deadline.
+        """
+        hop = shard.next(error, self._reactor.seconds())
+        if client is not None and client.transport is not None:
+            client.transport.loseConnection()
+        await deferLater(self._reactor, max(hop.delay, RESUBMIT_DELAY), lambda: None)
 
     async def submit(self, task_type: str | bytes, payload: str | bytes, **options: Any) -> int:
         """Submit a task (options as L{QuicxClientProtocol.submit}); its id."""
@@ -706,6 +762,17 @@ class ProducerService(ClientService):
         client, task_id = await self._submit(task_type, payload, options)
         await client.outcome(task_id, on_retry)
         return task_id
+
+
+class _Following:
+    """The endpoint of a shard's producer: the daemon it follows the primary to."""
+
+    def __init__(self, reactor: Any, shard: Shard) -> None:
+        self._reactor = reactor
+        self._shard = shard
+
+    def connect(self, factory: Any) -> Deferred[Any]:
+        return endpoint_for(self._reactor, self._shard.current).connect(factory)
 
 
 def _refused(failure: Failure, span: tracing.SubmitSpan) -> Failure:

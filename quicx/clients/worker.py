@@ -72,15 +72,17 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList, ensureDeferred
+from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.internet.protocol import Factory
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from quicx.clients.adaptive import AUTO_MAX
 from quicx.clients.address import DEFAULT_ADDRESS, split_addresses
+from quicx.clients.failover import FAILOVER_DEADLINE, Shard
 from quicx.clients.following import Following
 from quicx.clients.handlers import Handler, Handlers, TaskContext
 from quicx.clients.reports import Unrecoverable, cut_reason, failure_reason, report
@@ -88,6 +90,7 @@ from quicx.clients.shares import Shares
 from quicx.clients.slot import Member, WorkerProtocol
 from quicx.clients.twisted_client import endpoint_for
 from quicx.protocol import codec, shared_data, taskflow, workers
+from quicx.protocol.errors import ConnectionLost
 
 RETRY_FIRST = 0.1
 RETRY_MAX = 3.0
@@ -167,6 +170,8 @@ class Worker(Handlers):
         self._following: Following[WorkerProtocol] = Following(self._shared)
         for name, function in (handlers or {}).items():
             self.register(name, function)
+        self.failover = False
+        self._shard_addresses: tuple[str, ...] = ()  # with failover
         self._loops: list[Deferred[None]] = []
         self._waiting: set[Deferred[Any]] = set()
         self._stopping = False
@@ -274,18 +279,32 @@ class Worker(Handlers):
         else:
             ensureDeferred(self.stop())
 
-    def start(self, reactor: Any, address: str | Sequence[str] = DEFAULT_ADDRESS) -> None:
+    def start(
+        self, reactor: Any, address: str | Sequence[str] = DEFAULT_ADDRESS, failover: bool = False
+    ) -> None:
         """
         Connect C{concurrency} slots to the daemon at C{address}, or to each
         daemon of a list (C{"tcp:h1:16381,tcp:h2:16381"}, or a sequence:
         see L{split_addresses}), which share the worker's capacity (see
         L{quicx.clients.shares}).
 
+        @param failover: the list names one replicated shard's daemons: the
+            slots follow its primary (L{quicx.clients.failover}).
         @raise ValueError: the list is empty, or names a daemon twice; or
             a malformed C{tls:} address (see L{endpoint_for}).
         """
         addresses = split_addresses(address)
-        self.members = [Member(each, endpoint=endpoint_for(reactor, each)) for each in addresses]
+        self.failover = failover
+        if failover:
+            # One member, the shard; each slot's connection goes where it follows.
+            self._shard_addresses = addresses
+            addresses = (",".join(addresses),)
+            following = cast(IStreamClientEndpoint, _Following(reactor))
+            self.members = [Member(addresses[0], endpoint=following)]
+        else:
+            self.members = [
+                Member(each, endpoint=endpoint_for(reactor, each)) for each in addresses
+            ]
         self._stopping = False
         capacity = self.concurrency * (self.credits or AUTO_MAX)
         self._shares = Shares(self.members, capacity, self.concurrency)
@@ -313,14 +332,22 @@ class Worker(Handlers):
         """One slot: connect, serve until the connection ends, reconnect."""
         delay = RETRY_FIRST
         address = member.address
+        # With failover, where this slot follows the shard's primary to.
+        shard = None
+        if self.failover:
+            shard = Shard(self._shard_addresses, FAILOVER_DEADLINE, forever=True)
         while not self._stopping:
-            attempt = member.endpoint.connect(_SlotFactory(self, member, place))
+            if shard is not None:
+                address = shard.current
+            attempt = member.endpoint.connect(_SlotFactory(self, member, place, address))
             try:
                 slot = await self._cancellable(attempt)
             except CancelledError:
                 return
             except Exception as e:
                 self._slot_gone(member)
+                if shard is not None:
+                    delay = self._hop(shard, e)
                 self.log.warn(
                     "cannot reach {address} ({error}); retrying in {delay:.1f} s",
                     address=address,
@@ -332,12 +359,33 @@ class Worker(Handlers):
                 await slot.closed
                 if self._stopping or slot.quiet:
                     return  # a quiet slot stays away, as it was told
-                self.log.warn("lost the daemon at {address}; reconnecting", address=address)
+                if slot.refusal is None:
+                    self.log.warn("lost the daemon at {address}; reconnecting", address=address)
+                if shard is not None:
+                    if slot.primary and slot.refusal is None:
+                        shard.reached()
+                    delay = self._hop(shard, slot.refusal or ConnectionLost(f"lost {address}"))
+                    self.log.info(
+                        "following the shard's primary: {address} in {delay:.2f} s",
+                        address=shard.current,
+                        delay=delay,
+                    )
             try:
                 await self._cancellable(deferLater(self._reactor, delay, lambda: None))
             except CancelledError:
                 return
-            delay = min(delay * 2, RETRY_MAX)
+            if shard is None:
+                delay = min(delay * 2, RETRY_MAX)
+
+    def _hop(self, shard: Shard, error: Exception) -> float:
+        """
+        A slot's daemon is not the primary, or is out of reach: the slot
+        follows C{shard} to the next; in how many seconds.
+        """
+        hop = shard.next(error, self._reactor.seconds())
+        if hop.overdue is not None:
+            self.log.error("{error}; still trying", error=hop.overdue)
+        return hop.delay
 
     def _cancellable(self, waiting: Deferred[Any]) -> Deferred[Any]:
         """Track C{waiting} so that L{stop} can cancel it."""
@@ -363,12 +411,26 @@ class _SlotFactory(Factory):
 
     noisy = False
 
-    def __init__(self, worker: Worker, member: Member, place: int) -> None:
+    def __init__(self, worker: Worker, member: Member, place: int, address: str) -> None:
         self.worker = worker
         self.place = (member, place)
+        self.address = address  # the daemon it connects to
 
     def buildProtocol(self, addr: Any) -> WorkerProtocol:
         return WorkerProtocol(self.worker, self.place)
+
+
+class _Following:
+    """
+    The endpoint of a shard's member: each slot connects to the daemon its
+    factory names (the one it follows the primary to).
+    """
+
+    def __init__(self, reactor: Any) -> None:
+        self._reactor = reactor
+
+    def connect(self, factory: _SlotFactory) -> Deferred[Any]:
+        return endpoint_for(self._reactor, factory.address).connect(factory)
 
 
 def _passthrough_after(result: object, forget: Callable[[Any], None], item: object) -> object:
