@@ -5,6 +5,8 @@
 #   make test-cluster - the slow tier, alone: the tests on a real Spark standalone
 #                 cluster and the load-sensitive ones (the what-if against real runs), and
 #                 the Django backend on Python 3.12 (make test-django312); CI runs it
+#   make test-failover - the failover matrix's rows (etcd and daemons in a private
+#                 network namespace, one fault per row, issue 34's targets); CI runs it
 # A second run with nothing changed does no set-up at all.
 
 PYTHON ?= python3
@@ -14,7 +16,7 @@ PIP    := $(VENV)/bin/pip --quiet --disable-pip-version-check
 # plugin) only when one of these changed since the last install.
 SOURCES := setup.cfg pyproject.toml $(shell find quicx twisted -name '*.py' -not -path '*/__pycache__/*')
 
-.PHONY: run test test-cluster test-django312 java browser haproxy clean
+.PHONY: run test test-cluster test-failover test-django312 java browser haproxy etcd clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +40,16 @@ test: $(VENV)/.installed java browser haproxy
 test-cluster: $(VENV)/.installed java
 	$(VENV)/bin/tox run -e py311 -- --cluster -m "cluster or slow" tests --ignore=tests/interop
 	$(MAKE) test-django312
+
+# The failover matrix (tools/failover, tests/failover/test_matrix.py): each row in its
+# own process under `unshare --net --mount` (root), etcd from Debian's etcd-server.
+test-failover: $(VENV)/.installed etcd
+	$(VENV)/bin/tox run -e py311 -- --failover -m failover tests/failover
+
+etcd:
+	@test -x /usr/bin/etcd || { \
+	  [ "$$(id -u)" = 0 ] || { echo "make: etcd is missing: apt-get install etcd-server"; exit 1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server; }
 
 # Django 6 (django.tasks) needs Python 3.12: the Django backend's tests on it,
 # in a venv of their own (make test runs them on 3.11, with the backport).

@@ -145,5 +145,9 @@ def test_two_primaries_at_once_are_measured() -> None:
 
 
 def test_a_primary_that_never_comes_back_counts_to_the_last_sample() -> None:
-    samples = [RoleSample("a", PRIMARY, 0.0), RoleSample("a", DOWN, 2.0), RoleSample("a", DOWN, 9.0)]
+    samples = [
+        RoleSample("a", PRIMARY, 0.0),
+        RoleSample("a", DOWN, 2.0),
+        RoleSample("a", DOWN, 9.0),
+    ]
     assert longest_spell(samples, 0) == pytest.approx(7.0)

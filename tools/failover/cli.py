@@ -24,21 +24,39 @@ from tools.failover.throughput import Throughput, compare
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tools.failover", description=__doc__)
-    parser.add_argument("--rows", default=",".join(r.name for r in ROWS),
-                        help="comma-separated rows (default: all): " + ", ".join(BY_NAME))
-    parser.add_argument("--single", action="store_true",
-                        help="a single daemon at fsync = always, no replication (the dry run)")
-    parser.add_argument("--rate", type=float, default=40.0,
-                        help="SUBMITs per second of each of the 2 producers")
-    parser.add_argument("--throughput-seconds", type=float, default=3.0,
-                        help="seconds of each throughput round (0: not measured)")
-    parser.add_argument("--directory", type=Path,
-                        help="where the shards' files go (default: a temporary directory)")
+    parser.add_argument(
+        "--rows",
+        default=",".join(r.name for r in ROWS),
+        help="comma-separated rows (default: all): " + ", ".join(BY_NAME),
+    )
+    parser.add_argument(
+        "--single",
+        action="store_true",
+        help="a single daemon at fsync = always, no replication (the dry run)",
+    )
+    parser.add_argument(
+        "--rate", type=float, default=40.0, help="SUBMITs per second of each of the 2 producers"
+    )
+    parser.add_argument(
+        "--throughput-seconds",
+        type=float,
+        default=3.0,
+        help="seconds of each throughput round (0: not measured)",
+    )
+    parser.add_argument(
+        "--directory", type=Path, help="where the shards' files go (default: a temporary directory)"
+    )
     parser.add_argument("--json-out", type=Path, help="write every figure here as JSON")
-    parser.add_argument("--write-docs", action="store_true",
-                        help="write the table into docs/operations.md between its markers")
-    parser.add_argument("--no-isolate", action="store_true",
-                        help="run on the machine's loopback, not in a private namespace")
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="write the table into docs/operations.md between its markers",
+    )
+    parser.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="run on the machine's loopback, not in a private namespace",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.rows.split(",")) - set(BY_NAME)
     if unknown:

@@ -9,6 +9,7 @@ the daemons themselves (the longest time no daemon said it was primary).
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -107,7 +108,7 @@ def stale_applied(trace: Trace) -> list[Outcome]:
 def longest_gap(times: Iterable[float], start: float, end: float) -> float:
     """The longest interval between C{start}, each of C{times} within it, and C{end}."""
     points = [start, *sorted(t for t in times if start <= t <= end), end]
-    return max((b - a for a, b in zip(points, points[1:], strict=False)), default=0.0)
+    return max((b - a for a, b in itertools.pairwise(points)), default=0.0)
 
 
 def longest_spell(samples: Iterable[RoleSample], primaries: int) -> float:

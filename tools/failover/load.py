@@ -83,7 +83,12 @@ class Producer(threading.Thread):
     """
 
     def __init__(
-        self, prefix: str, addresses: Sequence[str], rate: float, trace: Trace, stop: threading.Event
+        self,
+        prefix: str,
+        addresses: Sequence[str],
+        rate: float,
+        trace: Trace,
+        stop: threading.Event,
     ) -> None:
         super().__init__(name=f"producer-{prefix}", daemon=True)
         self.prefix, self.rate, self.trace, self.stop = prefix, rate, trace, stop
@@ -413,9 +418,5 @@ class Load:
 
     def errors(self) -> list[str]:
         """The last errors producers and workers met (for a row's notes)."""
-        found: list[str] = []
-        for source in [*self._threads, *self._workers]:
-            found.extend(source.errors)
-        return found
-
-
+        found = [e for producer in self._threads for e in producer.errors]
+        return found + [e for worker in self._workers for e in worker.errors]

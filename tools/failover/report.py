@@ -48,8 +48,8 @@ def throughput_line(figures: Throughput | None) -> str:
     verdict = "met" if figures.ratio >= 0.7 else "missed"
     return (
         f"Throughput (medians of {figures.rounds} alternated rounds): {single},"
-        f" {figures.sync:,.0f} on a sync shard's primary: {figures.ratio:.2f}×"
-        f" (target ≥ 0.7×: {verdict})."
+        f" {figures.sync:,.0f} on a sync shard's primary: {figures.ratio:.2f} times that"
+        f" (target: at least 0.7: {verdict})."
     )
 
 

@@ -97,7 +97,10 @@ def kill_primary(shard: Shard) -> list[str]:
 
 
 def zombie(shard: Shard) -> list[str]:
-    """SIGSTOP of the primary past the lease TTL (a new primary is elected), then SIGCONT."""
+    """
+    SIGSTOP of the primary until another is elected (when there is another),
+    then past the lease TTL, then SIGCONT: a zombie that wakes up.
+    """
     node = primary(shard)
     node.pause()
     try:
@@ -106,7 +109,7 @@ def zombie(shard: Shard) -> list[str]:
         hold(shard.config.lease_ttl + 3.0)
     finally:
         node.resume()
-    return [f"{node.name} stopped {shard.config.lease_ttl + 3.0:g} s past a new primary"]
+    return [f"{node.name} stopped, then woken {shard.config.lease_ttl + 3.0:g} s later"]
 
 
 def partition(kind: str, seconds: Callable[[ShardConfig], float]) -> Fault:
@@ -174,7 +177,7 @@ def kill_etcd(shard: Shard) -> list[str]:
 class Row:
     name: str
     fault: Fault
-    config: ShardConfig = ShardConfig()
+    config: ShardConfig = field(factory=ShardConfig)
     replicated_only: bool = True
     failover: bool = False
     what: str = ""

@@ -20,13 +20,14 @@ it) a shard is one daemon at C{fsync = always} behind its C{clients} proxy.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attrs import define, field
 
@@ -34,9 +35,6 @@ from tools.failover.netns import free_ports
 from tools.failover.proxy import Proxy
 from tools.failover.trace import DOWN, PRIMARY
 from tools.launcher import DaemonProcess
-
-if TYPE_CHECKING:
-    from tools.etcd import Etcd
 
 ROLES = frozenset({"primary", "standby", "candidate", "fenced"})
 """The roles a daemon's status may name (L{quicx.daemon.replication.interfaces.RoleState})."""
@@ -178,9 +176,9 @@ class Shard:
     directory: Path
     config: ShardConfig
     nodes: list[Node] = field(factory=list)
-    etcd: Etcd | None = None
+    etcd: Any = None
+    """The running etcd (C{tools.etcd.Etcd}: C{url}, C{kill()}, C{stop()}), when replicated."""
     etcd_ports: tuple[int, int] = (0, 0)
-    etcd_port: int = 0  # the port the daemons' etcd proxies forward to
 
     @property
     def addresses(self) -> list[str]:
@@ -249,9 +247,9 @@ class Shard:
         node.daemon.start(timeout=60.0)
 
     def start_etcd(self) -> None:
-        from tools.etcd import start_etcd
-
-        self.etcd = start_etcd(self.directory / "etcd", *self.etcd_ports)
+        # tools.etcd comes with the replication it serves (issue 34): imported when used.
+        etcd = importlib.import_module("tools.etcd")
+        self.etcd = etcd.start_etcd(self.directory / "etcd", *self.etcd_ports)
 
     def roles(self) -> dict[str, str]:
         return {node.name: node.role(self.config.replicated) for node in self.nodes}

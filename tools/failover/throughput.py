@@ -13,11 +13,13 @@ from pathlib import Path
 from attrs import define
 
 from quicx.clients.blocking import QuicxClient
+from quicx.clients.requests import Options, Task
 from tools.failover.load import QUEUE, TASK_TYPE
 from tools.failover.shard import Shard, ShardConfig
 
 BATCH = 500
 """SUBMITs pipelined at once (C{submit_many}'s window)."""
+OPTIONS = Options(queue=QUEUE)
 MOST = 20_000
 """The most SUBMITs one measurement sends (nothing runs them: the pool must hold them)."""
 
@@ -28,7 +30,7 @@ def submit_rate(address: str, seconds: float) -> float:
     with QuicxClient(address, timeout=30.0) as client:
         started = time.monotonic()
         while time.monotonic() - started < seconds and sent < MOST:
-            tasks = [(TASK_TYPE, b"t%d" % (sent + n), {"queue": QUEUE}) for n in range(BATCH)]
+            tasks: list[Task] = [(TASK_TYPE, b"t%d" % (sent + n), OPTIONS) for n in range(BATCH)]
             client.submit_many(tasks, window=BATCH)
             sent += BATCH
         elapsed = time.monotonic() - started
