@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tools.failover.count import count, longest_gap, longest_spell
+from tools.failover.load import owned_ids
 from tools.failover.trace import (
     APPLIED,
     DONE,
@@ -151,3 +152,9 @@ def test_a_primary_that_never_comes_back_counts_to_the_last_sample() -> None:
         RoleSample("a", DOWN, 9.0),
     ]
     assert longest_spell(samples, 0) == pytest.approx(7.0)
+
+
+def test_an_id_given_twice_belongs_to_the_later_key() -> None:
+    # A daemon that forgot its journal numbers tasks from 1 again: k0's id 1 now names k9.
+    acks = [Ack("k0", 1, 1.0), Ack("k1", 2, 1.1), Ack("k9", 1, 5.0), Ack("k1", 7, 6.0)]
+    assert owned_ids(acks) == {"k0": [], "k1": [2, 7], "k9": [1]}

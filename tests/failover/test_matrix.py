@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from tools.failover.rows import NEEDS, ROWS
-from tools.failover.shard import replication_available
+from tools.failover.rows import NEEDS, ROWS, Row, run_row
+from tools.failover.shard import Shard, ShardConfig, replication_available
 from tools.launcher import REPO_ROOT, tools_environment
 
 pytestmark = pytest.mark.failover
@@ -64,3 +64,33 @@ def test_throughput_is_measured_side_by_side(tmp_path: Path) -> None:
     assert figures["throughput"]["single"] > 0
     if replication_available():
         assert figures["throughput"]["sync"] > 0
+
+
+# -- the harness can fail: faults that must be counted, on a single daemon ----------------
+
+
+def wiped(shard: Shard) -> list[str]:
+    """kill -9 of the daemon and its journal deleted: everything acknowledged before is gone."""
+    node = shard.wait_primary()
+    with node.down():
+        node.daemon.kill()
+        node.wipe()
+        node.daemon.start(timeout=60.0)
+    return ["journal wiped"]
+
+
+def test_a_daemon_that_forgets_its_journal_is_counted_as_losing_tasks(tmp_path: Path) -> None:
+    row = Row("wiped", wiped, replicated_only=False)
+    result = run_row(row, tmp_path, replicated=False)
+    assert result.counts is not None
+    assert result.counts.lost > 0
+    assert any("acknowledged lost" in miss for miss in result.misses())
+
+
+def test_late_outcomes_are_counted_as_refused_stale_never_applied(tmp_path: Path) -> None:
+    # Each worker holds its task 1.5 s, past its 1 s lease: every ACK is late.
+    row = Row("late", lambda shard: [], ShardConfig(task_timeout=1.0), replicated_only=False)
+    result = run_row(row, tmp_path, replicated=False, work=1.5, drain=2.0)
+    assert result.counts is not None
+    assert result.counts.stale_refused > 0
+    assert result.counts.stale_applied == 0

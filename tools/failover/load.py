@@ -156,10 +156,11 @@ class Disconnect(Exception):
 class Worker:
     """
     A raw version-2 worker: HELLO, READY on the matrix's queue, and for each
-    TASK (recorded as a L{Delivery}) an ACK after C{work} seconds, its
-    result the delivery's token, followed by a STATS probe: an ERROR before
-    the probe's answer is the ACK's (L{STALE} for 0x08, else L{REFUSED});
-    none, and the ACK was L{APPLIED}; the connection gone first, L{UNANSWERED}.
+    TASK (recorded as a L{Delivery}) an ACK after C{work} seconds, its result
+    C{"KEY TOKEN"} (the task's key, the delivery's token), followed by a
+    STATS probe: an ERROR before the probe's answer is the ACK's (L{STALE}
+    for 0x08, else L{REFUSED}); none, and the ACK was L{APPLIED}; the
+    connection gone first, L{UNANSWERED}.
     """
 
     name: str
@@ -272,8 +273,8 @@ class Worker:
         return greeted
 
     def _ack(self, sock: socket.socket, task: taskflow.Task, sent: deque[Sent]) -> None:
-        result = taskflow.Result(taskflow.ResultKind.TEXT, str(task.token).encode())
         key = bytes(task.payload).decode()
+        result = taskflow.Result(taskflow.ResultKind.TEXT, f"{key} {task.token}".encode())
         sent.append(Sent(key, task.task_id, task.token, time.time()))
         sock.sendall(outcomes.encode_ack(task.task_id, task.token, result) + PROBE)
 
@@ -310,16 +311,18 @@ class RolePoller(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def final_state(client: QuicxClient, task_ids: Sequence[int]) -> tuple[str, int]:
+def final_state(client: QuicxClient, key: str, task_ids: Sequence[int]) -> tuple[str, int]:
     """
-    What the primary says of a key acknowledged under C{task_ids} (more than
-    one when a retried SUBMIT was acknowledged again under a new id): done
-    (and the token of its kept result) if any is, else pending if any is.
+    What the primary says of C{key}, acknowledged under C{task_ids} (more
+    than one when a retried SUBMIT was acknowledged again under a new id):
+    done, and the token of its kept result, if any is (a result names its
+    key: an id that now names another task's outcome is no sign of this
+    one), else pending if any is, else unknown.
     """
     states = []
     for task_id in task_ids:
         try:
-            token = client.result(task_id, timeout=0)
+            result = client.result(task_id, timeout=0)
         except TaskUnknown:
             states.append(UNKNOWN)
         except NotFinished:
@@ -329,11 +332,27 @@ def final_state(client: QuicxClient, task_ids: Sequence[int]) -> tuple[str, int]
                 raise
             states.append(OTHER)
         else:
-            return DONE, int(token)
+            named, _, token = str(result).rpartition(" ")
+            if named == key:
+                return DONE, int(token)
+            states.append(UNKNOWN)
     for state in (PENDING, OTHER):
         if state in states:
             return state, 0
     return UNKNOWN, 0
+
+
+def owned_ids(acks: Sequence[Ack]) -> dict[str, list[int]]:
+    """
+    Each acknowledged key's task ids, each id given to the key acknowledged
+    last under it: a daemon that gave an id twice had forgotten the first
+    task (the earlier key keeps no id, and is lost).
+    """
+    owner = {ack.task_id: ack.key for ack in sorted(acks, key=lambda a: a.at)}
+    ids: dict[str, list[int]] = {ack.key: [] for ack in acks}
+    for task_id, key in owner.items():
+        ids[key].append(task_id)
+    return ids
 
 
 def read_finals(trace: Trace, address: str, deadline: float) -> None:
@@ -342,14 +361,12 @@ def read_finals(trace: Trace, address: str, deadline: float) -> None:
     the pending ones (the workers still drain) until none is, or C{deadline}
     (a C{time.monotonic()}).
     """
-    ids: dict[str, list[int]] = {}
-    for ack in trace.acks:
-        ids.setdefault(ack.key, []).append(ack.task_id)
+    ids = owned_ids(trace.acks)
     waiting = list(ids)
     with QuicxClient(address, timeout=10.0) as client:
         while waiting:
             for key in waiting:
-                state, token = final_state(client, ids[key])
+                state, token = final_state(client, key, ids[key])
                 trace.finals[key] = Final(key, state, token)
             waiting = [k for k in waiting if trace.finals[k].state == PENDING]
             if not waiting or time.monotonic() > deadline:
@@ -371,6 +388,8 @@ class Load:
     producers: int = 2
     rate: float = 40.0
     workers: int = 3
+    work: float = 0.02
+    """Seconds each worker holds each task before its ACK."""
     trace: Trace = field(factory=Trace)
     started: float = 0.0
     stopped: float = 0.0
@@ -385,7 +404,7 @@ class Load:
         self._poller = RolePoller(self.roles, self.trace, self._working)
         self._poller.start()
         for n in range(self.workers):
-            worker = Worker(f"w{n}", self.addresses, self.trace, self._working)
+            worker = Worker(f"w{n}", self.addresses, self.trace, self._working, self.work)
             worker.start()
             self._workers.append(worker)
         for n in range(self.producers):

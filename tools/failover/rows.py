@@ -88,11 +88,12 @@ def hold(seconds: float) -> None:
 def kill_primary(shard: Shard) -> list[str]:
     """kill -9 of the primary; it restarts (a standby then, when there is another)."""
     node = primary(shard)
-    node.daemon.kill()
-    killed = time.monotonic()
-    if shard.config.replicated:
-        shard.wait_primary(other_than=node)
-    node.daemon.start(timeout=60.0)
+    with node.down():
+        node.daemon.kill()
+        killed = time.monotonic()
+        if shard.config.replicated:
+            shard.wait_primary(other_than=node)
+        node.daemon.start(timeout=60.0)
     return [f"{node.name} killed; {time.monotonic() - killed:.1f} s to a primary again"]
 
 
@@ -156,10 +157,11 @@ def standby_disk_full(shard: Shard) -> list[str]:
 def standby_from_nothing(shard: Shard) -> list[str]:
     """kill -9 of the standby, its data wiped, restarted: it must catch up from a snapshot."""
     node = standby(shard)
-    node.daemon.kill()
-    node.wipe()
-    started = time.monotonic()
-    node.daemon.start(timeout=60.0)
+    with node.down():
+        node.daemon.kill()
+        node.wipe()
+        started = time.monotonic()
+        node.daemon.start(timeout=60.0)
     shard.wait_role(node, "standby")
     return [f"{node.name} wiped; standby again after {time.monotonic() - started:.1f} s"]
 
@@ -218,10 +220,19 @@ def wait_acks(load: Load, count: int, timeout: float) -> bool:
     return True
 
 
-def run_row(row: Row, directory: Path, replicated: bool, rate: float = 40.0) -> RowResult:
+def run_row(
+    row: Row,
+    directory: Path,
+    replicated: bool,
+    rate: float = 40.0,
+    work: float = 0.02,
+    drain: float = 60.0,
+) -> RowResult:
     """
     Run C{row} in C{directory}: its shard (a single daemon unless
-    C{replicated}), the load, the fault, the drain and the count.
+    C{replicated}), the load (C{rate} SUBMITs a second per producer, each
+    task held C{work} seconds by its worker), the fault, the drain (at most
+    C{drain} seconds) and the count.
     """
     config = row.config if replicated else evolve(row.config, replicated=False)
     result = RowResult(row.name, config.describe(), failover=row.failover)
@@ -230,7 +241,7 @@ def run_row(row: Row, directory: Path, replicated: bool, rate: float = 40.0) -> 
         return result
     directory.mkdir(parents=True, exist_ok=True)
     with Shard(directory, config) as shard:
-        load = Load(row.name, shard.addresses, shard.roles, rate=rate)
+        load = Load(row.name, shard.addresses, shard.roles, rate=rate, work=work)
         load.start()
         try:
             if not wait_acks(load, 20, RESUME):
@@ -241,8 +252,9 @@ def run_row(row: Row, directory: Path, replicated: bool, rate: float = 40.0) -> 
                 result.notes.append(f"acknowledgements did not resume within {RESUME:g} s")
             hold(AFTER)
             load.stop_producing()
-            load.finish(shard.wait_primary().address)
+            load.finish(shard.wait_primary().address, drain)
         finally:
             load.close()
         result.counts = count(load.trace, load.started, load.stopped)
+        result.notes += [f"supervisor: {r}, restarted" for r in shard.restarts]
     return result

@@ -25,7 +25,9 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,8 @@ class ShardConfig:
     fsync: str = "always"
     journal_tmpfs: int = 0
     """Bytes of a tmpfs mounted for each standby's journal directory (0: none)."""
+    task_timeout: float = 0.0
+    """C{[tasks] timeout}: a worker's lease on a task (0: none, the default)."""
 
     def describe(self) -> str:
         if not self.replicated:
@@ -102,6 +106,20 @@ class Node:
     etcd: Proxy | None
     daemon: DaemonProcess
     mounted: bool = False
+    held: bool = False
+    """Down on purpose (a fault killed it): the supervisor leaves it be."""
+    lock: threading.Lock = field(factory=threading.Lock)
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """Within: the supervisor does not restart it (a fault kills and restarts it)."""
+        with self.lock:
+            self.held = True
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.held = False
 
     @property
     def journal_dir(self) -> Path:
@@ -123,6 +141,8 @@ class Node:
             f"path = {self.journal_dir / 'quicx.journal'}",
             f"fsync = {shard.fsync}",
         ]
+        if shard.task_timeout:
+            lines += ["[tasks]", f"timeout = {shard.task_timeout:g}"]
         if shard.replicated:
             lines += [
                 "[replication]",
@@ -179,6 +199,10 @@ class Shard:
     etcd: Any = None
     """The running etcd (C{tools.etcd.Etcd}: C{url}, C{kill()}, C{stop()}), when replicated."""
     etcd_ports: tuple[int, int] = (0, 0)
+    restarts: list[str] = field(factory=list)
+    """What the supervisor did: each daemon it found exited, and restarted."""
+    _supervising: threading.Event = field(init=False, factory=threading.Event)
+    _supervisor: threading.Thread | None = field(init=False, default=None)
 
     @property
     def addresses(self) -> list[str]:
@@ -206,7 +230,24 @@ class Shard:
             self.start_node(node)
             if node is self.nodes[0]:
                 self.wait_primary()
+        self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
+        self._supervisor.start()
         return self
+
+    def _supervise(self) -> None:
+        """
+        Restart every daemon that exits unless a fault holds it down, as
+        systemd's C{Restart=on-failure} would: a demoted primary leaves (exit
+        status 75) to start again as a standby.
+        """
+        while not self._supervising.wait(0.2):
+            for node in self.nodes:
+                with node.lock:
+                    process = node.daemon.process
+                    if node.held or process is None or process.poll() is None:
+                        continue
+                    self.restarts.append(f"{node.name} exited with {process.returncode}")
+                    node.daemon.start(timeout=60.0)
 
     def _node(self, name: str, ports: Any) -> Node:
         directory = self.directory / name
@@ -272,6 +313,9 @@ class Shard:
             time.sleep(0.1)
 
     def close(self) -> None:
+        self._supervising.set()
+        if self._supervisor is not None:
+            self._supervisor.join(90)
         for node in self.nodes:
             with contextlib.suppress(ProcessLookupError, AssertionError):
                 node.resume()  # a SIGSTOPped daemon does not stop on SIGTERM
