@@ -15,6 +15,8 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from attrs import evolve
+
 from tools.failover import netns
 from tools.failover.report import as_json, table, write_docs
 from tools.failover.rows import BY_NAME, ROWS, Row, RowResult, run_row
@@ -33,6 +35,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "--single",
         action="store_true",
         help="a single daemon at fsync = always, no replication (the dry run)",
+    )
+    parser.add_argument(
+        "--daemons", type=int, default=2, help="daemons in each replicated shard (2 or 3)"
     )
     parser.add_argument(
         "--rate", type=float, default=40.0, help="SUBMITs per second of each of the 2 producers"
@@ -75,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     replicated = replication_available() and not args.single
     with tempfile.TemporaryDirectory(prefix="quicx-failover-") as scratch:
         directory = args.directory or Path(scratch)
-        results = [run(BY_NAME[name], directory, replicated, args.rate)
+        results = [run(BY_NAME[name], directory, replicated, args.rate, args.daemons)
                    for name in args.rows.split(",")]  # fmt: skip
         figures: Throughput | None = None
         if args.throughput_seconds > 0:
@@ -89,11 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if any(r.misses() for r in results) else 0
 
 
-def run(row: Row, directory: Path, replicated: bool, rate: float) -> RowResult:
+def run(row: Row, directory: Path, replicated: bool, rate: float, daemons: int) -> RowResult:
     """One row, an exception in it reported as its error (the others still run)."""
     print(f"tools.failover: {row.name} ...", file=sys.stderr, flush=True)
     try:
-        result = run_row(row, directory / row.name, replicated, rate)
+        result = run_row(evolve(row, config=evolve(row.config, daemons=daemons)),
+                         directory / row.name, replicated, rate)  # fmt: skip
     except Exception as e:  # a row that cannot run is a result too
         traceback.print_exc()
         shard = "replicated" if replicated else "single daemon"

@@ -29,7 +29,7 @@ def line(result: RowResult) -> str:
     c = result.counts
     if c is None:
         status = f"skipped: {result.skipped}" if result.skipped else f"error: {result.error}"
-        return f"| {result.row} | {what} | {result.shard} |" + " — |" * 9 + f" {status} |"
+        return f"| {result.row} | {what} | {result.shard} |" + " — |" * 8 + f" {status} |"
     missed = result.misses()
     return (
         f"| {result.row} | {what} | {result.shard} | {c.acknowledged} | {c.lost}"

@@ -230,6 +230,8 @@ class Shard:
             self.start_node(node)
             if node is self.nodes[0]:
                 self.wait_primary()
+            else:
+                self.wait_role(node, "standby")
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
         return self
