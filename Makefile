@@ -16,7 +16,7 @@ PIP    := $(VENV)/bin/pip --quiet --disable-pip-version-check
 # plugin) only when one of these changed since the last install.
 SOURCES := setup.cfg pyproject.toml $(shell find quicx twisted -name '*.py' -not -path '*/__pycache__/*')
 
-.PHONY: run test test-cluster test-failover test-django312 java browser haproxy etcd clean
+.PHONY: run test test-cluster test-django312 java browser haproxy clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -42,14 +42,10 @@ test-cluster: $(VENV)/.installed java
 	$(MAKE) test-django312
 
 # The failover matrix (tools/failover, tests/failover/test_matrix.py): each row in its
-# own process under `unshare --net --mount` (root), etcd from Debian's etcd-server.
+# own process under `unshare --net --mount` (root); etcd from `make etcd`.
+.PHONY: test-failover
 test-failover: $(VENV)/.installed etcd
 	$(VENV)/bin/tox run -e py311 -- --failover -m failover tests/failover
-
-etcd:
-	@test -x /usr/bin/etcd || { \
-	  [ "$$(id -u)" = 0 ] || { echo "make: etcd is missing: apt-get install etcd-server"; exit 1; }; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server; }
 
 # Django 6 (django.tasks) needs Python 3.12: the Django backend's tests on it,
 # in a venv of their own (make test runs them on 3.11, with the backport).

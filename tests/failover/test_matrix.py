@@ -15,6 +15,7 @@ on a loaded machine).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,11 +23,13 @@ from typing import Any
 
 import pytest
 
+from tools.failover.netns import can_isolate
 from tools.failover.rows import NEEDS, ROWS, Row, run_row
 from tools.failover.shard import Shard, ShardConfig, replication_available
 from tools.launcher import REPO_ROOT, tools_environment
 
 pytestmark = pytest.mark.failover
+ETCD = os.environ.get("QUICX_ETCD", "/usr/bin/etcd")
 ROW_TIMEOUT = 300.0
 """Seconds one row may take, its shard's start and drain included."""
 
@@ -52,6 +55,10 @@ def matrix(tmp_path: Path, *args: str) -> dict[str, Any]:
 def test_row_meets_its_targets(row: Any, tmp_path: Path) -> None:
     if row.replicated_only and not replication_available():
         pytest.skip(NEEDS)
+    if row.replicated_only and not Path(ETCD).exists():
+        pytest.skip(f"needs etcd ({ETCD}): make etcd")
+    if row.config.journal_tmpfs and not can_isolate():
+        pytest.skip("needs a private mount namespace for its tmpfs (unshare, as root)")
     figures = matrix(tmp_path, f"--rows={row.name}", "--throughput-seconds=0")
     (result,) = figures["rows"]
     assert result["counts"] is not None, figures["log"][-4000:]
