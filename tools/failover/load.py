@@ -146,9 +146,9 @@ class Held:
 
 
 class Disconnect(Exception):
-    """Leave this connection (and go where C{primary} says, or on)."""
+    """Leave this connection (an C{ERROR 0x0C}): go to C{primary}, or on when it is empty."""
 
-    def __init__(self, primary: str | None = None) -> None:
+    def __init__(self, primary: str) -> None:
         self.primary = primary
 
 
@@ -188,9 +188,11 @@ class Worker:
                     self._serve(sock)
                     continue
             except Disconnect as leave:
-                if leave.primary is not None:
-                    self.follower.redirect(leave.primary)
-                    continue
+                self.follower.redirect(leave.primary)
+                if leave.primary:
+                    continue  # straight to the primary named
+                self.stop.wait(0.1)  # no primary known: not a busy loop over the shard
+                continue
             except OSError as e:
                 self.errors.append(f"{self.follower.current}: {e}")
             self.follower.rotate()
