@@ -30,6 +30,8 @@ AFTER = 6.0
 """Seconds of load after the fault is healed (and acknowledgements resumed)."""
 RESUME = 60.0
 """The longest wait for acknowledgements to resume after a fault."""
+TAKEOVER = 30.0
+"""The longest a fault waits for another daemon to take the primary's place."""
 FAILOVER_TARGET = 10.0
 """Seconds without a primary a failover may take (sync mode, default settings)."""
 
@@ -85,16 +87,29 @@ def hold(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def takeover(shard: Shard, node: Node) -> list[str]:
+    """
+    Wait for another daemon than C{node} to become primary (when there is
+    another), at most L{TAKEOVER} seconds: a note if none did.
+    """
+    if not shard.config.replicated:
+        return []
+    try:
+        shard.wait_primary(TAKEOVER, other_than=node)
+    except RuntimeError as e:
+        return [f"no other daemon took over: {e}"]
+    return []
+
+
 def kill_primary(shard: Shard) -> list[str]:
-    """kill -9 of the primary; it restarts (a standby then, when there is another)."""
+    """kill -9 of the primary; it restarts once another took over (a standby then)."""
     node = primary(shard)
     with node.down():
         node.daemon.kill()
         killed = time.monotonic()
-        if shard.config.replicated:
-            shard.wait_primary(other_than=node)
+        notes = takeover(shard, node)
         node.daemon.start(timeout=60.0)
-    return [f"{node.name} killed; {time.monotonic() - killed:.1f} s to a primary again"]
+    return [f"{node.name} killed; {time.monotonic() - killed:.1f} s to a primary again", *notes]
 
 
 def zombie(shard: Shard) -> list[str]:
@@ -105,12 +120,11 @@ def zombie(shard: Shard) -> list[str]:
     node = primary(shard)
     node.pause()
     try:
-        if shard.config.replicated:
-            shard.wait_primary(other_than=node)
+        notes = takeover(shard, node)
         hold(shard.config.lease_ttl + 3.0)
     finally:
         node.resume()
-    return [f"{node.name} stopped, then woken {shard.config.lease_ttl + 3.0:g} s later"]
+    return [f"{node.name} stopped, then woken {shard.config.lease_ttl + 3.0:g} s later", *notes]
 
 
 def partition(kind: str, seconds: Callable[[ShardConfig], float]) -> Fault:
