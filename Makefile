@@ -5,6 +5,8 @@
 #   make test-cluster - the slow tier, alone: the tests on a real Spark standalone
 #                 cluster and the load-sensitive ones (the what-if against real runs), and
 #                 the Django backend on Python 3.12 (make test-django312); CI runs it
+#   make test-failover - the failover matrix's rows (etcd and daemons in a private
+#                 network namespace, one fault per row, issue 34's targets); CI runs it
 # A second run with nothing changed does no set-up at all.
 
 PYTHON ?= python3
@@ -38,6 +40,12 @@ test: $(VENV)/.installed java browser haproxy etcd
 test-cluster: $(VENV)/.installed java
 	$(VENV)/bin/tox run -e py311 -- --cluster -m "cluster or slow" tests --ignore=tests/interop
 	$(MAKE) test-django312
+
+# The failover matrix (tools/failover, tests/failover/test_matrix.py): each row in its
+# own process under `unshare --net --mount` (root); etcd from `make etcd`.
+.PHONY: test-failover
+test-failover: $(VENV)/.installed etcd
+	$(VENV)/bin/tox run -e py311 -- --failover -m failover tests/failover
 
 # Django 6 (django.tasks) needs Python 3.12: the Django backend's tests on it,
 # in a venv of their own (make test runs them on 3.11, with the backport).

@@ -100,15 +100,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="run the tests marked cluster (a real Spark standalone cluster) and slow too",
     )
+    parser.addoption(
+        "--failover",
+        action="store_true",
+        help="run the failover matrix's rows, marked failover (make test-failover)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--cluster"):
-        return
-    reasons = {
-        "cluster": "a real Spark standalone cluster: run with --cluster (make test-cluster)",
-        "slow": "long or load-sensitive: run with --cluster (make test-cluster)",
-    }
+    reasons = {}
+    if not config.getoption("--cluster"):
+        reasons = {
+            "cluster": "a real Spark standalone cluster: run with --cluster (make test-cluster)",
+            "slow": "long or load-sensitive: run with --cluster (make test-cluster)",
+        }
+    if not config.getoption("--failover"):
+        reasons["failover"] = "the failover matrix: run with --failover (make test-failover)"
     for item in items:
         for marker, reason in reasons.items():
             if item.get_closest_marker(marker):

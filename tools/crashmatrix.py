@@ -273,7 +273,7 @@ class Producer(threading.Thread):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 sock.settimeout(5.0)
                 frames = FrameParser(CLIENT_MAX_LENGTH, check_types=False)
-                inbox: list[wire.Message] = []
+                inbox: list[registry.Message] = []
                 with contextlib.suppress(OSError, ConnectionError):
                     while self._running():
                         started = time.monotonic()
@@ -305,7 +305,7 @@ class Producer(threading.Thread):
         self,
         sock: socket.socket,
         frames: FrameParser,
-        inbox: list[wire.Message],
+        inbox: list[registry.Message],
         payload: bytes,
     ) -> None:
         """Read the answer to C{payload}'s SUBMIT (raise OSError if none comes)."""

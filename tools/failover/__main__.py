@@ -1,0 +1,5 @@
+import sys
+
+from tools.failover.cli import main
+
+sys.exit(main())
