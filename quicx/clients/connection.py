@@ -278,7 +278,10 @@ Event = (
 
 _OK = Expect.OK
 _OK_TYPE, _DONE_TYPE = int(codec.MessageType.OK), int(codec.MessageType.DONE)
-_OK_SIZES = {wire.PROTOCOL_VERSION: codec.TASK_ID.size, codec.VERSION: codec.TASK_ID.size + 1}
+_OK_SIZES: dict[int | None, int] = {
+    wire.PROTOCOL_VERSION: codec.TASK_ID.size,
+    codec.VERSION: codec.TASK_ID.size + 1,
+}
 """An OK's payload in each version: its task id, and in version 2 its flags."""
 _ANSWERS = {
     Expect.OK: requests.OK_TYPES,

@@ -237,7 +237,8 @@ def test_oks_and_dones_read_from_the_bytes_are_checked_as_decoded_ones(protocol:
     assert connection.book.take(7) is None and connection.book.pending(8)
     # An OK nobody is owed is unanswered, as decoded.
     (event,) = connection.receive(spoken.encode_ok(9))
-    assert isinstance(event, Unanswered) and event.message.task_id == 9
+    assert isinstance(event, Unanswered) and isinstance(event.message, wire.Ok | taskflow.Ok)
+    assert event.message.task_id == 9
     # An OK or DONE a byte too long or short is malformed.
     for bad in (b"\x02\x00\x00\x00\x06" + bytes(6), b"\x06\x00\x00\x00\x03" + bytes(3)):
         connection = greeted(protocol)

@@ -24,6 +24,12 @@ def _x(percentile: str) -> float:
     return LEFT + share * (WIDTH - LEFT - RIGHT)
 
 
+def _duration(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:g} s"
+    return f"{us / 1e3:g} ms" if us >= 1e3 else f"{us:g} µs"
+
+
 def _decades(values: list[float]) -> tuple[int, int]:
     return math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
 
@@ -52,7 +58,7 @@ def latency_svg(loads: Mapping[str, Mapping[str, float]], title: str) -> str:
     ]
     for decade in range(low, high + 1):
         at = y(10.0**decade)
-        label = f"{10**decade:,} µs" if decade >= 0 else f"{10.0**decade:g} µs"
+        label = _duration(10.0**decade)
         out.append(
             f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{at:.1f}" y2="{at:.1f}" stroke="#ddd"/>'
             f'<text x="{LEFT - 6}" y="{at + 4:.1f}" text-anchor="end">{label}</text>'

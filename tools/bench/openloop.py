@@ -174,7 +174,8 @@ def openloop_workload(
     The maximum rate of a daemon with 2 stock workers, then C{runs} runs of
     C{seconds} at each of C{loads} (shares of that maximum), alternated.
     Per load: the quantiles of every run's tasks together, and each run's
-    p99 and the producer's own lag (how late it sent, at worst).
+    p99 and the producer's own lag (how late it sent, at worst); the
+    machine's load average at the end (other processes share its CPUs).
     """
     with running(workers=2, layout=None) as (daemon, workers):
         assert workers is not None
@@ -202,6 +203,7 @@ def openloop_workload(
                 )
     return {
         "max_tasks_per_s": maximum,
+        "load_average": os.getloadavg()[0],
         "seconds": seconds,
         "runs": runs,
         "daemon_cpu": _daemon_cpu(),

@@ -239,7 +239,8 @@ def run_openloop(s: Session) -> None:
             f"open loop {load}",
             f"{figures['rate']:,} tasks/s offered ({load} of {ours['max_tasks_per_s']:,.0f}):"
             + " ".join(f" {p} {figures[p]:,.0f}" for p in ("p50", "p90", "p99", "p99.9"))
-            + f" µs over {figures['tasks']:,} tasks, {ours['runs']} runs{goal}",
+            + f" µs over {figures['tasks']:,} tasks, {ours['runs']} runs; load average"
+            f" {ours['load_average']:.1f}{goal}",
             {"load": load, **{k: v for k, v in ours.items() if k != "loads"}, **figures},
         )
     if s.args.chart:
