@@ -67,7 +67,13 @@ from quicx.daemon.periodic import every
 from quicx.net.twisted_types import Service
 
 INLINE_WRITE = 8 * 1024
-"""An unsynced batch up to this many bytes is written on the reactor's thread."""
+"""
+An unsynced batch up to this many bytes is written on the reactor's thread:
+a reactor turn's few records at low load, for which the hop to the writer
+thread and back cost more than the write.  Under a load the disk cannot
+keep up with (when the kernel may hold a write back), batches grow past it
+and go to the thread.
+"""
 
 
 @define
