@@ -67,6 +67,20 @@ def serve_epoll() -> None:
         connection.send(data)  # a few bytes into an empty send buffer
 
 
+def serve_spin() -> None:
+    """Both sides awake: a non-blocking C{recv} tried again at once, never asleep."""
+    connection = accept(listener())
+    connection.setblocking(False)
+    while True:
+        try:
+            data = connection.recv(65536)
+        except BlockingIOError:
+            continue
+        if not data:
+            return
+        connection.send(data)
+
+
 def serve_twisted() -> None:
     from twisted.internet import epollreactor
 
@@ -125,7 +139,8 @@ WARM_UP = 100
 def ping_pong(connection: socket.socket, message: bytes, n: int, trips: int = 2) -> list[int]:
     """
     C{n} samples, each the nanoseconds C{trips} round trips of C{message}
-    take one after the other (after L{WARM_UP} unmeasured ones).
+    take one after the other (after L{WARM_UP} unmeasured ones).  On a
+    non-blocking C{connection} the reads spin (the client stays awake).
     """
     size = len(message)
     samples = []
@@ -135,7 +150,10 @@ def ping_pong(connection: socket.socket, message: bytes, n: int, trips: int = 2)
             connection.sendall(message)
             got = 0
             while got < size:
-                chunk = connection.recv(65536)
+                try:
+                    chunk = connection.recv(65536)
+                except BlockingIOError:
+                    continue
                 if not chunk:
                     raise RuntimeError("the echo server closed the connection")
                 got += len(chunk)
@@ -145,12 +163,22 @@ def ping_pong(connection: socket.socket, message: bytes, n: int, trips: int = 2)
 
 
 def floor(kind: str, message: bytes, n: int, trips: int = 2) -> list[int]:
-    """L{ping_pong} against a new C{kind} echo server."""
+    """
+    L{ping_pong} against a new C{kind} echo server (C{spin}: the client
+    spins too, both sides awake).
+    """
     with echo_server(kind) as connection:
+        if kind == "spin":
+            connection.setblocking(False)
         return ping_pong(connection, message, n, trips)
 
 
-SERVERS = {"socket": serve_socket, "epoll": serve_epoll, "twisted": serve_twisted}
+SERVERS = {
+    "socket": serve_socket,
+    "epoll": serve_epoll,
+    "spin": serve_spin,
+    "twisted": serve_twisted,
+}
 
 
 if __name__ == "__main__":

@@ -432,7 +432,7 @@ class AsyncSlot(asyncio.Protocol, Credited):
                 self.auto.ran(time.perf_counter() - started, True)
             self._finished(task, lease, Raised.of(e, skip=1), True)
             return
-        awaitable = inspect.isawaitable(result)
+        awaitable = result is not None and inspect.isawaitable(result)  # None: the common case
         if self.auto is not None:
             # A coroutine holds the connection's only credit while it runs.
             self.auto.ran(0.0 if awaitable else time.perf_counter() - started, not awaitable)

@@ -45,7 +45,7 @@ from quicx.clients.address import CLIENT_MAX_LENGTH, CLIENT_TYPE_LIMITS
 from quicx.clients.awaits import Waiter, Waits
 from quicx.clients.outcomes import DEFAULT_KEEP, Outcome, OutcomeBook, RetryNotice, outcome_of
 from quicx.clients.progress import Listener, ProgressListeners, ProgressReport
-from quicx.protocol import codec, link, monitor, outcomes, taskflow, wire
+from quicx.protocol import codec, link, monitor, outcomes, wire
 from quicx.protocol.errors import QuicxError, TaskExpired, error_from
 from quicx.protocol.frames import Frame, FrameParser
 from quicx.protocol.outcomes import OutcomeState
@@ -283,6 +283,12 @@ Event = (
 )
 
 _OK = Expect.OK
+_OK_TYPE, _DONE_TYPE = int(codec.MessageType.OK), int(codec.MessageType.DONE)
+_OK_SIZES: dict[int | None, int] = {
+    wire.PROTOCOL_VERSION: codec.TASK_ID.size,
+    codec.VERSION: codec.TASK_ID.size + 1,
+}
+"""An OK's payload in each version: its task id, and in version 2 its flags."""
 _ANSWERS = {
     Expect.OK: requests.OK_TYPES,
     Expect.INFO: (link.Info,),
@@ -405,24 +411,32 @@ class ClientConnection:
             if type(frame) is not Frame:
                 events.append(Rejected(f"a bad frame: {frame.reason}"))
                 break
-            try:
-                message = requests.decode(parser.version, frame.message_type, frame.payload)
-            except codec.MalformedMessage as e:
-                events.append(Rejected(f"a malformed message: {e}"))
-                break
-            kind = type(message)
+            # The common cases, a batch's thousands, read from the bytes
+            # without a message object: an OK for a SUBMIT, a DONE without a
+            # result (any other, or a malformed one, is decoded below).
+            message_type, payload = frame.message_type, frame.payload
             if (
-                (kind is taskflow.Ok or kind is wire.Ok)
+                message_type == _OK_TYPE
+                and len(payload) == _OK_SIZES[parser.version]
                 and self._owed
                 and self._owed[0].expect is _OK
             ):
-                # The common case, and a batch's thousands: an OK for a SUBMIT.
+                task_id = codec.TASK_ID.unpack_from(payload)[0]
                 request = self._next()
-                self.book.expect(message.task_id)
+                self.book.expect(task_id)
                 if request.listener is not None:
-                    self._listen(request.listener, message.task_id, events)
-                events.append(Answer(request, message.task_id))
-            elif not self._file(parser.version, message, events):
+                    self._listen(request.listener, task_id, events)
+                events.append(Answer(request, task_id))
+                continue
+            if message_type == _DONE_TYPE and len(payload) == codec.TASK_ID.size:
+                self._settle(codec.TASK_ID.unpack(payload)[0], None, events)
+                continue
+            try:
+                message = requests.decode(parser.version, message_type, payload)
+            except codec.MalformedMessage as e:
+                events.append(Rejected(f"a malformed message: {e}"))
+                break
+            if not self._file(parser.version, message, events):
                 break
         return events
 

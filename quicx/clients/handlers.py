@@ -141,7 +141,7 @@ class Handlers:
         finally:
             if placement is not None:
                 self.stuck.end()
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):  # None: the common case, cheaper
             if timed is not None:
                 timed(0.0, False)
             return ensureDeferred(result)  # type: ignore[arg-type]

@@ -426,8 +426,9 @@ class WorkerProtocol(FrameReceiver, Credited):
         self.running -= 1
         if lease is not None:
             lease.end()
-        if isinstance(result, Failure):
-            self._log_failure(task, result)
+        failed = isinstance(result, Failure)
+        if failed:
+            self._log_failure(task, cast(Failure, result))
         try:
             frame = report(
                 task,
@@ -435,7 +436,7 @@ class WorkerProtocol(FrameReceiver, Credited):
                 self.max_result,
                 "results" in self.capabilities,
                 self.max_reason,
-                isinstance(result, Failure),
+                failed,
             )
         except Exception as e:
             # Never leave a task held for want of a frame: it fails, saying why.

@@ -44,6 +44,8 @@ _PROGRESS = struct.Struct(">IQH")
 PROGRESS_FIXED = _PROGRESS.size
 """What a PROGRESS carries before its message: task id, token and fraction."""
 _ACK_HEAD = struct.Struct(">BBIIQB")  # header, task id, token, result kind
+_ACK_PLAIN = struct.Struct(">BBIIQ")  # header, task id, token
+_ACK = int(MessageType.ACK)
 _TOUCH = struct.Struct(">IQI")
 _RETRYING = struct.Struct(">IHQ")
 _GROUP = struct.Struct(">BII")
@@ -215,8 +217,8 @@ def _check_timeout(timeout_ms: int) -> None:
 
 
 def encode_ack(task_id: int, token: int, result: Result | None = None) -> bytes:
-    if result is None:
-        return frame(MessageType.ACK, ID_TOKEN.pack(task_id, token))
+    if result is None:  # a worker's every task: one pack, no enum
+        return _ACK_PLAIN.pack(VERSION, _ACK, ACK_SIZE, task_id, token)
     kind, data = result
     # One copy of the result: it may be the largest part of the frame.
     return (

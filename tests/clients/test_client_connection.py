@@ -224,6 +224,29 @@ def test_connection_lost_ends_requests_and_makes_outcomes_unknown() -> None:
     assert connection.owed and not connection.greeted
 
 
+@pytest.mark.parametrize("protocol", [1, 2])
+def test_oks_and_dones_read_from_the_bytes_are_checked_as_decoded_ones(protocol: int) -> None:
+    # OK and DONE skip the message objects (a producer's every task): what
+    # they file must be what the decoders' path files, and a malformed one
+    # is still refused.
+    spoken = wire if protocol == 1 else taskflow
+    connection = greeted(protocol)
+    connection.send(Request.submit([("t", b"1"), ("t", b"2")]))
+    events = connection.receive(spoken.encode_ok(7) + spoken.encode_ok(8) + spoken.encode_done(7))
+    assert answers(events) == [7, 8] and not connection.owed
+    assert connection.book.take(7) is None and connection.book.pending(8)
+    # An OK nobody is owed is unanswered, as decoded.
+    (event,) = connection.receive(spoken.encode_ok(9))
+    assert isinstance(event, Unanswered) and isinstance(event.message, wire.Ok | taskflow.Ok)
+    assert event.message.task_id == 9
+    # An OK or DONE a byte too long or short is malformed.
+    for bad in (b"\x02\x00\x00\x00\x06" + bytes(6), b"\x06\x00\x00\x00\x03" + bytes(3)):
+        connection = greeted(protocol)
+        connection.send(Request.submit([("t", b"1")]))
+        (event,) = connection.receive(bytes((protocol,)) + bad)
+        assert isinstance(event, Rejected) and "malformed" in event.reason
+
+
 def test_a_bad_frame_is_rejected() -> None:
     connection = greeted()
     (event,) = connection.receive(b"\x07\x01\x00\x00\x00\x00")

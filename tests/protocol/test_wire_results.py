@@ -140,6 +140,16 @@ def test_a_result_rides_on_ack_and_done_and_keeps_its_value(
     assert Result.of(result.value()) == result
 
 
+@given(live_ids, u64s)
+def test_an_ack_without_a_result_is_the_page_s_frame_byte_for_byte(
+    task_id: int, token: int
+) -> None:
+    # The worker's every task takes the one-pack path: the reference is the
+    # page's [header][task id u32][token u64], built the long way.
+    page = struct.pack(">II", task_id, token >> 32) + struct.pack(">I", token & 0xFFFFFFFF)
+    assert outcomes.encode_ack(task_id, token) == codec.frame(MessageType.ACK, page)
+
+
 @given(json_values | st.binary(max_size=30))
 def test_a_value_comes_back_as_it_was_given(value: object) -> None:
     result = Result.of(value)

@@ -140,3 +140,48 @@ def test_bench_observability_scrapes_the_on_runs() -> None:
     assert [len(figures["rounds"][k]) for k in ("off", "on")] == [1, 1]
     assert figures["ratio"] == figures["median_on"] / figures["median_off"] > 0
     assert figures["scrapes"] >= 1 and figures["scrape_ms_max"] > 0
+
+
+def test_bench_openloop_prints_each_load_and_draws_the_chart(tmp_path) -> None:
+    out, chart = tmp_path / "bench.json", tmp_path / "openloop.svg"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.bench", "openloop", "roundtrip", "--quick", "--no-peers",
+         f"--json-out={out}", f"--chart={chart}"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = {record["workload"]: record for record in json.loads(out.read_text())}
+    assert list(records) == ["open loop 25%", "open loop 50%", "open loop 75%", "round trip"]
+    maximum = records["open loop 25%"]["max_tasks_per_s"]
+    for share, name in ((0.25, "open loop 25%"), (0.5, "open loop 50%"), (0.75, "open loop 75%")):
+        load = records[name]
+        # Every task sent is timed: none lost, none counted twice.
+        assert load["rate"] == int(maximum * share)
+        assert load["tasks"] == 5 * max(1000, int(load["rate"] * 0.2))
+        assert len(load["per_run"]) == 5
+        assert 0 < load["p50"] <= load["p90"] <= load["p99"] <= load["p99.9"]
+    svg = chart.read_text()
+    assert svg.startswith("<svg") and svg.count("<polyline") == 3 and "50% load" in svg
+    trip = records["round trip"]
+    assert 0 < trip["awake_floor_us"] <= trip["awake_floor_two_us"]
+    assert "awake floor" in result.stdout and "ratio" in result.stdout
+
+
+def test_latency_chart_draws_one_line_per_load() -> None:
+    from xml.etree import ElementTree
+
+    from tools.bench.chart import latency_svg
+
+    loads = {
+        "25%": {"p50": 80.0, "p90": 120.0, "p99": 400.0, "p99.9": 900.0, "rate": 1000},
+        "75%": {"p50": 150.0, "p90": 600.0, "p99": 3000.0, "p99.9": 12000.0, "rate": 3000},
+    }
+    root = ElementTree.fromstring(latency_svg(loads, "a <title>"))
+    lines = root.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 2
+    # Four points each, left to right, higher percentiles higher up (smaller y).
+    for line in lines:
+        points = [tuple(map(float, p.split(","))) for p in line.get("points", "").split()]
+        assert len(points) == 4
+        assert [x for x, _ in points] == sorted(x for x, _ in points)
+        assert [y for _, y in points] == sorted((y for _, y in points), reverse=True)

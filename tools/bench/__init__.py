@@ -16,17 +16,20 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench abuse                # the memory bound under abuse (tools/abuse.py)
     python -m tools.bench starvation           # lowest-priority waits beside a saturating top
     python -m tools.bench dependencies         # edges resolved per second; a chord's fan-in cost
+    python -m tools.bench openloop             # latency at 25/50/75 % of the maximum, a chart
+    python -m tools.bench roundtrip            # round trip p50 / beanstalkd's / the awake floor
 
 See docs/performance.md for the figures and how to read them.
 
 The package: L{rig} (what every workload runs on: the daemon, its workers,
 payloads), the workloads by what they measure (L{throughput}, L{scale},
-L{delays}, L{observability}, L{report}), L{peers} (the peer harness),
-L{runs} (each workload as the command runs and prints it) and L{cli} (the
-command).  Every name is here too: C{from tools import bench;
+L{delays}, L{observability}, L{report}, L{openloop} and its L{chart}),
+L{peers} (the peer harness), L{runs} (each workload as the command runs and
+prints it) and L{cli} (the command).  Every name is here too: C{from tools import bench;
 bench.e2e_workload(...)}, and workers run C{tools.bench:noop_worker}.
 """
 
+from tools.bench.chart import latency_svg
 from tools.bench.cli import HELPERS, main
 from tools.bench.delays import (
     DAY,
@@ -57,6 +60,7 @@ from tools.bench.observability import (
     observability_workload,
     v2_features_workload,
 )
+from tools.bench.openloop import LOADS, openloop_producer, openloop_workload, pin
 from tools.bench.peers import QUICX_ADAPTER, find_peers, peer_python, peer_run
 from tools.bench.report import report_workload, synthetic_events
 from tools.bench.rig import (
@@ -112,6 +116,7 @@ from tools.bench.throughput import (
     events_workload,
     fanin_producer,
     fanin_workload,
+    fsync_workload,
     idle_workload,
     journal_workload,
     latency_workload,
@@ -133,6 +138,7 @@ __all__ = [
     "HELPERS",
     "IDLE_DELAY_MS",
     "INDEPENDENT",
+    "LOADS",
     "OBSERVABILITY_ON",
     "ONE_TASK_EACH",
     "PARENTS_PER_CHILD",
@@ -173,9 +179,11 @@ __all__ = [
     "fanin_producer",
     "fanin_workload",
     "find_peers",
+    "fsync_workload",
     "idle_workload",
     "journal_workload",
     "kibibyte",
+    "latency_svg",
     "latency_workload",
     "line_of",
     "main",
@@ -184,10 +192,13 @@ __all__ = [
     "noop",
     "noop_worker",
     "observability_workload",
+    "openloop_producer",
+    "openloop_workload",
     "payload_of",
     "peer_python",
     "peer_run",
     "percentiles",
+    "pin",
     "plain_noop",
     "probe",
     "quantile",

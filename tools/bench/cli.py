@@ -17,6 +17,7 @@ from quicx import __version__
 from tools.bench.delays import (
     delays_worker,
 )
+from tools.bench.openloop import openloop_producer
 from tools.bench.peers import find_peers, peer_python
 from tools.bench.runs import RUNS, WORKLOADS, Session
 from tools.bench.scale import (
@@ -40,6 +41,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-peers", action="store_true", help="Quicx only")
     parser.add_argument("--json-out", metavar="FILE", help="write every result here")
     parser.add_argument("--journal-dir", default=".", help="where the journal workload writes")
+    parser.add_argument(
+        "--chart",
+        metavar="FILE",
+        default="docs/openloop.svg",
+        help="where the openloop workload writes its chart (docs/openloop.svg; '' for none)",
+    )
     parser.add_argument(
         "--delays-dispatch",
         type=int,
@@ -88,5 +95,6 @@ HELPERS: dict[str, Callable[[str, int, int], None]] = {
     "_fanin": fanin_producer,
     "_delays_worker": delays_worker,
     "_scale": scale_producer,
+    "_openloop": openloop_producer,
 }
 """The processes a workload starts: C{python -m tools.bench NAME ADDRESS INT INT}."""

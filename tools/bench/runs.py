@@ -18,6 +18,7 @@ from quicx.protocol import wire
 from tools import echo
 from tools.abuse import abuse_workload
 from tools.abuse import line_of as abuse_line
+from tools.bench.chart import latency_svg
 from tools.bench.delays import (
     PROBE_INTERVAL,
     delays_dispatch_workload,
@@ -31,6 +32,7 @@ from tools.bench.observability import (
     observability_workload,
     v2_features_workload,
 )
+from tools.bench.openloop import LOADS, openloop_workload
 from tools.bench.peers import QUICX_ADAPTER, peer_run
 from tools.bench.report import report_workload
 from tools.bench.rig import BENCH_TYPE, ONE_TASK_EACH, RESULT_SIZE, payload_of, percentiles
@@ -47,6 +49,7 @@ from tools.bench.throughput import (
     e2e_workload,
     events_workload,
     fanin_workload,
+    fsync_workload,
     idle_workload,
     journal_workload,
     latency_workload,
@@ -86,9 +89,16 @@ class Session:
     def emit(self, name: str, line: str, figures: dict[str, Any]) -> None:
         emit(name, line, figures, self.table)
 
-    def emit_e2e(self, name: str, ours: dict[str, Any], theirs: dict[str, Any] | None) -> None:
+    def emit_e2e(
+        self, name: str, ours: dict[str, Any], theirs: dict[str, Any] | None, note: str = ""
+    ) -> None:
+        cpu = ours["cpu_us_per_task"]
         rate = f"{ours['tasks_per_s']:,.0f} tasks/s"
         line = rate + ratio(ours["tasks_per_s"], theirs, "jobs_per_s")
+        line += (
+            f"; CPU µs/task daemon {cpu['daemon']:.1f}, workers {cpu['workers']:.1f},"
+            f" producer {cpu['producer']:.1f}{note}"
+        )
         self.emit(name, line, {**ours, "peer": theirs})
 
 
@@ -111,7 +121,8 @@ def run_submit(s: Session) -> None:
     theirs = s.peer("enqueue", 200_000 // s.scale)
     s.emit(
         "submit",
-        f"{ours['oks_per_s']:,.0f} OKs/s" + ratio(ours["oks_per_s"], theirs, "jobs_per_s"),
+        f"{ours['oks_per_s']:,.0f} OKs/s ({ours['oks_per_s'] / 350_000:.2f} of the goal 350k)"
+        + ratio(ours["oks_per_s"], theirs, "jobs_per_s"),
         {**ours, "peer": theirs},
     )
 
@@ -125,7 +136,14 @@ def run_e2e(s: Session) -> None:
     s.emit_e2e("e2e one task/conn", e2e_workload(n, layout=ONE_TASK_EACH), theirs)
     s.emit_e2e("e2e one task/worker", e2e_workload(n // 4, layout=(1, 1)), theirs)
     # What a user gets: `quicx worker module:handlers`, no flags.
-    s.emit_e2e("e2e stock worker", e2e_workload(n, layout=None), theirs)
+    # Issue 35's target 2: >= 5x beanstalkd; worker and producer <= 3 µs a task.
+    stock = e2e_workload(n, layout=None)
+    cpu = stock["cpu_us_per_task"]
+    note = (
+        f" (goal 3 µs each: ratios {cpu['workers'] / 3:.2f}, {cpu['producer'] / 3:.2f};"
+        " and >= 5x beanstalkd)"
+    )
+    s.emit_e2e("e2e stock worker", stock, theirs, note)
 
 
 def run_v2(s: Session) -> None:
@@ -194,6 +212,55 @@ def run_latency(s: Session) -> None:
     )
 
 
+def run_roundtrip(s: Session) -> None:
+    # Issue 35's target 3, side by side in one run: a task's round trip
+    # (stock workers, default busy polling) against beanstalkd's and
+    # against the awake floor: one bare loopback round trip of a SUBMIT's
+    # bytes with both sides spinning (two such round trips beside it).
+    n = 5000 // s.scale
+    ours = latency_workload(n)
+    theirs = s.peer("latency", n)
+    submit = wire.encode_submit(BENCH_TYPE.encode(), payload_of(100))
+    one = percentiles(echo.floor("spin", submit, n, trips=1))["p50_us"]
+    two = percentiles(echo.floor("spin", submit, n))["p50_us"]
+    line = f"p50 {ours['p50_us']:,.0f} µs; awake floor {one:.1f} µs (two trips {two:.1f}):"
+    line += f" ratio {ours['p50_us'] / one:.2f}x (goal <= 2.5x)"
+    if theirs and "p50_us" in theirs:
+        line += (
+            f"; beanstalkd p50 {theirs['p50_us']:,.0f} µs:"
+            f" ratio {ours['p50_us'] / theirs['p50_us']:.2f}x (goal <= 0.6x)"
+        )
+    s.emit(
+        "round trip",
+        line,
+        {**ours, "awake_floor_us": one, "awake_floor_two_us": two, "peer": theirs},
+    )
+
+
+def run_openloop(s: Session) -> None:
+    # Issue 35's target 3: tasks sent on a schedule at 25, 50, 75 % of the
+    # measured maximum, the daemon pinned, five runs each (openloop.py).
+    ours = openloop_workload(2.0 / s.scale)
+    for load in (f"{share:.0%}" for share in LOADS):
+        figures = ours["loads"][load]
+        goal = "  (goal p99 < 1,000 µs)" if load == "50%" else ""
+        s.emit(
+            f"open loop {load}",
+            f"{figures['rate']:,} tasks/s offered ({load} of {ours['max_tasks_per_s']:,.0f}):"
+            + " ".join(f" {p} {figures[p]:,.0f}" for p in ("p50", "p90", "p99", "p99.9"))
+            + f" µs over {figures['tasks']:,} tasks, {ours['runs']} runs; load average"
+            f" {ours['load_average']:.1f}{goal}",
+            {"load": load, **{k: v for k, v in ours.items() if k != "loads"}, **figures},
+        )
+    if s.args.chart:
+        title = (
+            f"Quicx open-loop latency, 2 stock workers, daemon pinned; maximum"
+            f" {ours['max_tasks_per_s']:,.0f} tasks/s"
+        )
+        Path(s.args.chart).write_text(latency_svg(ours["loads"], title))
+        print(f"{'open loop chart':<22} {s.args.chart}", flush=True)
+
+
 def run_clients(s: Session) -> None:
     ours = clients_workload(200_000 // s.scale, 5000 // s.scale)
     for name in ("blocking", *CLIENT_LOOPS):
@@ -204,8 +271,8 @@ def run_clients(s: Session) -> None:
             f"client {name}",
             f"{rate:,.0f} submits/s (median of {ours['rounds']}), round trip p50"
             f" {trip['p50_us']:,.0f} p99 {trip['p99_us']:,.0f} µs; client CPU"
-            f" {trip['cpu_us_per_submit']:.1f} µs a submit, {trip['cpu_us_per_trip']:.0f}"
-            " µs a round trip",
+            f" {trip['cpu_us_per_submit']:.1f} µs a submit ({trip['cpu_us_per_submit'] / 3:.2f}"
+            f" of the goal 3 µs), {trip['cpu_us_per_trip']:.0f} µs a round trip",
             {"client": name, "submits_per_s": rate, "rounds": ours[f"{name}_rounds"], **trip},
         )
 
@@ -252,6 +319,15 @@ def run_journal(s: Session) -> None:
     s.emit(
         "journal e2e",
         "  ".join(f"{k} {rates[k]:,.0f}/s ({ratios[k]:.2f})" for k in rates),
+        ours,
+    )
+    # Issue 35's target 4: fsync = always against fsync = no, alternated.
+    ours = fsync_workload(100_000 // s.scale, s.journal_dir)
+    s.emit(
+        "journal always/no",
+        f"always {ours['median']['always']:,.0f}/s, no {ours['median']['no']:,.0f}/s"
+        f" (median of {ours['rounds']}, alternated): ratio {ours['ratio']:.2f}"
+        " (goal >= 0.85)",
         ours,
     )
 
@@ -443,6 +519,8 @@ RUNS: dict[str, Callable[[Session], None]] = {
     "e2e": run_e2e,
     "v2": run_v2,
     "latency": run_latency,
+    "roundtrip": run_roundtrip,
+    "openloop": run_openloop,
     "clients": run_clients,
     "fanin": run_fanin,
     "sweep": run_sweep,

@@ -328,6 +328,29 @@ def events_workload(n: int, directory: Path, rounds: int = 3) -> dict[str, Any]:
     return {"n": n, "rounds": rates, "median_off": off, "median_on": on, "ratio": on / off}
 
 
+def fsync_workload(n: int, journal_dir: Path, rounds: int = 3) -> dict[str, Any]:
+    """End to end with C{fsync = always} and C{fsync = no}, alternated; the medians' ratio."""
+    rates: dict[str, list[float]] = {"always": [], "no": []}
+    cpu: dict[str, list[float]] = {"always": [], "no": []}
+    for _ in range(rounds):
+        for policy in rates:
+            path = journal_dir / f"bench-{policy}.journal"
+            path.unlink(missing_ok=True)
+            ours = e2e_workload(n, extra=[f"--journal={path}", f"--fsync={policy}"])
+            path.unlink(missing_ok=True)
+            rates[policy].append(ours["tasks_per_s"])
+            cpu[policy].append(ours["cpu_us_per_task"]["daemon"])
+    median = {policy: statistics.median(rates[policy]) for policy in rates}
+    return {
+        "n": n,
+        "rounds": rounds,
+        "tasks_per_s": rates,
+        "daemon_cpu_us_per_task": cpu,
+        "median": median,
+        "ratio": median["always"] / median["no"],
+    }
+
+
 def journal_workload(n: int, journal_dir: Path) -> dict[str, Any]:
     """End-to-end throughput without a journal and with each fsync policy."""
     results = {}

@@ -8,7 +8,7 @@ from typing import Any
 
 from attrs import define
 from twisted.application.internet import TimerService
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -65,6 +65,15 @@ from quicx.daemon.journal.recovery import sync_directory, write_all
 from quicx.daemon.observe.telemetry import JOURNAL_BUCKETS, Histogram
 from quicx.daemon.periodic import every
 from quicx.net.twisted_types import Service
+
+INLINE_WRITE = 8 * 1024
+"""
+An unsynced batch up to this many bytes is written on the reactor's thread:
+a reactor turn's few records at low load, for which the hop to the writer
+thread and back cost more than the write.  Under a load the disk cannot
+keep up with (when the kernel may hold a write back), batches grow past it
+and go to the thread.
+"""
 
 
 @define
@@ -404,7 +413,12 @@ class Journal(Service):
         else:
             # A reservation is synced whatever the policy: ids are never reused.
             sync = self.policy is FsyncPolicy.ALWAYS or self._closed or reserved > 0
-            job = deferToThreadPool(self.reactor, self._threads, self._write, records, sync)
+            if sync or sum(map(len, records)) > INLINE_WRITE:
+                job = deferToThreadPool(self.reactor, self._threads, self._write, records, sync)
+            else:
+                # Into the page cache in microseconds: cheaper here than the
+                # thread hop (a wake-up each way) for a reactor turn's batch.
+                job = maybeDeferred(self._write, records, sync)
         self._job = job
         job.addCallbacks(
             self._written,
@@ -422,9 +436,10 @@ class Journal(Service):
 
     def _write(self, records: list[bytes], sync: bool) -> int:
         """
-        (Writer thread.) Append C{records}, sync them if C{sync}; the file's
-        size.  If that fails, cut the file back to where it was, so that
-        nothing of these records survives.
+        (Writer thread; the reactor's for a small unsynced batch.) Append
+        C{records}, sync them if C{sync}; the file's size.  If that fails,
+        cut the file back to where it was, so that nothing of these records
+        survives.
 
         @raise JournalInDoubt: the write failed, and so did the cut.
         """

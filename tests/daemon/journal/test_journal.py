@@ -24,7 +24,7 @@ from quicx.daemon.journal import recovery as journal_recovery
 from quicx.daemon.journal.interface import IJournalOwner, KeyEntry, Record, Snapshot
 from quicx.daemon.journal.records import MAGIC, FsyncPolicy, JournalCorrupt, RecoveredTask
 from quicx.daemon.journal.recovery import recover
-from quicx.daemon.journal.writer import Journal
+from quicx.daemon.journal.writer import INLINE_WRITE, Journal
 from quicx.daemon.observe.telemetry import Tally
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.policy import QueuePolicy
@@ -299,6 +299,33 @@ async def test_ids_past_the_reservation_wait_until_the_next_is_durable(tmp_path:
     recovery = recover(str(path))
     assert [t.task_id for t in recovery.tasks] == list(range(1, 21))
     assert recovery.last_task_id >= 20
+
+
+def test_a_small_unsynced_batch_is_written_on_the_reactor_thread(tmp_path: Path) -> None:
+    # The clock's reactor has no threads, and the journal's pool is never
+    # started: what reaches the file is written on the reactor's turn alone.
+    path = tmp_path / "j"
+    clock = Clock()
+    written, _ = opened_journal(path, FsyncPolicy.NO, clock)
+    assert written.record_submit(fake_task(1), b"p")
+    clock.advance(0)
+    assert [t.task_id for t in recover(str(path)).tasks] == [1]
+    assert written._job is None
+    # A batch past INLINE_WRITE goes to the writer thread (here: waits for it).
+    assert written.record_submit(fake_task(2), b"p" * (INLINE_WRITE + 1))
+    clock.advance(0)
+    assert written._job is not None
+    assert [t.task_id for t in recover(str(path)).tasks] == [1]
+
+
+def test_a_synced_batch_is_never_written_on_the_reactor_thread(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    clock = Clock()
+    written, accepted = opened_journal(path, FsyncPolicy.ALWAYS, clock)
+    assert not written.record_submit(fake_task(1), b"p")
+    clock.advance(0)
+    assert written._job is not None and accepted == []
+    assert recover(str(path)).tasks == ()
 
 
 # -- a failed append -------------------------------------------------------------------
