@@ -74,5 +74,5 @@ def test_each_hop_is_measured_and_the_hops_add_up_to_the_round_trip(
     assert len(result["sends"]) == 5
     for send in result["sends"]:
         assert send["median_us"] > 0 and 0 <= send["reader_first"] <= 1
-    assert set(result["floor"]) == {"socket", "epoll", "twisted"}
+    assert set(result["floor"]) == {"socket", "epoll", "twisted", "spin"}
     assert all(floor["median_us"] > 0 for floor in result["floor"].values())
