@@ -7,8 +7,7 @@ replication answering it not found.
 
 Raw sockets and C{struct} alone (L{tests.interop.raw}): nothing from the
 C{quicx} package is imported.  A daemon of a shard with no primary here is a
-candidate for good: its lease store is never reached (after the merge of the
-role manager, one that cannot reach it stays one).
+candidate for good: its lease store is never reached.
 """
 
 from __future__ import annotations
@@ -113,7 +112,8 @@ def test_a_candidates_control_socket_answers_status_and_role(
 ) -> None:
     admin = wires(str(candidate.control_path))
     assert admin.info(frame(STATUS))["replication"]["role"] == "candidate"
-    assert admin.error(role(PROMOTE)) == (NOT_FOUND, "this daemon has no role manager")
+    # Promote: campaign now; with no lease store to reach, it stays a candidate.
+    assert admin.info(role(PROMOTE)) == {"role": "candidate", "epoch": 0, "primary": ""}
     assert admin.error(frame(QUEUES)) == (NOT_PRIMARY, "")
     assert admin.info(frame(HELLO))["role"] == "candidate"
 

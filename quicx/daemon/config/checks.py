@@ -120,3 +120,10 @@ def _check_replication(config: Config) -> None:
             "replication_etcd",
             "journal",
         )
+    if not replication.client(config.server.endpoints):
+        raise Conflict(
+            "[replication] etcd needs client_address: no [server] endpoint is TCP on a port"
+            " of its own, to tell clients where the primary is",
+            "replication_etcd",
+            "replication_client_address",
+        )

@@ -356,9 +356,22 @@ class ReplicationSettings:
         """This daemon's name in the shard: C{name}, or the host's."""
         return self.name or socket.gethostname()
 
-    def client(self, port: int) -> str:
-        """The C{host:port} clients reach this daemon at (C{port}: C{[server] port})."""
-        return self.client_address or f"127.0.0.1:{port}"
+    def client(self, endpoints: tuple[str, ...]) -> str:
+        """
+        The C{host:port} clients reach this daemon at: C{client_address}, or
+        the first of its listening C{endpoints} (C{[server]}'s) that is TCP on
+        a port of its own (its interface, or 127.0.0.1 if it listens on all).
+        """
+        if self.client_address:
+            return self.client_address
+        for endpoint in endpoints:
+            kind, *fields = endpoint.split(":")
+            named = dict(f.split("=", 1) for f in fields if "=" in f)
+            port = next((f for f in fields if "=" not in f), named.get("port", ""))
+            if kind == "tcp" and port.isdigit() and int(port):
+                host = named.get("interface", "")
+                return f"{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
+        return ""
 
 
 @frozen

@@ -78,7 +78,7 @@ def add_replication(
     # The stream's sides are plugged in by Node(..., sides=Sides(...)).
     node = Node(
         settings,
-        settings.client(config.server.port),
+        settings.client(config.server.endpoints),
         recover,
         daemon.queue.dispatcher,
         [f for f in (factory, daemon.control_factory) if f is not None],

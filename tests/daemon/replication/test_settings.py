@@ -46,7 +46,7 @@ def test_a_shard_member_reads_every_key() -> None:
         "tcp:16400",
     )
     assert replication.advertise == "10.0.0.1:16400"
-    assert replication.client(16381) == "10.0.0.1:16381"
+    assert replication.client(("tcp:16381",)) == "10.0.0.1:16381"
     assert replication.lease_ttl == 4.0
     assert replication.mode is ReplicationMode.ASYNC
     assert replication.standby_lost is StandbyLost.ASYNC
@@ -60,7 +60,10 @@ def test_the_defaults_of_name_and_client_address() -> None:
 
     replication = ReplicationSettings(etcd="http://127.0.0.1:2379")
     assert replication.member == socket.gethostname()
-    assert replication.client(17000) == "127.0.0.1:17000"
+    assert replication.client(("tcp:17000:interface=127.0.0.1",)) == "127.0.0.1:17000"
+    assert replication.client(("unix:/q.sock", "tcp:port=17001:interface=0.0.0.0")) == "127.0.0.1:17001"
+    assert replication.client(("tcp:17002:interface=10.1.2.3",)) == "10.1.2.3:17002"
+    assert replication.client(("tcp:0", "unix:/q.sock")) == ""
 
 
 def test_a_shard_member_round_trips_through_render() -> None:
@@ -78,6 +81,11 @@ def test_a_shard_member_round_trips_through_render() -> None:
         (
             "[replication]\netcd = http://127.0.0.1:2379\nlisten = tcp:16400\n",
             "f:2: [replication] etcd needs [journal] path",
+        ),
+        (
+            "[server]\nlisten = tcp:0\n[journal]\npath = j\n[replication]\n"
+            "etcd = http://127.0.0.1:2379\nlisten = tcp:16400\n",
+            "f:6: [replication] etcd needs client_address",
         ),
         ("[replication]\nmode = quorum\n", "f:2: mode: 'quorum' is not one of sync, async"),
         (

@@ -18,6 +18,7 @@ SHARD = (
     "--replication-listen=tcp:0:interface=127.0.0.1",
     "--replication-name=one",
     "--replication-shard=orders",
+    "--replication-client-address=127.0.0.1:1",  # its own port is 0: picked at start
 )
 
 
