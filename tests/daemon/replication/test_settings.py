@@ -61,7 +61,8 @@ def test_the_defaults_of_name_and_client_address() -> None:
     replication = ReplicationSettings(etcd="http://127.0.0.1:2379")
     assert replication.member == socket.gethostname()
     assert replication.client(("tcp:17000:interface=127.0.0.1",)) == "127.0.0.1:17000"
-    assert replication.client(("unix:/q.sock", "tcp:port=17001:interface=0.0.0.0")) == "127.0.0.1:17001"
+    everywhere = ("unix:/q.sock", "tcp:port=17001:interface=0.0.0.0")
+    assert replication.client(everywhere) == "127.0.0.1:17001"
     assert replication.client(("tcp:17002:interface=10.1.2.3",)) == "10.1.2.3:17002"
     assert replication.client(("tcp:0", "unix:/q.sock")) == ""
 
