@@ -363,7 +363,7 @@ class Journal(Service):
             return fail(OSError(f"journal write failed: {self.broken}"))
         self._ship(self._buffer[self._shipped_to :])
         self._shipped_to = len(self._buffer)
-        return succeed(snapshot_records(self._owner.snapshot(), self._reserved_id))
+        return succeed(snapshot_records(self._owner.snapshot(), self._reserved_id)[0])
 
     def _ship(self, records: list[bytes]) -> None:
         """Hand C{records} (not yet shipped) to the replica, if any, as one batch."""
@@ -403,8 +403,7 @@ class Journal(Service):
         reserved, self._pending_steps = self._pending_steps, 0
         if self._compaction_due():
             state = self._owner.snapshot()
-            snapshot = snapshot_records(state, self._reserved_id)
-            live = len(state.tasks)
+            snapshot, live = snapshot_records(state, self._reserved_id)
             # What a compaction keeps is live: the remembered keys too, or a
             # file of keys alone would be compacted again at every flush.
             self.stats.live_bytes = sum(map(len, snapshot))
@@ -630,10 +629,11 @@ async def _written_and_shipped(job: Deferred[int], ships: list[Deferred[None]]) 
     return size
 
 
-def snapshot_records(state: Snapshot, reserved_id: int) -> list[bytes]:
+def snapshot_records(state: Snapshot, reserved_id: int) -> tuple[list[bytes], int]:
     """
     The records of a journal file that holds C{state} and nothing else,
-    magic first: what a compaction writes, and what a standby starts from.
+    magic first: what a compaction writes, and what a standby starts from;
+    and how many live tasks they hold.
     """
     snapshot = [MAGIC, encode_reserve(reserved_id)]
     dead: list[Record] = []
@@ -647,6 +647,7 @@ def snapshot_records(state: Snapshot, reserved_id: int) -> list[bytes]:
             dead.append(task)
         if task.ended_attempts != task.failures:
             attempted.append(task)
+    live = len(snapshot) - 2
     snapshot += [
         encode_dead(t.task_id, t.dead.died_at, t.failures, t.dead.reason, t.dead.worker)
         for t in dead
@@ -670,7 +671,7 @@ def snapshot_records(state: Snapshot, reserved_id: int) -> list[bytes]:
     snapshot += [
         encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
     ]
-    return snapshot
+    return snapshot, live
 
 
 @implementer(IJournalOwner)
