@@ -509,7 +509,7 @@ async def test_a_standby_whose_disk_is_full_stops_acknowledging(
         while not standby.broken:
             primary.submit(1, size=4000, first=sent)
             sent += 1
-            await until(lambda: len(primary.oks()) == sent or standby.broken, "an OK")
+            await until(lambda n=sent: len(primary.oks()) == n or standby.broken, "an OK")
         assert "No space left on device" in standby.broken
         primary.submit(1, first=sent)
         if policy == "async":
