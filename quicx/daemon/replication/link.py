@@ -28,9 +28,11 @@ class ReplicationLink(FrameReceiver):
     def __init__(self, max_batch: int) -> None:
         limits = replication.type_limits(max_batch)
         self.maxLength = 0
-        # Any other type: refused unread past a byte (no limit at all turns version 2 off).
-        self.v2MaxLength = 1
-        self.v2TypeLimits: Mapping[int, int] = {t: limits[t] for t in self.takes}
+        self.v2MaxLength = 1  # (none would turn version 2 off; every type has its limit below)
+        # A type this end does not take: refused from its header unless empty.
+        self.v2TypeLimits: Mapping[int, int] = {
+            t: limits[t] if t in self.takes else 0 for t in codec.MessageType
+        }
 
     @property
     def connected_now(self) -> bool:
