@@ -6,7 +6,7 @@ to C{DIRECTORY/journal}, its L{ReplicationPrimary} at C{EPOCH} (mode sync,
 standby_lost async, every in-sync set recorded at once) listening on a
 loopback port, written to C{DIRECTORY/port} once it listens.  Until the
 daemon's C{[replication] listen} is wired, tests/interop/test_v2_replication_contract.py
-speaks to this; it runs until killed.
+speaks to this; it runs until killed (SIGKILL).
 """
 
 from __future__ import annotations

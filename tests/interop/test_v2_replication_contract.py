@@ -11,7 +11,6 @@ listener alone) until the daemon's own is wired.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -45,7 +44,7 @@ def listener(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, in
             time.sleep(0.05)
         yield ("127.0.0.1", int((directory / "port").read_text()))
     finally:
-        process.send_signal(signal.SIGTERM)
+        process.kill()
         process.wait(60)
 
 
@@ -58,7 +57,7 @@ def closed(wire: Wire) -> bool:
     wire.sock.settimeout(30)
     try:
         return wire.sock.recv(1) == b""
-    except (ConnectionResetError, socket.timeout):
+    except (TimeoutError, ConnectionResetError):
         return False
 
 

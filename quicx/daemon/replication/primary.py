@@ -27,7 +27,7 @@ from typing import Any
 from attrs import define, frozen
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IAddress, IReactorTime
-from twisted.internet.protocol import Factory, connectionDone
+from twisted.internet.protocol import ServerFactory, connectionDone
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -141,7 +141,7 @@ class StandbyConnection(ReplicationLink):
 
 
 @implementer(IReplica)
-class ReplicationPrimary(Factory):
+class ReplicationPrimary(ServerFactory):
     """
     The primary's side of replication at C{epoch}: listen with it
     (C{endpoint.listen(primary)}) and make it the journal's replica
