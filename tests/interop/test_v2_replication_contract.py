@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,5 +155,17 @@ def test_a_frame_past_its_limit_is_refused_from_its_header(
     try:
         # The header alone: refused before any of the payload is sent.
         assert refused(wire, struct.pack(">BBI", 2, message_type, length)) == 0x03
+    finally:
+        wire.close()
+
+
+@pytest.mark.parametrize("message_type", [REPLICATE, SNAPSHOT, BATCH, BATCH_ACK])
+def test_a_clients_port_refuses_replication_from_the_header(daemon: Any, message_type: int) -> None:
+    wire = Wire(daemon.address)
+    try:
+        # A daemon's client port takes none: refused unread, the connection kept.
+        wire.send(struct.pack(">BBI", 2, message_type, 100))
+        kind, body = wire.read()
+        assert (kind, body[0]) == (ERROR, 0x03), (kind, body)
     finally:
         wire.close()
