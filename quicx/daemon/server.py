@@ -44,7 +44,7 @@ from quicx.net.certificates import Authorization
 from quicx.net.framer import FrameReceiver, OutputBatcher, set_no_delay
 from quicx.net.tls import describe_peer, peer_identity
 from quicx.net.twisted_types import Factory
-from quicx.protocol import codec, link, monitor, taskflow, wire
+from quicx.protocol import codec, link, monitor, replication, taskflow, wire
 from quicx.protocol.bulk import MAX_BULK
 from quicx.protocol.checkpoints import CHECKPOINT_FIXED
 from quicx.protocol.frames import Frame, RejectedFrame
@@ -520,6 +520,8 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             codec.MessageType.WORKERS: 4,
             codec.MessageType.BULK: MAX_BULK,
             codec.MessageType.ROLE: ROLE_SIZE,
+            # Replication's messages travel on the replication listener only.
+            **dict.fromkeys(replication.DECODERS, 0),
         }
         shared = queue.shared
         if isinstance(shared, SharedData):

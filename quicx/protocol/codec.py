@@ -112,6 +112,11 @@ class MessageType(IntEnum):
     CHECKPOINT = 0x30
     # Bulk actions (quicx.protocol.bulk).
     BULK = 0x31
+    # Replication, on the replication listener only (quicx.protocol.replication).
+    REPLICATE = 0x32
+    SNAPSHOT = 0x33
+    BATCH = 0x34
+    BATCH_ACK = 0x35
     # A shard's roles: promote, step down (quicx.protocol.role).
     ROLE = 0x36
 

@@ -3,8 +3,8 @@ Every message of the protocol by version and type: the registry, and the one dec
 
 Version 1's decoders are L{wire.DECODERS}; version 2's are those of its
 message modules, each of which registers the types it defines (L{taskflow},
-L{outcomes}, L{admin}, L{shared_data}, L{monitor}, L{link}, L{checkpoints}).  A type is in
-exactly one of them, and every opcode of L{codec.MessageType} has a
+L{outcomes}, L{admin}, L{shared_data}, L{monitor}, L{link}, L{checkpoints},
+L{replication}).  A type is in exactly one of them, and every opcode of L{codec.MessageType} has a
 decoder: this module refuses to load otherwise.
 """
 
@@ -19,6 +19,7 @@ from quicx.protocol import (
     link,
     monitor,
     outcomes,
+    replication,
     role,
     shared_data,
     taskflow,
@@ -38,6 +39,7 @@ Message = (
     | checkpoints.Message
     | workers.Message
     | bulk.Message
+    | replication.Message
     | role.Message
 )
 """Any message, of either version."""
@@ -70,6 +72,7 @@ DECODERS: dict[int, Decoders] = {
         checkpoints.DECODERS,
         workers.DECODERS,
         bulk.DECODERS,
+        replication.DECODERS,
         role.DECODERS,
     ),
 }

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from time import perf_counter
 from typing import Any
 
 from attrs import define
 from twisted.application.internet import TimerService
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred, fail, maybeDeferred, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -64,6 +65,7 @@ from quicx.daemon.journal.records import (
 from quicx.daemon.journal.recovery import sync_directory, write_all
 from quicx.daemon.observe.telemetry import JOURNAL_BUCKETS, Histogram
 from quicx.daemon.periodic import every
+from quicx.daemon.replication.interfaces import IReplica
 from quicx.net.twisted_types import Service
 
 INLINE_WRITE = 8 * 1024
@@ -113,6 +115,9 @@ class Journal(Service):
         group commit's, or the once-a-second one).  Both are observed by the
         writer thread alone and read from the reactor's: a reading may miss
         the observation under way, never see a count go down.
+    @ivar replica: the primary's side of replication, or C{None} (no
+        replication, and no cost): each batch's bytes are shipped to it, and
+        the batch's job is done once written here and shipped (L{_replicate}).
     """
 
     log = Logger()
@@ -158,6 +163,21 @@ class Journal(Service):
         self._durable_steps = 0
         self._pending_steps = 0
         self._owner: IJournalOwner = _Unbound()
+        # Whether an OK and durable() wait for the job (fsync = always, or sync replication).
+        self._holds = policy is FsyncPolicy.ALWAYS
+        self._replica: IReplica | None = None
+        # The buffer's records shipped already (its first _shipped_to), and their ships.
+        self._shipped_to = 0
+        self._ships: list[Deferred[None]] = []
+
+    @property
+    def replica(self) -> IReplica | None:
+        return self._replica
+
+    @replica.setter
+    def replica(self, replica: IReplica | None) -> None:
+        self._replica = replica
+        self._holds = self.policy is FsyncPolicy.ALWAYS or bool(replica and replica.sync)
 
     def bind(self, owner: IJournalOwner) -> None:
         """Attach the queue, before the journal starts."""
@@ -240,7 +260,7 @@ class Journal(Service):
         self._append(record)
         if task.deadline:
             self._append(encode_deadline(task.task_id, task.deadline))
-        if self.policy is FsyncPolicy.ALWAYS or self._durable_steps < 0:
+        if self._holds or self._durable_steps < 0:
             self._unsynced.append(task)
             return False
         return True
@@ -324,12 +344,12 @@ class Journal(Service):
 
     def durable(self) -> Deferred[None] | None:
         """
-        With C{fsync = always}: a Deferred that fires once every record
-        appended so far is synced (fails if the journal breaks first).
-        C{None} when there is nothing to wait for: every record is synced,
-        or the policy does not wait for syncs.
+        With C{fsync = always} (or sync replication): a Deferred that fires
+        once every record appended so far is synced (and shipped; fails if
+        the journal breaks first).  C{None} when there is nothing to wait
+        for: every record is synced, or the policy does not wait for syncs.
         """
-        if self.policy is not FsyncPolicy.ALWAYS or self.broken:
+        if not self._holds or self.broken:
             return None
         waiter: Deferred[None] = Deferred()
         if self._buffer:
@@ -339,6 +359,35 @@ class Journal(Service):
         else:
             return None
         return waiter
+
+    def snapshot_for_standby(self) -> Deferred[list[bytes]]:
+        """
+        The records of a journal file holding every record appended so far
+        (L{snapshot_records}), for a standby that joins.  The records still
+        buffered are shipped first, as a batch of their own: a flush
+        boundary, so every batch shipped from now on follows the snapshot,
+        and none that it holds is streamed to the standby again.
+        """
+        if self.broken:
+            return fail(OSError(f"journal write failed: {self.broken}"))
+        self._ship(self._buffer[self._shipped_to :])
+        self._shipped_to = len(self._buffer)
+        return succeed(snapshot_records(self._owner.snapshot(), self._reserved_id)[0])
+
+    def _ship(self, records: list[bytes]) -> None:
+        """Hand C{records} (not yet shipped) to the replica, if any, as one batch."""
+        if records and self._replica is not None:
+            shipped = self._replica.ship(b"".join(records))
+            if shipped is not None:
+                self._ships.append(shipped)
+
+    def _replicate(self, job: Deferred[int], unshipped: list[bytes]) -> Deferred[int]:
+        """Ship what the job writes (what is not yet): the job ends when both have."""
+        self._ship(unshipped)
+        ships, self._ships = self._ships, []
+        if not ships:
+            return job
+        return Deferred.fromCoroutine(_written_and_shipped(job, ships))
 
     def _append(self, record: bytes) -> None:
         if self._closed:
@@ -357,47 +406,13 @@ class Journal(Service):
         if self._job is not None or not self._buffer:
             return
         records, self._buffer = self._buffer, []
+        shipped_to, self._shipped_to = self._shipped_to, 0
         tasks, self._unsynced = self._unsynced, []
         self._job_waiters, self._waiters = self._waiters, []
         reserved, self._pending_steps = self._pending_steps, 0
         if self._compaction_due():
             state = self._owner.snapshot()
-            snapshot = [MAGIC, encode_reserve(self._reserved_id)]
-            dead: list[Record] = []
-            attempted: list[Record] = []
-            deadlines: list[Record] = []
-            for task, payload in state.tasks:
-                snapshot.append(_submit_record(task, payload))
-                if task.deadline:
-                    deadlines.append(task)
-                if task.dead is not None:
-                    dead.append(task)
-                if task.ended_attempts != task.failures:
-                    attempted.append(task)
-            live = len(snapshot) - 2
-            snapshot += [
-                encode_dead(t.task_id, t.dead.died_at, t.failures, t.dead.reason, t.dead.worker)
-                for t in dead
-                if t.dead is not None
-            ]
-            snapshot += [encode_deadline(t.task_id, t.deadline) for t in deadlines]
-            # After the SUBMITs and DEADs, whose failures they correct.
-            snapshot += [encode_attempts(t.task_id, t.ended_attempts) for t in attempted]
-            snapshot += [encode_saved(*checkpoint) for checkpoint in state.checkpoints]
-            # After the tasks: their SUBMITs join no group the file knows
-            # yet, so the groups' counts stand as written.
-            snapshot += [encode_group(entry) for entry in state.groups]
-            snapshot += [encode_parent(entry) for entry in state.parents]
-            snapshot += [encode_result(entry) for entry in state.kept]
-            evicted = state.evicted
-            snapshot += [encode_forgotten(i, i in evicted) for i in state.forgotten]
-            snapshot += [encode_schedule(name, body) for name, body in state.schedules]
-            snapshot += [encode_fired(name, when) for name, when in state.fired]
-            snapshot += [encode_pause(name, True) for name in state.paused]
-            snapshot += [encode_shared(*version) for version in state.shared]
-            snapshot += [
-                encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
-            ]
+            snapshot, live = snapshot_records(state, self._reserved_id)
             # What a compaction keeps is live: the remembered keys too, or a
             # file of keys alone would be compacted again at every flush.
             self.stats.live_bytes = sum(map(len, snapshot))
@@ -419,6 +434,8 @@ class Journal(Service):
                 # Into the page cache in microseconds: cheaper here than the
                 # thread hop (a wake-up each way) for a reactor turn's batch.
                 job = maybeDeferred(self._write, records, sync)
+        if self._replica is not None:
+            job = self._replicate(job, records[shipped_to:])
         self._job = job
         job.addCallbacks(
             self._written,
@@ -519,6 +536,7 @@ class Journal(Service):
         )
         tasks += self._unsynced
         self._buffer, self._unsynced = [], []
+        self._shipped_to = 0
         waiters = self._job_waiters + self._waiters
         self._job_waiters, self._waiters = [], []
         for waiter in waiters:
@@ -608,6 +626,67 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
         task.key,
         task.fairness,
     )
+
+
+async def _written_and_shipped(job: Deferred[int], ships: list[Deferred[None]]) -> int:
+    """
+    The job's file size, once its records are written here and every ship
+    of them is done.  Either failing, the batch may survive elsewhere: in doubt.
+    """
+    try:
+        size = await job
+        for shipped in ships:
+            await shipped
+    except Exception as e:
+        for shipped in ships:
+            shipped.addErrback(lambda _: None)  # its failure is told once, here
+        raise JournalInDoubt(errno.EIO, f"{e}; the batch was shipped to the standbys") from e
+    return size
+
+
+def snapshot_records(state: Snapshot, reserved_id: int) -> tuple[list[bytes], int]:
+    """
+    The records of a journal file that holds C{state} and nothing else,
+    magic first: what a compaction writes, and what a standby starts from;
+    and how many live tasks they hold.
+    """
+    snapshot = [MAGIC, encode_reserve(reserved_id)]
+    dead: list[Record] = []
+    attempted: list[Record] = []
+    deadlines: list[Record] = []
+    for task, payload in state.tasks:
+        snapshot.append(_submit_record(task, payload))
+        if task.deadline:
+            deadlines.append(task)
+        if task.dead is not None:
+            dead.append(task)
+        if task.ended_attempts != task.failures:
+            attempted.append(task)
+    live = len(snapshot) - 2
+    snapshot += [
+        encode_dead(t.task_id, t.dead.died_at, t.failures, t.dead.reason, t.dead.worker)
+        for t in dead
+        if t.dead is not None
+    ]
+    snapshot += [encode_deadline(t.task_id, t.deadline) for t in deadlines]
+    # After the SUBMITs and DEADs, whose failures they correct.
+    snapshot += [encode_attempts(t.task_id, t.ended_attempts) for t in attempted]
+    snapshot += [encode_saved(*checkpoint) for checkpoint in state.checkpoints]
+    # After the tasks: their SUBMITs join no group the file knows
+    # yet, so the groups' counts stand as written.
+    snapshot += [encode_group(entry) for entry in state.groups]
+    snapshot += [encode_parent(entry) for entry in state.parents]
+    snapshot += [encode_result(entry) for entry in state.kept]
+    evicted = state.evicted
+    snapshot += [encode_forgotten(i, i in evicted) for i in state.forgotten]
+    snapshot += [encode_schedule(name, body) for name, body in state.schedules]
+    snapshot += [encode_fired(name, when) for name, when in state.fired]
+    snapshot += [encode_pause(name, True) for name in state.paused]
+    snapshot += [encode_shared(*version) for version in state.shared]
+    snapshot += [
+        encode_key(k.queue, k.key, k.task_id, k.submitted_at, k.outcome) for k in state.keys
+    ]
+    return snapshot, live
 
 
 @implementer(IJournalOwner)

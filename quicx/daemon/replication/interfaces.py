@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from attrs import define, field
 from twisted.internet.defer import Deferred
-from zope.interface import Interface
+from zope.interface import Attribute, Interface
 
 
 @define(frozen=True)
@@ -136,3 +136,11 @@ class IReplica(Interface):
         (C{async}, or no standby is required).  It fails if the batch may
         not be acknowledged at all (this daemon was fenced).
         """
+
+    sync = Attribute(
+        """
+        Whether acknowledgements wait for C{ship}'s Deferreds (C{mode = sync}):
+        the journal then holds every SUBMIT's OK and every C{durable()} for
+        its batch's job, whatever its fsync policy.
+        """
+    )
