@@ -327,15 +327,16 @@ class QueueService(Service):
         when the journal says so: L{accepted}; its producer's answers wait).
         """
         self._live[task.task_id] = task
-        if task.key is not None:
-            self.keys.add(task.home.name, task.key, task)
+        extras = task.extras  # (its rare fields, if it has any: read once, on the hot path)
+        if extras is not None and extras.key is not None:
+            self.keys.add(task.home.name, extras.key, task)
         if not self.journal.record_submit(task, payload):
             task.home.pending += 1
             if task.producer is not None:
                 # Its answer, and every answer after it, waits for the journal.
                 task.producer.wait_for(task)
             return
-        if task.after is not None:  # it waits for other tasks first
+        if extras is not None and extras.after is not None:  # it waits for other tasks first
             self.dependencies.accept(task)
             return
         task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
@@ -435,9 +436,7 @@ class QueueService(Service):
                 )
             # The common case, nothing to keep, count or answer, in one test.
             if (
-                task.keep_for
-                or task.watched
-                or task.group
+                ((extras := task.extras) and (extras.keep_for or extras.watched or extras.group))
                 or self.waits.count
                 or task.home.policy.keep_results
                 or (producer is None or not producer.connected)
@@ -555,7 +554,8 @@ class QueueService(Service):
         if failed_on:
             failed_on.pop(task.task_id, None)
         self.progress.finished(task.task_id)
-        if task.checkpoint is not None:
+        extras = task.extras
+        if extras is not None and extras.checkpoint is not None:
             self.checkpoints.finished(task)
         self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
@@ -564,9 +564,9 @@ class QueueService(Service):
         queue = task.home
         now = self.clock()
         queue.finished.append(now)  # for its drain rate
-        if task.key is not None:
+        if extras is not None and extras.key is not None:
             self.keys.finish(
-                KeyEntry(queue.name, task.key, task.task_id, task.enqueued_at, outcome), now
+                KeyEntry(queue.name, extras.key, task.task_id, task.enqueued_at, outcome), now
             )
         if queue.limited:
             # A key limit may have let go of a task.

@@ -39,6 +39,13 @@ RATE_WINDOW = 60.0
 _DRAIN_SAMPLES = 4096
 
 
+class HasFairness(Protocol):
+    """Where a task's fairness key is kept (L{quicx.daemon.queue.extras.Extras})."""
+
+    @property
+    def fairness(self) -> bytes | None: ...
+
+
 class Queued(Protocol):
     """What a queue reads of a task."""
 
@@ -48,6 +55,10 @@ class Queued(Protocol):
     ready_at: float
     ticket: int
     task_type: bytes
+
+    @property
+    def extras(self) -> HasFairness | None:
+        """Where its fairness key is, if it may have one (read on the hot path)."""
 
 
 T = TypeVar("T", bound=Queued)
@@ -318,7 +329,8 @@ class NamedQueue(Generic[T, W]):
         fresh = not level.size
         if fresh:
             bisect.insort(self.order, priority)
-        key = task.fairness
+        extras = task.extras  # (a task's rare fields: see quicx.daemon.queue.extras)
+        key = None if extras is None else extras.fairness
         if key is None and not at_head and len(level.fifos) == 1:
             level.tail += 1  # level.push(), for the common case
             task.ticket = level.tail
