@@ -16,6 +16,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench abuse                # the memory bound under abuse (tools/abuse.py)
     python -m tools.bench starvation           # lowest-priority waits beside a saturating top
     python -m tools.bench dependencies         # edges resolved per second; a chord's fan-in cost
+    python -m tools.bench hotpath              # daemon CPU per task, v1, v2, each feature; memory
 
 See docs/performance.md for the figures and how to read them.
 
@@ -46,6 +47,7 @@ from tools.bench.dependencies import (
     edges_workload,
     fanin_cost_workload,
 )
+from tools.bench.memory import task_memory_workload
 from tools.bench.observability import (
     BENCH_TOKEN,
     OBSERVABILITY_ON,
@@ -71,6 +73,7 @@ from tools.bench.rig import (
     SMALL_RESULT_SIZE,
     STOCK,
     V2_DELAYED,
+    V2_EXPIRING,
     V2_OPTIONS,
     V2_PRIORITIES,
     V2_QUEUES,
@@ -149,6 +152,7 @@ __all__ = [
     "SMALL_RESULT_SIZE",
     "STOCK",
     "V2_DELAYED",
+    "V2_EXPIRING",
     "V2_FEATURES",
     "V2_OPTIONS",
     "V2_PRIORITIES",
@@ -205,6 +209,7 @@ __all__ = [
     "status",
     "submit_workload",
     "synthetic_events",
+    "task_memory_workload",
     "tasks_of",
     "v2_features_workload",
     "wait_for_workers",
