@@ -422,9 +422,12 @@ class QueueService(Service):
 
     def done(self, session: Session, task_id: int, result: taskflow.Result | None = None) -> None:
         """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
-        finished = self._finish(session, task_id, "done")
-        if finished is not None:
-            task, attempt = finished
+        taken = self._take_back(session, task_id)
+        if taken is not None:
+            task, attempt = taken
+            if task.producer is not None:
+                task.producer.outstanding -= 1
+            self._end(task, "done")
             task.tally.done += 1
             for done in self._on_done:
                 done(task, session, attempt)
@@ -445,7 +448,10 @@ class QueueService(Service):
                     settled(task, OutcomeState.DONE, result, "")
         if session.failed_in_row:
             note_outcome(self.limits.dispatch, session, False, 0.0)
-        self._become_idle(session)
+        if session.connected:  # self._become_idle(session), inlined: the hot path
+            self.dispatcher.serve_worker(session)
+        if self.drainage.waiting is not None:
+            self.drainage.check()
 
     def failed(self, session: Session, task_id: int, reason: str, permanent: bool = False) -> None:
         """
@@ -535,16 +541,6 @@ class QueueService(Service):
             task, attempt = late
         task.holder = None
         return task, attempt
-
-    def _finish(self, session: Session, task_id: int, outcome: str) -> tuple[Task, int] | None:
-        """Take back the task C{session} reports (see L{_take_back}) and end it."""
-        taken = self._take_back(session, task_id)
-        if taken is not None:
-            task = taken[0]
-            if task.producer is not None:
-                task.producer.outstanding -= 1
-            self._end(task, outcome)
-        return taken
 
     def _end(self, task: Task, outcome: str) -> None:
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
