@@ -257,7 +257,7 @@ def run_hotpath(s: Session) -> None:
         f"per queued task beyond its PMAD block: v1 {memory[1]['bytes_per_task']:.0f} B,"
         f" v2 {memory[2]['bytes_per_task']:.0f} B (tracemalloc, {memory[1]['n']:,} tasks): "
         + ", ".join(f"{k} {v}" for k, v in parts.items())
-        + f", live table and FIFO {memory[1]['live_table_and_fifo']:.0f}",
+        + f", live-task table, FIFO slot and rounding {memory[1]['rest']:.0f}",
         {"v1": memory[1], "v2": memory[2]},
     )
 

@@ -105,7 +105,7 @@ class Admission:
         priority = options.priority
         task = Task(
             kernel.next_task_id(),
-            task_type,
+            queue.types.get(task_type, task_type),
             block,
             len(payload),
             session,
@@ -138,7 +138,8 @@ class Admission:
         if task.state is QUEUED or task.state is DELAYED or task.state is WAITING:
             self.kernel.expiry.watch(task)
         elif task.state is HELD:
-            task.deadline = 0.0  # it started in time
+            assert task.extras is not None  # (where its deadline is)
+            task.extras.deadline = 0.0  # it started in time
 
     def _options(
         self,

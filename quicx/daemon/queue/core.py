@@ -275,6 +275,7 @@ class QueueService(Service):
         tally = self.telemetry.tally(queue.name, task_type)
         if len(queue.tallies) < self.telemetry.max_types:
             queue.tallies[task_type] = tally
+            queue.types[task_type] = task_type
         return tally
 
     def _forget_if_idle(self, queue: NamedQueue[Task, Session]) -> None:

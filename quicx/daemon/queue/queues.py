@@ -253,6 +253,9 @@ class NamedQueue(Generic[T, W]):
     @ivar finished: when its recent tasks finished, for the drain rate.
     @ivar tallies: its task types' tallies, by type (a cache of the core's
         L{Telemetry}, up to its C{max_types}).
+    @ivar types: those types' names, each one C{bytes} its tasks share
+        (the name a SUBMIT carries is a new one each time: 33 bytes and
+        more a queued task saved).
     @ivar aging: its starvation bound (C{None}: its policy's C{aging} is 0).
     @ivar parked: how many of its tasks are set aside by type, out of the
         dispatch order, because no idle worker runs their type (see
@@ -283,6 +286,7 @@ class NamedQueue(Generic[T, W]):
     max_depth: int = 0
     priority: int = 0
     tallies: dict[bytes, Tally] = field(factory=dict)
+    types: dict[bytes, bytes] = field(factory=dict)
     aging: Aging[T] | None = None
     parked: int = 0
     parking: dict[bytes, OrderedDict[int, T]] = field(factory=dict)
