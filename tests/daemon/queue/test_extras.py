@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import sys
 
-from quicx.daemon.queue.extras import NO_EXTRAS, Extras
+from attrs import fields_dict
+
+from quicx.daemon.queue.extras import NO_EXTRAS, Extras, WithExtras
 from quicx.daemon.queue.model import Task
 from tests.fakes import make_queue, producer_of, submit_to, v2_producer_of
 
@@ -60,3 +62,8 @@ def test_an_empty_key_is_a_key() -> None:
     kernel = make_queue()
     submit_to(kernel, v2_producer_of(kernel).session, b"t", b"x", key=b"")
     assert _only_task(kernel).key == b""
+
+
+def test_every_rare_field_is_declared_on_the_task() -> None:
+    """What mypy reads of a task's rare fields is what its extras hold."""
+    assert set(WithExtras.__annotations__) == set(fields_dict(Extras))
