@@ -9,7 +9,8 @@ worker's TASKs answered DONE (version 1) or ACK (version 2) in one read, the
 reactor's pending calls run between reads (the output batcher's flush).
 Nothing here waits on a socket or a clock: the same N does the same work,
 so the instructions it takes are repeatable on a loaded machine, where CPU
-time is not (C{valgrind --tool=callgrind}, two N, the difference divided;
+time is not (with C{PYTHONHASHSEED=0}: dictionary layouts move version 2's
+count by a percent) (C{valgrind --tool=callgrind}, two N, the difference divided;
 see docs/performance.md, "Round 3").  PROTOCOL 2 spreads the tasks over 4
 queues and 3 priorities, as C{tools.bench} does; MIX C{expiring} gives each
 a deadline to start.
