@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from attrs import frozen
 
+from quicx.daemon.queue.extras import NO_EXTRAS
 from quicx.daemon.queue.speaker import Delivered
 from quicx.protocol import admin, codec, link, outcomes, taskflow, wire
 from quicx.protocol.outcomes import GroupState, OutcomeState
@@ -64,7 +65,8 @@ def _delivery_v1(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
 
 
 def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
-    saved = task.checkpoint
+    extras = task.extras or NO_EXTRAS  # its rare fields, read once
+    saved = extras.checkpoint
     return taskflow.encode_delivery(
         task.task_id,
         task.task_type,
@@ -73,15 +75,15 @@ def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
         task.priority,
         task.attempts,
         int(task.enqueued_at * 1000),
-        task.key,
-        task.fairness,
+        extras.key,
+        extras.fairness,
         task.token,
         int(timeout * 1000),
         task.failures,
         task.retries,
-        task.trace,
+        extras.trace,
         None if saved is None else saved.state,
-        task.parents,
+        extras.parents,
     )
 
 

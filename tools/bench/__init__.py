@@ -18,6 +18,7 @@ C{../shared/bench/peers} (beanstalkd) and prints Quicx / peer ratios.
     python -m tools.bench dependencies         # edges resolved per second; a chord's fan-in cost
     python -m tools.bench openloop             # latency at 25/50/75 % of the maximum, a chart
     python -m tools.bench roundtrip            # round trip p50 / beanstalkd's / the awake floor
+    python -m tools.bench hotpath              # daemon CPU per task, v1, v2, each feature; memory
 
 See docs/performance.md for the figures and how to read them.
 
@@ -49,6 +50,7 @@ from tools.bench.dependencies import (
     edges_workload,
     fanin_cost_workload,
 )
+from tools.bench.memory import task_memory_workload
 from tools.bench.observability import (
     BENCH_TOKEN,
     OBSERVABILITY_ON,
@@ -75,6 +77,7 @@ from tools.bench.rig import (
     SMALL_RESULT_SIZE,
     STOCK,
     V2_DELAYED,
+    V2_EXPIRING,
     V2_OPTIONS,
     V2_PRIORITIES,
     V2_QUEUES,
@@ -155,6 +158,7 @@ __all__ = [
     "SMALL_RESULT_SIZE",
     "STOCK",
     "V2_DELAYED",
+    "V2_EXPIRING",
     "V2_FEATURES",
     "V2_OPTIONS",
     "V2_PRIORITIES",
@@ -216,6 +220,7 @@ __all__ = [
     "status",
     "submit_workload",
     "synthetic_events",
+    "task_memory_workload",
     "tasks_of",
     "v2_features_workload",
     "wait_for_workers",

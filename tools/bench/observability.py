@@ -20,7 +20,13 @@ from quicx.clients.blocking import QuicxClient
 from quicx.clients.requests import Options
 from quicx.protocol import admin, codec, link
 from quicx.protocol.frames import Frame, FrameParser
-from tools.bench.rig import BENCH_TYPE, SMALL_RESULT_SIZE, running
+from tools.bench.rig import (
+    BENCH_TYPE,
+    SMALL_RESULT_SIZE,
+    V2_DELAYED,
+    V2_EXPIRING,
+    running,
+)
 from tools.bench.throughput import e2e_workload
 from tools.launcher import (
     DaemonProcess,
@@ -200,11 +206,19 @@ class Watcher:
             client.close()
 
 
-V2_FEATURES = ("v1", "v2", "v2 delayed", "v2 results", "v2 watched", "v2 observed")
+V2_FEATURES = (
+    "v1",
+    "v2",
+    "v2 delayed",
+    "v2 results",
+    "v2 watched",
+    "v2 expiring",
+    "v2 observed",
+)
 """The version-2 comparison's runs: version 1, then version 2 (4 queues x
 3 priorities) plain, with every task delayed, with a 16-byte result each,
-with a live events subscriber, with /metrics and the dashboard served and
-read."""
+with a live events subscriber, with a deadline to start on every task, with
+/metrics and the dashboard served and read."""
 
 
 def v2_features_workload(n: int, rounds: int = 3) -> dict[str, Any]:
@@ -212,9 +226,10 @@ def v2_features_workload(n: int, rounds: int = 3) -> dict[str, Any]:
     runs: dict[str, Callable[[], dict[str, Any]]] = {
         "v1": lambda: e2e_workload(n, protocol=1),
         "v2": lambda: e2e_workload(n, protocol=2),
-        "v2 delayed": lambda: e2e_workload(n, protocol=2, delayed=True),
+        "v2 delayed": lambda: e2e_workload(n, protocol=2, mix=V2_DELAYED),
         "v2 results": lambda: e2e_workload(n, protocol=2, result_size=SMALL_RESULT_SIZE),
         "v2 watched": lambda: e2e_workload(n, protocol=2, during=Watcher()),
+        "v2 expiring": lambda: e2e_workload(n, protocol=2, mix=V2_EXPIRING),
         "v2 observed": lambda: e2e_workload(
             n, protocol=2, extra=OBSERVABILITY_ON, during=Scraper()
         ),

@@ -209,15 +209,21 @@ V2_DELAYED = [evolve(options, delay=0.001) for options in V2_OPTIONS]
 """The same mix, each task to run a millisecond after its SUBMIT: every one
 goes through the delayed set and falls due."""
 
+V2_EXPIRING = [evolve(options, expires_in=60.0) for options in V2_OPTIONS]
+"""The same mix, each task to start within a minute or expire: every one
+has a deadline, watched until it starts."""
 
-def tasks_of(n: int, payload: bytes, protocol: int, delayed: bool = False) -> Iterator[Task]:
+
+def tasks_of(
+    n: int, payload: bytes, protocol: int, mix: Sequence[Options] | None = None
+) -> Iterator[Task]:
     """
-    C{n} tasks: plain for version 1, spread over L{V2_OPTIONS} for version 2
-    (L{V2_DELAYED} if C{delayed}).
+    C{n} tasks: plain for version 1, spread over C{mix} for version 2
+    (L{V2_OPTIONS} unless said; L{V2_DELAYED}, L{V2_EXPIRING}, ...).
     """
     if protocol == 1:
         return ((BENCH_TYPE, payload) for _ in range(n))
-    mix = V2_DELAYED if delayed else V2_OPTIONS
+    mix = mix or V2_OPTIONS
     return ((BENCH_TYPE, payload, mix[i % len(mix)]) for i in range(n))
 
 

@@ -26,6 +26,7 @@ from tools.bench.delays import (
     delays_memory_workload,
 )
 from tools.bench.dependencies import FANIN_SIZES, edges_workload, fanin_cost_workload
+from tools.bench.memory import task_memory_workload
 from tools.bench.observability import (
     V2_FEATURES,
     monitor_workload,
@@ -301,6 +302,33 @@ def run_memory(s: Session) -> None:
     )
 
 
+def run_hotpath(s: Session) -> None:
+    # Issue 35's targets 1, 6 and 7 in two lines: the daemon's CPU per task
+    # for version 1, version 2 plain and each feature (alternated, medians),
+    # and the memory per queued task beyond its PMAD block, counted exactly.
+    rounds, n = 3, 100_000 // s.scale
+    features = v2_features_workload(n, rounds)
+    rate, cpu = features["median"], features["median_daemon_us"]
+    s.emit(
+        "hotpath cpu",
+        "daemon µs/task "
+        + ", ".join(f"{n[3:] or n}: {cpu[n]:.2f}" for n in V2_FEATURES)
+        + f" (median of {rounds}, alternated); tasks/s ratio to v1: "
+        + ", ".join(f"{n[3:] or 'plain'} {rate[n] / rate['v1']:.2f}" for n in V2_FEATURES[1:]),
+        {"workload_runs": "v2", **features},
+    )
+    memory = {p: task_memory_workload(200_000 // s.scale, p) for p in (1, 2)}
+    parts = memory[1]["parts"]
+    s.emit(
+        "hotpath memory",
+        f"per queued task beyond its PMAD block: v1 {memory[1]['bytes_per_task']:.0f} B,"
+        f" v2 {memory[2]['bytes_per_task']:.0f} B (tracemalloc, {memory[1]['n']:,} tasks): "
+        + ", ".join(f"{k} {v}" for k, v in parts.items())
+        + f", live-task table, FIFO slot and rounding {memory[1]['rest']:.0f}",
+        {"v1": memory[1], "v2": memory[2]},
+    )
+
+
 def run_monitor(s: Session) -> None:
     ours = monitor_workload(40_000 // s.scale, 300)
     s.emit(
@@ -525,6 +553,7 @@ RUNS: dict[str, Callable[[Session], None]] = {
     "fanin": run_fanin,
     "sweep": run_sweep,
     "memory": run_memory,
+    "hotpath": run_hotpath,
     "monitor": run_monitor,
     "harness": run_harness,
     "journal": run_journal,

@@ -12,13 +12,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
 from quicx.aio import AsyncClient
 from quicx.clients.blocking import QuicxClient
+from quicx.clients.requests import Options
 from tools.bench.rig import (
     BENCH_TYPE,
     CREDITS,
@@ -59,7 +60,7 @@ def _produce_and_wait(
     payload: bytes,
     protocol: int = 1,
     result_size: int = 0,
-    delayed: bool = False,
+    mix: Sequence[Options] | None = None,
 ) -> float:
     """
     Pipeline C{n} tasks, wait for every DONE; the seconds it took.  With
@@ -67,7 +68,7 @@ def _produce_and_wait(
     """
     with QuicxClient(address, keep_outcomes=n + 1, protocol=protocol) as client:
         started = time.perf_counter()
-        ids = client.submit_many(tasks_of(n, payload, protocol, delayed))
+        ids = client.submit_many(tasks_of(n, payload, protocol, mix))
         for task_id in ids:
             value = client.wait(task_id)  # type: ignore[arg-type]
             if result_size and len(value) != result_size:
@@ -83,26 +84,26 @@ def e2e_workload(
     protocol: int = 1,
     result_size: int = 0,
     during: Callable[[DaemonProcess], AbstractContextManager[object]] | None = None,
-    delayed: bool = False,
+    mix: Sequence[Options] | None = None,
 ) -> dict[str, Any]:
     """
     One producer pipelines C{n} tasks; 2 worker processes run them.  With
     C{protocol} 2, the tasks are spread over 4 queues and 3 priorities and
-    the workers serve the 4 queues (and with C{delayed}, each falls due a
-    millisecond after its SUBMIT).  With C{result_size} (version 2: one of
+    the workers serve the 4 queues (C{mix}: the options they are dealt in
+    turn, L{V2_OPTIONS} unless said: L{V2_DELAYED}, say).  With C{result_size} (version 2: one of
     L{RESULT_WORKERS}), each handler returns a result of that many bytes,
     which reaches the producer.  C{during(daemon)}: a context the timed part
     runs in (a scraper, say).
     """
     worker_args = ("--protocol=1",) if protocol == 1 else (f"--queues={','.join(V2_QUEUES)}",)
     target = RESULT_WORKERS[result_size]
-    assert protocol == 2 or not (result_size or delayed)
+    assert protocol == 2 or not (result_size or mix)
     with running(extra, 2, layout, None, worker_args, target) as (daemon, workers):
         assert workers is not None
         cpu = cpu_seconds(daemon.pid), workers.cpu_seconds(), time.process_time()
         with nullcontext() if during is None else during(daemon):
             seconds = _produce_and_wait(
-                daemon.client_address, n, payload_of(payload_size), protocol, result_size, delayed
+                daemon.client_address, n, payload_of(payload_size), protocol, result_size, mix
             )
         daemon_cpu = cpu_seconds(daemon.pid) - cpu[0]
         workers_cpu = workers.cpu_seconds() - cpu[1]

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.queue import pmad
+from quicx.daemon.queue.extras import Extras
 from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
@@ -104,14 +105,13 @@ class Admission:
         priority = options.priority
         task = Task(
             kernel.next_task_id(),
-            task_type,
+            queue.types.get(task_type, task_type),
             block,
             len(payload),
             session,
             queue,
             queue.priority if priority is None else priority,
             now,
-            owner=session.identity,
             retries=queue.policy.retries,
             tally=queue.tallies.get(task_type) or kernel.tally_of(queue, task_type),
             ready_at=now,
@@ -120,9 +120,12 @@ class Admission:
             self._apply(task, options, due, joined, deadline)
         elif queue.policy.expires:  # (its queue's default: the one rule is Expiry.deadline's)
             task.deadline = kernel.expiry.deadline(queue, None, 0.0, now)
+        if session.identity is not None:
+            task.owner = session.identity
         session.outstanding += 1
         kernel.admit(task, payload)
-        if task.deadline:
+        extras = task.extras
+        if extras is not None and extras.deadline:
             self._watch(task)
 
     def _watch(self, task: Task) -> None:
@@ -135,7 +138,8 @@ class Admission:
         if task.state is QUEUED or task.state is DELAYED or task.state is WAITING:
             self.kernel.expiry.watch(task)
         elif task.state is HELD:
-            task.deadline = 0.0  # it started in time
+            assert task.extras is not None  # (where its deadline is)
+            task.extras.deadline = 0.0  # it started in time
 
     def _options(
         self,
@@ -202,12 +206,28 @@ class Admission:
         given: the hot path): its keys, due time, retries, backoff, progress,
         trace; its outcome kept C{result_ttl} seconds; it joins C{joined}.
         """
-        task.key, task.fairness, task.due = options.key, options.fairness, due
-        task.deadline = deadline
+        task.due = due
         if options.retries is not None:
             task.retries = options.retries
-        task.backoff, task.forward_progress = options.backoff, options.progress
-        task.trace = options.trace
+        key, fairness, backoff, trace = (
+            options.key,
+            options.fairness,
+            options.backoff,
+            options.trace,
+        )
+        progress = options.progress
+        none = key is None and fairness is None and backoff is None and trace is None
+        if progress or deadline or not none:
+            # Its rare fields, set at once (a plain task has none: see Extras).
+            task.extras = Extras(
+                key,
+                fairness,
+                None,
+                backoff,
+                forward_progress=progress,
+                trace=trace,
+                deadline=deadline,
+            )
         if options.result_ttl is not None:
             kept = self.kernel.limits.results
             task.keep_for = min(options.result_ttl or kept.ttl, kept.max_ttl)
@@ -364,11 +384,11 @@ class Admission:
             queue,
             queue.priority if spec.priority is None else spec.priority,
             now,
-            key,
             retries=queue.policy.retries,
             tally=kernel.tally_of(queue, spec.task_type),
             ready_at=now,
         )
+        task.key = key
         if queue.policy.expires:
             task.deadline = now + queue.policy.expires
         kernel.admit(task, spec.payload)

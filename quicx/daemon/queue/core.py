@@ -275,6 +275,7 @@ class QueueService(Service):
         tally = self.telemetry.tally(queue.name, task_type)
         if len(queue.tallies) < self.telemetry.max_types:
             queue.tallies[task_type] = tally
+            queue.types[task_type] = task_type
         return tally
 
     def _forget_if_idle(self, queue: NamedQueue[Task, Session]) -> None:
@@ -327,15 +328,16 @@ class QueueService(Service):
         when the journal says so: L{accepted}; its producer's answers wait).
         """
         self._live[task.task_id] = task
-        if task.key is not None:
-            self.keys.add(task.home.name, task.key, task)
+        extras = task.extras  # (its rare fields, if it has any: read once, on the hot path)
+        if extras is not None and extras.key is not None:
+            self.keys.add(task.home.name, extras.key, task)
         if not self.journal.record_submit(task, payload):
             task.home.pending += 1
             if task.producer is not None:
                 # Its answer, and every answer after it, waits for the journal.
                 task.producer.wait_for(task)
             return
-        if task.after is not None:  # it waits for other tasks first
+        if extras is not None and extras.after is not None:  # it waits for other tasks first
             self.dependencies.accept(task)
             return
         task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
@@ -421,9 +423,12 @@ class QueueService(Service):
 
     def done(self, session: Session, task_id: int, result: taskflow.Result | None = None) -> None:
         """A worker's DONE (or ACK), with the task's C{result} if it gave one."""
-        finished = self._finish(session, task_id, "done")
-        if finished is not None:
-            task, attempt = finished
+        taken = self._take_back(session, task_id)
+        if taken is not None:
+            task, attempt = taken
+            if task.producer is not None:
+                task.producer.outstanding -= 1
+            self._end(task, "done")
             task.tally.done += 1
             for done in self._on_done:
                 done(task, session, attempt)
@@ -435,9 +440,7 @@ class QueueService(Service):
                 )
             # The common case, nothing to keep, count or answer, in one test.
             if (
-                task.keep_for
-                or task.watched
-                or task.group
+                ((extras := task.extras) and (extras.keep_for or extras.watched or extras.group))
                 or self.waits.count
                 or task.home.policy.keep_results
                 or (producer is None or not producer.connected)
@@ -446,7 +449,10 @@ class QueueService(Service):
                     settled(task, OutcomeState.DONE, result, "")
         if session.failed_in_row:
             note_outcome(self.limits.dispatch, session, False, 0.0)
-        self._become_idle(session)
+        if session.connected:  # self._become_idle(session), inlined: the hot path
+            self.dispatcher.serve_worker(session)
+        if self.drainage.waiting is not None:
+            self.drainage.check()
 
     def failed(self, session: Session, task_id: int, reason: str, permanent: bool = False) -> None:
         """
@@ -537,16 +543,6 @@ class QueueService(Service):
         task.holder = None
         return task, attempt
 
-    def _finish(self, session: Session, task_id: int, outcome: str) -> tuple[Task, int] | None:
-        """Take back the task C{session} reports (see L{_take_back}) and end it."""
-        taken = self._take_back(session, task_id)
-        if taken is not None:
-            task = taken[0]
-            if task.producer is not None:
-                task.producer.outstanding -= 1
-            self._end(task, outcome)
-        return taken
-
     def _end(self, task: Task, outcome: str) -> None:
         """Forget a finished task: journal it, free its block (before anyone hears of it)."""
         task.state = FINISHED  # move(), inlined: the hot path
@@ -555,7 +551,8 @@ class QueueService(Service):
         if failed_on:
             failed_on.pop(task.task_id, None)
         self.progress.finished(task.task_id)
-        if task.checkpoint is not None:
+        extras = task.extras
+        if extras is not None and extras.checkpoint is not None:
             self.checkpoints.finished(task)
         self.journal.record_outcome(task, outcome)
         # Free before the producer hears of the outcome: the protocol promises
@@ -564,9 +561,9 @@ class QueueService(Service):
         queue = task.home
         now = self.clock()
         queue.finished.append(now)  # for its drain rate
-        if task.key is not None:
+        if extras is not None and extras.key is not None:
             self.keys.finish(
-                KeyEntry(queue.name, task.key, task.task_id, task.enqueued_at, outcome), now
+                KeyEntry(queue.name, extras.key, task.task_id, task.enqueued_at, outcome), now
             )
         if queue.limited:
             # A key limit may have let go of a task.

@@ -161,7 +161,8 @@ class Dispatcher:
                     # It still runs a late copy: another worker must take it.
                     self.put_back(task)
                     break
-                if task.deadline and self.deadlines.lapse(task, now):
+                extras = task.extras
+                if extras is not None and extras.deadline and self.deadlines.lapse(task, now):
                     continue
                 if handles is not None and task.task_type not in handles:
                     if self._route(task, queue, now):
@@ -221,7 +222,8 @@ class Dispatcher:
                         queue.park(task)
                     continue
                 worker = chosen
-            if task.deadline and self.deadlines.lapse(task, now):
+            extras = task.extras
+            if extras is not None and extras.deadline and self.deadlines.lapse(task, now):
                 continue
             self.deliver(worker, task, queue, now)
             self._dealt(worker, idle)
@@ -270,8 +272,9 @@ class Dispatcher:
         task.dispatched_at = now
         task.holder = worker
         task.state = HELD  # move(), inlined: the hot path
-        if task.lease_until:
-            task.lease_until = 0.0  # a TOUCH extends one delivery only
+        extras = task.extras
+        if extras is not None and extras.lease_until:
+            extras.lease_until = 0.0  # a TOUCH extends one delivery only
         worker.tasks[task.task_id] = task
         speaker = worker.speaker
         if speaker.fenced:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from quicx.daemon.journal.interface import Snapshot
 from quicx.daemon.journal.records import Recovery
+from quicx.daemon.queue.extras import Extras
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import After, Duplicate, Session, Task
 from quicx.daemon.queue.queues import NamedQueue
@@ -73,24 +74,26 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             queue,
             queue.policy.priority if recovered.priority is None else recovered.priority,
             now if recovered.enqueued_at is None else recovered.enqueued_at,
-            key,
-            fairness,
             retries=recovered.retries,
             failures=recovered.failures,
             attempts=recovered.attempts,
-            backoff=None
-            if recovered.backoff is None
-            else taskflow.Backoff._make(recovered.backoff),
-            dead=recovered.dead,
-            keep_for=recovered.keep_for,
-            recovered=True,
-            group=recovered.group if kernel.groups.get(recovered.group) else 0,
+            extras=Extras(
+                key,
+                fairness,
+                backoff=None
+                if recovered.backoff is None
+                else taskflow.Backoff._make(recovered.backoff),
+                dead=recovered.dead,
+                keep_for=recovered.keep_for,
+                recovered=True,
+                group=recovered.group if kernel.groups.get(recovered.group) else 0,
+                trace=recovered.trace,
+                checkpoint=recovered.checkpoint,
+                after=None if recovered.after is None else _after(*recovered.after),
+                deadline=recovered.deadline,
+            ),
             tally=kernel._tally(queue, recovered.task_type),
             ready_at=now,
-            trace=recovered.trace,
-            checkpoint=recovered.checkpoint,
-            after=None if recovered.after is None else _after(*recovered.after),
-            deadline=recovered.deadline,
         )
         kernel._live[task.task_id] = task
         for announce in kernel.hooks.recovered:

@@ -11,43 +11,30 @@ import enum
 
 from attrs import define, field, frozen
 
-from quicx.daemon.journal.interface import DeadInfo, SavedState
 from quicx.daemon.observe.telemetry import Tally
+from quicx.daemon.queue.extras import After as After
+from quicx.daemon.queue.extras import Extras, WithExtras
 from quicx.daemon.queue.queues import NamedQueue
 from quicx.daemon.queue.speaker import Speaker
 from quicx.daemon.queue.state import PENDING, TaskState
 from quicx.protocol import session as protocol
 from quicx.protocol.codec import ErrorCode
-from quicx.protocol.parents import ParentPolicy
-from quicx.protocol.taskflow import Backoff
 
 
-@frozen
-class After:
-    """
-    What a task waits for before it is due (L{quicx.daemon.queue.dependencies}):
-    its C{parents}' outcomes, and group C{group}'s end (0: none).
-    """
-
-    parents: tuple[int, ...] = ()
-    policy: ParentPolicy = ParentPolicy.FAIL
-    group: int = 0
-
-
-@define(eq=False)
-class Task:
+@define(eq=False, weakref_slot=False)
+class Task(WithExtras):
     """
     A live task: queued, or held by a worker.
 
-    The payload is not here: it lives in PMAD block C{block}.
+    The payload is not here: it lives in PMAD block C{block}.  Its rare
+    fields (keys, a deadline, a checkpoint, what it waits for, ...) are in
+    its L{Extras}, if it has any, and read as its own attributes.
 
     @ivar producer: the session that submitted it, told of the outcome;
         C{None} for a task recovered from the journal.
     @ivar home: the queue it belongs to.
     @ivar priority: 0 to 255, higher first.
     @ivar enqueued_at: when it was submitted (Unix seconds).
-    @ivar key: its idempotency key; C{fairness}: its fairness key.
-    @ivar owner: the TLS identity it was submitted under, if any.
     @ivar attempts: how many times it has been handed to a worker.
     @ivar dispatched_at: when it was last handed to a worker.
     @ivar holder: the worker holding its current delivery, if any.
@@ -60,33 +47,13 @@ class Task:
     @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
     @ivar retries: how many times its failures are retried.
     @ivar failures: the failed attempts it has had.
-    @ivar backoff: its own backoff (C{None}: its queue's).
     @ivar token: the fencing token of its current (or last) delivery.
-    @ivar lease_until: when its delivery's lease runs out, once a TOUCH
-        extended it (0: the queue's timeout from the dispatch).
-    @ivar dead: why it died, while it is in the dead-letter set.
-    @ivar forward_progress: its producer asked for its PROGRESS reports.
-    @ivar keep_for: seconds its outcome is kept after it finishes, as its
-        SUBMIT asked (0: as its queue says, or if its producer is gone).
-    @ivar recovered: it came back from the journal (its producer is gone).
-    @ivar group: the group it counts in until it finishes (0: none).
+    @ivar ticket: its place in its queue's FIFO while queued (see
+        L{quicx.daemon.queue.queues.Level}).
+    @ivar extras: its rare fields, if it has any (L{Extras}).
     @ivar tally: what it counts in: its queue and type's L{Tally}.
     @ivar ready_at: when it last became ready to run (queued, or due, or
         requeued), for its wait time.
-    @ivar ticket: its place in its queue's FIFO while queued (see
-        L{quicx.daemon.queue.queues.Level}).
-    @ivar trace: its producer's trace context, which its deliveries carry
-        (L{quicx.protocol.taskflow.SubmitOptions.trace}).
-    @ivar checkpoint: the last state a delivery of it saved, which its later
-        deliveries carry (L{quicx.daemon.queue.checkpoints}).
-    @ivar after: what it waits for before it is due, if it waits (see
-        L{quicx.daemon.queue.dependencies}).
-    @ivar watched: its outcome is wanted by a task that waits for it (or it
-        waits itself): announced even when it is a DONE nobody else wants.
-    @ivar parents: its parents' outcomes, as its deliveries carry them
-        (TASK context items 0x23), once it no longer waits.
-    @ivar deadline: it expires if not started by then (Unix seconds; 0: no
-        deadline, or it started): see L{quicx.daemon.queue.expiry}.
     """
 
     task_id: int
@@ -97,9 +64,6 @@ class Task:
     home: NamedQueue[Task, Session]
     priority: int
     enqueued_at: float
-    key: bytes | None = None
-    fairness: bytes | None = None
-    owner: str | None = None
     attempts: int = 0
     dispatched_at: float = 0.0
     holder: Session | None = None
@@ -108,23 +72,11 @@ class Task:
     due: float = 0.0
     retries: int = 0
     failures: int = 0
-    backoff: Backoff | None = None
     token: int = 0
-    lease_until: float = 0.0
-    dead: DeadInfo | None = None
-    forward_progress: bool = False
-    keep_for: float = 0.0
-    recovered: bool = False
-    group: int = 0
     ticket: int = 0
+    extras: Extras | None = None
     tally: Tally = field(kw_only=True)
     ready_at: float = field(kw_only=True)
-    trace: bytes | None = field(default=None, kw_only=True)
-    checkpoint: SavedState | None = field(default=None, kw_only=True)
-    after: After | None = field(default=None, kw_only=True)
-    watched: bool = field(default=False, kw_only=True)
-    parents: bytes | None = field(default=None, kw_only=True)
-    deadline: float = field(default=0.0, kw_only=True)
 
     @property
     def accepted(self) -> bool:

@@ -282,7 +282,11 @@ class Pmad:
 
     def _take(self, size: int, length: int) -> int:
         """Allocate for C{size} bytes; the block's header records C{length}."""
-        first = self.class_for(size)
+        # class_for(size), inlined where it cannot raise (the hot path).
+        if 0 < size <= self.max_size:
+            first = self._pool[-(-size // self._granularity)]
+        else:
+            first = self.class_for(size)
         pool = self._pool
         for index in range(first, len(self._stride)):
             head = self._free_head[index]

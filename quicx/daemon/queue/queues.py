@@ -39,6 +39,13 @@ RATE_WINDOW = 60.0
 _DRAIN_SAMPLES = 4096
 
 
+class HasFairness(Protocol):
+    """Where a task's fairness key is kept (L{quicx.daemon.queue.extras.Extras})."""
+
+    @property
+    def fairness(self) -> bytes | None: ...
+
+
 class Queued(Protocol):
     """What a queue reads of a task."""
 
@@ -48,6 +55,10 @@ class Queued(Protocol):
     ready_at: float
     ticket: int
     task_type: bytes
+
+    @property
+    def extras(self) -> HasFairness | None:
+        """Where its fairness key is, if it may have one (read on the hot path)."""
 
 
 T = TypeVar("T", bound=Queued)
@@ -244,6 +255,9 @@ class NamedQueue(Generic[T, W]):
     @ivar finished: when its recent tasks finished, for the drain rate.
     @ivar tallies: its task types' tallies, by type (a cache of the core's
         L{Telemetry}, up to its C{max_types}).
+    @ivar types: those types' names, each one C{bytes} its tasks share
+        (the name a SUBMIT carries is a new one each time: 33 bytes and
+        more a queued task saved).
     @ivar aging: its starvation bound (C{None}: its policy's C{aging} is 0).
     @ivar parked: how many of its tasks are set aside by type, out of the
         dispatch order, because no idle worker runs their type (see
@@ -275,6 +289,7 @@ class NamedQueue(Generic[T, W]):
     max_depth: int = 0
     priority: int = 0
     tallies: dict[bytes, Tally] = field(factory=dict)
+    types: dict[bytes, bytes] = field(factory=dict)
     aging: Aging[T] | None = None
     parked: int = 0
     parking: dict[bytes, OrderedDict[int, T]] = field(factory=dict)
@@ -322,7 +337,8 @@ class NamedQueue(Generic[T, W]):
         fresh = not level.size
         if fresh:
             bisect.insort(self.order, priority)
-        key = task.fairness
+        extras = task.extras  # (a task's rare fields: see quicx.daemon.queue.extras)
+        key = None if extras is None else extras.fairness
         if key is None and not at_head and len(level.fifos) == 1:
             level.tail += 1  # level.push(), for the common case
             task.ticket = level.tail

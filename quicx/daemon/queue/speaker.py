@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from quicx.daemon.journal.interface import SavedState
+from quicx.daemon.queue.extras import Extras
 from quicx.protocol.outcomes import GroupState, OutcomeState
 from quicx.protocol.taskflow import Result
 
@@ -26,14 +26,10 @@ class Delivered(Protocol):
     priority: int
     attempts: int
     enqueued_at: float
-    key: bytes | None
-    fairness: bytes | None
     token: int
     failures: int
     retries: int
-    trace: bytes | None
-    checkpoint: SavedState | None
-    parents: bytes | None
+    extras: Extras | None
 
 
 class Speaker(Protocol):

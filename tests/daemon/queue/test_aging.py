@@ -201,6 +201,11 @@ class Item:
     ticket: int = 0
     task_type: bytes = b"t"
 
+    @property
+    def extras(self) -> Item:
+        """(A task keeps its fairness key in its extras: an item, in itself.)"""
+        return self
+
 
 def test_the_highest_priority_queued_is_never_promoted() -> None:
     """

@@ -327,6 +327,11 @@ class _Queued:
         self.ticket = 0
         self.task_type = b"t"
 
+    @property
+    def extras(self) -> _Queued:
+        """(A task keeps its fairness key in its extras: this, in itself.)"""
+        return self
+
 
 @given(
     st.lists(st.tuples(st.booleans(), st.sampled_from([None, b"a", b"b"])), max_size=60),

@@ -1,0 +1,69 @@
+"""
+A task's rare fields live in one optional record (L{Extras}): a plain task
+carries none, and each reads and sets as the task's own attribute.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from attrs import fields_dict
+
+from quicx.daemon.queue.extras import NO_EXTRAS, Extras, WithExtras
+from quicx.daemon.queue.model import Task
+from tests.fakes import make_queue, producer_of, submit_to, v2_producer_of
+
+
+def _only_task(kernel) -> Task:
+    (task,) = kernel._live.values()
+    return task
+
+
+def test_a_plain_task_has_no_extras_and_a_small_record() -> None:
+    kernel = make_queue()
+    submit_to(kernel, producer_of(kernel).session, b"t", b"x")
+    task = _only_task(kernel)
+    assert task.extras is None
+    # Every rare field reads its default.
+    for name in ("key", "fairness", "owner", "deadline", "group", "after", "checkpoint"):
+        assert getattr(task, name) == getattr(NO_EXTRAS, name)
+    # The record (GC head included): 36 fields made it 328 bytes.
+    assert sys.getsizeof(task) <= 208
+    assert not hasattr(task, "__dict__")
+
+
+def test_setting_a_default_keeps_a_task_plain() -> None:
+    kernel = make_queue()
+    submit_to(kernel, producer_of(kernel).session, b"t", b"x")
+    task = _only_task(kernel)
+    task.key, task.deadline, task.watched = None, 0.0, False
+    assert task.extras is None
+
+
+def test_a_rare_field_set_is_kept_in_the_extras() -> None:
+    kernel = make_queue()
+    submit_to(kernel, producer_of(kernel).session, b"t", b"x")
+    task = _only_task(kernel)
+    task.watched = True
+    assert isinstance(task.extras, Extras) and task.extras.watched
+    task.group = 7
+    assert (task.watched, task.group, task.extras.group) == (True, 7, 7)
+
+
+def test_a_submit_with_options_gives_its_task_extras() -> None:
+    kernel = make_queue()
+    submit_to(kernel, v2_producer_of(kernel).session, b"t", b"x", key=b"k", trace=None)
+    task = _only_task(kernel)
+    assert task.extras is not None and task.key == b"k"
+    assert task.fairness is None and task.deadline == 0.0
+
+
+def test_an_empty_key_is_a_key() -> None:
+    kernel = make_queue()
+    submit_to(kernel, v2_producer_of(kernel).session, b"t", b"x", key=b"")
+    assert _only_task(kernel).key == b""
+
+
+def test_every_rare_field_is_declared_on_the_task() -> None:
+    """What mypy reads of a task's rare fields is what its extras hold."""
+    assert set(WithExtras.__annotations__) == set(fields_dict(Extras))

@@ -1,0 +1,114 @@
+"""
+The daemon's hot path, driven in one process with a fixed rhythm, for counting.
+
+C{python -m tools.hot_path N [PROTOCOL] [MIX]} builds the daemon
+(L{build_daemon} on the benchmark's configuration), connects a producer and
+2 workers (64 credits each) to its listener's factory through in-memory
+transports, and runs N tasks end to end: SUBMITs fed 64 to a read, each
+worker's TASKs answered DONE (version 1) or ACK (version 2) in one read, the
+reactor's pending calls run between reads (the output batcher's flush).
+Nothing here waits on a socket or a clock: the same N does the same work,
+so the instructions it takes are repeatable on a loaded machine, where CPU
+time is not (with C{PYTHONHASHSEED=0}: dictionary layouts move version 2's
+count by a percent) (C{valgrind --tool=callgrind}, two N, the difference divided;
+see docs/performance.md, "Round 3").  PROTOCOL 2 spreads the tasks over 4
+queues and 3 priorities, as C{tools.bench} does; MIX C{expiring} gives each
+a deadline to start.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from twisted.internet import reactor
+from twisted.internet.address import IPv4Address
+from twisted.internet.testing import StringTransport
+
+from quicx.clients.requests import options_field
+from quicx.daemon import config as configuration
+from quicx.daemon.server import QuicxServerFactory, QuicxServerProtocol
+from quicx.daemon.service import ListenerService, build_daemon
+from quicx.protocol import outcomes, registry, taskflow, wire
+from quicx.protocol.frames import Frame, FrameParser
+from tools.bench.rig import BENCH_CONFIG, BENCH_TYPE, V2_EXPIRING, V2_OPTIONS, V2_QUEUES, payload_of
+
+CHUNK = 64
+"""SUBMITs per read, and each worker's credits."""
+
+
+class Peer:
+    """One in-memory connection to the daemon, and the frames it was sent."""
+
+    def __init__(self, factory: QuicxServerFactory, port: int, protocol: int) -> None:
+        address = IPv4Address("TCP", "127.0.0.1", port)
+        self.protocol = factory.buildProtocol(address)
+        assert isinstance(self.protocol, QuicxServerProtocol)
+        self.transport = StringTransport(peerAddress=address)
+        self.protocol.makeConnection(self.transport)
+        self.parser = FrameParser(1 << 24, False, 1 << 24)
+        self.version = protocol
+
+    def send(self, data: bytes) -> None:
+        self.protocol.dataReceived(data)
+        reactor.runUntilCurrent()  # the output batcher's flush, this turn's end
+
+    def received(self) -> list[object]:
+        data = self.transport.value()
+        self.transport.clear()
+        frames = [f for f in self.parser.feed(data) if type(f) is Frame]
+        return [registry.decode(f.message_type, f.payload, self.version) for f in frames]
+
+
+def run(n: int, protocol: int = 1, mix: str = "plain") -> int:
+    """N tasks end to end; the outcomes the producer heard."""
+    daemon = build_daemon(configuration.parse(BENCH_CONFIG), reactor)
+    (factory,) = (
+        s.factory
+        for s in daemon
+        if isinstance(s, ListenerService) and isinstance(s.factory, QuicxServerFactory)
+    )
+    producer = Peer(factory, 1, protocol)
+    workers = [Peer(factory, 2 + i, protocol) for i in range(2)]
+    payload = payload_of(100)
+    if protocol == 1:
+        submits = [wire.encode_submit(BENCH_TYPE.encode(), payload)]
+        ready = wire.encode_ready(CHUNK)
+    else:
+        chosen = V2_EXPIRING if mix == "expiring" else V2_OPTIONS
+        submits = [
+            taskflow.encode_submit(BENCH_TYPE.encode(), payload, options_field(o)) for o in chosen
+        ]
+        ready = taskflow.encode_ready(CHUNK, V2_QUEUES)
+    for worker in workers:
+        worker.send(ready)
+    finished = sent = 0
+    while finished < n:
+        if sent < n:
+            count = min(CHUNK, n - sent)
+            producer.send(b"".join(submits[(sent + i) % len(submits)] for i in range(count)))
+            sent += count
+        for worker in workers:
+            tasks = [m for m in worker.received() if isinstance(m, wire.Task | taskflow.Task)]
+            if tasks:
+                worker.send(b"".join(_outcome(t) for t in tasks))
+        finished += sum(isinstance(m, wire.Done | taskflow.Done) for m in producer.received())
+    for peer in (producer, *workers):
+        peer.protocol.connectionLost()
+    daemon.queue.pool.close()
+    return finished
+
+
+def _outcome(task: wire.Task | taskflow.Task) -> bytes:
+    if isinstance(task, taskflow.Task):
+        return outcomes.encode_ack(task.task_id, task.token or 0)
+    return wire.encode_done(task.task_id)
+
+
+if __name__ == "__main__":
+    arguments = sys.argv[1:]
+    count = run(
+        int(arguments[0]),
+        int(arguments[1]) if len(arguments) > 1 else 1,
+        arguments[2] if len(arguments) > 2 else "plain",
+    )
+    print(f"{count} tasks end to end")
