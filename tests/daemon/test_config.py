@@ -285,6 +285,7 @@ EVERY_FLAG_CHANGED = config.with_settings(
     replication_standby_lost=StandbyLost.ASYNC,
     replication_standby_timeout=1.5,
     replication_max_backlog=16 << 20,
+    replication_max_batch=256 << 10,
     replication_key_prefix="/quicx/prod",
 )
 """What flags can set: all but the [queue NAME] and [schedule NAME] sections (file-only)."""

@@ -120,6 +120,13 @@ def _check_replication(config: Config) -> None:
             "replication_etcd",
             "journal",
         )
+    if not replication.replication_address:
+        raise Conflict(
+            "[replication] etcd needs advertise: listen is not TCP on a port of its own, to"
+            " tell the standbys where to replicate from",
+            "replication_etcd",
+            "replication_advertise",
+        )
     if not replication.client(config.server.endpoints):
         raise Conflict(
             "[replication] etcd needs client_address: no [server] endpoint is TCP on a port"

@@ -83,6 +83,7 @@ from quicx.protocol.admin import Missed
 from quicx.protocol.checkpoints import MAX_CHECKPOINT
 from quicx.protocol.codec import MAX_CREDITS, MAX_TYPE_LENGTH
 from quicx.protocol.parents import MAX_CONTEXT, MAX_PARENTS
+from quicx.protocol.replication import MAX_MAX_BATCH, MIN_MAX_BATCH
 from quicx.protocol.workers import MAX_ANNOUNCED_TYPES
 
 SERVER = section("server", ServerSettings, "",
@@ -429,10 +430,10 @@ REPLICATION = section("replication", ReplicationSettings, "replication_",
         "Serve replication to the standbys on this endpoint (e.g. tcp:16400); needed with etcd.",
         unset="none"),
     key("advertise", HOST_PORT, "The HOST:PORT the shard's daemons reach that listener at.",
-        unset="the address it binds"),
+        unset="listen's, if it is TCP on a port of its own"),
     key("client_address", HOST_PORT,
         "The HOST:PORT clients reach this daemon at (ERROR 0x0C and HELLO name it).",
-        unset="127.0.0.1 and [server] port"),
+        unset="the first TCP [server] endpoint's"),
     key("lease_ttl", seconds(high=60, low=1),
         "Seconds the primary's lease lasts unrenewed; past it, it stops acknowledging."),
     key("mode", choice(ReplicationMode),
@@ -445,6 +446,9 @@ REPLICATION = section("replication", ReplicationSettings, "replication_",
         "Seconds an in-sync standby may leave a batch unacknowledged before standby_lost applies."),
     key("max_backlog", integer(1 << 20, 1 << 40, size=True),
         "Bytes of batches kept for a slow standby; past it, it starts over from a snapshot."),
+    key("max_batch", integer(MIN_MAX_BATCH, MAX_MAX_BATCH, size=True),
+        "The largest BATCH frame sent to a standby (a bigger group commit goes as several);"
+        " the same on every daemon of a shard."),
     key("key_prefix", KEY_PREFIX, "Where the shards' keys live in the lease store."),
 )  # fmt: skip
 

@@ -55,6 +55,7 @@ from quicx.net.busypoll import DEFAULT_SPIN
 from quicx.net.certificates import Authorization
 from quicx.net.tls import TlsSettings
 from quicx.protocol.codec import DEFAULT_QUEUE, MAX_TYPE_LENGTH
+from quicx.protocol.replication import DEFAULT_MAX_BATCH
 from quicx.protocol.taskflow import Backoff
 
 DEFAULT_PORT = 16381
@@ -339,6 +340,7 @@ class ReplicationSettings:
     standby_lost: StandbyLost = StandbyLost.WAIT
     standby_timeout: float = 2.0
     max_backlog: int = 64 << 20
+    max_batch: int = DEFAULT_MAX_BATCH
     key_prefix: str = "/quicx"
 
     @property
@@ -360,18 +362,30 @@ class ReplicationSettings:
         """
         The C{host:port} clients reach this daemon at: C{client_address}, or
         the first of its listening C{endpoints} (C{[server]}'s) that is TCP on
-        a port of its own (its interface, or 127.0.0.1 if it listens on all).
+        a port of its own (""; none is).
         """
         if self.client_address:
             return self.client_address
-        for endpoint in endpoints:
-            kind, *fields = endpoint.split(":")
-            named = dict(f.split("=", 1) for f in fields if "=" in f)
-            port = next((f for f in fields if "=" not in f), named.get("port", ""))
-            if kind == "tcp" and port.isdigit() and int(port):
-                host = named.get("interface", "")
-                return f"{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
+        return next(filter(None, map(_tcp_address, endpoints)), "")
+
+    @property
+    def replication_address(self) -> str:
+        """The C{host:port} its standbys reach its listener at: C{advertise}, or C{listen}'s."""
+        return self.advertise or _tcp_address(self.listen)
+
+
+def _tcp_address(endpoint: str) -> str:
+    """
+    C{host:port} of a TCP server endpoint on a port of its own (its
+    interface, or 127.0.0.1 if it listens on all), else C{""}.
+    """
+    kind, *fields = endpoint.split(":")
+    named = dict(f.split("=", 1) for f in fields if "=" in f)
+    port = next((f for f in fields if "=" not in f), named.get("port", ""))
+    if kind != "tcp" or not port.isdigit() or not int(port):
         return ""
+    host = named.get("interface", "")
+    return f"{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
 
 
 @frozen

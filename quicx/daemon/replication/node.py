@@ -243,6 +243,7 @@ class Node:
                 closed=closed,
                 status=EXIT_DEMOTED,
             )
+            self._stop_side()
             self._leave(EXIT_DEMOTED)
             return
         self.state = RoleState("candidate", self.state.epoch, "")
@@ -362,7 +363,14 @@ class Node:
             closed=closed,
             status=EXIT_DEMOTED,
         )
+        self._stop_side()
         self._leave(EXIT_DEMOTED)
+
+    def _stop_side(self) -> None:
+        """No longer the primary: its side acknowledges and ships nothing more (at once)."""
+        side, self.side = self.side, None
+        if side is not None:
+            side.stop()
 
     def _cannot_serve(self, failure: Failure, epoch: int) -> None:
         self.log.error(

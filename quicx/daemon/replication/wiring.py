@@ -20,6 +20,7 @@ from quicx.daemon.replication.etcd import EtcdLeaseStore
 from quicx.daemon.replication.interfaces import Leader
 from quicx.daemon.replication.node import JournalSlot, Node
 from quicx.daemon.replication.role import RoleManager, RoleOptions
+from quicx.daemon.replication.sides import sides
 from quicx.daemon.server import QuicxServerFactory
 
 
@@ -75,7 +76,6 @@ def add_replication(
         etcd=", ".join(settings.endpoints),
         path=config.journal.path,
     )
-    # The stream's sides are plugged in by Node(..., sides=Sides(...)).
     node = Node(
         settings,
         settings.client(config.server.endpoints),
@@ -83,12 +83,13 @@ def add_replication(
         daemon.queue.dispatcher,
         [f for f in (factory, daemon.control_factory) if f is not None],
         leave,
+        sides(settings, slot.journal, lambda names: manager.in_sync(names), reactor),
     )
     options = RoleOptions(settings.lease_ttl)
     store = EtcdLeaseStore(
         settings.etcd, settings.shard, options.call_timeout, reactor, settings.key_prefix
     )
-    me = Leader(settings.member, node.client_address, settings.advertise)
+    me = Leader(settings.member, node.client_address, settings.replication_address)
     manager = RoleManager(store, me, options, node, reactor)
     node.manager = manager
     # After the listeners: a primary serves once they listen.

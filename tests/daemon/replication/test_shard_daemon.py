@@ -19,6 +19,7 @@ SHARD = (
     "--replication-name=one",
     "--replication-shard=orders",
     "--replication-client-address=127.0.0.1:1",  # its own port is 0: picked at start
+    "--replication-advertise=127.0.0.1:2",
 )
 
 
