@@ -56,7 +56,7 @@ def candidate(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProces
     config = (
         f"[journal]\npath = {directory / 'quicx.journal'}\n"
         "[replication]\netcd = http://127.0.0.1:1\nlisten = tcp:0:interface=127.0.0.1\n"
-        "name = one\nclient_address = 127.0.0.1:7001\n"
+        "name = one\nclient_address = 127.0.0.1:7001\nadvertise = 127.0.0.1:7002\n"
     )
     with launch(directory, config) as daemon:
         yield daemon
