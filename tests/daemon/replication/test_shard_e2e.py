@@ -222,7 +222,10 @@ def test_a_zombie_workers_old_token_is_never_applied(shard: Shard) -> None:
     old_token = zombie.tokens[task_id]
     assert old_token >> TOKEN_EPOCH_SHIFT == old_epoch
     os.kill(primary.pid, signal.SIGSTOP)
-    zombie.send(ack(task_id, old_token))  # read by the old primary only once it wakes
+    # Read by the old primary only once it wakes, past its lease.
+    zombie.send(ack(task_id, old_token))
+    producer = Wire(primary.address)  # the kernel takes the connection
+    producer.send(keyed(1))
     wait_for(lambda: replication(standby).get("role") == "primary", "promotion")
     new_epoch = replication(standby)["epoch"]
     assert new_epoch > old_epoch
@@ -232,21 +235,33 @@ def test_a_zombie_workers_old_token_is_never_applied(shard: Shard) -> None:
         assert code in (0x08, 0x02)
         (again,) = take(worker, 1)
         assert again["id"] == task_id
-        assert worker.tokens[task_id] >> TOKEN_EPOCH_SHIFT == new_epoch
+        new_token = worker.tokens[task_id]
+        assert new_token >> TOKEN_EPOCH_SHIFT == new_epoch
+        os.kill(primary.pid, signal.SIGCONT)
+        assert primary.process is not None
+        assert primary.process.wait(DEADLINE) == EXIT_DEMOTED
+        # It acknowledged nothing: the zombie's ACK and the SUBMIT got an
+        # ERROR or nothing before the connection closed.
+        for wire in (zombie, producer):
+            assert all(kind == ERROR for kind, _ in answers(wire))
+        assert not finished(standby, [task_id])  # the zombie's ACK: not applied here
+        worker.send(ack(task_id, new_token))
+        wait_for(lambda: finished(standby, [task_id]), "the new delivery's ACK applied")
     finally:
         worker.close()
-    os.kill(primary.pid, signal.SIGCONT)
-    assert primary.process is not None
-    assert primary.process.wait(DEADLINE) == EXIT_DEMOTED
-    zombie.sock.settimeout(DEADLINE)
-    answers = []
+        zombie.close()
+        producer.close()
+
+
+def answers(wire: Wire) -> list[tuple[int, bytes]]:
+    """Every frame read until the daemon closed the connection."""
+    wire.sock.settimeout(DEADLINE)
+    read = []
     try:
         while True:
-            answers.append(zombie.read())
-    except ConnectionError:
-        pass
-    assert all(kind == ERROR for kind, _ in answers), answers
-    assert not finished(standby, [task_id])  # held by the worker of the new epoch
+            read.append(wire.read())
+    except (ConnectionError, OSError):
+        return read
 
 
 def test_step_down_hands_the_key_to_the_in_sync_standby(shard: Shard) -> None:
