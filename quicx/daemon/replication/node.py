@@ -189,6 +189,9 @@ class Node:
         self._pending: int | None = None  # the epoch served once the side stops
         self._following: Leader | None = None
         self._steps: Deferred[object] = succeed(None)  # the changes of side, in order
+        # A step-down asked by ROLE: its answer goes out before the daemon leaves.
+        self._stepping_down = False
+        self._leave_after_answer = False
         self._refusing = [self._refusing_tables(f.admin) for f in self._factories]
         for factory in self._factories:
             factory.replication = self
@@ -244,7 +247,10 @@ class Node:
                 status=EXIT_DEMOTED,
             )
             self._stop_side()
-            self._leave(EXIT_DEMOTED)
+            if self._stepping_down:
+                self._leave_after_answer = True
+            else:
+                self._leave(EXIT_DEMOTED)
             return
         self.state = RoleState("candidate", self.state.epoch, "")
         self.log.warn("fenced: {reason}", log_id="replication.fenced_standby", reason=reason)
@@ -276,12 +282,25 @@ class Node:
                     f"this daemon is {self.state.role}, not the primary ({primary}):"
                     " step down on the primary",
                 )
+            self._stepping_down = True
             done: Deferred[Any] = manager.step_down()
+            done.addBoth(self._stepped_down)
         elif self.state.serving:
             done = succeed(None)
         else:
             done = maybeDeferred(manager.campaign_now)
         return done.addCallback(lambda _: self.describe())
+
+    def _stepped_down(self, result: object) -> object:
+        """
+        Resigned (or failed to): leave if fenced, one reactor turn on
+        (C{leave}), so the ROLE answer made after this callback is sent first.
+        """
+        self._stepping_down = False
+        if self._leave_after_answer:
+            self._leave_after_answer = False
+            self._leave(EXIT_DEMOTED)
+        return result
 
     def status(self) -> document.Replication:
         """The status document's C{"replication"}."""

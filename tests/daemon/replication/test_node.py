@@ -477,6 +477,27 @@ def test_role_step_down_answers_once_the_manager_has_stepped_down() -> None:
     assert daemon.left == [EXIT_DEMOTED]
 
 
+def test_role_step_down_is_answered_before_the_fenced_daemon_leaves() -> None:
+    # The role manager tells the node it is fenced first, then resigns: the
+    # daemon leaves once the answer is made, not at the fence (it closed the
+    # admin's connection unanswered before).
+    clock = Clock()
+    daemon = shard(clock)
+    manager = daemon.node.manager = FakeManager()
+    daemon.node.became_primary(4)
+    admin = Conn(daemon.admin)
+    admin.send(encode_role(RoleAction.STEP_DOWN))
+    daemon.node.fenced("stepped down")
+    assert daemon.left == [] and daemon.node.state.role == "fenced"
+    manager.steps[0].callback(None)
+    ((kind, body),) = admin.frames(clock)
+    assert (kind, json.loads(body)) == (
+        MessageType.INFO,
+        {"role": "fenced", "epoch": 4, "primary": ""},
+    )
+    assert daemon.left == [EXIT_DEMOTED]
+
+
 def test_role_step_down_of_a_standby_is_a_conflict() -> None:
     daemon = shard(Clock())
     daemon.node.manager = FakeManager()
