@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.failover.netns import free_ports
+from tools.etcd import free_ports
 from tools.failover.proxy import BLACKHOLE, OPEN, RESET, Proxy, ProxyError
 
 WAIT = 30.0

@@ -33,7 +33,7 @@ from typing import Any
 
 from attrs import define, field
 
-from tools.failover.netns import free_ports
+from tools.etcd import free_ports
 from tools.failover.proxy import Proxy
 from tools.failover.trace import DOWN, PRIMARY
 from tools.launcher import DaemonProcess
