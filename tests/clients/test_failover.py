@@ -300,7 +300,8 @@ def test_a_worker_follows_the_primary_and_keeps_working(
     log = tmp_path / "ran.log"
     log.touch()
     (tmp_path / "shard_handlers.py").write_text(HANDLERS.format(log=str(log)))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]]))
+    path = [str(tmp_path), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
     connect = f"{proxy.address},{standby.address},{second.client_address}"
     workers = start_workers(
         "shard_handlers:handlers",
