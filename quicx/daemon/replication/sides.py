@@ -36,7 +36,6 @@ class PrimarySide:
     log: ClassVar[Logger] = Logger()
 
     primary: ReplicationPrimary
-    journal: Journal
     listening: Deferred[IListeningPort | None]
 
     def figures(self) -> ReplicationFigures:
@@ -48,9 +47,12 @@ class PrimarySide:
         )
 
     def stop(self) -> Deferred[None]:
-        """Fenced: nothing waiting is acknowledged, nothing more shipped; the listener closed."""
+        """
+        Fenced: nothing waiting is acknowledged, nothing more shipped (it
+        stays the journal's replica, so a record written from now on fails
+        its ship and is acknowledged to no one); the listener closed.
+        """
         self.primary.fence("no longer the primary")
-        self.journal.replica = None
         return Deferred.fromCoroutine(self._close())
 
     async def _close(self) -> None:
@@ -109,7 +111,7 @@ def sides(
             reactor, settings.listen
         ).listen(primary)
         listening.addErrback(_not_listening, settings.listen)
-        return PrimarySide(primary, journal, listening)
+        return PrimarySide(primary, listening)
 
     def follow(leader: Leader) -> IReplicationSide:
         standby = ReplicationStandby(journal.path, settings.member, reactor, settings.max_batch)
