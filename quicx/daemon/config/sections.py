@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 from attrs import Factory, field, frozen
 
+from quicx.daemon.config.endpoints import tcp_address
 from quicx.daemon.journal.records import (
     DEFAULT_COMPACT_FACTOR,
     DEFAULT_COMPACT_MIN_SIZE,
@@ -366,26 +367,12 @@ class ReplicationSettings:
         """
         if self.client_address:
             return self.client_address
-        return next(filter(None, map(_tcp_address, endpoints)), "")
+        return next(filter(None, map(tcp_address, endpoints)), "")
 
     @property
     def replication_address(self) -> str:
         """The C{host:port} its standbys reach its listener at: C{advertise}, or C{listen}'s."""
-        return self.advertise or _tcp_address(self.listen)
-
-
-def _tcp_address(endpoint: str) -> str:
-    """
-    C{host:port} of a TCP server endpoint on a port of its own (its
-    interface, or 127.0.0.1 if it listens on all), else C{""}.
-    """
-    kind, *fields = endpoint.split(":")
-    named = dict(f.split("=", 1) for f in fields if "=" in f)
-    port = next((f for f in fields if "=" not in f), named.get("port", ""))
-    if kind != "tcp" or not port.isdigit() or not int(port):
-        return ""
-    host = named.get("interface", "")
-    return f"{'127.0.0.1' if host in ('', '0.0.0.0', '::') else host}:{port}"
+        return self.advertise or tcp_address(self.listen)
 
 
 @frozen

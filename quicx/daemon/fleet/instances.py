@@ -31,62 +31,23 @@ import os
 import socket
 
 from quicx.daemon.config import Config, ConfigError, with_settings
+from quicx.daemon.config.endpoints import (
+    PORT_KINDS,
+    WILDCARDS,
+    field_value,
+    key_field,
+    split_endpoint,
+    unescape,
+)
 
 MAX_PROCESSES = 256
 """The most daemons one C{quicx start --processes} runs."""
-
-PORT_KINDS = frozenset({"tcp", "tcp6", "ssl", "tls"})
-"""The endpoint kinds whose port an instance shifts."""
-
-WILDCARDS = frozenset({"", "0.0.0.0", "::"})
-"""Interfaces that name no one host: clients get this host's name."""
 
 
 def indexed(path: str, index: int) -> str:
     """C{path} with C{.INDEX} before its extension: C{a/quicx.sock} -> C{a/quicx.2.sock}."""
     root, extension = os.path.splitext(path)
     return f"{root}.{index}{extension}"
-
-
-def split_endpoint(description: str, separator: str = ":") -> list[str]:
-    """
-    An endpoint string's fields (or a field's C{key=value} halves, with
-    C{separator} C{=}), split at each unescaped C{separator}, escapes kept.
-    """
-    fields, current, escaped = [], "", False
-    for character in description:
-        if character == separator and not escaped:
-            fields.append(current)
-            current = ""
-            continue
-        current += character
-        escaped = character == "\\" and not escaped
-    return [*fields, current]
-
-
-def unescape(field: str) -> str:
-    """An endpoint field's value, its backslash escapes undone."""
-    out, escaped = "", False
-    for character in field:
-        if character == "\\" and not escaped:
-            escaped = True
-            continue
-        out += character
-        escaped = False
-    return out
-
-
-def _where(fields: list[str], key: str) -> int | None:
-    """Which field holds C{key}'s value: C{key=...}, else the first plain one."""
-    named = [i for i, f in enumerate(fields) if i and split_endpoint(f, "=")[0] == key]
-    plain = [i for i, f in enumerate(fields) if i and len(split_endpoint(f, "=")) == 1]
-    found = named or plain
-    return found[0] if found else None
-
-
-def _value(field: str) -> str:
-    """A field's value: what follows its key, if it has one."""
-    return unescape(split_endpoint(field, "=")[-1])
 
 
 def _key(kind: str) -> str | None:
@@ -97,8 +58,8 @@ def _key(kind: str) -> str | None:
 def endpoint_port(description: str) -> int | None:
     """The port of a C{tcp:}-like endpoint string; C{None} for another kind."""
     fields = split_endpoint(description)
-    where = _where(fields, "port") if fields[0] in PORT_KINDS else None
-    value = "" if where is None else _value(fields[where])
+    where = key_field(fields, "port") if fields[0] in PORT_KINDS else None
+    value = "" if where is None else field_value(fields[where])
     return int(value) if value.isdigit() else None
 
 
@@ -113,14 +74,14 @@ def shifted_endpoint(description: str, index: int, setting: str) -> str:
 
     fields = split_endpoint(description)
     key = _key(fields[0])
-    where = None if key is None else _where(fields, key)
+    where = None if key is None else key_field(fields, key)
     if key is None or where is None:
         raise ConfigError(
             f"{setting} = {description}: several daemons need tcp:, tls: or unix: endpoints"
             " (each daemon gets its own port or path)"
         )
     named = len(split_endpoint(fields[where], "=")) > 1
-    value = _value(fields[where])
+    value = field_value(fields[where])
     if key == "address":
         changed = quote_endpoint(indexed(value, index))
     elif value.isdigit():
@@ -199,13 +160,13 @@ def address_of(config: Config) -> str:
     fields = split_endpoint(config.server.endpoints[0])
     kind = fields[0]
     key = _key(kind)
-    where = None if key is None else _where(fields, key)
+    where = None if key is None else key_field(fields, key)
     if where is None:
         raise ConfigError(f"{config.server.endpoints[0]}: not an endpoint clients can connect to")
     if kind == "unix":
-        return f"unix:{_value(fields[where])}"
+        return f"unix:{field_value(fields[where])}"
     named = dict(split_endpoint(f, "=") for f in fields[1:] if len(split_endpoint(f, "=")) == 2)
     host = unescape(named.get("interface", ""))
     if host in WILDCARDS or kind == "tcp6":
         host = socket.gethostname()
-    return f"{'tls' if kind in {'tls', 'ssl'} else 'tcp'}:{host}:{_value(fields[where])}"
+    return f"{'tls' if kind in {'tls', 'ssl'} else 'tcp'}:{host}:{field_value(fields[where])}"

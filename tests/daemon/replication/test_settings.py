@@ -106,3 +106,9 @@ def test_errors_name_the_key_and_line(text: str, error: str) -> None:
     with pytest.raises(ConfigError) as raised:
         config.parse(text, "f")
     assert str(raised.value).startswith(error), str(raised.value)
+
+
+def test_an_escaped_ipv6_interface_is_read_whole() -> None:
+    replication = ReplicationSettings(etcd="http://127.0.0.1:2379")
+    assert replication.client(("tcp6:17003:interface=\\:\\:1",)) == "[::1]:17003"
+    assert replication.client(("tcp:17004:interface=\\:\\:",)) == "127.0.0.1:17004"
