@@ -60,7 +60,6 @@ from quicx.daemon.queue.results import ResultLimits
 from quicx.daemon.queue.schedule_book import ScheduleBook
 from quicx.daemon.queue.shared import SharedData
 from quicx.daemon.replication.node import JournalSlot, Node
-from quicx.daemon.replication.wiring import add_replication
 from quicx.daemon.server import QuicxServerFactory
 from quicx.daemon.timers import Heartbeats, heartbeat_timer, task_timeout_timer
 from quicx.documents.status import StatusDocument
@@ -404,6 +403,10 @@ def build_daemon(config: configuration.Config, reactor: Any = None) -> QuicxDaem
     add_heartbeats(daemon)
     add_listeners(daemon, factory)
     if config.replication.enabled:
+        # Imported here: a daemon without [replication] loads none of it (the
+        # lease store's HTTP client, the stream's two sides).
+        from quicx.daemon.replication.wiring import add_replication
+
         daemon.node = add_replication(daemon, factory, schedules, recover_state)
     cluster = cluster_poller(daemon) if config.cluster.addresses else None
     if config.metrics.listen:
