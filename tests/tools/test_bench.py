@@ -47,6 +47,10 @@ def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
         assert latency["n"] == 500 and latency["busy_poll"] == busy_poll
         assert 0 < latency["p50_us"] <= latency["p99_us"] <= latency["max_us"]
     assert 0 < records["latency floor"]["p50_us"] <= records["latency floor"]["max_us"]
+    # The targets' table closes the run, read off the same records.
+    stock = records["e2e stock worker"]["cpu_us_per_task"]
+    assert "Issue 35's targets, from this run:" in result.stdout
+    assert f"| 2 worker runner CPU | <= 3 µs a task | {stock['workers']:.2f} µs" in result.stdout
 
 
 def test_bench_monitor_inspects_a_deep_queue_beside_round_trips(tmp_path) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from quicx import __version__
+from tools.bench import targets
 from tools.bench.delays import (
     delays_worker,
 )
@@ -40,6 +41,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--peers", metavar="DIR", help="the peer harness (../shared/bench/peers)")
     parser.add_argument("--no-peers", action="store_true", help="Quicx only")
     parser.add_argument("--json-out", metavar="FILE", help="write every result here")
+    parser.add_argument(
+        "--targets-from",
+        metavar="FILE",
+        help="print issue 35's targets table from an earlier run's --json-out, and stop",
+    )
     parser.add_argument("--journal-dir", default=".", help="where the journal workload writes")
     parser.add_argument(
         "--chart",
@@ -67,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     args = command.parse_args(argv)
     if any(count is not None and count < 1 for count in (args.delays_dispatch, args.delays_memory)):
         command.error("--delays-dispatch and --delays-memory count tasks: 1 or more")
+    if args.targets_from:
+        print(targets.from_file(args.targets_from))
+        return 0
     # Absolute: each daemon runs in its own temporary directory.
     journal_dir = Path(args.journal_dir).resolve()
     unknown = set(args.workloads) - set(WORKLOADS)
@@ -88,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"tools.bench: the daemon did not start: {e}") from None
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(session.table, indent=2) + "\n")
+    found = targets.rows(session.table)
+    if found:
+        print("\nIssue 35's targets, from this run:\n" + targets.markdown(found), flush=True)
     return 0
 
 
