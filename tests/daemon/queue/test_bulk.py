@@ -326,6 +326,7 @@ class _Queued:
         self.ready_at = 0.0
         self.ticket = 0
         self.task_type = b"t"
+        self.task_id = name
 
     @property
     def extras(self) -> _Queued:
