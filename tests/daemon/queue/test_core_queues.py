@@ -425,13 +425,13 @@ def test_tickets_taken_from_ids_keep_the_order_of_counted_ones(steps, aging: flo
     twins: dict[int, tuple[Item, Item]] = {}
     queued: list[int] = []
     out: list[int] = []
-    last_id, now = 10**6, 0  # (ids past the small ints CPython shares)
-    for op, priority, key, which, jump in steps:
-        now += 1
+    last_id = 10**6  # (ids past the small ints CPython shares)
+    for now, (op, priority, key, which, jump) in enumerate(steps, 1):
         if op == "new":
             last_id += jump
-            pair = Item(priority, key, ready_at=now, task_id=last_id, name=last_id), Item(
-                priority, key, ready_at=now, name=last_id
+            pair = (
+                Item(priority, key, ready_at=now, task_id=last_id, name=last_id),
+                Item(priority, key, ready_at=now, name=last_id),
             )
             twins[last_id] = pair
         elif op in ("again", "head") and out:
