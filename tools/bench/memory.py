@@ -21,7 +21,6 @@ from quicx.daemon import config as configuration
 from quicx.daemon.queue.model import Task
 from quicx.daemon.service import build_daemon
 from tools.bench.rig import BENCH_CONFIG
-from tools.hot_path import CHUNK, Peer, factory_of, submits_of
 
 
 def task_memory_workload(n: int, protocol: int = 1) -> dict[str, Any]:
@@ -31,6 +30,9 @@ def task_memory_workload(n: int, protocol: int = 1) -> dict[str, Any]:
     its id, its PMAD block's handle, its FIFO ticket, its submit time, its
     place in the live-task table and in its queue's FIFO.
     """
+    # (Imported here: tools.hot_path imports this package, for its rig.)
+    from tools.hot_path import CHUNK, Peer, factory_of, submits_of
+
     daemon = build_daemon(configuration.parse(BENCH_CONFIG), reactor)
     kernel = daemon.queue
     producer = Peer(factory_of(daemon), 1, protocol)
