@@ -31,7 +31,7 @@ class After:
     group: int = 0
 
 
-@define(eq=False)
+@define(eq=False, weakref_slot=False)
 class Extras:
     """
     A task's rare fields (L{Task.extras}): what few tasks have, kept apart so
