@@ -95,6 +95,11 @@ class Written:
     after: After | None = None
     deadline: float = 0.0
 
+    @property
+    def extras(self) -> Written:
+        """(A task keeps its rare fields in its extras: this, in itself.)"""
+        return self
+
 
 @implementer(IJournal)
 class FakeJournal:

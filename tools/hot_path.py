@@ -27,7 +27,7 @@ from twisted.internet.testing import StringTransport
 from quicx.clients.requests import options_field
 from quicx.daemon import config as configuration
 from quicx.daemon.server import QuicxServerFactory, QuicxServerProtocol
-from quicx.daemon.service import ListenerService, build_daemon
+from quicx.daemon.service import ListenerService, QuicxDaemon, build_daemon
 from quicx.protocol import outcomes, registry, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
 from tools.bench.rig import BENCH_CONFIG, BENCH_TYPE, V2_EXPIRING, V2_OPTIONS, V2_QUEUES, payload_of
@@ -59,26 +59,33 @@ class Peer:
         return [registry.decode(f.message_type, f.payload, self.version) for f in frames]
 
 
-def run(n: int, protocol: int = 1, mix: str = "plain") -> int:
-    """N tasks end to end; the outcomes the producer heard."""
-    daemon = build_daemon(configuration.parse(BENCH_CONFIG), reactor)
+def factory_of(daemon: QuicxDaemon) -> QuicxServerFactory:
+    """The daemon's listener's factory (its protocol's connections)."""
     (factory,) = (
         s.factory
         for s in daemon
         if isinstance(s, ListenerService) and isinstance(s.factory, QuicxServerFactory)
     )
-    producer = Peer(factory, 1, protocol)
-    workers = [Peer(factory, 2 + i, protocol) for i in range(2)]
+    return factory
+
+
+def submits_of(protocol: int, mix: str = "plain") -> list[bytes]:
+    """The SUBMIT frames of 100-byte tasks a producer sends, in turn."""
     payload = payload_of(100)
     if protocol == 1:
-        submits = [wire.encode_submit(BENCH_TYPE.encode(), payload)]
-        ready = wire.encode_ready(CHUNK)
-    else:
-        chosen = V2_EXPIRING if mix == "expiring" else V2_OPTIONS
-        submits = [
-            taskflow.encode_submit(BENCH_TYPE.encode(), payload, options_field(o)) for o in chosen
-        ]
-        ready = taskflow.encode_ready(CHUNK, V2_QUEUES)
+        return [wire.encode_submit(BENCH_TYPE.encode(), payload)]
+    chosen = V2_EXPIRING if mix == "expiring" else V2_OPTIONS
+    return [taskflow.encode_submit(BENCH_TYPE.encode(), payload, options_field(o)) for o in chosen]
+
+
+def run(n: int, protocol: int = 1, mix: str = "plain") -> int:
+    """N tasks end to end; the outcomes the producer heard."""
+    daemon = build_daemon(configuration.parse(BENCH_CONFIG), reactor)
+    factory = factory_of(daemon)
+    producer = Peer(factory, 1, protocol)
+    workers = [Peer(factory, 2 + i, protocol) for i in range(2)]
+    submits = submits_of(protocol, mix)
+    ready = wire.encode_ready(CHUNK) if protocol == 1 else taskflow.encode_ready(CHUNK, V2_QUEUES)
     for worker in workers:
         worker.send(ready)
     finished = sent = 0

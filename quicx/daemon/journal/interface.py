@@ -21,8 +21,37 @@ from zope.interface import Attribute, Interface, implementer
 from quicx.protocol.taskflow import Result
 
 
+class RareFields(Protocol):
+    """
+    What the journal reads of a task's rare fields at once, where most tasks
+    have none (L{Record.extras}): the same as L{Record}'s.
+    """
+
+    @property
+    def failures(self) -> int: ...
+
+    @property
+    def backoff(self) -> tuple[int, int, int, int] | None: ...
+
+    @property
+    def keep_for(self) -> float: ...
+
+    @property
+    def group(self) -> int: ...
+
+    @property
+    def trace(self) -> bytes | None: ...
+
+    @property
+    def after(self) -> WaitsFor | None: ...
+
+
 class Record(Protocol):
     """What the journal reads of a task."""
+
+    @property
+    def extras(self) -> RareFields | None:
+        """Its rare fields, if it has any (read once where a plain task's are all defaults)."""
 
     @property
     def task_id(self) -> int: ...

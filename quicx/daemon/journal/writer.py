@@ -605,15 +605,21 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
     format 4's for one whose outcome is kept, or in a group; format 5's
     for one with its producer's trace context.
     """
+    extras = task.extras  # (its rare fields, read once: a plain task has none)
     if (
         task.due
         or task.retries
-        or task.failures
-        or task.backoff is not None
-        or task.keep_for
-        or task.group
-        or task.trace is not None
-        or task.after is not None
+        or (
+            extras is not None
+            and (
+                extras.failures
+                or extras.backoff is not None
+                or extras.keep_for
+                or extras.group
+                or extras.trace is not None
+                or extras.after is not None
+            )
+        )
     ):
         return encode_submit3(task, payload)
     return encode_submit2(

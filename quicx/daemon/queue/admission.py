@@ -112,7 +112,6 @@ class Admission:
             queue,
             queue.priority if priority is None else priority,
             now,
-            retries=queue.policy.retries,
             tally=queue.tallies.get(task_type) or kernel.tally_of(queue, task_type),
             ready_at=now,
         )
@@ -207,8 +206,6 @@ class Admission:
         trace; its outcome kept C{result_ttl} seconds; it joins C{joined}.
         """
         task.due = due
-        if options.retries is not None:
-            task.retries = options.retries
         key, fairness, backoff, trace = (
             options.key,
             options.fairness,
@@ -228,6 +225,8 @@ class Admission:
                 trace=trace,
                 deadline=deadline,
             )
+        if options.retries is not None:  # (kept in its extras when not its queue's)
+            task.retries = options.retries
         if options.result_ttl is not None:
             kept = self.kernel.limits.results
             task.keep_for = min(options.result_ttl or kept.ttl, kept.max_ttl)
@@ -384,7 +383,6 @@ class Admission:
             queue,
             queue.priority if spec.priority is None else spec.priority,
             now,
-            retries=queue.policy.retries,
             tally=kernel.tally_of(queue, spec.task_type),
             ready_at=now,
         )

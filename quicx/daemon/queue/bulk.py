@@ -278,7 +278,9 @@ class BulkActions:
         else:
             old.dead -= 1
             target.dead += 1
+        retries = task.retries
         task.home = target
+        task.retries = retries  # its own, not its new queue's
         task.tally = kernel.tally_of(target, task.task_type)
         if key is not None:
             kernel.keys.drop(old.name, key)

@@ -210,7 +210,7 @@ class Dispatcher:
             if (
                 worker.overdue
                 or worker.failing_until > now
-                or task.failures
+                or (task.extras is not None and task.extras.failures)  # (its failures)
                 or (handles is not None and task.task_type not in handles)
             ):
                 avoid = self.failed_on.get(task.task_id, 0)

@@ -31,7 +31,7 @@ class After:
     group: int = 0
 
 
-@define(eq=False)
+@define(eq=False, weakref_slot=False)
 class Extras:
     """
     A task's rare fields (L{Task.extras}): what few tasks have, kept apart so
@@ -61,6 +61,11 @@ class Extras:
         (TASK context items 0x23), once it no longer waits.
     @ivar deadline: it expires if not started by then (Unix seconds; 0: no
         deadline, or it started): see L{quicx.daemon.queue.expiry}.
+    @ivar failures: the failed attempts it has had (kept here from its
+        first: few tasks fail).
+    @ivar retries: how many times its failures are retried, when its own
+        (its SUBMIT's, or its queue's when it came back from the journal or
+        moved); C{None}: its queue's (L{Retries}).
     """
 
     key: bytes | None = None
@@ -79,6 +84,8 @@ class Extras:
     watched: bool = False
     parents: bytes | None = None
     deadline: float = 0.0
+    failures: int = 0
+    retries: int | None = None
 
 
 NO_EXTRAS = Extras()
@@ -118,6 +125,50 @@ class Extra:
         setattr(extras, self.name, value)
 
 
+class _Policy(Protocol):
+    @property
+    def retries(self) -> int: ...
+
+
+class Home(Protocol):
+    """Where a task's queue's C{retries} are (a L{quicx.daemon.queue.queues.NamedQueue})."""
+
+    @property
+    def policy(self) -> _Policy: ...
+
+
+class Homed(HasExtras, Protocol):
+    @property
+    def home(self) -> Home: ...
+
+
+class Retries:
+    """
+    A task's C{retries}: its queue's policy's (C{[retries] retries}, or its
+    C{[queue NAME]}'s), which most tasks keep, unless it has its own (its
+    SUBMIT's), kept in its L{Extras}.  Setting its queue's value on a task
+    without extras keeps none.
+    """
+
+    __slots__ = ()
+
+    def __get__(self, task: Homed | None, owner: type) -> object:
+        if task is None:
+            return self
+        extras = task.extras
+        if extras is not None and extras.retries is not None:
+            return extras.retries
+        return task.home.policy.retries
+
+    def __set__(self, task: Homed, value: int) -> None:
+        extras = task.extras
+        if extras is None:
+            if value == task.home.policy.retries:
+                return
+            extras = task.extras = Extras()
+        extras.retries = value
+
+
 class WithExtras:
     """
     What gives a task (L{quicx.daemon.queue.model.Task}) the fields of
@@ -145,7 +196,9 @@ class WithExtras:
     watched: bool
     parents: bytes | None
     deadline: float
+    failures: int
+    retries: int
 
 
 for _name in fields_dict(Extras):
-    setattr(WithExtras, _name, Extra(_name))
+    setattr(WithExtras, _name, Retries() if _name == "retries" else Extra(_name))

@@ -74,8 +74,6 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
             queue,
             queue.policy.priority if recovered.priority is None else recovered.priority,
             now if recovered.enqueued_at is None else recovered.enqueued_at,
-            retries=recovered.retries,
-            failures=recovered.failures,
             attempts=recovered.attempts,
             extras=Extras(
                 key,
@@ -91,6 +89,8 @@ def restore(kernel: IKernel, recovery: Recovery) -> None:
                 checkpoint=recovered.checkpoint,
                 after=None if recovered.after is None else _after(*recovered.after),
                 deadline=recovered.deadline,
+                failures=recovered.failures,
+                retries=recovered.retries,
             ),
             tally=kernel._tally(queue, recovered.task_type),
             ready_at=now,

@@ -27,8 +27,9 @@ class Task(WithExtras):
     A live task: queued, or held by a worker.
 
     The payload is not here: it lives in PMAD block C{block}.  Its rare
-    fields (keys, a deadline, a checkpoint, what it waits for, ...) are in
-    its L{Extras}, if it has any, and read as its own attributes.
+    fields (keys, a deadline, a checkpoint, what it waits for, its failures,
+    retries of its own, ...) are in its L{Extras}, if it has any, and read
+    as its own attributes (its C{retries}: its queue's, unless its own).
 
     @ivar producer: the session that submitted it, told of the outcome;
         C{None} for a task recovered from the journal.
@@ -45,8 +46,6 @@ class Task(WithExtras):
     @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
         it waits in its producer's L{Session.replies}.
     @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
-    @ivar retries: how many times its failures are retried.
-    @ivar failures: the failed attempts it has had.
     @ivar token: the fencing token of its current (or last) delivery.
     @ivar ticket: its place in its queue's FIFO while queued (see
         L{quicx.daemon.queue.queues.Level}).
@@ -70,8 +69,6 @@ class Task(WithExtras):
     state: TaskState = PENDING
     reply: bytes | None = None
     due: float = 0.0
-    retries: int = 0
-    failures: int = 0
     token: int = 0
     ticket: int = 0
     extras: Extras | None = None

@@ -15,7 +15,10 @@ waited C{aging} seconds goes first.
 
 Each task queued gets a ticket from its level: counting up at the tail,
 down at the head, so every FIFO is sorted by ticket and a task's place in
-it is a binary search (L{Level.ahead}), not a walk of the queue.
+it is a binary search (L{Level.ahead}), not a walk of the queue.  At the
+tail, a task whose id is past the level's last ticket takes its id as its
+ticket (the same C{int} object: no allocation per queued task; ids count
+up, so a fresh task's is); any other, the last ticket plus one.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class Queued(Protocol):
     ready_at: float
     ticket: int
     task_type: bytes
+    task_id: int
 
     @property
     def extras(self) -> HasFairness | None:
@@ -121,7 +125,8 @@ class Level(Generic[T]):
     per task), behind the others; every other FIFO goes when empty.
 
     @ivar head: the ticket last given at the head (counting down from 0).
-    @ivar tail: the ticket last given at the tail (counting up from 0).
+    @ivar tail: the ticket last given at the tail (counting up from 0: the
+        task's id, if past it; see the module's docstring).
     """
 
     plain: deque[T] = field(factory=deque)
@@ -147,8 +152,8 @@ class Level(Generic[T]):
             fifo.appendleft(task)
             self.fifos.move_to_end(key, last=False)
         else:
-            self.tail += 1
-            task.ticket = self.tail
+            task_id = task.task_id
+            task.ticket = self.tail = task_id if task_id > self.tail else self.tail + 1
             fifo.append(task)
         self.size += 1
 
@@ -340,8 +345,8 @@ class NamedQueue(Generic[T, W]):
         extras = task.extras  # (a task's rare fields: see quicx.daemon.queue.extras)
         key = None if extras is None else extras.fairness
         if key is None and not at_head and len(level.fifos) == 1:
-            level.tail += 1  # level.push(), for the common case
-            task.ticket = level.tail
+            task_id = task.task_id  # level.push(), for the common case
+            task.ticket = level.tail = task_id if task_id > level.tail else level.tail + 1
             level.plain.append(task)
             level.size += 1
             if fresh and self.aging is not None and len(self.order) > 1:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from quicx.daemon.queue.extras import Extras
+from quicx.daemon.queue.extras import Extras, Home
 from quicx.protocol.outcomes import GroupState, OutcomeState
 from quicx.protocol.taskflow import Result
 
@@ -30,6 +30,9 @@ class Delivered(Protocol):
     failures: int
     retries: int
     extras: Extras | None
+
+    @property
+    def home(self) -> Home: ...
 
 
 class Speaker(Protocol):

@@ -200,6 +200,7 @@ class Item:
     enqueued_at: float = 0.0
     ticket: int = 0
     task_type: bytes = b"t"
+    task_id: int = 0
 
     @property
     def extras(self) -> Item:

@@ -249,6 +249,21 @@ def test_move_keeps_ids_order_and_counts_and_is_journaled() -> None:
     assert ok.task_id == queued[0]
 
 
+def test_a_moved_task_keeps_its_retries_not_its_new_queues() -> None:
+    """
+    A task reads its queue's retries unless it has its own: one moved from
+    a queue with retries to one without keeps the retries it was submitted
+    with, and still has no extras of its own for them.
+    """
+    kit = Kit(declared={"a": RETRIES})
+    plain, own = kit.submit(queue="a"), kit.submit(queue="a", retries=1)
+    tasks = [kit.queue._live[i] for i in (plain, own)]
+    assert [t.retries for t in tasks] == [3, 1] and tasks[0].extras is None
+    assert kit.run("move", queue="a", to="b")["acted"] == 2
+    assert [(t.queue, t.retries) for t in tasks] == [("b", 3), ("b", 1)]
+    assert kit.queue.queues["b"].policy.retries == 0
+
+
 def test_a_move_leaves_a_task_whose_key_a_live_task_holds_there() -> None:
     kit = Kit()
     kit.submit(queue="a", key=b"same")
@@ -326,6 +341,7 @@ class _Queued:
         self.ready_at = 0.0
         self.ticket = 0
         self.task_type = b"t"
+        self.task_id = name
 
     @property
     def extras(self) -> _Queued:

@@ -347,6 +347,8 @@ class Item:
     ready_at: float = 0.0
     ticket: int = 0
     task_type: bytes = b"t"
+    task_id: int = 0
+    name: int = 0
 
     @property
     def extras(self) -> Item:
@@ -390,3 +392,75 @@ def test_a_tasks_place_is_counted_without_walking_the_queue(steps) -> None:
         for position, item in enumerate(order):
             higher = sum(other.priority > item.priority for other in order[:position])
             assert queue.ahead(item) == (position, higher)
+
+
+# -- tickets: a fresh task's id is its ticket ----------------------------------------------
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["new", "new", "new", "again", "head", "take", "remove"]),
+            st.integers(0, 2),  # the priority
+            st.sampled_from([None, None, None, b"a", b"b"]),  # the fairness key
+            st.integers(0, 1000),  # which task, for a removal or a task queued again
+            st.integers(1, 40),  # how far the ids jump (other queues' tasks between)
+        ),
+        max_size=150,
+    ),
+    st.sampled_from([0.0, 5.0]),  # aging off, on
+)
+def test_tickets_taken_from_ids_keep_the_order_of_counted_ones(steps, aging: float) -> None:
+    """
+    A task queued at a level's tail takes its id as its ticket when the id
+    is past the level's last (no int of its own), else the last plus one:
+    every FIFO stays sorted by ticket, and the queue deals, counts places
+    (C{ahead}), removes and ages exactly as with tickets counted from 0 (the
+    reference: the same items, all with id 0, in a twin queue).  Fresh ids
+    count up with gaps; tasks taken are queued again (older ids) at the tail
+    or the head.
+    """
+    ours: NamedQueue[Item, object] = NamedQueue("q", QueuePolicy(aging=aging), False)
+    reference: NamedQueue[Item, object] = NamedQueue("q", QueuePolicy(aging=aging), False)
+    twins: dict[int, tuple[Item, Item]] = {}
+    queued: list[int] = []
+    out: list[int] = []
+    last_id = 10**6  # (ids past the small ints CPython shares)
+    for now, (op, priority, key, which, jump) in enumerate(steps, 1):
+        if op == "new":
+            last_id += jump
+            pair = (
+                Item(priority, key, ready_at=now, task_id=last_id, name=last_id),
+                Item(priority, key, ready_at=now, name=last_id),
+            )
+            twins[last_id] = pair
+        elif op in ("again", "head") and out:
+            pair = twins[out.pop(which % len(out))]
+        else:
+            pair = None
+        if pair is not None:
+            level = ours.levels.get(priority)
+            past = op == "new" and last_id > (0 if level is None else level.tail)
+            for queue, item in zip((ours, reference), pair, strict=True):
+                item.ready_at = now
+                queue.push(item, at_head=op == "head")
+            queued.append(pair[0].name)
+            assert (pair[0].ticket is pair[0].task_id) == past  # no int of its own
+        elif op == "take" and queued:
+            taken = [queue.take(now) for queue in (ours, reference)]
+            assert taken[0] is not None and taken[1] is not None
+            assert taken[0].name == taken[1].name
+            queued.remove(taken[0].name)
+            out.append(taken[0].name)
+        elif op == "remove" and queued:
+            name = queued.pop(which % len(queued))
+            for queue, item in zip((ours, reference), twins[name], strict=True):
+                queue.remove(item)
+        order = [item.name for item in ours.tasks()]
+        assert order == [item.name for item in reference.tasks()]
+        for name in order:
+            assert ours.ahead(twins[name][0]) == reference.ahead(twins[name][1])
+        for level in ours.levels.values():
+            for fifo in level.fifos.values():
+                tickets = [item.ticket for item in fifo]
+                assert tickets == sorted(set(tickets))

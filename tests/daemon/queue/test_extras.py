@@ -11,7 +11,9 @@ from attrs import fields_dict
 
 from quicx.daemon.queue.extras import NO_EXTRAS, Extras, WithExtras
 from quicx.daemon.queue.model import Task
-from tests.fakes import make_queue, producer_of, submit_to, v2_producer_of
+from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
+from quicx.protocol import taskflow
+from tests.fakes import make_queue, producer_of, submit_to, v2_producer_of, v2_worker_of
 
 
 def _only_task(kernel) -> Task:
@@ -27,8 +29,8 @@ def test_a_plain_task_has_no_extras_and_a_small_record() -> None:
     # Every rare field reads its default.
     for name in ("key", "fairness", "owner", "deadline", "group", "after", "checkpoint"):
         assert getattr(task, name) == getattr(NO_EXTRAS, name)
-    # The record (GC head included): 36 fields made it 328 bytes.
-    assert sys.getsizeof(task) <= 208
+    # The record (GC head included): 36 fields made it 328 bytes, 21 200.
+    assert sys.getsizeof(task) <= 184
     assert not hasattr(task, "__dict__")
 
 
@@ -67,3 +69,28 @@ def test_an_empty_key_is_a_key() -> None:
 def test_every_rare_field_is_declared_on_the_task() -> None:
     """What mypy reads of a task's rare fields is what its extras hold."""
     assert set(WithExtras.__annotations__) == set(fields_dict(Extras))
+
+
+def test_a_tasks_retries_are_its_queues_unless_its_own_and_failures_are_extras() -> None:
+    """
+    A task of a queue with retries keeps no retries of its own (it reads its
+    queue's) nor a failure count, until it fails: then its extras hold it.
+    Its own retries (its SUBMIT's) are kept in its extras.
+    """
+    policy = QueuePolicy(retries=2)
+    kernel = make_queue(limits=QueueLimits(defaults=policy))
+    producer = v2_producer_of(kernel)
+    submit_to(kernel, producer.session, b"t", b"x")
+    task = _only_task(kernel)
+    assert (task.retries, task.failures, task.extras) == (2, 0, None)
+    task.retries, task.failures = 2, 0  # its queue's, and the default: still none
+    assert task.extras is None
+    worker = v2_worker_of(kernel)
+    (delivery,) = [m for m in worker.take() if isinstance(m, taskflow.Task)]
+    assert (delivery.failures, delivery.retries) == (0, 2)
+    kernel.nack(worker.session, task.task_id, delivery.token, "boom", False)
+    assert task.extras is not None and (task.failures, task.retries) == (1, 2)
+    assert (task.extras.failures, task.extras.retries) == (1, None)
+    submit_to(kernel, producer.session, b"t", b"x", retries=5)
+    own = max(kernel._live.values(), key=lambda t: t.task_id)
+    assert own.extras is not None and (own.retries, own.extras.retries) == (5, 5)
