@@ -38,6 +38,7 @@ from quicx.daemon.handlers.connection import Handler, NotAuthorized, Roles
 from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.fastpath import FastPath
 from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.shared import SharedData
 from quicx.net.certificates import Authorization
@@ -109,6 +110,7 @@ class QuicxServerProtocol(FrameReceiver):
     _first_frame_deadline: IDelayedCall | None = None
     _monitor_since = 0.0  # when this turn's first monitor query began
     _deferred: list[Frame | RejectedFrame] | None = None  # read, for a later turn
+    now = 0.0  # when the frames being handled were read
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -123,6 +125,7 @@ class QuicxServerProtocol(FrameReceiver):
         self.peer_name = f"{host}:{peer.port}" if host else str(peer)
         self.queue = factory.queue
         self.admission = factory.admission
+        self.fast = factory.fast
         self.limits = limits = factory.limits
         if len(self.queue.sessions) >= limits.max_connections:
             # Refused before it costs a session: one ERROR, then the close.
@@ -210,7 +213,7 @@ class QuicxServerProtocol(FrameReceiver):
     def dataReceived(self, data: bytes) -> None:
         if self.session is None:
             return  # refused: closing
-        self.session.last_received = self._clock()
+        self.session.last_received = self.now = self._clock()
         if self._deferred is not None:  # bytes a TLS transport had read: after those
             self._deferred += self._parser.feed(data)
             return
@@ -258,6 +261,7 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         if events is None or session is None:
             return  # the connection was lost meanwhile
+        self.now = self._clock()
         self._round(events)
         if self._deferred is None and not session.paused:
             self.transport.resumeProducing()
@@ -484,6 +488,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             from twisted.internet import reactor
         self.queue = queue
         self.admission = Admission(queue)
+        self.fast = FastPath(queue, self.admission)
         self.authorization = authorization
         self.admin = admin
         self.reactor = reactor

@@ -18,6 +18,7 @@ from quicx.daemon.config import Limits
 from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.fastpath import FastPath
 from quicx.daemon.queue.model import Session
 from quicx.daemon.replication.interfaces import RoleState
 from quicx.protocol.role import RoleAction
@@ -52,6 +53,10 @@ class Connection(Protocol):
         refused: no frame is handled then).
     @ivar queue: the queue it submits to and works for.
     @ivar admission: what takes its SUBMITs into the queue.
+    @ivar fast: what takes its plain SUBMITs, DONEs and ACKs (the general
+        path's steps for the common case, in one call each).
+    @ivar now: when the frames being handled were read (one clock reading
+        a read: its plain tasks' submit time).
     @ivar limits: what it is held to.
     @ivar status: makes the daemon's status document (STATUS); C{None}:
         this listener serves none.
@@ -67,6 +72,12 @@ class Connection(Protocol):
 
     @property
     def admission(self) -> Admission: ...
+
+    @property
+    def fast(self) -> FastPath: ...
+
+    @property
+    def now(self) -> float: ...
 
     @property
     def limits(self) -> Limits: ...

@@ -12,11 +12,12 @@ from quicx.daemon.queue.workers import credits as steered_credits
 from quicx.protocol import codec, outcomes, taskflow, wire
 from quicx.protocol.outcomes import ACK_SIZE, NACK_FIXED
 from quicx.protocol.session import ProtocolViolation, Role
+from quicx.protocol.taskflow import DEFAULT_OPTIONS
 
 
 def submit_v1(conn: Connection, payload: bytes) -> None:
     task_type, body = wire.submit_fields(payload)
-    conn.admission.submit(conn.producer(task_type), task_type, body)
+    conn.fast.submit(conn.producer(task_type), task_type, body, DEFAULT_OPTIONS, conn.now)
 
 
 def submit_v2(conn: Connection, payload: bytes) -> None:
@@ -24,7 +25,7 @@ def submit_v2(conn: Connection, payload: bytes) -> None:
     if fields is not None:
         # No option but a queue and a priority: the common SUBMIT.
         task_type, body, options = fields
-        conn.admission.submit(conn.producer(task_type), task_type, body, options)
+        conn.fast.submit(conn.producer(task_type), task_type, body, options, conn.now)
         return
     task_type, body, options = taskflow.decode_submit(payload)
     session = conn.producer(task_type, options.key, options.fairness)
@@ -61,7 +62,7 @@ def ready_v2(conn: Connection, payload: bytes) -> None:
 def done(conn: Connection, payload: bytes) -> None:
     session = conn.session
     assert session is not None
-    conn.queue.done(session, wire.done_task_id(payload))
+    conn.fast.done(session, wire.done_task_id(payload), None, conn.now)
 
 
 def failed(conn: Connection, payload: bytes) -> None:
@@ -93,7 +94,7 @@ def ack(conn: Connection, payload: bytes) -> None:
     if len(payload) == ACK_SIZE:  # no result: the common ACK, in one unpack
         task_id, token = outcomes.ID_TOKEN.unpack(payload)
         if task_id:
-            conn.queue.ack(session, task_id, token)
+            conn.fast.done(session, task_id, token, conn.now)
             return
     # With a result, or bad: decoding says why.
     conn.queue.ack(session, *outcomes.decode_ack(payload))
