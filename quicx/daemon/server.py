@@ -127,6 +127,7 @@ class QuicxServerProtocol(FrameReceiver):
         self.admission = factory.admission
         self.fast = factory.fast
         self.limits = limits = factory.limits
+        self.max_type = limits.max_type_length
         if len(self.queue.sessions) >= limits.max_connections:
             # Refused before it costs a session: one ERROR, then the close.
             refusal = factory.connection_refusal()

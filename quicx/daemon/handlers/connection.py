@@ -58,6 +58,7 @@ class Connection(Protocol):
     @ivar now: when the frames being handled were read (one clock reading
         a read: its plain tasks' submit time).
     @ivar limits: what it is held to.
+    @ivar max_type: its limits' C{max_type_length}, one attribute away.
     @ivar status: makes the daemon's status document (STATUS); C{None}:
         this listener serves none.
     @ivar bulk: the daemon's bulk actions (BULK).
@@ -81,6 +82,9 @@ class Connection(Protocol):
 
     @property
     def limits(self) -> Limits: ...
+
+    @property
+    def max_type(self) -> int: ...
 
     @property
     def status(self) -> Callable[[], dict[str, Any]] | None: ...

@@ -17,7 +17,10 @@ from quicx.protocol.taskflow import DEFAULT_OPTIONS
 
 def submit_v1(conn: Connection, payload: bytes) -> None:
     task_type, body = wire.submit_fields(payload)
-    conn.fast.submit(conn.producer(task_type), task_type, body, DEFAULT_OPTIONS, conn.now)
+    session = conn.session
+    if session is None or session.role is not Role.PRODUCER or len(task_type) > conn.max_type:
+        session = conn.producer(task_type)  # its first SUBMIT, or a bad one: checked there
+    conn.fast.submit(session, task_type, body, DEFAULT_OPTIONS, conn.now)
 
 
 def submit_v2(conn: Connection, payload: bytes) -> None:
@@ -25,7 +28,10 @@ def submit_v2(conn: Connection, payload: bytes) -> None:
     if fields is not None:
         # No option but a queue and a priority: the common SUBMIT.
         task_type, body, options = fields
-        conn.fast.submit(conn.producer(task_type), task_type, body, options, conn.now)
+        session = conn.session
+        if session is None or session.role is not Role.PRODUCER or len(task_type) > conn.max_type:
+            session = conn.producer(task_type)
+        conn.fast.submit(session, task_type, body, options, conn.now)
         return
     task_type, body, options = taskflow.decode_submit(payload)
     session = conn.producer(task_type, options.key, options.fairness)
@@ -62,7 +68,10 @@ def ready_v2(conn: Connection, payload: bytes) -> None:
 def done(conn: Connection, payload: bytes) -> None:
     session = conn.session
     assert session is not None
-    conn.fast.done(session, wire.done_task_id(payload), None, conn.now)
+    if len(payload) == codec.TASK_ID.size:  # the DONE's one field, in one unpack
+        conn.fast.done(session, codec.TASK_ID.unpack(payload)[0], None, conn.now)
+        return
+    conn.queue.done(session, wire.done_task_id(payload))  # bad: decoding says why
 
 
 def failed(conn: Connection, payload: bytes) -> None:

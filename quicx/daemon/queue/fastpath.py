@@ -122,12 +122,7 @@ class FastPath:
             self._general(session, task_id, token)
             return
         home, producer = task.home, task.producer
-        if (
-            home.limited
-            or home.policy.keep_results
-            or producer is None
-            or not producer.connected
-        ):
+        if home.limited or home.policy.keep_results or producer is None or not producer.connected:
             self._general(session, task_id, token)
             return
         # _take_back()
@@ -143,7 +138,8 @@ class FastPath:
         failed_on = kernel.dispatcher.failed_on
         if failed_on:
             failed_on.pop(task_id, None)
-        kernel.progress.finished(task_id)
+        if kernel.progress.entries:
+            kernel.progress.finished(task_id)
         kernel.journal.record_outcome(task, "done")
         # Free before the producer hears of the outcome: the protocol promises
         # the slot is back in PMAD by then.
@@ -159,7 +155,7 @@ class FastPath:
         if session.failed_in_row:
             note_outcome(kernel.limits.dispatch, session, False, 0.0)
         if session.connected:
-            kernel.dispatcher.serve_worker(session)
+            kernel.dispatcher.serve_worker(session, now)
         if kernel.drainage.waiting is not None:
             kernel.drainage.check()
 
