@@ -106,7 +106,8 @@ def ack(conn: Connection, payload: bytes) -> None:
             conn.fast.done(session, task_id, token, conn.now)
             return
     # With a result, or bad: decoding says why.
-    conn.queue.ack(session, *outcomes.decode_ack(payload))
+    task_id, token, result = outcomes.decode_ack(payload)
+    conn.fast.done(session, task_id, token, conn.now, result)
 
 
 def nack(conn: Connection, payload: bytes) -> None:

@@ -4,7 +4,7 @@ The plain task's path: a SUBMIT without options, and its DONE or ACK, each in on
 A plain SUBMIT (version 1's, or version 2's with a queue and a priority at
 most) into a queue that exists, with nothing to check (no allowed types, no
 depth limit, no default deadline, not draining, the journal whole), and a
-DONE or ACK without a result of a task nobody else waits on (no rare field,
+DONE or ACK of a task nobody else waits on (no key, checkpoint or group,
 no kept result, no AWAIT, a producer still connected, a queue without key
 limits) take the same steps as the general path (L{Admission.submit} and
 L{QueueService.admit}; L{QueueService.done}, C{_take_back} and C{_end}) in
@@ -25,6 +25,7 @@ from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.state import FINISHED, QUEUED
+from quicx.protocol import taskflow
 from quicx.protocol.codec import MAX_TASK_ID
 from quicx.protocol.taskflow import SubmitOptions
 
@@ -106,24 +107,47 @@ class FastPath:
         if queue.idle:
             kernel.dispatcher.serve_queue(queue)
 
-    def done(self, session: Session, task_id: int, token: int | None, now: float) -> None:
+    def done(
+        self,
+        session: Session,
+        task_id: int,
+        token: int | None,
+        now: float,
+        result: taskflow.Result | None = None,
+    ) -> None:
         """
-        A worker's DONE (C{token} C{None}) or ACK of delivery C{token}
-        without a result, read at C{now}: L{QueueService.done}.
+        A worker's DONE (C{token} C{None}) or ACK of delivery C{token}, with
+        its C{result} if it gave one, read at C{now}: L{QueueService.done}.
         """
         kernel = self.kernel
         task = session.tasks.get(task_id)
         if (
             task is None  # late, or not held: said there
             or (token is not None and task.token != token)
-            or task.extras is not None
             or kernel.waits.count
+            or (result is not None and len(result.data) > kernel.max_result)
         ):
-            self._general(session, task_id, token)
+            self._general(session, task_id, token, result)
             return
-        home, producer = task.home, task.producer
-        if home.limited or home.policy.keep_results or producer is None or not producer.connected:
-            self._general(session, task_id, token)
+        home, producer, extras = task.home, task.producer, task.extras
+        if (
+            home.limited
+            or home.policy.keep_results
+            or producer is None
+            or not producer.connected
+            or (
+                # Its rare fields that its end reads (a deadline, a trace: none).
+                extras is not None
+                and (
+                    extras.key is not None
+                    or extras.checkpoint is not None
+                    or extras.keep_for
+                    or extras.watched
+                    or extras.group
+                )
+            )
+        ):
+            self._general(session, task_id, token, result)
             return
         # _take_back()
         del session.tasks[task_id]
@@ -151,7 +175,10 @@ class FastPath:
         task.tally.done += 1
         for done in kernel._on_done:
             done(task, session, task.attempts)
-        producer.peer.sendFrame(producer.speaker.done(task_id))
+        speaker = producer.speaker
+        producer.peer.sendFrame(
+            speaker.done(task_id) if result is None else speaker.done_with(task_id, result)
+        )
         if session.failed_in_row:
             note_outcome(kernel.limits.dispatch, session, False, 0.0)
         if session.connected:
@@ -159,8 +186,10 @@ class FastPath:
         if kernel.drainage.waiting is not None:
             kernel.drainage.check()
 
-    def _general(self, session: Session, task_id: int, token: int | None) -> None:
+    def _general(
+        self, session: Session, task_id: int, token: int | None, result: taskflow.Result | None
+    ) -> None:
         if token is None:
             self.kernel.done(session, task_id)
         else:
-            self.kernel.ack(session, task_id, token)
+            self.kernel.ack(session, task_id, token, result)

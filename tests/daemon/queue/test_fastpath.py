@@ -20,7 +20,7 @@ from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.protocol import taskflow
 from quicx.protocol.session import ProtocolViolation
-from quicx.protocol.taskflow import DEFAULT_OPTIONS
+from quicx.protocol.taskflow import DEFAULT_OPTIONS, ResultKind
 from tests.fakes import (
     FakeJournal,
     FakePeer,
@@ -89,26 +89,35 @@ class World:
             self.fast.submit(peer.session, b"t", b"x" * 10, options, self.clock.seconds())
 
     def keyed(self, key: int) -> None:
-        """A SUBMIT with an idempotency key: the general path's in both."""
+        """
+        A SUBMIT with an idempotency key (C{key} 2: its outcome kept a
+        minute instead): the general path's in both.
+        """
         session = self.producers[1].session
         if session.connected:
-            options = taskflow.SubmitOptions(key=b"k%d" % key)
+            options = (
+                taskflow.SubmitOptions(result_ttl=60)
+                if key == 2
+                else taskflow.SubmitOptions(key=b"k%d" % key)
+            )
             self.admission.submit(session, b"t", b"y", options)
 
-    def report(self, worker: int, pick: int, right_token: bool) -> None:
+    def report(self, worker: int, pick: int, right_token: bool, result: int = 0) -> None:
+        """A DONE, or an ACK with a C{result} of that many bytes (0: none)."""
         session = self.workers[worker].session
         held = sorted(session.tasks) or [12345]
         task_id = held[pick % len(held)]
         task = session.tasks.get(task_id)
-        token = None
+        token, given = None, None
         if session.version == 2:
             token = (task.token if task is not None else 0) + (not right_token)
+            given = taskflow.Result(ResultKind.BYTES, b"r" * result) if result else None
         if self.fast is not None:
-            self.fast.done(session, task_id, token, self.clock.seconds())
+            self.fast.done(session, task_id, token, self.clock.seconds(), given)
         elif token is None:
             self.kernel.done(session, task_id)
         else:
-            self.kernel.ack(session, task_id, token)
+            self.kernel.ack(session, task_id, token, given)
 
     def wait(self, task_id: int) -> None:
         """The version-2 producer AWAITs C{task_id}, up to 30 s."""
@@ -165,7 +174,13 @@ steps = st.lists(
             st.sampled_from([None, "default", "new", *QUEUES, "deep", "deep"]),
             st.sampled_from([None, 0, 9]),
         ),
-        st.tuples(st.just("report"), st.integers(0, 1), st.integers(0, 5), st.booleans()),
+        st.tuples(
+            st.just("report"),
+            st.integers(0, 1),
+            st.integers(0, 5),
+            st.booleans(),
+            st.sampled_from([0, 0, 8, 100]),  # (64 at most: the pool's largest block)
+        ),
         st.tuples(st.just("sync")),
         st.tuples(st.just("keyed"), st.integers(0, 2)),
         st.tuples(st.just("break"), st.booleans()),
@@ -196,7 +211,11 @@ def done_by_both(*picks: int) -> list[tuple[Any, ...]]:
 @example([("submit", 1, "new", None), *done_by_both(0)], False)
 @example([("submit", 0, None, None), ("leave", 0), *done_by_both(0, 0)], False)
 @example([("submit", 1, "kept", None), ("report", 1, 0, False)], False)
+@example([("submit", 1, None, None), ("report", 1, 0, True, 8)], False)
+@example([("submit", 1, "kept", None), ("report", 1, 0, True, 8)], False)
+@example([("submit", 1, None, None), ("report", 1, 0, True, 100)], False)
 @example([("keyed", 1), *done_by_both(0), ("keyed", 1)], False)
+@example([("keyed", 2), *done_by_both(0)], False)
 @example([("break", True), ("submit", 0, None, None)], False)
 @example([("submit", 0, None, None), ("report", 0, 0, True), ("report", 0, 0, True)], True)
 def test_the_plain_path_does_what_the_general_path_does(
