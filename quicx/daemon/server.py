@@ -66,6 +66,9 @@ class _Unknown(Enum):
 _UNKNOWN: Final = _Unknown.UNKNOWN
 """A connection's certificate identity before it is first needed."""
 
+_REFUSALS = (codec.MalformedMessage, ProtocolViolation, Refused, NotAuthorized)
+"""What a handler raises to refuse its frame (see L{QuicxServerProtocol._refused})."""
+
 
 @define
 class _Held:
@@ -282,6 +285,36 @@ class QuicxServerProtocol(FrameReceiver):
         encode = link.encode_error if self._parser.version == codec.VERSION else wire.encode_error
         self.reply(encode(code, reason))
 
+    def deliverFrames(self, events: list[Frame | RejectedFrame]) -> None:
+        """
+        L{FrameReceiver.deliverFrames}, each known frame's handler called
+        from the loop itself (the hot path: a task's frames are a call
+        fewer each); the first frame, an unknown type and a rejection go
+        L{frameReceived}'s and L{frameRejected}'s way.
+        """
+        if not self._versioned:
+            super().deliverFrames(events)
+            return
+        transport, handlers = self.transport, self._handlers
+        remaining = iter(events)
+        for event in remaining:
+            if transport.disconnecting:
+                return
+            if type(event) is not Frame:
+                self.frameRejected(event.code, event.reason)
+            elif (handler := handlers.get(event.message_type)) is None:
+                self.frameReceived(event.message_type, event.payload)
+            else:
+                try:
+                    handler(self, event.payload)
+                except _REFUSALS as e:
+                    self._refused(e)
+            if self.checkTurn:
+                self.checkTurn = False
+                if self.turnEnded() and (rest := list(remaining)):
+                    self.framesDeferred(rest)
+                    return
+
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if not self._versioned:
             self._first_frame()
@@ -294,12 +327,17 @@ class QuicxServerProtocol(FrameReceiver):
             return
         try:
             handler(self, payload)
-        except (codec.MalformedMessage, ProtocolViolation) as e:
+        except _REFUSALS as e:
+            self._refused(e)
+
+    def _refused(self, e: Exception) -> None:
+        """A handler refused its frame: answer ERROR (and close, if it was not authorized)."""
+        if isinstance(e, codec.MalformedMessage | ProtocolViolation):
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
-        except Refused as e:
+        elif isinstance(e, Refused):
             self.queue.limit_hit(self.peer_name, e)
             self.frameRejected(e.code, str(e))
-        except NotAuthorized as e:
+        else:
             self.log.info(
                 "refused {peer}: {reason}",
                 log_id="connection.forbidden",

@@ -2,7 +2,8 @@
 Handlers of the task flow: SUBMIT, READY, and a delivery's report (DONE, FAILED, ACK, NACK).
 
 The hot path: each is one function, called straight from the table, that
-decodes the frame and calls the queue.
+decodes the frame and calls the queue: a SUBMIT, DONE or ACK its plain path
+(L{quicx.daemon.queue.fastpath}), which goes the general way when it must.
 """
 
 from __future__ import annotations
