@@ -38,6 +38,7 @@ from quicx.daemon.handlers.connection import Handler, NotAuthorized, Roles
 from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.fastpath import FastPath
 from quicx.daemon.queue.model import Refused, Session
 from quicx.daemon.queue.shared import SharedData
 from quicx.net.certificates import Authorization
@@ -64,6 +65,9 @@ class _Unknown(Enum):
 
 _UNKNOWN: Final = _Unknown.UNKNOWN
 """A connection's certificate identity before it is first needed."""
+
+_REFUSALS = (codec.MalformedMessage, ProtocolViolation, Refused, NotAuthorized)
+"""What a handler raises to refuse its frame (see L{QuicxServerProtocol._refused})."""
 
 
 @define
@@ -109,6 +113,7 @@ class QuicxServerProtocol(FrameReceiver):
     _first_frame_deadline: IDelayedCall | None = None
     _monitor_since = 0.0  # when this turn's first monitor query began
     _deferred: list[Frame | RejectedFrame] | None = None  # read, for a later turn
+    now = 0.0  # when the frames being handled were read
 
     def connectionMade(self) -> None:
         factory = self.factory
@@ -123,7 +128,9 @@ class QuicxServerProtocol(FrameReceiver):
         self.peer_name = f"{host}:{peer.port}" if host else str(peer)
         self.queue = factory.queue
         self.admission = factory.admission
+        self.fast = factory.fast
         self.limits = limits = factory.limits
+        self.max_type = limits.max_type_length
         if len(self.queue.sessions) >= limits.max_connections:
             # Refused before it costs a session: one ERROR, then the close.
             refusal = factory.connection_refusal()
@@ -210,7 +217,7 @@ class QuicxServerProtocol(FrameReceiver):
     def dataReceived(self, data: bytes) -> None:
         if self.session is None:
             return  # refused: closing
-        self.session.last_received = self._clock()
+        self.session.last_received = self.now = self._clock()
         if self._deferred is not None:  # bytes a TLS transport had read: after those
             self._deferred += self._parser.feed(data)
             return
@@ -258,6 +265,7 @@ class QuicxServerProtocol(FrameReceiver):
         session = self.session
         if events is None or session is None:
             return  # the connection was lost meanwhile
+        self.now = self._clock()
         self._round(events)
         if self._deferred is None and not session.paused:
             self.transport.resumeProducing()
@@ -277,6 +285,36 @@ class QuicxServerProtocol(FrameReceiver):
         encode = link.encode_error if self._parser.version == codec.VERSION else wire.encode_error
         self.reply(encode(code, reason))
 
+    def deliverFrames(self, events: list[Frame | RejectedFrame]) -> None:
+        """
+        L{FrameReceiver.deliverFrames}, each known frame's handler called
+        from the loop itself (the hot path: a task's frames are a call
+        fewer each); the first frame, an unknown type and a rejection go
+        L{frameReceived}'s and L{frameRejected}'s way.
+        """
+        if not self._versioned:
+            super().deliverFrames(events)
+            return
+        transport, handlers = self.transport, self._handlers
+        remaining = iter(events)
+        for event in remaining:
+            if transport.disconnecting:
+                return
+            if type(event) is not Frame:
+                self.frameRejected(event.code, event.reason)
+            elif (handler := handlers.get(event.message_type)) is None:
+                self.frameReceived(event.message_type, event.payload)
+            else:
+                try:
+                    handler(self, event.payload)
+                except _REFUSALS as e:
+                    self._refused(e)
+            if self.checkTurn:
+                self.checkTurn = False
+                if self.turnEnded() and (rest := list(remaining)):
+                    self.framesDeferred(rest)
+                    return
+
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if not self._versioned:
             self._first_frame()
@@ -289,12 +327,17 @@ class QuicxServerProtocol(FrameReceiver):
             return
         try:
             handler(self, payload)
-        except (codec.MalformedMessage, ProtocolViolation) as e:
+        except _REFUSALS as e:
+            self._refused(e)
+
+    def _refused(self, e: Exception) -> None:
+        """A handler refused its frame: answer ERROR (and close, if it was not authorized)."""
+        if isinstance(e, codec.MalformedMessage | ProtocolViolation):
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
-        except Refused as e:
+        elif isinstance(e, Refused):
             self.queue.limit_hit(self.peer_name, e)
             self.frameRejected(e.code, str(e))
-        except NotAuthorized as e:
+        else:
             self.log.info(
                 "refused {peer}: {reason}",
                 log_id="connection.forbidden",
@@ -484,6 +527,7 @@ class QuicxServerFactory(Factory[QuicxServerProtocol]):
             from twisted.internet import reactor
         self.queue = queue
         self.admission = Admission(queue)
+        self.fast = FastPath(queue, self.admission)
         self.authorization = authorization
         self.admin = admin
         self.reactor = reactor

@@ -39,6 +39,7 @@ class _Speaker:
     failed: Callable[[int, str], bytes]
     cancelled: Callable[[int], bytes]
     delivery: Callable[[Delivered, bytes, bytes, float], bytes]
+    task: Callable[[int, bytes, bytes], bytes]
     retrying: Callable[[int, int, int, str], bytes]
     progress: Callable[[int, int, int, str], bytes]
     outcome: Callable[[int, OutcomeState, Result | None, str | bytes], bytes]
@@ -57,11 +58,6 @@ def _done_with_v1(task_id: int, result: Result) -> bytes:
 def _cancelled_v1(task_id: int) -> bytes:
     # Version 1 has no CANCELLED: a cancel is FAILED "cancelled".
     return wire.encode_failed(task_id, "cancelled")
-
-
-def _delivery_v1(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
-    # Version 1 has no fencing, no queue, no context: the id, the type, the payload.
-    return wire.encode_task(task.task_id, task.task_type, payload)
 
 
 def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
@@ -91,6 +87,10 @@ def _unheard(*_: object) -> bytes:
     raise AssertionError("a version-1 peer hears no RETRYING, PROGRESS, OUTCOME or GROUP_STATE")
 
 
+def _unfenced(*_: object) -> bytes:
+    raise AssertionError("a version-2 delivery is fenced; a version-1 one is not")
+
+
 V1 = _Speaker(
     version=wire.PROTOCOL_VERSION,
     fenced=False,
@@ -105,7 +105,9 @@ V1 = _Speaker(
     done_with=_done_with_v1,
     failed=wire.encode_failed,
     cancelled=_cancelled_v1,
-    delivery=_delivery_v1,
+    # No fencing, no queue, no context: the id, the type, the payload.
+    delivery=_unfenced,
+    task=wire.encode_task,
     retrying=_unheard,
     progress=_unheard,
     outcome=_unheard,
@@ -128,6 +130,7 @@ V2 = _Speaker(
     failed=taskflow.encode_failed,
     cancelled=admin.encode_cancelled,
     delivery=_delivery_v2,
+    task=_unfenced,
     retrying=outcomes.encode_retrying,
     progress=outcomes.encode_progress,
     outcome=outcomes.encode_outcome,

@@ -18,6 +18,7 @@ from quicx.daemon.config import Limits
 from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.bulk import BulkActions
 from quicx.daemon.queue.core import QueueService
+from quicx.daemon.queue.fastpath import FastPath
 from quicx.daemon.queue.model import Session
 from quicx.daemon.replication.interfaces import RoleState
 from quicx.protocol.role import RoleAction
@@ -52,7 +53,12 @@ class Connection(Protocol):
         refused: no frame is handled then).
     @ivar queue: the queue it submits to and works for.
     @ivar admission: what takes its SUBMITs into the queue.
+    @ivar fast: what takes its plain SUBMITs, DONEs and ACKs (the general
+        path's steps for the common case, in one call each).
+    @ivar now: when the frames being handled were read (one clock reading
+        a read: its plain tasks' submit time).
     @ivar limits: what it is held to.
+    @ivar max_type: its limits' C{max_type_length}, one attribute away.
     @ivar status: makes the daemon's status document (STATUS); C{None}:
         this listener serves none.
     @ivar bulk: the daemon's bulk actions (BULK).
@@ -69,7 +75,16 @@ class Connection(Protocol):
     def admission(self) -> Admission: ...
 
     @property
+    def fast(self) -> FastPath: ...
+
+    @property
+    def now(self) -> float: ...
+
+    @property
     def limits(self) -> Limits: ...
+
+    @property
+    def max_type(self) -> int: ...
 
     @property
     def status(self) -> Callable[[], dict[str, Any]] | None: ...

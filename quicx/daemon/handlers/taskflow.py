@@ -2,7 +2,8 @@
 Handlers of the task flow: SUBMIT, READY, and a delivery's report (DONE, FAILED, ACK, NACK).
 
 The hot path: each is one function, called straight from the table, that
-decodes the frame and calls the queue.
+decodes the frame and calls the queue: a SUBMIT, DONE or ACK its plain path
+(L{quicx.daemon.queue.fastpath}), which goes the general way when it must.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from quicx.daemon.queue.workers import credits as steered_credits
 from quicx.protocol import codec, outcomes, taskflow, wire
 from quicx.protocol.outcomes import ACK_SIZE, NACK_FIXED
 from quicx.protocol.session import ProtocolViolation, Role
+from quicx.protocol.taskflow import DEFAULT_OPTIONS
 
 
 def submit_v1(conn: Connection, payload: bytes) -> None:
     task_type, body = wire.submit_fields(payload)
-    conn.admission.submit(conn.producer(task_type), task_type, body)
+    session = conn.session
+    if session is None or session.role is not Role.PRODUCER or len(task_type) > conn.max_type:
+        session = conn.producer(task_type)  # its first SUBMIT, or a bad one: checked there
+    conn.fast.submit(session, task_type, body, DEFAULT_OPTIONS, conn.now)
 
 
 def submit_v2(conn: Connection, payload: bytes) -> None:
@@ -24,7 +29,10 @@ def submit_v2(conn: Connection, payload: bytes) -> None:
     if fields is not None:
         # No option but a queue and a priority: the common SUBMIT.
         task_type, body, options = fields
-        conn.admission.submit(conn.producer(task_type), task_type, body, options)
+        session = conn.session
+        if session is None or session.role is not Role.PRODUCER or len(task_type) > conn.max_type:
+            session = conn.producer(task_type)
+        conn.fast.submit(session, task_type, body, options, conn.now)
         return
     task_type, body, options = taskflow.decode_submit(payload)
     session = conn.producer(task_type, options.key, options.fairness)
@@ -61,7 +69,10 @@ def ready_v2(conn: Connection, payload: bytes) -> None:
 def done(conn: Connection, payload: bytes) -> None:
     session = conn.session
     assert session is not None
-    conn.queue.done(session, wire.done_task_id(payload))
+    if len(payload) == codec.TASK_ID.size:  # the DONE's one field, in one unpack
+        conn.fast.done(session, codec.TASK_ID.unpack(payload)[0], None, conn.now)
+        return
+    conn.queue.done(session, wire.done_task_id(payload))  # bad: decoding says why
 
 
 def failed(conn: Connection, payload: bytes) -> None:
@@ -93,10 +104,11 @@ def ack(conn: Connection, payload: bytes) -> None:
     if len(payload) == ACK_SIZE:  # no result: the common ACK, in one unpack
         task_id, token = outcomes.ID_TOKEN.unpack(payload)
         if task_id:
-            conn.queue.ack(session, task_id, token)
+            conn.fast.done(session, task_id, token, conn.now)
             return
     # With a result, or bad: decoding says why.
-    conn.queue.ack(session, *outcomes.decode_ack(payload))
+    task_id, token, result = outcomes.decode_ack(payload)
+    conn.fast.done(session, task_id, token, conn.now, result)
 
 
 def nack(conn: Connection, payload: bytes) -> None:

@@ -137,15 +137,17 @@ class Dispatcher:
             idle.move_to_end(worker.session_id)
         return True
 
-    def serve_worker(self, worker: Session) -> None:
+    def serve_worker(self, worker: Session, now: float = 0.0) -> None:
         """
         Send C{worker} tasks from its queues, in their order, while it has
-        credits; with credits left it waits on each of its queues.
+        credits; with credits left it waits on each of its queues.  C{now}:
+        the time, if the caller has it.
         """
         free = worker.credits - len(worker.tasks) - len(worker.overdue)
         if free <= 0:
             return
-        now = self.clock()
+        if not now:
+            now = self.clock()
         deliver = self.deliver
         handles = worker.handles
         for queue in worker.subscriptions:
@@ -278,15 +280,15 @@ class Dispatcher:
         worker.tasks[task.task_id] = task
         speaker = worker.speaker
         if speaker.fenced:
-            # Unfenced (version 1), the delivery keeps no token and has no lease.
             token = self._last_token + 1 if self.epoch else int(now * 1000) << 20
             if token <= self._last_token:
                 token = self._last_token + 1
             self._last_token = task.token = token
-            timeout = self.timeout_of(task)
+            payload = self.pool.read(task.block)
+            frame = speaker.delivery(task, payload, queue.header, self.timeout_of(task))
         else:
-            timeout = 0.0
-        frame = speaker.delivery(task, self.pool.read(task.block), queue.header, timeout)
+            # Unfenced (version 1), the delivery keeps no token and has no lease.
+            frame = speaker.task(task.task_id, task.task_type, self.pool.read(task.block))
         worker.peer.sendFrame(frame)
         for delivered in self.delivered:
             delivered(task, worker)

@@ -61,6 +61,8 @@ class _Entry(Generic[T]):
 
 class ProgressBook(Generic[T]):
     """
+    @ivar entries: the running tasks that reported progress, by id (most
+        often none: a task's end asks only then).
     @ivar coalesced: reports replaced by a later one before they went out.
     """
 
@@ -75,7 +77,7 @@ class ProgressBook(Generic[T]):
         self._clock = clock
         self.settings = settings
         self._out = out
-        self._entries: dict[int, _Entry[T]] = {}
+        self.entries: dict[int, _Entry[T]] = {}
         self.coalesced = 0
 
     def report(self, task: T, token: int, fraction: int, message: str, goes_out: bool) -> None:
@@ -85,9 +87,9 @@ class ProgressBook(Generic[T]):
         """
         now = self._clock()
         report = Report(token, fraction, message, now)
-        entry = self._entries.get(task.task_id)
+        entry = self.entries.get(task.task_id)
         if entry is None:
-            entry = self._entries[task.task_id] = _Entry(task, report)
+            entry = self.entries[task.task_id] = _Entry(task, report)
         else:
             entry.last = report
         if not goes_out:
@@ -113,18 +115,18 @@ class ProgressBook(Generic[T]):
 
     def last(self, task_id: int) -> Report | None:
         """The last report of task C{task_id}, if it has sent one."""
-        entry = self._entries.get(task_id)
+        entry = self.entries.get(task_id)
         return None if entry is None else entry.last
 
     def finished(self, task_id: int) -> None:
         """Forget a finished task: a report it held never goes out."""
-        entry = self._entries.pop(task_id, None)
+        entry = self.entries.pop(task_id, None)
         if entry is not None and entry.timer is not None:
             entry.timer.cancel()
 
     def stop(self) -> None:
         """Cancel every timer (the daemon stops)."""
-        for entry in self._entries.values():
+        for entry in self.entries.values():
             if entry.timer is not None:
                 entry.timer.cancel()
                 entry.timer = None

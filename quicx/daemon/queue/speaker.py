@@ -95,7 +95,11 @@ class Speaker(Protocol):
 
     @property
     def delivery(self) -> Callable[[Delivered, bytes, bytes, float], bytes]:
-        """C{delivery(task, payload, queue_header, timeout)}: a TASK for a worker."""
+        """C{delivery(task, payload, queue_header, timeout)}: a fenced TASK (if L{fenced})."""
+
+    @property
+    def task(self) -> Callable[[int, bytes, bytes], bytes]:
+        """C{task(task_id, task_type, payload)}: an unfenced TASK (unless L{fenced})."""
 
     @property
     def retrying(self) -> Callable[[int, int, int, str], bytes]:
