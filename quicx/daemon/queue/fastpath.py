@@ -80,7 +80,6 @@ class FastPath:
             queue,
             queue.priority if priority is None else priority,
             now,
-            retries=queue.policy.retries,
             tally=tally,
             ready_at=now,
         )
