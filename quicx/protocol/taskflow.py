@@ -819,7 +819,58 @@ _CONTEXT_TAGS = frozenset(
 _CONTEXT_SIZES = {Context.TOKEN: 8, Context.LEASE: 4, Context.RETRIES: 4}
 
 
+_TASK_LAYOUTS: dict[bytes, tuple[struct.Struct, str, bytes, int]] = {}
+"""The common deliveries' layouts, by the bytes of their queue and type
+(C{[len][queue][len][type]}): a struct of the fields around them, the queue,
+the type, and where the payload starts.  Made by L{decode_task_fully}."""
+_COMMON_ITEMS = (_DELIVERY.size << 16) | (Context.TOKEN << 8) | 8  # context length, token's tag
+_LEASE_ITEM = (Context.LEASE << 8) | 4
+_new_tuple = tuple.__new__
+
+
 def decode_task(payload: bytes) -> Task:
+    """
+    A TASK: L{decode_task_fully}'s, read in one unpack when it is the
+    common delivery (a token and a lease alone) of a queue and type read
+    before, a worker's every task.
+    """
+    if len(payload) > 16:
+        type_at = 16 + payload[15]
+        if type_at < len(payload):
+            layout = _TASK_LAYOUTS.get(payload[15 : type_at + 1 + payload[type_at]])
+            if layout is not None and len(payload) >= layout[3]:
+                head, queue, task_type, start = layout
+                task_id, attempt, priority, enqueued_ms, items, token, lease, lease_ms = (
+                    head.unpack_from(payload)
+                )
+                if items == _COMMON_ITEMS and lease == _LEASE_ITEM:
+                    # The named tuple's own __new__ is a Python call: skipped.
+                    return _new_tuple(
+                        Task,
+                        (
+                            task_id,
+                            task_type,
+                            payload[start:],
+                            queue,
+                            priority,
+                            attempt,
+                            enqueued_ms,
+                            None,
+                            None,
+                            token,
+                            lease_ms,
+                            0,
+                            0,
+                            None,
+                            None,
+                            None,
+                        ),
+                    )
+    return decode_task_fully(payload)
+
+
+def decode_task_fully(payload: bytes) -> Task:
+    """A TASK, read field by field: any context, every check (the reference of L{decode_task})."""
     size = len(payload)
     if size < 15:
         raise bad(MessageType.TASK, f"needs at least 15 bytes, got {size}")
@@ -839,6 +890,8 @@ def decode_task(payload: bytes) -> Task:
         # The common context, a token and a lease alone: one unpack.
         tag, size, token, lease_tag, lease_size, lease_ms = _DELIVERY.unpack_from(payload, start)
         if (tag, size, lease_tag, lease_size) == _DELIVERY_ITEMS:
+            if len(_TASK_LAYOUTS) < CACHE_SIZE:
+                _learn_layout(payload[15:type_end], queue, task_type)
             fixed = (task_id, task_type, body, queue, priority, attempt, enqueued_ms)
             return Task(*fixed, None, None, token, lease_ms)
     if end == start:
@@ -849,6 +902,12 @@ def decode_task(payload: bytes) -> Task:
 
 
 _DELIVERY_ITEMS = (Context.TOKEN, 8, Context.LEASE, 4)
+
+
+def _learn_layout(middle: bytes, queue: str, task_type: bytes) -> None:
+    """Keep the layout of a common delivery of C{queue} and C{task_type} (see L{decode_task})."""
+    head = struct.Struct(f">IHBQ{len(middle)}xIQHI")
+    _TASK_LAYOUTS[middle] = (head, queue, task_type, head.size)
 
 
 def _context(
