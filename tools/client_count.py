@@ -12,7 +12,10 @@ C{valgrind --tool=callgrind} counts the same instructions run after run
     ACKs go out;
   - C{producer1}, C{producer2}: a producer's connection
     (L{quicx.clients.connection.ClientConnection}): SUBMITs out, 256 at a
-    time, their OKs and DONEs in, each outcome taken from the book.
+    time, their OKs and DONEs in, each outcome taken from the book;
+  - C{blocking}: the blocking client as C{tools.bench e2e}'s producer uses
+    it (version 1: C{submit_many}, then C{wait} for each task), over a
+    socket that answers each SUBMIT with its OK and DONE at once.
 
 Usage (the instructions a task: the difference between N and 2N tasks, divided)::
 
@@ -35,9 +38,11 @@ from collections.abc import Callable
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
+from quicx.clients.blocking import QuicxClient
 from quicx.clients.connection import ClientConnection, Request
 from quicx.clients.worker import Worker, WorkerProtocol
 from quicx.protocol import link, taskflow, wire
+from quicx.protocol.frames import FrameParser
 
 WORKER_BATCH = 32
 PRODUCER_BATCH = 256
@@ -90,10 +95,45 @@ def producer(tasks: int, version: int) -> None:
             take(task_id)
 
 
+class AnsweringSocket:
+    """A socket to a version-1 daemon that answers each SUBMIT with its OK and its DONE."""
+
+    def __init__(self) -> None:
+        self._parser = FrameParser(1 << 20, check_types=False)
+        self._next = 1
+        self._answers = bytearray()
+
+    def sendall(self, data: bytes) -> None:
+        ids = range(self._next, self._next + len(self._parser.feed(data)))
+        self._next = ids.stop
+        self._answers += b"".join(map(wire.encode_ok, ids))
+        self._answers += b"".join(map(wire.encode_done, ids))
+
+    def recv(self, size: int) -> bytes:
+        data = bytes(self._answers[:size])
+        del self._answers[:size]
+        assert data, "the client reads what it owes no answer"
+        return data
+
+    def settimeout(self, seconds: float | None) -> None:
+        pass
+
+
+def blocking(tasks: int) -> None:
+    """The blocking client: C{tasks} submitted in one C{submit_many}, each waited for."""
+    client = QuicxClient("tcp:127.0.0.1:9", keep_outcomes=tasks + 1, protocol=1)
+    client._sock = AnsweringSocket()  # type: ignore[assignment]
+    client._conn.connect()
+    ids = client.submit_many([("bench", b"x" * 100)] * tasks)
+    for task_id in ids:
+        client.wait(task_id)  # type: ignore[arg-type]
+
+
 WORKLOADS: dict[str, Callable[[int], None]] = {
     "worker": worker,
     "producer1": lambda tasks: producer(tasks, 1),
     "producer2": lambda tasks: producer(tasks, 2),
+    "blocking": blocking,
 }
 
 

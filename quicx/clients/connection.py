@@ -283,6 +283,7 @@ Event = (
 )
 
 _OK = Expect.OK
+_TASK_ID_OF, _ID_SIZE = codec.TASK_ID.unpack_from, codec.TASK_ID.size
 _OK_TYPE, _DONE_TYPE = int(codec.MessageType.OK), int(codec.MessageType.DONE)
 _OK_SIZES: dict[int | None, int] = {
     wire.PROTOCOL_VERSION: codec.TASK_ID.size,
@@ -407,29 +408,32 @@ class ClientConnection:
         """The events of C{data}, read from the daemon; L{Rejected} ends them."""
         events: list[Event] = []
         parser = self._parser
-        for frame in parser.feed(data):
+        frames = parser.feed(data)
+        ok_size = _OK_SIZES.get(parser.version)
+        owed, book, task_id_of = self._owed, self.book, _TASK_ID_OF
+        for frame in frames:
             if type(frame) is not Frame:
                 events.append(Rejected(f"a bad frame: {frame.reason}"))
                 break
             # The common cases, a batch's thousands, read from the bytes
             # without a message object: an OK for a SUBMIT, a DONE without a
             # result (any other, or a malformed one, is decoded below).
-            message_type, payload = frame.message_type, frame.payload
+            message_type, payload = frame
             if (
                 message_type == _OK_TYPE
-                and len(payload) == _OK_SIZES[parser.version]
-                and self._owed
-                and self._owed[0].expect is _OK
+                and len(payload) == ok_size
+                and owed
+                and owed[0].expect is _OK
             ):
-                task_id = codec.TASK_ID.unpack_from(payload)[0]
+                task_id = task_id_of(payload)[0]
                 request = self._next()
-                self.book.expect(task_id)
+                book.expect(task_id)
                 if request.listener is not None:
                     self._listen(request.listener, task_id, events)
                 events.append(Answer(request, task_id))
                 continue
-            if message_type == _DONE_TYPE and len(payload) == codec.TASK_ID.size:
-                self._settle(codec.TASK_ID.unpack(payload)[0], None, events)
+            if message_type == _DONE_TYPE and len(payload) == _ID_SIZE:
+                self._settle(task_id_of(payload)[0], None, events)
                 continue
             try:
                 message = requests.decode(parser.version, message_type, payload)

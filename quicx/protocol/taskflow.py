@@ -405,12 +405,17 @@ def submit_options(*fields: Any, **named: Any) -> bytes:
 
 def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> bytes:
     """A SUBMIT; C{options} from L{submit_options} (empty: none)."""
+    head = submit_head(task_type, options)
+    return HEADER.pack(VERSION, MessageType.SUBMIT, len(head) + len(payload)) + head + payload
+
+
+def submit_head(task_type: bytes, options: bytes = b"") -> bytes:
+    """What a SUBMIT carries before its payload: its type and its options (L{encode_submit})."""
     if not 0 < len(task_type) <= MAX_TYPE_LENGTH:
         raise ValueError(f"a task type is 1 to {MAX_TYPE_LENGTH} bytes, not {len(task_type)}")
     if len(options) > MAX_OPTIONS:
         raise ValueError(f"options are at most {MAX_OPTIONS} bytes, not {len(options)}")
-    head = bytes((len(task_type),)) + task_type + U16.pack(len(options)) + options
-    return HEADER.pack(VERSION, MessageType.SUBMIT, len(head) + len(payload)) + head + payload
+    return bytes((len(task_type),)) + task_type + U16.pack(len(options)) + options
 
 
 def encode_ok(task_id: int, duplicate: bool = False) -> bytes:

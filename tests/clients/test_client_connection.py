@@ -271,6 +271,39 @@ tasks = st.lists(
 )
 
 
+@given(
+    st.lists(
+        st.tuples(
+            names | st.text(min_size=1, max_size=20),
+            payloads | st.text(max_size=50) | payloads.map(bytearray),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.sampled_from([1, 2]),
+)
+def test_plain_submits_are_the_encoders_frames(
+    batch: list[tuple[str | bytes, Any]], version: int
+) -> None:
+    """A batch's types and payloads, as text or bytes, make the frames encode_submit makes."""
+    encode = wire.encode_submit if version == 1 else taskflow.encode_submit
+    expected = b"".join(
+        encode(
+            task_type.encode() if isinstance(task_type, str) else task_type,
+            payload.encode() if isinstance(payload, str) else bytes(payload),
+        )
+        for task_type, payload in batch
+    )
+    assert requests.submit_frames(version, batch) == expected
+
+
+def test_a_plain_submit_with_a_bad_type_or_payload_is_refused_as_before() -> None:
+    with pytest.raises(ValueError, match="a task type is 1 to 255 bytes, not 256"):
+        requests.submit_frames(1, [("t", b"x"), ("x" * 256, b"x")])
+    with pytest.raises(TypeError):
+        requests.submit_frames(2, [("t", {"not": "bytes"})])  # type: ignore[list-item]
+
+
 @given(tasks)
 def test_submits_are_the_codecs_and_decode_back(batch: list[requests.Task]) -> None:
     connection = greeted()
