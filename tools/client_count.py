@@ -15,7 +15,10 @@ C{valgrind --tool=callgrind} counts the same instructions run after run
     time, their OKs and DONEs in, each outcome taken from the book;
   - C{blocking}: the blocking client as C{tools.bench e2e}'s producer uses
     it (version 1: C{submit_many}, then C{wait} for each task), over a
-    socket that answers each SUBMIT with its OK and DONE at once.
+    socket that answers each SUBMIT with its OK and DONE at once;
+  - C{asyncio}: the asyncio client as C{tools.bench clients} uses it
+    (version 2: C{submit_many}; the DONEs come too), over a transport that
+    answers each write on the loop's next turn.
 
 Usage (the instructions a task: the difference between N and 2N tasks, divided)::
 
@@ -27,6 +30,7 @@ C{--count} runs C{valgrind --tool=callgrind} itself (with C{PYTHONHASHSEED=0}).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import subprocess
@@ -38,13 +42,17 @@ from collections.abc import Callable
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 
+from quicx.aio.client import AsyncClient
+from quicx.aio.pump import _Link
 from quicx.clients.blocking import QuicxClient
 from quicx.clients.connection import ClientConnection, Request
 from quicx.clients.worker import Worker, WorkerProtocol
 from quicx.protocol import link, taskflow, wire
-from quicx.protocol.frames import FrameParser
+from quicx.protocol.codec import MessageType
+from quicx.protocol.frames import Frame, FrameParser
 
 WORKER_BATCH = 32
+_HELLO = int(MessageType.HELLO)
 PRODUCER_BATCH = 256
 
 
@@ -96,18 +104,23 @@ def producer(tasks: int, version: int) -> None:
 
 
 class AnsweringSocket:
-    """A socket to a version-1 daemon that answers each SUBMIT with its OK and its DONE."""
+    """A socket to a daemon that answers HELLO with INFO, each SUBMIT with its OK and DONE."""
 
     def __init__(self) -> None:
-        self._parser = FrameParser(1 << 20, check_types=False)
+        self._parser = FrameParser(1 << 20, check_types=False, v2_max_length=1 << 20)
         self._next = 1
         self._answers = bytearray()
 
     def sendall(self, data: bytes) -> None:
-        ids = range(self._next, self._next + len(self._parser.feed(data)))
+        frames = self._parser.feed(data)
+        spoken = wire if self._parser.version == 1 else taskflow
+        if frames and isinstance(frames[0], Frame) and frames[0].message_type == _HELLO:
+            self._answers += link.encode_info({"server": "quicx"})
+            frames = frames[1:]
+        ids = range(self._next, self._next + len(frames))
         self._next = ids.stop
-        self._answers += b"".join(map(wire.encode_ok, ids))
-        self._answers += b"".join(map(wire.encode_done, ids))
+        self._answers += b"".join(map(spoken.encode_ok, ids))
+        self._answers += b"".join(map(spoken.encode_done, ids))
 
     def recv(self, size: int) -> bytes:
         data = bytes(self._answers[:size])
@@ -117,6 +130,45 @@ class AnsweringSocket:
 
     def settimeout(self, seconds: float | None) -> None:
         pass
+
+
+class AnsweringTransport(asyncio.Transport):
+    """An L{AnsweringSocket} as a transport: its answers come on the loop's next turn."""
+
+    def __init__(self, link: _Link) -> None:
+        super().__init__()
+        self._link = link
+        self._daemon = AnsweringSocket()
+        self._closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._daemon.sendall(bytes(data))
+        answers = self._daemon.recv(1 << 30)
+        asyncio.get_running_loop().call_soon(self._link.data_received, answers)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            asyncio.get_running_loop().call_soon(self._link.connection_lost, None)
+
+    def abort(self) -> None:
+        self.close()
+
+
+async def _submit_many(tasks: int) -> None:
+    client = AsyncClient("tcp:127.0.0.1:9", keep_outcomes=tasks + 1)
+    link = _Link(client)
+    link.connection_made(AnsweringTransport(link))
+    await client.submit_many([("bench", b"x" * 100)] * tasks)
+    await client.close()
+
+
+def asynchronous(tasks: int) -> None:
+    """The asyncio client: C{tasks} submitted in one C{submit_many}, their DONEs read too."""
+    asyncio.run(_submit_many(tasks))
 
 
 def blocking(tasks: int) -> None:
@@ -134,6 +186,7 @@ WORKLOADS: dict[str, Callable[[int], None]] = {
     "producer1": lambda tasks: producer(tasks, 1),
     "producer2": lambda tasks: producer(tasks, 2),
     "blocking": blocking,
+    "asyncio": asynchronous,
 }
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -312,6 +312,9 @@ class ClientConnection:
     @ivar announce: whether an outcome filed in C{book} is an event too
         (L{Settled}, L{Retried}): a client that reads the book when asked
         (the blocking one) has no use for them, one a call per task less.
+    @ivar watched: with C{announce}, the tasks whose outcomes are events
+        (C{None}: every task's): a client that wakes those who wait (the
+        asyncio one) is told of the outcomes awaited, the others filed only.
     """
 
     def __init__(
@@ -329,6 +332,7 @@ class ClientConnection:
         self.server: dict[str, Any] = {}
         self.hello = hello
         self.announce = announce
+        self.watched: Container[int] | None = None
         self.book = OutcomeBook(keep_outcomes)
         self.progress = ProgressListeners()
         self.awaits = awaits.outcome_waits()
@@ -500,7 +504,7 @@ class ClientConnection:
         """A task of this producer's has its C{outcome}."""
         self.book.arrived(task_id, outcome)
         self.progress.forget(task_id)
-        if self.announce:
+        if self.announce and (self.watched is None or task_id in self.watched):
             events.append(Settled(task_id))
 
     def _next(self) -> Request[Any]:

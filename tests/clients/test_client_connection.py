@@ -359,3 +359,19 @@ def test_replies_split_anywhere_answer_the_same(
             expected = error_from(wire.Error(value, f"e{value}"))
             assert type(answer) is type(expected) and str(answer) == str(expected)
     assert len(got) == len(sent) and not connection.owed
+
+
+def test_only_the_outcomes_watched_are_events_and_every_one_is_filed() -> None:
+    """The asyncio client watches the outcomes awaited: the others are filed in the book alone."""
+    connection = greeted()
+    connection.send(Request.submit([("t", b"x")] * 3))
+    connection.receive(b"".join(taskflow.encode_ok(task_id) for task_id in (1, 2, 3)))
+    awaited: dict[int, object] = {2: None}
+    connection.watched = awaited
+    done = b"".join(taskflow.encode_done(task_id) for task_id in (1, 2))
+    assert connection.receive(done) == [Settled(2)]
+    awaited[3] = None
+    failed = taskflow.encode_failed(3, "no")
+    assert connection.receive(failed) == [Settled(3)]
+    assert [connection.book.take(task_id) for task_id in (1, 2)] == [None, None]
+    assert str(connection.book.take(3)) == "task 3 failed: no"
