@@ -193,6 +193,8 @@ class QuicxClient(SocketPump):
             if on_retry is None and not self._inbox:
                 # The common case: it came already, read with the OKs of later tasks.
                 outcome = book.taken(task_id)
+                if outcome is None:  # done, without a result
+                    return None
                 if outcome is not NOT_ARRIVED:
                     return value_of(outcome)
             deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
