@@ -254,7 +254,7 @@ def encode_submit(
 
 def submit_frames(version: int, tasks: Iterable[AnyTask]) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
-    plain = wire.submit_head if version == 1 else taskflow.submit_head
+    plain = wire.encode_submit if version == 1 else taskflow.encode_submit
     pack, submit = codec.HEADER.pack, int(codec.MessageType.SUBMIT)
     frames: list[bytes] = []
     # Tasks of a batch mostly share a type, and a few Options: each is encoded once.
@@ -267,7 +267,8 @@ def submit_frames(version: int, tasks: Iterable[AnyTask]) -> bytes:
                 payload = payload_bytes(payload)
             head = heads.get(task_type)
             if head is None:
-                head = heads[task_type] = plain(as_bytes(task_type))
+                # What a SUBMIT carries before its payload: that of an empty one.
+                head = heads[task_type] = plain(as_bytes(task_type), b"")[codec.HEADER_SIZE :]
             # encode_submit's frame, its header, head and payload joined once with the rest.
             frames += (pack(version, submit, len(head) + len(payload)), head, payload)
         elif version == 1:

@@ -54,6 +54,7 @@ from quicx.protocol.codec import (
     split_type,
     tlv,
 )
+from quicx.protocol.task_layouts import TaskLayouts
 from quicx.protocol.tracecontext import trace_problem
 
 MAX_OPTIONS = 4096
@@ -405,17 +406,12 @@ def submit_options(*fields: Any, **named: Any) -> bytes:
 
 def encode_submit(task_type: bytes, payload: bytes, options: bytes = b"") -> bytes:
     """A SUBMIT; C{options} from L{submit_options} (empty: none)."""
-    head = submit_head(task_type, options)
-    return HEADER.pack(VERSION, MessageType.SUBMIT, len(head) + len(payload)) + head + payload
-
-
-def submit_head(task_type: bytes, options: bytes = b"") -> bytes:
-    """What a SUBMIT carries before its payload: its type and its options (L{encode_submit})."""
     if not 0 < len(task_type) <= MAX_TYPE_LENGTH:
         raise ValueError(f"a task type is 1 to {MAX_TYPE_LENGTH} bytes, not {len(task_type)}")
     if len(options) > MAX_OPTIONS:
         raise ValueError(f"options are at most {MAX_OPTIONS} bytes, not {len(options)}")
-    return bytes((len(task_type),)) + task_type + U16.pack(len(options)) + options
+    head = bytes((len(task_type),)) + task_type + U16.pack(len(options)) + options
+    return HEADER.pack(VERSION, MessageType.SUBMIT, len(head) + len(payload)) + head + payload
 
 
 def encode_ok(task_id: int, duplicate: bool = False) -> bytes:
@@ -822,56 +818,12 @@ _CONTEXT_TAGS = frozenset(
     {Option.KEY, Option.FAIRNESS, Option.TRACE, *Context} - {Context.CHECKPOINT}
 )
 _CONTEXT_SIZES = {Context.TOKEN: 8, Context.LEASE: 4, Context.RETRIES: 4}
-
-
-_TASK_LAYOUTS: dict[bytes, tuple[struct.Struct, str, bytes, int]] = {}
-"""The common deliveries' layouts, by the bytes of their queue and type
-(C{[len][queue][len][type]}): a struct of the fields around them, the queue,
-the type, and where the payload starts.  Made by L{decode_task_fully}."""
-_COMMON_ITEMS = (_DELIVERY.size << 16) | (Context.TOKEN << 8) | 8  # context length, token's tag
-_LEASE_ITEM = (Context.LEASE << 8) | 4
-_new_tuple = tuple.__new__
+_LAYOUTS = TaskLayouts(Task, _DELIVERY.size, Context.TOKEN, Context.LEASE, CACHE_SIZE)
 
 
 def decode_task(payload: bytes) -> Task:
-    """
-    A TASK: L{decode_task_fully}'s, read in one unpack when it is the
-    common delivery (a token and a lease alone) of a queue and type read
-    before, a worker's every task.
-    """
-    if len(payload) > 16:
-        type_at = 16 + payload[15]
-        if type_at < len(payload):
-            layout = _TASK_LAYOUTS.get(payload[15 : type_at + 1 + payload[type_at]])
-            if layout is not None and len(payload) >= layout[3]:
-                head, queue, task_type, start = layout
-                task_id, attempt, priority, enqueued_ms, items, token, lease, lease_ms = (
-                    head.unpack_from(payload)
-                )
-                if items == _COMMON_ITEMS and lease == _LEASE_ITEM:
-                    # The named tuple's own __new__ is a Python call: skipped.
-                    return _new_tuple(
-                        Task,
-                        (
-                            task_id,
-                            task_type,
-                            payload[start:],
-                            queue,
-                            priority,
-                            attempt,
-                            enqueued_ms,
-                            None,
-                            None,
-                            token,
-                            lease_ms,
-                            0,
-                            0,
-                            None,
-                            None,
-                            None,
-                        ),
-                    )
-    return decode_task_fully(payload)
+    """A TASK (L{decode_task_fully}'s): a common delivery of a layout learned, in one unpack."""
+    return _LAYOUTS.read(payload) or _LAYOUTS.learn(payload, decode_task_fully(payload))
 
 
 def decode_task_fully(payload: bytes) -> Task:
@@ -895,8 +847,6 @@ def decode_task_fully(payload: bytes) -> Task:
         # The common context, a token and a lease alone: one unpack.
         tag, size, token, lease_tag, lease_size, lease_ms = _DELIVERY.unpack_from(payload, start)
         if (tag, size, lease_tag, lease_size) == _DELIVERY_ITEMS:
-            if len(_TASK_LAYOUTS) < CACHE_SIZE:
-                _learn_layout(payload[15:type_end], queue, task_type)
             fixed = (task_id, task_type, body, queue, priority, attempt, enqueued_ms)
             return Task(*fixed, None, None, token, lease_ms)
     if end == start:
@@ -907,12 +857,6 @@ def decode_task_fully(payload: bytes) -> Task:
 
 
 _DELIVERY_ITEMS = (Context.TOKEN, 8, Context.LEASE, 4)
-
-
-def _learn_layout(middle: bytes, queue: str, task_type: bytes) -> None:
-    """Keep the layout of a common delivery of C{queue} and C{task_type} (see L{decode_task})."""
-    head = struct.Struct(f">IHBQ{len(middle)}xIQHI")
-    _TASK_LAYOUTS[middle] = (head, queue, task_type, head.size)
 
 
 def _context(

@@ -190,11 +190,6 @@ def encode_submit(task_type: bytes, payload: bytes) -> bytes:
     )
 
 
-def submit_head(task_type: bytes) -> bytes:
-    """What a SUBMIT of C{task_type} carries before its payload (L{encode_submit}'s)."""
-    return _type_header(task_type)
-
-
 def encode_ok(task_id: int) -> bytes:
     return HEADER_AND_ID.pack(PROTOCOL_VERSION, _OK, 4, task_id)
 

@@ -234,7 +234,7 @@ def test_the_common_delivery_is_read_by_its_layout() -> None:
     frame = taskflow.encode_task(5, b"resize", b"x", b"\x05media", 3, 2, 9, context)
     expected = taskflow.Task(5, b"resize", b"x", "media", 3, 2, 9, token=71, lease_ms=30_000)
     assert taskflow.decode_task(frame[codec.HEADER_SIZE :]) == expected
-    assert b"\x05media\x06resize" in taskflow._TASK_LAYOUTS
+    assert b"\x05media\x06resize" in taskflow._LAYOUTS
     assert taskflow.decode_task(frame[codec.HEADER_SIZE :]) == expected
 
 
