@@ -175,6 +175,8 @@ class StreamPump:
         # Those waiting for the outcome of a task submitted here, and its retry notices.
         self._outcomes: dict[int, list[asyncio.Future[Outcome]]] = {}
         self._retries: dict[int, list[RetryListener]] = {}
+        # Only an outcome awaited is an event (its retry listeners are those of its waits).
+        self._conn.watched = self._outcomes
         self._feed = watching.EventFeed()
         self._fed: asyncio.Future[None] | None = None  # woken by live events
 
@@ -500,10 +502,15 @@ class StreamPump:
 
     def _received(self, data: bytes) -> None:
         self._wrote = False
+        collecting = self._collecting
         for event in self._conn.receive(data):
-            if type(event) is Answer:  # the common case first
-                self._answer(event)
-            elif isinstance(event, Settled):
+            if type(event) is Answer:  # the common cases first: a batch's answers, outcomes
+                collected = collecting.get(event.request)
+                if collected is not None and len(collected) + 1 < event.request.count:
+                    collected.append(event.value)  # more to come
+                else:
+                    self._answer(event)
+            elif type(event) is Settled:
                 self._deliver(event.task_id)
             elif isinstance(event, Retried):
                 self._retrying(event.task_id)
@@ -544,8 +551,12 @@ class StreamPump:
             reply.set_result(value)
 
     def _deliver(self, task_id: int) -> None:
-        self._retries.pop(task_id, None)
-        waiters = [w for w in self._outcomes.pop(task_id, []) if not w.done()]
+        if self._retries:
+            self._retries.pop(task_id, None)
+        waiting = self._outcomes.pop(task_id, None)
+        if waiting is None:
+            return  # kept in the book
+        waiters = [w for w in waiting if not w.done()]
         if waiters:  # else kept in the book
             outcome = self._conn.book.take(task_id)
             for waiter in waiters:

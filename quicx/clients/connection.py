@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -283,6 +283,7 @@ Event = (
 )
 
 _OK = Expect.OK
+_TASK_ID_OF, _ID_SIZE = codec.TASK_ID.unpack_from, codec.TASK_ID.size
 _OK_TYPE, _DONE_TYPE = int(codec.MessageType.OK), int(codec.MessageType.DONE)
 _OK_SIZES: dict[int | None, int] = {
     wire.PROTOCOL_VERSION: codec.TASK_ID.size,
@@ -311,6 +312,9 @@ class ClientConnection:
     @ivar announce: whether an outcome filed in C{book} is an event too
         (L{Settled}, L{Retried}): a client that reads the book when asked
         (the blocking one) has no use for them, one a call per task less.
+    @ivar watched: with C{announce}, the tasks whose outcomes are events
+        (C{None}: every task's): a client that wakes those who wait (the
+        asyncio one) is told of the outcomes awaited, the others filed only.
     """
 
     def __init__(
@@ -328,6 +332,7 @@ class ClientConnection:
         self.server: dict[str, Any] = {}
         self.hello = hello
         self.announce = announce
+        self.watched: Container[int] | None = None
         self.book = OutcomeBook(keep_outcomes)
         self.progress = ProgressListeners()
         self.awaits = awaits.outcome_waits()
@@ -407,29 +412,32 @@ class ClientConnection:
         """The events of C{data}, read from the daemon; L{Rejected} ends them."""
         events: list[Event] = []
         parser = self._parser
-        for frame in parser.feed(data):
+        frames = parser.feed(data)
+        ok_size = _OK_SIZES.get(parser.version)
+        owed, book, task_id_of = self._owed, self.book, _TASK_ID_OF
+        for frame in frames:
             if type(frame) is not Frame:
                 events.append(Rejected(f"a bad frame: {frame.reason}"))
                 break
             # The common cases, a batch's thousands, read from the bytes
             # without a message object: an OK for a SUBMIT, a DONE without a
             # result (any other, or a malformed one, is decoded below).
-            message_type, payload = frame.message_type, frame.payload
+            message_type, payload = frame
             if (
                 message_type == _OK_TYPE
-                and len(payload) == _OK_SIZES[parser.version]
-                and self._owed
-                and self._owed[0].expect is _OK
+                and len(payload) == ok_size
+                and owed
+                and owed[0].expect is _OK
             ):
-                task_id = codec.TASK_ID.unpack_from(payload)[0]
+                task_id = task_id_of(payload)[0]
                 request = self._next()
-                self.book.expect(task_id)
+                book.expect(task_id)
                 if request.listener is not None:
                     self._listen(request.listener, task_id, events)
                 events.append(Answer(request, task_id))
                 continue
-            if message_type == _DONE_TYPE and len(payload) == codec.TASK_ID.size:
-                self._settle(codec.TASK_ID.unpack(payload)[0], None, events)
+            if message_type == _DONE_TYPE and len(payload) == _ID_SIZE:
+                self._settle(task_id_of(payload)[0], None, events)
                 continue
             try:
                 message = requests.decode(parser.version, message_type, payload)
@@ -496,7 +504,7 @@ class ClientConnection:
         """A task of this producer's has its C{outcome}."""
         self.book.arrived(task_id, outcome)
         self.progress.forget(task_id)
-        if self.announce:
+        if self.announce and (self.watched is None or task_id in self.watched):
             events.append(Settled(task_id))
 
     def _next(self) -> Request[Any]:

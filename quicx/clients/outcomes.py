@@ -39,6 +39,8 @@ if it never came.
 DEFAULT_KEEP = 100_000
 
 _MISSING: Any = object()
+NOT_ARRIVED: Any = object()
+"""What L{OutcomeBook.taken} returns for an outcome that has not arrived."""
 
 
 @frozen
@@ -116,6 +118,16 @@ class OutcomeBook:
         if outcome is _MISSING:
             raise NotSubmittedHere(task_id)
         self._notices.pop(task_id, None)
+        return outcome
+
+    def taken(self, task_id: int) -> Outcome:
+        """
+        L{take}, when it has arrived: else L{NOT_ARRIVED} (pending, or not
+        expected here), without an exception's cost.
+        """
+        outcome = self._arrived.pop(task_id, NOT_ARRIVED)
+        if outcome is not NOT_ARRIVED and self._notices:
+            self._notices.pop(task_id, None)
         return outcome
 
     def lose_all(self) -> list[int]:

@@ -255,13 +255,22 @@ def encode_submit(
 def submit_frames(version: int, tasks: Iterable[AnyTask]) -> bytes:
     """One SUBMIT per C{(type, payload)} or C{(type, payload, options)}, joined."""
     plain = wire.encode_submit if version == 1 else taskflow.encode_submit
-    frames = []
-    # Tasks of a batch mostly share a few Options: each is encoded once.
+    pack, submit = codec.HEADER.pack, int(codec.MessageType.SUBMIT)
+    frames: list[bytes] = []
+    # Tasks of a batch mostly share a type, and a few Options: each is encoded once.
+    heads: dict[str | bytes, bytes] = {}
     encoded: dict[Options | taskflow.SubmitOptions, bytes] = {}
     for task in tasks:
         if len(task) == 2:  # the common case, without a call to sort out options
             task_type, payload = task
-            frames.append(plain(as_bytes(task_type), payload_bytes(payload)))
+            if type(payload) is not bytes:
+                payload = payload_bytes(payload)
+            head = heads.get(task_type)
+            if head is None:
+                # What a SUBMIT carries before its payload: that of an empty one.
+                head = heads[task_type] = plain(as_bytes(task_type), b"")[codec.HEADER_SIZE :]
+            # encode_submit's frame, its header, head and payload joined once with the rest.
+            frames += (pack(version, submit, len(head) + len(payload)), head, payload)
         elif version == 1:
             frames.append(encode_submit(version, *task))
         else:

@@ -34,7 +34,7 @@ from quicx.clients.connection import (
 )
 from quicx.clients.credits import Credited
 from quicx.clients.following import Following
-from quicx.clients.handlers import Timed
+from quicx.clients.handlers import Registration, Timed
 from quicx.clients.leases import Lease
 from quicx.clients.reports import (
     MAX_LOGGED_REASON,
@@ -62,6 +62,7 @@ task: it is the largest)."""
 
 _ACK_SIZE = len(outcomes.encode_ack(1, 1))
 """The size of an ACK frame without a result."""
+_TASK, _V2 = int(wire.MessageType.TASK), codec.VERSION
 
 
 class Worker(Protocol):
@@ -77,6 +78,7 @@ class Worker(Protocol):
     _slots: set[WorkerProtocol]
     _following: Following[WorkerProtocol]
     _reactor: Any
+    _handlers: dict[bytes, Registration]
 
     def run(
         self,
@@ -222,14 +224,10 @@ class WorkerProtocol(FrameReceiver, Credited):
         return self._conn.greeted
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
-        if not self._conn.greeted:
-            self._other(message_type, payload)  # the answer to HELLO
-        elif message_type == wire.MessageType.TASK:
+        if message_type == _TASK and self._conn.greeted:
             self._answered = True
             task: wire.Task | taskflow.Task = (
-                taskflow.decode_task(payload)
-                if self.version == codec.VERSION
-                else wire.decode_task(payload)
+                taskflow.decode_task(payload) if self.version == _V2 else wire.decode_task(payload)
             )
             if self.running >= self.credits:
                 # A daemon bug, worth a log line -- but the task is run: a task
@@ -242,13 +240,18 @@ class WorkerProtocol(FrameReceiver, Credited):
                 )
             self.running += 1
             self._received += 1
-            lease = self._lease(task)
+            lease = None
+            if type(task) is taskflow.Task and task.token:
+                self._lease_seconds = task.lease_ms / 1000 if task.lease_ms else None
+                lease = self._lease(task)
             outcome = self.worker.run(task, lease, None if self.auto is None else self.auto.ran)
             if type(outcome) is Deferred:
                 outcome.addBoth(self._finished, task, lease)
             else:
                 # A plain handler on the reactor has already returned.
                 self._finished(outcome, task, lease)
+        elif not self._conn.greeted:
+            self._other(message_type, payload)  # the answer to HELLO
         elif message_type == wire.MessageType.WAIT:
             self._answered = True
         elif message_type == codec.MessageType.CHECKPOINT and self.version == codec.VERSION:
@@ -402,11 +405,14 @@ class WorkerProtocol(FrameReceiver, Credited):
     def _in_hand(self) -> int:
         return self.running
 
-    def _lease(self, task: wire.Task | taskflow.Task) -> Lease | None:
-        """The lease of a delivery with a token (kept alive with C{auto_extend})."""
-        if not isinstance(task, taskflow.Task) or not task.token:
+    def _lease(self, task: taskflow.Task) -> Lease | None:
+        """
+        The lease of a delivery with a token, kept alive with C{auto_extend};
+        none where nothing would use it (a handler without a context).
+        """
+        registration = self.worker._handlers.get(task.task_type)
+        if not self.worker.auto_extend and (registration is None or not registration.wants_context):
             return None
-        self._lease_seconds = task.lease_ms / 1000 if task.lease_ms else None
         lease = Lease(
             self.worker._reactor,
             self._write,
@@ -426,6 +432,17 @@ class WorkerProtocol(FrameReceiver, Credited):
         self.running -= 1
         if lease is not None:
             lease.end()
+        if result is None and type(task) is taskflow.Task and task.token:
+            # Done without a result, a worker's every task: report()'s ACK, in one call.
+            frame = outcomes.encode_ack(task.task_id, task.token)
+        else:
+            frame = self._report(result, task)
+        self._write(frame)
+        if self._replies is None and self.stopping and not self.running:
+            self.transport.loseConnection()
+
+    def _report(self, result: object, task: wire.Task | taskflow.Task) -> bytes:
+        """The frame that reports C{task}'s outcome (L{report}), its failure logged."""
         failed = isinstance(result, Failure)
         if failed:
             self._log_failure(task, cast(Failure, result))
@@ -448,9 +465,7 @@ class WorkerProtocol(FrameReceiver, Credited):
             sent[task.task_id] = (cast(taskflow.Task, task).token, len(frame))
             if len(sent) > RESULTS_REMEMBERED:
                 sent.popitem(last=False)
-        self._write(frame)
-        if self._replies is None and self.stopping and not self.running:
-            self.transport.loseConnection()
+        return frame
 
     def _log_failure(self, task: wire.Task | taskflow.Task, failure: Failure) -> None:
         """A handler failed: say which task, and why (with its traceback, if it has one)."""

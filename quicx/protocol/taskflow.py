@@ -54,6 +54,7 @@ from quicx.protocol.codec import (
     split_type,
     tlv,
 )
+from quicx.protocol.task_layouts import TaskLayouts
 from quicx.protocol.tracecontext import trace_problem
 
 MAX_OPTIONS = 4096
@@ -817,9 +818,16 @@ _CONTEXT_TAGS = frozenset(
     {Option.KEY, Option.FAIRNESS, Option.TRACE, *Context} - {Context.CHECKPOINT}
 )
 _CONTEXT_SIZES = {Context.TOKEN: 8, Context.LEASE: 4, Context.RETRIES: 4}
+_LAYOUTS = TaskLayouts(Task, _DELIVERY.size, Context.TOKEN, Context.LEASE, CACHE_SIZE)
 
 
 def decode_task(payload: bytes) -> Task:
+    """A TASK (L{decode_task_fully}'s): a common delivery of a layout learned, in one unpack."""
+    return _LAYOUTS.read(payload) or _LAYOUTS.learn(payload, decode_task_fully(payload))
+
+
+def decode_task_fully(payload: bytes) -> Task:
+    """A TASK, read field by field: any context, every check (the reference of L{decode_task})."""
     size = len(payload)
     if size < 15:
         raise bad(MessageType.TASK, f"needs at least 15 bytes, got {size}")

@@ -11,7 +11,7 @@ import pytest_twisted
 from twisted.internet import reactor
 
 from quicx.clients.blocking import QuicxClient
-from quicx.clients.outcomes import OutcomeBook
+from quicx.clients.outcomes import NOT_ARRIVED, OutcomeBook
 from quicx.clients.twisted_client import connect
 from quicx.protocol.errors import NotSubmittedHere, PayloadTooLarge
 from tests.conftest import DaemonProcess
@@ -30,6 +30,18 @@ def test_waiting_for_a_task_not_submitted_here_says_so(daemon: DaemonProcess) ->
     # The Twisted client's outcome() takes from the same book.
     with pytest.raises(NotSubmittedHere, match="task 7 was not submitted"):
         OutcomeBook().take(7)
+
+
+def test_an_outcome_is_taken_once_and_only_once_it_came() -> None:
+    """L{OutcomeBook.taken}, the blocking wait's short way: as take, without raising."""
+    book = OutcomeBook()
+    book.expect(7)
+    assert book.taken(7) is NOT_ARRIVED and book.taken(8) is NOT_ARRIVED
+    book.arrived(7, None)
+    assert book.taken(7) is None
+    assert book.taken(7) is NOT_ARRIVED
+    with pytest.raises(NotSubmittedHere):
+        book.take(7)
 
 
 @pytest.mark.parametrize("protocol", [1, 2])

@@ -271,6 +271,39 @@ tasks = st.lists(
 )
 
 
+@given(
+    st.lists(
+        st.tuples(
+            names | st.text(min_size=1, max_size=20),
+            payloads | st.text(max_size=50) | payloads.map(bytearray),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.sampled_from([1, 2]),
+)
+def test_plain_submits_are_the_encoders_frames(
+    batch: list[tuple[str | bytes, Any]], version: int
+) -> None:
+    """A batch's types and payloads, as text or bytes, make the frames encode_submit makes."""
+    encode = wire.encode_submit if version == 1 else taskflow.encode_submit
+    expected = b"".join(
+        encode(
+            task_type.encode() if isinstance(task_type, str) else task_type,
+            payload.encode() if isinstance(payload, str) else bytes(payload),
+        )
+        for task_type, payload in batch
+    )
+    assert requests.submit_frames(version, batch) == expected
+
+
+def test_a_plain_submit_with_a_bad_type_or_payload_is_refused_as_before() -> None:
+    with pytest.raises(ValueError, match="a task type is 1 to 255 bytes, not 256"):
+        requests.submit_frames(1, [("t", b"x"), ("x" * 256, b"x")])
+    with pytest.raises(TypeError):
+        requests.submit_frames(2, [("t", {"not": "bytes"})])  # type: ignore[list-item]
+
+
 @given(tasks)
 def test_submits_are_the_codecs_and_decode_back(batch: list[requests.Task]) -> None:
     connection = greeted()
@@ -326,3 +359,19 @@ def test_replies_split_anywhere_answer_the_same(
             expected = error_from(wire.Error(value, f"e{value}"))
             assert type(answer) is type(expected) and str(answer) == str(expected)
     assert len(got) == len(sent) and not connection.owed
+
+
+def test_only_the_outcomes_watched_are_events_and_every_one_is_filed() -> None:
+    """The asyncio client watches the outcomes awaited: the others are filed in the book alone."""
+    connection = greeted()
+    connection.send(Request.submit([("t", b"x")] * 3))
+    connection.receive(b"".join(taskflow.encode_ok(task_id) for task_id in (1, 2, 3)))
+    awaited: dict[int, object] = {2: None}
+    connection.watched = awaited
+    done = b"".join(taskflow.encode_done(task_id) for task_id in (1, 2))
+    assert connection.receive(done) == [Settled(2)]
+    awaited[3] = None
+    failed = taskflow.encode_failed(3, "no")
+    assert connection.receive(failed) == [Settled(3)]
+    assert [connection.book.take(task_id) for task_id in (1, 2)] == [None, None]
+    assert str(connection.book.take(3)) == "task 3 failed: no"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,45 @@ def test_task_round_trips(message: tuple[bytes, taskflow.Task]) -> None:
     decoded = through_parser(encoded)
     assert decoded == expected and isinstance(decoded, taskflow.Task)
     assert encode_task(decoded) == encoded  # re-encoding what was decoded changes nothing
+
+
+def decoded_or_error(decode: Callable[[bytes], object], payload: bytes) -> object:
+    try:
+        return decode(payload)
+    except MalformedMessage as e:
+        return str(e)
+
+
+@given(tasks, st.data())
+def test_a_task_read_by_its_layout_is_the_task_read_in_full(
+    message: tuple[bytes, taskflow.Task], data: st.DataObject
+) -> None:
+    """
+    L{taskflow.decode_task} reads a common delivery of a queue and type it
+    has read before in one unpack: the task L{taskflow.decode_task_fully}
+    reads; and of the same bytes cut short or altered, the same task or
+    the same refusal.
+    """
+    encoded, expected = message
+    payload = encoded[codec.HEADER_SIZE :]
+    for _ in range(2):  # the second time, by the layout learned the first, if common
+        assert taskflow.decode_task(payload) == expected == taskflow.decode_task_fully(payload)
+    cut = data.draw(st.integers(0, len(payload)))
+    at = data.draw(st.integers(0, max(0, len(payload) - 1)))
+    altered = payload[:at] + bytes((data.draw(st.integers(0, 255)),)) + payload[at + 1 :]
+    for changed in (payload[:cut], altered, payload + b"\x00"):
+        assert decoded_or_error(taskflow.decode_task, changed) == decoded_or_error(
+            taskflow.decode_task_fully, changed
+        )
+
+
+def test_the_common_delivery_is_read_by_its_layout() -> None:
+    context = taskflow.task_context(None, None, 71, 30_000)
+    frame = taskflow.encode_task(5, b"resize", b"x", b"\x05media", 3, 2, 9, context)
+    expected = taskflow.Task(5, b"resize", b"x", "media", 3, 2, 9, token=71, lease_ms=30_000)
+    assert taskflow.decode_task(frame[codec.HEADER_SIZE :]) == expected
+    assert b"\x05media\x06resize" in taskflow._LAYOUTS
+    assert taskflow.decode_task(frame[codec.HEADER_SIZE :]) == expected
 
 
 @given(tasks, st.integers(0x10000, 0x7FFFFFFF))
