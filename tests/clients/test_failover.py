@@ -316,7 +316,7 @@ def test_a_worker_follows_the_primary_and_keeps_working(
         # or answers HELLO as the primary did and refuses READY (0x0C).
         proxy.fence(role=role, primary=f"127.0.0.1:{second.port}")
         after = submit(second, "after", 5)
-        until(lambda: sorted(log.read_bytes().splitlines()) == sorted(before + after))
+        until(lambda: sorted(log.read_bytes().splitlines()) == sorted(before + after), 60.0)
         assert workers[0].poll() is None  # it never crashed
         assert standby.connections >= 1  # each slot, on its way
         if role is None:
