@@ -1,7 +1,7 @@
 # Two entry points that do all set-up on a fresh machine (see README.md):
 #   make run    - the daemon on its built-in default (tcp:16381 on 127.0.0.1);
 #                 ARGS="--config quicx.conf" passes flags to `quicx start`
-#   make test   - lint, the test suite and the interop suite, through tox
+#   make test   - lint, the test suite and the interop suite, through tox (side by side)
 #   make test-cluster - the slow tier, alone: the tests on a real Spark standalone
 #                 cluster and the load-sensitive ones (the what-if against real runs), and
 #                 the Django backend on Python 3.12 (make test-django312); CI runs it
@@ -31,8 +31,11 @@ $(VENV)/.built: $(VENV)/.installed $(SOURCES)
 run: $(VENV)/.built
 	$(VENV)/bin/quicx start $(ARGS)
 
+# The three environments run side by side, as many at once as there are CPUs (lint
+# and the suite first, then the interop suite): the suites wait on daemons more than
+# they compute.  A failed environment's output is printed in full; a passed one's is not.
 test: $(VENV)/.installed java browser haproxy etcd
-	$(VENV)/bin/tox run -e lint,py311,interop
+	$(VENV)/bin/tox run-parallel -e lint,py311,interop
 
 # A Spark master and worker started from the installed pyspark, on loopback
 # (tests/report/test_cluster.py), and the tests marked slow: in the py311 environment,

@@ -70,6 +70,17 @@ def daemon(start_daemon) -> DaemonProcess:
     return start_daemon()
 
 
+@pytest.fixture(scope="module")
+def module_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    """
+    A daemon on the built-in defaults, shared by its module's tests: for tests
+    that each open their own connections and leave nothing the next one sees.
+    """
+    daemon = DaemonProcess(tmp_path_factory.mktemp("daemon"), ()).start()
+    yield daemon
+    daemon.kill()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator:
     """A local Spark session (needs quicx[spark] and Java), shared by the suite."""

@@ -274,9 +274,9 @@ def test_unknown_task_type_with_an_allow_list(start_daemon) -> None:
     ],
 )
 def test_invalid_messages_get_error_2_and_the_connection_survives(
-    daemon: DaemonProcess, data: bytes, fragment: str
+    module_daemon: DaemonProcess, data: bytes, fragment: str
 ) -> None:
-    with Peer(daemon.address) as peer:
+    with Peer(module_daemon.address) as peer:
         expect_error(peer.request(data), ErrorCode.INVALID_MESSAGE, fragment)
         assert isinstance(peer.submit(b"t", b"p"), wire.Ok)
 

@@ -57,7 +57,9 @@ def tls_daemon(tmp_path: Path, start_daemon, server: tuple[Path, Path], extra: s
         f"[tls]\ncertificate = {server[0]}\nprivate_key = {server[1]}\n{extra}"
     )
     daemon: DaemonProcess = start_daemon(f"--config={conf}")
-    return listening_port(daemon.log(), "tls:")
+    # start() returns at the first listener's line; the other one's may come later.
+    daemon.wait_for_log("(tcp:", timeout=30)
+    return listening_port(daemon.wait_for_log("(tls:", timeout=30), "tls:")
 
 
 def listening_port(log: str, kind: str) -> int:

@@ -15,6 +15,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Load runs (20,000 tasks through four e2e set-ups, three latency runs): make test-cluster (CI)
+# runs it.  In make test, the monitor workload below proves a workload runs end to end,
+# prints and writes its JSON.
+@pytest.mark.slow
 def test_bench_quick_run_prints_figures_and_json(tmp_path) -> None:
     out = tmp_path / "bench.json"
     result = subprocess.run(
@@ -146,6 +150,10 @@ def test_bench_observability_scrapes_the_on_runs() -> None:
     assert figures["scrapes"] >= 1 and figures["scrape_ms_max"] > 0
 
 
+# Load runs (the peak rate, then five runs at each of three loads): make test-cluster (CI) runs
+# it.  In make test, test_latency_chart_draws_one_line_per_load draws the chart, the monitor
+# workload runs end to end.
+@pytest.mark.slow
 def test_bench_openloop_prints_each_load_and_draws_the_chart(tmp_path) -> None:
     out, chart = tmp_path / "bench.json", tmp_path / "openloop.svg"
     result = subprocess.run(
