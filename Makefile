@@ -33,9 +33,10 @@ run: $(VENV)/.built
 
 # The three environments run side by side, as many at once as there are CPUs (lint
 # and the suite first, then the interop suite): the suites wait on daemons more than
-# they compute.  A failed environment's output is printed in full; a passed one's is not.
+# they compute.  Their output is printed as it comes (--parallel-live), so each
+# suite's summary (passed, skipped, failed) is in the log.
 test: $(VENV)/.installed java browser haproxy etcd
-	$(VENV)/bin/tox run-parallel -e lint,py311,interop
+	$(VENV)/bin/tox run-parallel --parallel-live -e lint,py311,interop
 
 # A Spark master and worker started from the installed pyspark, on loopback
 # (tests/report/test_cluster.py), and the tests marked slow: in the py311 environment,
