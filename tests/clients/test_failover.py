@@ -269,7 +269,8 @@ def test_no_primary_within_the_deadline_is_a_clear_error() -> None:
             f"{first.address},{second.address}", failover=True, failover_deadline=1.0
         ) as client:
             began = time.monotonic()
-            with pytest.raises(PrimaryNotFound, match=r"no primary among .* for (1\.\d|[2-9]\.\d|\d\d+\.\d) s") as caught:
+            nobody = r"no primary among .* for \d+\.\d s"
+            with pytest.raises(PrimaryNotFound, match=nobody) as caught:
                 client.submit("resize", b"x")
             assert time.monotonic() - began >= 1.0
             assert isinstance(caught.value, ConnectionLost)  # what callers catch already

@@ -54,7 +54,7 @@ async def test_no_primary_within_the_deadline_is_a_clear_error() -> None:
     )
     producer.startService()
     try:
-        with pytest.raises(PrimaryNotFound, match=r"no primary among .* for (1\.\d|[2-9]\.\d|\d\d+\.\d) s"):
+        with pytest.raises(PrimaryNotFound, match=r"no primary among .* for \d+\.\d s"):
             await producer.submit("t", b"x")
     finally:
         await producer.stopService()
