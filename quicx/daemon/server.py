@@ -309,11 +309,8 @@ class QuicxServerProtocol(FrameReceiver):
                     handler(self, event.payload)
                 except _REFUSALS as e:
                     self._refused(e)
-            if self.checkTurn:
-                self.checkTurn = False
-                if self.turnEnded() and (rest := list(remaining)):
-                    self.framesDeferred(rest)
-                    return
+            if self.checkTurn and self.turnOver(remaining):
+                return
 
     def frameReceived(self, message_type: int, payload: bytes) -> None:
         if not self._versioned:

@@ -8,7 +8,7 @@ frames with as few system calls as possible.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import suppress
 from typing import Any
 
@@ -209,11 +209,19 @@ class FrameReceiver(Protocol):
                 self.frameReceived(event.message_type, event.payload)
             else:
                 self.frameRejected(event.code, event.reason)
-            if self.checkTurn:
-                self.checkTurn = False
-                if self.turnEnded() and (rest := list(remaining)):
-                    self.framesDeferred(rest)
-                    return
+            if self.checkTurn and self.turnOver(remaining):
+                return
+
+    def turnOver(self, remaining: Iterator[Frame | RejectedFrame]) -> bool:
+        """
+        L{checkTurn} was set (and is cleared): whether the turn ended with
+        frames of the read still to handle, now deferred (L{framesDeferred}).
+        """
+        self.checkTurn = False
+        if self.turnEnded() and (rest := list(remaining)):
+            self.framesDeferred(rest)
+            return True
+        return False
 
     def turnEnded(self) -> bool:
         """Whether this read has had its share of the reactor (see L{checkTurn})."""
