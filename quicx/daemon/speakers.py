@@ -76,6 +76,8 @@ def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
         task.token,
         int(timeout * 1000),
         extras.failures,
+        # task.retries (extras.Retries's rule), read here without the
+        # descriptor's call: 470 instructions a version-2 delivery.
         task.home.policy.retries if extras.retries is None else extras.retries,
         extras.trace,
         None if saved is None else saved.state,

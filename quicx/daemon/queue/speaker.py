@@ -27,8 +27,6 @@ class Delivered(Protocol):
     attempts: int
     enqueued_at: float
     token: int
-    failures: int
-    retries: int
     extras: Extras | None
 
     @property
