@@ -459,22 +459,33 @@ def test_role_promote_asks_the_manager_to_campaign() -> None:
     assert answer == {"role": "standby", "epoch": 5, "primary": OTHER.client}
 
 
-def test_role_step_down_answers_once_the_manager_has_stepped_down() -> None:
-    clock = Clock()
+def stepping_down(clock: Clock) -> tuple[Shard, FakeManager, Conn]:
+    """A primary of epoch 4 whose admin has sent ROLE step-down (not answered yet)."""
     daemon = shard(clock)
     manager = daemon.node.manager = FakeManager()
     daemon.node.became_primary(4)
     admin = Conn(daemon.admin)
     admin.send(encode_role(RoleAction.STEP_DOWN))
-    assert admin.frames(clock) == [] and len(manager.steps) == 1
-    daemon.node.became_standby(Leader("b", "10.0.0.2:16381", "10.0.0.2:16400", 6))
-    manager.steps[0].callback(None)
+    return daemon, manager, admin
+
+
+def assert_stepped_down(daemon: Shard, admin: Conn, clock: Clock) -> None:
+    """The admin was answered INFO fenced at epoch 4, and the daemon left, demoted."""
     ((kind, body),) = admin.frames(clock)
     assert (kind, json.loads(body)) == (
         MessageType.INFO,
         {"role": "fenced", "epoch": 4, "primary": ""},
     )
     assert daemon.left == [EXIT_DEMOTED]
+
+
+def test_role_step_down_answers_once_the_manager_has_stepped_down() -> None:
+    clock = Clock()
+    daemon, manager, admin = stepping_down(clock)
+    assert admin.frames(clock) == [] and len(manager.steps) == 1
+    daemon.node.became_standby(Leader("b", "10.0.0.2:16381", "10.0.0.2:16400", 6))
+    manager.steps[0].callback(None)
+    assert_stepped_down(daemon, admin, clock)
 
 
 def test_role_step_down_is_answered_before_the_fenced_daemon_leaves() -> None:
@@ -482,20 +493,11 @@ def test_role_step_down_is_answered_before_the_fenced_daemon_leaves() -> None:
     # daemon leaves once the answer is made, not at the fence (it closed the
     # admin's connection unanswered before).
     clock = Clock()
-    daemon = shard(clock)
-    manager = daemon.node.manager = FakeManager()
-    daemon.node.became_primary(4)
-    admin = Conn(daemon.admin)
-    admin.send(encode_role(RoleAction.STEP_DOWN))
+    daemon, manager, admin = stepping_down(clock)
     daemon.node.fenced("stepped down")
     assert daemon.left == [] and daemon.node.state.role == "fenced"
     manager.steps[0].callback(None)
-    ((kind, body),) = admin.frames(clock)
-    assert (kind, json.loads(body)) == (
-        MessageType.INFO,
-        {"role": "fenced", "epoch": 4, "primary": ""},
-    )
-    assert daemon.left == [EXIT_DEMOTED]
+    assert_stepped_down(daemon, admin, clock)
 
 
 def test_role_step_down_of_a_standby_is_a_conflict() -> None:
@@ -508,11 +510,7 @@ def test_role_step_down_of_a_standby_is_a_conflict() -> None:
 
 def test_role_failures_are_answered() -> None:
     clock = Clock()
-    daemon = shard(clock)
-    manager = daemon.node.manager = FakeManager()
-    daemon.node.became_primary(4)
-    admin = Conn(daemon.admin)
-    admin.send(encode_role(RoleAction.STEP_DOWN))
+    _, manager, admin = stepping_down(clock)
     manager.steps[0].errback(RuntimeError("the lease store did not answer"))
     ((kind, body),) = admin.frames(clock)
     assert kind == MessageType.ERROR
