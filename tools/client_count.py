@@ -221,7 +221,11 @@ def main(argv: list[str]) -> None:
     if not args or args[0] not in WORKLOADS:
         raise SystemExit(f"usage: python -m tools.client_count [--count] {'|'.join(WORKLOADS)} [N]")
     workload = args[0]
-    tasks = int(args[1]) if len(args) > 1 else 20_000
+    tasks = 20_000
+    if len(args) > 1:
+        if not args[1].isdigit() or int(args[1]) < 1:
+            raise SystemExit(f"tools.client_count: N counts tasks, 1 or more, not {args[1]!r}")
+        tasks = int(args[1])
     if count:
         once, twice = instructions(workload, tasks), instructions(workload, 2 * tasks)
         print(f"{workload}: {(twice - once) / tasks:,.0f} instructions a task")
