@@ -125,6 +125,8 @@ def test_fractional_percentages() -> None:
         ("[limits]\nmax_credits = 65536\n", "f:2: max_credits: 65536 is out of range"),
         ("[limits]\nmonitor_slice = 0\n", "f:2: monitor_slice: 0 seconds is out of range"),
         ("[limits]\nmonitor_slice = 2\n", "f:2: monitor_slice: 2 seconds is out of range"),
+        ("[limits]\nread_slice = 4095\n", "f:2: read_slice: 4095 is out of range (4K to 1G)"),
+        ("[limits]\nread_slice = 2G\n", "f:2: read_slice: 2G is out of range (4K to 1G)"),
         (
             "[server]\nheartbeat_interval = 10\nheartbeat_timeout = 5\n",
             "f:3: heartbeat_timeout (5 s) must be longer than heartbeat_interval (10 s)",
@@ -178,6 +180,7 @@ EVERY_FLAG_CHANGED = config.with_settings(
     max_connections=10,
     first_frame_timeout=2,
     monitor_slice=0.01,
+    read_slice=8192,
     max_type_length=20,
     max_reason_length=100,
     max_output_buffer=8192,

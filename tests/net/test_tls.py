@@ -423,3 +423,36 @@ def test_the_control_socket_reads_as_an_admin_under_role_lists(
         pytest.raises(InvalidMessage, match="identity 'alice' may not act as a monitor"),
     ):
         alice.queues()
+
+
+def test_a_pipelined_flood_is_answered_whole_and_in_order_over_tcp_and_tls(
+    tmp_path: Path, start_daemon, pki
+) -> None:
+    """
+    Reads far past C{[limits] read_slice} (4 KiB here) are decoded a slice a
+    turn: every frame of a 300 KB flood is answered, in order, over a plain
+    listener and over TLS (whose transport hands on what it has decrypted
+    while the connection waits for its next turn).
+    """
+    cert, key = pki["server"]
+    conf = tmp_path / "sliced.conf"
+    conf.write_text(
+        "[server]\nlisten = tcp:0:interface=127.0.0.1\nlisten = tls:0:interface=127.0.0.1\n"
+        f"[tls]\ncertificate = {cert}\nprivate_key = {key}\n[limits]\nread_slice = 4096\n"
+    )
+    daemon: DaemonProcess = start_daemon(f"--config={conf}")
+    log = daemon.wait_for_log("(tcp:", timeout=30) + daemon.wait_for_log("(tls:", timeout=30)
+    context = ssl.create_default_context(cafile=str(pki["ca"].path))
+    flood = wire.encode_heartbeat() * 50_000 + wire.encode_submit(b"t", b"x")
+    for task_id, kind in enumerate(("tcp:", "tls:"), start=1):
+        expected = wire.encode_pong() * 50_000 + wire.encode_ok(task_id)
+        raw = socket.create_connection(("127.0.0.1", listening_port(log, kind)), timeout=30)
+        with (
+            context.wrap_socket(raw, server_hostname="localhost") if kind == "tls:" else raw as sock
+        ):
+            sock.sendall(flood)
+            answered = b""
+            while len(answered) < len(expected):
+                answered += sock.recv(1 << 20) or b"<closed>"
+                assert not answered.endswith(b"<closed>"), kind
+        assert answered == expected, kind

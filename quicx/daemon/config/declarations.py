@@ -137,6 +137,9 @@ LIMITS = section("limits", Limits, "",
     key("monitor_slice", seconds(high=1.0, low=0.0001),
         "Seconds of the event loop one connection's monitor queries (INSPECT, PEEK, QUEUES, "
         "...) may hold in a turn before the rest wait for the next."),
+    key("read_slice", integer(4096, 1 << 30, size=True),
+        "Bytes of one connection's input handled in one turn of the event loop; the rest of "
+        "what was read waits for the next turn, so other connections are served in between."),
     key("max_type_length", integer(1, MAX_TYPE_LENGTH, size=True),
         "The longest task type a SUBMIT may name, in bytes."),
     key("max_reason_length", integer(1, 1 << 20, size=True),

@@ -157,6 +157,10 @@ class Limits:
     @ivar monitor_slice: seconds of the reactor one connection's monitor
         queries may hold in a turn; the rest of what it sent waits for the
         next turn, so that other connections are served in between.
+    @ivar read_slice: bytes of one connection's input handled in a turn; the
+        rest of a read (up to C{max_output_buffer}: Twisted reads its transport's
+        buffer size) waits for the next turn, so that a pipelined flood's frames
+        are decoded a slice at a time, not a megabyte at once.
     @ivar max_worker_types: the most task types one worker's ANNOUNCE may name.
     @ivar terminate_grace: seconds a terminated worker has to close its
         connection before the daemon closes it.
@@ -169,6 +173,7 @@ class Limits:
     max_output_buffer: int = 1 << 20
     max_credits: int = 1024
     monitor_slice: float = 0.002
+    read_slice: int = 1 << 16
     max_worker_types: int = 256
     terminate_grace: float = 5.0
 

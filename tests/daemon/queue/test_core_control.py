@@ -387,3 +387,66 @@ def test_a_connection_lost_with_frames_waiting_drops_them() -> None:
     server.connectionLost(Failure(ConnectionDone()))
     clock.advance(0)
     assert answers(transport) == []
+
+
+# -- a long read is decoded a slice a turn --------------------------------------------------
+
+
+def sliced_connection(read_slice: int) -> tuple[Clock, StringTransport, Any]:
+    """A daemon connection on a Clock that decodes C{read_slice} bytes of its input a turn."""
+    clock = Clock()
+    factory = QuicxServerFactory(make_queue(clock), clock, Limits(read_slice=read_slice))
+    server = factory.buildProtocol(None)
+    transport = StringTransport()
+    server.makeConnection(transport)
+    return clock, transport, server
+
+
+def test_a_read_past_its_slice_is_decoded_a_slice_a_turn_in_order() -> None:
+    """
+    A read longer than C{[limits] read_slice} is decoded from the next
+    turn on, a slice a turn (the connection unread until the last), and
+    frames cut by a slice's end are whole in the next.
+    """
+    clock, transport, server = sliced_connection(4096)
+    heartbeat = link.HEARTBEAT_FRAME
+    server.dataReceived(heartbeat * 2000)  # 12,000 bytes: three slices
+    assert answers(transport) == []
+    turns = []
+    while transport.producerState == "paused":
+        next_turn(clock)
+        turns.append(answers(transport))
+    pong = codec.MessageType.PONG
+    assert turns == [[pong] * (4096 // 6), [pong] * (8192 // 6 - 4096 // 6), [pong] * 635]
+    assert clock.getDelayedCalls() == []
+
+
+def test_a_read_within_its_slice_is_handled_in_its_own_turn() -> None:
+    _, transport, server = sliced_connection(4096)
+    server.dataReceived(link.HEARTBEAT_FRAME * 682)  # 4,092 bytes
+    assert answers(transport) == [codec.MessageType.PONG] * 682
+    assert transport.producerState == "producing"
+
+
+def test_the_rest_of_a_read_waits_while_the_output_is_over_its_limit() -> None:
+    """
+    Once the connection's output passes C{max_output_buffer} (its transport
+    pauses it), the rest of the read waits until the output drains, and what
+    a TLS transport reads meanwhile comes after it.
+    """
+    clock, transport, server = sliced_connection(4096)
+    server.dataReceived(link.HEARTBEAT_FRAME * 1000 + admin.encode_queues())
+    next_turn(clock)
+    assert len(answers(transport)) == 4096 // 6
+    server.pauseProducing()  # as the transport does past max_output_buffer
+    next_turn(clock)
+    assert answers(transport) == []
+    assert clock.getDelayedCalls() == []
+    server.dataReceived(link.HEARTBEAT_FRAME)  # read ahead by a TLS transport
+    next_turn(clock)
+    assert answers(transport) == []
+    server.resumeProducing()
+    while transport.producerState == "paused":
+        next_turn(clock)
+    pong, info = codec.MessageType.PONG, codec.MessageType.INFO
+    assert answers(transport) == [pong] * (1000 - 4096 // 6) + [info, pong]
