@@ -163,12 +163,8 @@ class QuicxServerProtocol(FrameReceiver):
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         if self._first_frame_deadline is not None and self._first_frame_deadline.active():
             self._first_frame_deadline.cancel()
-        if self._later is not None:
-            self._later.cancel()
-            self._later = None
+        self._drop_input()
         super().connectionLost(reason)
-        self._deferred = None
-        self._unread, self._unread_at = b"", 0
         if self.session is not None:
             self.queue.close_session(self.session)
             # The session and this protocol referred to each other: a cycle
@@ -222,7 +218,18 @@ class QuicxServerProtocol(FrameReceiver):
         self._output.send(data)
 
     def disconnect(self) -> None:
+        # Nothing more of its input is handled: a TCP abort neither sets
+        # disconnecting nor calls connectionLost before a later turn.
+        self._drop_input()
         self.transport.abortConnection()
+
+    def _drop_input(self) -> None:
+        """Forget what is left of the input: the connection is closing."""
+        if self._later is not None:
+            self._later.cancel()
+            self._later = None
+        self._deferred = None
+        self._unread, self._unread_at = b"", 0
 
     # -- frames --------------------------------------------------------------------
 
@@ -237,6 +244,8 @@ class QuicxServerProtocol(FrameReceiver):
             # slice a turn from the next (see _next_turn).  A megabyte of
             # 6-byte HEARTBEATs decoded at once was 175,000 frames: RSS 20 MiB
             # up, which the allocators kept after.
+            if self.transport.disconnecting:
+                return  # refused: closing (a TLS transport must go on reading)
             self._unread = self._unread[self._unread_at :] + data
             self._unread_at = 0
             self._wait()
@@ -291,6 +300,15 @@ class QuicxServerProtocol(FrameReceiver):
         output is over C{max_output_buffer} (L{resumeProducing} goes on).
         """
         self._later = None
+        try:
+            self._handle_turn()
+        except Exception:
+            # As Twisted does for dataReceived: log it and close, rather than
+            # drop the rest of a slice or stay paused for good.
+            self.log.failure("handling {peer}'s frames", peer=self.peer_name)
+            self.disconnect()
+
+    def _handle_turn(self) -> None:
         session = self.session
         assert session is not None  # connectionLost cancels this call
         self.now = self._clock()
@@ -384,9 +402,12 @@ class QuicxServerProtocol(FrameReceiver):
             )
             self.frameRejected(ErrorCode.INVALID_MESSAGE, str(e))
             self._output.flush()
-            # A TLS transport will not close while a producer is registered.
+            # A TLS transport will not close while a producer is registered,
+            # nor before it reads the peer's close_notify: reading resumes.
+            self._drop_input()
             self.transport.unregisterProducer()
             self.transport.loseConnection()
+            self.transport.resumeProducing()
 
     # -- what the handlers ask of it (a handlers.connection.Connection) --------------
 

@@ -456,3 +456,41 @@ def test_a_pipelined_flood_is_answered_whole_and_in_order_over_tcp_and_tls(
                 answered += sock.recv(1 << 20) or b"<closed>"
                 assert not answered.endswith(b"<closed>"), kind
         assert answered == expected, kind
+
+
+@pytest.mark.parametrize(
+    ("limits", "flood"),
+    [
+        # The refused SUBMIT in a read's second slice.
+        (
+            "read_slice = 4096",
+            wire.encode_heartbeat() * 1000
+            + wire.encode_submit(b"t", b"x")
+            + wire.encode_heartbeat(),
+        ),
+        # The refused SUBMIT behind monitor queries past their slice.
+        ("monitor_slice = 0.0001", wire.encode_stats() * 300 + wire.encode_submit(b"t", b"x")),
+    ],
+)
+def test_a_tls_connection_refused_in_a_later_turn_is_closed(
+    tmp_path: Path, start_daemon, pki, limits: str, flood: bytes
+) -> None:
+    """
+    A TLS peer refused for its role in a later turn of its read (the
+    connection unread meanwhile) is closed at the TCP level too: the daemon
+    goes on reading until the peer's close_notify (it stayed open until
+    the heartbeat timeout).
+    """
+    extra = MTLS.format(ca=pki["ca"].path) + f"[limits]\n{limits}\n"
+    port = tls_daemon(tmp_path, start_daemon, pki["server"], extra)
+    context = ssl.create_default_context(cafile=str(pki["ca"].path))
+    context.load_cert_chain(*pki["carol"])  # type: ignore[misc]  # a monitor, not a producer
+    raw = socket.create_connection(("127.0.0.1", port), timeout=30)
+    with context.wrap_socket(raw, server_hostname="localhost") as sock:
+        sock.sendall(flood)
+        answered = b""
+        while chunk := sock.recv(1 << 16):  # until the daemon's close_notify
+            answered += chunk
+        assert b"may not act as a producer" in answered
+        plain = sock.unwrap()  # our close_notify
+        assert plain.recv(1) == b""  # the daemon closed the TCP connection

@@ -450,3 +450,71 @@ def test_the_rest_of_a_read_waits_while_the_output_is_over_its_limit() -> None:
         next_turn(clock)
     pong, info = codec.MessageType.PONG, codec.MessageType.INFO
     assert answers(transport) == [pong] * (1000 - 4096 // 6) + [info, pong]
+
+
+class TcpLikeTransport(StringTransport):
+    """
+    A StringTransport whose abort is TCP's: C{disconnecting} stays false and
+    C{connectionLost} comes in a later turn (twisted.internet.tcp._AbortingMixin).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.aborted = False
+
+    def abortConnection(self) -> None:
+        if not self.aborted:
+            self.aborted = True
+            self.clock.callLater(0, self.protocol.connectionLost, Failure(ConnectionDone()))
+
+
+def test_a_dropped_connection_handles_nothing_more_of_its_read() -> None:
+    """
+    Once the daemon drops a connection (heartbeat silence, a terminated
+    worker's grace, a change of role), the rest of its read is not handled:
+    it was, a slice, before connectionLost came.
+    """
+    clock = Clock()
+    factory = QuicxServerFactory(make_queue(clock), clock, Limits(read_slice=4096))
+    server = factory.buildProtocol(None)
+    transport = TcpLikeTransport(clock)
+    server.makeConnection(transport)
+    transport.protocol = server
+    server.dataReceived(link.HEARTBEAT_FRAME * 2000)
+    next_turn(clock)
+    assert len(answers(transport)) == 4096 // 6
+    server.disconnect()
+    next_turn(clock)
+    assert answers(transport) == []
+    assert server.session is None
+    assert clock.getDelayedCalls() == []
+
+
+def test_a_handler_failing_in_a_later_turn_closes_the_connection() -> None:
+    """
+    A handler's unexpected exception in a later turn closes the connection,
+    as Twisted does for one in dataReceived (the reactor would log it, and
+    the connection would go on without the rest of the slice, or stay
+    paused for good).
+    """
+    clock = Clock()
+    factory = QuicxServerFactory(make_queue(clock), clock, Limits(read_slice=4096))
+    heartbeat = factory.handlers_v1[wire.MessageType.HEARTBEAT]
+    handled = []
+
+    def failing(connection: Any, payload: bytes) -> None:
+        handled.append(payload)
+        if len(handled) == 1990:
+            raise RuntimeError("a handler's bug")
+        heartbeat(connection, payload)
+
+    factory.handlers_v1 = {**factory.handlers_v1, wire.MessageType.HEARTBEAT: failing}
+    server = factory.buildProtocol(None)
+    transport = StringTransport()
+    server.makeConnection(transport)
+    server.dataReceived(wire.encode_heartbeat() * 2000)
+    while clock.getDelayedCalls():
+        next_turn(clock)
+    assert len(answers(transport)) == 1989
+    assert transport.disconnecting
