@@ -484,7 +484,7 @@ def test_a_tls_connection_refused_in_a_later_turn_is_closed(
     extra = MTLS.format(ca=pki["ca"].path) + f"[limits]\n{limits}\n"
     port = tls_daemon(tmp_path, start_daemon, pki["server"], extra)
     context = ssl.create_default_context(cafile=str(pki["ca"].path))
-    context.load_cert_chain(*pki["carol"])  # type: ignore[misc]  # a monitor, not a producer
+    context.load_cert_chain(*pki["carol"])  # a monitor, not a producer
     raw = socket.create_connection(("127.0.0.1", port), timeout=30)
     with context.wrap_socket(raw, server_hostname="localhost") as sock:
         sock.sendall(flood)
