@@ -43,8 +43,6 @@ class Task(WithExtras):
         FINISHED once its outcome is decided (a task taken back at its
         timeout can still be at another worker when the first outcome
         arrives).
-    @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
-        it waits in its producer's L{Session.replies}.
     @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
     @ivar token: the fencing token of its current (or last) delivery.
     @ivar ticket: its place in its queue's FIFO while queued (see
@@ -67,7 +65,6 @@ class Task(WithExtras):
     dispatched_at: float = 0.0
     holder: Session | None = None
     state: TaskState = PENDING
-    reply: bytes | None = None
     due: float = 0.0
     token: int = 0
     ticket: int = 0
@@ -79,6 +76,19 @@ class Task(WithExtras):
     def accepted(self) -> bool:
         """Its SUBMIT was answered OK (its record is durable)."""
         return self.state is not PENDING
+
+    @property
+    def reply(self) -> bytes | None:
+        """
+        The answer to its SUBMIT once decided, while it waits in its
+        producer's L{Session.replies}: OK once accepted (not kept: derived from
+        its state; a refused task's ERROR takes its place there instead, see
+        L{quicx.daemon.queue.journal_side.refused}).
+        """
+        producer = self.producer
+        if self.state is PENDING or producer is None:
+            return None
+        return producer.speaker.ok(self.task_id)
 
     @property
     def queue(self) -> str:
