@@ -205,7 +205,6 @@ class Admission:
         given: the hot path): its keys, due time, retries, backoff, progress,
         trace; its outcome kept C{result_ttl} seconds; it joins C{joined}.
         """
-        task.due = due
         key, fairness, backoff, trace = (
             options.key,
             options.fairness,
@@ -224,7 +223,10 @@ class Admission:
                 forward_progress=progress,
                 trace=trace,
                 deadline=deadline,
+                due=due,
             )
+        elif due:
+            task.extras = Extras(due=due)  # (kept in its extras, as its other rare fields)
         if options.retries is not None:  # (kept in its extras when not its queue's)
             task.retries = options.retries
         if options.result_ttl is not None:

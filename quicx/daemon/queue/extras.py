@@ -66,6 +66,8 @@ class Extras:
     @ivar retries: how many times its failures are retried, when its own
         (its SUBMIT's, or its queue's when it came back from the journal or
         moved); C{None}: its queue's (L{Retries}).
+    @ivar due: when it runs, while it is delayed (Unix seconds; 0: not
+        delayed): a delayed SUBMIT's, a retry's backoff, a debounce's window.
     """
 
     key: bytes | None = None
@@ -86,6 +88,7 @@ class Extras:
     deadline: float = 0.0
     failures: int = 0
     retries: int | None = None
+    due: float = 0.0
 
 
 NO_EXTRAS = Extras()
@@ -198,6 +201,7 @@ class WithExtras:
     deadline: float
     failures: int
     retries: int
+    due: float
 
 
 for _name in fields_dict(Extras):

@@ -28,7 +28,7 @@ class Task(WithExtras):
 
     The payload is not here: it lives in PMAD block C{block}.  Its rare
     fields (keys, a deadline, a checkpoint, what it waits for, its failures,
-    retries of its own, ...) are in its L{Extras}, if it has any, and read
+    retries of its own, its due time while delayed, ...) are in its L{Extras}, if it has any, and read
     as its own attributes (its C{retries}: its queue's, unless its own).
 
     @ivar producer: the session that submitted it, told of the outcome;
@@ -43,7 +43,6 @@ class Task(WithExtras):
         FINISHED once its outcome is decided (a task taken back at its
         timeout can still be at another worker when the first outcome
         arrives).
-    @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
     @ivar token: the fencing token of its current (or last) delivery.
     @ivar ticket: its place in its queue's FIFO while queued (see
         L{quicx.daemon.queue.queues.Level}).
@@ -65,7 +64,6 @@ class Task(WithExtras):
     dispatched_at: float = 0.0
     holder: Session | None = None
     state: TaskState = PENDING
-    due: float = 0.0
     token: int = 0
     ticket: int = 0
     extras: Extras | None = None
