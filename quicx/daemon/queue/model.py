@@ -28,8 +28,10 @@ class Task(WithExtras):
 
     The payload is not here: it lives in PMAD block C{block}.  Its rare
     fields (keys, a deadline, a checkpoint, what it waits for, its failures,
-    retries of its own, its due time while delayed, ...) are in its L{Extras}, if it has any, and read
-    as its own attributes (its C{retries}: its queue's, unless its own).
+    retries of its own, its due time while delayed, ...) are in its
+    L{Extras}, if it has any, and read as its own attributes (its
+    C{retries}: its queue's, unless its own).  Its SUBMIT's answer is not
+    kept either (L{reply}).
 
     @ivar producer: the session that submitted it, told of the outcome;
         C{None} for a task recovered from the journal.
