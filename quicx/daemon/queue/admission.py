@@ -17,7 +17,7 @@ from typing import Protocol
 
 from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.extras import Extras
+from quicx.daemon.queue.extras import DueOnly, Extras
 from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
@@ -226,7 +226,7 @@ class Admission:
                 due=due,
             )
         elif due:
-            task.extras = Extras(due=due)  # (kept in its extras, as its other rare fields)
+            task.extras = DueOnly(due=due)  # (its one rare field: see DueOnly)
         if options.retries is not None:  # (kept in its extras when not its queue's)
             task.retries = options.retries
         if options.result_ttl is not None:
