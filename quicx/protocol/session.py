@@ -49,7 +49,9 @@ class ProtocolViolation(Exception):
 class Pending(Protocol):
     """A request whose answer may not be decided yet: a SUBMIT being journaled."""
 
-    reply: bytes | None
+    @property
+    def reply(self) -> bytes | None:
+        """Its answer, once decided."""
 
 
 T = TypeVar("T", bound=Pending)
@@ -132,9 +134,9 @@ class Session(Generic[T]):
             head = replies[0]
             if isinstance(head, bytes):
                 send(head)
-            elif head.reply is not None:
-                send(head.reply)
-                head.reply = None
             else:
-                return
+                reply = head.reply  # (read once: a task's is made as it is read)
+                if reply is None:
+                    return
+                send(reply)
             replies.popleft()

@@ -28,6 +28,9 @@ class RareFields(Protocol):
     """
 
     @property
+    def due(self) -> float: ...
+
+    @property
     def failures(self) -> int: ...
 
     @property

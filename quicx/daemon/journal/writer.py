@@ -606,19 +606,16 @@ def _submit_record(task: Record, payload: bytes) -> bytes:
     for one with its producer's trace context.
     """
     extras = task.extras  # (its rare fields, read once: a plain task has none)
-    if (
-        task.due
-        or task.retries
-        or (
-            extras is not None
-            and (
-                extras.failures
-                or extras.backoff is not None
-                or extras.keep_for
-                or extras.group
-                or extras.trace is not None
-                or extras.after is not None
-            )
+    if task.retries or (
+        extras is not None
+        and (
+            extras.due
+            or extras.failures
+            or extras.backoff is not None
+            or extras.keep_for
+            or extras.group
+            or extras.trace is not None
+            or extras.after is not None
         )
     ):
         return encode_submit3(task, payload)

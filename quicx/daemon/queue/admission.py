@@ -17,7 +17,7 @@ from typing import Protocol
 
 from quicx.daemon.journal.interface import KeyEntry
 from quicx.daemon.queue import pmad
-from quicx.daemon.queue.extras import Extras
+from quicx.daemon.queue.extras import DueOnly, Extras
 from quicx.daemon.queue.groups import Group
 from quicx.daemon.queue.ikernel import IKernel
 from quicx.daemon.queue.model import Duplicate, Refused, Session, Task
@@ -205,7 +205,6 @@ class Admission:
         given: the hot path): its keys, due time, retries, backoff, progress,
         trace; its outcome kept C{result_ttl} seconds; it joins C{joined}.
         """
-        task.due = due
         key, fairness, backoff, trace = (
             options.key,
             options.fairness,
@@ -224,7 +223,10 @@ class Admission:
                 forward_progress=progress,
                 trace=trace,
                 deadline=deadline,
+                due=due,
             )
+        elif due:
+            task.extras = DueOnly(due=due)  # (its one rare field: see DueOnly)
         if options.retries is not None:  # (kept in its extras when not its queue's)
             task.retries = options.retries
         if options.result_ttl is not None:

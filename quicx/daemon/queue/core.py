@@ -340,7 +340,8 @@ class QueueService(Service):
         if extras is not None and extras.after is not None:  # it waits for other tasks first
             self.dependencies.accept(task)
             return
-        task.state = DELAYED if task.due else QUEUED  # move(), inlined: the hot path
+        due = 0.0 if extras is None else extras.due  # (a rare field: see Extras)
+        task.state = DELAYED if due else QUEUED  # move(), inlined: the hot path
         task.tally.submitted += 1
         for accepted in self._on_accepted:
             accepted(task)
@@ -353,8 +354,8 @@ class QueueService(Service):
             else:
                 producer.peer.sendFrame(ok)
         queue = task.home
-        if task.due:
-            self._delay(task, task.due)
+        if due:
+            self._delay(task, due)
             return
         if queue.idle and self.dispatcher.hand_new(task, queue):
             return

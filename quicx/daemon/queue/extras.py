@@ -66,6 +66,8 @@ class Extras:
     @ivar retries: how many times its failures are retried, when its own
         (its SUBMIT's, or its queue's when it came back from the journal or
         moved); C{None}: its queue's (L{Retries}).
+    @ivar due: when it runs, while it is delayed (Unix seconds; 0: not
+        delayed): a delayed SUBMIT's, a retry's backoff, a debounce's window.
     """
 
     key: bytes | None = None
@@ -86,6 +88,7 @@ class Extras:
     deadline: float = 0.0
     failures: int = 0
     retries: int | None = None
+    due: float = 0.0
 
 
 NO_EXTRAS = Extras()
@@ -94,6 +97,42 @@ NO_EXTRAS = Extras()
 
 class HasExtras(Protocol):
     extras: Extras | None
+
+
+class _DueOnly:
+    """
+    The rare fields of a task whose only one is its due time (a delayed
+    SUBMIT's, most often): 40 B where an L{Extras} is 184, and cheaper to
+    make.  Every other field reads its default (a class attribute, set
+    below); setting one gives the task a whole L{Extras} in its place
+    (L{Extra}, L{Retries}).  Code that sets a field of C{task.extras} itself
+    does so only where the field is not its default, so never on one of these.
+    """
+
+    __slots__ = ("due",)
+
+    def __init__(self, due: float) -> None:
+        self.due = due
+
+
+for _name, _field in fields_dict(Extras).items():
+    if _name != "due":
+        setattr(_DueOnly, _name, _field.default)
+
+if TYPE_CHECKING:
+    DueOnly = Extras  # to its readers it is one: every field reads as an Extras'
+else:
+    DueOnly = _DueOnly
+
+
+def _whole(task: HasExtras) -> Extras:
+    """The task's L{Extras}, made (or made whole, from a L{DueOnly}) to set a field of."""
+    extras = task.extras
+    if extras is None:
+        extras = task.extras = Extras()
+    elif isinstance(extras, _DueOnly):
+        extras = task.extras = Extras(due=extras.due)
+    return extras
 
 
 class Extra:
@@ -118,10 +157,10 @@ class Extra:
 
     def __set__(self, task: HasExtras, value: object) -> None:
         extras = task.extras
-        if extras is None:
-            if value is self.default or value == self.default:
-                return
-            extras = task.extras = Extras()
+        if extras is None and (value is self.default or value == self.default):
+            return
+        if extras is None or (isinstance(extras, _DueOnly) and self.name != "due"):
+            extras = _whole(task)
         setattr(extras, self.name, value)
 
 
@@ -162,11 +201,9 @@ class Retries:
 
     def __set__(self, task: Homed, value: int) -> None:
         extras = task.extras
-        if extras is None:
-            if value == task.home.policy.retries:
-                return
-            extras = task.extras = Extras()
-        extras.retries = value
+        if extras is None and value == task.home.policy.retries:
+            return
+        _whole(task).retries = value
 
 
 class WithExtras:
@@ -198,6 +235,7 @@ class WithExtras:
     deadline: float
     failures: int
     retries: int
+    due: float
 
 
 for _name in fields_dict(Extras):

@@ -142,8 +142,7 @@ def accepted(kernel: IKernel, tasks: list[Task]) -> None:
             accepted(task)
         producer = task.producer
         if producer is not None:  # None: a schedule's task
-            task.reply = producer.speaker.ok(task.task_id)
-            producers[producer] = None
+            producers[producer] = None  # (its OK: its reply, now that it is accepted)
         for waiting in kernel.duplicates_waiting.pop(task.task_id, ()):
             waiting.reply = waiting.session.speaker.duplicate_ok(task.task_id)
             producers[waiting.session] = None
@@ -204,7 +203,10 @@ def refused(kernel: IKernel, tasks: list[Task], reason: str, in_doubt: bool) -> 
             if isinstance(request, Duplicate):
                 request.reply = error
             else:
-                task.reply = error
+                # Its ERROR in its place among the answers (a task's reply is
+                # its OK once accepted: it keeps none of its own).
+                replies = session.replies
+                replies[replies.index(task)] = error
             session.send_decided()
 
 

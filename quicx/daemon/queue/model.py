@@ -28,8 +28,10 @@ class Task(WithExtras):
 
     The payload is not here: it lives in PMAD block C{block}.  Its rare
     fields (keys, a deadline, a checkpoint, what it waits for, its failures,
-    retries of its own, ...) are in its L{Extras}, if it has any, and read
-    as its own attributes (its C{retries}: its queue's, unless its own).
+    retries of its own, its due time while delayed, ...) are in its
+    L{Extras}, if it has any, and read as its own attributes (its
+    C{retries}: its queue's, unless its own).  Its SUBMIT's answer is not
+    kept either (L{reply}).
 
     @ivar producer: the session that submitted it, told of the outcome;
         C{None} for a task recovered from the journal.
@@ -43,9 +45,6 @@ class Task(WithExtras):
         FINISHED once its outcome is decided (a task taken back at its
         timeout can still be at another worker when the first outcome
         arrives).
-    @ivar reply: the answer to its SUBMIT (OK or ERROR) once decided, while
-        it waits in its producer's L{Session.replies}.
-    @ivar due: when a delayed task runs (Unix seconds; 0: not delayed).
     @ivar token: the fencing token of its current (or last) delivery.
     @ivar ticket: its place in its queue's FIFO while queued (see
         L{quicx.daemon.queue.queues.Level}).
@@ -67,8 +66,6 @@ class Task(WithExtras):
     dispatched_at: float = 0.0
     holder: Session | None = None
     state: TaskState = PENDING
-    reply: bytes | None = None
-    due: float = 0.0
     token: int = 0
     ticket: int = 0
     extras: Extras | None = None
@@ -79,6 +76,19 @@ class Task(WithExtras):
     def accepted(self) -> bool:
         """Its SUBMIT was answered OK (its record is durable)."""
         return self.state is not PENDING
+
+    @property
+    def reply(self) -> bytes | None:
+        """
+        The answer to its SUBMIT once decided, while it waits in its
+        producer's L{Session.replies}: OK once accepted (not kept: derived from
+        its state; a refused task's ERROR takes its place there instead, see
+        L{quicx.daemon.queue.journal_side.refused}).
+        """
+        producer = self.producer
+        if self.state is PENDING or producer is None:
+            return None
+        return producer.speaker.ok(self.task_id)
 
     @property
     def queue(self) -> str:
