@@ -106,6 +106,9 @@ def spark() -> Iterator:
         .appName("quicx-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
+        # The JIT's first tier only, and one garbage-collector thread: the suite's
+        # Spark jobs are small, and C2 compiling their code cost more CPU than it saved.
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
