@@ -61,7 +61,22 @@ def _cancelled_v1(task_id: int) -> bytes:
 
 
 def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
-    extras = task.extras or NO_EXTRAS  # its rare fields, read once
+    extras = task.extras
+    if extras is None and task.token and not task.home.policy.retries:
+        # No rare field, no retries: a token and a lease, the common context
+        # (what encode_delivery makes of them, without reading each).
+        return taskflow.encode_plain_delivery(
+            task.task_id,
+            task.task_type,
+            payload,
+            queue_header,
+            task.priority,
+            task.attempts,
+            int(task.enqueued_at * 1000),
+            task.token,
+            int(timeout * 1000),
+        )
+    extras = extras or NO_EXTRAS  # its rare fields, read once
     saved = extras.checkpoint
     return taskflow.encode_delivery(
         task.task_id,

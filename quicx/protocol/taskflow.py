@@ -146,6 +146,9 @@ class SubmitOptions:
     @ivar routing_only: no option but a queue and a priority is given (made
         from the others, not an option: the daemon's SUBMIT path reads no
         other then).
+    @ivar timed: no option but a queue, a priority, a delay and a deadline
+        to start, one of those two at least (made from the others: the
+        daemon's plain path takes these too, reading no other).
     """
 
     queue: str | None = None
@@ -166,13 +169,21 @@ class SubmitOptions:
     debounce: start_options.Debounce | None = None
     expires: start_options.Expires | None = None
     routing_only: bool = field(init=False, repr=False, eq=False)
+    timed: bool = field(init=False, repr=False, eq=False)
 
     @routing_only.default
     def _routing_only(self) -> bool:
+        return self.delay_ms is None and self.expires is None and self._no_other()
+
+    @timed.default
+    def _timed(self) -> bool:
+        return not self.routing_only and self._no_other()
+
+    def _no_other(self) -> bool:
+        """No option is given but a queue, a priority, a delay and a deadline to start."""
         return (
             self.key is None
             and self.fairness is None
-            and self.delay_ms is None
             and self.run_at_ms is None
             and self.retries is None
             and self.backoff is None
@@ -183,7 +194,6 @@ class SubmitOptions:
             and self.after is None
             and self.after_group is None
             and self.debounce is None
-            and self.expires is None
         )
 
     def encode(self) -> bytes:
@@ -551,6 +561,27 @@ def encode_delivery(  # noqa: PLR0913
         return encode_task(
             task_id, task_type, payload, queue_header, priority, attempt, enqueued_ms, context
         )
+    return encode_plain_delivery(
+        task_id, task_type, payload, queue_header, priority, attempt, enqueued_ms, token, lease_ms
+    )
+
+
+def encode_plain_delivery(
+    task_id: int,
+    task_type: bytes,
+    payload: bytes,
+    queue_header: bytes,
+    priority: int,
+    attempt: int,
+    enqueued_ms: int,
+    token: int,
+    lease_ms: int,
+) -> bytes:
+    """
+    L{encode_delivery} of the common delivery: its context a C{token} (not
+    0) and a lease alone (no key, no retries, no failures, no trace, no
+    checkpoint, no parents).
+    """
     layout = _DELIVERY_LAYOUTS.get((queue_header, task_type))
     if layout is None:
         middle = queue_header + bytes((len(task_type),)) + task_type
@@ -605,7 +636,8 @@ WAIT_FRAME = frame(MessageType.WAIT)
 
 
 _OPTIONS: dict[bytes, SubmitOptions] = {}
-"""SUBMIT options already decoded of a queue and a priority only: they repeat."""
+"""SUBMIT options already decoded of a queue and a priority only, or with a
+delay or a deadline to start from now (L{SubmitOptions.timed}): they repeat."""
 _REPEATED: dict[bytes, SubmitOptions] = {}
 """SUBMIT options already decoded that repeat from task to task (no key, time
 to run at or group)."""
@@ -615,7 +647,8 @@ def submit_fields(payload: bytes) -> tuple[bytes, bytes, SubmitOptions] | None:
     """
     A SUBMIT's task type, payload and options, without building a
     L{Submit} (the daemon decodes one per task), when it has no option but
-    a queue and a priority and its options were seen before; C{None}
+    a queue and a priority (or with a delay or a deadline to start from now:
+    L{SubmitOptions.timed}) and its options were seen before; C{None}
     otherwise, and for a malformed one: L{decode_submit} then decodes it,
     or says what is wrong.
     """
@@ -692,8 +725,11 @@ def decode_options(payload: bytes, start: int, end: int) -> SubmitOptions:
 
 def _remember(raw: bytes, options: SubmitOptions) -> None:
     """Keep C{options}, decoded from C{raw}, if they are of the kind that repeats."""
-    # Options of a queue and a priority only: the common SUBMIT's.
-    if len(_OPTIONS) < CACHE_SIZE and options == SubmitOptions(options.queue, options.priority):
+    # Options of a queue and a priority only, the common SUBMIT's; or with a
+    # delay or a deadline from now, which the daemon's plain path takes too.
+    expires = options.expires
+    plain = options.routing_only or (options.timed and (expires is None or not expires.at))
+    if plain and len(_OPTIONS) < CACHE_SIZE:
         _OPTIONS[raw] = options
     repeats = (
         options.key is None

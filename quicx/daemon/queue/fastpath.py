@@ -24,7 +24,7 @@ from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.model import Session, Task
-from quicx.daemon.queue.state import FINISHED, QUEUED
+from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED
 from quicx.protocol import taskflow
 from quicx.protocol.codec import MAX_TASK_ID
 from quicx.protocol.taskflow import SubmitOptions
@@ -42,7 +42,9 @@ class FastPath:
     ) -> None:
         """
         A producer's SUBMIT whose C{options} name a queue and a priority at
-        most (L{SubmitOptions.routing_only}), read at C{now}: L{Admission.submit}.
+        most (L{SubmitOptions.routing_only}), or a delay and a deadline to
+        start besides (L{SubmitOptions.timed}), read at C{now}:
+        L{Admission.submit}.
         """
         kernel = self.kernel
         name = options.queue
@@ -58,6 +60,13 @@ class FastPath:
         ):
             self.admission.submit(session, task_type, payload, options)
             return
+        due = deadline = 0.0
+        if options.timed:
+            timed = self._timed(options, now)
+            if timed is None:  # refused: said there
+                self.admission.submit(session, task_type, payload, options)
+                return
+            due, deadline = timed
         try:
             block = kernel.pool.store(payload)
         except pmad.PmadError:  # too large, or room to be made: said or done there
@@ -83,14 +92,18 @@ class FastPath:
             tally=tally,
             ready_at=now,
         )
+        if due:
+            task.due = due
+        if deadline:
+            task.deadline = deadline
         session.outstanding += 1
-        # QueueService.admit(), for a task without keys, delay or parents.
+        # QueueService.admit(), for a task without keys or parents.
         live[task_id] = task
         if not kernel.journal.record_submit(task, payload):
             queue.pending += 1
             session.wait_for(task)  # its answer, and every answer after it, waits
             return
-        task.state = QUEUED
+        task.state = DELAYED if due else QUEUED
         tally.submitted += 1
         for accepted in kernel._on_accepted:
             accepted(task)
@@ -100,11 +113,45 @@ class FastPath:
                 session.replies.append(ok)
             else:
                 session.peer.sendFrame(ok)
-        if queue.idle and kernel.dispatcher.hand_new(task, queue):
-            return
-        queue.push(task)  # (no fairness key: no new key to count)
-        if queue.idle:
-            kernel.dispatcher.serve_queue(queue)
+        if due:
+            kernel._delay(task, due)
+        elif not (queue.idle and kernel.dispatcher.hand_new(task, queue)):
+            queue.push(task)  # (no fairness key: no new key to count)
+            if queue.idle:
+                kernel.dispatcher.serve_queue(queue)
+        if deadline:  # Admission._watch()
+            state = task.state
+            if state is QUEUED or state is DELAYED:
+                kernel.expiry.watch(task)
+            elif state is HELD:
+                task.deadline = 0.0  # it started in time
+
+    def _timed(self, options: SubmitOptions, now: float) -> tuple[float, float] | None:
+        """
+        The due time (0.0: now) and the deadline to start (0.0: none) of a
+        task of C{options} (L{SubmitOptions.timed}) submitted C{now}, as
+        L{Admission}'s C{_due} and L{quicx.daemon.queue.expiry.Expiry.deadline}
+        make them; C{None} where either refuses it.
+        """
+        due = 0.0
+        delay_ms = options.delay_ms
+        if delay_ms is not None:
+            limits = self.kernel.limits
+            due = now + delay_ms / 1000
+            if due - now > limits.max_delay or (
+                due > now and self.kernel.delays.count >= limits.max_delayed
+            ):
+                return None
+            # Kept to the millisecond, as the wire and the journal carry it.
+            due = round(due, 3) if due > now else 0.0
+        expires = options.expires
+        if expires is None:
+            return due, 0.0
+        ms, at = expires
+        deadline = ms / 1000 if at else now + ms / 1000
+        if deadline <= max(due, now):
+            return None
+        return due, deadline
 
     def done(
         self,
