@@ -15,6 +15,9 @@ from quicx.protocol.outcomes import ACK_SIZE, NACK_FIXED
 from quicx.protocol.session import ProtocolViolation, Role
 from quicx.protocol.taskflow import DEFAULT_OPTIONS, Result, ResultKind
 
+_BYTES = int(ResultKind.BYTES)
+"""An ACK's result kind that the daemon forwards unread."""
+
 
 def submit_v1(conn: Connection, payload: bytes) -> None:
     task_type, body = wire.submit_fields(payload)
@@ -108,9 +111,9 @@ def ack(conn: Connection, payload: bytes) -> None:
             if size == ACK_SIZE:  # no result
                 conn.fast.done(session, task_id, token, conn.now)
                 return
-            if payload[ACK_SIZE] == ResultKind.BYTES:  # bytes: nothing to check in them
-                result = Result(ResultKind.BYTES, payload[ACK_SIZE + 1 :])
-                conn.fast.done(session, task_id, token, conn.now, result)
+            if payload[ACK_SIZE] == _BYTES:  # bytes: nothing to check in them
+                given = Result(ResultKind.BYTES, payload[ACK_SIZE + 1 :])
+                conn.fast.done(session, task_id, token, conn.now, given)
                 return
     # With a result of text or JSON, or bad: decoding checks it, or says why.
     task_id, token, result = outcomes.decode_ack(payload)
