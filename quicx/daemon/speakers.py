@@ -61,38 +61,7 @@ def _cancelled_v1(task_id: int) -> bytes:
 
 
 def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: float) -> bytes:
-    extras = task.extras
-    # task.retries (extras.Retries's rule), read here without the
-    # descriptor's call: 470 instructions a version-2 delivery.
-    retries = (
-        task.home.policy.retries if extras is None or extras.retries is None else extras.retries
-    )
-    if (
-        not retries
-        and task.token
-        and (
-            extras is None  # (a deadline, a progress flag: rare fields its TASK does not carry)
-            or (
-                extras.key is None
-                and extras.fairness is None
-                and not (extras.trace or extras.checkpoint or extras.parents)
-            )
-        )
-    ):
-        # A token and a lease, the common context: what encode_delivery
-        # makes of them, without reading each.
-        return taskflow.encode_plain_delivery(
-            task.task_id,
-            task.task_type,
-            payload,
-            queue_header,
-            task.priority,
-            task.attempts,
-            int(task.enqueued_at * 1000),
-            task.token,
-            int(timeout * 1000),
-        )
-    extras = extras or NO_EXTRAS  # its rare fields, read once
+    extras = task.extras or NO_EXTRAS  # its rare fields, read once
     saved = extras.checkpoint
     return taskflow.encode_delivery(
         task.task_id,
@@ -107,7 +76,9 @@ def _delivery_v2(task: Delivered, payload: bytes, queue_header: bytes, timeout: 
         task.token,
         int(timeout * 1000),
         extras.failures,
-        retries,
+        # task.retries (extras.Retries's rule), read here without the
+        # descriptor's call: 470 instructions a version-2 delivery.
+        task.home.policy.retries if extras.retries is None else extras.retries,
         extras.trace,
         None if saved is None else saved.state,
         extras.parents,

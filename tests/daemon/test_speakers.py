@@ -72,4 +72,4 @@ def test_a_delivery_is_what_encode_delivery_makes_of_its_fields(
         None,
         fields.parents,
     )
-    assert V2.delivery(task, payload, header, 30.0) == expected  # type: ignore[arg-type]
+    assert V2.delivery(task, payload, header, 30.0) == expected

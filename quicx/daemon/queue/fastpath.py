@@ -2,14 +2,15 @@
 The plain task's path: a SUBMIT without options, and its DONE or ACK, each in one call.
 
 A plain SUBMIT (version 1's, or version 2's with a queue and a priority at
-most) into a queue that exists, with nothing to check (no allowed types, no
-depth limit, no default deadline, not draining, the journal whole), and a
-DONE or ACK of a task nobody else waits on (no key, checkpoint or group,
-no kept result, no AWAIT, a producer still connected, a queue without key
-limits) take the same steps as the general path (L{Admission.submit} and
-L{QueueService.admit}; L{QueueService.done}, C{_take_back} and C{_end}) in
-one straight-line function each: a task costs some forty Python calls, and
-these take away a quarter of them.  Anything else goes the general path,
+most, and perhaps a delay and a deadline to start) into a queue that
+exists, with nothing to check (no allowed types, no depth limit, no default
+deadline, not draining, the journal whole), and a DONE or ACK of a task
+nobody else waits on (no key, checkpoint or group, no kept result, no
+AWAIT, a producer still connected, a queue without key limits) take the
+same steps as the general path (L{Admission.submit} and L{QueueService.admit};
+L{QueueService.done}, C{_take_back} and C{_end}) in one straight-line
+function each: a task costs some forty Python calls, and these take away a
+quarter of them.  Anything else goes the general path,
 which stays the reference (tests/daemon/queue/test_fastpath.py runs the
 same traffic both ways and compares every frame, record and count).
 
@@ -29,6 +30,9 @@ from quicx.protocol import taskflow
 from quicx.protocol.codec import MAX_TASK_ID
 from quicx.protocol.taskflow import SubmitOptions
 
+_NOT_TIMED = (0.0, 0.0)
+"""The due time and the deadline of a task without either: now, none."""
+
 
 class FastPath:
     """The plain SUBMIT and DONE of C{kernel}; the rest goes to C{admission} and C{kernel}."""
@@ -41,14 +45,13 @@ class FastPath:
         self, session: Session, task_type: bytes, payload: bytes, options: SubmitOptions, now: float
     ) -> None:
         """
-        A producer's SUBMIT whose C{options} name a queue and a priority at
-        most (L{SubmitOptions.routing_only}), or a delay and a deadline to
-        start besides (L{SubmitOptions.timed}), read at C{now}:
-        L{Admission.submit}.
+        A producer's SUBMIT of C{options} L{SubmitOptions.routing_only} or
+        C{timed} (a delay, a deadline), read at C{now}: L{Admission.submit}.
         """
         kernel = self.kernel
         name = options.queue
         queue = kernel.default_queue if name is None else kernel.queues.get(name)
+        timed = self._timed(options, now) if options.timed else _NOT_TIMED
         if (
             queue is None  # new: kept once a task is, if it may be
             or queue.max_depth
@@ -57,16 +60,11 @@ class FastPath:
             or kernel.draining
             or kernel.journal.broken
             or session.identity is not None  # (its tasks have an owner)
+            or timed is None  # refused: said there
         ):
             self.admission.submit(session, task_type, payload, options)
             return
-        due = deadline = 0.0
-        if options.timed:
-            timed = self._timed(options, now)
-            if timed is None:  # refused: said there
-                self.admission.submit(session, task_type, payload, options)
-                return
-            due, deadline = timed
+        due, deadline = timed
         try:
             block = kernel.pool.store(payload)
         except pmad.PmadError:  # too large, or room to be made: said or done there
@@ -119,12 +117,16 @@ class FastPath:
             queue.push(task)  # (no fairness key: no new key to count)
             if queue.idle:
                 kernel.dispatcher.serve_queue(queue)
-        if deadline:  # Admission._watch()
-            state = task.state
-            if state is QUEUED or state is DELAYED:
-                kernel.expiry.watch(task)
-            elif state is HELD:
-                task.deadline = 0.0  # it started in time
+        if deadline:
+            self._watch(task)
+
+    def _watch(self, task: Task) -> None:
+        """Admission's C{_watch}: hold C{task}, just admitted, to its deadline if it waits."""
+        state = task.state
+        if state is QUEUED or state is DELAYED:
+            self.kernel.expiry.watch(task)
+        elif state is HELD:
+            task.deadline = 0.0  # it started in time
 
     def _timed(self, options: SubmitOptions, now: float) -> tuple[float, float] | None:
         """
