@@ -12,13 +12,17 @@ so the instructions it takes are repeatable on a loaded machine, where CPU
 time is not (with C{PYTHONHASHSEED=0}: dictionary layouts move version 2's
 count by a percent) (C{valgrind --tool=callgrind}, two N, the difference divided;
 see docs/performance.md, "Round 3").  PROTOCOL 2 spreads the tasks over 4
-queues and 3 priorities, as C{tools.bench} does; MIX C{expiring} gives each
-a deadline to start.
+queues and 3 priorities, as C{tools.bench} does; MIX gives each of its tasks
+a version-2 feature, as C{tools.bench v2} does: C{delayed} (a millisecond's
+delay: each read's tasks fall due through the delayed set), C{results} (a
+16-byte result each), C{watched} (a WATCH subscriber of every event, its
+events flushed each round), C{expiring} (a deadline to start).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, cast
 
 from twisted.internet import reactor
@@ -29,9 +33,18 @@ from quicx.clients.requests import options_field
 from quicx.daemon import config as configuration
 from quicx.daemon.server import QuicxServerFactory, QuicxServerProtocol
 from quicx.daemon.service import ListenerService, QuicxDaemon, build_daemon
-from quicx.protocol import outcomes, registry, taskflow, wire
+from quicx.protocol import monitor, outcomes, registry, taskflow, wire
 from quicx.protocol.frames import Frame, FrameParser
-from tools.bench.rig import BENCH_CONFIG, BENCH_TYPE, V2_EXPIRING, V2_OPTIONS, V2_QUEUES, payload_of
+from tools.bench.rig import (
+    BENCH_CONFIG,
+    BENCH_TYPE,
+    SMALL_RESULT_SIZE,
+    V2_DELAYED,
+    V2_EXPIRING,
+    V2_OPTIONS,
+    V2_QUEUES,
+    payload_of,
+)
 
 CHUNK = 64
 """SUBMITs per read, and each worker's credits."""
@@ -76,7 +89,7 @@ def submits_of(protocol: int, mix: str = "plain") -> list[bytes]:
     payload = payload_of(100)
     if protocol == 1:
         return [wire.encode_submit(BENCH_TYPE.encode(), payload)]
-    chosen = V2_EXPIRING if mix == "expiring" else V2_OPTIONS
+    chosen = {"expiring": V2_EXPIRING, "delayed": V2_DELAYED}.get(mix, V2_OPTIONS)
     return [taskflow.encode_submit(BENCH_TYPE.encode(), payload, options_field(o)) for o in chosen]
 
 
@@ -90,26 +103,37 @@ def run(n: int, protocol: int = 1, mix: str = "plain") -> int:
     ready = wire.encode_ready(CHUNK) if protocol == 1 else taskflow.encode_ready(CHUNK, V2_QUEUES)
     for worker in workers:
         worker.send(ready)
+    watcher = None
+    if mix == "watched":
+        watcher = Peer(factory, 9, protocol)
+        watcher.send(monitor.encode_watch())
+    result = taskflow.Result.of(b"r" * SMALL_RESULT_SIZE) if mix == "results" else None
     finished = sent = 0
     while finished < n:
         if sent < n:
             count = min(CHUNK, n - sent)
             producer.send(b"".join(submits[(sent + i) % len(submits)] for i in range(count)))
             sent += count
+            if mix == "delayed":  # this read's tasks fall due
+                time.sleep(0.002)
+                cast(Any, reactor).runUntilCurrent()
         for worker in workers:
             tasks = [m for m in worker.received() if isinstance(m, wire.Task | taskflow.Task)]
             if tasks:
-                worker.send(b"".join(_outcome(t) for t in tasks))
+                worker.send(b"".join(_outcome(t, result) for t in tasks))
         finished += sum(isinstance(m, wire.Done | taskflow.Done) for m in producer.received())
-    for peer in (producer, *workers):
+        if watcher is not None:  # the bus's flush (each 0.1 s in a daemon)
+            daemon.events.flush()
+            watcher.transport.clear()
+    for peer in (producer, *workers, *([watcher] if watcher else [])):
         peer.protocol.connectionLost()
     daemon.queue.pool.close()
     return finished
 
 
-def _outcome(task: wire.Task | taskflow.Task) -> bytes:
+def _outcome(task: wire.Task | taskflow.Task, result: taskflow.Result | None) -> bytes:
     if isinstance(task, taskflow.Task):
-        return outcomes.encode_ack(task.task_id, task.token or 0)
+        return outcomes.encode_ack(task.task_id, task.token or 0, result)
     return wire.encode_done(task.task_id)
 
 

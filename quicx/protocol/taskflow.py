@@ -146,6 +146,8 @@ class SubmitOptions:
     @ivar routing_only: no option but a queue and a priority is given (made
         from the others, not an option: the daemon's SUBMIT path reads no
         other then).
+    @ivar timed: a delay or a deadline to start, and no option but those, a
+        queue and a priority (made from the others: the daemon's plain path too).
     """
 
     queue: str | None = None
@@ -166,25 +168,21 @@ class SubmitOptions:
     debounce: start_options.Debounce | None = None
     expires: start_options.Expires | None = None
     routing_only: bool = field(init=False, repr=False, eq=False)
+    timed: bool = field(init=False, repr=False, eq=False)
 
     @routing_only.default
     def _routing_only(self) -> bool:
-        return (
-            self.key is None
-            and self.fairness is None
-            and self.delay_ms is None
-            and self.run_at_ms is None
-            and self.retries is None
-            and self.backoff is None
-            and self.result_ttl is None
-            and not self.progress
-            and self.group is None
-            and self.trace is None
-            and self.after is None
-            and self.after_group is None
-            and self.debounce is None
-            and self.expires is None
-        )
+        return self.delay_ms is None and self.expires is None and self._no_other()
+
+    @timed.default
+    def _timed(self) -> bool:
+        return not self.routing_only and self._no_other()
+
+    def _no_other(self) -> bool:  # (no option but a queue, a priority, a delay, a deadline)
+        others: tuple[object, ...] = (self.key, self.fairness, self.run_at_ms, self.retries)
+        others += (self.backoff, self.result_ttl, self.group, self.trace, self.after)
+        others += (self.after_group, self.debounce)
+        return others == (None,) * 11 and not self.progress
 
     def encode(self) -> bytes:
         """
@@ -605,7 +603,7 @@ WAIT_FRAME = frame(MessageType.WAIT)
 
 
 _OPTIONS: dict[bytes, SubmitOptions] = {}
-"""SUBMIT options already decoded of a queue and a priority only: they repeat."""
+"""SUBMIT options decoded before, of the kinds the daemon's plain path takes: they repeat."""
 _REPEATED: dict[bytes, SubmitOptions] = {}
 """SUBMIT options already decoded that repeat from task to task (no key, time
 to run at or group)."""
@@ -615,7 +613,7 @@ def submit_fields(payload: bytes) -> tuple[bytes, bytes, SubmitOptions] | None:
     """
     A SUBMIT's task type, payload and options, without building a
     L{Submit} (the daemon decodes one per task), when it has no option but
-    a queue and a priority and its options were seen before; C{None}
+    a queue, a priority, a delay and a deadline from now, and they were seen before; C{None}
     otherwise, and for a malformed one: L{decode_submit} then decodes it,
     or says what is wrong.
     """
@@ -692,8 +690,10 @@ def decode_options(payload: bytes, start: int, end: int) -> SubmitOptions:
 
 def _remember(raw: bytes, options: SubmitOptions) -> None:
     """Keep C{options}, decoded from C{raw}, if they are of the kind that repeats."""
-    # Options of a queue and a priority only: the common SUBMIT's.
-    if len(_OPTIONS) < CACHE_SIZE and options == SubmitOptions(options.queue, options.priority):
+    # Options of a queue and a priority only, or with a delay or a deadline from now.
+    expires = options.expires
+    timed = options.timed and (expires is None or not expires.at)
+    if (options.routing_only or timed) and len(_OPTIONS) < CACHE_SIZE:
         _OPTIONS[raw] = options
     repeats = (
         options.key is None

@@ -113,6 +113,7 @@ def test_a_damaged_payload_is_refused_or_decodes_to_what_its_encoder_keeps(
 def test_many_events_are_cut_into_frames_of_whole_lines() -> None:
     line = "x" * 1000
     encoded = monitor.encode_events([line] * 200, missed=7)
+    assert monitor.encode_events([line] * 200, 7, whole=True) == encoded  # (the daemon's lines)
     decoded = frames_of(encoded)
     assert len(decoded) == 4  # 65 lines of 1001 bytes fit in 64 KiB
     assert [e.missed for e in decoded] == [7, 0, 0, 0]  # type: ignore[attr-defined]

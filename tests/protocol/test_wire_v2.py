@@ -153,15 +153,21 @@ def test_submit_round_trips(message: tuple[bytes, taskflow.Submit]) -> None:
 @given(submits)
 def test_submit_fields_are_a_plain_submits(message: tuple[bytes, taskflow.Submit]) -> None:
     """
-    The daemon's SUBMIT decoder gives the type, payload, queue and priority
-    of a SUBMIT with no other option (once its options were decoded), and
-    C{None} for any other.
+    The daemon's SUBMIT decoder gives the type, payload and options of a
+    SUBMIT with no other option than a queue and a priority, or those and a
+    delay or a deadline to start from now (once its options were decoded),
+    and C{None} for any other.
     """
     encoded, expected = message
     payload = encoded[codec.HEADER_SIZE :]
     taskflow.decode_submit(payload)
     task_type, body, options = expected
-    plain = options == taskflow.SubmitOptions(options.queue, options.priority)
+    timed = taskflow.SubmitOptions(
+        options.queue, options.priority, delay_ms=options.delay_ms, expires=options.expires
+    )
+    relative = options.expires is None or not options.expires.at
+    plain = options == timed and relative
+    assert plain is (options.routing_only or (options.timed and relative))
     fields = taskflow.submit_fields(payload)
     assert fields == ((task_type, body, options) if plain else None)
 

@@ -13,7 +13,10 @@ from quicx.daemon.queue.workers import credits as steered_credits
 from quicx.protocol import codec, outcomes, taskflow, wire
 from quicx.protocol.outcomes import ACK_SIZE, NACK_FIXED
 from quicx.protocol.session import ProtocolViolation, Role
-from quicx.protocol.taskflow import DEFAULT_OPTIONS
+from quicx.protocol.taskflow import DEFAULT_OPTIONS, Result, ResultKind
+
+_BYTES = int(ResultKind.BYTES)
+"""An ACK's result kind that the daemon forwards unread."""
 
 
 def submit_v1(conn: Connection, payload: bytes) -> None:
@@ -101,12 +104,18 @@ def ack(conn: Connection, payload: bytes) -> None:
     # task, a worker's or not.
     session = conn.session
     assert session is not None
-    if len(payload) == ACK_SIZE:  # no result: the common ACK, in one unpack
-        task_id, token = outcomes.ID_TOKEN.unpack(payload)
+    size = len(payload)
+    if size >= ACK_SIZE:  # the common ACKs, in one unpack
+        task_id, token = outcomes.ID_TOKEN.unpack_from(payload)
         if task_id:
-            conn.fast.done(session, task_id, token, conn.now)
-            return
-    # With a result, or bad: decoding says why.
+            if size == ACK_SIZE:  # no result
+                conn.fast.done(session, task_id, token, conn.now)
+                return
+            if payload[ACK_SIZE] == _BYTES:  # bytes: nothing to check in them
+                given = Result(ResultKind.BYTES, payload[ACK_SIZE + 1 :])
+                conn.fast.done(session, task_id, token, conn.now, given)
+                return
+    # With a result of text or JSON, or bad: decoding checks it, or says why.
     task_id, token, result = outcomes.decode_ack(payload)
     conn.fast.done(session, task_id, token, conn.now, result)
 

@@ -109,6 +109,10 @@ _CACHED = 10_000
 """The most task types, and (kind, task type, queue) templates, kept encoded."""
 _HEAD = f'{{"v":{EVENTS_SCHEMA},"t":'
 """Every line's start: the schema's version, then the time."""
+_SMALL = tuple(str(number) for number in range(1024))
+"""The text of the small numbers an event's line says (sizes, connection
+ids, attempts, priorities), made once: an C{int}'s C{str} is most of a
+line's cost."""
 GZIP_LEVEL = 6
 """zlib's own default: most of level 9's gain at a fraction of its time."""
 
@@ -165,7 +169,8 @@ def format_events(events: Iterable[Event]) -> list[str]:
     lines: list[str] = []
     add = lines.append
     templates = _templates
-    head = _HEAD
+    small = _SMALL
+    last_ms, start = -1, ""  # the line's start up to its time: events come in time order
     for event in events:
         when, kind, task_id, task_type, size, producer, worker, attempt, extra, queue, priority = (
             event
@@ -173,12 +178,17 @@ def format_events(events: Iterable[Event]) -> list[str]:
         task, size_field, priority_field = templates.get((kind, task_type, queue)) or _template(
             kind, task_type, queue
         )
+        ms = int(when * 1000)
+        if ms != last_ms:
+            last_ms, start = ms, f"{_HEAD}{ms}"
+        by = "null" if producer is None else small[producer] if producer < 1024 else producer
+        to = "null" if worker is None else small[worker] if worker < 1024 else worker
         add(
-            f"{head}{int(when * 1000)}{task}{'null' if task_id is None else task_id}"
-            f"{size_field}{size}"
-            f',"producer":{"null" if producer is None else producer}'
-            f',"worker":{"null" if worker is None else worker},"attempt":{attempt}'
-            f"{priority_field}{'null' if priority is None else priority}"
+            f"{start}{task}{'null' if task_id is None else task_id}"
+            f"{size_field}{small[size] if size < 1024 else size}"
+            f',"producer":{by},"worker":{to}'
+            f',"attempt":{small[attempt] if attempt < 1024 else attempt}'
+            f"{priority_field}{'null' if priority is None else small[priority]}"
             f"{'}' if extra is None else _extra_fields(kind, extra)}"
         )
     return lines

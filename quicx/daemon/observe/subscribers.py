@@ -145,7 +145,8 @@ class Subscribers:
         if subscriber.held:
             events = subscriber.held + events
             subscriber.held = []
-        frames = monitor.encode_events(lines(events), subscriber.missed)
+        # (Lines of JSON: a newline in a string is escaped.)
+        frames = monitor.encode_events(lines(events), subscriber.missed, whole=True)
         subscriber.missed = 0
         subscriber.session.peer.sendFrame(frames)
 

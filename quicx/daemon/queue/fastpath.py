@@ -2,14 +2,15 @@
 The plain task's path: a SUBMIT without options, and its DONE or ACK, each in one call.
 
 A plain SUBMIT (version 1's, or version 2's with a queue and a priority at
-most) into a queue that exists, with nothing to check (no allowed types, no
-depth limit, no default deadline, not draining, the journal whole), and a
-DONE or ACK of a task nobody else waits on (no key, checkpoint or group,
-no kept result, no AWAIT, a producer still connected, a queue without key
-limits) take the same steps as the general path (L{Admission.submit} and
-L{QueueService.admit}; L{QueueService.done}, C{_take_back} and C{_end}) in
-one straight-line function each: a task costs some forty Python calls, and
-these take away a quarter of them.  Anything else goes the general path,
+most, and perhaps a delay and a deadline to start) into a queue that
+exists, with nothing to check (no allowed types, no depth limit, no default
+deadline, not draining, the journal whole), and a DONE or ACK of a task
+nobody else waits on (no key, checkpoint or group, no kept result, no
+AWAIT, a producer still connected, a queue without key limits) take the
+same steps as the general path (L{Admission.submit} and L{QueueService.admit};
+L{QueueService.done}, C{_take_back} and C{_end}) in one straight-line
+function each: a task costs some forty Python calls, and these take away a
+quarter of them.  Anything else goes the general path,
 which stays the reference (tests/daemon/queue/test_fastpath.py runs the
 same traffic both ways and compares every frame, record and count).
 
@@ -24,10 +25,13 @@ from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.model import Session, Task
-from quicx.daemon.queue.state import FINISHED, QUEUED
+from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED
 from quicx.protocol import taskflow
 from quicx.protocol.codec import MAX_TASK_ID
 from quicx.protocol.taskflow import SubmitOptions
+
+_NOT_TIMED = (0.0, 0.0)
+"""The due time and the deadline of a task without either: now, none."""
 
 
 class FastPath:
@@ -41,12 +45,13 @@ class FastPath:
         self, session: Session, task_type: bytes, payload: bytes, options: SubmitOptions, now: float
     ) -> None:
         """
-        A producer's SUBMIT whose C{options} name a queue and a priority at
-        most (L{SubmitOptions.routing_only}), read at C{now}: L{Admission.submit}.
+        A producer's SUBMIT of C{options} L{SubmitOptions.routing_only} or
+        C{timed} (a delay, a deadline), read at C{now}: L{Admission.submit}.
         """
         kernel = self.kernel
         name = options.queue
         queue = kernel.default_queue if name is None else kernel.queues.get(name)
+        timed = self._timed(options, now) if options.timed else _NOT_TIMED
         if (
             queue is None  # new: kept once a task is, if it may be
             or queue.max_depth
@@ -55,9 +60,11 @@ class FastPath:
             or kernel.draining
             or kernel.journal.broken
             or session.identity is not None  # (its tasks have an owner)
+            or timed is None  # refused: said there
         ):
             self.admission.submit(session, task_type, payload, options)
             return
+        due, deadline = timed
         try:
             block = kernel.pool.store(payload)
         except pmad.PmadError:  # too large, or room to be made: said or done there
@@ -83,14 +90,18 @@ class FastPath:
             tally=tally,
             ready_at=now,
         )
+        if due:
+            task.due = due
+        if deadline:
+            task.deadline = deadline
         session.outstanding += 1
-        # QueueService.admit(), for a task without keys, delay or parents.
+        # QueueService.admit(), for a task without keys or parents.
         live[task_id] = task
         if not kernel.journal.record_submit(task, payload):
             queue.pending += 1
             session.wait_for(task)  # its answer, and every answer after it, waits
             return
-        task.state = QUEUED
+        task.state = DELAYED if due else QUEUED
         tally.submitted += 1
         for accepted in kernel._on_accepted:
             accepted(task)
@@ -100,11 +111,49 @@ class FastPath:
                 session.replies.append(ok)
             else:
                 session.peer.sendFrame(ok)
-        if queue.idle and kernel.dispatcher.hand_new(task, queue):
-            return
-        queue.push(task)  # (no fairness key: no new key to count)
-        if queue.idle:
-            kernel.dispatcher.serve_queue(queue)
+        if due:
+            kernel._delay(task, due)
+        elif not (queue.idle and kernel.dispatcher.hand_new(task, queue)):
+            queue.push(task)  # (no fairness key: no new key to count)
+            if queue.idle:
+                kernel.dispatcher.serve_queue(queue)
+        if deadline:
+            self._watch(task)
+
+    def _watch(self, task: Task) -> None:
+        """Admission's C{_watch}: hold C{task}, just admitted, to its deadline if it waits."""
+        state = task.state
+        if state is QUEUED or state is DELAYED:
+            self.kernel.expiry.watch(task)
+        elif state is HELD:
+            task.deadline = 0.0  # it started in time
+
+    def _timed(self, options: SubmitOptions, now: float) -> tuple[float, float] | None:
+        """
+        The due time (0.0: now) and the deadline to start (0.0: none) of a
+        task of C{options} (L{SubmitOptions.timed}) submitted C{now}, as
+        L{Admission}'s C{_due} and L{quicx.daemon.queue.expiry.Expiry.deadline}
+        make them; C{None} where either refuses it.
+        """
+        due = 0.0
+        delay_ms = options.delay_ms
+        if delay_ms is not None:
+            limits = self.kernel.limits
+            due = now + delay_ms / 1000
+            if due - now > limits.max_delay or (
+                due > now and self.kernel.delays.count >= limits.max_delayed
+            ):
+                return None
+            # Kept to the millisecond, as the wire and the journal carry it.
+            due = round(due, 3) if due > now else 0.0
+        expires = options.expires
+        if expires is None:
+            return due, 0.0
+        ms, at = expires
+        deadline = ms / 1000 if at else now + ms / 1000
+        if deadline <= max(due, now):
+            return None
+        return due, deadline
 
     def done(
         self,

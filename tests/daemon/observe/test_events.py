@@ -85,6 +85,22 @@ def test_format_events_in_a_batch_writes_each_line_as_alone() -> None:
     assert records[2]["producer"] is None and records[3]["reason"] == "no"
 
 
+def test_numbers_small_and_large_and_times_shared_read_back() -> None:
+    # Small numbers are written from a table, a time from the line before
+    # when its millisecond is the same: each line still says its own.
+    batch = [
+        (7.0001, "done", 1, b"t", 0, 1, 2, 3, None, "q", 0),
+        (7.0009, "done", 2, b"t", 1023, 1024, 4096, 70000, None, "q", 255),
+        (7.0012, "done", 3, b"t", 1 << 40, 1023, 1023, 1023, None, "q", 9),
+    ]
+    fields = ("t", "task", "size", "producer", "worker", "attempt", "priority")
+    assert [tuple(json.loads(line)[f] for f in fields) for line in format_events(batch)] == [
+        (7000, 1, 0, 1, 2, 3, 0),
+        (7000, 2, 1023, 1024, 4096, 70000, 255),
+        (7001, 3, 1 << 40, 1023, 1023, 1023, 9),
+    ]
+
+
 def test_a_scripted_workload_leaves_every_kind_of_event(tmp_path: Path, start_daemon) -> None:
     events = tmp_path / "events"
     daemon = start_daemon(f"--events={events}", "--allow=work", "--drain-timeout=0")

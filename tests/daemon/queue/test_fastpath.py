@@ -13,6 +13,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
+from quicx.daemon.journal.records import encode_deadline
+from quicx.daemon.journal.writer import _submit_record
 from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.fastpath import FastPath
@@ -20,6 +22,7 @@ from quicx.daemon.queue.model import Refused
 from quicx.daemon.queue.policy import QueueLimits, QueuePolicy
 from quicx.protocol import taskflow
 from quicx.protocol.session import ProtocolViolation
+from quicx.protocol.start_options import Expires
 from quicx.protocol.taskflow import DEFAULT_OPTIONS, ResultKind
 from tests.fakes import (
     FakeJournal,
@@ -41,7 +44,37 @@ LIMITS = QueueLimits(
         "expiring": QueuePolicy(expires=30.0),
     },
     max_queues=4 + len(QUEUES),
+    max_delay=100.0,
+    max_delayed=2,
 )
+
+TIMINGS: dict[str | None, dict[str, Any]] = {
+    None: {},
+    "delay": {"delay_ms": 5000},
+    "no delay": {"delay_ms": 0},
+    "too far": {"delay_ms": 200_000},  # past max_delay: refused
+    "expires": {"expires": Expires(1000)},
+    "expired": {"expires": Expires(0)},  # refused: its deadline is now
+    "at": {"expires": Expires(1_000_600, True)},  # at 1000.6 s
+    "both": {"delay_ms": 500, "expires": Expires(60_000)},
+    "after due": {"delay_ms": 5000, "expires": Expires(2000)},  # refused
+}
+"""A version-2 SUBMIT's delay and deadline to start (SubmitOptions.timed), by name."""
+
+
+class RecordingJournal(FakeJournal):
+    """A fake journal that keeps each SUBMIT's records as the real one writes them."""
+
+    def __init__(self, waits: bool) -> None:
+        super().__init__(waits)
+        self.records: list[bytes] = []
+
+    def record_submit(self, task: Any, payload: bytes) -> bool:
+        record = _submit_record(task, payload)
+        if task.deadline:
+            record += encode_deadline(task.task_id, task.deadline)
+        self.records.append(record)
+        return super().record_submit(task, payload)
 
 
 class Events:
@@ -59,8 +92,8 @@ class World:
 
     def __init__(self, fast: bool, waits: bool) -> None:
         self.clock = Clock()
-        self.clock.advance(1000.0)
-        self.journal = FakeJournal(waits=waits)
+        self.clock.advance(1000.0004)  # (a time the millisecond rounds)
+        self.journal = RecordingJournal(waits)
         self.kernel: QueueService = make_queue(
             self.clock, self.journal, pool=small_pool(12), limits=LIMITS
         )
@@ -74,14 +107,16 @@ class World:
             v2_worker_of(self.kernel, 3, ("default", *QUEUES), "w2"),
         ]
 
-    def submit(self, producer: int, queue: str | None, priority: int | None) -> None:
+    def submit(
+        self, producer: int, queue: str | None, priority: int | None, timing: str | None = None
+    ) -> None:
         peer = self.producers[producer]
         if not peer.session.connected:
             return  # (a connection that left sends nothing)
         options = (
             DEFAULT_OPTIONS
             if peer.session.version == 1
-            else taskflow.SubmitOptions(queue=queue, priority=priority)
+            else taskflow.SubmitOptions(queue=queue, priority=priority, **TIMINGS[timing])
         )
         if self.fast is None:
             self.admission.submit(peer.session, b"t", b"x" * 10, options)
@@ -137,6 +172,8 @@ class World:
         return (
             [peer.take() for peer in peers],
             list(self.journal.outcomes),
+            self.journal.records[:],
+            (kernel.delays.count, kernel.expiry.deadlines.count),
             [task.task_id for task in self.journal.waiting],
             self.events.recorded[:],
             kernel.counters(total),
@@ -173,6 +210,7 @@ steps = st.lists(
             st.integers(0, 1),
             st.sampled_from([None, "default", "new", *QUEUES, "deep", "deep"]),
             st.sampled_from([None, 0, 9]),
+            st.sampled_from(list(TIMINGS)),
         ),
         st.tuples(
             st.just("report"),
@@ -217,6 +255,9 @@ def done_by_both(*picks: int) -> list[tuple[Any, ...]]:
 @example([("keyed", 1), *done_by_both(0), ("keyed", 1)], False)
 @example([("keyed", 2), *done_by_both(0)], False)
 @example([("break", True), ("submit", 0, None, None)], False)
+@example([("submit", 1, None, None, "delay"), ("tick", 40.0), *done_by_both(0)], False)
+@example([*FILL, *[("submit", 1, "kept", None, t) for t in TIMINGS], ("tick", 0.5)], True)
+@example([*FILL, *[("submit", 1, None, 9, t) for t in TIMINGS], ("tick", 40.0)], False)
 @example([("submit", 0, None, None), ("report", 0, 0, True), ("report", 0, 0, True)], True)
 def test_the_plain_path_does_what_the_general_path_does(
     traffic: list[tuple[Any, ...]], waits: bool
@@ -239,6 +280,12 @@ def test_a_plain_task_takes_the_plain_path() -> None:
         world.submit(producer, None, None)
     held = [sorted(worker.session.tasks) for worker in world.workers]
     assert sorted(held[0] + held[1]) == [1, 2]
+    # A delay and a deadline: plain too (held to both), and a deadline alone
+    # (handed to the version-2 worker at once: started in time).
+    world.submit(1, None, None, "both")
+    world.submit(1, None, None, "expires")
+    assert (world.kernel.delays.count, world.kernel.expiry.deadlines.count) == (1, 1)
+    assert len(world.workers[1].session.tasks) == 2
     for worker, ids in enumerate(held):
         for _ in ids:
             world.report(worker, 0, True)
