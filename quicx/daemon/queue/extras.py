@@ -157,8 +157,12 @@ class Extra:
 
     def __set__(self, task: HasExtras, value: object) -> None:
         extras = task.extras
-        if extras is None and (value is self.default or value == self.default):
-            return
+        if extras is None:
+            if value is self.default or value == self.default:
+                return
+            if self.name == "due":  # the one rare field: its own small record
+                task.extras = _DueOnly(value)  # type: ignore[arg-type, assignment]
+                return
         if extras is None or (isinstance(extras, _DueOnly) and self.name != "due"):
             extras = _whole(task)
         setattr(extras, self.name, value)

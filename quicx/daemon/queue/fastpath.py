@@ -24,6 +24,7 @@ from quicx.daemon.queue import pmad
 from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.dispatch import note_outcome
+from quicx.daemon.queue.extras import DueOnly, Extras
 from quicx.daemon.queue.model import Session, Task
 from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED
 from quicx.protocol import taskflow
@@ -90,10 +91,10 @@ class FastPath:
             tally=tally,
             ready_at=now,
         )
-        if due:
-            task.due = due
-        if deadline:
-            task.deadline = deadline
+        if deadline:  # its rare fields, set at once, as Admission sets them
+            task.extras = Extras(deadline=deadline, due=due)
+        elif due:
+            task.extras = DueOnly(due=due)
         session.outstanding += 1
         # QueueService.admit(), for a task without keys or parents.
         live[task_id] = task

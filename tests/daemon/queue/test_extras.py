@@ -119,3 +119,14 @@ def test_a_tasks_retries_are_its_queues_unless_its_own_and_failures_are_extras()
     submit_to(kernel, producer.session, b"t", b"x", retries=5)
     own = max(kernel._live.values(), key=lambda t: t.task_id)
     assert own.extras is not None and (own.retries, own.extras.retries) == (5, 5)
+
+
+def test_a_plain_task_given_a_due_time_keeps_it_in_the_small_record() -> None:
+    kernel = make_queue()
+    submit_to(kernel, producer_of(kernel).session, b"t", b"x")
+    task = _only_task(kernel)
+    task.due = 12.5  # as a retry's backoff, or the plain path's delayed SUBMIT
+    assert sys.getsizeof(task.extras) <= 40
+    assert (task.due, task.key, task.deadline) == (12.5, None, 0.0)
+    task.due = 0.0
+    assert task.due == 0.0
