@@ -305,7 +305,11 @@ class QuicxServerProtocol(FrameReceiver):
         except Exception:
             # As Twisted does for dataReceived: log it and close, rather than
             # drop the rest of a slice or stay paused for good.
-            self.log.failure("handling {peer}'s frames", peer=self.peer_name)
+            self.log.failure(
+                "handling {peer}'s frames failed: closing it",
+                peer=self.peer_name,
+                log_id="connection.failed",
+            )
             self.disconnect()
 
     def _handle_turn(self) -> None:
