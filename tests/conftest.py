@@ -13,6 +13,7 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,7 +134,52 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# The files whose tests take the session's Spark (the spark fixture): under -n 2 they
+# run on one process (see pytest_xdist_make_scheduler), whose session is a JVM of its
+# own (15-20 s to start, and as long again to compile the report's queries): a second
+# process's was all waste.  Collection refuses a test elsewhere that takes it.
+SPARK_FILES = frozenset(
+    {
+        "tests/clients/test_spark.py",
+        "tests/daemon/observe/test_events.py",
+        "tests/report/test_cluster.py",
+        "tests/report/test_report.py",
+        "tests/report/test_report_page.py",
+        "tests/report/test_report_schema.py",
+        "tests/report/test_whatif.py",
+    }
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """
+    Under C{-n N} (xdist's C{load}), the tests of L{SPARK_FILES} go to one
+    process together, and the others a module (or class) at a time, in its
+    order, as C{--dist loadscope} hands them out: a module's fixtures (a
+    daemon, a browser) start once.  Other C{--dist} modes are xdist's own.
+    """
+    if config.getoption("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class SparkTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.split("::", 1)[0] in SPARK_FILES:
+                return "spark"
+            return str(super()._split_scope(nodeid))
+
+    return SparkTogether(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    strays = [
+        item.nodeid
+        for item in items
+        if "spark" in getattr(item, "fixturenames", ())
+        and item.nodeid.split("::", 1)[0] not in SPARK_FILES
+    ]
+    if strays:
+        raise pytest.UsageError(f"tests/conftest.py: add their files to SPARK_FILES: {strays}")
     reasons = {}
     if not config.getoption("--cluster"):
         reasons = {

@@ -167,7 +167,11 @@ def test_quiet_then_terminate_a_worker_from_the_page(
     browser: Any,
     folder: Path,
 ) -> None:
-    (shown,) = [c for c in call(web, "/api/workers")[1] if c["role"] == "worker"]
+    # The worker connects in its own time (this test may be the module's first).
+    (shown,) = until(
+        lambda: [c for c in call(web, "/api/workers")[1] if c["role"] == "worker"],
+        what="the worker's connection",
+    )
     worker_id = shown["id"]
     assert (shown["name"], shown["pid"], shown["types"]) == (
         "encoder",
