@@ -173,7 +173,7 @@ class Limits:
     max_output_buffer: int = 1 << 20
     max_credits: int = 1024
     monitor_slice: float = 0.002
-    read_slice: int = 1 << 16
+    read_slice: int = 1 << 18
     max_worker_types: int = 256
     terminate_grace: float = 5.0
 
