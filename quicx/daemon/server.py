@@ -237,20 +237,44 @@ class QuicxServerProtocol(FrameReceiver):
         if self.session is None:
             return  # refused: closing
         self.session.last_received = self.now = self._clock()
-        if self._unread or self._later is not None or len(data) > self._read_slice:
-            # A read past [limits] read_slice (Twisted reads up to the
-            # transport's buffer size, max_output_buffer), or one a TLS
-            # transport made while a later turn was due: it is decoded a
-            # slice a turn from the next (see _next_turn).  A megabyte of
-            # 6-byte HEARTBEATs decoded at once was 175,000 frames: RSS 20 MiB
-            # up, which the allocators kept after.
+        if self._unread or self._later is not None:
+            # Read by a TLS transport while a later turn was due: after the rest.
             if self.transport.disconnecting:
                 return  # refused: closing (a TLS transport must go on reading)
             self._unread = self._unread[self._unread_at :] + data
             self._unread_at = 0
             self._wait()
+        elif len(data) > self._read_slice:
+            self._decode(data, 0)
+        else:
+            self._round(self._parser.feed(data))
+
+    def _decode(self, data: bytes, start: int) -> None:
+        """
+        Handle the frames of C{[limits] read_slice} bytes of C{data} from
+        C{start} in this turn, and leave the rest for the next (Twisted reads
+        up to the transport's buffer size, max_output_buffer): a megabyte of
+        6-byte HEARTBEATs decoded at once was 175,000 frames, RSS 20 MiB up,
+        which the allocators kept after.  The rest of a large frame (or of a
+        refused one) decodes no frame: it is taken at once, so that a read is
+        not held for a later turn only to be copied into its frame.
+        """
+        parser = self._parser
+        end = start + self._read_slice
+        if end >= len(data):
+            self._unread, self._unread_at = b"", 0
+            self._round(parser.feed(data[start:] if start else data))
             return
-        self._round(self._parser.feed(data))
+        events = parser.feed(data[start:end])
+        if awaited := parser.awaited:
+            events += parser.feed(data[end : end + awaited])
+            end += awaited
+        if end < len(data):
+            self._unread, self._unread_at = data, end
+            self._wait()
+        else:
+            self._unread, self._unread_at = b"", 0
+        self._round(events)
 
     def _round(self, events: list[Frame | RejectedFrame]) -> None:
         """Handle frames read, in one turn of the reactor and one round of output."""
@@ -321,15 +345,8 @@ class QuicxServerProtocol(FrameReceiver):
             self._round(events)
         if self._later is not None or session.paused or self.transport.disconnecting:
             return
-        if data := self._unread:
-            start = self._unread_at
-            end = start + self._read_slice
-            if end < len(data):
-                self._unread_at = end
-                self._wait()
-            else:
-                self._unread, self._unread_at = b"", 0
-            self._round(self._parser.feed(data[start:end]))
+        if self._unread:
+            self._decode(self._unread, self._unread_at)
         if self._later is None and not session.paused:
             self.transport.resumeProducing()
 

@@ -121,6 +121,17 @@ class FrameParser:
             return HEADER_SIZE + self._large.tell()
         return len(self._buffer)
 
+    @property
+    def awaited(self) -> int:
+        """
+        How many bytes the parser takes next without decoding a frame from
+        them: the rest of a large frame being gathered, or of a refused
+        frame's payload being skipped.
+        """
+        if self._large is not None:
+            return len(self._large) - self._large.tell()
+        return self._skip
+
     def release(self) -> None:
         """
         Drop what is held of an unfinished frame (the connection is gone): a

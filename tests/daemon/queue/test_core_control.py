@@ -404,15 +404,14 @@ def sliced_connection(read_slice: int) -> tuple[Clock, StringTransport, Any]:
 
 def test_a_read_past_its_slice_is_decoded_a_slice_a_turn_in_order() -> None:
     """
-    A read longer than C{[limits] read_slice} is decoded from the next
-    turn on, a slice a turn (the connection unread until the last), and
-    frames cut by a slice's end are whole in the next.
+    A read longer than C{[limits] read_slice} is decoded a slice a turn
+    (the connection unread until the last), and frames cut by a slice's end
+    are whole in the next.
     """
     clock, transport, server = sliced_connection(4096)
     heartbeat = link.HEARTBEAT_FRAME
     server.dataReceived(heartbeat * 2000)  # 12,000 bytes: three slices
-    assert answers(transport) == []
-    turns = []
+    turns = [answers(transport)]
     while transport.producerState == "paused":
         next_turn(clock)
         turns.append(answers(transport))
@@ -436,7 +435,6 @@ def test_the_rest_of_a_read_waits_while_the_output_is_over_its_limit() -> None:
     """
     clock, transport, server = sliced_connection(4096)
     server.dataReceived(link.HEARTBEAT_FRAME * 1000 + admin.encode_queues())
-    next_turn(clock)
     assert len(answers(transport)) == 4096 // 6
     server.pauseProducing()  # as the transport does past max_output_buffer
     next_turn(clock)
@@ -482,7 +480,6 @@ def test_a_dropped_connection_handles_nothing_more_of_its_read() -> None:
     server.makeConnection(transport)
     transport.protocol = server
     server.dataReceived(link.HEARTBEAT_FRAME * 2000)
-    next_turn(clock)
     assert len(answers(transport)) == 4096 // 6
     server.disconnect()
     next_turn(clock)
@@ -518,3 +515,23 @@ def test_a_handler_failing_in_a_later_turn_closes_the_connection() -> None:
         next_turn(clock)
     assert len(answers(transport)) == 1989
     assert transport.disconnecting
+
+
+def test_the_rest_of_a_large_frame_is_taken_in_the_turn_it_was_read() -> None:
+    """
+    The rest of a frame gathered whole (or of a refused one, skipped)
+    decodes nothing: a read past its slice is not held for a later turn
+    only to be copied into its frame (100 connections that each sent most
+    of a 1 MiB PUBLISH left RSS 17 MiB up once they had gone).
+    """
+    clock, transport, server = sliced_connection(4096)
+    heartbeat = link.HEARTBEAT_FRAME
+    large = wire.encode_submit(b"t", bytes(200_000))  # past the pool's largest block: refused
+    server.dataReceived(heartbeat + large[:150_000])
+    assert answers(transport) == [codec.MessageType.PONG, codec.MessageType.ERROR]
+    assert server._unread == b"" and clock.getDelayedCalls() == []
+    server.dataReceived(large[150_000:] + heartbeat)  # its rest now, what follows next turn
+    assert server._unread_at == len(large) - 150_000
+    next_turn(clock)
+    assert answers(transport) == [codec.MessageType.PONG]
+    assert server._unread == b"" and clock.getDelayedCalls() == []
