@@ -25,8 +25,9 @@ from quicx.daemon.queue.admission import Admission
 from quicx.daemon.queue.core import QueueService
 from quicx.daemon.queue.dispatch import note_outcome
 from quicx.daemon.queue.extras import DueOnly, Extras
-from quicx.daemon.queue.model import Session, Task
-from quicx.daemon.queue.state import DELAYED, FINISHED, HELD, QUEUED
+from quicx.daemon.queue.model import Refused, Session, Task
+from quicx.daemon.queue.queues import NamedQueue
+from quicx.daemon.queue.state import DELAYED, FINISHED, QUEUED
 from quicx.protocol import taskflow
 from quicx.protocol.codec import MAX_TASK_ID
 from quicx.protocol.taskflow import SubmitOptions
@@ -52,7 +53,6 @@ class FastPath:
         kernel = self.kernel
         name = options.queue
         queue = kernel.default_queue if name is None else kernel.queues.get(name)
-        timed = self._timed(options, now) if options.timed else _NOT_TIMED
         if (
             queue is None  # new: kept once a task is, if it may be
             or queue.max_depth
@@ -61,8 +61,11 @@ class FastPath:
             or kernel.draining
             or kernel.journal.broken
             or session.identity is not None  # (its tasks have an owner)
-            or timed is None  # refused: said there
         ):
+            timed = None  # the general path
+        else:
+            timed = self._timed(queue, options, now) if options.timed else _NOT_TIMED
+        if timed is None or queue is None:  # (queue: None already; for the checker)
             self.admission.submit(session, task_type, payload, options)
             return
         due, deadline = timed
@@ -119,42 +122,23 @@ class FastPath:
             if queue.idle:
                 kernel.dispatcher.serve_queue(queue)
         if deadline:
-            self._watch(task)
+            self.admission._watch(task)
 
-    def _watch(self, task: Task) -> None:
-        """Admission's C{_watch}: hold C{task}, just admitted, to its deadline if it waits."""
-        state = task.state
-        if state is QUEUED or state is DELAYED:
-            self.kernel.expiry.watch(task)
-        elif state is HELD:
-            task.deadline = 0.0  # it started in time
-
-    def _timed(self, options: SubmitOptions, now: float) -> tuple[float, float] | None:
+    def _timed(
+        self, queue: NamedQueue[Task, Session], options: SubmitOptions, now: float
+    ) -> tuple[float, float] | None:
         """
         The due time (0.0: now) and the deadline to start (0.0: none) of a
-        task of C{options} (L{SubmitOptions.timed}) submitted C{now}, as
-        L{Admission}'s C{_due} and L{quicx.daemon.queue.expiry.Expiry.deadline}
-        make them; C{None} where either refuses it.
+        task of C{options} (L{SubmitOptions.timed}) submitted C{now} into
+        C{queue}, from L{Admission}'s C{_due} and
+        L{quicx.daemon.queue.expiry.Expiry.deadline}; C{None} where either
+        refuses it (the general path says why).
         """
-        due = 0.0
-        delay_ms = options.delay_ms
-        if delay_ms is not None:
-            limits = self.kernel.limits
-            due = now + delay_ms / 1000
-            if due - now > limits.max_delay or (
-                due > now and self.kernel.delays.count >= limits.max_delayed
-            ):
-                return None
-            # Kept to the millisecond, as the wire and the journal carry it.
-            due = round(due, 3) if due > now else 0.0
-        expires = options.expires
-        if expires is None:
-            return due, 0.0
-        ms, at = expires
-        deadline = ms / 1000 if at else now + ms / 1000
-        if deadline <= max(due, now):
+        try:
+            due = 0.0 if options.delay_ms is None else self.admission._due(options, now)
+            return due, self.kernel.expiry.deadline(queue, options.expires, due, now)
+        except Refused:
             return None
-        return due, deadline
 
     def done(
         self,
