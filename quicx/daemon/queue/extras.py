@@ -157,15 +157,25 @@ class Extra:
 
     def __set__(self, task: HasExtras, value: object) -> None:
         extras = task.extras
-        if extras is None:
-            if value is self.default or value == self.default:
-                return
-            if self.name == "due":  # the one rare field: its own small record
-                task.extras = _DueOnly(value)  # type: ignore[arg-type, assignment]
-                return
-        if extras is None or (isinstance(extras, _DueOnly) and self.name != "due"):
-            extras = _whole(task)
-        setattr(extras, self.name, value)
+        if extras is None and (value is self.default or value == self.default):
+            return
+        setattr(_whole(task), self.name, value)
+
+
+class Due(Extra):
+    """
+    A task's due time, a rare field that a task without others keeps in a
+    L{DueOnly} (a whole L{Extras} is made only for another field).
+    """
+
+    __slots__ = ()
+
+    def __set__(self, task: HasExtras, value: object) -> None:
+        extras = task.extras
+        if extras is not None:
+            extras.due = value  # type: ignore[assignment]
+        elif value:
+            task.extras = _DueOnly(value)  # type: ignore[arg-type, assignment]
 
 
 class _Policy(Protocol):
@@ -243,4 +253,8 @@ class WithExtras:
 
 
 for _name in fields_dict(Extras):
-    setattr(WithExtras, _name, Retries() if _name == "retries" else Extra(_name))
+    setattr(
+        WithExtras,
+        _name,
+        Retries() if _name == "retries" else Due(_name) if _name == "due" else Extra(_name),
+    )
