@@ -261,12 +261,8 @@ class QuicxServerProtocol(FrameReceiver):
         """
         parser = self._parser
         end = start + self._read_slice
-        if end >= len(data):
-            self._unread, self._unread_at = b"", 0
-            self._round(parser.feed(data[start:] if start else data))
-            return
-        events = parser.feed(data[start:end])
-        if awaited := parser.awaited:
+        events = parser.feed(data[start:end])  # (all of it: the same object, not a copy)
+        if end < len(data) and (awaited := parser.awaited):
             events += parser.feed(data[end : end + awaited])
             end += awaited
         if end < len(data):
